@@ -1,0 +1,262 @@
+"""Generate the embedded demo data (run once; the output is committed under demo/hub/).
+
+The demo mirrors the layout of the Hugging Face Hub datasets the paper preset reads
+(`demo/hub/<owner>/<repo>/<config>/<split>.jsonl`) with the same column names, nesting and
+label encodings, so the real loaders run unchanged on it. The text is synthetic: sentences
+built from a small parallel lexicon in English, German, Russian (Cyrillic) and Swahili, so
+labels are learnable and parallel sentences exist for retrieval. Deterministic (seed 0).
+
+    python demo/make_demo_data.py            # rewrites demo/hub/
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+LANGS = ("en", "de", "ru", "sw")
+NAMES = {
+    "en": ["Anna", "Peter", "Maria", "Juma", "Ivan", "Sara", "Omar", "Lena", "David", "Amina"],
+    "de": ["Anna", "Peter", "Maria", "Juma", "Ivan", "Sara", "Omar", "Lena", "David", "Amina"],
+    "ru": ["Анна", "Пётр", "Мария", "Джума", "Иван", "Сара", "Омар", "Лена", "Давид", "Амина"],
+    "sw": ["Anna", "Petro", "Maria", "Juma", "Ivan", "Sara", "Omar", "Lena", "Daudi", "Amina"],
+}
+VERBS = {
+    "en": ["bought", "found", "sold", "carried", "washed", "painted", "opened", "lost"],
+    "de": ["kaufte", "fand", "verkaufte", "trug", "wusch", "malte", "öffnete", "verlor"],
+    "ru": ["купил", "нашёл", "продал", "нёс", "мыл", "покрасил", "открыл", "потерял"],
+    "sw": ["alinunua", "alipata", "aliuza", "alibeba", "aliosha", "alipaka", "alifungua", "alipoteza"],
+}
+OBJECTS = {
+    "en": ["book", "ball", "letter", "bread", "car", "phone", "cup", "bag", "chair", "box"],
+    "de": ["Buch", "Ball", "Brief", "Brot", "Auto", "Telefon", "Tasse", "Tasche", "Stuhl", "Kiste"],
+    "ru": ["книгу", "мяч", "письмо", "хлеб", "машину", "телефон", "чашку", "сумку", "стул", "коробку"],
+    "sw": ["kitabu", "mpira", "barua", "mkate", "gari", "simu", "kikombe", "mfuko", "kiti", "sanduku"],
+}
+ADJECTIVES = {
+    "en": ["red", "big", "old", "new", "small", "green"],
+    "de": ["rote", "große", "alte", "neue", "kleine", "grüne"],
+    "ru": ["красный", "большой", "старый", "новый", "маленький", "зелёный"],
+    "sw": ["jekundu", "kubwa", "zamani", "mpya", "ndogo", "kijani"],
+}
+PLACES = {
+    "en": ["market", "school", "river", "house", "garden", "station", "city"],
+    "de": ["Markt", "Schule", "Fluss", "Haus", "Garten", "Bahnhof", "Stadt"],
+    "ru": ["рынке", "школе", "реке", "доме", "саду", "вокзале", "городе"],
+    "sw": ["sokoni", "shuleni", "mtoni", "nyumbani", "bustanini", "kituoni", "mjini"],
+}
+# Function words, each with its UPOS tag.
+ARTICLE = {"en": ("the", "DET"), "de": ("das", "DET"), "ru": None, "sw": None}
+PREPOSITION = {"en": ("at", "ADP"), "de": ("bei", "ADP"), "ru": ("в", "ADP"), "sw": None}
+NEVER = {"en": "never", "de": "nie", "ru": "никогда не", "sw": "kamwe"}
+FOR = {"en": "for", "de": "für", "ru": "для", "sw": "kwa"}
+SOMEONE = {"en": "Someone", "de": "Jemand", "ru": "Кто-то", "sw": "Mtu"}
+THEN = {"en": "Then", "de": "Dann", "ru": "Потом", "sw": "Kisha"}
+WHO = {"en": "Who", "de": "Wer", "ru": "Кто", "sw": "Nani"}
+UPOS = ["ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM", "PART", "PRON",
+        "PROPN", "PUNCT", "SCONJ", "SYM", "VERB", "X"]
+UD_LANGUAGE_NAMES = {"en": "English", "de": "German", "ru": "Russian"}
+TATOEBA_CODES = {"de": "deu", "ru": "rus", "sw": "swh"}
+XNLI_LABELS = ["entailment", "neutral", "contradiction"]
+
+ROOT = Path(__file__).resolve().parent / "hub"
+
+
+class Event:
+    """One underlying fact, rendered in any language; parallel across languages by index."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.name = rng.randrange(len(NAMES["en"]))
+        self.other = (self.name + rng.randrange(1, len(NAMES["en"]))) % len(NAMES["en"])
+        self.verb = rng.randrange(len(VERBS["en"]))
+        self.obj = rng.randrange(len(OBJECTS["en"]))
+        self.adj = rng.randrange(len(ADJECTIVES["en"]))
+        self.place = rng.randrange(len(PLACES["en"]))
+
+    def tagged(self, lang: str) -> list[tuple[str, str]]:
+        """Tokens of the full sentence with their UPOS tags (word order per language)."""
+        toks = [(NAMES[lang][self.name], "PROPN"), (VERBS[lang][self.verb], "VERB")]
+        noun_phrase = [(ADJECTIVES[lang][self.adj], "ADJ"), (OBJECTS[lang][self.obj], "NOUN")]
+        if lang == "sw":  # Swahili adjectives follow the noun
+            noun_phrase.reverse()
+        if ARTICLE[lang]:
+            toks.append(ARTICLE[lang])
+        toks += noun_phrase
+        if PREPOSITION[lang]:
+            toks.append(PREPOSITION[lang])
+        if lang == "en":
+            toks.append(ARTICLE["en"])
+        toks.append((PLACES[lang][self.place], "NOUN"))
+        toks.append((".", "PUNCT"))
+        return toks
+
+    def sentence(self, lang: str) -> str:
+        return " ".join(t for t, _ in self.tagged(lang)[:-1]) + "."
+
+    def obj_phrase(self, lang: str, with_article: bool = True) -> str:
+        art = ARTICLE[lang][0] + " " if ARTICLE[lang] and with_article else ""
+        return art + OBJECTS[lang][self.obj]
+
+    def hypothesis(self, lang: str, label: int, rng: random.Random) -> str:
+        name, verb, other = NAMES[lang][self.name], VERBS[lang][self.verb], NAMES[lang][self.other]
+        if label == 0:
+            subject = SOMEONE[lang] if rng.random() < 0.3 else name
+            return f"{subject} {verb} {self.obj_phrase(lang)}."
+        if label == 1:
+            return f"{name} {verb} {self.obj_phrase(lang)} {FOR[lang]} {other}."
+        if lang == "de":
+            return f"{name} {verb} {NEVER[lang]} {self.obj_phrase(lang)}."
+        return f"{name} {NEVER[lang]} {verb} {self.obj_phrase(lang)}."
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+def nli_rows(rng: random.Random, lang: str, n: int) -> list[tuple[str, str, int]]:
+    rows = []
+    for _ in range(n):
+        ev, label = Event(rng), rng.randrange(3)
+        rows.append((ev.sentence(lang), ev.hypothesis(lang, label, rng), label))
+    return rows
+
+
+def make_mnli(rng: random.Random) -> None:
+    for split, n in (("train", 300), ("validation_matched", 100)):
+        rows = [{"premise": p, "hypothesis": h, "label": y, "idx": i}
+                for i, (p, h, y) in enumerate(nli_rows(rng, "en", n))]
+        write_jsonl(ROOT / "nyu-mll/glue/mnli" / f"{split}.jsonl", rows)
+
+
+def make_xnli(rng: random.Random) -> None:
+    # google/xtreme "XNLI" mixes all languages in one split, string gold labels.
+    # Like the real XNLI, every language holds translations of the same English pairs, which
+    # also makes the English side a source whose human translations score MT quality.
+    for split in ("validation", "test"):
+        seed, rows = rng.random(), []
+        for lang in LANGS:
+            rows += [{"language": lang, "sentence1": p, "sentence2": h, "gold_label": XNLI_LABELS[y]}
+                     for p, h, y in nli_rows(random.Random(seed), lang, 40)]
+        write_jsonl(ROOT / "google/xtreme/XNLI" / f"{split}.jsonl", rows)
+
+
+def qa_example(rng: random.Random, lang: str, uid: str, multi_answers: bool) -> dict:
+    events = [Event(rng) for _ in range(3)]
+    context = " ".join(ev.sentence(lang) for ev in events)
+    ev = rng.choice(events)
+    offset = context.index(ev.sentence(lang))
+    if rng.random() < 0.5:
+        question = f"{WHO[lang]} {VERBS[lang][ev.verb]} {ev.obj_phrase(lang)}?"
+        answers = [NAMES[lang][ev.name]]
+    else:
+        question = {
+            "en": f"Where was the {OBJECTS[lang][ev.obj]}?",
+            "de": f"Wo war das {OBJECTS[lang][ev.obj]}?",
+            "ru": f"Где был {OBJECTS[lang][ev.obj]}?",
+            "sw": f"{OBJECTS[lang][ev.obj]} kilikuwa wapi?",
+        }[lang]
+        place = PLACES[lang][ev.place]
+        answers = [f"the {place}", place] if lang == "en" and multi_answers else [place]
+    starts = [context.index(a, offset) for a in answers]
+    return {"id": uid, "title": f"demo-{uid[:6]}", "context": context, "question": question,
+            "answers": {"text": answers, "answer_start": starts}}
+
+
+def make_squad(rng: random.Random) -> None:
+    for split, n in (("train", 300), ("validation", 100)):
+        rows = [qa_example(rng, "en", f"{split[:2]}{i:05d}{rng.getrandbits(24):06x}", split != "train")
+                for i in range(n)]
+        write_jsonl(ROOT / "rajpurkar/squad/plain_text" / f"{split}.jsonl", rows)
+
+
+def make_xquad(rng: random.Random) -> None:
+    seed = rng.random()
+    for lang in ("en", "de", "ru"):
+        # XQuAD is parallel: the same questions in every language, with the same ids.
+        local = random.Random(seed)
+        rows = [qa_example(local, lang, f"xq{i:05d}", False) for i in range(60)]
+        write_jsonl(ROOT / f"google/xtreme/XQuAD.{lang}" / "validation.jsonl", rows)
+
+
+def make_hellaswag(rng: random.Random) -> None:
+    for split, n in (("train", 300), ("validation", 100), ("test", 50)):
+        rows = []
+        for i in range(n):
+            ev = Event(rng)
+            label = rng.randrange(4)
+            objs = [ev.obj] + rng.sample([o for o in range(len(OBJECTS["en"])) if o != ev.obj], 3)
+            wrong = objs[1:]
+            endings = []
+            for k in range(4):
+                obj = ev.obj if k == label else wrong.pop()
+                endings.append(f"{VERBS['en'][rng.randrange(8)]} the {OBJECTS['en'][obj]} again.")
+            ctx_a = ev.sentence("en")
+            ctx_b = f"{THEN['en']} {NAMES['en'][ev.name]}"
+            rows.append({
+                "ind": i, "activity_label": "Demo activity", "ctx_a": ctx_a, "ctx_b": ctx_b,
+                "ctx": f"{ctx_a} {ctx_b}", "endings": endings, "source_id": f"demo~{i}",
+                "split": {"validation": "val"}.get(split, split), "split_type": "indomain",
+                # HellaSwag stores labels as strings; the public test split has none.
+                "label": "" if split == "test" else str(label),
+            })
+        write_jsonl(ROOT / "Rowan/hellaswag/default" / f"{split}.jsonl", rows)
+
+
+def tagged_sentence(rng: random.Random, lang: str, long: bool) -> tuple[list[str], list[int]]:
+    tokens, tags = [], []
+    for _ in range(rng.randrange(5, 8) if long else 1):
+        for tok, tag in Event(rng).tagged(lang):
+            for piece in tok.split():  # "никогда не" never occurs here, but keep words whole
+                tokens.append(piece)
+                tags.append(UPOS.index(tag))
+    return tokens, tags
+
+
+def make_udpos(rng: random.Random) -> None:
+    splits = {"en": (("train", 200), ("validation", 50), ("test", 50)),
+              "de": (("validation", 40), ("test", 40)), "ru": (("validation", 40), ("test", 40))}
+    for lang, spec in splits.items():
+        for split, n in spec:
+            rows = []
+            for i in range(n):
+                # Every tenth sentence is long, to exercise split-and-merge of long inputs.
+                tokens, tags = tagged_sentence(rng, lang, long=(i % 10 == 9))
+                rows.append({"tokens": tokens, "pos_tags": tags})
+            write_jsonl(ROOT / f"google/xtreme/udpos.{UD_LANGUAGE_NAMES[lang]}" / f"{split}.jsonl", rows)
+
+
+def make_tatoeba(rng: random.Random) -> None:
+    for lang, code in TATOEBA_CODES.items():
+        rows = []
+        for _ in range(100):
+            ev = Event(rng)
+            # The XTREME copy keeps the source files' trailing newlines.
+            rows.append({"source_sentence": ev.sentence(lang) + "\n", "target_sentence": ev.sentence("en") + "\n",
+                         "source_lang": code, "target_lang": "eng"})
+        write_jsonl(ROOT / f"google/xtreme/tatoeba.{code}" / "validation.jsonl", rows)
+
+
+def make_wikipedia(rng: random.Random) -> None:
+    for lang in LANGS:
+        rows = []
+        for i in range(60):
+            text = " ".join(Event(rng).sentence(lang) for _ in range(rng.randrange(2, 5)))
+            rows.append({"id": f"{i}", "url": f"https://{lang}.wikipedia.org/wiki?curid={i}",
+                         "title": f"Demo {i}", "text": text})
+        write_jsonl(ROOT / f"wikimedia/wikipedia/20231101.{lang}" / "train.jsonl", rows)
+
+
+def main() -> None:
+    rng = random.Random(0)
+    for make in (make_mnli, make_xnli, make_squad, make_xquad, make_hellaswag, make_udpos,
+                 make_tatoeba, make_wikipedia):
+        make(random.Random(rng.random()))
+    print(f"wrote {sum(1 for _ in ROOT.rglob('*.jsonl'))} files under {ROOT}")
+
+
+if __name__ == "__main__":
+    main()

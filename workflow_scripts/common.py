@@ -1,0 +1,116 @@
+"""Small shared helpers: atomic writes, canonical settings, seeding, logging, device choice."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import random
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+LOG = logging.getLogger("xstilts")
+
+
+class InputError(ValueError):
+    """Bad input (config value, data file, model directory) named in the message."""
+
+
+def setup_logging() -> None:
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def canonical_json(value: Any) -> str:
+    """Key-sorted, compact JSON: the same settings always give the same string (and hash)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def settings_hash(value: Any) -> str:
+    return hashlib.sha256(canonical_json(value).encode()).hexdigest()[:16]
+
+
+def load_settings(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InputError(f"--settings is not valid JSON: {err}") from err
+    if not isinstance(value, dict):
+        raise InputError("--settings must be a JSON object")
+    return value
+
+
+@contextlib.contextmanager
+def atomic_path(final: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary sibling path; rename it onto ``final`` only if the block succeeds.
+
+    Works for files and directories, so an interrupted job never leaves an output that
+    looks complete.
+    """
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
+    target = tmp / final.name
+    try:
+        yield target
+        if final.is_dir() and not final.is_symlink():
+            shutil.rmtree(final)
+        os.replace(target, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_json(path: str | os.PathLike[str], value: Any) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def read_json(path: str | os.PathLike[str]) -> Any:
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError as err:
+        raise InputError(f"missing file: {path}") from err
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise InputError(f"corrupt JSON file {path}: {err}") from err
+
+
+def seed_everything(seed: int) -> None:
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def configure_torch(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(max(1, threads))
+    # Deterministic kernels where they exist: same config and seed, same numbers on CPU.
+    torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def device():  # -> torch.device
+    import torch
+
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def autocast(dev):
+    """bf16 autocast on GPUs that support it; a no-op context on CPU."""
+    import torch
+
+    if dev.type == "cuda" and torch.cuda.is_bf16_supported():
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()

@@ -1,0 +1,316 @@
+"""Load every task from the Hugging Face Hub (or a local mirror of it) into canonical Parquet.
+
+One canonical schema per task format (every row also has ``id`` and ``lang``):
+
+- classification:  text_a, text_b, label (int, index into Task.labels)
+- multiple_choice: context, choices (list of str), label
+- span:            context, question, answer_texts, answer_starts (empty lists: no answer)
+- tagging:         tokens, tags (tag strings)
+- retrieval:       source (the non-English sentence), target (its English translation)
+- mlm:             text
+
+``source.kind == "hub"`` reads ``datasets.load_dataset(path, name, split, revision)``;
+``"local"`` reads ``<root>/<path>/<name>/<split>.jsonl`` holding the same rows, which is how
+the embedded demo and the tests run the very same converters offline. Only this module
+touches the network.
+
+CLI: ``python -m workflow_scripts.data --task T --split S --settings JSON --output F``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from .common import LOG, InputError, atomic_path, load_settings, setup_logging
+from .tasks import CLASSIFICATION, MLM, MULTIPLE_CHOICE, RETRIEVAL, SPAN, TAGGING, Task, get_task
+
+Row = dict[str, Any]
+
+SCHEMAS: dict[str, dict[str, str]] = {
+    CLASSIFICATION: {"text_a": "string", "text_b": "string", "label": "int64"},
+    MULTIPLE_CHOICE: {"context": "string", "choices": "list<string>", "label": "int64"},
+    SPAN: {"context": "string", "question": "string", "answer_texts": "list<string>",
+           "answer_starts": "list<int64>"},
+    TAGGING: {"tokens": "list<string>", "tags": "list<string>"},
+    RETRIEVAL: {"source": "string", "target": "string"},
+    MLM: {"text": "string"},
+}
+
+# XTREME names udpos configs by language name and tatoeba ones by ISO 639-3 code.
+UD_LANGUAGE_NAMES = {
+    "af": "Afrikaans", "ar": "Arabic", "bg": "Bulgarian", "de": "German", "el": "Greek",
+    "en": "English", "es": "Spanish", "et": "Estonian", "eu": "Basque", "fa": "Persian",
+    "fi": "Finnish", "fr": "French", "he": "Hebrew", "hi": "Hindi", "hu": "Hungarian",
+    "id": "Indonesian", "it": "Italian", "ja": "Japanese", "kk": "Kazakh", "ko": "Korean",
+    "mr": "Marathi", "nl": "Dutch", "pt": "Portuguese", "ru": "Russian", "ta": "Tamil",
+    "te": "Telugu", "th": "Thai", "tl": "Tagalog", "tr": "Turkish", "ur": "Urdu",
+    "vi": "Vietnamese", "yo": "Yoruba", "zh": "Chinese",
+}
+TATOEBA_CODES = {
+    "af": "afr", "ar": "ara", "bg": "bul", "bn": "ben", "de": "deu", "el": "ell", "es": "spa",
+    "et": "est", "eu": "eus", "fa": "pes", "fi": "fin", "fr": "fra", "he": "heb", "hi": "hin",
+    "hu": "hun", "id": "ind", "it": "ita", "ja": "jpn", "jv": "jav", "ka": "kat", "kk": "kaz",
+    "ko": "kor", "ml": "mal", "mr": "mar", "nl": "nld", "pt": "por", "ru": "rus", "sw": "swh",
+    "ta": "tam", "te": "tel", "th": "tha", "tl": "tgl", "tr": "tur", "ur": "urd", "vi": "vie",
+    "zh": "cmn",
+}
+
+
+class Source:
+    """Where Hub-schema rows come from: the Hub itself or a local mirror directory."""
+
+    def __init__(self, kind: str, path: str, revision: str = "main", local_root: str | None = None):
+        if kind not in ("hub", "local"):
+            raise InputError(f"data.source must be 'hub' or 'local', got {kind!r}")
+        self.kind, self.path, self.revision = kind, path, revision
+        self.local_root = Path(local_root) if local_root else None
+
+    def rows(self, name: str | None, split: str) -> Iterator[Row]:
+        if self.kind == "local":
+            file = self.local_root / self.path / (name or "default") / f"{split}.jsonl"
+            if not file.is_file():
+                raise InputError(f"missing data file {file} (task source {self.path}, config {name}, split {split})")
+            with file.open(encoding="utf-8") as f:
+                for lineno, line in enumerate(f, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        yield json.loads(line)
+                    except json.JSONDecodeError as err:
+                        raise InputError(f"corrupt data file {file}, line {lineno}: {err}") from err
+            return
+        import datasets  # imported here: only download jobs need it
+
+        ds = datasets.load_dataset(self.path, name, split=split, revision=self.revision)
+        yield from ds
+
+
+# ---------------------------------------------------------------------------------------
+# Converters: Hub rows -> canonical rows. One per task; ``languages`` applies to targets.
+
+Converter = Callable[[Source, str, list[str], dict[str, Any]], Iterable[Row]]
+CONVERTERS: dict[str, Converter] = {}
+
+
+def converter(*names: str) -> Callable[[Converter], Converter]:
+    def register(fn: Converter) -> Converter:
+        for n in names:
+            CONVERTERS[n] = fn
+        return fn
+    return register
+
+
+def _label_index(task: Task, value: Any, where: str) -> int:
+    if isinstance(value, str):
+        if value not in task.labels:
+            raise InputError(f"{where}: label {value!r} not in {list(task.labels)}")
+        return task.labels.index(value)
+    if not 0 <= int(value) < task.num_labels:
+        raise InputError(f"{where}: label {value!r} outside 0..{task.num_labels - 1}")
+    return int(value)
+
+
+@converter("mnli")
+def _mnli(src: Source, split: str, langs: list[str], opts: dict[str, Any]) -> Iterable[Row]:
+    task = get_task("mnli")
+    hub_split = {"train": "train", "dev": "validation_matched"}[split]
+    for i, r in enumerate(src.rows("mnli", hub_split)):
+        if r["label"] == -1:  # unlabeled (test) rows
+            continue
+        yield {"id": f"mnli-{split}-{r.get('idx', i)}", "lang": "en", "text_a": r["premise"],
+               "text_b": r["hypothesis"], "label": _label_index(task, r["label"], f"mnli {split}")}
+
+
+@converter("qqp")
+def _qqp(src: Source, split: str, langs: list[str], opts: dict[str, Any]) -> Iterable[Row]:
+    task = get_task("qqp")
+    hub_split = {"train": "train", "dev": "validation"}[split]
+    for i, r in enumerate(src.rows("qqp", hub_split)):
+        yield {"id": f"qqp-{split}-{r.get('idx', i)}", "lang": "en", "text_a": r["question1"],
+               "text_b": r["question2"], "label": _label_index(task, r["label"], f"qqp {split}")}
+
+
+@converter("squad", "squad_v2")
+def _squad(src: Source, split: str, langs: list[str], opts: dict[str, Any]) -> Iterable[Row]:
+    name = opts.get("hub_name") or ("squad_v2" if "v2" in src.path else "plain_text")
+    hub_split = {"train": "train", "dev": "validation"}[split]
+    for r in src.rows(name, hub_split):
+        yield _span_row(r["id"], "en", r)
+
+
+def _span_row(uid: str, lang: str, r: Row) -> Row:
+    texts, starts = list(r["answers"]["text"]), [int(s) for s in r["answers"]["answer_start"]]
+    for text, start in zip(texts, starts):
+        if r["context"][start:start + len(text)] != text:
+            raise InputError(f"example {uid}: answer_start {start} does not point at {text!r}")
+    return {"id": uid, "lang": lang, "context": r["context"], "question": r["question"].strip(),
+            "answer_texts": texts, "answer_starts": starts}
+
+
+@converter("hellaswag")
+def _hellaswag(src: Source, split: str, langs: list[str], opts: dict[str, Any]) -> Iterable[Row]:
+    hub_split = {"train": "train", "dev": "validation"}[split]
+    for r in src.rows(None, hub_split):
+        if r["label"] in ("", None):  # the public test split has no labels
+            continue
+        endings = list(r["endings"])
+        if len(endings) != 4:
+            raise InputError(f"hellaswag {split} row {r['ind']}: expected 4 endings, got {len(endings)}")
+        # Like the reference implementations: the context is ctx_a, each choice ctx_b + ending.
+        yield {"id": f"hellaswag-{split}-{r['ind']}", "lang": "en", "context": r["ctx_a"],
+               "choices": [f"{r['ctx_b']} {e}".strip() for e in endings], "label": int(r["label"])}
+
+
+@converter("xnli")
+def _xnli(src: Source, split: str, langs: list[str], opts: dict[str, Any]) -> Iterable[Row]:
+    task = get_task("xnli")
+    hub_split = {"dev": "validation", "test": "test"}[split]
+    counts = {lang: 0 for lang in langs}
+    for i, r in enumerate(src.rows("XNLI", hub_split)):
+        lang = r["language"]
+        if lang not in counts:
+            continue
+        counts[lang] += 1
+        yield {"id": f"xnli-{split}-{lang}-{counts[lang]}", "lang": lang, "text_a": r["sentence1"],
+               "text_b": r["sentence2"], "label": _label_index(task, r["gold_label"], f"xnli {split}")}
+    _require_languages("xnli", split, counts)
+
+
+@converter("xquad")
+def _xquad(src: Source, split: str, langs: list[str], opts: dict[str, Any]) -> Iterable[Row]:
+    for lang in langs:
+        for r in src.rows(f"XQuAD.{lang}", "validation"):
+            yield _span_row(f"{r['id']}-{lang}", lang, r)
+
+
+@converter("udpos")
+def _udpos(src: Source, split: str, langs: list[str], opts: dict[str, Any]) -> Iterable[Row]:
+    task = get_task("udpos")
+    hub_split = {"train": "train", "dev": "validation", "test": "test"}[split]
+    for lang in (["en"] if split == "train" else langs):
+        if lang not in UD_LANGUAGE_NAMES:
+            raise InputError(f"udpos: no UD language name known for {lang!r}")
+        for i, r in enumerate(src.rows(f"udpos.{UD_LANGUAGE_NAMES[lang]}", hub_split)):
+            tags = [task.labels[_label_index(task, t, f"udpos {lang} {split}")] for t in r["pos_tags"]]
+            yield {"id": f"udpos-{split}-{lang}-{i}", "lang": lang, "tokens": list(r["tokens"]), "tags": tags}
+
+
+@converter("tatoeba")
+def _tatoeba(src: Source, split: str, langs: list[str], opts: dict[str, Any]) -> Iterable[Row]:
+    for lang in langs:
+        if lang not in TATOEBA_CODES:
+            raise InputError(f"tatoeba: no Tatoeba code known for {lang!r}")
+        for i, r in enumerate(src.rows(f"tatoeba.{TATOEBA_CODES[lang]}", "validation")):
+            # The XTREME copy keeps the files' trailing newlines; they are not part of the text.
+            yield {"id": f"tatoeba-{lang}-{i}", "lang": lang, "source": r["source_sentence"].strip(),
+                   "target": r["target_sentence"].strip()}
+
+
+@converter("mlm")
+def _mlm(src: Source, split: str, langs: list[str], opts: dict[str, Any]) -> Iterable[Row]:
+    """Multilingual Wikipedia sentences, languages sampled with q_i ~ p_i^alpha (XLM)."""
+    snapshot, total = opts.get("snapshot", "20231101"), int(opts.get("sentences", 2_000_000))
+    alpha, seed = float(opts.get("alpha", 0.3)), int(opts.get("seed", 0))
+    per_lang: dict[str, list[str]] = {}
+    for lang in langs:
+        sentences: list[str] = []
+        for r in src.rows(f"{snapshot}.{lang}", "train"):
+            sentences += [s.strip() for s in r["text"].split("\n") if s.strip()]
+            if len(sentences) >= total:
+                break
+        if not sentences:
+            raise InputError(f"mlm: no Wikipedia text for language {lang!r}")
+        per_lang[lang] = sentences
+    sizes = {lang: len(s) for lang, s in per_lang.items()}
+    norm = sum(sizes.values())
+    weights = {lang: (n / norm) ** alpha for lang, n in sizes.items()}
+    wsum = sum(weights.values())
+    rng = random.Random(seed)
+    for lang, sentences in per_lang.items():
+        want = min(len(sentences), max(1, round(total * weights[lang] / wsum)))
+        for i, s in enumerate(rng.sample(sentences, want)):
+            yield {"id": f"mlm-{lang}-{i}", "lang": lang, "text": s}
+
+
+def _require_languages(task: str, split: str, counts: dict[str, int]) -> None:
+    missing = [lang for lang, n in counts.items() if n == 0]
+    if missing:
+        raise InputError(f"{task} {split}: no examples for languages {missing}; refusing to shrink the average")
+
+
+# ---------------------------------------------------------------------------------------
+
+
+def to_table(task: Task, rows: Iterable[Row]):
+    import pyarrow as pa
+
+    types = {"string": pa.string(), "int64": pa.int64(), "list<string>": pa.list_(pa.string()),
+             "list<int64>": pa.list_(pa.int64())}
+    fields = [("id", pa.string()), ("lang", pa.string())] + [
+        (col, types[t]) for col, t in SCHEMAS[task.format].items()]
+    schema = pa.schema(fields)
+    rows = list(rows)
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def read_table(path: str | Path, fmt: str | None = None):
+    """Read a canonical Parquet file, failing with the file name when missing or corrupt."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"missing data file: {path}")
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowInvalid, OSError) as err:
+        raise InputError(f"corrupt data file {path}: {err}") from err
+    if fmt is not None:
+        missing = set(SCHEMAS[fmt]) - set(table.column_names)
+        if missing:
+            raise InputError(f"data file {path} lacks columns {sorted(missing)} of format {fmt}")
+    return table
+
+
+def prepare(task_name: str, split: str, settings: dict[str, Any], output: str | Path) -> int:
+    import pyarrow.parquet as pq
+
+    task = get_task(task_name)
+    if split not in task.splits:
+        raise InputError(f"task {task_name} has no split {split!r} (has {list(task.splits)})")
+    if task_name not in CONVERTERS:
+        raise InputError(f"task {task_name}: no loader in this version of xstilts")
+    src = Source(settings["source"], settings["hub"]["path"], settings["hub"].get("revision", "main"),
+                 settings.get("local_root"))
+    table = to_table(task, CONVERTERS[task_name](src, split, list(settings.get("languages", ["en"])),
+                                                 settings.get("options", {})))
+    if table.num_rows == 0:
+        raise InputError(f"task {task_name} split {split}: no examples loaded from {settings['hub']['path']}")
+    with atomic_path(output) as tmp:
+        pq.write_table(table, tmp)
+    langs = sorted(set(table.column("lang").to_pylist()))
+    LOG.info("%s/%s: %d examples, languages %s -> %s", task_name, split, table.num_rows, langs, output)
+    return table.num_rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    setup_logging()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--task", required=True)
+    ap.add_argument("--split", required=True)
+    ap.add_argument("--settings", required=True, help="canonical JSON of the task's data settings")
+    ap.add_argument("--output", required=True)
+    args = ap.parse_args(argv)
+    try:
+        prepare(args.task, args.split, load_settings(args.settings), args.output)
+    except InputError as err:
+        raise SystemExit(f"error: {err}") from None
+
+
+if __name__ == "__main__":
+    main()

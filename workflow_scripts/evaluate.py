@@ -1,0 +1,174 @@
+"""Zero-shot evaluation of one run: per-language scores on every evaluation split.
+
+Trained targets load the target-phase model (encoder + head); retrieval targets embed with
+the encoder that left the intermediate phase (or the pretrained one for the baseline).
+The output is one JSON metric file per (intermediate config, target, seed): per-language
+scores for each split, their unweighted mean, the metric names, the resolved settings and
+their hash, library versions and wall time.
+
+CLI: ``python -m workflow_scripts.evaluate --target T --model DIR --data SPLIT=FILE ...
+--settings JSON --seed N --output FILE``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from .common import (LOG, InputError, autocast, configure_torch, device, load_settings, read_json,
+                     seed_everything, settings_hash, setup_logging, write_json)
+from .data import read_table
+from .features import Encoded, decode_spans, encode, merge_tags, sorted_batches, collate
+from .metrics import accuracy, mean, mlqa, seqeval_f1, seqeval_version, squad_v1, squad_v2
+from .models import MultiHeadModel, forward, load_encoder, load_tokenizer, make_head
+from .retrieval import LAYER_CONVENTION, embed, tatoeba_accuracy
+from .tasks import CLASSIFICATION, MULTIPLE_CHOICE, RETRIEVAL, SPAN, TAGGING, Task, get_task, primary_metric
+
+
+def predict_logits(model, task: Task, encoded: Encoded, batch_size: int, pad_id: int, dev) -> list[Any]:
+    """Logits per feature, in feature order; batches sorted by length to minimise padding."""
+    import torch
+    from tqdm import tqdm
+
+    out: list[Any] = [None] * len(encoded.features)
+    model.eval()
+    with torch.inference_mode():
+        for idx in tqdm(sorted_batches(encoded.features, batch_size), desc=f"predict {task.name}", mininterval=5):
+            feats = [encoded.features[k] for k in idx]
+            batch = {k: v.to(dev) for k, v in collate(feats, task.format, pad_id).items()
+                     if k in ("input_ids", "attention_mask")}
+            with autocast(dev):
+                logits, _ = forward(model, task.format, task.name, batch)
+            logits = logits.float().cpu().numpy()
+            for k, f, row in zip(idx, feats, logits):
+                n = len(f["input_ids"]) if task.format in (SPAN, TAGGING) else None
+                out[k] = row[:n] if n is not None else row
+    return out
+
+
+def score_rows(model, task: Task, tokenizer, rows: list[dict[str, Any]], opts: dict[str, Any], dev,
+               metric: str | None = None) -> dict[str, float]:
+    """Score one set of rows (one language of one split) with the task's metric."""
+    metric = metric or task.metric
+    encoded = encode(task, tokenizer, rows, opts, train=False)
+    logits = predict_logits(model, task, encoded, int(opts["eval_batch_size"]), tokenizer.pad_token_id, dev)
+    if task.format in (CLASSIFICATION, MULTIPLE_CHOICE):
+        return accuracy([int(l.argmax()) for l in logits], [r["label"] for r in rows])
+    if task.format == SPAN:
+        preds = decode_spans(encoded, [l[:, 0] for l in logits], [l[:, 1] for l in logits], opts,
+                             allow_null=(metric == "squad_v2"))
+        golds = {r["id"]: list(r["answer_texts"]) for r in rows}
+        if metric == "mlqa":
+            return mlqa(preds, golds, rows[0]["lang"])
+        return (squad_v2 if metric == "squad_v2" else squad_v1)(preds, golds)
+    if task.format == TAGGING:
+        pred_tags = merge_tags(encoded, logits, task.labels)
+        gold_tags = [list(r["tags"]) for r in rows]
+        if metric == "accuracy":  # CCG supertagging: per-word accuracy
+            flat = [(p, g) for ps, gs in zip(pred_tags, gold_tags) for p, g in zip(ps, gs)]
+            return {"accuracy": 100.0 * sum(p == g for p, g in flat) / len(flat)}
+        return seqeval_f1(pred_tags, gold_tags)
+    raise InputError(f"task {task.name}: cannot score format {task.format}")
+
+
+def rows_by_language(path: str | Path, fmt: str, languages: list[str]) -> dict[str, list[dict[str, Any]]]:
+    rows = read_table(path, fmt).to_pylist()
+    grouped: dict[str, list[dict[str, Any]]] = {lang: [] for lang in languages}
+    for r in rows:
+        if r["lang"] in grouped:
+            grouped[r["lang"]].append(r)
+    empty = [lang for lang, rs in grouped.items() if not rs]
+    if empty:
+        raise InputError(f"{path}: no examples for languages {empty}; refusing to shrink the average")
+    return grouped
+
+
+def average(per_lang: dict[str, dict[str, float]]) -> dict[str, float]:
+    keys = next(iter(per_lang.values())).keys()
+    return {k: mean(scores[k] for scores in per_lang.values()) for k in keys}
+
+
+def evaluate_run(target: str, model_dir: Path, data: dict[str, str], settings: dict[str, Any], seed: int,
+                 threads: int) -> dict[str, Any]:
+    started = time.time()
+    configure_torch(threads)
+    seed_everything(seed)
+    task = get_task(target)
+    dev = device()
+    languages = list(settings["languages"])
+    tokenizer = load_tokenizer(model_dir)
+    scores: dict[str, dict[str, dict[str, float]]] = {}
+    extra: dict[str, Any] = {}
+    if task.format == RETRIEVAL:
+        ret = settings["retrieval"]
+        encoder = load_encoder(model_dir).to(dev)
+        if task.name != "tatoeba":
+            raise InputError(f"retrieval target {task.name}: no evaluator in this version of xstilts")
+        for split in task.eval_splits:
+            scores[split] = {}
+            for lang, rows in rows_by_language(data[split], task.format, languages).items():
+                args = (ret["layer"], ret["pooling"], int(settings["eval_batch_size"]), int(settings["max_length"]), dev)
+                foreign = embed(encoder, tokenizer, [r["source"] for r in rows], *args)
+                english = embed(encoder, tokenizer, [r["target"] for r in rows], *args)
+                scores[split][lang] = tatoeba_accuracy(foreign, english)
+        extra["retrieval"] = {"layer": ret["layer"], "pooling": ret["pooling"], "layer_convention": LAYER_CONVENTION}
+    else:
+        encoder = load_encoder(model_dir)
+        state = _load_heads(model_dir)
+        head = make_head(task.format, encoder.config.hidden_size, task.num_labels, 0.0, 0.02)
+        model = MultiHeadModel(encoder, {task.name: head})
+        model.heads.load_state_dict(state)
+        model.to(dev)
+        for split in task.eval_splits:
+            scores[split] = {lang: score_rows(model, task, tokenizer, rows, settings, dev)
+                             for lang, rows in rows_by_language(data[split], task.format, languages).items()}
+        extra["selection"] = read_json(model_dir / "train_log.json")["best"]
+    if task.metric == "seqeval_f1":
+        extra["seqeval_version"] = seqeval_version()
+    return {
+        "target": target, "metric": task.metric, "primary": primary_metric(task.metric),
+        "languages": languages, "splits": list(task.eval_splits),
+        "scores": scores, "average": {split: average(per) for split, per in scores.items()},
+        "seed": seed, "settings": settings, "settings_hash": settings_hash(settings),
+        "versions": {p: version(p) for p in ("torch", "transformers", "seqeval", "faiss-cpu")},
+        "wall_time_s": round(time.time() - started, 3), **extra,
+    }
+
+
+def _load_heads(model_dir: Path):
+    import torch
+
+    path = model_dir / "heads.pt"
+    if not path.is_file():
+        raise InputError(f"model directory {model_dir} has no heads.pt (incomplete target training?)")
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    setup_logging()
+    ap = argparse.ArgumentParser(description="Evaluate one run zero-shot on every language of its target.")
+    ap.add_argument("--target", required=True)
+    ap.add_argument("--model", required=True, type=Path)
+    ap.add_argument("--data", nargs="+", required=True, help="SPLIT=FILE for each evaluation split")
+    ap.add_argument("--settings", required=True)
+    ap.add_argument("--seed", type=int, required=True)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--run", default="{}", help="JSON identifying the run (config name, ...)")
+    ap.add_argument("--output", required=True)
+    args = ap.parse_args(argv)
+    try:
+        data = dict(item.split("=", 1) for item in args.data)
+        result = evaluate_run(args.target, args.model, data, load_settings(args.settings), args.seed, args.threads)
+        result["run"] = json.loads(args.run)
+    except InputError as err:
+        raise SystemExit(f"error: {err}") from None
+    write_json(args.output, result)
+    LOG.info("%s: %s", args.output, json.dumps(result["average"]))
+
+
+if __name__ == "__main__":
+    main()

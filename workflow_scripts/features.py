@@ -1,0 +1,269 @@
+"""Canonical rows -> model inputs, and model outputs -> predictions, for every task format.
+
+- classification: one (text_a, text_b) pair; the head reads the first token.
+- multiple choice: one (context, choice) pair per choice.
+- span: sliding windows over the context (max length, doc stride, max query length) as in
+  the reference SQuAD scripts; answers decoded from n-best start/end logits.
+- tagging: the label sits on the first sub-word of each word (-100 elsewhere); a sentence
+  too long for the model is split into word pieces that fit and merged back, never truncated.
+- mlm: dynamic masking (15%, of which 80% mask / 10% random / 10% kept), redrawn every batch.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .tasks import CLASSIFICATION, MLM, MULTIPLE_CHOICE, SPAN, TAGGING, Task
+
+Feature = dict[str, Any]
+IGNORE = -100
+
+
+@dataclass
+class Encoded:
+    """Features of one data split plus what decoding predictions needs."""
+
+    features: list[Feature]
+    rows: list[dict[str, Any]]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def encode(task: Task, tokenizer, rows: list[dict[str, Any]], opts: dict[str, Any], train: bool) -> Encoded:
+    max_length = int(opts["max_length"])
+    if task.format == CLASSIFICATION:
+        return Encoded(_encode_pairs(tokenizer, rows, max_length), rows)
+    if task.format == MULTIPLE_CHOICE:
+        return Encoded(_encode_choices(tokenizer, rows, max_length), rows)
+    if task.format == SPAN:
+        return Encoded(_encode_spans(tokenizer, rows, opts, train), rows)
+    if task.format == TAGGING:
+        return Encoded(_encode_tags(tokenizer, rows, task.labels, max_length), rows)
+    if task.format == MLM:
+        enc = tokenizer([r["text"] for r in rows], truncation=True, max_length=max_length)
+        return Encoded([{"input_ids": ids} for ids in enc["input_ids"]], rows)
+    raise ValueError(f"cannot encode format {task.format!r}")
+
+
+def _encode_pairs(tokenizer, rows, max_length) -> list[Feature]:
+    a = [r["text_a"] for r in rows]
+    b = [r["text_b"] for r in rows]
+    enc = tokenizer(a, b if any(b) else None, truncation=True, max_length=max_length)
+    return [{"input_ids": ids, "labels": r["label"], "example": i}
+            for i, (ids, r) in enumerate(zip(enc["input_ids"], rows))]
+
+
+def _encode_choices(tokenizer, rows, max_length) -> list[Feature]:
+    feats = []
+    for i, r in enumerate(rows):
+        enc = tokenizer([r["context"]] * len(r["choices"]), list(r["choices"]), truncation=True,
+                        max_length=max_length)
+        feats.append({"input_ids": enc["input_ids"], "labels": r["label"], "example": i})
+    return feats
+
+
+def _truncate_question(tokenizer, question: str, max_query_length: int) -> str:
+    enc = tokenizer(question, add_special_tokens=False, return_offsets_mapping=True)
+    if len(enc["input_ids"]) <= max_query_length:
+        return question
+    return question[: enc["offset_mapping"][max_query_length - 1][1]]
+
+
+def _encode_spans(tokenizer, rows, opts, train: bool) -> list[Feature]:
+    """Sliding windows over each context.
+
+    ``doc_stride`` is the step between window starts, as in the original SQuAD/XTREME
+    scripts; the tokenizer takes the overlap instead, which depends on the question's
+    length, so each example is encoded with its own overlap.
+    """
+    max_length, step = int(opts["max_length"]), int(opts["doc_stride"])
+    max_query = int(opts["max_query_length"])
+    specials = tokenizer.num_special_tokens_to_add(pair=True)
+    feats = []
+    for i, row in enumerate(rows):
+        question = _truncate_question(tokenizer, row["question"].lstrip(), max_query)
+        q_len = len(tokenizer(question, add_special_tokens=False)["input_ids"])
+        room = max_length - q_len - specials
+        if room < 1:
+            raise ValueError(f"example {row['id']}: max_length {max_length} leaves no room for the context")
+        overlap = min(max(room - step, 0), room - 1)
+        enc = tokenizer(question, row["context"], truncation="only_second", max_length=max_length,
+                        stride=overlap, return_overflowing_tokens=True, return_offsets_mapping=True)
+        for j, ids in enumerate(enc["input_ids"]):
+            seq_ids = enc.sequence_ids(j)
+            offsets = [tuple(o) if s == 1 else None for o, s in zip(enc["offset_mapping"][j], seq_ids)]
+            feat: Feature = {"input_ids": ids, "example": i, "offsets": offsets}
+            if train:
+                feat["start_positions"], feat["end_positions"] = _answer_positions(row, offsets)
+            feats.append(feat)
+    return feats
+
+
+def _answer_positions(row, offsets) -> tuple[int, int]:
+    """Token indices of the first gold answer in this window, (0, 0) (the <s> token) if absent."""
+    if not row["answer_starts"]:
+        return 0, 0
+    start_char = row["answer_starts"][0]
+    end_char = start_char + len(row["answer_texts"][0])
+    ctx = [k for k, o in enumerate(offsets) if o is not None]
+    if not ctx or offsets[ctx[0]][0] > start_char or offsets[ctx[-1]][1] < end_char:
+        return 0, 0
+    start = next(k for k in ctx if offsets[k][1] > start_char)
+    end = next(k for k in reversed(ctx) if offsets[k][0] < end_char)
+    return start, end
+
+
+def decode_spans(encoded: Encoded, start_logits, end_logits, opts: dict[str, Any], allow_null: bool) -> dict[str, str]:
+    """Best answer text per example id from per-feature start/end logits (n-best search)."""
+    import numpy as np
+
+    n_best, max_answer = int(opts["n_best"]), int(opts["max_answer_length"])
+    by_example: dict[int, list[int]] = {}
+    for j, feat in enumerate(encoded.features):
+        by_example.setdefault(feat["example"], []).append(j)
+    preds = {}
+    for i, row in enumerate(encoded.rows):
+        best_text, best_score, null_score = "", -np.inf, np.inf
+        for j in by_example.get(i, []):
+            offsets = encoded.features[j]["offsets"]
+            s_log, e_log = np.asarray(start_logits[j]), np.asarray(end_logits[j])
+            null_score = min(null_score, float(s_log[0] + e_log[0]))
+            starts = np.argsort(s_log)[::-1][:n_best]
+            ends = np.argsort(e_log)[::-1][:n_best]
+            for s in starts:
+                for e in ends:
+                    if s >= len(offsets) or e >= len(offsets) or offsets[s] is None or offsets[e] is None:
+                        continue
+                    if e < s or e - s + 1 > max_answer:
+                        continue
+                    score = float(s_log[s] + e_log[e])
+                    if score > best_score:
+                        best_score, best_text = score, row["context"][offsets[s][0]:offsets[e][1]]
+        if allow_null and null_score > best_score:
+            best_text = ""
+        preds[row["id"]] = best_text
+    return preds
+
+
+def _encode_tags(tokenizer, rows, labels: Sequence[str], max_length: int) -> list[Feature]:
+    """Split each sentence into pieces of whole words that fit, label the first sub-words."""
+    budget = max_length - tokenizer.num_special_tokens_to_add(pair=False)
+    label_ids = {t: k for k, t in enumerate(labels)}
+    feats = []
+    for i, row in enumerate(rows):
+        words = [w if tokenizer.tokenize(w) else tokenizer.unk_token for w in row["tokens"]]
+        lengths = [len(tokenizer.tokenize(w)) for w in words] if words else []
+        start = 0
+        while start < len(words):
+            end, used = start, 0
+            while end < len(words) and (used + lengths[end] <= budget or end == start):
+                used += lengths[end]
+                end += 1
+            enc = tokenizer(words[start:end], is_split_into_words=True, truncation=True, max_length=max_length)
+            word_ids = enc.word_ids()
+            tags, seen = [], set()
+            for w in word_ids:
+                if w is None or w in seen:
+                    tags.append(IGNORE)
+                else:
+                    seen.add(w)
+                    tag = row["tags"][start + w] if row.get("tags") else labels[0]
+                    if tag not in label_ids:
+                        raise ValueError(f"example {row['id']}: tag {tag!r} not in the label set")
+                    tags.append(label_ids[tag])
+            feats.append({"input_ids": enc["input_ids"], "labels": tags, "example": i, "word_start": start,
+                          "n_words": end - start})
+            start = end
+    return feats
+
+
+def merge_tags(encoded: Encoded, logits_per_feature: list[Any], labels: Sequence[str]) -> list[list[str]]:
+    """Per-sentence predicted tags: argmax at each first sub-word, pieces joined back in order."""
+    import numpy as np
+
+    out = [[labels[0]] * len(row["tokens"]) for row in encoded.rows]
+    for feat, logits in zip(encoded.features, logits_per_feature):
+        arr = np.asarray(logits)
+        word = feat["word_start"]
+        for k, lab in enumerate(feat["labels"]):
+            if lab != IGNORE:
+                out[feat["example"]][word] = labels[int(arr[k].argmax())]
+                word += 1
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# Batching
+
+
+def feature_length(feat: Feature) -> int:
+    ids = feat["input_ids"]
+    return max(len(x) for x in ids) if ids and isinstance(ids[0], list) else len(ids)
+
+
+def length_grouped_batches(features: Sequence[Feature], batch_size: int, rng: random.Random,
+                           group: int = 50) -> list[list[int]]:
+    """Shuffled batches of similar length: less padding, still random order (seeded)."""
+    order = list(range(len(features)))
+    rng.shuffle(order)
+    batches = []
+    for g in range(0, len(order), batch_size * group):
+        chunk = sorted(order[g:g + batch_size * group], key=lambda k: feature_length(features[k]))
+        batches += [chunk[b:b + batch_size] for b in range(0, len(chunk), batch_size)]
+    rng.shuffle(batches)
+    return batches
+
+
+def sorted_batches(features: Sequence[Feature], batch_size: int) -> list[list[int]]:
+    order = sorted(range(len(features)), key=lambda k: feature_length(features[k]))
+    return [order[b:b + batch_size] for b in range(0, len(order), batch_size)]
+
+
+def collate(features: Sequence[Feature], fmt: str, pad_id: int, mlm: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Pad a batch to its own longest sequence (dynamic padding)."""
+    import torch
+
+    if fmt == MULTIPLE_CHOICE:
+        width = max(len(ids) for f in features for ids in f["input_ids"])
+        ids = [[seq + [pad_id] * (width - len(seq)) for seq in f["input_ids"]] for f in features]
+        input_ids = torch.tensor(ids)
+    else:
+        width = max(len(f["input_ids"]) for f in features)
+        input_ids = torch.tensor([f["input_ids"] + [pad_id] * (width - len(f["input_ids"])) for f in features])
+    batch: dict[str, Any] = {"input_ids": input_ids, "attention_mask": (input_ids != pad_id).long()}
+    first = features[0]
+    if "labels" in first:
+        if isinstance(first["labels"], list):
+            batch["labels"] = torch.tensor([f["labels"] + [IGNORE] * (width - len(f["labels"])) for f in features])
+        else:
+            batch["labels"] = torch.tensor([f["labels"] for f in features])
+    if "start_positions" in first:
+        batch["start_positions"] = torch.tensor([f["start_positions"] for f in features])
+        batch["end_positions"] = torch.tensor([f["end_positions"] for f in features])
+    if fmt == MLM and mlm is not None:
+        batch["input_ids"], batch["labels"] = mask_tokens(batch["input_ids"], batch["attention_mask"], **mlm)
+    return batch
+
+
+def mask_tokens(input_ids, attention_mask, mask_id: int, vocab_size: int, special_ids: list[int],
+                generator, probability: float = 0.15):
+    """BERT-style dynamic masking with a seeded torch generator."""
+    import torch
+
+    labels = input_ids.clone()
+    special = torch.isin(input_ids, torch.tensor(special_ids)) | (attention_mask == 0)
+    chosen = (torch.rand(input_ids.shape, generator=generator) < probability) & ~special
+    labels[~chosen] = IGNORE
+    roll = torch.rand(input_ids.shape, generator=generator)
+    masked = input_ids.clone()
+    masked[chosen & (roll < 0.8)] = mask_id
+    random_ids = torch.randint(vocab_size, input_ids.shape, generator=generator)
+    swap = chosen & (roll >= 0.8) & (roll < 0.9)
+    masked[swap] = random_ids[swap]
+    return masked, labels
+
+
+def iterate_batches(batches: list[list[int]]) -> Iterator[list[int]]:
+    yield from batches

@@ -1,0 +1,110 @@
+"""The task catalogue: every intermediate and target task of the paper, its format and metric.
+
+A task's *identity* (format, labels, metric, which data trains and selects a target) is
+fixed here in code; *where its data lives* (Hub id, revision, languages) is configuration.
+Standard library only: the Snakefile imports this to validate the config.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+CLASSIFICATION = "classification"
+MULTIPLE_CHOICE = "multiple_choice"
+SPAN = "span"
+TAGGING = "tagging"
+RETRIEVAL = "retrieval"
+MLM = "mlm"
+FORMATS = (CLASSIFICATION, MULTIPLE_CHOICE, SPAN, TAGGING, RETRIEVAL, MLM)
+
+NLI_LABELS = ("entailment", "neutral", "contradiction")
+UPOS_TAGS = ("ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM", "PART", "PRON",
+             "PROPN", "PUNCT", "SCONJ", "SYM", "VERB", "X")
+PANX_TAGS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC")
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    format: str
+    metric: str
+    splits: tuple[str, ...]
+    labels: tuple[str, ...] = ()
+    num_choices: int = 0
+    # Targets only: which task's English train split trains it and which English dev split
+    # selects the model (PROTOCOL.md §3: "Model selection uses English dev only").
+    train_from: str | None = None
+    select_from: str | None = None
+    eval_splits: tuple[str, ...] = field(default=())
+
+    @property
+    def is_target(self) -> bool:
+        return bool(self.eval_splits)
+
+    @property
+    def trains(self) -> bool:
+        return self.train_from is not None
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.labels)
+
+
+def _t(*args, **kwargs) -> Task:
+    return Task(*args, **kwargs)
+
+
+TASKS: dict[str, Task] = {t.name: t for t in (
+    # Intermediate tasks (English), PROTOCOL.md §2.
+    _t("anli_plus", CLASSIFICATION, "accuracy", ("train", "dev"), NLI_LABELS),
+    _t("mnli", CLASSIFICATION, "accuracy", ("train", "dev"), NLI_LABELS),
+    _t("qqp", CLASSIFICATION, "accuracy", ("train", "dev"), ("not_duplicate", "duplicate")),
+    _t("squad", SPAN, "squad_v1", ("train", "dev")),
+    _t("squad_v2", SPAN, "squad_v2", ("train", "dev")),
+    _t("hellaswag", MULTIPLE_CHOICE, "accuracy", ("train", "dev"), num_choices=4),
+    _t("ccg", TAGGING, "accuracy", ("train", "dev")),  # tag set read from the user's file
+    _t("cosmosqa", MULTIPLE_CHOICE, "accuracy", ("train", "dev"), num_choices=4),
+    _t("commonsenseqa", MULTIPLE_CHOICE, "accuracy", ("train", "dev"), num_choices=5),
+    _t("mlm", MLM, "mlm_loss", ("train",)),
+    # XTREME targets, PROTOCOL.md §3.
+    _t("xnli", CLASSIFICATION, "accuracy", ("dev", "test"), NLI_LABELS,
+       train_from="mnli", select_from="xnli", eval_splits=("dev", "test")),
+    _t("pawsx", CLASSIFICATION, "accuracy", ("train", "dev", "test"), ("different", "paraphrase"),
+       train_from="pawsx", select_from="pawsx", eval_splits=("dev", "test")),
+    _t("udpos", TAGGING, "seqeval_f1", ("train", "dev", "test"), UPOS_TAGS,
+       train_from="udpos", select_from="udpos", eval_splits=("dev", "test")),
+    _t("panx", TAGGING, "seqeval_f1", ("train", "dev", "test"), PANX_TAGS,
+       train_from="panx", select_from="panx", eval_splits=("dev", "test")),
+    _t("xquad", SPAN, "squad_v1", ("test",),
+       train_from="squad", select_from="squad", eval_splits=("test",)),
+    _t("mlqa", SPAN, "mlqa", ("dev", "test"),
+       train_from="squad", select_from="squad", eval_splits=("dev", "test")),
+    _t("tydiqa", SPAN, "squad_v1", ("train", "test"),
+       train_from="tydiqa", select_from="squad", eval_splits=("test",)),
+    _t("bucc", RETRIEVAL, "bucc_f1", ("dev", "test"), eval_splits=("dev", "test")),
+    _t("tatoeba", RETRIEVAL, "tatoeba_accuracy", ("test",), eval_splits=("test",)),
+)}
+
+INTERMEDIATE_TASKS = tuple(n for n, t in TASKS.items() if not t.is_target)
+TARGET_TASKS = tuple(n for n, t in TASKS.items() if t.is_target)
+# Formats whose data the translation step can translate (labels carry over; spans re-aligned).
+TRANSLATABLE_FORMATS = (CLASSIFICATION, MULTIPLE_CHOICE, SPAN)
+
+
+def get_task(name: str) -> Task:
+    try:
+        return TASKS[name]
+    except KeyError:
+        raise KeyError(f"unknown task {name!r}; known tasks: {', '.join(TASKS)}") from None
+
+
+def qa_answer_score(metric: str, scores: dict[str, float]) -> float:
+    """One number per task for the XTREME average: QA counts (F1 + EM) / 2."""
+    if "f1" in scores and "exact_match" in scores:
+        return (scores["f1"] + scores["exact_match"]) / 2
+    return scores[primary_metric(metric)]
+
+
+def primary_metric(metric: str) -> str:
+    return {"squad_v1": "f1", "squad_v2": "f1", "mlqa": "f1", "seqeval_f1": "f1",
+            "bucc_f1": "f1", "mlm_loss": "loss"}.get(metric, "accuracy")

@@ -1,0 +1,229 @@
+"""One training engine for both phases (PROTOCOL.md §2-3).
+
+AdamW; linear warmup over ``warmup_ratio`` of the steps, then linear decay to zero; gradient
+clipping; gradient accumulation when a task's batch exceeds ``max_micro_batch``; dynamic
+padding with length-grouped batches. Heads are created fresh at the start of each phase.
+
+Multi-task: at each step task m is drawn with probability
+r_m = min(e_m, K) / sum_n min(e_n, K) (e_m = training examples, K = ``multitask_cap``),
+by a sampler seeded from the run seed; MLM is one more task of the same sampler.
+
+Early stopping: every ``eval_every`` steps the first ``dev_examples`` dev examples of each
+task are scored (MLM excluded) and the mean is the selection score; after ``patience``
+evaluations without improvement training stops, and the best weights are restored.
+
+CLI: ``python -m workflow_scripts.train intermediate|target --encoder DIR --data JSON
+--settings JSON --seed N --output DIR``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+from .common import (LOG, InputError, atomic_path, autocast, configure_torch, device, load_settings,
+                     seed_everything, settings_hash, setup_logging)
+from .data import read_table
+from .evaluate import score_rows
+from .features import Encoded, collate, encode, length_grouped_batches
+from .models import MultiHeadModel, forward, load_encoder, load_mlm_head, load_tokenizer, make_head
+from .tasks import MLM, Task, get_task, primary_metric
+
+
+class TaskSampler:
+    """Capped examples-proportional sampling over tasks, seeded by the run seed."""
+
+    def __init__(self, sizes: dict[str, int], cap: int, seed: int) -> None:
+        if not sizes or any(n <= 0 for n in sizes.values()):
+            raise InputError(f"every multi-task task needs training examples, got {sizes}")
+        self.names = sorted(sizes)
+        capped = [min(sizes[n], cap) for n in self.names]
+        self.probabilities = {n: c / sum(capped) for n, c in zip(self.names, capped)}
+        self.rng = random.Random(seed)
+
+    def next(self) -> str:
+        return self.rng.choices(self.names, weights=[self.probabilities[n] for n in self.names])[0]
+
+
+class TaskStream:
+    """Endless length-grouped batches of one task, reshuffled (seeded) at every pass."""
+
+    def __init__(self, task: Task, encoded: Encoded, batch_size: int, seed: int) -> None:
+        self.task, self.encoded, self.batch_size = task, encoded, batch_size
+        self.rng = random.Random(f"{seed}-{task.name}")
+        self.batches: list[list[int]] = []
+        self.passes = 0
+
+    def next(self) -> list[dict[str, Any]]:
+        if not self.batches:
+            self.batches = length_grouped_batches(self.encoded.features, self.batch_size, self.rng)
+            self.passes += 1
+        return [self.encoded.features[k] for k in self.batches.pop()]
+
+
+def linear_schedule(step: int, total: int, warmup: int) -> float:
+    """Learning-rate multiplier: 0 -> 1 over ``warmup`` steps, then 1 -> 0 at ``total``
+    (the convention of transformers' get_linear_schedule_with_warmup)."""
+    if step < warmup:
+        return step / max(1, warmup)
+    return max(0.0, (total - step) / max(1, total - warmup))
+
+
+def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, str]], settings: dict[str, Any],
+                seed: int, threads: int, output: Path) -> dict[str, Any]:
+    import torch
+    from tqdm import tqdm
+
+    started = time.time()
+    configure_torch(threads)
+    seed_everything(seed)
+    dev = device()
+    tokenizer = load_tokenizer(encoder_dir)
+    encoder = load_encoder(encoder_dir)
+    hidden, init_std = encoder.config.hidden_size, encoder.config.initializer_range
+    task_opts: dict[str, dict[str, Any]] = settings["tasks"]
+    tasks = {name: get_task(name) for name in task_opts}
+
+    train_sets: dict[str, Encoded] = {}
+    dev_rows: dict[str, list[dict[str, Any]]] = {}
+    heads: dict[str, Any] = {}
+    for name, task in tasks.items():
+        opts = task_opts[name]
+        rows = read_table(data[name]["train"], task.format).to_pylist()
+        if not rows:
+            raise InputError(f"{data[name]['train']}: no training examples for task {name}")
+        train_sets[name] = encode(task, tokenizer, rows, opts, train=True)
+        if task.format == MLM:
+            heads[name] = load_mlm_head(encoder_dir)
+        else:
+            heads[name] = make_head(task.format, hidden, task.num_labels, float(settings["dropout"]), init_std)
+            dev_rows[name] = _dev_subset(read_table(data[name]["dev"], task.format).to_pylist(),
+                                         int(settings["dev_examples"]), opts.get("select_language", "en"))
+    model = MultiHeadModel(encoder, heads).to(dev)
+
+    if len(tasks) == 1:
+        (name,) = tasks
+        total = int(task_opts[name]["epochs"]) * math.ceil(len(train_sets[name].features) / int(task_opts[name]["batch_size"]))
+    else:
+        cap = int(settings["multitask_cap"])
+        total = int(settings["multitask_epochs"]) * sum(
+            math.ceil(min(len(train_sets[n].features), cap) / int(task_opts[n]["batch_size"])) for n in tasks)
+    if settings.get("max_steps"):
+        total = min(total, int(settings["max_steps"]))
+    warmup = int(float(settings["warmup_ratio"]) * total)
+    sampler = TaskSampler({n: len(s.features) for n, s in train_sets.items()}, int(settings["multitask_cap"]), seed)
+    streams = {n: TaskStream(tasks[n], train_sets[n], int(task_opts[n]["batch_size"]), seed) for n in tasks}
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=float(settings["learning_rate"]),
+                                  weight_decay=float(settings["weight_decay"]),
+                                  fused=dev.type == "cuda")
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: linear_schedule(s, total, warmup))
+    mlm_args = {"mask_id": tokenizer.mask_token_id, "vocab_size": len(tokenizer),
+                "special_ids": list(tokenizer.all_special_ids),
+                "generator": torch.Generator().manual_seed(seed)}
+    micro = int(settings["max_micro_batch"])
+    eval_every = int(settings["eval_every"])
+    best = {"score": -math.inf, "step": 0, "scores": {}}
+    best_state = None
+    history, bad_evals, padding = [], 0, {"real": 0, "total": 0}
+
+    for step in tqdm(range(total), desc=f"{phase} training", mininterval=10):
+        model.train()
+        name = sampler.next()
+        task = tasks[name]
+        feats = streams[name].next()
+        loss_value = 0.0
+        for k in range(0, len(feats), micro):
+            chunk = feats[k:k + micro]
+            batch = {key: v.to(dev) for key, v in collate(chunk, task.format, tokenizer.pad_token_id,
+                                                           mlm_args if task.format == MLM else None).items()}
+            padding["real"] += int(batch["attention_mask"].sum())
+            padding["total"] += batch["attention_mask"].numel()
+            with autocast(dev):
+                _, loss = forward(model, task.format, name, batch)
+            loss = loss * len(chunk) / len(feats)
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"non-finite loss {float(loss)} at step {step} on task {name}")
+            loss.backward()
+            loss_value += float(loss)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), float(settings["max_grad_norm"]))
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+
+        if (step + 1) % eval_every == 0 or step + 1 == total:
+            scores = {n: score_rows(model, tasks[n], tokenizer, rows, {**task_opts[n], "eval_batch_size": settings["eval_batch_size"]}, dev)
+                      for n, rows in dev_rows.items()}
+            score = _selection_score(tasks, scores) if scores else -float(loss_value)
+            history.append({"step": step + 1, "loss": loss_value, "score": score, "scores": scores,
+                            "lr": scheduler.get_last_lr()[0]})
+            LOG.info("step %d/%d: loss %.4f, dev score %.3f", step + 1, total, loss_value, score)
+            if score > best["score"]:
+                best = {"score": score, "step": step + 1, "scores": scores}
+                best_state = copy.deepcopy({k: v.detach().cpu() for k, v in model.state_dict().items()})
+                bad_evals = 0
+            else:
+                bad_evals += 1
+                if bad_evals >= int(settings["patience"]):
+                    LOG.info("early stopping at step %d (best step %d)", step + 1, best["step"])
+                    break
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    log = {"phase": phase, "seed": seed, "total_steps": total, "warmup_steps": warmup, "best": best,
+           "history": history, "task_probabilities": sampler.probabilities,
+           "padding_share": 1 - padding["real"] / max(1, padding["total"]),
+           "settings": settings, "settings_hash": settings_hash(settings),
+           "wall_time_s": round(time.time() - started, 3)}
+    _save(model, tokenizer, phase, log, output)
+    return log
+
+
+def _dev_subset(rows: list[dict[str, Any]], n: int, language: str) -> list[dict[str, Any]]:
+    """The first ``n`` dev examples (English only: model selection never sees other languages)."""
+    subset = [r for r in rows if r["lang"] == language][:n]
+    if not subset:
+        raise InputError(f"no {language} dev examples for model selection")
+    return subset
+
+
+def _selection_score(tasks: dict[str, Task], scores: dict[str, dict[str, float]]) -> float:
+    return sum(scores[n][primary_metric(tasks[n].metric)] for n in scores) / len(scores)
+
+
+def _save(model, tokenizer, phase: str, log: dict[str, Any], output: Path) -> None:
+    import torch
+
+    with atomic_path(output) as tmp:
+        model.encoder.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        if phase == "target":  # the intermediate phase's heads are discarded by design
+            torch.save(model.heads.state_dict(), tmp / "heads.pt")
+        (tmp / "train_log.json").write_text(json.dumps(log, indent=2, sort_keys=True) + "\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    setup_logging()
+    ap = argparse.ArgumentParser(description="Train one phase (intermediate or target) of one run.")
+    ap.add_argument("phase", choices=["intermediate", "target"])
+    ap.add_argument("--encoder", required=True, type=Path)
+    ap.add_argument("--data", required=True, help='JSON {"task": {"train": FILE, "dev": FILE}}')
+    ap.add_argument("--settings", required=True)
+    ap.add_argument("--seed", type=int, required=True)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--output", required=True, type=Path)
+    args = ap.parse_args(argv)
+    try:
+        train_phase(args.phase, args.encoder, json.loads(args.data), load_settings(args.settings),
+                    args.seed, args.threads, args.output)
+    except InputError as err:
+        raise SystemExit(f"error: {err}") from None
+
+
+if __name__ == "__main__":
+    main()

@@ -30,6 +30,7 @@ from .common import LOG, InputError, atomic_path, load_settings, setup_logging
 from .tasks import CLASSIFICATION, MLM, MULTIPLE_CHOICE, RETRIEVAL, SPAN, TAGGING, Task, get_task
 
 Row = dict[str, Any]
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 SCHEMAS: dict[str, dict[str, str]] = {
     CLASSIFICATION: {"text_a": "string", "text_b": "string", "label": "int64"},
@@ -285,8 +286,10 @@ def prepare(task_name: str, split: str, settings: dict[str, Any], output: str | 
         raise InputError(f"task {task_name} has no split {split!r} (has {list(task.splits)})")
     if task_name not in CONVERTERS:
         raise InputError(f"task {task_name}: no loader in this version of xstilts")
-    src = Source(settings["source"], settings["hub"]["path"], settings["hub"].get("revision", "main"),
-                 settings.get("local_root"))
+    root = settings.get("local_root")
+    if root and not Path(root).is_absolute():  # relative to the repository, not the working directory
+        root = str(REPO_ROOT / root)
+    src = Source(settings["source"], settings["hub"]["path"], settings["hub"].get("revision", "main"), root)
     table = to_table(task, CONVERTERS[task_name](src, split, list(settings.get("languages", ["en"])),
                                                  settings.get("options", {})))
     if table.num_rows == 0:

@@ -1,0 +1,27 @@
+# xstilts: English intermediate-task training (STILTs) before target-task fine-tuning,
+# evaluated zero-shot on XTREME (Phang et al. 2020). See README.md and ../shared/PROTOCOL.md.
+#
+#   snakemake --cores 2                                   # the embedded offline demo
+#   snakemake --cores 8 --configfile config/paper.yaml    # the paper grid, locally
+#   snakemake --profile slurm --configfile config/paper.yaml
+
+
+# A --configfile replaces the demo config instead of being merged into it.
+if not workflow.config_settings.configfiles:
+
+    configfile: "config.yaml"
+
+
+include: "rules/common.smk"
+include: "rules/data.smk"
+include: "rules/models.smk"
+include: "rules/translate.smk"
+include: "rules/train.smk"
+include: "rules/evaluate.smk"
+include: "rules/tables.smk"
+
+
+rule all:
+    input:
+        rules.aggregate_tables.output,
+    default_target: True

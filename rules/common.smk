@@ -1,0 +1,107 @@
+import os
+import sys
+
+from snakemake.utils import min_version, validate
+
+min_version("9.0")
+
+# The workflow_scripts package lives beside this Snakefile; every job imports it from here.
+sys.path.insert(0, workflow.basedir)
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (workflow.basedir, os.environ.get("PYTHONPATH")) if p
+)
+
+from workflow_scripts import grid
+from workflow_scripts.codehash import module_digest
+from workflow_scripts.common import canonical_json
+from workflow_scripts.tasks import TASKS
+
+
+validate(config, "../schemas/config.schema.yaml")
+try:
+    grid.check_config(config)
+except grid.ConfigError as err:
+    raise WorkflowError(str(err)) from None
+
+
+INTERMEDIATE = list(config["intermediate"])
+TARGETS = list(config["targets"])
+SEEDS = [str(s) for s in config["seeds"]]
+TRANSLATION_LANGUAGES = sorted(
+    {i["language"] for i in config["intermediate"].values() if i.get("language", "en") != "en"}
+)
+
+
+wildcard_constraints:
+    intermediate="|".join(INTERMEDIATE),
+    target="|".join(TARGETS),
+    seed=r"\d+",
+    task="|".join(TASKS),
+    split="train|dev|test",
+    lang="[a-z]{2,3}",
+
+
+def settings(fn, *keys):
+    """A params function: the canonical JSON of one step's resolved settings."""
+    return lambda wildcards: canonical_json(fn(config, *(getattr(wildcards, k) for k in keys)))
+
+
+def res(rule_name, key):
+    return grid.resources(config, rule_name)[key]
+
+
+def demo_text_inputs(wildcards):
+    """Demo vocabularies are trained on the demo data; hub models need no input."""
+    return grid.all_data_files(config) if config["models"]["source"] == "demo" else []
+
+
+def local_source_files(wildcards):
+    """The mirror files a local-source task reads, so editing them reruns its preparation."""
+    if config["data"]["source"] != "local":
+        return []
+    root = config["data"]["local_root"]
+    root = root if os.path.isabs(root) else os.path.join(workflow.basedir, root)
+    hub_dir = os.path.join(root, config["tasks"][wildcards.task]["hub"]["path"])
+    return sorted(
+        os.path.join(d, f) for d, _, files in os.walk(hub_dir) for f in files if f.endswith(".jsonl")
+    )
+
+
+def intermediate_inputs(wildcards):
+    data = grid.intermediate_data(config, wildcards.intermediate)
+    return {
+        "encoder": grid.BASE_ENCODER,
+        **{f"{task}_{split}": path for task, paths in data.items() for split, path in paths.items()},
+    }
+
+
+def target_inputs(wildcards):
+    data = grid.target_data(config, wildcards.target)[wildcards.target]
+    return {
+        "encoder": grid.intermediate_encoder(config, wildcards.intermediate, wildcards.seed),
+        "train": data["train"],
+        "dev": data["dev"],
+    }
+
+
+def evaluate_inputs(wildcards):
+    if TASKS[wildcards.target].format == "retrieval":
+        model = grid.intermediate_encoder(config, wildcards.intermediate, wildcards.seed)
+    else:
+        model = grid.target_model(wildcards.intermediate, wildcards.target, wildcards.seed)
+    return {"model": model, **grid.eval_data(config, wildcards.target)}
+
+
+def data_arg(fn, key):
+    """A params function: the JSON map of a phase's data files, for the training CLI."""
+    return lambda wildcards: canonical_json(fn(config, getattr(wildcards, key)))
+
+
+def split_args(wildcards, input):
+    return " ".join(f"{split}={input[split]}" for split in TASKS[wildcards.target].eval_splits)
+
+
+def run_id(wildcards):
+    return canonical_json(
+        {"intermediate": wildcards.intermediate, "target": wildcards.target, "seed": int(wildcards.seed)}
+    )

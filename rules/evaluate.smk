@@ -1,0 +1,23 @@
+rule evaluate_target:
+    input:
+        unpack(evaluate_inputs),
+    output:
+        metrics="results/metrics/{intermediate}/{target}/seed{seed}.json",
+    log:
+        "logs/evaluate_target/{intermediate}/{target}/seed{seed}.log",
+    params:
+        settings=settings(grid.eval_settings, "target"),
+        splits=split_args,
+        run=run_id,
+        code=module_digest("evaluate"),
+    threads: res("evaluate_target", "threads")
+    resources:
+        mem_mb=res("evaluate_target", "mem_mb"),
+        runtime=res("evaluate_target", "runtime"),
+        gpu=res("evaluate_target", "gpu"),
+    conda:
+        "../envs/xstilts.yaml"
+    shell:
+        "python -m workflow_scripts.evaluate --target {wildcards.target} --model {input.model}"
+        " --data {params.splits} --settings {params.settings:q} --run {params.run:q}"
+        " --seed {wildcards.seed} --threads {threads} --output {output.metrics} > {log} 2>&1"

@@ -1,0 +1,37 @@
+localrules:
+    prepare_encoder,
+    prepare_translator,
+
+
+rule prepare_encoder:
+    input:
+        text=demo_text_inputs,
+    output:
+        model=directory("results/models/encoder"),
+    log:
+        "logs/prepare_encoder.log",
+    params:
+        settings=lambda wildcards: canonical_json(grid.encoder_settings(config)),
+        code=module_digest("models"),
+    conda:
+        "../envs/xstilts.yaml"
+    shell:
+        "python -m workflow_scripts.models encoder --settings {params.settings:q}"
+        " --output {output.model} --text {input.text} > {log} 2>&1"
+
+
+rule prepare_translator:
+    input:
+        text=demo_text_inputs,
+    output:
+        model=directory("results/models/translator/{lang}"),
+    log:
+        "logs/prepare_translator/{lang}.log",
+    params:
+        settings=settings(grid.translator_settings, "lang"),
+        code=module_digest("models"),
+    conda:
+        "../envs/xstilts.yaml"
+    shell:
+        "python -m workflow_scripts.models translator --lang {wildcards.lang}"
+        " --settings {params.settings:q} --output {output.model} --text {input.text} > {log} 2>&1"

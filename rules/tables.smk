@@ -1,0 +1,21 @@
+rule aggregate_tables:
+    input:
+        metrics=lambda wildcards: grid.metric_files(config),
+    output:
+        main_md="results/tables/main.md",
+        main_csv="results/tables/main.csv",
+        per_language_md="results/tables/per_language.md",
+        per_language_csv="results/tables/per_language.csv",
+        runs_csv="results/tables/runs.csv",
+    log:
+        "logs/aggregate_tables.log",
+    params:
+        settings=lambda wildcards: canonical_json(grid.table_settings(config)),
+        code=module_digest("tables"),
+    conda:
+        "../envs/xstilts.yaml"
+    shell:
+        "python -m workflow_scripts.tables --settings {params.settings:q} --metrics {input.metrics}"
+        " --main-md {output.main_md} --main-csv {output.main_csv}"
+        " --per-language-md {output.per_language_md} --per-language-csv {output.per_language_csv}"
+        " --runs-csv {output.runs_csv} > {log} 2>&1"

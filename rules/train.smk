@@ -1,0 +1,46 @@
+rule train_intermediate:
+    input:
+        unpack(intermediate_inputs),
+    output:
+        model=directory("results/intermediate/{intermediate}/seed{seed}/encoder"),
+    log:
+        "logs/train_intermediate/{intermediate}/seed{seed}.log",
+    params:
+        settings=settings(grid.intermediate_settings, "intermediate"),
+        data=data_arg(grid.intermediate_data, "intermediate"),
+        code=module_digest("train"),
+    threads: res("train_intermediate", "threads")
+    resources:
+        mem_mb=res("train_intermediate", "mem_mb"),
+        runtime=res("train_intermediate", "runtime"),
+        gpu=res("train_intermediate", "gpu"),
+    conda:
+        "../envs/xstilts.yaml"
+    shell:
+        "python -m workflow_scripts.train intermediate --encoder {input.encoder}"
+        " --data {params.data:q} --settings {params.settings:q} --seed {wildcards.seed}"
+        " --threads {threads} --output {output.model} > {log} 2>&1"
+
+
+rule train_target:
+    input:
+        unpack(target_inputs),
+    output:
+        model=directory("results/target/{intermediate}/{target}/seed{seed}/model"),
+    log:
+        "logs/train_target/{intermediate}/{target}/seed{seed}.log",
+    params:
+        settings=settings(grid.target_settings, "target"),
+        data=data_arg(grid.target_data, "target"),
+        code=module_digest("train"),
+    threads: res("train_target", "threads")
+    resources:
+        mem_mb=res("train_target", "mem_mb"),
+        runtime=res("train_target", "runtime"),
+        gpu=res("train_target", "gpu"),
+    conda:
+        "../envs/xstilts.yaml"
+    shell:
+        "python -m workflow_scripts.train target --encoder {input.encoder}"
+        " --data {params.data:q} --settings {params.settings:q} --seed {wildcards.seed}"
+        " --threads {threads} --output {output.model} > {log} 2>&1"

@@ -1,0 +1,248 @@
+"""The experiment grid: config checks, file layout and each step's resolved settings.
+
+The Snakefile imports this (standard library only) to validate the config beyond its JSON
+schema and to hand every rule exactly the settings it depends on, as one canonical param:
+a change reruns the steps whose settings changed and nothing else.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .tasks import RETRIEVAL, SPAN, TASKS, TRANSLATABLE_FORMATS, get_task
+
+RESULTS = "results"
+BASE_ENCODER = f"{RESULTS}/models/encoder"
+PHASE_KEYS = ("learning_rate", "warmup_ratio", "weight_decay", "max_grad_norm", "dropout", "eval_every",
+              "patience", "dev_examples", "eval_batch_size", "max_micro_batch", "multitask_cap",
+              "multitask_epochs", "max_steps")
+SPAN_KEYS = ("doc_stride", "max_query_length", "n_best", "max_answer_length")
+
+
+class ConfigError(ValueError):
+    """A config value that cannot work, named by its key path."""
+
+
+# ----- checks ---------------------------------------------------------------------------
+
+
+def check_config(config: dict[str, Any]) -> None:
+    tasks_cfg = config["tasks"]
+
+    def need_task(name: str, key: str) -> None:
+        if name not in TASKS:
+            raise ConfigError(f"config key {key}: unknown task {name!r}; known tasks: {', '.join(TASKS)}")
+        if name not in tasks_cfg:
+            raise ConfigError(f"config key {key}: task {name!r} has no entry under 'tasks' (its data source)")
+
+    for key in tasks_cfg:
+        if key not in TASKS:
+            raise ConfigError(f"config key tasks.{key}: unknown task; known tasks: {', '.join(TASKS)}")
+    baselines = []
+    for name, inter in config["intermediate"].items():
+        for i, task in enumerate(inter["tasks"]):
+            key = f"intermediate.{name}.tasks[{i}]"
+            need_task(task, key)
+            if get_task(task).is_target:
+                raise ConfigError(f"config key {key}: {task!r} is a target task, not an intermediate task")
+            if task == "mlm":
+                raise ConfigError(f"config key {key}: mix in MLM with 'mlm: true', not as a task")
+        if inter.get("mlm"):
+            need_task("mlm", f"intermediate.{name}.mlm")
+        if not inter["tasks"] and not inter.get("mlm"):
+            baselines.append(name)
+            if "language" in inter or "learning_rate" in inter:
+                raise ConfigError(f"config key intermediate.{name}: the baseline (no tasks) takes no language or learning_rate")
+        lang = inter.get("language")
+        if lang and lang != "en":
+            if lang not in config["models"].get("translators", {}):
+                raise ConfigError(f"config key intermediate.{name}.language: no translator for {lang!r} under models.translators")
+            for task in inter["tasks"]:
+                if get_task(task).format not in TRANSLATABLE_FORMATS:
+                    raise ConfigError(f"config key intermediate.{name}.language: task {task!r} "
+                                      f"({get_task(task).format}) cannot be machine-translated")
+    for i, target in enumerate(config["targets"]):
+        key = f"targets[{i}]"
+        need_task(target, key)
+        task = get_task(target)
+        if not task.is_target:
+            raise ConfigError(f"config key {key}: {target!r} is not a target task")
+        if "languages" not in tasks_cfg[target]:
+            raise ConfigError(f"config key tasks.{target}.languages: a target needs its evaluation languages")
+        for dep in {task.train_from, task.select_from} - {None, target}:
+            need_task(dep, f"{key} (trains on / selects with {dep!r})")
+    baseline = config.get("tables", {}).get("baseline", "none")
+    if baseline not in config["intermediate"]:
+        raise ConfigError(f"config key tables.baseline: {baseline!r} is not an intermediate config")
+    if baseline not in baselines:
+        raise ConfigError(f"config key tables.baseline: {baseline!r} has tasks; the baseline must have none")
+
+
+# ----- layout -----------------------------------------------------------------------------
+
+
+def data_path(task: str, split: str) -> str:
+    return f"{RESULTS}/data/{task}/{split}.parquet"
+
+
+def translated_path(task: str, lang: str, split: str) -> str:
+    return f"{RESULTS}/data_mt/{task}/{lang}/{split}.parquet"
+
+
+def is_baseline(config: dict[str, Any], name: str) -> bool:
+    inter = config["intermediate"][name]
+    return not inter["tasks"] and not inter.get("mlm")
+
+
+def intermediate_encoder(config: dict[str, Any], name: str, seed: int | str) -> str:
+    if is_baseline(config, name):
+        return BASE_ENCODER
+    return f"{RESULTS}/intermediate/{name}/seed{seed}/encoder"
+
+
+def target_model(name: str, target: str, seed: int | str) -> str:
+    return f"{RESULTS}/target/{name}/{target}/seed{seed}/model"
+
+
+def metric_file(name: str, target: str, seed: int | str) -> str:
+    return f"{RESULTS}/metrics/{name}/{target}/seed{seed}.json"
+
+
+def intermediate_data(config: dict[str, Any], name: str) -> dict[str, dict[str, str]]:
+    inter = config["intermediate"][name]
+    lang = inter.get("language", "en")
+    out = {}
+    for task in inter["tasks"]:
+        if lang == "en":
+            out[task] = {"train": data_path(task, "train"), "dev": data_path(task, "dev")}
+        else:
+            out[task] = {"train": translated_path(task, lang, "train"), "dev": translated_path(task, lang, "dev")}
+    if inter.get("mlm"):
+        out["mlm"] = {"train": data_path("mlm", "train")}
+    return out
+
+
+def target_data(config: dict[str, Any], target: str) -> dict[str, dict[str, str]]:
+    task = get_task(target)
+    if not task.trains:  # retrieval targets are evaluated on the encoder directly
+        return {}
+    return {target: {"train": data_path(task.train_from, "train"), "dev": data_path(task.select_from, "dev")}}
+
+
+def eval_data(config: dict[str, Any], target: str) -> dict[str, str]:
+    return {split: data_path(target, split) for split in get_task(target).eval_splits}
+
+
+def all_data_files(config: dict[str, Any]) -> list[str]:
+    """Every canonical data file the grid reads (the demo vocabularies are trained on them)."""
+    files: set[str] = set()
+    for name in config["intermediate"]:
+        for task, paths in intermediate_data(config, name).items():
+            files.update(data_path(task, split) for split in paths)
+    for target in config["targets"]:
+        for paths in target_data(config, target).values():
+            files.update(paths.values())
+        files.update(eval_data(config, target).values())
+    return sorted(files)
+
+
+def metric_files(config: dict[str, Any]) -> list[str]:
+    return [metric_file(name, target, seed) for name in config["intermediate"]
+            for target in config["targets"] for seed in config["seeds"]]
+
+
+# ----- settings ---------------------------------------------------------------------------
+
+
+def _task_opts(config: dict[str, Any], task: str) -> dict[str, Any]:
+    cfg = config["tasks"][task]
+    opts = {k: cfg[k] for k in ("batch_size", "epochs", "max_length")}
+    if get_task(task).format == SPAN:
+        opts.update({k: cfg[k] for k in SPAN_KEYS})
+    return opts
+
+
+def data_settings(config: dict[str, Any], task: str, split: str) -> dict[str, Any]:
+    cfg = config["tasks"][task]
+    settings = {"source": config["data"]["source"], "hub": cfg["hub"], "options": cfg.get("options", {}),
+                "languages": cfg.get("languages", ["en"])}
+    if settings["source"] == "local":
+        settings["local_root"] = config["data"]["local_root"]
+    return settings
+
+
+def encoder_settings(config: dict[str, Any]) -> dict[str, Any]:
+    models, enc = config["models"], config["models"]["encoder"]
+    if models["source"] == "hub":
+        return {"source": "hub", "hub_id": enc["hub_id"], "revision": enc["revision"]}
+    return {"source": "demo", "demo": enc.get("demo", {})}
+
+
+def translator_settings(config: dict[str, Any], lang: str) -> dict[str, Any]:
+    models = config["models"]
+    if models["source"] == "hub":
+        mt = models["translators"][lang]
+        return {"source": "hub", "hub_id": mt["hub_id"], "revision": mt["revision"]}
+    return {"source": "demo", "demo": models.get("translator_demo", {})}
+
+
+def translation_settings(config: dict[str, Any], task: str) -> dict[str, Any]:
+    return {"task": task, **config["translation"], "max_length": config["tasks"][task]["max_length"]}
+
+
+def _phase(config: dict[str, Any], phase: str) -> dict[str, Any]:
+    cfg = config["training"][phase]
+    return {k: cfg[k] for k in PHASE_KEYS if k in cfg}
+
+
+def intermediate_settings(config: dict[str, Any], name: str) -> dict[str, Any]:
+    inter = config["intermediate"][name]
+    settings = _phase(config, "intermediate")
+    if inter.get("mlm"):
+        settings["learning_rate"] = config["training"]["intermediate"]["learning_rate_with_mlm"]
+    if "learning_rate" in inter:
+        settings["learning_rate"] = inter["learning_rate"]
+    lang = inter.get("language", "en")
+    # Translated configs select on their own (translated) dev data.
+    settings["tasks"] = {t: {**_task_opts(config, t), "select_language": lang} for t in inter["tasks"]}
+    if inter.get("mlm"):
+        settings["tasks"]["mlm"] = _task_opts(config, "mlm")
+    settings["language"] = lang
+    return settings
+
+
+def target_settings(config: dict[str, Any], target: str) -> dict[str, Any]:
+    settings = _phase(config, "target")
+    settings["tasks"] = {target: {**_task_opts(config, target), "select_language": "en"}}
+    return settings
+
+
+def eval_settings(config: dict[str, Any], target: str) -> dict[str, Any]:
+    cfg = config["tasks"][target]
+    settings: dict[str, Any] = {"languages": cfg["languages"], "max_length": cfg["max_length"],
+                                "eval_batch_size": config["training"]["target"]["eval_batch_size"]}
+    if get_task(target).format == SPAN:
+        settings.update({k: cfg[k] for k in SPAN_KEYS})
+    if get_task(target).format == RETRIEVAL:
+        ret = config["retrieval"]
+        settings["retrieval"] = {"layer": ret["layer"], "pooling": ret["pooling"]}
+        settings["eval_batch_size"] = ret["batch_size"]
+        settings["max_length"] = min(cfg["max_length"], ret["max_length"])
+    return settings
+
+
+def table_settings(config: dict[str, Any]) -> dict[str, Any]:
+    return {**config["tables"], "targets": config["targets"], "intermediate": list(config["intermediate"]),
+            "seeds": config["seeds"]}
+
+
+def resources(config: dict[str, Any], rule: str) -> dict[str, int]:
+    res = {"threads": 1, "mem_mb": 4000, "runtime": 60, "gpu": 0}
+    res.update(config.get("resources", {}).get("default", {}))
+    res.update(config.get("resources", {}).get(rule, {}))
+    return res
+
+
+def uses_mlm(config: dict[str, Any]) -> bool:
+    return any(inter.get("mlm") for inter in config["intermediate"].values())
+

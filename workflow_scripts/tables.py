@@ -1,0 +1,166 @@
+"""Roll the per-run metric files up into the paper's tables (PROTOCOL.md §5).
+
+- runs.csv: every score of every run, long format (intermediate, target, seed, split,
+  language, metric, value), language "avg" being the unweighted mean over languages.
+- main.md / main.csv: rows = intermediate configs, columns = targets + Avg. Each cell is the
+  median over seeds of the run's test-language average; the baseline row is absolute, the
+  others are differences to it. QA cells show F1 / EM; Avg is the XTREME score over the
+  targets present (QA counts (F1 + EM) / 2).
+- per_language.md / per_language.csv: per target, rows = configs, columns = languages + Avg,
+  medians over seeds (absolute).
+
+CLI: ``python -m workflow_scripts.tables --settings JSON --metrics FILE ... --main-md F ...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+from pathlib import Path
+from typing import Any
+
+from .common import LOG, InputError, atomic_path, load_settings, read_json, setup_logging
+from .tasks import get_task, primary_metric, qa_answer_score
+
+QA_METRICS = ("f1", "exact_match")
+
+
+def load_runs(files: list[str]):
+    import pandas as pd
+
+    records = []
+    for path in files:
+        m = read_json(path)
+        try:
+            run = m["run"]
+            for split, per_lang in m["scores"].items():
+                for lang, scores in per_lang.items():
+                    for metric, value in scores.items():
+                        records.append((run["intermediate"], run["target"], run["seed"], split, lang, metric, value))
+                for metric, value in m["average"][split].items():
+                    records.append((run["intermediate"], run["target"], run["seed"], split, "avg", metric, value))
+        except (KeyError, TypeError) as err:
+            raise InputError(f"metric file {path} lacks field {err}") from err
+    return pd.DataFrame.from_records(
+        records, columns=["intermediate", "target", "seed", "split", "language", "metric", "value"])
+
+
+def _metrics_shown(target: str) -> tuple[str, ...]:
+    metric = get_task(target).metric
+    return QA_METRICS if metric in ("squad_v1", "squad_v2", "mlqa") else (primary_metric(metric),)
+
+
+def medians(runs, split: str = "test"):
+    """Median over seeds per (intermediate, target, language, metric)."""
+    sub = runs[runs["split"] == split]
+    return sub.groupby(["intermediate", "target", "language", "metric"], sort=False)["value"].median()
+
+
+def main_table(runs, settings: dict[str, Any]):
+    """(absolute medians, shown values) as DataFrames indexed by config."""
+    import pandas as pd
+
+    med = medians(runs)
+    configs, targets, baseline = settings["intermediate"], settings["targets"], settings["baseline"]
+    absolute = pd.DataFrame(index=configs, dtype=float)
+    for target in targets:
+        for metric in _metrics_shown(target):
+            col = f"{target}.{metric}" if len(_metrics_shown(target)) > 1 else target
+            absolute[col] = [med.get((c, target, "avg", metric), float("nan")) for c in configs]
+    task_scores = pd.DataFrame(index=configs, dtype=float)
+    for target in targets:
+        metric = get_task(target).metric
+        task_scores[target] = [
+            qa_answer_score(metric, {m: med.get((c, target, "avg", m), float("nan")) for m in _metrics_shown(target)})
+            for c in configs]
+    absolute["avg"] = task_scores.mean(axis=1, skipna=False)
+    shown = absolute.copy()
+    if baseline not in absolute.index:
+        raise InputError(f"baseline config {baseline!r} has no runs")
+    for c in configs:
+        if c != baseline:
+            shown.loc[c] = absolute.loc[c] - absolute.loc[baseline]
+    return absolute, shown
+
+
+def render_main(shown, settings: dict[str, Any]) -> str:
+    decimals, baseline = int(settings["decimals"]), settings["baseline"]
+    header = ["Intermediate task"] + [t for t in settings["targets"]] + ["Avg"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
+    for c in shown.index:
+        sign = "" if c == baseline else "+"
+        cells = []
+        for target in settings["targets"]:
+            metrics = _metrics_shown(target)
+            cols = [f"{target}.{m}" for m in metrics] if len(metrics) > 1 else [target]
+            cells.append(" / ".join(_fmt(shown.loc[c, col], decimals, sign) for col in cols))
+        cells.append(_fmt(shown.loc[c, "avg"], decimals, sign))
+        lines.append(f"| {c} | " + " | ".join(cells) + " |")
+    note = (f"\nTest scores: median over seeds {settings['seeds']} of each run's mean over the target's languages. "
+            f"Row `{baseline}` is absolute; the other rows are differences to it. QA cells: F1 / EM. "
+            "Avg: mean over the targets shown, QA as (F1 + EM) / 2.\n")
+    return "\n".join(lines) + "\n" + note
+
+
+def _fmt(value: float, decimals: int, sign: str) -> str:
+    if value != value:  # NaN
+        return "–"
+    text = f"{value:.{decimals}f}"
+    return ("+" + text) if sign and value >= 0 else text
+
+
+def per_language(runs, settings: dict[str, Any]) -> tuple[str, Any]:
+    import pandas as pd
+
+    med = medians(runs)
+    decimals = int(settings["decimals"])
+    parts, frames = [], []
+    for target in settings["targets"]:
+        metric = _metrics_shown(target)[0]
+        sub = med.xs((target, metric), level=("target", "metric")).unstack("language")
+        langs = [l for l in sub.columns if l != "avg"] + ["avg"]
+        sub = sub.reindex(index=[c for c in settings["intermediate"] if c in sub.index], columns=langs)
+        frames.append(sub.assign(target=target, metric=metric))
+        parts.append(f"## {target} ({metric}, test, median over seeds)\n\n"
+                     + sub.rename(columns={"avg": "Avg"}).to_markdown(floatfmt=f".{decimals}f") + "\n")
+    long = pd.concat(frames).reset_index(names="intermediate")
+    return "\n".join(parts), long
+
+
+def write_text(path: str, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+
+
+def write_csv(path: str, frame, index: bool) -> None:
+    buf = io.StringIO()
+    frame.to_csv(buf, index=index, float_format="%.4f")
+    write_text(path, buf.getvalue())
+
+
+def main(argv: list[str] | None = None) -> None:
+    setup_logging()
+    ap = argparse.ArgumentParser(description="Aggregate metric files into median-over-seeds tables.")
+    ap.add_argument("--settings", required=True)
+    ap.add_argument("--metrics", nargs="+", required=True)
+    for name in ("main-md", "main-csv", "per-language-md", "per-language-csv", "runs-csv"):
+        ap.add_argument(f"--{name}", required=True)
+    args = ap.parse_args(argv)
+    try:
+        settings = load_settings(args.settings)
+        runs = load_runs(args.metrics)
+        absolute, shown = main_table(runs, settings)
+        per_lang_md, per_lang = per_language(runs, settings)
+    except InputError as err:
+        raise SystemExit(f"error: {err}") from None
+    write_csv(args.runs_csv, runs, index=False)
+    write_csv(args.main_csv, shown.rename_axis("intermediate"), index=True)
+    write_text(args.main_md, "# Intermediate-task results\n\n" + render_main(shown, settings))
+    write_csv(args.per_language_csv, per_lang, index=False)
+    write_text(args.per_language_md, "# Per-language results\n\n" + per_lang_md)
+    LOG.info("tables from %d metric files -> %s", len(args.metrics), Path(args.main_md).parent)
+    print(render_main(shown, settings))
+
+
+if __name__ == "__main__":
+    main()

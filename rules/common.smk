@@ -1,15 +1,15 @@
 import os
+import shlex
 import sys
 
 from snakemake.utils import min_version, validate
 
 min_version("9.0")
 
-# The workflow_scripts package lives beside this Snakefile; every job imports it from here.
+# The workflow_scripts package lives beside this Snakefile; every job imports it from here,
+# wherever the working directory is.
 sys.path.insert(0, workflow.basedir)
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in (workflow.basedir, os.environ.get("PYTHONPATH")) if p
-)
+shell.prefix(f"export PYTHONPATH={shlex.quote(workflow.basedir)}; ")
 
 from workflow_scripts import grid
 from workflow_scripts.codehash import module_digest
@@ -17,8 +17,11 @@ from workflow_scripts.common import canonical_json
 from workflow_scripts.tasks import TASKS
 
 
-validate(config, "../schemas/config.schema.yaml")
+# Config errors stop the workflow before any job runs, naming the offending key; then
+# snakemake's own validation fills in the schema's defaults.
 try:
+    grid.check_schema(config, os.path.join(workflow.basedir, "schemas", "config.schema.yaml"))
+    validate(config, "../schemas/config.schema.yaml")
     grid.check_config(config)
 except grid.ConfigError as err:
     raise WorkflowError(str(err)) from None

@@ -127,6 +127,17 @@ def _mnli(src: Source, split: str, langs: list[str], opts: dict[str, Any]) -> It
                "text_b": r["hypothesis"], "label": _label_index(task, r["label"], f"mnli {split}")}
 
 
+@converter("xnli_mt")
+def _xnli_mt(src: Source, split: str, langs: list[str], opts: dict[str, Any]) -> Iterable[Row]:
+    """facebook/xnli: one config per language; train is MNLI machine-translated by the XNLI authors."""
+    task = get_task("xnli_mt")
+    hub_split = {"train": "train", "dev": "validation"}[split]
+    for lang in langs:
+        for i, r in enumerate(src.rows(lang, hub_split)):
+            yield {"id": f"xnli_mt-{split}-{lang}-{i}", "lang": lang, "text_a": r["premise"],
+                   "text_b": r["hypothesis"], "label": _label_index(task, r["label"], f"xnli_mt {lang} {split}")}
+
+
 @converter("qqp")
 def _qqp(src: Source, split: str, langs: list[str], opts: dict[str, Any]) -> Iterable[Row]:
     task = get_task("qqp")

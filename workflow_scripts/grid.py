@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .tasks import RETRIEVAL, SPAN, TASKS, TRANSLATABLE_FORMATS, get_task
+from .tasks import PROVIDED_TRANSLATIONS, RETRIEVAL, SPAN, TASKS, TRANSLATABLE_FORMATS, get_task
 
 RESULTS = "results"
 BASE_ENCODER = f"{RESULTS}/models/encoder"
@@ -24,6 +24,23 @@ class ConfigError(ValueError):
 
 
 # ----- checks ---------------------------------------------------------------------------
+
+
+def check_schema(config: dict[str, Any], schema_file: str) -> None:
+    """JSON-schema errors as one line per problem, each naming the config key."""
+    import jsonschema
+    import yaml
+
+    with open(schema_file, encoding="utf-8") as f:
+        schema = yaml.safe_load(f)
+    validator = jsonschema.Draft202012Validator(schema)
+    problems = []
+    for err in sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path))):
+        key = ".".join(str(p) if isinstance(p, str) else f"[{p}]" for p in err.absolute_path).replace(".[", "[")
+        problems.append(f"config key {key or '(top level)'}: {err.message}")
+    if problems:
+        raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
+
 
 
 def check_config(config: dict[str, Any]) -> None:
@@ -55,9 +72,17 @@ def check_config(config: dict[str, Any]) -> None:
                 raise ConfigError(f"config key intermediate.{name}: the baseline (no tasks) takes no language or learning_rate")
         lang = inter.get("language")
         if lang and lang != "en":
-            if lang not in config["models"].get("translators", {}):
-                raise ConfigError(f"config key intermediate.{name}.language: no translator for {lang!r} under models.translators")
             for task in inter["tasks"]:
+                if task in PROVIDED_TRANSLATIONS:
+                    provided = PROVIDED_TRANSLATIONS[task]
+                    need_task(provided, f"intermediate.{name}.language (translated {task} is read from {provided!r})")
+                    if lang not in tasks_cfg[provided].get("languages", []):
+                        raise ConfigError(f"config key tasks.{provided}.languages: lacks {lang!r} "
+                                          f"needed by intermediate.{name}")
+                    continue
+                if lang not in config["models"].get("translators", {}):
+                    raise ConfigError(f"config key intermediate.{name}.language: no translator for {lang!r} "
+                                      "under models.translators")
                 if get_task(task).format not in TRANSLATABLE_FORMATS:
                     raise ConfigError(f"config key intermediate.{name}.language: task {task!r} "
                                       f"({get_task(task).format}) cannot be machine-translated")
@@ -115,6 +140,9 @@ def intermediate_data(config: dict[str, Any], name: str) -> dict[str, dict[str, 
     for task in inter["tasks"]:
         if lang == "en":
             out[task] = {"train": data_path(task, "train"), "dev": data_path(task, "dev")}
+        elif task in PROVIDED_TRANSLATIONS:  # multilingual file; training keeps `language` rows
+            provided = PROVIDED_TRANSLATIONS[task]
+            out[task] = {"train": data_path(provided, "train"), "dev": data_path(provided, "dev")}
         else:
             out[task] = {"train": translated_path(task, lang, "train"), "dev": translated_path(task, lang, "dev")}
     if inter.get("mlm"):

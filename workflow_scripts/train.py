@@ -95,9 +95,12 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, str]], 
     heads: dict[str, Any] = {}
     for name, task in tasks.items():
         opts = task_opts[name]
-        rows = read_table(data[name]["train"], task.format).to_pylist()
+        # Multilingual files (XNLI's translated MNLI) hold several languages: keep the phase's.
+        language = settings.get("language", "en") if task.format != MLM else None
+        rows = [r for r in read_table(data[name]["train"], task.format).to_pylist()
+                if language is None or r["lang"] == language]
         if not rows:
-            raise InputError(f"{data[name]['train']}: no training examples for task {name}")
+            raise InputError(f"{data[name]['train']}: no {language or ''} training examples for task {name}")
         train_sets[name] = encode(task, tokenizer, rows, opts, train=True)
         if task.format == MLM:
             heads[name] = load_mlm_head(encoder_dir)

@@ -1,0 +1,101 @@
+"""Shared fixtures: the repository, a demo tokenizer, and helpers to run the workflow."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+DEMO_HUB = REPO / "demo" / "hub"
+
+
+def local_settings(path: str, languages: list[str] | None = None) -> dict:
+    settings = {"source": "local", "local_root": str(DEMO_HUB), "hub": {"path": path}}
+    if languages:
+        settings["languages"] = languages
+    return settings
+
+
+@pytest.fixture(scope="session")
+def demo_data(tmp_path_factory) -> dict[str, Path]:
+    """A few canonical demo files, prepared through the real loaders."""
+    from workflow_scripts.data import prepare
+
+    out = tmp_path_factory.mktemp("data")
+    specs = {
+        ("squad", "train"): local_settings("rajpurkar/squad"),
+        ("mnli", "train"): local_settings("nyu-mll/glue"),
+        ("udpos", "test"): local_settings("google/xtreme", ["en", "de", "ru"]),
+        ("xnli", "dev"): local_settings("google/xtreme", ["en", "de", "ru", "sw"]),
+        ("tatoeba", "test"): local_settings("google/xtreme", ["de", "ru", "sw"]),
+    }
+    files = {}
+    for (task, split), settings in specs.items():
+        files[f"{task}.{split}"] = out / f"{task}.{split}.parquet"
+        prepare(task, split, settings, files[f"{task}.{split}"])
+    return files
+
+
+@pytest.fixture(scope="session")
+def demo_encoder_dir(tmp_path_factory, demo_data) -> Path:
+    from workflow_scripts.models import build_demo_encoder
+
+    out = tmp_path_factory.mktemp("encoder") / "encoder"
+    build_demo_encoder({"vocab_size": 2000, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+                        "intermediate_size": 64, "max_position_embeddings": 258},
+                       [str(p) for p in demo_data.values()], out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tokenizer(demo_encoder_dir):
+    from workflow_scripts.models import load_tokenizer
+
+    return load_tokenizer(demo_encoder_dir)
+
+
+# ----- running the workflow ------------------------------------------------------------------
+
+
+def copy_repo(dest: Path) -> Path:
+    """The repository's own files (tracked and untracked, not ignored): no results, no .venv."""
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, check=True,
+                           capture_output=True, text=True).stdout.split("\0")
+    for rel in filter(None, files):
+        src = REPO / rel
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+    return dest
+
+
+def snakemake(cwd: Path, *args: str, timeout: int = 1800) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def planned_jobs(cwd: Path, *args: str) -> set[tuple[str, str]]:
+    """(rule, first output) of every job a dry run would execute."""
+    proc = snakemake(cwd, "-n", *args)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    jobs, rule = set(), None
+    for line in (proc.stdout + proc.stderr).splitlines():
+        m = re.match(r"^(?:local)?rule (\w+):$", line.strip())
+        if m:
+            rule = m.group(1)
+            if rule == "all":
+                jobs.add(("all", ""))
+            continue
+        m = re.match(r"^\s+output: (\S+?),?(?:\s|$)", line)
+        if m and rule:
+            jobs.add((rule, m.group(1).rstrip(",")))
+            rule = None
+    return jobs

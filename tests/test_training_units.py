@@ -1,0 +1,43 @@
+"""The multi-task sampler and the learning-rate schedule."""
+
+import math
+from collections import Counter
+
+import pytest
+
+from workflow_scripts.train import TaskSampler, linear_schedule
+
+
+def test_sampler_matches_capped_proportions():
+    cap = 2 ** 17
+    sizes = {"big": 400_000, "mid": 60_000, "small": 9_000}  # "big" is above K
+    sampler = TaskSampler(sizes, cap, seed=3)
+    capped = {n: min(e, cap) for n, e in sizes.items()}
+    expected = {n: c / sum(capped.values()) for n, c in capped.items()}
+    assert sampler.probabilities == pytest.approx(expected)
+    draws = 20_000
+    counts = Counter(sampler.next() for _ in range(draws))
+    for name, p in expected.items():
+        sigma = math.sqrt(draws * p * (1 - p))
+        assert abs(counts[name] - draws * p) < 4 * sigma, (name, counts[name], draws * p)
+
+
+def test_sampler_sequence_is_a_function_of_the_seed():
+    sizes = {"a": 10, "b": 20, "c": 30}
+    first = [TaskSampler(sizes, 2 ** 17, seed=7).next() for _ in range(1)]
+    s1, s2, s3 = (TaskSampler(sizes, 2 ** 17, seed=s) for s in (7, 7, 8))
+    seq1 = [s1.next() for _ in range(200)]
+    assert seq1 == [s2.next() for _ in range(200)]
+    assert seq1 != [s3.next() for _ in range(200)]
+    assert first[0] == seq1[0]
+
+
+def test_warmup_then_linear_decay():
+    total, warmup = 100, 10
+    assert linear_schedule(0, total, warmup) == 0
+    assert linear_schedule(5, total, warmup) == pytest.approx(0.5)
+    assert linear_schedule(10, total, warmup) == pytest.approx(1.0)
+    assert linear_schedule(55, total, warmup) == pytest.approx(0.5)
+    assert linear_schedule(100, total, warmup) == 0
+    values = [linear_schedule(s, total, warmup) for s in range(total + 1)]
+    assert values.index(max(values)) == warmup

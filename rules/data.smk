@@ -14,7 +14,7 @@ rule prepare_task_data:
         settings=settings(grid.data_settings, "task", "split"),
         code=module_digest("data"),
     conda:
-        "../envs/xstilts.yaml"
+        "../envs/data.yaml"
     shell:
         "python -m workflow_scripts.data --task {wildcards.task} --split {wildcards.split}"
         " --settings {params.settings:q} --output {output.data} > {log} 2>&1"

@@ -16,7 +16,7 @@ rule evaluate_target:
         runtime=res("evaluate_target", "runtime"),
         gpu=res("evaluate_target", "gpu"),
     conda:
-        "../envs/xstilts.yaml"
+        "../envs/training.yaml"
     shell:
         "python -m workflow_scripts.evaluate --target {wildcards.target} --model {input.model}"
         " --data {params.splits} --settings {params.settings:q} --run {params.run:q}"

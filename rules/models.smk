@@ -14,7 +14,7 @@ rule prepare_encoder:
         settings=lambda wildcards: canonical_json(grid.encoder_settings(config)),
         code=module_digest("models"),
     conda:
-        "../envs/xstilts.yaml"
+        "../envs/training.yaml"
     shell:
         "python -m workflow_scripts.models encoder --settings {params.settings:q}"
         " --output {output.model} --text {input.text} > {log} 2>&1"
@@ -31,7 +31,7 @@ rule prepare_translator:
         settings=settings(grid.translator_settings, "lang"),
         code=module_digest("models"),
     conda:
-        "../envs/xstilts.yaml"
+        "../envs/training.yaml"
     shell:
         "python -m workflow_scripts.models translator --lang {wildcards.lang}"
         " --settings {params.settings:q} --output {output.model} --text {input.text} > {log} 2>&1"

@@ -13,7 +13,7 @@ rule aggregate_tables:
         settings=lambda wildcards: canonical_json(grid.table_settings(config)),
         code=module_digest("tables"),
     conda:
-        "../envs/xstilts.yaml"
+        "../envs/data.yaml"
     shell:
         "python -m workflow_scripts.tables --settings {params.settings:q} --metrics {input.metrics}"
         " --main-md {output.main_md} --main-csv {output.main_csv}"

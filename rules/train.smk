@@ -15,7 +15,7 @@ rule train_intermediate:
         runtime=res("train_intermediate", "runtime"),
         gpu=res("train_intermediate", "gpu"),
     conda:
-        "../envs/xstilts.yaml"
+        "../envs/training.yaml"
     shell:
         "python -m workflow_scripts.train intermediate --encoder {input.encoder}"
         " --data {params.data:q} --settings {params.settings:q} --seed {wildcards.seed}"
@@ -39,7 +39,7 @@ rule train_target:
         runtime=res("train_target", "runtime"),
         gpu=res("train_target", "gpu"),
     conda:
-        "../envs/xstilts.yaml"
+        "../envs/training.yaml"
     shell:
         "python -m workflow_scripts.train target --encoder {input.encoder}"
         " --data {params.data:q} --settings {params.settings:q} --seed {wildcards.seed}"

@@ -16,7 +16,7 @@ rule translate_task_data:
         runtime=res("translate_task_data", "runtime"),
         gpu=res("translate_task_data", "gpu"),
     conda:
-        "../envs/xstilts.yaml"
+        "../envs/training.yaml"
     shell:
         "python -m workflow_scripts.translate --task {wildcards.task} --lang {wildcards.lang}"
         " --model {input.model} --input {input.data} --settings {params.settings:q}"

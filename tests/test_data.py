@@ -87,3 +87,29 @@ def test_corrupt_parquet_is_named(tmp_path):
         read_table(bad)
     with pytest.raises(InputError, match="missing data file"):
         read_table(tmp_path / "absent.parquet")
+
+
+def test_hub_mode_reads_the_pinned_revision_and_records_provenance(tmp_path, monkeypatch):
+    """The Hub path, offline: load_dataset and the commit lookup are replaced by fixtures."""
+    import datasets
+    import huggingface_hub
+
+    calls = []
+    rows = [json.loads(l) for l in (DEMO_HUB / "nyu-mll/glue/mnli/validation_matched.jsonl").open()]
+
+    def fake_load_dataset(path, name, split, revision):
+        calls.append((path, name, split, revision))
+        return rows
+
+    class FakeApi:
+        def dataset_info(self, path, revision):
+            return type("Info", (), {"sha": "0123abcd" * 5})()
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
+    out = tmp_path / "dev.parquet"
+    prepare("mnli", "dev", {"source": "hub", "hub": {"path": "nyu-mll/glue", "revision": "v1"}}, out)
+    assert calls == [("nyu-mll/glue", "mnli", "validation_matched", "v1")]
+    provenance = json.loads(pq.read_schema(out).metadata[b"xstilts"])
+    assert provenance["resolved_sha"] == "0123abcd" * 5 and provenance["revision"] == "v1"
+    assert read_table(out).num_rows == len(rows)

@@ -71,6 +71,14 @@ class Source:
         self.kind, self.path, self.revision = kind, path, revision
         self.local_root = Path(local_root) if local_root else None
 
+    def resolved_sha(self) -> str | None:
+        """The commit a Hub revision resolves to (None for a local mirror)."""
+        if self.kind != "hub":
+            return None
+        from huggingface_hub import HfApi
+
+        return HfApi().dataset_info(self.path, revision=self.revision).sha
+
     def rows(self, name: str | None, split: str) -> Iterator[Row]:
         if self.kind == "local":
             file = self.local_root / self.path / (name or "default") / f"{split}.jsonl"
@@ -305,6 +313,10 @@ def prepare(task_name: str, split: str, settings: dict[str, Any], output: str | 
                                                  settings.get("options", {})))
     if table.num_rows == 0:
         raise InputError(f"task {task_name} split {split}: no examples loaded from {settings['hub']['path']}")
+    # Provenance travels with the data: where it came from and, from the Hub, which commit.
+    provenance = {"task": task_name, "split": split, "source": src.kind, "path": src.path,
+                  "revision": src.revision, "resolved_sha": src.resolved_sha()}
+    table = table.replace_schema_metadata({"xstilts": json.dumps(provenance, sort_keys=True)})
     with atomic_path(output) as tmp:
         pq.write_table(table, tmp)
     langs = sorted(set(table.column("lang").to_pylist()))

@@ -30,11 +30,13 @@ SPECIAL_TOKENS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 
 
 def fetch_hub_model(hub_id: str, revision: str, output: Path) -> None:
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import HfApi, snapshot_download
 
+    sha = HfApi().model_info(hub_id, revision=revision).sha  # pin the commit actually fetched
     with atomic_path(output) as tmp:
-        snapshot_download(repo_id=hub_id, revision=revision, local_dir=tmp, allow_patterns=HUB_PATTERNS)
-        (tmp / "xstilts_source.json").write_text(json.dumps({"hub_id": hub_id, "revision": revision}) + "\n")
+        snapshot_download(repo_id=hub_id, revision=sha, local_dir=tmp, allow_patterns=HUB_PATTERNS)
+        source = {"hub_id": hub_id, "revision": revision, "resolved_sha": sha}
+        (tmp / "xstilts_source.json").write_text(json.dumps(source) + "\n")
 
 
 def iter_texts(paths: Iterable[str | Path]) -> Iterator[str]:

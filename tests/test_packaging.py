@@ -1,0 +1,39 @@
+"""The set-up promises of README.md: two commands, pinned environments that agree."""
+
+import re
+
+import yaml
+
+from conftest import REPO
+
+
+def pins(lines):
+    out = {}
+    for line in lines:
+        line = line.split("#")[0].strip()
+        m = re.fullmatch(r"([A-Za-z0-9_.\-]+)==(\S+)", line)
+        if m:
+            out[m.group(1).lower().replace("_", "-")] = m.group(2)
+    return out
+
+
+def test_conda_envs_match_the_pip_requirements():
+    required = pins((REPO / "requirements.txt").read_text().splitlines())
+    assert required["torch"] == "2.13.0"
+    for env_file in (REPO / "envs").glob("*.yaml"):
+        deps = yaml.safe_load(env_file.read_text())["dependencies"]
+        pip = next(d["pip"] for d in deps if isinstance(d, dict) and "pip" in d)
+        env_pins = pins(pip)
+        assert env_pins, env_file
+        for name, version in env_pins.items():
+            assert required.get(name) == version, f"{env_file.name}: {name}=={version} vs requirements.txt"
+
+
+def test_readme_names_exactly_the_two_setup_commands_and_ci_runs_the_test_one():
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("## Two commands")[1].split("```bash")[1].split("```")[0]
+    commands = [l.split("#")[0].strip() for l in block.strip().splitlines()]
+    assert commands == ["make demo", "make test"]
+    assert "make test" in (REPO / ".ci/run").read_text()
+    makefile = (REPO / "Makefile").read_text()
+    assert "snakemake --cores $(CORES)" in makefile and "CORES ?= 2" in makefile

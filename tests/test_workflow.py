@@ -1,0 +1,177 @@
+"""The workflow end to end: the README demo from scratch in a scratch copy of the repository,
+then what a rerun does after each kind of edit, lint, the paper preset and the Slurm profile."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import copy_repo, planned_jobs, snakemake
+from workflow_scripts import codehash
+from workflow_scripts.tasks import get_task
+
+RULE_MODULES = {  # the CLI module each rule runs
+    "prepare_task_data": "data", "prepare_encoder": "models", "prepare_translator": "models",
+    "translate_task_data": "translate", "train_intermediate": "train", "train_target": "train",
+    "evaluate_target": "evaluate", "aggregate_tables": "tables",
+}
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> Path:
+    repo = copy_repo(tmp_path_factory.mktemp("repo"))
+    started = time.time()
+    proc = snakemake(repo, "--cores", "2")
+    print(f"\ndemo run from scratch: {time.time() - started:.0f} s wall")
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    return repo
+
+
+def load_config(repo: Path) -> dict:
+    return yaml.safe_load((repo / "config.yaml").read_text())
+
+
+def with_config(repo: Path, edit, name: str) -> Path:
+    config = load_config(repo)
+    edit(config)
+    path = repo / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def run_outputs(config: dict, inter: str) -> set[tuple[str, str]]:
+    """Every job downstream of intermediate config `inter`: its training, targets, evaluations."""
+    jobs = {("aggregate_tables", "results/tables/main.md"), ("all", "")}
+    for seed in config["seeds"]:
+        jobs.add(("train_intermediate", f"results/intermediate/{inter}/seed{seed}/encoder"))
+        for target in config["targets"]:
+            if get_task(target).trains:
+                jobs.add(("train_target", f"results/target/{inter}/{target}/seed{seed}/model"))
+            jobs.add(("evaluate_target", f"results/metrics/{inter}/{target}/seed{seed}.json"))
+    return jobs
+
+
+def test_demo_writes_tables_and_complete_metric_files(demo):
+    config = load_config(demo)
+    main = (demo / "results/tables/main.md").read_text()
+    for inter in config["intermediate"]:
+        assert f"| {inter} |" in main
+    runs = (demo / "results/tables/runs.csv").read_text().splitlines()
+    assert runs[0] == "intermediate,target,seed,split,language,metric,value"
+    for inter in config["intermediate"]:
+        for target in config["targets"]:
+            for seed in config["seeds"]:
+                m = json.loads((demo / f"results/metrics/{inter}/{target}/seed{seed}.json").read_text())
+                assert m["run"] == {"intermediate": inter, "target": target, "seed": seed}
+                assert m["languages"] == config["tasks"][target]["languages"]
+                assert set(m["scores"]) == set(get_task(target).eval_splits)
+                for split in m["scores"]:
+                    assert set(m["scores"][split]) == set(m["languages"])
+                assert m["metric"] == get_task(target).metric and m["settings_hash"] and m["wall_time_s"] > 0
+                if target == "udpos":
+                    assert m["seqeval_version"] == m["versions"]["seqeval"]
+                if target == "tatoeba":
+                    assert m["retrieval"]["layer"] == config["retrieval"]["layer"]
+                    assert "hidden_states index" in m["retrieval"]["layer_convention"]
+    stats = json.loads((demo / "results/data_mt/hellaswag/de/train.stats.json").read_text())
+    assert stats["kept"] == stats["examples"] > 0
+    assert list((demo / "logs").rglob("*.log")), "every rule logs under logs/"
+
+
+def test_nothing_to_do_after_a_complete_run(demo):
+    assert planned_jobs(demo) == set()
+
+
+def test_learning_rate_change_reruns_exactly_that_config(demo):
+    def edit(config):
+        config["intermediate"]["mnli"]["learning_rate"] = 1.0e-3
+
+    path = with_config(demo, edit, "lr")
+    assert planned_jobs(demo, "--configfile", str(path)) == run_outputs(load_config(demo), "mnli")
+
+
+def test_table_only_option_reruns_only_the_tables(demo):
+    def edit(config):
+        config["tables"]["decimals"] = 2
+
+    path = with_config(demo, edit, "tables")
+    assert planned_jobs(demo, "--configfile", str(path)) == {
+        ("aggregate_tables", "results/tables/main.md"), ("all", "")}
+
+
+def _rules_using(module: str) -> set[str]:
+    return {rule for rule, cli in RULE_MODULES.items()
+            if f"workflow_scripts.{module}" in codehash.import_closure(f"workflow_scripts.{cli}")}
+
+
+@pytest.mark.parametrize("module", ["tables", "metrics", "translate"])
+def test_editing_a_module_reruns_the_rules_that_import_it(demo, module):
+    source = demo / "workflow_scripts" / f"{module}.py"
+    original = source.read_text()
+    try:
+        source.write_text(original + "\n# an edit that changes the module's content\n")
+        rules = {rule for rule, _ in planned_jobs(demo)} - {"all"}
+    finally:
+        source.write_text(original)
+    users = _rules_using(module)
+    assert users, module
+    # The rules importing it rerun (their downstream jobs follow); nothing upstream does.
+    assert users <= rules
+    upstream = {"prepare_task_data", "prepare_encoder", "prepare_translator", "translate_task_data"} - users
+    assert not rules & upstream
+    if module == "tables":
+        assert rules == {"aggregate_tables"}
+    assert planned_jobs(demo) == set(), "restoring the module restores the up-to-date state"
+
+
+def test_lint_is_clean(demo):
+    proc = snakemake(demo, "--lint")
+    assert proc.returncode == 0 and "Congratulations" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+
+
+def test_paper_preset_builds_the_full_grid_offline(demo):
+    config = yaml.safe_load((demo / "config/paper.yaml").read_text())
+    started = time.time()
+    proc = snakemake(demo, "-n", "--configfile", "config/paper.yaml", timeout=300)
+    print(f"\npaper preset dry run: {time.time() - started:.1f} s")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout + proc.stderr
+    n_inter, n_seeds = len(config["intermediate"]), len(config["seeds"])
+    trained = [t for t in config["targets"] if get_task(t).trains]
+    counts = {line.split()[0]: int(line.split()[1]) for line in out.split("Job stats:")[1].splitlines()[3:]
+              if len(line.split()) == 2 and line.split()[1].isdigit()}
+    assert n_inter == 31 and len(config["targets"]) == 9 and n_seeds == 3
+    assert counts["evaluate_target"] == n_inter * 9 * n_seeds
+    assert counts["train_target"] == n_inter * len(trained) * n_seeds
+    assert counts["train_intermediate"] == (n_inter - 1) * n_seeds
+    assert counts["translate_task_data"] == 2 * 2 * 3  # qqp, hellaswag x {train, dev} x {de, ru, sw}
+    for inter in ("multitask_mlm", "mlm", "hellaswag_sw", "mnli_ru"):
+        assert f"results/intermediate/{inter}/seed3/encoder" in out
+
+
+def test_slurm_profile_resolves_from_the_repository_root(demo):
+    proc = snakemake(demo, "--profile", "slurm", "-n", "--configfile", "config/paper.yaml", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_corrupt_data_file_fails_its_rule_naming_the_file(demo):
+    data = demo / "results/data/xnli/test.parquet"
+    backup = demo / "xnli-test.backup"
+    shutil.copy2(data, backup)
+    try:
+        data.write_bytes(b"garbage")
+        # Targets first: --forcerun and --allowed-rules take several values.
+        proc = snakemake(demo, "results/metrics/none/xnli/seed1.json", "--cores", "1",
+                         "--forcerun", "evaluate_target", "--allowed-rules", "evaluate_target")
+        assert proc.returncode != 0
+        log = (demo / "logs/evaluate_target/none/xnli/seed1.log").read_text()
+        assert "corrupt data file results/data/xnli/test.parquet" in log
+        assert not (demo / "results/metrics/none/xnli/seed1.json").exists()
+    finally:
+        shutil.copy2(backup, data)
+        snakemake(demo, "results/metrics/none/xnli/seed1.json", "--cores", "1")

@@ -100,6 +100,11 @@ def evaluate_run(target: str, model_dir: Path, data: dict[str, str], settings: d
     task = get_task(target)
     dev = device()
     languages = list(settings["languages"])
+    # Every split is read (and checked) before any prediction work starts.
+    missing = [split for split in task.eval_splits if split not in data]
+    if missing:
+        raise InputError(f"--data lacks the evaluation split(s) {missing} of {target}")
+    splits = {split: rows_by_language(data[split], task.format, languages) for split in task.eval_splits}
     tokenizer = load_tokenizer(model_dir)
     scores: dict[str, dict[str, dict[str, float]]] = {}
     extra: dict[str, Any] = {}
@@ -108,9 +113,9 @@ def evaluate_run(target: str, model_dir: Path, data: dict[str, str], settings: d
         encoder = load_encoder(model_dir).to(dev)
         if task.name != "tatoeba":
             raise InputError(f"retrieval target {task.name}: no evaluator in this version of xstilts")
-        for split in task.eval_splits:
+        for split, by_lang in splits.items():
             scores[split] = {}
-            for lang, rows in rows_by_language(data[split], task.format, languages).items():
+            for lang, rows in by_lang.items():
                 args = (ret["layer"], ret["pooling"], int(settings["eval_batch_size"]), int(settings["max_length"]), dev)
                 foreign = embed(encoder, tokenizer, [r["source"] for r in rows], *args)
                 english = embed(encoder, tokenizer, [r["target"] for r in rows], *args)
@@ -123,9 +128,9 @@ def evaluate_run(target: str, model_dir: Path, data: dict[str, str], settings: d
         model = MultiHeadModel(encoder, {task.name: head})
         model.heads.load_state_dict(state)
         model.to(dev)
-        for split in task.eval_splits:
+        for split, by_lang in splits.items():
             scores[split] = {lang: score_rows(model, task, tokenizer, rows, settings, dev)
-                             for lang, rows in rows_by_language(data[split], task.format, languages).items()}
+                             for lang, rows in by_lang.items()}
         extra["selection"] = read_json(model_dir / "train_log.json")["best"]
     if task.metric == "seqeval_f1":
         extra["seqeval_version"] = seqeval_version()

@@ -250,10 +250,168 @@ def make_wikipedia(rng: random.Random) -> None:
         write_jsonl(ROOT / f"wikimedia/wikipedia/20231101.{lang}" / "train.jsonl", rows)
 
 
+ORGS = ["UNESCO", "Siemens", "Gazprom", "Safaricom", "Interpol"]
+PANX_TAGS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC"]
+CITIES = {"en": ["Berlin", "Moscow", "Nairobi", "Hamburg"], "de": ["Berlin", "Moskau", "Nairobi", "Hamburg"],
+          "ru": ["Берлин", "Москва", "Найроби", "Гамбург"], "sw": ["Berlin", "Moscow", "Nairobi", "Hamburg"]}
+WORKS_FOR = {"en": ("works for", "in"), "de": ("arbeitet für", "in"), "ru": ("работает в", "в"),
+             "sw": ("anafanya kazi", "huko")}
+
+
+def make_panx(rng: random.Random) -> None:
+    for lang, spec in {"en": (("train", 150), ("validation", 40), ("test", 40)),
+                       "de": (("validation", 40), ("test", 40)), "ru": (("validation", 40), ("test", 40))}.items():
+        for split, n in spec:
+            rows = []
+            for _ in range(n):
+                works, prep = WORKS_FOR[lang]
+                tokens, tags = [], []
+                for tok, tag in ((NAMES[lang][rng.randrange(10)], "B-PER"), (works, "O"),
+                                 (rng.choice(ORGS), "B-ORG"), (prep, "O"), (rng.choice(CITIES[lang]), "B-LOC"),
+                                 (".", "O")):
+                    for k, piece in enumerate(tok.split()):
+                        tokens.append(piece)
+                        tags.append(tag if k == 0 or tag == "O" else "I-" + tag[2:])
+                rows.append({"tokens": tokens, "ner_tags": [PANX_TAGS.index(t) for t in tags],
+                             "langs": [lang] * len(tokens)})
+            write_jsonl(ROOT / f"google/xtreme/PAN-X.{lang}" / f"{split}.jsonl", rows)
+
+
+def make_pawsx(rng: random.Random) -> None:
+    for lang, spec in {"en": (("train", 150), ("validation", 40), ("test", 40)),
+                       "de": (("validation", 40), ("test", 40))}.items():
+        for split, n in spec:
+            rows = []
+            for _ in range(n):
+                ev, other = Event(rng), Event(rng)
+                label = rng.randrange(2)
+                if label:  # same event, different word order
+                    s2 = f"{NAMES[lang][ev.name]} {VERBS[lang][ev.verb]} {ev.obj_phrase(lang)}."
+                else:  # same words, roles swapped: not a paraphrase
+                    other.verb, other.obj = ev.verb, ev.obj
+                    s2 = f"{NAMES[lang][ev.other]} {VERBS[lang][ev.verb]} {ev.obj_phrase(lang)}."
+                # google/xtreme stores PAWS-X labels as strings.
+                rows.append({"sentence1": ev.sentence(lang), "sentence2": s2, "label": str(label)})
+            write_jsonl(ROOT / f"google/xtreme/PAWS-X.{lang}" / f"{split}.jsonl", rows)
+
+
+def make_mlqa_tydiqa(rng: random.Random) -> None:
+    for lang in ("en", "de"):
+        for split, n in (("validation", 30), ("test", 40)):
+            rows = [qa_example(rng, lang, f"mlqa{split[0]}{i:04d}", False) for i in range(n)]
+            write_jsonl(ROOT / f"google/xtreme/MLQA.{lang}.{lang}" / f"{split}.jsonl", rows)
+    names = {"en": "english", "ru": "russian", "sw": "swahili"}
+    for split, n in (("train", 60), ("validation", 30)):
+        rows = []
+        for lang in ("en", "ru", "sw"):  # one mixed-language split; the id prefix names the language
+            rows += [qa_example(rng, lang, f"{names[lang]}-{rng.getrandbits(40)}-{i}", False) for i in range(n)]
+        write_jsonl(ROOT / "google/xtreme/tydiqa" / f"{split}.jsonl", rows)
+
+
+def make_squad_v2(rng: random.Random) -> None:
+    for split, n in (("train", 120), ("validation", 40)):
+        rows = []
+        for i in range(n):
+            row = qa_example(rng, "en", f"v2{split[:2]}{i:05d}", False)
+            if i % 3 == 0:  # unanswerable: ask about an object the context never mentions
+                row["question"] = "Who found the piano?"
+                row["answers"] = {"text": [], "answer_start": []}
+            rows.append(row)
+        write_jsonl(ROOT / "rajpurkar/squad_v2/squad_v2" / f"{split}.jsonl", rows)
+
+
+def make_nli_family(rng: random.Random) -> None:
+    for split, n in (("train", 60), ("validation", 30)):
+        rows = [{"question1": p, "question2": h if y != 2 else p, "label": int(y == 2), "idx": i}
+                for i, (p, h, y) in enumerate(nli_rows(rng, "en", n))]
+        write_jsonl(ROOT / "nyu-mll/glue/qqp" / f"{split}.jsonl", rows)
+    for rnd in (1, 2, 3):
+        for split, n in ((f"train_r{rnd}", 30), (f"dev_r{rnd}", 10), (f"test_r{rnd}", 10)):
+            rows = [{"uid": f"r{rnd}-{split}-{i}", "premise": p, "hypothesis": h, "label": y, "reason": ""}
+                    for i, (p, h, y) in enumerate(nli_rows(rng, "en", n))]
+            write_jsonl(ROOT / "facebook/anli/plain_text" / f"{split}.jsonl", rows)
+    for split, n in (("train", 40), ("validation", 20)):
+        rows = [{"premise": p, "hypothesis": h, "label": -1 if i % 10 == 0 else y}  # -1: no consensus
+                for i, (p, h, y) in enumerate(nli_rows(rng, "en", n))]
+        write_jsonl(ROOT / "stanfordnlp/snli/plain_text" / f"{split}.jsonl", rows)
+    for lang in ("de", "ru", "sw"):  # the XNLI authors' translations of MNLI (train) and XNLI dev
+        for split, n in (("train", 120), ("validation", 40)):
+            rows = [{"premise": p, "hypothesis": h, "label": y} for p, h, y in nli_rows(rng, lang, n)]
+            write_jsonl(ROOT / f"facebook/xnli/{lang}" / f"{split}.jsonl", rows)
+
+
+def make_choice_family(rng: random.Random) -> None:
+    letters = "ABCDE"
+    for split, n in (("train", 80), ("validation", 30), ("test", 10)):
+        rows = []
+        for i in range(n):
+            ev = Event(rng)
+            answer = rng.randrange(5)
+            others = rng.sample([o for o in range(len(OBJECTS["en"])) if o != ev.obj], 4)
+            objs = others[:answer] + [ev.obj] + others[answer:]
+            rows.append({"id": f"csqa{split[:2]}{i:04d}",
+                         "question": f"{ev.sentence('en')} What did {NAMES['en'][ev.name]} have?",
+                         "question_concept": OBJECTS["en"][ev.obj],
+                         "choices": {"label": list(letters), "text": [OBJECTS["en"][o] for o in objs]},
+                         "answerKey": "" if split == "test" else letters[answer]})
+        write_jsonl(ROOT / "tau/commonsense_qa/default" / f"{split}.jsonl", rows)
+    for split, n in (("train", 80), ("validation", 30), ("test", 10)):
+        rows = []
+        for i in range(n):
+            ev = Event(rng)
+            label = rng.randrange(4)
+            others = rng.sample([p for p in range(len(PLACES["en"])) if p != ev.place], 3)
+            places = others[:label] + [ev.place] + others[label:]
+            row = {"id": f"cosmos{split[:2]}{i:04d}", "context": ev.sentence("en"),
+                   "question": f"Where was {NAMES['en'][ev.name]}?",
+                   "label": -1 if split == "test" else label}
+            row.update({f"answer{k}": f"At the {PLACES['en'][p]}." for k, p in enumerate(places)})
+            rows.append(row)
+        write_jsonl(ROOT / "allenai/cosmos_qa/default" / f"{split}.jsonl", rows)
+
+
+def make_bucc(rng: random.Random) -> None:
+    """BUCC-style comparable corpora: parallel pairs hidden among unaligned sentences."""
+    root = ROOT / "bucc2018"
+    root.mkdir(parents=True, exist_ok=True)
+    for lang in ("de", "ru"):
+        for bucc_set, n_pairs, n_noise in (("sample", 30, 30), ("training", 40, 40)):
+            src, eng, gold = [], [], []
+            for i in range(n_pairs):
+                ev = Event(rng)
+                src.append((f"{lang}-{i:09d}", ev.sentence(lang)))
+                eng.append((f"en-{i:09d}", ev.sentence("en")))
+                gold.append((src[-1][0], eng[-1][0]))
+            for i in range(n_pairs, n_pairs + n_noise):
+                src.append((f"{lang}-{i:09d}", Event(rng).sentence(lang)))
+                eng.append((f"en-{i:09d}", Event(rng).sentence("en")))
+            rng.shuffle(src)
+            rng.shuffle(eng)
+            for suffix, lines in ((lang, src), ("en", eng), ("gold", gold)):
+                (root / f"{lang}-en.{bucc_set}.{suffix}").write_text(
+                    "".join(f"{a}\t{b}\n" for a, b in lines), encoding="utf-8")
+
+
+CCG_TAGS = {"PROPN": "N", "VERB": "(S\\NP)/NP", "DET": "NP/N", "ADJ": "N/N", "NOUN": "N", "ADP": "PP/NP",
+            "PUNCT": "."}
+
+
+def make_ccg(rng: random.Random) -> None:
+    """A stand-in for a user's CCGbank-derived files (the real CCGbank is licensed)."""
+    root = Path(__file__).resolve().parent / "ccg"
+    root.mkdir(exist_ok=True)
+    for split, n in (("train", 80), ("dev", 30)):
+        lines = []
+        for _ in range(n):
+            lines += [f"{tok}\t{CCG_TAGS[tag]}" for tok, tag in Event(rng).tagged("en")] + [""]
+        (root / f"{split}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
 def main() -> None:
     rng = random.Random(0)
     for make in (make_mnli, make_xnli, make_squad, make_xquad, make_hellaswag, make_udpos,
-                 make_tatoeba, make_wikipedia):
+                 make_tatoeba, make_wikipedia, make_panx, make_pawsx, make_mlqa_tydiqa, make_squad_v2,
+                 make_nli_family, make_choice_family, make_bucc, make_ccg):
         make(random.Random(rng.random()))
     print(f"wrote {sum(1 for _ in ROOT.rglob('*.jsonl'))} files under {ROOT}")
 

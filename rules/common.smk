@@ -59,15 +59,18 @@ def demo_text_inputs(wildcards):
 
 
 def local_source_files(wildcards):
-    """The mirror files a local-source task reads, so editing them reruns its preparation."""
-    if config["data"]["source"] != "local":
+    """The local files a task reads (a mirror directory, or CCG's user-provided files), so
+    editing them reruns its preparation."""
+    task = config["tasks"][wildcards.task]
+    if "path" in task.get("options", {}):
+        source_dir = task["options"]["path"]
+    elif config["data"]["source"] == "local":
+        source_dir = os.path.join(config["data"]["local_root"], task["hub"]["path"])
+    else:
         return []
-    root = config["data"]["local_root"]
-    root = root if os.path.isabs(root) else os.path.join(workflow.basedir, root)
-    hub_dir = os.path.join(root, config["tasks"][wildcards.task]["hub"]["path"])
-    return sorted(
-        os.path.join(d, f) for d, _, files in os.walk(hub_dir) for f in files if f.endswith(".jsonl")
-    )
+    if not os.path.isabs(source_dir):
+        source_dir = os.path.join(workflow.basedir, source_dir)
+    return sorted(os.path.join(d, f) for d, _, files in os.walk(source_dir) for f in files)
 
 
 def intermediate_inputs(wildcards):
@@ -88,7 +91,7 @@ def target_inputs(wildcards):
 
 
 def evaluate_inputs(wildcards):
-    if TASKS[wildcards.target].format == "retrieval":
+    if TASKS[wildcards.target].is_retrieval:
         model = grid.intermediate_encoder(config, wildcards.intermediate, wildcards.seed)
     else:
         model = grid.target_model(wildcards.intermediate, wildcards.target, wildcards.seed)

@@ -7,6 +7,7 @@ One canonical schema per task format (every row also has ``id`` and ``lang``):
 - span:            context, question, answer_texts, answer_starts (empty lists: no answer)
 - tagging:         tokens, tags (tag strings)
 - retrieval:       source (the non-English sentence), target (its English translation)
+- mining:          side ("source" or "en"), text, gold (English ids aligned to a source sentence)
 - mlm:             text
 
 ``source.kind == "hub"`` reads ``datasets.load_dataset(path, name, split, revision)``;
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import LOG, InputError, atomic_path, load_settings, setup_logging
-from .tasks import CLASSIFICATION, MLM, MULTIPLE_CHOICE, RETRIEVAL, SPAN, TAGGING, Task, get_task
+from .tasks import CLASSIFICATION, MINING, MLM, MULTIPLE_CHOICE, RETRIEVAL, SPAN, TAGGING, Task, get_task
 
 Row = dict[str, Any]
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -39,6 +40,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
            "answer_starts": "list<int64>"},
     TAGGING: {"tokens": "list<string>", "tags": "list<string>"},
     RETRIEVAL: {"source": "string", "target": "string"},
+    MINING: {"side": "string", "text": "string", "gold": "list<string>"},
     MLM: {"text": "string"},
 }
 
@@ -124,6 +126,16 @@ def _label_index(task: Task, value: Any, where: str) -> int:
     return int(value)
 
 
+def _choice_index(value: Any, n_choices: int, where: str) -> int:
+    try:
+        index = int(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{where}: label {value!r} is not a choice index") from None
+    if not 0 <= index < n_choices:
+        raise InputError(f"{where}: label {value!r} outside 0..{n_choices - 1}")
+    return index
+
+
 @converter("mnli")
 def _mnli(src: Source, split: str, langs: list[str], opts: dict[str, Any]) -> Iterable[Row]:
     task = get_task("mnli")
@@ -183,7 +195,222 @@ def _hellaswag(src: Source, split: str, langs: list[str], opts: dict[str, Any]) 
             raise InputError(f"hellaswag {split} row {r['ind']}: expected 4 endings, got {len(endings)}")
         # Like the reference implementations: the context is ctx_a, each choice ctx_b + ending.
         yield {"id": f"hellaswag-{split}-{r['ind']}", "lang": "en", "context": r["ctx_a"],
-               "choices": [f"{r['ctx_b']} {e}".strip() for e in endings], "label": int(r["label"])}
+               "choices": [f"{r['ctx_b']} {e}".strip() for e in endings],
+               "label": _choice_index(r["label"], 4, f"hellaswag {split} row {r['ind']}")}
+
+
+def _nli_rows(src: Source, name: str | None, hub_split: str, prefix: str, task: Task) -> Iterator[Row]:
+    for i, r in enumerate(src.rows(name, hub_split)):
+        if r["label"] == -1:  # SNLI: no annotator consensus; GLUE test: unlabeled
+            continue
+        uid = r.get("uid") or r.get("idx", i)
+        yield {"id": f"{prefix}-{uid}", "lang": "en", "text_a": r["premise"], "text_b": r["hypothesis"],
+               "label": _label_index(task, r["label"], f"{prefix} {hub_split}")}
+
+
+@converter("anli_plus")
+def _anli_plus(src: Source, split: str, langs: list[str], opts: dict[str, Any]) -> Iterable[Row]:
+    """ANLI rounds 1-3 + MNLI + SNLI (label -1 dropped): 1,104,934 train / 22,857 dev."""
+    task = get_task("anli_plus")
+    glue = Source(src.kind, opts.get("mnli_path", "nyu-mll/glue"), opts.get("mnli_revision", "main"), src.local_root)
+    snli = Source(src.kind, opts.get("snli_path", "stanfordnlp/snli"), opts.get("snli_revision", "main"), src.local_root)
+    anli_split, glue_split, snli_split = {"train": ("train", "train", "train"),
+                                          "dev": ("dev", "validation_matched", "validation")}[split]
+    for rnd in (1, 2, 3):
+        yield from _nli_rows(src, "plain_text", f"{anli_split}_r{rnd}", f"anli-r{rnd}-{split}", task)
+    yield from _nli_rows(glue, "mnli", glue_split, f"mnli-{split}", task)
+    yield from _nli_rows(snli, "plain_text", snli_split, f"snli-{split}", task)
+
+
+@converter("commonsenseqa")
+def _commonsenseqa(src: Source, split: str, langs: list[str], opts: dict[str, Any]) -> Iterable[Row]:
+    hub_split = {"train": "train", "dev": "validation"}[split]
+    for r in src.rows(opts.get("hub_name"), hub_split):
+        if not r["answerKey"]:  # the public test split has no answers
+            continue
+        labels = list(r["choices"]["label"])
+        if r["answerKey"] not in labels or len(labels) != 5:
+            raise InputError(f"commonsenseqa {split} {r['id']}: answerKey {r['answerKey']!r} not in {labels}")
+        yield {"id": f"csqa-{r['id']}", "lang": "en", "context": r["question"],
+               "choices": list(r["choices"]["text"]), "label": labels.index(r["answerKey"])}
+
+
+@converter("cosmosqa")
+def _cosmosqa(src: Source, split: str, langs: list[str], opts: dict[str, Any]) -> Iterable[Row]:
+    hub_split = {"train": "train", "dev": "validation"}[split]
+    for r in src.rows(opts.get("hub_name"), hub_split):
+        if int(r["label"]) == -1:  # the public test split has no labels
+            continue
+        # PROTOCOL.md §2: the context and the question together are the first segment.
+        yield {"id": f"cosmosqa-{r['id']}", "lang": "en", "context": f"{r['context']} {r['question']}",
+               "choices": [r[f"answer{k}"] for k in range(4)], "label": _choice_index(r["label"], 4, f"cosmosqa {split}")}
+
+
+@converter("ccg")
+def _ccg(src: Source, split: str, langs: list[str], opts: dict[str, Any]) -> Iterable[Row]:
+    """A user-provided CCGbank-derived file (CCGbank is licensed, LDC2005T13; never downloaded).
+
+    ``options.path`` is a directory with ``train.tsv`` and ``dev.tsv``: one ``word<TAB>supertag``
+    per line, a blank line between sentences (e.g. sections 02-21 and 00)."""
+    root = Path(opts.get("path", ""))
+    if not root.is_absolute():
+        root = REPO_ROOT / root
+    file = root / f"{split}.tsv"
+    if not opts.get("path") or not file.is_file():
+        raise InputError(f"CCG file {file} does not exist: CCGbank is licensed (LDC2005T13); put your "
+                         "CCGbank-derived train.tsv/dev.tsv there or set tasks.ccg.options.path")
+    tokens: list[str] = []
+    tags: list[str] = []
+    n = 0
+    with file.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(list(f) + [""], 1):
+            line = line.rstrip("\n")
+            if not line.strip():
+                if tokens:
+                    yield {"id": f"ccg-{split}-{n}", "lang": "en", "tokens": tokens, "tags": tags}
+                    n += 1
+                    tokens, tags = [], []
+                continue
+            parts = line.split("\t")
+            if len(parts) != 2:
+                raise InputError(f"CCG file {file}, line {lineno}: expected word<TAB>supertag")
+            tokens.append(parts[0])
+            tags.append(parts[1])
+
+
+@converter("pawsx")
+def _pawsx(src: Source, split: str, langs: list[str], opts: dict[str, Any]) -> Iterable[Row]:
+    task = get_task("pawsx")
+    hub_split = {"train": "train", "dev": "validation", "test": "test"}[split]
+    for lang in (["en"] if split == "train" else langs):
+        n = 0
+        for i, r in enumerate(src.rows(f"PAWS-X.{lang}", hub_split)):
+            n += 1
+            label = int(r["label"])  # a string "0"/"1" in google/xtreme
+            yield {"id": f"pawsx-{split}-{lang}-{i}", "lang": lang, "text_a": r["sentence1"],
+                   "text_b": r["sentence2"], "label": _label_index(task, label, f"pawsx {lang} {split}")}
+        _require_languages("pawsx", split, {lang: n})
+
+
+@converter("panx")
+def _panx(src: Source, split: str, langs: list[str], opts: dict[str, Any]) -> Iterable[Row]:
+    task = get_task("panx")
+    hub_split = {"train": "train", "dev": "validation", "test": "test"}[split]
+    for lang in (["en"] if split == "train" else langs):
+        n = 0
+        for i, r in enumerate(src.rows(f"PAN-X.{lang}", hub_split)):
+            n += 1
+            tags = [task.labels[_label_index(task, t, f"panx {lang} {split}")] for t in r["ner_tags"]]
+            yield {"id": f"panx-{split}-{lang}-{i}", "lang": lang, "tokens": list(r["tokens"]), "tags": tags}
+        _require_languages("panx", split, {lang: n})
+
+
+@converter("mlqa")
+def _mlqa(src: Source, split: str, langs: list[str], opts: dict[str, Any]) -> Iterable[Row]:
+    hub_split = {"dev": "validation", "test": "test"}[split]
+    for lang in langs:  # same-language pairs: context and question in one language
+        n = 0
+        for r in src.rows(f"MLQA.{lang}.{lang}", hub_split):
+            n += 1
+            yield _span_row(f"{r['id']}-{lang}", lang, r)
+        _require_languages("mlqa", split, {lang: n})
+
+
+TYDIQA_LANGUAGES = {"arabic": "ar", "bengali": "bn", "english": "en", "finnish": "fi", "indonesian": "id",
+                    "korean": "ko", "russian": "ru", "swahili": "sw", "telugu": "te"}
+
+
+@converter("tydiqa")
+def _tydiqa(src: Source, split: str, langs: list[str], opts: dict[str, Any]) -> Iterable[Row]:
+    """TyDiQA-GoldP: one mixed-language split; the id's prefix names the language. Train keeps
+    English only (PROTOCOL.md §3); the GoldP dev set is the test set."""
+    hub_split = {"train": "train", "test": "validation"}[split]
+    wanted = ["en"] if split == "train" else langs
+    counts = {lang: 0 for lang in wanted}
+    for r in src.rows(opts.get("hub_name", "tydiqa"), hub_split):
+        prefix = r["id"].split("-", 1)[0]
+        if prefix not in TYDIQA_LANGUAGES:
+            raise InputError(f"tydiqa {split}: id {r['id']!r} has no known language prefix")
+        lang = TYDIQA_LANGUAGES[prefix]
+        if lang in counts:
+            counts[lang] += 1
+            yield _span_row(r["id"], lang, r)
+    _require_languages("tydiqa", split, counts)
+
+
+@converter("bucc")
+def _bucc(src: Source, split: str, langs: list[str], opts: dict[str, Any]) -> Iterable[Row]:
+    """BUCC 2018 from the original archives (the Hub copies hold only the gold pairs, not the
+    corpora mining needs). As in XTREME, the "sample" set is dev and the "training" set, whose
+    gold is public, is test. Files: ``{lang}-en.{set}.{lang|en}`` (``id<TAB>sentence``) and
+    ``{lang}-en.{set}.gold`` (``source id<TAB>English id``)."""
+    bucc_set = {"dev": "sample", "test": "training"}[split]
+    for lang in langs:
+        files = _bucc_files(src, opts, lang, bucc_set)
+        sentences = {side: _bucc_sentences(text, name) for side, (name, text) in files.items() if side != "gold"}
+        gold: dict[str, list[str]] = {}
+        name, text = files["gold"]
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                parts = line.split("\t")
+                if len(parts) != 2:
+                    raise InputError(f"{name}, line {lineno}: expected source id<TAB>English id")
+                gold.setdefault(parts[0], []).append(parts[1])
+        unknown = [sid for sid in gold if sid not in sentences["source"]]
+        if unknown or not gold:
+            raise InputError(f"{name}: {len(unknown)} gold ids not in the {lang} corpus, or no gold at all")
+        for sid, text_ in sentences["source"].items():
+            yield {"id": sid, "lang": lang, "side": "source", "text": text_, "gold": gold.get(sid, [])}
+        for eid, text_ in sentences["en"].items():
+            yield {"id": eid, "lang": lang, "side": "en", "text": text_, "gold": []}
+
+
+def _bucc_sentences(text: str, name: str) -> dict[str, str]:
+    out = {}
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.split("\t", 1)
+        if len(parts) != 2:
+            raise InputError(f"{name}, line {lineno}: expected id<TAB>sentence")
+        out[parts[0]] = parts[1].strip()
+    return out
+
+
+def _bucc_files(src: Source, opts: dict[str, Any], lang: str, bucc_set: str) -> dict[str, tuple[str, str]]:
+    """{side: (file name, text)} for source, en and gold, from a local mirror or the archives."""
+    stem = f"{lang}-en.{bucc_set}"
+    if src.kind == "local":
+        root = src.local_root / src.path
+        out = {}
+        for side, suffix in (("source", lang), ("en", "en"), ("gold", "gold")):
+            file = root / f"{stem}.{suffix}"
+            if not file.is_file():
+                raise InputError(f"missing data file {file}")
+            out[side] = (str(file), file.read_text(encoding="utf-8"))
+        return out
+    import tarfile
+    import tempfile
+    import urllib.request
+
+    base = opts.get("archives")
+    if not base:
+        raise InputError("tasks.bucc.options.archives: the URL or directory of the BUCC 2018 archives")
+    archive = f"bucc2018-{lang}-en.{bucc_set}-gold.tar.bz2"
+    with tempfile.TemporaryDirectory() as tmp:
+        local = Path(base) / archive
+        if not local.is_file():
+            local = Path(tmp) / archive
+            urllib.request.urlretrieve(f"{base.rstrip('/')}/{archive}", local)
+        with tarfile.open(local, "r:bz2") as tar:
+            members = {Path(m.name).name: m for m in tar.getmembers() if m.isfile()}
+            out = {}
+            for side, suffix in (("source", lang), ("en", "en"), ("gold", "gold")):
+                name = f"{stem}.{suffix}"
+                if name not in members:
+                    raise InputError(f"{archive} has no {name}")
+                out[side] = (f"{archive}:{name}", tar.extractfile(members[name]).read().decode("utf-8"))
+        return out
 
 
 @converter("xnli")
@@ -196,8 +423,10 @@ def _xnli(src: Source, split: str, langs: list[str], opts: dict[str, Any]) -> It
         if lang not in counts:
             continue
         counts[lang] += 1
+        # Raw XNLI spells one label "contradictory"; XTREME's preprocessing maps it.
+        gold = "contradiction" if r["gold_label"] == "contradictory" else r["gold_label"]
         yield {"id": f"xnli-{split}-{lang}-{counts[lang]}", "lang": lang, "text_a": r["sentence1"],
-               "text_b": r["sentence2"], "label": _label_index(task, r["gold_label"], f"xnli {split}")}
+               "text_b": r["sentence2"], "label": _label_index(task, gold, f"xnli {split}")}
     _require_languages("xnli", split, counts)
 
 
@@ -213,6 +442,9 @@ def _udpos(src: Source, split: str, langs: list[str], opts: dict[str, Any]) -> I
     task = get_task("udpos")
     hub_split = {"train": "train", "dev": "validation", "test": "test"}[split]
     for lang in (["en"] if split == "train" else langs):
+        if split == "dev" and lang in task.dev_missing:
+            LOG.warning("udpos: %s has no dev split in UD v2.5 (XTREME); dev scores leave it out", lang)
+            continue
         if lang not in UD_LANGUAGE_NAMES:
             raise InputError(f"udpos: no UD language name known for {lang!r}")
         for i, r in enumerate(src.rows(f"udpos.{UD_LANGUAGE_NAMES[lang]}", hub_split)):

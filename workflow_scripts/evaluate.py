@@ -25,7 +25,8 @@ from .data import read_table
 from .features import Encoded, decode_spans, encode, merge_tags, sorted_batches, collate
 from .metrics import accuracy, mean, mlqa, seqeval_f1, seqeval_version, squad_v1, squad_v2
 from .models import MultiHeadModel, forward, load_encoder, load_tokenizer, make_head
-from .retrieval import LAYER_CONVENTION, embed, tatoeba_accuracy
+from .retrieval import (LAYER_CONVENTION, choose_threshold, embed, expand_to_ids, margin_candidates, mined_pairs,
+                        prf, tatoeba_accuracy, unique_texts)
 from .tasks import CLASSIFICATION, MULTIPLE_CHOICE, RETRIEVAL, SPAN, TAGGING, Task, get_task, primary_metric
 
 
@@ -76,6 +77,7 @@ def score_rows(model, task: Task, tokenizer, rows: list[dict[str, Any]], opts: d
 
 
 def rows_by_language(path: str | Path, fmt: str, languages: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """Rows per language; every language must have rows (a missing one would shrink the average)."""
     rows = read_table(path, fmt).to_pylist()
     grouped: dict[str, list[dict[str, Any]]] = {lang: [] for lang in languages}
     for r in rows:
@@ -104,23 +106,15 @@ def evaluate_run(target: str, model_dir: Path, data: dict[str, str], settings: d
     missing = [split for split in task.eval_splits if split not in data]
     if missing:
         raise InputError(f"--data lacks the evaluation split(s) {missing} of {target}")
-    splits = {split: rows_by_language(data[split], task.format, languages) for split in task.eval_splits}
+    splits = {split: rows_by_language(data[split], task.format,
+                                      [l for l in languages if split != "dev" or l not in task.dev_missing])
+              for split in task.eval_splits}
     tokenizer = load_tokenizer(model_dir)
     scores: dict[str, dict[str, dict[str, float]]] = {}
     extra: dict[str, Any] = {}
-    if task.format == RETRIEVAL:
-        ret = settings["retrieval"]
+    if task.is_retrieval:
         encoder = load_encoder(model_dir).to(dev)
-        if task.name != "tatoeba":
-            raise InputError(f"retrieval target {task.name}: no evaluator in this version of xstilts")
-        for split, by_lang in splits.items():
-            scores[split] = {}
-            for lang, rows in by_lang.items():
-                args = (ret["layer"], ret["pooling"], int(settings["eval_batch_size"]), int(settings["max_length"]), dev)
-                foreign = embed(encoder, tokenizer, [r["source"] for r in rows], *args)
-                english = embed(encoder, tokenizer, [r["target"] for r in rows], *args)
-                scores[split][lang] = tatoeba_accuracy(foreign, english)
-        extra["retrieval"] = {"layer": ret["layer"], "pooling": ret["pooling"], "layer_convention": LAYER_CONVENTION}
+        scores, extra = evaluate_retrieval(task, encoder, tokenizer, splits, settings, dev)
     else:
         encoder = load_encoder(model_dir)
         state = _load_heads(model_dir)
@@ -142,6 +136,44 @@ def evaluate_run(target: str, model_dir: Path, data: dict[str, str], settings: d
         "versions": {p: version(p) for p in ("torch", "transformers", "seqeval", "faiss-cpu")},
         "wall_time_s": round(time.time() - started, 3), **extra,
     }
+
+
+def evaluate_retrieval(task: Task, encoder, tokenizer, splits: dict[str, dict[str, list[dict[str, Any]]]],
+                       settings: dict[str, Any], dev) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Tatoeba: 1-NN accuracy per language. BUCC: margin mining; the threshold is chosen on
+    each language's dev gold and applied to its test candidates."""
+    ret = settings["retrieval"]
+    args = (ret["layer"], ret["pooling"], int(settings["eval_batch_size"]), int(settings["max_length"]), dev)
+    extra: dict[str, Any] = {"retrieval": {"layer": ret["layer"], "pooling": ret["pooling"],
+                                           "layer_convention": LAYER_CONVENTION}}
+    scores: dict[str, dict[str, dict[str, float]]] = {split: {} for split in splits}
+    if task.format == RETRIEVAL:
+        for split, by_lang in splits.items():
+            for lang, rows in by_lang.items():
+                foreign = embed(encoder, tokenizer, [r["source"] for r in rows], *args)
+                english = embed(encoder, tokenizer, [r["target"] for r in rows], *args)
+                scores[split][lang] = tatoeba_accuracy(foreign, english)
+        return scores, extra
+    k = int(ret.get("bucc_k", 4))
+    candidates: dict[str, dict[str, Any]] = {split: {} for split in splits}
+    for split, by_lang in splits.items():
+        for lang, rows in by_lang.items():
+            src = [r for r in rows if r["side"] == "source"]
+            eng = [r for r in rows if r["side"] == "en"]
+            src_texts, src_ids = unique_texts([r["id"] for r in src], [r["text"] for r in src])
+            eng_texts, eng_ids = unique_texts([r["id"] for r in eng], [r["text"] for r in eng])
+            found = margin_candidates(embed(encoder, tokenizer, src_texts, *args),
+                                      embed(encoder, tokenizer, eng_texts, *args), k)
+            gold = {(r["id"], e) for r in src for e in r["gold"]}
+            candidates[split][lang] = (expand_to_ids(found, src_ids, eng_ids), gold)
+    thresholds = {}
+    for lang, (dev_cands, dev_gold) in candidates["dev"].items():
+        thresholds[lang] = choose_threshold(dev_cands, dev_gold)
+        for split in splits:
+            cands, gold = candidates[split][lang]
+            scores[split][lang] = prf(mined_pairs(cands, thresholds[lang]), gold)
+    extra["retrieval"].update({"bucc_k": k, "thresholds_from_dev": thresholds})
+    return scores, extra
 
 
 def _load_heads(model_dir: Path):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .tasks import PROVIDED_TRANSLATIONS, RETRIEVAL, SPAN, TASKS, TRANSLATABLE_FORMATS, get_task
+from .tasks import PROVIDED_TRANSLATIONS, SPAN, TASKS, TRANSLATABLE_FORMATS, get_task
 
 RESULTS = "results"
 BASE_ENCODER = f"{RESULTS}/models/encoder"
@@ -251,7 +251,7 @@ def eval_settings(config: dict[str, Any], target: str) -> dict[str, Any]:
                                 "eval_batch_size": config["training"]["target"]["eval_batch_size"]}
     if get_task(target).format == SPAN:
         settings.update({k: cfg[k] for k in SPAN_KEYS})
-    if get_task(target).format == RETRIEVAL:
+    if get_task(target).is_retrieval:
         ret = config["retrieval"]
         settings["retrieval"] = {"layer": ret["layer"], "pooling": ret["pooling"]}
         settings["eval_batch_size"] = ret["batch_size"]

@@ -72,3 +72,83 @@ def tatoeba_accuracy(foreign: np.ndarray, english: np.ndarray) -> dict[str, Any]
     _, nearest = knn(l2_normalize(english), l2_normalize(foreign), 1)
     hits = nearest[:, 0] == np.arange(len(english))
     return {"accuracy": 100.0 * float(hits.mean())}
+
+
+# ----- BUCC 2018 bitext mining -------------------------------------------------------------
+
+
+def unique_texts(ids: Sequence[str], texts: Sequence[str]) -> tuple[list[str], list[list[str]]]:
+    """Deduplicated texts and, for each, every sentence id carrying it."""
+    by_text: dict[str, list[str]] = {}
+    for sid, text in zip(ids, texts):
+        by_text.setdefault(text, []).append(sid)
+    return list(by_text), list(by_text.values())
+
+
+def margin_candidates(src: np.ndarray, trg: np.ndarray, k: int = 4) -> list[tuple[float, int, int]]:
+    """Forward and backward best candidates by ratio margin, kept greedily one-to-one.
+
+    score(x, y) = cos(x, y) / ((mean cos of x's k nearest y + mean cos of y's k nearest x) / 2),
+    exact cosine search on L2-normalised embeddings. Returns (score, src index, trg index),
+    best first.
+    """
+    src, trg = l2_normalize(src), l2_normalize(trg)
+    fwd_sim, fwd_idx = knn(src, trg, k)
+    bwd_sim, bwd_idx = knn(trg, src, k)
+    fwd_mean, bwd_mean = fwd_sim.mean(axis=1), bwd_sim.mean(axis=1)
+
+    def margin(i: int, j: int) -> float:
+        return float(src[i] @ trg[j]) / ((fwd_mean[i] + bwd_mean[j]) / 2)
+
+    best: dict[tuple[int, int], float] = {}
+    for i in range(len(src)):
+        scores = [(margin(i, int(j)), int(j)) for j in fwd_idx[i]]
+        s, j = max(scores)
+        best[(i, j)] = s
+    for j in range(len(trg)):
+        scores = [(margin(int(i), j), int(i)) for i in bwd_idx[j]]
+        s, i = max(scores)
+        best[(i, j)] = s
+    used_src, used_trg, kept = set(), set(), []
+    for (i, j), s in sorted(best.items(), key=lambda kv: (-kv[1], kv[0])):
+        if i not in used_src and j not in used_trg:
+            used_src.add(i)
+            used_trg.add(j)
+            kept.append((s, i, j))
+    return kept
+
+
+def expand_to_ids(candidates: list[tuple[float, int, int]], src_ids: list[list[str]], trg_ids: list[list[str]]
+                  ) -> list[tuple[float, tuple[str, str]]]:
+    """Text-level candidates -> (score, (source id, English id)) for every id carrying the texts."""
+    return [(s, (a, b)) for s, i, j in candidates for a in src_ids[i] for b in trg_ids[j]]
+
+
+def prf(predicted: set[tuple[str, str]], gold: set[tuple[str, str]]) -> dict[str, float]:
+    tp = len(predicted & gold)
+    precision = tp / len(predicted) if predicted else 0.0
+    recall = tp / len(gold) if gold else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if tp else 0.0
+    return {"precision": 100 * precision, "recall": 100 * recall, "f1": 100 * f1}
+
+
+def choose_threshold(candidates: list[tuple[float, tuple[str, str]]], gold: set[tuple[str, str]]) -> float:
+    """The score threshold with the best F1 on gold: the midpoint between the last kept
+    candidate's score and the next one's (candidates are scanned best first)."""
+    if not candidates or not gold:
+        raise InputError("threshold selection needs candidates and gold pairs")
+    ordered = sorted(candidates, key=lambda c: -c[0])
+    tp, best_f1, best_k = 0, -1.0, 0
+    for k, (_, pair) in enumerate(ordered):
+        tp += pair in gold
+        precision, recall = tp / (k + 1), tp / len(gold)
+        f1 = 2 * precision * recall / (precision + recall) if tp else 0.0
+        if f1 > best_f1:
+            best_f1, best_k = f1, k
+    if best_k + 1 < len(ordered):
+        return (ordered[best_k][0] + ordered[best_k + 1][0]) / 2
+    return ordered[best_k][0]
+
+
+def mined_pairs(candidates: list[tuple[float, tuple[str, str]]], threshold: float) -> set[tuple[str, str]]:
+    return {pair for score, pair in candidates if score >= threshold}

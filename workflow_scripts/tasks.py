@@ -13,9 +13,10 @@ CLASSIFICATION = "classification"
 MULTIPLE_CHOICE = "multiple_choice"
 SPAN = "span"
 TAGGING = "tagging"
-RETRIEVAL = "retrieval"
+RETRIEVAL = "retrieval"  # parallel sentence pairs (Tatoeba)
+MINING = "mining"  # monolingual corpora plus gold alignments (BUCC)
 MLM = "mlm"
-FORMATS = (CLASSIFICATION, MULTIPLE_CHOICE, SPAN, TAGGING, RETRIEVAL, MLM)
+FORMATS = (CLASSIFICATION, MULTIPLE_CHOICE, SPAN, TAGGING, RETRIEVAL, MINING, MLM)
 
 NLI_LABELS = ("entailment", "neutral", "contradiction")
 UPOS_TAGS = ("ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM", "PART", "PRON",
@@ -36,6 +37,12 @@ class Task:
     train_from: str | None = None
     select_from: str | None = None
     eval_splits: tuple[str, ...] = field(default=())
+    # Languages the source data has no dev split for (their dev scores are left out, by name).
+    dev_missing: frozenset[str] = frozenset()
+
+    @property
+    def is_retrieval(self) -> bool:
+        return self.format in (RETRIEVAL, MINING)
 
     @property
     def is_target(self) -> bool:
@@ -75,7 +82,8 @@ TASKS: dict[str, Task] = {t.name: t for t in (
     _t("pawsx", CLASSIFICATION, "accuracy", ("train", "dev", "test"), ("different", "paraphrase"),
        train_from="pawsx", select_from="pawsx", eval_splits=("dev", "test")),
     _t("udpos", TAGGING, "seqeval_f1", ("train", "dev", "test"), UPOS_TAGS,
-       train_from="udpos", select_from="udpos", eval_splits=("dev", "test")),
+       train_from="udpos", select_from="udpos", eval_splits=("dev", "test"),
+       dev_missing=frozenset({"kk", "th", "tl", "yo"})),
     _t("panx", TAGGING, "seqeval_f1", ("train", "dev", "test"), PANX_TAGS,
        train_from="panx", select_from="panx", eval_splits=("dev", "test")),
     _t("xquad", SPAN, "squad_v1", ("test",),
@@ -84,7 +92,7 @@ TASKS: dict[str, Task] = {t.name: t for t in (
        train_from="squad", select_from="squad", eval_splits=("dev", "test")),
     _t("tydiqa", SPAN, "squad_v1", ("train", "test"),
        train_from="tydiqa", select_from="squad", eval_splits=("test",)),
-    _t("bucc", RETRIEVAL, "bucc_f1", ("dev", "test"), eval_splits=("dev", "test")),
+    _t("bucc", MINING, "bucc_f1", ("dev", "test"), eval_splits=("dev", "test")),
     _t("tatoeba", RETRIEVAL, "tatoeba_accuracy", ("test",), eval_splits=("test",)),
 )}
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import math
 import random
@@ -33,7 +34,7 @@ from .data import read_table
 from .evaluate import score_rows
 from .features import Encoded, collate, encode, length_grouped_batches
 from .models import MultiHeadModel, forward, load_encoder, load_mlm_head, load_tokenizer, make_head
-from .tasks import MLM, Task, get_task, primary_metric
+from .tasks import MLM, TAGGING, Task, get_task, primary_metric
 
 
 class TaskSampler:
@@ -101,13 +102,18 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, str]], 
                 if language is None or r["lang"] == language]
         if not rows:
             raise InputError(f"{data[name]['train']}: no {language or ''} training examples for task {name}")
+        if task.format != MLM:
+            dev_rows[name] = _dev_subset(read_table(data[name]["dev"], task.format).to_pylist(),
+                                         int(settings["dev_examples"]), opts.get("select_language", "en"))
+        if task.format == TAGGING and not task.labels:
+            # CCG's supertag set comes from the user's files (train and dev), not the catalogue.
+            tags = sorted({t for r in rows + dev_rows[name] for t in r["tags"]})
+            task = tasks[name] = dataclasses.replace(task, labels=tuple(tags))
         train_sets[name] = encode(task, tokenizer, rows, opts, train=True)
         if task.format == MLM:
             heads[name] = load_mlm_head(encoder_dir)
         else:
             heads[name] = make_head(task.format, hidden, task.num_labels, float(settings["dropout"]), init_std)
-            dev_rows[name] = _dev_subset(read_table(data[name]["dev"], task.format).to_pylist(),
-                                         int(settings["dev_examples"]), opts.get("select_language", "en"))
     model = MultiHeadModel(encoder, heads).to(dev)
 
     if len(tasks) == 1:

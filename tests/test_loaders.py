@@ -1,0 +1,104 @@
+"""Every task's loader on fixtures in the real Hub schema (the demo mirror under demo/hub)."""
+
+import pytest
+
+from conftest import REPO, local_settings
+from workflow_scripts.common import InputError
+from workflow_scripts.data import CONVERTERS, SCHEMAS, prepare, read_table
+from workflow_scripts.tasks import TASKS, get_task
+
+# task -> (Hub path, languages of the evaluation splits, options)
+SOURCES = {
+    "anli_plus": ("facebook/anli", None, {}),
+    "mnli": ("nyu-mll/glue", None, {}),
+    "qqp": ("nyu-mll/glue", None, {}),
+    "squad": ("rajpurkar/squad", None, {}),
+    "squad_v2": ("rajpurkar/squad_v2", None, {}),
+    "hellaswag": ("Rowan/hellaswag", None, {}),
+    "ccg": ("ccgbank", None, {"path": str(REPO / "demo/ccg")}),
+    "cosmosqa": ("allenai/cosmos_qa", None, {}),
+    "commonsenseqa": ("tau/commonsense_qa", None, {}),
+    "mlm": ("wikimedia/wikipedia", ["en", "de", "ru", "sw"], {"sentences": 100, "alpha": 0.3, "seed": 0}),
+    "xnli_mt": ("facebook/xnli", ["de", "ru", "sw"], {}),
+    "xnli": ("google/xtreme", ["en", "de", "ru", "sw"], {}),
+    "pawsx": ("google/xtreme", ["en", "de"], {}),
+    "udpos": ("google/xtreme", ["en", "de", "ru"], {}),
+    "panx": ("google/xtreme", ["en", "de", "ru"], {}),
+    "xquad": ("google/xtreme", ["en", "de", "ru"], {}),
+    "mlqa": ("google/xtreme", ["en", "de"], {}),
+    "tydiqa": ("google/xtreme", ["en", "ru", "sw"], {}),
+    "bucc": ("bucc2018", ["de", "ru"], {}),
+    "tatoeba": ("google/xtreme", ["de", "ru", "sw"], {}),
+}
+CASES = [(t, s) for t in TASKS for s in TASKS[t].splits]
+
+
+def test_every_task_of_the_catalogue_has_a_loader_and_a_fixture():
+    assert set(CONVERTERS) == set(TASKS) == set(SOURCES)
+
+
+@pytest.mark.parametrize("task_name,split", CASES, ids=[f"{t}-{s}" for t, s in CASES])
+def test_loader_yields_the_canonical_schema(tmp_path, task_name, split):
+    path, langs, options = SOURCES[task_name]
+    settings = {**local_settings(path, langs), "options": options}
+    out = tmp_path / "out.parquet"
+    n = prepare(task_name, split, settings, out)
+    task = get_task(task_name)
+    table = read_table(out, task.format)
+    assert table.column_names == ["id", "lang", *SCHEMAS[task.format]] and n == table.num_rows > 0
+    rows = table.to_pylist()
+    assert len({r["id"] for r in rows}) == len(rows) or task.format == "mining"
+    expected_langs = set(langs or ["en"])
+    if split == "train" and task.is_target:
+        expected_langs = {"en"}  # targets train on English only
+    if split == "dev":
+        expected_langs -= task.dev_missing
+    assert {r["lang"] for r in rows} == expected_langs
+    if task.format in ("classification", "multiple_choice") and task.labels:
+        assert all(0 <= r["label"] < task.num_labels for r in rows)
+    if task.format == "multiple_choice":
+        assert all(len(r["choices"]) == task.num_choices and 0 <= r["label"] < task.num_choices for r in rows)
+    if task.format == "span":
+        for r in rows:
+            for text, start in zip(r["answer_texts"], r["answer_starts"]):
+                assert r["context"][start:start + len(text)] == text
+    if task.format == "tagging":
+        assert all(len(r["tokens"]) == len(r["tags"]) > 0 for r in rows)
+        if task.labels:
+            assert {t for r in rows for t in r["tags"]} <= set(task.labels)
+
+
+def test_awkward_cases_of_the_real_schemas(tmp_path):
+    def load(task, split, langs=None, options=None):
+        out = tmp_path / f"{task}-{split}.parquet"
+        prepare(task, split, {**local_settings(SOURCES[task][0], langs or SOURCES[task][1]),
+                              "options": options or SOURCES[task][2]}, out)
+        return read_table(out).to_pylist()
+
+    # SNLI rows without annotator consensus (label -1) are dropped from ANLI+.
+    assert not any(r["id"].startswith("snli") and r["label"] < 0 for r in load("anli_plus", "train"))
+    # SQuAD v2 keeps unanswerable questions as empty answer lists.
+    assert any(not r["answer_texts"] for r in load("squad_v2", "dev"))
+    # Unlabeled test rows (empty answerKey, label -1) never reach the canonical files.
+    assert all(r["label"] >= 0 for r in load("commonsenseqa", "dev") + load("cosmosqa", "dev"))
+    # PAWS-X string labels become integers.
+    assert {r["label"] for r in load("pawsx", "test")} == {0, 1}
+    # TyDiQA: a mixed-language split, the language read from the id prefix.
+    test = load("tydiqa", "test")
+    assert all(r["id"].startswith({"en": "english", "ru": "russian", "sw": "swahili"}[r["lang"]]) for r in test)
+    # BUCC: source sentences carry their gold English ids; distractors carry none.
+    bucc = load("bucc", "dev", ["de"])
+    assert any(r["gold"] for r in bucc) and any(r["side"] == "source" and not r["gold"] for r in bucc)
+    # MLM: languages sampled with q ~ p^alpha, every language present.
+    assert {r["lang"] for r in load("mlm", "train")} == {"en", "de", "ru", "sw"}
+
+
+def test_missing_ccg_path_is_named(tmp_path):
+    with pytest.raises(InputError, match=r"CCG file .*nowhere/train.tsv does not exist.*LDC2005T13"):
+        prepare("ccg", "train", {**local_settings("ccgbank"), "options": {"path": str(tmp_path / "nowhere")}},
+                tmp_path / "out.parquet")
+
+
+def test_missing_language_in_a_per_language_config_is_named(tmp_path):
+    with pytest.raises(InputError, match="PAN-X.fr"):
+        prepare("panx", "test", local_settings("google/xtreme", ["en", "fr"]), tmp_path / "out.parquet")

@@ -4,6 +4,7 @@ rule aggregate_tables:
     output:
         main_md="results/tables/main.md",
         main_csv="results/tables/main.csv",
+        best_csv="results/tables/best.csv",
         per_language_md="results/tables/per_language.md",
         per_language_csv="results/tables/per_language.csv",
         runs_csv="results/tables/runs.csv",
@@ -16,6 +17,6 @@ rule aggregate_tables:
         "../envs/data.yaml"
     shell:
         "python -m workflow_scripts.tables --settings {params.settings:q} --metrics {input.metrics}"
-        " --main-md {output.main_md} --main-csv {output.main_csv}"
+        " --main-md {output.main_md} --main-csv {output.main_csv} --best-csv {output.best_csv}"
         " --per-language-md {output.per_language_md} --per-language-csv {output.per_language_csv}"
         " --runs-csv {output.runs_csv} > {log} 2>&1"

@@ -8,18 +8,23 @@ rule train_intermediate:
     params:
         settings=settings(grid.intermediate_settings, "intermediate"),
         data=data_arg(grid.intermediate_data, "intermediate"),
+        # Resumable state of an interrupted job; removed once the output exists.
+        checkpoints="results/checkpoints/intermediate/{intermediate}/seed{seed}",
         code=module_digest("train"),
     threads: res("train_intermediate", "threads")
     resources:
         mem_mb=res("train_intermediate", "mem_mb"),
         runtime=res("train_intermediate", "runtime"),
         gpu=res("train_intermediate", "gpu"),
+        # How often to checkpoint is operational: a resource, so changing it reruns nothing.
+        checkpoint_every=res("train_intermediate", "checkpoint_every"),
     conda:
         "../envs/training.yaml"
     shell:
         "python -m workflow_scripts.train intermediate --encoder {input.encoder}"
         " --data {params.data:q} --settings {params.settings:q} --seed {wildcards.seed}"
-        " --threads {threads} --output {output.model} > {log} 2>&1"
+        " --threads {threads} --output {output.model} --checkpoint-dir {params.checkpoints}"
+        " --checkpoint-every {resources.checkpoint_every} > {log} 2>&1"
 
 
 rule train_target:
@@ -32,15 +37,19 @@ rule train_target:
     params:
         settings=settings(grid.target_settings, "target"),
         data=data_arg(grid.target_data, "target"),
+        checkpoints="results/checkpoints/target/{intermediate}/{target}/seed{seed}",
         code=module_digest("train"),
     threads: res("train_target", "threads")
     resources:
         mem_mb=res("train_target", "mem_mb"),
         runtime=res("train_target", "runtime"),
         gpu=res("train_target", "gpu"),
+        # How often to checkpoint is operational: a resource, so changing it reruns nothing.
+        checkpoint_every=res("train_target", "checkpoint_every"),
     conda:
         "../envs/training.yaml"
     shell:
         "python -m workflow_scripts.train target --encoder {input.encoder}"
         " --data {params.data:q} --settings {params.settings:q} --seed {wildcards.seed}"
-        " --threads {threads} --output {output.model} > {log} 2>&1"
+        " --threads {threads} --output {output.model} --checkpoint-dir {params.checkpoints}"
+        " --checkpoint-every {resources.checkpoint_every} > {log} 2>&1"

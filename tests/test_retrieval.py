@@ -55,3 +55,12 @@ def test_duplicate_texts_expand_to_all_their_ids():
     cands = [(1.2, 0, 1)]
     assert expand_to_ids(cands, [["s1", "s4"]], [["e0"], ["e1", "e7"]]) == [
         (1.2, ("s1", "e1")), (1.2, ("s1", "e7")), (1.2, ("s4", "e1")), (1.2, ("s4", "e7"))]
+
+
+def test_mining_scores_and_threshold_are_plain_floats():
+    rng = np.random.default_rng(1)
+    trg = rng.normal(size=(5, 4)).astype(np.float32)
+    cands = margin_candidates(trg + 0.01, trg, k=2)
+    assert all(type(s) is float for s, _, _ in cands)  # they go into JSON metric files
+    pairs = expand_to_ids(cands, [[f"s{i}"] for i in range(5)], [[f"e{j}"] for j in range(5)])
+    assert type(choose_threshold(pairs, {("s0", "e0")})) is float

@@ -254,6 +254,8 @@ def eval_settings(config: dict[str, Any], target: str) -> dict[str, Any]:
     if get_task(target).is_retrieval:
         ret = config["retrieval"]
         settings["retrieval"] = {"layer": ret["layer"], "pooling": ret["pooling"]}
+        if get_task(target).format == "mining":
+            settings["retrieval"]["bucc_k"] = ret["bucc_k"]
         settings["eval_batch_size"] = ret["batch_size"]
         settings["max_length"] = min(cfg["max_length"], ret["max_length"])
     return settings
@@ -265,7 +267,7 @@ def table_settings(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def resources(config: dict[str, Any], rule: str) -> dict[str, int]:
-    res = {"threads": 1, "mem_mb": 4000, "runtime": 60, "gpu": 0}
+    res = {"threads": 1, "mem_mb": 4000, "runtime": 60, "gpu": 0, "checkpoint_every": 1000}
     res.update(config.get("resources", {}).get("default", {}))
     res.update(config.get("resources", {}).get(rule, {}))
     return res

@@ -98,7 +98,7 @@ def margin_candidates(src: np.ndarray, trg: np.ndarray, k: int = 4) -> list[tupl
     fwd_mean, bwd_mean = fwd_sim.mean(axis=1), bwd_sim.mean(axis=1)
 
     def margin(i: int, j: int) -> float:
-        return float(src[i] @ trg[j]) / ((fwd_mean[i] + bwd_mean[j]) / 2)
+        return float(src[i] @ trg[j]) / float((fwd_mean[i] + bwd_mean[j]) / 2)
 
     best: dict[tuple[int, int], float] = {}
     for i in range(len(src)):

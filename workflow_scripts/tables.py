@@ -6,6 +6,7 @@
   median over seeds of the run's test-language average; the baseline row is absolute, the
   others are differences to it. QA cells show F1 / EM; Avg is the XTREME score over the
   targets present (QA counts (F1 + EM) / 2).
+- best.csv and the "best models" row of main.md (PROTOCOL.md §5).
 - per_language.md / per_language.csv: per target, rows = configs, columns = languages + Avg,
   medians over seeds (absolute).
 
@@ -39,6 +40,9 @@ def load_runs(files: list[str]):
                         records.append((run["intermediate"], run["target"], run["seed"], split, lang, metric, value))
                 for metric, value in m["average"][split].items():
                     records.append((run["intermediate"], run["target"], run["seed"], split, "avg", metric, value))
+            if "selection" in m:  # the English dev score that selected the target model
+                records.append((run["intermediate"], run["target"], run["seed"], "selection", "en", "score",
+                                m["selection"]["score"]))
         except (KeyError, TypeError) as err:
             raise InputError(f"metric file {path} lacks field {err}") from err
     return pd.DataFrame.from_records(
@@ -83,7 +87,47 @@ def main_table(runs, settings: dict[str, Any]):
     return absolute, shown
 
 
-def render_main(shown, settings: dict[str, Any]) -> str:
+def best_models(runs, settings: dict[str, Any]):
+    """PROTOCOL.md §5 "Best models": per target, the config with the best median dev score,
+    then its best seed by dev score, reported on test. The dev score is the English dev
+    score that selected the target model; retrieval targets use their dev average (BUCC) and
+    have none without a dev split (Tatoeba)."""
+    import pandas as pd
+
+    rows = []
+    for target in settings["targets"]:
+        sub = runs[runs["target"] == target]
+        dev = sub[sub["split"] == "selection"]
+        if dev.empty:
+            dev = sub[(sub["split"] == "dev") & (sub["language"] == "avg")
+                      & (sub["metric"] == primary_metric(get_task(target).metric))]
+        if dev.empty:
+            continue
+        per_run = dev.set_index(["intermediate", "seed"])["value"]
+        best_config = per_run.groupby(level=0).median().idxmax()
+        best_seed = per_run.loc[best_config].idxmax()
+        test = sub[(sub["split"] == "test") & (sub["language"] == "avg") & (sub["intermediate"] == best_config)
+                   & (sub["seed"] == best_seed)]
+        for metric in _metrics_shown(target):
+            value = test.loc[test["metric"] == metric, "value"]
+            rows.append((target, best_config, int(best_seed), metric, float(value.iloc[0])))
+    return pd.DataFrame.from_records(rows, columns=["target", "intermediate", "seed", "metric", "value"])
+
+
+def render_best(best, settings: dict[str, Any]) -> str:
+    decimals = int(settings["decimals"])
+    cells = []
+    for target in settings["targets"]:
+        sub = best[best["target"] == target]
+        if sub.empty:
+            cells.append("–")
+            continue
+        values = " / ".join(f"{v:.{decimals}f}" for v in sub["value"])
+        cells.append(f"{values} ({sub['intermediate'].iloc[0]}, seed {sub['seed'].iloc[0]})")
+    return "| best models | " + " | ".join(cells) + " | |\n"
+
+
+def render_main(shown, settings: dict[str, Any], best=None) -> str:
     decimals, baseline = int(settings["decimals"]), settings["baseline"]
     header = ["Intermediate task"] + [t for t in settings["targets"]] + ["Avg"]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
@@ -99,6 +143,10 @@ def render_main(shown, settings: dict[str, Any]) -> str:
     note = (f"\nTest scores: median over seeds {settings['seeds']} of each run's mean over the target's languages. "
             f"Row `{baseline}` is absolute; the other rows are differences to it. QA cells: F1 / EM. "
             "Avg: mean over the targets shown, QA as (F1 + EM) / 2.\n")
+    if best is not None:
+        lines.append(render_best(best, settings).rstrip("\n"))
+        note += ("Best models: per target, the config with the best median (English) dev score and its best "
+                 "seed by dev score, absolute test score; – where the target has no dev data.\n")
     return "\n".join(lines) + "\n" + note
 
 
@@ -143,23 +191,25 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="Aggregate metric files into median-over-seeds tables.")
     ap.add_argument("--settings", required=True)
     ap.add_argument("--metrics", nargs="+", required=True)
-    for name in ("main-md", "main-csv", "per-language-md", "per-language-csv", "runs-csv"):
+    for name in ("main-md", "main-csv", "best-csv", "per-language-md", "per-language-csv", "runs-csv"):
         ap.add_argument(f"--{name}", required=True)
     args = ap.parse_args(argv)
     try:
         settings = load_settings(args.settings)
         runs = load_runs(args.metrics)
         absolute, shown = main_table(runs, settings)
+        best = best_models(runs, settings)
         per_lang_md, per_lang = per_language(runs, settings)
     except InputError as err:
         raise SystemExit(f"error: {err}") from None
     write_csv(args.runs_csv, runs, index=False)
     write_csv(args.main_csv, shown.rename_axis("intermediate"), index=True)
-    write_text(args.main_md, "# Intermediate-task results\n\n" + render_main(shown, settings))
+    write_csv(args.best_csv, best, index=False)
+    write_text(args.main_md, "# Intermediate-task results\n\n" + render_main(shown, settings, best))
     write_csv(args.per_language_csv, per_lang, index=False)
     write_text(args.per_language_md, "# Per-language results\n\n" + per_lang_md)
     LOG.info("tables from %d metric files -> %s", len(args.metrics), Path(args.main_md).parent)
-    print(render_main(shown, settings))
+    print(render_main(shown, settings, best))
 
 
 if __name__ == "__main__":

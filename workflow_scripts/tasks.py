@@ -89,7 +89,9 @@ TASKS: dict[str, Task] = {t.name: t for t in (
     _t("xquad", SPAN, "squad_v1", ("test",),
        train_from="squad", select_from="squad", eval_splits=("test",)),
     _t("mlqa", SPAN, "mlqa", ("dev", "test"),
-       train_from="squad", select_from="squad", eval_splits=("dev", "test")),
+       train_from="squad", select_from="mlqa", eval_splits=("dev", "test")),
+    # TyDiQA-GoldP's dev set is its test set, so selecting on its English part would peek at
+    # test data: select on SQuAD's (English) dev instead.
     _t("tydiqa", SPAN, "squad_v1", ("train", "test"),
        train_from="tydiqa", select_from="squad", eval_splits=("test",)),
     _t("bucc", MINING, "bucc_f1", ("dev", "test"), eval_splits=("dev", "test")),

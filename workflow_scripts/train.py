@@ -24,12 +24,14 @@ import dataclasses
 import json
 import math
 import random
+import shutil
+import signal
 import time
 from pathlib import Path
 from typing import Any
 
-from .common import (LOG, InputError, atomic_path, autocast, configure_torch, device, load_settings,
-                     seed_everything, settings_hash, setup_logging)
+from .common import (LOG, InputError, atomic_path, autocast, canonical_json, configure_torch, device,
+                     load_settings, seed_everything, settings_hash, setup_logging)
 from .data import read_table
 from .evaluate import score_rows
 from .features import Encoded, collate, encode, length_grouped_batches
@@ -68,6 +70,82 @@ class TaskStream:
         return [self.encoded.features[k] for k in self.batches.pop()]
 
 
+class Preempted(Exception):
+    """Training stopped on a signal after writing a checkpoint; a rerun resumes from it."""
+
+    def __init__(self, signum: int, step: int) -> None:
+        super().__init__(f"stopped by signal {signum} after step {step}; checkpoint written, rerun to resume")
+        self.signum = signum
+
+
+class Checkpointer:
+    """The complete training state in one directory, replaced atomically.
+
+    Model, optimiser, scheduler, every RNG (python, numpy, torch, CUDA, the MLM masking
+    generator), the task sampler, each task's data position and the early-stopping state
+    (with the best weights): a resumed run continues exactly where the stopped one was.
+    """
+
+    def __init__(self, directory: Path | None, fingerprint: dict[str, Any], every: int) -> None:
+        self.directory, self.fingerprint, self.every = directory, fingerprint, max(1, every)
+
+    @property
+    def path(self) -> Path | None:
+        return self.directory / "checkpoint" if self.directory else None
+
+    def load(self) -> dict[str, Any] | None:
+        import torch
+
+        if self.path is None or not (self.path / "state.pt").is_file():
+            return None
+        meta = json.loads((self.path / "meta.json").read_text())
+        differ = sorted(k for k in set(meta["fingerprint"]) | set(self.fingerprint)
+                        if meta["fingerprint"].get(k) != self.fingerprint.get(k))
+        if differ:
+            details = "; ".join(f"{k}: checkpoint {meta['fingerprint'].get(k)!r} vs run {self.fingerprint.get(k)!r}"
+                                for k in differ)
+            raise InputError(f"checkpoint {self.path} was written by a different run ({details}); "
+                             "delete it to start this run from scratch")
+        LOG.info("resuming from %s at step %d", self.path, meta["step"])
+        return torch.load(self.path / "state.pt", map_location="cpu", weights_only=False)
+
+    def save(self, state: dict[str, Any]) -> None:
+        import torch
+
+        if self.path is None:
+            return
+        with atomic_path(self.path) as tmp:
+            tmp.mkdir()
+            torch.save(state, tmp / "state.pt")
+            (tmp / "meta.json").write_text(json.dumps({"fingerprint": self.fingerprint, "step": state["step"]},
+                                                      sort_keys=True) + "\n")
+
+    def remove(self) -> None:
+        if self.directory is not None and self.directory.exists():
+            shutil.rmtree(self.directory)
+
+
+def _rng_state(dev) -> dict[str, Any]:
+    import numpy as np
+    import torch
+
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if dev.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    import numpy as np
+    import torch
+
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state:
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
 def linear_schedule(step: int, total: int, warmup: int) -> float:
     """Learning-rate multiplier: 0 -> 1 over ``warmup`` steps, then 1 -> 0 at ``total``
     (the convention of transformers' get_linear_schedule_with_warmup)."""
@@ -77,11 +155,15 @@ def linear_schedule(step: int, total: int, warmup: int) -> float:
 
 
 def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, str]], settings: dict[str, Any],
-                seed: int, threads: int, output: Path) -> dict[str, Any]:
+                seed: int, threads: int, output: Path, checkpoint_dir: Path | None = None,
+                checkpoint_every: int = 1000, keep_checkpoints: bool = False) -> dict[str, Any]:
     import torch
     from tqdm import tqdm
 
     started = time.time()
+    checkpointer = Checkpointer(checkpoint_dir, {"phase": phase, "seed": seed, "settings_hash": settings_hash(settings),
+                                                 "encoder": str(encoder_dir), "data": canonical_json(data)},
+                                checkpoint_every)
     configure_torch(threads)
     seed_everything(seed)
     dev = device()
@@ -140,56 +222,95 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, str]], 
     eval_every = int(settings["eval_every"])
     best = {"score": -math.inf, "step": 0, "scores": {}}
     best_state = None
-    history, bad_evals, padding = [], 0, {"real": 0, "total": 0}
+    history, bad_evals, padding, start, elapsed = [], 0, {"real": 0, "total": 0}, 0, 0.0
 
-    for step in tqdm(range(total), desc=f"{phase} training", mininterval=10):
-        model.train()
-        name = sampler.next()
-        task = tasks[name]
-        feats = streams[name].next()
-        loss_value = 0.0
-        for k in range(0, len(feats), micro):
-            chunk = feats[k:k + micro]
-            batch = {key: v.to(dev) for key, v in collate(chunk, task.format, tokenizer.pad_token_id,
-                                                           mlm_args if task.format == MLM else None).items()}
-            padding["real"] += int(batch["attention_mask"].sum())
-            padding["total"] += batch["attention_mask"].numel()
-            with autocast(dev):
-                _, loss = forward(model, task.format, name, batch)
-            loss = loss * len(chunk) / len(feats)
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"non-finite loss {float(loss)} at step {step} on task {name}")
-            loss.backward()
-            loss_value += float(loss)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), float(settings["max_grad_norm"]))
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
+    resumed = checkpointer.load()
+    if resumed is not None:
+        model.load_state_dict(resumed["model"])
+        optimizer.load_state_dict(resumed["optimizer"])
+        scheduler.load_state_dict(resumed["scheduler"])
+        sampler.rng.setstate(resumed["sampler"])
+        for n, st in resumed["streams"].items():
+            streams[n].rng.setstate(st["rng"])
+            streams[n].batches, streams[n].passes = st["batches"], st["passes"]
+        mlm_args["generator"].set_state(resumed["mlm_generator"])
+        best, best_state, bad_evals = resumed["best"], resumed["best_state"], resumed["bad_evals"]
+        history, padding, start, elapsed = resumed["history"], resumed["padding"], resumed["step"], resumed["elapsed"]
+        _set_rng_state(resumed["rng"])
 
-        if (step + 1) % eval_every == 0 or step + 1 == total:
-            scores = {n: score_rows(model, tasks[n], tokenizer, rows, {**task_opts[n], "eval_batch_size": settings["eval_batch_size"]}, dev)
-                      for n, rows in dev_rows.items()}
-            score = _selection_score(tasks, scores) if scores else -float(loss_value)
-            history.append({"step": step + 1, "loss": loss_value, "score": score, "scores": scores,
-                            "lr": scheduler.get_last_lr()[0]})
-            LOG.info("step %d/%d: loss %.4f, dev score %.3f", step + 1, total, loss_value, score)
-            if score > best["score"]:
-                best = {"score": score, "step": step + 1, "scores": scores}
-                best_state = copy.deepcopy({k: v.detach().cpu() for k, v in model.state_dict().items()})
-                bad_evals = 0
-            else:
-                bad_evals += 1
-                if bad_evals >= int(settings["patience"]):
-                    LOG.info("early stopping at step %d (best step %d)", step + 1, best["step"])
-                    break
+    def state(next_step: int) -> dict[str, Any]:
+        return {"step": next_step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(), "sampler": sampler.rng.getstate(),
+                "streams": {n: {"rng": st.rng.getstate(), "batches": st.batches, "passes": st.passes}
+                            for n, st in streams.items()},
+                "mlm_generator": mlm_args["generator"].get_state(), "best": best, "best_state": best_state,
+                "bad_evals": bad_evals, "history": history, "padding": padding, "rng": _rng_state(dev),
+                "elapsed": elapsed + time.time() - started}
+
+    # Slurm sends SIGUSR1 (with --signal) or SIGTERM before killing a job: checkpoint, then stop.
+    stop_signal: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, frame: stop_signal.append(signum))
+                for sig in (signal.SIGTERM, signal.SIGUSR1)}
+    try:
+        step = start
+        for step in tqdm(range(start, total), desc=f"{phase} training", mininterval=10, initial=start, total=total):
+            model.train()
+            name = sampler.next()
+            task = tasks[name]
+            feats = streams[name].next()
+            loss_value = 0.0
+            for k in range(0, len(feats), micro):
+                chunk = feats[k:k + micro]
+                batch = {key: v.to(dev) for key, v in collate(chunk, task.format, tokenizer.pad_token_id,
+                                                               mlm_args if task.format == MLM else None).items()}
+                padding["real"] += int(batch["attention_mask"].sum())
+                padding["total"] += batch["attention_mask"].numel()
+                with autocast(dev):
+                    _, loss = forward(model, task.format, name, batch)
+                loss = loss * len(chunk) / len(feats)
+                if not torch.isfinite(loss):
+                    raise FloatingPointError(f"non-finite loss {float(loss)} at step {step} on task {name}")
+                loss.backward()
+                loss_value += float(loss)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), float(settings["max_grad_norm"]))
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+
+            if (step + 1) % eval_every == 0 or step + 1 == total:
+                scores = {n: score_rows(model, tasks[n], tokenizer, rows, {**task_opts[n], "eval_batch_size": settings["eval_batch_size"]}, dev)
+                          for n, rows in dev_rows.items()}
+                score = _selection_score(tasks, scores) if scores else -float(loss_value)
+                history.append({"step": step + 1, "loss": loss_value, "score": score, "scores": scores,
+                                "lr": scheduler.get_last_lr()[0]})
+                LOG.info("step %d/%d: loss %.4f, dev score %.3f", step + 1, total, loss_value, score)
+                if score > best["score"]:
+                    best = {"score": score, "step": step + 1, "scores": scores}
+                    best_state = copy.deepcopy({k: v.detach().cpu() for k, v in model.state_dict().items()})
+                    bad_evals = 0
+                else:
+                    bad_evals += 1
+                    if bad_evals >= int(settings["patience"]):
+                        LOG.info("early stopping at step %d (best step %d)", step + 1, best["step"])
+                        break
+            if stop_signal:
+                checkpointer.save(state(step + 1))
+                raise Preempted(stop_signal[0], step + 1)
+            if (step + 1) % checkpointer.every == 0 and step + 1 < total:
+                checkpointer.save(state(step + 1))
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     if best_state is not None:
         model.load_state_dict(best_state)
     log = {"phase": phase, "seed": seed, "total_steps": total, "warmup_steps": warmup, "best": best,
            "history": history, "task_probabilities": sampler.probabilities,
            "padding_share": 1 - padding["real"] / max(1, padding["total"]),
-           "settings": settings, "settings_hash": settings_hash(settings),
-           "wall_time_s": round(time.time() - started, 3)}
+           "settings": settings, "settings_hash": settings_hash(settings), "resumed_at_step": start or None,
+           "wall_time_s": round(elapsed + time.time() - started, 3)}
     _save(model, tokenizer, phase, log, output)
+    if not keep_checkpoints:  # XLM-R large checkpoints are several GB each
+        checkpointer.remove()
     return log
 
 
@@ -226,12 +347,21 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--output", required=True, type=Path)
+    ap.add_argument("--checkpoint-dir", type=Path, help="where resumable checkpoints live (none: no checkpoints)")
+    ap.add_argument("--checkpoint-every", type=int, default=1000, help="steps between checkpoints")
+    ap.add_argument("--keep-checkpoints", action="store_true", help="keep the checkpoint once the output exists")
     args = ap.parse_args(argv)
     try:
         train_phase(args.phase, args.encoder, json.loads(args.data), load_settings(args.settings),
-                    args.seed, args.threads, args.output)
+                    args.seed, args.threads, args.output, args.checkpoint_dir, args.checkpoint_every,
+                    args.keep_checkpoints)
     except InputError as err:
         raise SystemExit(f"error: {err}") from None
+    except FloatingPointError as err:
+        raise SystemExit(f"error: training diverged: {err}; no model was written") from None
+    except Preempted as err:
+        LOG.warning("%s", err)
+        raise SystemExit(128 + err.signum) from None
 
 
 if __name__ == "__main__":

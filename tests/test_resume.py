@@ -1,0 +1,100 @@
+"""Training survives being killed: a rerun resumes from the newest checkpoint and ends with
+the same metric file as an uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+SETTINGS = {"dropout": 0.1, "dev_examples": 60, "eval_batch_size": 32, "eval_every": 15, "learning_rate": 5e-4,
+            "max_grad_norm": 1.0, "max_micro_batch": 4, "multitask_cap": 131072, "multitask_epochs": 1,
+            "patience": 30, "warmup_ratio": 0.1, "weight_decay": 0.0,
+            "tasks": {"xnli": {"batch_size": 8, "epochs": 5, "max_length": 48, "select_language": "en"}}}
+
+
+def train_cmd(encoder, data, output, checkpoints, settings=SETTINGS):
+    return [sys.executable, "-m", "workflow_scripts.train", "target", "--encoder", str(encoder),
+            "--data", json.dumps(data), "--settings", json.dumps(settings), "--seed", "4",
+            "--output", str(output), "--checkpoint-dir", str(checkpoints), "--checkpoint-every", "10"]
+
+
+def evaluate(model: Path, xnli_dev: Path, out: Path) -> dict:
+    subprocess.run([sys.executable, "-m", "workflow_scripts.evaluate", "--target", "xnli", "--model", str(model),
+                    "--data", f"dev={xnli_dev}", f"test={xnli_dev}", "--seed", "4", "--output", str(out),
+                    "--settings", json.dumps({"languages": ["en", "de", "ru", "sw"], "max_length": 48,
+                                              "eval_batch_size": 32})], check=True, capture_output=True)
+    metrics = json.loads(out.read_text())
+    metrics.pop("wall_time_s")
+    return metrics
+
+
+def checkpoint_step(checkpoints: Path) -> int:
+    meta = checkpoints / "checkpoint" / "meta.json"
+    return json.loads(meta.read_text())["step"] if meta.is_file() else 0
+
+
+def interrupt(cmd, checkpoints: Path, sig: int, after_step: int) -> int:
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while checkpoint_step(checkpoints) < after_step:
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.time() < deadline
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    proc.wait(timeout=120)
+    return proc.returncode
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, demo_data, demo_encoder_dir):
+    tmp = tmp_path_factory.mktemp("reference")
+    data = {"xnli": {"train": str(demo_data["mnli.train"]), "dev": str(demo_data["xnli.dev"])}}
+    subprocess.run(train_cmd(demo_encoder_dir, data, tmp / "model", tmp / "ckpt"), check=True, capture_output=True)
+    assert not (tmp / "ckpt").exists(), "checkpoints are removed once the output exists"
+    log = json.loads((tmp / "model/train_log.json").read_text())
+    assert log["total_steps"] > 100 and log["resumed_at_step"] is None
+    return data, evaluate(tmp / "model", demo_data["xnli.dev"], tmp / "metrics.json")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGUSR1], ids=["SIGKILL", "SIGTERM", "SIGUSR1"])
+def test_interrupted_run_resumes_to_the_same_metric_file(tmp_path, reference, demo_data, demo_encoder_dir, sig):
+    data, expected = reference
+    cmd = train_cmd(demo_encoder_dir, data, tmp_path / "model", tmp_path / "ckpt")
+    code = interrupt(cmd, tmp_path / "ckpt", sig, after_step=30)
+    assert code == (-sig if sig == signal.SIGKILL else 128 + sig)
+    assert not (tmp_path / "model").exists(), "an interrupted job leaves no output"
+    stopped_at = checkpoint_step(tmp_path / "ckpt")
+    assert stopped_at >= 30
+    subprocess.run(cmd, check=True, capture_output=True)
+    log = json.loads((tmp_path / "model/train_log.json").read_text())
+    assert log["resumed_at_step"] == stopped_at
+    assert evaluate(tmp_path / "model", demo_data["xnli.dev"], tmp_path / "metrics.json") == expected
+    assert not (tmp_path / "ckpt").exists()
+
+
+def test_checkpoint_of_another_config_is_refused(tmp_path, demo_data, demo_encoder_dir, reference):
+    data, _ = reference
+    cmd = train_cmd(demo_encoder_dir, data, tmp_path / "model", tmp_path / "ckpt")
+    interrupt(cmd, tmp_path / "ckpt", signal.SIGTERM, after_step=10)
+    other = {**SETTINGS, "learning_rate": 1e-4}
+    proc = subprocess.run(train_cmd(demo_encoder_dir, data, tmp_path / "model", tmp_path / "ckpt", other),
+                          capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "written by a different run (settings_hash: checkpoint" in proc.stderr
+    assert not (tmp_path / "model").exists()
+
+
+def test_diverging_loss_stops_without_output(tmp_path, demo_data, demo_encoder_dir):
+    data = {"xnli": {"train": str(demo_data["mnli.train"]), "dev": str(demo_data["xnli.dev"])}}
+    diverging = {**SETTINGS, "learning_rate": 1e30, "max_grad_norm": 1e30, "warmup_ratio": 0.0}
+    proc = subprocess.run(train_cmd(demo_encoder_dir, data, tmp_path / "model", tmp_path / "ckpt", diverging),
+                          capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "training diverged: non-finite loss" in proc.stderr
+    assert not (tmp_path / "model").exists()

@@ -1,0 +1,59 @@
+"""Short real training runs on demo data: multi-task with MLM, and a target phase."""
+
+import json
+
+import pytest
+
+from conftest import local_settings
+from workflow_scripts.common import InputError
+from workflow_scripts.data import prepare
+from workflow_scripts.train import train_phase
+
+PHASE = {"dropout": 0.1, "dev_examples": 40, "eval_batch_size": 32, "eval_every": 4, "learning_rate": 1e-3,
+         "max_grad_norm": 1.0, "max_micro_batch": 4, "multitask_cap": 131072, "multitask_epochs": 1,
+         "patience": 30, "warmup_ratio": 0.1, "weight_decay": 0.0, "max_steps": 12}
+
+
+@pytest.fixture(scope="module")
+def mlm_data(tmp_path_factory):
+    out = tmp_path_factory.mktemp("mlm") / "train.parquet"
+    prepare("mlm", "train", {**local_settings("wikimedia/wikipedia", ["en", "de"]),
+                             "options": {"sentences": 60, "alpha": 0.3}}, out)
+    return out
+
+
+def test_multitask_with_mlm_trains_and_saves_the_encoder(tmp_path, demo_data, demo_encoder_dir, mlm_data):
+    settings = {**PHASE, "language": "en", "tasks": {
+        "mnli": {"batch_size": 8, "epochs": 1, "max_length": 48, "select_language": "en"},
+        "mlm": {"batch_size": 8, "epochs": 1, "max_length": 48}}}
+    data = {"mnli": {"train": str(demo_data["mnli.train"]), "dev": str(demo_data["mnli.train"])},
+            "mlm": {"train": str(mlm_data)}}
+    log = train_phase("intermediate", demo_encoder_dir, data, settings, seed=5, threads=1, output=tmp_path / "enc")
+    assert set(log["task_probabilities"]) == {"mnli", "mlm"}
+    assert log["total_steps"] == 12 and log["history"][-1]["step"] == 12
+    assert all(h["loss"] == h["loss"] for h in log["history"])  # finite, not NaN
+    # Model selection scores MNLI only; MLM is excluded from the score.
+    assert set(log["best"]["scores"]) == {"mnli"}
+    saved = tmp_path / "enc"
+    assert (saved / "config.json").is_file() and not (saved / "heads.pt").exists()
+    assert json.loads((saved / "train_log.json").read_text())["seed"] == 5
+
+
+def test_same_seed_same_result(tmp_path, demo_data, demo_encoder_dir):
+    settings = {**PHASE, "tasks": {"xnli": {"batch_size": 8, "epochs": 1, "max_length": 48,
+                                            "select_language": "en"}}}
+    data = {"xnli": {"train": str(demo_data["mnli.train"]), "dev": str(demo_data["xnli.dev"])}}
+    logs = [train_phase("target", demo_encoder_dir, data, settings, seed=2, threads=1, output=tmp_path / f"m{k}")
+            for k in range(2)]
+    assert [h["loss"] for h in logs[0]["history"]] == [h["loss"] for h in logs[1]["history"]]
+    assert logs[0]["best"] == logs[1]["best"]
+    assert (tmp_path / "m0/heads.pt").read_bytes() == (tmp_path / "m1/heads.pt").read_bytes()
+
+
+def test_training_without_examples_in_the_phase_language_is_refused(tmp_path, demo_data, demo_encoder_dir):
+    settings = {**PHASE, "language": "de", "tasks": {"mnli": {"batch_size": 8, "epochs": 1, "max_length": 48,
+                                                              "select_language": "de"}}}
+    data = {"mnli": {"train": str(demo_data["mnli.train"]), "dev": str(demo_data["mnli.train"])}}
+    with pytest.raises(InputError, match="no de dev examples|no de training examples"):
+        train_phase("intermediate", demo_encoder_dir, data, settings, seed=1, threads=1, output=tmp_path / "x")
+    assert not (tmp_path / "x").exists()

@@ -3,8 +3,8 @@
 import pytest
 
 from workflow_scripts.common import InputError
-from workflow_scripts.metrics import (accuracy, mlqa, mlqa_tokens, seqeval_f1, squad_normalize, squad_v1,
-                                      squad_v2)
+from workflow_scripts.metrics import (accuracy, mlqa, mlqa_tokens, seqeval_f1, seqeval_version, squad_normalize,
+                                      squad_v1, squad_v2)
 
 
 def test_squad_normalisation_rules():
@@ -65,6 +65,14 @@ def test_seqeval_f1_on_pos_chunks():
     assert seqeval_f1(pred, gold)["f1"] == pytest.approx(100 * 2 / 3)
     with pytest.raises(InputError, match="sentence 0"):
         seqeval_f1([["NOUN"]], gold)
+
+
+def test_pinned_seqeval_scores_pos_tags_as_whole_types():
+    # seqeval 0.0.12 (XTREME's): chunk types are whole tags, so gold VERB(0) X(1) vs predicted
+    # SYM(0) X(1) shares one of two chunks: F1 = 0.5. seqeval 1.x strips the first character
+    # ("X" loses its type) and scores this 0.
+    assert seqeval_version() == "0.0.12"
+    assert seqeval_f1([["SYM", "X"]], [["VERB", "X"]])["f1"] == pytest.approx(50.0)
 
 
 def test_accuracy():

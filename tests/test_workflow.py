@@ -46,7 +46,7 @@ def with_config(repo: Path, edit, name: str) -> Path:
 
 def run_outputs(config: dict, inter: str) -> set[tuple[str, str]]:
     """Every job downstream of intermediate config `inter`: its training, targets, evaluations."""
-    jobs = {("aggregate_tables", "results/tables/main.md"), ("all", "")}
+    jobs = {("aggregate_tables", "results/tables/main.md"), ("all", "")}  # first output of each job
     for seed in config["seeds"]:
         jobs.add(("train_intermediate", f"results/intermediate/{inter}/seed{seed}/encoder"))
         for target in config["targets"]:
@@ -73,14 +73,24 @@ def test_demo_writes_tables_and_complete_metric_files(demo):
                 for split in m["scores"]:
                     assert set(m["scores"][split]) == set(m["languages"])
                 assert m["metric"] == get_task(target).metric and m["settings_hash"] and m["wall_time_s"] > 0
-                if target == "udpos":
-                    assert m["seqeval_version"] == m["versions"]["seqeval"]
-                if target == "tatoeba":
+                assert m["seqeval_version"] == m["versions"]["seqeval"] == "0.0.12"
+                if get_task(target).is_retrieval:
                     assert m["retrieval"]["layer"] == config["retrieval"]["layer"]
+                    assert m["retrieval"]["pooling"] == config["retrieval"]["pooling"]
                     assert "hidden_states index" in m["retrieval"]["layer_convention"]
+                else:
+                    assert m["retrieval"] is None and "score" in m["selection"]
+                if target == "bucc":
+                    assert set(m["retrieval"]["thresholds_from_dev"]) == set(m["languages"])
+    assert "| best models |" in main
+    best = (demo / "results/tables/best.csv").read_text().splitlines()
+    assert best[0] == "target,intermediate,seed,metric,value"
+    trained_or_dev = [t for t in config["targets"] if get_task(t).trains or "dev" in get_task(t).eval_splits]
+    assert {line.split(",")[0] for line in best[1:]} == set(trained_or_dev)
     stats = json.loads((demo / "results/data_mt/hellaswag/de/train.stats.json").read_text())
     assert stats["kept"] == stats["examples"] > 0
     assert list((demo / "logs").rglob("*.log")), "every rule logs under logs/"
+    assert not (demo / "results/checkpoints").exists() or not any((demo / "results/checkpoints").rglob("state.pt"))
 
 
 def test_nothing_to_do_after_a_complete_run(demo):

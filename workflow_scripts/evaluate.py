@@ -126,13 +126,14 @@ def evaluate_run(target: str, model_dir: Path, data: dict[str, str], settings: d
             scores[split] = {lang: score_rows(model, task, tokenizer, rows, settings, dev)
                              for lang, rows in by_lang.items()}
         extra["selection"] = read_json(model_dir / "train_log.json")["best"]
-    if task.metric == "seqeval_f1":
-        extra["seqeval_version"] = seqeval_version()
+    # Every metric file names the scorer versions and retrieval settings (null: not a retrieval target).
+    extra.setdefault("retrieval", None)
     return {
         "target": target, "metric": task.metric, "primary": primary_metric(task.metric),
         "languages": languages, "splits": list(task.eval_splits),
         "scores": scores, "average": {split: average(per) for split, per in scores.items()},
         "seed": seed, "settings": settings, "settings_hash": settings_hash(settings),
+        "seqeval_version": seqeval_version(),
         "versions": {p: version(p) for p in ("torch", "transformers", "seqeval", "faiss-cpu")},
         "wall_time_s": round(time.time() - started, 3), **extra,
     }

@@ -36,7 +36,7 @@ def test_doc_stride_is_the_step_between_windows(demo_data, tokenizer):
                                         return_offsets_mapping=True)["offset_mapping"]]
 
     def first_token(feature):
-        window = [o for o in feature["offsets"] if o is not None]
+        window = [tuple(o) for o in feature["offsets"] if o is not None]
         return next(i for i in range(len(full)) if full[i:i + len(window)] == window)
 
     firsts = [first_token(f) for f in enc.features]
@@ -44,7 +44,7 @@ def test_doc_stride_is_the_step_between_windows(demo_data, tokenizer):
     # Window k starts doc_stride context tokens after window k-1 (the last may start earlier
     # or later only because it reaches the end of the context).
     assert all(b - a == SPAN_OPTS["doc_stride"] for a, b in zip(firsts, firsts[1:-1]))
-    last = [o for o in enc.features[-1]["offsets"] if o is not None]
+    last = [tuple(o) for o in enc.features[-1]["offsets"] if o is not None]
     assert last[-1] == full[-1]
 
 
@@ -100,3 +100,26 @@ def test_length_grouping_reduces_padding_and_is_seeded(demo_data, tokenizer):
     random.Random(1).shuffle(order)
     plain = [order[i:i + 16] for i in range(0, len(order), 16)]
     assert pad_share(grouped) < pad_share(plain)
+
+
+def test_features_live_in_arrow_at_four_bytes_a_token(demo_data, tokenizer):
+    import pyarrow as pa
+
+    rows = read_table(demo_data["mnli.train"]).to_pylist()
+    enc = encode(get_task("mnli"), tokenizer, rows, {"max_length": 64}, train=True)
+    ids = enc.features.table.column("input_ids")
+    assert ids.type == pa.list_(pa.int32())
+    tokens = int(enc.features.lengths.sum())
+    assert ids.nbytes <= 4 * tokens + 4 * (len(rows) + 1) + 64  # values + offsets, nothing per token else
+    assert enc.features[3] == enc.features.take([3])[0] and enc.features[-1] == enc.features.take([len(rows) - 1])[0]
+
+
+def test_multiple_choice_length_is_the_longest_choice(tokenizer):
+    rows = [{"id": "a", "lang": "en", "context": "one two", "choices": ["x", "a much longer choice here", "y", "z"],
+             "label": 1},
+            {"id": "b", "lang": "en", "context": "three", "choices": ["p", "q", "r", "s"], "label": 0}]
+    enc = encode(get_task("hellaswag"), tokenizer, rows, {"max_length": 32}, train=True)
+    for k, f in enumerate(enc.features):
+        assert enc.features.lengths[k] == max(len(c) for c in f["input_ids"])
+    batch = collate(enc.features.take([0, 1]), "multiple_choice", tokenizer.pad_token_id)
+    assert batch["input_ids"].shape == (2, 4, int(enc.features.lengths.max()))

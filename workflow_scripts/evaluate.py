@@ -39,7 +39,7 @@ def predict_logits(model, task: Task, encoded: Encoded, batch_size: int, pad_id:
     model.eval()
     with torch.inference_mode():
         for idx in tqdm(sorted_batches(encoded.features, batch_size), desc=f"predict {task.name}", mininterval=5):
-            feats = [encoded.features[k] for k in idx]
+            feats = encoded.features.take(idx)
             batch = {k: v.to(dev) for k, v in collate(feats, task.format, pad_id).items()
                      if k in ("input_ids", "attention_mask")}
             with autocast(dev):

@@ -67,7 +67,7 @@ class TaskStream:
         if not self.batches:
             self.batches = length_grouped_batches(self.encoded.features, self.batch_size, self.rng)
             self.passes += 1
-        return [self.encoded.features[k] for k in self.batches.pop()]
+        return self.encoded.features.take(self.batches.pop())
 
 
 class Preempted(Exception):

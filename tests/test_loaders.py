@@ -102,3 +102,26 @@ def test_missing_ccg_path_is_named(tmp_path):
 def test_missing_language_in_a_per_language_config_is_named(tmp_path):
     with pytest.raises(InputError, match="PAN-X.fr"):
         prepare("panx", "test", local_settings("google/xtreme", ["en", "fr"]), tmp_path / "out.parquet")
+
+
+def test_mlm_quotas_follow_alpha_smoothed_language_shares(tmp_path):
+    import json
+
+    from workflow_scripts.data import split_sentences
+
+    for lang, n_articles in (("en", 90), ("de", 20)):
+        path = tmp_path / f"wikimedia/wikipedia/20231101.{lang}/train.jsonl"
+        path.parent.mkdir(parents=True)
+        path.write_text("".join(json.dumps({"id": str(i), "url": "", "title": "t",
+                                            "text": f"One {i}. Two {i}!\nThree {i}?"}) + "\n"
+                                for i in range(n_articles)))
+    settings = {"source": "local", "local_root": str(tmp_path), "hub": {"path": "wikimedia/wikipedia"},
+                "languages": ["en", "de"], "options": {"sentences": 100, "alpha": 0.3, "seed": 1}}
+    prepare("mlm", "train", settings, tmp_path / "mlm.parquet")
+    rows = read_table(tmp_path / "mlm.parquet").to_pylist()
+    # p = (90, 20) / 110; p^0.3 = (0.9416, 0.5996) -> shares (0.611, 0.389) of 100 sentences.
+    counts = {lang: sum(r["lang"] == lang for r in rows) for lang in ("en", "de")}
+    assert counts == {"en": 61, "de": 39}
+    assert all(r["text"].split()[0] in ("One", "Two", "Three") for r in rows)
+    assert split_sentences("北京很大。上海也很大。") == ["北京很大。", "上海也很大。"]
+    assert split_sentences("यह है। वह है।\nA b. C d") == ["यह है।", "वह है।", "A b.", "C d"]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -81,24 +82,46 @@ class Source:
 
         return HfApi().dataset_info(self.path, revision=self.revision).sha
 
-    def rows(self, name: str | None, split: str) -> Iterator[Row]:
+    def _local_file(self, name: str | None, split: str) -> Path:
+        file = self.local_root / self.path / (name or "default") / f"{split}.jsonl"
+        if not file.is_file():
+            raise InputError(f"missing data file {file} (task source {self.path}, config {name}, split {split})")
+        return file
+
+    def num_rows(self, name: str | None, split: str) -> int:
         if self.kind == "local":
-            file = self.local_root / self.path / (name or "default") / f"{split}.jsonl"
-            if not file.is_file():
-                raise InputError(f"missing data file {file} (task source {self.path}, config {name}, split {split})")
+            with self._local_file(name, split).open(encoding="utf-8") as f:
+                return sum(1 for line in f if line.strip())
+        import datasets
+
+        builder = datasets.load_dataset_builder(self.path, name, revision=self.revision)
+        return builder.info.splits[split].num_examples
+
+    def rows(self, name: str | None, split: str, shuffle_seed: int | None = None) -> Iterator[Row]:
+        """Rows in stored order, or (``shuffle_seed``) in a seeded shuffled order; with a
+        seed the Hub is streamed, so a corpus is never downloaded whole."""
+        if self.kind == "local":
+            file = self._local_file(name, split)
+            rows = []
             with file.open(encoding="utf-8") as f:
                 for lineno, line in enumerate(f, 1):
                     if not line.strip():
                         continue
                     try:
-                        yield json.loads(line)
+                        rows.append(json.loads(line))
                     except json.JSONDecodeError as err:
                         raise InputError(f"corrupt data file {file}, line {lineno}: {err}") from err
+            if shuffle_seed is not None:
+                random.Random(shuffle_seed).shuffle(rows)
+            yield from rows
             return
         import datasets  # imported here: only download jobs need it
 
-        ds = datasets.load_dataset(self.path, name, split=split, revision=self.revision)
-        yield from ds
+        if shuffle_seed is None:
+            yield from datasets.load_dataset(self.path, name, split=split, revision=self.revision)
+        else:
+            stream = datasets.load_dataset(self.path, name, split=split, revision=self.revision, streaming=True)
+            yield from stream.shuffle(seed=shuffle_seed, buffer_size=10_000)
 
 
 # ---------------------------------------------------------------------------------------
@@ -463,30 +486,43 @@ def _tatoeba(src: Source, split: str, langs: list[str], opts: dict[str, Any]) ->
                    "target": r["target_sentence"].strip()}
 
 
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？।])")
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences of a Wikipedia article: paragraphs split after sentence-final punctuation
+    (Latin, CJK and Devanagari full stops)."""
+    out = []
+    for paragraph in text.split("\n"):
+        out += [s.strip() for s in _SENTENCE_END.split(paragraph) if len(s.strip()) > 1]
+    return out
+
+
 @converter("mlm")
 def _mlm(src: Source, split: str, langs: list[str], opts: dict[str, Any]) -> Iterable[Row]:
-    """Multilingual Wikipedia sentences, languages sampled with q_i ~ p_i^alpha (XLM)."""
+    """Multilingual Wikipedia sentences for MLM, as in XLM: language i gets a share
+    q_i = p_i^alpha / sum_j p_j^alpha of the `sentences` total, p_i being its share of
+    articles. Articles are read in a seeded shuffled order until the quota is filled."""
     snapshot, total = opts.get("snapshot", "20231101"), int(opts.get("sentences", 2_000_000))
     alpha, seed = float(opts.get("alpha", 0.3)), int(opts.get("seed", 0))
-    per_lang: dict[str, list[str]] = {}
+    sizes = {lang: src.num_rows(f"{snapshot}.{lang}", "train") for lang in langs}
+    empty = [lang for lang, n in sizes.items() if n == 0]
+    if empty:
+        raise InputError(f"mlm: no Wikipedia articles for languages {empty}")
+    weights = {lang: (n / sum(sizes.values())) ** alpha for lang, n in sizes.items()}
     for lang in langs:
-        sentences: list[str] = []
-        for r in src.rows(f"{snapshot}.{lang}", "train"):
-            sentences += [s.strip() for s in r["text"].split("\n") if s.strip()]
-            if len(sentences) >= total:
+        quota = max(1, round(total * weights[lang] / sum(weights.values())))
+        n = 0
+        for article in src.rows(f"{snapshot}.{lang}", "train", shuffle_seed=seed):
+            for sentence in split_sentences(article["text"]):
+                yield {"id": f"mlm-{lang}-{n}", "lang": lang, "text": sentence}
+                n += 1
+                if n == quota:
+                    break
+            if n == quota:
                 break
-        if not sentences:
-            raise InputError(f"mlm: no Wikipedia text for language {lang!r}")
-        per_lang[lang] = sentences
-    sizes = {lang: len(s) for lang, s in per_lang.items()}
-    norm = sum(sizes.values())
-    weights = {lang: (n / norm) ** alpha for lang, n in sizes.items()}
-    wsum = sum(weights.values())
-    rng = random.Random(seed)
-    for lang, sentences in per_lang.items():
-        want = min(len(sentences), max(1, round(total * weights[lang] / wsum)))
-        for i, s in enumerate(rng.sample(sentences, want)):
-            yield {"id": f"mlm-{lang}-{i}", "lang": lang, "text": s}
+        if n < quota:
+            LOG.warning("mlm: %s has %d sentences, fewer than its quota %d", lang, n, quota)
 
 
 def _require_languages(task: str, split: str, counts: dict[str, int]) -> None:

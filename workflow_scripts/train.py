@@ -271,7 +271,7 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, str]], 
                 if not torch.isfinite(loss):
                     raise FloatingPointError(f"non-finite loss {float(loss)} at step {step} on task {name}")
                 loss.backward()
-                loss_value += float(loss)
+                loss_value += float(loss.detach())
             torch.nn.utils.clip_grad_norm_(model.parameters(), float(settings["max_grad_norm"]))
             optimizer.step()
             scheduler.step()

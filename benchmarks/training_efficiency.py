@@ -90,7 +90,8 @@ def main() -> None:
         model = XLMRobertaForSequenceClassification.from_pretrained(tmp / "encoder", num_labels=3)
         train_ds = [{"input_ids": f["input_ids"], "labels": f["labels"]} for f in enc.features]
         targs = TrainingArguments(output_dir=str(tmp / "hf"), per_device_train_batch_size=args.batch_size,
-                                  max_steps=args.steps, learning_rate=1e-5, warmup_ratio=0.1, report_to=[],
+                                  max_steps=args.steps, learning_rate=1e-5, warmup_steps=max(1, args.steps // 10),
+                                  report_to=[],
                                   save_strategy="no", logging_strategy="no", use_cpu=True, seed=0,
                                   dataloader_num_workers=0)
         trainer = Trainer(model=model, args=targs, train_dataset=train_ds,

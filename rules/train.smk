@@ -16,15 +16,17 @@ rule train_intermediate:
         mem_mb=res("train_intermediate", "mem_mb"),
         runtime=res("train_intermediate", "runtime"),
         gpu=res("train_intermediate", "gpu"),
-        # How often to checkpoint is operational: a resource, so changing it reruns nothing.
+        # Checkpointing is operational: resources, so changing it reruns nothing.
         checkpoint_every=res("train_intermediate", "checkpoint_every"),
+        keep_checkpoints=res("train_intermediate", "keep_checkpoints"),
     conda:
         "../envs/training.yaml"
     shell:
         "python -m workflow_scripts.train intermediate --encoder {input.encoder}"
         " --data {params.data:q} --settings {params.settings:q} --seed {wildcards.seed}"
         " --threads {threads} --output {output.model} --checkpoint-dir {params.checkpoints}"
-        " --checkpoint-every {resources.checkpoint_every} > {log} 2>&1"
+        " --checkpoint-every {resources.checkpoint_every}"
+        " --keep-checkpoints {resources.keep_checkpoints} > {log} 2>&1"
 
 
 rule train_target:
@@ -44,12 +46,14 @@ rule train_target:
         mem_mb=res("train_target", "mem_mb"),
         runtime=res("train_target", "runtime"),
         gpu=res("train_target", "gpu"),
-        # How often to checkpoint is operational: a resource, so changing it reruns nothing.
+        # Checkpointing is operational: resources, so changing it reruns nothing.
         checkpoint_every=res("train_target", "checkpoint_every"),
+        keep_checkpoints=res("train_target", "keep_checkpoints"),
     conda:
         "../envs/training.yaml"
     shell:
         "python -m workflow_scripts.train target --encoder {input.encoder}"
         " --data {params.data:q} --settings {params.settings:q} --seed {wildcards.seed}"
         " --threads {threads} --output {output.model} --checkpoint-dir {params.checkpoints}"
-        " --checkpoint-every {resources.checkpoint_every} > {log} 2>&1"
+        " --checkpoint-every {resources.checkpoint_every}"
+        " --keep-checkpoints {resources.keep_checkpoints} > {log} 2>&1"

@@ -98,3 +98,12 @@ def test_diverging_loss_stops_without_output(tmp_path, demo_data, demo_encoder_d
     assert proc.returncode != 0
     assert "training diverged: non-finite loss" in proc.stderr
     assert not (tmp_path / "model").exists()
+
+
+def test_checkpoints_can_be_kept(tmp_path, demo_data, demo_encoder_dir):
+    data = {"xnli": {"train": str(demo_data["mnli.train"]), "dev": str(demo_data["xnli.dev"])}}
+    short = {**SETTINGS, "max_steps": 25}
+    subprocess.run(train_cmd(demo_encoder_dir, data, tmp_path / "model", tmp_path / "ckpt", short)
+                   + ["--keep-checkpoints", "1"], check=True, capture_output=True)
+    assert (tmp_path / "model/heads.pt").is_file()
+    assert checkpoint_step(tmp_path / "ckpt") == 20

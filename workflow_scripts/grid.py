@@ -267,7 +267,8 @@ def table_settings(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def resources(config: dict[str, Any], rule: str) -> dict[str, int]:
-    res = {"threads": 1, "mem_mb": 4000, "runtime": 60, "gpu": 0, "checkpoint_every": 1000}
+    res = {"threads": 1, "mem_mb": 4000, "runtime": 60, "gpu": 0, "checkpoint_every": 1000,
+           "keep_checkpoints": 0}
     res.update(config.get("resources", {}).get("default", {}))
     res.update(config.get("resources", {}).get(rule, {}))
     return res

@@ -349,12 +349,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--output", required=True, type=Path)
     ap.add_argument("--checkpoint-dir", type=Path, help="where resumable checkpoints live (none: no checkpoints)")
     ap.add_argument("--checkpoint-every", type=int, default=1000, help="steps between checkpoints")
-    ap.add_argument("--keep-checkpoints", action="store_true", help="keep the checkpoint once the output exists")
+    ap.add_argument("--keep-checkpoints", type=int, choices=[0, 1], default=0,
+                    help="1: keep the checkpoint once the output exists (default: delete it)")
     args = ap.parse_args(argv)
     try:
         train_phase(args.phase, args.encoder, json.loads(args.data), load_settings(args.settings),
                     args.seed, args.threads, args.output, args.checkpoint_dir, args.checkpoint_every,
-                    args.keep_checkpoints)
+                    bool(args.keep_checkpoints))
     except InputError as err:
         raise SystemExit(f"error: {err}") from None
     except FloatingPointError as err:

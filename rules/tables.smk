@@ -7,6 +7,8 @@ rule aggregate_tables:
         best_csv="results/tables/best.csv",
         per_language_md="results/tables/per_language.md",
         per_language_csv="results/tables/per_language.csv",
+        translated_md="results/tables/translated.md",
+        translated_csv="results/tables/translated.csv",
         runs_csv="results/tables/runs.csv",
     log:
         "logs/aggregate_tables.log",
@@ -16,7 +18,8 @@ rule aggregate_tables:
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts.tables --settings {params.settings:q} --metrics {input.metrics}"
+        "python -m workflow_scripts.tables results --settings {params.settings:q} --metrics {input.metrics}"
         " --main-md {output.main_md} --main-csv {output.main_csv} --best-csv {output.best_csv}"
         " --per-language-md {output.per_language_md} --per-language-csv {output.per_language_csv}"
+        " --translated-md {output.translated_md} --translated-csv {output.translated_csv}"
         " --runs-csv {output.runs_csv} > {log} 2>&1"

@@ -9,6 +9,8 @@ rule translate_task_data:
         "logs/translate_task_data/{task}/{lang}/{split}.log",
     params:
         settings=settings(grid.translation_settings, "task"),
+        # Shared by every translation into {lang}: a rerun translates only new text.
+        cache="results/cache/translation/{lang}.sqlite",
         code=module_digest("translate"),
     threads: res("translate_task_data", "threads")
     resources:
@@ -18,6 +20,50 @@ rule translate_task_data:
     conda:
         "../envs/training.yaml"
     shell:
-        "python -m workflow_scripts.translate --task {wildcards.task} --lang {wildcards.lang}"
-        " --model {input.model} --input {input.data} --settings {params.settings:q}"
+        "python -m workflow_scripts.translate data --task {wildcards.task} --lang {wildcards.lang}"
+        " --model {input.model} --input {input.data} --settings {params.settings:q} --cache {params.cache}"
         " --threads {threads} --output {output.data} --stats {output.stats} > {log} 2>&1"
+
+
+rule score_translation_quality:
+    input:
+        model="results/models/translator/{lang}",
+        dev="results/data/xnli/dev.parquet",
+        test="results/data/xnli/test.parquet",
+    output:
+        quality="results/translation/quality/{lang}.json",
+    log:
+        "logs/score_translation_quality/{lang}.log",
+    params:
+        settings=lambda wildcards: canonical_json(grid.translation_settings(config)),
+        cache="results/cache/translation/{lang}.sqlite",
+        code=module_digest("translate"),
+    threads: res("translate_task_data", "threads")
+    resources:
+        mem_mb=res("translate_task_data", "mem_mb"),
+        runtime=res("translate_task_data", "runtime"),
+        gpu=res("translate_task_data", "gpu"),
+    conda:
+        "../envs/training.yaml"
+    shell:
+        "python -m workflow_scripts.translate quality --lang {wildcards.lang} --model {input.model}"
+        " --data dev={input.dev} test={input.test} --settings {params.settings:q} --cache {params.cache}"
+        " --threads {threads} --output {output.quality} > {log} 2>&1"
+
+
+rule tabulate_translation:
+    input:
+        stats=lambda wildcards: grid.translation_stats_files(config),
+        quality=lambda wildcards: [grid.quality_file(lang) for lang in grid.quality_languages(config)],
+    output:
+        md="results/tables/translation.md",
+        csv="results/tables/translation.csv",
+    log:
+        "logs/tabulate_translation.log",
+    params:
+        code=module_digest("tables"),
+    conda:
+        "../envs/data.yaml"
+    shell:
+        "python -m workflow_scripts.tables translation --stats {input.stats} --quality {input.quality}"
+        " --md {output.md} --csv {output.csv} > {log} 2>&1"

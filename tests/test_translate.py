@@ -90,3 +90,99 @@ def test_classification_and_choices_keep_labels(demo_data):
     assert out[0]["choices"] == ["a!", "b!", "", "d!"] and out[0]["label"] == 2
     with pytest.raises(ValueError):
         translate_rows("tagging", [], lambda ts: ts, "de", 10)
+
+
+# ----- the MarianMT path, on the tiny demo translator ---------------------------------------
+
+import json  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+from workflow_scripts.translate import MarianTranslator, TranslationCache, translation_quality  # noqa: E402
+
+MT_SETTINGS = {"batch_size": 8, "num_beams": 1, "max_new_tokens": 12, "max_fuzzy_distance": 10}
+
+
+@pytest.fixture(scope="module")
+def translator_dir(tmp_path_factory, demo_data):
+    from workflow_scripts.models import build_demo_translator
+
+    out = tmp_path_factory.mktemp("mt") / "de"
+    build_demo_translator({"vocab_size": 800, "d_model": 16, "layers": 1, "heads": 2, "ffn_dim": 32,
+                           "max_position_embeddings": 64}, [str(p) for p in demo_data.values()], "de", out)
+    return out
+
+
+def test_cache_persists_across_jobs_and_separates_models(tmp_path):
+    db = tmp_path / "cache.sqlite"
+    TranslationCache(db, "model-a").put_many({"Hello.": "Hallo."})
+    assert TranslationCache(db, "model-a").get_many(["Hello.", "Bye."]) == {"Hello.": "Hallo."}
+    assert TranslationCache(db, "model-b").get_many(["Hello."]) == {}
+
+
+def test_rerun_translates_only_new_text(tmp_path, translator_dir, demo_data):
+    import torch
+
+    texts = [r["text_a"] for r in read_table(demo_data["mnli.train"]).to_pylist()[:30]]
+    first = MarianTranslator(translator_dir, MT_SETTINGS, torch.device("cpu"), tmp_path / "c.sqlite")
+    out1 = first(texts + texts[:5])  # repeats are translated once
+    assert first.counts["segments_translated"] == first.counts["segments_requested"] <= len(set(texts)) * 2
+    second = MarianTranslator(translator_dir, MT_SETTINGS, torch.device("cpu"), tmp_path / "c.sqlite")
+    assert second(texts) == out1[:30]
+    assert second.counts["segments_translated"] == 0
+    assert second.counts["segments_from_cache"] == second.counts["segments_requested"] > 0
+
+
+def test_inputs_beyond_the_model_limit_and_empty_strings(tmp_path, translator_dir):
+    import torch
+
+    mt = MarianTranslator(translator_dir, MT_SETTINGS, torch.device("cpu"), None)
+    long_text = " ".join(["Anna bought the red book at the market"] * 40)  # no sentence breaks
+    segments = mt._segments(long_text)
+    assert len(segments) > 1 and all(len(mt.tokenizer(s)["input_ids"]) <= mt.limit for s in segments)
+    assert " ".join(segments) == long_text
+    out = mt(["", long_text, "   "])
+    assert out[0] == "" and out[2] == "" and isinstance(out[1], str)
+
+
+def test_random_translator_drops_spans_without_crashing(tmp_path, translator_dir, demo_data):
+    cmd = [sys.executable, "-m", "workflow_scripts.translate", "data", "--task", "squad", "--lang", "de",
+           "--model", str(translator_dir), "--input", str(demo_data["squad.train"]),
+           "--settings", json.dumps(MT_SETTINGS), "--output", str(tmp_path / "out.parquet"),
+           "--stats", str(tmp_path / "stats.json")]
+    subprocess.run(cmd, check=True, capture_output=True)
+    stats = json.loads((tmp_path / "stats.json").read_text())
+    out = read_table(tmp_path / "out.parquet").to_pylist()
+    assert stats["kept"] == len(out)
+    assert stats["kept"] + stats["dropped_unaligned"] + stats["dropped_no_answer_in_source"] == stats["examples"]
+    for r in out:
+        s, t = r["answer_starts"][0], r["answer_texts"][0]
+        assert r["context"][s:s + len(t)] == t
+
+
+def test_quality_against_references():
+    perfect = translation_quality(lambda xs: list(xs), ["Der Hund schläft.", "Ein Haus."],
+                                  ["Der Hund schläft.", "Ein Haus."])
+    assert perfect["bleu"] == pytest.approx(100) and perfect["chrf"] == pytest.approx(100)
+    worse = translation_quality(lambda xs: ["Die Katze." for _ in xs], ["a", "b"], ["Der Hund schläft.", "Ein Haus."])
+    assert worse["bleu"] < 10 and worse["chrf"] < perfect["chrf"]
+    assert "nrefs:1" in perfect["bleu_signature"]
+    with pytest.raises(ValueError):
+        translation_quality(lambda xs: list(xs), ["a"], [])
+
+
+def test_translation_tables(tmp_path):
+    from workflow_scripts.tables import translation_tables
+
+    stats = tmp_path / "train.stats.json"
+    stats.write_text(json.dumps({"task": "squad", "language": "de", "examples": 10, "kept": 8,
+                                 "recovered_by_markers": 6, "recovered_by_fuzzy_match": 2,
+                                 "segments_requested": 20, "segments_from_cache": 5}))
+    quality = tmp_path / "de.json"
+    quality.write_text(json.dumps({"language": "de", "splits": {"dev": {"bleu": 30.0, "chrf": 55.0, "sentences": 4,
+                                                                        "bleu_signature": "B", "chrf_signature": "C"}}}))
+    md, frame = translation_tables([str(stats)], [str(quality)])
+    assert "squad" in md and "30.0" in md and "55.0" in md
+    row = frame[frame["kind"] == "data"].iloc[0]
+    assert (row["dropped"], row["cache_hit_rate"]) == (2, 0.25)
+    assert frame[frame["kind"] == "quality"].iloc[0]["bleu"] == 30.0

@@ -18,7 +18,8 @@ from workflow_scripts.tasks import get_task
 RULE_MODULES = {  # the CLI module each rule runs
     "prepare_task_data": "data", "prepare_encoder": "models", "prepare_translator": "models",
     "translate_task_data": "translate", "train_intermediate": "train", "train_target": "train",
-    "evaluate_target": "evaluate", "aggregate_tables": "tables",
+    "evaluate_target": "evaluate", "aggregate_tables": "tables", "score_translation_quality": "translate",
+    "tabulate_translation": "tables",
 }
 
 
@@ -89,6 +90,15 @@ def test_demo_writes_tables_and_complete_metric_files(demo):
     assert {line.split(",")[0] for line in best[1:]} == set(trained_or_dev)
     stats = json.loads((demo / "results/data_mt/hellaswag/de/train.stats.json").read_text())
     assert stats["kept"] == stats["examples"] > 0
+    # The demo also translates its span and pair tasks, and scores MT quality against XNLI.
+    translation = (demo / "results/tables/translation.md").read_text()
+    for task in ("squad", "qqp", "hellaswag"):
+        assert f"| {task} " in translation
+    quality = json.loads((demo / "results/translation/quality/de.json").read_text())
+    assert set(quality["splits"]) == {"dev", "test"} and quality["splits"]["dev"]["sentences"] > 0
+    squad = json.loads((demo / "results/data_mt/squad/de/train.stats.json").read_text())
+    assert squad["kept"] + squad["dropped_unaligned"] + squad["dropped_no_answer_in_source"] == squad["examples"]
+    assert "hellaswag_de" in (demo / "results/tables/translated.md").read_text()
     assert list((demo / "logs").rglob("*.log")), "every rule logs under logs/"
     assert not (demo / "results/checkpoints").exists() or not any((demo / "results/checkpoints").rglob("state.pt"))
 
@@ -132,10 +142,11 @@ def test_editing_a_module_reruns_the_rules_that_import_it(demo, module):
     assert users, module
     # The rules importing it rerun (their downstream jobs follow); nothing upstream does.
     assert users <= rules
-    upstream = {"prepare_task_data", "prepare_encoder", "prepare_translator", "translate_task_data"} - users
+    upstream = {"prepare_task_data", "prepare_encoder", "prepare_translator", "translate_task_data",
+                "score_translation_quality"} - users
     assert not rules & upstream
     if module == "tables":
-        assert rules == {"aggregate_tables"}
+        assert rules == {"aggregate_tables", "tabulate_translation"}
     assert planned_jobs(demo) == set(), "restoring the module restores the up-to-date state"
 
 

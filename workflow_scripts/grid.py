@@ -96,6 +96,15 @@ def check_config(config: dict[str, Any]) -> None:
             raise ConfigError(f"config key tasks.{target}.languages: a target needs its evaluation languages")
         for dep in {task.train_from, task.select_from} - {None, target}:
             need_task(dep, f"{key} (trains on / selects with {dep!r})")
+    for task, langs in config.get("translation", {}).get("datasets", {}).items():
+        need_task(task, f"translation.datasets.{task}")
+        if get_task(task).format not in TRANSLATABLE_FORMATS:
+            raise ConfigError(f"config key translation.datasets.{task}: {get_task(task).format} data cannot be "
+                              "machine-translated")
+        for lang in langs:
+            if lang not in config["models"].get("translators", {}):
+                raise ConfigError(f"config key translation.datasets.{task}: no translator for {lang!r} "
+                                  "under models.translators")
     baseline = config.get("tables", {}).get("baseline", "none")
     if baseline not in config["intermediate"]:
         raise ConfigError(f"config key tables.baseline: {baseline!r} is not an intermediate config")
@@ -174,6 +183,31 @@ def all_data_files(config: dict[str, Any]) -> list[str]:
     return sorted(files)
 
 
+def translation_jobs(config: dict[str, Any]) -> list[tuple[str, str]]:
+    """(task, language) of every machine translation: those the translated configs train
+    on, plus the extra datasets of `translation.datasets`."""
+    jobs = {(task, inter["language"]) for inter in config["intermediate"].values()
+            if inter.get("language", "en") != "en" for task in inter["tasks"] if task not in PROVIDED_TRANSLATIONS}
+    jobs |= {(task, lang) for task, langs in config["translation"].get("datasets", {}).items() for lang in langs}
+    return sorted(jobs)
+
+
+def translation_stats_files(config: dict[str, Any]) -> list[str]:
+    return [translated_path(task, lang, split).replace(".parquet", ".stats.json")
+            for task, lang in translation_jobs(config) for split in ("train", "dev")]
+
+
+def quality_languages(config: dict[str, Any]) -> list[str]:
+    """Translator languages with XNLI human references in the grid's XNLI data."""
+    xnli = config["tasks"].get("xnli", {}).get("languages", [])
+    langs = {lang for _, lang in translation_jobs(config)}
+    return sorted(lang for lang in langs if "en" in xnli and lang in xnli)
+
+
+def quality_file(lang: str) -> str:
+    return f"{RESULTS}/translation/quality/{lang}.json"
+
+
 def metric_files(config: dict[str, Any]) -> list[str]:
     return [metric_file(name, target, seed) for name in config["intermediate"]
             for target in config["targets"] for seed in config["seeds"]]
@@ -214,8 +248,10 @@ def translator_settings(config: dict[str, Any], lang: str) -> dict[str, Any]:
     return {"source": "demo", "demo": models.get("translator_demo", {})}
 
 
-def translation_settings(config: dict[str, Any], task: str) -> dict[str, Any]:
-    return {"task": task, **config["translation"], "max_length": config["tasks"][task]["max_length"]}
+def translation_settings(config: dict[str, Any], task: str | None = None) -> dict[str, Any]:
+    """Decoding and re-alignment settings (the list of extra datasets is not one of them)."""
+    settings = {k: v for k, v in config["translation"].items() if k != "datasets"}
+    return {"task": task, **settings} if task else settings
 
 
 def _phase(config: dict[str, Any], phase: str) -> dict[str, Any]:
@@ -263,7 +299,22 @@ def eval_settings(config: dict[str, Any], target: str) -> dict[str, Any]:
 
 def table_settings(config: dict[str, Any]) -> dict[str, Any]:
     return {**config["tables"], "targets": config["targets"], "intermediate": list(config["intermediate"]),
-            "seeds": config["seeds"]}
+            "seeds": config["seeds"], "translated": translated_counterparts(config),
+            "target_languages": {t: config["tasks"][t]["languages"] for t in config["targets"]}}
+
+
+def translated_counterparts(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each translated config with its language and the English-data config it is compared
+    with (same tasks, same MLM setting), for the translated-data table (PROTOCOL.md §5)."""
+    inters = config["intermediate"]
+    out = {}
+    for name, inter in inters.items():
+        if inter.get("language", "en") == "en":
+            continue
+        english = next((n for n, i in inters.items() if i.get("language", "en") == "en"
+                        and sorted(i["tasks"]) == sorted(inter["tasks"]) and i.get("mlm") == inter.get("mlm")), None)
+        out[name] = {"language": inter["language"], "english": english}
+    return out
 
 
 def resources(config: dict[str, Any], rule: str) -> dict[str, int]:

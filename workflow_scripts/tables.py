@@ -10,7 +10,13 @@
 - per_language.md / per_language.csv: per target, rows = configs, columns = languages + Avg,
   medians over seeds (absolute).
 
-CLI: ``python -m workflow_scripts.tables --settings JSON --metrics FILE ... --main-md F ...``.
+- translated.md / translated.csv: translated configs next to their English-data configs,
+  in the translation's language (PROTOCOL.md §5).
+- translation.md / translation.csv: data survival, span re-alignment and cache hits per
+  translated split; BLEU and chrF per language.
+
+CLI: ``python -m workflow_scripts.tables results --settings JSON --metrics FILE ... --main-md F ...``
+and ``python -m workflow_scripts.tables translation --stats F ... --quality F ... --md F --csv F``.
 """
 
 from __future__ import annotations
@@ -186,20 +192,98 @@ def write_csv(path: str, frame, index: bool) -> None:
     write_text(path, buf.getvalue())
 
 
+def translated_table(runs, settings: dict[str, Any]) -> tuple[str, Any]:
+    """PROTOCOL.md §5: each translated config next to its English-data config, evaluated
+    only on the translation's language, for every target that has that language."""
+    import pandas as pd
+
+    med = medians(runs)
+    decimals = int(settings["decimals"])
+    records, parts = [], []
+    by_lang: dict[str, list[tuple[str, str | None]]] = {}
+    for name, info in settings.get("translated", {}).items():
+        by_lang.setdefault(info["language"], []).append((name, info["english"]))
+    for lang, pairs in sorted(by_lang.items()):
+        targets = [t for t in settings["targets"] if lang in settings["target_languages"][t]]
+        lines = [f"## {lang}\n", "| config | data | " + " | ".join(targets) + " |",
+                 "|---|---|" + "---:|" * len(targets)]
+        for name, english in pairs:
+            for config, data in ((english, "en"), (name, lang)):
+                if config is None:
+                    continue
+                cells = []
+                for target in targets:
+                    metrics = _metrics_shown(target)
+                    values = [med.get((config, target, lang, m), float("nan")) for m in metrics]
+                    records += [(lang, config, data, target, m, v) for m, v in zip(metrics, values)]
+                    cells.append(" / ".join(_fmt(v, decimals, "") for v in values))
+                lines.append(f"| {config} | {data} | " + " | ".join(cells) + " |")
+        parts.append("\n".join(lines) + "\n")
+    frame = pd.DataFrame.from_records(records, columns=["language", "intermediate", "data", "target", "metric",
+                                                        "median"])
+    note = ("Test scores in the translation's language only, median over seeds; `data` is the language of the "
+            "intermediate-task training data.\n")
+    return ("\n".join(parts) + "\n" + note) if parts else "No translated intermediate configs in this grid.\n", frame
+
+
+def translation_tables(stats_files: list[str], quality_files: list[str]) -> tuple[str, Any]:
+    """Span recovery and data survival per (task, language, split); BLEU / chrF per language."""
+    import pandas as pd
+
+    records = []
+    for path in stats_files:
+        st = read_json(path)
+        split = Path(path).name.split(".")[0]
+        records.append({"task": st["task"], "language": st["language"], "split": split,
+                        "examples": st["examples"], "kept": st["kept"],
+                        "by_markers": st.get("recovered_by_markers"), "by_fuzzy_match": st.get("recovered_by_fuzzy_match"),
+                        "dropped": st["examples"] - st["kept"],
+                        "cache_hit_rate": st["segments_from_cache"] / max(1, st["segments_requested"])})
+    data = pd.DataFrame.from_records(records)
+    quality = pd.DataFrame.from_records(
+        [{"language": q["language"], "split": split, "bleu": v["bleu"], "chrf": v["chrf"], "sentences": v["sentences"]}
+         for q in map(read_json, quality_files) for split, v in q["splits"].items()])
+    md = "# Machine-translated data\n\n## Survival and span re-alignment\n\n"
+    md += (data.to_markdown(index=False, floatfmt=".3f") if not data.empty else "No translations.") + "\n\n"
+    md += "## Translation quality (sacrebleu, against XNLI's human translations)\n\n"
+    md += (quality.to_markdown(index=False, floatfmt=".1f") if not quality.empty
+           else "No language with XNLI references in this grid.") + "\n"
+    if not quality.empty:
+        md += f"\nSignatures: {read_json(quality_files[0])['splits']['dev']['bleu_signature']}; " \
+              f"{read_json(quality_files[0])['splits']['dev']['chrf_signature']}\n"
+    both = pd.concat([data.assign(kind="data"), quality.assign(kind="quality")], ignore_index=True)
+    return md, both
+
+
 def main(argv: list[str] | None = None) -> None:
     setup_logging()
-    ap = argparse.ArgumentParser(description="Aggregate metric files into median-over-seeds tables.")
-    ap.add_argument("--settings", required=True)
-    ap.add_argument("--metrics", nargs="+", required=True)
-    for name in ("main-md", "main-csv", "best-csv", "per-language-md", "per-language-csv", "runs-csv"):
-        ap.add_argument(f"--{name}", required=True)
+    ap = argparse.ArgumentParser(description="Aggregate metric files into the paper's tables.")
+    sub = ap.add_subparsers(dest="command", required=True)
+    results = sub.add_parser("results", help="median-over-seeds result tables from the metric files")
+    results.add_argument("--settings", required=True)
+    results.add_argument("--metrics", nargs="+", required=True)
+    for name in ("main-md", "main-csv", "best-csv", "per-language-md", "per-language-csv", "translated-md",
+                 "translated-csv", "runs-csv"):
+        results.add_argument(f"--{name}", required=True)
+    translation = sub.add_parser("translation", help="translation statistics and quality")
+    translation.add_argument("--stats", nargs="*", default=[])
+    translation.add_argument("--quality", nargs="*", default=[])
+    translation.add_argument("--md", required=True)
+    translation.add_argument("--csv", required=True)
     args = ap.parse_args(argv)
     try:
+        if args.command == "translation":
+            md, frame = translation_tables(args.stats, args.quality)
+            write_csv(args.csv, frame, index=False)
+            write_text(args.md, md)
+            print(md)
+            return
         settings = load_settings(args.settings)
         runs = load_runs(args.metrics)
         absolute, shown = main_table(runs, settings)
         best = best_models(runs, settings)
         per_lang_md, per_lang = per_language(runs, settings)
+        translated_md, translated = translated_table(runs, settings)
     except InputError as err:
         raise SystemExit(f"error: {err}") from None
     write_csv(args.runs_csv, runs, index=False)
@@ -208,6 +292,8 @@ def main(argv: list[str] | None = None) -> None:
     write_text(args.main_md, "# Intermediate-task results\n\n" + render_main(shown, settings, best))
     write_csv(args.per_language_csv, per_lang, index=False)
     write_text(args.per_language_md, "# Per-language results\n\n" + per_lang_md)
+    write_csv(args.translated_csv, translated, index=False)
+    write_text(args.translated_md, "# Translated intermediate-task data\n\n" + translated_md)
     LOG.info("tables from %d metric files -> %s", len(args.metrics), Path(args.main_md).parent)
     print(render_main(shown, settings, best))
 

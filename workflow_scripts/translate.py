@@ -13,13 +13,20 @@ Span tasks re-align the answer in the translated context:
 3. otherwise the example is dropped. A statistics file counts each outcome.
 Every kept example's answer_start points at its answer text exactly.
 
-CLI: ``python -m workflow_scripts.translate --task T --lang L --model DIR --input FILE
---settings JSON --output FILE --stats FILE``.
+Quality: BLEU and chrF (sacrebleu) of XNLI's English dev/test sentences translated into the
+language, against XNLI's human translations.
+
+CLI: ``python -m workflow_scripts.translate data --task T --lang L --model DIR --input FILE
+--settings JSON --cache DB --output FILE --stats FILE`` and
+``python -m workflow_scripts.translate quality --lang L --model DIR --data SPLIT=FILE ...
+--settings JSON --cache DB --output FILE``.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -35,10 +42,62 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 Translator = Callable[[Sequence[str]], list[str]]
 
 
-class MarianTranslator:
-    """Batched, deduplicated MarianMT translation of arbitrary-length strings."""
+class TranslationCache:
+    """Persistent segment translations keyed by (model, generation settings, source text).
 
-    def __init__(self, model_dir: Path, settings: dict[str, Any], dev) -> None:
+    An SQLite file shared by every job of one language: a rerun, or a new task that repeats
+    known text, translates only what is new. Writes are batched and committed atomically.
+    """
+
+    def __init__(self, path: Path | None, model_key: str) -> None:
+        import sqlite3
+
+        self.model_key = model_key
+        self.memory: dict[str, str] = {}
+        self.db = None
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.db = sqlite3.connect(path, timeout=600)
+            self.db.execute("CREATE TABLE IF NOT EXISTS translation (model TEXT, source TEXT, target TEXT, "
+                            "PRIMARY KEY (model, source))")
+
+    def get_many(self, sources: Sequence[str]) -> dict[str, str]:
+        found = {s: self.memory[s] for s in sources if s in self.memory}
+        missing = [s for s in sources if s not in found]
+        if self.db is not None:
+            for k in range(0, len(missing), 500):
+                chunk = missing[k:k + 500]
+                marks = ",".join("?" * len(chunk))
+                query = f"SELECT source, target FROM translation WHERE model = ? AND source IN ({marks})"
+                found.update(self.db.execute(query, [self.model_key, *chunk]).fetchall())
+        self.memory.update(found)
+        return found
+
+    def put_many(self, pairs: dict[str, str]) -> None:
+        self.memory.update(pairs)
+        if self.db is not None and pairs:
+            with self.db:  # one transaction
+                self.db.executemany("INSERT OR REPLACE INTO translation VALUES (?, ?, ?)",
+                                    [(self.model_key, s, t) for s, t in pairs.items()])
+
+
+def model_key(model_dir: Path, settings: dict[str, Any]) -> str:
+    """What determines a translation: the weights, the vocabularies and the decoding settings."""
+    digest = hashlib.sha256()
+    for name in sorted(p.name for p in model_dir.iterdir() if p.is_file() and not p.name.startswith(".")):
+        digest.update(name.encode() + b"\0")
+        with (model_dir / name).open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    generation = {k: settings[k] for k in ("num_beams", "max_new_tokens")}
+    digest.update(json.dumps(generation, sort_keys=True).encode())
+    return digest.hexdigest()[:32]
+
+
+class MarianTranslator:
+    """Batched, deduplicated, cached MarianMT translation of arbitrary-length strings."""
+
+    def __init__(self, model_dir: Path, settings: dict[str, Any], dev, cache_path: Path | None = None) -> None:
         from transformers import MarianMTModel, MarianTokenizer
 
         if not (model_dir / "config.json").is_file():
@@ -47,41 +106,66 @@ class MarianTranslator:
         self.model = MarianMTModel.from_pretrained(str(model_dir)).to(dev).eval()
         self.dev, self.settings = dev, settings
         self.limit = min(self.tokenizer.model_max_length, self.model.config.max_position_embeddings) - 1
-        self.cache: dict[str, str] = {}
+        self.cache = TranslationCache(cache_path, model_key(model_dir, settings))
+        self.counts = {"segments_requested": 0, "segments_from_cache": 0, "segments_translated": 0}
 
     def _segments(self, text: str) -> list[str]:
         """Sentences, further cut at word boundaries when one alone exceeds the model limit."""
         out = []
         for sentence in _SENTENCE_END.split(text.strip()):
-            words, piece = sentence.split(), []
-            for word in words:
-                candidate = " ".join(piece + [word])
-                if piece and len(self.tokenizer(candidate)["input_ids"]) > self.limit:
+            if len(self.tokenizer(sentence)["input_ids"]) <= self.limit:
+                out.append(sentence)
+                continue
+            piece: list[str] = []
+            for word in sentence.split():
+                if piece and len(self.tokenizer(" ".join(piece + [word]))["input_ids"]) > self.limit:
                     out.append(" ".join(piece))
                     piece = [word]
                 else:
                     piece.append(word)
             if piece:
                 out.append(" ".join(piece))
-        return out
+        return [s for s in out if s]
 
     def __call__(self, texts: Sequence[str]) -> list[str]:
         import torch
         from tqdm import tqdm
 
         segmented = {t: self._segments(t) for t in set(texts) if t.strip()}
-        todo = sorted({s for segs in segmented.values() for s in segs if s not in self.cache}, key=len)
+        unique = sorted({s for segs in segmented.values() for s in segs}, key=len)
+        done = self.cache.get_many(unique)
+        todo = [s for s in unique if s not in done]
+        self.counts["segments_requested"] += len(unique)
+        self.counts["segments_from_cache"] += len(unique) - len(todo)
+        self.counts["segments_translated"] += len(todo)
         batch_size = int(self.settings["batch_size"])
         for b in tqdm(range(0, len(todo), batch_size), desc="translate", mininterval=10):
-            chunk = todo[b:b + batch_size]
+            chunk = todo[b:b + batch_size]  # length-sorted: little padding per batch
             enc = self.tokenizer(chunk, return_tensors="pt", padding=True, truncation=True,
                                  max_length=self.limit).to(self.dev)
             with torch.inference_mode(), autocast(self.dev):
                 out = self.model.generate(**enc, num_beams=int(self.settings["num_beams"]),
                                           max_new_tokens=int(self.settings["max_new_tokens"]))
-            for src, hyp in zip(chunk, self.tokenizer.batch_decode(out, skip_special_tokens=True)):
-                self.cache[src] = hyp.strip()
-        return [" ".join(self.cache[s] for s in segmented[t]) if t.strip() else "" for t in texts]
+            translated = {src: hyp.strip() for src, hyp in
+                          zip(chunk, self.tokenizer.batch_decode(out, skip_special_tokens=True))}
+            self.cache.put_many(translated)
+            done.update(translated)
+        return [" ".join(done[s] for s in segmented[t]) if t.strip() else "" for t in texts]
+
+
+def translation_quality(translate: Translator, sources: Sequence[str], references: Sequence[str]) -> dict[str, Any]:
+    """Corpus BLEU and chrF (sacrebleu defaults) of the translations against human references."""
+    from sacrebleu.metrics import BLEU, CHRF
+
+    if len(sources) != len(references) or not sources:
+        raise InputError(f"quality needs as many references as sources, got {len(sources)} and {len(references)}")
+    hypotheses = translate(sources)
+    bleu, chrf = BLEU(), CHRF()
+    out = {"bleu": bleu.corpus_score(hypotheses, [list(references)]).score,
+           "chrf": chrf.corpus_score(hypotheses, [list(references)]).score}
+    out.update({"bleu_signature": str(bleu.get_signature()), "chrf_signature": str(chrf.get_signature()),
+                "sentences": len(sources)})
+    return out
 
 
 # ----- span re-alignment --------------------------------------------------------------------
@@ -194,38 +278,71 @@ def translate_rows(fmt: str, rows: list[dict[str, Any]], translate: Translator, 
     return [{**r, "lang": lang} for r in out], stats
 
 
-def main(argv: list[str] | None = None) -> None:
+def translate_task(args) -> None:
     import pyarrow.parquet as pq
 
-    setup_logging()
-    ap = argparse.ArgumentParser(description="Translate one split of an English task with MarianMT.")
-    ap.add_argument("--task", required=True)
-    ap.add_argument("--lang", required=True)
-    ap.add_argument("--model", required=True, type=Path)
-    ap.add_argument("--input", required=True)
-    ap.add_argument("--settings", required=True)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--output", required=True)
-    ap.add_argument("--stats", required=True)
-    args = ap.parse_args(argv)
     started = time.time()
-    try:
-        settings = load_settings(args.settings)
-        configure_torch(args.threads)
-        task = get_task(args.task)
-        rows = read_table(args.input, task.format).to_pylist()
-        translator = MarianTranslator(args.model, settings, device())
-        out, stats = translate_rows(task.format, rows, translator, args.lang, int(settings["max_fuzzy_distance"]))
-    except InputError as err:
-        raise SystemExit(f"error: {err}") from None
-    if not out:
-        raise SystemExit(f"error: no {args.task} example survived translation into {args.lang}: {stats}")
+    settings = load_settings(args.settings)
+    configure_torch(args.threads)
+    task = get_task(args.task)
+    rows = read_table(args.input, task.format).to_pylist()
+    translator = MarianTranslator(args.model, settings, device(), args.cache)
+    out, stats = translate_rows(task.format, rows, translator, args.lang, int(settings["max_fuzzy_distance"]))
+    if not out:  # counted, not fatal: a training job that needs this data says so itself
+        LOG.warning("no %s example survived translation into %s: %s", args.task, args.lang, stats)
     with atomic_path(args.output) as tmp:
         pq.write_table(to_table(task, out), tmp)
     stats.update({"task": args.task, "language": args.lang, "wall_time_s": round(time.time() - started, 3),
-                  "unique_segments_translated": len(translator.cache)})
+                  **translator.counts})
     write_json(args.stats, stats)
     LOG.info("%s -> %s: %s", args.input, args.output, stats)
+
+
+def score_quality(args) -> None:
+    """Translate XNLI's English sentences and score them against its human translations."""
+    settings = load_settings(args.settings)
+    configure_torch(args.threads)
+    translator = MarianTranslator(args.model, settings, device(), args.cache)
+    result: dict[str, Any] = {"language": args.lang, "reference": "XNLI human translations", "splits": {}}
+    for item in args.data:
+        split, path = item.split("=", 1)
+        rows = read_table(path, "classification").to_pylist()
+        english = {r["id"].replace("-en-", "-"): r for r in rows if r["lang"] == "en"}
+        target = {r["id"].replace(f"-{args.lang}-", "-"): r for r in rows if r["lang"] == args.lang}
+        ids = [k for k in english if k in target]
+        if not ids:
+            raise InputError(f"{path}: no parallel en/{args.lang} XNLI pairs to score translation quality")
+        sources = [english[k][f] for k in ids for f in ("text_a", "text_b")]
+        references = [target[k][f] for k in ids for f in ("text_a", "text_b")]
+        result["splits"][split] = translation_quality(translator, sources, references)
+    result.update(translator.counts)
+    write_json(args.output, result)
+    LOG.info("translation quality en-%s: %s", args.lang, json.dumps(result["splits"]))
+
+
+def main(argv: list[str] | None = None) -> None:
+    setup_logging()
+    ap = argparse.ArgumentParser(description="Translate English task data with MarianMT; score MT quality.")
+    sub = ap.add_subparsers(dest="command", required=True)
+    data = sub.add_parser("data", help="translate one split of an English task")
+    data.add_argument("--task", required=True)
+    data.add_argument("--input", required=True)
+    data.add_argument("--output", required=True)
+    data.add_argument("--stats", required=True)
+    quality = sub.add_parser("quality", help="BLEU and chrF against XNLI's human translations")
+    quality.add_argument("--data", nargs="+", required=True, help="SPLIT=FILE of canonical XNLI data")
+    quality.add_argument("--output", required=True)
+    for p in (data, quality):
+        p.add_argument("--lang", required=True)
+        p.add_argument("--model", required=True, type=Path)
+        p.add_argument("--settings", required=True)
+        p.add_argument("--cache", type=Path, help="persistent translation cache (SQLite)")
+        p.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args(argv)
+    try:
+        (translate_task if args.command == "data" else score_quality)(args)
+    except InputError as err:
+        raise SystemExit(f"error: {err}") from None
 
 
 if __name__ == "__main__":

@@ -301,42 +301,43 @@ def _ccg(src: Source, split: str, langs: list[str], opts: dict[str, Any]) -> Ite
             tags.append(parts[1])
 
 
+def _per_language(task: str, src: Source, config_of: Callable[[str], str], split: str, hub_split: str,
+                  langs: list[str]) -> Iterator[tuple[str, int, Row]]:
+    """(language, index, row) from each language's own Hub config: English only for train,
+    and a language without rows fails loudly."""
+    for lang in (["en"] if split == "train" else langs):
+        n = 0
+        for i, r in enumerate(src.rows(config_of(lang), hub_split)):
+            n += 1
+            yield lang, i, r
+        _require_languages(task, split, {lang: n})
+
+
+XTREME_SPLITS = {"train": "train", "dev": "validation", "test": "test"}
+
+
 @converter("pawsx")
 def _pawsx(src: Source, split: str, langs: list[str], opts: dict[str, Any]) -> Iterable[Row]:
     task = get_task("pawsx")
-    hub_split = {"train": "train", "dev": "validation", "test": "test"}[split]
-    for lang in (["en"] if split == "train" else langs):
-        n = 0
-        for i, r in enumerate(src.rows(f"PAWS-X.{lang}", hub_split)):
-            n += 1
-            label = int(r["label"])  # a string "0"/"1" in google/xtreme
-            yield {"id": f"pawsx-{split}-{lang}-{i}", "lang": lang, "text_a": r["sentence1"],
-                   "text_b": r["sentence2"], "label": _label_index(task, label, f"pawsx {lang} {split}")}
-        _require_languages("pawsx", split, {lang: n})
+    for lang, i, r in _per_language("pawsx", src, lambda l: f"PAWS-X.{l}", split, XTREME_SPLITS[split], langs):
+        label = int(r["label"])  # a string "0"/"1" in google/xtreme
+        yield {"id": f"pawsx-{split}-{lang}-{i}", "lang": lang, "text_a": r["sentence1"],
+               "text_b": r["sentence2"], "label": _label_index(task, label, f"pawsx {lang} {split}")}
 
 
 @converter("panx")
 def _panx(src: Source, split: str, langs: list[str], opts: dict[str, Any]) -> Iterable[Row]:
     task = get_task("panx")
-    hub_split = {"train": "train", "dev": "validation", "test": "test"}[split]
-    for lang in (["en"] if split == "train" else langs):
-        n = 0
-        for i, r in enumerate(src.rows(f"PAN-X.{lang}", hub_split)):
-            n += 1
-            tags = [task.labels[_label_index(task, t, f"panx {lang} {split}")] for t in r["ner_tags"]]
-            yield {"id": f"panx-{split}-{lang}-{i}", "lang": lang, "tokens": list(r["tokens"]), "tags": tags}
-        _require_languages("panx", split, {lang: n})
+    for lang, i, r in _per_language("panx", src, lambda l: f"PAN-X.{l}", split, XTREME_SPLITS[split], langs):
+        tags = [task.labels[_label_index(task, t, f"panx {lang} {split}")] for t in r["ner_tags"]]
+        yield {"id": f"panx-{split}-{lang}-{i}", "lang": lang, "tokens": list(r["tokens"]), "tags": tags}
 
 
 @converter("mlqa")
 def _mlqa(src: Source, split: str, langs: list[str], opts: dict[str, Any]) -> Iterable[Row]:
-    hub_split = {"dev": "validation", "test": "test"}[split]
-    for lang in langs:  # same-language pairs: context and question in one language
-        n = 0
-        for r in src.rows(f"MLQA.{lang}.{lang}", hub_split):
-            n += 1
-            yield _span_row(f"{r['id']}-{lang}", lang, r)
-        _require_languages("mlqa", split, {lang: n})
+    # Same-language pairs: context and question in one language.
+    for lang, _, r in _per_language("mlqa", src, lambda l: f"MLQA.{l}.{l}", split, XTREME_SPLITS[split], langs):
+        yield _span_row(f"{r['id']}-{lang}", lang, r)
 
 
 TYDIQA_LANGUAGES = {"arabic": "ar", "bengali": "bn", "english": "en", "finnish": "fi", "indonesian": "id",

@@ -55,6 +55,7 @@ rule tabulate_translation:
     input:
         stats=lambda wildcards: grid.translation_stats_files(config),
         quality=lambda wildcards: [grid.quality_file(lang) for lang in grid.quality_languages(config)],
+        models=lambda wildcards: grid.translated_intermediate_models(config),
     output:
         md="results/tables/translation.md",
         csv="results/tables/translation.csv",
@@ -66,4 +67,4 @@ rule tabulate_translation:
         "../envs/data.yaml"
     shell:
         "python -m workflow_scripts.tables translation --stats {input.stats} --quality {input.quality}"
-        " --md {output.md} --csv {output.csv} > {log} 2>&1"
+        " --intermediate {input.models} --md {output.md} --csv {output.csv} > {log} 2>&1"

@@ -17,6 +17,8 @@ def test_read_marked_cleans_context_and_points_at_answer():
     assert read_marked("Er <b>kaufte <b>das</b> Buch.") is None
     assert read_marked("Er </b>kaufte<b> das Buch.") is None
     assert read_marked("Er <b> </b> kaufte.") is None
+    # Re-cased and re-spaced tags are still markers.
+    assert read_marked("Er kaufte < B >das Buch</ b> gestern.")[1:] == (10, "das Buch")
 
 
 def test_fuzzy_find_respects_the_distance_limit():
@@ -47,9 +49,11 @@ def perturbing_translator(lost_share: int):
             if kind == 0:
                 out = out.replace(OPEN, "").replace(CLOSE, "")          # markers dropped
             elif kind == 1:
-                out = out.replace(OPEN, "< b >").replace(CLOSE, "")      # markers broken
+                out = out.replace(OPEN, "< b >").replace(CLOSE, "")      # one marker lost, one re-spaced
             else:
                 out = out.replace(OPEN, "").replace(CLOSE, OPEN)         # moved / malformed
+        elif OPEN in out and b % 5 == 0:
+            out = out.replace(OPEN, "<B>").replace(CLOSE, "</B>")        # re-cased, still usable
         if b % 4 == 0:
             out = out.replace("market", "markets")                     # inflection
         return out
@@ -181,7 +185,14 @@ def test_translation_tables(tmp_path):
     quality = tmp_path / "de.json"
     quality.write_text(json.dumps({"language": "de", "splits": {"dev": {"bleu": 30.0, "chrf": 55.0, "sentences": 4,
                                                                         "bleu_signature": "B", "chrf_signature": "C"}}}))
-    md, frame = translation_tables([str(stats)], [str(quality)])
+    run = tmp_path / "results/intermediate/qqp_de/seed1/encoder"
+    run.mkdir(parents=True)
+    (run / "train_log.json").write_text(json.dumps({"best": {"scores": {"qqp": {"accuracy": 71.5}}},
+                                                    "settings": {"language": "de"}}))
+    md, frame = translation_tables([str(stats)], [str(quality)], [str(run)])
+    dev = frame[frame["kind"] == "intermediate_dev"].iloc[0]
+    assert (dev["intermediate"], dev["data"], dev["task"], dev["median"]) == ("qqp_de", "de", "qqp", 71.5)
+    assert "71.5" in md
     assert "squad" in md and "30.0" in md and "55.0" in md
     row = frame[frame["kind"] == "data"].iloc[0]
     assert (row["dropped"], row["cache_hit_rate"]) == (2, 0.25)

@@ -99,6 +99,7 @@ def test_demo_writes_tables_and_complete_metric_files(demo):
     squad = json.loads((demo / "results/data_mt/squad/de/train.stats.json").read_text())
     assert squad["kept"] + squad["dropped_unaligned"] + squad["dropped_no_answer_in_source"] == squad["examples"]
     assert "hellaswag_de" in (demo / "results/tables/translated.md").read_text()
+    assert "hellaswag_de" in translation.split("Intermediate-task dev score")[1]
     assert list((demo / "logs").rglob("*.log")), "every rule logs under logs/"
     assert not (demo / "results/checkpoints").exists() or not any((demo / "results/checkpoints").rglob("state.pt"))
 

@@ -197,6 +197,17 @@ def translation_stats_files(config: dict[str, Any]) -> list[str]:
             for task, lang in translation_jobs(config) for split in ("train", "dev")]
 
 
+def translated_intermediate_models(config: dict[str, Any]) -> list[str]:
+    """Intermediate models of the translated configs and their English-data counterparts,
+    whose dev scores the translation table reports."""
+    names = set()
+    for name, info in translated_counterparts(config).items():
+        names.add(name)
+        if info["english"]:
+            names.add(info["english"])
+    return [intermediate_encoder(config, n, seed) for n in sorted(names) for seed in config["seeds"]]
+
+
 def quality_languages(config: dict[str, Any]) -> list[str]:
     """Translator languages with XNLI human references in the grid's XNLI data."""
     xnli = config["tasks"].get("xnli", {}).get("languages", [])

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import re
 from pathlib import Path
 from typing import Any
 
@@ -226,8 +227,29 @@ def translated_table(runs, settings: dict[str, Any]) -> tuple[str, Any]:
     return ("\n".join(parts) + "\n" + note) if parts else "No translated intermediate configs in this grid.\n", frame
 
 
-def translation_tables(stats_files: list[str], quality_files: list[str]) -> tuple[str, Any]:
-    """Span recovery and data survival per (task, language, split); BLEU / chrF per language."""
+def intermediate_dev_scores(model_dirs: list[str]):
+    """Each intermediate run's best dev score (on its own, possibly translated, dev data)."""
+    import pandas as pd
+
+    records = []
+    for model_dir in model_dirs:
+        m = re.search(r"intermediate/([^/]+)/seed(\d+)/encoder/?$", str(model_dir))
+        if not m:
+            raise InputError(f"{model_dir}: not an intermediate model directory (…/intermediate/CONFIG/seedN/encoder)")
+        log = read_json(Path(model_dir) / "train_log.json")
+        for task, scores in log["best"]["scores"].items():
+            for metric, value in scores.items():
+                records.append((m.group(1), int(m.group(2)), log["settings"].get("language", "en"), task, metric, value))
+    frame = pd.DataFrame.from_records(records, columns=["intermediate", "seed", "data", "task", "metric", "value"])
+    if frame.empty:
+        return frame
+    return frame.groupby(["intermediate", "data", "task", "metric"], sort=False)["value"].median().reset_index()
+
+
+def translation_tables(stats_files: list[str], quality_files: list[str],
+                       model_dirs: list[str] | None = None) -> tuple[str, Any]:
+    """Span recovery and data survival per (task, language, split); BLEU / chrF per language;
+    the intermediate-task dev score of models trained on translated data."""
     import pandas as pd
 
     records = []
@@ -251,7 +273,11 @@ def translation_tables(stats_files: list[str], quality_files: list[str]) -> tupl
     if not quality.empty:
         first = next(iter(read_json(quality_files[0])["splits"].values()))
         md += f"\nSignatures: {first['bleu_signature']}; {first['chrf_signature']}\n"
-    both = pd.concat([data.assign(kind="data"), quality.assign(kind="quality")], ignore_index=True)
+    dev = intermediate_dev_scores(model_dirs or [])
+    md += "\n## Intermediate-task dev score (median over seeds; translated configs on translated dev)\n\n"
+    md += (dev.to_markdown(index=False, floatfmt=".1f") if not dev.empty else "No translated configs.") + "\n"
+    both = pd.concat([data.assign(kind="data"), quality.assign(kind="quality"),
+                      dev.rename(columns={"value": "median"}).assign(kind="intermediate_dev")], ignore_index=True)
     return md, both
 
 
@@ -268,12 +294,13 @@ def main(argv: list[str] | None = None) -> None:
     translation = sub.add_parser("translation", help="translation statistics and quality")
     translation.add_argument("--stats", nargs="*", default=[])
     translation.add_argument("--quality", nargs="*", default=[])
+    translation.add_argument("--intermediate", nargs="*", default=[], help="intermediate model directories")
     translation.add_argument("--md", required=True)
     translation.add_argument("--csv", required=True)
     args = ap.parse_args(argv)
     try:
         if args.command == "translation":
-            md, frame = translation_tables(args.stats, args.quality)
+            md, frame = translation_tables(args.stats, args.quality, args.intermediate)
             write_csv(args.csv, frame, index=False)
             write_text(args.md, md)
             print(md)

@@ -175,15 +175,19 @@ def mark_answer(context: str, start: int, text: str) -> str:
     return f"{context[:start]}{OPEN}{text}{CLOSE}{context[start + len(text):]}"
 
 
+# MT re-cases and re-spaces tags ("<B>", "< b >", "</ b>"): such markers still count.
+_OPEN_RE = re.compile(r"<\s*b\s*>", re.IGNORECASE)
+_CLOSE_RE = re.compile(r"<\s*/\s*b\s*>", re.IGNORECASE)
+
+
 def read_marked(translated: str) -> tuple[str, int, str] | None:
     """(clean context, answer start, answer) when exactly one well-formed marker pair survived."""
-    if translated.count(OPEN) != 1 or translated.count(CLOSE) != 1:
+    opens, closes = list(_OPEN_RE.finditer(translated)), list(_CLOSE_RE.finditer(translated))
+    if len(opens) != 1 or len(closes) != 1 or closes[0].start() < opens[0].end():
         return None
-    before, rest = translated.split(OPEN)
-    if CLOSE not in rest:
-        return None
-    answer, after = rest.split(CLOSE)
-    answer = answer.strip()
+    before = translated[:opens[0].start()]
+    answer = translated[opens[0].end():closes[0].start()].strip()
+    after = translated[closes[0].end():]
     if not answer:
         return None
     before = before.rstrip() + " " if before.strip() else ""

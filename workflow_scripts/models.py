@@ -139,7 +139,6 @@ def build_demo_translator(settings: dict[str, Any], text_files: list[str], lang:
             pad_token_id=pad, eos_token_id=0, decoder_start_token_id=pad, forced_eos_token_id=0,
             scale_embedding=True, share_encoder_decoder_embeddings=True)
         model = MarianMTModel(config)
-        model.generation_config.max_length = int(settings["max_position_embeddings"])
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
     LOG.info("demo translator en-%s: vocab %d -> %s", lang, len(vocab), output)

@@ -19,7 +19,6 @@ CLI: ``python -m workflow_scripts.train intermediate|target --encoder DIR --data
 from __future__ import annotations
 
 import argparse
-import copy
 import dataclasses
 import json
 import math
@@ -286,7 +285,7 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, str]], 
                 LOG.info("step %d/%d: loss %.4f, dev score %.3f", step + 1, total, loss_value, score)
                 if score > best["score"]:
                     best = {"score": score, "step": step + 1, "scores": scores}
-                    best_state = copy.deepcopy({k: v.detach().cpu() for k, v in model.state_dict().items()})
+                    best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
                     bad_evals = 0
                 else:
                     bad_evals += 1

@@ -45,7 +45,8 @@ wildcard_constraints:
 
 
 def settings(fn, *keys):
-    """A params function: the canonical JSON of one step's resolved settings."""
+    """A params function: the canonical JSON of what fn resolves for the rule's wildcards
+    (a step's settings, or the map of a training phase's data files)."""
     return lambda wildcards: canonical_json(fn(config, *(getattr(wildcards, k) for k in keys)))
 
 
@@ -96,11 +97,6 @@ def evaluate_inputs(wildcards):
     else:
         model = grid.target_model(wildcards.intermediate, wildcards.target, wildcards.seed)
     return {"model": model, **grid.eval_data(config, wildcards.target)}
-
-
-def data_arg(fn, key):
-    """A params function: the JSON map of a phase's data files, for the training CLI."""
-    return lambda wildcards: canonical_json(fn(config, getattr(wildcards, key)))
 
 
 def split_args(wildcards, input):

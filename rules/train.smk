@@ -7,7 +7,7 @@ rule train_intermediate:
         "logs/train_intermediate/{intermediate}/seed{seed}.log",
     params:
         settings=settings(grid.intermediate_settings, "intermediate"),
-        data=data_arg(grid.intermediate_data, "intermediate"),
+        data=settings(grid.intermediate_data, "intermediate"),
         # Resumable state of an interrupted job; removed once the output exists.
         checkpoints="results/checkpoints/intermediate/{intermediate}/seed{seed}",
         code=module_digest("train"),
@@ -38,7 +38,7 @@ rule train_target:
         "logs/train_target/{intermediate}/{target}/seed{seed}.log",
     params:
         settings=settings(grid.target_settings, "target"),
-        data=data_arg(grid.target_data, "target"),
+        data=settings(grid.target_data, "target"),
         checkpoints="results/checkpoints/target/{intermediate}/{target}/seed{seed}",
         code=module_digest("train"),
     threads: res("train_target", "threads")

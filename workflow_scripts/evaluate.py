@@ -54,9 +54,16 @@ def predict_logits(model, task: Task, encoded: Encoded, batch_size: int, pad_id:
 def score_rows(model, task: Task, tokenizer, rows: list[dict[str, Any]], opts: dict[str, Any], dev,
                metric: str | None = None) -> dict[str, float]:
     """Score one set of rows (one language of one split) with the task's metric."""
+    return score_encoded(model, task, encode(task, tokenizer, rows, opts, train=False), tokenizer.pad_token_id,
+                         opts, dev, metric)
+
+
+def score_encoded(model, task: Task, encoded: Encoded, pad_id: int, opts: dict[str, Any], dev,
+                  metric: str | None = None) -> dict[str, float]:
+    """score_rows on rows already encoded (training re-scores one dev subset many times)."""
     metric = metric or task.metric
-    encoded = encode(task, tokenizer, rows, opts, train=False)
-    logits = predict_logits(model, task, encoded, int(opts["eval_batch_size"]), tokenizer.pad_token_id, dev)
+    rows = encoded.rows
+    logits = predict_logits(model, task, encoded, int(opts["eval_batch_size"]), pad_id, dev)
     if task.format in (CLASSIFICATION, MULTIPLE_CHOICE):
         return accuracy([int(l.argmax()) for l in logits], [r["label"] for r in rows])
     if task.format == SPAN:

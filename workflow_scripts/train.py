@@ -32,7 +32,7 @@ from typing import Any
 from .common import (LOG, InputError, atomic_path, autocast, canonical_json, configure_torch, device,
                      load_settings, seed_everything, settings_hash, setup_logging)
 from .data import read_table
-from .evaluate import score_rows
+from .evaluate import score_encoded
 from .features import Encoded, collate, encode, length_grouped_batches
 from .models import MultiHeadModel, forward, load_encoder, load_mlm_head, load_tokenizer, make_head
 from .tasks import MLM, TAGGING, Task, get_task, primary_metric
@@ -196,6 +196,9 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, str]], 
         else:
             heads[name] = make_head(task.format, hidden, task.num_labels, float(settings["dropout"]), init_std)
     model = MultiHeadModel(encoder, heads).to(dev)
+    # The selection subset never changes: encode it once, not at every evaluation.
+    dev_opts = {n: {**task_opts[n], "eval_batch_size": settings["eval_batch_size"]} for n in dev_rows}
+    dev_sets = {n: encode(tasks[n], tokenizer, rows, dev_opts[n], train=False) for n, rows in dev_rows.items()}
 
     if len(tasks) == 1:
         (name,) = tasks
@@ -277,8 +280,8 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, str]], 
             optimizer.zero_grad(set_to_none=True)
 
             if (step + 1) % eval_every == 0 or step + 1 == total:
-                scores = {n: score_rows(model, tasks[n], tokenizer, rows, {**task_opts[n], "eval_batch_size": settings["eval_batch_size"]}, dev)
-                          for n, rows in dev_rows.items()}
+                scores = {n: score_encoded(model, tasks[n], enc, tokenizer.pad_token_id, dev_opts[n], dev)
+                          for n, enc in dev_sets.items()}
                 score = _selection_score(tasks, scores) if scores else -float(loss_value)
                 history.append({"step": step + 1, "loss": loss_value, "score": score, "scores": scores,
                                 "lr": scheduler.get_last_lr()[0]})

@@ -107,7 +107,7 @@ def test_missing_language_in_a_per_language_config_is_named(tmp_path):
 def test_mlm_quotas_follow_alpha_smoothed_language_shares(tmp_path):
     import json
 
-    from workflow_scripts.data import split_sentences
+    from workflow_scripts.loaders.mlm import split_sentences
 
     for lang, n_articles in (("en", 90), ("de", 20)):
         path = tmp_path / f"wikimedia/wikipedia/20231101.{lang}/train.jsonl"

@@ -5,7 +5,8 @@ import re
 import yaml
 
 from conftest import REPO
-from workflow_scripts.data import TATOEBA_CODES, UD_LANGUAGE_NAMES
+from workflow_scripts.loaders.udpos import UD_LANGUAGE_NAMES
+from workflow_scripts.loaders.xtreme import TATOEBA_CODES
 from workflow_scripts.grid import intermediate_settings, target_settings
 from workflow_scripts.tasks import get_task
 

@@ -18,9 +18,26 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 def _module_file(name: str) -> Path | None:
+    """The source of a package module: ``a/b.py``, or ``a/b/__init__.py`` for a subpackage."""
     rel = name.split(".")[1:]
-    candidate = PACKAGE_DIR.joinpath(*rel).with_suffix(".py") if rel else PACKAGE_DIR / "__init__.py"
-    return candidate if candidate.is_file() else None
+    if not rel:
+        return PACKAGE_DIR / "__init__.py"
+    for candidate in (PACKAGE_DIR.joinpath(*rel).with_suffix(".py"), PACKAGE_DIR.joinpath(*rel, "__init__.py")):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _is_package(name: str) -> bool:
+    path = _module_file(name)
+    return path is not None and path.name == "__init__.py"
+
+
+def _resolve(name: str, level: int, module: str | None) -> str:
+    """The absolute name of ``from <level dots><module> import ...`` written in ``name``."""
+    parts = name.split(".") if _is_package(name) else name.split(".")[:-1]
+    parts = parts[:len(parts) - (level - 1)]
+    return ".".join(parts + ([module] if module else []))
 
 
 @cache
@@ -34,8 +51,8 @@ def _imports(name: str) -> frozenset[str]:
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.startswith(PACKAGE))
         elif isinstance(node, ast.ImportFrom):
-            if node.level:  # relative import inside the package
-                base = PACKAGE + (f".{node.module}" if node.module else "")
+            if node.level:  # relative import, resolved against the importing module's package
+                base = _resolve(name, node.level, node.module)
             elif node.module and node.module.startswith(PACKAGE):
                 base = node.module
             else:

@@ -17,9 +17,13 @@ def test_tatoeba_counts_only_the_gold_index():
         tatoeba_accuracy(foreign[:2], english)
 
 
-def test_unique_texts_keeps_every_id():
+def test_unique_texts_embeds_every_text_and_credits_ids_by_convention():
     texts, ids = unique_texts(["a1", "a2", "a3"], ["x", "y", "x"])
+    assert texts == ["x", "y"] and ids == [[], ["a2"]]  # official: a repeated text counts for no id
+    texts, ids = unique_texts(["a1", "a2", "a3"], ["x", "y", "x"], "all_ids")
     assert texts == ["x", "y"] and ids == [["a1", "a3"], ["a2"]]
+    with pytest.raises(InputError, match="bucc_duplicates"):
+        unique_texts(["a1"], ["x"], "first")
 
 
 def test_margin_candidates_are_one_to_one_and_scored_by_ratio_margin():

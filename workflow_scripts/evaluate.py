@@ -25,7 +25,7 @@ from .data import read_table
 from .features import Encoded, decode_spans, encode, merge_tags, sorted_batches, collate
 from .metrics import accuracy, mean, mlqa, seqeval_f1, seqeval_version, squad_v1, squad_v2
 from .models import MultiHeadModel, forward, load_encoder, load_tokenizer, make_head
-from .retrieval import (LAYER_CONVENTION, choose_threshold, embed, expand_to_ids, margin_candidates, mined_pairs,
+from .retrieval import (BUCC_DUPLICATES, LAYER_CONVENTION, choose_threshold, embed, expand_to_ids, margin_candidates, mined_pairs,
                         prf, tatoeba_accuracy, unique_texts)
 from .tasks import CLASSIFICATION, MULTIPLE_CHOICE, RETRIEVAL, SPAN, TAGGING, Task, get_task, primary_metric
 
@@ -163,13 +163,17 @@ def evaluate_retrieval(task: Task, encoder, tokenizer, splits: dict[str, dict[st
                 scores[split][lang] = tatoeba_accuracy(foreign, english)
         return scores, extra
     k = int(ret.get("bucc_k", 4))
+    duplicates = ret.get("bucc_duplicates", "drop")
     candidates: dict[str, dict[str, Any]] = {split: {} for split in splits}
+    repeated: dict[str, dict[str, dict[str, int]]] = {split: {} for split in splits}
     for split, by_lang in splits.items():
         for lang, rows in by_lang.items():
             src = [r for r in rows if r["side"] == "source"]
             eng = [r for r in rows if r["side"] == "en"]
-            src_texts, src_ids = unique_texts([r["id"] for r in src], [r["text"] for r in src])
-            eng_texts, eng_ids = unique_texts([r["id"] for r in eng], [r["text"] for r in eng])
+            src_texts, src_ids = unique_texts([r["id"] for r in src], [r["text"] for r in src], duplicates)
+            eng_texts, eng_ids = unique_texts([r["id"] for r in eng], [r["text"] for r in eng], duplicates)
+            repeated[split][lang] = {side: len(rs) - len(texts) for side, rs, texts in
+                                     (("source", src, src_texts), ("en", eng, eng_texts))}
             found = margin_candidates(embed(encoder, tokenizer, src_texts, *args),
                                       embed(encoder, tokenizer, eng_texts, *args), k)
             gold = {(r["id"], e) for r in src for e in r["gold"]}
@@ -180,7 +184,10 @@ def evaluate_retrieval(task: Task, encoder, tokenizer, splits: dict[str, dict[st
         for split in splits:
             cands, gold = candidates[split][lang]
             scores[split][lang] = prf(mined_pairs(cands, thresholds[lang]), gold)
-    extra["retrieval"].update({"bucc_k": k, "thresholds_from_dev": thresholds})
+    # Every BUCC metric file states the duplicate convention and how many sentences it touched.
+    extra["retrieval"].update({"bucc_k": k, "thresholds_from_dev": thresholds, "bucc_duplicates": duplicates,
+                               "bucc_duplicates_convention": BUCC_DUPLICATES[duplicates],
+                               "bucc_repeated_sentences": repeated})
     return scores, extra
 
 

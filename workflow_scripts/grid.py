@@ -302,7 +302,7 @@ def eval_settings(config: dict[str, Any], target: str) -> dict[str, Any]:
         ret = config["retrieval"]
         settings["retrieval"] = {"layer": ret["layer"], "pooling": ret["pooling"]}
         if get_task(target).format == "mining":
-            settings["retrieval"]["bucc_k"] = ret["bucc_k"]
+            settings["retrieval"].update({"bucc_k": ret["bucc_k"], "bucc_duplicates": ret["bucc_duplicates"]})
         settings["eval_batch_size"] = ret["batch_size"]
         settings["max_length"] = min(cfg["max_length"], ret["max_length"])
     return settings

@@ -3,7 +3,10 @@
 - accuracy (XNLI, PAWS-X, multiple choice, Tatoeba): share correct x 100.
 - SQuAD v1.1 (XQuAD, TyDiQA-GoldP, SQuAD dev): the official evaluate-v1.1 normalisation,
   EM and bag-of-tokens F1, max over gold answers, mean over questions, x 100.
-- SQuAD v2.0: as v1.1, an unanswerable question's gold is the empty string.
+- SQuAD v2.0: as v1.1, but, as the official evaluate-v2.0 script does, gold answers that
+  normalise to the empty string are dropped, and only a question left with none (an
+  unanswerable one) is scored against the empty string; an empty prediction and an empty
+  gold then match (F1 1), an empty one against a non-empty one scores 0.
 - MLQA: the official MLQA normalisation (Unicode punctuation, per-language articles,
   Chinese split into characters).
 - seqeval F1 (POS, NER): entity-level micro F1, default (non-strict) mode. seqeval is pinned
@@ -57,7 +60,9 @@ def _qa_scores(predictions: Mapping[str, str], golds: Mapping[str, Sequence[str]
         raise InputError("no questions to score")
     em = f1 = 0.0
     for qid, answers in golds.items():
-        answers = list(answers) or ([""] if v2 else [])
+        if v2:  # evaluate-v2.0: drop golds that normalise to nothing; [""] only when none is left
+            answers = [a for a in answers if tokens(a)] or [""]
+        answers = list(answers)
         if not answers:
             raise InputError(f"question {qid} has no gold answer")
         pred = predictions[qid]

@@ -75,22 +75,46 @@ def tatoeba_accuracy(foreign: np.ndarray, english: np.ndarray) -> dict[str, Any]
 
 
 # ----- BUCC 2018 bitext mining -------------------------------------------------------------
+#
+# Conventions of the official XTREME/LASER scorer (third_party/utils_retrieve.py), the
+# default so that F1 is comparable with published numbers:
+# - mining runs on the deduplicated texts of each side;
+# - the reader maps a text to one sentence id and drops every text that occurs more than
+#   once on its side (read_sent2id), so candidates involving such a text never count;
+#   ``duplicates="all_ids"`` instead credits a repeated text to every id carrying it;
+# - only candidates with a margin score above 0 are written (mine_bitext, threshold 0);
+# - the dev threshold is the midpoint below the best-F1 candidate (bucc_optimize); when no
+#   dev candidate is correct it stays 0 and everything mined is kept.
+
+BUCC_DUPLICATES = {
+    "drop": "official (XTREME utils_retrieve.read_sent2id): a text occurring more than once on a side maps to no "
+            "sentence id, so candidates and gold pairs involving it are never found",
+    "all_ids": "a text occurring more than once on a side is credited to every sentence id carrying it",
+}
 
 
-def unique_texts(ids: Sequence[str], texts: Sequence[str]) -> tuple[list[str], list[list[str]]]:
-    """Deduplicated texts and, for each, every sentence id carrying it."""
+def unique_texts(ids: Sequence[str], texts: Sequence[str], duplicates: str = "drop"
+                 ) -> tuple[list[str], list[list[str]]]:
+    """Deduplicated texts (all of them are embedded and mined) and, for each, the sentence
+    ids a candidate with that text counts for: none for a repeated text under ``drop``."""
+    if duplicates not in BUCC_DUPLICATES:
+        raise InputError(f"retrieval.bucc_duplicates {duplicates!r}: expected one of {sorted(BUCC_DUPLICATES)}")
     by_text: dict[str, list[str]] = {}
     for sid, text in zip(ids, texts):
         by_text.setdefault(text, []).append(sid)
-    return list(by_text), list(by_text.values())
+    owners = list(by_text.values())
+    if duplicates == "drop":
+        owners = [found if len(found) == 1 else [] for found in owners]
+    return list(by_text), owners
 
 
 def margin_candidates(src: np.ndarray, trg: np.ndarray, k: int = 4) -> list[tuple[float, int, int]]:
     """Forward and backward best candidates by ratio margin, kept greedily one-to-one.
 
     score(x, y) = cos(x, y) / ((mean cos of x's k nearest y + mean cos of y's k nearest x) / 2),
-    exact cosine search on L2-normalised embeddings. Returns (score, src index, trg index),
-    best first.
+    exact cosine search on L2-normalised embeddings. A pair claims its source and target even
+    when its score is not above 0, but only pairs scoring above 0 are returned, as the
+    official miner writes them. Returns (score, src index, trg index), best first.
     """
     src, trg = l2_normalize(src), l2_normalize(trg)
     fwd_sim, fwd_idx = knn(src, trg, k)
@@ -114,13 +138,14 @@ def margin_candidates(src: np.ndarray, trg: np.ndarray, k: int = 4) -> list[tupl
         if i not in used_src and j not in used_trg:
             used_src.add(i)
             used_trg.add(j)
-            kept.append((s, i, j))
+            if s > 0:
+                kept.append((s, i, j))
     return kept
 
 
 def expand_to_ids(candidates: list[tuple[float, int, int]], src_ids: list[list[str]], trg_ids: list[list[str]]
                   ) -> list[tuple[float, tuple[str, str]]]:
-    """Text-level candidates -> (score, (source id, English id)) for every id carrying the texts."""
+    """Text-level candidates -> (score, (source id, English id)) for the ids the texts count for."""
     return [(s, (a, b)) for s, i, j in candidates for a in src_ids[i] for b in trg_ids[j]]
 
 
@@ -133,21 +158,27 @@ def prf(predicted: set[tuple[str, str]], gold: set[tuple[str, str]]) -> dict[str
 
 
 def choose_threshold(candidates: list[tuple[float, tuple[str, str]]], gold: set[tuple[str, str]]) -> float:
-    """The score threshold with the best F1 on gold: the midpoint between the last kept
-    candidate's score and the next one's (candidates are scanned best first)."""
-    if not candidates or not gold:
-        raise InputError("threshold selection needs candidates and gold pairs")
+    """The official threshold choice: scanning candidates best first, the midpoint between
+    the best-F1 candidate's score and the next one's (the first of equal F1s wins); 0, which
+    keeps every candidate, when none is correct.
+
+    Where the official code crashes (the best F1 at the last candidate, which has no next
+    one), the last candidate's own score is the threshold: every candidate is kept.
+    """
+    if not gold:
+        raise InputError("threshold selection needs gold pairs")
     ordered = sorted(candidates, key=lambda c: -c[0])
-    tp, best_f1, best_k = 0, -1.0, 0
-    for k, (_, pair) in enumerate(ordered):
+    tp, best_f1, threshold = 0, 0.0, 0.0
+    for k, (score, pair) in enumerate(ordered):
         tp += pair in gold
+        if not tp:
+            continue
         precision, recall = tp / (k + 1), tp / len(gold)
-        f1 = 2 * precision * recall / (precision + recall) if tp else 0.0
+        f1 = 2 * precision * recall / (precision + recall)
         if f1 > best_f1:
-            best_f1, best_k = f1, k
-    if best_k + 1 < len(ordered):
-        return (ordered[best_k][0] + ordered[best_k + 1][0]) / 2
-    return ordered[best_k][0]
+            best_f1 = f1
+            threshold = (score + ordered[k + 1][0]) / 2 if k + 1 < len(ordered) else score
+    return threshold
 
 
 def mined_pairs(candidates: list[tuple[float, tuple[str, str]]], threshold: float) -> set[tuple[str, str]]:

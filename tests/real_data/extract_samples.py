@@ -1,0 +1,102 @@
+"""How the real-data samples beside this file were cut from the public releases.
+
+Run with local git mirrors of the source repositories (see README.md for each source's
+repository, revision and licence):
+
+    python tests/real_data/extract_samples.py --mirrors /path/to/mirrors
+
+where ``<mirrors>/<owner>+<name>/repo`` is a bare clone. Each sample keeps the files' own
+bytes: whole sentences (CoNLL-U), whole paragraphs (XQuAD JSON), whole lines (Tatoeba).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+XQUAD_LANGS = ["ar", "de", "el", "en", "es", "hi", "ru", "th", "tr", "vi", "zh"]
+# (repository, file at tag r2.5, sentences kept: the first n, plus the longest if asked)
+UD_SAMPLES = [
+    ("UD_German-GSD", "de_gsd-ud-test.conllu", 25, True),
+    ("UD_Spanish-GSD", "es_gsd-ud-test.conllu", 20, False),
+    ("UD_Arabic-PUD", "ar_pud-ud-test.conllu", 15, False),
+    ("UD_Hebrew-HTB", "he_htb-ud-test.conllu", 15, False),
+    ("UD_Greek-GDT", "el_gdt-ud-test.conllu", 15, False),
+    ("UD_Greek-GDT", "el_gdt-ud-dev.conllu", 10, False),
+    ("UD_Ancient_Greek-Perseus", "grc_perseus-ud-test.conllu", 10, False),
+    ("UD_Chinese-GSD", "zh_gsd-ud-test.conllu", 15, False),
+    ("UD_Classical_Chinese-Kyoto", "lzh_kyoto-ud-test.conllu", 10, False),
+    ("UD_English-GUM", "en_gum-ud-train.conllu", 15, False),
+    ("UD_English-ParTUT", "en_partut-ud-train.conllu", 15, False),
+    ("UD_English-ESL", "en_esl-ud-train.conllu", 5, False),
+    ("UD_English-PUD", "en_pud-ud-test.conllu", 10, False),
+]
+TATOEBA = ["deu", "rus", "cmn", "swh"]
+TATOEBA_LINES = 25
+
+
+def git_show(mirrors: Path, repo: str, rev: str, path: str) -> bytes:
+    return subprocess.run(["git", "-C", str(mirrors / repo / "repo"), "show", f"{rev}:{path}"], check=True,
+                          capture_output=True).stdout
+
+
+def xquad(mirrors: Path) -> None:
+    """Every paragraph that starts with whitespace in any language (the ones the Hub's
+    conversion shifts), plus the first paragraph, in all 11 XTREME languages."""
+    data = {lang: json.loads(git_show(mirrors, "deepmind+xquad", "HEAD", f"xquad.{lang}.json"))
+            for lang in XQUAD_LANGS}
+    keep = {(0, 0)}
+    for doc in data.values():
+        for a, article in enumerate(doc["data"]):
+            for p, para in enumerate(article["paragraphs"]):
+                if para["context"] != para["context"].lstrip():
+                    keep.add((a, p))
+    out = HERE / "xquad"
+    out.mkdir(exist_ok=True)
+    for lang, doc in data.items():
+        articles = []
+        for a, article in enumerate(doc["data"]):
+            paras = [para for p, para in enumerate(article["paragraphs"]) if (a, p) in keep]
+            if paras:
+                articles.append({"title": article["title"], "paragraphs": paras})
+        (out / f"xquad.{lang}.json").write_text(json.dumps({"data": articles, "version": doc.get("version", "1.0")},
+                                                           ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+
+
+def ud(mirrors: Path) -> None:
+    for repo, name, first, longest in UD_SAMPLES:
+        text = git_show(mirrors, f"UniversalDependencies+{repo}", "r2.5", name).decode("utf-8")
+        sentences = [s for s in text.split("\n\n") if s.strip()]
+        keep = set(range(min(first, len(sentences))))
+        if longest:
+            keep.add(max(range(len(sentences)), key=lambda k: sum(1 for line in sentences[k].splitlines()
+                                                                  if line and line[0].isdigit())))
+        out = HERE / "ud-treebanks-v2.5" / repo / name
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("".join(sentences[k].strip("\n") + "\n\n" for k in sorted(keep)), encoding="utf-8")
+
+
+def tatoeba(mirrors: Path) -> None:
+    out = HERE / "tatoeba"
+    out.mkdir(exist_ok=True)
+    for code in TATOEBA:
+        for side in (code, "eng"):
+            name = f"tatoeba.{code}-eng.{side}"
+            lines = git_show(mirrors, "facebookresearch+LASER", "HEAD", f"data/tatoeba/v1/{name}").decode("utf-8")
+            (out / name).write_text("".join(lines.splitlines(keepends=True)[:TATOEBA_LINES]), encoding="utf-8")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--mirrors", type=Path, required=True)
+    args = ap.parse_args()
+    xquad(args.mirrors)
+    ud(args.mirrors)
+    tatoeba(args.mirrors)
+
+
+if __name__ == "__main__":
+    main()

@@ -227,6 +227,40 @@ def make_udpos(rng: random.Random) -> None:
                 tokens, tags = tagged_sentence(rng, lang, long=(i % 10 == 9))
                 rows.append({"tokens": tokens, "pos_tags": tags})
             write_jsonl(ROOT / f"google/xtreme/udpos.{UD_LANGUAGE_NAMES[lang]}" / f"{split}.jsonl", rows)
+            write_conllu(lang, {"validation": "dev"}.get(split, split), rows)
+
+
+def write_conllu(lang: str, split: str, rows: list[dict]) -> None:
+    """The same sentences as a UD release file (demo/ud-treebanks-v2.5/UD_<Lang>-Demo/), which
+    the demo reads the way the paper preset reads UD v2.5. Every word hangs on the sentence's
+    first verb; German "bei" before a noun becomes the multiword token "beim" = bei + dem, so
+    the demo exercises fused forms (both words hang on the noun: the tie goes to ADP)."""
+    lines = []
+    for k, row in enumerate(rows):
+        words = [(t, UPOS[g]) for t, g in zip(row["tokens"], row["pos_tags"])]
+        fused: dict[int, str] = {}
+        if lang == "de":
+            out: list[tuple[str, str]] = []
+            for j, (w, tag) in enumerate(words):
+                out.append((w, tag))
+                if w == "bei" and j + 1 < len(words) and words[j + 1][1] == "NOUN":
+                    fused[len(out)] = "beim"
+                    out.append(("dem", "DET"))
+            words = out
+        verb = next((j + 1 for j, (_, tag) in enumerate(words) if tag == "VERB"), 1)
+        lines += [f"# sent_id = demo-{lang}-{split}-{k}", f"# text = {' '.join(w for w, _ in words)}"]
+        for j, (w, tag) in enumerate(words, 1):
+            if j in fused:
+                lines.append(f"{j}-{j + 1}\t{fused[j]}\t_\t_\t_\t_\t_\t_\t_\t_")
+            head = 0 if j == verb else verb
+            if j - 1 in fused or j in fused:  # bei, dem -> the noun after them
+                head = j + 2 if j in fused else j + 1
+            lines.append(f"{j}\t{w}\t_\t{tag}\t_\t_\t{head}\t{'root' if head == 0 else 'dep'}\t_\t_")
+        lines.append("")
+    name = UD_LANGUAGE_NAMES[lang]
+    path = ROOT.parent / "ud-treebanks-v2.5" / f"UD_{name}-Demo" / f"{lang}_demo-ud-{split}.conllu"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def make_tatoeba(rng: random.Random) -> None:

@@ -63,8 +63,15 @@ def local_source_files(wildcards):
     """The local files a task reads (a mirror directory, or CCG's user-provided files), so
     editing them reruns its preparation."""
     task = config["tasks"][wildcards.task]
-    if "path" in task.get("options", {}):
-        source_dir = task["options"]["path"]
+    options = task.get("options", {})
+    release = options.get("ud_release", "")
+    if release and "://" not in release:  # a local UD release: its archive or its files
+        path = release if os.path.isabs(release) else os.path.join(workflow.basedir, release)
+        if os.path.isfile(path):
+            return [path]
+        return sorted(os.path.join(d, f) for d, _, files in os.walk(path) for f in files)
+    if "path" in options:
+        source_dir = options["path"]
     elif config["data"]["source"] == "local":
         source_dir = os.path.join(config["data"]["local_root"], task["hub"]["path"])
     else:

@@ -43,6 +43,10 @@ CASES = [
     ("target without its training task", "tasks.squad", KeyError, "task 'squad' has no entry under 'tasks'"),
     ("translation without a translator", "intermediate.hellaswag_de.language", "ru", "no translator for 'ru'"),
     ("baseline with tasks", "tables.baseline", "mnli", "tables.baseline: 'mnli' has tasks"),
+    ("missing UD release", "tasks.udpos.options.ud_release", "data/ud-treebanks-v2.5",
+     "tasks.udpos.options.ud_release: 'data/ud-treebanks-v2.5' is neither a URL nor an existing archive"),
+    ("unknown BUCC duplicate convention", "retrieval.bucc_duplicates", "first",
+     "retrieval.bucc_duplicates: 'first' is not one of ['drop', 'all_ids']"),
 ]
 
 

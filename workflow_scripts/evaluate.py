@@ -21,7 +21,7 @@ from typing import Any
 
 from .common import (LOG, InputError, autocast, configure_torch, device, load_settings, read_json,
                      seed_everything, settings_hash, setup_logging, write_json)
-from .data import read_table
+from .data import provenance, read_table
 from .features import Encoded, decode_spans, encode, merge_tags, sorted_batches, collate
 from .metrics import accuracy, mean, mlqa, seqeval_f1, seqeval_version, squad_v1, squad_v2
 from .models import MultiHeadModel, forward, load_encoder, load_tokenizer, make_head
@@ -139,6 +139,9 @@ def evaluate_run(target: str, model_dir: Path, data: dict[str, str], settings: d
         "target": target, "metric": task.metric, "primary": primary_metric(task.metric),
         "languages": languages, "splits": list(task.eval_splits),
         "scores": scores, "average": {split: average(per) for split, per in scores.items()},
+        # Where each evaluation split came from (e.g. UD-POS from the UD v2.5 release or the
+        # Hub) and what its loader repaired, as recorded in the data file.
+        "data_provenance": {split: provenance(data[split]) for split in task.eval_splits},
         "seed": seed, "settings": settings, "settings_hash": settings_hash(settings),
         "seqeval_version": seqeval_version(),
         "versions": {p: version(p) for p in ("torch", "transformers", "seqeval", "faiss-cpu")},

@@ -7,10 +7,12 @@ a change reruns the steps whose settings changed and nothing else.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from .tasks import PROVIDED_TRANSLATIONS, SPAN, TASKS, TRANSLATABLE_FORMATS, get_task
 
+REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS = "results"
 BASE_ENCODER = f"{RESULTS}/models/encoder"
 PHASE_KEYS = ("learning_rate", "warmup_ratio", "weight_decay", "max_grad_norm", "dropout", "eval_every",
@@ -55,6 +57,10 @@ def check_config(config: dict[str, Any]) -> None:
     for key in tasks_cfg:
         if key not in TASKS:
             raise ConfigError(f"config key tasks.{key}: unknown task; known tasks: {', '.join(TASKS)}")
+        release = tasks_cfg[key].get("options", {}).get("ud_release")
+        if release and "://" not in release and not (REPO_ROOT / release).exists():
+            raise ConfigError(f"config key tasks.{key}.options.ud_release: {release!r} is neither a URL nor an "
+                              "existing archive or directory")
     baselines = []
     for name, inter in config["intermediate"].items():
         for i, task in enumerate(inter["tasks"]):

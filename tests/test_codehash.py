@@ -38,3 +38,16 @@ def test_digest_changes_exactly_for_dependents(package_copy):
 def test_unknown_module_is_an_error():
     with pytest.raises(ValueError, match="no module"):
         codehash.module_digest("nonexistent")
+
+
+def test_relative_imports_inside_a_subpackage_resolve(package_copy):
+    closure = codehash.import_closure("workflow_scripts.data")
+    # data -> loaders (a package) -> its modules -> ..common / ..tasks two levels up
+    assert {"workflow_scripts.loaders", "workflow_scripts.loaders.spans", "workflow_scripts.loaders.udpos",
+            "workflow_scripts.loaders.source", "workflow_scripts.common", "workflow_scripts.tasks"} <= set(closure)
+    before = {m: codehash.module_digest(m) for m in ("data", "train", "tables")}
+    with (package_copy / "loaders" / "spans.py").open("a") as f:
+        f.write("\n# an edit\n")
+    codehash._imports.cache_clear()
+    after = {m: codehash.module_digest(m) for m in before}
+    assert after["data"] != before["data"] and after["tables"] == before["tables"]

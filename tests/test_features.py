@@ -4,6 +4,7 @@ import random
 
 import numpy as np
 
+from conftest import gold_span_logits
 from workflow_scripts.data import read_table
 from workflow_scripts.features import (IGNORE, collate, decode_spans, encode, length_grouped_batches, merge_tags)
 from workflow_scripts.tasks import get_task
@@ -51,14 +52,7 @@ def test_doc_stride_is_the_step_between_windows(demo_data, tokenizer):
 def test_span_decoding_recovers_peaked_answer(demo_data, tokenizer):
     rows = read_table(demo_data["squad.train"]).to_pylist()[:10]
     enc = encode(get_task("squad"), tokenizer, rows, SPAN_OPTS, train=True)
-    start_logits, end_logits = [], []
-    for f in enc.features:
-        s, e = np.zeros(len(f["input_ids"])), np.zeros(len(f["input_ids"]))
-        s[f["start_positions"]] += 5
-        e[f["end_positions"]] += 5
-        start_logits.append(s)
-        end_logits.append(e)
-    preds = decode_spans(enc, start_logits, end_logits, SPAN_OPTS, allow_null=False)
+    preds = decode_spans(enc, *gold_span_logits(enc, peak=5.0), SPAN_OPTS, allow_null=False)
     assert preds == {r["id"]: r["answer_texts"][0] for r in rows}
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import gold_span_logits
 from workflow_scripts.data import prepare, provenance, read_table
 from workflow_scripts.features import IGNORE, decode_spans, encode, merge_tags
 from workflow_scripts.metrics import seqeval_f1, squad_v1
@@ -270,14 +271,7 @@ def test_span_oracle_gold_spans_decode_to_f1_100(xquad_table, real_tokenizer):
     opts = {"max_length": 384, "doc_stride": 128, "max_query_length": 64, "n_best": 20, "max_answer_length": 30}
     rows = read_table(xquad_table).to_pylist()
     encoded = encode(task, real_tokenizer, rows, opts, train=True)
-    starts, ends = [], []
-    for f in encoded.features:
-        s, e = np.zeros(len(f["input_ids"])), np.zeros(len(f["input_ids"]))
-        s[f["start_positions"]] += 10.0
-        e[f["end_positions"]] += 10.0
-        starts.append(s)
-        ends.append(e)
-    preds = decode_spans(encoded, starts, ends, opts, allow_null=False)
+    preds = decode_spans(encoded, *gold_span_logits(encoded), opts, allow_null=False)
     # Answers longer than max_answer_length tokens cannot be decoded: counted and named.
     too_long, inside = set(), set()
     for f in encoded.features:

@@ -227,7 +227,9 @@ def translate_spans(rows: list[dict[str, Any]], translate: Translator, max_dista
              "dropped_no_answer_in_source": 0, "dropped_unaligned": 0}
     usable = []
     for r in rows:
-        if not r["answer_texts"] or r["context"][r["answer_starts"][0]:][:len(r["answer_texts"][0])] != r["answer_texts"][0]:
+        # Evaluation splits keep answers their loader could not locate, with start -1.
+        if (not r["answer_texts"] or r["answer_starts"][0] < 0
+                or r["context"][r["answer_starts"][0]:][:len(r["answer_texts"][0])] != r["answer_texts"][0]):
             stats["dropped_no_answer_in_source"] += 1
         else:
             usable.append(r)

@@ -314,3 +314,29 @@ def test_tag_oracle_gold_tags_merge_back_to_f1_100_across_split_sentences(tmp_pa
     merged = merge_tags(encoded, logits, task.labels)
     assert [len(m) for m in merged] == [len(r["tokens"]) for r in rows]  # no word lost or added
     assert seqeval_f1(merged, [r["tags"] for r in rows]) == {"f1": 100.0}
+
+
+def test_release_archives_are_downloaded_once_into_the_cache(tmp_path, monkeypatch):
+    import io
+    import urllib.request
+
+    from workflow_scripts.loaders.source import fetch_archive
+
+    archive = tmp_path / "ud-treebanks-v2.5.tgz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(UD_RELEASE / "UD_German-GSD", arcname="ud-treebanks-v2.5/UD_German-GSD")
+    calls = []
+
+    class Response(io.BytesIO):  # the LINDAT server's answer, played by a local file
+        headers = {"Content-Length": str(archive.stat().st_size)}
+
+    def fake_urlopen(url):
+        calls.append(url)
+        return Response(archive.read_bytes())
+
+    monkeypatch.setattr(urllib.request, "urlopen", fake_urlopen)
+    url = "https://lindat.example/ud-treebanks-v2.5.tgz"
+    first = fetch_archive(url, cache_dir=tmp_path / "cache")
+    second = fetch_archive(url, cache_dir=tmp_path / "cache")
+    assert first == second == tmp_path / "cache" / "ud-treebanks-v2.5.tgz" and calls == [url]
+    assert first.read_bytes() == archive.read_bytes()

@@ -97,21 +97,27 @@ def fetch_archive(location: str, name: str | None = None, cache_dir: str | Path 
         if not path.exists():
             raise InputError(f"release archive or directory {path} does not exist")
         return path
+    import fcntl
+
     cache = Path(cache_dir)
+    cache.mkdir(parents=True, exist_ok=True)
     target = cache / (name or location.rstrip("/").rsplit("/", 1)[-1])
-    if not target.is_file():
-        import urllib.request
+    # One download however many jobs (e.g. the train, dev and test splits) ask at once.
+    with (cache / f".{target.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not target.is_file():
+            import urllib.request
 
-        from tqdm import tqdm
+            from tqdm import tqdm
 
-        LOG.info("downloading %s -> %s", location, target)
-        with atomic_path(target) as tmp, urllib.request.urlopen(location) as response:
-            total = int(response.headers.get("Content-Length") or 0) or None
-            with tmp.open("wb") as out, tqdm(total=total, unit="B", unit_scale=True, desc=target.name,
-                                             mininterval=5) as bar:
-                while chunk := response.read(1 << 20):
-                    out.write(chunk)
-                    bar.update(len(chunk))
+            LOG.info("downloading %s -> %s", location, target)
+            with atomic_path(target) as tmp, urllib.request.urlopen(location) as response:
+                total = int(response.headers.get("Content-Length") or 0) or None
+                with tmp.open("wb") as out, tqdm(total=total, unit="B", unit_scale=True, desc=target.name,
+                                                 mininterval=5) as bar:
+                    while chunk := response.read(1 << 20):
+                        out.write(chunk)
+                        bar.update(len(chunk))
     return target
 
 

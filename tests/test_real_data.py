@@ -340,3 +340,20 @@ def test_release_archives_are_downloaded_once_into_the_cache(tmp_path, monkeypat
     second = fetch_archive(url, cache_dir=tmp_path / "cache")
     assert first == second == tmp_path / "cache" / "ud-treebanks-v2.5.tgz" and calls == [url]
     assert first.read_bytes() == archive.read_bytes()
+
+
+def test_a_broken_sentence_is_dropped_counted_and_named_not_the_split(tmp_path, caplog):
+    import shutil
+
+    release_dir = tmp_path / "release"
+    shutil.copytree(UD_RELEASE / "UD_German-GSD", release_dir / "UD_German-GSD")
+    path = release_dir / "UD_German-GSD" / "de_gsd-ud-test.conllu"
+    sentences = path.read_text(encoding="utf-8").split("\n\n")
+    sentences[1] = sentences[1].replace("\n1\t", "\nx1\t", 1)  # a corrupt token id in the 2nd sentence
+    path.write_text("\n\n".join(sentences), encoding="utf-8")
+    out = load_udpos(tmp_path, "test", ["de"], release_dir)
+    rows = [list(zip(r["tokens"], r["tags"])) for r in read_table(out).to_pylist()]
+    expected = reference("test", "de")
+    assert rows == expected[:1] + expected[2:]
+    assert provenance(out)["report"]["udpos_counts"]["de"]["sentences_unreadable"] == 1
+    assert "de_gsd-ud-test.conllu, line" in caplog.text and "'x1'" in caplog.text

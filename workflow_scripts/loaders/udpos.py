@@ -117,6 +117,8 @@ def convert_sentence(lines: list[tuple[int, str]], lang: str, where: str, counts
         tid = cols[0]
         if "." in tid:  # an empty node of the enhanced graph: not a word
             continue
+        if not tid.replace("-", "", 1).isdigit():
+            raise InputError(f"{where}, line {lineno}: token id {tid!r} is not a number or a range")
         if "-" in tid:
             a, b = tid.split("-", 1)
             spans.append((int(a), int(b), cols[1]))
@@ -158,8 +160,14 @@ def read_conllu(stream: TextIO, name: str, lang: str, counts: Counter) -> Iterat
             continue
         if not block:
             continue
-        sentence = convert_sentence(block, lang, f"{name}, line {block[0][0]}", counts)
-        block = []
+        try:
+            sentence = convert_sentence(block, lang, f"{name}, line {block[0][0]}", counts)
+        except InputError as err:  # one broken sentence must not cost the whole split
+            counts["sentences_unreadable"] += 1
+            LOG.warning("udpos: sentence dropped: %s", err)
+            continue
+        finally:
+            block = []
         empty = sum(w == "_" for w in sentence.words)
         if empty and empty >= len(sentence.words) - 1:
             counts["sentences_without_text"] += 1

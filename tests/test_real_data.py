@@ -220,7 +220,7 @@ def test_udpos_reads_the_release_archive_as_well_as_its_directory(tmp_path):
     from_dir = read_table(load_udpos(tmp_path / "a", "test", ["de", "el"])).to_pylist()
     from_tgz_path = load_udpos(tmp_path / "b", "test", ["de", "el"], archive)
     assert read_table(from_tgz_path).to_pylist() == from_dir
-    assert provenance(from_tgz_path)["report"]["ud_release"]["sha256"] is not None
+    assert provenance(from_tgz_path)["report"]["release"]["sha256"] is not None
 
 
 # ----- Tatoeba --------------------------------------------------------------------------------
@@ -357,3 +357,32 @@ def test_a_broken_sentence_is_dropped_counted_and_named_not_the_split(tmp_path, 
     assert rows == expected[:1] + expected[2:]
     assert provenance(out)["report"]["udpos_counts"]["de"]["sentences_unreadable"] == 1
     assert "de_gsd-ud-test.conllu, line" in caplog.text and "'x1'" in caplog.text
+
+
+def test_bucc_and_ud_releases_in_hub_mode_never_ask_the_hub(tmp_path, monkeypatch):
+    """The paper preset (data.source: hub) reads BUCC and UD from their release archives;
+    the Hub is asked for a commit sha only for data that came from it."""
+    from workflow_scripts.loaders.source import Source
+
+    def no_hub(self):
+        raise AssertionError(f"asked the Hub about {self.path}")
+
+    monkeypatch.setattr(Source, "resolved_sha", no_hub)
+    demo = REAL.parent.parent / "demo" / "hub" / "bucc2018"
+    archives = tmp_path / "archives"
+    archives.mkdir()
+    for bucc_set in ("sample", "training"):
+        with tarfile.open(archives / f"bucc2018-de-en.{bucc_set}-gold.tar.bz2", "w:bz2") as tar:
+            for suffix in ("de", "en", "gold"):
+                tar.add(demo / f"de-en.{bucc_set}.{suffix}", arcname=f"bucc2018/de-en.{bucc_set}.{suffix}")
+    out = tmp_path / "bucc.parquet"
+    prepare("bucc", "test", {"source": "hub", "hub": {"path": "bucc2018"}, "languages": ["de"],
+                             "options": {"archives": str(archives)}}, out)
+    rows = read_table(out).to_pylist()
+    assert {r["side"] for r in rows} == {"source", "en"} and any(r["gold"] for r in rows)
+    meta = provenance(out)
+    assert meta["resolved_sha"] is None and meta["report"]["release"]["name"] == "BUCC 2018"
+    ud = tmp_path / "ud.parquet"
+    prepare("udpos", "dev", {"source": "hub", "hub": {"path": "google/xtreme"}, "languages": ["el"],
+                             "options": {"ud_release": str(UD_RELEASE)}}, ud)
+    assert provenance(ud)["report"]["release"]["name"] == "UD v2.5"

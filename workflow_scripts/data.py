@@ -94,7 +94,9 @@ def prepare(task_name: str, split: str, settings: dict[str, Any], output: str | 
         raise InputError(f"task {task_name} split {split}: no examples loaded from {settings['hub']['path']}")
     # Provenance travels with the data: where it came from, from the Hub which commit, and
     # what the loader repaired or dropped on the way (the load report).
-    reads_hub = report.get("udpos_source") != "ud_release"
+    # A converter that reads an original release (UD, BUCC, CCGbank files) names it in
+    # report["release"]; the Hub is asked for a commit only when its data was read.
+    reads_hub = "release" not in report
     provenance = {"task": task_name, "split": split, "source": src.kind, "path": src.path if reads_hub else None,
                   "revision": src.revision if reads_hub else None,
                   "resolved_sha": src.resolved_sha() if reads_hub else None, "report": report}

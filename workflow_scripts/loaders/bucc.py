@@ -8,17 +8,19 @@ from typing import Any
 
 from ..common import InputError
 from .registry import Report, Row, converter
-from .source import Source
+from .source import Source, fetch_archive, is_url
 
 
 @converter("bucc")
 def _bucc(src: Source, split: str, langs: list[str], opts: dict[str, Any],
-        report: Report) -> Iterable[Row]:
+          report: Report) -> Iterable[Row]:
     """BUCC 2018 from the original archives (the Hub copies hold only the gold pairs, not the
     corpora mining needs). As in XTREME, the "sample" set is dev and the "training" set, whose
     gold is public, is test. Files: ``{lang}-en.{set}.{lang|en}`` (``id<TAB>sentence``) and
     ``{lang}-en.{set}.gold`` (``source id<TAB>English id``)."""
     bucc_set = {"dev": "sample", "test": "training"}[split]
+    report["release"] = {"name": "BUCC 2018", "location": opts.get("archives") if src.kind == "hub" else
+                         str(src.local_root / src.path)}
     for lang in langs:
         files = _bucc_files(src, opts, lang, bucc_set)
         sentences = {side: _bucc_sentences(text, name) for side, (name, text) in files.items() if side != "gold"}
@@ -64,18 +66,14 @@ def _bucc_files(src: Source, opts: dict[str, Any], lang: str, bucc_set: str) -> 
             out[side] = (str(file), file.read_text(encoding="utf-8"))
         return out
     import tarfile
-    import tempfile
-    import urllib.request
 
     base = opts.get("archives")
     if not base:
         raise InputError("tasks.bucc.options.archives: the URL or directory of the BUCC 2018 archives")
     archive = f"bucc2018-{lang}-en.{bucc_set}-gold.tar.bz2"
-    with tempfile.TemporaryDirectory() as tmp:
-        local = Path(base) / archive
-        if not local.is_file():
-            local = Path(tmp) / archive
-            urllib.request.urlretrieve(f"{base.rstrip('/')}/{archive}", local)
+    # Downloaded once into the cache (or read where it lies, for a local directory).
+    local = fetch_archive(f"{base.rstrip('/')}/{archive}" if is_url(base) else str(Path(base) / archive))
+    try:
         with tarfile.open(local, "r:bz2") as tar:
             members = {Path(m.name).name: m for m in tar.getmembers() if m.isfile()}
             out = {}
@@ -84,6 +82,8 @@ def _bucc_files(src: Source, opts: dict[str, Any], lang: str, bucc_set: str) -> 
                 if name not in members:
                     raise InputError(f"{archive} has no {name}")
                 out[side] = (f"{archive}:{name}", tar.extractfile(members[name]).read().decode("utf-8"))
-        return out
+    except tarfile.TarError as err:
+        raise InputError(f"BUCC archive {local} is not a readable tar.bz2 archive: {err}") from err
+    return out
 
 

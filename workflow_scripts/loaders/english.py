@@ -16,7 +16,7 @@ from .source import Source, repo_path
 
 @converter("mnli")
 def _mnli(src: Source, split: str, langs: list[str], opts: dict[str, Any],
-        report: Report) -> Iterable[Row]:
+          report: Report) -> Iterable[Row]:
     task = get_task("mnli")
     hub_split = {"train": "train", "dev": "validation_matched"}[split]
     for i, r in enumerate(src.rows("mnli", hub_split)):
@@ -28,7 +28,7 @@ def _mnli(src: Source, split: str, langs: list[str], opts: dict[str, Any],
 
 @converter("xnli_mt")
 def _xnli_mt(src: Source, split: str, langs: list[str], opts: dict[str, Any],
-        report: Report) -> Iterable[Row]:
+             report: Report) -> Iterable[Row]:
     """facebook/xnli: one config per language; train is MNLI machine-translated by the XNLI authors."""
     task = get_task("xnli_mt")
     hub_split = {"train": "train", "dev": "validation"}[split]
@@ -40,7 +40,7 @@ def _xnli_mt(src: Source, split: str, langs: list[str], opts: dict[str, Any],
 
 @converter("qqp")
 def _qqp(src: Source, split: str, langs: list[str], opts: dict[str, Any],
-        report: Report) -> Iterable[Row]:
+         report: Report) -> Iterable[Row]:
     task = get_task("qqp")
     hub_split = {"train": "train", "dev": "validation"}[split]
     for i, r in enumerate(src.rows("qqp", hub_split)):
@@ -50,7 +50,7 @@ def _qqp(src: Source, split: str, langs: list[str], opts: dict[str, Any],
 
 @converter("hellaswag")
 def _hellaswag(src: Source, split: str, langs: list[str], opts: dict[str, Any],
-        report: Report) -> Iterable[Row]:
+               report: Report) -> Iterable[Row]:
     hub_split = {"train": "train", "dev": "validation"}[split]
     for r in src.rows(None, hub_split):
         if r["label"] in ("", None):  # the public test split has no labels
@@ -75,7 +75,7 @@ def _nli_rows(src: Source, name: str | None, hub_split: str, prefix: str, task: 
 
 @converter("anli_plus")
 def _anli_plus(src: Source, split: str, langs: list[str], opts: dict[str, Any],
-        report: Report) -> Iterable[Row]:
+               report: Report) -> Iterable[Row]:
     """ANLI rounds 1-3 + MNLI + SNLI (label -1 dropped): 1,104,934 train / 22,857 dev."""
     task = get_task("anli_plus")
     glue = Source(src.kind, opts.get("mnli_path", "nyu-mll/glue"), opts.get("mnli_revision", "main"), src.local_root)
@@ -90,7 +90,7 @@ def _anli_plus(src: Source, split: str, langs: list[str], opts: dict[str, Any],
 
 @converter("commonsenseqa")
 def _commonsenseqa(src: Source, split: str, langs: list[str], opts: dict[str, Any],
-        report: Report) -> Iterable[Row]:
+                   report: Report) -> Iterable[Row]:
     hub_split = {"train": "train", "dev": "validation"}[split]
     for r in src.rows(opts.get("hub_name"), hub_split):
         if not r["answerKey"]:  # the public test split has no answers
@@ -104,7 +104,7 @@ def _commonsenseqa(src: Source, split: str, langs: list[str], opts: dict[str, An
 
 @converter("cosmosqa")
 def _cosmosqa(src: Source, split: str, langs: list[str], opts: dict[str, Any],
-        report: Report) -> Iterable[Row]:
+              report: Report) -> Iterable[Row]:
     hub_split = {"train": "train", "dev": "validation"}[split]
     for r in src.rows(opts.get("hub_name"), hub_split):
         if int(r["label"]) == -1:  # the public test split has no labels
@@ -116,7 +116,7 @@ def _cosmosqa(src: Source, split: str, langs: list[str], opts: dict[str, Any],
 
 @converter("ccg")
 def _ccg(src: Source, split: str, langs: list[str], opts: dict[str, Any],
-        report: Report) -> Iterable[Row]:
+         report: Report) -> Iterable[Row]:
     """A user-provided CCGbank-derived file (CCGbank is licensed, LDC2005T13; never downloaded).
 
     ``options.path`` is a directory with ``train.tsv`` and ``dev.tsv``: one ``word<TAB>supertag``
@@ -126,6 +126,7 @@ def _ccg(src: Source, split: str, langs: list[str], opts: dict[str, Any],
     if not opts.get("path") or not file.is_file():
         raise InputError(f"CCG file {file} does not exist: CCGbank is licensed (LDC2005T13); put your "
                          "CCGbank-derived train.tsv/dev.tsv there or set tasks.ccg.options.path")
+    report["release"] = {"name": "CCGbank-derived files (user-provided)", "location": str(root)}
     tokens: list[str] = []
     tags: list[str] = []
     n = 0

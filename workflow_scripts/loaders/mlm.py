@@ -25,7 +25,7 @@ def split_sentences(text: str) -> list[str]:
 
 @converter("mlm")
 def _mlm(src: Source, split: str, langs: list[str], opts: dict[str, Any],
-        report: Report) -> Iterable[Row]:
+         report: Report) -> Iterable[Row]:
     """Multilingual Wikipedia sentences for MLM, as in XLM: language i gets a share
     q_i = p_i^alpha / sum_j p_j^alpha of the `sentences` total, p_i being its share of
     articles. Articles are read in a seeded shuffled order until the quota is filled."""

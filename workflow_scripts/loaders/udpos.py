@@ -224,7 +224,8 @@ def _udpos(src: Source, split: str, langs: list[str], opts: dict[str, Any], repo
     location = str(opts["ud_release"])
     root = fetch_archive(location)
     report["udpos_source"] = "ud_release"
-    report["ud_release"] = {"location": location, "sha256": file_sha256(root) if root.is_file() else None}
+    report["release"] = {"name": "UD v2.5", "location": location,
+                         "sha256": file_sha256(root) if root.is_file() else None}
     files: dict[str, list[str]] = {}
     per_lang: dict[str, dict[str, int]] = {}
     n_total = {lang: 0 for lang in wanted}

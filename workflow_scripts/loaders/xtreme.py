@@ -25,7 +25,7 @@ TATOEBA_CODES = {
 
 @converter("pawsx")
 def _pawsx(src: Source, split: str, langs: list[str], opts: dict[str, Any],
-        report: Report) -> Iterable[Row]:
+           report: Report) -> Iterable[Row]:
     task = get_task("pawsx")
     for lang, i, r in per_language("pawsx", src, lambda l: f"PAWS-X.{l}", split, XTREME_SPLITS[split], langs):
         label = int(r["label"])  # a string "0"/"1" in google/xtreme
@@ -35,7 +35,7 @@ def _pawsx(src: Source, split: str, langs: list[str], opts: dict[str, Any],
 
 @converter("panx")
 def _panx(src: Source, split: str, langs: list[str], opts: dict[str, Any],
-        report: Report) -> Iterable[Row]:
+          report: Report) -> Iterable[Row]:
     task = get_task("panx")
     for lang, i, r in per_language("panx", src, lambda l: f"PAN-X.{l}", split, XTREME_SPLITS[split], langs):
         tags = [task.labels[label_index(task, t, f"panx {lang} {split}")] for t in r["ner_tags"]]
@@ -44,7 +44,7 @@ def _panx(src: Source, split: str, langs: list[str], opts: dict[str, Any],
 
 @converter("xnli")
 def _xnli(src: Source, split: str, langs: list[str], opts: dict[str, Any],
-        report: Report) -> Iterable[Row]:
+          report: Report) -> Iterable[Row]:
     task = get_task("xnli")
     hub_split = {"dev": "validation", "test": "test"}[split]
     counts = {lang: 0 for lang in langs}
@@ -62,7 +62,7 @@ def _xnli(src: Source, split: str, langs: list[str], opts: dict[str, Any],
 
 @converter("tatoeba")
 def _tatoeba(src: Source, split: str, langs: list[str], opts: dict[str, Any],
-        report: Report) -> Iterable[Row]:
+             report: Report) -> Iterable[Row]:
     for lang in langs:
         if lang not in TATOEBA_CODES:
             raise InputError(f"tatoeba: no Tatoeba code known for {lang!r}")

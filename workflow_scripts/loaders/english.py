@@ -5,7 +5,6 @@ the user's own files."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 from typing import Any
 
 from ..common import InputError

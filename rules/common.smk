@@ -64,12 +64,11 @@ def local_source_files(wildcards):
     editing them reruns its preparation."""
     task = config["tasks"][wildcards.task]
     options = task.get("options", {})
-    release = options.get("ud_release", "")
-    if release and "://" not in release:  # a local UD release: its archive or its files
-        path = release if os.path.isabs(release) else os.path.join(workflow.basedir, release)
-        if os.path.isfile(path):
-            return [path]
-        return sorted(os.path.join(d, f) for d, _, files in os.walk(path) for f in files)
+    release = grid.local_release(task)
+    if release is not None:  # a local UD release: its archive or its files
+        if release.is_file():
+            return [str(release)]
+        return sorted(os.path.join(d, f) for d, _, files in os.walk(release) for f in files)
     if "path" in options:
         source_dir = options["path"]
     elif config["data"]["source"] == "local":

@@ -30,6 +30,11 @@ def setup_logging() -> None:
     )
 
 
+def is_url(location: str) -> bool:
+    """A download location (http, https, ftp) rather than a local path."""
+    return location.split("://", 1)[0] in ("http", "https", "ftp")
+
+
 def canonical_json(value: Any) -> str:
     """Key-sorted, compact JSON: the same settings always give the same string (and hash)."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

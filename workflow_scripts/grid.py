@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .common import is_url
 from .tasks import PROVIDED_TRANSLATIONS, SPAN, TASKS, TRANSLATABLE_FORMATS, get_task
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -57,10 +58,10 @@ def check_config(config: dict[str, Any]) -> None:
     for key in tasks_cfg:
         if key not in TASKS:
             raise ConfigError(f"config key tasks.{key}: unknown task; known tasks: {', '.join(TASKS)}")
-        release = tasks_cfg[key].get("options", {}).get("ud_release")
-        if release and "://" not in release and not (REPO_ROOT / release).exists():
-            raise ConfigError(f"config key tasks.{key}.options.ud_release: {release!r} is neither a URL nor an "
-                              "existing archive or directory")
+        release = local_release(tasks_cfg[key])
+        if release is not None and not release.exists():
+            raise ConfigError(f"config key tasks.{key}.options.ud_release: {tasks_cfg[key]['options']['ud_release']!r} "
+                              "is neither a URL nor an existing archive or directory")
     baselines = []
     for name, inter in config["intermediate"].items():
         for i, task in enumerate(inter["tasks"]):
@@ -116,6 +117,15 @@ def check_config(config: dict[str, Any]) -> None:
         raise ConfigError(f"config key tables.baseline: {baseline!r} is not an intermediate config")
     if baseline not in baselines:
         raise ConfigError(f"config key tables.baseline: {baseline!r} has tasks; the baseline must have none")
+
+
+def local_release(task_cfg: dict[str, Any]) -> Path | None:
+    """The local path of a task's ``options.ud_release`` (relative paths are relative to the
+    repository); None when it is a URL or not set."""
+    release = task_cfg.get("options", {}).get("ud_release")
+    if not release or is_url(release):
+        return None
+    return REPO_ROOT / release  # an absolute release stays absolute
 
 
 # ----- layout -----------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..common import LOG, InputError, atomic_path
+from ..common import LOG, InputError, atomic_path, is_url
 
 Row = dict[str, Any]
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
@@ -83,10 +83,6 @@ def repo_path(path: str | Path) -> Path:
     """A configured path; relative paths are relative to the repository."""
     path = Path(path)
     return path if path.is_absolute() else REPO_ROOT / path
-
-
-def is_url(location: str) -> bool:
-    return location.split("://", 1)[0] in ("http", "https", "ftp")
 
 
 def fetch_archive(location: str, name: str | None = None, cache_dir: str | Path = DOWNLOAD_CACHE) -> Path:

@@ -228,11 +228,9 @@ def _udpos(src: Source, split: str, langs: list[str], opts: dict[str, Any], repo
                          "sha256": file_sha256(root) if root.is_file() else None}
     files: dict[str, list[str]] = {}
     per_lang: dict[str, dict[str, int]] = {}
-    n_total = {lang: 0 for lang in wanted}
     for lang in wanted:
         counts: Counter = Counter()
         files[lang] = []
-        i = 0
         for name, stream in release_files(root, lang, split):
             files[lang].append(name)
             for sentence in read_conllu(stream, name, lang, counts):
@@ -242,11 +240,10 @@ def _udpos(src: Source, split: str, langs: list[str], opts: dict[str, Any], repo
                     counts["sentences_bad_tag"] += 1
                     LOG.warning("udpos %s: sentence dropped: %s", split, err)
                     continue
+                yield {"id": f"udpos-{split}-{lang}-{counts['sentences']}", "lang": lang, "tokens": sentence.words,
+                       "tags": tags}
                 counts["sentences"] += 1
                 counts["words"] += len(sentence.words)
-                yield {"id": f"udpos-{split}-{lang}-{i}", "lang": lang, "tokens": sentence.words, "tags": tags}
-                i += 1
-        n_total[lang] = i
         per_lang[lang] = dict(sorted(counts.items()))
         LOG.info("udpos %s %s: %d sentences, %d words from %s", split, lang, counts["sentences"], counts["words"],
                  files[lang] or "no files")
@@ -257,7 +254,7 @@ def _udpos(src: Source, split: str, langs: list[str], opts: dict[str, Any], repo
     report["udpos_counts"] = per_lang
     if is_url(location):
         LOG.info("UD release %s cached at %s", location, root)
-    require_languages("udpos", split, n_total)
+    require_languages("udpos", split, {lang: per_lang[lang].get("sentences", 0) for lang in wanted})
 
 
 def _udpos_hub(src: Source, split: str, langs: list[str]) -> Iterator[Row]:

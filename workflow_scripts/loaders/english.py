@@ -16,13 +16,8 @@ from .source import Source, repo_path
 @converter("mnli")
 def _mnli(src: Source, split: str, langs: list[str], opts: dict[str, Any],
           report: Report) -> Iterable[Row]:
-    task = get_task("mnli")
     hub_split = {"train": "train", "dev": "validation_matched"}[split]
-    for i, r in enumerate(src.rows("mnli", hub_split)):
-        if r["label"] == -1:  # unlabeled (test) rows
-            continue
-        yield {"id": f"mnli-{split}-{r.get('idx', i)}", "lang": "en", "text_a": r["premise"],
-               "text_b": r["hypothesis"], "label": label_index(task, r["label"], f"mnli {split}")}
+    yield from _nli_rows(src, "mnli", hub_split, f"mnli-{split}", get_task("mnli"))
 
 
 @converter("xnli_mt")

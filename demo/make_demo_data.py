@@ -216,9 +216,9 @@ def tagged_sentence(rng: random.Random, lang: str, long: bool) -> tuple[list[str
     return tokens, tags
 
 
-def make_udpos(rng: random.Random) -> None:
-    splits = {"en": (("train", 200), ("validation", 50), ("test", 50)),
-              "de": (("validation", 40), ("test", 40)), "ru": (("validation", 40), ("test", 40))}
+def make_udpos(rng: random.Random, splits: dict | None = None) -> None:
+    splits = splits or {"en": (("train", 200), ("validation", 50), ("test", 50)),
+                        "de": (("validation", 40), ("test", 40)), "ru": (("validation", 40), ("test", 40))}
     for lang, spec in splits.items():
         for split, n in spec:
             rows = []
@@ -292,9 +292,10 @@ WORKS_FOR = {"en": ("works for", "in"), "de": ("arbeitet für", "in"), "ru": ("�
              "sw": ("anafanya kazi", "huko")}
 
 
-def make_panx(rng: random.Random) -> None:
-    for lang, spec in {"en": (("train", 150), ("validation", 40), ("test", 40)),
-                       "de": (("validation", 40), ("test", 40)), "ru": (("validation", 40), ("test", 40))}.items():
+def make_panx(rng: random.Random, splits: dict | None = None) -> None:
+    for lang, spec in (splits or {"en": (("train", 150), ("validation", 40), ("test", 40)),
+                                  "de": (("validation", 40), ("test", 40)),
+                                  "ru": (("validation", 40), ("test", 40))}).items():
         for split, n in spec:
             rows = []
             for _ in range(n):
@@ -311,9 +312,9 @@ def make_panx(rng: random.Random) -> None:
             write_jsonl(ROOT / f"google/xtreme/PAN-X.{lang}" / f"{split}.jsonl", rows)
 
 
-def make_pawsx(rng: random.Random) -> None:
-    for lang, spec in {"en": (("train", 150), ("validation", 40), ("test", 40)),
-                       "de": (("validation", 40), ("test", 40))}.items():
+def make_pawsx(rng: random.Random, splits: dict | None = None) -> None:
+    for lang, spec in (splits or {"en": (("train", 150), ("validation", 40), ("test", 40)),
+                                  "de": (("validation", 40), ("test", 40))}).items():
         for split, n in spec:
             rows = []
             for _ in range(n):
@@ -441,11 +442,20 @@ def make_ccg(rng: random.Random) -> None:
         (root / f"{split}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
+def make_foreign_train(rng: random.Random) -> None:
+    """Training splits outside English, for the in-language settings (PAN-X, UD-POS) and
+    PAWS-X's published machine-translated train (PROTOCOL.md §7)."""
+    make_panx(rng, {lang: (("train", 100),) for lang in ("de", "ru")})
+    make_udpos(rng, {lang: (("train", 100),) for lang in ("de", "ru")})
+    make_pawsx(rng, {"de": (("train", 100),)})
+
+
 def main() -> None:
     rng = random.Random(0)
+    # New generators go last: each draws its own seed, so earlier files stay byte-identical.
     for make in (make_mnli, make_xnli, make_squad, make_xquad, make_hellaswag, make_udpos,
                  make_tatoeba, make_wikipedia, make_panx, make_pawsx, make_mlqa_tydiqa, make_squad_v2,
-                 make_nli_family, make_choice_family, make_bucc, make_ccg):
+                 make_nli_family, make_choice_family, make_bucc, make_ccg, make_foreign_train):
         make(random.Random(rng.random()))
     print(f"wrote {sum(1 for _ in ROOT.rglob('*.jsonl'))} files under {ROOT}")
 

@@ -11,7 +11,7 @@ min_version("9.0")
 sys.path.insert(0, workflow.basedir)
 shell.prefix(f"export PYTHONPATH={shlex.quote(workflow.basedir)}; ")
 
-from workflow_scripts import grid
+from workflow_scripts import grid, transfer
 from workflow_scripts.codehash import module_digest
 from workflow_scripts.common import canonical_json
 from workflow_scripts.tasks import TASKS
@@ -35,8 +35,15 @@ TRANSLATION_LANGUAGES = sorted(
 )
 
 
+# Transfer settings as path components (source:de -> source-de); target-model recipes name
+# their training and selection data (mt-de.dev-de: translated into de, selected on de dev).
+SETTING_TOKENS = [transfer.path_token(s) for s in transfer.configured(config)]
+
+
 wildcard_constraints:
     intermediate="|".join(INTERMEDIATE),
+    setting="|".join(SETTING_TOKENS),
+    recipe=r"[a-z]+(-[a-z]+)?\.dev-[a-z]+",
     target="|".join(TARGETS),
     seed=r"\d+",
     task="|".join(TASKS),
@@ -89,27 +96,47 @@ def intermediate_inputs(wildcards):
 
 
 def target_inputs(wildcards):
-    data = grid.target_data(config, wildcards.target)[wildcards.target]
     return {
         "encoder": grid.intermediate_encoder(config, wildcards.intermediate, wildcards.seed),
-        "train": data["train"],
-        "dev": data["dev"],
+        "data": grid.target_data_files(config, wildcards.target, wildcards.recipe),
     }
 
 
+def target_data_map(wildcards):
+    return canonical_json(grid.target_data(config, wildcards.target, wildcards.recipe))
+
+
+def evaluation(wildcards):
+    return grid.evaluation(config, wildcards.setting, wildcards.intermediate, wildcards.target, wildcards.seed)
+
+
 def evaluate_inputs(wildcards):
-    if TASKS[wildcards.target].is_retrieval:
-        model = grid.intermediate_encoder(config, wildcards.intermediate, wildcards.seed)
-    else:
-        model = grid.target_model(wildcards.intermediate, wildcards.target, wildcards.seed)
-    return {"model": model, **grid.eval_data(config, wildcards.target)}
+    run = evaluation(wildcards)
+    return {
+        "models": sorted(set(run["models"].values())),
+        "data": sorted({ref["path"] for refs in run["data"].values() for ref in refs}),
+    }
 
 
-def split_args(wildcards, input):
-    return " ".join(f"{split}={input[split]}" for split in TASKS[wildcards.target].eval_splits)
+def model_args(wildcards):
+    """One model directory, or LANG=DIR when languages have models of their own."""
+    models = evaluation(wildcards)["models"]
+    if len(set(models.values())) == 1:
+        return shlex.quote(next(iter(models.values())))
+    return " ".join(shlex.quote(f"{lang}={path}") for lang, path in sorted(models.items()))
+
+
+def data_args(wildcards):
+    """SPLIT:LANGS=FILE for every file a split is scored on."""
+    data = evaluation(wildcards)["data"]
+    return " ".join(
+        shlex.quote(f"{split}:{','.join(ref['languages'])}={ref['path']}") for split, refs in data.items() for ref in refs
+    )
 
 
 def run_id(wildcards):
+    setting = next(s for s in transfer.configured(config) if transfer.path_token(s) == wildcards.setting)
     return canonical_json(
-        {"intermediate": wildcards.intermediate, "target": wildcards.target, "seed": int(wildcards.seed)}
+        {"setting": setting, "intermediate": wildcards.intermediate, "target": wildcards.target,
+         "seed": int(wildcards.seed)}
     )

@@ -2,12 +2,13 @@ rule evaluate_target:
     input:
         unpack(evaluate_inputs),
     output:
-        metrics="results/metrics/{intermediate}/{target}/seed{seed}.json",
+        metrics="results/metrics/{setting}/{intermediate}/{target}/seed{seed}.json",
     log:
-        "logs/evaluate_target/{intermediate}/{target}/seed{seed}.log",
+        "logs/evaluate_target/{setting}/{intermediate}/{target}/seed{seed}.log",
     params:
-        settings=settings(grid.eval_settings, "target"),
-        splits=split_args,
+        settings=settings(grid.eval_settings, "target", "setting"),
+        models=model_args,
+        data=data_args,
         run=run_id,
         code=module_digest("evaluate"),
     threads: res("evaluate_target", "threads")
@@ -18,6 +19,6 @@ rule evaluate_target:
     conda:
         "../envs/training.yaml"
     shell:
-        "python -m workflow_scripts.evaluate --target {wildcards.target} --model {input.model}"
-        " --data {params.splits} --settings {params.settings:q} --run {params.run:q}"
+        "python -m workflow_scripts.evaluate --target {wildcards.target} --model {params.models}"
+        " --data {params.data} --settings {params.settings:q} --run {params.run:q}"
         " --seed {wildcards.seed} --threads {threads} --output {output.metrics} > {log} 2>&1"

@@ -1,6 +1,7 @@
 localrules:
     prepare_encoder,
     prepare_translator,
+    prepare_translator_to_english,
 
 
 rule prepare_encoder:
@@ -34,4 +35,21 @@ rule prepare_translator:
         "../envs/training.yaml"
     shell:
         "python -m workflow_scripts.models translator --lang {wildcards.lang}"
+        " --settings {params.settings:q} --output {output.model} --text {input.text} > {log} 2>&1"
+
+
+rule prepare_translator_to_english:
+    input:
+        text=demo_text_inputs,
+    output:
+        model=directory("results/models/translator_to_en/{lang}"),
+    log:
+        "logs/prepare_translator_to_english/{lang}.log",
+    params:
+        settings=lambda wildcards: canonical_json(grid.translator_settings(config, wildcards.lang, to_english=True)),
+        code=module_digest("models"),
+    conda:
+        "../envs/training.yaml"
+    shell:
+        "python -m workflow_scripts.models translator --from-lang {wildcards.lang} --lang en"
         " --settings {params.settings:q} --output {output.model} --text {input.text} > {log} 2>&1"

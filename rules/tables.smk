@@ -10,6 +10,10 @@ rule aggregate_tables:
         translated_md="results/tables/translated.md",
         translated_csv="results/tables/translated.csv",
         runs_csv="results/tables/runs.csv",
+        settings_md="results/tables/settings.md",
+        settings_csv="results/tables/settings.csv",
+        source_md="results/tables/source_languages.md",
+        source_csv="results/tables/source_languages.csv",
     log:
         "logs/aggregate_tables.log",
     params:
@@ -22,4 +26,5 @@ rule aggregate_tables:
         " --main-md {output.main_md} --main-csv {output.main_csv} --best-csv {output.best_csv}"
         " --per-language-md {output.per_language_md} --per-language-csv {output.per_language_csv}"
         " --translated-md {output.translated_md} --translated-csv {output.translated_csv}"
-        " --runs-csv {output.runs_csv} > {log} 2>&1"
+        " --runs-csv {output.runs_csv} --settings-md {output.settings_md} --settings-csv {output.settings_csv}"
+        " --source-md {output.source_md} --source-csv {output.source_csv} > {log} 2>&1"

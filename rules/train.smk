@@ -33,13 +33,14 @@ rule train_target:
     input:
         unpack(target_inputs),
     output:
-        model=directory("results/target/{intermediate}/{target}/seed{seed}/model"),
+        model=directory("results/target/{intermediate}/{target}/{recipe}/seed{seed}/model"),
     log:
-        "logs/train_target/{intermediate}/{target}/seed{seed}.log",
+        "logs/train_target/{intermediate}/{target}/{recipe}/seed{seed}.log",
     params:
         settings=settings(grid.target_settings, "target"),
-        data=settings(grid.target_data, "target"),
-        checkpoints="results/checkpoints/target/{intermediate}/{target}/seed{seed}",
+        # The recipe's files and the languages taken from each (transfer.py).
+        data=target_data_map,
+        checkpoints="results/checkpoints/target/{intermediate}/{target}/{recipe}/seed{seed}",
         code=module_digest("train"),
     threads: res("train_target", "threads")
     resources:

@@ -25,6 +25,32 @@ rule translate_task_data:
         " --threads {threads} --output {output.data} --stats {output.stats} > {log} 2>&1"
 
 
+rule translate_test_data:
+    input:
+        data="results/data/{task}/test.parquet",
+        model="results/models/translator_to_en/{lang}",
+    output:
+        data="results/translate_test/{task}/{lang}/test.parquet",
+        stats="results/translate_test/{task}/{lang}/test.stats.json",
+    log:
+        "logs/translate_test_data/{task}/{lang}.log",
+    params:
+        settings=settings(grid.translation_settings, "task"),
+        cache="results/cache/translation/{lang}-en.sqlite",
+        code=module_digest("translate"),
+    threads: res("translate_test_data", "threads")
+    resources:
+        mem_mb=res("translate_test_data", "mem_mb"),
+        runtime=res("translate_test_data", "runtime"),
+        gpu=res("translate_test_data", "gpu"),
+    conda:
+        "../envs/training.yaml"
+    shell:
+        "python -m workflow_scripts.translate data --task {wildcards.task} --from-lang {wildcards.lang} --lang en"
+        " --model {input.model} --input {input.data} --settings {params.settings:q} --cache {params.cache}"
+        " --threads {threads} --output {output.data} --stats {output.stats} > {log} 2>&1"
+
+
 rule score_translation_quality:
     input:
         model="results/models/translator/{lang}",

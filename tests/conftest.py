@@ -113,3 +113,15 @@ def planned_jobs(cwd: Path, *args: str) -> set[tuple[str, str]]:
             jobs.add((rule, m.group(1).rstrip(",")))
             rule = None
     return jobs
+
+
+def paper_with_transfer_block(repo: Path) -> Path:
+    """config/paper.yaml with its commented transfer-settings block switched on, as a user
+    would: every line from "# transfer:" to the end marker loses its "# "."""
+    lines = (repo / "config/paper.yaml").read_text().splitlines()
+    start = lines.index("# transfer:")
+    end = next(i for i, line in enumerate(lines) if line.startswith("# <<< transfer settings"))
+    lines[start:end] = [line[2:] for line in lines[start:end]]
+    path = repo / "paper_transfer.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path

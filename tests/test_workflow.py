@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import copy_repo, planned_jobs, snakemake
-from workflow_scripts import codehash
+from conftest import copy_repo, paper_with_transfer_block, planned_jobs, snakemake
+from workflow_scripts import codehash, transfer
 from workflow_scripts.tasks import get_task
 
 RULE_MODULES = {  # the CLI module each rule runs
     "prepare_task_data": "data", "prepare_encoder": "models", "prepare_translator": "models",
     "translate_task_data": "translate", "train_intermediate": "train", "train_target": "train",
     "evaluate_target": "evaluate", "aggregate_tables": "tables", "score_translation_quality": "translate",
-    "tabulate_translation": "tables",
+    "tabulate_translation": "tables", "translate_test_data": "translate", "prepare_translator_to_english": "models",
 }
 
 
@@ -50,10 +50,13 @@ def run_outputs(config: dict, inter: str) -> set[tuple[str, str]]:
     jobs = {("aggregate_tables", "results/tables/main.md"), ("all", "")}  # first output of each job
     for seed in config["seeds"]:
         jobs.add(("train_intermediate", f"results/intermediate/{inter}/seed{seed}/encoder"))
-        for target in config["targets"]:
-            if get_task(target).trains:
-                jobs.add(("train_target", f"results/target/{inter}/{target}/seed{seed}/model"))
-            jobs.add(("evaluate_target", f"results/metrics/{inter}/{target}/seed{seed}.json"))
+        for plan in transfer.plans(config):
+            if inter not in plan.intermediate:
+                continue
+            for recipe in plan.recipes():
+                jobs.add(("train_target", f"results/target/{inter}/{plan.target}/{recipe.name}/seed{seed}/model"))
+            jobs.add(("evaluate_target", f"results/metrics/{transfer.path_token(plan.setting)}/{inter}/"
+                                         f"{plan.target}/seed{seed}.json"))
     return jobs
 
 
@@ -63,12 +66,12 @@ def test_demo_writes_tables_and_complete_metric_files(demo):
     for inter in config["intermediate"]:
         assert f"| {inter} |" in main
     runs = (demo / "results/tables/runs.csv").read_text().splitlines()
-    assert runs[0] == "intermediate,target,seed,split,language,metric,value"
+    assert runs[0] == "setting,intermediate,target,seed,split,language,metric,value"
     for inter in config["intermediate"]:
         for target in config["targets"]:
             for seed in config["seeds"]:
-                m = json.loads((demo / f"results/metrics/{inter}/{target}/seed{seed}.json").read_text())
-                assert m["run"] == {"intermediate": inter, "target": target, "seed": seed}
+                m = json.loads((demo / f"results/metrics/zero_shot/{inter}/{target}/seed{seed}.json").read_text())
+                assert m["run"] == {"setting": "zero_shot", "intermediate": inter, "target": target, "seed": seed}
                 assert m["languages"] == config["tasks"][target]["languages"]
                 assert set(m["scores"]) == set(get_task(target).eval_splits)
                 for split in m["scores"]:
@@ -81,6 +84,9 @@ def test_demo_writes_tables_and_complete_metric_files(demo):
                     assert "hidden_states index" in m["retrieval"]["layer_convention"]
                 else:
                     assert m["retrieval"] is None and "score" in m["selection"]
+                    # Zero-shot: one model, trained and selected on English, scores every language.
+                    assert {v["recipe"] for v in m["models"].values()} == {"en.dev-en"}
+                    assert all(ref["languages"] == ["en"] for v in m["models"].values() for ref in v["dev"])
                 if target == "bucc":
                     assert set(m["retrieval"]["thresholds_from_dev"]) == set(m["languages"])
     assert "| best models |" in main
@@ -102,6 +108,55 @@ def test_demo_writes_tables_and_complete_metric_files(demo):
     assert "hellaswag_de" in translation.split("Intermediate-task dev score")[1]
     assert list((demo / "logs").rglob("*.log")), "every rule logs under logs/"
     assert not (demo / "results/checkpoints").exists() or not any((demo / "results/checkpoints").rglob("state.pt"))
+
+
+def test_every_transfer_setting_runs_and_writes_its_tables(demo):
+    config = load_config(demo)
+    settings = list(config["transfer"]["settings"])
+    assert len(settings) == 7
+    for plan in transfer.plans(config):
+        for seed in config["seeds"]:
+            path = demo / f"results/metrics/{transfer.path_token(plan.setting)}/none/{plan.target}/seed{seed}.json"
+            m = json.loads(path.read_text())
+            assert m["setting"] == m["run"]["setting"] == plan.setting
+            assert set(m["scores"]) == set(plan.eval_data) and set(m["languages"]) == set(plan.languages)
+            # The metric file names each language's model and the dev set that selected it.
+            for lang, recipe in plan.models.items():
+                assert m["models"][lang]["recipe"] == recipe.name
+                assert m["models"][lang]["dev"] == [r.as_dict() for r in recipe.dev]
+                assert m["models"][lang]["path"].endswith(f"/{recipe.name}/seed{seed}/model")
+    m = json.loads((demo / "results/metrics/translate_train/none/xnli/seed1.json").read_text())
+    assert m["models"]["de"]["dev"] == [{"path": "results/data/xnli/dev.parquet", "languages": ["de"], "kind": "human"}]
+    assert m["models"]["en"]["recipe"] == "en.dev-en" and "selection" not in m  # two models, two selections
+    m = json.loads((demo / "results/metrics/translate_test/none/xnli/seed1.json").read_text())
+    assert m["splits"] == ["test"] and m["settings"]["transfer"]["text_language"] == "en"
+    stats = json.loads((demo / "results/translate_test/xnli/de/test.stats.json").read_text())
+    assert stats["direction"] == "de-en" and stats["kept"] == stats["examples"] > 0
+    table = (demo / "results/tables/settings.md").read_text()
+    for setting in settings:
+        assert f"| {setting} |" in table
+    assert "| de |" in (demo / "results/tables/source_languages.md").read_text()
+    main = (demo / "results/tables/main.md").read_text()
+    assert "## zero_shot (baseline setting)" in main and "## in_language_all" in main
+    per_language = (demo / "results/tables/per_language.md").read_text()
+    assert "# translate_test" in per_language
+    main_csv = (demo / "results/tables/main.csv").read_text().splitlines()
+    assert main_csv[0].startswith("setting,intermediate,")
+    assert "de-en" in (demo / "results/tables/translation.md").read_text()
+
+
+def test_changing_one_settings_option_reruns_only_that_setting(demo):
+    def edit(config):
+        config["transfer"]["settings"]["translate_train"]["model_selection"] = "en"
+
+    path = with_config(demo, edit, "selection")
+    config = load_config(demo)
+    expected = {("aggregate_tables", "results/tables/main.md"), ("all", "")}
+    for seed in config["seeds"]:
+        for target in ("xnli", "xquad"):
+            expected.add(("train_target", f"results/target/none/{target}/mt-de.dev-en/seed{seed}/model"))
+            expected.add(("evaluate_target", f"results/metrics/translate_train/none/{target}/seed{seed}.json"))
+    assert planned_jobs(demo, "--configfile", str(path)) == expected
 
 
 def test_nothing_to_do_after_a_complete_run(demo):
@@ -144,7 +199,7 @@ def test_editing_a_module_reruns_the_rules_that_import_it(demo, module):
     # The rules importing it rerun (their downstream jobs follow); nothing upstream does.
     assert users <= rules
     upstream = {"prepare_task_data", "prepare_encoder", "prepare_translator", "translate_task_data",
-                "score_translation_quality"} - users
+                "score_translation_quality", "prepare_translator_to_english", "translate_test_data"} - users
     assert not rules & upstream
     if module == "tables":
         assert rules == {"aggregate_tables", "tabulate_translation"}
@@ -176,6 +231,29 @@ def test_paper_preset_builds_the_full_grid_offline(demo):
         assert f"results/intermediate/{inter}/seed3/encoder" in out
 
 
+def test_paper_preset_with_its_transfer_block_builds_offline(demo):
+    path = paper_with_transfer_block(demo)
+    config = yaml.safe_load(path.read_text())
+    proc = snakemake(demo, "-n", "--configfile", str(path), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout + proc.stderr
+    counts = {line.split()[0]: int(line.split()[1]) for line in out.split("Job stats:")[1].splitlines()[3:]
+              if len(line.split()) == 2 and line.split()[1].isdigit()}
+    rows = {row["setting"]: row for row in transfer.summary(config)}
+    assert len(rows) == 22 and set(rows) >= {"zero_shot", "translate_train", "translate_train_all", "translate_test",
+                                             "in_language", "in_language_all", "source:de", "source:zh"}
+    assert counts["evaluate_target"] == sum(r["metric_files"] for r in rows.values())
+    assert counts["train_target"] == sum(r["target_trainings"] for r in rows.values())
+    # Turc et al.'s source languages reuse the translate-train models: evaluations only.
+    assert all(rows[s]["target_trainings"] == 0 for s in rows if s.startswith("source:"))
+    for token in ("translate_train/mnli/xquad", "source-zh/none/pawsx", "in_language_all/none/udpos",
+                  "translate_test/mnli/tydiqa"):
+        assert f"results/metrics/{token}/seed3.json" in out
+    assert "results/translate_test/xnli/th/test.parquet" in out  # translate-test data, translated once
+    assert "results/data_mt/squad/vi/train.parquet" in out  # SQuAD translated for translate-train
+    assert "results/data_mt/xnli_mt" not in out  # XNLI-MT is published: never translated by us
+
+
 def test_slurm_profile_resolves_from_the_repository_root(demo):
     proc = snakemake(demo, "--profile", "slurm", "-n", "--configfile", "config/paper.yaml", timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -188,12 +266,12 @@ def test_corrupt_data_file_fails_its_rule_naming_the_file(demo):
     try:
         data.write_bytes(b"garbage")
         # Targets first: --forcerun and --allowed-rules take several values.
-        proc = snakemake(demo, "results/metrics/none/xnli/seed1.json", "--cores", "1",
+        proc = snakemake(demo, "results/metrics/zero_shot/none/xnli/seed1.json", "--cores", "1",
                          "--forcerun", "evaluate_target", "--allowed-rules", "evaluate_target")
         assert proc.returncode != 0
-        log = (demo / "logs/evaluate_target/none/xnli/seed1.log").read_text()
+        log = (demo / "logs/evaluate_target/zero_shot/none/xnli/seed1.log").read_text()
         assert "corrupt data file results/data/xnli/test.parquet" in log
-        assert not (demo / "results/metrics/none/xnli/seed1.json").exists()
+        assert not (demo / "results/metrics/zero_shot/none/xnli/seed1.json").exists()
     finally:
         shutil.copy2(backup, data)
-        snakemake(demo, "results/metrics/none/xnli/seed1.json", "--cores", "1")
+        snakemake(demo, "results/metrics/zero_shot/none/xnli/seed1.json", "--cores", "1")

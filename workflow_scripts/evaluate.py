@@ -1,13 +1,17 @@
-"""Zero-shot evaluation of one run: per-language scores on every evaluation split.
+"""Evaluation of one run: per-language scores on every evaluation split.
 
 Trained targets load the target-phase model (encoder + head); retrieval targets embed with
 the encoder that left the intermediate phase (or the pretrained one for the baseline).
-The output is one JSON metric file per (intermediate config, target, seed): per-language
-scores for each split, their unweighted mean, the metric names, the resolved settings and
-their hash, library versions and wall time.
+A transfer setting (transfer.py) may score each language with its own model
+(translate-train, in-language) or on other data (translate-test): ``--model`` then maps
+languages to model directories and ``--data`` names the languages taken from each file.
+The output is one JSON metric file per (setting, intermediate config, target, seed):
+per-language scores for each split, their unweighted mean, the metric names, the model and
+selection dev data of each language, the resolved settings and their hash, library
+versions and wall time.
 
-CLI: ``python -m workflow_scripts.evaluate --target T --model DIR --data SPLIT=FILE ...
---settings JSON --seed N --output FILE``.
+CLI: ``python -m workflow_scripts.evaluate --target T --model DIR|LANG=DIR ...
+--data SPLIT=FILE|SPLIT:LANG,LANG=FILE ... --settings JSON --seed N --output FILE``.
 """
 
 from __future__ import annotations
@@ -70,8 +74,8 @@ def score_encoded(model, task: Task, encoded: Encoded, pad_id: int, opts: dict[s
         preds = decode_spans(encoded, [l[:, 0] for l in logits], [l[:, 1] for l in logits], opts,
                              allow_null=(metric == "squad_v2"))
         golds = {r["id"]: list(r["answer_texts"]) for r in rows}
-        if metric == "mlqa":
-            return mlqa(preds, golds, rows[0]["lang"])
+        if metric == "mlqa":  # translate-test rows keep their language label but hold English text
+            return mlqa(preds, golds, opts.get("text_language") or rows[0]["lang"])
         return (squad_v2 if metric == "squad_v2" else squad_v1)(preds, golds)
     if task.format == TAGGING:
         pred_tags = merge_tags(encoded, logits, task.labels)
@@ -101,52 +105,106 @@ def average(per_lang: dict[str, dict[str, float]]) -> dict[str, float]:
     return {k: mean(scores[k] for scores in per_lang.values()) for k in keys}
 
 
-def evaluate_run(target: str, model_dir: Path, data: dict[str, str], settings: dict[str, Any], seed: int,
+Sources = dict[str, list[tuple[str, list[str] | None]]]  # split -> (file, languages taken or None: all)
+
+
+def evaluate_run(target: str, models: dict[str, Path], data: Sources, settings: dict[str, Any], seed: int,
                  threads: int) -> dict[str, Any]:
+    """Score every (split, language) of ``data`` with the model ``models`` maps the language
+    to (key "*": every language)."""
     started = time.time()
     configure_torch(threads)
     seed_everything(seed)
     task = get_task(target)
     dev = device()
-    languages = list(settings["languages"])
+    configured = list(settings["languages"])
+    transfer = settings.get("transfer") or {}
     # Every split is read (and checked) before any prediction work starts.
-    missing = [split for split in task.eval_splits if split not in data]
+    expected = list(transfer["data"]) if "data" in transfer else list(task.eval_splits)
+    missing = [split for split in expected if split not in data]
     if missing:
         raise InputError(f"--data lacks the evaluation split(s) {missing} of {target}")
-    splits = {split: rows_by_language(data[split], task.format,
-                                      [l for l in languages if split != "dev" or l not in task.dev_missing])
-              for split in task.eval_splits}
-    tokenizer = load_tokenizer(model_dir)
-    scores: dict[str, dict[str, dict[str, float]]] = {}
+    splits: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for split, sources in data.items():
+        splits[split] = {}
+        for path, langs in sources:
+            langs = langs or [l for l in configured if split != "dev" or l not in task.dev_missing]
+            splits[split].update(rows_by_language(path, task.format, langs))
+    languages = [l for l in configured if any(l in by_lang for by_lang in splits.values())]
+    model_of = {lang: models.get(lang, models.get("*")) for lang in languages}
+    unassigned = [lang for lang, m in model_of.items() if m is None]
+    if unassigned:
+        raise InputError(f"--model names no model for languages {unassigned}")
+    scores: dict[str, dict[str, dict[str, float]]] = {split: {} for split in splits}
     extra: dict[str, Any] = {}
+    opts = {**settings, "text_language": transfer.get("text_language")}
     if task.is_retrieval:
+        (model_dir,) = set(model_of.values())
         encoder = load_encoder(model_dir).to(dev)
-        scores, extra = evaluate_retrieval(task, encoder, tokenizer, splits, settings, dev)
+        scores, extra = evaluate_retrieval(task, encoder, load_tokenizer(model_dir), splits, settings, dev)
     else:
-        encoder = load_encoder(model_dir)
-        state = _load_heads(model_dir)
-        head = make_head(task.format, encoder.config.hidden_size, task.num_labels, 0.0, 0.02)
-        model = MultiHeadModel(encoder, {task.name: head})
-        model.heads.load_state_dict(state)
-        model.to(dev)
-        for split, by_lang in splits.items():
-            scores[split] = {lang: score_rows(model, task, tokenizer, rows, settings, dev)
-                             for lang, rows in by_lang.items()}
-        extra["selection"] = read_json(model_dir / "train_log.json")["best"]
+        selections = {}
+        for model_dir in sorted(set(model_of.values())):
+            model, tokenizer = _load_target_model(task, model_dir, dev)
+            selections[str(model_dir)] = read_json(model_dir / "train_log.json")["best"]
+            for split, by_lang in splits.items():
+                for lang, rows in by_lang.items():
+                    if model_of[lang] == model_dir:
+                        scores[split][lang] = score_rows(model, task, tokenizer, rows, opts, dev)
+            del model
+        # Which model (and so which training and selection data) scored each language.
+        extra["models"] = {lang: {"path": str(m), "selection": selections[str(m)],
+                                  **{k: v for k, v in transfer.get("models", {}).get(lang, {}).items()
+                                     if k in ("recipe", "train", "dev")}}
+                           for lang, m in model_of.items()}
+        if len(selections) == 1:
+            extra["selection"] = next(iter(selections.values()))
+    scores = {split: {l: per[l] for l in languages if l in per} for split, per in scores.items()}
     # Every metric file names the scorer versions and retrieval settings (null: not a retrieval target).
     extra.setdefault("retrieval", None)
     return {
         "target": target, "metric": task.metric, "primary": primary_metric(task.metric),
-        "languages": languages, "splits": list(task.eval_splits),
+        "languages": languages, "splits": list(splits), "setting": transfer.get("setting", "zero_shot"),
         "scores": scores, "average": {split: average(per) for split, per in scores.items()},
-        # Where each evaluation split came from (e.g. UD-POS from the UD v2.5 release or the
+        # Where each evaluation file came from (e.g. UD-POS from the UD v2.5 release or the
         # Hub) and what its loader repaired, as recorded in the data file.
-        "data_provenance": {split: provenance(data[split]) for split in task.eval_splits},
+        "data_provenance": {split: [{"path": str(path), "languages": langs, "provenance": provenance(path)}
+                                    for path, langs in sources] for split, sources in data.items()},
         "seed": seed, "settings": settings, "settings_hash": settings_hash(settings),
         "seqeval_version": seqeval_version(),
         "versions": {p: version(p) for p in ("torch", "transformers", "seqeval", "faiss-cpu")},
         "wall_time_s": round(time.time() - started, 3), **extra,
     }
+
+
+def _load_target_model(task: Task, model_dir: Path, dev):
+    encoder = load_encoder(model_dir)
+    head = make_head(task.format, encoder.config.hidden_size, task.num_labels, 0.0, 0.02)
+    model = MultiHeadModel(encoder, {task.name: head})
+    model.heads.load_state_dict(_load_heads(model_dir))
+    return model.to(dev), load_tokenizer(model_dir)
+
+
+def parse_models(items: list[str]) -> dict[str, Path]:
+    """``DIR`` (every language) or ``LANG=DIR`` pairs."""
+    if len(items) == 1 and "=" not in items[0]:
+        return {"*": Path(items[0])}
+    try:
+        return {lang: Path(path) for lang, path in (item.split("=", 1) for item in items)}
+    except ValueError:
+        raise InputError(f"--model: expected one DIR or LANG=DIR pairs, got {items}") from None
+
+
+def parse_data(items: list[str]) -> Sources:
+    """``SPLIT=FILE`` (every configured language) or ``SPLIT:LANG,LANG=FILE``; repeated splits add files."""
+    out: Sources = {}
+    for item in items:
+        if "=" not in item:
+            raise InputError(f"--data: expected SPLIT=FILE or SPLIT:LANGS=FILE, got {item!r}")
+        key, path = item.split("=", 1)
+        split, _, langs = key.partition(":")
+        out.setdefault(split, []).append((path, langs.split(",") if langs else None))
+    return out
 
 
 def evaluate_retrieval(task: Task, encoder, tokenizer, splits: dict[str, dict[str, list[dict[str, Any]]]],
@@ -205,10 +263,11 @@ def _load_heads(model_dir: Path):
 
 def main(argv: list[str] | None = None) -> None:
     setup_logging()
-    ap = argparse.ArgumentParser(description="Evaluate one run zero-shot on every language of its target.")
+    ap = argparse.ArgumentParser(description="Evaluate one run on every language of its target.")
     ap.add_argument("--target", required=True)
-    ap.add_argument("--model", required=True, type=Path)
-    ap.add_argument("--data", nargs="+", required=True, help="SPLIT=FILE for each evaluation split")
+    ap.add_argument("--model", nargs="+", required=True, help="DIR, or LANG=DIR per language")
+    ap.add_argument("--data", nargs="+", required=True,
+                    help="SPLIT=FILE, or SPLIT:LANG,LANG=FILE for the languages taken from a file")
     ap.add_argument("--settings", required=True)
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--threads", type=int, default=1)
@@ -216,8 +275,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--output", required=True)
     args = ap.parse_args(argv)
     try:
-        data = dict(item.split("=", 1) for item in args.data)
-        result = evaluate_run(args.target, args.model, data, load_settings(args.settings), args.seed, args.threads)
+        result = evaluate_run(args.target, parse_models(args.model), parse_data(args.data),
+                              load_settings(args.settings), args.seed, args.threads)
         result["run"] = json.loads(args.run)
     except InputError as err:
         raise SystemExit(f"error: {err}") from None

@@ -10,8 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from . import transfer
 from .common import is_url
 from .tasks import PROVIDED_TRANSLATIONS, SPAN, TASKS, TRANSLATABLE_FORMATS, get_task
+from .transfer import data_path, translate_test_path, translated_path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS = "results"
@@ -117,6 +119,12 @@ def check_config(config: dict[str, Any]) -> None:
         raise ConfigError(f"config key tables.baseline: {baseline!r} is not an intermediate config")
     if baseline not in baselines:
         raise ConfigError(f"config key tables.baseline: {baseline!r} has tasks; the baseline must have none")
+    if "en" in config["models"].get("translators_to_en", {}):
+        raise ConfigError("config key models.translators_to_en.en: English needs no translation into English")
+    try:
+        transfer.check(config)
+    except transfer.TransferError as err:
+        raise ConfigError(str(err)) from None
 
 
 def local_release(task_cfg: dict[str, Any]) -> Path | None:
@@ -131,14 +139,6 @@ def local_release(task_cfg: dict[str, Any]) -> Path | None:
 # ----- layout -----------------------------------------------------------------------------
 
 
-def data_path(task: str, split: str) -> str:
-    return f"{RESULTS}/data/{task}/{split}.parquet"
-
-
-def translated_path(task: str, lang: str, split: str) -> str:
-    return f"{RESULTS}/data_mt/{task}/{lang}/{split}.parquet"
-
-
 def is_baseline(config: dict[str, Any], name: str) -> bool:
     inter = config["intermediate"][name]
     return not inter["tasks"] and not inter.get("mlm")
@@ -150,12 +150,13 @@ def intermediate_encoder(config: dict[str, Any], name: str, seed: int | str) -> 
     return f"{RESULTS}/intermediate/{name}/seed{seed}/encoder"
 
 
-def target_model(name: str, target: str, seed: int | str) -> str:
-    return f"{RESULTS}/target/{name}/{target}/seed{seed}/model"
+def target_model(name: str, target: str, recipe: str, seed: int | str) -> str:
+    """A target model; its recipe names its training and selection data (transfer.py)."""
+    return f"{RESULTS}/target/{name}/{target}/{recipe}/seed{seed}/model"
 
 
-def metric_file(name: str, target: str, seed: int | str) -> str:
-    return f"{RESULTS}/metrics/{name}/{target}/seed{seed}.json"
+def metric_file(setting: str, name: str, target: str, seed: int | str) -> str:
+    return f"{RESULTS}/metrics/{transfer.path_token(setting)}/{name}/{target}/seed{seed}.json"
 
 
 def intermediate_data(config: dict[str, Any], name: str) -> dict[str, dict[str, str]]:
@@ -175,15 +176,27 @@ def intermediate_data(config: dict[str, Any], name: str) -> dict[str, dict[str, 
     return out
 
 
-def target_data(config: dict[str, Any], target: str) -> dict[str, dict[str, str]]:
-    task = get_task(target)
-    if not task.trains:  # retrieval targets are evaluated on the encoder directly
-        return {}
-    return {target: {"train": data_path(task.train_from, "train"), "dev": data_path(task.select_from, "dev")}}
+def target_data(config: dict[str, Any], target: str, recipe: str) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """The training phase's data map of one target model: each file with the languages kept."""
+    found = transfer.find_recipe(config, target, recipe)
+    return {target: {"train": [r.as_dict() for r in found.train], "dev": [r.as_dict() for r in found.dev]}}
 
 
-def eval_data(config: dict[str, Any], target: str) -> dict[str, str]:
-    return {split: data_path(target, split) for split in get_task(target).eval_splits}
+def target_data_files(config: dict[str, Any], target: str, recipe: str) -> list[str]:
+    found = transfer.find_recipe(config, target, recipe)
+    return sorted({r.path for r in found.train + found.dev})
+
+
+def evaluation(config: dict[str, Any], setting_token: str, name: str, target: str, seed: int | str
+               ) -> dict[str, Any]:
+    """One metric file's inputs: the model scoring each language and the data of each split."""
+    plan = transfer.find_plan(config, setting_token, target)
+    if get_task(target).is_retrieval:  # retrieval embeds with the encoder of the intermediate phase
+        models = {lang: intermediate_encoder(config, name, seed) for lang in plan.languages}
+    else:
+        models = {lang: target_model(name, target, recipe.name, seed) for lang, recipe in plan.models.items()}
+    data = {split: [r.as_dict() for r in refs] for split, refs in plan.eval_data.items()}
+    return {"models": models, "data": data}
 
 
 def all_data_files(config: dict[str, Any]) -> list[str]:
@@ -192,25 +205,31 @@ def all_data_files(config: dict[str, Any]) -> list[str]:
     for name in config["intermediate"]:
         for task, paths in intermediate_data(config, name).items():
             files.update(data_path(task, split) for split in paths)
-    for target in config["targets"]:
-        for paths in target_data(config, target).values():
-            files.update(paths.values())
-        files.update(eval_data(config, target).values())
-    return sorted(files)
+    for plan in transfer.plans(config):
+        for recipe in plan.models.values():
+            files.update(r.path for r in recipe.train + recipe.dev)
+        files.update(r.path for refs in plan.eval_data.values() for r in refs)
+    return sorted(f for f in files if f.startswith(f"{RESULTS}/data/"))
 
 
-def translation_jobs(config: dict[str, Any]) -> list[tuple[str, str]]:
-    """(task, language) of every machine translation: those the translated configs train
-    on, plus the extra datasets of `translation.datasets`."""
-    jobs = {(task, inter["language"]) for inter in config["intermediate"].values()
-            if inter.get("language", "en") != "en" for task in inter["tasks"] if task not in PROVIDED_TRANSLATIONS}
-    jobs |= {(task, lang) for task, langs in config["translation"].get("datasets", {}).items() for lang in langs}
+def translation_jobs(config: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(task, language, split) of every machine translation out of English: the data the
+    translated configs train and select on, the extra datasets of `translation.datasets`,
+    and what the transfer settings train and select on."""
+    pairs = {(task, inter["language"]) for inter in config["intermediate"].values()
+             if inter.get("language", "en") != "en" for task in inter["tasks"] if task not in PROVIDED_TRANSLATIONS}
+    pairs |= {(task, lang) for task, langs in config["translation"].get("datasets", {}).items() for lang in langs}
+    jobs = {(task, lang, split) for task, lang in pairs for split in ("train", "dev")}
+    jobs |= set(transfer.pipeline_translations(config))
     return sorted(jobs)
 
 
 def translation_stats_files(config: dict[str, Any]) -> list[str]:
-    return [translated_path(task, lang, split).replace(".parquet", ".stats.json")
-            for task, lang in translation_jobs(config) for split in ("train", "dev")]
+    files = [translated_path(task, lang, split).replace(".parquet", ".stats.json")
+             for task, lang, split in translation_jobs(config)]
+    files += [translate_test_path(task, lang).replace(".parquet", ".stats.json")
+              for task, lang in transfer.test_translations(config)]
+    return files
 
 
 def translated_intermediate_models(config: dict[str, Any]) -> list[str]:
@@ -227,7 +246,7 @@ def translated_intermediate_models(config: dict[str, Any]) -> list[str]:
 def quality_languages(config: dict[str, Any]) -> list[str]:
     """Translator languages with XNLI human references in the grid's XNLI data."""
     xnli = config["tasks"].get("xnli", {}).get("languages", [])
-    langs = {lang for _, lang in translation_jobs(config)}
+    langs = {lang for _, lang, _ in translation_jobs(config)}
     return sorted(lang for lang in langs if "en" in xnli and lang in xnli)
 
 
@@ -236,8 +255,9 @@ def quality_file(lang: str) -> str:
 
 
 def metric_files(config: dict[str, Any]) -> list[str]:
-    return [metric_file(name, target, seed) for name in config["intermediate"]
-            for target in config["targets"] for seed in config["seeds"]]
+    """Every run's metric file: (setting, intermediate config, target, seed)."""
+    return [metric_file(plan.setting, name, plan.target, seed) for plan in transfer.plans(config)
+            for name in plan.intermediate for seed in plan.seeds]
 
 
 # ----- settings ---------------------------------------------------------------------------
@@ -253,8 +273,15 @@ def _task_opts(config: dict[str, Any], task: str) -> dict[str, Any]:
 
 def data_settings(config: dict[str, Any], task: str, split: str) -> dict[str, Any]:
     cfg = config["tasks"][task]
+    languages = cfg.get("languages", ["en"])
+    if split == "train" and task in transfer.FOREIGN_TRAIN:
+        # A target's train split holds every language that has one (in-language data; PAWS-X's
+        # published translations), whether or not a transfer setting uses them: enabling or
+        # changing a setting then never rewrites the data the zero-shot runs train on.
+        missing = transfer.TRAIN_MISSING.get(task, frozenset())
+        languages = ["en"] + [l for l in languages if l != "en" and l not in missing]
     settings = {"source": config["data"]["source"], "hub": cfg["hub"], "options": cfg.get("options", {}),
-                "languages": cfg.get("languages", ["en"])}
+                "languages": languages}
     if settings["source"] == "local":
         settings["local_root"] = config["data"]["local_root"]
     return settings
@@ -267,12 +294,16 @@ def encoder_settings(config: dict[str, Any]) -> dict[str, Any]:
     return {"source": "demo", "demo": enc.get("demo", {})}
 
 
-def translator_settings(config: dict[str, Any], lang: str) -> dict[str, Any]:
+def translator_settings(config: dict[str, Any], lang: str, to_english: bool = False) -> dict[str, Any]:
+    """The OPUS-MT model en -> lang (or lang -> en for translate-test)."""
     models = config["models"]
     if models["source"] == "hub":
-        mt = models["translators"][lang]
+        mt = models["translators_to_en" if to_english else "translators"][lang]
         return {"source": "hub", "hub_id": mt["hub_id"], "revision": mt["revision"]}
-    return {"source": "demo", "demo": models.get("translator_demo", {})}
+    settings = {"source": "demo", "demo": models.get("translator_demo", {})}
+    if to_english:
+        settings["direction"] = f"{lang}-en"
+    return settings
 
 
 def translation_settings(config: dict[str, Any], task: str | None = None) -> dict[str, Any]:
@@ -303,12 +334,14 @@ def intermediate_settings(config: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def target_settings(config: dict[str, Any], target: str) -> dict[str, Any]:
+    """Target-phase settings; which languages train and select is the recipe's data map."""
     settings = _phase(config, "target")
-    settings["tasks"] = {target: {**_task_opts(config, target), "select_language": "en"}}
+    settings["tasks"] = {target: _task_opts(config, target)}
     return settings
 
 
-def eval_settings(config: dict[str, Any], target: str) -> dict[str, Any]:
+def eval_settings(config: dict[str, Any], target: str, setting_token: str | None = None) -> dict[str, Any]:
+    """How one (setting, target) is scored; its models and data files are the rule's inputs."""
     cfg = config["tasks"][target]
     settings: dict[str, Any] = {"languages": cfg["languages"], "max_length": cfg["max_length"],
                                 "eval_batch_size": config["training"]["target"]["eval_batch_size"]}
@@ -321,12 +354,15 @@ def eval_settings(config: dict[str, Any], target: str) -> dict[str, Any]:
             settings["retrieval"].update({"bucc_k": ret["bucc_k"], "bucc_duplicates": ret["bucc_duplicates"]})
         settings["eval_batch_size"] = ret["batch_size"]
         settings["max_length"] = min(cfg["max_length"], ret["max_length"])
+    if setting_token is not None:
+        settings["transfer"] = transfer.find_plan(config, setting_token, target).describe()
     return settings
 
 
 def table_settings(config: dict[str, Any]) -> dict[str, Any]:
     return {**config["tables"], "targets": config["targets"], "intermediate": list(config["intermediate"]),
             "seeds": config["seeds"], "translated": translated_counterparts(config),
+            "settings": list(transfer.configured(config)), "baseline_setting": transfer.baseline_setting(config),
             "target_languages": {t: config["tasks"][t]["languages"] for t in config["targets"]}}
 
 

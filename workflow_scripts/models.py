@@ -100,7 +100,8 @@ def build_demo_encoder(settings: dict[str, Any], text_files: list[str], output: 
     LOG.info("demo encoder: vocab %d, %d parameters -> %s", len(vocab), model.num_parameters(), output)
 
 
-def build_demo_translator(settings: dict[str, Any], text_files: list[str], lang: str, output: Path) -> None:
+def build_demo_translator(settings: dict[str, Any], text_files: list[str], lang: str, output: Path,
+                          source_lang: str = "en") -> None:
     """A tiny random-init MarianMT model with SentencePiece models trained on the demo text."""
     import io
 
@@ -128,7 +129,7 @@ def build_demo_translator(settings: dict[str, Any], text_files: list[str], lang:
         vocab = {p: i for i, p in enumerate(ordered)}
         (tmp / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
         tokenizer = MarianTokenizer(source_spm=str(tmp / "source.spm"), target_spm=str(tmp / "target.spm"),
-                                    vocab=str(tmp / "vocab.json"), source_lang="en", target_lang=lang,
+                                    vocab=str(tmp / "vocab.json"), source_lang=source_lang, target_lang=lang,
                                     model_max_length=int(settings["max_position_embeddings"]))
         pad = vocab["<pad>"]
         config = MarianConfig(
@@ -141,7 +142,7 @@ def build_demo_translator(settings: dict[str, Any], text_files: list[str], lang:
         model = MarianMTModel(config)
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-    LOG.info("demo translator en-%s: vocab %d -> %s", lang, len(vocab), output)
+    LOG.info("demo translator %s-%s: vocab %d -> %s", source_lang, lang, len(vocab), output)
 
 
 # ---------------------------------------------------------------------------------------
@@ -248,6 +249,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--settings", required=True)
     ap.add_argument("--output", required=True, type=Path)
     ap.add_argument("--lang", help="target language of the translator")
+    ap.add_argument("--from-lang", default="en", help="source language of the translator (default en)")
     ap.add_argument("--text", nargs="*", default=[], help="canonical data files to train demo vocabularies on")
     args = ap.parse_args(argv)
     try:
@@ -259,7 +261,7 @@ def main(argv: list[str] | None = None) -> None:
         else:
             if not args.lang:
                 raise InputError("--lang is required for a translator")
-            build_demo_translator(settings["demo"], args.text, args.lang, args.output)
+            build_demo_translator(settings["demo"], args.text, args.lang, args.output, args.from_lang)
     except InputError as err:
         raise SystemExit(f"error: {err}") from None
 

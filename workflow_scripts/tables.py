@@ -1,14 +1,21 @@
-"""Roll the per-run metric files up into the paper's tables (PROTOCOL.md §5).
+"""Roll the per-run metric files up into the paper's tables (PROTOCOL.md §5, §7).
 
-- runs.csv: every score of every run, long format (intermediate, target, seed, split,
-  language, metric, value), language "avg" being the unweighted mean over languages.
-- main.md / main.csv: rows = intermediate configs, columns = targets + Avg. Each cell is the
-  median over seeds of the run's test-language average; the baseline row is absolute, the
-  others are differences to it. QA cells show F1 / EM; Avg is the XTREME score over the
-  targets present (QA counts (F1 + EM) / 2).
-- best.csv and the "best models" row of main.md (PROTOCOL.md §5).
-- per_language.md / per_language.csv: per target, rows = configs, columns = languages + Avg,
-  medians over seeds (absolute).
+- runs.csv: every score of every run, long format (setting, intermediate, target, seed,
+  split, language, metric, value), language "avg" being the unweighted mean over languages.
+- main.md / main.csv: one block per transfer setting, the baseline setting first: rows =
+  intermediate configs, columns = targets + Avg. Each cell is the median over seeds of the
+  run's test-language average; the baseline row is absolute, the others are differences to
+  it. QA cells show F1 / EM; Avg is the XTREME score over the targets present (QA counts
+  (F1 + EM) / 2).
+- best.csv and the "best models" row of main.md (PROTOCOL.md §5), baseline setting.
+- per_language.md / per_language.csv: per setting and target, rows = configs, columns =
+  languages + Avg, medians over seeds (absolute).
+- settings.md / settings.csv: XTREME's baselines table, per intermediate config: rows =
+  settings, columns = targets + Avg (absolute), and the difference of each row's Avg to the
+  baseline setting's.
+- source_languages.md / source_languages.csv (Turc et al. 2021): per config and target, the
+  relative zero-shot ability Z(S -> T) = 100 E(M^S, T) / E(M^T, T) of every source language
+  S, and its advantage over English Z(S -> T) - Z(en -> T), per target language and averaged.
 
 - translated.md / translated.csv: translated configs next to their English-data configs,
   in the translation's language (PROTOCOL.md §5).
@@ -29,8 +36,10 @@ from typing import Any
 
 from .common import LOG, InputError, atomic_path, load_settings, read_json, setup_logging
 from .tasks import get_task, primary_metric, qa_answer_score
+from .transfer import ZERO_SHOT, source_language
 
 QA_METRICS = ("f1", "exact_match")
+RUN_COLUMNS = ["setting", "intermediate", "target", "seed", "split", "language", "metric", "value"]
 
 
 def load_runs(files: list[str]):
@@ -41,19 +50,22 @@ def load_runs(files: list[str]):
         m = read_json(path)
         try:
             run = m["run"]
+            key = (run.get("setting", ZERO_SHOT), run["intermediate"], run["target"], run["seed"])
             for split, per_lang in m["scores"].items():
                 for lang, scores in per_lang.items():
                     for metric, value in scores.items():
-                        records.append((run["intermediate"], run["target"], run["seed"], split, lang, metric, value))
+                        records.append((*key, split, lang, metric, value))
                 for metric, value in m["average"][split].items():
-                    records.append((run["intermediate"], run["target"], run["seed"], split, "avg", metric, value))
-            if "selection" in m:  # the English dev score that selected the target model
-                records.append((run["intermediate"], run["target"], run["seed"], "selection", "en", "score",
-                                m["selection"]["score"]))
+                    records.append((*key, split, "avg", metric, value))
+            if "selection" in m:  # the dev score that selected the (single) target model
+                records.append((*key, "selection", "en", "score", m["selection"]["score"]))
         except (KeyError, TypeError) as err:
             raise InputError(f"metric file {path} lacks field {err}") from err
-    return pd.DataFrame.from_records(
-        records, columns=["intermediate", "target", "seed", "split", "language", "metric", "value"])
+    return pd.DataFrame.from_records(records, columns=RUN_COLUMNS)
+
+
+def of_setting(runs, setting: str):
+    return runs[runs["setting"] == setting].drop(columns="setting")
 
 
 def _metrics_shown(target: str) -> tuple[str, ...]:
@@ -86,6 +98,8 @@ def main_table(runs, settings: dict[str, Any]):
             for c in configs]
     absolute["avg"] = task_scores.mean(axis=1, skipna=False)
     shown = absolute.copy()
+    if baseline is None:  # a setting run without the baseline config: every row absolute
+        return absolute, shown
     if baseline not in absolute.index:
         raise InputError(f"baseline config {baseline!r} has no runs")
     for c in configs:
@@ -139,7 +153,7 @@ def render_main(shown, settings: dict[str, Any], best=None) -> str:
     header = ["Intermediate task"] + [t for t in settings["targets"]] + ["Avg"]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
     for c in shown.index:
-        sign = "" if c == baseline else "+"
+        sign = "" if c == baseline or baseline is None else "+"
         cells = []
         for target in settings["targets"]:
             metrics = _metrics_shown(target)
@@ -147,9 +161,10 @@ def render_main(shown, settings: dict[str, Any], best=None) -> str:
             cells.append(" / ".join(_fmt(shown.loc[c, col], decimals, sign) for col in cols))
         cells.append(_fmt(shown.loc[c, "avg"], decimals, sign))
         lines.append(f"| {c} | " + " | ".join(cells) + " |")
+    rows = (f"Row `{baseline}` is absolute; the other rows are differences to it." if baseline is not None
+            else "Every row is absolute (this setting was not run with the baseline config).")
     note = (f"\nTest scores: median over seeds {settings['seeds']} of each run's mean over the target's languages. "
-            f"Row `{baseline}` is absolute; the other rows are differences to it. QA cells: F1 / EM. "
-            "Avg: mean over the targets shown, QA as (F1 + EM) / 2.\n")
+            f"{rows} QA cells: F1 / EM. Avg: mean over the targets shown, QA as (F1 + EM) / 2.\n")
     if best is not None:
         lines.append(render_best(best, settings).rstrip("\n"))
         note += ("Best models: per target, the config with the best median (English) dev score and its best "
@@ -227,6 +242,156 @@ def translated_table(runs, settings: dict[str, Any]) -> tuple[str, Any]:
     return ("\n".join(parts) + "\n" + note) if parts else "No translated intermediate configs in this grid.\n", frame
 
 
+def setting_view(runs, settings: dict[str, Any], setting: str) -> tuple[Any, dict[str, Any]]:
+    """One setting's runs and the table settings restricted to the configs and targets it ran."""
+    sub = of_setting(runs, setting)
+    present = set(sub["intermediate"])
+    configs = [c for c in settings["intermediate"] if c in present]
+    view = {**settings, "intermediate": configs, "seeds": sorted(int(x) for x in set(sub["seed"])),
+            "targets": [t for t in settings["targets"] if t in set(sub["target"])],
+            "baseline": settings["baseline"] if settings["baseline"] in present else None}
+    return sub, view
+
+
+def ordered_settings(runs, settings: dict[str, Any]) -> list[str]:
+    """The settings with runs, the baseline setting first, then in config order."""
+    present = set(runs["setting"])
+    order = [settings.get("baseline_setting", ZERO_SHOT)] + list(settings.get("settings", []))
+    order += sorted(present - set(order))
+    return [s for i, s in enumerate(order) if s in present and s not in order[:i]]
+
+
+def settings_table(runs, settings: dict[str, Any]) -> tuple[str, Any]:
+    """XTREME's baselines table: per config, rows = settings, columns = targets + Avg (absolute
+    medians over seeds); Δ Avg = the row's Avg minus the baseline setting's Avg over the same
+    targets."""
+    import pandas as pd
+
+    decimals, reference = int(settings["decimals"]), settings.get("baseline_setting", ZERO_SHOT)
+    order = ordered_settings(runs, settings)
+    records, parts = [], []
+    for config in settings["intermediate"]:
+        rows: dict[str, dict[str, float]] = {}
+        seeds_of: dict[str, str] = {}
+        for setting in order:
+            sub = of_setting(runs, setting)
+            sub = sub[sub["intermediate"] == config]
+            if sub.empty:
+                continue
+            med = medians(sub)
+            rows[setting] = {}
+            seeds_of[setting] = ",".join(str(x) for x in sorted(set(sub["seed"])))
+            for target in settings["targets"]:
+                values = {m: med.get((config, target, "avg", m), float("nan")) for m in _metrics_shown(target)}
+                if all(v != v for v in values.values()):
+                    continue
+                rows[setting][target] = qa_answer_score(get_task(target).metric, values)
+                records += [(config, setting, target, m, v) for m, v in values.items()]
+        if len(rows) < 2:
+            continue
+        lines = [f"## {config}\n", "| setting | seeds | " + " | ".join(settings["targets"]) + " | Avg | Δ Avg |",
+                 "|---|---|" + "---:|" * (len(settings["targets"]) + 2)]
+        for setting, scores in rows.items():
+            avg = sum(scores.values()) / len(scores)
+            base = rows.get(reference, {})
+            common = [t for t in scores if t in base]
+            delta = (avg - sum(base[t] for t in common) / len(common)
+                     if setting != reference and len(common) == len(scores) and common else float("nan"))
+            records.append((config, setting, "avg", "xtreme_score", avg))
+            cells = []
+            for target in settings["targets"]:
+                shown = [r for r in records if r[:3] == (config, setting, target)]
+                cells.append(" / ".join(_fmt(v, decimals, "") for *_, v in shown) if shown else "–")
+            lines.append(f"| {setting} | {seeds_of[setting]} | " + " | ".join(cells) + f" | {_fmt(avg, decimals, '')} "
+                         f"| {_fmt(delta, decimals, '+') if setting != reference else ''} |")
+        parts.append("\n".join(lines) + "\n")
+    frame = pd.DataFrame.from_records(records, columns=["intermediate", "setting", "target", "metric", "median"])
+    note = ("Absolute test scores, median over the row's seeds of each run's language average; QA cells "
+            "F1 / EM; – where a setting does not apply to a target. Avg: the XTREME score over the targets the "
+            f"row has (QA as (F1 + EM) / 2). Δ Avg: the row's Avg minus the `{reference}` row's over the same "
+            "targets (– when the reference lacks one of them). translate_test QA is scored on the English side "
+            "and drops questions lost in translation, so it is not directly comparable.\n")
+    if not parts:
+        return "Only one transfer setting in this grid.\n", frame
+    return "\n".join(parts) + "\n" + note, frame
+
+
+def source_language_table(runs, settings: dict[str, Any]) -> tuple[str, Any]:
+    """Turc et al. 2021 (PROTOCOL.md §7), per config and target with source-language runs:
+    E(S, T) the median over seeds of model M^S's test score in T (primary metric; English
+    from the zero-shot setting), Z(S -> T) = 100 E(S, T) / E(T, T) where M^T exists (else the
+    unnormalised E(S, T), flagged), advantage Z(S -> T) - Z(en -> T); "avg" rows are the
+    unweighted means over the target's languages."""
+    import pandas as pd
+
+    decimals = int(settings["decimals"])
+    sources_of: dict[str, str] = {}  # setting -> source language
+    for setting in set(runs["setting"]):
+        lang = "en" if setting == ZERO_SHOT else source_language(setting)
+        if lang is not None:
+            sources_of[setting] = lang
+    records, parts = [], []
+    for config in settings["intermediate"]:
+        for target in settings["targets"]:
+            metric = primary_metric(get_task(target).metric)
+            score: dict[tuple[str, str], float] = {}
+            for setting, source in sources_of.items():
+                sub = runs[(runs["setting"] == setting) & (runs["intermediate"] == config) & (runs["target"] == target)
+                           & (runs["split"] == "test") & (runs["metric"] == metric) & (runs["language"] != "avg")]
+                for lang, value in sub.groupby("language")["value"].median().items():
+                    score[(source, lang)] = float(value)
+            sources = sorted({s for s, _ in score}, key=lambda s: (s != "en", s))
+            if not [s for s in sources if s != "en"]:
+                continue
+            langs = [l for l in settings["target_languages"][target] if any((s, l) in score for s in sources)]
+            z: dict[tuple[str, str], float] = {}
+            for s in sources:
+                for t in langs:
+                    if (s, t) not in score:
+                        continue
+                    normaliser = score.get((t, t))
+                    normalised = bool(normaliser)
+                    z[(s, t)] = 100 * score[(s, t)] / normaliser if normalised else score[(s, t)]
+                    records.append((config, target, s, t, metric, score[(s, t)], z[(s, t)], normalised))
+            for s in sources:
+                row = [z[(s, t)] for t in langs if (s, t) in z]
+                if len(row) == len(langs):
+                    records.append((config, target, s, "avg", metric, float("nan"), sum(row) / len(row),
+                                    all(score.get((t, t)) for t in langs)))
+            frame_z = {(r[2], r[3]): r[6] for r in records if r[:2] == (config, target)}
+            lines = [f"## {config} · {target} ({metric}, test)\n", "Z(S -> T), x100:\n",
+                     "| source | " + " | ".join(langs) + " | Avg |", "|---|" + "---:|" * (len(langs) + 1)]
+            for s in sources:
+                cells = [_fmt(frame_z.get((s, t), float("nan")), decimals, "") + ("" if score.get((t, t)) else "*")
+                         if (s, t) in frame_z else "–" for t in langs + ["avg"]]
+                lines.append(f"| {s} | " + " | ".join(cells) + " |")
+            if "en" in sources:
+                lines += ["", "Advantage over English, Z(S -> T) - Z(en -> T):\n",
+                          "| source | " + " | ".join(langs) + " | Avg |", "|---|" + "---:|" * (len(langs) + 1)]
+                for s in sources:
+                    if s == "en":
+                        continue
+                    cells = []
+                    for t in langs + ["avg"]:
+                        ok = (s, t) in frame_z and ("en", t) in frame_z
+                        cells.append(_fmt(frame_z[(s, t)] - frame_z[("en", t)], decimals, "+") if ok else "–")
+                    lines.append(f"| {s} | " + " | ".join(cells) + " |")
+            parts.append("\n".join(lines) + "\n")
+    frame = pd.DataFrame.from_records(records, columns=["intermediate", "target", "source", "language", "metric",
+                                                        "score", "z", "normalised"])
+    if not frame.empty:
+        english = frame[frame["source"] == "en"].set_index(["intermediate", "target", "language"])["z"]
+        frame["advantage"] = [z - english.get((c, t, l), float("nan")) for c, t, l, z in
+                              zip(frame["intermediate"], frame["target"], frame["language"], frame["z"])]
+    note = ("E(S, T): median over seeds of the test score in language T of the model trained on source language "
+            "S (S = en: the zero_shot setting; others: source:S), selected on S's dev set. Z(S -> T) = 100 E(S, T) / "
+            "E(T, T); * marks cells where no model was trained on T, which show the unnormalised E(S, T) "
+            "(Turc et al. 2021). Avg: the mean over the target's languages.\n")
+    if not parts:
+        return "No source-language settings in this grid.\n", frame
+    return "\n".join(parts) + "\n" + note, frame
+
+
 def intermediate_dev_scores(model_dirs: list[str]):
     """Each intermediate run's best dev score (on its own, possibly translated, dev data)."""
     import pandas as pd
@@ -289,7 +454,7 @@ def main(argv: list[str] | None = None) -> None:
     results.add_argument("--settings", required=True)
     results.add_argument("--metrics", nargs="+", required=True)
     for name in ("main-md", "main-csv", "best-csv", "per-language-md", "per-language-csv", "translated-md",
-                 "translated-csv", "runs-csv"):
+                 "translated-csv", "runs-csv", "settings-md", "settings-csv", "source-md", "source-csv"):
         results.add_argument(f"--{name}", required=True)
     translation = sub.add_parser("translation", help="translation statistics and quality")
     translation.add_argument("--stats", nargs="*", default=[])
@@ -307,22 +472,45 @@ def main(argv: list[str] | None = None) -> None:
             return
         settings = load_settings(args.settings)
         runs = load_runs(args.metrics)
-        absolute, shown = main_table(runs, settings)
-        best = best_models(runs, settings)
-        per_lang_md, per_lang = per_language(runs, settings)
-        translated_md, translated = translated_table(runs, settings)
+        order = ordered_settings(runs, settings)
+        blocks, mains, per_lang_parts, per_lang_frames = [], [], [], []
+        for setting in order:
+            sub, view = setting_view(runs, settings, setting)
+            _, shown = main_table(sub, view)
+            best = best_models(sub, view) if setting == order[0] else None
+            if best is not None:
+                best_table = best
+            title = f"## {setting}" + (" (baseline setting)" if setting == order[0] and len(order) > 1 else "")
+            blocks.append((title + "\n\n" if len(order) > 1 else "") + render_main(shown, view, best))
+            mains.append(shown.rename_axis("intermediate").reset_index().assign(setting=setting))
+            md, frame = per_language(sub, view)
+            per_lang_parts.append((f"# {setting}\n\n" if len(order) > 1 else "") + md)
+            per_lang_frames.append(frame.assign(setting=setting))
+        translated_md, translated = translated_table(of_setting(runs, order[0]), settings)
+        settings_md, settings_frame = settings_table(runs, settings)
+        source_md, source_frame = source_language_table(runs, settings)
     except InputError as err:
         raise SystemExit(f"error: {err}") from None
+    import pandas as pd
+
     write_csv(args.runs_csv, runs, index=False)
-    write_csv(args.main_csv, shown.rename_axis("intermediate"), index=True)
-    write_csv(args.best_csv, best, index=False)
-    write_text(args.main_md, "# Intermediate-task results\n\n" + render_main(shown, settings, best))
-    write_csv(args.per_language_csv, per_lang, index=False)
-    write_text(args.per_language_md, "# Per-language results\n\n" + per_lang_md)
+    main_csv = pd.concat(mains, ignore_index=True)
+    write_csv(args.main_csv, main_csv[["setting"] + [c for c in main_csv.columns if c != "setting"]], index=False)
+    write_csv(args.best_csv, best_table, index=False)
+    main_md = "# Intermediate-task results\n\n" + "\n".join(blocks)
+    write_text(args.main_md, main_md)
+    per_lang = pd.concat(per_lang_frames, ignore_index=True)
+    write_csv(args.per_language_csv, per_lang[["setting"] + [c for c in per_lang.columns if c != "setting"]],
+              index=False)
+    write_text(args.per_language_md, "# Per-language results\n\n" + "\n".join(per_lang_parts))
     write_csv(args.translated_csv, translated, index=False)
     write_text(args.translated_md, "# Translated intermediate-task data\n\n" + translated_md)
+    write_csv(args.settings_csv, settings_frame, index=False)
+    write_text(args.settings_md, "# Transfer settings (XTREME baselines)\n\n" + settings_md)
+    write_csv(args.source_csv, source_frame, index=False)
+    write_text(args.source_md, "# Source languages (Turc et al. 2021)\n\n" + source_md)
     LOG.info("tables from %d metric files -> %s", len(args.metrics), Path(args.main_md).parent)
-    print(render_main(shown, settings, best))
+    print(main_md)
 
 
 if __name__ == "__main__":

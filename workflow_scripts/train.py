@@ -173,22 +173,26 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, str]], 
     tasks = {name: get_task(name) for name in task_opts}
 
     train_sets: dict[str, Encoded] = {}
-    dev_rows: dict[str, list[dict[str, Any]]] = {}
+    dev_rows: dict[tuple[str, str], list[dict[str, Any]]] = {}
     heads: dict[str, Any] = {}
     for name, task in tasks.items():
         opts = task_opts[name]
-        # Multilingual files (XNLI's translated MNLI) hold several languages: keep the phase's.
-        language = settings.get("language", "en") if task.format != MLM else None
-        rows = [r for r in read_table(data[name]["train"], task.format).to_pylist()
-                if language is None or r["lang"] == language]
+        # Multilingual files (XNLI's translated MNLI, a target's own train split) hold several
+        # languages: keep those the data map (or the phase's language) names.
+        language = settings.get("language", "en")
+        rows = [r for path, langs in data_sources(data[name]["train"], None if task.format == MLM else [language])
+                for r in _rows_in(read_table(path, task.format), langs)]
         if not rows:
-            raise InputError(f"{data[name]['train']}: no {language or ''} training examples for task {name}")
+            raise InputError(f"{data[name]['train']}: no training examples for task {name}")
         if task.format != MLM:
-            dev_rows[name] = _dev_subset(read_table(data[name]["dev"], task.format).to_pylist(),
-                                         int(settings["dev_examples"]), opts.get("select_language", "en"))
+            for path, langs in data_sources(data[name]["dev"], [opts.get("select_language", "en")]):
+                dev_file = read_table(path, task.format).to_pylist()
+                for lang in langs:
+                    dev_rows[(name, lang)] = _dev_subset(dev_file, int(settings["dev_examples"]), lang, path)
         if task.format == TAGGING and not task.labels:
             # CCG's supertag set comes from the user's files (train and dev), not the catalogue.
-            tags = sorted({t for r in rows + dev_rows[name] for t in r["tags"]})
+            dev_tagged = [r for (n, _), rs in dev_rows.items() if n == name for r in rs]
+            tags = sorted({t for r in rows + dev_tagged for t in r["tags"]})
             task = tasks[name] = dataclasses.replace(task, labels=tuple(tags))
         train_sets[name] = encode(task, tokenizer, rows, opts, train=True)
         if task.format == MLM:
@@ -196,9 +200,10 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, str]], 
         else:
             heads[name] = make_head(task.format, hidden, task.num_labels, float(settings["dropout"]), init_std)
     model = MultiHeadModel(encoder, heads).to(dev)
-    # The selection subset never changes: encode it once, not at every evaluation.
-    dev_opts = {n: {**task_opts[n], "eval_batch_size": settings["eval_batch_size"]} for n in dev_rows}
-    dev_sets = {n: encode(tasks[n], tokenizer, rows, dev_opts[n], train=False) for n, rows in dev_rows.items()}
+    # The selection subsets never change: encode them once, not at every evaluation.
+    dev_opts = {n: {**task_opts[n], "eval_batch_size": settings["eval_batch_size"]} for n in tasks}
+    dev_sets = {key: encode(tasks[key[0]], tokenizer, rows, dev_opts[key[0]], train=False)
+                for key, rows in dev_rows.items()}
 
     if len(tasks) == 1:
         (name,) = tasks
@@ -280,14 +285,18 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, str]], 
             optimizer.zero_grad(set_to_none=True)
 
             if (step + 1) % eval_every == 0 or step + 1 == total:
-                scores = {n: score_encoded(model, tasks[n], enc, tokenizer.pad_token_id, dev_opts[n], dev)
-                          for n, enc in dev_sets.items()}
+                by_language = {key: score_encoded(model, tasks[key[0]], enc, tokenizer.pad_token_id,
+                                                  dev_opts[key[0]], dev) for key, enc in dev_sets.items()}
+                scores = _task_scores(by_language)
                 score = _selection_score(tasks, scores) if scores else -float(loss_value)
-                history.append({"step": step + 1, "loss": loss_value, "score": score, "scores": scores,
-                                "lr": scheduler.get_last_lr()[0]})
+                entry = {"step": step + 1, "loss": loss_value, "score": score, "scores": scores,
+                         "lr": scheduler.get_last_lr()[0]}
+                if len(by_language) > len(scores):  # several selection languages: keep each one's score
+                    entry["scores_by_language"] = {f"{n}:{lang}": v for (n, lang), v in by_language.items()}
+                history.append(entry)
                 LOG.info("step %d/%d: loss %.4f, dev score %.3f", step + 1, total, loss_value, score)
                 if score > best["score"]:
-                    best = {"score": score, "step": step + 1, "scores": scores}
+                    best = {k: v for k, v in entry.items() if k not in ("loss", "lr")}
                     best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
                     bad_evals = 0
                 else:
@@ -316,12 +325,41 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, str]], 
     return log
 
 
-def _dev_subset(rows: list[dict[str, Any]], n: int, language: str) -> list[dict[str, Any]]:
-    """The first ``n`` dev examples (English only: model selection never sees other languages)."""
+def data_sources(spec: str | list[dict[str, Any]], default_languages: list[str] | None
+                 ) -> list[tuple[str, list[str] | None]]:
+    """(file, languages kept) of one data map entry: a path (the phase's language) or a list
+    of {"path", "languages"} (a transfer setting's recipe, transfer.py)."""
+    if isinstance(spec, str):
+        return [(spec, default_languages)]
+    return [(ref["path"], list(ref["languages"])) for ref in spec]
+
+
+def _rows_in(table, languages: list[str] | None) -> list[dict[str, Any]]:
+    """The rows of the given languages, filtered in Arrow before any Python object is made
+    (XNLI-MT train holds 5.5M rows in 14 languages; a model trains on one of them)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if languages is not None:
+        table = table.filter(pc.is_in(table["lang"], value_set=pa.array(languages, pa.string())))
+    return table.to_pylist()
+
+
+def _dev_subset(rows: list[dict[str, Any]], n: int, language: str, path: str) -> list[dict[str, Any]]:
+    """The first ``n`` dev examples of the selection language (the setting's: English for
+    zero-shot, so model selection never sees another language there)."""
     subset = [r for r in rows if r["lang"] == language][:n]
     if not subset:
-        raise InputError(f"no {language} dev examples for model selection")
+        raise InputError(f"{path}: no {language} dev examples for model selection")
     return subset
+
+
+def _task_scores(by_language: dict[tuple[str, str], dict[str, float]]) -> dict[str, dict[str, float]]:
+    """Each task's dev scores, the unweighted mean over its selection languages."""
+    grouped: dict[str, list[dict[str, float]]] = {}
+    for (name, _), scores in by_language.items():
+        grouped.setdefault(name, []).append(scores)
+    return {name: {k: sum(s[k] for s in group) / len(group) for k in group[0]} for name, group in grouped.items()}
 
 
 def _selection_score(tasks: dict[str, Task], scores: dict[str, dict[str, float]]) -> float:

@@ -1,4 +1,8 @@
-"""Machine translation of English intermediate-task data with MarianMT (PROTOCOL.md §4).
+"""Machine translation of task data with MarianMT (PROTOCOL.md §4, §7).
+
+English training and dev data is translated into other languages (translated intermediate
+configs, translate-train); a target's test data is translated into English (translate-test:
+rows keep their language label, since they still stand for that language's test set).
 
 Every text field is translated and labels carry over. Strings are deduplicated (SQuAD
 contexts repeat across questions) and translated in length-sorted batches; long texts are
@@ -262,8 +266,9 @@ def translate_spans(rows: list[dict[str, Any]], translate: Translator, max_dista
     return out, stats
 
 
-def translate_rows(fmt: str, rows: list[dict[str, Any]], translate: Translator, lang: str, max_distance: int
+def translate_rows(fmt: str, rows: list[dict[str, Any]], translate: Translator, lang: str | None, max_distance: int
                    ) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """Translated rows, labelled ``lang`` (None: each row keeps its own label)."""
     if fmt == CLASSIFICATION:
         a, b = translate([r["text_a"] for r in rows]), translate([r["text_b"] or "" for r in rows])
         out = [{**r, "text_a": x, "text_b": y} for r, x, y in zip(rows, a, b)]
@@ -281,7 +286,7 @@ def translate_rows(fmt: str, rows: list[dict[str, Any]], translate: Translator, 
         out, stats = translate_spans(rows, translate, max_distance)
     else:
         raise InputError(f"format {fmt!r} cannot be machine-translated")
-    return [{**r, "lang": lang} for r in out], stats
+    return [{**r, "lang": lang or r["lang"]} for r in out], stats
 
 
 def translate_task(args) -> None:
@@ -291,14 +296,19 @@ def translate_task(args) -> None:
     settings = load_settings(args.settings)
     configure_torch(args.threads)
     task = get_task(args.task)
-    rows = read_table(args.input, task.format).to_pylist()
+    rows = [r for r in read_table(args.input, task.format).to_pylist() if r["lang"] == args.from_lang]
+    if not rows:
+        raise InputError(f"{args.input}: no {args.from_lang} rows to translate into {args.lang}")
     translator = MarianTranslator(args.model, settings, device(), args.cache)
-    out, stats = translate_rows(task.format, rows, translator, args.lang, int(settings["max_fuzzy_distance"]))
-    if not out:  # counted, not fatal: a training job that needs this data says so itself
-        LOG.warning("no %s example survived translation into %s: %s", args.task, args.lang, stats)
+    # Into English (translate-test) the rows still stand for their language's test set.
+    label = None if args.lang == "en" else args.lang
+    out, stats = translate_rows(task.format, rows, translator, label, int(settings["max_fuzzy_distance"]))
+    if not out:  # counted, not fatal: a job that needs this data says so itself
+        LOG.warning("no %s example survived translation %s -> %s: %s", args.task, args.from_lang, args.lang, stats)
     with atomic_path(args.output) as tmp:
         pq.write_table(to_table(task, out), tmp)
-    stats.update({"task": args.task, "language": args.lang, "wall_time_s": round(time.time() - started, 3),
+    stats.update({"task": args.task, "language": args.lang, "source_language": args.from_lang,
+                  "direction": f"{args.from_lang}-{args.lang}", "wall_time_s": round(time.time() - started, 3),
                   **translator.counts})
     write_json(args.stats, stats)
     LOG.info("%s -> %s: %s", args.input, args.output, stats)
@@ -330,8 +340,9 @@ def main(argv: list[str] | None = None) -> None:
     setup_logging()
     ap = argparse.ArgumentParser(description="Translate English task data with MarianMT; score MT quality.")
     sub = ap.add_subparsers(dest="command", required=True)
-    data = sub.add_parser("data", help="translate one split of an English task")
+    data = sub.add_parser("data", help="translate one language of one split of a task")
     data.add_argument("--task", required=True)
+    data.add_argument("--from-lang", default="en", help="the language of the rows translated (default en)")
     data.add_argument("--input", required=True)
     data.add_argument("--output", required=True)
     data.add_argument("--stats", required=True)
@@ -339,7 +350,7 @@ def main(argv: list[str] | None = None) -> None:
     quality.add_argument("--data", nargs="+", required=True, help="SPLIT=FILE of canonical XNLI data")
     quality.add_argument("--output", required=True)
     for p in (data, quality):
-        p.add_argument("--lang", required=True)
+        p.add_argument("--lang", required=True, help="the language translated into")
         p.add_argument("--model", required=True, type=Path)
         p.add_argument("--settings", required=True)
         p.add_argument("--cache", type=Path, help="persistent translation cache (SQLite)")

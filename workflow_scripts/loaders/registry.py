@@ -59,9 +59,10 @@ def require_languages(task: str, split: str, counts: dict[str, int]) -> None:
 
 def per_language(task: str, src: Source, config_of: Callable[[str], str], split: str, hub_split: str,
                  langs: list[str]) -> Iterator[tuple[str, int, Row]]:
-    """(language, index, row) from each language's own Hub config: English only for train,
-    and a language without rows fails loudly."""
-    for lang in (["en"] if split == "train" else langs):
+    """(language, index, row) from each language's own Hub config (train: the languages the
+    grid asks for, English unless a transfer setting trains on others); a language without
+    rows fails loudly."""
+    for lang in langs:
         n = 0
         for i, r in enumerate(src.rows(config_of(lang), hub_split)):
             n += 1

@@ -7,7 +7,8 @@ reproduced here on the ``.conllu`` files:
 - files are chosen by the language code before the first ``_`` of their name (``el_gdt-…``
   is Greek, ``grc_perseus-…`` is Ancient Greek and never Greek; ``lzh_*`` is never ``zh``);
   all treebanks of a language are concatenated per split in sorted file-name order, so
-  English train is every English treebank's train file;
+  each language's split is every treebank file of that language and split (train: English,
+  plus the others when an in-language setting trains on them);
 - a multiword token (``3-4 zum``) replaces its syntactic words by one word, the fused form,
   carrying the UPOS of the span's head: the one word of the span with the fewest ancestors
   in the sentence graph (basic heads plus the enhanced ``DEPS`` edges, as the converter
@@ -212,8 +213,7 @@ def _matches(name: str, lang: str, split: str) -> bool:
 @converter("udpos")
 def _udpos(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
     task = get_task("udpos")
-    wanted = [lang for lang in (["en"] if split == "train" else langs)
-              if not (split == "dev" and lang in task.dev_missing)]
+    wanted = [lang for lang in langs if not (split == "dev" and lang in task.dev_missing)]
     if split == "dev" and set(langs) & task.dev_missing:
         LOG.warning("udpos: %s have no dev split in UD v2.5 (XTREME); dev scores leave them out",
                     sorted(set(langs) & task.dev_missing))

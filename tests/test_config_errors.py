@@ -47,6 +47,12 @@ CASES = [
      "tasks.udpos.options.ud_release: 'data/ud-treebanks-v2.5' is neither a URL nor an existing archive"),
     ("unknown BUCC duplicate convention", "retrieval.bucc_duplicates", "first",
      "retrieval.bucc_duplicates: 'first' is not one of ['drop', 'all_ids']"),
+    ("unknown transfer setting", "transfer.settings.translate_tset", {},
+     "transfer.settings: 'translate_tset' does not match"),
+    ("translate setting on a tagging target", "transfer.settings.translate_train.targets", ["udpos"],
+     "transfer.settings.translate_train.targets[0]: translate_train does not apply to udpos"),
+    ("translate-test without a translator", "models.translators_to_en", {},
+     "transfer.settings.translate_test: xnli in 'de' needs a translator: models.translators_to_en has no 'de'"),
 ]
 
 

@@ -4,7 +4,6 @@ tables checked against hand computations."""
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 
@@ -237,3 +236,27 @@ def test_settings_table_lists_every_setting_with_the_xtreme_average(transfer_run
     assert lines.index(next(l for l in lines if l.startswith("| zero_shot"))) < \
         lines.index(next(l for l in lines if l.startswith("| translate_train")))
     assert f"| translate_train | 1,2,3 | {230 / 3:.1f} | {230 / 3:.1f} | +5.0 |" in md
+
+
+def test_results_tables_have_a_block_per_setting(tmp_path, transfer_runs):
+    from workflow_scripts.tables import main
+
+    files = sorted(str(p) for p in tmp_path.glob("*.json"))
+    out = {name: tmp_path / "tables" / name for name in
+           ("main.md", "main.csv", "best.csv", "pl.md", "pl.csv", "tr.md", "tr.csv", "runs.csv", "settings.md",
+            "settings.csv", "source.md", "source.csv")}
+    settings = {**TABLE_SETTINGS, "target_languages": {"xnli": ["en", "de", "ru", "sw"]}}
+    main(["results", "--settings", json.dumps(settings), "--metrics", *files,
+          "--main-md", str(out["main.md"]), "--main-csv", str(out["main.csv"]), "--best-csv", str(out["best.csv"]),
+          "--per-language-md", str(out["pl.md"]), "--per-language-csv", str(out["pl.csv"]),
+          "--translated-md", str(out["tr.md"]), "--translated-csv", str(out["tr.csv"]), "--runs-csv", str(out["runs.csv"]),
+          "--settings-md", str(out["settings.md"]), "--settings-csv", str(out["settings.csv"]),
+          "--source-md", str(out["source.md"]), "--source-csv", str(out["source.csv"])])
+    main_md = out["main.md"].read_text()
+    blocks = [line for line in main_md.splitlines() if line.startswith("## ")]
+    assert blocks == ["## zero_shot (baseline setting)", "## translate_train", "## source:de"]
+    # The runs cover en, de, ru of a target configured with sw too: the block says so.
+    assert "xnli is scored in en, de, ru only" in main_md
+    assert out["main.csv"].read_text().splitlines()[0].startswith("setting,intermediate,xnli")
+    assert {"# zero_shot", "# translate_train", "# source:de"} <= set(out["pl.md"].read_text().splitlines())
+    assert "Z(S -> T)" in out["source.md"].read_text()

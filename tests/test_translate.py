@@ -189,7 +189,11 @@ def test_translation_tables(tmp_path):
     run.mkdir(parents=True)
     (run / "train_log.json").write_text(json.dumps({"best": {"scores": {"qqp": {"accuracy": 71.5}}},
                                                     "settings": {"language": "de"}}))
-    md, frame = translation_tables([str(stats)], [str(quality)], [str(run)])
+    test = tmp_path / "test.stats.json"  # translate-test: xnli de test into English
+    test.write_text(json.dumps({"task": "xnli", "language": "en", "source_language": "de", "direction": "de-en",
+                                "examples": 5, "kept": 5, "segments_requested": 10, "segments_from_cache": 0}))
+    md, frame = translation_tables([str(stats), str(test)], [str(quality)], [str(run)])
+    assert list(frame[frame["kind"] == "data"]["direction"]) == ["en-de", "de-en"]
     dev = frame[frame["kind"] == "intermediate_dev"].iloc[0]
     assert (dev["intermediate"], dev["data"], dev["task"], dev["median"]) == ("qqp_de", "de", "qqp", 71.5)
     assert "71.5" in md

@@ -51,7 +51,7 @@ def run_outputs(config: dict, inter: str) -> set[tuple[str, str]]:
     for seed in config["seeds"]:
         jobs.add(("train_intermediate", f"results/intermediate/{inter}/seed{seed}/encoder"))
         for plan in transfer.plans(config):
-            if inter not in plan.intermediate:
+            if inter not in plan.intermediate or seed not in plan.seeds:
                 continue
             for recipe in plan.recipes():
                 jobs.add(("train_target", f"results/target/{inter}/{plan.target}/{recipe.name}/seed{seed}/model"))
@@ -115,7 +115,7 @@ def test_every_transfer_setting_runs_and_writes_its_tables(demo):
     settings = list(config["transfer"]["settings"])
     assert len(settings) == 7
     for plan in transfer.plans(config):
-        for seed in config["seeds"]:
+        for seed in plan.seeds:
             path = demo / f"results/metrics/{transfer.path_token(plan.setting)}/none/{plan.target}/seed{seed}.json"
             m = json.loads(path.read_text())
             assert m["setting"] == m["run"]["setting"] == plan.setting
@@ -152,7 +152,7 @@ def test_changing_one_settings_option_reruns_only_that_setting(demo):
     path = with_config(demo, edit, "selection")
     config = load_config(demo)
     expected = {("aggregate_tables", "results/tables/main.md"), ("all", "")}
-    for seed in config["seeds"]:
+    for seed in config["transfer"]["settings"]["translate_train"]["seeds"]:
         for target in ("xnli", "xquad"):
             expected.add(("train_target", f"results/target/none/{target}/mt-de.dev-en/seed{seed}/model"))
             expected.add(("evaluate_target", f"results/metrics/translate_train/none/{target}/seed{seed}.json"))

@@ -253,6 +253,20 @@ def setting_view(runs, settings: dict[str, Any], setting: str) -> tuple[Any, dic
     return sub, view
 
 
+def setting_notes(sub, view: dict[str, Any], setting: str) -> str:
+    """What a reader must know to compare a setting's block with the others."""
+    notes = []
+    test = sub[(sub["split"] == "test") & (sub["language"] != "avg")]
+    for target in view["targets"]:
+        scored = [l for l in view["target_languages"][target] if l in set(test[test["target"] == target]["language"])]
+        if scored != list(view["target_languages"][target]):
+            notes.append(f"{target} is scored in {', '.join(scored)} only, so its average is over those languages.")
+    if setting == "translate_test" and any(get_task(t).format == "span" for t in view["targets"]):
+        notes.append("translate_test QA is scored on the English side against re-aligned gold answers, and drops "
+                     "questions lost in translation (XTREME); it is not directly comparable with other settings.")
+    return "".join(f"{n}\n" for n in notes)
+
+
 def ordered_settings(runs, settings: dict[str, Any]) -> list[str]:
     """The settings with runs, the baseline setting first, then in config order."""
     present = set(runs["setting"])
@@ -413,7 +427,7 @@ def intermediate_dev_scores(model_dirs: list[str]):
 
 def translation_tables(stats_files: list[str], quality_files: list[str],
                        model_dirs: list[str] | None = None) -> tuple[str, Any]:
-    """Span recovery and data survival per (task, language, split); BLEU / chrF per language;
+    """Span recovery and data survival per (task, direction, split); BLEU / chrF per language;
     the intermediate-task dev score of models trained on translated data."""
     import pandas as pd
 
@@ -421,7 +435,8 @@ def translation_tables(stats_files: list[str], quality_files: list[str],
     for path in stats_files:
         st = read_json(path)
         split = Path(path).name.split(".")[0]
-        records.append({"task": st["task"], "language": st["language"], "split": split,
+        # translate-test stats (into English) name their direction, e.g. de-en.
+        records.append({"task": st["task"], "direction": st.get("direction", f"en-{st['language']}"), "split": split,
                         "examples": st["examples"], "kept": st["kept"],
                         "by_markers": st.get("recovered_by_markers"), "by_fuzzy_match": st.get("recovered_by_fuzzy_match"),
                         "dropped": st["examples"] - st["kept"],
@@ -481,7 +496,8 @@ def main(argv: list[str] | None = None) -> None:
             if best is not None:
                 best_table = best
             title = f"## {setting}" + (" (baseline setting)" if setting == order[0] and len(order) > 1 else "")
-            blocks.append((title + "\n\n" if len(order) > 1 else "") + render_main(shown, view, best))
+            blocks.append((title + "\n\n" if len(order) > 1 else "") + render_main(shown, view, best)
+                          + setting_notes(sub, view, setting))
             mains.append(shown.rename_axis("intermediate").reset_index().assign(setting=setting))
             md, frame = per_language(sub, view)
             per_lang_parts.append((f"# {setting}\n\n" if len(order) > 1 else "") + md)

@@ -1,3 +1,4 @@
+import functools
 import os
 import shlex
 import sys
@@ -106,8 +107,13 @@ def target_data_map(wildcards):
     return canonical_json(grid.target_data(config, wildcards.target, wildcards.recipe))
 
 
+@functools.lru_cache(maxsize=None)  # the config is fixed for the run; three params ask per job
+def _evaluation(setting, intermediate, target, seed):
+    return grid.evaluation(config, setting, intermediate, target, seed)
+
+
 def evaluation(wildcards):
-    return grid.evaluation(config, wildcards.setting, wildcards.intermediate, wildcards.target, wildcards.seed)
+    return _evaluation(wildcards.setting, wildcards.intermediate, wildcards.target, wildcards.seed)
 
 
 def evaluate_inputs(wildcards):

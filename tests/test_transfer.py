@@ -4,6 +4,7 @@ tables checked against hand computations."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from workflow_scripts import transfer
 from workflow_scripts.evaluate import parse_data, parse_models
 from workflow_scripts.grid import ConfigError, check_config
 from workflow_scripts.tables import load_runs, settings_table, source_language_table
+from workflow_scripts.tasks import TASKS
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -97,6 +99,15 @@ def test_a_setting_may_run_a_subset_of_the_seeds(config):
     config["transfer"]["settings"]["source:de"]["seeds"] = [7]
     with pytest.raises(ConfigError, match=r"transfer.settings.source:de.seeds\[0\]: 7 is not one of the config's seeds"):
         check_config(config)
+
+
+def test_a_language_without_dev_data_selects_on_english_and_says_so(config, monkeypatch):
+    # As if UD-POS had no German dev split: the German in-language model selects on English dev.
+    monkeypatch.setitem(TASKS, "udpos", dataclasses.replace(TASKS["udpos"], dev_missing=frozenset({"de"})))
+    config["transfer"]["settings"]["in_language"]["targets"] = ["udpos"]
+    de = recipe_of(config, "in_language", "udpos", "de")
+    assert de.name == "il-de.dev-en"
+    assert [(r.path, r.languages, r.kind) for r in de.dev] == [("results/data/udpos/dev.parquet", ("en",), "english")]
 
 
 def test_model_selection_option_changes_the_recipe(config):

@@ -269,7 +269,9 @@ def plan(config: dict[str, Any], setting: str, target: str) -> Plan:
     others = [l for l in r.languages if l != "en" and (chosen is None or l in chosen)]
 
     def per_language_dev(lang: str) -> tuple[list[DataRef], str]:
-        return ([r.dev("en")], "en") if selection == "en" else ([r.dev(lang)], lang)
+        # Named by the dev data actually used: a language without dev data selects on English.
+        ref = r.dev("en" if selection == "en" else lang)
+        return [ref], "-".join(ref.languages)
 
     if setting == ZERO_SHOT or source == "en":
         models = {lang: english for lang in r.languages}
@@ -380,13 +382,16 @@ def targets(config: dict[str, Any], setting: str) -> list[str]:
     return [t for t in config["targets"] if setting == ZERO_SHOT or _applies(setting, t) is None]
 
 
-PLAN_KEYS = ("tasks", "models", "transfer", "targets", "intermediate", "seeds")
-
-
 def plans(config: dict[str, Any]) -> list[Plan]:
-    """Every (setting, target) plan. Input functions ask for them once per job, so they are
-    computed once per distinct config (keyed by the parts a plan reads)."""
-    return list(_plans(json.dumps({k: config.get(k) for k in PLAN_KEYS}, sort_keys=True)))
+    """Every (setting, target) plan. Input functions ask for them several times per job, so
+    they are computed once per distinct config, keyed by the (small) part a plan reads."""
+    view = {"transfer": config.get("transfer"), "targets": config["targets"], "seeds": config["seeds"],
+            "intermediate": {name: None for name in config["intermediate"]},
+            "tasks": {name: {"languages": cfg["languages"]} if "languages" in cfg else {}
+                      for name, cfg in config["tasks"].items()},
+            "models": {key: {lang: None for lang in config["models"].get(key, {})}
+                       for key in ("translators", "translators_to_en")}}
+    return list(_plans(json.dumps(view, sort_keys=True)))
 
 
 @functools.lru_cache(maxsize=8)

@@ -32,8 +32,9 @@ class Task:
     splits: tuple[str, ...]
     labels: tuple[str, ...] = ()
     num_choices: int = 0
-    # Targets only: which task's English train split trains it and which English dev split
-    # selects the model (PROTOCOL.md §3: "Model selection uses English dev only").
+    # Targets only: which task's train split trains it and which dev split selects the model;
+    # zero-shot uses their English rows (PROTOCOL.md §3: "Model selection uses English dev
+    # only"), other transfer settings other languages (transfer.py).
     train_from: str | None = None
     select_from: str | None = None
     eval_splits: tuple[str, ...] = field(default=())

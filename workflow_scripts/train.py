@@ -9,8 +9,12 @@ r_m = min(e_m, K) / sum_n min(e_n, K) (e_m = training examples, K = ``multitask_
 by a sampler seeded from the run seed; MLM is one more task of the same sampler.
 
 Early stopping: every ``eval_every`` steps the first ``dev_examples`` dev examples of each
-task are scored (MLM excluded) and the mean is the selection score; after ``patience``
-evaluations without improvement training stops, and the best weights are restored.
+task in each selection language are scored (MLM excluded); a task's score is the mean over
+its languages and the selection score the mean over tasks. After ``patience`` evaluations
+without improvement training stops, and the best weights are restored.
+
+Data: ``--data`` maps each task to its train and dev files, either as paths (the phase's
+language is kept) or as lists of ``{"path", "languages"}`` (a transfer setting's recipe).
 
 CLI: ``python -m workflow_scripts.train intermediate|target --encoder DIR --data JSON
 --settings JSON --seed N --output DIR``.

@@ -271,3 +271,23 @@ def test_results_tables_have_a_block_per_setting(tmp_path, transfer_runs):
     assert out["main.csv"].read_text().splitlines()[0].startswith("setting,intermediate,xnli")
     assert {"# zero_shot", "# translate_train", "# source:de"} <= set(out["pl.md"].read_text().splitlines())
     assert "Z(S -> T)" in out["source.md"].read_text()
+
+
+def test_settings_table_compares_a_row_with_the_baseline_over_the_same_languages(tmp_path):
+    files = []
+    for setting, seeds in SCORES.items():
+        if setting == "source:de":
+            continue
+        for seed, per_lang in seeds.items():
+            if setting == "translate_train":  # scored in en and de only
+                per_lang = {k: v for k, v in per_lang.items() if k != "ru"}
+            m = {"run": {"setting": setting, "intermediate": "none", "target": "xnli", "seed": seed},
+                 "scores": {"test": {lang: {"accuracy": float(v)} for lang, v in per_lang.items()}},
+                 "average": {"test": {"accuracy": sum(per_lang.values()) / len(per_lang)}}}
+            path = tmp_path / f"{transfer.path_token(setting)}-{seed}.json"
+            path.write_text(json.dumps(m))
+            files.append(str(path))
+    md, _ = settings_table(load_runs(files), TABLE_SETTINGS)
+    # translate_train (en, de) per seed: 78, 81, 81 -> 81; zero_shot over en, de: 75, 78, 76.5 -> 76.5.
+    assert "| translate_train | 1,2,3 | 81.0 | 81.0 | +4.5 |" in md
+    assert f"| zero_shot | 1,2,3 | {215 / 3:.1f} | {215 / 3:.1f} |  |" in md

@@ -275,56 +275,69 @@ def ordered_settings(runs, settings: dict[str, Any]) -> list[str]:
     return [s for i, s in enumerate(order) if s in present and s not in order[:i]]
 
 
+def _score_over(runs, target: str, languages: list[str]) -> dict[str, float]:
+    """Median over seeds of each run's mean test score over ``languages`` (the runs of one
+    setting and config), per metric shown; NaN where a run lacks one of the languages."""
+    test = runs[(runs["target"] == target) & (runs["split"] == "test") & runs["language"].isin(languages)]
+    out = {}
+    for metric in _metrics_shown(target):
+        per_run = test[test["metric"] == metric].groupby("seed")["value"].agg(["mean", "count"])
+        complete = per_run[per_run["count"] == len(languages)]["mean"]
+        out[metric] = float(complete.median()) if len(complete) == len(per_run) and len(per_run) else float("nan")
+    return out
+
+
 def settings_table(runs, settings: dict[str, Any]) -> tuple[str, Any]:
     """XTREME's baselines table: per config, rows = settings, columns = targets + Avg (absolute
-    medians over seeds); Δ Avg = the row's Avg minus the baseline setting's Avg over the same
-    targets."""
+    medians over seeds of each run's language average). Δ Avg compares like with like: the
+    row's Avg minus the baseline setting's, over the same targets and, per target, the same
+    languages (a translate-train row scored in en and de is compared with zero-shot in en
+    and de)."""
     import pandas as pd
 
     decimals, reference = int(settings["decimals"]), settings.get("baseline_setting", ZERO_SHOT)
     order = ordered_settings(runs, settings)
     records, parts = [], []
     for config in settings["intermediate"]:
-        rows: dict[str, dict[str, float]] = {}
-        seeds_of: dict[str, str] = {}
+        subs = {}
         for setting in order:
             sub = of_setting(runs, setting)
             sub = sub[sub["intermediate"] == config]
-            if sub.empty:
-                continue
-            med = medians(sub)
-            rows[setting] = {}
-            seeds_of[setting] = ",".join(str(x) for x in sorted(set(sub["seed"])))
-            for target in settings["targets"]:
-                values = {m: med.get((config, target, "avg", m), float("nan")) for m in _metrics_shown(target)}
-                if all(v != v for v in values.values()):
-                    continue
-                rows[setting][target] = qa_answer_score(get_task(target).metric, values)
-                records += [(config, setting, target, m, v) for m, v in values.items()]
-        if len(rows) < 2:
+            if not sub.empty:
+                subs[setting] = sub
+        if len(subs) < 2:
             continue
         lines = [f"## {config}\n", "| setting | seeds | " + " | ".join(settings["targets"]) + " | Avg | Δ Avg |",
                  "|---|---|" + "---:|" * (len(settings["targets"]) + 2)]
-        for setting, scores in rows.items():
-            avg = sum(scores.values()) / len(scores)
-            base = rows.get(reference, {})
-            common = [t for t in scores if t in base]
-            delta = (avg - sum(base[t] for t in common) / len(common)
-                     if setting != reference and len(common) == len(scores) and common else float("nan"))
-            records.append((config, setting, "avg", "xtreme_score", avg))
-            cells = []
+        for setting, sub in subs.items():
+            cells, scores, base_scores = [], [], []
             for target in settings["targets"]:
-                shown = [r for r in records if r[:3] == (config, setting, target)]
-                cells.append(" / ".join(_fmt(v, decimals, "") for *_, v in shown) if shown else "–")
-            lines.append(f"| {setting} | {seeds_of[setting]} | " + " | ".join(cells) + f" | {_fmt(avg, decimals, '')} "
+                test = sub[(sub["target"] == target) & (sub["split"] == "test") & (sub["language"] != "avg")]
+                langs = [l for l in settings["target_languages"][target] if l in set(test["language"])]
+                if not langs:
+                    cells.append("–")
+                    continue
+                values = _score_over(sub, target, langs)
+                records += [(config, setting, target, m, v) for m, v in values.items()]
+                cells.append(" / ".join(_fmt(v, decimals, "") for v in values.values()))
+                scores.append(qa_answer_score(get_task(target).metric, values))
+                if reference in subs:
+                    base_scores.append(qa_answer_score(get_task(target).metric,
+                                                       _score_over(subs[reference], target, langs)))
+            avg = sum(scores) / len(scores)
+            delta = (avg - sum(base_scores) / len(base_scores)
+                     if setting != reference and len(base_scores) == len(scores) else float("nan"))
+            records.append((config, setting, "avg", "xtreme_score", avg))
+            seeds = ",".join(str(x) for x in sorted(set(sub["seed"])))
+            lines.append(f"| {setting} | {seeds} | " + " | ".join(cells) + f" | {_fmt(avg, decimals, '')} "
                          f"| {_fmt(delta, decimals, '+') if setting != reference else ''} |")
         parts.append("\n".join(lines) + "\n")
     frame = pd.DataFrame.from_records(records, columns=["intermediate", "setting", "target", "metric", "median"])
-    note = ("Absolute test scores, median over the row's seeds of each run's language average; QA cells "
-            "F1 / EM; – where a setting does not apply to a target. Avg: the XTREME score over the targets the "
-            f"row has (QA as (F1 + EM) / 2). Δ Avg: the row's Avg minus the `{reference}` row's over the same "
-            "targets (– when the reference lacks one of them). translate_test QA is scored on the English side "
-            "and drops questions lost in translation, so it is not directly comparable.\n")
+    note = ("Absolute test scores, median over the row's seeds of each run's mean over the languages it scores; QA "
+            "cells F1 / EM; – where a setting does not apply to a target. Avg: the XTREME score over the targets "
+            f"the row has (QA as (F1 + EM) / 2). Δ Avg: the row's Avg minus the `{reference}` row's over the same "
+            "targets and languages (– when the reference lacks one). translate_test QA is scored on the English "
+            "side and drops questions lost in translation, so it is not directly comparable.\n")
     if not parts:
         return "Only one transfer setting in this grid.\n", frame
     return "\n".join(parts) + "\n" + note, frame

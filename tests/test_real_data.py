@@ -184,7 +184,7 @@ def load_udpos(tmp_path: Path, split: str, langs: list[str], release_path: Path 
 @pytest.mark.parametrize("split", ["train", "dev", "test"])
 def test_udpos_from_the_release_matches_xtreme_preprocessing(tmp_path, split):
     langs = sorted({lang for s, lang in UD_EXPECTED if s == split})
-    out = load_udpos(tmp_path, split, langs if split != "train" else ["en", "de"])
+    out = load_udpos(tmp_path, split, langs)  # train: the grid asks for English (no setting trains on others here)
     rows = read_table(out).to_pylist()
     for lang in langs:
         mine = [list(zip(r["tokens"], r["tags"])) for r in rows if r["lang"] == lang]

@@ -184,10 +184,11 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, str]], 
         # Multilingual files (XNLI's translated MNLI, a target's own train split) hold several
         # languages: keep those the data map (or the phase's language) names.
         language = settings.get("language", "en")
-        rows = [r for path, langs in data_sources(data[name]["train"], None if task.format == MLM else [language])
-                for r in _rows_in(read_table(path, task.format), langs)]
+        sources = data_sources(data[name]["train"], None if task.format == MLM else [language])
+        rows = [r for path, langs in sources for r in _rows_in(read_table(path, task.format), langs)]
         if not rows:
-            raise InputError(f"{data[name]['train']}: no training examples for task {name}")
+            wanted = ", ".join(sorted({l for _, langs in sources for l in langs or []}))
+            raise InputError(f"{data[name]['train']}: no {wanted} training examples for task {name}")
         if task.format != MLM:
             for path, langs in data_sources(data[name]["dev"], [opts.get("select_language", "en")]):
                 dev_file = read_table(path, task.format).to_pylist()

@@ -77,10 +77,36 @@ rule score_translation_quality:
         " --threads {threads} --output {output.quality} > {log} 2>&1"
 
 
+rule score_translation_quality_to_english:
+    input:
+        model="results/models/translator_to_en/{lang}",
+        dev="results/data/xnli/dev.parquet",
+        test="results/data/xnli/test.parquet",
+    output:
+        quality="results/translation/quality/{lang}-en.json",
+    log:
+        "logs/score_translation_quality_to_english/{lang}.log",
+    params:
+        settings=lambda wildcards: canonical_json(grid.translation_settings(config)),
+        cache="results/cache/translation/{lang}-en.sqlite",
+        code=module_digest("translate"),
+    threads: res("translate_test_data", "threads")
+    resources:
+        mem_mb=res("translate_test_data", "mem_mb"),
+        runtime=res("translate_test_data", "runtime"),
+        gpu=res("translate_test_data", "gpu"),
+    conda:
+        "../envs/training.yaml"
+    shell:
+        "python -m workflow_scripts.translate quality --from-lang {wildcards.lang} --lang en --model {input.model}"
+        " --data dev={input.dev} test={input.test} --settings {params.settings:q} --cache {params.cache}"
+        " --threads {threads} --output {output.quality} > {log} 2>&1"
+
+
 rule tabulate_translation:
     input:
         stats=lambda wildcards: grid.translation_stats_files(config),
-        quality=lambda wildcards: [grid.quality_file(lang) for lang in grid.quality_languages(config)],
+        quality=lambda wildcards: grid.quality_files(config),
         models=lambda wildcards: grid.translated_intermediate_models(config),
     output:
         md="results/tables/translation.md",

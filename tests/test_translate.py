@@ -201,3 +201,20 @@ def test_translation_tables(tmp_path):
     row = frame[frame["kind"] == "data"].iloc[0]
     assert (row["dropped"], row["cache_hit_rate"]) == (2, 0.25)
     assert frame[frame["kind"] == "quality"].iloc[0]["bleu"] == 30.0
+
+
+@pytest.mark.parametrize("source,target", [("en", "de"), ("de", "en")])
+def test_quality_pairs_xnli_sentences_in_either_direction(tmp_path, translator_dir, demo_data, source, target):
+    """en -> de is scored against XNLI's German translations; de -> en (translate-test)
+    against the English originals; both on the same parallel pairs."""
+    from workflow_scripts.translate import main
+
+    out = tmp_path / "quality.json"
+    main(["quality", "--from-lang", source, "--lang", target, "--model", str(translator_dir),
+          "--data", f"dev={demo_data['xnli.dev']}", "--settings", json.dumps(MT_SETTINGS), "--output", str(out)])
+    result = json.loads(out.read_text())
+    rows = read_table(demo_data["xnli.dev"]).to_pylist()
+    pairs = {r["id"].replace("-de-", "-") for r in rows if r["lang"] == "de"} & \
+        {r["id"].replace("-en-", "-") for r in rows if r["lang"] == "en"}
+    assert result["direction"] == f"{source}-{target}" and result["splits"]["dev"]["sentences"] == 2 * len(pairs) > 0
+    assert result["reference"] == ("XNLI human translations" if source == "en" else "XNLI English originals")

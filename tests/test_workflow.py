@@ -20,6 +20,7 @@ RULE_MODULES = {  # the CLI module each rule runs
     "translate_task_data": "translate", "train_intermediate": "train", "train_target": "train",
     "evaluate_target": "evaluate", "aggregate_tables": "tables", "score_translation_quality": "translate",
     "tabulate_translation": "tables", "translate_test_data": "translate", "prepare_translator_to_english": "models",
+    "score_translation_quality_to_english": "translate",
 }
 
 
@@ -143,6 +144,9 @@ def test_every_transfer_setting_runs_and_writes_its_tables(demo):
     main_csv = (demo / "results/tables/main.csv").read_text().splitlines()
     assert main_csv[0].startswith("setting,intermediate,")
     assert "de-en" in (demo / "results/tables/translation.md").read_text()
+    # The translate-test translator is scored too, against XNLI's English originals.
+    quality = json.loads((demo / "results/translation/quality/de-en.json").read_text())
+    assert quality["direction"] == "de-en" and set(quality["splits"]) == {"dev", "test"}
 
 
 def test_changing_one_settings_option_reruns_only_that_setting(demo):
@@ -199,7 +203,8 @@ def test_editing_a_module_reruns_the_rules_that_import_it(demo, module):
     # The rules importing it rerun (their downstream jobs follow); nothing upstream does.
     assert users <= rules
     upstream = {"prepare_task_data", "prepare_encoder", "prepare_translator", "translate_task_data",
-                "score_translation_quality", "prepare_translator_to_english", "translate_test_data"} - users
+                "score_translation_quality", "prepare_translator_to_english", "translate_test_data",
+                "score_translation_quality_to_english"} - users
     assert not rules & upstream
     if module == "tables":
         assert rules == {"aggregate_tables", "tabulate_translation"}

@@ -250,8 +250,17 @@ def quality_languages(config: dict[str, Any]) -> list[str]:
     return sorted(lang for lang in langs if "en" in xnli and lang in xnli)
 
 
-def quality_file(lang: str) -> str:
-    return f"{RESULTS}/translation/quality/{lang}.json"
+def quality_files(config: dict[str, Any]) -> list[str]:
+    """MT quality of every translator the grid uses, where XNLI has references: en -> X, and
+    X -> en for the translate-test languages."""
+    xnli = config["tasks"].get("xnli", {}).get("languages", [])
+    to_english = sorted({lang for _, lang in transfer.test_translations(config) if "en" in xnli and lang in xnli})
+    return [quality_file(lang) for lang in quality_languages(config)] + [quality_file(lang, "en") for lang in to_english]
+
+
+def quality_file(lang: str, into: str | None = None) -> str:
+    """``quality/de.json`` for en -> de, ``quality/de-en.json`` for de -> en."""
+    return f"{RESULTS}/translation/quality/{lang}{'-' + into if into else ''}.json"
 
 
 def metric_files(config: dict[str, Any]) -> list[str]:

@@ -456,11 +456,13 @@ def translation_tables(stats_files: list[str], quality_files: list[str],
                         "cache_hit_rate": st["segments_from_cache"] / max(1, st["segments_requested"])})
     data = pd.DataFrame.from_records(records)
     quality = pd.DataFrame.from_records(
-        [{"language": q["language"], "split": split, "bleu": v["bleu"], "chrf": v["chrf"], "sentences": v["sentences"]}
+        [{"direction": q.get("direction", f"en-{q['language']}"), "split": split, "bleu": v["bleu"], "chrf": v["chrf"],
+          "sentences": v["sentences"]}
          for q in map(read_json, quality_files) for split, v in q["splits"].items()])
     md = "# Machine-translated data\n\n## Survival and span re-alignment\n\n"
     md += (data.to_markdown(index=False, floatfmt=".3f") if not data.empty else "No translations.") + "\n\n"
-    md += "## Translation quality (sacrebleu, against XNLI's human translations)\n\n"
+    md += ("## Translation quality (sacrebleu; en -> X against XNLI's human translations, X -> en against "
+           "its English originals)\n\n")
     md += (quality.to_markdown(index=False, floatfmt=".1f") if not quality.empty
            else "No language with XNLI references in this grid.") + "\n"
     if not quality.empty:

@@ -17,8 +17,9 @@ Span tasks re-align the answer in the translated context:
 3. otherwise the example is dropped. A statistics file counts each outcome.
 Every kept example's answer_start points at its answer text exactly.
 
-Quality: BLEU and chrF (sacrebleu) of XNLI's English dev/test sentences translated into the
-language, against XNLI's human translations.
+Quality: BLEU and chrF (sacrebleu) of XNLI's dev/test sentences translated, against XNLI's
+references: English into the language against its human translations, or (translate-test)
+the language into English against the English originals.
 
 CLI: ``python -m workflow_scripts.translate data --task T --lang L --model DIR --input FILE
 --settings JSON --cache DB --output FILE --stats FILE`` and
@@ -315,25 +316,30 @@ def translate_task(args) -> None:
 
 
 def score_quality(args) -> None:
-    """Translate XNLI's English sentences and score them against its human translations."""
+    """Translate XNLI sentences and score them against XNLI's references: en -> X against the
+    human translations into X, X -> en (translate-test) against the English originals."""
     settings = load_settings(args.settings)
     configure_torch(args.threads)
     translator = MarianTranslator(args.model, settings, device(), args.cache)
-    result: dict[str, Any] = {"language": args.lang, "reference": "XNLI human translations", "splits": {}}
+    source, target = args.from_lang, args.lang
+    reference = "XNLI human translations" if source == "en" else "XNLI English originals"
+    result: dict[str, Any] = {"language": target, "source_language": source, "direction": f"{source}-{target}",
+                              "reference": reference, "splits": {}}
     for item in args.data:
         split, path = item.split("=", 1)
         rows = read_table(path, "classification").to_pylist()
-        english = {r["id"].replace("-en-", "-"): r for r in rows if r["lang"] == "en"}
-        target = {r["id"].replace(f"-{args.lang}-", "-"): r for r in rows if r["lang"] == args.lang}
-        ids = [k for k in english if k in target]
+        # XNLI ids differ only by their language part: xnli-dev-de-17 <-> xnli-dev-en-17.
+        by_lang = {lang: {r["id"].replace(f"-{lang}-", "-"): r for r in rows if r["lang"] == lang}
+                   for lang in (source, target)}
+        ids = [k for k in by_lang[source] if k in by_lang[target]]
         if not ids:
-            raise InputError(f"{path}: no parallel en/{args.lang} XNLI pairs to score translation quality")
-        sources = [english[k][f] for k in ids for f in ("text_a", "text_b")]
-        references = [target[k][f] for k in ids for f in ("text_a", "text_b")]
+            raise InputError(f"{path}: no parallel {source}/{target} XNLI pairs to score translation quality")
+        sources = [by_lang[source][k][f] for k in ids for f in ("text_a", "text_b")]
+        references = [by_lang[target][k][f] for k in ids for f in ("text_a", "text_b")]
         result["splits"][split] = translation_quality(translator, sources, references)
     result.update(translator.counts)
     write_json(args.output, result)
-    LOG.info("translation quality en-%s: %s", args.lang, json.dumps(result["splits"]))
+    LOG.info("translation quality %s-%s: %s", source, target, json.dumps(result["splits"]))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -342,7 +348,6 @@ def main(argv: list[str] | None = None) -> None:
     sub = ap.add_subparsers(dest="command", required=True)
     data = sub.add_parser("data", help="translate one language of one split of a task")
     data.add_argument("--task", required=True)
-    data.add_argument("--from-lang", default="en", help="the language of the rows translated (default en)")
     data.add_argument("--input", required=True)
     data.add_argument("--output", required=True)
     data.add_argument("--stats", required=True)
@@ -351,6 +356,7 @@ def main(argv: list[str] | None = None) -> None:
     quality.add_argument("--output", required=True)
     for p in (data, quality):
         p.add_argument("--lang", required=True, help="the language translated into")
+        p.add_argument("--from-lang", default="en", help="the language translated from (default en)")
         p.add_argument("--model", required=True, type=Path)
         p.add_argument("--settings", required=True)
         p.add_argument("--cache", type=Path, help="persistent translation cache (SQLite)")

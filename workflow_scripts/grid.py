@@ -243,19 +243,14 @@ def translated_intermediate_models(config: dict[str, Any]) -> list[str]:
     return [intermediate_encoder(config, n, seed) for n in sorted(names) for seed in config["seeds"]]
 
 
-def quality_languages(config: dict[str, Any]) -> list[str]:
-    """Translator languages with XNLI human references in the grid's XNLI data."""
-    xnli = config["tasks"].get("xnli", {}).get("languages", [])
-    langs = {lang for _, lang, _ in translation_jobs(config)}
-    return sorted(lang for lang in langs if "en" in xnli and lang in xnli)
-
-
 def quality_files(config: dict[str, Any]) -> list[str]:
-    """MT quality of every translator the grid uses, where XNLI has references: en -> X, and
-    X -> en for the translate-test languages."""
+    """MT quality of every translator the grid uses, where the grid's XNLI data has references
+    (English and the language): en -> X, and X -> en for the translate-test languages."""
     xnli = config["tasks"].get("xnli", {}).get("languages", [])
-    to_english = sorted({lang for _, lang in transfer.test_translations(config) if "en" in xnli and lang in xnli})
-    return [quality_file(lang) for lang in quality_languages(config)] + [quality_file(lang, "en") for lang in to_english]
+    referenced = set(xnli) if "en" in xnli else set()
+    into = sorted({lang for _, lang, _ in translation_jobs(config)} & referenced)
+    out_of = sorted({lang for _, lang in transfer.test_translations(config)} & referenced)
+    return [quality_file(lang) for lang in into] + [quality_file(lang, "en") for lang in out_of]
 
 
 def quality_file(lang: str, into: str | None = None) -> str:

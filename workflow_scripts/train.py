@@ -191,7 +191,7 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, str]], 
             raise InputError(f"{data[name]['train']}: no {wanted} training examples for task {name}")
         if task.format != MLM:
             for path, langs in data_sources(data[name]["dev"], [opts.get("select_language", "en")]):
-                dev_file = read_table(path, task.format).to_pylist()
+                dev_file = _rows_in(read_table(path, task.format), langs)
                 for lang in langs:
                     dev_rows[(name, lang)] = _dev_subset(dev_file, int(settings["dev_examples"]), lang, path)
         if task.format == TAGGING and not task.labels:

@@ -12,10 +12,16 @@ min_version("9.0")
 sys.path.insert(0, workflow.basedir)
 shell.prefix(f"export PYTHONPATH={shlex.quote(workflow.basedir)}; ")
 
-from workflow_scripts import grid, transfer
+from workflow_scripts import grid, slurm, transfer
 from workflow_scripts.codehash import module_digest
 from workflow_scripts.common import canonical_json
 from workflow_scripts.tasks import TASKS
+
+
+# Under Slurm: cancelled and preempted jobs end in a retry, and SIGUSR1 is left to the
+# training process (workflow_scripts/slurm.py says why each is needed).
+slurm.install()
+slurm.ignore_usr1_in_job_step()
 
 
 # Config errors stop the workflow before any job runs, naming the offending key; then
@@ -60,6 +66,18 @@ def settings(fn, *keys):
 
 def res(rule_name, key):
     return grid.resources(config, rule_name)[key]
+
+
+def training_slurm_extra(rule_name):
+    """sbatch options of a training job: SIGUSR1 before the time limit (so it checkpoints and
+    a retry resumes), then the config's own `slurm_extra`."""
+    resources = grid.resources(config, rule_name)
+    lead = resources.get("signal_lead", slurm.DEFAULT_SIGNAL_LEAD)
+    return " ".join([slurm.signal_option(lead), resources.get("slurm_extra", "")]).strip()
+
+
+def training_retries(rule_name):
+    return slurm.training_retries(grid.resources(config, rule_name))
 
 
 def demo_text_inputs(wildcards):

@@ -12,17 +12,22 @@ rule train_intermediate:
         checkpoints="results/checkpoints/intermediate/{intermediate}/seed{seed}",
         code=module_digest("train"),
     threads: res("train_intermediate", "threads")
+    # Each retry resumes from the checkpoint: enough for the expected training time in
+    # allocations of `runtime` minutes, plus retries for failures (slurm.training_retries).
+    retries: training_retries("train_intermediate")
     resources:
         mem_mb=res("train_intermediate", "mem_mb"),
         runtime=res("train_intermediate", "runtime"),
         gpu=res("train_intermediate", "gpu"),
+        slurm_extra=training_slurm_extra("train_intermediate"),
         # Checkpointing is operational: resources, so changing it reruns nothing.
         checkpoint_every=res("train_intermediate", "checkpoint_every"),
         keep_checkpoints=res("train_intermediate", "keep_checkpoints"),
     conda:
         "../envs/training.yaml"
     shell:
-        "python -m workflow_scripts.train intermediate --encoder {input.encoder}"
+        # exec: the training process itself receives Slurm's signals, no shell in between.
+        "exec python -m workflow_scripts.train intermediate --encoder {input.encoder}"
         " --data {params.data:q} --settings {params.settings:q} --seed {wildcards.seed}"
         " --threads {threads} --output {output.model} --checkpoint-dir {params.checkpoints}"
         " --checkpoint-every {resources.checkpoint_every}"
@@ -43,17 +48,22 @@ rule train_target:
         checkpoints="results/checkpoints/target/{intermediate}/{target}/{recipe}/seed{seed}",
         code=module_digest("train"),
     threads: res("train_target", "threads")
+    # Each retry resumes from the checkpoint: enough for the expected training time in
+    # allocations of `runtime` minutes, plus retries for failures (slurm.training_retries).
+    retries: training_retries("train_target")
     resources:
         mem_mb=res("train_target", "mem_mb"),
         runtime=res("train_target", "runtime"),
         gpu=res("train_target", "gpu"),
+        slurm_extra=training_slurm_extra("train_target"),
         # Checkpointing is operational: resources, so changing it reruns nothing.
         checkpoint_every=res("train_target", "checkpoint_every"),
         keep_checkpoints=res("train_target", "keep_checkpoints"),
     conda:
         "../envs/training.yaml"
     shell:
-        "python -m workflow_scripts.train target --encoder {input.encoder}"
+        # exec: the training process itself receives Slurm's signals, no shell in between.
+        "exec python -m workflow_scripts.train target --encoder {input.encoder}"
         " --data {params.data:q} --settings {params.settings:q} --seed {wildcards.seed}"
         " --threads {threads} --output {output.model} --checkpoint-dir {params.checkpoints}"
         " --checkpoint-every {resources.checkpoint_every}"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from . import transfer
+from . import slurm, transfer
 from .common import is_url
 from .tasks import PROVIDED_TRANSLATIONS, SPAN, TASKS, TRANSLATABLE_FORMATS, get_task
 from .transfer import data_path, translate_test_path, translated_path
@@ -121,6 +121,11 @@ def check_config(config: dict[str, Any]) -> None:
         raise ConfigError(f"config key tables.baseline: {baseline!r} has tasks; the baseline must have none")
     if "en" in config["models"].get("translators_to_en", {}):
         raise ConfigError("config key models.translators_to_en.en: English needs no translation into English")
+    for rule in ("train_intermediate", "train_target"):
+        try:
+            slurm.training_retries(resources(config, rule))
+        except ValueError as err:
+            raise ConfigError(f"config key resources.{rule}.runtime: {err}") from None
     try:
         transfer.check(config)
     except transfer.TransferError as err:
@@ -384,7 +389,7 @@ def translated_counterparts(config: dict[str, Any]) -> dict[str, dict[str, Any]]
     return out
 
 
-def resources(config: dict[str, Any], rule: str) -> dict[str, int]:
+def resources(config: dict[str, Any], rule: str) -> dict[str, Any]:
     res = {"threads": 1, "mem_mb": 4000, "runtime": 60, "gpu": 0, "checkpoint_every": 1000,
            "keep_checkpoints": 0}
     res.update(config.get("resources", {}).get("default", {}))

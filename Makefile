@@ -23,4 +23,4 @@ demo: install
 	$(BIN)/snakemake --cores $(CORES)
 
 test: install
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q -rs tests

@@ -51,6 +51,9 @@ CASES = [
      "transfer.settings: 'translate_tset' does not match"),
     ("translate setting on a tagging target", "transfer.settings.translate_train.targets", ["udpos"],
      "transfer.settings.translate_train.targets[0]: translate_train does not apply to udpos"),
+    ("training runtime shorter than its checkpoint signal", "resources.train_target",
+     {"runtime": 12, "expected_runtime": 100},
+     "resources.train_target.runtime: runtime 12 min leaves no time to train"),
     ("translate-test without a translator", "models.translators_to_en", {},
      "transfer.settings.translate_test: xnli in 'de' needs a translator: models.translators_to_en has no 'de'"),
 ]

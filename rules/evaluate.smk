@@ -12,10 +12,6 @@ rule evaluate_target:
         run=run_id,
         code=module_digest("evaluate"),
     threads: res("evaluate_target", "threads")
-    # Under Slurm, CPU-only evaluations run in batches (the profile's group-components):
-    # each is a few seconds of work after many seconds of start-up. GPU evaluations stay one
-    # job each, since a group would ask for one GPU per member without giving each its own.
-    group: "evaluate_on_cpu" if res("evaluate_target", "gpu") == 0 else None
     resources:
         mem_mb=res("evaluate_target", "mem_mb"),
         runtime=res("evaluate_target", "runtime"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -72,6 +73,12 @@ def tokenizer(demo_encoder_dir):
     from workflow_scripts.models import load_tokenizer
 
     return load_tokenizer(demo_encoder_dir)
+
+
+def checkpoint_step(checkpoints: Path) -> int:
+    """The step of the newest training checkpoint under a checkpoint directory (0: none)."""
+    meta = checkpoints / "checkpoint" / "meta.json"
+    return json.loads(meta.read_text())["step"] if meta.is_file() else 0
 
 
 # ----- running the workflow ------------------------------------------------------------------

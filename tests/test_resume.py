@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import checkpoint_step
+
 SETTINGS = {"dropout": 0.1, "dev_examples": 60, "eval_batch_size": 32, "eval_every": 15, "learning_rate": 5e-4,
             "max_grad_norm": 1.0, "max_micro_batch": 4, "multitask_cap": 131072, "multitask_epochs": 1,
             "patience": 30, "warmup_ratio": 0.1, "weight_decay": 0.0,
@@ -34,11 +36,6 @@ def evaluate(model: Path, xnli_dev: Path, out: Path) -> dict:
     for model in metrics["models"].values():  # where the model lives differs between runs; nothing else may
         model.pop("path")
     return metrics
-
-
-def checkpoint_step(checkpoints: Path) -> int:
-    meta = checkpoints / "checkpoint" / "meta.json"
-    return json.loads(meta.read_text())["step"] if meta.is_file() else 0
 
 
 def interrupt(cmd, checkpoints: Path, sig: int, after_step: int) -> int:

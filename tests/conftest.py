@@ -75,6 +75,15 @@ def tokenizer(demo_encoder_dir):
     return load_tokenizer(demo_encoder_dir)
 
 
+def comparable_metrics(metrics: dict) -> dict:
+    """A metric file without what legitimately differs between runs of the same model: its
+    wall time and where the model lives."""
+    metrics.pop("wall_time_s")
+    for model in metrics["models"].values():
+        model.pop("path")
+    return metrics
+
+
 def checkpoint_step(checkpoints: Path) -> int:
     """The step of the newest training checkpoint under a checkpoint directory (0: none)."""
     meta = checkpoints / "checkpoint" / "meta.json"

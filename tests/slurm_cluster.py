@@ -39,8 +39,7 @@ def unavailable_reason() -> str | None:
     """Why a cluster cannot be started here, or None if it can."""
     if os.geteuid() != 0:
         return "the Slurm test cluster needs root (slurmd runs jobs as their user)"
-    missing = [name for name in DAEMONS if shutil.which(name) is None
-               and not Path("/usr/sbin", name).exists() and not Path("/usr/bin", name).exists()]
+    missing = [name for name in DAEMONS if _find(name) is None]
     if missing:
         return f"Slurm test cluster: {', '.join(missing)} not installed (apt-get install {PACKAGES})"
     if SYSTEM_CONF.exists() or SYSTEM_CONF.is_symlink():
@@ -48,11 +47,19 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def _which(name: str) -> str:
+def _find(name: str) -> str | None:
+    """A daemon's path: on PATH, or in the Debian packages' sbin/bin (not always on root's PATH)."""
     for candidate in (shutil.which(name), f"/usr/sbin/{name}", f"/usr/bin/{name}"):
         if candidate and Path(candidate).exists():
             return candidate
-    raise FileNotFoundError(name)
+    return None
+
+
+def _which(name: str) -> str:
+    path = _find(name)
+    if path is None:
+        raise FileNotFoundError(name)
+    return path
 
 
 def _free_port() -> int:

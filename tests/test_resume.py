@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import checkpoint_step
+from conftest import checkpoint_step, comparable_metrics
 
 SETTINGS = {"dropout": 0.1, "dev_examples": 60, "eval_batch_size": 32, "eval_every": 15, "learning_rate": 5e-4,
             "max_grad_norm": 1.0, "max_micro_batch": 4, "multitask_cap": 131072, "multitask_epochs": 1,
@@ -31,11 +31,7 @@ def evaluate(model: Path, xnli_dev: Path, out: Path) -> dict:
                     "--data", f"dev={xnli_dev}", f"test={xnli_dev}", "--seed", "4", "--output", str(out),
                     "--settings", json.dumps({"languages": ["en", "de", "ru", "sw"], "max_length": 48,
                                               "eval_batch_size": 32})], check=True, capture_output=True)
-    metrics = json.loads(out.read_text())
-    metrics.pop("wall_time_s")
-    for model in metrics["models"].values():  # where the model lives differs between runs; nothing else may
-        model.pop("path")
-    return metrics
+    return comparable_metrics(json.loads(out.read_text()))
 
 
 def interrupt(cmd, checkpoints: Path, sig: int, after_step: int) -> int:

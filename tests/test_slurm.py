@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, checkpoint_step, copy_repo, snakemake
+from conftest import REPO, checkpoint_step, comparable_metrics, copy_repo, snakemake
 from slurm_cluster import Cluster, unavailable_reason
 
 REASON = unavailable_reason()
@@ -56,11 +56,7 @@ def reduced_config(path: Path) -> Path:
 def metric_files(workdir: Path) -> dict[str, dict]:
     out = {}
     for path in sorted((workdir / "results" / "metrics").rglob("seed*.json")):
-        metrics = json.loads(path.read_text())
-        metrics.pop("wall_time_s")
-        for model in metrics["models"].values():
-            model.pop("path")
-        out[str(path.relative_to(workdir))] = metrics
+        out[str(path.relative_to(workdir))] = comparable_metrics(json.loads(path.read_text()))
     return out
 
 

@@ -29,6 +29,7 @@ from .data import provenance, read_table
 from .features import Encoded, decode_spans, encode, merge_tags, sorted_batches, collate
 from .metrics import accuracy, mean, mlqa, seqeval_f1, seqeval_version, squad_v1, squad_v2
 from .models import MultiHeadModel, forward, load_encoder, load_tokenizer, make_head
+from .neighbours import EXACT
 from .retrieval import (BUCC_DUPLICATES, LAYER_CONVENTION, choose_threshold, embed, expand_to_ids, margin_candidates, mined_pairs,
                         prf, tatoeba_accuracy, unique_texts)
 from .tasks import CLASSIFICATION, MULTIPLE_CHOICE, RETRIEVAL, SPAN, TAGGING, Task, get_task, primary_metric
@@ -141,7 +142,7 @@ def evaluate_run(target: str, models: dict[str, Path], data: Sources, settings: 
     if task.is_retrieval:
         (model_dir,) = set(model_of.values())
         encoder = load_encoder(model_dir).to(dev)
-        scores, extra = evaluate_retrieval(task, encoder, load_tokenizer(model_dir), splits, settings, dev)
+        scores, extra = evaluate_retrieval(task, encoder, load_tokenizer(model_dir), splits, settings, dev, seed)
     else:
         selections = {}
         for model_dir in sorted(set(model_of.values())):
@@ -172,7 +173,7 @@ def evaluate_run(target: str, models: dict[str, Path], data: Sources, settings: 
                                     for path, langs in sources] for split, sources in data.items()},
         "seed": seed, "settings": settings, "settings_hash": settings_hash(settings),
         "seqeval_version": seqeval_version(),
-        "versions": {p: version(p) for p in ("torch", "transformers", "seqeval", "faiss-cpu")},
+        "versions": {p: version(p) for p in ("torch", "transformers", "seqeval", "faiss-cpu", "numpy")},
         "wall_time_s": round(time.time() - started, 3), **extra,
     }
 
@@ -208,20 +209,24 @@ def parse_data(items: list[str]) -> Sources:
 
 
 def evaluate_retrieval(task: Task, encoder, tokenizer, splits: dict[str, dict[str, list[dict[str, Any]]]],
-                       settings: dict[str, Any], dev) -> tuple[dict[str, Any], dict[str, Any]]:
+                       settings: dict[str, Any], dev, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """Tatoeba: 1-NN accuracy per language. BUCC: margin mining; the threshold is chosen on
     each language's dev gold and applied to its test candidates."""
     ret = settings["retrieval"]
     args = (ret["layer"], ret["pooling"], int(settings["eval_batch_size"]), int(settings["max_length"]), dev)
+    # Exact search unless the config names a faiss index; the metric file says which.
+    search = {"index": ret.get("index", EXACT), "nprobe": int(ret.get("nprobe", 1)), "dev": dev, "seed": seed}
     extra: dict[str, Any] = {"retrieval": {"layer": ret["layer"], "pooling": ret["pooling"],
-                                           "layer_convention": LAYER_CONVENTION}}
+                                           "layer_convention": LAYER_CONVENTION, "index": search["index"]}}
+    if search["index"] != EXACT:
+        extra["retrieval"]["nprobe"] = search["nprobe"]
     scores: dict[str, dict[str, dict[str, float]]] = {split: {} for split in splits}
     if task.format == RETRIEVAL:
         for split, by_lang in splits.items():
             for lang, rows in by_lang.items():
                 foreign = embed(encoder, tokenizer, [r["source"] for r in rows], *args)
                 english = embed(encoder, tokenizer, [r["target"] for r in rows], *args)
-                scores[split][lang] = tatoeba_accuracy(foreign, english)
+                scores[split][lang] = tatoeba_accuracy(foreign, english, **search)
         return scores, extra
     k = int(ret.get("bucc_k", 4))
     duplicates = ret.get("bucc_duplicates", "drop")
@@ -236,7 +241,7 @@ def evaluate_retrieval(task: Task, encoder, tokenizer, splits: dict[str, dict[st
             repeated[split][lang] = {side: len(rs) - len(texts) for side, rs, texts in
                                      (("source", src, src_texts), ("en", eng, eng_texts))}
             found = margin_candidates(embed(encoder, tokenizer, src_texts, *args),
-                                      embed(encoder, tokenizer, eng_texts, *args), k)
+                                      embed(encoder, tokenizer, eng_texts, *args), k, **search)
             gold = {(r["id"], e) for r in src for e in r["gold"]}
             candidates[split][lang] = (expand_to_ids(found, src_ids, eng_ids), gold)
     thresholds = {}

@@ -358,7 +358,9 @@ def eval_settings(config: dict[str, Any], target: str, setting_token: str | None
         settings.update({k: cfg[k] for k in SPAN_KEYS})
     if get_task(target).is_retrieval:
         ret = config["retrieval"]
-        settings["retrieval"] = {"layer": ret["layer"], "pooling": ret["pooling"]}
+        settings["retrieval"] = {"layer": ret["layer"], "pooling": ret["pooling"], "index": ret["index"]}
+        if ret["index"] != "exact":
+            settings["retrieval"]["nprobe"] = ret["nprobe"]
         if get_task(target).format == "mining":
             settings["retrieval"].update({"bucc_k": ret["bucc_k"], "bucc_duplicates": ret["bucc_duplicates"]})
         settings["eval_batch_size"] = ret["batch_size"]

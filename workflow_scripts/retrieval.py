@@ -1,4 +1,4 @@
-"""Sentence retrieval without training data: Tatoeba 1-NN accuracy with faiss.
+"""Sentence retrieval without training data: Tatoeba 1-NN accuracy and BUCC margin mining.
 
 Sentence embedding = mean over all token positions (special tokens included, padding
 excluded) of one hidden layer. ``layer`` indexes ``hidden_states`` as transformers returns
@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from .common import InputError, autocast
+from .neighbours import knn, l2_normalize
 
 LAYER_CONVENTION = "hidden_states index; 0 = embedding output, i = output of transformer layer i"
 
@@ -44,24 +45,7 @@ def embed(model, tokenizer, sentences: Sequence[str], layer: int, pooling: str, 
     return out
 
 
-def l2_normalize(x: np.ndarray) -> np.ndarray:
-    import faiss
-
-    x = np.ascontiguousarray(x, dtype=np.float32).copy()
-    faiss.normalize_L2(x)
-    return x
-
-
-def knn(queries: np.ndarray, keys: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Exact inner-product search (cosine on normalised vectors)."""
-    import faiss
-
-    index = faiss.IndexFlatIP(keys.shape[1])
-    index.add(keys)
-    return index.search(queries, min(k, keys.shape[0]))
-
-
-def tatoeba_accuracy(foreign: np.ndarray, english: np.ndarray) -> dict[str, Any]:
+def tatoeba_accuracy(foreign: np.ndarray, english: np.ndarray, **search: Any) -> dict[str, Any]:
     """For each English sentence, is its nearest foreign sentence (cosine) its translation?
 
     Row i of both matrices is one gold pair; as in the XTREME scorer, only the gold index
@@ -69,7 +53,7 @@ def tatoeba_accuracy(foreign: np.ndarray, english: np.ndarray) -> dict[str, Any]
     """
     if foreign.shape != english.shape or len(english) == 0:
         raise InputError(f"tatoeba needs equally many non-empty pairs, got {foreign.shape} and {english.shape}")
-    _, nearest = knn(l2_normalize(english), l2_normalize(foreign), 1)
+    _, nearest = knn(l2_normalize(english), l2_normalize(foreign), 1, **search)
     hits = nearest[:, 0] == np.arange(len(english))
     return {"accuracy": 100.0 * float(hits.mean())}
 
@@ -108,31 +92,30 @@ def unique_texts(ids: Sequence[str], texts: Sequence[str], duplicates: str = "dr
     return list(by_text), owners
 
 
-def margin_candidates(src: np.ndarray, trg: np.ndarray, k: int = 4) -> list[tuple[float, int, int]]:
+def margin_candidates(src: np.ndarray, trg: np.ndarray, k: int = 4, **search: Any) -> list[tuple[float, int, int]]:
     """Forward and backward best candidates by ratio margin, kept greedily one-to-one.
 
     score(x, y) = cos(x, y) / ((mean cos of x's k nearest y + mean cos of y's k nearest x) / 2),
-    exact cosine search on L2-normalised embeddings. A pair claims its source and target even
+    cosine search on L2-normalised embeddings (``search``: the keyword arguments of
+    ``neighbours.knn``; exact by default). A pair claims its source and target even
     when its score is not above 0, but only pairs scoring above 0 are returned, as the
     official miner writes them. Returns (score, src index, trg index), best first.
     """
     src, trg = l2_normalize(src), l2_normalize(trg)
-    fwd_sim, fwd_idx = knn(src, trg, k)
-    bwd_sim, bwd_idx = knn(trg, src, k)
+    fwd_sim, fwd_idx = knn(src, trg, k, **search)
+    bwd_sim, bwd_idx = knn(trg, src, k, **search)
     fwd_mean, bwd_mean = fwd_sim.mean(axis=1), bwd_sim.mean(axis=1)
-
-    def margin(i: int, j: int) -> float:
-        return float(src[i] @ trg[j]) / float((fwd_mean[i] + bwd_mean[j]) / 2)
-
+    # The k-NN scores are the cosines the margins need: each candidate's margin, then each
+    # sentence's best candidate (the first of equal margins).
+    fwd_margin = fwd_sim / ((fwd_mean[:, None] + bwd_mean[fwd_idx]) / 2)
+    bwd_margin = bwd_sim / ((bwd_mean[:, None] + fwd_mean[bwd_idx]) / 2)
+    rows_s, rows_t = np.arange(len(src)), np.arange(len(trg))
+    fwd_best, bwd_best = fwd_margin.argmax(axis=1), bwd_margin.argmax(axis=1)
     best: dict[tuple[int, int], float] = {}
-    for i in range(len(src)):
-        scores = [(margin(i, int(j)), int(j)) for j in fwd_idx[i]]
-        s, j = max(scores)
-        best[(i, j)] = s
-    for j in range(len(trg)):
-        scores = [(margin(int(i), j), int(i)) for i in bwd_idx[j]]
-        s, i = max(scores)
-        best[(i, j)] = s
+    for i, j, s in zip(rows_s, fwd_idx[rows_s, fwd_best], fwd_margin[rows_s, fwd_best]):
+        best[(int(i), int(j))] = float(s)
+    for j, i, s in zip(rows_t, bwd_idx[rows_t, bwd_best], bwd_margin[rows_t, bwd_best]):
+        best[(int(i), int(j))] = float(s)
     used_src, used_trg, kept = set(), set(), []
     for (i, j), s in sorted(best.items(), key=lambda kv: (-kv[1], kv[0])):
         if i not in used_src and j not in used_trg:

@@ -1,0 +1,74 @@
+"""Blocked exact search gives faiss IndexFlatIP's neighbours and scores on every device and
+block size; ties go to the lower key index; a faiss index stays available as an option."""
+
+import numpy as np
+import pytest
+
+from workflow_scripts.common import InputError
+from workflow_scripts.neighbours import exact_knn, knn, l2_normalize
+
+torch = pytest.importorskip("torch")
+has_gpu = torch.cuda.is_available()
+
+
+def embeddings(n_queries: int, n_keys: int, dim: int = 64, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    return (l2_normalize(rng.standard_normal((n_queries, dim), dtype=np.float32)),
+            l2_normalize(rng.standard_normal((n_keys, dim), dtype=np.float32)))
+
+
+def faiss_reference(queries, keys, k):
+    import faiss
+
+    index = faiss.IndexFlatIP(keys.shape[1])
+    index.add(keys)
+    return index.search(queries, k)
+
+
+@pytest.mark.parametrize("block_bytes", [4 * 300, 4 * 300 * 7, 1 << 30])  # 1 query, 7 queries, all at once
+def test_exact_search_matches_faiss_flat_index_at_any_block_size(block_bytes):
+    queries, keys = embeddings(50, 300)
+    scores, found = exact_knn(queries, keys, 4, block_bytes=block_bytes)
+    ref_scores, ref_found = faiss_reference(queries, keys, 4)
+    assert np.array_equal(found, ref_found)
+    np.testing.assert_allclose(scores, ref_scores, rtol=0, atol=1e-5)
+    assert np.all(np.diff(scores, axis=1) <= 0)  # best first
+
+
+def test_ties_go_to_the_lower_key_index_and_k_is_capped():
+    keys = np.eye(3, dtype=np.float32)[[0, 1, 1, 2, 1]]  # key 1 repeated at indices 1, 2, 4
+    query = np.array([[0.0, 1.0, 0.0]], dtype=np.float32)
+    scores, found = knn(query, keys, 2)
+    assert found.tolist() == [[1, 2]] and scores.tolist() == [[1.0, 1.0]]
+    scores, found = knn(query, keys, 10)
+    assert found.shape == (1, 5) and found[0, :3].tolist() == [1, 2, 4]
+
+
+def test_bad_search_input_is_named():
+    queries, keys = embeddings(2, 5)
+    with pytest.raises(InputError, match="dimension"):
+        knn(queries, keys[:, :10], 1)
+    with pytest.raises(InputError, match="k >= 1"):
+        knn(queries, keys, 0)
+    with pytest.raises(InputError, match="index_factory"):
+        knn(queries, keys, 1, index="NotAnIndex")
+
+
+def test_a_faiss_index_is_an_option():
+    queries, keys = embeddings(20, 400)
+    exact = knn(queries, keys, 3)
+    flat = knn(queries, keys, 3, index="Flat")  # faiss, exhaustive: the same neighbours
+    assert np.array_equal(flat[1], exact[1])
+    ivf = knn(queries, keys, 3, index="IVF4,Flat", nprobe=4, seed=1)  # every list probed: exact
+    assert np.array_equal(ivf[1], exact[1])
+    ivf_one = knn(queries, keys, 3, index="IVF4,Flat", nprobe=1, seed=1)  # approximate
+    assert ivf_one[1].shape == (20, 3)
+
+
+@pytest.mark.skipif(not has_gpu, reason="no CUDA GPU on this machine: the GPU search path is not run")
+def test_gpu_search_gives_the_cpu_neighbours_and_scores():
+    queries, keys = embeddings(500, 5000, dim=256)
+    cpu_scores, cpu_found = exact_knn(queries, keys, 4)
+    gpu_scores, gpu_found = exact_knn(queries, keys, 4, dev="cuda", block_bytes=4 * 5000 * 64)
+    assert np.array_equal(gpu_found, cpu_found)
+    np.testing.assert_allclose(gpu_scores, cpu_scores, rtol=0, atol=1e-5)

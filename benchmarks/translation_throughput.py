@@ -1,16 +1,24 @@
-"""Translation throughput of the xstilts step vs a naive one-sentence-at-a-time loop.
+"""Translation throughput: CTranslate2 backend vs our transformers backend vs a naive loop.
 
-Same MarianMT model (a random-init Marian of OPUS-MT's width, built locally, since the real
-OPUS-MT weights are not reachable here), same inputs (the texts of the demo SQuAD split,
-whose contexts repeat across questions) and the same decoding settings. Prints sentences/s
-for both and their ratio from one run, then the cache hit rate of a rerun.
+One MarianMT model of OPUS-MT's shape (6 + 6 layers, 512 wide, 8 heads, 2048 feed-forward;
+the vocabulary padded to OPUS-MT en-de's 58,101 entries), random-init and built locally since
+the real OPUS-MT weights are not reachable here, converted once for CTranslate2. Same inputs
+(the unique sentences of the demo SQuAD split) and decoding settings for every row. A
+random-init model rarely emits </s>, so every hypothesis runs to --max-new-tokens: the rates
+are for outputs of that length. Prints, from one run: the device, sentences/s and generated
+tokens/s per engine, the ratio to our transformers backend, and the share of translations
+identical to it (the two engines stop beam search differently: transformers, with
+early_stopping=False, keeps extending beams while a longer hypothesis can still win;
+CTranslate2 stops once beam_size hypotheses have ended); then the cache hit rate of a rerun.
 
-    .venv/bin/python benchmarks/translation_throughput.py [--examples 120]
+    .venv/bin/python benchmarks/translation_throughput.py [--sentences 128] [--beams 1 4]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import platform
 import sys
 import tempfile
 import time
@@ -21,52 +29,98 @@ sys.path.insert(0, str(REPO))
 
 from workflow_scripts.data import prepare, read_table  # noqa: E402
 from workflow_scripts.models import build_demo_translator  # noqa: E402
-from workflow_scripts.translate import MarianTranslator  # noqa: E402
+from workflow_scripts.translators import MarianTranslator, convert_to_ctranslate2  # noqa: E402
 
-SETTINGS = {"batch_size": 32, "num_beams": 1, "max_new_tokens": 40, "max_fuzzy_distance": 10}
-MODEL = {"vocab_size": 2000, "d_model": 512, "layers": 2, "heads": 8, "ffn_dim": 2048, "max_position_embeddings": 256}
+OPUS_MT = {"vocab_size": 2000, "d_model": 512, "layers": 6, "heads": 8, "ffn_dim": 2048, "max_position_embeddings": 512}
+OPUS_MT_VOCAB = 58101
+
+
+def pad_vocabulary(model_dir: Path, size: int) -> None:
+    """Grow the model's vocabulary to ``size`` with placeholder pieces (a larger output layer),
+    keeping Marian's layout: <pad>, the decoder start token, stays the last entry."""
+    from transformers import MarianMTModel
+
+    vocab = json.loads((model_dir / "vocab.json").read_text())
+    pieces = [p for p in sorted(vocab, key=vocab.get) if p != "<pad>"]
+    pieces += [f"\u2581xstilts{k}" for k in range(size - 1 - len(pieces))] + ["<pad>"]
+    (model_dir / "vocab.json").write_text(json.dumps({p: i for i, p in enumerate(pieces)}, ensure_ascii=False))
+    tokenizer_config = json.loads((model_dir / "tokenizer_config.json").read_text())
+    added = tokenizer_config.get("added_tokens_decoder", {})
+    tokenizer_config["added_tokens_decoder"] = {
+        (str(size - 1) if entry["content"] == "<pad>" else key): entry for key, entry in added.items()}
+    (model_dir / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, ensure_ascii=False))
+    model = MarianMTModel.from_pretrained(str(model_dir))
+    import torch
+
+    model.resize_token_embeddings(size, mean_resizing=False)
+    with torch.no_grad():  # as in OPUS-MT, the decoder starts from <pad>'s zero embedding
+        model.get_input_embeddings().weight[size - 1] = 0
+    for cfg in (model.config, model.generation_config):
+        cfg.pad_token_id = cfg.decoder_start_token_id = size - 1
+    model.save_pretrained(str(model_dir))
 
 
 def main() -> None:
     import torch
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--examples", type=int, default=120)
+    ap.add_argument("--sentences", type=int, default=128)
+    ap.add_argument("--beams", type=int, nargs="+", default=[1, 4])
+    ap.add_argument("--max-new-tokens", type=int, default=32)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    print(f"device: {dev.type} ({torch.cuda.get_device_name(0) if dev.type == 'cuda' else platform.machine()}), "
+          f"{args.threads} threads; model: OPUS-MT shape, vocabulary {OPUS_MT_VOCAB}")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         prepare("squad", "train", {"source": "local", "local_root": str(REPO / "demo/hub"),
                                    "hub": {"path": "rajpurkar/squad"}}, tmp / "squad.parquet")
-        build_demo_translator(MODEL, [str(tmp / "squad.parquet")], "de", tmp / "mt")
-        rows = read_table(tmp / "squad.parquet").to_pylist()[:args.examples]
-        texts = [r["question"] for r in rows] + [r["context"] for r in rows]
-        ours = MarianTranslator(tmp / "mt", SETTINGS, torch.device("cpu"), tmp / "cache.sqlite")
-        sentences = [s for t in texts for s in ours._segments(t)]
+        build_demo_translator(OPUS_MT, [str(tmp / "squad.parquet")], "de", tmp / "mt")
+        pad_vocabulary(tmp / "mt", OPUS_MT_VOCAB)
+        convert_to_ctranslate2(tmp / "mt", tmp / "ct2")
+        rows = read_table(tmp / "squad.parquet").to_pylist()
+        probe = MarianTranslator(tmp / "mt", {"batch_size": 1, "num_beams": 1, "max_new_tokens": 1}, dev)
+        sentences = sorted({s for r in rows for t in (r["question"], r["context"]) for s in probe._segments(t)})
+        sentences = sentences[:args.sentences]
 
-        start = time.perf_counter()
-        ours(texts)
-        ours_s = time.perf_counter() - start
+        for beams in args.beams:
+            settings = {"batch_size": args.batch_size, "num_beams": beams, "max_new_tokens": args.max_new_tokens}
+            print(f"\n{len(sentences)} sentences, num_beams={beams}, batch {args.batch_size}, "
+                  f"max_new_tokens={args.max_new_tokens}")
+            print(f"{'engine':40s} {'sent/s':>8s} {'tok/s':>8s} {'vs ours-transformers':>21s} {'same output':>12s}")
+            engines = [("naive loop (generate, 1 sentence per call)", None, None),
+                       ("xstilts transformers backend", "transformers", None),
+                       ("xstilts ctranslate2 float32", "ctranslate2", "float32"),
+                       ("xstilts ctranslate2 int8 (auto on CPU)", "ctranslate2", "auto")]
+            results = {}
+            for name, backend, compute in engines:
+                mt = MarianTranslator(tmp / "mt", {**settings, "backend": backend or "transformers",
+                                                   "compute_type": compute or "auto"},
+                                      dev, None, tmp / "ct2", args.threads)
+                start = time.perf_counter()
+                if backend is None:  # every sentence its own batch, no sorting
+                    out = [x for s in sentences for x in mt.engine([s])]
+                else:
+                    out = mt(sentences)
+                seconds = time.perf_counter() - start
+                tokens = mt.engine.tokens_generated
+                results[name] = (out, seconds, tokens)
+            ref_out, ref_s, _ = results["xstilts transformers backend"]
+            for name, (out, seconds, tokens) in results.items():
+                same = sum(a == b for a, b in zip(out, ref_out)) / len(out)
+                print(f"{name:40s} {len(out) / seconds:8.1f} {tokens / seconds:8.0f} {ref_s / seconds:20.2f}x "
+                      f"{same:12.3f}")
 
-        tok, model = ours.tokenizer, ours.model
-        start = time.perf_counter()
-        with torch.inference_mode():
-            for sentence in sentences:  # the naive loop: every sentence, one generate call each
-                enc = tok([sentence], return_tensors="pt", truncation=True, max_length=ours.limit)
-                model.generate(**enc, num_beams=SETTINGS["num_beams"], max_new_tokens=SETTINGS["max_new_tokens"])
-        naive_s = time.perf_counter() - start
-
-        rerun = MarianTranslator(tmp / "mt", SETTINGS, torch.device("cpu"), tmp / "cache.sqlite")
-        rerun(texts)
-        hit_rate = rerun.counts["segments_from_cache"] / rerun.counts["segments_requested"]
-
-    n = len(sentences)
-    print(f"sentences (with repeats)         {n}")
-    print(f"unique sentences                 {ours.counts['segments_requested']}")
-    print(f"xstilts step                     {n / ours_s:8.1f} sentences/s")
-    print(f"naive one-at-a-time loop         {n / naive_s:8.1f} sentences/s")
-    print(f"ratio xstilts / naive            {naive_s / ours_s:.2f}")
-    print(f"cache hit rate on a rerun        {hit_rate:.3f}")
+        cache = tmp / "cache.sqlite"
+        settings = {"batch_size": args.batch_size, "num_beams": 1, "max_new_tokens": args.max_new_tokens,
+                    "backend": "ctranslate2", "compute_type": "auto"}
+        MarianTranslator(tmp / "mt", settings, dev, cache, tmp / "ct2", args.threads)(sentences)
+        rerun = MarianTranslator(tmp / "mt", settings, dev, cache, tmp / "ct2", args.threads)
+        rerun(sentences)
+        print(f"\ncache hit rate on a rerun: {rerun.counts['segments_from_cache'] / rerun.counts['segments_requested']:.3f}")
 
 
 if __name__ == "__main__":

@@ -56,6 +56,7 @@ wildcard_constraints:
     task="|".join(TASKS),
     split="train|dev|test",
     lang="[a-z]{2,3}",
+    translator="translator|translator_to_en",
 
 
 def settings(fn, *keys):
@@ -83,6 +84,23 @@ def training_retries(rule_name):
 def demo_text_inputs(wildcards):
     """Demo vocabularies are trained on the demo data; hub models need no input."""
     return grid.all_data_files(config) if config["models"]["source"] == "demo" else []
+
+
+def translator_inputs(translator):
+    """A translation rule's model inputs: the MarianMT directory and, for the CTranslate2
+    backend, its conversion (made once by convert_translator)."""
+
+    def inputs(wildcards):
+        found = {"model": f"results/models/{translator}/{wildcards.lang}"}
+        if config["translation"]["backend"] == "ctranslate2":
+            found["converted"] = f"results/models/ctranslate2/{translator}/{wildcards.lang}"
+        return found
+
+    return inputs
+
+
+def converted_arg(wildcards, input):
+    return f"--converted {input.converted}" if input.get("converted") else ""
 
 
 def local_source_files(wildcards):

@@ -53,3 +53,20 @@ rule prepare_translator_to_english:
     shell:
         "python -m workflow_scripts.models translator --from-lang {wildcards.lang} --lang en"
         " --settings {params.settings:q} --output {output.model} --text {input.text} > {log} 2>&1"
+
+
+rule convert_translator:
+    input:
+        model="results/models/{translator}/{lang}",
+    output:
+        converted=directory("results/models/ctranslate2/{translator}/{lang}"),
+    log:
+        "logs/convert_translator/{translator}/{lang}.log",
+    benchmark:
+        "results/benchmarks/convert_translator/{translator}/{lang}.tsv"
+    params:
+        code=module_digest("translators"),
+    conda:
+        "../envs/training.yaml"
+    shell:
+        "python -m workflow_scripts.translators convert --model {input.model} --output {output.converted} > {log} 2>&1"

@@ -1,7 +1,7 @@
 rule translate_task_data:
     input:
+        unpack(translator_inputs("translator")),
         data="results/data/{task}/{split}.parquet",
-        model="results/models/translator/{lang}",
     output:
         data="results/data_mt/{task}/{lang}/{split}.parquet",
         stats="results/data_mt/{task}/{lang}/{split}.stats.json",
@@ -11,6 +11,7 @@ rule translate_task_data:
         settings=settings(grid.translation_settings, "task"),
         # Shared by every translation into {lang}: a rerun translates only new text.
         cache="results/cache/translation/{lang}.sqlite",
+        converted=converted_arg,
         code=module_digest("translate"),
     threads: res("translate_task_data", "threads")
     resources:
@@ -21,14 +22,14 @@ rule translate_task_data:
         "../envs/training.yaml"
     shell:
         "python -m workflow_scripts.translate data --task {wildcards.task} --lang {wildcards.lang}"
-        " --model {input.model} --input {input.data} --settings {params.settings:q} --cache {params.cache}"
+        " --model {input.model} {params.converted} --input {input.data} --settings {params.settings:q} --cache {params.cache}"
         " --threads {threads} --output {output.data} --stats {output.stats} > {log} 2>&1"
 
 
 rule translate_test_data:
     input:
+        unpack(translator_inputs("translator_to_en")),
         data="results/data/{task}/test.parquet",
-        model="results/models/translator_to_en/{lang}",
     output:
         data="results/translate_test/{task}/{lang}/test.parquet",
         stats="results/translate_test/{task}/{lang}/test.stats.json",
@@ -37,6 +38,7 @@ rule translate_test_data:
     params:
         settings=settings(grid.translation_settings, "task"),
         cache="results/cache/translation/{lang}-en.sqlite",
+        converted=converted_arg,
         code=module_digest("translate"),
     threads: res("translate_test_data", "threads")
     resources:
@@ -47,13 +49,13 @@ rule translate_test_data:
         "../envs/training.yaml"
     shell:
         "python -m workflow_scripts.translate data --task {wildcards.task} --from-lang {wildcards.lang} --lang en"
-        " --model {input.model} --input {input.data} --settings {params.settings:q} --cache {params.cache}"
+        " --model {input.model} {params.converted} --input {input.data} --settings {params.settings:q} --cache {params.cache}"
         " --threads {threads} --output {output.data} --stats {output.stats} > {log} 2>&1"
 
 
 rule score_translation_quality:
     input:
-        model="results/models/translator/{lang}",
+        unpack(translator_inputs("translator")),
         dev="results/data/xnli/dev.parquet",
         test="results/data/xnli/test.parquet",
     output:
@@ -63,6 +65,7 @@ rule score_translation_quality:
     params:
         settings=lambda wildcards: canonical_json(grid.translation_settings(config)),
         cache="results/cache/translation/{lang}.sqlite",
+        converted=converted_arg,
         code=module_digest("translate"),
     threads: res("translate_task_data", "threads")
     resources:
@@ -72,14 +75,14 @@ rule score_translation_quality:
     conda:
         "../envs/training.yaml"
     shell:
-        "python -m workflow_scripts.translate quality --lang {wildcards.lang} --model {input.model}"
+        "python -m workflow_scripts.translate quality --lang {wildcards.lang} --model {input.model} {params.converted}"
         " --data dev={input.dev} test={input.test} --settings {params.settings:q} --cache {params.cache}"
         " --threads {threads} --output {output.quality} > {log} 2>&1"
 
 
 rule score_translation_quality_to_english:
     input:
-        model="results/models/translator_to_en/{lang}",
+        unpack(translator_inputs("translator_to_en")),
         dev="results/data/xnli/dev.parquet",
         test="results/data/xnli/test.parquet",
     output:
@@ -89,6 +92,7 @@ rule score_translation_quality_to_english:
     params:
         settings=lambda wildcards: canonical_json(grid.translation_settings(config)),
         cache="results/cache/translation/{lang}-en.sqlite",
+        converted=converted_arg,
         code=module_digest("translate"),
     threads: res("translate_test_data", "threads")
     resources:
@@ -98,7 +102,7 @@ rule score_translation_quality_to_english:
     conda:
         "../envs/training.yaml"
     shell:
-        "python -m workflow_scripts.translate quality --from-lang {wildcards.lang} --lang en --model {input.model}"
+        "python -m workflow_scripts.translate quality --from-lang {wildcards.lang} --lang en --model {input.model} {params.converted}"
         " --data dev={input.dev} test={input.test} --settings {params.settings:q} --cache {params.cache}"
         " --threads {threads} --output {output.quality} > {log} 2>&1"
 

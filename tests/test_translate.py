@@ -4,6 +4,7 @@ import hashlib
 
 import pytest
 
+from workflow_scripts.common import InputError
 from workflow_scripts.data import read_table
 from workflow_scripts.translate import CLOSE, OPEN, fuzzy_find, read_marked, translate_rows, translate_spans
 
@@ -102,7 +103,8 @@ import json  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 
-from workflow_scripts.translate import MarianTranslator, TranslationCache, translation_quality  # noqa: E402
+from workflow_scripts.translate import translation_quality  # noqa: E402
+from workflow_scripts.translators import MarianTranslator, TranslationCache  # noqa: E402
 
 MT_SETTINGS = {"batch_size": 8, "num_beams": 1, "max_new_tokens": 12, "max_fuzzy_distance": 10}
 
@@ -147,6 +149,51 @@ def test_inputs_beyond_the_model_limit_and_empty_strings(tmp_path, translator_di
     assert " ".join(segments) == long_text
     out = mt(["", long_text, "   "])
     assert out[0] == "" and out[2] == "" and isinstance(out[1], str)
+
+
+@pytest.fixture(scope="module")
+def converted_dir(tmp_path_factory, translator_dir):
+    from workflow_scripts.translators import main
+
+    out = tmp_path_factory.mktemp("ct2") / "de"
+    main(["convert", "--model", str(translator_dir), "--output", str(out)])
+    return out
+
+
+def test_ctranslate2_and_transformers_give_the_same_greedy_translations(translator_dir, converted_dir, demo_data):
+    import torch
+
+    texts = [r["text_a"] for r in read_table(demo_data["xnli.dev"]).to_pylist()[:40]]
+    hf = MarianTranslator(translator_dir, {**MT_SETTINGS, "backend": "transformers"}, torch.device("cpu"))
+    for threads in (1, 2):  # batches run in parallel with 2 threads: same strings, same order
+        ct2 = MarianTranslator(translator_dir, {**MT_SETTINGS, "backend": "ctranslate2", "compute_type": "float32"},
+                               torch.device("cpu"), converted=converted_dir, threads=threads)
+        assert ct2(texts) == hf(texts)
+    assert ct2.describe()["backend"] == "ctranslate2" and ct2.describe()["precision"] == "float32"
+    # The engine and its precision are part of the cache key.
+    assert ct2.cache.model_key != hf.cache.model_key
+    int8 = MarianTranslator(translator_dir, {**MT_SETTINGS, "backend": "ctranslate2", "compute_type": "int8"},
+                            torch.device("cpu"), converted=converted_dir)
+    assert int8.cache.model_key != ct2.cache.model_key
+
+
+def test_ctranslate2_backend_refuses_a_missing_or_stale_conversion(tmp_path, translator_dir, converted_dir):
+    import shutil
+
+    import torch
+
+    settings = {**MT_SETTINGS, "backend": "ctranslate2"}
+    with pytest.raises(InputError, match="needs the converted model"):
+        MarianTranslator(translator_dir, settings, torch.device("cpu"))
+    other = tmp_path / "other"
+    shutil.copytree(translator_dir, other)
+    (other / "generation_config.json").write_text('{"num_beams": 2}')
+    with pytest.raises(InputError, match="converted from other weights"):
+        MarianTranslator(other, settings, torch.device("cpu"), converted=converted_dir)
+    with pytest.raises(InputError, match="not a converted translator"):
+        MarianTranslator(translator_dir, settings, torch.device("cpu"), converted=translator_dir)
+    with pytest.raises(InputError, match="translation.backend"):
+        MarianTranslator(translator_dir, {**MT_SETTINGS, "backend": "fairseq"}, torch.device("cpu"))
 
 
 def test_random_translator_drops_spans_without_crashing(tmp_path, translator_dir, demo_data):

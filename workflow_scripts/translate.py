@@ -4,9 +4,10 @@ English training and dev data is translated into other languages (translated int
 configs, translate-train); a target's test data is translated into English (translate-test:
 rows keep their language label, since they still stand for that language's test set).
 
-Every text field is translated and labels carry over. Strings are deduplicated (SQuAD
-contexts repeat across questions) and translated in length-sorted batches; long texts are
-split into sentences so no input exceeds the model's limit, then rejoined.
+Every text field is translated and labels carry over; ``translators.MarianTranslator``
+deduplicates strings (SQuAD contexts repeat across questions), splits long texts into
+sentences that fit the model, caches, and runs the configured engine (CTranslate2 or
+transformers).
 
 Span tasks re-align the answer in the translated context:
 1. the answer is wrapped in markers in the English context, the context translated, and
@@ -21,7 +22,7 @@ Quality: BLEU and chrF (sacrebleu) of XNLI's dev/test sentences translated, agai
 references: English into the language against its human translations, or (translate-test)
 the language into English against the English originals.
 
-CLI: ``python -m workflow_scripts.translate data --task T --lang L --model DIR --input FILE
+CLI: ``python -m workflow_scripts.translate data --task T --lang L --model DIR [--converted DIR] --input FILE
 --settings JSON --cache DB --output FILE --stats FILE`` and
 ``python -m workflow_scripts.translate quality --lang L --model DIR --data SPLIT=FILE ...
 --settings JSON --cache DB --output FILE``.
@@ -30,7 +31,6 @@ CLI: ``python -m workflow_scripts.translate data --task T --lang L --model DIR -
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import re
 import time
@@ -38,124 +38,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .common import LOG, InputError, atomic_path, autocast, configure_torch, device, load_settings, setup_logging, write_json
+from .common import LOG, InputError, atomic_path, configure_torch, device, load_settings, setup_logging, write_json
 from .data import read_table, to_table
 from .tasks import CLASSIFICATION, MULTIPLE_CHOICE, SPAN, get_task
+from .translators import MarianTranslator
 
 OPEN, CLOSE = "<b>", "</b>"
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 Translator = Callable[[Sequence[str]], list[str]]
-
-
-class TranslationCache:
-    """Persistent segment translations keyed by (model, generation settings, source text).
-
-    An SQLite file shared by every job of one language: a rerun, or a new task that repeats
-    known text, translates only what is new. Writes are batched and committed atomically.
-    """
-
-    def __init__(self, path: Path | None, model_key: str) -> None:
-        import sqlite3
-
-        self.model_key = model_key
-        self.memory: dict[str, str] = {}
-        self.db = None
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self.db = sqlite3.connect(path, timeout=600)
-            self.db.execute("CREATE TABLE IF NOT EXISTS translation (model TEXT, source TEXT, target TEXT, "
-                            "PRIMARY KEY (model, source))")
-
-    def get_many(self, sources: Sequence[str]) -> dict[str, str]:
-        found = {s: self.memory[s] for s in sources if s in self.memory}
-        missing = [s for s in sources if s not in found]
-        if self.db is not None:
-            for k in range(0, len(missing), 500):
-                chunk = missing[k:k + 500]
-                marks = ",".join("?" * len(chunk))
-                query = f"SELECT source, target FROM translation WHERE model = ? AND source IN ({marks})"
-                found.update(self.db.execute(query, [self.model_key, *chunk]).fetchall())
-        self.memory.update(found)
-        return found
-
-    def put_many(self, pairs: dict[str, str]) -> None:
-        self.memory.update(pairs)
-        if self.db is not None and pairs:
-            with self.db:  # one transaction
-                self.db.executemany("INSERT OR REPLACE INTO translation VALUES (?, ?, ?)",
-                                    [(self.model_key, s, t) for s, t in pairs.items()])
-
-
-def model_key(model_dir: Path, settings: dict[str, Any]) -> str:
-    """What determines a translation: the weights, the vocabularies and the decoding settings."""
-    digest = hashlib.sha256()
-    for name in sorted(p.name for p in model_dir.iterdir() if p.is_file() and not p.name.startswith(".")):
-        digest.update(name.encode() + b"\0")
-        with (model_dir / name).open("rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-    generation = {k: settings[k] for k in ("num_beams", "max_new_tokens")}
-    digest.update(json.dumps(generation, sort_keys=True).encode())
-    return digest.hexdigest()[:32]
-
-
-class MarianTranslator:
-    """Batched, deduplicated, cached MarianMT translation of arbitrary-length strings."""
-
-    def __init__(self, model_dir: Path, settings: dict[str, Any], dev, cache_path: Path | None = None) -> None:
-        from transformers import MarianMTModel, MarianTokenizer
-
-        if not (model_dir / "config.json").is_file():
-            raise InputError(f"translator directory {model_dir} has no config.json")
-        self.tokenizer = MarianTokenizer.from_pretrained(str(model_dir))
-        self.model = MarianMTModel.from_pretrained(str(model_dir)).to(dev).eval()
-        self.dev, self.settings = dev, settings
-        self.limit = min(self.tokenizer.model_max_length, self.model.config.max_position_embeddings) - 1
-        self.cache = TranslationCache(cache_path, model_key(model_dir, settings))
-        self.counts = {"segments_requested": 0, "segments_from_cache": 0, "segments_translated": 0}
-
-    def _segments(self, text: str) -> list[str]:
-        """Sentences, further cut at word boundaries when one alone exceeds the model limit."""
-        out = []
-        for sentence in _SENTENCE_END.split(text.strip()):
-            if len(self.tokenizer(sentence)["input_ids"]) <= self.limit:
-                out.append(sentence)
-                continue
-            piece: list[str] = []
-            for word in sentence.split():
-                if piece and len(self.tokenizer(" ".join(piece + [word]))["input_ids"]) > self.limit:
-                    out.append(" ".join(piece))
-                    piece = [word]
-                else:
-                    piece.append(word)
-            if piece:
-                out.append(" ".join(piece))
-        return [s for s in out if s]
-
-    def __call__(self, texts: Sequence[str]) -> list[str]:
-        import torch
-        from tqdm import tqdm
-
-        segmented = {t: self._segments(t) for t in set(texts) if t.strip()}
-        unique = sorted({s for segs in segmented.values() for s in segs}, key=len)
-        done = self.cache.get_many(unique)
-        todo = [s for s in unique if s not in done]
-        self.counts["segments_requested"] += len(unique)
-        self.counts["segments_from_cache"] += len(unique) - len(todo)
-        self.counts["segments_translated"] += len(todo)
-        batch_size = int(self.settings["batch_size"])
-        for b in tqdm(range(0, len(todo), batch_size), desc="translate", mininterval=10):
-            chunk = todo[b:b + batch_size]  # length-sorted: little padding per batch
-            enc = self.tokenizer(chunk, return_tensors="pt", padding=True, truncation=True,
-                                 max_length=self.limit).to(self.dev)
-            with torch.inference_mode(), autocast(self.dev):
-                out = self.model.generate(**enc, num_beams=int(self.settings["num_beams"]),
-                                          max_new_tokens=int(self.settings["max_new_tokens"]))
-            translated = {src: hyp.strip() for src, hyp in
-                          zip(chunk, self.tokenizer.batch_decode(out, skip_special_tokens=True))}
-            self.cache.put_many(translated)
-            done.update(translated)
-        return [" ".join(done[s] for s in segmented[t]) if t.strip() else "" for t in texts]
 
 
 def translation_quality(translate: Translator, sources: Sequence[str], references: Sequence[str]) -> dict[str, Any]:
@@ -300,7 +189,7 @@ def translate_task(args) -> None:
     rows = [r for r in read_table(args.input, task.format).to_pylist() if r["lang"] == args.from_lang]
     if not rows:
         raise InputError(f"{args.input}: no {args.from_lang} rows to translate into {args.lang}")
-    translator = MarianTranslator(args.model, settings, device(), args.cache)
+    translator = MarianTranslator(args.model, settings, device(), args.cache, args.converted, args.threads)
     # Into English (translate-test) the rows still stand for their language's test set.
     label = None if args.lang == "en" else args.lang
     out, stats = translate_rows(task.format, rows, translator, label, int(settings["max_fuzzy_distance"]))
@@ -310,7 +199,7 @@ def translate_task(args) -> None:
         pq.write_table(to_table(task, out), tmp)
     stats.update({"task": args.task, "language": args.lang, "source_language": args.from_lang,
                   "direction": f"{args.from_lang}-{args.lang}", "wall_time_s": round(time.time() - started, 3),
-                  **translator.counts})
+                  "engine": translator.describe(), **translator.counts})
     write_json(args.stats, stats)
     LOG.info("%s -> %s: %s", args.input, args.output, stats)
 
@@ -320,7 +209,7 @@ def score_quality(args) -> None:
     human translations into X, X -> en (translate-test) against the English originals."""
     settings = load_settings(args.settings)
     configure_torch(args.threads)
-    translator = MarianTranslator(args.model, settings, device(), args.cache)
+    translator = MarianTranslator(args.model, settings, device(), args.cache, args.converted, args.threads)
     source, target = args.from_lang, args.lang
     reference = "XNLI human translations" if source == "en" else "XNLI English originals"
     result: dict[str, Any] = {"language": target, "source_language": source, "direction": f"{source}-{target}",
@@ -337,7 +226,7 @@ def score_quality(args) -> None:
         sources = [by_lang[source][k][f] for k in ids for f in ("text_a", "text_b")]
         references = [by_lang[target][k][f] for k in ids for f in ("text_a", "text_b")]
         result["splits"][split] = translation_quality(translator, sources, references)
-    result.update(translator.counts)
+    result.update({"engine": translator.describe(), **translator.counts})
     write_json(args.output, result)
     LOG.info("translation quality %s-%s: %s", source, target, json.dumps(result["splits"]))
 
@@ -358,6 +247,7 @@ def main(argv: list[str] | None = None) -> None:
         p.add_argument("--lang", required=True, help="the language translated into")
         p.add_argument("--from-lang", default="en", help="the language translated from (default en)")
         p.add_argument("--model", required=True, type=Path)
+        p.add_argument("--converted", type=Path, help="its CTranslate2 conversion (backend ctranslate2)")
         p.add_argument("--settings", required=True)
         p.add_argument("--cache", type=Path, help="persistent translation cache (SQLite)")
         p.add_argument("--threads", type=int, default=1)

@@ -24,5 +24,6 @@ include: "rules/tables.smk"
 rule all:
     input:
         rules.aggregate_tables.output,
+        rules.tabulate_cost.output,
         rules.tabulate_translation.output if grid.translation_stats_files(config) else [],
     default_target: True

@@ -86,6 +86,15 @@ def demo_text_inputs(wildcards):
     return grid.all_data_files(config) if config["models"]["source"] == "demo" else []
 
 
+def rule_resources():
+    """GPUs and threads each rule's jobs request, as the rules resolved them (some rules
+    share another rule's resource settings)."""
+    return {
+        r.name: {"gpu": r.resources.get("gpu").value or 0, "threads": r.resources.get("_cores").value or 1}
+        for r in workflow.rules
+    }
+
+
 def translator_inputs(translator):
     """A translation rule's model inputs: the MarianMT directory and, for the CTranslate2
     backend, its conversion (made once by convert_translator)."""

@@ -10,6 +10,8 @@ rule prepare_task_data:
         data="results/data/{task}/{split}.parquet",
     log:
         "logs/prepare_task_data/{task}/{split}.log",
+    benchmark:
+        "results/benchmarks/prepare_task_data/{task}/{split}.tsv",
     params:
         settings=settings(grid.data_settings, "task", "split"),
         code=module_digest("data"),

@@ -5,6 +5,8 @@ rule evaluate_target:
         metrics="results/metrics/{setting}/{intermediate}/{target}/seed{seed}.json",
     log:
         "logs/evaluate_target/{setting}/{intermediate}/{target}/seed{seed}.log",
+    benchmark:
+        "results/benchmarks/evaluate_target/{setting}/{intermediate}/{target}/seed{seed}.tsv",
     params:
         settings=settings(grid.eval_settings, "target", "setting"),
         models=model_args,

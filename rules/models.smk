@@ -11,6 +11,8 @@ rule prepare_encoder:
         model=directory("results/models/encoder"),
     log:
         "logs/prepare_encoder.log",
+    benchmark:
+        "results/benchmarks/prepare_encoder.tsv",
     params:
         settings=lambda wildcards: canonical_json(grid.encoder_settings(config)),
         code=module_digest("models"),
@@ -28,6 +30,8 @@ rule prepare_translator:
         model=directory("results/models/translator/{lang}"),
     log:
         "logs/prepare_translator/{lang}.log",
+    benchmark:
+        "results/benchmarks/prepare_translator/{lang}.tsv",
     params:
         settings=settings(grid.translator_settings, "lang"),
         code=module_digest("models"),
@@ -45,6 +49,8 @@ rule prepare_translator_to_english:
         model=directory("results/models/translator_to_en/{lang}"),
     log:
         "logs/prepare_translator_to_english/{lang}.log",
+    benchmark:
+        "results/benchmarks/prepare_translator_to_english/{lang}.tsv",
     params:
         settings=lambda wildcards: canonical_json(grid.translator_settings(config, wildcards.lang, to_english=True)),
         code=module_digest("models"),

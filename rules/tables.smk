@@ -16,6 +16,8 @@ rule aggregate_tables:
         source_csv="results/tables/source_languages.csv",
     log:
         "logs/aggregate_tables.log",
+    benchmark:
+        "results/benchmarks/aggregate_tables.tsv",
     params:
         settings=lambda wildcards: canonical_json(grid.table_settings(config)),
         code=module_digest("tables"),
@@ -28,3 +30,23 @@ rule aggregate_tables:
         " --translated-md {output.translated_md} --translated-csv {output.translated_csv}"
         " --runs-csv {output.runs_csv} --settings-md {output.settings_md} --settings-csv {output.settings_csv}"
         " --source-md {output.source_md} --source-csv {output.source_csv} > {log} 2>&1"
+
+
+rule tabulate_cost:
+    input:
+        # Runs last: every job that writes a benchmark record has finished.
+        tables=rules.aggregate_tables.output.main_csv,
+        translation=lambda wildcards: rules.tabulate_translation.output.csv if grid.translation_stats_files(config) else [],
+    output:
+        md="results/tables/cost.md",
+        csv="results/tables/cost.csv",
+    log:
+        "logs/tabulate_cost.log",
+    params:
+        resources=lambda wildcards: canonical_json(rule_resources()),
+        code=module_digest("cost"),
+    conda:
+        "../envs/data.yaml"
+    shell:
+        "python -m workflow_scripts.cost measured --benchmarks results/benchmarks --resources {params.resources:q}"
+        " --md {output.md} --csv {output.csv} > {log} 2>&1"

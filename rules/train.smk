@@ -5,6 +5,8 @@ rule train_intermediate:
         model=directory("results/intermediate/{intermediate}/seed{seed}/encoder"),
     log:
         "logs/train_intermediate/{intermediate}/seed{seed}.log",
+    benchmark:
+        "results/benchmarks/train_intermediate/{intermediate}/seed{seed}.tsv",
     params:
         settings=settings(grid.intermediate_settings, "intermediate"),
         data=settings(grid.intermediate_data, "intermediate"),
@@ -41,6 +43,8 @@ rule train_target:
         model=directory("results/target/{intermediate}/{target}/{recipe}/seed{seed}/model"),
     log:
         "logs/train_target/{intermediate}/{target}/{recipe}/seed{seed}.log",
+    benchmark:
+        "results/benchmarks/train_target/{intermediate}/{target}/{recipe}/seed{seed}.tsv",
     params:
         settings=settings(grid.target_settings, "target"),
         # The recipe's files and the languages taken from each (transfer.py).

@@ -7,6 +7,8 @@ rule translate_task_data:
         stats="results/data_mt/{task}/{lang}/{split}.stats.json",
     log:
         "logs/translate_task_data/{task}/{lang}/{split}.log",
+    benchmark:
+        "results/benchmarks/translate_task_data/{task}/{lang}/{split}.tsv",
     params:
         settings=settings(grid.translation_settings, "task"),
         # Shared by every translation into {lang}: a rerun translates only new text.
@@ -35,6 +37,8 @@ rule translate_test_data:
         stats="results/translate_test/{task}/{lang}/test.stats.json",
     log:
         "logs/translate_test_data/{task}/{lang}.log",
+    benchmark:
+        "results/benchmarks/translate_test_data/{task}/{lang}.tsv",
     params:
         settings=settings(grid.translation_settings, "task"),
         cache="results/cache/translation/{lang}-en.sqlite",
@@ -62,6 +66,8 @@ rule score_translation_quality:
         quality="results/translation/quality/{lang}.json",
     log:
         "logs/score_translation_quality/{lang}.log",
+    benchmark:
+        "results/benchmarks/score_translation_quality/{lang}.tsv",
     params:
         settings=lambda wildcards: canonical_json(grid.translation_settings(config)),
         cache="results/cache/translation/{lang}.sqlite",
@@ -89,6 +95,8 @@ rule score_translation_quality_to_english:
         quality="results/translation/quality/{lang}-en.json",
     log:
         "logs/score_translation_quality_to_english/{lang}.log",
+    benchmark:
+        "results/benchmarks/score_translation_quality_to_english/{lang}.tsv",
     params:
         settings=lambda wildcards: canonical_json(grid.translation_settings(config)),
         cache="results/cache/translation/{lang}-en.sqlite",
@@ -117,6 +125,8 @@ rule tabulate_translation:
         csv="results/tables/translation.csv",
     log:
         "logs/tabulate_translation.log",
+    benchmark:
+        "results/benchmarks/tabulate_translation.tsv",
     params:
         code=module_digest("tables"),
     conda:

@@ -1,10 +1,20 @@
-"""Training efficiency on CPU: padding share and throughput, ours vs a plain HF Trainer.
+"""Training throughput and memory: the xstilts engine vs the HF Trainer, side by side.
 
-Prints, for the demo MNLI data and a base-size (12-layer, 768-wide) random-init XLM-R
-encoder: the share of padding tokens with length-grouped dynamic padding vs fixed
-max-length padding, and training throughput (examples/s) of the xstilts engine vs
-`transformers.Trainer` on the same model, data, batch size and number of steps, as ratios
-measured in one run.
+Same model (a base-size, 12-layer, 768-wide random-init XLM-R built locally), same data, batch
+size, learning-rate schedule and number of steps for every engine:
+
+- xstilts: ``train.train_phase`` (length-grouped batches, dynamic padding);
+- HF Trainer with its defaults (shuffled batches, ``DataCollatorWithPadding``: dynamic padding);
+- HF Trainer with length grouping (``group_by_length=True`` before transformers 5,
+  ``train_sampling_strategy="group_by_length"`` now: what a careful user switches on).
+
+Data: NLI-shaped pairs cut from real English text (the XQuAD sample under tests/real_data:
+premise one or two consecutive sentences, hypothesis one sentence of the same paragraph,
+seeded random labels), so the lengths vary as in MNLI rather than as in the demo's
+synthetic sentences. Each engine runs in its own process (peak memory is that process's:
+resident set on CPU, ``max_memory_allocated`` on a GPU), timed over its training steps
+only. Prints the device, examples/s, real (unpadded) tokens/s, padding share and peak memory
+per engine, the ratios to both Trainers, and the loss every 5 steps of each.
 
     .venv/bin/pip install -r requirements-bench.txt
     .venv/bin/python benchmarks/training_efficiency.py [--steps 30] [--batch-size 16]
@@ -13,7 +23,11 @@ measured in one run.
 from __future__ import annotations
 
 import argparse
+import json
 import random
+import re
+import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -22,91 +36,169 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from workflow_scripts.data import prepare, read_table  # noqa: E402
-from workflow_scripts.features import collate, encode, length_grouped_batches  # noqa: E402
-from workflow_scripts.models import build_demo_encoder  # noqa: E402
-from workflow_scripts.tasks import get_task  # noqa: E402
-from workflow_scripts.train import train_phase  # noqa: E402
-
-BASE = {"vocab_size": 2000, "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+BASE = {"vocab_size": 8000, "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
         "intermediate_size": 3072, "max_position_embeddings": 514}
+LOG_EVERY = 5
+ENGINES = ("xstilts", "trainer", "trainer_group_by_length")
 
 
-def padding_share(batches, features, pad_id, fixed: int | None = None) -> float:
-    real = total = 0
-    for b in batches:
-        feats = [features[k] for k in b]
-        mask = collate(feats, "classification", pad_id)["attention_mask"]
-        real += int(mask.sum())
-        total += len(feats) * fixed if fixed else mask.numel()
-    return 1 - real / total
+def build_inputs(workdir: Path, examples: int) -> None:
+    """The NLI-shaped pairs (train and a small dev file) and the base-size encoder."""
+    from workflow_scripts.data import to_table
+    from workflow_scripts.models import build_demo_encoder
+    from workflow_scripts.tasks import get_task
+    import pyarrow.parquet as pq
+
+    paragraphs = [p["context"] for a in json.loads((REPO / "tests/real_data/xquad/xquad.en.json").read_text())["data"]
+                  for p in a["paragraphs"]]
+    sentences = [re.split(r"(?<=[.!?])\s+", p) for p in paragraphs]
+    rng = random.Random(0)
+    rows = []
+    for k in range(examples):
+        para = rng.choice([s for s in sentences if len(s) >= 3])
+        start = rng.randrange(len(para) - 1)
+        premise = " ".join(para[start:start + rng.choice((1, 2))])
+        rows.append({"id": f"pair-{k}", "lang": "en", "text_a": premise, "text_b": rng.choice(para),
+                     "label": rng.randrange(3)})
+    task = get_task("mnli")
+    pq.write_table(to_table(task, rows), workdir / "train.parquet")
+    pq.write_table(to_table(task, rows[:16]), workdir / "dev.parquet")
+    build_demo_encoder({**BASE, "seed": 0}, [str(workdir / "train.parquet")], workdir / "encoder")
+
+
+def peak_memory_mb(dev) -> float:
+    import torch
+
+    if dev.type == "cuda":
+        return torch.cuda.max_memory_allocated() / 2 ** 20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_xstilts(workdir: Path, args, dev) -> dict:
+    from workflow_scripts.train import train_phase
+
+    settings = {"dropout": 0.1, "dev_examples": 8, "eval_batch_size": 16, "eval_every": LOG_EVERY,
+                "learning_rate": args.lr, "max_grad_norm": 1.0, "max_micro_batch": args.batch_size,
+                "multitask_cap": 2 ** 17, "multitask_epochs": 1, "patience": 10 ** 6, "warmup_ratio": 0.1,
+                "weight_decay": 0.0, "max_steps": args.steps,
+                "tasks": {"mnli": {"batch_size": args.batch_size, "epochs": 100, "max_length": args.max_length,
+                                   "select_language": "en"}}}
+    data = {"mnli": {"train": str(workdir / "train.parquet"), "dev": str(workdir / "dev.parquet")}}
+    log = train_phase("intermediate", workdir / "encoder", data, settings, seed=0, threads=args.threads,
+                      output=workdir / "xstilts-out")
+    speed = log["throughput"]
+    return {"seconds": speed["train_seconds"], "examples": speed["examples"], "tokens": speed["tokens"],
+            "padded_tokens": speed["padded_tokens"], "losses": [h["loss"] for h in log["history"]],
+            "attention": speed["attention"]}
+
+
+def run_trainer(workdir: Path, args, dev, group_by_length: bool) -> dict:
+    import torch
+    from transformers import (AutoTokenizer, DataCollatorWithPadding, Trainer, TrainerCallback, TrainingArguments,
+                              XLMRobertaForSequenceClassification)
+
+    from workflow_scripts.data import read_table
+
+    tokenizer = AutoTokenizer.from_pretrained(workdir / "encoder")
+    rows = read_table(workdir / "train.parquet").to_pylist()
+    enc = tokenizer([r["text_a"] for r in rows], [r["text_b"] for r in rows], truncation=True,
+                    max_length=args.max_length)
+    dataset = [{"input_ids": ids, "labels": r["label"]} for ids, r in zip(enc["input_ids"], rows)]
+    counts = {"examples": 0, "tokens": 0, "padded_tokens": 0}
+    collator = DataCollatorWithPadding(tokenizer)
+
+    def counting_collator(features):
+        batch = collator(features)
+        counts["examples"] += len(features)
+        counts["tokens"] += int(batch["attention_mask"].sum())
+        counts["padded_tokens"] += batch["attention_mask"].numel()
+        return batch
+
+    class StepClock(TrainerCallback):
+        start = end = None
+
+        def on_step_begin(self, targs, state, control, **kw):
+            if self.start is None:
+                self.start = time.perf_counter()
+
+        def on_train_end(self, targs, state, control, **kw):
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+            self.end = time.perf_counter()
+
+    clock = StepClock()
+    model = XLMRobertaForSequenceClassification.from_pretrained(workdir / "encoder", num_labels=3)
+    targs = TrainingArguments(output_dir=str(workdir / "hf"), per_device_train_batch_size=args.batch_size,
+                              max_steps=args.steps, learning_rate=args.lr, warmup_steps=int(0.1 * args.steps),
+                              logging_steps=LOG_EVERY, report_to=[], save_strategy="no", seed=0,
+                              use_cpu=dev.type == "cpu", bf16=dev.type == "cuda" and torch.cuda.is_bf16_supported(),
+                              train_sampling_strategy="group_by_length" if group_by_length else "random",
+                              dataloader_num_workers=0)
+    torch.set_num_threads(args.threads)
+    trainer = Trainer(model=model, args=targs, train_dataset=dataset, data_collator=counting_collator,
+                      callbacks=[clock])
+    trainer.train()
+    return {"seconds": clock.end - clock.start, **counts,
+            "losses": [h["loss"] for h in trainer.state.log_history if "loss" in h],
+            "attention": model.config._attn_implementation}
+
+
+def child(args) -> None:
+    import torch
+
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    workdir = Path(args.workdir)
+    if args.engine == "xstilts":
+        result = run_xstilts(workdir, args, dev)
+    else:
+        result = run_trainer(workdir, args, dev, group_by_length=args.engine == "trainer_group_by_length")
+    result["peak_memory_mb"] = peak_memory_mb(dev)
+    result["device"] = torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu"
+    print("RESULT " + json.dumps(result))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--max-length", type=int, default=128)
+    ap.add_argument("--max-length", type=int, default=256)
+    ap.add_argument("--examples", type=int, default=2000)
+    ap.add_argument("--lr", type=float, default=2e-5)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--engine", choices=ENGINES, help=argparse.SUPPRESS)
+    ap.add_argument("--workdir", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    import torch
-    from transformers import (AutoTokenizer, DataCollatorWithPadding, Trainer, TrainingArguments,
-                              XLMRobertaForSequenceClassification)
-
-    torch.set_num_threads(2)
+    if args.engine:
+        child(args)
+        return
+    results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
-        settings = {"source": "local", "local_root": str(REPO / "demo/hub"), "hub": {"path": "nyu-mll/glue"}}
-        prepare("mnli", "train", settings, tmp / "train.parquet")
-        prepare("mnli", "dev", settings, tmp / "dev.parquet")
-        build_demo_encoder(BASE, [str(tmp / "train.parquet")], tmp / "encoder")
-        tokenizer = AutoTokenizer.from_pretrained(tmp / "encoder")
-        rows = read_table(tmp / "train.parquet").to_pylist()
-        enc = encode(get_task("mnli"), tokenizer, rows, {"max_length": args.max_length}, train=True)
-        grouped = length_grouped_batches(enc.features, args.batch_size, random.Random(0))
-        order = list(range(len(enc.features)))
-        random.Random(0).shuffle(order)
-        plain = [order[i:i + args.batch_size] for i in range(0, len(order), args.batch_size)]
-        pad_grouped = padding_share(grouped, enc.features, tokenizer.pad_token_id)
-        pad_dynamic = padding_share(plain, enc.features, tokenizer.pad_token_id)
-        pad_fixed = padding_share(plain, enc.features, tokenizer.pad_token_id, fixed=args.max_length)
+        build_inputs(Path(tmp), args.examples)
+        for engine in ENGINES:
+            cmd = [sys.executable, __file__, "--engine", engine, "--workdir", tmp, "--steps", str(args.steps),
+                   "--batch-size", str(args.batch_size), "--max-length", str(args.max_length),
+                   "--lr", str(args.lr), "--threads", str(args.threads)]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
+            if proc.returncode != 0 or not lines:
+                raise SystemExit(f"{engine} failed:\n{proc.stderr[-3000:]}")
+            results[engine] = json.loads(lines[-1][len("RESULT "):])
 
-        phase = {"dropout": 0.1, "dev_examples": 1, "eval_batch_size": 64, "eval_every": 10 ** 9,
-                 "learning_rate": 1e-5, "max_grad_norm": 1.0, "max_micro_batch": args.batch_size,
-                 "multitask_cap": 2 ** 17, "multitask_epochs": 1, "patience": 30, "warmup_ratio": 0.1,
-                 "weight_decay": 0.0, "max_steps": args.steps,
-                 "tasks": {"mnli": {"batch_size": args.batch_size, "epochs": 100, "max_length": args.max_length,
-                                    "select_language": "en"}}}
-        data = {"mnli": {"train": str(tmp / "train.parquet"), "dev": str(tmp / "dev.parquet")}}
-        # Our step includes loading, encoding and saving: time a 1-step run too and take the
-        # difference, so both sides are measured on the training loop alone.
-        elapsed = {}
-        for steps in (1, args.steps):
-            start = time.perf_counter()
-            train_phase("intermediate", tmp / "encoder", data, {**phase, "max_steps": steps}, seed=0, threads=2,
-                        output=tmp / f"ours{steps}")
-            elapsed[steps] = time.perf_counter() - start
-        ours = (args.steps - 1) * args.batch_size / (elapsed[args.steps] - elapsed[1])
-
-        model = XLMRobertaForSequenceClassification.from_pretrained(tmp / "encoder", num_labels=3)
-        train_ds = [{"input_ids": f["input_ids"], "labels": f["labels"]} for f in enc.features]
-        targs = TrainingArguments(output_dir=str(tmp / "hf"), per_device_train_batch_size=args.batch_size,
-                                  max_steps=args.steps, learning_rate=1e-5, warmup_steps=max(1, args.steps // 10),
-                                  report_to=[],
-                                  save_strategy="no", logging_strategy="no", use_cpu=True, seed=0,
-                                  dataloader_num_workers=0)
-        trainer = Trainer(model=model, args=targs, train_dataset=train_ds,
-                          data_collator=DataCollatorWithPadding(tokenizer))
-        start = time.perf_counter()
-        trainer.train()
-        hf = args.steps * args.batch_size / (time.perf_counter() - start)
-
-    print(f"padding share, length-grouped dynamic padding   {pad_grouped:.3f}")
-    print(f"padding share, shuffled dynamic padding          {pad_dynamic:.3f}")
-    print(f"padding share, fixed max-length ({args.max_length}) padding     {pad_fixed:.3f}")
-    print(f"ratio grouped / fixed padding share              {pad_grouped / pad_fixed:.3f}")
-    print(f"throughput xstilts engine   {ours:8.2f} examples/s (training loop)")
-    print(f"throughput HF Trainer       {hf:8.2f} examples/s (trainer.train())")
-    print(f"ratio xstilts / HF Trainer  {ours / hf:.2f}")
+    device = results["xstilts"]["device"]
+    print(f"device: {device}, {args.threads} threads; base-size XLM-R (12 x 768), batch {args.batch_size}, "
+          f"{args.steps} steps, lr {args.lr}")
+    print(f"{'engine':26s} {'examples/s':>10s} {'tokens/s':>9s} {'padding':>8s} {'peak MB':>8s} "
+          f"{'vs Trainer':>10s} {'vs grouped':>10s}  attention")
+    ref, grouped = results["trainer"], results["trainer_group_by_length"]
+    for name, r in results.items():
+        rate = r["examples"] / r["seconds"]
+        print(f"{name:26s} {rate:10.2f} {r['tokens'] / r['seconds']:9.0f} "
+              f"{1 - r['tokens'] / r['padded_tokens']:8.3f} {r['peak_memory_mb']:8.0f} "
+              f"{rate / (ref['examples'] / ref['seconds']):9.2f}x {rate / (grouped['examples'] / grouped['seconds']):9.2f}x"
+              f"  {r['attention']}")
+    print(f"\nmean training loss per {LOG_EVERY} steps")
+    for name, r in results.items():
+        print(f"{name:26s} " + " ".join(f"{x:6.3f}" for x in r["losses"]))
 
 
 if __name__ == "__main__":

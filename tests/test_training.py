@@ -38,6 +38,33 @@ def test_multitask_with_mlm_trains_and_saves_the_encoder(tmp_path, demo_data, de
     saved = tmp_path / "enc"
     assert (saved / "config.json").is_file() and not (saved / "heads.pt").exists()
     assert json.loads((saved / "train_log.json").read_text())["seed"] == 5
+    # The encoder ran with SDPA attention; throughput counts the steps' real tokens.
+    speed = log["throughput"]
+    assert speed["attention"] == "sdpa" and speed["device"] in ("cpu", "cuda")
+    assert speed["examples"] == 12 * 8 and 0 < speed["tokens"] <= speed["padded_tokens"]
+    assert speed["examples_per_s"] > 0 and log["padding_share"] == 1 - speed["tokens"] / speed["padded_tokens"]
+
+
+def test_a_non_finite_loss_stops_training_before_anything_is_written(tmp_path, demo_data, demo_encoder_dir,
+                                                                     monkeypatch):
+    import torch
+
+    from workflow_scripts import train
+
+    real_forward = train.forward
+
+    def diverging(model, fmt, name, batch):
+        logits, loss = real_forward(model, fmt, name, batch)
+        return logits, loss * torch.tensor(float("nan"))
+
+    monkeypatch.setattr(train, "forward", diverging)
+    settings = {**PHASE, "eval_every": 100, "tasks": {"xnli": {"batch_size": 8, "epochs": 1, "max_length": 48,
+                                                               "select_language": "en"}}}
+    data = {"xnli": {"train": str(demo_data["mnli.train"]), "dev": str(demo_data["xnli.dev"])}}
+    with pytest.raises(FloatingPointError, match="non-finite loss between steps 1 and 12"):
+        train_phase("target", demo_encoder_dir, data, settings, seed=1, threads=1, output=tmp_path / "nan",
+                    checkpoint_dir=tmp_path / "ckpt", checkpoint_every=100)
+    assert not (tmp_path / "nan").exists() and not (tmp_path / "ckpt" / "checkpoint").exists()
 
 
 def test_same_seed_same_result(tmp_path, demo_data, demo_encoder_dir):

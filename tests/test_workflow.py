@@ -20,8 +20,9 @@ RULE_MODULES = {  # the CLI module each rule runs
     "translate_task_data": "translate", "train_intermediate": "train", "train_target": "train",
     "evaluate_target": "evaluate", "aggregate_tables": "tables", "score_translation_quality": "translate",
     "tabulate_translation": "tables", "translate_test_data": "translate", "prepare_translator_to_english": "models",
-    "score_translation_quality_to_english": "translate",
+    "score_translation_quality_to_english": "translate", "convert_translator": "translators", "tabulate_cost": "cost",
 }
+COST_TABLE = ("tabulate_cost", "results/tables/cost.md")  # follows the tables: it sums every job's record
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +49,7 @@ def with_config(repo: Path, edit, name: str) -> Path:
 
 def run_outputs(config: dict, inter: str) -> set[tuple[str, str]]:
     """Every job downstream of intermediate config `inter`: its training, targets, evaluations."""
-    jobs = {("aggregate_tables", "results/tables/main.md"), ("all", "")}  # first output of each job
+    jobs = {("aggregate_tables", "results/tables/main.md"), COST_TABLE, ("all", "")}  # first output of each job
     for seed in config["seeds"]:
         jobs.add(("train_intermediate", f"results/intermediate/{inter}/seed{seed}/encoder"))
         for plan in transfer.plans(config):
@@ -108,6 +109,18 @@ def test_demo_writes_tables_and_complete_metric_files(demo):
     assert "hellaswag_de" in (demo / "results/tables/translated.md").read_text()
     assert "hellaswag_de" in translation.split("Intermediate-task dev score")[1]
     assert list((demo / "logs").rglob("*.log")), "every rule logs under logs/"
+    # Translation ran on the default backend, converted once per translator; search was exact.
+    assert quality["engine"]["backend"] == "ctranslate2" and squad["engine"]["precision"]
+    assert (demo / "results/models/ctranslate2/translator/de/model.bin").is_file()
+    assert json.loads((demo / "results/metrics/zero_shot/none/bucc/seed1.json").read_text())["retrieval"]["index"] == "exact"
+    # Every rule that does work left a benchmark record, and the cost table sums them.
+    recorded = {p.relative_to(demo / "results/benchmarks").parts[0].removesuffix(".tsv")
+                for p in (demo / "results/benchmarks").rglob("*.tsv")}
+    assert set(RULE_MODULES) - {"tabulate_cost"} <= recorded
+    cost = (demo / "results/tables/cost.csv").read_text().splitlines()
+    assert cost[0] == "rule,jobs,wall_h,mean_min_per_job,max_rss_gb,gpus_per_job,gpu_h,cpu_h"
+    trainings = next(line for line in cost if line.startswith("train_target,")).split(",")
+    assert int(trainings[1]) == len(list((demo / "results/benchmarks/train_target").rglob("*.tsv"))) > 0
     assert not (demo / "results/checkpoints").exists() or not any((demo / "results/checkpoints").rglob("state.pt"))
 
 
@@ -155,7 +168,7 @@ def test_changing_one_settings_option_reruns_only_that_setting(demo):
 
     path = with_config(demo, edit, "selection")
     config = load_config(demo)
-    expected = {("aggregate_tables", "results/tables/main.md"), ("all", "")}
+    expected = {("aggregate_tables", "results/tables/main.md"), COST_TABLE, ("all", "")}
     for seed in config["transfer"]["settings"]["translate_train"]["seeds"]:
         for target in ("xnli", "xquad"):
             expected.add(("train_target", f"results/target/none/{target}/mt-de.dev-en/seed{seed}/model"))
@@ -181,7 +194,7 @@ def test_table_only_option_reruns_only_the_tables(demo):
 
     path = with_config(demo, edit, "tables")
     assert planned_jobs(demo, "--configfile", str(path)) == {
-        ("aggregate_tables", "results/tables/main.md"), ("all", "")}
+        ("aggregate_tables", "results/tables/main.md"), COST_TABLE, ("all", "")}
 
 
 def _rules_using(module: str) -> set[str]:
@@ -207,7 +220,7 @@ def test_editing_a_module_reruns_the_rules_that_import_it(demo, module):
                 "score_translation_quality_to_english"} - users
     assert not rules & upstream
     if module == "tables":
-        assert rules == {"aggregate_tables", "tabulate_translation"}
+        assert rules == {"aggregate_tables", "tabulate_translation", "tabulate_cost"}
     assert planned_jobs(demo) == set(), "restoring the module restores the up-to-date state"
 
 

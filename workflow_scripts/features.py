@@ -92,23 +92,35 @@ def _compact(table):
 
 @dataclass
 class Encoded:
-    """Features of one data split plus what decoding predictions needs."""
+    """Features of one data split plus what decoding predictions needs: the rows, as Python
+    dicts for evaluation, or as the Arrow table they came from for training (never decoded)."""
 
     features: FeatureStore
-    rows: list[dict[str, Any]]
+    rows: Any  # list[dict[str, Any]] | pyarrow.Table
     extra: dict[str, Any] = field(default_factory=dict)
 
 
 ENCODE_CHUNK = 2000  # rows tokenised at a time: bounds the Python objects alive at once
 
 
-def encode(task: Task, tokenizer, rows: list[dict[str, Any]], opts: dict[str, Any], train: bool) -> Encoded:
+def encode(task: Task, tokenizer, rows, opts: dict[str, Any], train: bool) -> Encoded:
+    """Tokenise ``rows`` (a list of dicts, or an Arrow table read ENCODE_CHUNK rows at a
+    time, so a 1M-example task never exists as Python objects) in batches with the fast
+    tokenizer, which spreads each batch over its own threads."""
+    def row_chunks():
+        if isinstance(rows, list):
+            yield from (rows[start:start + ENCODE_CHUNK] for start in range(0, len(rows), ENCODE_CHUNK))
+        else:
+            yield from (batch.to_pylist() for batch in rows.to_batches(max_chunksize=ENCODE_CHUNK))
+
     def chunks():
-        for start in range(0, len(rows), ENCODE_CHUNK):
-            feats = _encode_chunk(task, tokenizer, rows[start:start + ENCODE_CHUNK], opts, train)
+        start = 0
+        for chunk in row_chunks():
+            feats = _encode_chunk(task, tokenizer, chunk, opts, train)
             for f in feats:
                 if "example" in f:
                     f["example"] += start
+            start += len(chunk)
             yield feats
 
     return Encoded(FeatureStore.from_chunks(chunks()), rows)

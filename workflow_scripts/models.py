@@ -167,7 +167,8 @@ def load_encoder(model_dir: str | Path):
     from transformers import AutoModel
 
     _require_model_dir(model_dir)
-    return AutoModel.from_pretrained(str(model_dir), add_pooling_layer=False)
+    # SDPA: PyTorch's fused attention kernels (flash / memory-efficient on GPUs).
+    return AutoModel.from_pretrained(str(model_dir), add_pooling_layer=False, attn_implementation="sdpa")
 
 
 def load_mlm_head(model_dir: str | Path):

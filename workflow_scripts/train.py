@@ -10,8 +10,15 @@ by a sampler seeded from the run seed; MLM is one more task of the same sampler.
 
 Early stopping: every ``eval_every`` steps the first ``dev_examples`` dev examples of each
 task in each selection language are scored (MLM excluded); a task's score is the mean over
-its languages and the selection score the mean over tasks. After ``patience`` evaluations
-without improvement training stops, and the best weights are restored.
+its languages and the selection score the mean over tasks (an MLM-only phase: minus the
+mean training loss). After ``patience`` evaluations without improvement training stops,
+and the best weights are restored.
+
+GPU: bf16 autocast, fused AdamW, SDPA attention (the encoder is loaded with it and the log
+says which attention ran). The step never waits for the GPU: token counts come from the CPU
+batch, and the loss (the history's ``loss`` is the mean since the previous evaluation) and
+its finiteness are read every 50 steps, at evaluations and before checkpoints. The log's
+``throughput`` gives examples/s and real (unpadded) tokens/s of the training steps alone.
 
 Data: ``--data`` maps each task to its train and dev files, either as paths (the phase's
 language is kept) or as lists of ``{"path", "languages"}`` (a transfer setting's recipe).
@@ -157,7 +164,124 @@ def linear_schedule(step: int, total: int, warmup: int) -> float:
     return max(0.0, (total - step) / max(1, total - warmup))
 
 
-def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, str]], settings: dict[str, Any],
+@dataclasses.dataclass
+class PhaseData:
+    """A phase's tasks (CCG's tag set filled in from its files), their encoded training sets,
+    heads, and the encoded dev subsets that select the model."""
+
+    tasks: dict[str, Task]
+    train_sets: dict[str, Encoded]
+    heads: dict[str, Any]
+    dev_sets: dict[tuple[str, str], Encoded]
+    dev_opts: dict[str, dict[str, Any]]
+
+
+def load_phase_data(encoder_dir: Path, tokenizer, data: dict[str, dict[str, Any]], settings: dict[str, Any],
+                    hidden: int, init_std: float) -> PhaseData:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    task_opts: dict[str, dict[str, Any]] = settings["tasks"]
+    tasks = {name: get_task(name) for name in task_opts}
+    train_sets: dict[str, Encoded] = {}
+    dev_rows: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    heads: dict[str, Any] = {}
+    for name, task in tasks.items():
+        opts = task_opts[name]
+        # Multilingual files (XNLI's translated MNLI, a target's own train split) hold several
+        # languages: keep those the data map (or the phase's language) names.
+        language = settings.get("language", "en")
+        sources = data_sources(data[name]["train"], None if task.format == MLM else [language])
+        train = pa.concat_tables([_table_in(read_table(path, task.format), langs) for path, langs in sources],
+                                 promote_options="permissive")
+        if not train.num_rows:
+            wanted = ", ".join(sorted({l for _, langs in sources for l in langs or []}))
+            raise InputError(f"{data[name]['train']}: no {wanted} training examples for task {name}")
+        if task.format != MLM:
+            for path, langs in data_sources(data[name]["dev"], [opts.get("select_language", "en")]):
+                dev_file = _table_in(read_table(path, task.format), langs).to_pylist()
+                for lang in langs:
+                    dev_rows[(name, lang)] = _dev_subset(dev_file, int(settings["dev_examples"]), lang, path)
+        if task.format == TAGGING and not task.labels:
+            # CCG's supertag set comes from the user's files (train and dev), not the catalogue.
+            dev_tags = {t for (n, _), rs in dev_rows.items() if n == name for r in rs for t in r["tags"]}
+            tags = sorted(set(pc.unique(pc.list_flatten(train["tags"])).to_pylist()) | dev_tags)
+            task = tasks[name] = dataclasses.replace(task, labels=tuple(tags))
+        train_sets[name] = encode(task, tokenizer, train, opts, train=True)
+        if task.format == MLM:
+            heads[name] = load_mlm_head(encoder_dir)
+        else:
+            heads[name] = make_head(task.format, hidden, task.num_labels, float(settings["dropout"]), init_std)
+    # The selection subsets never change: encode them once, not at every evaluation.
+    dev_opts = {n: {**task_opts[n], "eval_batch_size": settings["eval_batch_size"]} for n in tasks}
+    dev_sets = {key: encode(tasks[key[0]], tokenizer, rows, dev_opts[key[0]], train=False)
+                for key, rows in dev_rows.items()}
+    return PhaseData(tasks, train_sets, heads, dev_sets, dev_opts)
+
+
+def total_steps(settings: dict[str, Any], train_sets: dict[str, Encoded]) -> int:
+    task_opts = settings["tasks"]
+    if len(train_sets) == 1:
+        (name,) = train_sets
+        total = int(task_opts[name]["epochs"]) * math.ceil(len(train_sets[name].features) / int(task_opts[name]["batch_size"]))
+    else:
+        cap = int(settings["multitask_cap"])
+        total = int(settings["multitask_epochs"]) * sum(
+            math.ceil(min(len(s.features), cap) / int(task_opts[n]["batch_size"])) for n, s in train_sets.items())
+    if settings.get("max_steps"):
+        total = min(total, int(settings["max_steps"]))
+    return total
+
+
+class StepMeter:
+    """Loss and throughput counted without waiting for the GPU: token counts come from the
+    CPU batch, the loss and its finiteness accumulate on the device and are read only every
+    ``check_every`` steps and at evaluations (each read is one host-device synchronisation)."""
+
+    def __init__(self, dev, check_every: int = 50) -> None:
+        import torch
+
+        self.check_every = check_every
+        self.loss_sum = torch.zeros((), device=dev)
+        self.finite = torch.ones((), dtype=torch.bool, device=dev)
+        self.steps_since_read, self.checked_up_to = 0, 0
+        self.counts = {"examples": 0, "tokens": 0, "padded_tokens": 0}
+
+    def add_batch(self, cpu_batch: dict[str, Any], examples: int) -> None:
+        mask = cpu_batch["attention_mask"]
+        self.counts["examples"] += examples
+        self.counts["tokens"] += int(mask.sum())
+        self.counts["padded_tokens"] += mask.numel()
+
+    def add_step(self, step_loss) -> None:
+        import torch
+
+        self.loss_sum += step_loss
+        self.finite &= torch.isfinite(step_loss)
+        self.steps_since_read += 1
+
+    def check(self, step: int, task: str) -> None:
+        """Raise if any loss since the last check was not finite (one synchronisation)."""
+        if not bool(self.finite):
+            raise FloatingPointError(f"non-finite loss between steps {self.checked_up_to + 1} and {step} "
+                                     f"(last task sampled: {task})")
+        self.checked_up_to = step
+
+    def mean_loss(self) -> float:
+        """The mean training loss since the last call (one synchronisation)."""
+        value = float(self.loss_sum) / max(1, self.steps_since_read)
+        self.loss_sum.zero_()
+        self.steps_since_read = 0
+        return value
+
+
+def _to_device(batch: dict[str, Any], dev) -> dict[str, Any]:
+    if dev.type == "cuda":  # pinned host memory: the copy overlaps with the GPU's work
+        return {k: v.pin_memory().to(dev, non_blocking=True) for k, v in batch.items()}
+    return batch
+
+
+def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], settings: dict[str, Any],
                 seed: int, threads: int, output: Path, checkpoint_dir: Path | None = None,
                 checkpoint_every: int = 1000, keep_checkpoints: bool = False) -> dict[str, Any]:
     import torch
@@ -172,56 +296,15 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, str]], 
     dev = device()
     tokenizer = load_tokenizer(encoder_dir)
     encoder = load_encoder(encoder_dir)
-    hidden, init_std = encoder.config.hidden_size, encoder.config.initializer_range
-    task_opts: dict[str, dict[str, Any]] = settings["tasks"]
-    tasks = {name: get_task(name) for name in task_opts}
-
-    train_sets: dict[str, Encoded] = {}
-    dev_rows: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    heads: dict[str, Any] = {}
-    for name, task in tasks.items():
-        opts = task_opts[name]
-        # Multilingual files (XNLI's translated MNLI, a target's own train split) hold several
-        # languages: keep those the data map (or the phase's language) names.
-        language = settings.get("language", "en")
-        sources = data_sources(data[name]["train"], None if task.format == MLM else [language])
-        rows = [r for path, langs in sources for r in _rows_in(read_table(path, task.format), langs)]
-        if not rows:
-            wanted = ", ".join(sorted({l for _, langs in sources for l in langs or []}))
-            raise InputError(f"{data[name]['train']}: no {wanted} training examples for task {name}")
-        if task.format != MLM:
-            for path, langs in data_sources(data[name]["dev"], [opts.get("select_language", "en")]):
-                dev_file = _rows_in(read_table(path, task.format), langs)
-                for lang in langs:
-                    dev_rows[(name, lang)] = _dev_subset(dev_file, int(settings["dev_examples"]), lang, path)
-        if task.format == TAGGING and not task.labels:
-            # CCG's supertag set comes from the user's files (train and dev), not the catalogue.
-            dev_tagged = [r for (n, _), rs in dev_rows.items() if n == name for r in rs]
-            tags = sorted({t for r in rows + dev_tagged for t in r["tags"]})
-            task = tasks[name] = dataclasses.replace(task, labels=tuple(tags))
-        train_sets[name] = encode(task, tokenizer, rows, opts, train=True)
-        if task.format == MLM:
-            heads[name] = load_mlm_head(encoder_dir)
-        else:
-            heads[name] = make_head(task.format, hidden, task.num_labels, float(settings["dropout"]), init_std)
-    model = MultiHeadModel(encoder, heads).to(dev)
-    # The selection subsets never change: encode them once, not at every evaluation.
-    dev_opts = {n: {**task_opts[n], "eval_batch_size": settings["eval_batch_size"]} for n in tasks}
-    dev_sets = {key: encode(tasks[key[0]], tokenizer, rows, dev_opts[key[0]], train=False)
-                for key, rows in dev_rows.items()}
-
-    if len(tasks) == 1:
-        (name,) = tasks
-        total = int(task_opts[name]["epochs"]) * math.ceil(len(train_sets[name].features) / int(task_opts[name]["batch_size"]))
-    else:
-        cap = int(settings["multitask_cap"])
-        total = int(settings["multitask_epochs"]) * sum(
-            math.ceil(min(len(train_sets[n].features), cap) / int(task_opts[n]["batch_size"])) for n in tasks)
-    if settings.get("max_steps"):
-        total = min(total, int(settings["max_steps"]))
+    phase_data = load_phase_data(encoder_dir, tokenizer, data, settings, encoder.config.hidden_size,
+                                 encoder.config.initializer_range)
+    tasks, task_opts = phase_data.tasks, settings["tasks"]
+    model = MultiHeadModel(encoder, phase_data.heads).to(dev)
+    total = total_steps(settings, phase_data.train_sets)
     warmup = int(float(settings["warmup_ratio"]) * total)
-    sampler = TaskSampler({n: len(s.features) for n, s in train_sets.items()}, int(settings["multitask_cap"]), seed)
-    streams = {n: TaskStream(tasks[n], train_sets[n], int(task_opts[n]["batch_size"]), seed) for n in tasks}
+    sampler = TaskSampler({n: len(s.features) for n, s in phase_data.train_sets.items()},
+                          int(settings["multitask_cap"]), seed)
+    streams = {n: TaskStream(tasks[n], phase_data.train_sets[n], int(task_opts[n]["batch_size"]), seed) for n in tasks}
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=float(settings["learning_rate"]),
                                   weight_decay=float(settings["weight_decay"]),
@@ -232,9 +315,10 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, str]], 
                 "generator": torch.Generator().manual_seed(seed)}
     micro = int(settings["max_micro_batch"])
     eval_every = int(settings["eval_every"])
+    meter = StepMeter(dev)
     best = {"score": -math.inf, "step": 0, "scores": {}}
     best_state = None
-    history, bad_evals, padding, start, elapsed = [], 0, {"real": 0, "total": 0}, 0, 0.0
+    history, bad_evals, start, elapsed, train_seconds = [], 0, 0, 0.0, 0.0
 
     resumed = checkpointer.load()
     if resumed is not None:
@@ -247,7 +331,10 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, str]], 
             streams[n].batches, streams[n].passes = st["batches"], st["passes"]
         mlm_args["generator"].set_state(resumed["mlm_generator"])
         best, best_state, bad_evals = resumed["best"], resumed["best_state"], resumed["bad_evals"]
-        history, padding, start, elapsed = resumed["history"], resumed["padding"], resumed["step"], resumed["elapsed"]
+        history, start, elapsed = resumed["history"], resumed["step"], resumed["elapsed"]
+        # (checkpoints written before throughput was counted resume with fresh counts)
+        meter.counts = resumed.get("counts", meter.counts)
+        train_seconds = resumed.get("train_seconds", 0.0)
         _set_rng_state(resumed["rng"])
 
     def state(next_step: int) -> dict[str, Any]:
@@ -256,13 +343,15 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, str]], 
                 "streams": {n: {"rng": st.rng.getstate(), "batches": st.batches, "passes": st.passes}
                             for n, st in streams.items()},
                 "mlm_generator": mlm_args["generator"].get_state(), "best": best, "best_state": best_state,
-                "bad_evals": bad_evals, "history": history, "padding": padding, "rng": _rng_state(dev),
+                "bad_evals": bad_evals, "history": history, "counts": meter.counts, "rng": _rng_state(dev),
+                "train_seconds": train_seconds + time.time() - loop_started - eval_seconds,
                 "elapsed": elapsed + time.time() - started}
 
     # Slurm sends SIGUSR1 (with --signal) or SIGTERM before killing a job: checkpoint, then stop.
     stop_signal: list[int] = []
     previous = {sig: signal.signal(sig, lambda signum, frame: stop_signal.append(signum))
                 for sig in (signal.SIGTERM, signal.SIGUSR1)}
+    loop_started, eval_seconds = time.time(), 0.0
     try:
         step = start
         for step in tqdm(range(start, total), desc=f"{phase} training", mininterval=10, initial=start, total=total):
@@ -270,30 +359,34 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, str]], 
             name = sampler.next()
             task = tasks[name]
             feats = streams[name].next()
-            loss_value = 0.0
+            step_loss = torch.zeros((), device=dev)
             for k in range(0, len(feats), micro):
                 chunk = feats[k:k + micro]
-                batch = {key: v.to(dev) for key, v in collate(chunk, task.format, tokenizer.pad_token_id,
-                                                               mlm_args if task.format == MLM else None).items()}
-                padding["real"] += int(batch["attention_mask"].sum())
-                padding["total"] += batch["attention_mask"].numel()
+                cpu_batch = collate(chunk, task.format, tokenizer.pad_token_id, mlm_args if task.format == MLM else None)
+                meter.add_batch(cpu_batch, len(chunk))
                 with autocast(dev):
-                    _, loss = forward(model, task.format, name, batch)
+                    _, loss = forward(model, task.format, name, _to_device(cpu_batch, dev))
                 loss = loss * len(chunk) / len(feats)
-                if not torch.isfinite(loss):
-                    raise FloatingPointError(f"non-finite loss {float(loss)} at step {step} on task {name}")
                 loss.backward()
-                loss_value += float(loss.detach())
+                step_loss += loss.detach()
+            meter.add_step(step_loss)
             torch.nn.utils.clip_grad_norm_(model.parameters(), float(settings["max_grad_norm"]))
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
 
-            if (step + 1) % eval_every == 0 or step + 1 == total:
+            evaluate_now = (step + 1) % eval_every == 0 or step + 1 == total
+            saving = bool(stop_signal) or ((step + 1) % checkpointer.every == 0 and step + 1 < total)
+            if evaluate_now or saving or (step + 1) % meter.check_every == 0:
+                meter.check(step + 1, name)  # never evaluate or checkpoint diverged weights
+            if evaluate_now:
+                eval_started = time.time()
                 by_language = {key: score_encoded(model, tasks[key[0]], enc, tokenizer.pad_token_id,
-                                                  dev_opts[key[0]], dev) for key, enc in dev_sets.items()}
+                                                  phase_data.dev_opts[key[0]], dev)
+                               for key, enc in phase_data.dev_sets.items()}
                 scores = _task_scores(by_language)
-                score = _selection_score(tasks, scores) if scores else -float(loss_value)
+                loss_value = meter.mean_loss()
+                score = _selection_score(tasks, scores) if scores else -loss_value
                 entry = {"step": step + 1, "loss": loss_value, "score": score, "scores": scores,
                          "lr": scheduler.get_last_lr()[0]}
                 if len(by_language) > len(scores):  # several selection languages: keep each one's score
@@ -306,22 +399,29 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, str]], 
                     bad_evals = 0
                 else:
                     bad_evals += 1
-                    if bad_evals >= int(settings["patience"]):
-                        LOG.info("early stopping at step %d (best step %d)", step + 1, best["step"])
-                        break
+                eval_seconds += time.time() - eval_started
+                if bad_evals >= int(settings["patience"]):
+                    LOG.info("early stopping at step %d (best step %d)", step + 1, best["step"])
+                    break
             if stop_signal:
                 checkpointer.save(state(step + 1))
                 raise Preempted(stop_signal[0], step + 1)
-            if (step + 1) % checkpointer.every == 0 and step + 1 < total:
+            if saving:
                 checkpointer.save(state(step + 1))
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if best_state is not None:
         model.load_state_dict(best_state)
+    train_seconds += time.time() - loop_started - eval_seconds
+    counts = meter.counts
     log = {"phase": phase, "seed": seed, "total_steps": total, "warmup_steps": warmup, "best": best,
            "history": history, "task_probabilities": sampler.probabilities,
-           "padding_share": 1 - padding["real"] / max(1, padding["total"]),
+           "padding_share": 1 - counts["tokens"] / max(1, counts["padded_tokens"]),
+           "throughput": {**counts, "train_seconds": round(train_seconds, 3),
+                          "examples_per_s": counts["examples"] / max(train_seconds, 1e-9),
+                          "tokens_per_s": counts["tokens"] / max(train_seconds, 1e-9),
+                          "device": dev.type, "attention": encoder.config._attn_implementation},
            "settings": settings, "settings_hash": settings_hash(settings), "resumed_at_step": start or None,
            "wall_time_s": round(elapsed + time.time() - started, 3)}
     _save(model, tokenizer, phase, log, output)
@@ -339,7 +439,7 @@ def data_sources(spec: str | list[dict[str, Any]], default_languages: list[str] 
     return [(ref["path"], list(ref["languages"])) for ref in spec]
 
 
-def _rows_in(table, languages: list[str] | None) -> list[dict[str, Any]]:
+def _table_in(table, languages: list[str] | None):
     """The rows of the given languages, filtered in Arrow before any Python object is made
     (XNLI-MT train holds 5.5M rows in 14 languages; a model trains on one of them)."""
     import pyarrow as pa
@@ -347,7 +447,7 @@ def _rows_in(table, languages: list[str] | None) -> list[dict[str, Any]]:
 
     if languages is not None:
         table = table.filter(pc.is_in(table["lang"], value_set=pa.array(languages, pa.string())))
-    return table.to_pylist()
+    return table
 
 
 def _dev_subset(rows: list[dict[str, Any]], n: int, language: str, path: str) -> list[dict[str, Any]]:

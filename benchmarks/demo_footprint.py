@@ -4,7 +4,7 @@ Runs `snakemake --cores 2` on the default config in a scratch copy of the reposi
 samples the resident memory of snakemake and all its jobs together. Prints the figures and
 their ratios to the targets (10 minutes wall, 4 GiB peak).
 
-    .venv/bin/python benchmarks/demo_footprint.py
+    .venv/bin/python benchmarks/demo_footprint.py [--keep-tables DIR]
 """
 
 from __future__ import annotations
@@ -47,6 +47,12 @@ def tree_rss(root: int) -> int:
 
 
 def main() -> None:
+    import argparse
+    import shutil
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--keep-tables", type=Path, help="copy the run's results/tables/ here")
+    args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         repo = copy_repo(Path(tmp))
         env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
@@ -58,6 +64,8 @@ def main() -> None:
             peak = max(peak, tree_rss(proc.pid))
             time.sleep(0.5)
         wall = time.time() - started
+        if args.keep_tables and proc.returncode == 0:
+            shutil.copytree(repo / "results" / "tables", args.keep_tables, dirs_exist_ok=True)
     if proc.returncode:
         raise SystemExit(f"demo failed with exit code {proc.returncode}")
     print(f"demo wall time      {wall:8.1f} s    ratio to 10 min target  {wall / TARGET_WALL_S:.2f}")

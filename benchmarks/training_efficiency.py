@@ -11,13 +11,14 @@ size, learning-rate schedule and number of steps for every engine:
 Data: NLI-shaped pairs cut from real English text (the XQuAD sample under tests/real_data:
 premise one or two consecutive sentences, hypothesis one sentence of the same paragraph,
 seeded random labels), so the lengths vary as in MNLI rather than as in the demo's
-synthetic sentences. Each engine runs in its own process (peak memory is that process's:
+synthetic sentences. By default the run is one epoch (steps x batch size examples), so every
+engine trains on exactly the same examples, each in its own batches. Each engine runs in its own process (peak memory is that process's:
 resident set on CPU, ``max_memory_allocated`` on a GPU), timed over its training steps
 only. Prints the device, examples/s, real (unpadded) tokens/s, padding share and peak memory
 per engine, the ratios to both Trainers, and the loss every 5 steps of each.
 
     .venv/bin/pip install -r requirements-bench.txt
-    .venv/bin/python benchmarks/training_efficiency.py [--steps 30] [--batch-size 16]
+    .venv/bin/python benchmarks/training_efficiency.py [--steps 30] [--batch-size 8]
 """
 
 from __future__ import annotations
@@ -160,9 +161,10 @@ def child(args) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--max-length", type=int, default=256)
-    ap.add_argument("--examples", type=int, default=2000)
+    ap.add_argument("--examples", type=int, help="default: steps x batch size, one epoch, so every engine "
+                    "trains on exactly the same examples (in its own order)")
     ap.add_argument("--lr", type=float, default=2e-5)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--engine", choices=ENGINES, help=argparse.SUPPRESS)
@@ -173,7 +175,7 @@ def main() -> None:
         return
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        build_inputs(Path(tmp), args.examples)
+        build_inputs(Path(tmp), args.examples or args.steps * args.batch_size)
         for engine in ENGINES:
             cmd = [sys.executable, __file__, "--engine", engine, "--workdir", tmp, "--steps", str(args.steps),
                    "--batch-size", str(args.batch_size), "--max-length", str(args.max_length),

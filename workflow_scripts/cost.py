@@ -119,13 +119,28 @@ def plan_table(jobs: list[dict[str, Any]], expected: dict[str, float]):
     return pd.concat([table, pd.DataFrame([total])], ignore_index=True)
 
 
+def _cell(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if float(value).is_integer() and abs(float(value)) >= 1:
+        return str(int(value))
+    return f"{float(value):.2f}"
+
+
+def to_markdown(table) -> str:
+    """Whole numbers as integers, others to two decimals, missing values blank."""
+    return table.map(_cell).to_markdown(index=False)
+
+
 def _write(table, md: Path | None, csv: Path | None, title: str) -> None:
     if csv is not None:
         with atomic_path(csv) as tmp:
             table.to_csv(tmp, index=False)
     if md is not None:
         with atomic_path(md) as tmp:
-            tmp.write_text(f"{title}\n\n{table.to_markdown(index=False, floatfmt='.2f')}\n")
+            tmp.write_text(f"{title}\n\n{to_markdown(table)}\n")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -159,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"error: {err}") from None
     _write(table, args.md, args.csv, title)
     if args.md is None and args.csv is None:
-        print(f"{title}\n\n{table.to_markdown(index=False, floatfmt='.2f')}")
+        print(f"{title}\n\n{to_markdown(table)}")
 
 
 if __name__ == "__main__":

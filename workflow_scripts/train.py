@@ -306,9 +306,10 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
                           int(settings["multitask_cap"]), seed)
     streams = {n: TaskStream(tasks[n], phase_data.train_sets[n], int(task_opts[n]["batch_size"]), seed) for n in tasks}
 
+    # Fused AdamW: one kernel for all parameters, on GPUs and (PyTorch >= 2.4) on CPU, where it
+    # is ~6x the per-tensor loop for a base-size model.
     optimizer = torch.optim.AdamW(model.parameters(), lr=float(settings["learning_rate"]),
-                                  weight_decay=float(settings["weight_decay"]),
-                                  fused=dev.type == "cuda")
+                                  weight_decay=float(settings["weight_decay"]), fused=True)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: linear_schedule(s, total, warmup))
     mlm_args = {"mask_id": tokenizer.mask_token_id, "vocab_size": len(tokenizer),
                 "special_ids": list(tokenizer.all_special_ids),

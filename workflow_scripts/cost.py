@@ -124,13 +124,13 @@ def _cell(value: Any) -> str:
         return value
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
-    if float(value).is_integer() and abs(float(value)) >= 1:
+    if float(value).is_integer():
         return str(int(value))
-    return f"{float(value):.2f}"
+    return f"{float(value):.3g}"  # a demo's jobs take hundredths of an hour
 
 
 def to_markdown(table) -> str:
-    """Whole numbers as integers, others to two decimals, missing values blank."""
+    """Whole numbers as integers, others to three significant digits, missing values blank."""
     return table.map(_cell).to_markdown(index=False)
 
 

@@ -12,7 +12,7 @@ Early stopping: every ``eval_every`` steps the first ``dev_examples`` dev exampl
 task in each selection language are scored (MLM excluded); a task's score is the mean over
 its languages and the selection score the mean over tasks (an MLM-only phase: minus the
 mean training loss). After ``patience`` evaluations without improvement training stops,
-and the best weights are restored.
+and the best weights (kept on disk, not in memory: checkpoints.py) are restored.
 
 GPU: bf16 autocast, fused AdamW, SDPA attention (the encoder is loaded with it and the log
 says which attention ran). The step never waits for the GPU: token counts come from the CPU
@@ -36,10 +36,12 @@ import math
 import random
 import shutil
 import signal
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from .checkpoints import BestWeights, Checkpointer, Preempted, rng_state, save_weights, set_rng_state
 from .common import (LOG, InputError, atomic_path, autocast, canonical_json, configure_torch, device,
                      load_settings, seed_everything, settings_hash, setup_logging)
 from .data import read_table
@@ -78,82 +80,6 @@ class TaskStream:
             self.batches = length_grouped_batches(self.encoded.features, self.batch_size, self.rng)
             self.passes += 1
         return self.encoded.features.take(self.batches.pop())
-
-
-class Preempted(Exception):
-    """Training stopped on a signal after writing a checkpoint; a rerun resumes from it."""
-
-    def __init__(self, signum: int, step: int) -> None:
-        super().__init__(f"stopped by signal {signum} after step {step}; checkpoint written, rerun to resume")
-        self.signum = signum
-
-
-class Checkpointer:
-    """The complete training state in one directory, replaced atomically.
-
-    Model, optimiser, scheduler, every RNG (python, numpy, torch, CUDA, the MLM masking
-    generator), the task sampler, each task's data position and the early-stopping state
-    (with the best weights): a resumed run continues exactly where the stopped one was.
-    """
-
-    def __init__(self, directory: Path | None, fingerprint: dict[str, Any], every: int) -> None:
-        self.directory, self.fingerprint, self.every = directory, fingerprint, max(1, every)
-
-    @property
-    def path(self) -> Path | None:
-        return self.directory / "checkpoint" if self.directory else None
-
-    def load(self) -> dict[str, Any] | None:
-        import torch
-
-        if self.path is None or not (self.path / "state.pt").is_file():
-            return None
-        meta = json.loads((self.path / "meta.json").read_text())
-        differ = sorted(k for k in set(meta["fingerprint"]) | set(self.fingerprint)
-                        if meta["fingerprint"].get(k) != self.fingerprint.get(k))
-        if differ:
-            details = "; ".join(f"{k}: checkpoint {meta['fingerprint'].get(k)!r} vs run {self.fingerprint.get(k)!r}"
-                                for k in differ)
-            raise InputError(f"checkpoint {self.path} was written by a different run ({details}); "
-                             "delete it to start this run from scratch")
-        LOG.info("resuming from %s at step %d", self.path, meta["step"])
-        return torch.load(self.path / "state.pt", map_location="cpu", weights_only=False)
-
-    def save(self, state: dict[str, Any]) -> None:
-        import torch
-
-        if self.path is None:
-            return
-        with atomic_path(self.path) as tmp:
-            tmp.mkdir()
-            torch.save(state, tmp / "state.pt")
-            (tmp / "meta.json").write_text(json.dumps({"fingerprint": self.fingerprint, "step": state["step"]},
-                                                      sort_keys=True) + "\n")
-
-    def remove(self) -> None:
-        if self.directory is not None and self.directory.exists():
-            shutil.rmtree(self.directory)
-
-
-def _rng_state(dev) -> dict[str, Any]:
-    import numpy as np
-    import torch
-
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if dev.type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    import numpy as np
-    import torch
-
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state:
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 def linear_schedule(step: int, total: int, warmup: int) -> float:
@@ -318,7 +244,11 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
     eval_every = int(settings["eval_every"])
     meter = StepMeter(dev)
     best = {"score": -math.inf, "step": 0, "scores": {}}
-    best_state = None
+    # Without a checkpoint directory the best weights live in a scratch directory beside the output.
+    output.parent.mkdir(parents=True, exist_ok=True)
+    scratch = None if checkpoint_dir else Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".best",
+                                                                dir=output.parent))
+    best_weights = BestWeights(checkpoint_dir / "best" if checkpoint_dir else scratch)
     history, bad_evals, start, elapsed, train_seconds = [], 0, 0, 0.0, 0.0
 
     resumed = checkpointer.load()
@@ -331,20 +261,23 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
             streams[n].rng.setstate(st["rng"])
             streams[n].batches, streams[n].passes = st["batches"], st["passes"]
         mlm_args["generator"].set_state(resumed["mlm_generator"])
-        best, best_state, bad_evals = resumed["best"], resumed["best_state"], resumed["bad_evals"]
+        best, bad_evals = resumed["best"], resumed["bad_evals"]
+        if resumed.get("best_state") is not None:  # checkpoints written before the best weights moved to disk
+            save_weights(resumed.pop("best_state"), best_weights.path(best["step"]))
+        best_weights.checkpointed(best["step"] or None)  # drops bests found after the checkpoint
         history, start, elapsed = resumed["history"], resumed["step"], resumed["elapsed"]
         # (checkpoints written before throughput was counted resume with fresh counts)
         meter.counts = resumed.get("counts", meter.counts)
         train_seconds = resumed.get("train_seconds", 0.0)
-        _set_rng_state(resumed["rng"])
+        set_rng_state(resumed["rng"])
 
     def state(next_step: int) -> dict[str, Any]:
         return {"step": next_step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                 "scheduler": scheduler.state_dict(), "sampler": sampler.rng.getstate(),
                 "streams": {n: {"rng": st.rng.getstate(), "batches": st.batches, "passes": st.passes}
                             for n, st in streams.items()},
-                "mlm_generator": mlm_args["generator"].get_state(), "best": best, "best_state": best_state,
-                "bad_evals": bad_evals, "history": history, "counts": meter.counts, "rng": _rng_state(dev),
+                "mlm_generator": mlm_args["generator"].get_state(), "best": best,
+                "bad_evals": bad_evals, "history": history, "counts": meter.counts, "rng": rng_state(dev),
                 "train_seconds": train_seconds + time.time() - loop_started - eval_seconds,
                 "elapsed": elapsed + time.time() - started}
 
@@ -396,7 +329,7 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
                 LOG.info("step %d/%d: loss %.4f, dev score %.3f", step + 1, total, loss_value, score)
                 if score > best["score"]:
                     best = {k: v for k, v in entry.items() if k not in ("loss", "lr")}
-                    best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+                    best_weights.save(model, step + 1)
                     bad_evals = 0
                 else:
                     bad_evals += 1
@@ -404,16 +337,18 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
                 if bad_evals >= int(settings["patience"]):
                     LOG.info("early stopping at step %d (best step %d)", step + 1, best["step"])
                     break
-            if stop_signal:
-                checkpointer.save(state(step + 1))
-                raise Preempted(stop_signal[0], step + 1)
             if saving:
                 checkpointer.save(state(step + 1))
+                best_weights.checkpointed(best["step"] or None)
+            if stop_signal:
+                raise Preempted(stop_signal[0], step + 1)
+        if best["step"]:
+            best_weights.restore(model, best["step"])
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    if best_state is not None:
-        model.load_state_dict(best_state)
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
     train_seconds += time.time() - loop_started - eval_seconds
     counts = meter.counts
     log = {"phase": phase, "seed": seed, "total_steps": total, "warmup_steps": warmup, "best": best,

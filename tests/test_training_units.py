@@ -41,3 +41,15 @@ def test_warmup_then_linear_decay():
     assert linear_schedule(100, total, warmup) == 0
     values = [linear_schedule(s, total, warmup) for s in range(total + 1)]
     assert values.index(max(values)) == warmup
+
+
+def test_configure_torch_turns_on_deterministic_kernels_without_importing_the_compiler():
+    import subprocess
+    import sys
+
+    probe = ("import sys, torch; from workflow_scripts.common import configure_torch; configure_torch(1); "
+             "print(torch.are_deterministic_algorithms_enabled(), "
+             "torch.is_deterministic_algorithms_warn_only_enabled(), torch.get_num_threads(), "
+             "'torch._inductor' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["True", "True", "1", "False"]

@@ -94,6 +94,10 @@ def test_length_grouping_reduces_padding_and_is_seeded(demo_data, tokenizer):
     random.Random(1).shuffle(order)
     plain = [order[i:i + 16] for i in range(0, len(order), 16)]
     assert pad_share(grouped) < pad_share(plain)
+    padded = [collate([enc.features[k] for k in b], "classification", tokenizer.pad_token_id)["input_ids"].numel()
+              for b in grouped]
+    assert padded[0] == max(padded) and padded[0] > min(padded), "the largest batch comes first"
+    assert grouped != length_grouped_batches(enc.features, 16, random.Random(2))
 
 
 def test_features_live_in_arrow_at_four_bytes_a_token(demo_data, tokenizer):

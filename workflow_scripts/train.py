@@ -77,7 +77,8 @@ class TaskStream:
 
     def next(self) -> list[dict[str, Any]]:
         if not self.batches:
-            self.batches = length_grouped_batches(self.encoded.features, self.batch_size, self.rng)
+            # reversed: batches are popped from the end, the first batch is consumed first
+            self.batches = length_grouped_batches(self.encoded.features, self.batch_size, self.rng)[::-1]
             self.passes += 1
         return self.encoded.features.take(self.batches.pop())
 

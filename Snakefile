@@ -19,11 +19,23 @@ include: "rules/translate.smk"
 include: "rules/train.smk"
 include: "rules/evaluate.smk"
 include: "rules/tables.smk"
+include: "rules/report.smk"
+
+
+report: "report/workflow.rst"
 
 
 rule all:
     input:
         rules.aggregate_tables.output,
         rules.tabulate_cost.output,
+        rules.plot_results.output,
         rules.tabulate_translation.output if grid.translation_stats_files(config) else [],
+        rules.plot_translation.output if grid.translation_stats_files(config) else [],
     default_target: True
+
+
+onsuccess:
+    summary = run_summary()
+    if summary:
+        print(summary)

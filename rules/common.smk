@@ -14,6 +14,7 @@ shell.prefix(f"export PYTHONPATH={shlex.quote(workflow.basedir)}; ")
 
 from workflow_scripts import grid, slurm, transfer
 from workflow_scripts.codehash import module_digest
+from workflow_scripts.summary import run_summary
 from workflow_scripts.common import canonical_json
 from workflow_scripts.tasks import TASKS
 
@@ -45,6 +46,12 @@ TRANSLATION_LANGUAGES = sorted(
 # Transfer settings as path components (source:de -> source-de); target-model recipes name
 # their training and selection data (mt-de.dev-de: translated into de, selected on de dev).
 SETTING_TOKENS = [transfer.path_token(s) for s in transfer.configured(config)]
+
+
+def other_setting_tokens():
+    """Path tokens of the transfer settings besides the baseline setting (one figure each)."""
+    baseline = transfer.baseline_setting(config)
+    return [transfer.path_token(s) for s in transfer.configured(config) if s != baseline]
 
 
 wildcard_constraints:

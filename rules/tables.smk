@@ -3,17 +3,52 @@ rule aggregate_tables:
         metrics=lambda wildcards: grid.metric_files(config),
     output:
         main_md="results/tables/main.md",
-        main_csv="results/tables/main.csv",
-        best_csv="results/tables/best.csv",
+        main_csv=report(
+            "results/tables/main.csv",
+            caption="../report/main_table.rst",
+            category="Results",
+            labels={"table": "main table"},
+        ),
+        best_csv=report(
+            "results/tables/best.csv",
+            caption="../report/best_table.rst",
+            category="Results",
+            labels={"table": "best models"},
+        ),
         per_language_md="results/tables/per_language.md",
-        per_language_csv="results/tables/per_language.csv",
+        per_language_csv=report(
+            "results/tables/per_language.csv",
+            caption="../report/per_language_table.rst",
+            category="Results",
+            labels={"table": "per language"},
+        ),
         translated_md="results/tables/translated.md",
-        translated_csv="results/tables/translated.csv",
-        runs_csv="results/tables/runs.csv",
+        translated_csv=report(
+            "results/tables/translated.csv",
+            caption="../report/translated_table.rst",
+            category="Results",
+            labels={"table": "translated intermediate data"},
+        ),
+        runs_csv=report(
+            "results/tables/runs.csv",
+            caption="../report/runs_table.rst",
+            category="Results",
+            labels={"table": "every run"},
+        ),
         settings_md="results/tables/settings.md",
-        settings_csv="results/tables/settings.csv",
+        settings_csv=report(
+            "results/tables/settings.csv",
+            caption="../report/settings_table.rst",
+            category="Transfer settings",
+            labels={"table": "settings table"},
+        ),
         source_md="results/tables/source_languages.md",
-        source_csv="results/tables/source_languages.csv",
+        source_csv=report(
+            "results/tables/source_languages.csv",
+            caption="../report/source_table.rst",
+            category="Transfer settings",
+            labels={"table": "source languages"},
+        ),
     log:
         "logs/aggregate_tables.log",
     benchmark:
@@ -39,7 +74,12 @@ rule tabulate_cost:
         translation=lambda wildcards: rules.tabulate_translation.output.csv if grid.translation_stats_files(config) else [],
     output:
         md="results/tables/cost.md",
-        csv="results/tables/cost.csv",
+        csv=report(
+            "results/tables/cost.csv",
+            caption="../report/cost_table.rst",
+            category="Cost",
+            labels={"table": "cost per rule"},
+        ),
     log:
         "logs/tabulate_cost.log",
     params:

@@ -122,7 +122,8 @@ rule tabulate_translation:
         models=lambda wildcards: grid.translated_intermediate_models(config),
     output:
         md="results/tables/translation.md",
-        csv="results/tables/translation.csv",
+        csv=report("results/tables/translation.csv", caption="../report/translation_table.rst",
+                   category="Translation", labels={"table": "translation"}),
     log:
         "logs/tabulate_translation.log",
     benchmark:

@@ -21,8 +21,12 @@ RULE_MODULES = {  # the CLI module each rule runs
     "evaluate_target": "evaluate", "aggregate_tables": "tables", "score_translation_quality": "translate",
     "tabulate_translation": "tables", "translate_test_data": "translate", "prepare_translator_to_english": "models",
     "score_translation_quality_to_english": "translate", "convert_translator": "translators", "tabulate_cost": "cost",
+    "plot_results": "plots", "plot_translation": "plots",
 }
 COST_TABLE = ("tabulate_cost", "results/tables/cost.md")  # follows the tables: it sums every job's record
+# What a change of any metric file reruns: the tables, the figures drawn from them, the cost table.
+AFTER_METRICS = {("aggregate_tables", "results/tables/main.md"), COST_TABLE,
+                 ("plot_results", "results/figures/main_deltas.png"), ("all", "")}
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +53,7 @@ def with_config(repo: Path, edit, name: str) -> Path:
 
 def run_outputs(config: dict, inter: str) -> set[tuple[str, str]]:
     """Every job downstream of intermediate config `inter`: its training, targets, evaluations."""
-    jobs = {("aggregate_tables", "results/tables/main.md"), COST_TABLE, ("all", "")}  # first output of each job
+    jobs = set(AFTER_METRICS)  # first output of each job
     for seed in config["seeds"]:
         jobs.add(("train_intermediate", f"results/intermediate/{inter}/seed{seed}/encoder"))
         for plan in transfer.plans(config):
@@ -168,7 +172,7 @@ def test_changing_one_settings_option_reruns_only_that_setting(demo):
 
     path = with_config(demo, edit, "selection")
     config = load_config(demo)
-    expected = {("aggregate_tables", "results/tables/main.md"), COST_TABLE, ("all", "")}
+    expected = set(AFTER_METRICS)
     for seed in config["transfer"]["settings"]["translate_train"]["seeds"]:
         for target in ("xnli", "xquad"):
             expected.add(("train_target", f"results/target/none/{target}/mt-de.dev-en/seed{seed}/model"))
@@ -193,8 +197,7 @@ def test_table_only_option_reruns_only_the_tables(demo):
         config["tables"]["decimals"] = 2
 
     path = with_config(demo, edit, "tables")
-    assert planned_jobs(demo, "--configfile", str(path)) == {
-        ("aggregate_tables", "results/tables/main.md"), COST_TABLE, ("all", "")}
+    assert planned_jobs(demo, "--configfile", str(path)) == AFTER_METRICS
 
 
 def _rules_using(module: str) -> set[str]:
@@ -202,7 +205,7 @@ def _rules_using(module: str) -> set[str]:
             if f"workflow_scripts.{module}" in codehash.import_closure(f"workflow_scripts.{cli}")}
 
 
-@pytest.mark.parametrize("module", ["tables", "metrics", "translate"])
+@pytest.mark.parametrize("module", ["tables", "metrics", "translate", "plots"])
 def test_editing_a_module_reruns_the_rules_that_import_it(demo, module):
     source = demo / "workflow_scripts" / f"{module}.py"
     original = source.read_text()
@@ -219,9 +222,34 @@ def test_editing_a_module_reruns_the_rules_that_import_it(demo, module):
                 "score_translation_quality", "prepare_translator_to_english", "translate_test_data",
                 "score_translation_quality_to_english"} - users
     assert not rules & upstream
-    if module == "tables":
-        assert rules == {"aggregate_tables", "tabulate_translation", "tabulate_cost"}
+    if module == "tables":  # and what draws the figures from the tables
+        assert rules == {"aggregate_tables", "tabulate_translation", "tabulate_cost", "plot_results", "plot_translation"}
+    if module == "plots":  # the figures alone: nothing reads them
+        assert rules == {"plot_results", "plot_translation"}
     assert planned_jobs(demo) == set(), "restoring the module restores the up-to-date state"
+
+
+def test_report_holds_every_table_and_figure_with_its_caption(demo):
+    """`snakemake --report` on the finished demo: each CSV table and each PNG figure is in it,
+    each caption is rendered (Jinja filled in), and the description summarises the config."""
+    import html
+
+    proc = snakemake(demo, "--report", "report.html")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    page = html.unescape((demo / "report.html").read_text()).replace("\\n", " ").replace("\n", " ")
+    page = " ".join(page.split())
+    figures = sorted((demo / "results/figures").rglob("*.png"))
+    tables = sorted((demo / "results/tables").glob("*.csv"))
+    config = load_config(demo)
+    assert len(figures) == 3 + len(config["targets"]) + len(config["transfer"]["settings"]) - 1
+    assert {p.stem for p in tables} >= {"main", "per_language", "runs", "settings", "cost", "translation"}
+    for item in figures + tables:
+        assert f'"{item.name}"' in page or f"{item.name}" in page, f"{item} is not in the report"
+    for caption in sorted((demo / "report").glob("*.rst")):
+        first_words = " ".join(caption.read_text().split()[:6])
+        assert "{" in first_words or first_words in page, f"caption {caption.name} is not in the report"
+    assert "seeds: 1, 2, 3 (tables and figures show medians over them)" in page
+    assert "the median over seeds 1, 2, 3" in page, "Jinja in the captions is rendered"
 
 
 def test_lint_is_clean(demo):

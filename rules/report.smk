@@ -1,0 +1,59 @@
+# Figures of the finished grid, and the captions `snakemake --report report.html` shows with
+# them and with the tables (categories: Results, Transfer settings, Translation, Cost).
+
+
+rule plot_results:
+    input:
+        main=rules.aggregate_tables.output.main_csv,
+        per_language=rules.aggregate_tables.output.per_language_csv,
+        runs=rules.aggregate_tables.output.runs_csv,
+    output:
+        main_png=report("results/figures/main_deltas.png", caption="../report/main_deltas.rst",
+                        category="Results", labels={"figure": "main table, differences"}),
+        main_svg="results/figures/main_deltas.svg",
+        per_language_png=[
+            report(f"results/figures/per_language/{target}.png", caption="../report/per_language.rst",
+                   category="Results", labels={"figure": "per language", "target": target})
+            for target in config["targets"]
+        ],
+        per_language_svg=expand("results/figures/per_language/{target}.svg", target=config["targets"]),
+        seeds_png=report("results/figures/seed_spread.png", caption="../report/seed_spread.rst",
+                         category="Results", labels={"figure": "spread over seeds"}),
+        seeds_svg="results/figures/seed_spread.svg",
+        settings_png=[
+            report(f"results/figures/settings/{token}.png", caption="../report/setting_deltas.rst",
+                   category="Transfer settings", labels={"figure": "per language", "setting": token})
+            for token in other_setting_tokens()
+        ],
+        settings_svg=expand("results/figures/settings/{token}.svg", token=other_setting_tokens()),
+    log:
+        "logs/plot_results.log",
+    benchmark:
+        "results/benchmarks/plot_results.tsv"
+    params:
+        settings=lambda wildcards: canonical_json(grid.table_settings(config)),
+        code=module_digest("plots"),
+    conda:
+        "../envs/data.yaml"
+    shell:
+        "python -m workflow_scripts.plots results --tables results/tables --settings {params.settings:q}"
+        " --output results/figures > {log} 2>&1"
+
+
+rule plot_translation:
+    input:
+        table=rules.tabulate_translation.output.csv,
+    output:
+        png=report("results/figures/translation.png", caption="../report/translation.rst",
+                   category="Translation", labels={"figure": "spans and quality"}),
+        svg="results/figures/translation.svg",
+    log:
+        "logs/plot_translation.log",
+    benchmark:
+        "results/benchmarks/plot_translation.tsv"
+    params:
+        code=module_digest("plots"),
+    conda:
+        "../envs/data.yaml"
+    shell:
+        "python -m workflow_scripts.plots translation --table {input.table} --output results/figures > {log} 2>&1"

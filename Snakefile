@@ -30,6 +30,7 @@ rule all:
         rules.aggregate_tables.output,
         rules.tabulate_cost.output,
         rules.plot_results.output,
+        rules.typeset_tables.output,
         rules.tabulate_translation.output if grid.translation_stats_files(config) else [],
         rules.plot_translation.output if grid.translation_stats_files(config) else [],
     default_target: True

@@ -57,3 +57,25 @@ rule plot_translation:
         "../envs/data.yaml"
     shell:
         "python -m workflow_scripts.plots translation --table {input.table} --output results/figures > {log} 2>&1"
+
+
+rule typeset_tables:
+    input:
+        main=rules.aggregate_tables.output.main_csv,
+        significance=rules.aggregate_tables.output.significance_csv,
+        per_language=rules.aggregate_tables.output.per_language_csv,
+    output:
+        main="results/tables/latex/main.tex",
+        per_language=expand("results/tables/latex/per_language/{target}.tex", target=config["targets"]),
+    log:
+        "logs/typeset_tables.log",
+    benchmark:
+        "results/benchmarks/typeset_tables.tsv"
+    params:
+        settings=lambda wildcards: canonical_json(grid.table_settings(config)),
+        code=module_digest("latex"),
+    conda:
+        "../envs/data.yaml"
+    shell:
+        "python -m workflow_scripts.latex --tables results/tables --settings {params.settings:q}"
+        " --output results/tables/latex > {log} 2>&1"

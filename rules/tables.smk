@@ -42,6 +42,12 @@ rule aggregate_tables:
             category="Transfer settings",
             labels={"table": "settings table"},
         ),
+        significance_csv=report(
+            "results/tables/significance.csv",
+            caption="../report/significance_table.rst",
+            category="Results",
+            labels={"table": "significance"},
+        ),
         source_md="results/tables/source_languages.md",
         source_csv=report(
             "results/tables/source_languages.csv",
@@ -64,7 +70,8 @@ rule aggregate_tables:
         " --per-language-md {output.per_language_md} --per-language-csv {output.per_language_csv}"
         " --translated-md {output.translated_md} --translated-csv {output.translated_csv}"
         " --runs-csv {output.runs_csv} --settings-md {output.settings_md} --settings-csv {output.settings_csv}"
-        " --source-md {output.source_md} --source-csv {output.source_csv} > {log} 2>&1"
+        " --source-md {output.source_md} --source-csv {output.source_csv}"
+        " --significance-csv {output.significance_csv} > {log} 2>&1"
 
 
 rule tabulate_cost:

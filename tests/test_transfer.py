@@ -269,14 +269,15 @@ def test_results_tables_have_a_block_per_setting(tmp_path, transfer_runs):
     files = sorted(str(p) for p in tmp_path.glob("*.json"))
     out = {name: tmp_path / "tables" / name for name in
            ("main.md", "main.csv", "best.csv", "pl.md", "pl.csv", "tr.md", "tr.csv", "runs.csv", "settings.md",
-            "settings.csv", "source.md", "source.csv")}
+            "settings.csv", "source.md", "source.csv", "significance.csv")}
     settings = {**TABLE_SETTINGS, "target_languages": {"xnli": ["en", "de", "ru", "sw"]}}
     main(["results", "--settings", json.dumps(settings), "--metrics", *files,
           "--main-md", str(out["main.md"]), "--main-csv", str(out["main.csv"]), "--best-csv", str(out["best.csv"]),
           "--per-language-md", str(out["pl.md"]), "--per-language-csv", str(out["pl.csv"]),
           "--translated-md", str(out["tr.md"]), "--translated-csv", str(out["tr.csv"]), "--runs-csv", str(out["runs.csv"]),
           "--settings-md", str(out["settings.md"]), "--settings-csv", str(out["settings.csv"]),
-          "--source-md", str(out["source.md"]), "--source-csv", str(out["source.csv"])])
+          "--source-md", str(out["source.md"]), "--source-csv", str(out["source.csv"]),
+          "--significance-csv", str(out["significance.csv"])])
     main_md = out["main.md"].read_text()
     blocks = [line for line in main_md.splitlines() if line.startswith("## ")]
     assert blocks == ["## zero_shot (baseline setting)", "## translate_train", "## source:de"]

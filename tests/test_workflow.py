@@ -21,12 +21,13 @@ RULE_MODULES = {  # the CLI module each rule runs
     "evaluate_target": "evaluate", "aggregate_tables": "tables", "score_translation_quality": "translate",
     "tabulate_translation": "tables", "translate_test_data": "translate", "prepare_translator_to_english": "models",
     "score_translation_quality_to_english": "translate", "convert_translator": "translators", "tabulate_cost": "cost",
-    "plot_results": "plots", "plot_translation": "plots",
+    "plot_results": "plots", "plot_translation": "plots", "typeset_tables": "latex",
 }
 COST_TABLE = ("tabulate_cost", "results/tables/cost.md")  # follows the tables: it sums every job's record
 # What a change of any metric file reruns: the tables, the figures drawn from them, the cost table.
 AFTER_METRICS = {("aggregate_tables", "results/tables/main.md"), COST_TABLE,
-                 ("plot_results", "results/figures/main_deltas.png"), ("all", "")}
+                 ("plot_results", "results/figures/main_deltas.png"), ("typeset_tables", "results/tables/latex/main.tex"),
+                 ("all", "")}
 
 
 @pytest.fixture(scope="module")
@@ -205,7 +206,7 @@ def _rules_using(module: str) -> set[str]:
             if f"workflow_scripts.{module}" in codehash.import_closure(f"workflow_scripts.{cli}")}
 
 
-@pytest.mark.parametrize("module", ["tables", "metrics", "translate", "plots"])
+@pytest.mark.parametrize("module", ["tables", "metrics", "translate", "plots", "latex"])
 def test_editing_a_module_reruns_the_rules_that_import_it(demo, module):
     source = demo / "workflow_scripts" / f"{module}.py"
     original = source.read_text()
@@ -222,10 +223,11 @@ def test_editing_a_module_reruns_the_rules_that_import_it(demo, module):
                 "score_translation_quality", "prepare_translator_to_english", "translate_test_data",
                 "score_translation_quality_to_english"} - users
     assert not rules & upstream
-    if module == "tables":  # and what draws the figures from the tables
-        assert rules == {"aggregate_tables", "tabulate_translation", "tabulate_cost", "plot_results", "plot_translation"}
-    if module == "plots":  # the figures alone: nothing reads them
-        assert rules == {"plot_results", "plot_translation"}
+    if module == "tables":  # and what draws figures and LaTeX from the tables
+        assert rules == {"aggregate_tables", "tabulate_translation", "tabulate_cost", "plot_results", "plot_translation",
+                         "typeset_tables"}
+    if module in ("plots", "latex"):  # the figures or the LaTeX alone: nothing reads them
+        assert rules == {"plot_results", "plot_translation"} if module == "plots" else {"typeset_tables"}
     assert planned_jobs(demo) == set(), "restoring the module restores the up-to-date state"
 
 

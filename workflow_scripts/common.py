@@ -89,6 +89,16 @@ def read_json(path: str | os.PathLike[str]) -> Any:
         raise InputError(f"corrupt JSON file {path}: {err}") from err
 
 
+def read_result_table(path: str | os.PathLike[str]):
+    """A CSV table `aggregate_tables` wrote (for figures and LaTeX), as a DataFrame."""
+    import pandas as pd
+
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"missing table {path}: run aggregate_tables first")
+    return pd.read_csv(path, dtype={"seed": "Int64"})
+
+
 def seed_everything(seed: int) -> None:
     import numpy as np
     import torch

@@ -25,7 +25,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from .common import InputError, atomic_path, load_settings, setup_logging
+from .common import InputError, atomic_path, load_settings, read_result_table, setup_logging
 from .tasks import get_task, primary_metric
 from .transfer import ZERO_SHOT, path_token
 
@@ -48,14 +48,6 @@ def save(fig, stem: Path) -> None:
         with atomic_path(stem.with_suffix(f".{fmt}")) as tmp:
             fig.savefig(tmp, format=fmt, dpi=150, bbox_inches="tight", metadata={"Date": None} if fmt == "svg" else {})
     _pyplot().close(fig)
-
-
-def read_csv(path: Path):
-    import pandas as pd
-
-    if not path.is_file():
-        raise InputError(f"missing table {path}: run aggregate_tables first")
-    return pd.read_csv(path, dtype={"seed": "Int64"})
 
 
 def delta_heatmap(ax, values, rows: list[str], columns: list[str], title: str, limit: float | None = None) -> None:
@@ -205,9 +197,9 @@ def translation_figure(table, output: Path) -> None:
 
 
 def plot_results(tables: Path, settings: dict[str, Any], output: Path) -> None:
-    main = read_csv(tables / "main.csv")
-    per_language = read_csv(tables / "per_language.csv")
-    runs = read_csv(tables / "runs.csv")
+    main = read_result_table(tables / "main.csv")
+    per_language = read_result_table(tables / "per_language.csv")
+    runs = read_result_table(tables / "runs.csv")
     main_deltas(main, settings, output)
     for target in settings["targets"]:
         per_language_deltas(per_language, settings, target, output)
@@ -233,7 +225,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.command == "results":
             plot_results(args.tables, load_settings(args.settings), args.output)
         else:
-            translation_figure(read_csv(args.table), args.output)
+            translation_figure(read_result_table(args.table), args.output)
     except InputError as err:
         raise SystemExit(f"error: {err}") from None
 

@@ -34,6 +34,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from . import significance
 from .common import LOG, InputError, atomic_path, load_settings, read_json, setup_logging
 from .tasks import get_task, primary_metric, qa_answer_score
 from .transfer import ZERO_SHOT, source_language
@@ -148,7 +149,9 @@ def render_best(best, settings: dict[str, Any]) -> str:
     return "| best models | " + " | ".join(cells) + " | |\n"
 
 
-def render_main(shown, settings: dict[str, Any], best=None) -> str:
+def render_main(shown, settings: dict[str, Any], best=None, marks: set[tuple[str, str]] = frozenset()) -> str:
+    """The main table in Markdown; ``marks``: (config, target) cells whose difference to the
+    baseline is marked significant (significance.py)."""
     decimals, baseline = int(settings["decimals"]), settings["baseline"]
     header = ["Intermediate task"] + [t for t in settings["targets"]] + ["Avg"]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
@@ -158,13 +161,16 @@ def render_main(shown, settings: dict[str, Any], best=None) -> str:
         for target in settings["targets"]:
             metrics = _metrics_shown(target)
             cols = [f"{target}.{m}" for m in metrics] if len(metrics) > 1 else [target]
-            cells.append(" / ".join(_fmt(shown.loc[c, col], decimals, sign) for col in cols))
+            cells.append(" / ".join(_fmt(shown.loc[c, col], decimals, sign) for col in cols)
+                         + (f" {significance.MARKER}" if (c, target) in marks else ""))
         cells.append(_fmt(shown.loc[c, "avg"], decimals, sign))
         lines.append(f"| {c} | " + " | ".join(cells) + " |")
     rows = (f"Row `{baseline}` is absolute; the other rows are differences to it." if baseline is not None
             else "Every row is absolute (this setting was not run with the baseline config).")
     note = (f"\nTest scores: median over seeds {settings['seeds']} of each run's mean over the target's languages. "
             f"{rows} QA cells: F1 / EM. Avg: mean over the targets shown, QA as (F1 + EM) / 2.\n")
+    if baseline is not None and len(shown.index) > 1:
+        note += significance.METHOD + " F1 for QA.\n"
     if best is not None:
         lines.append(render_best(best, settings).rstrip("\n"))
         note += ("Best models: per target, the config with the best median (English) dev score and its best "
@@ -484,7 +490,7 @@ def main(argv: list[str] | None = None) -> None:
     results.add_argument("--settings", required=True)
     results.add_argument("--metrics", nargs="+", required=True)
     for name in ("main-md", "main-csv", "best-csv", "per-language-md", "per-language-csv", "translated-md",
-                 "translated-csv", "runs-csv", "settings-md", "settings-csv", "source-md", "source-csv"):
+                 "translated-csv", "runs-csv", "settings-md", "settings-csv", "source-md", "source-csv", "significance-csv"):
         results.add_argument(f"--{name}", required=True)
     translation = sub.add_parser("translation", help="translation statistics and quality")
     translation.add_argument("--stats", nargs="*", default=[])
@@ -503,15 +509,19 @@ def main(argv: list[str] | None = None) -> None:
         settings = load_settings(args.settings)
         runs = load_runs(args.metrics)
         order = ordered_settings(runs, settings)
-        blocks, mains, per_lang_parts, per_lang_frames = [], [], [], []
+        blocks, mains, per_lang_parts, per_lang_frames, significance_frames = [], [], [], [], []
         for setting in order:
             sub, view = setting_view(runs, settings, setting)
             _, shown = main_table(sub, view)
+            tested = significance.significance(sub, view, setting) if view["baseline"] is not None else None
+            if tested is not None:
+                significance_frames.append(tested)
             best = best_models(sub, view) if setting == order[0] else None
             if best is not None:
                 best_table = best
             title = f"## {setting}" + (" (baseline setting)" if setting == order[0] and len(order) > 1 else "")
-            blocks.append((title + "\n\n" if len(order) > 1 else "") + render_main(shown, view, best)
+            blocks.append((title + "\n\n" if len(order) > 1 else "") + render_main(shown, view, best,
+                                                                             significance.marked(tested) if tested is not None else set())
                           + setting_notes(sub, view, setting))
             mains.append(shown.rename_axis("intermediate").reset_index().assign(setting=setting))
             md, frame = per_language(sub, view)
@@ -528,6 +538,8 @@ def main(argv: list[str] | None = None) -> None:
     main_csv = pd.concat(mains, ignore_index=True)
     write_csv(args.main_csv, main_csv[["setting"] + [c for c in main_csv.columns if c != "setting"]], index=False)
     write_csv(args.best_csv, best_table, index=False)
+    write_csv(args.significance_csv, pd.concat(significance_frames, ignore_index=True) if significance_frames
+              else pd.DataFrame(columns=significance.COLUMNS), index=False)
     main_md = "# Intermediate-task results\n\n" + "\n".join(blocks)
     write_text(args.main_md, main_md)
     per_lang = pd.concat(per_lang_frames, ignore_index=True)

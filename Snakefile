@@ -31,6 +31,7 @@ rule all:
         rules.tabulate_cost.output,
         rules.plot_results.output,
         rules.typeset_tables.output,
+        rules.collect_submission.output,
         rules.tabulate_translation.output if grid.translation_stats_files(config) else [],
         rules.plot_translation.output if grid.translation_stats_files(config) else [],
     default_target: True

@@ -3,6 +3,8 @@ rule evaluate_target:
         unpack(evaluate_inputs),
     output:
         metrics="results/metrics/{setting}/{intermediate}/{target}/seed{seed}.json",
+        # the test predictions in the XTREME leaderboard layout (predictions.py)
+        predictions=directory("results/metrics/{setting}/{intermediate}/{target}/seed{seed}.predictions"),
     log:
         "logs/evaluate_target/{setting}/{intermediate}/{target}/seed{seed}.log",
     benchmark:
@@ -23,4 +25,5 @@ rule evaluate_target:
     shell:
         "python -m workflow_scripts.evaluate --target {wildcards.target} --model {params.models}"
         " --data {params.data} --settings {params.settings:q} --run {params.run:q}"
-        " --seed {wildcards.seed} --threads {threads} --output {output.metrics} > {log} 2>&1"
+        " --seed {wildcards.seed} --threads {threads} --output {output.metrics}"
+        " --predictions {output.predictions} > {log} 2>&1"

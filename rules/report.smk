@@ -79,3 +79,22 @@ rule typeset_tables:
     shell:
         "python -m workflow_scripts.latex --tables results/tables --settings {params.settings:q}"
         " --output results/tables/latex > {log} 2>&1"
+
+
+rule collect_submission:
+    input:
+        best=rules.aggregate_tables.output.best_csv,
+        predictions=lambda wildcards: list(grid.submission_predictions(config).values()),
+    output:
+        submission=directory("results/submission/xtreme"),
+    log:
+        "logs/collect_submission.log",
+    params:
+        runs=lambda wildcards: " ".join(f"{run}={path}" for run, path in grid.submission_predictions(config).items()),
+        targets=config["targets"],
+        code=module_digest("predictions"),
+    conda:
+        "../envs/data.yaml"
+    shell:
+        "python -m workflow_scripts.predictions --best {input.best} --targets {params.targets}"
+        " --predictions {params.runs} --output {output.submission} > {log} 2>&1"

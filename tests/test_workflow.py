@@ -3,6 +3,7 @@ then what a rerun does after each kind of edit, lint, the paper preset and the S
 
 from __future__ import annotations
 
+import csv
 import json
 import shutil
 import time
@@ -12,7 +13,7 @@ import pytest
 import yaml
 
 from conftest import copy_repo, paper_with_transfer_block, planned_jobs, snakemake
-from workflow_scripts import codehash, transfer
+from workflow_scripts import codehash, predictions, transfer
 from workflow_scripts.tasks import get_task
 
 RULE_MODULES = {  # the CLI module each rule runs
@@ -22,12 +23,14 @@ RULE_MODULES = {  # the CLI module each rule runs
     "tabulate_translation": "tables", "translate_test_data": "translate", "prepare_translator_to_english": "models",
     "score_translation_quality_to_english": "translate", "convert_translator": "translators", "tabulate_cost": "cost",
     "plot_results": "plots", "plot_translation": "plots", "typeset_tables": "latex",
+    "collect_submission": "predictions",
 }
 COST_TABLE = ("tabulate_cost", "results/tables/cost.md")  # follows the tables: it sums every job's record
-# What a change of any metric file reruns: the tables, the figures drawn from them, the cost table.
+# What a change of any metric file reruns: the tables, the figures and LaTeX drawn from them, the
+# submission (best models), the cost table.
 AFTER_METRICS = {("aggregate_tables", "results/tables/main.md"), COST_TABLE,
                  ("plot_results", "results/figures/main_deltas.png"), ("typeset_tables", "results/tables/latex/main.tex"),
-                 ("all", "")}
+                 ("collect_submission", "results/submission/xtreme"), ("all", "")}
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +124,7 @@ def test_demo_writes_tables_and_complete_metric_files(demo):
     # Every rule that does work left a benchmark record, and the cost table sums them.
     recorded = {p.relative_to(demo / "results/benchmarks").parts[0].removesuffix(".tsv")
                 for p in (demo / "results/benchmarks").rglob("*.tsv")}
-    assert set(RULE_MODULES) - {"tabulate_cost"} <= recorded
+    assert set(RULE_MODULES) - {"tabulate_cost", "collect_submission"} <= recorded  # both only copy or sum
     cost = (demo / "results/tables/cost.csv").read_text().splitlines()
     assert cost[0] == "rule,jobs,wall_h,mean_min_per_job,max_rss_gb,gpus_per_job,gpu_h,cpu_h"
     trainings = next(line for line in cost if line.startswith("train_target,")).split(",")
@@ -225,7 +228,7 @@ def test_editing_a_module_reruns_the_rules_that_import_it(demo, module):
     assert not rules & upstream
     if module == "tables":  # and what draws figures and LaTeX from the tables
         assert rules == {"aggregate_tables", "tabulate_translation", "tabulate_cost", "plot_results", "plot_translation",
-                         "typeset_tables"}
+                         "typeset_tables", "collect_submission"}
     if module in ("plots", "latex"):  # the figures or the LaTeX alone: nothing reads them
         assert rules == {"plot_results", "plot_translation"} if module == "plots" else {"typeset_tables"}
     assert planned_jobs(demo) == set(), "restoring the module restores the up-to-date state"
@@ -252,6 +255,55 @@ def test_report_holds_every_table_and_figure_with_its_caption(demo):
         assert "{" in first_words or first_words in page, f"caption {caption.name} is not in the report"
     assert "seeds: 1, 2, 3 (tables and figures show medians over them)" in page
     assert "the median over seeds 1, 2, 3" in page, "Jinja in the captions is rendered"
+
+
+def read_label(path: Path) -> list[str]:  # the official XTREME evaluate.py readers' rules
+    return [line.strip() for line in path.read_text().splitlines()]
+
+
+def read_tag(path: Path) -> list[list[str]]:
+    sentences = [block.split("\n") for block in path.read_text().split("\n\n")]
+    return [s for s in sentences if s != [""]]
+
+
+def test_submission_holds_every_test_example_of_the_best_models(demo):
+    from workflow_scripts.data import read_table
+
+    config = load_config(demo)
+    submission = demo / "results/submission/xtreme"
+    manifest = json.loads((submission / "manifest.json").read_text())
+    with (demo / "results/tables/best.csv").open() as f:
+        best = {r["target"]: (r["intermediate"], int(r["seed"])) for r in csv.DictReader(f)}
+    assert manifest["missing"] == []
+    for target in config["targets"]:
+        task = get_task(target)
+        folder = predictions.XTREME_TASK.get(target, target)
+        chosen = manifest["tasks"][folder]
+        if target in best:
+            assert (chosen["intermediate"], chosen["seed"]) == best[target], "the best models row's run"
+        test = read_table(demo / f"results/data/{target}/test.parquet", task.format).to_pylist()
+        for lang in config["tasks"][target]["languages"]:
+            rows = [r for r in test if r["lang"] == lang]
+            path = submission / folder / f"test-{lang}.{predictions.suffix(target)}"
+            if task.format == "classification":
+                labels = read_label(path)
+                assert len(labels) == len(rows) and set(labels) <= set(task.labels), path
+            elif task.format == "tagging":
+                tags = read_tag(path)
+                assert [len(t) for t in tags] == [len(r["tokens"]) for r in rows], path
+                assert {t for s in tags for t in s} <= set(task.labels)
+            elif task.format == "span":
+                answers = json.loads(path.read_text())
+                assert set(answers) == {r["id"].removesuffix(f"-{lang}") for r in rows}, path
+                assert all(isinstance(a, str) for a in answers.values())
+            elif task.format == "retrieval":
+                indices = [int(x) for x in read_label(path)]
+                assert len(indices) == len(rows) and all(0 <= i < len(rows) for i in indices), path
+            else:  # BUCC: mined pairs, each a source id and an English id of this language's test set
+                sources = {r["id"] for r in rows if r["side"] == "source"}
+                english = {r["id"] for r in rows if r["side"] == "en"}
+                pairs = [tuple(line.split("\t")) for line in read_label(path)]
+                assert all(len(p) == 2 and p[0] in sources and p[1] in english for p in pairs), path
 
 
 def test_lint_is_clean(demo):

@@ -30,8 +30,9 @@ from .features import Encoded, decode_spans, encode, merge_tags, sorted_batches,
 from .metrics import accuracy, mean, mlqa, seqeval_f1, seqeval_version, squad_v1, squad_v2
 from .models import MultiHeadModel, forward, load_encoder, load_tokenizer, make_head
 from .neighbours import EXACT
+from .predictions import write_predictions
 from .retrieval import (BUCC_DUPLICATES, LAYER_CONVENTION, choose_threshold, embed, expand_to_ids, margin_candidates, mined_pairs,
-                        prf, tatoeba_accuracy, unique_texts)
+                        prf, tatoeba_nearest, tatoeba_score, unique_texts)
 from .tasks import CLASSIFICATION, MULTIPLE_CHOICE, RETRIEVAL, SPAN, TAGGING, Task, get_task, primary_metric
 
 
@@ -57,34 +58,42 @@ def predict_logits(model, task: Task, encoded: Encoded, batch_size: int, pad_id:
 
 
 def score_rows(model, task: Task, tokenizer, rows: list[dict[str, Any]], opts: dict[str, Any], dev,
-               metric: str | None = None) -> dict[str, float]:
-    """Score one set of rows (one language of one split) with the task's metric."""
-    return score_encoded(model, task, encode(task, tokenizer, rows, opts, train=False), tokenizer.pad_token_id,
-                         opts, dev, metric)
+               metric: str | None = None) -> tuple[dict[str, float], Any]:
+    """(scores, predictions) of one set of rows (one language of one split), task's metric."""
+    return predict_and_score(model, task, encode(task, tokenizer, rows, opts, train=False), tokenizer.pad_token_id,
+                             opts, dev, metric)
 
 
 def score_encoded(model, task: Task, encoded: Encoded, pad_id: int, opts: dict[str, Any], dev,
                   metric: str | None = None) -> dict[str, float]:
     """score_rows on rows already encoded (training re-scores one dev subset many times)."""
+    return predict_and_score(model, task, encoded, pad_id, opts, dev, metric)[0]
+
+
+def predict_and_score(model, task: Task, encoded: Encoded, pad_id: int, opts: dict[str, Any], dev,
+                      metric: str | None = None) -> tuple[dict[str, float], Any]:
+    """(scores, predictions): label indices (classification), {id: answer} (QA), or tags per
+    sentence (tagging), in the rows' order."""
     metric = metric or task.metric
     rows = encoded.rows
     logits = predict_logits(model, task, encoded, int(opts["eval_batch_size"]), pad_id, dev)
     if task.format in (CLASSIFICATION, MULTIPLE_CHOICE):
-        return accuracy([int(l.argmax()) for l in logits], [r["label"] for r in rows])
+        labels = [int(l.argmax()) for l in logits]
+        return accuracy(labels, [r["label"] for r in rows]), labels
     if task.format == SPAN:
         preds = decode_spans(encoded, [l[:, 0] for l in logits], [l[:, 1] for l in logits], opts,
                              allow_null=(metric == "squad_v2"))
         golds = {r["id"]: list(r["answer_texts"]) for r in rows}
         if metric == "mlqa":  # translate-test rows keep their language label but hold English text
-            return mlqa(preds, golds, opts.get("text_language") or rows[0]["lang"])
-        return (squad_v2 if metric == "squad_v2" else squad_v1)(preds, golds)
+            return mlqa(preds, golds, opts.get("text_language") or rows[0]["lang"]), preds
+        return (squad_v2 if metric == "squad_v2" else squad_v1)(preds, golds), preds
     if task.format == TAGGING:
         pred_tags = merge_tags(encoded, logits, task.labels)
         gold_tags = [list(r["tags"]) for r in rows]
         if metric == "accuracy":  # CCG supertagging: per-word accuracy
             flat = [(p, g) for ps, gs in zip(pred_tags, gold_tags) for p, g in zip(ps, gs)]
-            return {"accuracy": 100.0 * sum(p == g for p, g in flat) / len(flat)}
-        return seqeval_f1(pred_tags, gold_tags)
+            return {"accuracy": 100.0 * sum(p == g for p, g in flat) / len(flat)}, pred_tags
+        return seqeval_f1(pred_tags, gold_tags), pred_tags
     raise InputError(f"task {task.name}: cannot score format {task.format}")
 
 
@@ -110,9 +119,9 @@ Sources = dict[str, list[tuple[str, list[str] | None]]]  # split -> (file, langu
 
 
 def evaluate_run(target: str, models: dict[str, Path], data: Sources, settings: dict[str, Any], seed: int,
-                 threads: int) -> dict[str, Any]:
+                 threads: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """Score every (split, language) of ``data`` with the model ``models`` maps the language
-    to (key "*": every language)."""
+    to (key "*": every language): (metric file content, test predictions per language)."""
     started = time.time()
     configure_torch(threads)
     seed_everything(seed)
@@ -138,11 +147,13 @@ def evaluate_run(target: str, models: dict[str, Path], data: Sources, settings: 
         raise InputError(f"--model names no model for languages {unassigned}")
     scores: dict[str, dict[str, dict[str, float]]] = {split: {} for split in splits}
     extra: dict[str, Any] = {}
+    predictions: dict[str, Any] = {}  # test predictions per language, for the leaderboard files
     opts = {**settings, "text_language": transfer.get("text_language")}
     if task.is_retrieval:
         (model_dir,) = set(model_of.values())
         encoder = load_encoder(model_dir).to(dev)
-        scores, extra = evaluate_retrieval(task, encoder, load_tokenizer(model_dir), splits, settings, dev, seed)
+        scores, extra, predictions = evaluate_retrieval(task, encoder, load_tokenizer(model_dir), splits, settings,
+                                                        dev, seed)
     else:
         selections = {}
         for model_dir in sorted(set(model_of.values())):
@@ -151,7 +162,9 @@ def evaluate_run(target: str, models: dict[str, Path], data: Sources, settings: 
             for split, by_lang in splits.items():
                 for lang, rows in by_lang.items():
                     if model_of[lang] == model_dir:
-                        scores[split][lang] = score_rows(model, task, tokenizer, rows, opts, dev)
+                        scores[split][lang], found = score_rows(model, task, tokenizer, rows, opts, dev)
+                        if split == "test":
+                            predictions[lang] = found
             del model
         # Which model (and so which training and selection data) scored each language.
         extra["models"] = {lang: {"path": str(m), "selection": selections[str(m)],
@@ -175,7 +188,7 @@ def evaluate_run(target: str, models: dict[str, Path], data: Sources, settings: 
         "seqeval_version": seqeval_version(),
         "versions": {p: version(p) for p in ("torch", "transformers", "seqeval", "faiss-cpu", "numpy")},
         "wall_time_s": round(time.time() - started, 3), **extra,
-    }
+    }, {lang: predictions[lang] for lang in languages if lang in predictions}
 
 
 def _load_target_model(task: Task, model_dir: Path, dev):
@@ -209,9 +222,10 @@ def parse_data(items: list[str]) -> Sources:
 
 
 def evaluate_retrieval(task: Task, encoder, tokenizer, splits: dict[str, dict[str, list[dict[str, Any]]]],
-                       settings: dict[str, Any], dev, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
+                       settings: dict[str, Any], dev, seed: int) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """Tatoeba: 1-NN accuracy per language. BUCC: margin mining; the threshold is chosen on
-    each language's dev gold and applied to its test candidates."""
+    each language's dev gold and applied to its test candidates. Also returns the test
+    predictions: Tatoeba's nearest foreign index per English sentence, BUCC's mined pairs."""
     ret = settings["retrieval"]
     args = (ret["layer"], ret["pooling"], int(settings["eval_batch_size"]), int(settings["max_length"]), dev)
     # Exact search unless the config names a faiss index; the metric file says which.
@@ -221,13 +235,17 @@ def evaluate_retrieval(task: Task, encoder, tokenizer, splits: dict[str, dict[st
     if search["index"] != EXACT:
         extra["retrieval"]["nprobe"] = search["nprobe"]
     scores: dict[str, dict[str, dict[str, float]]] = {split: {} for split in splits}
+    predictions: dict[str, Any] = {}
     if task.format == RETRIEVAL:
         for split, by_lang in splits.items():
             for lang, rows in by_lang.items():
                 foreign = embed(encoder, tokenizer, [r["source"] for r in rows], *args)
                 english = embed(encoder, tokenizer, [r["target"] for r in rows], *args)
-                scores[split][lang] = tatoeba_accuracy(foreign, english, **search)
-        return scores, extra
+                nearest = tatoeba_nearest(foreign, english, **search)
+                scores[split][lang] = tatoeba_score(nearest)
+                if split == "test":
+                    predictions[lang] = nearest.tolist()
+        return scores, extra, predictions
     k = int(ret.get("bucc_k", 4))
     duplicates = ret.get("bucc_duplicates", "drop")
     candidates: dict[str, dict[str, Any]] = {split: {} for split in splits}
@@ -249,12 +267,15 @@ def evaluate_retrieval(task: Task, encoder, tokenizer, splits: dict[str, dict[st
         thresholds[lang] = choose_threshold(dev_cands, dev_gold)
         for split in splits:
             cands, gold = candidates[split][lang]
-            scores[split][lang] = prf(mined_pairs(cands, thresholds[lang]), gold)
+            mined = mined_pairs(cands, thresholds[lang])
+            scores[split][lang] = prf(mined, gold)
+            if split == "test":
+                predictions[lang] = sorted(mined)
     # Every BUCC metric file states the duplicate convention and how many sentences it touched.
     extra["retrieval"].update({"bucc_k": k, "thresholds_from_dev": thresholds, "bucc_duplicates": duplicates,
                                "bucc_duplicates_convention": BUCC_DUPLICATES[duplicates],
                                "bucc_repeated_sentences": repeated})
-    return scores, extra
+    return scores, extra, predictions
 
 
 def _load_heads(model_dir: Path):
@@ -278,13 +299,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--run", default="{}", help="JSON identifying the run (config name, ...)")
     ap.add_argument("--output", required=True)
+    ap.add_argument("--predictions", type=Path, help="folder for the test predictions in the XTREME leaderboard layout")
     args = ap.parse_args(argv)
     try:
-        result = evaluate_run(args.target, parse_models(args.model), parse_data(args.data),
-                              load_settings(args.settings), args.seed, args.threads)
+        result, predictions = evaluate_run(args.target, parse_models(args.model), parse_data(args.data),
+                                           load_settings(args.settings), args.seed, args.threads)
         result["run"] = json.loads(args.run)
     except InputError as err:
         raise SystemExit(f"error: {err}") from None
+    if args.predictions:  # first: the metric file is what marks the run complete
+        write_predictions(args.target, predictions, args.predictions)
     write_json(args.output, result)
     LOG.info("%s: %s", args.output, json.dumps(result["average"]))
 

@@ -269,6 +269,16 @@ def metric_files(config: dict[str, Any]) -> list[str]:
             for name in plan.intermediate for seed in plan.seeds]
 
 
+def submission_predictions(config: dict[str, Any]) -> dict[str, str]:
+    """"<config>/<target>/seed<N>" -> prediction folder, for every run of the baseline setting
+    (the best models of the main table are chosen among them)."""
+    baseline = transfer.baseline_setting(config)
+    return {f"{name}/{plan.target}/seed{seed}": metric_file(plan.setting, name, plan.target, seed)
+            .removesuffix(".json") + ".predictions"
+            for plan in transfer.plans(config) if plan.setting == baseline
+            for name in plan.intermediate for seed in plan.seeds}
+
+
 # ----- settings ---------------------------------------------------------------------------
 
 

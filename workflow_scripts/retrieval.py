@@ -45,17 +45,23 @@ def embed(model, tokenizer, sentences: Sequence[str], layer: int, pooling: str, 
     return out
 
 
-def tatoeba_accuracy(foreign: np.ndarray, english: np.ndarray, **search: Any) -> dict[str, Any]:
-    """For each English sentence, is its nearest foreign sentence (cosine) its translation?
-
-    Row i of both matrices is one gold pair; as in the XTREME scorer, only the gold index
-    counts as correct.
-    """
+def tatoeba_nearest(foreign: np.ndarray, english: np.ndarray, **search: Any) -> np.ndarray:
+    """For each English sentence, the index of its nearest foreign sentence (cosine), as the
+    XTREME scorer searches (the foreign side is the index, English the queries)."""
     if foreign.shape != english.shape or len(english) == 0:
         raise InputError(f"tatoeba needs equally many non-empty pairs, got {foreign.shape} and {english.shape}")
     _, nearest = knn(l2_normalize(english), l2_normalize(foreign), 1, **search)
-    hits = nearest[:, 0] == np.arange(len(english))
-    return {"accuracy": 100.0 * float(hits.mean())}
+    return nearest[:, 0]
+
+
+def tatoeba_score(nearest: np.ndarray) -> dict[str, float]:
+    """Row i of both sides is one gold pair; as in the XTREME scorer, only the gold index counts."""
+    return {"accuracy": 100.0 * float((nearest == np.arange(len(nearest))).mean())}
+
+
+def tatoeba_accuracy(foreign: np.ndarray, english: np.ndarray, **search: Any) -> dict[str, Any]:
+    """For each English sentence, is its nearest foreign sentence (cosine) its translation?"""
+    return tatoeba_score(tatoeba_nearest(foreign, english, **search))
 
 
 # ----- BUCC 2018 bitext mining -------------------------------------------------------------

@@ -245,10 +245,9 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
     eval_every = int(settings["eval_every"])
     meter = StepMeter(dev)
     best = {"score": -math.inf, "step": 0, "scores": {}}
-    # Without a checkpoint directory the best weights live in a scratch directory beside the output.
-    output.parent.mkdir(parents=True, exist_ok=True)
-    scratch = None if checkpoint_dir else Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".best",
-                                                                dir=output.parent))
+    # Without a checkpoint directory the best weights live in a scratch directory under $TMPDIR
+    # (node-local on clusters; a killed process's leftovers are the system's to clean).
+    scratch = None if checkpoint_dir else Path(tempfile.mkdtemp(prefix="xstilts-best-weights-"))
     best_weights = BestWeights(checkpoint_dir / "best" if checkpoint_dir else scratch)
     history, bad_evals, start, elapsed, train_seconds = [], 0, 0, 0.0, 0.0
 

@@ -1,0 +1,95 @@
+"""Prediction files in the XTREME leaderboard layout, read back with the rules of the
+official evaluate.py (google-research/xtreme): one label per line; tags one per line with a
+blank line after each sentence; QA a JSON object {question id: answer}; BUCC one
+tab-separated pair per line; Tatoeba one index per line."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from workflow_scripts import predictions
+from workflow_scripts.common import InputError
+
+
+def read_label(path):  # the official reader of classification, BUCC and Tatoeba files
+    with open(path) as f:
+        return [line.strip() for line in f]
+
+
+def read_tag(path):  # the official reader of tagging files
+    sentences, current = [], []
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line:
+                current.append(line)
+            else:
+                sentences.append(current)
+                current = []
+    if current:
+        sentences.append(current)
+    return sentences
+
+
+def test_classification_labels_are_spelled_as_in_the_label_files(tmp_path):
+    predictions.write_predictions("xnli", {"de": [0, 2, 1]}, tmp_path / "xnli")
+    assert read_label(tmp_path / "xnli/test-de.tsv") == ["entailment", "contradiction", "neutral"]
+    predictions.write_predictions("pawsx", {"fr": [1, 0]}, tmp_path / "pawsx")
+    assert read_label(tmp_path / "pawsx/test-fr.tsv") == ["1", "0"]
+
+
+def test_tags_one_per_line_and_a_blank_line_after_each_sentence(tmp_path):
+    tags = [["PROPN", "VERB", "PUNCT"], ["NOUN"], ["DET", "NOUN"]]
+    predictions.write_predictions("udpos", {"en": tags}, tmp_path / "udpos")
+    assert read_tag(tmp_path / "udpos/test-en.tsv") == tags
+    assert (tmp_path / "udpos/test-en.tsv").read_text().endswith("NOUN\n\n")
+
+
+def test_qa_answers_keyed_by_the_dataset_ids(tmp_path):
+    predictions.write_predictions("xquad", {"de": {"56be4db0acb8001400a502ec-de": "Denver Broncos", "q2-de": ""}},
+                                  tmp_path / "xquad")
+    assert json.loads((tmp_path / "xquad/test-de.json").read_text()) == {"56be4db0acb8001400a502ec": "Denver Broncos",
+                                                                          "q2": ""}
+    predictions.write_predictions("tydiqa", {"sw": {"swahili-123-0": "Nairobi"}}, tmp_path / "tydiqa")
+    assert json.loads((tmp_path / "tydiqa/test-sw.json").read_text()) == {"swahili-123-0": "Nairobi"}
+
+
+def test_retrieval_files(tmp_path):
+    predictions.write_predictions("bucc", {"de": [("de-000000004", "en-000000075"), ("de-1", "en-2")]},
+                                  tmp_path / "bucc")
+    assert [tuple(l.split("\t")) for l in read_label(tmp_path / "bucc/test-de.tsv")] == \
+        [("de-000000004", "en-000000075"), ("de-1", "en-2")]
+    predictions.write_predictions("tatoeba", {"sw": [3, 0, 1]}, tmp_path / "tatoeba")
+    assert read_label(tmp_path / "tatoeba/test-sw.tsv") == ["3", "0", "1"]
+
+
+def test_collect_takes_the_best_run_per_target_and_names_it(tmp_path):
+    runs = {}
+    for config, seed in (("none", 1), ("mnli", 2), ("mnli", 1)):
+        for target, value in (("xnli", [0]), ("bucc", [("de-1", "en-1")]), ("tatoeba", [seed])):
+            folder = tmp_path / "metrics" / config / target / f"seed{seed}.predictions"
+            predictions.write_predictions(target, {"de": value}, folder)
+            runs[f"{config}/{target}/seed{seed}"] = folder
+    best = tmp_path / "best.csv"
+    pd.DataFrame([("xnli", "mnli", 2, "accuracy", 70.0), ("bucc", "mnli", 1, "f1", 40.0)],
+                 columns=["target", "intermediate", "seed", "metric", "value"]).to_csv(best, index=False)
+    manifest = predictions.collect(best, ["xnli", "bucc", "tatoeba", "xquad"], runs, tmp_path / "submission")
+    out = tmp_path / "submission"
+    assert sorted(p.name for p in out.iterdir()) == ["bucc2018", "manifest.json", "tatoeba", "xnli"]
+    assert manifest["tasks"]["xnli"]["source"] == str(runs["mnli/xnli/seed2"])
+    assert manifest["tasks"]["tatoeba"]["seed"] == 1 and "best model for bucc" in manifest["tasks"]["tatoeba"]["chosen_by"]
+    assert read_label(out / "tatoeba/test-de.tsv") == ["1"]
+    assert manifest["missing"] == ["xquad"]
+    assert json.loads((out / "manifest.json").read_text()) == manifest
+
+
+def test_collect_refuses_a_best_run_without_predictions(tmp_path):
+    best = tmp_path / "best.csv"
+    pd.DataFrame([("xnli", "mnli", 2, "accuracy", 70.0)],
+                 columns=["target", "intermediate", "seed", "metric", "value"]).to_csv(best, index=False)
+    with pytest.raises(InputError, match="no prediction folder for the best xnli run mnli/xnli/seed2"):
+        predictions.collect(best, ["xnli"], {}, tmp_path / "submission")
+    assert not (tmp_path / "submission").exists(), "nothing half-written"

@@ -1,0 +1,122 @@
+"""Test predictions in the layout the XTREME leaderboard takes (its ``evaluate.py`` reads a
+folder ``<task>/test-<lang>.<ext>``):
+
+- classification (XNLI, PAWS-X): ``.tsv``, one label per line, in the test set's order,
+  spelled as in XTREME's label files (XNLI label names, PAWS-X ``0``/``1``);
+- tagging (UD-POS, PAN-X): ``.tsv``, one tag per word per line, a blank line after each
+  sentence;
+- QA (XQuAD, MLQA, TyDiQA-GoldP): ``.json``, ``{question id: answer text}``;
+- BUCC: ``.tsv``, one mined pair ``<source id>\\t<English id>`` per line;
+- Tatoeba: ``.tsv``, per English sentence the index of the retrieved sentence, one per line.
+
+Evaluation writes one such folder per run next to its metric file (``seed<N>.predictions/``);
+``collect`` copies the best models' folders into one submission (``results/submission/``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from .common import LOG, InputError, atomic_path, read_result_table, setup_logging, write_json
+from .tasks import CLASSIFICATION, MINING, MULTIPLE_CHOICE, RETRIEVAL, SPAN, TAGGING, get_task
+
+XTREME_TASK = {"bucc": "bucc2018"}  # our target name -> the leaderboard's folder name
+NUMERIC_LABELS = {"pawsx"}  # label files hold the class index, not its name
+# Our loaders append "-<lang>" to XQuAD and MLQA question ids (loaders/spans.py: one id per
+# language in a multilingual file); the leaderboard keys answers by the dataset's own ids.
+LANGUAGE_SUFFIXED_IDS = {"xquad", "mlqa"}
+
+
+def suffix(target: str) -> str:
+    return "json" if get_task(target).format == SPAN else "tsv"
+
+
+def render(target: str, predicted: Any, lang: str) -> str:
+    """One language's predictions as the leaderboard file's text."""
+    task = get_task(target)
+    if task.format in (CLASSIFICATION, MULTIPLE_CHOICE):
+        names = [str(i) for i in range(task.num_labels)] if target in NUMERIC_LABELS or not task.labels \
+            else list(task.labels)
+        return "".join(f"{names[int(i)]}\n" for i in predicted)
+    if task.format == TAGGING:
+        return "".join("".join(f"{tag}\n" for tag in sentence) + "\n" for sentence in predicted)
+    if task.format == SPAN:
+        answers = {qid.removesuffix(f"-{lang}") if target in LANGUAGE_SUFFIXED_IDS else qid: text
+                   for qid, text in predicted.items()}
+        return json.dumps(answers, ensure_ascii=False, indent=1) + "\n"
+    if task.format == MINING:
+        return "".join(f"{src}\t{eng}\n" for src, eng in predicted)
+    if task.format == RETRIEVAL:
+        return "".join(f"{int(i)}\n" for i in predicted)
+    raise InputError(f"task {target}: no leaderboard format for {task.format}")
+
+
+def write_predictions(target: str, by_language: dict[str, Any], directory: Path) -> None:
+    """``directory/test-<lang>.<ext>`` per language, the whole folder replaced atomically."""
+    with atomic_path(directory) as tmp:
+        tmp.mkdir()
+        for lang, predicted in by_language.items():
+            (tmp / f"test-{lang}.{suffix(target)}").write_text(render(target, predicted, lang), encoding="utf-8")
+
+
+def collect(best_csv: Path, targets: list[str], predictions_of: dict[str, Path], output: Path) -> dict[str, Any]:
+    """Copy the best model's prediction folder of each target into ``output/<task>/``.
+
+    ``predictions_of`` maps "<config>/<target>/seed<N>" to that run's folder. A target
+    without a dev split (Tatoeba) has no best model of its own: it takes the one chosen for
+    another retrieval target with a dev split (BUCC: same kind of task, same encoder use);
+    the manifest says so. Returns the manifest."""
+    best = read_result_table(best_csv)
+    chosen: dict[str, dict[str, Any]] = {}
+    for target in targets:
+        rows = best[best["target"] == target]
+        if not rows.empty:
+            chosen[target] = {"intermediate": rows["intermediate"].iloc[0], "seed": int(rows["seed"].iloc[0]),
+                              "chosen_by": "best median dev score, then best seed by dev score"}
+    retrieval = [t for t in targets if get_task(t).format in (MINING, RETRIEVAL)]
+    for target in targets:
+        if target not in chosen and target in retrieval:
+            donor = next((t for t in retrieval if t in chosen), None)
+            if donor is not None:
+                chosen[target] = {**chosen[donor], "chosen_by": f"{target} has no dev split: the best model for {donor}"}
+    manifest = {"layout": "XTREME leaderboard (<task>/test-<lang>.<ext>)", "tasks": {}, "missing": []}
+    with atomic_path(output) as tmp:
+        tmp.mkdir()
+        for target in targets:
+            if target not in chosen:
+                manifest["missing"].append(target)
+                continue
+            key = f"{chosen[target]['intermediate']}/{target}/seed{chosen[target]['seed']}"
+            if key not in predictions_of:
+                raise InputError(f"no prediction folder for the best {target} run {key}")
+            source = predictions_of[key]
+            folder = XTREME_TASK.get(target, target)
+            shutil.copytree(source, tmp / folder)
+            manifest["tasks"][folder] = {**chosen[target], "target": target, "source": str(source),
+                                         "files": sorted(p.name for p in (tmp / folder).iterdir())}
+        write_json(tmp / "manifest.json", manifest)
+    LOG.info("submission: %s (missing: %s)", sorted(manifest["tasks"]), manifest["missing"] or "none")
+    return manifest
+
+
+def main(argv: list[str] | None = None) -> None:
+    setup_logging()
+    ap = argparse.ArgumentParser(description="Collect the best models' test predictions into one submission.")
+    ap.add_argument("--best", required=True, type=Path, help="best.csv from aggregate_tables")
+    ap.add_argument("--targets", nargs="+", required=True)
+    ap.add_argument("--predictions", nargs="+", required=True, help="RUN=DIR, RUN = <config>/<target>/seed<N>")
+    ap.add_argument("--output", required=True, type=Path)
+    args = ap.parse_args(argv)
+    try:
+        runs = dict(item.split("=", 1) for item in args.predictions)
+        collect(args.best, args.targets, {k: Path(v) for k, v in runs.items()}, args.output)
+    except (InputError, ValueError) as err:
+        raise SystemExit(f"error: {err}") from None
+
+
+if __name__ == "__main__":
+    main()

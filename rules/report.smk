@@ -1,5 +1,6 @@
-# Figures of the finished grid, and the captions `snakemake --report report.html` shows with
-# them and with the tables (categories: Results, Transfer settings, Translation, Cost).
+# What is built from the finished grid: figures, LaTeX tables, the leaderboard submission and
+# the cost table; the captions `snakemake --report report.html` shows with them and with the
+# tables (categories: Results, Transfer settings, Translation, Cost).
 
 
 rule plot_results:
@@ -98,3 +99,33 @@ rule collect_submission:
     shell:
         "python -m workflow_scripts.predictions --best {input.best} --targets {params.targets}"
         " --predictions {params.runs} --output {output.submission} > {log} 2>&1"
+
+
+rule tabulate_cost:
+    input:
+        # Runs last: every job that writes a benchmark record has finished.
+        tables=rules.aggregate_tables.output.main_csv,
+        translation=lambda wildcards: rules.tabulate_translation.output.csv if grid.translation_stats_files(config) else [],
+        figures=rules.plot_results.output.main_png,
+        latex=rules.typeset_tables.output.main,
+        translation_figure=lambda wildcards: rules.plot_translation.output.png
+        if grid.translation_stats_files(config)
+        else [],
+    output:
+        md="results/tables/cost.md",
+        csv=report(
+            "results/tables/cost.csv",
+            caption="../report/cost_table.rst",
+            category="Cost",
+            labels={"table": "cost per rule"},
+        ),
+    log:
+        "logs/tabulate_cost.log",
+    params:
+        resources=lambda wildcards: canonical_json(rule_resources()),
+        code=module_digest("cost"),
+    conda:
+        "../envs/data.yaml"
+    shell:
+        "python -m workflow_scripts.cost measured --benchmarks results/benchmarks --resources {params.resources:q}"
+        " --md {output.md} --csv {output.csv} > {log} 2>&1"

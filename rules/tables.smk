@@ -72,28 +72,3 @@ rule aggregate_tables:
         " --runs-csv {output.runs_csv} --settings-md {output.settings_md} --settings-csv {output.settings_csv}"
         " --source-md {output.source_md} --source-csv {output.source_csv}"
         " --significance-csv {output.significance_csv} > {log} 2>&1"
-
-
-rule tabulate_cost:
-    input:
-        # Runs last: every job that writes a benchmark record has finished.
-        tables=rules.aggregate_tables.output.main_csv,
-        translation=lambda wildcards: rules.tabulate_translation.output.csv if grid.translation_stats_files(config) else [],
-    output:
-        md="results/tables/cost.md",
-        csv=report(
-            "results/tables/cost.csv",
-            caption="../report/cost_table.rst",
-            category="Cost",
-            labels={"table": "cost per rule"},
-        ),
-    log:
-        "logs/tabulate_cost.log",
-    params:
-        resources=lambda wildcards: canonical_json(rule_resources()),
-        code=module_digest("cost"),
-    conda:
-        "../envs/data.yaml"
-    shell:
-        "python -m workflow_scripts.cost measured --benchmarks results/benchmarks --resources {params.resources:q}"
-        " --md {output.md} --csv {output.csv} > {log} 2>&1"

@@ -141,3 +141,28 @@ def paper_with_transfer_block(repo: Path) -> Path:
     path = repo / "paper_transfer.yaml"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+# The rules of the official XTREME evaluate.py readers (google-research/xtreme), for checking
+# leaderboard prediction files.
+def read_label_file(path) -> list[str]:
+    """Classification, BUCC and Tatoeba files: one entry per line."""
+    with open(path) as f:
+        return [line.strip() for line in f]
+
+
+def read_tag_file(path) -> list[list[str]]:
+    """Tagging files: one tag per line, a blank line ends a sentence."""
+    sentences, current = [], []
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line:
+                current.append(line)
+            else:
+                sentences.append(current)
+                current = []
+    if current:
+        sentences.append(current)
+    return sentences
+

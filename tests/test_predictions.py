@@ -10,41 +10,22 @@ import json
 import pandas as pd
 import pytest
 
+from conftest import read_label_file, read_tag_file
 from workflow_scripts import predictions
 from workflow_scripts.common import InputError
 
 
-def read_label(path):  # the official reader of classification, BUCC and Tatoeba files
-    with open(path) as f:
-        return [line.strip() for line in f]
-
-
-def read_tag(path):  # the official reader of tagging files
-    sentences, current = [], []
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if line:
-                current.append(line)
-            else:
-                sentences.append(current)
-                current = []
-    if current:
-        sentences.append(current)
-    return sentences
-
-
 def test_classification_labels_are_spelled_as_in_the_label_files(tmp_path):
     predictions.write_predictions("xnli", {"de": [0, 2, 1]}, tmp_path / "xnli")
-    assert read_label(tmp_path / "xnli/test-de.tsv") == ["entailment", "contradiction", "neutral"]
+    assert read_label_file(tmp_path / "xnli/test-de.tsv") == ["entailment", "contradiction", "neutral"]
     predictions.write_predictions("pawsx", {"fr": [1, 0]}, tmp_path / "pawsx")
-    assert read_label(tmp_path / "pawsx/test-fr.tsv") == ["1", "0"]
+    assert read_label_file(tmp_path / "pawsx/test-fr.tsv") == ["1", "0"]
 
 
 def test_tags_one_per_line_and_a_blank_line_after_each_sentence(tmp_path):
     tags = [["PROPN", "VERB", "PUNCT"], ["NOUN"], ["DET", "NOUN"]]
     predictions.write_predictions("udpos", {"en": tags}, tmp_path / "udpos")
-    assert read_tag(tmp_path / "udpos/test-en.tsv") == tags
+    assert read_tag_file(tmp_path / "udpos/test-en.tsv") == tags
     assert (tmp_path / "udpos/test-en.tsv").read_text().endswith("NOUN\n\n")
 
 
@@ -60,10 +41,10 @@ def test_qa_answers_keyed_by_the_dataset_ids(tmp_path):
 def test_retrieval_files(tmp_path):
     predictions.write_predictions("bucc", {"de": [("de-000000004", "en-000000075"), ("de-1", "en-2")]},
                                   tmp_path / "bucc")
-    assert [tuple(l.split("\t")) for l in read_label(tmp_path / "bucc/test-de.tsv")] == \
+    assert [tuple(l.split("\t")) for l in read_label_file(tmp_path / "bucc/test-de.tsv")] == \
         [("de-000000004", "en-000000075"), ("de-1", "en-2")]
     predictions.write_predictions("tatoeba", {"sw": [3, 0, 1]}, tmp_path / "tatoeba")
-    assert read_label(tmp_path / "tatoeba/test-sw.tsv") == ["3", "0", "1"]
+    assert read_label_file(tmp_path / "tatoeba/test-sw.tsv") == ["3", "0", "1"]
 
 
 def test_collect_takes_the_best_run_per_target_and_names_it(tmp_path):
@@ -81,7 +62,7 @@ def test_collect_takes_the_best_run_per_target_and_names_it(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["bucc2018", "manifest.json", "tatoeba", "xnli"]
     assert manifest["tasks"]["xnli"]["source"] == str(runs["mnli/xnli/seed2"])
     assert manifest["tasks"]["tatoeba"]["seed"] == 1 and "best model for bucc" in manifest["tasks"]["tatoeba"]["chosen_by"]
-    assert read_label(out / "tatoeba/test-de.tsv") == ["1"]
+    assert read_label_file(out / "tatoeba/test-de.tsv") == ["1"]
     assert manifest["missing"] == ["xquad"]
     assert json.loads((out / "manifest.json").read_text()) == manifest
 

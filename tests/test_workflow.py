@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import copy_repo, paper_with_transfer_block, planned_jobs, snakemake
+from conftest import copy_repo, paper_with_transfer_block, planned_jobs, read_label_file, read_tag_file, snakemake
 from workflow_scripts import codehash, predictions, transfer
 from workflow_scripts.tasks import get_task
 
@@ -257,15 +257,6 @@ def test_report_holds_every_table_and_figure_with_its_caption(demo):
     assert "the median over seeds 1, 2, 3" in page, "Jinja in the captions is rendered"
 
 
-def read_label(path: Path) -> list[str]:  # the official XTREME evaluate.py readers' rules
-    return [line.strip() for line in path.read_text().splitlines()]
-
-
-def read_tag(path: Path) -> list[list[str]]:
-    sentences = [block.split("\n") for block in path.read_text().split("\n\n")]
-    return [s for s in sentences if s != [""]]
-
-
 def test_submission_holds_every_test_example_of_the_best_models(demo):
     from workflow_scripts.data import read_table
 
@@ -286,10 +277,10 @@ def test_submission_holds_every_test_example_of_the_best_models(demo):
             rows = [r for r in test if r["lang"] == lang]
             path = submission / folder / f"test-{lang}.{predictions.suffix(target)}"
             if task.format == "classification":
-                labels = read_label(path)
+                labels = read_label_file(path)
                 assert len(labels) == len(rows) and set(labels) <= set(task.labels), path
             elif task.format == "tagging":
-                tags = read_tag(path)
+                tags = read_tag_file(path)
                 assert [len(t) for t in tags] == [len(r["tokens"]) for r in rows], path
                 assert {t for s in tags for t in s} <= set(task.labels)
             elif task.format == "span":
@@ -297,12 +288,12 @@ def test_submission_holds_every_test_example_of_the_best_models(demo):
                 assert set(answers) == {r["id"].removesuffix(f"-{lang}") for r in rows}, path
                 assert all(isinstance(a, str) for a in answers.values())
             elif task.format == "retrieval":
-                indices = [int(x) for x in read_label(path)]
+                indices = [int(x) for x in read_label_file(path)]
                 assert len(indices) == len(rows) and all(0 <= i < len(rows) for i in indices), path
             else:  # BUCC: mined pairs, each a source id and an English id of this language's test set
                 sources = {r["id"] for r in rows if r["side"] == "source"}
                 english = {r["id"] for r in rows if r["side"] == "en"}
-                pairs = [tuple(line.split("\t")) for line in read_label(path)]
+                pairs = [tuple(line.split("\t")) for line in read_label_file(path)]
                 assert all(len(p) == 2 and p[0] in sources and p[1] in english for p in pairs), path
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import InputError, load_settings, read_result_table, setup_logging
-from .tables import _metrics_shown, write_text
+from .tables import metrics_shown, write_text
 from .transfer import ZERO_SHOT
 
 _SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
@@ -85,7 +85,7 @@ def main_tex(main, significance, settings: dict[str, Any]) -> str:
         raise InputError(f"main.csv: no row for the baseline config {baseline!r} in setting {setting}")
     groups, header, keys = [], ["Intermediate task"], []
     for target in settings["targets"]:
-        metrics = _metrics_shown(target)
+        metrics = metrics_shown(target)
         groups.append([f"{target}.{m}" for m in metrics] if len(metrics) > 1 else [target])
         header.append(escape(target) + (" (F1 / EM)" if len(metrics) > 1 else ""))
         keys.append(target)

@@ -69,7 +69,7 @@ def of_setting(runs, setting: str):
     return runs[runs["setting"] == setting].drop(columns="setting")
 
 
-def _metrics_shown(target: str) -> tuple[str, ...]:
+def metrics_shown(target: str) -> tuple[str, ...]:
     metric = get_task(target).metric
     return QA_METRICS if metric in ("squad_v1", "squad_v2", "mlqa") else (primary_metric(metric),)
 
@@ -88,14 +88,14 @@ def main_table(runs, settings: dict[str, Any]):
     configs, targets, baseline = settings["intermediate"], settings["targets"], settings["baseline"]
     absolute = pd.DataFrame(index=configs, dtype=float)
     for target in targets:
-        for metric in _metrics_shown(target):
-            col = f"{target}.{metric}" if len(_metrics_shown(target)) > 1 else target
+        for metric in metrics_shown(target):
+            col = f"{target}.{metric}" if len(metrics_shown(target)) > 1 else target
             absolute[col] = [med.get((c, target, "avg", metric), float("nan")) for c in configs]
     task_scores = pd.DataFrame(index=configs, dtype=float)
     for target in targets:
         metric = get_task(target).metric
         task_scores[target] = [
-            qa_answer_score(metric, {m: med.get((c, target, "avg", m), float("nan")) for m in _metrics_shown(target)})
+            qa_answer_score(metric, {m: med.get((c, target, "avg", m), float("nan")) for m in metrics_shown(target)})
             for c in configs]
     absolute["avg"] = task_scores.mean(axis=1, skipna=False)
     shown = absolute.copy()
@@ -130,7 +130,7 @@ def best_models(runs, settings: dict[str, Any]):
         best_seed = per_run.loc[best_config].idxmax()
         test = sub[(sub["split"] == "test") & (sub["language"] == "avg") & (sub["intermediate"] == best_config)
                    & (sub["seed"] == best_seed)]
-        for metric in _metrics_shown(target):
+        for metric in metrics_shown(target):
             value = test.loc[test["metric"] == metric, "value"]
             rows.append((target, best_config, int(best_seed), metric, float(value.iloc[0])))
     return pd.DataFrame.from_records(rows, columns=["target", "intermediate", "seed", "metric", "value"])
@@ -159,7 +159,7 @@ def render_main(shown, settings: dict[str, Any], best=None, marks: set[tuple[str
         sign = "" if c == baseline or baseline is None else "+"
         cells = []
         for target in settings["targets"]:
-            metrics = _metrics_shown(target)
+            metrics = metrics_shown(target)
             cols = [f"{target}.{m}" for m in metrics] if len(metrics) > 1 else [target]
             cells.append(" / ".join(_fmt(shown.loc[c, col], decimals, sign) for col in cols)
                          + (f" {significance.MARKER}" if (c, target) in marks else ""))
@@ -192,7 +192,7 @@ def per_language(runs, settings: dict[str, Any]) -> tuple[str, Any]:
     decimals = int(settings["decimals"])
     parts, frames = [], []
     for target in settings["targets"]:
-        metric = _metrics_shown(target)[0]
+        metric = metrics_shown(target)[0]
         sub = med.xs((target, metric), level=("target", "metric")).unstack("language")
         langs = [l for l in sub.columns if l != "avg"] + ["avg"]
         sub = sub.reindex(index=[c for c in settings["intermediate"] if c in sub.index], columns=langs)
@@ -235,7 +235,7 @@ def translated_table(runs, settings: dict[str, Any]) -> tuple[str, Any]:
                     continue
                 cells = []
                 for target in targets:
-                    metrics = _metrics_shown(target)
+                    metrics = metrics_shown(target)
                     values = [med.get((config, target, lang, m), float("nan")) for m in metrics]
                     records += [(lang, config, data, target, m, v) for m, v in zip(metrics, values)]
                     cells.append(" / ".join(_fmt(v, decimals, "") for v in values))
@@ -286,7 +286,7 @@ def _score_over(runs, target: str, languages: list[str]) -> dict[str, float]:
     setting and config), per metric shown; NaN where a run lacks one of the languages."""
     test = runs[(runs["target"] == target) & (runs["split"] == "test") & runs["language"].isin(languages)]
     out = {}
-    for metric in _metrics_shown(target):
+    for metric in metrics_shown(target):
         per_run = test[test["metric"] == metric].groupby("seed")["value"].agg(["mean", "count"])
         complete = per_run[per_run["count"] == len(languages)]["mean"]
         out[metric] = float(complete.median()) if len(complete) == len(per_run) and len(per_run) else float("nan")

@@ -58,8 +58,14 @@ def predict_logits(model, task: Task, encoded: Encoded, batch_size: int, pad_id:
 
 
 def score_rows(model, task: Task, tokenizer, rows: list[dict[str, Any]], opts: dict[str, Any], dev,
-               metric: str | None = None) -> tuple[dict[str, float], Any]:
-    """(scores, predictions) of one set of rows (one language of one split), task's metric."""
+               metric: str | None = None) -> dict[str, float]:
+    """Score one set of rows (one language of one split) with the task's metric."""
+    return predict_and_score_rows(model, task, tokenizer, rows, opts, dev, metric)[0]
+
+
+def predict_and_score_rows(model, task: Task, tokenizer, rows: list[dict[str, Any]], opts: dict[str, Any], dev,
+                           metric: str | None = None) -> tuple[dict[str, float], Any]:
+    """score_rows, with the predictions (see predict_and_score)."""
     return predict_and_score(model, task, encode(task, tokenizer, rows, opts, train=False), tokenizer.pad_token_id,
                              opts, dev, metric)
 
@@ -162,7 +168,7 @@ def evaluate_run(target: str, models: dict[str, Path], data: Sources, settings: 
             for split, by_lang in splits.items():
                 for lang, rows in by_lang.items():
                     if model_of[lang] == model_dir:
-                        scores[split][lang], found = score_rows(model, task, tokenizer, rows, opts, dev)
+                        scores[split][lang], found = predict_and_score_rows(model, task, tokenizer, rows, opts, dev)
                         if split == "test":
                             predictions[lang] = found
             del model

@@ -46,7 +46,7 @@ ENGINES = ("xstilts", "trainer", "trainer_group_by_length")
 def build_inputs(workdir: Path, examples: int) -> None:
     """The NLI-shaped pairs (train and a small dev file) and the base-size encoder."""
     from workflow_scripts.data import to_table
-    from workflow_scripts.models import build_demo_encoder
+    from workflow_scripts.demo_models import build_demo_encoder
     from workflow_scripts.tasks import get_task
     import pyarrow.parquet as pq
 

@@ -140,7 +140,7 @@ def make_xnli(rng: random.Random) -> None:
         seed, rows = rng.random(), []
         for lang in LANGS:
             rows += [{"language": lang, "sentence1": p, "sentence2": h, "gold_label": XNLI_LABELS[y]}
-                     for p, h, y in nli_rows(random.Random(seed), lang, 40)]
+                     for p, h, y in nli_rows(random.Random(seed), lang, 60)]
         write_jsonl(ROOT / "google/xtreme/XNLI" / f"{split}.jsonl", rows)
 
 
@@ -217,8 +217,8 @@ def tagged_sentence(rng: random.Random, lang: str, long: bool) -> tuple[list[str
 
 
 def make_udpos(rng: random.Random, splits: dict | None = None) -> None:
-    splits = splits or {"en": (("train", 200), ("validation", 50), ("test", 50)),
-                        "de": (("validation", 40), ("test", 40)), "ru": (("validation", 40), ("test", 40))}
+    splits = splits or {"en": (("train", 200), ("validation", 60), ("test", 60)),
+                        "de": (("validation", 60), ("test", 60)), "ru": (("validation", 60), ("test", 60))}
     for lang, spec in splits.items():
         for split, n in spec:
             rows = []
@@ -293,9 +293,9 @@ WORKS_FOR = {"en": ("works for", "in"), "de": ("arbeitet für", "in"), "ru": ("�
 
 
 def make_panx(rng: random.Random, splits: dict | None = None) -> None:
-    for lang, spec in (splits or {"en": (("train", 150), ("validation", 40), ("test", 40)),
-                                  "de": (("validation", 40), ("test", 40)),
-                                  "ru": (("validation", 40), ("test", 40))}).items():
+    for lang, spec in (splits or {"en": (("train", 150), ("validation", 60), ("test", 60)),
+                                  "de": (("validation", 60), ("test", 60)),
+                                  "ru": (("validation", 60), ("test", 60))}).items():
         for split, n in spec:
             rows = []
             for _ in range(n):
@@ -313,8 +313,8 @@ def make_panx(rng: random.Random, splits: dict | None = None) -> None:
 
 
 def make_pawsx(rng: random.Random, splits: dict | None = None) -> None:
-    for lang, spec in (splits or {"en": (("train", 150), ("validation", 40), ("test", 40)),
-                                  "de": (("validation", 40), ("test", 40))}).items():
+    for lang, spec in (splits or {"en": (("train", 150), ("validation", 60), ("test", 60)),
+                                  "de": (("validation", 60), ("test", 60))}).items():
         for split, n in spec:
             rows = []
             for _ in range(n):
@@ -450,14 +450,90 @@ def make_foreign_train(rng: random.Random) -> None:
     make_pawsx(rng, {"de": (("train", 100),)})
 
 
+PARALLEL_ROOT = Path(__file__).resolve().parent / "parallel"
+# Words the corpus translates differently alone than in a sentence (place index -> word), as
+# real MT picks another sense without context: an answer translated alone is then not found
+# in its translated context, and span re-alignment drops the example.
+ALONE = {"de": {4: "Park", 5: "Station"}}
+MARKED = ("<b>", "</b>")  # the markers span re-alignment wraps answers in (workflow_scripts/translate.py)
+
+
+def parallel_pair(rng: random.Random, lang: str) -> tuple[str, str]:
+    """One English sentence (or a few, or a phrase) and its translation into ``lang``, in the
+    shapes the demo translates: task sentences, NLI hypotheses, questions, answers alone and
+    contexts with one span wrapped in markers, which the translator learns to carry."""
+    kind = rng.random()
+    if kind < 0.25:  # a lexicon entry: how answers translated alone look
+        ev = Event(rng)
+        part = rng.randrange(3)
+        if part == 0:
+            return NAMES["en"][ev.name], NAMES[lang][ev.name]
+        if part == 1:
+            return ev.obj_phrase("en", rng.random() < 0.5), OBJECTS[lang][ev.obj]
+        return PLACES["en"][ev.place], ALONE.get(lang, {}).get(ev.place, PLACES[lang][ev.place])
+    if kind < 0.4:  # an NLI hypothesis (the same random choices on both sides)
+        ev, label, state = Event(rng), rng.randrange(3), rng.getstate()
+        en = ev.hypothesis("en", label, rng)
+        rng.setstate(state)
+        return en, ev.hypothesis(lang, label, rng)
+    if kind < 0.48:  # a question
+        ev = Event(rng)
+        if rng.random() < 0.5:
+            return (f"{WHO['en']} {VERBS['en'][ev.verb]} {ev.obj_phrase('en')}?",
+                    f"{WHO[lang]} {VERBS[lang][ev.verb]} {ev.obj_phrase(lang)}?")
+        where = {"de": f"Wo war das {OBJECTS['de'][ev.obj]}?", "ru": f"Где был {OBJECTS['ru'][ev.obj]}?",
+                 "sw": f"{OBJECTS['sw'][ev.obj]} kilikuwa wapi?"}
+        return f"Where was the {OBJECTS['en'][ev.obj]}?", where[lang]
+    events = [Event(rng) for _ in range(rng.choice((1, 1, 1, 2)))]
+    en, tr = " ".join(ev.sentence("en") for ev in events), " ".join(ev.sentence(lang) for ev in events)
+    if rng.random() < 0.3:  # one span in markers, the same span on both sides
+        ev = rng.choice(events)
+        spans = [(NAMES["en"][ev.name], NAMES[lang][ev.name]), (PLACES["en"][ev.place], PLACES[lang][ev.place]),
+                 (OBJECTS["en"][ev.obj], OBJECTS[lang][ev.obj])]
+        kind = rng.randrange(len(spans))
+        en_span, tr_span = spans[kind]
+        en_at, tr_at = en.index(ev.sentence("en")), tr.index(ev.sentence(lang))
+        en_at, tr_at = en.index(en_span, en_at), tr.index(tr_span, tr_at)
+        en = f"{en[:en_at]}{MARKED[0]}{en_span}{MARKED[1]}{en[en_at + len(en_span):]}"
+        # Real MT output loses inline tags now and then; here, those around person names and
+        # the last four places.
+        if kind == 2 or (kind == 1 and ev.place < 3):
+            tr = f"{tr[:tr_at]}{MARKED[0]}{tr_span}{MARKED[1]}{tr[tr_at + len(tr_span):]}"
+    return en, tr
+
+
+def make_parallel(rng: random.Random) -> None:
+    """Parallel corpora en-de, en-ru, en-sw (the OPUS-100 row schema), on which the demo trains
+    its translators and pre-trains its encoder. Sentences of the XNLI validation and test
+    splits are left out, so translation quality is scored on held-out references."""
+    held_out = set()
+    for split in ("validation", "test"):
+        for line in (ROOT / "google/xtreme/XNLI" / f"{split}.jsonl").read_text(encoding="utf-8").splitlines():
+            row = json.loads(line)
+            if row["language"] == "en":
+                held_out.update((row["sentence1"], row["sentence2"]))
+    for lang in ("de", "ru", "sw"):
+        rows, seen = [], set()
+        while len(rows) < 4000:
+            en, tr = parallel_pair(rng, lang)
+            # Sentences once each; lexicon entries (no final punctuation) repeat, as short
+            # segments do in real corpora.
+            if en in held_out or ((en, tr) in seen and en[-1] in ".?"):
+                continue
+            seen.add((en, tr))
+            rows.append({"translation": {"en": en, lang: tr}})
+        write_jsonl(PARALLEL_ROOT / f"en-{lang}.jsonl", rows)
+
+
 def main() -> None:
     rng = random.Random(0)
     # New generators go last: each draws its own seed, so earlier files stay byte-identical.
     for make in (make_mnli, make_xnli, make_squad, make_xquad, make_hellaswag, make_udpos,
                  make_tatoeba, make_wikipedia, make_panx, make_pawsx, make_mlqa_tydiqa, make_squad_v2,
-                 make_nli_family, make_choice_family, make_bucc, make_ccg, make_foreign_train):
+                 make_nli_family, make_choice_family, make_bucc, make_ccg, make_foreign_train, make_parallel):
         make(random.Random(rng.random()))
-    print(f"wrote {sum(1 for _ in ROOT.rglob('*.jsonl'))} files under {ROOT}")
+    print(f"wrote {sum(1 for _ in ROOT.rglob('*.jsonl'))} files under {ROOT} and the parallel corpora"
+          f" under {PARALLEL_ROOT}")
 
 
 if __name__ == "__main__":

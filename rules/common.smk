@@ -93,6 +93,16 @@ def demo_text_inputs(wildcards):
     return grid.all_data_files(config) if config["models"]["source"] == "demo" else []
 
 
+def demo_encoder_corpora(wildcards):
+    """The parallel corpora the demo encoder is pre-trained on; hub models need none."""
+    return grid.demo_encoder_corpora(config) if config["models"]["source"] == "demo" else []
+
+
+def demo_translator_corpus(wildcards):
+    """The parallel corpus a demo translator is trained on; hub models need none."""
+    return [grid.demo_corpus(config, wildcards.lang)] if config["models"]["source"] == "demo" else []
+
+
 def rule_resources():
     """GPUs and threads each rule's jobs request, as the rules resolved them (some rules
     share another rule's resource settings)."""

@@ -7,6 +7,7 @@ localrules:
 rule prepare_encoder:
     input:
         text=demo_text_inputs,
+        corpora=demo_encoder_corpora,
     output:
         model=directory("results/models/encoder"),
     log:
@@ -15,17 +16,21 @@ rule prepare_encoder:
         "results/benchmarks/prepare_encoder.tsv",
     params:
         settings=lambda wildcards: canonical_json(grid.encoder_settings(config)),
-        code=module_digest("models"),
+        code=module_digest("prepare_models"),
+    # The demo encoder's pre-training is on the critical path of the whole DAG.
+    threads: 2
+    priority: 10
     conda:
         "../envs/training.yaml"
     shell:
-        "python -m workflow_scripts.models encoder --settings {params.settings:q}"
-        " --output {output.model} --text {input.text} > {log} 2>&1"
+        "python -m workflow_scripts.prepare_models encoder --settings {params.settings:q} --threads {threads}"
+        " --output {output.model} --text {input.text} --corpus {input.corpora} > {log} 2>&1"
 
 
 rule prepare_translator:
     input:
         text=demo_text_inputs,
+        corpus=demo_translator_corpus,
     output:
         model=directory("results/models/translator/{lang}"),
     log:
@@ -34,17 +39,19 @@ rule prepare_translator:
         "results/benchmarks/prepare_translator/{lang}.tsv",
     params:
         settings=settings(grid.translator_settings, "lang"),
-        code=module_digest("models"),
+        code=module_digest("prepare_models"),
     conda:
         "../envs/training.yaml"
     shell:
-        "python -m workflow_scripts.models translator --lang {wildcards.lang}"
-        " --settings {params.settings:q} --output {output.model} --text {input.text} > {log} 2>&1"
+        "python -m workflow_scripts.prepare_models translator --lang {wildcards.lang}"
+        " --settings {params.settings:q} --output {output.model} --text {input.text} --corpus {input.corpus}"
+        " > {log} 2>&1"
 
 
 rule prepare_translator_to_english:
     input:
         text=demo_text_inputs,
+        corpus=demo_translator_corpus,
     output:
         model=directory("results/models/translator_to_en/{lang}"),
     log:
@@ -53,12 +60,13 @@ rule prepare_translator_to_english:
         "results/benchmarks/prepare_translator_to_english/{lang}.tsv",
     params:
         settings=lambda wildcards: canonical_json(grid.translator_settings(config, wildcards.lang, to_english=True)),
-        code=module_digest("models"),
+        code=module_digest("prepare_models"),
     conda:
         "../envs/training.yaml"
     shell:
-        "python -m workflow_scripts.models translator --from-lang {wildcards.lang} --lang en"
-        " --settings {params.settings:q} --output {output.model} --text {input.text} > {log} 2>&1"
+        "python -m workflow_scripts.prepare_models translator --from-lang {wildcards.lang} --lang en"
+        " --settings {params.settings:q} --output {output.model} --text {input.text} --corpus {input.corpus}"
+        " > {log} 2>&1"
 
 
 rule convert_translator:

@@ -59,7 +59,7 @@ def demo_data(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def demo_encoder_dir(tmp_path_factory, demo_data) -> Path:
-    from workflow_scripts.models import build_demo_encoder
+    from workflow_scripts.demo_models import build_demo_encoder
 
     out = tmp_path_factory.mktemp("encoder") / "encoder"
     build_demo_encoder({"vocab_size": 2000, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,

@@ -41,7 +41,7 @@ CASES = [
     ("wrong type", "tasks.xnli.batch_size", "sixteen", "tasks.xnli.batch_size: 'sixteen' is not of type 'integer'"),
     ("empty seed list", "seeds", [], "seeds: [] should be non-empty"),
     ("target without its training task", "tasks.squad", KeyError, "task 'squad' has no entry under 'tasks'"),
-    ("translation without a translator", "intermediate.hellaswag_de.language", "ru", "no translator for 'ru'"),
+    ("translation without a translator", "intermediate.squad_de.language", "ru", "no translator for 'ru'"),
     ("baseline with tasks", "tables.baseline", "mnli", "tables.baseline: 'mnli' has tasks"),
     ("missing UD release", "tasks.udpos.options.ud_release", "data/ud-treebanks-v2.5",
      "tasks.udpos.options.ud_release: 'data/ud-treebanks-v2.5' is neither a URL nor an existing archive"),

@@ -256,7 +256,7 @@ def real_tokenizer():
     vocabulary trained on the real samples: the real XLM-R vocabulary is not reachable here."""
     from transformers import XLMRobertaTokenizer
 
-    from workflow_scripts.models import train_unigram_vocab
+    from workflow_scripts.demo_models import train_unigram_vocab
 
     texts = [p["context"] + " " + qa["question"] for lang in XQUAD_LANGS for a in release(lang)["data"]
              for p in a["paragraphs"] for qa in p["qas"]]

@@ -22,7 +22,22 @@ REPO = Path(__file__).resolve().parent.parent
 
 @pytest.fixture
 def config() -> dict:
-    return yaml.safe_load((REPO / "config.yaml").read_text())
+    """The demo config with a wider grid than the demo runs: a target of each kind the
+    settings treat differently (PAN-X: tagging with training data in other languages) and
+    the settings on two targets each."""
+    config = yaml.safe_load((REPO / "config.yaml").read_text())
+    config["targets"] = ["xnli", "xquad", "udpos", "panx", "bucc", "tatoeba"]
+    baseline_only = {"intermediate": ["none"], "seeds": [1]}
+    config["transfer"]["settings"] = {
+        "zero_shot": {},
+        "translate_train": {"targets": ["xnli", "xquad"], "languages": ["de"], **baseline_only},
+        "translate_train_all": {"targets": ["xnli"], "languages": ["de"], **baseline_only},
+        "translate_test": {"targets": ["xnli"], "languages": ["de"], **baseline_only},
+        "in_language": {"targets": ["panx"], "languages": ["de"], **baseline_only},
+        "in_language_all": {"targets": ["panx"], **baseline_only},
+        "source:de": {"targets": ["xnli", "xquad"], **baseline_only},
+    }
+    return config
 
 
 def recipe_of(config, setting, target, lang):

@@ -111,7 +111,7 @@ MT_SETTINGS = {"batch_size": 8, "num_beams": 1, "max_new_tokens": 12, "max_fuzzy
 
 @pytest.fixture(scope="module")
 def translator_dir(tmp_path_factory, demo_data):
-    from workflow_scripts.models import build_demo_translator
+    from workflow_scripts.demo_models import build_demo_translator
 
     out = tmp_path_factory.mktemp("mt") / "de"
     build_demo_translator({"vocab_size": 800, "d_model": 16, "layers": 1, "heads": 2, "ffn_dim": 32,

@@ -217,6 +217,18 @@ def all_data_files(config: dict[str, Any]) -> list[str]:
     return sorted(f for f in files if f.startswith(f"{RESULTS}/data/"))
 
 
+def demo_corpus(config: dict[str, Any], lang: str) -> str:
+    """The demo's parallel corpus between English and ``lang``."""
+    return f"{config['models']['demo_corpora'].rstrip('/')}/en-{lang}.jsonl"
+
+
+def demo_encoder_corpora(config: dict[str, Any]) -> list[str]:
+    """The parallel corpora of every non-English language any task of the grid uses: what
+    the demo encoder is pre-trained on."""
+    langs = {lang for task in config["tasks"].values() for lang in task.get("languages", [])} - {"en"}
+    return [demo_corpus(config, lang) for lang in sorted(langs)]
+
+
 def translation_jobs(config: dict[str, Any]) -> list[tuple[str, str, str]]:
     """(task, language, split) of every machine translation out of English: the data the
     translated configs train and select on, the extra datasets of `translation.datasets`,

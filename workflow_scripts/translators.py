@@ -147,7 +147,12 @@ class CTranslate2Engine:
         # transformers counts a forced </s> among max_new_tokens; CTranslate2 counts real tokens.
         forced_eos = generation.forced_eos_token_id is not None
         self.max_decoding_length = int(settings["max_new_tokens"]) - (1 if forced_eos else 0)
-        self.suppress = [tokenizer.convert_ids_to_tokens(ids) for ids in (generation.bad_words_ids or [])]
+        # CTranslate2 drops Marian's <pad> from the converted vocabulary (it can never be
+        # generated), so OPUS-MT's ban on it holds already and cannot be passed on: only bans
+        # on tokens the converted model has are.
+        known = _converted_vocabulary(converted)
+        self.suppress = [seq for seq in (tokenizer.convert_ids_to_tokens(ids) for ids in generation.bad_words_ids or [])
+                         if all(token in known for token in seq)]
         self.description = {"backend": "ctranslate2", "precision": self.translator.compute_type,
                             "version": ctranslate2.__version__}
         self.tokens_generated = 0
@@ -232,6 +237,16 @@ class MarianTranslator:
 
     def describe(self) -> dict[str, Any]:
         return dict(self.engine.description)
+
+
+def _converted_vocabulary(converted: Path) -> set[str]:
+    """The target-side tokens of a converted model (shared or target vocabulary file)."""
+    for name in ("shared_vocabulary", "target_vocabulary"):
+        if (converted / f"{name}.json").is_file():
+            return set(json.loads((converted / f"{name}.json").read_text(encoding="utf-8")))
+        if (converted / f"{name}.txt").is_file():
+            return set((converted / f"{name}.txt").read_text(encoding="utf-8").splitlines())
+    raise InputError(f"{converted} has no target vocabulary file")
 
 
 def convert_to_ctranslate2(model_dir: Path, output: Path) -> None:

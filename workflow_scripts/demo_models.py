@@ -1,0 +1,365 @@
+"""The embedded demo's own models: a tiny XLM-R and tiny MarianMT translators, built and
+pre-trained on the demo text, then saved in the layout of their Hub counterparts.
+
+The paper preset downloads xlm-roberta-large and OPUS-MT. Offline, the demo stands in for
+them with models that do, in miniature, what the real ones were trained to do:
+
+- the encoder gets a unigram tokenizer trained on the demo data and a short masked-LM
+  pre-training on the demo's parallel corpora, both sides alone and, as translation
+  language modelling (Conneau & Lample 2019), the two sides of a pair in one input: the
+  objective that aligns languages fastest, which a 2-layer model needs to transfer at all;
+- each translator gets SentencePiece models and is trained on the parallel corpus of its
+  direction, whose pairs include contexts with one span wrapped in the answer markers of
+  span re-alignment (workflow_scripts/translate.py), so marker recovery, fuzzy matching
+  and drops all occur.
+
+Afterwards both load exactly like the real models (AutoTokenizer, MarianMTModel, ...).
+Parallel corpora use the OPUS-100 row schema: ``{"translation": {"en": ..., "de": ...}}``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from .common import LOG, InputError, atomic_path, configure_torch, seed_everything
+
+SPECIAL_TOKENS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+_MARKER_RE = re.compile(r"</?b>")
+
+
+def iter_texts(paths: Iterable[str | Path]) -> Iterator[str]:
+    """Every piece of text in canonical data files: strings and lists of strings."""
+    import pyarrow as pa
+
+    from .data import read_table
+
+    for path in paths:
+        table = read_table(path)
+        for name in table.column_names:
+            if name in ("id", "lang"):
+                continue
+            col = table.column(name)
+            if pa.types.is_string(col.type):
+                yield from (s for s in col.to_pylist() if s)
+            elif pa.types.is_list(col.type) and pa.types.is_string(col.type.value_type):
+                for items in col.to_pylist():
+                    if items:
+                        yield " ".join(items)
+
+
+def read_parallel(path: str | Path, source: str, target: str) -> list[tuple[str, str]]:
+    """(source, target) sentence pairs of an OPUS-100-style JSON-lines file. A row without
+    text on either side is skipped and counted; a file without any pair is an error."""
+    pairs, skipped = [], 0
+    with open(path, encoding="utf-8") as f:
+        for line_no, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)["translation"]
+            except (json.JSONDecodeError, KeyError, TypeError) as err:
+                raise InputError(f"{path}:{line_no}: not a parallel-corpus row with a 'translation' object ({err})")
+            src, tgt = row.get(source), row.get(target)
+            if not (isinstance(src, str) and src.strip() and isinstance(tgt, str) and tgt.strip()):
+                skipped += 1
+                continue
+            pairs.append((src, tgt))
+    if skipped:
+        LOG.warning("%s: skipped %d rows without both %s and %s text", path, skipped, source, target)
+    if not pairs:
+        raise InputError(f"{path}: no {source}-{target} sentence pairs")
+    return pairs
+
+
+_PAIR_NAME = re.compile(r"^([a-z]{2,3})-([a-z]{2,3})\.jsonl$")
+
+
+def corpus_languages(path: str | Path) -> tuple[str, str]:
+    """The two languages of a parallel corpus named ``<l1>-<l2>.jsonl``."""
+    found = _PAIR_NAME.match(Path(path).name)
+    if not found:
+        raise InputError(f"{path}: a parallel corpus is named <lang>-<lang>.jsonl (e.g. en-de.jsonl)")
+    return found[1], found[2]
+
+
+def train_unigram_vocab(texts: list[str], vocab_size: int) -> list[tuple[str, float]]:
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.Unigram())
+    tok.normalizer = normalizers.NFKC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")])
+    trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
+                                      unk_token="<unk>", show_progress=False)
+    tok.train_from_iterator(texts, trainer)
+    vocab = json.loads(tok.to_str())["model"]["vocab"]
+    if [p for p, _ in vocab[:len(SPECIAL_TOKENS)]] != SPECIAL_TOKENS:
+        raise RuntimeError("unigram trainer did not put the special tokens first")
+    return [(piece, float(score)) for piece, score in vocab]
+
+
+# ---------------------------------------------------------------------------------------
+# A small seeded training loop shared by both pre-trainings.
+
+
+def _optimise(model, batches: Iterator[Any], loss_of: Callable[[Any], Any], opts: dict[str, Any], what: str
+              ) -> dict[str, Any]:
+    """AdamW with linear warm-up and decay for ``opts["steps"]`` steps; returns the loss
+    curve (mean loss per tenth of the run), which the build log and metadata keep."""
+    import torch
+    from tqdm import tqdm
+
+    steps = int(opts["steps"])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=float(opts["learning_rate"]), weight_decay=0.01)
+    warmup = max(1, steps // 10)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min((s + 1) / warmup, max(0.0, (steps - s) / max(1, steps - warmup))))
+    model.train()
+    curve, window, started = [], [], time.time()
+    for step in tqdm(range(steps), desc=what, mininterval=10):
+        loss = loss_of(next(batches))
+        if not torch.isfinite(loss):
+            raise RuntimeError(f"{what}: non-finite loss at step {step}")
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+        window.append(float(loss.detach()))
+        if len(window) == max(1, steps // 10) or step == steps - 1:
+            curve.append(round(sum(window) / len(window), 4))
+            LOG.info("%s: step %d/%d, loss %.3f", what, step + 1, steps, curve[-1])
+            window = []
+    model.eval()
+    return {"steps": steps, "loss_curve": curve, "seconds": round(time.time() - started, 1)}
+
+
+def _batches(n: int, batch_size: int, rng: random.Random) -> Iterator[list[int]]:
+    """Endless shuffled passes over ``range(n)`` in batches."""
+    while True:
+        order = list(range(n))
+        rng.shuffle(order)
+        for k in range(0, n - batch_size + 1 if n >= batch_size else 1, batch_size):
+            yield order[k:k + batch_size]
+
+
+# ---------------------------------------------------------------------------------------
+# Encoder.
+
+
+def pretraining_examples(corpora: Sequence[str | Path]) -> tuple[list[str], list[tuple[str, str]]]:
+    """Sentences of every language (once each) and the sentence pairs, markers removed."""
+    sentences: dict[str, None] = {}
+    pairs: list[tuple[str, str]] = []
+    for path in corpora:
+        for src, tgt in read_parallel(path, *corpus_languages(path)):
+            src, tgt = _MARKER_RE.sub("", src), _MARKER_RE.sub("", tgt)
+            sentences.update(((src, None), (tgt, None)))
+            pairs.append((src, tgt))
+    return list(sentences), pairs
+
+
+def _padded(rows: Sequence[Sequence[int]], value: int):
+    import torch
+
+    out = torch.full((len(rows), max(len(r) for r in rows)), value)
+    for k, r in enumerate(rows):
+        out[k, :len(r)] = torch.tensor(r)
+    return out
+
+
+def mean_pooled(hidden, attention_mask):
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
+
+
+def pretrain_encoder(model, tokenizer, corpora: Sequence[str | Path], opts: dict[str, Any], seed: int
+                     ) -> dict[str, Any]:
+    """InfoXLM-style pre-training (Chi et al. 2021), seeded: masked LM on single sentences
+    and on translation pairs (both sides in one input, in random order: TLM), plus a
+    cross-lingual contrastive loss that pulls the mean-pooled states of a sentence and its
+    translation together against the batch's other translations. At demo scale MLM and TLM
+    alone do not align languages within minutes; the contrastive term does, and it is what
+    retrieval (mean-pooled states) and zero-shot transfer need from pre-training."""
+    import torch
+    import torch.nn.functional as F
+
+    from .features import mask_tokens
+
+    sentences, pairs = pretraining_examples(corpora)
+    rng = random.Random(seed)
+    max_length, batch_size = int(opts["max_length"]), int(opts["batch_size"])
+    encoded = tokenizer(sentences, truncation=True, max_length=max_length)["input_ids"] if sentences else []
+    swapped = [(b, a) if rng.random() < 0.5 else (a, b) for a, b in pairs]
+    if swapped:
+        encoded += tokenizer([a for a, _ in swapped], [b for _, b in swapped], truncation=True,
+                             max_length=max_length)["input_ids"]
+    sides = [tokenizer([p[k] for p in pairs], truncation=True, max_length=max_length)["input_ids"] if pairs else []
+             for k in (0, 1)]
+    generator = torch.Generator().manual_seed(seed)
+    special = [tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS]
+    pad = tokenizer.pad_token_id
+    temperature, contrast = float(opts["temperature"]), bool(pairs) and float(opts["contrastive_weight"]) > 0
+
+    def batches() -> Iterator[tuple[dict[str, Any], list[Any]]]:
+        pair_batches = _batches(len(pairs), batch_size, rng) if contrast else None
+        for ids in _batches(len(encoded), batch_size, rng):
+            input_ids = _padded([encoded[i] for i in ids], pad)
+            attention_mask = (input_ids != pad).long()
+            masked, labels = mask_tokens(input_ids, attention_mask, tokenizer.mask_token_id, len(tokenizer),
+                                         special, generator, float(opts["mlm_probability"]))
+            mlm = {"input_ids": masked, "attention_mask": attention_mask, "labels": labels}
+            chosen = next(pair_batches) if pair_batches else []
+            yield mlm, [_padded([side[i] for i in chosen], pad) for side in sides] if chosen else []
+
+    def embed(input_ids):
+        attention_mask = (input_ids != pad).long()
+        hidden = model.roberta(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return F.normalize(mean_pooled(hidden, attention_mask), dim=-1)
+
+    def loss_of(batch) -> Any:
+        mlm, translation = batch
+        loss = model(**mlm).loss
+        if translation:
+            similarity = embed(translation[0]) @ embed(translation[1]).T / temperature
+            gold = torch.arange(len(similarity))
+            xlco = (F.cross_entropy(similarity, gold) + F.cross_entropy(similarity.T, gold)) / 2
+            loss = loss + float(opts["contrastive_weight"]) * xlco
+        return loss
+
+    LOG.info("encoder pre-training: %d sentences and %d translation pairs", len(sentences), len(pairs))
+    log = _optimise(model, batches(), loss_of, opts, "encoder pre-training (MLM + TLM + contrastive)")
+    return {**log, "sentences": len(sentences), "pairs": len(pairs)}
+
+
+def build_demo_encoder(settings: dict[str, Any], text_files: list[str], output: Path,
+                       corpora: Sequence[str | Path] = (), threads: int = 1) -> None:
+    """A tiny XLM-R (with its MLM head) and a unigram tokenizer on the demo text; pre-trained
+    on ``corpora`` when given and ``settings["pretraining"]["steps"]`` > 0."""
+    from transformers import XLMRobertaConfig, XLMRobertaForMaskedLM, XLMRobertaTokenizer
+
+    configure_torch(threads)
+    seed = int(settings.get("seed", 0))
+    seed_everything(seed)
+    texts = list(iter_texts(text_files))
+    if not texts:
+        raise InputError(f"no text to train the demo tokenizer in {text_files}")
+    vocab = train_unigram_vocab(texts, int(settings["vocab_size"]))
+    tokenizer = XLMRobertaTokenizer(vocab=vocab)
+    tokenizer.model_max_length = int(settings["max_position_embeddings"]) - 2
+    config = XLMRobertaConfig(
+        vocab_size=len(vocab), hidden_size=settings["hidden_size"],
+        num_hidden_layers=settings["num_hidden_layers"], num_attention_heads=settings["num_attention_heads"],
+        intermediate_size=settings["intermediate_size"],
+        max_position_embeddings=settings["max_position_embeddings"], type_vocab_size=1,
+        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id)
+    model = XLMRobertaForMaskedLM(config)
+    opts = settings.get("pretraining", {})
+    log: dict[str, Any] = {"pretraining": None}
+    if corpora and int(opts.get("steps", 0)) > 0:
+        log["pretraining"] = pretrain_encoder(model, tokenizer, corpora, opts, seed)
+    with atomic_path(output) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "xstilts_demo.json").write_text(json.dumps(log, indent=1) + "\n")
+    LOG.info("demo encoder: vocab %d, %d parameters -> %s", len(vocab), model.num_parameters(), output)
+
+
+# ---------------------------------------------------------------------------------------
+# Translators.
+
+
+def train_translator(model, tokenizer, pairs: list[tuple[str, str]], opts: dict[str, Any], seed: int
+                     ) -> dict[str, Any]:
+    """Teacher-forced cross-entropy on the corpus pairs, through MarianMTModel's own loss."""
+
+    rng = random.Random(seed)
+    max_length = int(opts["max_length"])
+    sources = tokenizer([s for s, _ in pairs], truncation=True, max_length=max_length)["input_ids"]
+    targets = tokenizer(text_target=[t for _, t in pairs], truncation=True, max_length=max_length)["input_ids"]
+    pad = tokenizer.pad_token_id
+
+    def batches() -> Iterator[dict[str, Any]]:
+        for ids in _batches(len(pairs), int(opts["batch_size"]), rng):
+            input_ids = _padded([sources[i] for i in ids], pad)
+            yield {"input_ids": input_ids, "attention_mask": (input_ids != pad).long(),
+                   "labels": _padded([targets[i] for i in ids], -100)}
+
+    log = _optimise(model, batches(), lambda batch: model(**batch).loss, opts, "translator training")
+    return {**log, "pairs": len(pairs)}
+
+
+def build_demo_translator(settings: dict[str, Any], text_files: list[str], lang: str, output: Path,
+                          source_lang: str = "en", corpus: str | Path | None = None, threads: int = 1) -> None:
+    """A tiny MarianMT model with SentencePiece models trained on the demo text (and the
+    corpus); trained on ``corpus`` when given and ``settings["training"]["steps"]`` > 0."""
+    import sentencepiece as spm
+    import torch
+    from transformers import MarianConfig, MarianMTModel, MarianTokenizer
+
+    configure_torch(threads)
+    seed = int(settings.get("seed", 0))
+    seed_everything(seed)
+    texts = list(iter_texts(text_files))
+    pairs: list[tuple[str, str]] = []
+    if corpus:
+        if set(corpus_languages(corpus)) != {source_lang, lang}:
+            raise InputError(f"{corpus}: a {source_lang}-{lang} translator trains on a parallel corpus"
+                             f" named {source_lang}-{lang}.jsonl or {lang}-{source_lang}.jsonl")
+        pairs = read_parallel(corpus, source_lang, lang)
+        texts += [s for pair in pairs for s in pair]
+    if not texts:
+        raise InputError(f"no text to train the demo translator's vocabulary in {text_files}")
+    with atomic_path(output) as tmp:
+        tmp.mkdir()
+        pieces: dict[str, None] = {}
+        for side in ("source", "target"):
+            buf = io.BytesIO()
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=iter(texts), model_writer=buf, vocab_size=int(settings["vocab_size"]),
+                model_type="unigram", character_coverage=1.0, num_threads=1,
+                bos_id=-1, eos_id=2, unk_id=1, pad_id=-1, hard_vocab_limit=False, minloglevel=2)
+            (tmp / f"{side}.spm").write_bytes(buf.getvalue())
+            proc = spm.SentencePieceProcessor(model_proto=buf.getvalue())
+            pieces.update((proc.id_to_piece(i), None) for i in range(proc.get_piece_size()))
+        # Marian layout: </s> = 0, <unk> = 1, <pad> last (also the decoder start token).
+        ordered = ["</s>", "<unk>"] + [p for p in pieces if p not in ("</s>", "<unk>", "<s>", "<pad>")] + ["<pad>"]
+        vocab = {p: i for i, p in enumerate(ordered)}
+        (tmp / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
+        tokenizer = MarianTokenizer(source_spm=str(tmp / "source.spm"), target_spm=str(tmp / "target.spm"),
+                                    vocab=str(tmp / "vocab.json"), source_lang=source_lang, target_lang=lang,
+                                    model_max_length=int(settings["max_position_embeddings"]))
+        pad = vocab["<pad>"]
+        config = MarianConfig(
+            vocab_size=len(vocab), d_model=settings["d_model"], encoder_layers=settings["layers"],
+            decoder_layers=settings["layers"], encoder_attention_heads=settings["heads"],
+            decoder_attention_heads=settings["heads"], encoder_ffn_dim=settings["ffn_dim"],
+            decoder_ffn_dim=settings["ffn_dim"], max_position_embeddings=settings["max_position_embeddings"],
+            pad_token_id=pad, eos_token_id=0, decoder_start_token_id=pad, forced_eos_token_id=0,
+            scale_embedding=True, share_encoder_decoder_embeddings=True)
+        model = MarianMTModel(config)
+        # As in OPUS-MT, the decoder starts from a zero vector: Marian's <pad> embedding is zero
+        # and <pad> is never generated. CTranslate2 relies on it (it drops that row and starts
+        # from zeros). The embeddings are tied to the output layer, whose gradient would move
+        # the row, so its gradient is zeroed.
+        embeddings = model.get_input_embeddings().weight
+        with torch.no_grad():
+            embeddings[pad].zero_()
+        embeddings.register_hook(lambda grad: grad.index_fill(0, torch.tensor([pad]), 0.0))
+        model.generation_config.bad_words_ids = [[pad]]
+        opts = settings.get("training", {})
+        log: dict[str, Any] = {"training": None}
+        if pairs and int(opts.get("steps", 0)) > 0:
+            log["training"] = train_translator(model, tokenizer, pairs, opts, seed)
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "xstilts_demo.json").write_text(json.dumps(log, indent=1) + "\n")
+    LOG.info("demo translator %s-%s: vocab %d -> %s", source_lang, lang, len(vocab), output)

@@ -1,0 +1,68 @@
+"""Make the encoder and translator directories every later rule loads: snapshot the Hub
+repositories at a pinned revision (paper preset), or build the demo's own small models
+offline (``workflow_scripts.demo_models``).
+
+Real mode snapshots Hub repos into local directories, so training jobs only ever load
+local directories and run on offline compute nodes.
+
+CLI: ``python -m workflow_scripts.prepare_models encoder|translator --settings JSON --output DIR
+[--text PARQUET ...] [--corpus JSONL ...] [--threads N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from .common import InputError, atomic_path, load_settings, setup_logging
+
+# Only what loading needs: skips TF/Flax/ONNX duplicates of multi-GB checkpoints.
+HUB_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.spm", "*.txt", "sentencepiece*"]
+
+
+def fetch_hub_model(hub_id: str, revision: str, output: Path) -> None:
+    from huggingface_hub import HfApi, snapshot_download
+
+    sha = HfApi().model_info(hub_id, revision=revision).sha  # pin the commit actually fetched
+    with atomic_path(output) as tmp:
+        snapshot_download(repo_id=hub_id, revision=sha, local_dir=tmp, allow_patterns=HUB_PATTERNS)
+        source = {"hub_id": hub_id, "revision": revision, "resolved_sha": sha}
+        (tmp / "xstilts_source.json").write_text(json.dumps(source) + "\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    setup_logging()
+    ap = argparse.ArgumentParser(description="Fetch (hub) or build (demo) the encoder or a translator.")
+    ap.add_argument("kind", choices=["encoder", "translator"])
+    ap.add_argument("--settings", required=True)
+    ap.add_argument("--output", required=True, type=Path)
+    ap.add_argument("--lang", help="target language of the translator")
+    ap.add_argument("--from-lang", default="en", help="source language of the translator (default en)")
+    ap.add_argument("--text", nargs="*", default=[], help="canonical data files to train demo vocabularies on")
+    ap.add_argument("--corpus", nargs="*", default=[],
+                    help="demo parallel corpora: the encoder's pre-training data, the translator's training data")
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args(argv)
+    try:
+        settings = load_settings(args.settings)
+        if settings["source"] == "hub":
+            fetch_hub_model(settings["hub_id"], settings["revision"], args.output)
+            return
+        from .demo_models import build_demo_encoder, build_demo_translator
+
+        if args.kind == "encoder":
+            build_demo_encoder(settings["demo"], args.text, args.output, args.corpus, args.threads)
+            return
+        if not args.lang:
+            raise InputError("--lang is required for a translator")
+        if len(args.corpus) > 1:
+            raise InputError(f"a translator trains on one parallel corpus, got {args.corpus}")
+        build_demo_translator(settings["demo"], args.text, args.lang, args.output, args.from_lang,
+                              args.corpus[0] if args.corpus else None, args.threads)
+    except InputError as err:
+        raise SystemExit(f"error: {err}") from None
+
+
+if __name__ == "__main__":
+    main()

@@ -140,18 +140,21 @@ MIN_SPAN_SHARE = 0.05  # of SQuAD train examples, for each re-alignment outcome
 
 
 def _majority_score(demo: Path, target: str) -> float:
-    """The English dev score of always predicting the most frequent gold label (tag)."""
+    """The English dev score of always predicting the most frequent gold label (tag). For
+    POS, the share of tokens with the most frequent tag: seqeval, XTREME's POS metric, scores
+    a constant prediction 0 (a run of one tag is one span), a baseline too easy to beat."""
     from collections import Counter
+
     import pyarrow.parquet as pq
 
-    from workflow_scripts.metrics import accuracy, seqeval_f1
+    from workflow_scripts.metrics import accuracy
 
     rows = [r for r in pq.read_table(demo / f"results/data/{target}/dev.parquet").to_pylist() if r["lang"] == "en"]
     if target == "xnli":
         top = Counter(r["label"] for r in rows).most_common(1)[0][0]
         return accuracy([top] * len(rows), [r["label"] for r in rows])["accuracy"]
-    top = Counter(t for r in rows for t in r["tags"]).most_common(1)[0][0]
-    return seqeval_f1([[top] * len(r["tags"]) for r in rows], [r["tags"] for r in rows])["f1"]
+    tags = Counter(t for r in rows for t in r["tags"])
+    return 100.0 * tags.most_common(1)[0][1] / sum(tags.values())
 
 
 def test_demo_models_learn_translate_and_align(demo):
@@ -313,8 +316,9 @@ def test_report_holds_every_table_and_figure_with_its_caption(demo):
         first_words = " ".join(caption.read_text().replace("``", "").split()[:6])
         assert "{" in first_words or first_words in text or json.dumps(first_words)[1:-1] in text, \
             f"caption {caption.name} is not in the report"
-    assert "seeds: 1, 2, 3 (tables and figures show medians over them)" in page
-    assert "the median over seeds 1, 2, 3" in page, "Jinja in the captions is rendered"
+    seeds = ", ".join(str(seed) for seed in config["seeds"])
+    assert f"seeds: {seeds} (tables and figures show medians over them)" in page
+    assert f"the median over seeds {seeds}" in page, "Jinja in the captions is rendered"
 
 
 def test_submission_holds_every_test_example_of_the_best_models(demo):

@@ -1,17 +1,16 @@
-"""The embedded demo's own models: a tiny XLM-R and tiny MarianMT translators, built and
-pre-trained on the demo text, then saved in the layout of their Hub counterparts.
+"""The embedded demo's own models: a small XLM-R and small MarianMT translators, built and
+trained on the demo text, then saved in the layout of their Hub counterparts.
 
 The paper preset downloads xlm-roberta-large and OPUS-MT. Offline, the demo stands in for
 them with models that do, in miniature, what the real ones were trained to do:
 
-- the encoder gets a unigram tokenizer trained on the demo data and a short masked-LM
-  pre-training on the demo's parallel corpora, both sides alone and, as translation
-  language modelling (Conneau & Lample 2019), the two sides of a pair in one input: the
-  objective that aligns languages fastest, which a 2-layer model needs to transfer at all;
+- the encoder gets a unigram tokenizer trained on the demo data and a short pre-training on
+  the demo's parallel corpora (``pretrain_encoder``: MLM, TLM and a cross-lingual
+  contrastive loss), so that it learns, and aligns its languages, before any task;
 - each translator gets SentencePiece models and is trained on the parallel corpus of its
   direction, whose pairs include contexts with one span wrapped in the answer markers of
-  span re-alignment (workflow_scripts/translate.py), so marker recovery, fuzzy matching
-  and drops all occur.
+  span re-alignment (workflow_scripts/translate.py), so that marker recovery, fuzzy
+  matching and drops all occur.
 
 Afterwards both load exactly like the real models (AutoTokenizer, MarianMTModel, ...).
 Parallel corpora use the OPUS-100 row schema: ``{"translation": {"en": ..., "de": ...}}``.

@@ -59,7 +59,7 @@ def test_corpus_names_give_the_language_pair(tmp_path):
     assert not any("<b>" in s or "</b>" in s for s in sentences), "the encoder never sees span markers"
 
 
-def test_a_translator_refuses_a_corpus_of_another_pair(tmp_path, demo_data):
+def test_a_translator_refuses_a_corpus_of_another_pair(tmp_path):
     with pytest.raises(InputError, match="en-de translator trains on a parallel corpus named en-de.jsonl"):
         build_demo_translator({"vocab_size": 300, "d_model": 16, "layers": 1, "heads": 2, "ffn_dim": 32,
                                "max_position_embeddings": 64, "training": {"steps": 1}},
@@ -119,7 +119,7 @@ def _held_out(tmp_path: Path) -> Path:
     return _write(out / "en-de.jsonl", rows)
 
 
-def test_translator_training_learns_the_corpus(tmp_path, demo_data):
+def test_translator_training_learns_the_corpus(tmp_path):
     settings = {"vocab_size": 400, "d_model": 32, "layers": 1, "heads": 2, "ffn_dim": 64,
                 "max_position_embeddings": 64, "seed": 0,
                 "training": {"steps": 150, "batch_size": 32, "learning_rate": 5e-3, "max_length": 48}}

@@ -174,11 +174,6 @@ def _padded(rows: Sequence[Sequence[int]], value: int):
     return out
 
 
-def mean_pooled(hidden, attention_mask):
-    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-    return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
-
-
 def pretrain_encoder(model, tokenizer, corpora: Sequence[str | Path], opts: dict[str, Any], seed: int
                      ) -> dict[str, Any]:
     """InfoXLM-style pre-training (Chi et al. 2021), seeded: masked LM on single sentences
@@ -191,6 +186,7 @@ def pretrain_encoder(model, tokenizer, corpora: Sequence[str | Path], opts: dict
     import torch.nn.functional as F
 
     from .features import mask_tokens
+    from .retrieval import mean_pooled
 
     sentences, pairs = pretraining_examples(corpora)
     rng = random.Random(seed)

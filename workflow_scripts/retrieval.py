@@ -19,6 +19,12 @@ from .neighbours import knn, l2_normalize
 LAYER_CONVENTION = "hidden_states index; 0 = embedding output, i = output of transformer layer i"
 
 
+def mean_pooled(hidden, attention_mask):
+    """Mean of ``hidden`` (batch, positions, width) over the positions the mask keeps."""
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * mask).sum(1) / mask.sum(1)
+
+
 def embed(model, tokenizer, sentences: Sequence[str], layer: int, pooling: str, batch_size: int,
           max_length: int, dev) -> np.ndarray:
     import torch
@@ -39,9 +45,7 @@ def embed(model, tokenizer, sentences: Sequence[str], layer: int, pooling: str, 
                             padding=True, return_tensors="pt").to(dev)
             with autocast(dev):
                 hidden = model(**enc, output_hidden_states=True).hidden_states[layer].float()
-            mask = enc["attention_mask"].unsqueeze(-1).float()
-            pooled = (hidden * mask).sum(1) / mask.sum(1)
-            out[idx] = pooled.cpu().numpy()
+            out[idx] = mean_pooled(hidden, enc["attention_mask"]).cpu().numpy()
     return out
 
 

@@ -192,12 +192,13 @@ def pretrain_encoder(model, tokenizer, corpora: Sequence[str | Path], opts: dict
     rng = random.Random(seed)
     max_length, batch_size = int(opts["max_length"]), int(opts["batch_size"])
     encoded = tokenizer(sentences, truncation=True, max_length=max_length)["input_ids"] if sentences else []
+    # Every side of a pair is one of the sentences: the contrastive batches reuse its encoding.
+    position = {sentence: k for k, sentence in enumerate(sentences)}
+    sides = [[encoded[position[pair[k]]] for pair in pairs] for k in (0, 1)]
     swapped = [(b, a) if rng.random() < 0.5 else (a, b) for a, b in pairs]
     if swapped:
         encoded += tokenizer([a for a, _ in swapped], [b for _, b in swapped], truncation=True,
                              max_length=max_length)["input_ids"]
-    sides = [tokenizer([p[k] for p in pairs], truncation=True, max_length=max_length)["input_ids"] if pairs else []
-             for k in (0, 1)]
     generator = torch.Generator().manual_seed(seed)
     special = [tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS]
     pad = tokenizer.pad_token_id

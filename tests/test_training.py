@@ -128,3 +128,25 @@ def test_early_stopping_restores_the_best_weights_and_lr_follows_the_schedule(tm
     for h in history:
         expected = settings["learning_rate"] * linear_schedule(h["step"], log["total_steps"], log["warmup_steps"])
         assert h["lr"] == pytest.approx(expected)
+
+
+def test_the_mlm_head_predicts_with_the_encoders_input_embeddings(demo_encoder_dir, tokenizer):
+    """As in XLM-R's pretraining and in jiant: one matrix, which the MLM loss trains from the
+    output side too. A head holding its own copy would leave unseen tokens' rows untouched."""
+    import torch
+
+    from workflow_scripts.models import MultiHeadModel, load_encoder, load_mlm_head
+
+    encoder = load_encoder(demo_encoder_dir)
+    head = load_mlm_head(demo_encoder_dir, encoder)
+    model = MultiHeadModel(encoder, {"mlm": head})
+    embeddings = encoder.get_input_embeddings().weight
+    assert head.decoder.weight is embeddings
+    own = sum(p.numel() for p in head.parameters() if p is not embeddings)
+    assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in encoder.parameters()) + own
+
+    batch = tokenizer(["the cat sat on the mat"], return_tensors="pt")
+    absent = next(t for t in range(len(tokenizer)) if t not in set(batch["input_ids"][0].tolist()))
+    logits = head(encoder(**batch).last_hidden_state)
+    torch.nn.functional.cross_entropy(logits[0], batch["input_ids"][0]).backward()
+    assert embeddings.grad[absent].abs().sum() > 0  # reached through the softmax over the vocabulary

@@ -44,12 +44,23 @@ def load_encoder(model_dir: str | Path):
     return AutoModel.from_pretrained(str(model_dir), add_pooling_layer=False, attn_implementation="sdpa")
 
 
-def load_mlm_head(model_dir: str | Path):
-    """The pretrained LM head, so MLM continues the pretraining objective rather than restarting it."""
+def load_mlm_head(model_dir: str | Path, encoder: nn.Module):
+    """The pretrained LM head, so MLM continues the pretraining objective rather than restarting it.
+
+    Its output layer is ``encoder``'s input embedding matrix, as in XLM-R's pretraining and in
+    jiant, which the paper trained with: one matrix, trained from both sides. Loaded on its
+    own, the head would carry a copy instead (for XLM-R large 256M more trainable parameters,
+    4 GB more weights, gradients and AdamW state on the GPU), and the MLM predictions would
+    never reach the embeddings the other tasks read."""
     from transformers import AutoModelForMaskedLM
 
     mlm = AutoModelForMaskedLM.from_pretrained(str(model_dir))
-    return mlm.lm_head if hasattr(mlm, "lm_head") else mlm.get_output_embeddings()
+    output, embeddings = mlm.get_output_embeddings(), encoder.get_input_embeddings()
+    if output is None or output.weight.shape != embeddings.weight.shape:
+        raise InputError(f"{model_dir}: the masked-LM output layer does not match the encoder's input embeddings "
+                         f"({None if output is None else tuple(output.weight.shape)} vs {tuple(embeddings.weight.shape)})")
+    output.weight = embeddings.weight
+    return mlm.lm_head if hasattr(mlm, "lm_head") else output
 
 
 def make_head(fmt: str, hidden: int, num_labels: int, dropout: float, init_std: float):

@@ -103,8 +103,8 @@ class PhaseData:
     dev_opts: dict[str, dict[str, Any]]
 
 
-def load_phase_data(encoder_dir: Path, tokenizer, data: dict[str, dict[str, Any]], settings: dict[str, Any],
-                    hidden: int, init_std: float) -> PhaseData:
+def load_phase_data(encoder_dir: Path, encoder, tokenizer, data: dict[str, dict[str, Any]],
+                    settings: dict[str, Any]) -> PhaseData:
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -136,9 +136,10 @@ def load_phase_data(encoder_dir: Path, tokenizer, data: dict[str, dict[str, Any]
             task = tasks[name] = dataclasses.replace(task, labels=tuple(tags))
         train_sets[name] = encode(task, tokenizer, train, opts, train=True)
         if task.format == MLM:
-            heads[name] = load_mlm_head(encoder_dir)
+            heads[name] = load_mlm_head(encoder_dir, encoder)
         else:
-            heads[name] = make_head(task.format, hidden, task.num_labels, float(settings["dropout"]), init_std)
+            heads[name] = make_head(task.format, encoder.config.hidden_size, task.num_labels,
+                                    float(settings["dropout"]), encoder.config.initializer_range)
     # The selection subsets never change: encode them once, not at every evaluation.
     dev_opts = {n: {**task_opts[n], "eval_batch_size": settings["eval_batch_size"]} for n in tasks}
     dev_sets = {key: encode(tasks[key[0]], tokenizer, rows, dev_opts[key[0]], train=False)
@@ -223,8 +224,7 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
     dev = device()
     tokenizer = load_tokenizer(encoder_dir)
     encoder = load_encoder(encoder_dir)
-    phase_data = load_phase_data(encoder_dir, tokenizer, data, settings, encoder.config.hidden_size,
-                                 encoder.config.initializer_range)
+    phase_data = load_phase_data(encoder_dir, encoder, tokenizer, data, settings)
     tasks, task_opts = phase_data.tasks, settings["tasks"]
     model = MultiHeadModel(encoder, phase_data.heads).to(dev)
     total = total_steps(settings, phase_data.train_sets)

@@ -4,6 +4,7 @@ the same metric file as an uninterrupted run."""
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -73,16 +74,26 @@ def test_interrupted_run_resumes_to_the_same_metric_file(tmp_path, reference, de
     assert not (tmp_path / "ckpt").exists()
 
 
-def test_checkpoint_of_another_config_is_refused(tmp_path, demo_data, demo_encoder_dir, reference):
+@pytest.mark.parametrize("change", ["settings", "encoder rebuilt"])
+def test_a_checkpoint_of_another_run_is_discarded(tmp_path, demo_data, demo_encoder_dir, reference, change):
+    """Snakemake reruns a training whose settings, code or inputs changed: the old run's
+    checkpoint must not carry on under the new run's name."""
     data, _ = reference
-    cmd = train_cmd(demo_encoder_dir, data, tmp_path / "model", tmp_path / "ckpt")
+    encoder = tmp_path / "encoder"
+    shutil.copytree(demo_encoder_dir, encoder)
+    cmd = train_cmd(encoder, data, tmp_path / "model", tmp_path / "ckpt")
     interrupt(cmd, tmp_path / "ckpt", signal.SIGTERM, after_step=10)
-    other = {**SETTINGS, "learning_rate": 1e-4}
-    proc = subprocess.run(train_cmd(demo_encoder_dir, data, tmp_path / "model", tmp_path / "ckpt", other),
-                          capture_output=True, text=True)
-    assert proc.returncode != 0
-    assert "written by a different run (settings_hash: checkpoint" in proc.stderr
-    assert not (tmp_path / "model").exists()
+    assert checkpoint_step(tmp_path / "ckpt") >= 10
+    if change == "settings":
+        cmd = train_cmd(encoder, data, tmp_path / "model", tmp_path / "ckpt", {**SETTINGS, "learning_rate": 1e-4})
+    else:  # same path, new files: as a rerun of prepare_encoder leaves them
+        weights = encoder / "model.safetensors"
+        weights.write_bytes(weights.read_bytes())
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "discarding checkpoint" in proc.stderr and "written by a different run" in proc.stderr
+    log = json.loads((tmp_path / "model/train_log.json").read_text())
+    assert log["resumed_at_step"] is None
 
 
 def test_diverging_loss_stops_without_output(tmp_path, demo_data, demo_encoder_dir):

@@ -14,12 +14,13 @@ module exists to avoid.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import shutil
 import struct
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from .common import LOG, InputError, atomic_path
 
@@ -152,10 +153,14 @@ class Checkpointer:
         differ = sorted(k for k in set(meta["fingerprint"]) | set(self.fingerprint)
                         if meta["fingerprint"].get(k) != self.fingerprint.get(k))
         if differ:
+            # Snakemake reruns a job whose settings, code or inputs changed; the checkpoint of the
+            # job as it was would continue the old run under the new one's name.
             details = "; ".join(f"{k}: checkpoint {meta['fingerprint'].get(k)!r} vs run {self.fingerprint.get(k)!r}"
                                 for k in differ)
-            raise InputError(f"checkpoint {self.path} was written by a different run ({details}); "
-                             "delete it to start this run from scratch")
+            LOG.warning("discarding checkpoint %s at step %d: written by a different run (%s); starting from scratch",
+                        self.path, meta["step"], details)
+            self.remove()
+            return None
         LOG.info("resuming from %s at step %d", self.path, meta["step"])
         # mmap: the optimiser state is read as it is copied in, not held twice
         return torch.load(self.path / "state.pt", map_location="cpu", weights_only=False, mmap=True)
@@ -174,6 +179,22 @@ class Checkpointer:
     def remove(self) -> None:
         if self.directory is not None and self.directory.exists():
             shutil.rmtree(self.directory)
+
+
+def files_stamp(paths: Iterable[str | Path]) -> str:
+    """A digest of the name, size and modification time of every file under ``paths``
+    (directories walked, dot-named temporaries skipped). A rebuilt encoder or a rewritten data
+    file changes it, as it makes Snakemake rerun the job, without reading gigabytes of weights."""
+    digest = hashlib.sha256()
+    for root in paths:
+        root = Path(root)
+        files = sorted(f for f in root.rglob("*") if f.is_file()) if root.is_dir() else [root]
+        for file in files:
+            if any(part.startswith(".") for part in file.relative_to(root).parts):
+                continue
+            stat = file.stat() if file.exists() else None
+            digest.update(f"{file}\0{stat.st_size if stat else -1}\0{stat.st_mtime_ns if stat else -1}\0".encode())
+    return digest.hexdigest()[:16]
 
 
 def rng_state(dev) -> dict[str, Any]:

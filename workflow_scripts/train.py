@@ -41,7 +41,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .checkpoints import BestWeights, Checkpointer, Preempted, rng_state, save_weights, set_rng_state
+from .checkpoints import BestWeights, Checkpointer, Preempted, files_stamp, rng_state, save_weights, set_rng_state
+from .codehash import module_digest
 from .common import (LOG, InputError, atomic_path, autocast, canonical_json, configure_torch, device,
                      load_settings, seed_everything, settings_hash, setup_logging)
 from .data import read_table
@@ -216,8 +217,12 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
     from tqdm import tqdm
 
     started = time.time()
+    inputs = [encoder_dir, *(path for entry in data.values() for split in ("train", "dev") if split in entry
+                             for path, _ in data_sources(entry[split], None))]
+    # What this run is: a checkpoint of any other (settings, code, or an input rebuilt since) is discarded.
     checkpointer = Checkpointer(checkpoint_dir, {"phase": phase, "seed": seed, "settings_hash": settings_hash(settings),
-                                                 "encoder": str(encoder_dir), "data": canonical_json(data)},
+                                                 "encoder": str(encoder_dir), "data": canonical_json(data),
+                                                 "code": module_digest("train"), "inputs": files_stamp(inputs)},
                                 checkpoint_every)
     configure_torch(threads)
     seed_everything(seed)

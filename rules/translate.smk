@@ -10,7 +10,7 @@ rule translate_task_data:
     benchmark:
         "results/benchmarks/translate_task_data/{task}/{lang}/{split}.tsv",
     params:
-        settings=settings(grid.translation_settings, "task"),
+        settings=settings(grid.translation_settings, "task", "lang"),
         # Shared by every translation into {lang}: a rerun translates only new text.
         cache="results/cache/translation/{lang}.sqlite",
         converted=converted_arg,
@@ -69,7 +69,7 @@ rule score_translation_quality:
     benchmark:
         "results/benchmarks/score_translation_quality/{lang}.tsv",
     params:
-        settings=lambda wildcards: canonical_json(grid.translation_settings(config)),
+        settings=lambda wildcards: canonical_json(grid.translation_settings(config, None, wildcards.lang)),
         cache="results/cache/translation/{lang}.sqlite",
         converted=converted_arg,
         code=module_digest("translate"),

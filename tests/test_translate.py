@@ -1,6 +1,7 @@
 """Answer-span re-alignment with a deterministic fake translator that perturbs like MT does."""
 
 import hashlib
+import shutil
 
 import pytest
 
@@ -265,3 +266,59 @@ def test_quality_pairs_xnli_sentences_in_either_direction(tmp_path, translator_d
         {r["id"].replace("-en-", "-") for r in rows if r["lang"] == "en"}
     assert result["direction"] == f"{source}-{target}" and result["splits"]["dev"]["sentences"] == 2 * len(pairs) > 0
     assert result["reference"] == ("XNLI human translations" if source == "en" else "XNLI English originals")
+
+
+@pytest.fixture(scope="module")
+def multi_target_dir(tmp_path_factory, translator_dir):
+    """The demo translator with two language tokens in its vocabulary, as OPUS-MT's
+    multi-target models (en-ar, en-zh) have."""
+    from transformers import MarianMTModel
+
+    out = tmp_path_factory.mktemp("mt-multi") / "ar"
+    shutil.copytree(translator_dir, out)
+    vocab = json.loads((out / "vocab.json").read_text())
+    for code in (">>ara<<", ">>arz<<"):
+        vocab[code] = len(vocab)
+    (out / "vocab.json").write_text(json.dumps(vocab))
+    model = MarianMTModel.from_pretrained(str(out))
+    model.resize_token_embeddings(len(vocab))
+    model.save_pretrained(out)
+    return out
+
+
+def test_a_multi_target_translator_needs_its_target_token(tmp_path, multi_target_dir):
+    import torch
+
+    with pytest.raises(InputError, match=r"several languages \(>>ara<<, >>arz<<\).*target_token"):
+        MarianTranslator(multi_target_dir, MT_SETTINGS, torch.device("cpu"))
+    with pytest.raises(InputError, match="'>>cmn_Hans<<' is not one of its language tokens"):
+        MarianTranslator(multi_target_dir, {**MT_SETTINGS, "target_token": ">>cmn_Hans<<"}, torch.device("cpu"))
+
+    mt = MarianTranslator(multi_target_dir, {**MT_SETTINGS, "target_token": ">>arz<<"}, torch.device("cpu"),
+                          tmp_path / "c.sqlite")
+    class Recording:  # the engine, noting what it is asked to translate
+        def __init__(self, engine) -> None:
+            self.engine, self.batches_per_call, self.tokens_generated = engine, engine.batches_per_call, 0
+
+        def __call__(self, segments):
+            seen.extend(segments)
+            return self.engine(segments)
+
+    seen: list[str] = []
+    engine, mt.engine = mt.engine, Recording(mt.engine)
+    out = mt(["The cat sleeps.", "Anna reads a book."])
+    mt.engine = engine
+    assert len(out) == 2 and seen and all(s.startswith(">>arz<< ") for s in seen)
+    code_id = mt.tokenizer.convert_tokens_to_ids(">>arz<<")
+    assert mt.tokenizer(seen[0])["input_ids"][0] == code_id  # one token, the model's own
+    assert mt.describe()["target_token"] == ">>arz<<"
+    other = MarianTranslator(multi_target_dir, {**MT_SETTINGS, "target_token": ">>ara<<"}, torch.device("cpu"))
+    assert other.cache.model_key != mt.cache.model_key  # another language, another cache entry
+
+
+def test_a_single_target_translator_takes_no_target_token(translator_dir):
+    import torch
+
+    with pytest.raises(InputError, match="none: a single-target model"):
+        MarianTranslator(translator_dir, {**MT_SETTINGS, "target_token": ">>deu<<"}, torch.device("cpu"))
+    assert MarianTranslator(translator_dir, MT_SETTINGS, torch.device("cpu")).target_token is None

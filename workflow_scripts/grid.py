@@ -337,9 +337,13 @@ def translator_settings(config: dict[str, Any], lang: str, to_english: bool = Fa
     return settings
 
 
-def translation_settings(config: dict[str, Any], task: str | None = None) -> dict[str, Any]:
-    """Decoding and re-alignment settings (the list of extra datasets is not one of them)."""
+def translation_settings(config: dict[str, Any], task: str | None = None, lang: str | None = None) -> dict[str, Any]:
+    """Decoding and re-alignment settings (the list of extra datasets is not one of them); for
+    a translation out of English into ``lang``, the target-language token its model needs."""
     settings = {k: v for k, v in config["translation"].items() if k != "datasets"}
+    token = config["models"]["translators"].get(lang, {}).get("target_token") if lang else None
+    if token:
+        settings["target_token"] = token
     return {"task": task, **settings} if task else settings
 
 

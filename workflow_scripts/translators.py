@@ -94,6 +94,8 @@ def model_key(model_dir: Path, settings: dict[str, Any], engine: dict[str, Any])
     """What determines a translation: the weights and vocabularies, the engine with its
     precision and version, and the decoding settings."""
     generation = {k: settings[k] for k in ("num_beams", "max_new_tokens")}
+    if settings.get("target_token"):
+        generation["target_token"] = settings["target_token"]
     text = weights_digest(model_dir) + json.dumps([generation, engine], sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
@@ -184,8 +186,11 @@ class MarianTranslator:
         if backend not in BACKENDS:
             raise InputError(f"translation.backend {backend!r}: expected one of {list(BACKENDS)}")
         self.tokenizer = MarianTokenizer.from_pretrained(str(model_dir))
+        self.target_token = target_language_token(model_dir, self.tokenizer.supported_language_codes,
+                                                  settings.get("target_token"))
         positions = MarianConfig.from_pretrained(str(model_dir)).max_position_embeddings
-        self.limit = min(self.tokenizer.model_max_length, positions) - 1
+        # The target-language token, where there is one, takes a position of every segment.
+        self.limit = min(self.tokenizer.model_max_length, positions) - 1 - bool(self.target_token)
         self.settings = settings
         if backend == "ctranslate2":
             if converted is None:
@@ -229,14 +234,30 @@ class MarianTranslator:
         step = int(self.settings["batch_size"]) * self.engine.batches_per_call
         for b in tqdm(range(0, len(todo), step), desc="translate", mininterval=10):
             chunk = todo[b:b + step]  # length-sorted: little padding per batch
-            translated = dict(zip(chunk, self.engine(chunk)))
+            inputs = [f"{self.target_token} {s}" for s in chunk] if self.target_token else chunk
+            translated = dict(zip(chunk, self.engine(inputs)))
             self.cache.put_many(translated)
             done.update(translated)
         self.counts["tokens_generated"] = self.engine.tokens_generated
         return [" ".join(done[s] for s in segmented[t]) if t.strip() else "" for t in texts]
 
     def describe(self) -> dict[str, Any]:
-        return dict(self.engine.description)
+        return {**self.engine.description, **({"target_token": self.target_token} if self.target_token else {})}
+
+
+def target_language_token(model_dir: Path, codes: Sequence[str], configured: str | None) -> str | None:
+    """The sentence-initial token that picks the output language of a multi-target OPUS-MT
+    model (``>>ara<<`` for opus-mt-en-ar, whose vocabulary has several Arabic varieties).
+    Without it such a model picks a language by itself; a single-target model has none."""
+    if configured:
+        if configured not in codes:
+            raise InputError(f"translator {model_dir}: target_token {configured!r} is not one of its language "
+                             f"tokens ({', '.join(codes[:20]) or 'none: a single-target model'})")
+        return configured
+    if len(codes) > 1:
+        raise InputError(f"translator {model_dir} translates into several languages ({', '.join(codes[:20])}): "
+                         f"set its target_token in models.translators (the model card names the right one)")
+    return codes[0] if codes else None
 
 
 def _converted_vocabulary(converted: Path) -> set[str]:

@@ -137,8 +137,8 @@ def local_source_files(wildcards):
     release = grid.local_release(task)
     if release is not None:  # a local UD release: its archive or its files
         if release.is_file():
-            return [str(release)]
-        return sorted(os.path.join(d, f) for d, _, files in os.walk(release) for f in files)
+            return [workdir_relative(release)]
+        return sorted(workdir_relative(os.path.join(d, f)) for d, _, files in os.walk(release) for f in files)
     if "path" in options:
         source_dir = options["path"]
     elif config["data"]["source"] == "local":
@@ -147,7 +147,15 @@ def local_source_files(wildcards):
         return []
     if not os.path.isabs(source_dir):
         source_dir = os.path.join(workflow.basedir, source_dir)
-    return sorted(os.path.join(d, f) for d, _, files in os.walk(source_dir) for f in files)
+    return sorted(workdir_relative(os.path.join(d, f)) for d, _, files in os.walk(source_dir) for f in files)
+
+
+def workdir_relative(path):
+    """A path inside the working directory, relative to it: Snakemake records input paths as
+    given, and an absolute one would make a moved or re-mounted checkout rerun every step."""
+    path = os.path.abspath(path)
+    inside = os.path.commonpath([path, os.getcwd()]) == os.getcwd()
+    return os.path.relpath(path) if inside else path
 
 
 def intermediate_inputs(wildcards):

@@ -246,6 +246,14 @@ def test_nothing_to_do_after_a_complete_run(demo):
     assert planned_jobs(demo) == set()
 
 
+def test_a_moved_checkout_has_nothing_to_rerun(demo, tmp_path):
+    """Inputs are recorded relative to the working directory: a checkout that is moved or
+    reached through another mount point is as complete as it was."""
+    moved = tmp_path / "elsewhere" / "xstilts"
+    shutil.copytree(demo, moved, symlinks=True)
+    assert planned_jobs(moved) == set()
+
+
 def test_learning_rate_change_reruns_exactly_that_config(demo):
     def edit(config):
         config["intermediate"]["mnli"]["learning_rate"] = 1.0e-3

@@ -20,11 +20,13 @@ rule translate_task_data:
         mem_mb=res("translate_task_data", "mem_mb"),
         runtime=res("translate_task_data", "runtime"),
         gpu=res("translate_task_data", "gpu"),
+        # Speed only: a resource, so changing it reruns nothing (the cache key leaves it out too).
+        translation_batch_size=config["translation"]["batch_size"],
     conda:
         "../envs/training.yaml"
     shell:
         "python -m workflow_scripts.translate data --task {wildcards.task} --lang {wildcards.lang}"
-        " --model {input.model} {params.converted} --input {input.data} --settings {params.settings:q} --cache {params.cache}"
+        " --model {input.model} {params.converted} --input {input.data} --settings {params.settings:q} --batch-size {resources.translation_batch_size} --cache {params.cache}"
         " --threads {threads} --output {output.data} --stats {output.stats} > {log} 2>&1"
 
 
@@ -49,11 +51,12 @@ rule translate_test_data:
         mem_mb=res("translate_test_data", "mem_mb"),
         runtime=res("translate_test_data", "runtime"),
         gpu=res("translate_test_data", "gpu"),
+        translation_batch_size=config["translation"]["batch_size"],
     conda:
         "../envs/training.yaml"
     shell:
         "python -m workflow_scripts.translate data --task {wildcards.task} --from-lang {wildcards.lang} --lang en"
-        " --model {input.model} {params.converted} --input {input.data} --settings {params.settings:q} --cache {params.cache}"
+        " --model {input.model} {params.converted} --input {input.data} --settings {params.settings:q} --batch-size {resources.translation_batch_size} --cache {params.cache}"
         " --threads {threads} --output {output.data} --stats {output.stats} > {log} 2>&1"
 
 
@@ -78,11 +81,13 @@ rule score_translation_quality:
         mem_mb=res("translate_task_data", "mem_mb"),
         runtime=res("translate_task_data", "runtime"),
         gpu=res("translate_task_data", "gpu"),
+        # Speed only: a resource, so changing it reruns nothing (the cache key leaves it out too).
+        translation_batch_size=config["translation"]["batch_size"],
     conda:
         "../envs/training.yaml"
     shell:
         "python -m workflow_scripts.translate quality --lang {wildcards.lang} --model {input.model} {params.converted}"
-        " --data dev={input.dev} test={input.test} --settings {params.settings:q} --cache {params.cache}"
+        " --data dev={input.dev} test={input.test} --settings {params.settings:q} --batch-size {resources.translation_batch_size} --cache {params.cache}"
         " --threads {threads} --output {output.quality} > {log} 2>&1"
 
 
@@ -107,11 +112,12 @@ rule score_translation_quality_to_english:
         mem_mb=res("translate_test_data", "mem_mb"),
         runtime=res("translate_test_data", "runtime"),
         gpu=res("translate_test_data", "gpu"),
+        translation_batch_size=config["translation"]["batch_size"],
     conda:
         "../envs/training.yaml"
     shell:
         "python -m workflow_scripts.translate quality --from-lang {wildcards.lang} --lang en --model {input.model} {params.converted}"
-        " --data dev={input.dev} test={input.test} --settings {params.settings:q} --cache {params.cache}"
+        " --data dev={input.dev} test={input.test} --settings {params.settings:q} --batch-size {resources.translation_batch_size} --cache {params.cache}"
         " --threads {threads} --output {output.quality} > {log} 2>&1"
 
 

@@ -270,6 +270,16 @@ def test_table_only_option_reruns_only_the_tables(demo):
     assert planned_jobs(demo, "--configfile", str(path)) == AFTER_METRICS
 
 
+def test_operational_options_rerun_nothing(demo):
+    """Batch size of translation and checkpoint interval change speed, not results."""
+    def edit(config):
+        config["translation"]["batch_size"] = 7
+        config.setdefault("resources", {}).setdefault("train_target", {})["checkpoint_every"] = 11
+
+    path = with_config(demo, edit, "operational")
+    assert planned_jobs(demo, "--configfile", str(path)) == set()
+
+
 def _rules_using(module: str) -> set[str]:
     return {rule for rule, cli in RULE_MODULES.items()
             if f"workflow_scripts.{module}" in codehash.import_closure(f"workflow_scripts.{cli}")}

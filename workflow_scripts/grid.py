@@ -338,9 +338,11 @@ def translator_settings(config: dict[str, Any], lang: str, to_english: bool = Fa
 
 
 def translation_settings(config: dict[str, Any], task: str | None = None, lang: str | None = None) -> dict[str, Any]:
-    """Decoding and re-alignment settings (the list of extra datasets is not one of them); for
-    a translation out of English into ``lang``, the target-language token its model needs."""
-    settings = {k: v for k, v in config["translation"].items() if k != "datasets"}
+    """Decoding and re-alignment settings; for a translation out of English into ``lang``, the
+    target-language token its model needs. Not among them: the list of extra datasets, and
+    the batch size, which changes only speed (a resource of the rule, so editing it reruns
+    nothing)."""
+    settings = {k: v for k, v in config["translation"].items() if k not in ("datasets", "batch_size")}
     token = config["models"]["translators"].get(lang, {}).get("target_token") if lang else None
     if token:
         settings["target_token"] = token

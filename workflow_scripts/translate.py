@@ -179,11 +179,21 @@ def translate_rows(fmt: str, rows: list[dict[str, Any]], translate: Translator, 
     return [{**r, "lang": lang or r["lang"]} for r in out], stats
 
 
+def translation_run_settings(args) -> dict[str, Any]:
+    settings = load_settings(args.settings)
+    if args.batch_size is not None:
+        settings["batch_size"] = args.batch_size
+    if int(settings.get("batch_size") or 0) < 1:
+        raise InputError(f"translation needs a batch size of at least 1 (--batch-size or the settings' batch_size), "
+                         f"got {settings.get('batch_size')!r}")
+    return settings
+
+
 def translate_task(args) -> None:
     import pyarrow.parquet as pq
 
     started = time.time()
-    settings = load_settings(args.settings)
+    settings = translation_run_settings(args)
     configure_torch(args.threads)
     task = get_task(args.task)
     rows = [r for r in read_table(args.input, task.format).to_pylist() if r["lang"] == args.from_lang]
@@ -207,7 +217,7 @@ def translate_task(args) -> None:
 def score_quality(args) -> None:
     """Translate XNLI sentences and score them against XNLI's references: en -> X against the
     human translations into X, X -> en (translate-test) against the English originals."""
-    settings = load_settings(args.settings)
+    settings = translation_run_settings(args)
     configure_torch(args.threads)
     translator = MarianTranslator(args.model, settings, device(), args.cache, args.converted, args.threads)
     source, target = args.from_lang, args.lang
@@ -249,6 +259,7 @@ def main(argv: list[str] | None = None) -> None:
         p.add_argument("--model", required=True, type=Path)
         p.add_argument("--converted", type=Path, help="its CTranslate2 conversion (backend ctranslate2)")
         p.add_argument("--settings", required=True)
+        p.add_argument("--batch-size", type=int, help="sentences per batch (speed only); default: the settings'")
         p.add_argument("--cache", type=Path, help="persistent translation cache (SQLite)")
         p.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)

@@ -271,10 +271,11 @@ def test_table_only_option_reruns_only_the_tables(demo):
 
 
 def test_operational_options_rerun_nothing(demo):
-    """Batch size of translation and checkpoint interval change speed, not results."""
+    """Translation's batch size and a rule's resources change speed and scheduling, not results."""
     def edit(config):
         config["translation"]["batch_size"] = 7
-        config.setdefault("resources", {}).setdefault("train_target", {})["checkpoint_every"] = 11
+        config.setdefault("resources", {}).setdefault("train_target", {}).update(
+            checkpoint_every=11, threads=1, mem_mb=3000, runtime=50)
 
     path = with_config(demo, edit, "operational")
     assert planned_jobs(demo, "--configfile", str(path)) == set()

@@ -20,7 +20,7 @@ import random
 import shutil
 import struct
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from .common import LOG, InputError, atomic_path
 
@@ -60,14 +60,15 @@ def save_weights(state: dict[str, Any], path: Path) -> None:
             out.write(_byte_view(tensor.detach().to("cpu").contiguous()))
 
 
-def load_weights_into(module, path: Path) -> None:
-    """Read a safetensors file into ``module``'s parameters and buffers in place.
+def load_weights_into(module, path: Path, targets: dict[str, Any] | None = None) -> None:
+    """Read a safetensors file into ``module``'s parameters and buffers in place (or into
+    ``targets``, a part of its state: an adapter's trainable tensors).
 
     CPU tensors are filled straight from the file; on a GPU each tensor goes through one
-    host buffer of its own size. Names, shapes and dtypes must match the module exactly."""
+    host buffer of its own size. Names, shapes and dtypes must match exactly."""
     import torch
 
-    targets = module.state_dict()
+    targets = module.state_dict() if targets is None else targets
     with open(path, "rb") as src:
         (length,) = struct.unpack("<Q", src.read(8))
         header = json.loads(src.read(length))
@@ -94,8 +95,10 @@ def load_weights_into(module, path: Path) -> None:
 class BestWeights:
     """The early-stopping best weights, one file per best step under ``directory``."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, state_of: Callable[[Any], dict[str, Any]] | None = None) -> None:
         self.directory = directory
+        # What is kept of the model: its whole state, or (adapters) its trainable tensors.
+        self.state_of = state_of or (lambda model: model.state_dict())
         self.kept_step: int | None = None  # named by the newest checkpoint: never deleted
 
     def path(self, step: int) -> Path:
@@ -107,7 +110,7 @@ class BestWeights:
                 yield int(file.name.removeprefix("step-").removesuffix(".safetensors")), file
 
     def save(self, model, step: int) -> None:
-        save_weights(model.state_dict(), self.path(step))
+        save_weights(self.state_of(model), self.path(step))
         self.prune(keep={step})
 
     def prune(self, keep: set[int]) -> None:
@@ -122,7 +125,7 @@ class BestWeights:
         self.prune(keep=set() if step is None else {step})
 
     def restore(self, model, step: int) -> None:
-        load_weights_into(model, self.path(step))
+        load_weights_into(model, self.path(step), self.state_of(model))
 
     def remove(self) -> None:
         shutil.rmtree(self.directory, ignore_errors=True)

@@ -23,6 +23,8 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+from .adapters import has_adapter, load_adapter_model, load_backbone, method_of
+from .backbones import family_of
 from .common import (LOG, InputError, autocast, configure_torch, device, load_settings, read_json,
                      seed_everything, settings_hash, setup_logging, write_json)
 from .data import provenance, read_table
@@ -157,7 +159,9 @@ def evaluate_run(target: str, models: dict[str, Path], data: Sources, settings: 
     opts = {**settings, "text_language": transfer.get("text_language")}
     if task.is_retrieval:
         (model_dir,) = set(model_of.values())
-        encoder = load_encoder(model_dir).to(dev)
+        # the backbone the intermediate phase left (adapters merged in memory)
+        encoder = load_backbone(model_dir, method_of(model_dir)).to(dev)
+        settings = with_family_pooling(settings, model_dir)
         scores, extra, predictions = evaluate_retrieval(task, encoder, load_tokenizer(model_dir), splits, settings,
                                                         dev, seed)
     else:
@@ -197,10 +201,26 @@ def evaluate_run(target: str, models: dict[str, Path], data: Sources, settings: 
     }, {lang: predictions[lang] for lang in languages if lang in predictions}
 
 
+def with_family_pooling(settings: dict[str, Any], model_dir: Path) -> dict[str, Any]:
+    """``retrieval.pooling: family`` resolved to the backbone family's pooling (a decoder's
+    last token); the metric file records the pooling that ran."""
+    ret = settings["retrieval"]
+    if ret["pooling"] != "family":
+        return settings
+    return {**settings, "retrieval": {**ret, "pooling": family_of(model_dir).retrieval_pooling}}
+
+
 def _load_target_model(task: Task, model_dir: Path, dev):
+    """The target model a training phase wrote: a full backbone with heads.pt, or (adapters)
+    the base with its adapters and the heads saved with its own (adapters.py)."""
+    if has_adapter(model_dir):
+        model = load_adapter_model(model_dir, dev)
+        if task.name not in model.heads:
+            raise InputError(f"{model_dir}: the adapter holds no head for {task.name} (heads: {sorted(model.heads)})")
+        return model.to(dev), load_tokenizer(model_dir)
     encoder = load_encoder(model_dir)
     head = make_head(task.format, encoder.config.hidden_size, task.num_labels, 0.0, 0.02)
-    model = MultiHeadModel(encoder, {task.name: head})
+    model = MultiHeadModel(encoder, {task.name: head}, family_of(model_dir).name)
     model.heads.load_state_dict(_load_heads(model_dir))
     return model.to(dev), load_tokenizer(model_dir)
 

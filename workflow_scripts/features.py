@@ -6,6 +6,8 @@
   the reference SQuAD scripts; answers decoded from n-best start/end logits.
 - tagging: the label sits on the first sub-word of each word (-100 elsewhere); a sentence
   too long for the model is split into word pieces that fit and merged back, never truncated.
+  Words are tokenised as in running text, with their leading space where the tokenizer
+  needs one (byte-level BPE without ``add_prefix_space``: ``words_need_spaces``).
 - mlm: dynamic masking (15%, of which 80% mask / 10% random / 10% kept), redrawn every batch.
 """
 
@@ -247,9 +249,12 @@ def _encode_tags(tokenizer, rows, labels: Sequence[str], max_length: int) -> lis
     """Split each sentence into pieces of whole words that fit, label the first sub-words."""
     budget = max_length - tokenizer.num_special_tokens_to_add(pair=False)
     label_ids = {t: k for k, t in enumerate(labels)}
+    spaced = words_need_spaces(tokenizer)
     feats = []
     for i, row in enumerate(rows):
         words = [w if tokenizer.tokenize(w) else tokenizer.unk_token for w in row["tokens"]]
+        if spaced:
+            words = [" " + w for w in words]
         lengths = [len(tokenizer.tokenize(w)) for w in words] if words else []
         start = 0
         while start < len(words):
@@ -273,6 +278,36 @@ def _encode_tags(tokenizer, rows, labels: Sequence[str], max_length: int) -> lis
                           "n_words": end - start})
             start = end
     return feats
+
+
+_SPACING_PROBE = ("the", "cat", "sat", "quietly")
+
+
+def words_need_spaces(tokenizer) -> bool:
+    """Whether each word must carry its leading space for pre-split words to be tokenised as
+    they are in running text.
+
+    A byte-level BPE tokenizer without ``add_prefix_space`` (GPT-2, BLOOM and Llama-3 style
+    pre-tokenizers) tokenises a pre-split word without the space it has in a sentence
+    ("Ġcat" in text, "cat" split): labels still land on the right words, but on pieces the
+    model never saw in pre-training. Sentencepiece tokenizers (XLM-R, mT5) and byte-level
+    ones with ``add_prefix_space`` need nothing. Decided by tokenising a probe sentence both
+    ways, so no tokenizer class has to be named."""
+    cached = getattr(tokenizer, "_xstilts_words_need_spaces", None)
+    if cached is not None:
+        return cached
+    text = tokenizer(" ".join(_SPACING_PROBE), add_special_tokens=False)["input_ids"]
+    plain = tokenizer(list(_SPACING_PROBE), is_split_into_words=True, add_special_tokens=False)["input_ids"]
+    spaced = tokenizer([" " + w for w in _SPACING_PROBE], is_split_into_words=True,
+                       add_special_tokens=False)["input_ids"]
+    # Texts that start without a space tokenise their first word bare: compare from the second.
+    first = len(tokenizer(_SPACING_PROBE[0], add_special_tokens=False)["input_ids"])
+    need = plain[first:] != text[first:] and spaced[-len(text[first:]):] == text[first:]
+    try:
+        tokenizer._xstilts_words_need_spaces = need
+    except AttributeError:  # a tokenizer that takes no new attributes is probed again next time
+        pass
+    return need
 
 
 def merge_tags(encoded: Encoded, logits_per_feature: list[Any], labels: Sequence[str]) -> list[list[str]]:
@@ -333,14 +368,19 @@ def collate(features: Sequence[Feature], fmt: str, pad_id: int, mlm: dict[str, A
     """Pad a batch to its own longest sequence (dynamic padding)."""
     import torch
 
+    # The attention mask comes from each sequence's length, not from comparing ids with the
+    # pad id: a decoder without a pad token pads with its end-of-sequence token, which may
+    # also occur in the text (backbones/decoder.py).
     if fmt == MULTIPLE_CHOICE:
         width = max(len(ids) for f in features for ids in f["input_ids"])
         ids = [[seq + [pad_id] * (width - len(seq)) for seq in f["input_ids"]] for f in features]
-        input_ids = torch.tensor(ids)
+        mask = [[[1] * len(seq) + [0] * (width - len(seq)) for seq in f["input_ids"]] for f in features]
     else:
         width = max(len(f["input_ids"]) for f in features)
-        input_ids = torch.tensor([f["input_ids"] + [pad_id] * (width - len(f["input_ids"])) for f in features])
-    batch: dict[str, Any] = {"input_ids": input_ids, "attention_mask": (input_ids != pad_id).long()}
+        ids = [f["input_ids"] + [pad_id] * (width - len(f["input_ids"])) for f in features]
+        mask = [[1] * len(f["input_ids"]) + [0] * (width - len(f["input_ids"])) for f in features]
+    input_ids = torch.tensor(ids)
+    batch: dict[str, Any] = {"input_ids": input_ids, "attention_mask": torch.tensor(mask)}
     first = features[0]
     if "labels" in first:
         if isinstance(first["labels"], list):

@@ -14,6 +14,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from .backbones import family_of, get_family
+from .backbones.family import pool
 from .common import InputError
 from .tasks import CLASSIFICATION, MLM, MULTIPLE_CHOICE, SPAN, TAGGING
 
@@ -23,10 +25,11 @@ from .tasks import CLASSIFICATION, MLM, MULTIPLE_CHOICE, SPAN, TAGGING
 
 
 def load_tokenizer(model_dir: str | Path):
+    """The directory's tokenizer, with its family's conventions (a decoder's pad token)."""
     from transformers import AutoTokenizer
 
     _require_model_dir(model_dir)
-    return AutoTokenizer.from_pretrained(str(model_dir))
+    return family_of(model_dir).prepare_tokenizer(AutoTokenizer.from_pretrained(str(model_dir)))
 
 
 def _require_model_dir(model_dir: str | Path) -> None:
@@ -35,13 +38,11 @@ def _require_model_dir(model_dir: str | Path) -> None:
         raise InputError(f"model directory {path} has no config.json (missing or incomplete)")
 
 
-def load_encoder(model_dir: str | Path):
-    """The bare encoder (no pooler, no LM head) from a local directory."""
-    from transformers import AutoModel
-
+def load_encoder(model_dir: str | Path, **kwargs):
+    """The bare backbone (no pooler, no LM head) from a local directory, loaded as its family
+    loads it (backbones/); keyword arguments go to ``from_pretrained``."""
     _require_model_dir(model_dir)
-    # SDPA: PyTorch's fused attention kernels (flash / memory-efficient on GPUs).
-    return AutoModel.from_pretrained(str(model_dir), add_pooling_layer=False, attn_implementation="sdpa")
+    return family_of(model_dir).load(Path(model_dir), **kwargs)
 
 
 def load_mlm_head(model_dir: str | Path, encoder: nn.Module):
@@ -51,9 +52,14 @@ def load_mlm_head(model_dir: str | Path, encoder: nn.Module):
     jiant, which the paper trained with: one matrix, trained from both sides. Loaded on its
     own, the head would carry a copy instead (for XLM-R large 256M more trainable parameters,
     4 GB more weights, gradients and AdamW state on the GPU), and the MLM predictions would
-    never reach the embeddings the other tasks read."""
+    never reach the embeddings the other tasks read. Only the encoder family has one: T5's
+    objective is span corruption and a decoder's is next-token prediction."""
     from transformers import AutoModelForMaskedLM
 
+    family = family_of(model_dir)
+    if not family.has_mlm:
+        raise InputError(f"{model_dir}: a {family.name} backbone has no masked-LM head; MLM (intermediate "
+                         "configs with 'mlm: true') needs an encoder-family backbone")
     mlm = AutoModelForMaskedLM.from_pretrained(str(model_dir))
     output, embeddings = mlm.get_output_embeddings(), encoder.get_input_embeddings()
     if output is None or output.weight.shape != embeddings.weight.shape:
@@ -85,12 +91,15 @@ def make_head(fmt: str, hidden: int, num_labels: int, dropout: float, init_std: 
 
 
 class MultiHeadModel(nn.Module):
-    """One shared encoder, one output head per task of the phase."""
+    """One shared backbone, one output head per task of the phase. The backbone's family
+    decides how a sequence is read as one vector (first token, mean, last token)."""
 
-    def __init__(self, encoder: nn.Module, heads: dict[str, nn.Module]) -> None:
+    def __init__(self, encoder: nn.Module, heads: dict[str, nn.Module], family: str = "encoder") -> None:
         super().__init__()
         self.encoder = encoder
         self.heads = nn.ModuleDict(heads)
+        self.family = family
+        self.pooling = get_family(family).pooling
 
 
 def forward(model, fmt: str, task: str, batch: dict[str, Any]):
@@ -101,13 +110,13 @@ def forward(model, fmt: str, task: str, batch: dict[str, Any]):
     if fmt == MULTIPLE_CHOICE:
         n_choices = batch["input_ids"].shape[1]
         flat = {k: batch[k].flatten(0, 1) for k in ("input_ids", "attention_mask")}
-        hidden = model.encoder(**flat).last_hidden_state[:, 0]
-        logits = head(hidden).view(-1, n_choices)
+        hidden = model.encoder(**flat).last_hidden_state
+        logits = head(pool(model.pooling, hidden, flat["attention_mask"])).view(-1, n_choices)
         loss = F.cross_entropy(logits, batch["labels"]) if "labels" in batch else None
         return logits, loss
     hidden = model.encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
     if fmt == CLASSIFICATION:
-        logits = head(hidden[:, 0])
+        logits = head(pool(model.pooling, hidden, batch["attention_mask"]))
         loss = F.cross_entropy(logits, batch["labels"]) if "labels" in batch else None
     elif fmt == SPAN:
         logits = head(hidden)  # (batch, length, 2)

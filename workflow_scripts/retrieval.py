@@ -1,7 +1,9 @@
 """Sentence retrieval without training data: Tatoeba 1-NN accuracy and BUCC margin mining.
 
-Sentence embedding = mean over all token positions (special tokens included, padding
-excluded) of one hidden layer. ``layer`` indexes ``hidden_states`` as transformers returns
+Sentence embedding = one hidden layer pooled over the sequence: by default the mean over all
+token positions (special tokens included, padding excluded), as XTREME does for XLM-R;
+``first`` or ``last`` token on request, and ``family``: the backbone family's default
+(a decoder's last token, the only one that has seen the whole sentence). ``layer`` indexes ``hidden_states`` as transformers returns
 them, where index 0 is the embedding output; the paper's "13th layer" of XLM-R large is
 index 13 in that convention. The convention is written into every metric file.
 """
@@ -13,16 +15,11 @@ from typing import Any
 
 import numpy as np
 
+from .backbones.family import POOLINGS, mean_pooled, pool  # noqa: F401 (mean_pooled: the demo encoder's loss)
 from .common import InputError, autocast
 from .neighbours import knn, l2_normalize
 
 LAYER_CONVENTION = "hidden_states index; 0 = embedding output, i = output of transformer layer i"
-
-
-def mean_pooled(hidden, attention_mask):
-    """Mean of ``hidden`` (batch, positions, width) over the positions the mask keeps."""
-    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-    return (hidden * mask).sum(1) / mask.sum(1)
 
 
 def embed(model, tokenizer, sentences: Sequence[str], layer: int, pooling: str, batch_size: int,
@@ -33,8 +30,8 @@ def embed(model, tokenizer, sentences: Sequence[str], layer: int, pooling: str, 
     n_layers = model.config.num_hidden_layers
     if not 0 <= layer <= n_layers:
         raise InputError(f"retrieval.layer {layer} outside 0..{n_layers} for this encoder")
-    if pooling != "mean":
-        raise InputError(f"retrieval.pooling {pooling!r} is not supported (supported: mean)")
+    if pooling not in POOLINGS:
+        raise InputError(f"retrieval.pooling {pooling!r} is not supported (supported: {', '.join(POOLINGS)}, family)")
     order = sorted(range(len(sentences)), key=lambda k: len(sentences[k]))
     out = np.zeros((len(sentences), model.config.hidden_size), dtype=np.float32)
     model.eval()
@@ -43,9 +40,11 @@ def embed(model, tokenizer, sentences: Sequence[str], layer: int, pooling: str, 
             idx = order[b:b + batch_size]
             enc = tokenizer([sentences[k] for k in idx], truncation=True, max_length=max_length,
                             padding=True, return_tensors="pt").to(dev)
+            # token_type_ids only where the model takes them (decoders do not)
+            enc = {k: v for k, v in enc.items() if k in ("input_ids", "attention_mask")}
             with autocast(dev):
                 hidden = model(**enc, output_hidden_states=True).hidden_states[layer].float()
-            out[idx] = mean_pooled(hidden, enc["attention_mask"]).cpu().numpy()
+            out[idx] = pool(pooling, hidden, enc["attention_mask"]).cpu().numpy()
     return out
 
 

@@ -41,6 +41,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .adapters import Method, attach, lineage, check_available, inner, load_backbone, save_adapter_phase, trained_state
+from .backbones import family_of
 from .checkpoints import BestWeights, Checkpointer, Preempted, files_stamp, rng_state, save_weights, set_rng_state
 from .codehash import module_digest
 from .common import (LOG, InputError, atomic_path, autocast, canonical_json, configure_torch, device,
@@ -48,7 +50,7 @@ from .common import (LOG, InputError, atomic_path, autocast, canonical_json, con
 from .data import read_table
 from .evaluate import score_encoded
 from .features import Encoded, collate, encode, length_grouped_batches
-from .models import MultiHeadModel, forward, load_encoder, load_mlm_head, load_tokenizer, make_head
+from .models import MultiHeadModel, forward, load_mlm_head, load_tokenizer, make_head
 from .tasks import MLM, TAGGING, Task, get_task, primary_metric
 
 
@@ -137,15 +139,20 @@ def load_phase_data(encoder_dir: Path, encoder, tokenizer, data: dict[str, dict[
             task = tasks[name] = dataclasses.replace(task, labels=tuple(tags))
         train_sets[name] = encode(task, tokenizer, train, opts, train=True)
         if task.format == MLM:
-            heads[name] = load_mlm_head(encoder_dir, encoder)
+            heads[name] = load_mlm_head(lineage(encoder_dir).base, encoder)
         else:
             heads[name] = make_head(task.format, encoder.config.hidden_size, task.num_labels,
-                                    float(settings["dropout"]), encoder.config.initializer_range)
+                                    float(settings["dropout"]), initializer_range(encoder.config))
     # The selection subsets never change: encode them once, not at every evaluation.
     dev_opts = {n: {**task_opts[n], "eval_batch_size": settings["eval_batch_size"]} for n in tasks}
     dev_sets = {key: encode(tasks[key[0]], tokenizer, rows, dev_opts[key[0]], train=False)
                 for key, rows in dev_rows.items()}
     return PhaseData(tasks, train_sets, heads, dev_sets, dev_opts)
+
+
+def initializer_range(config) -> float:
+    """The backbone's weight-init std for fresh heads (T5 configs name none: BERT's 0.02)."""
+    return float(getattr(config, "initializer_range", 0.02))
 
 
 def total_steps(settings: dict[str, Any], train_sets: dict[str, Encoded]) -> int:
@@ -227,11 +234,20 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
     configure_torch(threads)
     seed_everything(seed)
     dev = device()
+    method = Method.from_settings(settings.get("method"))
+    check_available(method, dev)
     tokenizer = load_tokenizer(encoder_dir)
-    encoder = load_encoder(encoder_dir)
+    # The backbone the previous phase left: its base with every adapter of its lineage merged.
+    encoder = load_backbone(encoder_dir, method)
     phase_data = load_phase_data(encoder_dir, encoder, tokenizer, data, settings)
     tasks, task_opts = phase_data.tasks, settings["tasks"]
-    model = MultiHeadModel(encoder, phase_data.heads).to(dev)
+    family = family_of(encoder_dir)
+    model = MultiHeadModel(encoder, phase_data.heads, family.name).to(dev)
+    # Adapters: the heads train whole and are saved with the adapter (not the MLM head, which
+    # predicts with the frozen embeddings).
+    head_formats = {n: (t.format, t.num_labels) for n, t in tasks.items() if t.format != MLM}
+    peft_model = attach(model, method, head_formats) if method.adapters else None
+    model = inner(peft_model) if peft_model is not None else model
     total = total_steps(settings, phase_data.train_sets)
     warmup = int(float(settings["warmup_ratio"]) * total)
     sampler = TaskSampler({n: len(s.features) for n, s in phase_data.train_sets.items()},
@@ -240,7 +256,7 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
 
     # Fused AdamW: one kernel for all parameters, on GPUs and (PyTorch >= 2.4) on CPU, where it
     # is ~6x the per-tensor loop for a base-size model.
-    optimizer = torch.optim.AdamW(model.parameters(), lr=float(settings["learning_rate"]),
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=float(settings["learning_rate"]),
                                   weight_decay=float(settings["weight_decay"]), fused=True)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: linear_schedule(s, total, warmup))
     mlm_args = {"mask_id": tokenizer.mask_token_id, "vocab_size": len(tokenizer),
@@ -253,12 +269,13 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
     # Without a checkpoint directory the best weights live in a scratch directory under $TMPDIR
     # (node-local on clusters; a killed process's leftovers are the system's to clean).
     scratch = None if checkpoint_dir else Path(tempfile.mkdtemp(prefix="xstilts-best-weights-"))
-    best_weights = BestWeights(checkpoint_dir / "best" if checkpoint_dir else scratch)
+    best_weights = BestWeights(checkpoint_dir / "best" if checkpoint_dir else scratch,
+                               lambda m: trained_state(m, method))
     history, bad_evals, start, elapsed, train_seconds = [], 0, 0, 0.0, 0.0
 
     resumed = checkpointer.load()
     if resumed is not None:
-        model.load_state_dict(resumed["model"])
+        _load_trained_state(model, resumed["model"], method)
         optimizer.load_state_dict(resumed["optimizer"])
         scheduler.load_state_dict(resumed["scheduler"])
         sampler.rng.setstate(resumed["sampler"])
@@ -277,7 +294,7 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
         set_rng_state(resumed["rng"])
 
     def state(next_step: int) -> dict[str, Any]:
-        return {"step": next_step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+        return {"step": next_step, "model": trained_state(model, method), "optimizer": optimizer.state_dict(),
                 "scheduler": scheduler.state_dict(), "sampler": sampler.rng.getstate(),
                 "streams": {n: {"rng": st.rng.getstate(), "batches": st.batches, "passes": st.passes}
                             for n, st in streams.items()},
@@ -363,12 +380,34 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
                           "examples_per_s": counts["examples"] / max(train_seconds, 1e-9),
                           "tokens_per_s": counts["tokens"] / max(train_seconds, 1e-9),
                           "device": dev.type, "attention": encoder.config._attn_implementation},
+           "backbone": {"family": family.name, "method": dataclasses.asdict(method),
+                        "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
+                        "parameters": sum(p.numel() for p in model.parameters())},
            "settings": settings, "settings_hash": settings_hash(settings), "resumed_at_step": start or None,
            "wall_time_s": round(elapsed + time.time() - started, 3)}
-    _save(model, tokenizer, phase, log, output)
+    if peft_model is not None:
+        with atomic_path(output) as tmp:
+            tmp.mkdir()
+            save_adapter_phase(peft_model, tokenizer, tmp, encoder_dir, head_formats, method, family.name)
+            (tmp / "train_log.json").write_text(json.dumps(log, indent=2, sort_keys=True) + "\n")
+    else:
+        _save(model, tokenizer, phase, log, output)
     if not keep_checkpoints:  # XLM-R large checkpoints are several GB each
         checkpointer.remove()
     return log
+
+
+def _load_trained_state(model, state: dict[str, Any], method: Method) -> None:
+    """A checkpoint's model state back into the model: all of it, or (adapters) exactly the
+    trainable tensors, every one of them."""
+    if not method.adapters:
+        model.load_state_dict(state)
+        return
+    expected = set(trained_state(model, method))
+    if set(state) != expected:
+        raise InputError(f"checkpoint holds other trainable tensors than the model "
+                         f"(missing {sorted(expected - set(state))[:3]}, unexpected {sorted(set(state) - expected)[:3]})")
+    model.load_state_dict(state, strict=False)
 
 
 def data_sources(spec: str | list[dict[str, Any]], default_languages: list[str] | None

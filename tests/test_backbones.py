@@ -1,0 +1,308 @@
+"""Backbone families and training methods: every task format on every family, pooling,
+word alignment with byte-level BPE, MLM refused where a family has none, and LoRA adapters
+that save and reload to the same predictions (heads included) and chain intermediate ->
+target without writing the base model again."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from workflow_scripts import adapters
+from workflow_scripts.adapters import Method
+from workflow_scripts.backbones import family_of
+from workflow_scripts.backbones.family import last_token, pool
+from workflow_scripts.common import InputError
+from workflow_scripts.data import read_table
+from workflow_scripts.evaluate import _load_target_model, predict_and_score_rows
+from workflow_scripts.features import collate, encode, words_need_spaces
+from workflow_scripts.models import MultiHeadModel, forward, load_encoder, load_mlm_head, load_tokenizer, make_head
+from workflow_scripts.tasks import get_task
+from workflow_scripts.train import train_phase
+
+FAMILIES = ("encoder", "seq2seq_encoder", "decoder")
+TEXTS = ["the cat sat on the mat", "a dog barks at the moon", "der Hund bellt den Mond an",
+         "die Katze sitzt auf der Matte", "what does the fox say", "where is the answer in this text"]
+
+
+def _corpus(demo_data) -> list[str]:
+    from workflow_scripts.demo_models import iter_texts
+
+    return list(iter_texts([str(p) for p in demo_data.values()]))[:3000] + TEXTS
+
+
+def _save_seq2seq_encoder(out: Path, demo_data) -> Path:
+    """A tiny mT5 encoder-decoder checkpoint with a T5 (unigram) tokenizer, as on the Hub."""
+    from transformers import MT5Config, MT5ForConditionalGeneration, T5Tokenizer
+
+    from workflow_scripts.demo_models import train_unigram_vocab
+
+    vocab = [(t, s) for t, s in train_unigram_vocab(_corpus(demo_data), 600) if t not in ("<s>", "<mask>")]
+    # T5 order: pad 0, eos 1, unk 2
+    specials = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0)]
+    vocab = specials + [(t, s) for t, s in vocab if t not in dict(specials)]
+    tokenizer = T5Tokenizer(vocab=vocab, extra_ids=0)
+    torch.manual_seed(0)
+    config = MT5Config(vocab_size=len(vocab), d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+                       decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
+    MT5ForConditionalGeneration(config).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def _byte_level_tokenizer(texts: list[str], add_prefix_space: bool, with_pad: bool):
+    """A Llama-3 / BLOOM-style byte-level BPE tokenizer; optionally without a pad token,
+    as Llama tokenizers ship."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<s>", "</s>", "<unk>"] + (["<pad>"] if with_pad else [])
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=700, special_tokens=specials,
+                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>", pair="<s> $A </s> $B </s>",
+        special_tokens=[("<s>", tok.token_to_id("<s>")), ("</s>", tok.token_to_id("</s>"))])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+                                   **({"pad_token": "<pad>"} if with_pad else {}))
+
+
+def _save_decoder(out: Path, demo_data) -> Path:
+    """A tiny Llama with a byte-level BPE tokenizer that has no pad token."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = _byte_level_tokenizer(_corpus(demo_data), add_prefix_space=False, with_pad=False)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    LlamaForCausalLM(config).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def backbone_dirs(tmp_path_factory, demo_data, demo_encoder_dir) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("backbones")
+    return {"encoder": demo_encoder_dir,
+            "seq2seq_encoder": _save_seq2seq_encoder(root / "mt5", demo_data),
+            "decoder": _save_decoder(root / "llama", demo_data)}
+
+
+ROWS = {
+    "xnli": [{"id": str(i), "lang": "en", "text_a": TEXTS[i], "text_b": TEXTS[-1 - i], "label": i % 3}
+             for i in range(6)],
+    "hellaswag": [{"id": str(i), "lang": "en", "context": TEXTS[i], "choices": TEXTS[:4], "label": i % 4}
+                  for i in range(4)],
+    "udpos": [{"id": str(i), "lang": "en", "tokens": TEXTS[i].split(),
+               "tags": ["NOUN" if k % 2 else "DET" for k in range(len(TEXTS[i].split()))]} for i in range(6)],
+}
+OPTS = {"max_length": 48, "eval_batch_size": 4, "doc_stride": 16, "max_query_length": 12, "n_best": 5,
+        "max_answer_length": 8}
+
+
+def _rows(task: str, demo_data) -> list[dict]:
+    if task == "squad":
+        return read_table(demo_data["squad.train"], "span").to_pylist()[:6]
+    return ROWS[task]
+
+
+def _model(backbone_dir: Path, task_name: str, seed: int = 0) -> MultiHeadModel:
+    task = get_task(task_name)
+    encoder = load_encoder(backbone_dir)
+    torch.manual_seed(seed)
+    head = make_head(task.format, encoder.config.hidden_size, task.num_labels, 0.0, 0.5)
+    return MultiHeadModel(encoder, {task_name: head}, family_of(backbone_dir).name)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("task_name", ["xnli", "hellaswag", "squad", "udpos"])
+def test_every_task_format_trains_and_scores_on_every_family(family, task_name, backbone_dirs, demo_data):
+    backbone_dir = backbone_dirs[family]
+    assert family_of(backbone_dir).name == family
+    task, tokenizer = get_task(task_name), load_tokenizer(backbone_dir)
+    model = _model(backbone_dir, task_name)
+    rows = _rows(task_name, demo_data)
+    encoded = encode(task, tokenizer, rows, OPTS, train=True)
+    batch = collate(encoded.features.take(range(min(4, len(encoded.features)))), task.format, tokenizer.pad_token_id)
+    _, loss = forward(model, task.format, task_name, batch)
+    assert torch.isfinite(loss)
+    loss.backward()
+    assert model.encoder.get_input_embeddings().weight.grad.abs().sum() > 0  # the loss reaches the backbone
+    scores, predictions = predict_and_score_rows(model, task, tokenizer, rows, OPTS, torch.device("cpu"))
+    assert scores and all(0.0 <= v <= 100.0 for v in scores.values())
+    assert len(predictions) == len(rows)
+
+
+def test_a_decoder_tokenizer_without_pad_pads_with_eos_and_masks_by_length(backbone_dirs):
+    tokenizer = load_tokenizer(backbone_dirs["decoder"])
+    assert tokenizer.pad_token == tokenizer.eos_token and tokenizer.padding_side == "right"
+    # a pair's first segment ends with </s>: an id equal to the pad id inside the text stays attended
+    enc = tokenizer(["a short one"], ["and its pair"])["input_ids"][0]
+    other = tokenizer(["a much longer first sentence here"], ["and its pair too"])["input_ids"][0]
+    assert tokenizer.pad_token_id in enc[1:-1]
+    batch = collate([{"input_ids": enc, "labels": 0}, {"input_ids": other, "labels": 1}], "classification",
+                    tokenizer.pad_token_id)
+    assert batch["attention_mask"][0].tolist() == [1] * len(enc) + [0] * (len(other) - len(enc))
+
+
+def test_decoders_pool_the_last_real_token_whichever_side_pads(backbone_dirs):
+    model = _model(backbone_dirs["decoder"], "xnli")
+    tokenizer = load_tokenizer(backbone_dirs["decoder"])
+    model.eval()
+    short, long = "the cat sat", "what does the fox say at the moon"
+    with torch.no_grad():
+        alone = pool("last", model.encoder(**tokenizer([short], return_tensors="pt")).last_hidden_state,
+                     tokenizer([short], return_tensors="pt")["attention_mask"])
+        right = tokenizer([short, long], padding=True, return_tensors="pt")
+        in_batch = pool(model.pooling, model.encoder(**right).last_hidden_state, right["attention_mask"])
+    # right padding: causal attention never sees the pads after a token, so the vector is the same
+    torch.testing.assert_close(in_batch[0], alone[0], rtol=1e-5, atol=1e-5)
+    hidden = torch.arange(2 * 5 * 1, dtype=torch.float32).view(2, 5, 1)
+    left_mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    right_mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    assert last_token(hidden, left_mask).flatten().tolist() == [4.0, 9.0]
+    assert last_token(hidden, right_mask).flatten().tolist() == [2.0, 9.0]
+
+
+@pytest.mark.parametrize("add_prefix_space", [False, True])
+def test_tagging_labels_the_first_piece_of_each_word_with_byte_level_bpe(add_prefix_space, demo_data):
+    tokenizer = _byte_level_tokenizer(_corpus(demo_data), add_prefix_space, with_pad=True)
+    # without add_prefix_space, pre-split words need their space to be tokenised as in text
+    assert words_need_spaces(tokenizer) is (not add_prefix_space)
+    task = get_task("udpos")
+    rows = ROWS["udpos"] + [{"id": "long", "lang": "en", "tokens": ("unbelievably " * 30).split(),
+                             "tags": ["ADV"] * 30}]
+    encoded = encode(task, tokenizer, rows, {"max_length": 24}, train=True)
+    labelled: dict[int, list[str]] = {}
+    for feat in encoded.features:
+        pieces = tokenizer.convert_ids_to_tokens(feat["input_ids"])
+        labelled.setdefault(feat["example"], []).extend(
+            p for p, lab in zip(pieces, feat["labels"]) if lab != -100)
+    for i, row in enumerate(rows):
+        firsts = labelled[i]
+        assert len(firsts) == len(row["tokens"])  # one label per word, long sentence split, not truncated
+        for piece, word in zip(firsts, row["tokens"]):
+            # each labelled piece is its word's first, as the word is tokenised in running text
+            # (after a space: "Ġword", never the bare "word" of a pre-split word)
+            assert piece == tokenizer.tokenize(" " + word)[0] and piece.startswith("Ġ")
+
+
+def test_sentencepiece_tokenizers_take_words_as_they_are(tokenizer):
+    assert words_need_spaces(tokenizer) is False
+
+
+@pytest.mark.parametrize("family", ["seq2seq_encoder", "decoder"])
+def test_mlm_is_refused_by_families_without_a_masked_lm_head(family, backbone_dirs):
+    backbone_dir = backbone_dirs[family]
+    with pytest.raises(InputError, match=f"a {family} backbone has no masked-LM head"):
+        load_mlm_head(backbone_dir, load_encoder(backbone_dir))
+
+
+def test_qlora_is_refused_on_cpu_before_loading_anything():
+    with pytest.raises(InputError, match="qlora needs a CUDA GPU"):
+        adapters.check_available(Method(name="qlora"), torch.device("cpu"))
+
+
+def test_an_unknown_method_is_named():
+    with pytest.raises(InputError, match="method.name 'dora'"):
+        Method.from_settings({"name": "dora"})
+
+
+def _perturb(model) -> None:
+    """Nonzero LoRA B matrices and heads different from a fresh init: a reload that dropped
+    either would change the predictions."""
+    generator = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.requires_grad:
+                p.add_(torch.randn(p.shape, generator=generator) * 0.3)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_lora_target_model_reloads_to_identical_predictions_heads_included(family, backbone_dirs, demo_data,
+                                                                              tmp_path):
+    backbone_dir = backbone_dirs[family]
+    task = get_task("xnli")
+    model = _model(backbone_dir, "xnli")
+    method = Method(name="lora", rank=4, alpha=8, dropout=0.0)
+    peft_model = adapters.attach(model, method, {"xnli": (task.format, task.num_labels)})
+    trained = adapters.inner(peft_model)
+    _perturb(trained)
+    trainable = {n for n, p in trained.named_parameters() if p.requires_grad}
+    assert any("lora_" in n for n in trainable) and any(n.startswith("heads.xnli") for n in trainable)
+    assert not any("embed" in n or "word_embeddings" in n for n in trainable)  # the base stays frozen
+    tokenizer = load_tokenizer(backbone_dir)
+    out = tmp_path / "target"
+    out.mkdir()
+    adapters.save_adapter_phase(peft_model, tokenizer, out, backbone_dir, {"xnli": (task.format, task.num_labels)},
+                                method, family)
+    # no copy of the base: only the adapter's weights are written
+    weights = [f for f in out.rglob("*.safetensors")] + [f for f in out.rglob("*.bin")]
+    assert [f.relative_to(out).as_posix() for f in weights] == ["adapter/adapter_model.safetensors"]
+    base_bytes = sum(f.stat().st_size for f in Path(backbone_dir).glob("*.safetensors"))
+    assert weights[0].stat().st_size < base_bytes
+    reloaded, _ = _load_target_model(task, out, torch.device("cpu"))
+    rows, dev = ROWS["xnli"], torch.device("cpu")
+    encoded = encode(task, tokenizer, rows, OPTS, train=False)
+    batch = collate(encoded.features.take(range(len(rows))), task.format, tokenizer.pad_token_id)
+    batch = {k: batch[k] for k in ("input_ids", "attention_mask")}
+    trained.eval()
+    reloaded.eval()
+    with torch.no_grad():
+        before, _ = forward(trained, task.format, "xnli", batch)
+        after, _ = forward(reloaded, task.format, "xnli", batch)
+        torch.testing.assert_close(after, before, rtol=0, atol=0)
+        # the check can fail: the same adapter with its heads left fresh predicts otherwise
+        fresh = _model(backbone_dir, "xnli", seed=9)
+        fresh.eval()
+        assert not torch.allclose(forward(fresh, task.format, "xnli", batch)[0], before)
+    assert json.loads((out / "xstilts_backbone.json").read_text())["base"] == str(backbone_dir)
+    del dev
+
+
+PHASE = {"dropout": 0.0, "dev_examples": 20, "eval_batch_size": 16, "eval_every": 3, "learning_rate": 5e-3,
+         "max_grad_norm": 1.0, "max_micro_batch": 8, "multitask_cap": 131072, "multitask_epochs": 1,
+         "patience": 30, "warmup_ratio": 0.0, "weight_decay": 0.0, "max_steps": 6}
+
+
+@pytest.mark.parametrize("family", ["encoder", "decoder"])
+def test_lora_intermediate_then_target_chains_adapters_without_copying_the_base(family, backbone_dirs, demo_data,
+                                                                               tmp_path):
+    """mnli with LoRA, then xnli from base + the mnli adapter merged in memory with a fresh
+    adapter: the target directory names the chain, evaluation rebuilds it, and the reloaded
+    model scores the selection subset exactly as training's best step did."""
+    from workflow_scripts.evaluate import score_rows
+
+    backbone_dir = backbone_dirs[family]
+    method = {"name": "lora", "rank": 4, "alpha": 8, "dropout": 0.0}
+    mnli = str(demo_data["mnli.train"])
+    inter = train_phase("intermediate", backbone_dir, {"mnli": {"train": mnli, "dev": mnli}},
+                        {**PHASE, "method": method, "language": "en",
+                         "tasks": {"mnli": {"batch_size": 8, "epochs": 1, "max_length": 48, "select_language": "en"}}},
+                        seed=1, threads=1, output=tmp_path / "inter")
+    assert inter["backbone"]["trainable_parameters"] < inter["backbone"]["parameters"] / 2
+    xnli = str(demo_data["xnli.dev"])
+    data = {"xnli": {"train": [{"path": mnli, "languages": ["en"]}], "dev": [{"path": xnli, "languages": ["en"]}]}}
+    target = train_phase("target", tmp_path / "inter", data,
+                         {**PHASE, "method": method,
+                          "tasks": {"xnli": {"batch_size": 8, "epochs": 1, "max_length": 48}}},
+                         seed=1, threads=1, output=tmp_path / "target")
+    manifest = json.loads((tmp_path / "target" / "xstilts_backbone.json").read_text())
+    assert manifest["base"] == str(backbone_dir) and manifest["merged"] == [str(tmp_path / "inter")]
+    assert not list((tmp_path / "target").glob("model*.safetensors"))
+    # the merged intermediate adapter changed the backbone the target phase started from
+    merged = adapters.load_backbone(tmp_path / "inter", Method(**method))
+    base = load_encoder(backbone_dir)
+    assert any(not torch.equal(a, b) for a, b in zip(merged.state_dict().values(), base.state_dict().values()))
+    task = get_task("xnli")
+    model, tokenizer = _load_target_model(task, tmp_path / "target", torch.device("cpu"))
+    dev_rows = [r for r in read_table(xnli, "classification").to_pylist() if r["lang"] == "en"][:PHASE["dev_examples"]]
+    rescored = score_rows(model, task, tokenizer, dev_rows, {"max_length": 48, "eval_batch_size": 16},
+                          torch.device("cpu"))
+    assert rescored["accuracy"] == target["best"]["scores"]["xnli"]["accuracy"]

@@ -1,0 +1,311 @@
+"""The GPU memory planner: its per-parameter arithmetic, how the estimate moves with GPUs,
+method and checkpointing, the smallest GPU count, and the config check and CLI."""
+
+from __future__ import annotations
+
+import copy
+import re
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from workflow_scripts import memory_plan as mp
+
+REPO = mp.__file__.rsplit("/workflow_scripts/", 1)[0]
+GB = 1e9
+
+XXL = {"name": "xlmr_xxl", "family": "encoder", "method": "full", "precision": "bf16", "parameters": 10.7e9,
+       "architecture": {"hidden_size": 4096, "num_layers": 48, "num_attention_heads": 32,
+                        "vocab_size": 250880, "intermediate_size": 16384}}
+BLOOM = {"name": "bloomz", "family": "decoder", "precision": "bf16", "parameters": 176e9,
+         "activation_checkpointing": True, "lora": {"rank": 16},
+         "architecture": {"hidden_size": 14336, "num_layers": 70, "num_attention_heads": 112,
+                          "vocab_size": 250880}}
+
+
+def backbone(base: dict, **changes) -> dict:
+    entry = copy.deepcopy(base)
+    entry.update(changes)
+    return entry
+
+
+def workflow_config(**backbone_changes) -> dict:
+    """A config of the workflow's shape with one XLM-R XXL backbone and two phases."""
+    entry = backbone(XXL, **{"gpus": {"per_node": 8, "nodes": 1, "memory_gb": 80}, **backbone_changes})
+    entry.pop("name")
+    return {
+        "backbones": {"xlmr_xxl": entry,
+                      "demo": {"hub_id": "FacebookAI/xlm-roberta-large", "revision": "main"}},
+        "tasks": {"mnli": {"max_length": 256, "batch_size": 24},
+                  "squad": {"max_length": 384, "batch_size": 8},
+                  "mlm": {"max_length": 256, "batch_size": 8},
+                  "xnli": {"max_length": 128, "batch_size": 4},
+                  "pawsx": {"max_length": 128, "batch_size": 32},
+                  "tatoeba": {"max_length": 512}},
+        "intermediate": {"none": {"tasks": []}, "mnli": {"tasks": ["mnli"]}, "squad": {"tasks": ["squad"]}},
+        "targets": ["xnli", "pawsx", "tatoeba"],
+        "training": {"intermediate": {"max_micro_batch": 16}, "target": {"max_micro_batch": 16}},
+    }
+
+
+def test_full_finetuning_state_is_the_documented_16_bytes_per_parameter():
+    # bf16 weights 2 + bf16 gradients 2 + fp32 master 4 + two fp32 moments 8; fp32: 4 + 4 + 8.
+    for precision, (w, g, o) in {"bf16": (2, 2, 12), "fp32": (4, 4, 8)}.items():
+        bb = backbone(XXL, precision=precision)
+        est = mp.estimate(bb, seq_len=128, micro_batch=1, gpus=1, head_parameters=0)
+        assert est.weights / 10.7e9 == pytest.approx(w)
+        assert est.gradients / 10.7e9 == pytest.approx(g)
+        assert est.optimizer / 10.7e9 == pytest.approx(o)
+        assert est.state / 10.7e9 == pytest.approx(16)
+
+
+def test_fp32_doubles_activations_not_state():
+    bf16 = mp.estimate(backbone(XXL), 256, 8, 1)
+    fp32 = mp.estimate(backbone(XXL, precision="fp32"), 256, 8, 1)
+    assert fp32.activations == pytest.approx(2 * bf16.activations)
+    assert fp32.state == pytest.approx(bf16.state)
+
+
+def test_doubling_gpus_halves_sharded_state_but_not_activations():
+    two = mp.estimate(backbone(XXL), 256, 8, gpus=2)
+    four = mp.estimate(backbone(XXL), 256, 8, gpus=4)
+    for field in ("weights", "gradients", "optimizer"):
+        assert getattr(four, field) == pytest.approx(getattr(two, field) / 2)
+    assert four.activations == two.activations
+    assert four.buffers == two.buffers
+    assert four.total < two.total
+
+
+def test_activations_follow_korthikanti_formula_and_grow_with_sequence_and_batch():
+    s, b, h, a, layers = 256, 8, 4096, 32, 48
+    est = mp.estimate(backbone(XXL), s, b, 1)
+    assert est.activations == pytest.approx(layers * s * b * h * (34 + 5 * a * s / h))
+    assert mp.estimate(backbone(XXL), s, 2 * b, 1).activations == pytest.approx(2 * est.activations)
+    # The attention scores grow with s^2: doubling s more than doubles activations.
+    assert mp.estimate(backbone(XXL), 2 * s, b, 1).activations > 2 * est.activations
+
+
+def test_lora_is_smaller_than_full_and_qlora_smaller_than_lora():
+    full, lora, qlora = (mp.estimate(backbone(XXL, method=m), 256, 8, 1) for m in ("full", "lora", "qlora"))
+    assert lora.state < full.state
+    assert qlora.state < lora.state
+    assert qlora.total < lora.total < full.total
+    assert qlora.trainable_parameters == lora.trainable_parameters < full.trainable_parameters
+
+
+def test_lora_base_is_two_bytes_and_qlora_base_about_half_a_byte_per_parameter():
+    arch = {k: v for k, v in XXL["architecture"].items() if k != "vocab_size"}
+    no_embedding = backbone(XXL, architecture=arch, lora={"adapter_parameters": 1})
+    lora = mp.estimate(backbone(no_embedding, method="lora"), 128, 1, 1, head_parameters=0)
+    qlora = mp.estimate(backbone(no_embedding, method="qlora"), 128, 1, 1, head_parameters=0)
+    assert (lora.state - 16) / 10.7e9 == pytest.approx(2)
+    assert 0.5 < (qlora.state - 16) / 10.7e9 < 0.53  # NF4 plus its quantisation constants
+    # QLoRA keeps the embedding in bf16: a vocabulary makes the base larger.
+    with_embedding = mp.estimate(backbone(XXL, method="qlora", lora={"adapter_parameters": 1}), 128, 1, 1,
+                                 head_parameters=0)
+    assert with_embedding.state > qlora.state
+
+
+def test_lora_adapter_count_from_rank_layers_hidden_and_targets():
+    entry = backbone(XXL, method="lora", lora={"rank": 8, "targets": ["q", "v"]})
+    bb = mp.parse_backbone("x", entry)
+    assert mp.lora_adapter_parameters(bb) == 48 * 2 * 8 * (4096 + 4096)
+    wider = mp.parse_backbone("x", backbone(entry, lora={"rank": 8, "targets": ["q", "k", "v", "o", "mlp"]}))
+    assert mp.lora_adapter_parameters(wider) == 48 * (4 * 8 * 2 * 4096 + 2 * 8 * (4096 + 16384))
+    explicit = mp.parse_backbone("x", backbone(entry, lora={"adapter_parameters": 12345}))
+    assert mp.lora_adapter_parameters(explicit) == 12345
+
+
+def test_activation_checkpointing_lowers_activations():
+    plain = mp.estimate(backbone(XXL), 256, 8, 4)
+    checkpointed = mp.estimate(backbone(XXL, activation_checkpointing=True), 256, 8, 4)
+    assert checkpointed.activations < plain.activations / 5
+    assert checkpointed.state == plain.state
+
+
+def test_mlm_logits_scale_with_vocabulary():
+    without = mp.estimate(backbone(XXL), 256, 8, 1)
+    with_mlm = mp.estimate(backbone(XXL), 256, 8, 1, with_mlm_logits=True)
+    logits = with_mlm.activations - without.activations
+    assert logits >= 256 * 8 * 250880 * 4
+    small_vocab = backbone(XXL, architecture={**XXL["architecture"], "vocab_size": 250880 // 2})
+    half = mp.estimate(small_vocab, 256, 8, 1, with_mlm_logits=True).activations - without.activations
+    assert half == pytest.approx(logits / 2)
+
+
+@pytest.mark.parametrize("entry", [backbone(XXL), backbone(XXL, method="lora"), backbone(BLOOM, method="qlora"),
+                                   backbone(BLOOM, method="full")])
+def test_min_gpus_is_the_smallest_count_that_fits(entry):
+    count = mp.min_gpus(entry, 256, 8, gpu_memory_gb=80)
+    assert count is not None
+    capacity = 80 * GB * mp.USABLE_FRACTION
+    assert mp.estimate(entry, 256, 8, count).total <= capacity
+    for fewer in range(1, count):
+        assert mp.estimate(entry, 256, 8, fewer).total > capacity
+
+
+def test_xlmr_xxl_full_finetuning_needs_at_least_three_80gb_gpus():
+    # PROTOCOL.md §10: 10.7B full ~171 GB of state, >= 3 x 80 GB before activations.
+    assert mp.min_gpus(backbone(XXL), 128, 8, 80) >= 3
+    assert mp.min_gpus(backbone(XXL, activation_checkpointing=True), 128, 1, 80) >= 3
+
+
+def test_bloom_qlora_fits_on_fewer_gpus_than_lora():
+    lora = mp.min_gpus(backbone(BLOOM, method="lora"), 256, 8, 80)
+    qlora = mp.min_gpus(backbone(BLOOM, method="qlora"), 256, 8, 80)
+    assert lora is not None and qlora is not None
+    assert qlora < lora
+    # 100B+ LoRA does not fit one 80 GB GPU (PROTOCOL.md §10: 100B LoRA ~200 GB).
+    assert lora > 2
+
+
+def test_min_gpus_is_none_when_activations_alone_exceed_a_device():
+    no_checkpointing = backbone(BLOOM, method="qlora", activation_checkpointing=False)
+    assert mp.min_gpus(no_checkpointing, 2048, 16, 80) is None
+
+
+def workloads(config: dict, phase: str, **kwargs) -> dict[str, tuple[int, int, bool]]:
+    shape = mp.phase_shape(config, phase, **kwargs)
+    return {w.task: (w.seq_len, w.micro_batch, w.with_mlm_logits) for w in shape.workloads}
+
+
+def test_phase_workloads_are_the_phase_tasks_with_capped_micro_batches():
+    config = workflow_config()
+    assert workloads(config, "intermediate") == {"mnli": (256, 16, False), "squad": (384, 8, False)}
+    # tatoeba is scored without training: no target workload.
+    assert workloads(config, "target") == {"xnli": (128, 4, False), "pawsx": (128, 16, False)}
+    config["training"]["target"]["max_micro_batch"] = 2
+    assert workloads(config, "target") == {"xnli": (128, 2, False), "pawsx": (128, 2, False)}
+    assert {w[0] for w in workloads(config, "target", seq_len=64).values()} == {64}
+
+
+def test_multiple_choice_counts_one_sequence_per_choice():
+    config = workflow_config()
+    config["tasks"]["hellaswag"] = {"max_length": 256, "batch_size": 24}
+    config["intermediate"]["hellaswag"] = {"tasks": ["hellaswag"]}
+    assert workloads(config, "intermediate")["hellaswag"] == (256, 16 * 4, False)
+
+
+def test_plan_takes_the_task_with_the_largest_activations():
+    config = workflow_config()
+    plans = {p.phase: p for p in mp.plan_config(config) if p.backbone == "xlmr_xxl"}
+    # squad: 384 x 8 against mnli: 256 x 16 -- mnli holds more tokens, but the peak is the
+    # larger of the two estimates whichever it is.
+    bb = mp.parse_backbone("xlmr_xxl", config["backbones"]["xlmr_xxl"])
+    acts = {t: mp.activation_bytes(bb, s, b) for t, (s, b, _) in workloads(config, "intermediate").items()}
+    assert plans["intermediate"].task == max(acts, key=acts.get)
+    assert plans["target"].task == "pawsx"
+    assert not mp.phase_shape({**config, "intermediate": {"none": {"tasks": []}}}, "intermediate")
+    assert [p.skipped for p in mp.plan_config({**config, "intermediate": {"none": {"tasks": []}}})
+            if p.backbone == "xlmr_xxl" and p.phase == "intermediate"] == ["no task trains in this phase"]
+
+
+def test_mlm_logits_only_for_the_mlm_task_of_an_intermediate_config_with_mlm():
+    config = workflow_config()
+    assert "mlm" not in workloads(config, "intermediate")
+    config["intermediate"]["mnli_mlm"] = {"tasks": ["mnli"], "mlm": True}
+    inter = workloads(config, "intermediate")
+    assert inter["mlm"] == (256, 8, True) and inter["mnli"][2] is False
+    assert not any(w[2] for w in workloads(config, "target").values())
+
+
+def test_multitask_job_trains_all_its_heads():
+    config = workflow_config()
+    single = mp.plan_config(config)
+    config["intermediate"]["multitask"] = {"tasks": ["mnli", "squad"]}
+    multi = mp.plan_config(config)
+    pick = lambda plans: next(p for p in plans if p.backbone == "xlmr_xxl" and p.phase == "intermediate")
+    assert pick(multi).estimate.trainable_parameters > pick(single).estimate.trainable_parameters
+
+
+def test_check_fits_passes_a_config_that_fits_and_skips_backbones_without_size():
+    config = workflow_config(activation_checkpointing=True)
+    mp.check_fits(config)
+    skipped = [p for p in mp.plan_config(config) if p.backbone == "demo"]
+    assert skipped and all(p.skipped and "parameters" in p.skipped for p in skipped)
+
+
+def test_check_fits_names_the_gpus_key_and_the_numbers():
+    config = workflow_config(gpus={"per_node": 2, "nodes": 1, "memory_gb": 80})
+    with pytest.raises(mp.PlanError) as err:
+        mp.check_fits(config)
+    message = str(err.value)
+    assert "config key backbones.xlmr_xxl.gpus" in message
+    assert "2 x 80 GB" in message and "10.7B" in message
+    for line in message.splitlines():
+        needed = float(re.search(r"needs ([0-9.]+) GB per GPU", line).group(1))
+        smallest = int(re.search(r"smallest count that fits on 80 GB GPUs: (\d+)", line).group(1))
+        assert needed > 80 * mp.USABLE_FRACTION
+        assert smallest > 2  # two did not fit
+    # With the smallest count of every phase the same config passes.
+    counts = [p.min_gpus for p in mp.plan_config(config) if p.skipped is None]
+    config["backbones"]["xlmr_xxl"]["gpus"]["per_node"] = max(counts)
+    mp.check_fits(config)
+
+
+def test_check_fits_names_a_bad_method_key():
+    with pytest.raises(mp.PlanError, match=r"backbones\.xlmr_xxl\.method"):
+        mp.check_fits(workflow_config(method="prefix_tuning"))
+
+
+def test_module_imports_only_the_standard_library():
+    code = ("import sys, workflow_scripts.memory_plan; "
+            "print(sorted(m for m in ('yaml', 'torch', 'numpy', 'pandas') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def run_cli(tmp_path, config: dict, *args: str) -> subprocess.CompletedProcess:
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return subprocess.run([sys.executable, "-m", "workflow_scripts.memory_plan", str(path), *args],
+                          cwd=REPO, capture_output=True, text=True)
+
+
+def test_cli_prints_a_table_and_exits_0_when_everything_fits(tmp_path):
+    result = run_cli(tmp_path, workflow_config(activation_checkpointing=True), "--gpu-memory-gb", "80")
+    assert result.returncode == 0, result.stderr
+    rows = [line for line in result.stdout.splitlines() if line.startswith("| xlmr_xxl")]
+    assert {row.split("|")[2].strip() for row in rows} == {"intermediate", "target"}
+    assert "skipped" in result.stdout  # the demo backbone
+
+
+def test_cli_exits_1_and_names_the_key_for_a_misfit(tmp_path):
+    result = run_cli(tmp_path, workflow_config(gpus={"per_node": 1, "nodes": 1, "memory_gb": 40}))
+    assert result.returncode == 1
+    assert "| xlmr_xxl" in result.stdout and "**no**" in result.stdout
+    assert "config key backbones.xlmr_xxl.gpus" in result.stderr
+
+
+def test_reference_plan_covers_every_backbone_and_method():
+    table = mp.reference_plan_markdown()
+    for name in mp.REFERENCE_BACKBONES:
+        for method in mp.METHODS:
+            assert f"| {name} | " in table and f" | {method} | " in table
+    assert len([line for line in table.splitlines() if line.startswith("| ") and "---" not in line]) == 1 + 15
+
+
+def test_mt5_xxl_encoder_is_about_half_of_mt5_xxl():
+    # mT5-XXL has 13B parameters; its encoder keeps the shared 250k x 4096 embedding.
+    assert 5.5e9 < mp.MT5_XXL_ENCODER_PARAMETERS < 5.8e9
+    assert mp.MT5_XXL_ENCODER_PARAMETERS - 250112 * 4096 > 4.5e9
+
+
+def test_check_fits_suggests_checkpointing_when_no_gpu_count_can_fit():
+    config = workflow_config(gpus={"per_node": 8, "nodes": 2, "memory_gb": 24})
+    config["tasks"]["squad"] = {"max_length": 512, "batch_size": 32}
+    with pytest.raises(mp.PlanError) as err:
+        mp.check_fits(config)
+    line = next(line for line in str(err.value).splitlines() if "intermediate phase" in line)
+    assert line.startswith("config key backbones.xlmr_xxl.gpus:") and "16 x 24 GB" in line
+    assert "no count up to 1024 fits" in line and "backbones.xlmr_xxl.activation_checkpointing" in line
+
+
+def test_heads_are_sized_by_task_format():
+    arch = mp.Architecture(hidden_size=1024, num_layers=24, num_attention_heads=16, vocab_size=250002)
+    span, tagging = mp.task_head_parameters("squad", arch), mp.task_head_parameters("udpos", arch)
+    classification = mp.task_head_parameters("mnli", arch)
+    assert span < tagging < classification  # the dense h x h layer dominates
+    assert mp.task_head_parameters("mlm", arch) > classification  # its output bias spans the vocabulary

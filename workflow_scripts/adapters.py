@@ -1,0 +1,232 @@
+"""Training methods: full fine-tuning, LoRA and QLoRA (PROTOCOL.md §10), with peft.
+
+- ``full``: every weight trains; a phase writes the whole backbone (today's layout).
+- ``lora``: the backbone is frozen; low-rank adapters on its attention projections (the
+  family's, or the method's ``target_modules``) and the task heads train. The heads are
+  peft ``modules_to_save`` (never LoRA targets), so they are saved with the adapter and
+  loaded back from it: a head re-initialised on reload, the known failure of LoRA
+  pipelines, cannot happen silently (tests/test_backbones.py reloads every family).
+- ``qlora``: ``lora`` on a 4-bit NF4 base with bf16 compute (bitsandbytes, CUDA only).
+
+A phase trained with adapters writes no copy of the base model: its directory holds the
+adapter, the tokenizer, the base's config.json and ``xstilts_backbone.json``, which names
+the base and the adapters merged into it before this one. The next phase (intermediate ->
+target) loads the base, merges each adapter of that chain in memory and trains a fresh
+adapter and head on top; evaluation rebuilds the same model the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from .backbones import MANIFEST, family_of, get_family
+from .common import InputError
+
+METHODS = ("full", "lora", "qlora")
+ADAPTER_DIR = "adapter"
+
+
+@dataclasses.dataclass(frozen=True)
+class Method:
+    """A training method and its LoRA hyper-parameters (unused by ``full``)."""
+
+    name: str = "full"
+    rank: int = 16
+    alpha: int = 32
+    dropout: float = 0.05
+    target_modules: tuple[str, ...] = ()  # empty: the family's attention projections
+
+    @property
+    def adapters(self) -> bool:
+        return self.name != "full"
+
+    @classmethod
+    def from_settings(cls, settings: dict[str, Any] | None) -> "Method":
+        """A phase's ``method`` setting; absent: full fine-tuning (the 2020 protocol)."""
+        if not settings:
+            return cls()
+        name = settings.get("name", "full")
+        if name not in METHODS:
+            raise InputError(f"method.name {name!r}: known methods are {', '.join(METHODS)}")
+        return cls(name=name, rank=int(settings.get("rank", 16)), alpha=int(settings.get("alpha", 32)),
+                   dropout=float(settings.get("dropout", 0.05)),
+                   target_modules=tuple(settings.get("target_modules") or ()))
+
+
+def check_available(method: Method, dev) -> None:
+    """QLoRA's 4-bit kernels exist only on CUDA GPUs with bitsandbytes installed: say so
+    before any model is loaded, not with a stack trace from inside the quantiser."""
+    if method.name != "qlora":
+        return
+    if dev.type != "cuda":
+        raise InputError("method qlora needs a CUDA GPU (bitsandbytes' 4-bit kernels); this job has none. "
+                         "Use method lora on CPU, or give the job a GPU")
+    try:
+        import bitsandbytes  # noqa: F401
+    except ImportError:
+        raise InputError("method qlora needs the bitsandbytes package; install it in the training "
+                         "environment (pip install bitsandbytes)") from None
+
+
+def quantisation_kwargs(method: Method) -> dict[str, Any]:
+    """from_pretrained arguments of a QLoRA base: NF4 weights, double-quantised constants,
+    bf16 compute (Dettmers et al. 2023's recipe)."""
+    if method.name != "qlora":
+        return {}
+    import torch
+    from transformers import BitsAndBytesConfig
+
+    return {"quantization_config": BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                                      bnb_4bit_use_double_quant=True,
+                                                      bnb_4bit_compute_dtype=torch.bfloat16)}
+
+
+# ----- lineage: which base and adapters a directory stands for ---------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Lineage:
+    """What a model directory stands for: ``base`` with ``merged`` adapters merged in order,
+    then its own adapter (``own``), if it has one."""
+
+    base: str
+    directory: str
+    merged: tuple[str, ...] = ()
+    own: bool = False
+    heads: dict[str, tuple[str, int]] = dataclasses.field(default_factory=dict)
+
+    def with_own(self) -> tuple[str, ...]:
+        """Every adapter to merge for the backbone as this directory leaves it."""
+        return self.merged + ((self.directory,) if self.own else ())
+
+
+def lineage(model_dir: str | Path) -> Lineage:
+    """A directory written with adapters names its base; any other is its own base."""
+    manifest = Path(model_dir) / MANIFEST
+    info = json.loads(manifest.read_text()) if manifest.is_file() else {}
+    if "base" not in info:
+        return Lineage(base=str(model_dir), directory=str(model_dir))
+    return Lineage(base=info["base"], merged=tuple(info.get("merged", ())), own=bool(info.get("own")),
+                   heads={k: (v[0], int(v[1])) for k, v in info.get("heads", {}).items()},
+                   directory=str(model_dir))
+
+
+def load_backbone(model_dir: str | Path, method: Method, with_own: bool = True):
+    """The backbone a directory stands for, every adapter of its lineage merged in memory
+    (``with_own=False``: all but the directory's own adapter, which the caller attaches)."""
+    from .models import load_encoder
+
+    found = lineage(model_dir)
+    _require_complete(found)
+    encoder = load_encoder(found.base, **quantisation_kwargs(method))
+    for adapter_dir in (found.with_own() if with_own else found.merged):
+        encoder = merge_adapter(encoder, adapter_dir)
+    return encoder
+
+
+def _require_complete(found: Lineage) -> None:
+    for path in (found.base, *found.merged, *((found.directory,) if found.own else ())):
+        if path != found.base and not (Path(path) / ADAPTER_DIR / "adapter_config.json").is_file():
+            raise InputError(f"adapter directory {path} has no {ADAPTER_DIR}/adapter_config.json (missing or incomplete)")
+    if not (Path(found.base) / "config.json").is_file():
+        raise InputError(f"base model directory {found.base} has no config.json (missing or incomplete)")
+
+
+def merge_adapter(encoder, adapter_dir: str | Path):
+    """``encoder`` with the LoRA adapter of ``adapter_dir`` merged into its weights. The
+    adapter was saved with its phase's heads (modules_to_save): stand-in heads of the same
+    shapes receive them and are dropped; only the merged backbone is returned."""
+    from peft import PeftModel
+
+    from .models import MultiHeadModel, make_head
+
+    found = lineage(adapter_dir)
+    hidden = encoder.config.hidden_size
+    # stand-in heads: their weights are replaced by the saved ones, then dropped with the wrapper
+    heads = {name: make_head(fmt, hidden, n, 0.0, 0.02) for name, (fmt, n) in found.heads.items()}
+    wrapped = PeftModel.from_pretrained(MultiHeadModel(encoder, heads), str(Path(adapter_dir) / ADAPTER_DIR))
+    return wrapped.merge_and_unload().encoder
+
+
+# ----- attaching, saving and reloading a phase's adapter ---------------------------------
+
+
+def attach(model, method: Method, head_formats: dict[str, tuple[str, int]]):
+    """Wrap a MultiHeadModel for LoRA training: adapters on the backbone's target modules,
+    the listed heads trained and saved whole (modules_to_save). Returns the peft model; the
+    MultiHeadModel it wraps (``inner``) is what the training loop calls."""
+    from peft import LoraConfig, get_peft_model
+
+    targets = list(method.target_modules) or get_family(model.family).lora_targets(model.encoder.config)
+    config = LoraConfig(r=method.rank, lora_alpha=method.alpha, lora_dropout=method.dropout,
+                        target_modules=targets, modules_to_save=[f"heads.{name}" for name in head_formats])
+    if method.name == "qlora":
+        from peft import prepare_model_for_kbit_training
+
+        model.encoder = prepare_model_for_kbit_training(model.encoder, use_gradient_checkpointing=False)
+    return get_peft_model(model, config)
+
+
+def inner(model):
+    """The MultiHeadModel a peft wrapper trains in place (itself when not wrapped)."""
+    return model.base_model.model if hasattr(model, "peft_config") else model
+
+
+def trained_state(model, method: Method) -> dict[str, Any]:
+    """The tensors training changes: the whole state for full fine-tuning; for adapters only
+    the trainable ones (LoRA matrices, heads), so checkpoints and best weights of a 100B
+    backbone hold megabytes, not its frozen base."""
+    state = model.state_dict()
+    if not method.adapters:
+        return state
+    trainable = {name for name, p in model.named_parameters() if p.requires_grad}
+    return {k: v for k, v in state.items() if k in trainable}
+
+
+def save_adapter_phase(peft_model, tokenizer, output: Path, encoder_dir: Path, head_formats: dict[str, tuple[str, int]],
+                       method: Method, family: str) -> None:
+    """Write a phase's adapter directory (into ``output``, a temporary path the caller
+    renames): the adapter with its heads, the tokenizer, the base's config.json and the
+    manifest naming the base and the adapters merged before this one."""
+    found = lineage(encoder_dir)
+    peft_model.save_pretrained(str(output / ADAPTER_DIR))
+    tokenizer.save_pretrained(str(output))
+    shutil.copyfile(Path(found.base) / "config.json", output / "config.json")
+    manifest = {"family": family, "method": dataclasses.asdict(method), "base": found.base,
+                "merged": list(found.with_own()), "own": True,
+                "heads": {name: list(spec) for name, spec in head_formats.items()}}
+    (output / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+
+def load_adapter_model(model_dir: str | Path, dev):
+    """A target directory written with adapters: its base with the earlier adapters merged,
+    fresh heads of the saved shapes, then its own adapter with the heads' trained weights
+    (modules_to_save) loaded over them. Returns the MultiHeadModel."""
+    from peft import PeftModel
+
+    from .models import MultiHeadModel, make_head
+
+    found = lineage(model_dir)
+    info = json.loads((Path(model_dir) / MANIFEST).read_text())
+    method = Method.from_settings(info.get("method"))
+    check_available(method, dev)
+    encoder = load_backbone(model_dir, method, with_own=False)
+    family = family_of(model_dir)
+    heads = {name: make_head(fmt, encoder.config.hidden_size, n, 0.0, 0.02) for name, (fmt, n) in found.heads.items()}
+    wrapped = PeftModel.from_pretrained(MultiHeadModel(encoder, heads, family.name),
+                                        str(Path(model_dir) / ADAPTER_DIR))
+    return inner(wrapped)
+
+
+def has_adapter(model_dir: str | Path) -> bool:
+    return lineage(model_dir).own
+
+
+def method_of(model_dir: str | Path) -> Method:
+    """The method a directory was trained with (full when it has no manifest)."""
+    manifest = Path(model_dir) / MANIFEST
+    return Method.from_settings(json.loads(manifest.read_text()).get("method") if manifest.is_file() else None)

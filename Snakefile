@@ -27,11 +27,12 @@ report: "report/workflow.rst"
 
 rule all:
     input:
-        rules.aggregate_tables.output,
+        expand("results/tables/{backbone}/main.md", backbone=BACKBONES),
+        expand("results/figures/{backbone}/main_deltas.png", backbone=BACKBONES),
+        expand("results/tables/{backbone}/latex/main.tex", backbone=BACKBONES),
+        expand("results/submission/{backbone}/xtreme", backbone=BACKBONES),
+        rules.compare_backbones.output,
         rules.tabulate_cost.output,
-        rules.plot_results.output,
-        rules.typeset_tables.output,
-        rules.collect_submission.output,
         rules.tabulate_translation.output if grid.translation_stats_files(config) else [],
         rules.plot_translation.output if grid.translation_stats_files(config) else [],
     default_target: True

@@ -12,7 +12,7 @@ min_version("9.0")
 sys.path.insert(0, workflow.basedir)
 shell.prefix(f"export PYTHONPATH={shlex.quote(workflow.basedir)}; ")
 
-from workflow_scripts import grid, slurm, transfer
+from workflow_scripts import backbone_grid, grid, slurm, transfer
 from workflow_scripts.codehash import module_digest
 from workflow_scripts.summary import run_summary
 from workflow_scripts.common import canonical_json
@@ -35,6 +35,7 @@ except grid.ConfigError as err:
     raise WorkflowError(str(err)) from None
 
 
+BACKBONES = backbone_grid.names(config)
 INTERMEDIATE = list(config["intermediate"])
 TARGETS = list(config["targets"])
 SEEDS = [str(s) for s in config["seeds"]]
@@ -55,6 +56,7 @@ def other_setting_tokens():
 
 
 wildcard_constraints:
+    backbone="|".join(BACKBONES),
     intermediate="|".join(INTERMEDIATE),
     setting="|".join(SETTING_TOKENS),
     recipe=r"[a-z]+(-[a-z]+)?\.dev-[a-z]+",
@@ -94,7 +96,7 @@ def demo_text_inputs(wildcards):
 
 
 def demo_encoder_corpora(wildcards):
-    """The parallel corpora the demo encoder is pre-trained on; hub models need none."""
+    """The parallel corpora a demo backbone is pre-trained on; hub models need none."""
     return grid.demo_encoder_corpora(config) if config["models"]["source"] == "demo" else []
 
 
@@ -161,14 +163,14 @@ def workdir_relative(path):
 def intermediate_inputs(wildcards):
     data = grid.intermediate_data(config, wildcards.intermediate)
     return {
-        "encoder": grid.BASE_ENCODER,
+        "encoder": backbone_grid.base_dir(wildcards.backbone),
         **{f"{task}_{split}": path for task, paths in data.items() for split, path in paths.items()},
     }
 
 
 def target_inputs(wildcards):
     return {
-        "encoder": grid.intermediate_encoder(config, wildcards.intermediate, wildcards.seed),
+        "encoder": grid.intermediate_encoder(config, wildcards.backbone, wildcards.intermediate, wildcards.seed),
         "data": grid.target_data_files(config, wildcards.target, wildcards.recipe),
     }
 
@@ -178,12 +180,12 @@ def target_data_map(wildcards):
 
 
 @functools.lru_cache(maxsize=None)  # the config is fixed for the run; three params ask per job
-def _evaluation(setting, intermediate, target, seed):
-    return grid.evaluation(config, setting, intermediate, target, seed)
+def _evaluation(backbone, setting, intermediate, target, seed):
+    return grid.evaluation(config, backbone, setting, intermediate, target, seed)
 
 
 def evaluation(wildcards):
-    return _evaluation(wildcards.setting, wildcards.intermediate, wildcards.target, wildcards.seed)
+    return _evaluation(wildcards.backbone, wildcards.setting, wildcards.intermediate, wildcards.target, wildcards.seed)
 
 
 def evaluate_inputs(wildcards):
@@ -213,6 +215,7 @@ def data_args(wildcards):
 def run_id(wildcards):
     setting = next(s for s in transfer.configured(config) if transfer.path_token(s) == wildcards.setting)
     return canonical_json(
-        {"setting": setting, "intermediate": wildcards.intermediate, "target": wildcards.target,
-         "seed": int(wildcards.seed)}
+        {"backbone": wildcards.backbone, "setting": setting, "intermediate": wildcards.intermediate,
+         "target": wildcards.target, "seed": int(wildcards.seed)}
     )
+

@@ -2,15 +2,15 @@ rule evaluate_target:
     input:
         unpack(evaluate_inputs),
     output:
-        metrics="results/metrics/{setting}/{intermediate}/{target}/seed{seed}.json",
+        metrics="results/metrics/{backbone}/{setting}/{intermediate}/{target}/seed{seed}.json",
         # the test predictions in the XTREME leaderboard layout (predictions.py)
-        predictions=directory("results/metrics/{setting}/{intermediate}/{target}/seed{seed}.predictions"),
+        predictions=directory("results/metrics/{backbone}/{setting}/{intermediate}/{target}/seed{seed}.predictions"),
     log:
-        "logs/evaluate_target/{setting}/{intermediate}/{target}/seed{seed}.log",
+        "logs/evaluate_target/{backbone}/{setting}/{intermediate}/{target}/seed{seed}.log",
     benchmark:
-        "results/benchmarks/evaluate_target/{setting}/{intermediate}/{target}/seed{seed}.tsv",
+        "results/benchmarks/evaluate_target/{backbone}/{setting}/{intermediate}/{target}/seed{seed}.tsv",
     params:
-        settings=settings(grid.eval_settings, "target", "setting"),
+        settings=settings(grid.eval_settings, "backbone", "target", "setting"),
         models=model_args,
         data=data_args,
         run=run_id,

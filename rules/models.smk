@@ -1,29 +1,29 @@
 localrules:
-    prepare_encoder,
+    prepare_backbone,
     prepare_translator,
     prepare_translator_to_english,
 
 
-rule prepare_encoder:
+rule prepare_backbone:
     input:
         text=demo_text_inputs,
         corpora=demo_encoder_corpora,
     output:
-        model=directory("results/models/encoder"),
+        model=directory("results/models/backbones/{backbone}"),
     log:
-        "logs/prepare_encoder.log",
+        "logs/prepare_backbone/{backbone}.log",
     benchmark:
-        "results/benchmarks/prepare_encoder.tsv",
+        "results/benchmarks/prepare_backbone/{backbone}.tsv"
     params:
-        settings=lambda wildcards: canonical_json(grid.encoder_settings(config)),
+        settings=lambda wildcards: canonical_json(backbone_grid.prepare_settings(config, wildcards.backbone)),
         code=module_digest("prepare_models"),
-    # The demo encoder's pre-training is on the critical path of the whole DAG.
+    # The demo backbones' pre-training is on the critical path of the whole DAG.
     threads: 2
     priority: 10
     conda:
         "../envs/training.yaml"
     shell:
-        "python -m workflow_scripts.prepare_models encoder --settings {params.settings:q} --threads {threads}"
+        "python -m workflow_scripts.prepare_models backbone --settings {params.settings:q} --threads {threads}"
         " --output {output.model} --text {input.text} --corpus {input.corpora} > {log} 2>&1"
 
 

@@ -1,6 +1,7 @@
 # What is built from the finished grid: figures, LaTeX tables, the leaderboard submission and
-# the cost table; the captions `snakemake --report report.html` shows with them and with the
-# tables (categories: Results, Transfer settings, Translation, Cost).
+# the cost table, per backbone, and the comparison across backbones; the captions
+# `snakemake --report report.html` shows with them and with the tables (categories: Results,
+# Transfer settings, Translation, Backbones, Cost).
 
 
 rule plot_results:
@@ -9,36 +10,38 @@ rule plot_results:
         per_language=rules.aggregate_tables.output.per_language_csv,
         runs=rules.aggregate_tables.output.runs_csv,
     output:
-        main_png=report("results/figures/main_deltas.png", caption="../report/main_deltas.rst",
-                        category="Results", labels={"figure": "main table, differences"}),
-        main_svg="results/figures/main_deltas.svg",
+        main_png=report("results/figures/{backbone}/main_deltas.png", caption="../report/main_deltas.rst",
+                        category="Results", labels={"backbone": "{backbone}", "figure": "main table, differences"}),
+        main_svg="results/figures/{backbone}/main_deltas.svg",
         per_language_png=[
-            report(f"results/figures/per_language/{target}.png", caption="../report/per_language.rst",
-                   category="Results", labels={"figure": "per language", "target": target})
+            report(f"results/figures/{{backbone}}/per_language/{target}.png", caption="../report/per_language.rst",
+                   category="Results", labels={"backbone": "{backbone}", "figure": "per language", "target": target})
             for target in config["targets"]
         ],
-        per_language_svg=expand("results/figures/per_language/{target}.svg", target=config["targets"]),
-        seeds_png=report("results/figures/seed_spread.png", caption="../report/seed_spread.rst",
-                         category="Results", labels={"figure": "spread over seeds"}),
-        seeds_svg="results/figures/seed_spread.svg",
+        per_language_svg=[f"results/figures/{{backbone}}/per_language/{target}.svg" for target in config["targets"]],
+        seeds_png=report("results/figures/{backbone}/seed_spread.png", caption="../report/seed_spread.rst",
+                         category="Results", labels={"backbone": "{backbone}", "figure": "spread over seeds"}),
+        seeds_svg="results/figures/{backbone}/seed_spread.svg",
         settings_png=[
-            report(f"results/figures/settings/{token}.png", caption="../report/setting_deltas.rst",
-                   category="Transfer settings", labels={"figure": "per language", "setting": token})
+            report(f"results/figures/{{backbone}}/settings/{token}.png", caption="../report/setting_deltas.rst",
+                   category="Transfer settings", labels={"backbone": "{backbone}", "figure": "per language", "setting": token})
             for token in other_setting_tokens()
         ],
-        settings_svg=expand("results/figures/settings/{token}.svg", token=other_setting_tokens()),
+        settings_svg=[f"results/figures/{{backbone}}/settings/{token}.svg" for token in other_setting_tokens()],
     log:
-        "logs/plot_results.log",
+        "logs/plot_results/{backbone}.log",
     benchmark:
-        "results/benchmarks/plot_results.tsv"
+        "results/benchmarks/plot_results/{backbone}.tsv"
     params:
-        settings=lambda wildcards: canonical_json(grid.table_settings(config)),
+        settings=lambda wildcards: canonical_json(grid.table_settings(config, wildcards.backbone)),
+        tables=lambda wildcards: backbone_grid.tables_dir(wildcards.backbone),
+        figures=lambda wildcards: backbone_grid.figures_dir(wildcards.backbone),
         code=module_digest("plots"),
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts.plots results --tables results/tables --settings {params.settings:q}"
-        " --output results/figures > {log} 2>&1"
+        "python -m workflow_scripts.plots results --tables {params.tables} --settings {params.settings:q}"
+        " --output {params.figures} > {log} 2>&1"
 
 
 rule plot_translation:
@@ -66,33 +69,34 @@ rule typeset_tables:
         significance=rules.aggregate_tables.output.significance_csv,
         per_language=rules.aggregate_tables.output.per_language_csv,
     output:
-        main="results/tables/latex/main.tex",
-        per_language=expand("results/tables/latex/per_language/{target}.tex", target=config["targets"]),
+        main="results/tables/{backbone}/latex/main.tex",
+        per_language=[f"results/tables/{{backbone}}/latex/per_language/{target}.tex" for target in config["targets"]],
     log:
-        "logs/typeset_tables.log",
+        "logs/typeset_tables/{backbone}.log",
     benchmark:
-        "results/benchmarks/typeset_tables.tsv"
+        "results/benchmarks/typeset_tables/{backbone}.tsv"
     params:
-        settings=lambda wildcards: canonical_json(grid.table_settings(config)),
+        settings=lambda wildcards: canonical_json(grid.table_settings(config, wildcards.backbone)),
+        tables=lambda wildcards: backbone_grid.tables_dir(wildcards.backbone),
         code=module_digest("latex"),
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts.latex --tables results/tables --settings {params.settings:q}"
-        " --output results/tables/latex > {log} 2>&1"
+        "python -m workflow_scripts.latex --tables {params.tables} --settings {params.settings:q}"
+        " --output {params.tables}/latex > {log} 2>&1"
 
 
 rule collect_submission:
     input:
         best=rules.aggregate_tables.output.best_csv,
-        predictions=lambda wildcards: list(grid.submission_predictions(config).values()),
+        predictions=lambda wildcards: list(grid.submission_predictions(config, wildcards.backbone).values()),
     output:
-        submission=directory("results/submission/xtreme"),
+        submission=directory("results/submission/{backbone}/xtreme"),
     log:
-        "logs/collect_submission.log",
+        "logs/collect_submission/{backbone}.log",
     params:
-        runs=lambda wildcards: " ".join(f"{run}={path}" for run, path in grid.submission_predictions(config).items()),
-        targets=config["targets"],
+        runs=lambda wildcards: " ".join(f"{run}={path}" for run, path in grid.submission_predictions(config, wildcards.backbone).items()),
+        targets=lambda wildcards: backbone_grid.grid_of(config, wildcards.backbone)["targets"],
         code=module_digest("predictions"),
     conda:
         "../envs/data.yaml"
@@ -101,13 +105,40 @@ rule collect_submission:
         " --predictions {params.runs} --output {output.submission} > {log} 2>&1"
 
 
+rule compare_backbones:
+    input:
+        main=expand("results/tables/{backbone}/main.csv", backbone=BACKBONES),
+        backbones=expand("results/models/backbones/{backbone}", backbone=BACKBONES),
+    output:
+        md="results/tables/backbones.md",
+        csv=report("results/tables/backbones.csv", caption="../report/backbones_table.rst",
+                   category="Backbones", labels={"table": "across backbones"}),
+        png=report("results/figures/backbones_delta.png", caption="../report/backbones_figure.rst",
+                   category="Backbones", labels={"figure": "delta against parameters"}),
+        svg="results/figures/backbones_delta.svg",
+    log:
+        "logs/compare_backbones.log",
+    benchmark:
+        "results/benchmarks/compare_backbones.tsv"
+    params:
+        settings=lambda wildcards: canonical_json(grid.comparison_settings(config)),
+        code=module_digest("compare_backbones"),
+    conda:
+        "../envs/data.yaml"
+    shell:
+        "python -m workflow_scripts.compare_backbones --settings {params.settings:q} --tables results/tables"
+        " --models results/models/backbones --md {output.md} --csv {output.csv}"
+        " --figure results/figures/backbones_delta > {log} 2>&1"
+
+
 rule tabulate_cost:
     input:
         # Runs last: every job that writes a benchmark record has finished.
-        tables=rules.aggregate_tables.output.main_csv,
+        tables=expand("results/tables/{backbone}/main.csv", backbone=BACKBONES),
         translation=lambda wildcards: rules.tabulate_translation.output.csv if grid.translation_stats_files(config) else [],
-        figures=rules.plot_results.output.main_png,
-        latex=rules.typeset_tables.output.main,
+        figures=expand("results/figures/{backbone}/main_deltas.png", backbone=BACKBONES),
+        latex=expand("results/tables/{backbone}/latex/main.tex", backbone=BACKBONES),
+        comparison=rules.compare_backbones.output.csv,
         translation_figure=lambda wildcards: rules.plot_translation.output.png
         if grid.translation_stats_files(config)
         else [],

@@ -1,66 +1,69 @@
+# One set of tables per backbone (results/tables/<backbone>/), from its metric files.
+
+
 rule aggregate_tables:
     input:
-        metrics=lambda wildcards: grid.metric_files(config),
+        metrics=lambda wildcards: grid.metric_files(config, wildcards.backbone),
     output:
-        main_md="results/tables/main.md",
+        main_md="results/tables/{backbone}/main.md",
         main_csv=report(
-            "results/tables/main.csv",
+            "results/tables/{backbone}/main.csv",
             caption="../report/main_table.rst",
             category="Results",
-            labels={"table": "main table"},
+            labels={"backbone": "{backbone}", "table": "main table"},
         ),
         best_csv=report(
-            "results/tables/best.csv",
+            "results/tables/{backbone}/best.csv",
             caption="../report/best_table.rst",
             category="Results",
-            labels={"table": "best models"},
+            labels={"backbone": "{backbone}", "table": "best models"},
         ),
-        per_language_md="results/tables/per_language.md",
+        per_language_md="results/tables/{backbone}/per_language.md",
         per_language_csv=report(
-            "results/tables/per_language.csv",
+            "results/tables/{backbone}/per_language.csv",
             caption="../report/per_language_table.rst",
             category="Results",
-            labels={"table": "per language"},
+            labels={"backbone": "{backbone}", "table": "per language"},
         ),
-        translated_md="results/tables/translated.md",
+        translated_md="results/tables/{backbone}/translated.md",
         translated_csv=report(
-            "results/tables/translated.csv",
+            "results/tables/{backbone}/translated.csv",
             caption="../report/translated_table.rst",
             category="Results",
-            labels={"table": "translated intermediate data"},
+            labels={"backbone": "{backbone}", "table": "translated intermediate data"},
         ),
         runs_csv=report(
-            "results/tables/runs.csv",
+            "results/tables/{backbone}/runs.csv",
             caption="../report/runs_table.rst",
             category="Results",
-            labels={"table": "every run"},
+            labels={"backbone": "{backbone}", "table": "every run"},
         ),
-        settings_md="results/tables/settings.md",
+        settings_md="results/tables/{backbone}/settings.md",
         settings_csv=report(
-            "results/tables/settings.csv",
+            "results/tables/{backbone}/settings.csv",
             caption="../report/settings_table.rst",
             category="Transfer settings",
-            labels={"table": "settings table"},
+            labels={"backbone": "{backbone}", "table": "settings table"},
         ),
         significance_csv=report(
-            "results/tables/significance.csv",
+            "results/tables/{backbone}/significance.csv",
             caption="../report/significance_table.rst",
             category="Results",
-            labels={"table": "significance"},
+            labels={"backbone": "{backbone}", "table": "significance"},
         ),
-        source_md="results/tables/source_languages.md",
+        source_md="results/tables/{backbone}/source_languages.md",
         source_csv=report(
-            "results/tables/source_languages.csv",
+            "results/tables/{backbone}/source_languages.csv",
             caption="../report/source_table.rst",
             category="Transfer settings",
-            labels={"table": "source languages"},
+            labels={"backbone": "{backbone}", "table": "source languages"},
         ),
     log:
-        "logs/aggregate_tables.log",
+        "logs/aggregate_tables/{backbone}.log",
     benchmark:
-        "results/benchmarks/aggregate_tables.tsv",
+        "results/benchmarks/aggregate_tables/{backbone}.tsv",
     params:
-        settings=lambda wildcards: canonical_json(grid.table_settings(config)),
+        settings=lambda wildcards: canonical_json(grid.table_settings(config, wildcards.backbone)),
         code=module_digest("tables"),
     conda:
         "../envs/data.yaml"

@@ -2,16 +2,16 @@ rule train_intermediate:
     input:
         unpack(intermediate_inputs),
     output:
-        model=directory("results/intermediate/{intermediate}/seed{seed}/encoder"),
+        model=directory("results/intermediate/{backbone}/{intermediate}/seed{seed}/encoder"),
     log:
-        "logs/train_intermediate/{intermediate}/seed{seed}.log",
+        "logs/train_intermediate/{backbone}/{intermediate}/seed{seed}.log",
     benchmark:
-        "results/benchmarks/train_intermediate/{intermediate}/seed{seed}.tsv",
+        "results/benchmarks/train_intermediate/{backbone}/{intermediate}/seed{seed}.tsv",
     params:
-        settings=settings(grid.intermediate_settings, "intermediate"),
+        settings=settings(grid.intermediate_settings, "backbone", "intermediate"),
         data=settings(grid.intermediate_data, "intermediate"),
         # Resumable state of an interrupted job; removed once the output exists.
-        checkpoints="results/checkpoints/intermediate/{intermediate}/seed{seed}",
+        checkpoints="results/checkpoints/intermediate/{backbone}/{intermediate}/seed{seed}",
         code=module_digest("train"),
     threads: res("train_intermediate", "threads")
     # Each retry resumes from the checkpoint: enough for the expected training time in
@@ -40,16 +40,16 @@ rule train_target:
     input:
         unpack(target_inputs),
     output:
-        model=directory("results/target/{intermediate}/{target}/{recipe}/seed{seed}/model"),
+        model=directory("results/target/{backbone}/{intermediate}/{target}/{recipe}/seed{seed}/model"),
     log:
-        "logs/train_target/{intermediate}/{target}/{recipe}/seed{seed}.log",
+        "logs/train_target/{backbone}/{intermediate}/{target}/{recipe}/seed{seed}.log",
     benchmark:
-        "results/benchmarks/train_target/{intermediate}/{target}/{recipe}/seed{seed}.tsv",
+        "results/benchmarks/train_target/{backbone}/{intermediate}/{target}/{recipe}/seed{seed}.tsv",
     params:
-        settings=settings(grid.target_settings, "target"),
+        settings=settings(grid.target_settings, "backbone", "target"),
         # The recipe's files and the languages taken from each (transfer.py).
         data=target_data_map,
-        checkpoints="results/checkpoints/target/{intermediate}/{target}/{recipe}/seed{seed}",
+        checkpoints="results/checkpoints/target/{backbone}/{intermediate}/{target}/{recipe}/seed{seed}",
         code=module_digest("train"),
     threads: res("train_target", "threads")
     # Each retry resumes from the checkpoint: enough for the expected training time in

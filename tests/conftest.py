@@ -143,6 +143,18 @@ def paper_with_transfer_block(repo: Path) -> Path:
     return path
 
 
+def paper_with_larger_backbones(repo: Path) -> Path:
+    """config/paper.yaml with its commented block of larger backbones switched on, as a user
+    would: every line from "  # xlmr_xl:" to the end marker loses its "# "."""
+    lines = (repo / "config/paper.yaml").read_text().splitlines()
+    start = lines.index("  # xlmr_xl:")
+    end = next(i for i, line in enumerate(lines) if line.startswith("  # <<< larger backbones"))
+    lines[start:end] = [line[:2] + line[4:] for line in lines[start:end]]
+    path = repo / "paper_backbones.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
 # The rules of the official XTREME evaluate.py readers (google-research/xtreme), for checking
 # leaderboard prediction files.
 def read_label_file(path) -> list[str]:

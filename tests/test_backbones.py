@@ -306,3 +306,26 @@ def test_lora_intermediate_then_target_chains_adapters_without_copying_the_base(
     rescored = score_rows(model, task, tokenizer, dev_rows, {"max_length": 48, "eval_batch_size": 16},
                           torch.device("cpu"))
     assert rescored["accuracy"] == target["best"]["scores"]["xnli"]["accuracy"]
+
+
+@pytest.mark.parametrize("family", ["encoder", "decoder"])
+def test_activation_checkpointing_gives_the_same_gradients(family, backbone_dirs):
+    """Recomputing the blocks' activations in the backward pass (for backbones whose
+    activations do not fit) changes memory, not the gradients."""
+    task = get_task("xnli")
+    tokenizer = load_tokenizer(backbone_dirs[family])
+    encoded = encode(task, tokenizer, ROWS["xnli"], OPTS, train=True)
+    batch = collate(encoded.features.take(range(4)), task.format, tokenizer.pad_token_id)
+    grads = []
+    for checkpointing in (False, True):
+        model = _model(backbone_dirs[family], "xnli")
+        if checkpointing:
+            model.encoder.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            assert model.encoder.is_activation_checkpointing
+        model.train()
+        torch.manual_seed(5)  # the same dropout masks in both runs
+        forward(model, task.format, "xnli", batch)[1].backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys()
+    for name in grads[0]:
+        torch.testing.assert_close(grads[1][name], grads[0][name], rtol=1e-5, atol=1e-6)

@@ -56,6 +56,21 @@ CASES = [
      "resources.train_target.runtime: runtime 12 min leaves no time to train"),
     ("translate-test without a translator", "models.translators_to_en", {},
      "transfer.settings.translate_test: xnli in 'de' needs a translator: models.translators_to_en has no 'de'"),
+    ("unknown backbone family", "backbones.xlmr_tiny.family", "encodr",
+     "backbones.xlmr_tiny.family: 'encodr' is not one of ['encoder', 'seq2seq_encoder', 'decoder']"),
+    ("backbone grid without the baseline config", "backbones.llama_tiny.grid", {"intermediate": ["mnli"]},
+     "backbones.llama_tiny.grid.intermediate: lacks the baseline config 'none'"),
+    ("backbone grid naming an unknown target", "backbones.llama_tiny.grid", {"targets": ["pawsx"]},
+     "backbones.llama_tiny.grid.targets: ['pawsx'] not in the config's targets"),
+    ("QLoRA in the CPU demo", "backbones.llama_tiny.method", "qlora",
+     "backbones.llama_tiny.method: qlora needs a CUDA GPU"),
+    ("a seq2seq backbone in the demo", "backbones.xlmr_tiny.family", "seq2seq_encoder",
+     "backbones.xlmr_tiny.family: the demo builds encoder and decoder backbones, not seq2seq_encoder"),
+    ("a backbone too large for the GPUs it asks for", "backbones.xlmr_tiny",
+     {"family": "encoder", "parameters": 1.07e10, "gpus": {"per_node": 2, "memory_gb": 80},
+      "architecture": {"hidden_size": 4096, "num_layers": 48, "num_attention_heads": 32, "vocab_size": 250880,
+                       "intermediate_size": 16384}},
+     "backbones.xlmr_tiny.gpus: full fine-tuning of 10.7B parameters needs"),
 ]
 
 

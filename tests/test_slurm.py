@@ -40,6 +40,7 @@ def reduced_config(path: Path) -> Path:
     train for more epochs so that each job can be interrupted after its first checkpoint."""
     config = yaml.safe_load((REPO / "config.yaml").read_text())
     config["seeds"] = [1]
+    config["backbones"] = {"xlmr_tiny": config["backbones"]["xlmr_tiny"]}
     config["intermediate"] = {"none": {"tasks": []}}
     config["targets"] = list(INTERRUPTIONS)
     config.pop("transfer")
@@ -61,7 +62,7 @@ def metric_files(workdir: Path) -> dict[str, dict]:
 
 
 def target_checkpoints(workdir: Path, target: str) -> Path:
-    return workdir / "results/checkpoints/target/none" / target / "en.dev-en/seed1"
+    return workdir / "results/checkpoints/target/xlmr_tiny/none" / target / "en.dev-en/seed1"
 
 
 def queue(cluster: Cluster) -> list[tuple[str, str, str]]:
@@ -189,9 +190,9 @@ def test_interrupted_training_resumes_to_the_same_metric_file(slurm_run, referen
     assert any(r["state"].startswith(expected_state) for r in records), records
     if how == "usr1":  # the training process stopped on the signal itself: 128 + SIGUSR1
         assert any(r["exit"] == "1:0" for r in records), records
-    train_log = json.loads((workdir / "results/target/none" / target / "en.dev-en/seed1/model/train_log.json").read_text())
+    train_log = json.loads((workdir / "results/target/xlmr_tiny/none" / target / "en.dev-en/seed1/model/train_log.json").read_text())
     assert train_log["resumed_at_step"] is not None and train_log["resumed_at_step"] >= event["at_step"], \
         (train_log["resumed_at_step"], event)
-    name = f"results/metrics/zero_shot/none/{target}/seed1.json"
+    name = f"results/metrics/xlmr_tiny/zero_shot/none/{target}/seed1.json"
     assert metric_files(workdir)[name] == reference[name]
     assert checkpoint_step(target_checkpoints(workdir, target)) == 0, "checkpoints are removed once the model exists"

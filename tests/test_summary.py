@@ -3,14 +3,19 @@
 from workflow_scripts.summary import run_summary
 
 
-def test_summary_names_the_outputs_and_shows_the_baseline_setting_table(tmp_path):
+def test_summary_names_the_outputs_and_shows_each_backbones_baseline_setting_table(tmp_path):
     assert run_summary(tmp_path) == "", "nothing to summarise before the tables exist"
-    tables = tmp_path / "results/tables"
-    tables.mkdir(parents=True)
-    (tables / "main.md").write_text("# Intermediate-task results\n\n## zero_shot (baseline setting)\n\n| a |\n"
-                                    "\n## translate_train\n\n| b |\n")
-    (tmp_path / "results/figures/per_language").mkdir(parents=True)
-    (tmp_path / "results/figures/per_language/xnli.png").write_bytes(b"")
+    for backbone, cell in (("xlmr", "a"), ("llama", "c")):
+        tables = tmp_path / "results/tables" / backbone
+        tables.mkdir(parents=True)
+        (tables / "main.md").write_text(f"# Intermediate-task results\n\n## zero_shot (baseline setting)\n\n| {cell} |\n"
+                                        "\n## translate_train\n\n| b |\n")
+    (tmp_path / "results/tables/backbones.md").write_text("# Across backbones\n")
+    (tmp_path / "results/figures/xlmr/per_language").mkdir(parents=True)
+    (tmp_path / "results/figures/xlmr/per_language/xnli.png").write_bytes(b"")
     summary = run_summary(tmp_path)
     assert "main.md" in summary and "1 PNG" in summary and "snakemake --report report.html" in summary
-    assert "## zero_shot (baseline setting)\n\n| a |" in summary and "translate_train" not in summary
+    assert "backbones.md" in summary
+    assert "# backbone xlmr\n## zero_shot (baseline setting)\n\n| a |" in summary
+    assert "# backbone llama\n## zero_shot (baseline setting)\n\n| c |" in summary
+    assert "translate_train" not in summary

@@ -13,25 +13,34 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import copy_repo, paper_with_transfer_block, planned_jobs, read_label_file, read_tag_file, snakemake
-from workflow_scripts import codehash, predictions, transfer
+from conftest import copy_repo, paper_with_larger_backbones, paper_with_transfer_block, planned_jobs, read_label_file, read_tag_file, snakemake
+from workflow_scripts import backbone_grid, codehash, predictions, transfer
 from workflow_scripts.tasks import get_task
 
 RULE_MODULES = {  # the CLI module each rule runs
-    "prepare_task_data": "data", "prepare_encoder": "prepare_models", "prepare_translator": "prepare_models",
+    "prepare_task_data": "data", "prepare_backbone": "prepare_models", "prepare_translator": "prepare_models",
     "translate_task_data": "translate", "train_intermediate": "train", "train_target": "train",
     "evaluate_target": "evaluate", "aggregate_tables": "tables", "score_translation_quality": "translate",
     "tabulate_translation": "tables", "translate_test_data": "translate", "prepare_translator_to_english": "prepare_models",
     "score_translation_quality_to_english": "translate", "convert_translator": "translators", "tabulate_cost": "cost",
     "plot_results": "plots", "plot_translation": "plots", "typeset_tables": "latex",
-    "collect_submission": "predictions",
+    "collect_submission": "predictions", "compare_backbones": "compare_backbones",
 }
 COST_TABLE = ("tabulate_cost", "results/tables/cost.md")  # follows the tables: it sums every job's record
-# What a change of any metric file reruns: the tables, the figures and LaTeX drawn from them, the
-# submission (best models), the cost table.
-AFTER_METRICS = {("aggregate_tables", "results/tables/main.md"), COST_TABLE,
-                 ("plot_results", "results/figures/main_deltas.png"), ("typeset_tables", "results/tables/latex/main.tex"),
-                 ("collect_submission", "results/submission/xtreme"), ("all", "")}
+ENCODER, DECODER = "xlmr_tiny", "llama_tiny"  # the demo's backbones
+
+
+def after_metrics(*backbones: str) -> set[tuple[str, str]]:
+    """What a change of a backbone's metric files reruns: its tables, the figures and LaTeX
+    drawn from them, its submission (best models); the comparison across backbones; the cost
+    table."""
+    jobs = {COST_TABLE, ("compare_backbones", "results/tables/backbones.md"), ("all", "")}
+    for b in backbones:
+        jobs |= {("aggregate_tables", f"results/tables/{b}/main.md"),
+                 ("plot_results", f"results/figures/{b}/main_deltas.png"),
+                 ("typeset_tables", f"results/tables/{b}/latex/main.tex"),
+                 ("collect_submission", f"results/submission/{b}/xtreme")}
+    return jobs
 
 
 @pytest.fixture(scope="module")
@@ -56,55 +65,90 @@ def with_config(repo: Path, edit, name: str) -> Path:
     return path
 
 
-def run_outputs(config: dict, inter: str) -> set[tuple[str, str]]:
-    """Every job downstream of intermediate config `inter`: its training, targets, evaluations."""
-    jobs = set(AFTER_METRICS)  # first output of each job
-    for seed in config["seeds"]:
-        jobs.add(("train_intermediate", f"results/intermediate/{inter}/seed{seed}/encoder"))
-        for plan in transfer.plans(config):
+def backbone_jobs(config: dict, backbone: str, inter: str) -> set[tuple[str, str]]:
+    """Every training and evaluation job of intermediate config `inter` on one backbone."""
+    jobs = set()
+    part = backbone_grid.grid_of(config, backbone)
+    for seed in part["seeds"]:
+        if inter not in part["intermediate"]:
+            continue
+        if config["intermediate"][inter]["tasks"]:
+            jobs.add(("train_intermediate", f"results/intermediate/{backbone}/{inter}/seed{seed}/encoder"))
+        for plan in backbone_grid.plans(config, backbone):
             if inter not in plan.intermediate or seed not in plan.seeds:
                 continue
             for recipe in plan.recipes():
-                jobs.add(("train_target", f"results/target/{inter}/{plan.target}/{recipe.name}/seed{seed}/model"))
-            jobs.add(("evaluate_target", f"results/metrics/{transfer.path_token(plan.setting)}/{inter}/"
+                jobs.add(("train_target", f"results/target/{backbone}/{inter}/{plan.target}/{recipe.name}/seed{seed}/model"))
+            jobs.add(("evaluate_target", f"results/metrics/{backbone}/{transfer.path_token(plan.setting)}/{inter}/"
                                          f"{plan.target}/seed{seed}.json"))
+    return jobs
+
+
+def run_outputs(config: dict, inter: str) -> set[tuple[str, str]]:
+    """Every job downstream of intermediate config `inter`, on every backbone that runs it."""
+    backbones = [b for b in config["backbones"] if inter in backbone_grid.grid_of(config, b)["intermediate"]]
+    jobs = after_metrics(*backbones)  # first output of each job
+    for backbone in backbones:
+        jobs |= backbone_jobs(config, backbone, inter)
     return jobs
 
 
 def test_demo_writes_tables_and_complete_metric_files(demo):
     config = load_config(demo)
-    main = (demo / "results/tables/main.md").read_text()
-    for inter in config["intermediate"]:
-        assert f"| {inter} |" in main
-    runs = (demo / "results/tables/runs.csv").read_text().splitlines()
-    assert runs[0] == "setting,intermediate,target,seed,split,language,metric,value"
-    for inter in config["intermediate"]:
-        for target in config["targets"]:
-            for seed in config["seeds"]:
-                m = json.loads((demo / f"results/metrics/zero_shot/{inter}/{target}/seed{seed}.json").read_text())
-                assert m["run"] == {"setting": "zero_shot", "intermediate": inter, "target": target, "seed": seed}
-                assert m["languages"] == config["tasks"][target]["languages"]
-                assert set(m["scores"]) == set(get_task(target).eval_splits)
-                for split in m["scores"]:
-                    assert set(m["scores"][split]) == set(m["languages"])
-                assert m["metric"] == get_task(target).metric and m["settings_hash"] and m["wall_time_s"] > 0
-                assert m["seqeval_version"] == m["versions"]["seqeval"] == "0.0.12"
-                if get_task(target).is_retrieval:
-                    assert m["retrieval"]["layer"] == config["retrieval"]["layer"]
-                    assert m["retrieval"]["pooling"] == config["retrieval"]["pooling"]
-                    assert "hidden_states index" in m["retrieval"]["layer_convention"]
-                else:
-                    assert m["retrieval"] is None and "score" in m["selection"]
-                    # Zero-shot: one model, trained and selected on English, scores every language.
-                    assert {v["recipe"] for v in m["models"].values()} == {"en.dev-en"}
-                    assert all(ref["languages"] == ["en"] for v in m["models"].values() for ref in v["dev"])
-                if target == "bucc":
-                    assert set(m["retrieval"]["thresholds_from_dev"]) == set(m["languages"])
-    assert "| best models |" in main
-    best = (demo / "results/tables/best.csv").read_text().splitlines()
-    assert best[0] == "target,intermediate,seed,metric,value"
-    trained_or_dev = [t for t in config["targets"] if get_task(t).trains or "dev" in get_task(t).eval_splits]
-    assert {line.split(",")[0] for line in best[1:]} == set(trained_or_dev)
+    for backbone in config["backbones"]:
+        part = backbone_grid.grid_of(config, backbone)
+        tables = demo / "results/tables" / backbone
+        main = (tables / "main.md").read_text()
+        assert main.startswith(f"# Intermediate-task results: backbone {backbone}")
+        for inter in part["intermediate"]:
+            assert f"| {inter} |" in main
+        runs = (tables / "runs.csv").read_text().splitlines()
+        assert runs[0] == "backbone,setting,intermediate,target,seed,split,language,metric,value"
+        assert {line.split(",")[0] for line in runs[1:]} == {backbone}
+        retrieval = backbone_grid.retrieval_settings(config, backbone)
+        for inter in part["intermediate"]:
+            for target in part["targets"]:
+                for seed in part["seeds"]:
+                    m = json.loads((demo / f"results/metrics/{backbone}/zero_shot/{inter}/{target}/seed{seed}.json")
+                                   .read_text())
+                    assert m["run"] == {"backbone": backbone, "setting": "zero_shot", "intermediate": inter,
+                                        "target": target, "seed": seed}
+                    assert m["languages"] == config["tasks"][target]["languages"]
+                    assert set(m["scores"]) == set(get_task(target).eval_splits)
+                    for split in m["scores"]:
+                        assert set(m["scores"][split]) == set(m["languages"])
+                    assert m["metric"] == get_task(target).metric and m["settings_hash"] and m["wall_time_s"] > 0
+                    assert m["seqeval_version"] == m["versions"]["seqeval"] == "0.0.12"
+                    if get_task(target).is_retrieval:
+                        assert m["retrieval"]["layer"] == retrieval["layer"]
+                        family_pooling = {"encoder": "mean", "decoder": "last"}[config["backbones"][backbone]["family"]]
+                        assert m["retrieval"]["pooling"] == (family_pooling if retrieval["pooling"] == "family"
+                                                             else retrieval["pooling"])
+                        assert "hidden_states index" in m["retrieval"]["layer_convention"]
+                    else:
+                        assert m["retrieval"] is None and "score" in m["selection"]
+                        # Zero-shot: one model, trained and selected on English, scores every language.
+                        assert {v["recipe"] for v in m["models"].values()} == {"en.dev-en"}
+                        assert all(ref["languages"] == ["en"] for v in m["models"].values() for ref in v["dev"])
+                    if target == "bucc":
+                        assert set(m["retrieval"]["thresholds_from_dev"]) == set(m["languages"])
+        assert "| best models |" in main
+        best = (tables / "best.csv").read_text().splitlines()
+        assert best[0] == "target,intermediate,seed,metric,value"
+        trained_or_dev = [t for t in part["targets"] if get_task(t).trains or "dev" in get_task(t).eval_splits]
+        assert {line.split(",")[0] for line in best[1:]} == set(trained_or_dev)
+    # The LoRA decoder's target models hold adapters and heads, never a copy of the base.
+    lora_target = demo / f"results/target/{DECODER}/mnli/xnli/en.dev-en/seed1/model"
+    assert (lora_target / "adapter/adapter_model.safetensors").is_file()
+    assert not list(lora_target.glob("model*.safetensors"))
+    manifest = json.loads((lora_target / "xstilts_backbone.json").read_text())
+    assert manifest["base"] == f"results/models/backbones/{DECODER}"
+    assert manifest["merged"] == [f"results/intermediate/{DECODER}/mnli/seed1/encoder"]
+    # Across backbones: every backbone and target of its grid, and the figure.
+    across = (demo / "results/tables/backbones.md").read_text()
+    for backbone in config["backbones"]:
+        assert f"| {backbone} |" in across
+    assert (demo / "results/figures/backbones_delta.png").is_file()
     # squad_de trains on SQuAD machine-translated with its answers re-aligned; MT quality is
     # scored against XNLI's human translations.
     translation = (demo / "results/tables/translation.md").read_text()
@@ -113,13 +157,14 @@ def test_demo_writes_tables_and_complete_metric_files(demo):
     assert set(quality["splits"]) == {"dev", "test"} and quality["splits"]["dev"]["sentences"] > 0
     squad = json.loads((demo / "results/data_mt/squad/de/train.stats.json").read_text())
     assert squad["kept"] + squad["dropped_unaligned"] + squad["dropped_no_answer_in_source"] == squad["examples"]
-    assert "squad_de" in (demo / "results/tables/translated.md").read_text()
+    assert "squad_de" in (demo / f"results/tables/{ENCODER}/translated.md").read_text()
     assert "squad_de" in translation.split("Intermediate-task dev score")[1]
     assert list((demo / "logs").rglob("*.log")), "every rule logs under logs/"
     # Translation ran on the default backend, converted once per translator; search was exact.
     assert quality["engine"]["backend"] == "ctranslate2" and squad["engine"]["precision"]
     assert (demo / "results/models/ctranslate2/translator/de/model.bin").is_file()
-    assert json.loads((demo / "results/metrics/zero_shot/none/bucc/seed1.json").read_text())["retrieval"]["index"] == "exact"
+    assert json.loads((demo / f"results/metrics/{ENCODER}/zero_shot/none/bucc/seed1.json").read_text()
+                      )["retrieval"]["index"] == "exact"
     # Every rule that does work left a benchmark record, and the cost table sums them.
     recorded = {p.relative_to(demo / "results/benchmarks").parts[0].removesuffix(".tsv")
                 for p in (demo / "results/benchmarks").rglob("*.tsv")}
@@ -158,34 +203,36 @@ def _majority_score(demo: Path, target: str) -> float:
 
 
 def test_demo_models_learn_translate_and_align(demo):
-    """The demo's encoder learns (English dev well above the majority class for XNLI and POS in
-    every config), its translator translates, span re-alignment takes all three routes, and
-    pre-training makes retrieval work."""
+    """The demo's backbones learn (English dev well above the majority class for XNLI and POS
+    in every config, the encoder trained in full and the decoder with LoRA), its translator
+    translates, span re-alignment takes all three routes, and pre-training makes retrieval work."""
     from statistics import median
 
     config = load_config(demo)
-    for target in ("xnli", "udpos"):
-        majority, key = _majority_score(demo, target), "accuracy" if target == "xnli" else "f1"
-        for inter in config["intermediate"]:
-            dev = [json.loads((demo / f"results/metrics/zero_shot/{inter}/{target}/seed{seed}.json").read_text())
-                   ["scores"]["dev"]["en"][key] for seed in config["seeds"]]
-            assert median(dev) >= majority + MIN_GAIN_OVER_MAJORITY, (target, inter, dev, majority)
+    for backbone in config["backbones"]:
+        part = backbone_grid.grid_of(config, backbone)
+        for target in ("xnli", "udpos"):
+            majority, key = _majority_score(demo, target), "accuracy" if target == "xnli" else "f1"
+            for inter in part["intermediate"]:
+                dev = [json.loads((demo / f"results/metrics/{backbone}/zero_shot/{inter}/{target}/seed{seed}.json")
+                                  .read_text())["scores"]["dev"]["en"][key] for seed in part["seeds"]]
+                assert median(dev) >= majority + MIN_GAIN_OVER_MAJORITY, (backbone, target, inter, dev, majority)
+        # Retrieval with the pre-trained backbone: far above chance (1 / candidates).
+        tatoeba = json.loads((demo / f"results/metrics/{backbone}/zero_shot/none/tatoeba/seed1.json").read_text())
+        for lang, score in tatoeba["scores"]["test"].items():
+            assert score["accuracy"] >= 50.0, (backbone, lang, score)
+        log = json.loads((demo / f"results/models/backbones/{backbone}/xstilts_demo.json").read_text())["pretraining"]
+        assert log["steps"] == config["backbones"][backbone]["demo"]["pretraining"]["steps"]
+        assert log["loss_curve"][-1] < log["loss_curve"][0]
     for direction in ("de", "de-en"):
         quality = json.loads((demo / f"results/translation/quality/{direction}.json").read_text())
         assert quality["splits"]["test"]["bleu"] >= MIN_BLEU, (direction, quality["splits"])
     squad = json.loads((demo / "results/data_mt/squad/de/train.stats.json").read_text())
     for outcome in ("recovered_by_markers", "recovered_by_fuzzy_match", "dropped_unaligned"):
         assert squad[outcome] >= MIN_SPAN_SHARE * squad["examples"], (outcome, squad)
-    # Retrieval with the pre-trained encoder: far above chance (1 / candidates; F1 near 0).
-    tatoeba = json.loads((demo / "results/metrics/zero_shot/none/tatoeba/seed1.json").read_text())
-    for lang, score in tatoeba["scores"]["test"].items():
-        assert score["accuracy"] >= 50.0, (lang, score)
-    bucc = json.loads((demo / "results/metrics/zero_shot/none/bucc/seed1.json").read_text())
+    bucc = json.loads((demo / f"results/metrics/{ENCODER}/zero_shot/none/bucc/seed1.json").read_text())
     for lang, score in bucc["scores"]["test"].items():
         assert score["f1"] >= 50.0, (lang, score)
-    log = json.loads((demo / "results/models/encoder/xstilts_demo.json").read_text())["pretraining"]
-    assert log["steps"] == config["models"]["encoder"]["demo"]["pretraining"]["steps"]
-    assert log["loss_curve"][-1] < log["loss_curve"][0]
 
 
 def test_every_transfer_setting_runs_and_writes_its_tables(demo):
@@ -194,7 +241,7 @@ def test_every_transfer_setting_runs_and_writes_its_tables(demo):
     assert len(settings) == 7
     for plan in transfer.plans(config):
         for seed in plan.seeds:
-            path = demo / f"results/metrics/{transfer.path_token(plan.setting)}/none/{plan.target}/seed{seed}.json"
+            path = demo / f"results/metrics/{ENCODER}/{transfer.path_token(plan.setting)}/none/{plan.target}/seed{seed}.json"
             m = json.loads(path.read_text())
             assert m["setting"] == m["run"]["setting"] == plan.setting
             assert set(m["scores"]) == set(plan.eval_data) and set(m["languages"]) == set(plan.languages)
@@ -204,23 +251,23 @@ def test_every_transfer_setting_runs_and_writes_its_tables(demo):
                 assert m["models"][lang]["dev"] == [r.as_dict() for r in recipe.dev]
                 assert m["models"][lang]["path"].endswith(f"/{recipe.name}/seed{seed}/model")
     # XQuAD has no German dev set: the German model selects on the pipeline's SQuAD dev in German.
-    m = json.loads((demo / "results/metrics/translate_train/none/xquad/seed1.json").read_text())
+    m = json.loads((demo / f"results/metrics/{ENCODER}/translate_train/none/xquad/seed1.json").read_text())
     assert m["models"]["de"]["dev"] == [{"path": "results/data_mt/squad/de/dev.parquet", "languages": ["de"],
                                          "kind": "pipeline_mt"}]
     assert m["models"]["en"]["recipe"] == "en.dev-en" and "selection" not in m  # two models, two selections
-    m = json.loads((demo / "results/metrics/translate_test/none/xnli/seed1.json").read_text())
+    m = json.loads((demo / f"results/metrics/{ENCODER}/translate_test/none/xnli/seed1.json").read_text())
     assert m["splits"] == ["test"] and m["settings"]["transfer"]["text_language"] == "en"
     stats = json.loads((demo / "results/translate_test/xnli/de/test.stats.json").read_text())
     assert stats["direction"] == "de-en" and stats["kept"] == stats["examples"] > 0
-    table = (demo / "results/tables/settings.md").read_text()
+    table = (demo / f"results/tables/{ENCODER}/settings.md").read_text()
     for setting in settings:
         assert f"| {setting} |" in table
-    assert "| de |" in (demo / "results/tables/source_languages.md").read_text()
-    main = (demo / "results/tables/main.md").read_text()
+    assert "| de |" in (demo / f"results/tables/{ENCODER}/source_languages.md").read_text()
+    main = (demo / f"results/tables/{ENCODER}/main.md").read_text()
     assert "## zero_shot (baseline setting)" in main and "## in_language_all" in main
-    per_language = (demo / "results/tables/per_language.md").read_text()
+    per_language = (demo / f"results/tables/{ENCODER}/per_language.md").read_text()
     assert "# translate_test" in per_language
-    main_csv = (demo / "results/tables/main.csv").read_text().splitlines()
+    main_csv = (demo / f"results/tables/{ENCODER}/main.csv").read_text().splitlines()
     assert main_csv[0].startswith("setting,intermediate,")
     assert "de-en" in (demo / "results/tables/translation.md").read_text()
     # The translate-test translator is scored too, against XNLI's English originals.
@@ -234,11 +281,11 @@ def test_changing_one_settings_option_reruns_only_that_setting(demo):
 
     path = with_config(demo, edit, "selection")
     config = load_config(demo)
-    expected = set(AFTER_METRICS)
+    expected = after_metrics(ENCODER)  # the decoder's grid leaves translate_train out
     for seed in config["transfer"]["settings"]["translate_train"]["seeds"]:
         for target in config["transfer"]["settings"]["translate_train"]["targets"]:
-            expected.add(("train_target", f"results/target/none/{target}/mt-de.dev-en/seed{seed}/model"))
-            expected.add(("evaluate_target", f"results/metrics/translate_train/none/{target}/seed{seed}.json"))
+            expected.add(("train_target", f"results/target/{ENCODER}/none/{target}/mt-de.dev-en/seed{seed}/model"))
+            expected.add(("evaluate_target", f"results/metrics/{ENCODER}/translate_train/none/{target}/seed{seed}.json"))
     assert planned_jobs(demo, "--configfile", str(path)) == expected
 
 
@@ -267,7 +314,7 @@ def test_table_only_option_reruns_only_the_tables(demo):
         config["tables"]["decimals"] = 2
 
     path = with_config(demo, edit, "tables")
-    assert planned_jobs(demo, "--configfile", str(path)) == AFTER_METRICS
+    assert planned_jobs(demo, "--configfile", str(path)) == after_metrics(ENCODER, DECODER)
 
 
 def test_operational_options_rerun_nothing(demo):
@@ -299,15 +346,15 @@ def test_editing_a_module_reruns_the_rules_that_import_it(demo, module):
     assert users, module
     # The rules importing it rerun (their downstream jobs follow); nothing upstream does.
     assert users <= rules
-    upstream = {"prepare_task_data", "prepare_encoder", "prepare_translator", "translate_task_data",
+    upstream = {"prepare_task_data", "prepare_backbone", "prepare_translator", "translate_task_data",
                 "score_translation_quality", "prepare_translator_to_english", "translate_test_data",
                 "score_translation_quality_to_english"} - users
     assert not rules & upstream
     if module == "tables":  # and what draws figures and LaTeX from the tables
         assert rules == {"aggregate_tables", "tabulate_translation", "tabulate_cost", "plot_results", "plot_translation",
-                         "typeset_tables", "collect_submission"}
+                         "typeset_tables", "collect_submission", "compare_backbones"}
     if module in ("plots", "latex"):  # the figures or the LaTeX alone: nothing reads them
-        own = {"plot_results", "plot_translation"} if module == "plots" else {"typeset_tables"}
+        own = {"plot_results", "plot_translation", "compare_backbones"} if module == "plots" else {"typeset_tables"}
         assert rules == own | {"tabulate_cost"}  # the cost table follows every job that writes a record
     assert planned_jobs(demo) == set(), "restoring the module restores the up-to-date state"
 
@@ -322,10 +369,13 @@ def test_report_holds_every_table_and_figure_with_its_caption(demo):
     page = html.unescape((demo / "report.html").read_text()).replace("\\n", " ").replace("\n", " ")
     page = " ".join(page.split())
     figures = sorted((demo / "results/figures").rglob("*.png"))
-    tables = sorted((demo / "results/tables").glob("*.csv"))
+    tables = sorted((demo / "results/tables").rglob("*.csv"))
     config = load_config(demo)
-    assert len(figures) == 3 + len(config["targets"]) + len(config["transfer"]["settings"]) - 1
-    assert {p.stem for p in tables} >= {"main", "per_language", "runs", "settings", "cost", "translation"}
+    # per backbone: main deltas, seed spread, one per target and per setting besides the baseline;
+    # then the translation figure and the one across backbones
+    per_backbone = 2 + len(config["targets"]) + len(config["transfer"]["settings"]) - 1
+    assert len(figures) == len(config["backbones"]) * per_backbone + 2
+    assert {p.stem for p in tables} >= {"main", "per_language", "runs", "settings", "cost", "translation", "backbones"}
     for item in figures + tables:
         assert f'"{item.name}"' in page or f"{item.name}" in page, f"{item} is not in the report"
     # Captions are embedded as rendered HTML inside JSON strings: compare their text without
@@ -341,15 +391,20 @@ def test_report_holds_every_table_and_figure_with_its_caption(demo):
 
 
 def test_submission_holds_every_test_example_of_the_best_models(demo):
+    config = load_config(demo)
+    for backbone in config["backbones"]:
+        _check_submission(demo, config, backbone)
+
+
+def _check_submission(demo: Path, config: dict, backbone: str) -> None:
     from workflow_scripts.data import read_table
 
-    config = load_config(demo)
-    submission = demo / "results/submission/xtreme"
+    submission = demo / f"results/submission/{backbone}/xtreme"
     manifest = json.loads((submission / "manifest.json").read_text())
-    with (demo / "results/tables/best.csv").open() as f:
+    with (demo / f"results/tables/{backbone}/best.csv").open() as f:
         best = {r["target"]: (r["intermediate"], int(r["seed"])) for r in csv.DictReader(f)}
     assert manifest["missing"] == []
-    for target in config["targets"]:
+    for target in backbone_grid.grid_of(config, backbone)["targets"]:
         task = get_task(target)
         folder = predictions.XTREME_TASK.get(target, target)
         chosen = manifest["tasks"][folder]
@@ -402,7 +457,7 @@ def test_paper_preset_builds_the_full_grid_offline(demo):
     assert counts["train_intermediate"] == (n_inter - 1) * n_seeds
     assert counts["translate_task_data"] == 2 * 2 * 3  # qqp, hellaswag x {train, dev} x {de, ru, sw}
     for inter in ("multitask_mlm", "mlm", "hellaswag_sw", "mnli_ru"):
-        assert f"results/intermediate/{inter}/seed3/encoder" in out
+        assert f"results/intermediate/xlmr_large/{inter}/seed3/encoder" in out
 
 
 def test_paper_preset_with_its_transfer_block_builds_offline(demo):
@@ -422,10 +477,43 @@ def test_paper_preset_with_its_transfer_block_builds_offline(demo):
     assert all(rows[s]["target_trainings"] == 0 for s in rows if s.startswith("source:"))
     for token in ("translate_train/mnli/xquad", "source-zh/none/pawsx", "in_language_all/none/udpos",
                   "translate_test/mnli/tydiqa"):
-        assert f"results/metrics/{token}/seed3.json" in out
+        assert f"results/metrics/xlmr_large/{token}/seed3.json" in out
     assert "results/translate_test/xnli/th/test.parquet" in out  # translate-test data, translated once
     assert "results/data_mt/squad/vi/train.parquet" in out  # SQuAD translated for translate-train
     assert "results/data_mt/xnli_mt" not in out  # XNLI-MT is published: never translated by us
+
+
+def test_adding_a_backbone_to_a_finished_grid_plans_only_its_jobs_and_the_tables(demo):
+    new = "llama_tiny_r4"
+
+    def edit(config):
+        config["backbones"][new] = {**config["backbones"][DECODER], "lora": {"rank": 4, "alpha": 8, "dropout": 0.0}}
+
+    path = with_config(demo, edit, "more_backbones")
+    config = yaml.safe_load(path.read_text())
+    expected = after_metrics(new) | {("prepare_backbone", f"results/models/backbones/{new}")}
+    for inter in backbone_grid.grid_of(config, new)["intermediate"]:
+        expected |= backbone_jobs(config, new, inter)
+    assert planned_jobs(demo, "--configfile", str(path)) == expected
+
+
+def test_paper_preset_with_its_larger_backbones_builds_offline(demo):
+    """XLM-R XL / XXL with LoRA, the mT5-XXL encoder and BLOOMZ-176B with QLoRA on 2 x 8 GPUs:
+    the planner lets each through (they fit what they ask for), and each runs its grid."""
+    path = paper_with_larger_backbones(demo)
+    config = yaml.safe_load(path.read_text())
+    assert set(config["backbones"]) == {"xlmr_large", "xlmr_xl", "xlmr_xxl", "mt5_xxl_encoder", "bloomz_176b"}
+    proc = snakemake(demo, "-n", "--configfile", str(path), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout + proc.stderr
+    counts = {line.split()[0]: int(line.split()[1]) for line in out.split("Job stats:")[1].splitlines()[3:]
+              if len(line.split()) == 2 and line.split()[1].isdigit()}
+    evaluations = sum(len(p.intermediate) * len(p.seeds) for b in config["backbones"]
+                      for p in backbone_grid.plans(config, b))
+    assert counts["evaluate_target"] == evaluations
+    assert counts["prepare_backbone"] == 5 and counts["aggregate_tables"] == 5 and counts["compare_backbones"] == 1
+    assert "results/target/bloomz_176b/mnli/xnli/en.dev-en/seed1/model" in out
+    assert "results/intermediate/mt5_xxl_encoder/mlm/" not in out  # T5 has no MLM head: not in its grid
 
 
 def test_slurm_profile_resolves_from_the_repository_root(demo):
@@ -440,12 +528,12 @@ def test_corrupt_data_file_fails_its_rule_naming_the_file(demo):
     try:
         data.write_bytes(b"garbage")
         # Targets first: --forcerun and --allowed-rules take several values.
-        proc = snakemake(demo, "results/metrics/zero_shot/none/xnli/seed1.json", "--cores", "1",
+        proc = snakemake(demo, f"results/metrics/{ENCODER}/zero_shot/none/xnli/seed1.json", "--cores", "1",
                          "--forcerun", "evaluate_target", "--allowed-rules", "evaluate_target")
         assert proc.returncode != 0
-        log = (demo / "logs/evaluate_target/zero_shot/none/xnli/seed1.log").read_text()
+        log = (demo / f"logs/evaluate_target/{ENCODER}/zero_shot/none/xnli/seed1.log").read_text()
         assert "corrupt data file results/data/xnli/test.parquet" in log
-        assert not (demo / "results/metrics/zero_shot/none/xnli/seed1.json").exists()
+        assert not (demo / f"results/metrics/{ENCODER}/zero_shot/none/xnli/seed1.json").exists()
     finally:
         shutil.copy2(backup, data)
-        snakemake(demo, "results/metrics/zero_shot/none/xnli/seed1.json", "--cores", "1")
+        snakemake(demo, f"results/metrics/{ENCODER}/zero_shot/none/xnli/seed1.json", "--cores", "1")

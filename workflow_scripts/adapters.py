@@ -39,6 +39,9 @@ class Method:
     alpha: int = 32
     dropout: float = 0.05
     target_modules: tuple[str, ...] = ()  # empty: the family's attention projections
+    precision: str = "bf16"  # bf16: a frozen base is held in bf16 on GPUs (half the memory)
+    # Recompute each block's activations in the backward pass instead of keeping them.
+    activation_checkpointing: bool = False
 
     @property
     def adapters(self) -> bool:
@@ -54,7 +57,9 @@ class Method:
             raise InputError(f"method.name {name!r}: known methods are {', '.join(METHODS)}")
         return cls(name=name, rank=int(settings.get("rank", 16)), alpha=int(settings.get("alpha", 32)),
                    dropout=float(settings.get("dropout", 0.05)),
-                   target_modules=tuple(settings.get("target_modules") or ()))
+                   target_modules=tuple(settings.get("target_modules") or ()),
+                   precision=settings.get("precision", "bf16"),
+                   activation_checkpointing=bool(settings.get("activation_checkpointing", False)))
 
 
 def check_available(method: Method, dev) -> None:
@@ -73,11 +78,16 @@ def check_available(method: Method, dev) -> None:
 
 
 def quantisation_kwargs(method: Method) -> dict[str, Any]:
-    """from_pretrained arguments of a QLoRA base: NF4 weights, double-quantised constants,
-    bf16 compute (Dettmers et al. 2023's recipe)."""
+    """from_pretrained arguments of the base: for QLoRA NF4 weights, double-quantised
+    constants, bf16 compute (Dettmers et al. 2023's recipe); for LoRA in bf16 on a GPU, bf16
+    weights (the frozen base needs no fp32 master copy). On CPU a base stays fp32: bf16
+    matrix products there are emulated and slower."""
+    import torch
+
+    if method.name == "lora" and method.precision == "bf16" and torch.cuda.is_available():
+        return {"dtype": torch.bfloat16}
     if method.name != "qlora":
         return {}
-    import torch
     from transformers import BitsAndBytesConfig
 
     return {"quantization_config": BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",

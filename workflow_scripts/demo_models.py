@@ -359,3 +359,197 @@ def build_demo_translator(settings: dict[str, Any], text_files: list[str], lang:
         tokenizer.save_pretrained(tmp)
         (tmp / "xstilts_demo.json").write_text(json.dumps(log, indent=1) + "\n")
     LOG.info("demo translator %s-%s: vocab %d -> %s", source_lang, lang, len(vocab), output)
+
+
+# ---------------------------------------------------------------------------------------
+# Decoder.
+
+# Llama 2's ids for the first three (<unk> 0, <s> 1, </s> 2), then a pad token of its own:
+# Llama tokenizers ship none, and padding with </s> would make padding and the end of the
+# text one token, which last-token pooling and the LM labels must tell apart.
+DECODER_SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<pad>"]
+
+
+def train_byte_level_bpe(texts: list[str], vocab_size: int):  # -> tokenizers.Tokenizer
+    """A byte-level BPE tokenizer (GPT-2 / Llama 3 style) trained on ``texts``, with the
+    special tokens first and a template that brackets every input in ``<s> … </s>``.
+
+    Every byte is in the initial alphabet, so nothing tokenises to ``<unk>`` (it is there for
+    loaders that expect one). No normaliser: bytes cover any text, and offsets then index the
+    raw text.
+
+    Word-split input (``is_split_into_words=True``, the tagging tasks): the backend encodes
+    each word on its own. With ``add_prefix_space=False`` a word then gets the pieces of a
+    word-start without a space ("bought" -> b, o, ug, ht) where running text has
+    "Ġbought", so tagging would see other tokens than every other task. transformers 4's
+    GPT-2/RoBERTa fast tokenizers refused such input; transformers 5's generic backend
+    (``TokenizersBackend`` = ``PreTrainedTokenizerFast``) accepts it silently, and its
+    ``add_prefix_space`` argument is only recorded, not applied to a tokenizer.json.
+    So the prefix space is set where it acts: in the ByteLevel pre-tokenizer saved in
+    tokenizer.json. Then "Anna bought" and ["Anna", "bought"] give the same ids, and the
+    post-processor's ByteLevel step trims the "Ġ" out of the offsets.
+
+    The BPE trainer is deterministic: same texts, same vocabulary and merges."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True, use_regex=True)
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=DECODER_SPECIAL_TOKENS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(texts, trainer)
+    bos, eos = tok.token_to_id("<s>"), tok.token_to_id("</s>")
+    # "<s> $A </s>": the last token of an input is always </s>, which has attended to all of
+    # it (last-token pooling reads it); pairs close each side with </s>, as the decoder's
+    # pre-training on translation pairs saw them.
+    template = processors.TemplateProcessing(
+        single="<s> $A </s>", pair="<s> $A </s> $B </s>", special_tokens=[("<s>", bos), ("</s>", eos)])
+    tok.post_processor = processors.Sequence([processors.ByteLevel(trim_offsets=True, add_prefix_space=True),
+                                              template])
+    # Drop the prefix space again when decoding, so decode(encode(text)) gives back the text.
+    tok.decoder = decoders.Sequence([decoders.ByteLevel(), decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+    return tok
+
+
+def decoder_tokenizer(backend, model_max_length: int):  # -> transformers.PreTrainedTokenizerFast
+    """The transformers tokenizer around a trained backend, as AutoTokenizer will load it."""
+    from transformers import PreTrainedTokenizerFast
+
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<pad>",
+        # Recorded for readers of tokenizer_config.json; the pre-tokenizer is what applies it.
+        add_prefix_space=True, padding_side="right", model_max_length=model_max_length,
+        # Llama has no segment embeddings: nothing would read token type ids.
+        model_input_names=["input_ids", "attention_mask"])
+
+
+def decoder_pretraining_ids(tokenizer, corpora: Sequence[str | Path], max_length: int, rng: random.Random
+                            ) -> tuple[list[list[int]], list[str], list[tuple[str, str]]]:
+    """Token ids of every sentence alone ("<s> s </s>"), then of every translation pair in one
+    sequence ("<s> a </s> b </s>", the sides in random order): next-token prediction over a
+    pair is the decoder's translation language modelling, where each language is predicted
+    with its translation in view. Returns the ids, the sentences (the first ids, in order)
+    and the pairs."""
+    sentences, pairs = pretraining_examples(corpora)
+    encoded = tokenizer(sentences, truncation=True, max_length=max_length)["input_ids"] if sentences else []
+    swapped = [(b, a) if rng.random() < 0.5 else (a, b) for a, b in pairs]
+    if swapped:
+        encoded += tokenizer([a for a, _ in swapped], [b for _, b in swapped], truncation=True,
+                             max_length=max_length)["input_ids"]
+    return encoded, sentences, pairs
+
+
+def _last_states(hidden, attention_mask):
+    """Each sequence's state at its last real position (right padding): its </s>, the only
+    position that has attended to the whole input, which the decoder family pools."""
+    import torch
+
+    return hidden[torch.arange(len(hidden)), attention_mask.sum(1) - 1]
+
+
+def pretrain_decoder(model, tokenizer, corpora: Sequence[str | Path], opts: dict[str, Any], seed: int
+                     ) -> dict[str, Any]:
+    """Causal LM pre-training, seeded, on the corpora's sentences and translation pairs, plus,
+    when ``opts["contrastive_weight"]`` > 0, the encoder's cross-lingual contrastive loss on
+    the last-token states of a sentence and its translation (``pretrain_encoder`` says why;
+    next-token prediction alone leaves the languages unaligned here too).
+
+    Besides ``_optimise``'s curve (the training loss, contrastive term included, as means per
+    tenth of the run, the first of which has already learnt) the log keeps the language-model
+    loss alone on one fixed batch before and after: the start and end of the same measurement."""
+    import torch
+    import torch.nn.functional as F
+
+    rng = random.Random(seed)
+    max_length, batch_size = int(opts["max_length"]), int(opts["batch_size"])
+    encoded, sentences, pairs = decoder_pretraining_ids(tokenizer, corpora, max_length, rng)
+    # Every side of a pair is one of the sentences: the contrastive batches reuse its encoding.
+    position = {sentence: k for k, sentence in enumerate(sentences)}
+    sides = [[encoded[position[pair[k]]] for pair in pairs] for k in (0, 1)]
+    weight = float(opts.get("contrastive_weight", 0.0)) if pairs else 0.0
+    temperature = float(opts.get("temperature", 0.05))
+    pad = tokenizer.pad_token_id
+
+    def lm_batch(rows: Sequence[Sequence[int]]) -> dict[str, Any]:
+        input_ids = _padded(rows, pad)
+        # Padding is masked out of attention and of the loss; </s> stays a label, so the
+        # model learns where a text ends.
+        return {"input_ids": input_ids, "attention_mask": (input_ids != pad).long(),
+                "labels": input_ids.masked_fill(input_ids == pad, -100)}
+
+    def batches() -> Iterator[tuple[dict[str, Any], list[Any]]]:
+        pair_batches = _batches(len(pairs), batch_size, rng) if weight > 0 else None
+        for ids in _batches(len(encoded), batch_size, rng):
+            chosen = next(pair_batches) if pair_batches else []
+            yield lm_batch([encoded[i] for i in ids]), [_padded([side[i] for i in chosen], pad)
+                                                        for side in sides] if chosen else []
+
+    def embed(input_ids):
+        attention_mask = (input_ids != pad).long()
+        hidden = model.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return F.normalize(_last_states(hidden, attention_mask), dim=-1)
+
+    def loss_of(batch) -> Any:
+        lm, translation = batch
+        loss = model(**lm).loss
+        if translation:
+            similarity = embed(translation[0]) @ embed(translation[1]).T / temperature
+            gold = torch.arange(len(similarity))
+            loss = loss + weight * (F.cross_entropy(similarity, gold) + F.cross_entropy(similarity.T, gold)) / 2
+        return loss
+
+    probe = lm_batch([encoded[i] for i in random.Random(seed + 1).sample(range(len(encoded)),
+                                                                         min(len(encoded), 4 * batch_size))])
+
+    def probe_loss() -> float:
+        model.eval()
+        with torch.no_grad():
+            return round(float(model(**probe).loss), 4)
+
+    start = probe_loss()
+    LOG.info("decoder pre-training: %d sentences and %d translation pairs", len(sentences), len(pairs))
+    what = "decoder pre-training (causal LM" + (" + contrastive)" if weight > 0 else ")")
+    log = _optimise(model, batches(), loss_of, opts, what)
+    return {**log, "loss_start": start, "loss_end": probe_loss(), "sentences": len(sentences), "pairs": len(pairs)}
+
+
+def build_demo_decoder(settings: dict[str, Any], text_files: list[str], output: Path,
+                       corpora: Sequence[str | Path] = (), threads: int = 1) -> None:
+    """A tiny Llama (LlamaForCausalLM) and a byte-level BPE tokenizer on the demo text,
+    pre-trained on ``corpora`` when given and ``settings["pretraining"]["steps"]`` > 0; saved
+    like a Hub Llama snapshot (AutoTokenizer, AutoModel, AutoModelForCausalLM load it).
+
+    The tokenizer also learns from the corpora's sentences, as the translators' vocabularies
+    do: the pre-training text should be made of learnt pieces, not bytes, or the sequences
+    grow and pre-training costs more for the same text."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    configure_torch(threads)
+    seed = int(settings.get("seed", 0))
+    seed_everything(seed)
+    texts = list(iter_texts(text_files))
+    if not texts:
+        raise InputError(f"no text to train the demo tokenizer in {text_files}")
+    sentences = pretraining_examples(corpora)[0] if corpora else []
+    backend = train_byte_level_bpe(texts + sentences, int(settings["vocab_size"]))
+    max_positions = int(settings["max_position_embeddings"])
+    tokenizer = decoder_tokenizer(backend, max_positions)
+    heads = int(settings["num_attention_heads"])
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=settings["hidden_size"],
+        num_hidden_layers=settings["num_hidden_layers"], num_attention_heads=heads,
+        num_key_value_heads=int(settings.get("num_key_value_heads") or heads),
+        intermediate_size=settings["intermediate_size"], max_position_embeddings=max_positions,
+        # Tied input and output embeddings, as small Llamas (3.2 1B/3B) have: at this size the
+        # output layer would otherwise hold most of the parameters.
+        tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id)
+    model = LlamaForCausalLM(config)
+    opts = settings.get("pretraining", {})
+    log: dict[str, Any] = {"pretraining": None}
+    if corpora and int(opts.get("steps", 0)) > 0:
+        log["pretraining"] = pretrain_decoder(model, tokenizer, corpora, opts, seed)
+    with atomic_path(output) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "xstilts_demo.json").write_text(json.dumps(log, indent=1) + "\n")
+    LOG.info("demo decoder: vocab %d, %d parameters -> %s", len(tokenizer), model.num_parameters(), output)

@@ -10,14 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from . import slurm, transfer
+from . import backbone_grid, memory_plan, slurm, transfer
 from .common import is_url
 from .tasks import PROVIDED_TRANSLATIONS, SPAN, TASKS, TRANSLATABLE_FORMATS, get_task
 from .transfer import data_path, translate_test_path, translated_path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS = "results"
-BASE_ENCODER = f"{RESULTS}/models/encoder"
 PHASE_KEYS = ("learning_rate", "warmup_ratio", "weight_decay", "max_grad_norm", "dropout", "eval_every",
               "patience", "dev_examples", "eval_batch_size", "max_micro_batch", "multitask_cap",
               "multitask_epochs", "max_steps")
@@ -128,7 +127,10 @@ def check_config(config: dict[str, Any]) -> None:
             raise ConfigError(f"config key resources.{rule}.runtime: {err}") from None
     try:
         transfer.check(config)
-    except transfer.TransferError as err:
+        backbone_grid.check(config)
+        # A backbone whose training cannot fit the GPUs it asks for stops here, before any job.
+        memory_plan.check_fits(config)
+    except (transfer.TransferError, backbone_grid.BackboneError, memory_plan.PlanError) as err:
         raise ConfigError(str(err)) from None
 
 
@@ -149,19 +151,20 @@ def is_baseline(config: dict[str, Any], name: str) -> bool:
     return not inter["tasks"] and not inter.get("mlm")
 
 
-def intermediate_encoder(config: dict[str, Any], name: str, seed: int | str) -> str:
+def intermediate_encoder(config: dict[str, Any], backbone: str, name: str, seed: int | str) -> str:
+    """The backbone a target phase starts from: the pretrained one for the baseline config."""
     if is_baseline(config, name):
-        return BASE_ENCODER
-    return f"{RESULTS}/intermediate/{name}/seed{seed}/encoder"
+        return backbone_grid.base_dir(backbone)
+    return f"{RESULTS}/intermediate/{backbone}/{name}/seed{seed}/encoder"
 
 
-def target_model(name: str, target: str, recipe: str, seed: int | str) -> str:
+def target_model(backbone: str, name: str, target: str, recipe: str, seed: int | str) -> str:
     """A target model; its recipe names its training and selection data (transfer.py)."""
-    return f"{RESULTS}/target/{name}/{target}/{recipe}/seed{seed}/model"
+    return f"{RESULTS}/target/{backbone}/{name}/{target}/{recipe}/seed{seed}/model"
 
 
-def metric_file(setting: str, name: str, target: str, seed: int | str) -> str:
-    return f"{RESULTS}/metrics/{transfer.path_token(setting)}/{name}/{target}/seed{seed}.json"
+def metric_file(backbone: str, setting: str, name: str, target: str, seed: int | str) -> str:
+    return f"{RESULTS}/metrics/{backbone}/{transfer.path_token(setting)}/{name}/{target}/seed{seed}.json"
 
 
 def intermediate_data(config: dict[str, Any], name: str) -> dict[str, dict[str, str]]:
@@ -192,14 +195,14 @@ def target_data_files(config: dict[str, Any], target: str, recipe: str) -> list[
     return sorted({r.path for r in found.train + found.dev})
 
 
-def evaluation(config: dict[str, Any], setting_token: str, name: str, target: str, seed: int | str
+def evaluation(config: dict[str, Any], backbone: str, setting_token: str, name: str, target: str, seed: int | str
                ) -> dict[str, Any]:
     """One metric file's inputs: the model scoring each language and the data of each split."""
-    plan = transfer.find_plan(config, setting_token, target)
+    plan = backbone_grid.find_plan(config, backbone, setting_token, target)
     if get_task(target).is_retrieval:  # retrieval embeds with the encoder of the intermediate phase
-        models = {lang: intermediate_encoder(config, name, seed) for lang in plan.languages}
+        models = {lang: intermediate_encoder(config, backbone, name, seed) for lang in plan.languages}
     else:
-        models = {lang: target_model(name, target, recipe.name, seed) for lang, recipe in plan.models.items()}
+        models = {lang: target_model(backbone, name, target, recipe.name, seed) for lang, recipe in plan.models.items()}
     data = {split: [r.as_dict() for r in refs] for split, refs in plan.eval_data.items()}
     return {"models": models, "data": data}
 
@@ -251,13 +254,18 @@ def translation_stats_files(config: dict[str, Any]) -> list[str]:
 
 def translated_intermediate_models(config: dict[str, Any]) -> list[str]:
     """Intermediate models of the translated configs and their English-data counterparts,
-    whose dev scores the translation table reports."""
-    names = set()
+    whose dev scores the translation table reports (those of the first backbone that runs
+    the translated config)."""
+    found = []
     for name, info in translated_counterparts(config).items():
-        names.add(name)
-        if info["english"]:
-            names.add(info["english"])
-    return [intermediate_encoder(config, n, seed) for n in sorted(names) for seed in config["seeds"]]
+        backbone = next((b for b in backbone_grid.names(config)
+                         if name in backbone_grid.grid_of(config, b)["intermediate"]), None)
+        if backbone is None:
+            continue
+        part = backbone_grid.grid_of(config, backbone)
+        for n in sorted({name, info["english"]} & set(part["intermediate"])):
+            found += [intermediate_encoder(config, backbone, n, seed) for seed in part["seeds"]]
+    return sorted(set(found))
 
 
 def quality_files(config: dict[str, Any]) -> list[str]:
@@ -275,19 +283,23 @@ def quality_file(lang: str, into: str | None = None) -> str:
     return f"{RESULTS}/translation/quality/{lang}{'-' + into if into else ''}.json"
 
 
-def metric_files(config: dict[str, Any]) -> list[str]:
-    """Every run's metric file: (setting, intermediate config, target, seed)."""
-    return [metric_file(plan.setting, name, plan.target, seed) for plan in transfer.plans(config)
+def metric_files(config: dict[str, Any], backbone: str) -> list[str]:
+    """Every run's metric file of a backbone: (setting, intermediate config, target, seed)."""
+    return [metric_file(backbone, plan.setting, name, plan.target, seed) for plan in backbone_grid.plans(config, backbone)
             for name in plan.intermediate for seed in plan.seeds]
 
 
-def submission_predictions(config: dict[str, Any]) -> dict[str, str]:
+def all_metric_files(config: dict[str, Any]) -> list[str]:
+    return [f for backbone in backbone_grid.names(config) for f in metric_files(config, backbone)]
+
+
+def submission_predictions(config: dict[str, Any], backbone: str) -> dict[str, str]:
     """"<config>/<target>/seed<N>" -> prediction folder, for every run of the baseline setting
     (the best models of the main table are chosen among them)."""
     baseline = transfer.baseline_setting(config)
-    return {f"{name}/{plan.target}/seed{seed}": metric_file(plan.setting, name, plan.target, seed)
+    return {f"{name}/{plan.target}/seed{seed}": metric_file(backbone, plan.setting, name, plan.target, seed)
             .removesuffix(".json") + ".predictions"
-            for plan in transfer.plans(config) if plan.setting == baseline
+            for plan in backbone_grid.plans(config, backbone) if plan.setting == baseline
             for name in plan.intermediate for seed in plan.seeds}
 
 
@@ -316,13 +328,6 @@ def data_settings(config: dict[str, Any], task: str, split: str) -> dict[str, An
     if settings["source"] == "local":
         settings["local_root"] = config["data"]["local_root"]
     return settings
-
-
-def encoder_settings(config: dict[str, Any]) -> dict[str, Any]:
-    models, enc = config["models"], config["models"]["encoder"]
-    if models["source"] == "hub":
-        return {"source": "hub", "hub_id": enc["hub_id"], "revision": enc["revision"]}
-    return {"source": "demo", "demo": enc.get("demo", {})}
 
 
 def translator_settings(config: dict[str, Any], lang: str, to_english: bool = False) -> dict[str, Any]:
@@ -354,9 +359,10 @@ def _phase(config: dict[str, Any], phase: str) -> dict[str, Any]:
     return {k: cfg[k] for k in PHASE_KEYS if k in cfg}
 
 
-def intermediate_settings(config: dict[str, Any], name: str) -> dict[str, Any]:
+def intermediate_settings(config: dict[str, Any], backbone: str, name: str) -> dict[str, Any]:
     inter = config["intermediate"][name]
     settings = _phase(config, "intermediate")
+    settings["method"] = backbone_grid.method_settings(config, backbone)
     if inter.get("mlm"):
         settings["learning_rate"] = config["training"]["intermediate"]["learning_rate_with_mlm"]
     if "learning_rate" in inter:
@@ -370,14 +376,16 @@ def intermediate_settings(config: dict[str, Any], name: str) -> dict[str, Any]:
     return settings
 
 
-def target_settings(config: dict[str, Any], target: str) -> dict[str, Any]:
+def target_settings(config: dict[str, Any], backbone: str, target: str) -> dict[str, Any]:
     """Target-phase settings; which languages train and select is the recipe's data map."""
     settings = _phase(config, "target")
+    settings["method"] = backbone_grid.method_settings(config, backbone)
     settings["tasks"] = {target: _task_opts(config, target)}
     return settings
 
 
-def eval_settings(config: dict[str, Any], target: str, setting_token: str | None = None) -> dict[str, Any]:
+def eval_settings(config: dict[str, Any], backbone: str, target: str, setting_token: str | None = None
+                  ) -> dict[str, Any]:
     """How one (setting, target) is scored; its models and data files are the rule's inputs."""
     cfg = config["tasks"][target]
     settings: dict[str, Any] = {"languages": cfg["languages"], "max_length": cfg["max_length"],
@@ -385,7 +393,7 @@ def eval_settings(config: dict[str, Any], target: str, setting_token: str | None
     if get_task(target).format == SPAN:
         settings.update({k: cfg[k] for k in SPAN_KEYS})
     if get_task(target).is_retrieval:
-        ret = config["retrieval"]
+        ret = backbone_grid.retrieval_settings(config, backbone)
         settings["retrieval"] = {"layer": ret["layer"], "pooling": ret["pooling"], "index": ret["index"]}
         if ret["index"] != "exact":
             settings["retrieval"]["nprobe"] = ret["nprobe"]
@@ -398,11 +406,28 @@ def eval_settings(config: dict[str, Any], target: str, setting_token: str | None
     return settings
 
 
-def table_settings(config: dict[str, Any]) -> dict[str, Any]:
-    return {**config["tables"], "targets": config["targets"], "intermediate": list(config["intermediate"]),
-            "seeds": config["seeds"], "translated": translated_counterparts(config),
-            "settings": list(transfer.configured(config)), "baseline_setting": transfer.baseline_setting(config),
-            "target_languages": {t: config["tasks"][t]["languages"] for t in config["targets"]}}
+def table_settings(config: dict[str, Any], backbone: str) -> dict[str, Any]:
+    """What a backbone's tables show: its part of the grid, and the backbone itself (its
+    contaminated targets are footnoted: not zero-shot)."""
+    part = backbone_grid.grid_of(config, backbone)
+    translated = {n: info for n, info in translated_counterparts(config).items() if n in part["intermediate"]}
+    return {**config["tables"], "targets": part["targets"], "intermediate": part["intermediate"],
+            "seeds": part["seeds"], "translated": translated, "settings": part["settings"],
+            "baseline_setting": transfer.baseline_setting(config),
+            "target_languages": {t: config["tasks"][t]["languages"] for t in config["targets"]},
+            "backbone": backbone_grid.describe(config, backbone),
+            # Figures and LaTeX files are written for every target and setting of the config
+            # (the rules' outputs are the same for each backbone); those a backbone does not
+            # run say so.
+            "output_targets": list(config["targets"]), "output_settings": list(transfer.configured(config))}
+
+
+def comparison_settings(config: dict[str, Any]) -> dict[str, Any]:
+    """What the cross-backbone table and figure show."""
+    return {"decimals": config["tables"]["decimals"], "baseline": config["tables"].get("baseline", "none"),
+            "baseline_setting": transfer.baseline_setting(config), "targets": config["targets"],
+            "intermediate": list(config["intermediate"]),
+            "backbones": {b: backbone_grid.describe(config, b) for b in backbone_grid.names(config)}}
 
 
 def translated_counterparts(config: dict[str, Any]) -> dict[str, dict[str, Any]]:

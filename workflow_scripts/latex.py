@@ -135,8 +135,11 @@ def main(argv: list[str] | None = None) -> None:
         significance = read_result_table(args.tables / "significance.csv")
         per_language = read_result_table(args.tables / "per_language.csv")
         outputs = {args.output / "main.tex": main_tex(main_frame, significance, settings)}
-        for target in settings["targets"]:
-            outputs[args.output / "per_language" / f"{target}.tex"] = per_language_tex(per_language, settings, target)
+        for target in settings.get("output_targets", settings["targets"]):
+            outputs[args.output / "per_language" / f"{target}.tex"] = (
+                per_language_tex(per_language, settings, target) if target in settings["targets"] else
+                f"% xstilts: backbone {settings.get('backbone', {}).get('name')} does not run target {target}"
+                " (its grid leaves it out)\n")
     except InputError as err:
         raise SystemExit(f"error: {err}") from None
     for path, text in outputs.items():

@@ -201,12 +201,29 @@ def plot_results(tables: Path, settings: dict[str, Any], output: Path) -> None:
     per_language = read_result_table(tables / "per_language.csv")
     runs = read_result_table(tables / "runs.csv")
     main_deltas(main, settings, output)
-    for target in settings["targets"]:
-        per_language_deltas(per_language, settings, target, output)
+    # One figure per target and setting of the config; a backbone that does not run one
+    # draws a figure saying so (figure_not_run).
+    for target in settings.get("output_targets", settings["targets"]):
+        if target in settings["targets"]:
+            per_language_deltas(per_language, settings, target, output)
+        else:
+            figure_not_run(settings, f"target {target}", output / "per_language" / target)
     seed_spread(runs, settings, output)
-    for setting in settings["settings"]:
-        if setting != settings.get("baseline_setting", ZERO_SHOT):
+    for setting in settings.get("output_settings", settings["settings"]):
+        if setting == settings.get("baseline_setting", ZERO_SHOT):
+            continue
+        if setting in settings["settings"]:
             setting_deltas(per_language, settings, setting, output)
+        else:
+            figure_not_run(settings, f"setting {setting}", output / "settings" / path_token(setting))
+
+
+def figure_not_run(settings: dict[str, Any], what: str, stem: Path) -> None:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5, 1.5))
+    backbone = settings.get("backbone", {}).get("name", "this backbone")
+    _empty(ax, what, f"backbone {backbone} does not run {what} (its grid leaves it out)")
+    save(fig, stem)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,11 +1,11 @@
-"""Make the encoder and translator directories every later rule loads: snapshot the Hub
-repositories at a pinned revision (paper preset), or build the demo's own small models
+"""Make the backbone and translator directories every later rule loads: snapshot the
+Hub repositories at a pinned revision (paper preset), or build the demo's own small models
 offline (``workflow_scripts.demo_models``).
 
 Real mode snapshots Hub repos into local directories, so training jobs only ever load
 local directories and run on offline compute nodes.
 
-CLI: ``python -m workflow_scripts.prepare_models encoder|translator --settings JSON --output DIR
+CLI: ``python -m workflow_scripts.prepare_models backbone|translator --settings JSON --output DIR
 [--text PARQUET ...] [--corpus JSONL ...] [--threads N]``.
 """
 
@@ -31,29 +31,48 @@ def fetch_hub_model(hub_id: str, revision: str, output: Path) -> None:
         (tmp / "xstilts_source.json").write_text(json.dumps(source) + "\n")
 
 
+def prepare_backbone(settings: dict, output: Path, text: list[str], corpora: list[str], threads: int) -> None:
+    """A backbone directory: the Hub snapshot, or the demo model of its family, with the
+    family recorded (backbones.MANIFEST), written in one piece."""
+    from .backbones import MANIFEST, get_family
+
+    family = get_family(settings["family"]).name
+    with atomic_path(output) as tmp:
+        if settings["source"] == "hub":
+            fetch_hub_model(settings["hub_id"], settings["revision"], tmp)
+        else:
+            from .demo_models import build_demo_decoder, build_demo_encoder
+
+            builders = {"encoder": build_demo_encoder, "decoder": build_demo_decoder}
+            if family not in builders:
+                raise InputError(f"the demo builds {' and '.join(builders)} backbones, not {family}")
+            builders[family](settings["demo"], text, tmp, corpora, threads)
+        (tmp / MANIFEST).write_text(json.dumps({"family": family}) + "\n")
+
+
 def main(argv: list[str] | None = None) -> None:
     setup_logging()
-    ap = argparse.ArgumentParser(description="Fetch (hub) or build (demo) the encoder or a translator.")
-    ap.add_argument("kind", choices=["encoder", "translator"])
+    ap = argparse.ArgumentParser(description="Fetch (hub) or build (demo) a backbone or a translator.")
+    ap.add_argument("kind", choices=["backbone", "translator"])
     ap.add_argument("--settings", required=True)
     ap.add_argument("--output", required=True, type=Path)
     ap.add_argument("--lang", help="target language of the translator")
     ap.add_argument("--from-lang", default="en", help="source language of the translator (default en)")
     ap.add_argument("--text", nargs="*", default=[], help="canonical data files to train demo vocabularies on")
     ap.add_argument("--corpus", nargs="*", default=[],
-                    help="demo parallel corpora: the encoder's pre-training data, the translator's training data")
+                    help="demo parallel corpora: a demo backbone's pre-training data, the translator's training data")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
     try:
         settings = load_settings(args.settings)
+        if args.kind == "backbone":
+            prepare_backbone(settings, args.output, args.text, args.corpus, args.threads)
+            return
         if settings["source"] == "hub":
             fetch_hub_model(settings["hub_id"], settings["revision"], args.output)
             return
-        from .demo_models import build_demo_encoder, build_demo_translator
+        from .demo_models import build_demo_translator
 
-        if args.kind == "encoder":
-            build_demo_encoder(settings["demo"], args.text, args.output, args.corpus, args.threads)
-            return
         if not args.lang:
             raise InputError("--lang is required for a translator")
         if len(args.corpus) > 1:

@@ -40,6 +40,7 @@ from .tasks import get_task, primary_metric, qa_answer_score
 from .transfer import ZERO_SHOT, source_language
 
 QA_METRICS = ("f1", "exact_match")
+CONTAMINATED = "‡"  # a target the backbone saw in training: not zero-shot
 RUN_COLUMNS = ["setting", "intermediate", "target", "seed", "split", "language", "metric", "value"]
 
 
@@ -153,7 +154,9 @@ def render_main(shown, settings: dict[str, Any], best=None, marks: set[tuple[str
     """The main table in Markdown; ``marks``: (config, target) cells whose difference to the
     baseline is marked significant (significance.py)."""
     decimals, baseline = int(settings["decimals"]), settings["baseline"]
-    header = ["Intermediate task"] + [t for t in settings["targets"]] + ["Avg"]
+    contaminated = set(settings.get("backbone", {}).get("contaminated_targets", [])) & set(settings["targets"])
+    header = ["Intermediate task"] + [t + (f" {CONTAMINATED}" if t in contaminated else "")
+                                      for t in settings["targets"]] + ["Avg"]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
     for c in shown.index:
         sign = "" if c == baseline or baseline is None else "+"
@@ -171,6 +174,10 @@ def render_main(shown, settings: dict[str, Any], best=None, marks: set[tuple[str
             f"{rows} QA cells: F1 / EM. Avg: mean over the targets shown, QA as (F1 + EM) / 2.\n")
     if baseline is not None and len(shown.index) > 1:
         note += significance.METHOD + " F1 for QA.\n"
+    if contaminated:
+        source = settings["backbone"].get("contamination_source") or "its training mixture"
+        note += (f"{CONTAMINATED} {', '.join(sorted(contaminated))}: backbone {settings['backbone']['name']} saw this "
+                 f"target's data in {source}; its scores are not zero-shot.\n")
     if best is not None:
         lines.append(render_best(best, settings).rstrip("\n"))
         note += ("Best models: per target, the config with the best median (English) dev score and its best "
@@ -431,9 +438,10 @@ def intermediate_dev_scores(model_dirs: list[str]):
 
     records = []
     for model_dir in model_dirs:
-        m = re.search(r"intermediate/([^/]+)/seed(\d+)/encoder/?$", str(model_dir))
+        m = re.search(r"intermediate/(?:[^/]+/)?([^/]+)/seed(\d+)/encoder/?$", str(model_dir))
         if not m:
-            raise InputError(f"{model_dir}: not an intermediate model directory (…/intermediate/CONFIG/seedN/encoder)")
+            raise InputError(f"{model_dir}: not an intermediate model directory "
+                             "(…/intermediate/[BACKBONE/]CONFIG/seedN/encoder)")
         log = read_json(Path(model_dir) / "train_log.json")
         for task, scores in log["best"]["scores"].items():
             for metric, value in scores.items():
@@ -534,13 +542,16 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"error: {err}") from None
     import pandas as pd
 
-    write_csv(args.runs_csv, runs, index=False)
+    backbone = settings.get("backbone", {}).get("name")
+    # every row of the long table names the backbone that produced it
+    write_csv(args.runs_csv, runs if backbone is None else runs.assign(backbone=backbone)[["backbone", *RUN_COLUMNS]],
+              index=False)
     main_csv = pd.concat(mains, ignore_index=True)
     write_csv(args.main_csv, main_csv[["setting"] + [c for c in main_csv.columns if c != "setting"]], index=False)
     write_csv(args.best_csv, best_table, index=False)
     write_csv(args.significance_csv, pd.concat(significance_frames, ignore_index=True) if significance_frames
               else pd.DataFrame(columns=significance.COLUMNS), index=False)
-    main_md = "# Intermediate-task results\n\n" + "\n".join(blocks)
+    main_md = "# Intermediate-task results" + (f": backbone {backbone}" if backbone else "") + "\n\n" + "\n".join(blocks)
     write_text(args.main_md, main_md)
     per_lang = pd.concat(per_lang_frames, ignore_index=True)
     write_csv(args.per_language_csv, per_lang[["setting"] + [c for c in per_lang.columns if c != "setting"]],

@@ -242,6 +242,8 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
     phase_data = load_phase_data(encoder_dir, encoder, tokenizer, data, settings)
     tasks, task_opts = phase_data.tasks, settings["tasks"]
     family = family_of(encoder_dir)
+    if method.activation_checkpointing:
+        encoder.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     model = MultiHeadModel(encoder, phase_data.heads, family.name).to(dev)
     # Adapters: the heads train whole and are saved with the adapter (not the MLM head, which
     # predicts with the frozen embeddings).

@@ -1,0 +1,88 @@
+"""The backbone axis of the grid: each backbone's part of the grid, paths and settings, and the
+config errors that name a backbone's key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from workflow_scripts import backbone_grid, grid
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture()
+def config() -> dict:
+    from snakemake.utils import validate
+
+    config = yaml.safe_load((REPO / "config.yaml").read_text())
+    validate(config, str(REPO / "schemas/config.schema.yaml"))  # fills in the defaults
+    return config
+
+
+def test_a_backbone_runs_its_part_of_the_grid(config):
+    part = backbone_grid.grid_of(config, "llama_tiny")
+    assert part["intermediate"] == ["none", "mnli"] and part["targets"] == ["xnli", "udpos", "tatoeba"]
+    assert part["seeds"] == config["seeds"] and part["settings"] == ["zero_shot"]
+    plans = backbone_grid.plans(config, "llama_tiny")
+    assert {(p.setting, p.target) for p in plans} == {("zero_shot", t) for t in part["targets"]}
+    assert all(set(p.intermediate) == {"none", "mnli"} for p in plans)
+    # the encoder runs everything
+    assert backbone_grid.grid_of(config, "xlmr_tiny")["targets"] == config["targets"]
+    files = grid.metric_files(config, "llama_tiny")
+    assert len(files) == 3 * 2 * 2 and all(f.startswith("results/metrics/llama_tiny/zero_shot/") for f in files)
+
+
+def test_paths_and_settings_name_the_backbone(config):
+    assert grid.intermediate_encoder(config, "llama_tiny", "none", 1) == "results/models/backbones/llama_tiny"
+    assert grid.intermediate_encoder(config, "llama_tiny", "mnli", 1) == "results/intermediate/llama_tiny/mnli/seed1/encoder"
+    evaluation = grid.evaluation(config, "llama_tiny", "zero_shot", "mnli", "xnli", 2)
+    assert set(evaluation["models"].values()) == {"results/target/llama_tiny/mnli/xnli/en.dev-en/seed2/model"}
+    assert grid.target_settings(config, "llama_tiny", "xnli")["method"] == {
+        "name": "lora", "precision": "bf16", "rank": 8, "alpha": 16, "dropout": 0.0}
+    assert grid.intermediate_settings(config, "xlmr_tiny", "mnli")["method"] == {"name": "full", "precision": "bf16"}
+    # retrieval: the decoder's own layer and pooling, the encoder the top-level ones
+    assert grid.eval_settings(config, "llama_tiny", "tatoeba")["retrieval"]["pooling"] == "family"
+    assert grid.eval_settings(config, "xlmr_tiny", "tatoeba")["retrieval"]["pooling"] == config["retrieval"]["pooling"]
+    tables = grid.table_settings(config, "llama_tiny")
+    assert tables["targets"] == ["xnli", "udpos", "tatoeba"] and tables["backbone"]["family"] == "decoder"
+    assert tables["output_targets"] == config["targets"]
+
+
+def test_an_encoder_settings_change_leaves_the_decoders_jobs_alone(config):
+    before = {t: grid.target_settings(config, "llama_tiny", t) for t in ("xnli", "udpos")}
+    config["backbones"]["xlmr_tiny"]["method"] = "lora"
+    assert {t: grid.target_settings(config, "llama_tiny", t) for t in ("xnli", "udpos")} == before
+    assert grid.target_settings(config, "xlmr_tiny", "xnli")["method"]["name"] == "lora"
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda c: c["backbones"]["llama_tiny"]["grid"].update(intermediate=["none", "mlm_only"]),
+     "backbones.llama_tiny.grid.intermediate: ['mlm_only'] not in the config's intermediate"),
+    (lambda c: c["intermediate"].update(mlm_only={"tasks": [], "mlm": True}),
+     "backbones.llama_tiny.grid.intermediate: 'mlm_only' mixes in MLM, and a decoder backbone has no masked-LM head"),
+    (lambda c: c["backbones"]["xlmr_tiny"].update(contaminated_targets=["mnli"]),
+     "backbones.xlmr_tiny.contaminated_targets[0]: 'mnli' is not a target task"),
+    (lambda c: c["backbones"]["llama_tiny"]["grid"].update(settings=["translate_test"]),
+     "backbones.llama_tiny.grid.settings: lacks the baseline setting 'zero_shot'"),
+    (lambda c: c["models"].update(source="hub"), "backbones.xlmr_tiny.hub_id: required when models.source is hub"),
+])
+def test_backbone_errors_name_the_key(config, edit, message):
+    if "mlm_only' mixes" in message:  # the decoder's grid names it, which only the check refuses
+        config["intermediate"]["mlm_only"] = {"tasks": [], "mlm": True}
+        config["backbones"]["llama_tiny"]["grid"]["intermediate"] = ["none", "mnli", "mlm_only"]
+    else:
+        edit(config)
+    with pytest.raises(backbone_grid.BackboneError) as err:
+        backbone_grid.check(config)
+    assert f"config key {message}" in str(err.value)
+
+
+def test_the_comparison_names_every_backbone_and_its_contamination(config):
+    config["backbones"]["llama_tiny"]["contaminated_targets"] = ["xnli"]
+    settings = grid.comparison_settings(config)
+    assert list(settings["backbones"]) == ["xlmr_tiny", "llama_tiny"]
+    assert settings["backbones"]["llama_tiny"]["contaminated_targets"] == ["xnli"]
+    assert grid.table_settings(config, "llama_tiny")["backbone"]["contaminated_targets"] == ["xnli"]

@@ -19,10 +19,19 @@ timed over its training steps only (the engine's ``throughput``: dev evaluations
 
 Peak memory is that process's: ``torch.cuda.max_memory_allocated`` on a GPU; on CPU the
 resident set's high-water mark (``ru_maxrss``), which also holds the Python/torch/transformers
-runtime and the encoded data, roughly the same for both methods. On CPU the memory ratio is
-therefore one of whole processes, not of training state alone; the ``before`` column (the
-high-water mark after the imports, before ``train_phase``) shows that constant part, and the
-ratio net of it is printed for information. The judged ratio is the whole-process one.
+runtime, the model's weights and the encoded data, roughly the same for both methods (LoRA
+also imports peft, as a real run does). On CPU the memory ratio is therefore one of whole
+processes, not of training state alone; the ``before`` column (the high-water mark after the
+imports, before ``train_phase``) shows the runtime part, and the ratio net of it is printed
+for information. The judged ratio is the whole-process one. (The inputs are built in a
+process of their own: on Linux a child's ``ru_maxrss`` starts at its parent's high-water
+mark, which would otherwise floor both.)
+
+The engine puts the batch with the most padded tokens first, so the first step usually sets
+the peak. LoRA saves the full model's gradients and AdamW state (12 bytes a parameter on
+CPU, fp32) but not its activations: adapters sit in every layer, so the backward pass still
+runs through all of them, and at batch 8 x up to 256 tokens the activations are of the same
+order as the optimiser state.
 
 Prints the device and CPU model, per method the trainable and total parameters,
 examples/s, real (unpadded) tokens/s and peak memory, the LoRA/full ratios next to the
@@ -75,8 +84,7 @@ def run_method(workdir: Path, args, method: str) -> dict:
 def child(args) -> None:
     import torch
     import transformers  # noqa: F401  (the runtime both methods carry, counted in "before")
-    import peft  # noqa: F401
-    import workflow_scripts.train  # noqa: F401
+    import workflow_scripts.train  # noqa: F401  (peft: imported by train_phase for LoRA only, as in a real run)
 
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     before = peak_memory_mb(dev)
@@ -108,13 +116,23 @@ def main() -> None:
     ap.add_argument("--json", help="also write the numbers as JSON to this file")
     ap.add_argument("--method", choices=METHODS, help=argparse.SUPPRESS)
     ap.add_argument("--workdir", help=argparse.SUPPRESS)
+    ap.add_argument("--build", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.build:
+        build_inputs(Path(args.workdir), args.examples or args.steps * args.batch_size)
+        return
     if args.method:
         child(args)
         return
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        build_inputs(Path(tmp), args.examples or args.steps * args.batch_size)
+        # Built in a process of its own: a child's ru_maxrss starts at its parent's high-water
+        # mark (Linux keeps it across fork and exec), so this process must stay small.
+        build = [sys.executable, __file__, "--build", "--workdir", tmp, "--steps", str(args.steps),
+                 "--batch-size", str(args.batch_size)] + (["--examples", str(args.examples)] if args.examples else [])
+        proc = subprocess.run(build, capture_output=True, text=True, cwd=REPO)
+        if proc.returncode != 0:
+            raise SystemExit(f"building the inputs failed:\n{proc.stderr[-3000:]}")
         for method in METHODS:
             cmd = [sys.executable, __file__, "--method", method, "--workdir", tmp, "--steps", str(args.steps),
                    "--batch-size", str(args.batch_size), "--max-length", str(args.max_length),
@@ -155,9 +173,9 @@ def main() -> None:
     print(f"examples/s   {speed_ratio:6.2f}  {'>= ' + str(SPEED_TARGET):>7s}  "
           f"{'met' if speed_met else 'not met'}")
     if on_cpu:
-        print(f"(on CPU the memory ratio is of whole processes: the runtime and data, {full['before_training_mb'] / 1024:.2f}"
-              f" / {lora['before_training_mb'] / 1024:.2f} GB before training, count in both; net of that the ratio "
-              f"is {net_ratio:.2f}, for information)")
+        print(f"(CPU: the memory ratio is of whole processes. The runtime, {full['before_training_mb'] / 1024:.2f} / "
+              f"{lora['before_training_mb'] / 1024:.2f} GB before training, the fp32 weights and the data count in "
+              f"both;\n net of the runtime the ratio is {net_ratio:.2f}, for information)")
     print(f"\nmean training loss per {LOG_EVERY} steps")
     for name, r in results.items():
         print(f"{name:8s} " + " ".join(f"{x:6.3f}" for x in r["losses"]))

@@ -12,7 +12,7 @@ min_version("9.0")
 sys.path.insert(0, workflow.basedir)
 shell.prefix(f"export PYTHONPATH={shlex.quote(workflow.basedir)}; ")
 
-from workflow_scripts import backbone_grid, grid, slurm, transfer
+from workflow_scripts import backbone_grid, distributed, grid, slurm, transfer
 from workflow_scripts.codehash import module_digest
 from workflow_scripts.summary import run_summary
 from workflow_scripts.common import canonical_json
@@ -107,11 +107,16 @@ def demo_translator_corpus(wildcards):
 
 def rule_resources():
     """GPUs and threads each rule's jobs request, as the rules resolved them (some rules
-    share another rule's resource settings)."""
-    return {
-        r.name: {"gpu": r.resources.get("gpu").value or 0, "threads": r.resources.get("_cores").value or 1}
-        for r in workflow.rules
-    }
+    share another rule's resource settings). Training jobs ask per backbone: the most any
+    backbone's jobs hold (GPUs per node times nodes)."""
+
+    def gpus(rule):
+        if rule.name in ("train_intermediate", "train_target"):
+            asked = [backbone_grid.gpus(config, b) for b in BACKBONES]
+            return max(a["per_node"] * a["nodes"] if a["per_node"] else res(rule.name, "gpu") for a in asked)
+        return rule.resources.get("gpu").value or 0
+
+    return {r.name: {"gpu": gpus(r), "threads": r.resources.get("_cores").value or 1} for r in workflow.rules}
 
 
 def translator_inputs(translator):
@@ -218,4 +223,37 @@ def run_id(wildcards):
         {"backbone": wildcards.backbone, "setting": setting, "intermediate": wildcards.intermediate,
          "target": wildcards.target, "seed": int(wildcards.seed)}
     )
+
+
+# A backbone whose `gpus` ask for more than one GPU trains as one process per GPU: torchrun
+# on one node, one torchrun per node through srun on several (distributed.py). Resources,
+# not params: the GPU count changes how a job runs, not what it computes.
+def training_launcher(wildcards):
+    asked = backbone_grid.gpus(config, wildcards.backbone)
+    return distributed.launch_prefix(asked["nodes"], max(1, asked["per_node"]))
+
+
+def training_gpus(rule_name):
+    def gpus(wildcards):
+        asked = backbone_grid.gpus(config, wildcards.backbone)
+        if not asked["per_node"]:
+            return res(rule_name, "gpu")
+        return asked["per_node"] if asked["nodes"] == 1 else 0  # several nodes: gres per node
+
+    return gpus
+
+
+def training_nodes(wildcards):
+    return backbone_grid.gpus(config, wildcards.backbone)["nodes"]
+
+
+def training_gres(wildcards):
+    """GPUs per node of a multi-node job (Slurm's gres is per node; `gpu` is a job total)."""
+    asked = backbone_grid.gpus(config, wildcards.backbone)
+    return f"gpu:{asked['per_node']}" if asked["nodes"] > 1 else ""
+
+
+def training_mpi(wildcards):
+    """A multi-node job starts its own srun (the jobstep plugin then runs it unwrapped)."""
+    return "srun" if backbone_grid.gpus(config, wildcards.backbone)["nodes"] > 1 else ""
 

@@ -20,7 +20,12 @@ rule train_intermediate:
     resources:
         mem_mb=res("train_intermediate", "mem_mb"),
         runtime=res("train_intermediate", "runtime"),
-        gpu=res("train_intermediate", "gpu"),
+        gpu=training_gpus("train_intermediate"),
+        nodes=training_nodes,
+        tasks=training_nodes,
+        gres=training_gres,
+        mpi=training_mpi,
+        launcher=training_launcher,
         slurm_extra=training_slurm_extra("train_intermediate"),
         # Checkpointing is operational: resources, so changing it reruns nothing.
         checkpoint_every=res("train_intermediate", "checkpoint_every"),
@@ -28,8 +33,8 @@ rule train_intermediate:
     conda:
         "../envs/training.yaml"
     shell:
-        # exec: the training process itself receives Slurm's signals, no shell in between.
-        "exec python -m workflow_scripts.train intermediate --encoder {input.encoder}"
+        # exec (in the launcher): the training process, or torchrun, receives Slurm's signals.
+        "{resources.launcher} -m workflow_scripts.train intermediate --encoder {input.encoder}"
         " --data {params.data:q} --settings {params.settings:q} --seed {wildcards.seed}"
         " --threads {threads} --output {output.model} --checkpoint-dir {params.checkpoints}"
         " --checkpoint-every {resources.checkpoint_every}"
@@ -58,7 +63,12 @@ rule train_target:
     resources:
         mem_mb=res("train_target", "mem_mb"),
         runtime=res("train_target", "runtime"),
-        gpu=res("train_target", "gpu"),
+        gpu=training_gpus("train_target"),
+        nodes=training_nodes,
+        tasks=training_nodes,
+        gres=training_gres,
+        mpi=training_mpi,
+        launcher=training_launcher,
         slurm_extra=training_slurm_extra("train_target"),
         # Checkpointing is operational: resources, so changing it reruns nothing.
         checkpoint_every=res("train_target", "checkpoint_every"),
@@ -66,8 +76,8 @@ rule train_target:
     conda:
         "../envs/training.yaml"
     shell:
-        # exec: the training process itself receives Slurm's signals, no shell in between.
-        "exec python -m workflow_scripts.train target --encoder {input.encoder}"
+        # exec (in the launcher): the training process, or torchrun, receives Slurm's signals.
+        "{resources.launcher} -m workflow_scripts.train target --encoder {input.encoder}"
         " --data {params.data:q} --settings {params.settings:q} --seed {wildcards.seed}"
         " --threads {threads} --output {output.model} --checkpoint-dir {params.checkpoints}"
         " --checkpoint-every {resources.checkpoint_every}"

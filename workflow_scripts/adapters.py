@@ -198,12 +198,17 @@ def trained_state(model, method: Method) -> dict[str, Any]:
 
 
 def save_adapter_phase(peft_model, tokenizer, output: Path, encoder_dir: Path, head_formats: dict[str, tuple[str, int]],
-                       method: Method, family: str) -> None:
+                       method: Method, family: str, full: dict[str, Any] | None = None) -> None:
     """Write a phase's adapter directory (into ``output``, a temporary path the caller
     renames): the adapter with its heads, the tokenizer, the base's config.json and the
-    manifest naming the base and the adapters merged before this one."""
+    manifest naming the base and the adapters merged before this one. ``full``: a sharded
+    model's weights gathered whole (keys of the MultiHeadModel peft wraps)."""
     found = lineage(encoder_dir)
-    peft_model.save_pretrained(str(output / ADAPTER_DIR))
+    if full is None:
+        peft_model.save_pretrained(str(output / ADAPTER_DIR))
+    else:  # peft picks the adapter's and the heads' tensors out of the wrapper's full state
+        peft_model.save_pretrained(str(output / ADAPTER_DIR),
+                                   state_dict={f"base_model.model.{k}": v for k, v in full.items()})
     tokenizer.save_pretrained(str(output))
     shutil.copyfile(Path(found.base) / "config.json", output / "config.json")
     manifest = {"family": family, "method": dataclasses.asdict(method), "base": found.base,

@@ -219,3 +219,95 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state:
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# ----- the same, for a model sharded over ranks (torchrun + FSDP2; distributed.py) ----------
+
+
+class ShardedBestWeights:
+    """BestWeights for a sharded model: each best step is a DCP checkpoint directory
+    (``best/step-<N>/``) every rank writes its shards to; the same keep-and-prune rules."""
+
+    def __init__(self, directory: Path, ctx) -> None:
+        self.directory, self.ctx = directory, ctx
+        self.kept_step: int | None = None
+
+    def path(self, step: int) -> Path:
+        return self.directory / f"step-{step}"
+
+    def save(self, model, step: int) -> None:
+        from .distributed import save_checkpoint
+
+        save_checkpoint(self.path(step), model, None, {"step": step}, self.ctx, rng=False)
+        self.prune(keep={step})
+
+    def prune(self, keep: set[int]) -> None:
+        if not self.ctx.is_main or not self.directory.is_dir():
+            return
+        for path in self.directory.glob("step-*"):
+            step = int(path.name.removeprefix("step-"))
+            if step not in keep and step != self.kept_step:
+                shutil.rmtree(path, ignore_errors=True)
+
+    def checkpointed(self, step: int | None) -> None:
+        self.kept_step = step
+        self.prune(keep=set() if step is None else {step})
+
+    def restore(self, model, step: int) -> None:
+        from .distributed import load_checkpoint
+
+        if load_checkpoint(self.path(step), model, None, self.ctx) is None:
+            raise InputError(f"{self.path(step)}: the best weights of step {step} are missing")
+
+    def remove(self) -> None:
+        if self.ctx.is_main:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
+class ShardedCheckpointer:
+    """Checkpointer for a sharded model: model and optimiser shards through DCP (they reshard
+    on load, so a resumed job may run on another GPU count), the rest of the training state
+    and the run's fingerprint as the checkpoint's ``extra``, each rank's random states apart.
+    A checkpoint of another run is discarded, as Checkpointer does."""
+
+    def __init__(self, directory: Path | None, fingerprint: dict[str, Any], every: int, ctx) -> None:
+        self.directory, self.fingerprint, self.every, self.ctx = directory, fingerprint, max(1, every), ctx
+
+    @property
+    def path(self) -> Path | None:
+        return self.directory / "checkpoint" if self.directory else None
+
+    def load(self, model, optimizer) -> dict[str, Any] | None:
+        from .distributed import from_rank0, load_checkpoint, read_extra
+
+        if self.path is None:
+            return None
+        extra = read_extra(self.path) if self.ctx.is_main else None
+        differ = None
+        if extra is not None:
+            differ = sorted(k for k in set(extra["fingerprint"]) | set(self.fingerprint)
+                            if extra["fingerprint"].get(k) != self.fingerprint.get(k))
+        differ = from_rank0(differ, self.ctx)
+        if differ is None:
+            return None
+        if differ:
+            if self.ctx.is_main:
+                LOG.warning("discarding checkpoint %s: written by a different run (%s differ); starting from scratch",
+                            self.path, ", ".join(differ))
+                self.remove()
+            return None
+        resumed = load_checkpoint(self.path, model, optimizer, self.ctx)
+        if resumed is not None and self.ctx.is_main:
+            LOG.info("resuming from %s at step %d (%d processes)", self.path, resumed["step"], self.ctx.world_size)
+        return resumed
+
+    def save(self, model, optimizer, state: dict[str, Any]) -> None:
+        from .distributed import save_checkpoint
+
+        if self.path is None:
+            return
+        save_checkpoint(self.path, model, optimizer, {**state, "fingerprint": self.fingerprint}, self.ctx)
+
+    def remove(self) -> None:
+        if self.directory is not None and self.directory.exists() and self.ctx.is_main:
+            shutil.rmtree(self.directory)

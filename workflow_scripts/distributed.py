@@ -183,6 +183,14 @@ def from_rank0(value: Any, ctx: Context) -> Any:
     return box[0]
 
 
+def barrier(ctx: Context) -> None:
+    """Wait until every rank is here (rank 0 has written what the others report done)."""
+    if ctx.distributed:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+
 def sum_over_ranks(tensor: "torch.Tensor", ctx: Context) -> "torch.Tensor":
     """The sum of ``tensor`` over ranks, in place (e.g. each rank's weighted loss, giving the
     global batch's mean loss; token counts for throughput)."""
@@ -446,3 +454,16 @@ def launch_command(argv: list[str], nodes: int, gpus_per_node: int, port: int | 
             f"srun --nodes {nodes} --ntasks {nodes} --ntasks-per-node 1 --kill-on-bad-exit=1 "
             f"torchrun --nnodes {nodes} {shlex.join(common)} --rdzv-backend c10d "
             f'--rdzv-endpoint {endpoint} --rdzv-id "$SLURM_JOB_ID" {shlex.join(argv)}')
+
+
+def launch_prefix(nodes: int, gpus_per_node: int) -> str:
+    """The shell words a training rule puts before ``-m workflow_scripts.train ...``:
+    ``exec python`` for one process, ``exec torchrun ...`` for one node, and for several the
+    srun line that starts one torchrun per node (``launch_command``). ``exec``: the launcher
+    itself receives Slurm's signals, no shell in between."""
+    command = launch_command([], nodes, gpus_per_node)
+    if isinstance(command, list):
+        return "exec " + shlex.join(command)
+    head, _, rest = command.partition(" && ")
+    return f"{head} && exec {rest}".rstrip()
+

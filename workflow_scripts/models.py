@@ -101,9 +101,22 @@ class MultiHeadModel(nn.Module):
         self.family = family
         self.pooling = get_family(family).pooling
 
+    def forward(self, fmt: str, task: str, batch: dict[str, Any]):
+        return task_logits(self, fmt, task, batch)
+
 
 def forward(model, fmt: str, task: str, batch: dict[str, Any]):
-    """Logits for one batch of one task. Returns (logits, loss or None)."""
+    """Logits for one batch of one task. Returns (logits, loss or None).
+
+    Through the model's own ``__call__``: FSDP gathers the root module's sharded weights (the
+    embeddings, the heads) in a hook on it, so a forward that reached into ``model.encoder``
+    directly would run on shards (distributed.py)."""
+    return model(fmt, task, batch)
+
+
+def task_logits(model, fmt: str, task: str, batch: dict[str, Any]):
+    """MultiHeadModel.forward: the backbone, pooled by its family where a task reads one
+    vector per sequence, then the task's head."""
     import torch.nn.functional as F
 
     head = model.heads[task]

@@ -32,7 +32,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import math
+import os
 import random
 import shutil
 import signal
@@ -43,7 +45,10 @@ from typing import Any
 
 from .adapters import Method, attach, lineage, check_available, inner, load_backbone, save_adapter_phase, trained_state
 from .backbones import family_of
-from .checkpoints import BestWeights, Checkpointer, Preempted, files_stamp, rng_state, save_weights, set_rng_state
+from .checkpoints import (BestWeights, Checkpointer, Preempted, ShardedBestWeights, ShardedCheckpointer, files_stamp,
+                          rng_state, save_weights, set_rng_state)
+from .distributed import (any_rank, barrier, from_rank0, full_state_dict, init_from_env, micro_batches, shard_model,
+                          shutdown, sum_over_ranks)
 from .codehash import module_digest
 from .common import (LOG, InputError, atomic_path, autocast, canonical_json, configure_torch, device,
                      load_settings, seed_everything, settings_hash, setup_logging)
@@ -174,14 +179,26 @@ class StepMeter:
     CPU batch, the loss and its finiteness accumulate on the device and are read only every
     ``check_every`` steps and at evaluations (each read is one host-device synchronisation)."""
 
-    def __init__(self, dev, check_every: int = 50) -> None:
+    def __init__(self, dev, check_every: int = 50, ctx=None) -> None:
         import torch
 
+        # ctx: a sharded run's context; each rank holds its share of every loss and count,
+        # and every read of them is agreed over the ranks (distributed.py)
+        self.ctx = ctx if ctx is not None and ctx.distributed else None
         self.check_every = check_every
         self.loss_sum = torch.zeros((), device=dev)
         self.finite = torch.ones((), dtype=torch.bool, device=dev)
         self.steps_since_read, self.checked_up_to = 0, 0
         self.counts = {"examples": 0, "tokens": 0, "padded_tokens": 0}
+
+    def totals(self) -> dict[str, int]:
+        """The counts of every rank together (collective in a sharded run)."""
+        if self.ctx is None:
+            return dict(self.counts)
+        import torch
+
+        summed = sum_over_ranks(torch.tensor([self.counts[k] for k in sorted(self.counts)], dtype=torch.int64), self.ctx)
+        return {k: int(v) for k, v in zip(sorted(self.counts), summed.tolist())}
 
     def add_batch(self, cpu_batch: dict[str, Any], examples: int) -> None:
         mask = cpu_batch["attention_mask"]
@@ -198,14 +215,18 @@ class StepMeter:
 
     def check(self, step: int, task: str) -> None:
         """Raise if any loss since the last check was not finite (one synchronisation)."""
-        if not bool(self.finite):
+        finite = bool(self.finite)
+        if self.ctx is not None:
+            finite = not any_rank(not finite, self.ctx)
+        if not finite:
             raise FloatingPointError(f"non-finite loss between steps {self.checked_up_to + 1} and {step} "
                                      f"(last task sampled: {task})")
         self.checked_up_to = step
 
     def mean_loss(self) -> float:
         """The mean training loss since the last call (one synchronisation)."""
-        value = float(self.loss_sum) / max(1, self.steps_since_read)
+        total = self.loss_sum if self.ctx is None else sum_over_ranks(self.loss_sum.clone(), self.ctx)
+        value = float(total) / max(1, self.steps_since_read)
         self.loss_sum.zero_()
         self.steps_since_read = 0
         return value
@@ -227,13 +248,15 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
     inputs = [encoder_dir, *(path for entry in data.values() for split in ("train", "dev") if split in entry
                              for path, _ in data_sources(entry[split], None))]
     # What this run is: a checkpoint of any other (settings, code, or an input rebuilt since) is discarded.
-    checkpointer = Checkpointer(checkpoint_dir, {"phase": phase, "seed": seed, "settings_hash": settings_hash(settings),
-                                                 "encoder": str(encoder_dir), "data": canonical_json(data),
-                                                 "code": module_digest("train"), "inputs": files_stamp(inputs)},
-                                checkpoint_every)
+    fingerprint = {"phase": phase, "seed": seed, "settings_hash": settings_hash(settings), "encoder": str(encoder_dir),
+                   "data": canonical_json(data), "code": module_digest("train"), "inputs": files_stamp(inputs)}
     configure_torch(threads)
-    seed_everything(seed)
-    dev = device()
+    seed_everything(seed)  # the same on every rank: each builds the same model and global batches
+    # Under torchrun: one rank of a sharded run (FSDP2); otherwise the single process.
+    ctx = init_from_env()
+    dev = ctx.device if ctx.distributed else device()
+    checkpointer = (ShardedCheckpointer(checkpoint_dir, fingerprint, checkpoint_every, ctx) if ctx.distributed
+                    else Checkpointer(checkpoint_dir, fingerprint, checkpoint_every))
     method = Method.from_settings(settings.get("method"))
     check_available(method, dev)
     tokenizer = load_tokenizer(encoder_dir)
@@ -242,7 +265,7 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
     phase_data = load_phase_data(encoder_dir, encoder, tokenizer, data, settings)
     tasks, task_opts = phase_data.tasks, settings["tasks"]
     family = family_of(encoder_dir)
-    if method.activation_checkpointing:
+    if method.activation_checkpointing and not ctx.distributed:  # sharded: shard_model applies it
         encoder.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     model = MultiHeadModel(encoder, phase_data.heads, family.name).to(dev)
     # Adapters: the heads train whole and are saved with the adapter (not the MLM head, which
@@ -250,6 +273,9 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
     head_formats = {n: (t.format, t.num_labels) for n, t in tasks.items() if t.format != MLM}
     peft_model = attach(model, method, head_formats) if method.adapters else None
     model = inner(peft_model) if peft_model is not None else model
+    if ctx.distributed:  # every transformer block one FSDP unit, the rest (embeddings, heads) the root's
+        shard_model(model, tuple({type(b) for b in family.blocks(model.encoder)}), ctx, bf16=dev.type == "cuda",
+                    activation_checkpointing=method.activation_checkpointing)
     total = total_steps(settings, phase_data.train_sets)
     warmup = int(float(settings["warmup_ratio"]) * total)
     sampler = TaskSampler({n: len(s.features) for n, s in phase_data.train_sets.items()},
@@ -266,19 +292,23 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
                 "generator": torch.Generator().manual_seed(seed)}
     micro = int(settings["max_micro_batch"])
     eval_every = int(settings["eval_every"])
-    meter = StepMeter(dev)
+    meter = StepMeter(dev, ctx=ctx)
     best = {"score": -math.inf, "step": 0, "scores": {}}
     # Without a checkpoint directory the best weights live in a scratch directory under $TMPDIR
     # (node-local on clusters; a killed process's leftovers are the system's to clean).
-    scratch = None if checkpoint_dir else Path(tempfile.mkdtemp(prefix="xstilts-best-weights-"))
-    best_weights = BestWeights(checkpoint_dir / "best" if checkpoint_dir else scratch,
-                               lambda m: trained_state(m, method))
+    scratch = None if checkpoint_dir else Path(from_rank0(
+        tempfile.mkdtemp(prefix="xstilts-best-weights-") if ctx.is_main else None, ctx))
+    best_dir = checkpoint_dir / "best" if checkpoint_dir else scratch
+    best_weights = (ShardedBestWeights(best_dir, ctx) if ctx.distributed
+                    else BestWeights(best_dir, lambda m: trained_state(m, method)))
     history, bad_evals, start, elapsed, train_seconds = [], 0, 0, 0.0, 0.0
 
-    resumed = checkpointer.load()
+    # (a sharded checkpoint restores the model's and optimiser's shards and each rank's RNG itself)
+    resumed = checkpointer.load(model, optimizer) if ctx.distributed else checkpointer.load()
     if resumed is not None:
-        _load_trained_state(model, resumed["model"], method)
-        optimizer.load_state_dict(resumed["optimizer"])
+        if not ctx.distributed:
+            _load_trained_state(model, resumed["model"], method)
+            optimizer.load_state_dict(resumed["optimizer"])
         scheduler.load_state_dict(resumed["scheduler"])
         sampler.rng.setstate(resumed["sampler"])
         for n, st in resumed["streams"].items():
@@ -293,17 +323,20 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
         # (checkpoints written before throughput was counted resume with fresh counts)
         meter.counts = resumed.get("counts", meter.counts)
         train_seconds = resumed.get("train_seconds", 0.0)
-        set_rng_state(resumed["rng"])
+        if not ctx.distributed:
+            set_rng_state(resumed["rng"])
 
     def state(next_step: int) -> dict[str, Any]:
-        return {"step": next_step, "model": trained_state(model, method), "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(), "sampler": sampler.rng.getstate(),
-                "streams": {n: {"rng": st.rng.getstate(), "batches": st.batches, "passes": st.passes}
-                            for n, st in streams.items()},
-                "mlm_generator": mlm_args["generator"].get_state(), "best": best,
-                "bad_evals": bad_evals, "history": history, "counts": meter.counts, "rng": rng_state(dev),
-                "train_seconds": train_seconds + time.time() - loop_started - eval_seconds,
-                "elapsed": elapsed + time.time() - started}
+        found = {"step": next_step, "scheduler": scheduler.state_dict(), "sampler": sampler.rng.getstate(),
+                 "streams": {n: {"rng": st.rng.getstate(), "batches": st.batches, "passes": st.passes}
+                             for n, st in streams.items()},
+                 "mlm_generator": mlm_args["generator"].get_state(), "best": best,
+                 "bad_evals": bad_evals, "history": history, "counts": meter.counts,
+                 "train_seconds": train_seconds + time.time() - loop_started - eval_seconds,
+                 "elapsed": elapsed + time.time() - started}
+        if not ctx.distributed:
+            found.update(model=trained_state(model, method), optimizer=optimizer.state_dict(), rng=rng_state(dev))
+        return found
 
     # Slurm sends SIGUSR1 (with --signal) or SIGTERM before killing a job: checkpoint, then stop.
     stop_signal: list[int] = []
@@ -312,21 +345,26 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
     loop_started, eval_seconds = time.time(), 0.0
     try:
         step = start
-        for step in tqdm(range(start, total), desc=f"{phase} training", mininterval=10, initial=start, total=total):
+        for step in tqdm(range(start, total), desc=f"{phase} training", mininterval=10, initial=start, total=total,
+                         disable=not ctx.is_main):
             model.train()
             name = sampler.next()
             task = tasks[name]
             feats = streams[name].next()
             step_loss = torch.zeros((), device=dev)
-            for k in range(0, len(feats), micro):
-                chunk = feats[k:k + micro]
+            for chunk, weight in _micro_batches(feats, micro, ctx):
                 cpu_batch = collate(chunk, task.format, tokenizer.pad_token_id, mlm_args if task.format == MLM else None)
-                meter.add_batch(cpu_batch, len(chunk))
+                if weight != 0.0:  # not a stand-in that only keeps this rank in step with the others
+                    meter.add_batch(cpu_batch, len(chunk))
                 with autocast(dev):
                     _, loss = forward(model, task.format, name, _to_device(cpu_batch, dev))
-                loss = loss * len(chunk) / len(feats)
+                if weight is None:  # one process: the chunk's share of the batch
+                    loss = loss * len(chunk) / len(feats)
+                    step_loss += loss.detach()
+                else:  # a rank: its share of the global batch, averaged over the ranks (distributed.loss_weight)
+                    loss = loss * weight
+                    step_loss += loss.detach() / ctx.world_size
                 loss.backward()
-                step_loss += loss.detach()
             meter.add_step(step_loss)
             torch.nn.utils.clip_grad_norm_(model.parameters(), float(settings["max_grad_norm"]))
             optimizer.step()
@@ -334,7 +372,9 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
             optimizer.zero_grad(set_to_none=True)
 
             evaluate_now = (step + 1) % eval_every == 0 or step + 1 == total
-            saving = bool(stop_signal) or ((step + 1) % checkpointer.every == 0 and step + 1 < total)
+            # a signal reaches the ranks at different steps: they stop together at the first that saw one
+            stopping = any_rank(bool(stop_signal), ctx)
+            saving = stopping or ((step + 1) % checkpointer.every == 0 and step + 1 < total)
             if evaluate_now or saving or (step + 1) % meter.check_every == 0:
                 meter.check(step + 1, name)  # never evaluate or checkpoint diverged weights
             if evaluate_now:
@@ -342,6 +382,7 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
                 by_language = {key: score_encoded(model, tasks[key[0]], enc, tokenizer.pad_token_id,
                                                   phase_data.dev_opts[key[0]], dev)
                                for key, enc in phase_data.dev_sets.items()}
+                by_language = from_rank0(by_language, ctx)  # every rank takes the same early-stopping decisions
                 scores = _task_scores(by_language)
                 loss_value = meter.mean_loss()
                 score = _selection_score(tasks, scores) if scores else -loss_value
@@ -362,41 +403,59 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
                     LOG.info("early stopping at step %d (best step %d)", step + 1, best["step"])
                     break
             if saving:
-                checkpointer.save(state(step + 1))
+                if ctx.distributed:
+                    checkpointer.save(model, optimizer, state(step + 1))
+                else:
+                    checkpointer.save(state(step + 1))
                 best_weights.checkpointed(best["step"] or None)
-            if stop_signal:
-                raise Preempted(stop_signal[0], step + 1)
+            if stopping:
+                raise Preempted(stop_signal[0] if stop_signal else signal.SIGTERM, step + 1)
         if best["step"]:
             best_weights.restore(model, best["step"])
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        if scratch is not None:
+        if scratch is not None and ctx.is_main:
             shutil.rmtree(scratch, ignore_errors=True)
     train_seconds += time.time() - loop_started - eval_seconds
-    counts = meter.counts
+    counts = meter.totals()
     log = {"phase": phase, "seed": seed, "total_steps": total, "warmup_steps": warmup, "best": best,
            "history": history, "task_probabilities": sampler.probabilities,
            "padding_share": 1 - counts["tokens"] / max(1, counts["padded_tokens"]),
            "throughput": {**counts, "train_seconds": round(train_seconds, 3),
                           "examples_per_s": counts["examples"] / max(train_seconds, 1e-9),
                           "tokens_per_s": counts["tokens"] / max(train_seconds, 1e-9),
-                          "device": dev.type, "attention": encoder.config._attn_implementation},
+                          "device": dev.type, "attention": encoder.config._attn_implementation,
+                          "processes": ctx.world_size},
            "backbone": {"family": family.name, "method": dataclasses.asdict(method),
                         "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
                         "parameters": sum(p.numel() for p in model.parameters())},
            "settings": settings, "settings_hash": settings_hash(settings), "resumed_at_step": start or None,
            "wall_time_s": round(elapsed + time.time() - started, 3)}
-    if peft_model is not None:
+    # A sharded model is gathered whole on rank 0, which alone writes the output.
+    full = full_state_dict(model, ctx) if ctx.distributed else None
+    if ctx.is_main and peft_model is not None:
         with atomic_path(output) as tmp:
             tmp.mkdir()
-            save_adapter_phase(peft_model, tokenizer, tmp, encoder_dir, head_formats, method, family.name)
+            save_adapter_phase(peft_model, tokenizer, tmp, encoder_dir, head_formats, method, family.name, full)
             (tmp / "train_log.json").write_text(json.dumps(log, indent=2, sort_keys=True) + "\n")
-    else:
-        _save(model, tokenizer, phase, log, output)
+    elif ctx.is_main:
+        _save(model, tokenizer, phase, log, output, full)
     if not keep_checkpoints:  # XLM-R large checkpoints are several GB each
         checkpointer.remove()
+    if ctx.distributed:
+        barrier(ctx)  # the output exists before any rank reports success
+        shutdown(ctx)
     return log
+
+
+def _micro_batches(feats: list[dict[str, Any]], micro: int, ctx) -> list[tuple[list[dict[str, Any]], float | None]]:
+    """A step's micro-batches: in one process, chunks of at most ``micro`` examples (weight
+    None: the chunk's share of the batch); in a sharded run, this rank's part of the same
+    global batch with its loss weight (distributed.micro_batches)."""
+    if ctx.distributed:
+        return micro_batches(feats, ctx, micro)
+    return [(feats[k:k + micro], None) for k in range(0, len(feats), micro)]
 
 
 def _load_trained_state(model, state: dict[str, Any], method: Method) -> None:
@@ -453,19 +512,28 @@ def _selection_score(tasks: dict[str, Task], scores: dict[str, dict[str, float]]
     return sum(scores[n][primary_metric(tasks[n].metric)] for n in scores) / len(scores)
 
 
-def _save(model, tokenizer, phase: str, log: dict[str, Any], output: Path) -> None:
+def _save(model, tokenizer, phase: str, log: dict[str, Any], output: Path, full: dict[str, Any] | None = None) -> None:
+    """The phase's output directory; ``full``: a sharded model's weights gathered whole."""
     import torch
 
+    def part(prefix: str) -> dict[str, Any]:
+        return {k[len(prefix):]: v for k, v in full.items() if k.startswith(prefix)}
+
     with atomic_path(output) as tmp:
-        model.encoder.save_pretrained(tmp)
+        if full is None:
+            model.encoder.save_pretrained(tmp)
+        else:
+            model.encoder.save_pretrained(tmp, state_dict=part("encoder."))
         tokenizer.save_pretrained(tmp)
         if phase == "target":  # the intermediate phase's heads are discarded by design
-            torch.save(model.heads.state_dict(), tmp / "heads.pt")
+            torch.save(model.heads.state_dict() if full is None else part("heads."), tmp / "heads.pt")
         (tmp / "train_log.json").write_text(json.dumps(log, indent=2, sort_keys=True) + "\n")
 
 
 def main(argv: list[str] | None = None) -> None:
     setup_logging()
+    if int(os.environ.get("RANK", "0")) != 0:  # one log of a sharded run: rank 0's (and every rank's warnings)
+        logging.getLogger().setLevel(logging.WARNING)
     ap = argparse.ArgumentParser(description="Train one phase (intermediate or target) of one run.")
     ap.add_argument("phase", choices=["intermediate", "target"])
     ap.add_argument("--encoder", required=True, type=Path)

@@ -247,6 +247,13 @@ def training_nodes(wildcards):
     return backbone_grid.gpus(config, wildcards.backbone)["nodes"]
 
 
+def training_tasks(wildcards):
+    """One task per node for a multi-node job (its srun starts one torchrun per node); 0, no
+    task setting, otherwise: the Slurm plugin reads `tasks` of a GPU job as tasks per GPU."""
+    nodes = backbone_grid.gpus(config, wildcards.backbone)["nodes"]
+    return nodes if nodes > 1 else 0
+
+
 def training_gres(wildcards):
     """GPUs per node of a multi-node job (Slurm's gres is per node; `gpu` is a job total)."""
     asked = backbone_grid.gpus(config, wildcards.backbone)

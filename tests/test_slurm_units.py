@@ -149,3 +149,42 @@ def test_runtime_too_short_for_the_signal_is_a_config_error():
 
 def test_signal_option():
     assert slurm.signal_option(600) == "--signal=USR1@600"
+
+
+class _Resources(dict):
+    """A job's resources as the Slurm plugin reads them (get() and attributes)."""
+
+    __getattr__ = dict.__getitem__
+
+
+@pytest.mark.parametrize("nodes,per_node", [(1, 0), (1, 8), (2, 8)], ids=["one process", "one node", "two nodes"])
+def test_training_resources_give_the_sbatch_geometry_of_their_launcher(nodes, per_node):
+    """The training rules' resources (rules/common.smk) as the pinned Slurm plugin turns them
+    into sbatch options: one task for one process or one torchrun, one task per node (and the
+    GPUs per node) for a multi-node job whose own srun starts one torchrun per node."""
+    from types import SimpleNamespace
+
+    from snakemake_executor_plugin_slurm.submit_string import get_submit_command
+
+    multi = nodes > 1
+    resources = _Resources(runtime=60, mem_mb=4000, nodes=nodes, tasks=nodes if multi else 0, tasks_per_gpu=0,
+                           gpu=0 if multi else per_node, gres=f"gpu:{per_node}" if multi else "",
+                           mpi="srun" if multi else "", slurm_extra="", cpus_per_task=2, _cores=2, threads=2)
+    job = SimpleNamespace(resources=resources, threads=2, is_group=lambda: False, name="train_target",
+                          wildcards={}, jobid=1)
+    params = {"run_uuid": "u", "slurm_logfile": "log", "comment_str": "c", "account": "", "partition": "",
+              "workdir": "."}
+    try:
+        call = get_submit_command(job, params)
+    except (AttributeError, TypeError) as err:  # the plugin reads another job attribute: name it
+        pytest.fail(f"the fake job lacks what the plugin reads: {err}")
+    assert f"--nodes={nodes}" in call
+    assert "--ntasks-per-gpu" not in call
+    if multi:
+        from snakemake_executor_plugin_slurm.utils import set_gres_string
+
+        assert "--ntasks=2" in call and "--gres=gpu:8" in set_gres_string(job)
+    elif not per_node:
+        assert "--ntasks=1" in call
+    else:  # one node: its GPUs (added by the plugin's gpu option), and no task geometry forced on them
+        assert "--ntasks" not in call

@@ -13,7 +13,7 @@ import pytest
 from workflow_scripts.common import InputError
 from workflow_scripts.demo_models import (build_demo_encoder, build_demo_translator, corpus_languages,
                                           pretraining_examples, read_parallel)
-from workflow_scripts.retrieval import mean_pooled
+from workflow_scripts.backbones.family import mean_pooled
 
 REPO = Path(__file__).resolve().parent.parent
 ENCODER = {"vocab_size": 2000, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,

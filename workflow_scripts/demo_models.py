@@ -186,7 +186,7 @@ def pretrain_encoder(model, tokenizer, corpora: Sequence[str | Path], opts: dict
     import torch.nn.functional as F
 
     from .features import mask_tokens
-    from .retrieval import mean_pooled
+    from .backbones.family import mean_pooled
 
     sentences, pairs = pretraining_examples(corpora)
     rng = random.Random(seed)
@@ -224,9 +224,7 @@ def pretrain_encoder(model, tokenizer, corpora: Sequence[str | Path], opts: dict
         mlm, translation = batch
         loss = model(**mlm).loss
         if translation:
-            similarity = embed(translation[0]) @ embed(translation[1]).T / temperature
-            gold = torch.arange(len(similarity))
-            xlco = (F.cross_entropy(similarity, gold) + F.cross_entropy(similarity.T, gold)) / 2
+            xlco = translation_contrast(embed(translation[0]), embed(translation[1]), temperature)
             loss = loss + float(opts["contrastive_weight"]) * xlco
         return loss
 
@@ -438,12 +436,15 @@ def decoder_pretraining_ids(tokenizer, corpora: Sequence[str | Path], max_length
     return encoded, sentences, pairs
 
 
-def _last_states(hidden, attention_mask):
-    """Each sequence's state at its last real position (right padding): its </s>, the only
-    position that has attended to the whole input, which the decoder family pools."""
+def translation_contrast(source, target, temperature: float):
+    """InfoXLM's cross-lingual contrastive loss: each sentence's normalised vector should
+    be nearest its own translation's among the batch's, in both directions."""
     import torch
+    import torch.nn.functional as F
 
-    return hidden[torch.arange(len(hidden)), attention_mask.sum(1) - 1]
+    similarity = source @ target.T / temperature
+    gold = torch.arange(len(similarity))
+    return (F.cross_entropy(similarity, gold) + F.cross_entropy(similarity.T, gold)) / 2
 
 
 def pretrain_decoder(model, tokenizer, corpora: Sequence[str | Path], opts: dict[str, Any], seed: int
@@ -458,6 +459,8 @@ def pretrain_decoder(model, tokenizer, corpora: Sequence[str | Path], opts: dict
     loss alone on one fixed batch before and after: the start and end of the same measurement."""
     import torch
     import torch.nn.functional as F
+
+    from .backbones.family import last_token
 
     rng = random.Random(seed)
     max_length, batch_size = int(opts["max_length"]), int(opts["batch_size"])
@@ -486,15 +489,14 @@ def pretrain_decoder(model, tokenizer, corpora: Sequence[str | Path], opts: dict
     def embed(input_ids):
         attention_mask = (input_ids != pad).long()
         hidden = model.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        return F.normalize(_last_states(hidden, attention_mask), dim=-1)
+        # the decoder family's sequence vector: its last real token, the only one that saw it all
+        return F.normalize(last_token(hidden, attention_mask), dim=-1)
 
     def loss_of(batch) -> Any:
         lm, translation = batch
         loss = model(**lm).loss
         if translation:
-            similarity = embed(translation[0]) @ embed(translation[1]).T / temperature
-            gold = torch.arange(len(similarity))
-            loss = loss + weight * (F.cross_entropy(similarity, gold) + F.cross_entropy(similarity.T, gold)) / 2
+            loss = loss + weight * translation_contrast(embed(translation[0]), embed(translation[1]), temperature)
         return loss
 
     probe = lm_batch([encoded[i] for i in random.Random(seed + 1).sample(range(len(encoded)),

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .backbones.family import POOLINGS, mean_pooled, pool  # noqa: F401 (mean_pooled: the demo encoder's loss)
+from .backbones.family import POOLINGS, pool
 from .common import InputError, autocast
 from .neighbours import knn, l2_normalize
 

@@ -97,12 +97,13 @@ rule collect_submission:
     params:
         runs=lambda wildcards: " ".join(f"{run}={path}" for run, path in grid.submission_predictions(config, wildcards.backbone).items()),
         targets=lambda wildcards: backbone_grid.grid_of(config, wildcards.backbone)["targets"],
+        baseline=config["tables"]["baseline"],
         code=module_digest("predictions"),
     conda:
         "../envs/data.yaml"
     shell:
         "python -m workflow_scripts.predictions --best {input.best} --targets {params.targets}"
-        " --predictions {params.runs} --output {output.submission} > {log} 2>&1"
+        " --baseline {params.baseline} --predictions {params.runs} --output {output.submission} > {log} 2>&1"
 
 
 rule compare_backbones:

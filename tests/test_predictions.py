@@ -67,6 +67,25 @@ def test_collect_takes_the_best_run_per_target_and_names_it(tmp_path):
     assert json.loads((out / "manifest.json").read_text()) == manifest
 
 
+def test_a_retrieval_target_without_dev_and_without_a_donor_takes_the_baseline(tmp_path):
+    """A backbone whose grid has Tatoeba but no BUCC: the pretrained backbone's predictions
+    (the baseline config; its lowest seed), named in the manifest."""
+    runs = {}
+    for config, seed in (("none", 2), ("none", 1), ("mnli", 1)):
+        folder = tmp_path / "metrics" / config / "tatoeba" / f"seed{seed}.predictions"
+        predictions.write_predictions("tatoeba", {"de": [seed]}, folder)
+        runs[f"{config}/tatoeba/seed{seed}"] = folder
+    best = tmp_path / "best.csv"
+    pd.DataFrame(columns=["target", "intermediate", "seed", "metric", "value"]).to_csv(best, index=False)
+    manifest = predictions.collect(best, ["tatoeba"], runs, tmp_path / "submission", baseline="none")
+    assert manifest["missing"] == []
+    assert (manifest["tasks"]["tatoeba"]["intermediate"], manifest["tasks"]["tatoeba"]["seed"]) == ("none", 1)
+    assert "baseline config 'none'" in manifest["tasks"]["tatoeba"]["chosen_by"]
+    assert read_label_file(tmp_path / "submission/tatoeba/test-de.tsv") == ["1"]
+    # without a baseline to fall back on, the target is reported missing, not guessed
+    assert predictions.collect(best, ["tatoeba"], runs, tmp_path / "other")["missing"] == ["tatoeba"]
+
+
 def test_collect_refuses_a_best_run_without_predictions(tmp_path):
     best = tmp_path / "best.csv"
     pd.DataFrame([("xnli", "mnli", 2, "accuracy", 70.0)],

@@ -63,13 +63,15 @@ def write_predictions(target: str, by_language: dict[str, Any], directory: Path)
             (tmp / f"test-{lang}.{suffix(target)}").write_text(render(target, predicted, lang), encoding="utf-8")
 
 
-def collect(best_csv: Path, targets: list[str], predictions_of: dict[str, Path], output: Path) -> dict[str, Any]:
+def collect(best_csv: Path, targets: list[str], predictions_of: dict[str, Path], output: Path,
+            baseline: str | None = None) -> dict[str, Any]:
     """Copy the best model's prediction folder of each target into ``output/<task>/``.
 
     ``predictions_of`` maps "<config>/<target>/seed<N>" to that run's folder. A target
     without a dev split (Tatoeba) has no best model of its own: it takes the one chosen for
-    another retrieval target with a dev split (BUCC: same kind of task, same encoder use);
-    the manifest says so. Returns the manifest."""
+    another retrieval target with a dev split (BUCC: same kind of task, same encoder use),
+    or, when the grid has none, the ``baseline`` config's run of the lowest seed (the
+    pretrained backbone, whatever the seed); the manifest says which. Returns the manifest."""
     best = read_result_table(best_csv)
     chosen: dict[str, dict[str, Any]] = {}
     for target in targets:
@@ -81,8 +83,13 @@ def collect(best_csv: Path, targets: list[str], predictions_of: dict[str, Path],
     for target in targets:
         if target not in chosen and target in retrieval:
             donor = next((t for t in retrieval if t in chosen), None)
+            seeds = sorted(int(k.rsplit("seed", 1)[1]) for k in predictions_of if k.startswith(f"{baseline}/{target}/"))
             if donor is not None:
                 chosen[target] = {**chosen[donor], "chosen_by": f"{target} has no dev split: the best model for {donor}"}
+            elif seeds:
+                chosen[target] = {"intermediate": baseline, "seed": seeds[0],
+                                  "chosen_by": f"{target} has no dev split and the grid no retrieval target with one: "
+                                               f"the baseline config {baseline!r}, seed {seeds[0]}"}
     manifest = {"layout": "XTREME leaderboard (<task>/test-<lang>.<ext>)", "tasks": {}, "missing": []}
     with atomic_path(output) as tmp:
         tmp.mkdir()
@@ -110,10 +117,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--targets", nargs="+", required=True)
     ap.add_argument("--predictions", nargs="+", required=True, help="RUN=DIR, RUN = <config>/<target>/seed<N>")
     ap.add_argument("--output", required=True, type=Path)
+    ap.add_argument("--baseline", help="the baseline config: a retrieval target without dev data falls back on it")
     args = ap.parse_args(argv)
     try:
         runs = dict(item.split("=", 1) for item in args.predictions)
-        collect(args.best, args.targets, {k: Path(v) for k, v in runs.items()}, args.output)
+        collect(args.best, args.targets, {k: Path(v) for k, v in runs.items()}, args.output, args.baseline)
     except (InputError, ValueError) as err:
         raise SystemExit(f"error: {err}") from None
 

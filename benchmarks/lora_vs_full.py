@@ -67,7 +67,8 @@ def run_method(workdir: Path, args, method: str) -> dict:
     settings = {"dropout": 0.1, "dev_examples": 8, "eval_batch_size": 16, "eval_every": LOG_EVERY,
                 "learning_rate": args.lr, "max_grad_norm": 1.0, "max_micro_batch": args.batch_size,
                 "multitask_cap": 2 ** 17, "multitask_epochs": 1, "patience": 10 ** 6, "warmup_ratio": 0.1,
-                "weight_decay": 0.0, "max_steps": args.steps, "method": METHODS[method],
+                "weight_decay": 0.0, "max_steps": args.steps,
+                "method": {**METHODS[method], "activation_checkpointing": args.activation_checkpointing},
                 "tasks": {"mnli": {"batch_size": args.batch_size, "epochs": 100, "max_length": args.max_length,
                                    "select_language": "en"}}}
     data = {"mnli": {"train": str(workdir / "train.parquet"), "dev": str(workdir / "dev.parquet")}}
@@ -114,6 +115,9 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=2e-5)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", help="also write the numbers as JSON to this file")
+    ap.add_argument("--activation-checkpointing", action="store_true",
+                    help="both methods recompute activations in backward (as large backbones train): the "
+                         "peak is then the training state, which LoRA shrinks, not the activations")
     ap.add_argument("--method", choices=METHODS, help=argparse.SUPPRESS)
     ap.add_argument("--workdir", help=argparse.SUPPRESS)
     ap.add_argument("--build", action="store_true", help=argparse.SUPPRESS)
@@ -137,6 +141,7 @@ def main() -> None:
             cmd = [sys.executable, __file__, "--method", method, "--workdir", tmp, "--steps", str(args.steps),
                    "--batch-size", str(args.batch_size), "--max-length", str(args.max_length),
                    "--lr", str(args.lr), "--threads", str(args.threads)]
+            cmd += ["--activation-checkpointing"] if args.activation_checkpointing else []
             proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
             lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
             if proc.returncode != 0 or not lines:
@@ -157,7 +162,8 @@ def main() -> None:
     print(f"device: {device}; CPU: {cpu}; {args.threads} threads")
     print(f"model: base-size random-init XLM-R ({BASE['num_hidden_layers']} x {BASE['hidden_size']}, "
           f"vocab {BASE['vocab_size']}); batch {args.batch_size}, {args.steps} steps, max length "
-          f"{args.max_length}, lr {args.lr}; LoRA r={METHODS['lora']['rank']}, alpha={METHODS['lora']['alpha']}, "
+          f"{args.max_length}, lr {args.lr}, activation checkpointing {'on' if args.activation_checkpointing else 'off'}; "
+          f"LoRA r={METHODS['lora']['rank']}, alpha={METHODS['lora']['alpha']}, "
           f"dropout {METHODS['lora']['dropout']}")
     print(f"peak memory: {memory_kind}")
     print(f"\n{'method':8s} {'trainable':>12s} {'params':>12s} {'share':>7s} {'examples/s':>10s} {'tokens/s':>9s} "
@@ -181,6 +187,7 @@ def main() -> None:
         print(f"{name:8s} " + " ".join(f"{x:6.3f}" for x in r["losses"]))
 
     summary = {"device": device, "cpu_model": cpu, "threads": args.threads, "steps": args.steps,
+               "activation_checkpointing": args.activation_checkpointing,
                "batch_size": args.batch_size, "max_length": args.max_length, "lr": args.lr,
                "peak_memory_kind": memory_kind,
                "methods": {name: {**{k: v for k, v in r.items() if k != "device"},

@@ -48,11 +48,16 @@ def first(config: dict[str, Any]) -> str:
     return names(config)[0]
 
 
+def whole_grid(config: dict[str, Any]) -> dict[str, list[Any]]:
+    """The config's intermediate configs, targets, seeds and transfer settings."""
+    return {"intermediate": list(config["intermediate"]), "targets": list(config["targets"]),
+            "seeds": list(config["seeds"]), "settings": list(transfer.configured(config))}
+
+
 def grid_of(config: dict[str, Any], backbone: str) -> dict[str, list[Any]]:
     """The part of the grid a backbone runs (everything, unless its ``grid`` narrows it)."""
     narrowed = config["backbones"][backbone].get("grid") or {}
-    full = {"intermediate": list(config["intermediate"]), "targets": list(config["targets"]),
-            "seeds": list(config["seeds"]), "settings": list(transfer.configured(config))}
+    full = whole_grid(config)
     return {key: [v for v in full[key] if v in narrowed[key]] if key in narrowed else full[key] for key in GRID_KEYS}
 
 
@@ -181,9 +186,7 @@ def check(config: dict[str, Any]) -> None:
         if method == "qlora" and config["models"]["source"] == "demo":
             raise BackboneError(f"config key {key}.method: qlora needs a CUDA GPU and a Hub backbone; "
                                 "the demo runs on CPU (use lora)")
-        narrowed = entry.get("grid") or {}
-        full = {"intermediate": list(config["intermediate"]), "targets": list(config["targets"]),
-                "seeds": list(config["seeds"]), "settings": list(transfer.configured(config))}
+        narrowed, full = entry.get("grid") or {}, whole_grid(config)
         for part, values in narrowed.items():
             unknown = [v for v in values if v not in full[part]]
             if unknown:

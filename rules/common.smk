@@ -228,9 +228,18 @@ def run_id(wildcards):
 # A backbone whose `gpus` ask for more than one GPU trains as one process per GPU: torchrun
 # on one node, one torchrun per node through srun on several (distributed.py). Resources,
 # not params: the GPU count changes how a job runs, not what it computes.
+MULTI_NODE = any(backbone_grid.gpus(config, b)["nodes"] > 1 for b in BACKBONES)
+
+
 def training_launcher(wildcards):
     asked = backbone_grid.gpus(config, wildcards.backbone)
-    return distributed.launch_prefix(asked["nodes"], max(1, asked["per_node"]))
+    prefix = distributed.launch_prefix(asked["nodes"], max(1, asked["per_node"]))
+    if MULTI_NODE and asked["nodes"] == 1:
+        # With multi-node backbones in the config every training job declares `mpi` (below),
+        # so the Slurm jobstep plugin runs it without its own `srun -n1`: a one-node job then
+        # starts that job step itself (only inside a Slurm job), where sbatch --signal reaches it.
+        prefix = prefix.replace("exec ", "exec ${SLURM_JOB_ID:+srun --ntasks=1 --nodes=1} ", 1)
+    return prefix
 
 
 def training_gpus(rule_name):
@@ -243,24 +252,23 @@ def training_gpus(rule_name):
     return gpus
 
 
-def training_nodes(wildcards):
-    return backbone_grid.gpus(config, wildcards.backbone)["nodes"]
+def training_geometry():
+    """The Slurm task geometry of multi-node training jobs, declared only when the config has
+    a multi-node backbone: the jobstep plugin runs any job that has an `mpi` resource, even an
+    empty one, without its srun wrapper (which would otherwise deliver Slurm's signals)."""
+    if not MULTI_NODE:
+        return {}
 
+    def asked(wildcards):
+        return backbone_grid.gpus(config, wildcards.backbone)
 
-def training_tasks(wildcards):
-    """One task per node for a multi-node job (its srun starts one torchrun per node); 0, no
-    task setting, otherwise: the Slurm plugin reads `tasks` of a GPU job as tasks per GPU."""
-    nodes = backbone_grid.gpus(config, wildcards.backbone)["nodes"]
-    return nodes if nodes > 1 else 0
-
-
-def training_gres(wildcards):
-    """GPUs per node of a multi-node job (Slurm's gres is per node; `gpu` is a job total)."""
-    asked = backbone_grid.gpus(config, wildcards.backbone)
-    return f"gpu:{asked['per_node']}" if asked["nodes"] > 1 else ""
-
-
-def training_mpi(wildcards):
-    """A multi-node job starts its own srun (the jobstep plugin then runs it unwrapped)."""
-    return "srun" if backbone_grid.gpus(config, wildcards.backbone)["nodes"] > 1 else ""
-
+    return {
+        "nodes": lambda wildcards: asked(wildcards)["nodes"],
+        # one task per node (its srun starts one torchrun per node); 0: no task setting (the
+        # Slurm plugin reads `tasks` of a GPU job as tasks per GPU unless tasks_per_gpu is set)
+        "tasks": lambda wildcards: asked(wildcards)["nodes"] if asked(wildcards)["nodes"] > 1 else 0,
+        "tasks_per_gpu": 0,
+        # GPUs per node (Slurm's gres is per node; `gpu` is a job total)
+        "gres": lambda wildcards: f"gpu:{asked(wildcards)['per_node']}" if asked(wildcards)["nodes"] > 1 else "",
+        "mpi": lambda wildcards: "srun" if asked(wildcards)["nodes"] > 1 else "",
+    }

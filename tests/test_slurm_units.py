@@ -159,9 +159,10 @@ class _Resources(dict):
 
 @pytest.mark.parametrize("nodes,per_node", [(1, 0), (1, 8), (2, 8)], ids=["one process", "one node", "two nodes"])
 def test_training_resources_give_the_sbatch_geometry_of_their_launcher(nodes, per_node):
-    """The training rules' resources (rules/common.smk) as the pinned Slurm plugin turns them
-    into sbatch options: one task for one process or one torchrun, one task per node (and the
-    GPUs per node) for a multi-node job whose own srun starts one torchrun per node."""
+    """The training rules' resources in a config with a multi-node backbone (rules/common.smk,
+    training_geometry) as the pinned Slurm plugin turns them into sbatch options: one task for
+    one process or one torchrun, one task per node (and the GPUs per node) for a multi-node
+    job whose own srun starts one torchrun per node."""
     from types import SimpleNamespace
 
     from snakemake_executor_plugin_slurm.submit_string import get_submit_command
@@ -188,3 +189,14 @@ def test_training_resources_give_the_sbatch_geometry_of_their_launcher(nodes, pe
         assert "--ntasks=1" in call
     else:  # one node: its GPUs (added by the plugin's gpu option), and no task geometry forced on them
         assert "--ntasks" not in call
+
+
+def test_the_jobstep_plugin_runs_a_job_with_any_mpi_resource_unwrapped():
+    """Why the training rules declare `mpi` only in configs with a multi-node backbone: the
+    pinned jobstep plugin tests the key's presence, not its value, and a job it does not wrap
+    in `srun -n1` is no job step, which `scancel --signal` and `sbatch --signal` address."""
+    import inspect
+
+    import snakemake_executor_plugin_slurm_jobstep as jobstep
+
+    assert '"mpi" in job.resources.keys()' in inspect.getsource(jobstep)

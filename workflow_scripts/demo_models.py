@@ -256,15 +256,22 @@ def build_demo_encoder(settings: dict[str, Any], text_files: list[str], output: 
         pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id)
     model = XLMRobertaForMaskedLM(config)
+    _pretrain_and_save(model, tokenizer, pretrain_encoder, settings, corpora, seed, output)
+    LOG.info("demo encoder: vocab %d, %d parameters -> %s", len(vocab), model.num_parameters(), output)
+
+
+def _pretrain_and_save(model, tokenizer, pretrain: Callable[..., dict[str, Any]], settings: dict[str, Any],
+                       corpora: Sequence[str | Path], seed: int, output: Path) -> None:
+    """Pre-train a demo backbone on ``corpora`` when its settings ask for steps, then write it
+    in its Hub layout with the pre-training log (``xstilts_demo.json``), in one piece."""
     opts = settings.get("pretraining", {})
     log: dict[str, Any] = {"pretraining": None}
     if corpora and int(opts.get("steps", 0)) > 0:
-        log["pretraining"] = pretrain_encoder(model, tokenizer, corpora, opts, seed)
+        log["pretraining"] = pretrain(model, tokenizer, corpora, opts, seed)
     with atomic_path(output) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / "xstilts_demo.json").write_text(json.dumps(log, indent=1) + "\n")
-    LOG.info("demo encoder: vocab %d, %d parameters -> %s", len(vocab), model.num_parameters(), output)
 
 
 # ---------------------------------------------------------------------------------------
@@ -546,12 +553,5 @@ def build_demo_decoder(settings: dict[str, Any], text_files: list[str], output: 
         tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id)
     model = LlamaForCausalLM(config)
-    opts = settings.get("pretraining", {})
-    log: dict[str, Any] = {"pretraining": None}
-    if corpora and int(opts.get("steps", 0)) > 0:
-        log["pretraining"] = pretrain_decoder(model, tokenizer, corpora, opts, seed)
-    with atomic_path(output) as tmp:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        (tmp / "xstilts_demo.json").write_text(json.dumps(log, indent=1) + "\n")
+    _pretrain_and_save(model, tokenizer, pretrain_decoder, settings, corpora, seed, output)
     LOG.info("demo decoder: vocab %d, %d parameters -> %s", len(tokenizer), model.num_parameters(), output)

@@ -52,7 +52,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from training_efficiency import BASE, LOG_EVERY, REPO, build_inputs, peak_memory_mb  # noqa: E402
+from training_efficiency import BASE, LOG_EVERY, REPO, build_inputs, data_map, peak_memory_mb, xstilts_settings  # noqa: E402
 
 METHODS = {"full": {"name": "full"},
            "lora": {"name": "lora", "rank": 16, "alpha": 32, "dropout": 0.05}}
@@ -64,14 +64,9 @@ def run_method(workdir: Path, args, method: str) -> dict:
     from workflow_scripts.train import train_phase
 
     # The settings and data map of training_efficiency.run_xstilts, plus the method.
-    settings = {"dropout": 0.1, "dev_examples": 8, "eval_batch_size": 16, "eval_every": LOG_EVERY,
-                "learning_rate": args.lr, "max_grad_norm": 1.0, "max_micro_batch": args.batch_size,
-                "multitask_cap": 2 ** 17, "multitask_epochs": 1, "patience": 10 ** 6, "warmup_ratio": 0.1,
-                "weight_decay": 0.0, "max_steps": args.steps,
-                "method": {**METHODS[method], "activation_checkpointing": args.activation_checkpointing},
-                "tasks": {"mnli": {"batch_size": args.batch_size, "epochs": 100, "max_length": args.max_length,
-                                   "select_language": "en"}}}
-    data = {"mnli": {"train": str(workdir / "train.parquet"), "dev": str(workdir / "dev.parquet")}}
+    settings = {**xstilts_settings(args),
+                "method": {**METHODS[method], "activation_checkpointing": args.activation_checkpointing}}
+    data = data_map(workdir)
     log = train_phase("target", workdir / "encoder", data, settings, seed=0, threads=args.threads,
                       output=workdir / f"{method}-out")
     logged = json.loads((workdir / f"{method}-out" / "train_log.json").read_text())

@@ -26,18 +26,12 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from training_efficiency import LOG_EVERY, REPO  # noqa: E402
+from training_efficiency import REPO, data_map, xstilts_settings  # noqa: E402
 from lora_vs_full import cpu_model  # noqa: E402
 
 
 def train(workdir: Path, args, processes: int) -> dict:
-    settings = {"dropout": 0.1, "dev_examples": 8, "eval_batch_size": 16, "eval_every": LOG_EVERY,
-                "learning_rate": args.lr, "max_grad_norm": 1.0, "max_micro_batch": args.batch_size,
-                "multitask_cap": 2 ** 17, "multitask_epochs": 1, "patience": 10 ** 6, "warmup_ratio": 0.1,
-                "weight_decay": 0.0, "max_steps": args.steps,
-                "tasks": {"mnli": {"batch_size": args.batch_size, "epochs": 100, "max_length": args.max_length,
-                                   "select_language": "en"}}}
-    data = {"mnli": {"train": str(workdir / "train.parquet"), "dev": str(workdir / "dev.parquet")}}
+    settings, data = xstilts_settings(args), data_map(workdir)
     output = workdir / f"out-{processes}"
     launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes),
                  "--max-restarts", "0"] if processes > 1 else [sys.executable])

@@ -75,16 +75,25 @@ def peak_memory_mb(dev) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def xstilts_settings(args) -> dict:
+    """The phase settings of an xstilts run over the benchmark's pairs (shared by the
+    benchmarks that time the engine)."""
+    return {"dropout": 0.1, "dev_examples": 8, "eval_batch_size": 16, "eval_every": LOG_EVERY,
+            "learning_rate": args.lr, "max_grad_norm": 1.0, "max_micro_batch": args.batch_size,
+            "multitask_cap": 2 ** 17, "multitask_epochs": 1, "patience": 10 ** 6, "warmup_ratio": 0.1,
+            "weight_decay": 0.0, "max_steps": args.steps,
+            "tasks": {"mnli": {"batch_size": args.batch_size, "epochs": 100, "max_length": args.max_length,
+                               "select_language": "en"}}}
+
+
+def data_map(workdir: Path) -> dict:
+    return {"mnli": {"train": str(workdir / "train.parquet"), "dev": str(workdir / "dev.parquet")}}
+
+
 def run_xstilts(workdir: Path, args, dev) -> dict:
     from workflow_scripts.train import train_phase
 
-    settings = {"dropout": 0.1, "dev_examples": 8, "eval_batch_size": 16, "eval_every": LOG_EVERY,
-                "learning_rate": args.lr, "max_grad_norm": 1.0, "max_micro_batch": args.batch_size,
-                "multitask_cap": 2 ** 17, "multitask_epochs": 1, "patience": 10 ** 6, "warmup_ratio": 0.1,
-                "weight_decay": 0.0, "max_steps": args.steps,
-                "tasks": {"mnli": {"batch_size": args.batch_size, "epochs": 100, "max_length": args.max_length,
-                                   "select_language": "en"}}}
-    data = {"mnli": {"train": str(workdir / "train.parquet"), "dev": str(workdir / "dev.parquet")}}
+    settings, data = xstilts_settings(args), data_map(workdir)
     log = train_phase("intermediate", workdir / "encoder", data, settings, seed=0, threads=args.threads,
                       output=workdir / "xstilts-out")
     speed = log["throughput"]

@@ -329,3 +329,34 @@ def test_activation_checkpointing_gives_the_same_gradients(family, backbone_dirs
     assert grads[0].keys() == grads[1].keys()
     for name in grads[0]:
         torch.testing.assert_close(grads[1][name], grads[0][name], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("family,config_class,model_class", [
+    ("encoder", "XLMRobertaConfig", "XLMRobertaModel"), ("encoder", "BertConfig", "BertModel"),
+    ("encoder", "DebertaV2Config", "DebertaV2Model"), ("encoder", "RemBertConfig", "RemBertModel"),
+    ("seq2seq_encoder", "MT5Config", "MT5EncoderModel"), ("decoder", "LlamaConfig", "LlamaModel"),
+    ("decoder", "BloomConfig", "BloomModel"), ("decoder", "Qwen2Config", "Qwen2Model"),
+])
+def test_lora_targets_hit_every_attention_projection_of_every_layer(family, config_class, model_class):
+    """peft matches target names by suffix: a family's names that an architecture spells
+    otherwise would leave LoRA on some projections only, silently."""
+    import transformers
+
+    from workflow_scripts.backbones import get_family
+
+    sizes = {"vocab_size": 64, "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
+             "intermediate_size": 32, "d_model": 16, "d_kv": 8, "d_ff": 32, "num_layers": 2, "num_heads": 2,
+             "n_layer": 2, "n_head": 2, "input_embedding_size": 16}
+    config_type = getattr(transformers, config_class)
+    accepted = {k: v for k, v in sizes.items() if hasattr(config_type(), k) or k in ("d_kv", "n_layer", "n_head")}
+    config = config_type(**accepted)
+    model = getattr(transformers, model_class)(config)
+    family_ = get_family(family)
+    layers = len(family_.blocks(model))
+    names = [n for n, _ in model.named_modules()]
+    targets = family_.lora_targets(config)
+    for target in targets:
+        hits = [n for n in names if n == target or n.endswith("." + target)]
+        assert len(hits) == layers, (target, hits)
+    # q, k, v and o are all covered (BLOOM fuses q, k and v into one layer)
+    assert len(targets) * layers >= (2 if config.model_type == "bloom" else 4) * layers

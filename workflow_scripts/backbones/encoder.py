@@ -29,7 +29,11 @@ def blocks(model) -> list[Any]:
 
 
 def lora_targets(config) -> list[str]:
-    """The attention projections (BERT-style names; DeBERTa-v2 names them alike)."""
+    """The attention projections: BERT-style names (XLM-R, mBERT, RemBERT); DeBERTa-v2/v3
+    calls them query_proj, key_proj, value_proj, which the BERT names would not match (peft
+    matches name suffixes), leaving LoRA on the output projection alone."""
+    if getattr(config, "model_type", "") == "deberta-v2":
+        return ["query_proj", "key_proj", "value_proj", "attention.output.dense"]
     return ["query", "key", "value", "attention.output.dense"]
 
 

@@ -21,8 +21,9 @@ left runs a stand-in with weight 0), and every decision that ends or branches th
 
 On CPU (tests, laptops) the process group uses gloo; on GPUs NCCL for CUDA tensors and gloo
 for CPU tensors (``any_rank`` agrees on a CPU flag without waiting for the GPU). torch 2.13's
-FSDP2 (``fully_shard``), its bf16 mixed precision, activation checkpointing and DCP all run
-on CPU with gloo, so the sharded path is the one the CPU tests exercise.
+FSDP2 (``fully_shard``), activation checkpointing and DCP run on CPU with gloo, so the sharded
+path is the one the CPU tests exercise; bf16 mixed precision is used on GPUs only (on CPU a
+gloo rank once aborted inside torch with it, and training never asks for it there).
 """
 
 from __future__ import annotations

@@ -226,49 +226,43 @@ def run_id(wildcards):
 
 
 # A backbone whose `gpus` ask for more than one GPU trains as one process per GPU: torchrun
-# on one node, one torchrun per node through srun on several (distributed.py). Resources,
-# not params: the GPU count changes how a job runs, not what it computes.
-MULTI_NODE = any(backbone_grid.gpus(config, b)["nodes"] > 1 for b in BACKBONES)
+# on one node, one torchrun per node through srun on several, or (launcher srun) one Slurm
+# task per rank (distributed.py). Resources, not params: the GPU count changes how a job
+# runs, not what it computes.
+OWN_JOB_STEPS = any(slurm.steps_its_own_ranks(backbone_grid.gpus(config, b)) for b in BACKBONES)
 
 
-def training_launcher(wildcards):
+def training_launcher(wildcards, threads):
     asked = backbone_grid.gpus(config, wildcards.backbone)
-    prefix = distributed.launch_prefix(asked["nodes"], max(1, asked["per_node"]))
-    if MULTI_NODE and asked["nodes"] == 1:
-        # With multi-node backbones in the config every training job declares `mpi` (below),
-        # so the Slurm jobstep plugin runs it without its own `srun -n1`: a one-node job then
-        # starts that job step itself (only inside a Slurm job), where sbatch --signal reaches it.
-        prefix = prefix.replace("exec ", "exec ${SLURM_JOB_ID:+srun --ntasks=1 --nodes=1} ", 1)
+    # each rank has the rule's threads (sbatch asks for them per GPU)
+    prefix = distributed.launch_prefix(asked["nodes"], max(1, asked["per_node"]), asked["launcher"], threads)
+    if OWN_JOB_STEPS and not slurm.steps_its_own_ranks(asked):
+        # With such backbones in the config every training job declares `mpi` (below), so the
+        # Slurm jobstep plugin runs it without its own `srun -n1`: a job that does not start
+        # its ranks with srun then starts that job step itself (only inside a Slurm job),
+        # where sbatch --signal reaches it, with every CPU of the job (a step gets one CPU per
+        # task unless told; the job asked for `threads` per GPU).
+        cpus = threads * max(1, asked["per_node"])
+        prefix = prefix.replace("exec ", f"exec ${{SLURM_JOB_ID:+srun --ntasks=1 --nodes=1 --cpus-per-task={cpus}}} ", 1)
     return prefix
 
 
 def training_gpus(rule_name):
     def gpus(wildcards):
-        asked = backbone_grid.gpus(config, wildcards.backbone)
-        if not asked["per_node"]:
-            return res(rule_name, "gpu")
-        return asked["per_node"] if asked["nodes"] == 1 else 0  # several nodes: gres per node
+        return slurm.training_gpu_total(backbone_grid.gpus(config, wildcards.backbone), res(rule_name, "gpu"))
 
     return gpus
 
 
 def training_geometry():
-    """The Slurm task geometry of multi-node training jobs, declared only when the config has
-    a multi-node backbone: the jobstep plugin runs any job that has an `mpi` resource, even an
-    empty one, without its srun wrapper (which would otherwise deliver Slurm's signals)."""
-    if not MULTI_NODE:
+    """The Slurm task geometry of training jobs (slurm.training_geometry), declared only when
+    some backbone's jobs start their own ranks: the jobstep plugin runs any job that has an
+    `mpi` resource, even an empty one, without its srun wrapper (which would otherwise
+    deliver Slurm's signals)."""
+    if not OWN_JOB_STEPS:
         return {}
 
-    def asked(wildcards):
-        return backbone_grid.gpus(config, wildcards.backbone)
+    def geometry(key):
+        return lambda wildcards: slurm.training_geometry(backbone_grid.gpus(config, wildcards.backbone))[key]
 
-    return {
-        "nodes": lambda wildcards: asked(wildcards)["nodes"],
-        # one task per node (its srun starts one torchrun per node); 0: no task setting (the
-        # Slurm plugin reads `tasks` of a GPU job as tasks per GPU unless tasks_per_gpu is set)
-        "tasks": lambda wildcards: asked(wildcards)["nodes"] if asked(wildcards)["nodes"] > 1 else 0,
-        "tasks_per_gpu": 0,
-        # GPUs per node (Slurm's gres is per node; `gpu` is a job total)
-        "gres": lambda wildcards: f"gpu:{asked(wildcards)['per_node']}" if asked(wildcards)["nodes"] > 1 else "",
-        "mpi": lambda wildcards: "srun" if asked(wildcards)["nodes"] > 1 else "",
-    }
+    return {key: geometry(key) for key in ("nodes", "tasks", "tasks_per_node", "tasks_per_gpu", "gres", "mpi")}

@@ -9,7 +9,8 @@ started, by PID, and waits for it.
     python -m tests.slurm_cluster up /tmp/cluster     # prints `export SLURM_CONF=...`
     python -m tests.slurm_cluster down /tmp/cluster
 
-The cluster has one node with this machine's CPUs and a `debug` partition, accounting in
+The cluster has one node with this machine's CPUs, two GPUs declared with no devices behind them
+(GPU jobs are scheduled and run on CPU) and a `debug` partition, accounting in
 slurmdbd (so `sacct` answers like on a real cluster) and Slurm's default MinJobAge (300 s)
 and KillWait (30 s). Needs root: slurmd runs jobs as the submitting user.
 """
@@ -33,6 +34,9 @@ PACKAGES = "slurmctld slurmd slurm-client slurmdbd munge mariadb-server"
 # The Slurm executor's job step strips SLURM_* variables (SLURM_CONF among them) before its
 # `srun`, which then reads the compiled-in path: the cluster's config must be there.
 SYSTEM_CONF = Path("/etc/slurm/slurm.conf")
+# GPUs the node declares, with no devices behind them: enough for a 2-rank training job.
+GPU_STAND_INS = ("/dev/null", "/dev/zero")
+GPUS = len(GPU_STAND_INS)
 
 
 def unavailable_reason() -> str | None:
@@ -195,8 +199,16 @@ class Cluster:
             "MinJobAge=300", "KillWait=30",
             # Fast scheduling so the test does not wait on the scheduler's cadence.
             "SchedulerParameters=sched_interval=2,bf_interval=2",
-            f"NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN",
+            # GPUs as a count only (no device files): a job asking for GPUs, as a sharded
+            # training job does, is scheduled; its processes find no CUDA and run on CPU.
+            "GresTypes=gpu",
+            f"NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={memory_mb} Gres=gpu:{GPUS} State=UNKNOWN",
             f"PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP", ""]))
+
+        # slurmd counts a GPU per device file and ignores a bare Count for gpu: character
+        # devices every machine has stand in (no cgroup enforcement touches them).
+        (etc / "gres.conf").write_text("".join(f"NodeName={host} Name=gpu File={device}\n"
+                                               for device in GPU_STAND_INS))
 
     def _start_slurmdbd(self) -> None:
         self._spawn("slurmdbd", [_which("slurmdbd"), "-D"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -151,7 +152,8 @@ def test_launch_command_two_nodes_runs_one_torchrun_per_node_at_the_first_host(t
     args = json.loads(subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, env=env,
                                      check=True).stdout)
     i = args.index("torchrun")
-    assert args[:i] == ["--nodes", "2", "--ntasks", "2", "--ntasks-per-node", "1", "--kill-on-bad-exit=1"]
+    assert args[:i] == ["--nodes", "2", "--ntasks", "2", "--ntasks-per-node", "1", "--cpus-per-task", "8",
+                        "--kill-on-bad-exit=1"]
     assert args[-len(argv):] == argv  # quoting survives the shell
     flags = dict(zip(args[i + 1:-len(argv)][::2], args[i + 1:-len(argv)][1::2]))
     assert flags == {"--nnodes": "2", "--nproc-per-node": "8", "--max-restarts": "0",
@@ -160,6 +162,79 @@ def test_launch_command_two_nodes_runs_one_torchrun_per_node_at_the_first_host(t
     default_port = json.loads(subprocess.run(["bash", "-c", D.launch_command(argv, 2, 8)], capture_output=True,
                                              text=True, env=env, check=True).stdout)
     assert "gpu017:33742" in default_port  # 29500 + 4242 % 10000
+
+
+def _stand_ins(tmp_path) -> dict[str, str]:
+    """An environment whose scontrol names two hosts and whose srun and torchrun print their
+    arguments and the rendezvous variables as JSON."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "scontrol").write_text('#!/bin/sh\n[ "$1 $2 $3" = "show hostnames gpu[017-018]" ] && printf "gpu017\\ngpu018\\n"\n')
+    # the job step's environment has no SLURM_JOB_NODELIST: the nodes come from squeue
+    (bin_dir / "squeue").write_text('#!/bin/sh\n[ "$*" = "--noheader --jobs 4242 --format %N" ] && echo "gpu[017-018]"\n')
+    printer = ("#!/usr/bin/env python3\nimport json, os, sys\nprint(json.dumps({'name': os.path.basename(sys.argv[0]), "
+               "'args': sys.argv[1:], 'env': {k: os.environ.get(k) for k in ('MASTER_ADDR', 'MASTER_PORT', "
+               f"'{D.RANKS_FROM}')}}}}))\n")
+    for name in ("srun", "torchrun"):
+        (bin_dir / name).write_text(printer)
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    return {**_env(), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+def test_srun_launcher_starts_one_task_per_rank_inside_slurm_and_torchrun_outside(tmp_path):
+    argv = ["-m", "workflow_scripts.train", "target", "--data", '{"xnli": "a b.parquet"}']
+    env = _stand_ins(tmp_path)
+    env.pop("SLURM_JOB_ID", None)
+    slurm_env = {**env, "SLURM_JOB_ID": "4242"}
+    slurm_env.pop("SLURM_JOB_NODELIST", None)
+
+    def started(nodes, per_node, environ):
+        command = D.launch_prefix(nodes, per_node, "srun", 3) + " " + " ".join(shlex.quote(a) for a in argv)
+        assert command == D.launch_command(argv, nodes, per_node, launcher="srun", cpus_per_rank=3)
+        return subprocess.run(["bash", "-c", command], capture_output=True, text=True, env=environ)
+
+    inside = json.loads(started(2, 8, slurm_env).stdout)
+    assert inside["name"] == "srun"
+    assert inside["args"] == ["--nodes", "2", "--ntasks", "16", "--ntasks-per-node", "8", "--cpus-per-task", "3",
+                              "--kill-on-bad-exit=1", "python", *argv]  # quoting survives the shell
+    assert inside["env"] == {"MASTER_ADDR": "gpu017", "MASTER_PORT": "33742", D.RANKS_FROM: "slurm"}
+    outside = json.loads(started(1, 2, env).stdout)  # a local `snakemake --cores N`
+    assert outside["name"] == "torchrun" and outside["args"][:2] == ["--standalone", "--nnodes"]
+    assert outside["args"][-len(argv):] == argv and outside["env"][D.RANKS_FROM] is None
+    refused = started(2, 8, env)
+    assert refused.returncode == 2 and "inside a Slurm allocation only" in refused.stderr
+    with pytest.raises(ValueError, match="launcher 'mpirun'"):
+        D.launch_command(argv, 1, 2, launcher="mpirun")
+
+
+def test_ranks_numbered_by_slurm_train_like_one_process(tmp_path, single):
+    """Two processes given only what srun gives its tasks (SLURM_PROCID, SLURM_NTASKS,
+    SLURM_LOCALID) plus the launcher's MASTER_ADDR/PORT and marker: the same process group,
+    hence the single process's loss curve."""
+    out = tmp_path / "srun.json"
+    port = str(_free_port())
+    procs = []
+    for rank in range(2):
+        env = {**_env(), "SLURM_PROCID": str(rank), "SLURM_NTASKS": "2", "SLURM_LOCALID": str(rank),
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, D.RANKS_FROM: "slurm"}
+        procs.append(subprocess.Popen([sys.executable, WORKER, "--out", str(out), "--steps", str(STEPS)],
+                                      env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err[-3000:]
+    two, one = json.loads(out.read_text()), single[0]
+    assert two["world_size"] == 2
+    worst = max(abs(a - b) for a, b in zip(one["losses"], two["losses"]))
+    assert worst <= FP32_LOSS_ATOL, (worst, one["losses"], two["losses"])
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 # --- torchrun runs -----------------------------------------------------------------------------

@@ -3,7 +3,10 @@
 A reduced demo runs through `snakemake --profile slurm` while the test interrupts it the
 ways a cluster does: each of three training jobs, once it has written a checkpoint, gets
 `scancel --signal=USR1`, a plain `scancel` or `scontrol requeue`; and a job still pending in
-the queue is cancelled. Every path must end in a resumed training whose metric file equals
+the queue is cancelled. A fourth training job is sharded: its backbone asks for 2 GPUs with
+the srun launcher, so the job (2 GPUs on the test cluster's node, which has none behind
+them: the ranks train on CPU with gloo) starts one Slurm task per rank through srun; it gets
+`scancel --signal=USR1` too, which both ranks must see, agree on and checkpoint for. Every path must end in a resumed training whose metric file equals
 the uninterrupted one (a local run of the same config), with the workflow finishing on its
 own: no hang, no manual step.
 
@@ -29,25 +32,32 @@ from slurm_cluster import Cluster, unavailable_reason
 REASON = unavailable_reason()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
 
-# Target -> how its running training job is interrupted once it has a checkpoint.
-INTERRUPTIONS = {"xnli": "usr1", "udpos": "scancel", "panx": "requeue"}
+# (backbone, target) -> how its running training job is interrupted once it has a checkpoint.
+SHARDED = "sharded_tiny"  # the 2-rank backbone; no name here is a prefix of another plus "_"
+INTERRUPTIONS = {("xlmr_tiny", "xnli"): "usr1", ("xlmr_tiny", "udpos"): "scancel", ("xlmr_tiny", "panx"): "requeue",
+                 (SHARDED, "xnli"): "usr1"}
+TARGETS = sorted({target for _, target in INTERRUPTIONS})
 AFTER_STEP = 20
 RUN_TIMEOUT = int(os.environ.get("XSTILTS_SLURM_TIMEOUT", "900"))
 
 
 def reduced_config(path: Path) -> Path:
-    """The demo config cut to the baseline, one seed and the three trained targets; targets
-    train for more epochs so that each job can be interrupted after its first checkpoint."""
+    """The demo config cut to the baseline, one seed and the three trained targets, plus a
+    copy of the tiny encoder trained on 2 ranks (XNLI only); targets train for more epochs so
+    that each job can be interrupted after its first checkpoint."""
     config = yaml.safe_load((REPO / "config.yaml").read_text())
     config["seeds"] = [1]
-    config["backbones"] = {"xlmr_tiny": config["backbones"]["xlmr_tiny"]}
+    tiny = config["backbones"]["xlmr_tiny"]
+    config["backbones"] = {"xlmr_tiny": tiny,
+                           SHARDED: {**tiny, "gpus": {"per_node": 2, "launcher": "srun"},
+                                     "grid": {"intermediate": ["none"], "targets": ["xnli"], "settings": ["zero_shot"]}}}
     config["intermediate"] = {"none": {"tasks": []}}
-    config["targets"] = list(INTERRUPTIONS)
+    config["targets"] = TARGETS
     config.pop("transfer")
     config["translation"].pop("datasets")
     config["tasks"] = {name: spec for name, spec in config["tasks"].items()
-                       if name in {"mnli", *INTERRUPTIONS}}
-    for target in INTERRUPTIONS:
+                       if name in {"mnli", *TARGETS}}
+    for target in TARGETS:
         # ~15 s of training (760 steps at ~60 steps/s on 2 cores): the test's poll, which sees
         # the step-20 checkpoint and then signals, must land before the job is done, also on a
         # loaded machine (with 12 epochs, 3.7 s, one CI run's signal came after the job ended)
@@ -64,8 +74,8 @@ def metric_files(workdir: Path) -> dict[str, dict]:
     return out
 
 
-def target_checkpoints(workdir: Path, target: str) -> Path:
-    return workdir / "results/checkpoints/target/xlmr_tiny/none" / target / "en.dev-en/seed1"
+def target_checkpoints(workdir: Path, backbone: str, target: str) -> Path:
+    return workdir / "results/checkpoints/target" / backbone / "none" / target / "en.dev-en/seed1"
 
 
 def queue(cluster: Cluster) -> list[tuple[str, str, str]]:
@@ -80,6 +90,17 @@ def accounting(cluster: Cluster) -> list[dict[str, str]]:
                       "--starttime", "now-1days", "--format=JobIDRaw,State,ExitCode,Comment").stdout
     keys = ("id", "state", "exit", "comment")
     return [dict(zip(keys, line.split("|", 3))) for line in out.splitlines() if line]
+
+
+def step_records(cluster: Cluster) -> list[tuple[str, str]]:
+    """(step id, number of tasks) of every job step the accounting holds."""
+    out = cluster.run("sacct", "--noheader", "--parsable2", "--duplicates", "--allusers",
+                      "--starttime", "now-1days", "--format=JobIDRaw,NTasks").stdout
+    return [tuple(line.split("|", 1)) for line in out.splitlines() if line.count("|") == 1]
+
+
+def cluster_steps(records: list[tuple[str, str]], job_id: str) -> list[tuple[str, str]]:
+    return [(step, tasks) for step, tasks in records if step.split(".")[0] == job_id and "." in step]
 
 
 @pytest.fixture(scope="module")
@@ -136,19 +157,19 @@ def slurm_run(tmp_path_factory, cluster, reference):
                     events["pending_cancelled"] = pending[0]
                     cluster.run("scancel", blocker)
             for job_id, state, comment in jobs:
-                target = next((t for t in INTERRUPTIONS if comment.startswith("rule_train_target")
-                               and f"_{t}_" in comment), None)
-                if (target is None or target in events["interrupted"] or state != "RUNNING"
-                        or checkpoint_step(target_checkpoints(workdir, target)) < AFTER_STEP):
+                run = next((r for r in INTERRUPTIONS if comment.startswith("rule_train_target")
+                            and f"_{r[0]}_" in comment and f"_{r[1]}_" in comment), None)
+                if (run is None or run in events["interrupted"] or state != "RUNNING"
+                        or checkpoint_step(target_checkpoints(workdir, *run)) < AFTER_STEP):
                     continue
-                how = INTERRUPTIONS[target]
+                how = INTERRUPTIONS[run]
                 if how == "usr1":
                     cluster.run("scancel", "--signal=USR1", job_id)
                 elif how == "scancel":
                     cluster.run("scancel", job_id)
                 else:
                     cluster.run("scontrol", "requeue", job_id)
-                events["interrupted"][target] = {"job": job_id, "at_step": checkpoint_step(target_checkpoints(workdir, target))}
+                events["interrupted"][run] = {"job": job_id, "at_step": checkpoint_step(target_checkpoints(workdir, *run))}
             time.sleep(0.5)
     finally:
         if proc.poll() is None:
@@ -156,7 +177,7 @@ def slurm_run(tmp_path_factory, cluster, reference):
         cluster.run("scancel", blocker, check=False)
     log = log_path.read_text()
     return {"workdir": workdir, "returncode": proc.returncode, "log": log, "events": events,
-            "accounting": accounting(cluster)}
+            "accounting": accounting(cluster), "accounting_steps": step_records(cluster)}
 
 
 def test_interrupted_workflow_finishes_by_itself(slurm_run):
@@ -183,19 +204,23 @@ def test_cancelled_pending_job_is_retried(slurm_run):
     assert states[-1] == "COMPLETED", states
 
 
-@pytest.mark.parametrize("target", list(INTERRUPTIONS))
-def test_interrupted_training_resumes_to_the_same_metric_file(slurm_run, reference, target):
-    how = INTERRUPTIONS[target]
-    event = slurm_run["events"]["interrupted"][target]
+@pytest.mark.parametrize("backbone,target", list(INTERRUPTIONS), ids=["/".join(r) for r in INTERRUPTIONS])
+def test_interrupted_training_resumes_to_the_same_metric_file(slurm_run, reference, backbone, target):
+    how = INTERRUPTIONS[backbone, target]
+    event = slurm_run["events"]["interrupted"][backbone, target]
     workdir = slurm_run["workdir"]
     records = [r for r in slurm_run["accounting"] if r["id"] == event["job"]]
     expected_state = {"usr1": "FAILED", "scancel": "CANCELLED by", "requeue": "REQUEUED"}[how]
     assert any(r["state"].startswith(expected_state) for r in records), records
     if how == "usr1":  # the training process stopped on the signal itself: 128 + SIGUSR1
         assert any(r["exit"] == "1:0" for r in records), records
-    train_log = json.loads((workdir / "results/target/xlmr_tiny/none" / target / "en.dev-en/seed1/model/train_log.json").read_text())
+    train_log = json.loads((workdir / "results/target" / backbone / "none" / target / "en.dev-en/seed1/model/train_log.json").read_text())
     assert train_log["resumed_at_step"] is not None and train_log["resumed_at_step"] >= event["at_step"], \
         (train_log["resumed_at_step"], event)
-    name = f"results/metrics/xlmr_tiny/zero_shot/none/{target}/seed1.json"
+    if backbone == SHARDED:  # both ranks trained, started by srun as Slurm tasks
+        assert train_log["throughput"]["processes"] == 2, train_log["throughput"]
+        steps = cluster_steps(slurm_run["accounting_steps"], event["job"])
+        assert any(tasks == "2" for _, tasks in steps), steps
+    name = f"results/metrics/{backbone}/zero_shot/none/{target}/seed1.json"
     assert metric_files(workdir)[name] == reference[name]
-    assert checkpoint_step(target_checkpoints(workdir, target)) == 0, "checkpoints are removed once the model exists"
+    assert checkpoint_step(target_checkpoints(workdir, backbone, target)) == 0, "checkpoints are removed once the model exists"

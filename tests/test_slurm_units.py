@@ -157,20 +157,27 @@ class _Resources(dict):
     __getattr__ = dict.__getitem__
 
 
-@pytest.mark.parametrize("nodes,per_node", [(1, 0), (1, 8), (2, 8)], ids=["one process", "one node", "two nodes"])
-def test_training_resources_give_the_sbatch_geometry_of_their_launcher(nodes, per_node):
-    """The training rules' resources in a config with a multi-node backbone (rules/common.smk,
-    training_geometry) as the pinned Slurm plugin turns them into sbatch options: one task for
-    one process or one torchrun, one task per node (and the GPUs per node) for a multi-node
-    job whose own srun starts one torchrun per node."""
+GEOMETRIES = {"one process": (1, 0, "torchrun"), "one node": (1, 8, "torchrun"), "two nodes": (2, 8, "torchrun"),
+              "srun ranks, one node": (1, 2, "srun"), "srun ranks, two nodes": (2, 8, "srun"),
+              "srun, one GPU per node": (2, 1, "srun")}
+
+
+@pytest.mark.parametrize("nodes,per_node,launcher", GEOMETRIES.values(), ids=GEOMETRIES.keys())
+def test_training_resources_give_the_sbatch_geometry_of_their_launcher(nodes, per_node, launcher):
+    """The training rules' resources in a config where some backbone starts its own ranks
+    (slurm.training_geometry) as the pinned Slurm plugin turns them into sbatch options: one
+    task for one process or one torchrun, one task per node (and the GPUs per node) for a
+    multi-node job whose own srun starts one torchrun per node, one task per rank (per node)
+    for the srun launcher."""
     from types import SimpleNamespace
 
     from snakemake_executor_plugin_slurm.submit_string import get_submit_command
+    from snakemake_executor_plugin_slurm.utils import set_gres_string
 
-    multi = nodes > 1
-    resources = _Resources(runtime=60, mem_mb=4000, nodes=nodes, tasks=nodes if multi else 0, tasks_per_gpu=0,
-                           gpu=0 if multi else per_node, gres=f"gpu:{per_node}" if multi else "",
-                           mpi="srun" if multi else "", slurm_extra="", cpus_per_task=2, _cores=2, threads=2)
+    asked = {"nodes": nodes, "per_node": per_node, "launcher": launcher}
+    own = slurm.steps_its_own_ranks(asked)
+    resources = _Resources(runtime=60, mem_mb=4000, **slurm.training_geometry(asked),
+                           gpu=slurm.training_gpu_total(asked, 0), slurm_extra="", cpus_per_task=2, _cores=2, threads=2)
     job = SimpleNamespace(resources=resources, threads=2, is_group=lambda: False, name="train_target",
                           wildcards={}, jobid=1)
     params = {"run_uuid": "u", "slurm_logfile": "log", "comment_str": "c", "account": "", "partition": "",
@@ -179,16 +186,20 @@ def test_training_resources_give_the_sbatch_geometry_of_their_launcher(nodes, pe
         call = get_submit_command(job, params)
     except (AttributeError, TypeError) as err:  # the plugin reads another job attribute: name it
         pytest.fail(f"the fake job lacks what the plugin reads: {err}")
+    gres = set_gres_string(job)
     assert f"--nodes={nodes}" in call
     assert "--ntasks-per-gpu" not in call
-    if multi:
-        from snakemake_executor_plugin_slurm.utils import set_gres_string
-
-        assert "--ntasks=2" in call and "--gres=gpu:8" in set_gres_string(job)
+    assert own == (nodes * per_node > 1 and (nodes > 1 or launcher == "srun"))
+    if launcher == "srun" and own:
+        expected = f"--ntasks-per-node={per_node}" if per_node > 1 else f"--ntasks={nodes}"
+        assert expected in call, call
+        assert (f"--gres=gpu:{per_node}" in gres) if nodes > 1 else (f"--gpus={per_node}" in gres), gres
+    elif nodes > 1:
+        assert "--ntasks=2" in call and "--gres=gpu:8" in gres
     elif not per_node:
         assert "--ntasks=1" in call
     else:  # one node: its GPUs (added by the plugin's gpu option), and no task geometry forced on them
-        assert "--ntasks" not in call
+        assert "--ntasks" not in call and "--gpus=8" in gres
 
 
 def test_the_jobstep_plugin_runs_a_job_with_any_mpi_resource_unwrapped():

@@ -136,11 +136,12 @@ def retrieval_settings(config: dict[str, Any], backbone: str) -> dict[str, Any]:
     return {**config["retrieval"], **(config["backbones"][backbone].get("retrieval") or {})}
 
 
-def gpus(config: dict[str, Any], backbone: str) -> dict[str, int]:
-    """GPUs per node and nodes a training job of the backbone asks for (none: the rule's
-    own `resources` decide, one process)."""
+def gpus(config: dict[str, Any], backbone: str) -> dict[str, Any]:
+    """GPUs per node, nodes and launcher (torchrun or srun) a training job of the backbone
+    asks for (no per_node: the rule's own `resources` decide, one process)."""
     asked = config["backbones"][backbone].get("gpus") or {}
-    return {"per_node": int(asked.get("per_node", 0)), "nodes": int(asked.get("nodes", 1))}
+    return {"per_node": int(asked.get("per_node", 0)), "nodes": int(asked.get("nodes", 1)),
+            "launcher": asked.get("launcher", "torchrun")}
 
 
 def describe(config: dict[str, Any], backbone: str) -> dict[str, Any]:

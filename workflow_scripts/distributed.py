@@ -49,6 +49,8 @@ LATEST = "LATEST"  # names the complete checkpoint version; replaced atomically
 EXTRA = "extra.pt"
 # torchrun forwards these to every worker (SIGUSR1: Slurm's --signal=USR1@T warning)
 FORWARDED_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
+# Set by the srun launcher: this process is one Slurm task of a rank-per-task job step.
+RANKS_FROM = "XSTILTS_RANKS_FROM"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,13 +72,18 @@ class Context:
 
 def init_from_env(timeout_minutes: float = 30.0) -> Context:
     """The process group torchrun's environment describes (RANK, WORLD_SIZE, LOCAL_RANK,
-    MASTER_ADDR/PORT), or a single process when WORLD_SIZE is unset (``python -m ...``).
+    MASTER_ADDR/PORT), or srun's (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, when the srun
+    launcher marked the step), or a single process when neither (``python -m ...``).
 
     The timeout bounds how long a collective waits for a peer: a rank stuck or dead on
     another node turns into an error here instead of a job that hangs until its time limit."""
     import torch
     import torch.distributed as dist
 
+    if "WORLD_SIZE" not in os.environ and os.environ.get(RANKS_FROM) == "slurm":
+        # Started by `srun` as one task per rank (launcher "srun"): Slurm numbers the ranks.
+        os.environ.update(RANK=os.environ["SLURM_PROCID"], WORLD_SIZE=os.environ["SLURM_NTASKS"],
+                          LOCAL_RANK=os.environ["SLURM_LOCALID"])
     if "WORLD_SIZE" not in os.environ:
         dev = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
         return Context(0, 1, 0, dev, None, True)
@@ -425,46 +432,93 @@ def load_checkpoint(path: str | os.PathLike[str], model, optimizer, ctx: Context
 # --- launching ---------------------------------------------------------------------------------
 
 def launch_command(argv: list[str], nodes: int, gpus_per_node: int, port: int | None = None,
-                   *, shutdown_timeout: int = 120) -> list[str] | str:
+                   *, launcher: str = "torchrun", cpus_per_rank: int = 1,
+                   shutdown_timeout: int = 120) -> list[str] | str:
     """The command that starts ``python <argv>`` (e.g. ``["-m", "workflow_scripts.train", ...]``)
     on ``nodes`` x ``gpus_per_node`` processes.
 
     - 1 process: ``python <argv>``, no launcher (``init_from_env`` then runs unsharded).
-    - 1 node: ``torchrun --standalone`` (a private rendezvous on a free port; ``port`` unused).
-    - several nodes (inside a Slurm allocation, from a rule with an ``mpi`` resource, which
-      runs without the jobstep wrapper): a shell string; ``srun`` starts one torchrun per
-      node, which meet at the c10d rendezvous on the allocation's first host
-      (``scontrol show hostnames``) at ``port`` (default 29500 + job id mod 10000, so
-      jobs sharing a node do not collide).
+    - ``launcher="torchrun"``, 1 node: ``torchrun --standalone`` (a private rendezvous on a
+      free port; ``port`` unused).
+    - ``launcher="torchrun"``, several nodes (inside a Slurm allocation, from a rule with an
+      ``mpi`` resource, which runs without the jobstep wrapper): a shell string; ``srun``
+      starts one torchrun per node, which meet at the c10d rendezvous on the allocation's
+      first host at ``port`` (default 29500 + job id mod 10000, so jobs sharing a node do not
+      collide); each torchrun's task holds ``cpus_per_rank`` CPUs per rank it starts.
+    - ``launcher="srun"``: a shell string; inside a Slurm job ``srun`` starts every rank as a
+      task of one job step (``--kill-on-bad-exit``), which ``init_from_env`` reads from
+      ``SLURM_PROCID``/``SLURM_NTASKS``/``SLURM_LOCALID``, meeting at MASTER_ADDR/PORT (the
+      allocation's first host), each task holding ``cpus_per_rank`` CPUs; outside Slurm (a
+      local ``snakemake --cores N``) the same one-node job falls back to
+      ``torchrun --standalone``.
+
+    Srun's steps get every GPU of the job (each rank takes ``cuda:LOCAL_RANK``) but only the
+    CPUs they ask for: one per task unless told, hence ``--cpus-per-task``. The allocation's
+    hosts come from ``squeue``, not ``SLURM_JOB_NODELIST``: the Slurm executor's job step
+    removes every SLURM_* variable but the job id before it runs a job's command.
 
     A dead rank ends the whole job: with ``--max-restarts 0`` torchrun, when any worker exits
     non-zero, sends SIGTERM to the others, SIGKILLs them after 30 s and exits non-zero itself;
-    ``srun --kill-on-bad-exit=1`` then ends the torchruns of the other nodes. Stop signals
-    (SIGTERM, SIGUSR1 from ``sbatch --signal``) reach torchrun, which forwards them to every
-    worker and waits up to ``shutdown_timeout`` s for them to checkpoint and exit."""
+    ``srun --kill-on-bad-exit=1`` ends the other tasks (or the torchruns of the other nodes).
+    Stop signals (SIGTERM, SIGUSR1 from ``sbatch --signal``) reach torchrun, which forwards
+    them to every worker and waits up to ``shutdown_timeout`` s for them to checkpoint and
+    exit; srun's tasks receive them from Slurm directly."""
+    if launcher not in LAUNCHERS:
+        raise ValueError(f"launcher {launcher!r}: one of {', '.join(LAUNCHERS)}")
     if nodes < 1 or gpus_per_node < 1:
         raise ValueError(f"need at least one node and one process per node, got {nodes} x {gpus_per_node}")
     if nodes == 1 and gpus_per_node == 1:
         return ["python", *argv]
-    common = ["--nproc-per-node", str(gpus_per_node), "--max-restarts", "0",
-              "--signals-to-handle", FORWARDED_SIGNALS, "--shutdown-timeout", str(shutdown_timeout)]
+    if launcher == "srun":
+        return f"{_srun_prefix(nodes, gpus_per_node, port, cpus_per_rank, shutdown_timeout)} {shlex.join(argv)}".rstrip()
+    common = _torchrun_options(gpus_per_node, shutdown_timeout)
     if nodes == 1:
         return ["torchrun", "--standalone", "--nnodes", "1", *common, *argv]
-    endpoint = f'"$HEAD:{port}"' if port is not None else '"$HEAD:$((29500 + SLURM_JOB_ID % 10000))"'
-    return (f'HEAD=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1) && '
-            f"srun --nodes {nodes} --ntasks {nodes} --ntasks-per-node 1 --kill-on-bad-exit=1 "
+    return (f'{_HEAD} && '
+            f"srun --nodes {nodes} --ntasks {nodes} --ntasks-per-node 1 --cpus-per-task {cpus_per_rank * gpus_per_node} "
+            "--kill-on-bad-exit=1 "
             f"torchrun --nnodes {nodes} {shlex.join(common)} --rdzv-backend c10d "
-            f'--rdzv-endpoint {endpoint} --rdzv-id "$SLURM_JOB_ID" {shlex.join(argv)}')
+            f'--rdzv-endpoint "$HEAD:{_port(port)}" --rdzv-id "$SLURM_JOB_ID" {shlex.join(argv)}')
 
 
-def launch_prefix(nodes: int, gpus_per_node: int) -> str:
+LAUNCHERS = ("torchrun", "srun")
+# The allocation's first host: where the ranks (or torchruns) of a Slurm job meet.
+_HEAD = ('HEAD=$(scontrol show hostnames "${SLURM_JOB_NODELIST:-$(squeue --noheader --jobs "$SLURM_JOB_ID" '
+         '--format %N)}" | head -n1)')
+
+
+def _port(port: int | None) -> str:
+    return str(port) if port is not None else "$((29500 + SLURM_JOB_ID % 10000))"
+
+
+def _torchrun_options(gpus_per_node: int, shutdown_timeout: int) -> list[str]:
+    return ["--nproc-per-node", str(gpus_per_node), "--max-restarts", "0",
+            "--signals-to-handle", FORWARDED_SIGNALS, "--shutdown-timeout", str(shutdown_timeout)]
+
+
+def _srun_prefix(nodes: int, per_node: int, port: int | None, cpus_per_rank: int, shutdown_timeout: int) -> str:
+    """Shell words that run ``"$@" <python args>``: srun's tasks inside a Slurm job, torchrun
+    outside one (one node only: several nodes need an allocation)."""
+    inside = (f'{_HEAD} && export MASTER_ADDR="$HEAD" MASTER_PORT={_port(port)} {RANKS_FROM}=slurm && '
+              f"set -- srun --nodes {nodes} --ntasks {nodes * per_node} --ntasks-per-node {per_node} "
+              f"--cpus-per-task {cpus_per_rank} --kill-on-bad-exit=1 python")
+    if nodes == 1:
+        outside = shlex.join(["set", "--", "torchrun", "--standalone", "--nnodes", "1",
+                              *_torchrun_options(per_node, shutdown_timeout)])
+    else:
+        outside = f"echo 'a {nodes}-node training job runs inside a Slurm allocation only' >&2 && exit 2"
+    return f'if [ -n "${{SLURM_JOB_ID:-}}" ]; then {inside}; else {outside}; fi && exec "$@"'
+
+
+def launch_prefix(nodes: int, gpus_per_node: int, launcher: str = "torchrun", cpus_per_rank: int = 1) -> str:
     """The shell words a training rule puts before ``-m workflow_scripts.train ...``:
-    ``exec python`` for one process, ``exec torchrun ...`` for one node, and for several the
-    srun line that starts one torchrun per node (``launch_command``). ``exec``: the launcher
-    itself receives Slurm's signals, no shell in between."""
-    command = launch_command([], nodes, gpus_per_node)
+    ``exec python`` for one process, ``exec torchrun ...`` for one node, and for several
+    nodes or the srun launcher the shell line that starts the ranks (``launch_command``).
+    ``exec``: the launcher itself receives Slurm's signals, no shell in between."""
+    command = launch_command([], nodes, gpus_per_node, launcher=launcher, cpus_per_rank=cpus_per_rank)
     if isinstance(command, list):
         return "exec " + shlex.join(command)
+    if launcher == "srun":
+        return command
     head, _, rest = command.partition(" && ")
     return f"{head} && exec {rest}".rstrip()
-

@@ -42,6 +42,7 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 LOG = logging.getLogger(__name__)
 
@@ -200,3 +201,46 @@ def training_retries(resources: Mapping[str, object]) -> int | None:
         continuations = allocations_needed(int(expected), int(resources["runtime"]),
                                            int(resources.get("signal_lead", DEFAULT_SIGNAL_LEAD))) - 1
     return continuations + int(DEFAULT_FAILURE_RETRIES if failures is None else failures)
+
+
+# ----- the Slurm geometry of a sharded training job --------------------------------------
+
+
+def steps_its_own_ranks(asked: dict[str, Any]) -> bool:
+    """Whether a training job starts its ranks with its own srun (several nodes, or the srun
+    launcher): such a job must run without the jobstep plugin's `srun -n1` wrapper."""
+    ranks = asked["per_node"] * asked["nodes"]
+    return ranks > 1 and (asked["nodes"] > 1 or asked.get("launcher") == "srun")
+
+
+def training_geometry(asked: dict[str, Any]) -> dict[str, Any]:
+    """The executor resources of a training job that asked for `asked` (backbone_grid.gpus)
+    in a config where some job starts its own ranks (declared only then: the pinned jobstep
+    plugin runs any job with an `mpi` resource, even an empty one, without its srun wrapper,
+    and a job without a job step receives no `scancel --signal` or `sbatch --signal`).
+
+    - one process, or one torchrun on one node: no task geometry (the plugin reads `tasks` of
+      a GPU job as tasks per GPU unless `tasks_per_gpu` is set, hence 0);
+    - one torchrun per node: `nodes` tasks, one per node, GPUs per node as gres;
+    - the srun launcher: one task per rank, `per_node` tasks on each node (per node, not a
+      total: a total lets Slurm pack more ranks than GPUs onto a node with many CPUs)."""
+    nodes, per_node = asked["nodes"], asked["per_node"]
+    own = steps_its_own_ranks(asked)
+    srun_ranks = own and asked.get("launcher") == "srun"
+    tasks = 0
+    tasks_per_node = 0
+    if srun_ranks and per_node > 1:
+        tasks_per_node = per_node
+    elif srun_ranks or (own and nodes > 1):
+        tasks = nodes if not srun_ranks else nodes * per_node
+    return {"nodes": nodes, "tasks": tasks, "tasks_per_node": tasks_per_node, "tasks_per_gpu": 0,
+            # GPUs per node (Slurm's gres is per node; the `gpu` resource is a job total)
+            "gres": f"gpu:{per_node}" if own and nodes > 1 else "",
+            "mpi": "srun" if own else ""}
+
+
+def training_gpu_total(asked: dict[str, Any], default: int) -> int:
+    """The `gpu` resource of a training job: its GPUs on one node; 0 on several (gres per node)."""
+    if not asked["per_node"]:
+        return default
+    return asked["per_node"] if asked["nodes"] == 1 else 0

@@ -47,8 +47,8 @@ from .adapters import Method, attach, lineage, check_available, inner, load_back
 from .backbones import family_of
 from .checkpoints import (BestWeights, Checkpointer, Preempted, ShardedBestWeights, ShardedCheckpointer, files_stamp,
                           rng_state, save_weights, set_rng_state)
-from .distributed import (any_rank, barrier, from_rank0, full_state_dict, init_from_env, micro_batches, shard_model,
-                          shutdown, sum_over_ranks)
+from .distributed import (any_rank, barrier, from_rank0, full_state_dict, init_from_env, micro_batches, shutdown,
+                          sum_over_ranks)
 from .codehash import module_digest
 from .common import (LOG, InputError, atomic_path, autocast, canonical_json, configure_torch, device,
                      load_settings, seed_everything, settings_hash, setup_logging)
@@ -56,6 +56,7 @@ from .data import read_table
 from .evaluate import score_encoded
 from .features import Encoded, collate, encode, length_grouped_batches
 from .models import MultiHeadModel, forward, load_mlm_head, load_tokenizer, make_head
+from .sharded_loading import empty_backbone, empty_mlm_head, load_sharded_model
 from .tasks import MLM, TAGGING, Task, get_task, primary_metric
 
 
@@ -112,7 +113,9 @@ class PhaseData:
 
 
 def load_phase_data(encoder_dir: Path, encoder, tokenizer, data: dict[str, dict[str, Any]],
-                    settings: dict[str, Any]) -> PhaseData:
+                    settings: dict[str, Any], mlm_head=load_mlm_head) -> PhaseData:
+    """``mlm_head``: how the masked-LM head is built from the base directory and the encoder
+    (``sharded_loading.empty_mlm_head`` for a backbone on the meta device)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -144,7 +147,7 @@ def load_phase_data(encoder_dir: Path, encoder, tokenizer, data: dict[str, dict[
             task = tasks[name] = dataclasses.replace(task, labels=tuple(tags))
         train_sets[name] = encode(task, tokenizer, train, opts, train=True)
         if task.format == MLM:
-            heads[name] = load_mlm_head(lineage(encoder_dir).base, encoder)
+            heads[name] = mlm_head(lineage(encoder_dir).base, encoder)
         else:
             heads[name] = make_head(task.format, encoder.config.hidden_size, task.num_labels,
                                     float(settings["dropout"]), initializer_range(encoder.config))
@@ -261,21 +264,32 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
     check_available(method, dev)
     tokenizer = load_tokenizer(encoder_dir)
     # The backbone the previous phase left: its base with every adapter of its lineage merged.
-    encoder = load_backbone(encoder_dir, method)
-    phase_data = load_phase_data(encoder_dir, encoder, tokenizer, data, settings)
+    # Sharded: built on the meta device (config, names, shapes; no weights), each rank reading
+    # only its own shards below, so that no rank ever holds the whole base.
+    encoder = empty_backbone(encoder_dir, method) if ctx.distributed else load_backbone(encoder_dir, method)
+    phase_data = load_phase_data(encoder_dir, encoder, tokenizer, data, settings,
+                                 mlm_head=empty_mlm_head if ctx.distributed else load_mlm_head)
     tasks, task_opts = phase_data.tasks, settings["tasks"]
     family = family_of(encoder_dir)
-    if method.activation_checkpointing and not ctx.distributed:  # sharded: shard_model applies it
-        encoder.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-    model = MultiHeadModel(encoder, phase_data.heads, family.name).to(dev)
     # Adapters: the heads train whole and are saved with the adapter (not the MLM head, which
     # predicts with the frozen embeddings).
     head_formats = {n: (t.format, t.num_labels) for n, t in tasks.items() if t.format != MLM}
-    peft_model = attach(model, method, head_formats) if method.adapters else None
-    model = inner(peft_model) if peft_model is not None else model
+    if hasattr(encoder.config, "use_cache"):
+        # Training never decodes: a decoder's KV cache would only hold memory, and under
+        # activation checkpointing the recomputed forward appends to the cache the first
+        # forward filled (a shape error at the first backward).
+        encoder.config.use_cache = False
     if ctx.distributed:  # every transformer block one FSDP unit, the rest (embeddings, heads) the root's
-        shard_model(model, tuple({type(b) for b in family.blocks(model.encoder)}), ctx, bf16=dev.type == "cuda",
-                    activation_checkpointing=method.activation_checkpointing)
+        built = load_sharded_model(encoder_dir, method, phase_data.heads, ctx, encoder=encoder,
+                                   head_formats=head_formats, bf16=dev.type == "cuda",
+                                   activation_checkpointing=method.activation_checkpointing)
+        model, peft_model = built.model, built.peft_model
+    else:
+        if method.activation_checkpointing:
+            encoder.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        model = MultiHeadModel(encoder, phase_data.heads, family.name).to(dev)
+        peft_model = attach(model, method, head_formats) if method.adapters else None
+        model = inner(peft_model) if peft_model is not None else model
     total = total_steps(settings, phase_data.train_sets)
     warmup = int(float(settings["warmup_ratio"]) * total)
     sampler = TaskSampler({n: len(s.features) for n, s in phase_data.train_sets.items()},

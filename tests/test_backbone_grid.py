@@ -68,6 +68,10 @@ def test_an_encoder_settings_change_leaves_the_decoders_jobs_alone(config):
     (lambda c: c["backbones"]["llama_tiny"]["grid"].update(settings=["translate_test"]),
      "backbones.llama_tiny.grid.settings: lacks the baseline setting 'zero_shot'"),
     (lambda c: c["models"].update(source="hub"), "backbones.xlmr_tiny.hub_id: required when models.source is hub"),
+    (lambda c: (c["models"].update(source="hub"),
+                c["backbones"]["xlmr_tiny"].update(hub_id="FacebookAI/xlm-roberta-base", revision="e73636d",
+                                                   method="qlora", gpus={"per_node": 4})),
+     "backbones.xlmr_tiny.gpus: qlora trains on one GPU; across 4 GPUs"),
 ])
 def test_backbone_errors_name_the_key(config, edit, message):
     if "mlm_only' mixes" in message:  # the decoder's grid names it, which only the check refuses

@@ -498,7 +498,7 @@ def test_adding_a_backbone_to_a_finished_grid_plans_only_its_jobs_and_the_tables
 
 
 def test_paper_preset_with_its_larger_backbones_builds_offline(demo):
-    """XLM-R XL / XXL with LoRA, the mT5-XXL encoder and BLOOMZ-176B with QLoRA on 2 x 8 GPUs:
+    """XLM-R XL / XXL with LoRA, the mT5-XXL encoder and BLOOMZ-176B with LoRA on 2 x 8 GPUs:
     the planner lets each through (they fit what they ask for), and each runs its grid."""
     path = paper_with_larger_backbones(demo)
     config = yaml.safe_load(path.read_text())

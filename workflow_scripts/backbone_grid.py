@@ -187,6 +187,13 @@ def check(config: dict[str, Any]) -> None:
         if method == "qlora" and config["models"]["source"] == "demo":
             raise BackboneError(f"config key {key}.method: qlora needs a CUDA GPU and a Hub backbone; "
                                 "the demo runs on CPU (use lora)")
+        asked = gpus(config, name)
+        if method == "qlora" and asked["per_node"] * asked["nodes"] > 1:
+            raise BackboneError(
+                f"config key {key}.gpus: qlora trains on one GPU; across {asked['per_node'] * asked['nodes']} GPUs "
+                "each rank would have to quantise and hold the whole 4-bit base (sharded loading reads bf16/fp32 "
+                "rows, which bitsandbytes' 4-bit blocks are not). Use method lora (bf16 base, sharded) for "
+                "several GPUs, or one GPU with qlora")
         narrowed, full = entry.get("grid") or {}, whole_grid(config)
         for part, values in narrowed.items():
             unknown = [v for v in values if v not in full[part]]

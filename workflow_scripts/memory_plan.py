@@ -445,9 +445,12 @@ def min_gpus(backbone: Backbone | Mapping[str, Any], seq_len: int, micro_batch: 
              with_mlm_logits: bool = False, head_parameters: float | None = None,
              max_gpus: int = MAX_GPUS) -> int | None:
     """The smallest GPU count whose per-device estimate fits, or None when no count up to
-    ``max_gpus`` does (what is not sharded, activations above all, exceeds a device)."""
+    ``max_gpus`` does (what is not sharded, activations above all, exceeds a device). QLoRA
+    runs on one GPU only: the engine shards bf16/fp32 rows (sharded_loading), not 4-bit blocks."""
     bb = _as_backbone(backbone)
     capacity = usable_bytes(gpu_memory_gb)
+    if bb.method == "qlora":
+        max_gpus = 1
     for gpus in range(1, max_gpus + 1):
         est = estimate(bb, seq_len, micro_batch, gpus, with_mlm_logits, head_parameters)
         if est.total <= capacity:

@@ -43,20 +43,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .adapters import Method, attach, lineage, check_available, inner, load_backbone, save_adapter_phase, trained_state
+from . import training_runtime
+from .adapters import Method, lineage, check_available, save_adapter_phase
 from .backbones import family_of
-from .checkpoints import (BestWeights, Checkpointer, Preempted, ShardedBestWeights, ShardedCheckpointer, files_stamp,
-                          rng_state, save_weights, set_rng_state)
-from .distributed import (any_rank, barrier, from_rank0, full_state_dict, init_from_env, micro_batches, shutdown,
-                          sum_over_ranks)
+from .checkpoints import Preempted, files_stamp, save_weights
+from .distributed import any_rank, from_rank0, sum_over_ranks
 from .codehash import module_digest
-from .common import (LOG, InputError, atomic_path, autocast, canonical_json, configure_torch, device,
+from .common import (LOG, InputError, atomic_path, autocast, canonical_json, configure_torch,
                      load_settings, seed_everything, settings_hash, setup_logging)
 from .data import read_table
 from .evaluate import score_encoded
 from .features import Encoded, collate, encode, length_grouped_batches
-from .models import MultiHeadModel, forward, load_mlm_head, load_tokenizer, make_head
-from .sharded_loading import empty_backbone, empty_mlm_head, load_sharded_model
+from .models import forward, load_mlm_head, load_tokenizer, make_head
 from .tasks import MLM, TAGGING, Task, get_task, primary_metric
 
 
@@ -255,20 +253,15 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
                    "data": canonical_json(data), "code": module_digest("train"), "inputs": files_stamp(inputs)}
     configure_torch(threads)
     seed_everything(seed)  # the same on every rank: each builds the same model and global batches
-    # Under torchrun: one rank of a sharded run (FSDP2); otherwise the single process.
-    ctx = init_from_env()
-    dev = ctx.device if ctx.distributed else device()
-    checkpointer = (ShardedCheckpointer(checkpoint_dir, fingerprint, checkpoint_every, ctx) if ctx.distributed
-                    else Checkpointer(checkpoint_dir, fingerprint, checkpoint_every))
     method = Method.from_settings(settings.get("method"))
+    # Under torchrun or srun: one rank of a sharded run (FSDP2); otherwise the single process.
+    runtime = training_runtime.start(method)
+    ctx, dev = runtime.ctx, runtime.device
+    checkpointer = runtime.checkpointer(checkpoint_dir, fingerprint, checkpoint_every)
     check_available(method, dev)
     tokenizer = load_tokenizer(encoder_dir)
-    # The backbone the previous phase left: its base with every adapter of its lineage merged.
-    # Sharded: built on the meta device (config, names, shapes; no weights), each rank reading
-    # only its own shards below, so that no rank ever holds the whole base.
-    encoder = empty_backbone(encoder_dir, method) if ctx.distributed else load_backbone(encoder_dir, method)
-    phase_data = load_phase_data(encoder_dir, encoder, tokenizer, data, settings,
-                                 mlm_head=empty_mlm_head if ctx.distributed else load_mlm_head)
+    encoder = runtime.load_backbone(encoder_dir)
+    phase_data = load_phase_data(encoder_dir, encoder, tokenizer, data, settings, mlm_head=runtime.mlm_head)
     tasks, task_opts = phase_data.tasks, settings["tasks"]
     family = family_of(encoder_dir)
     # Adapters: the heads train whole and are saved with the adapter (not the MLM head, which
@@ -279,17 +272,7 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
         # activation checkpointing the recomputed forward appends to the cache the first
         # forward filled (a shape error at the first backward).
         encoder.config.use_cache = False
-    if ctx.distributed:  # every transformer block one FSDP unit, the rest (embeddings, heads) the root's
-        built = load_sharded_model(encoder_dir, method, phase_data.heads, ctx, encoder=encoder,
-                                   head_formats=head_formats, bf16=dev.type == "cuda",
-                                   activation_checkpointing=method.activation_checkpointing)
-        model, peft_model = built.model, built.peft_model
-    else:
-        if method.activation_checkpointing:
-            encoder.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-        model = MultiHeadModel(encoder, phase_data.heads, family.name).to(dev)
-        peft_model = attach(model, method, head_formats) if method.adapters else None
-        model = inner(peft_model) if peft_model is not None else model
+    model, peft_model = runtime.build(encoder_dir, encoder, phase_data.heads, family.name, head_formats)
     total = total_steps(settings, phase_data.train_sets)
     warmup = int(float(settings["warmup_ratio"]) * total)
     sampler = TaskSampler({n: len(s.features) for n, s in phase_data.train_sets.items()},
@@ -313,16 +296,11 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
     scratch = None if checkpoint_dir else Path(from_rank0(
         tempfile.mkdtemp(prefix="xstilts-best-weights-") if ctx.is_main else None, ctx))
     best_dir = checkpoint_dir / "best" if checkpoint_dir else scratch
-    best_weights = (ShardedBestWeights(best_dir, ctx) if ctx.distributed
-                    else BestWeights(best_dir, lambda m: trained_state(m, method)))
+    best_weights = runtime.best_weights(best_dir)
     history, bad_evals, start, elapsed, train_seconds = [], 0, 0, 0.0, 0.0
 
-    # (a sharded checkpoint restores the model's and optimiser's shards and each rank's RNG itself)
-    resumed = checkpointer.load(model, optimizer) if ctx.distributed else checkpointer.load()
+    resumed = runtime.resume(checkpointer, model, optimizer)  # model, optimiser and RNG restored
     if resumed is not None:
-        if not ctx.distributed:
-            _load_trained_state(model, resumed["model"], method)
-            optimizer.load_state_dict(resumed["optimizer"])
         scheduler.load_state_dict(resumed["scheduler"])
         sampler.rng.setstate(resumed["sampler"])
         for n, st in resumed["streams"].items():
@@ -337,20 +315,15 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
         # (checkpoints written before throughput was counted resume with fresh counts)
         meter.counts = resumed.get("counts", meter.counts)
         train_seconds = resumed.get("train_seconds", 0.0)
-        if not ctx.distributed:
-            set_rng_state(resumed["rng"])
 
     def state(next_step: int) -> dict[str, Any]:
-        found = {"step": next_step, "scheduler": scheduler.state_dict(), "sampler": sampler.rng.getstate(),
+        return {"step": next_step, "scheduler": scheduler.state_dict(), "sampler": sampler.rng.getstate(),
                  "streams": {n: {"rng": st.rng.getstate(), "batches": st.batches, "passes": st.passes}
                              for n, st in streams.items()},
                  "mlm_generator": mlm_args["generator"].get_state(), "best": best,
                  "bad_evals": bad_evals, "history": history, "counts": meter.counts,
                  "train_seconds": train_seconds + time.time() - loop_started - eval_seconds,
                  "elapsed": elapsed + time.time() - started}
-        if not ctx.distributed:
-            found.update(model=trained_state(model, method), optimizer=optimizer.state_dict(), rng=rng_state(dev))
-        return found
 
     # Slurm sends SIGUSR1 (with --signal) or SIGTERM before killing a job: checkpoint, then stop.
     stop_signal: list[int] = []
@@ -366,7 +339,7 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
             task = tasks[name]
             feats = streams[name].next()
             step_loss = torch.zeros((), device=dev)
-            for chunk, weight in _micro_batches(feats, micro, ctx):
+            for chunk, weight in runtime.micro_batches(feats, micro):
                 cpu_batch = collate(chunk, task.format, tokenizer.pad_token_id, mlm_args if task.format == MLM else None)
                 if weight != 0.0:  # not a stand-in that only keeps this rank in step with the others
                     meter.add_batch(cpu_batch, len(chunk))
@@ -417,10 +390,7 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
                     LOG.info("early stopping at step %d (best step %d)", step + 1, best["step"])
                     break
             if saving:
-                if ctx.distributed:
-                    checkpointer.save(model, optimizer, state(step + 1))
-                else:
-                    checkpointer.save(state(step + 1))
+                runtime.save(checkpointer, model, optimizer, state(step + 1))
                 best_weights.checkpointed(best["step"] or None)
             if stopping:
                 raise Preempted(stop_signal[0] if stop_signal else signal.SIGTERM, step + 1)
@@ -447,7 +417,7 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
            "settings": settings, "settings_hash": settings_hash(settings), "resumed_at_step": start or None,
            "wall_time_s": round(elapsed + time.time() - started, 3)}
     # A sharded model is gathered whole on rank 0, which alone writes the output.
-    full = full_state_dict(model, ctx) if ctx.distributed else None
+    full = runtime.gathered_state(model)
     if ctx.is_main and peft_model is not None:
         with atomic_path(output) as tmp:
             tmp.mkdir()
@@ -457,32 +427,8 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
         _save(model, tokenizer, phase, log, output, full)
     if not keep_checkpoints:  # XLM-R large checkpoints are several GB each
         checkpointer.remove()
-    if ctx.distributed:
-        barrier(ctx)  # the output exists before any rank reports success
-        shutdown(ctx)
+    runtime.finish()
     return log
-
-
-def _micro_batches(feats: list[dict[str, Any]], micro: int, ctx) -> list[tuple[list[dict[str, Any]], float | None]]:
-    """A step's micro-batches: in one process, chunks of at most ``micro`` examples (weight
-    None: the chunk's share of the batch); in a sharded run, this rank's part of the same
-    global batch with its loss weight (distributed.micro_batches)."""
-    if ctx.distributed:
-        return micro_batches(feats, ctx, micro)
-    return [(feats[k:k + micro], None) for k in range(0, len(feats), micro)]
-
-
-def _load_trained_state(model, state: dict[str, Any], method: Method) -> None:
-    """A checkpoint's model state back into the model: all of it, or (adapters) exactly the
-    trainable tensors, every one of them."""
-    if not method.adapters:
-        model.load_state_dict(state)
-        return
-    expected = set(trained_state(model, method))
-    if set(state) != expected:
-        raise InputError(f"checkpoint holds other trainable tensors than the model "
-                         f"(missing {sorted(expected - set(state))[:3]}, unexpected {sorted(set(state) - expected)[:3]})")
-    model.load_state_dict(state, strict=False)
 
 
 def data_sources(spec: str | list[dict[str, Any]], default_languages: list[str] | None

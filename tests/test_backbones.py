@@ -360,3 +360,40 @@ def test_lora_targets_hit_every_attention_projection_of_every_layer(family, conf
         assert len(hits) == layers, (target, hits)
     # q, k, v and o are all covered (BLOOM fuses q, k and v into one layer)
     assert len(targets) * layers >= (2 if config.model_type == "bloom" else 4) * layers
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_fused_adapter_sum_gives_peft_forward_and_gradients(family, dropout, backbone_dirs, demo_data):
+    """adapters.fuse_adapter_sums adds each adapter's output in place; the same model with
+    peft's own forward (the class method, which the fused one bypasses) must give the same
+    logits and gradients, dropout masks drawn from the same RNG state included."""
+    from peft.tuners.lora.layer import Linear as LoraLinear
+
+    method = Method.from_settings({"name": "lora", "rank": 4, "alpha": 8, "dropout": dropout})
+    model = _model(backbone_dirs[family], "xnli")
+    peft_model = adapters.attach(model, method, {"xnli": ("classification", 3)})
+    fused = [m for m in peft_model.modules() if type(m) is LoraLinear and "forward" in vars(m)]
+    assert fused, "no LoRA layer got the fused forward"
+    _perturb(peft_model)
+    inner = adapters.inner(peft_model)
+    inner.train()
+    tokenizer = load_tokenizer(backbone_dirs[family])
+    encoded = encode(get_task("xnli"), tokenizer, _rows("xnli", demo_data), OPTS, train=True)
+    batch = collate(encoded.features.take(range(min(4, len(encoded.features)))), "classification",
+                    tokenizer.pad_token_id)
+
+    def run():
+        inner.zero_grad()
+        torch.manual_seed(11)
+        logits, loss = forward(inner, "classification", "xnli", batch)
+        loss.backward()
+        return logits.detach(), {n: p.grad.clone() for n, p in inner.named_parameters() if p.requires_grad}
+
+    fused_logits, fused_grads = run()
+    for m in fused:
+        del m.forward  # back to peft's LoraLinear.forward
+    peft_logits, peft_grads = run()
+    torch.testing.assert_close(fused_logits, peft_logits, rtol=1e-5, atol=1e-6)
+    for name in peft_grads:
+        torch.testing.assert_close(fused_grads[name], peft_grads[name], rtol=1e-4, atol=1e-6)

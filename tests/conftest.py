@@ -85,9 +85,18 @@ def comparable_metrics(metrics: dict) -> dict:
 
 
 def checkpoint_step(checkpoints: Path) -> int:
-    """The step of the newest training checkpoint under a checkpoint directory (0: none)."""
+    """The step of the newest training checkpoint under a checkpoint directory (0: none):
+    a single process's (meta.json) or a sharded run's (the DCP version LATEST names)."""
     meta = checkpoints / "checkpoint" / "meta.json"
-    return json.loads(meta.read_text())["step"] if meta.is_file() else 0
+    if meta.is_file():
+        return json.loads(meta.read_text())["step"]
+    from workflow_scripts.distributed import read_extra
+
+    try:
+        extra = read_extra(checkpoints / "checkpoint")
+    except (OSError, EOFError, RuntimeError):  # a version pruned or removed while it was read
+        return 0
+    return extra["step"] if extra else 0
 
 
 # ----- running the workflow ------------------------------------------------------------------

@@ -248,7 +248,8 @@ def shard_model(model, block_classes: tuple[type, ...], ctx: Context, bf16: bool
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    model.to(ctx.device)
+    if not any(p.is_meta for p in model.parameters()):  # a meta base is materialised after sharding
+        model.to(ctx.device)
     if sync_module_states:
         with torch.no_grad():
             for tensor in [*model.parameters(), *model.buffers()]:

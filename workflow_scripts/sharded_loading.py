@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, Any, Union
 from .adapters import ADAPTER_DIR, Method, attach, inner, lineage, load_backbone, merge_adapter, quantisation_kwargs
 from .backbones import family_of
 from .backbones import seq2seq_encoder
+from .distributed import shard_model
 from .common import LOG, InputError
 
 if TYPE_CHECKING:
@@ -339,31 +340,6 @@ def _stand_in_weights(model) -> Iterator[None]:
 # --- FSDP2 -------------------------------------------------------------------------------------
 
 
-def _fully_shard(model, block_classes: tuple[type, ...], ctx: "Context", bf16: bool,
-                 activation_checkpointing: bool) -> None:
-    """``distributed.shard_model`` for a model whose base is on the meta device: the same
-    units, policy and activation checkpointing, without its ``model.to(device)`` (a meta
-    tensor cannot be copied) and without ``sync_module_states`` (there is nothing to
-    broadcast; FSDP2 moves the real heads and adapters to the device itself)."""
-    import torch
-    from torch.distributed._composable import checkpoint
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-    blocks = [m for m in model.modules() if isinstance(m, tuple(block_classes))]
-    if block_classes and not blocks:
-        raise ValueError(f"no module of {[c.__name__ for c in block_classes]} in {type(model).__name__}")
-    if activation_checkpointing:
-        for block in blocks:
-            checkpoint(block)
-    mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
-    policy = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16
-              else MixedPrecisionPolicy())
-    for block in blocks:
-        fully_shard(block, mesh=mesh, mp_policy=policy)
-    fully_shard(model, mesh=mesh, mp_policy=policy)
-
-
 def local_part(param) -> tuple["torch.Tensor", tuple[slice, ...]]:
     """This rank's tensor of ``param`` (a DTensor's local shard, or the tensor itself) and the
     index of the global tensor it holds (FSDP2: a run of rows; the last ranks' may be short
@@ -636,8 +612,8 @@ def load_sharded_model(model_dir: str | Path, method: Method, heads: "Heads", ct
             if sync_module_states:
                 _broadcast([*keep.values(), *(b for _, _, b in buffers)])
 
-            _fully_shard(model, tuple({type(b) for b in family.blocks(model.encoder)}), ctx, bf16,
-                         activation_checkpointing)
+            shard_model(model, tuple({type(b) for b in family.blocks(model.encoder)}), ctx, bf16,
+                        activation_checkpointing, sync_module_states=False)
             model.to_empty(device=ctx.device)
             _retie(model, order)
             _fill(model, order, keep, meta_sources, merges, checkpoint, stats)

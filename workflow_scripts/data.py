@@ -8,6 +8,10 @@ One canonical schema per task format (every row also has ``id`` and ``lang``):
 - tagging:         tokens, tags (tag strings)
 - retrieval:       source (the non-English sentence), target (its English translation)
 - mining:          side ("source" or "en"), text, gold (English ids aligned to a source sentence)
+- ranking:         side ("query" or "candidate"), text, context (a candidate's surrounding text
+                   or ""), gold (a query's gold candidate ids; [] on candidates). A query's
+                   ``lang`` is the language it is scored in; candidates of every language
+                   form one pool (Mewsli-X, LAReQA)
 - mlm:             text
 
 An unresolvable span answer (evaluation splits only) has start ``-1``: scorers compare texts.
@@ -31,7 +35,7 @@ from typing import Any
 
 from .common import LOG, InputError, atomic_path, load_settings, setup_logging
 from .loaders import CONVERTERS, Report, Row, Source, repo_path
-from .tasks import CLASSIFICATION, MINING, MLM, MULTIPLE_CHOICE, RETRIEVAL, SPAN, TAGGING, Task, get_task
+from .tasks import CLASSIFICATION, MINING, MLM, MULTIPLE_CHOICE, RANKING, RETRIEVAL, SPAN, TAGGING, Task, get_task
 
 SCHEMAS: dict[str, dict[str, str]] = {
     CLASSIFICATION: {"text_a": "string", "text_b": "string", "label": "int64"},
@@ -41,6 +45,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
     TAGGING: {"tokens": "list<string>", "tags": "list<string>"},
     RETRIEVAL: {"source": "string", "target": "string"},
     MINING: {"side": "string", "text": "string", "gold": "list<string>"},
+    RANKING: {"side": "string", "text": "string", "context": "string", "gold": "list<string>"},
     MLM: {"text": "string"},
 }
 

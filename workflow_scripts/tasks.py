@@ -15,8 +15,11 @@ SPAN = "span"
 TAGGING = "tagging"
 RETRIEVAL = "retrieval"  # parallel sentence pairs (Tatoeba)
 MINING = "mining"  # monolingual corpora plus gold alignments (BUCC)
+# Queries and candidates in one file, each query naming its gold candidates (Mewsli-X,
+# LAReQA): a dual encoder trained on (query, gold candidate) pairs ranks the candidates.
+RANKING = "ranking"
 MLM = "mlm"
-FORMATS = (CLASSIFICATION, MULTIPLE_CHOICE, SPAN, TAGGING, RETRIEVAL, MINING, MLM)
+FORMATS = (CLASSIFICATION, MULTIPLE_CHOICE, SPAN, TAGGING, RETRIEVAL, MINING, RANKING, MLM)
 
 NLI_LABELS = ("entailment", "neutral", "contradiction")
 UPOS_TAGS = ("ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM", "PART", "PRON",
@@ -40,9 +43,13 @@ class Task:
     eval_splits: tuple[str, ...] = field(default=())
     # Languages the source data has no dev split for (their dev scores are left out, by name).
     dev_missing: frozenset[str] = frozenset()
+    # Tasks trained, each selected on its own dev split, before the target's own training
+    # (XTREME-R's XCOPA: SIQA, then COPA); the config can switch them off.
+    stages: tuple[str, ...] = ()
 
     @property
     def is_retrieval(self) -> bool:
+        """Scored without target training, on the encoder the intermediate phase left."""
         return self.format in (RETRIEVAL, MINING)
 
     @property
@@ -74,6 +81,9 @@ TASKS: dict[str, Task] = {t.name: t for t in (
     _t("cosmosqa", MULTIPLE_CHOICE, "accuracy", ("train", "dev"), num_choices=4),
     _t("commonsenseqa", MULTIPLE_CHOICE, "accuracy", ("train", "dev"), num_choices=5),
     _t("mlm", MLM, "mlm_loss", ("train",)),
+    # XTREME-R's XCOPA recipe trains on these (PROTOCOL.md §8); each is also an intermediate task.
+    _t("siqa", MULTIPLE_CHOICE, "accuracy", ("train", "dev"), num_choices=3),
+    _t("copa", MULTIPLE_CHOICE, "accuracy", ("train", "dev"), num_choices=2),
     # The XNLI authors' machine translations of MNLI train (and XNLI's human dev): the data of
     # translated MNLI configs, used instead of translating MNLI ourselves (PROTOCOL.md §4).
     _t("xnli_mt", CLASSIFICATION, "accuracy", ("train", "dev"), NLI_LABELS),
@@ -97,6 +107,17 @@ TASKS: dict[str, Task] = {t.name: t for t in (
        train_from="tydiqa", select_from="squad", eval_splits=("test",)),
     _t("bucc", MINING, "bucc_f1", ("dev", "test"), eval_splits=("dev", "test")),
     _t("tatoeba", RETRIEVAL, "tatoeba_accuracy", ("test",), eval_splits=("test",)),
+    # XTREME-R targets, PROTOCOL.md §8. XCOPA has no English rows: COPA's English dev selects.
+    _t("xcopa", MULTIPLE_CHOICE, "accuracy", ("dev", "test"), num_choices=2,
+       train_from="copa", select_from="copa", eval_splits=("dev", "test"), stages=("siqa",)),
+    # Mewsli-X: train on English Wikipedia mention-entity pairs; dev and test are WikiNews
+    # mentions against the candidate entities' descriptions (both files hold the candidates).
+    _t("mewslix", RANKING, "map_at_20", ("train", "dev", "test"),
+       train_from="mewslix", select_from="mewslix", eval_splits=("dev", "test")),
+    # LAReQA on XQuAD-R: train and select on SQuAD v1.1 turned into (question, answer
+    # sentence) pairs; the test pools the sentences of all 11 languages.
+    _t("lareqa", RANKING, "map_at_20", ("train", "dev", "test"),
+       train_from="lareqa", select_from="lareqa", eval_splits=("test",)),
 )}
 
 INTERMEDIATE_TASKS = tuple(n for n, t in TASKS.items() if not t.is_target)
@@ -123,4 +144,4 @@ def qa_answer_score(metric: str, scores: dict[str, float]) -> float:
 
 def primary_metric(metric: str) -> str:
     return {"squad_v1": "f1", "squad_v2": "f1", "mlqa": "f1", "seqeval_f1": "f1",
-            "bucc_f1": "f1", "mlm_loss": "loss"}.get(metric, "accuracy")
+            "bucc_f1": "f1", "mlm_loss": "loss", "map_at_20": "map_at_20"}.get(metric, "accuracy")

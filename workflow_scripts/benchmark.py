@@ -1,0 +1,126 @@
+"""The benchmarks a grid can be scored as: XTREME (Hu et al. 2020) and XTREME-R (Ruder et al.
+2021), each a registry of its targets, their categories and official language lists.
+
+``benchmark`` in the config picks one. Its targets are the only ones the config may list;
+its categories give the tables their category averages and overall score: the mean of the
+task scores, a QA task counting (F1 + EM) / 2 and every other task its primary metric
+(PROTOCOL.md §3, §8), as the official ``evaluate.py`` averages them. A target run on fewer
+languages than the benchmark defines (the demo, a partial grid) is scored on those, and
+the tables say its score is not comparable with published ones.
+
+Standard library only: the Snakefile imports this to validate the config.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+CLASSIFICATION = "classification"
+STRUCTURED = "structured prediction"
+QA = "question answering"
+RETRIEVAL = "retrieval"
+CATEGORIES = (CLASSIFICATION, STRUCTURED, QA, RETRIEVAL)
+
+
+def _langs(text: str) -> tuple[str, ...]:
+    return tuple(text.split())
+
+
+_XNLI = _langs("ar bg de el en es fr hi ru sw th tr ur vi zh")
+_UDPOS = _langs("af ar bg de el en es et eu fa fi fr he hi hu id it ja kk ko mr nl pt ru ta te th tl tr ur "
+                "vi yo zh")
+_PANX = _langs("af ar bg bn de el en es et eu fa fi fr he hi hu id it ja jv ka kk ko ml mr ms my nl pt ru "
+               "sw ta te th tl tr ur vi yo zh")
+_TATOEBA = _langs("af ar bg bn de el es et eu fa fi fr he hi hu id it ja jv ka kk ko ml mr nl pt ru sw ta te "
+                  "th tl tr ur vi zh")
+_XQUAD = _langs("ar de el en es hi ru th tr vi zh")
+_MLQA = _langs("ar de en es hi vi zh")
+_TYDIQA = _langs("ar bn en fi id ko ru sw te")
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    title: str
+    categories: dict[str, tuple[str, ...]]  # category -> its targets, in the paper's order
+    languages: dict[str, tuple[str, ...]]  # target -> the official evaluation languages
+    leaderboard_names: dict[str, str] = field(default_factory=dict)  # our target -> its folder in a submission
+    # What a reader must know to compare a target's numbers with published ones.
+    notes: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        return tuple(t for targets in self.categories.values() for t in targets)
+
+    def category_of(self, target: str) -> str:
+        for category, targets in self.categories.items():
+            if target in targets:
+                return category
+        raise KeyError(f"{target!r} is not a target of {self.title} (its targets: {', '.join(self.targets)})")
+
+    def missing_languages(self, target: str, languages: list[str]) -> list[str]:
+        """The benchmark's languages of ``target`` a run does not evaluate (its score then
+        averages over fewer languages than the published one)."""
+        return [lang for lang in self.languages[target] if lang not in languages]
+
+    def describe(self) -> dict[str, object]:
+        return {"name": self.name, "title": self.title, "categories": {c: list(t) for c, t in self.categories.items()},
+                "languages": {t: list(l) for t, l in self.languages.items()}, "notes": dict(self.notes),
+                "leaderboard_names": dict(self.leaderboard_names)}
+
+
+XTREME = Benchmark(
+    name="xtreme", title="XTREME",
+    categories={CLASSIFICATION: ("xnli", "pawsx"), STRUCTURED: ("udpos", "panx"), QA: ("xquad", "mlqa", "tydiqa"),
+                RETRIEVAL: ("bucc", "tatoeba")},
+    languages={"xnli": _XNLI, "pawsx": _langs("de en es fr ja ko zh"), "udpos": _UDPOS, "panx": _PANX,
+               "xquad": _XQUAD, "mlqa": _MLQA, "tydiqa": _TYDIQA, "bucc": _langs("de fr ru zh"),
+               "tatoeba": _TATOEBA},
+    leaderboard_names={"bucc": "bucc2018"},
+)
+
+XTREME_R = Benchmark(
+    name="xtreme_r", title="XTREME-R",
+    categories={CLASSIFICATION: ("xnli", "xcopa"), STRUCTURED: ("udpos", "panx"), QA: ("xquad", "mlqa", "tydiqa"),
+                RETRIEVAL: ("tatoeba", "mewslix", "lareqa")},
+    languages={"xnli": _XNLI, "xcopa": _langs("et ht id it qu sw ta th tr vi zh"),
+               "udpos": tuple(sorted(_UDPOS + _langs("lt pl uk wo ro"))),
+               "panx": tuple(sorted(_PANX + _langs("qu pl uk az lt pa gu ro"))),
+               "xquad": tuple(sorted(_XQUAD + ("ro",))), "mlqa": _MLQA, "tydiqa": _TYDIQA,
+               "tatoeba": tuple(sorted(_TATOEBA + _langs("az lt pl uk ro"))),
+               "mewslix": _langs("ar de en es fa ja pl ro ta tr uk"),
+               "lareqa": _langs("ar de el en es hi ru th tr vi zh")},
+    notes={
+        "mewslix": "Mewsli-X data version 20220518_6 was re-sampled after the XTREME-R paper: its published "
+                   "numbers are not comparable with scores on the released data",
+        "lareqa": "mAP@20 as XTREME-R's code scores it (the LAReQA paper reports full mAP)",
+        "xcopa": "trained on SIQA, then on English COPA (XTREME-R's recipe) unless tasks.xcopa.stages is []",
+    },
+)
+
+BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (XTREME, XTREME_R)}
+DEFAULT = XTREME.name
+
+
+def get(name: str) -> Benchmark:
+    try:
+        return BENCHMARKS[name]
+    except KeyError:
+        raise KeyError(f"unknown benchmark {name!r}; known: {', '.join(BENCHMARKS)}") from None
+
+
+def of_config(config: dict) -> Benchmark:
+    return get(config.get("benchmark", DEFAULT))
+
+
+def category_scores(task_scores: dict[str, float], bench: Benchmark) -> dict[str, float | None]:
+    """Each category's mean task score and the overall score (the mean over all the
+    benchmark's tasks); None where a task of it has no score, as the official scorer leaves
+    a category out unless all its tasks were submitted."""
+    out: dict[str, float | None] = {}
+    for category, targets in bench.categories.items():
+        values = [task_scores.get(t) for t in targets]
+        out[category] = None if any(v is None for v in values) else sum(values) / len(values)  # type: ignore[arg-type]
+    values = [task_scores.get(t) for t in bench.targets]
+    out["overall"] = None if any(v is None for v in values) else sum(values) / len(values)  # type: ignore[arg-type]
+    return out

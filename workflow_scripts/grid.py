@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from . import backbone_grid, memory_plan, slurm, transfer
+from . import backbone_grid, benchmark, memory_plan, slurm, transfer
 from .common import is_url
 from .tasks import PROVIDED_TRANSLATIONS, SPAN, TASKS, TRANSLATABLE_FORMATS, get_task
 from .transfer import data_path, translate_test_path, translated_path
@@ -416,6 +416,8 @@ def table_settings(config: dict[str, Any], backbone: str) -> dict[str, Any]:
             "baseline_setting": transfer.baseline_setting(config),
             "target_languages": {t: config["tasks"][t]["languages"] for t in config["targets"]},
             "backbone": backbone_grid.describe(config, backbone),
+            # The benchmark whose categories and overall score the tables report (benchmark.py).
+            "benchmark": benchmark.of_config(config).describe(),
             # Figures and LaTeX files are written for every target and setting of the config
             # (the rules' outputs are the same for each backbone); those a backbone does not
             # run say so.

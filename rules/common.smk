@@ -63,6 +63,7 @@ wildcard_constraints:
     target="|".join(TARGETS),
     seed=r"\d+",
     task="|".join(TASKS),
+    stage="|".join(TASKS),
     split="train|dev|test",
     lang="[a-z]{2,3}",
     translator="translator|translator_to_en",
@@ -111,7 +112,7 @@ def rule_resources():
     backbone's jobs hold (GPUs per node times nodes)."""
 
     def gpus(rule):
-        if rule.name in ("train_intermediate", "train_target"):
+        if rule.name in ("train_intermediate", "train_target", "train_target_stage"):
             asked = [backbone_grid.gpus(config, b) for b in BACKBONES]
             return max(a["per_node"] * a["nodes"] if a["per_node"] else res(rule.name, "gpu") for a in asked)
         return rule.resources.get("gpu").value or 0
@@ -175,9 +176,27 @@ def intermediate_inputs(wildcards):
 
 def target_inputs(wildcards):
     return {
-        "encoder": grid.intermediate_encoder(config, wildcards.backbone, wildcards.intermediate, wildcards.seed),
+        # the intermediate phase's backbone, or the model of the target's last stage
+        "encoder": grid.target_start(config, wildcards.backbone, wildcards.intermediate, wildcards.target, wildcards.seed),
         "data": grid.target_data_files(config, wildcards.target, wildcards.recipe),
     }
+
+
+def stage_inputs(wildcards):
+    data = grid.stage_data(config, wildcards.stage)
+    return {
+        "encoder": grid.target_start(config, wildcards.backbone, wildcards.intermediate, wildcards.target,
+                                     wildcards.seed, before=wildcards.stage),
+        **{f"{split}": path for split, path in data[wildcards.stage].items()},
+    }
+
+
+def stage_data_map(wildcards):
+    return canonical_json(grid.stage_data(config, wildcards.stage))
+
+
+def stage_settings(wildcards):
+    return canonical_json(grid.stage_settings(config, wildcards.backbone, wildcards.target, wildcards.stage))
 
 
 def target_data_map(wildcards):

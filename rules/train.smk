@@ -76,3 +76,41 @@ rule train_target:
         " --threads {threads} --output {output.model} --checkpoint-dir {params.checkpoints}"
         " --checkpoint-every {resources.checkpoint_every}"
         " --keep-checkpoints {resources.keep_checkpoints} > {log} 2>&1"
+
+
+# A target's stages (XTREME-R's XCOPA: SIQA, then COPA): each trains on the stage task's
+# English data, selected on its English dev split, starting from the previous stage's model;
+# the target's own training starts from the last one (grid.target_start).
+rule train_target_stage:
+    input:
+        unpack(stage_inputs),
+    output:
+        model=directory("results/target/{backbone}/{intermediate}/{target}/stages/{stage}/seed{seed}/model"),
+    log:
+        "logs/train_target_stage/{backbone}/{intermediate}/{target}/{stage}/seed{seed}.log",
+    benchmark:
+        "results/benchmarks/train_target_stage/{backbone}/{intermediate}/{target}/{stage}/seed{seed}.tsv",
+    params:
+        settings=stage_settings,
+        data=stage_data_map,
+        checkpoints="results/checkpoints/target/{backbone}/{intermediate}/{target}/stages/{stage}/seed{seed}",
+        code=module_digest("train"),
+    threads: res("train_target", "threads")
+    retries: training_retries("train_target")
+    resources:
+        mem_mb=res("train_target", "mem_mb"),
+        runtime=res("train_target", "runtime"),
+        gpu=training_gpus("train_target"),
+        launcher=training_launcher,
+        **training_geometry(),
+        slurm_extra=training_slurm_extra("train_target"),
+        checkpoint_every=res("train_target", "checkpoint_every"),
+        keep_checkpoints=res("train_target", "keep_checkpoints"),
+    conda:
+        "../envs/training.yaml"
+    shell:
+        "{resources.launcher} -m workflow_scripts.train target --encoder {input.encoder}"
+        " --data {params.data:q} --settings {params.settings:q} --seed {wildcards.seed}"
+        " --threads {threads} --output {output.model} --checkpoint-dir {params.checkpoints}"
+        " --checkpoint-every {resources.checkpoint_every}"
+        " --keep-checkpoints {resources.keep_checkpoints} > {log} 2>&1"

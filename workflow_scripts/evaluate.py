@@ -35,7 +35,8 @@ from .neighbours import EXACT
 from .predictions import write_predictions
 from .retrieval import (BUCC_DUPLICATES, LAYER_CONVENTION, choose_threshold, embed, expand_to_ids, margin_candidates, mined_pairs,
                         prf, tatoeba_nearest, tatoeba_score, unique_texts)
-from .tasks import CLASSIFICATION, MULTIPLE_CHOICE, RETRIEVAL, SPAN, TAGGING, Task, get_task, primary_metric
+from . import dual_encoder
+from .tasks import CLASSIFICATION, MULTIPLE_CHOICE, RANKING, RETRIEVAL, SPAN, TAGGING, Task, get_task, primary_metric
 
 
 def predict_logits(model, task: Task, encoded: Encoded, batch_size: int, pad_id: int, dev) -> list[Any]:
@@ -85,6 +86,8 @@ def predict_and_score(model, task: Task, encoded: Encoded, pad_id: int, opts: di
     metric = metric or task.metric
     rows = encoded.rows
     logits = predict_logits(model, task, encoded, int(opts["eval_batch_size"]), pad_id, dev)
+    if task.format == RANKING:  # one embedding per row (dual_encoder.py)
+        return dual_encoder.score(rows, logits, dev=dev)
     if task.format in (CLASSIFICATION, MULTIPLE_CHOICE):
         labels = [int(l.argmax()) for l in logits]
         return accuracy(labels, [r["label"] for r in rows]), labels
@@ -147,7 +150,11 @@ def evaluate_run(target: str, models: dict[str, Path], data: Sources, settings: 
         splits[split] = {}
         for path, langs in sources:
             langs = langs or [l for l in configured if split != "dev" or l not in task.dev_missing]
-            splits[split].update(rows_by_language(path, task.format, langs))
+            if task.format == RANKING:  # each language's queries with the file's whole candidate pool
+                rows = read_table(path, task.format).to_pylist()
+                splits[split].update(dual_encoder.rows_by_language(rows, langs, str(path)))
+            else:
+                splits[split].update(rows_by_language(path, task.format, langs))
     languages = [l for l in configured if any(l in by_lang for by_lang in splits.values())]
     model_of = {lang: models.get(lang, models.get("*")) for lang in languages}
     unassigned = [lang for lang, m in model_of.items() if m is None]
@@ -169,9 +176,15 @@ def evaluate_run(target: str, models: dict[str, Path], data: Sources, settings: 
         for model_dir in sorted(set(model_of.values())):
             model, tokenizer = _load_target_model(task, model_dir, dev)
             selections[str(model_dir)] = read_json(model_dir / "train_log.json")["best"]
+            # ranking: the candidate pool is embedded once, not once per language
+            pool = dual_encoder.PoolScorer(model, task, tokenizer, opts, dev) if task.format == RANKING else None
             for split, by_lang in splits.items():
                 for lang, rows in by_lang.items():
-                    if model_of[lang] == model_dir:
+                    if model_of[lang] != model_dir:
+                        continue
+                    if pool is not None:
+                        scores[split][lang], found = pool.score(rows)
+                    else:
                         scores[split][lang], found = predict_and_score_rows(model, task, tokenizer, rows, opts, dev)
                         if split == "test":
                             predictions[lang] = found

@@ -9,6 +9,7 @@
   Words are tokenised as in running text, with their leading space where the tokenizer
   needs one (byte-level BPE without ``add_prefix_space``: ``words_need_spaces``).
 - mlm: dynamic masking (15%, of which 80% mask / 10% random / 10% kept), redrawn every batch.
+- ranking: queries and candidates encoded apart, for a dual encoder (dual_encoder.py).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .tasks import CLASSIFICATION, MLM, MULTIPLE_CHOICE, SPAN, TAGGING, Task
+from .tasks import CLASSIFICATION, MLM, MULTIPLE_CHOICE, RANKING, SPAN, TAGGING, Task
 
 Feature = dict[str, Any]
 IGNORE = -100
@@ -86,7 +87,7 @@ def _compact(table):
         return pa.int32() if pa.types.is_integer(t) else t
 
     cols = {name: table.column(name).cast(shrink(table.column(name).type))
-            for name in table.column_names if name in ("input_ids", "labels")}
+            for name in table.column_names if name in ("input_ids", "labels", "candidate_ids")}
     for name, col in cols.items():
         table = table.set_column(table.column_names.index(name), name, col)
     return table
@@ -108,7 +109,13 @@ ENCODE_CHUNK = 2000  # rows tokenised at a time: bounds the Python objects alive
 def encode(task: Task, tokenizer, rows, opts: dict[str, Any], train: bool) -> Encoded:
     """Tokenise ``rows`` (a list of dicts, or an Arrow table read ENCODE_CHUNK rows at a
     time, so a 1M-example task never exists as Python objects) in batches with the fast
-    tokenizer, which spreads each batch over its own threads."""
+    tokenizer, which spreads each batch over its own threads. A ranking file is encoded
+    whole: a training query's gold candidate may be anywhere in it."""
+    if task.format == RANKING:
+        from . import dual_encoder
+
+        return Encoded(FeatureStore.from_chunks([dual_encoder.encode(tokenizer, rows, opts, train)]), rows)
+
     def row_chunks():
         if isinstance(rows, list):
             yield from (rows[start:start + ENCODE_CHUNK] for start in range(0, len(rows), ENCODE_CHUNK))
@@ -371,6 +378,10 @@ def collate(features: Sequence[Feature], fmt: str, pad_id: int, mlm: dict[str, A
     # The attention mask comes from each sequence's length, not from comparing ids with the
     # pad id: a decoder without a pad token pads with its end-of-sequence token, which may
     # also occur in the text (backbones/decoder.py).
+    if fmt == RANKING:
+        from . import dual_encoder
+
+        return dual_encoder.collate(features, pad_id)
     if fmt == MULTIPLE_CHOICE:
         width = max(len(ids) for f in features for ids in f["input_ids"])
         ids = [[seq + [pad_id] * (width - len(seq)) for seq in f["input_ids"]] for f in features]

@@ -12,7 +12,7 @@ from typing import Any
 
 from . import backbone_grid, benchmark, memory_plan, slurm, transfer
 from .common import is_url
-from .tasks import PROVIDED_TRANSLATIONS, SPAN, TASKS, TRANSLATABLE_FORMATS, get_task
+from .tasks import PROVIDED_TRANSLATIONS, RANKING, SPAN, TASKS, TRANSLATABLE_FORMATS, get_task
 from .transfer import data_path, translate_test_path, translated_path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -21,6 +21,7 @@ PHASE_KEYS = ("learning_rate", "warmup_ratio", "weight_decay", "max_grad_norm", 
               "patience", "dev_examples", "eval_batch_size", "max_micro_batch", "multitask_cap",
               "multitask_epochs", "max_steps")
 SPAN_KEYS = ("doc_stride", "max_query_length", "n_best", "max_answer_length")
+RANKING_KEYS = ("max_query_length", "lowercase")
 
 
 class ConfigError(ValueError):
@@ -94,12 +95,22 @@ def check_config(config: dict[str, Any]) -> None:
                 if get_task(task).format not in TRANSLATABLE_FORMATS:
                     raise ConfigError(f"config key intermediate.{name}.language: task {task!r} "
                                       f"({get_task(task).format}) cannot be machine-translated")
+    bench = benchmark.of_config(config)
     for i, target in enumerate(config["targets"]):
         key = f"targets[{i}]"
         need_task(target, key)
         task = get_task(target)
         if not task.is_target:
             raise ConfigError(f"config key {key}: {target!r} is not a target task")
+        if target not in bench.targets:
+            raise ConfigError(f"config key {key}: {target!r} is not a {bench.title} target (benchmark: {bench.name}; "
+                              f"its targets: {', '.join(bench.targets)})")
+        for j, stage in enumerate(target_stages(config, target)):
+            stage_key = f"tasks.{target}.stages[{j}]"
+            need_task(stage, stage_key)
+            if get_task(stage).is_target or get_task(stage).format != task.format:
+                raise ConfigError(f"config key {stage_key}: a stage must be a {task.format} task that is not a "
+                                  f"target (its head carries over to {target}), got {stage!r}")
         if "languages" not in tasks_cfg[target]:
             raise ConfigError(f"config key tasks.{target}.languages: a target needs its evaluation languages")
         for dep in {task.train_from, task.select_from} - {None, target}:
@@ -156,6 +167,33 @@ def intermediate_encoder(config: dict[str, Any], backbone: str, name: str, seed:
     if is_baseline(config, name):
         return backbone_grid.base_dir(backbone)
     return f"{RESULTS}/intermediate/{backbone}/{name}/seed{seed}/encoder"
+
+
+def target_stages(config: dict[str, Any], target: str) -> list[str]:
+    """The tasks trained before a target's own training, in order (tasks.<t>.stages, else
+    the catalogue's: XCOPA's SIQA)."""
+    return list(config["tasks"].get(target, {}).get("stages", get_task(target).stages))
+
+
+def stage_model(backbone: str, name: str, target: str, stage: str, seed: int | str) -> str:
+    """The model a target's stage leaves (shared by every recipe of the target)."""
+    return f"{RESULTS}/target/{backbone}/{name}/{target}/stages/{stage}/seed{seed}/model"
+
+
+def target_start(config: dict[str, Any], backbone: str, name: str, target: str, seed: int | str,
+                 before: str | None = None) -> str:
+    """The model a target's training (or, with ``before``, that stage's) starts from: the
+    previous stage's, else the backbone the intermediate phase left."""
+    stages = target_stages(config, target)
+    earlier = stages[:stages.index(before)] if before is not None else stages
+    if earlier:
+        return stage_model(backbone, name, target, earlier[-1], seed)
+    return intermediate_encoder(config, backbone, name, seed)
+
+
+def stage_data(config: dict[str, Any], stage: str) -> dict[str, dict[str, str]]:
+    """A stage's data map: its English train and dev splits."""
+    return {stage: {"train": data_path(stage, "train"), "dev": data_path(stage, "dev")}}
 
 
 def target_model(backbone: str, name: str, target: str, recipe: str, seed: int | str) -> str:
@@ -217,6 +255,8 @@ def all_data_files(config: dict[str, Any]) -> list[str]:
         for recipe in plan.models.values():
             files.update(r.path for r in recipe.train + recipe.dev)
         files.update(r.path for refs in plan.eval_data.values() for r in refs)
+        for stage in (target_stages(config, plan.target) if plan.models else []):
+            files.update(stage_data(config, stage)[stage].values())
     return sorted(f for f in files if f.startswith(f"{RESULTS}/data/"))
 
 
@@ -311,6 +351,8 @@ def _task_opts(config: dict[str, Any], task: str) -> dict[str, Any]:
     opts = {k: cfg[k] for k in ("batch_size", "epochs", "max_length")}
     if get_task(task).format == SPAN:
         opts.update({k: cfg[k] for k in SPAN_KEYS})
+    if get_task(task).format == RANKING:
+        opts.update({k: cfg[k] for k in RANKING_KEYS})
     return opts
 
 
@@ -376,12 +418,25 @@ def intermediate_settings(config: dict[str, Any], backbone: str, name: str) -> d
     return settings
 
 
-def target_settings(config: dict[str, Any], backbone: str, target: str) -> dict[str, Any]:
-    """Target-phase settings; which languages train and select is the recipe's data map."""
+def target_settings(config: dict[str, Any], backbone: str, target: str, stage: str | None = None) -> dict[str, Any]:
+    """Target-phase settings; which languages train and select is the recipe's data map.
+    A target with stages (or a stage after another) starts from the previous stage's model
+    and carries its head over (``continue_head``: same format, so the same head shape)."""
     settings = _phase(config, "target")
     settings["method"] = backbone_grid.method_settings(config, backbone)
-    settings["tasks"] = {target: _task_opts(config, target)}
+    trained = stage or target
+    settings["tasks"] = {trained: _task_opts(config, trained)}
+    if "learning_rate" in config["tasks"][trained]:
+        settings["learning_rate"] = config["tasks"][trained]["learning_rate"]
+    stages = target_stages(config, target)
+    earlier = stages[:stages.index(stage)] if stage is not None else stages
+    if earlier:
+        settings["continue_head"] = {"from": earlier[-1], "to": trained}
     return settings
+
+
+def stage_settings(config: dict[str, Any], backbone: str, target: str, stage: str) -> dict[str, Any]:
+    return target_settings(config, backbone, target, stage)
 
 
 def eval_settings(config: dict[str, Any], backbone: str, target: str, setting_token: str | None = None
@@ -392,6 +447,8 @@ def eval_settings(config: dict[str, Any], backbone: str, target: str, setting_to
                                 "eval_batch_size": config["training"]["target"]["eval_batch_size"]}
     if get_task(target).format == SPAN:
         settings.update({k: cfg[k] for k in SPAN_KEYS})
+    if get_task(target).format == RANKING:
+        settings.update({k: cfg[k] for k in RANKING_KEYS})
     if get_task(target).is_retrieval:
         ret = backbone_grid.retrieval_settings(config, backbone)
         settings["retrieval"] = {"layer": ret["layer"], "pooling": ret["pooling"], "index": ret["index"]}

@@ -17,7 +17,7 @@ from torch import nn
 from .backbones import family_of, get_family
 from .backbones.family import pool
 from .common import InputError
-from .tasks import CLASSIFICATION, MLM, MULTIPLE_CHOICE, SPAN, TAGGING
+from .tasks import CLASSIFICATION, MLM, MULTIPLE_CHOICE, RANKING, SPAN, TAGGING
 
 
 # ---------------------------------------------------------------------------------------
@@ -71,6 +71,10 @@ def load_mlm_head(model_dir: str | Path, encoder: nn.Module):
 
 def make_head(fmt: str, hidden: int, num_labels: int, dropout: float, init_std: float):
     """A freshly initialised output head (heads never carry over between phases)."""
+    if fmt == RANKING:
+        from .dual_encoder import RankingHead
+
+        return RankingHead(hidden, init_std).to(torch.float32)
     if fmt == CLASSIFICATION:
         head = nn.Sequential(nn.Dropout(dropout), nn.Linear(hidden, hidden), nn.Tanh(),
                              nn.Dropout(dropout), nn.Linear(hidden, num_labels))
@@ -88,6 +92,30 @@ def make_head(fmt: str, hidden: int, num_labels: int, dropout: float, init_std: 
             nn.init.normal_(module.weight, std=init_std)
             nn.init.zeros_(module.bias)
     return head.to(torch.float32)
+
+
+def load_saved_heads(model_dir: str | Path) -> dict[str, dict[str, torch.Tensor]]:
+    """The trained heads a target phase saved, per task: ``heads.pt`` (full fine-tuning)
+    or the adapter's copies of them (peft's modules_to_save, ``...heads.<task>.<param>``)."""
+    from .adapters import ADAPTER_DIR
+
+    model_dir = Path(model_dir)
+    found: dict[str, dict[str, torch.Tensor]] = {}
+    if (model_dir / "heads.pt").is_file():
+        for key, value in torch.load(model_dir / "heads.pt", map_location="cpu", weights_only=True).items():
+            task, _, param = key.partition(".")
+            found.setdefault(task, {})[param] = value
+        return found
+    adapter = model_dir / ADAPTER_DIR / "adapter_model.safetensors"
+    if not adapter.is_file():
+        raise InputError(f"{model_dir} holds no trained heads (no heads.pt, no {ADAPTER_DIR}/adapter_model.safetensors)")
+    from safetensors.torch import load_file
+
+    for key, value in load_file(str(adapter)).items():
+        if "heads." in key:
+            task, _, param = key.split("heads.", 1)[1].partition(".")
+            found.setdefault(task, {})[param.replace("modules_to_save.default.", "")] = value
+    return found
 
 
 class MultiHeadModel(nn.Module):
@@ -120,6 +148,10 @@ def task_logits(model, fmt: str, task: str, batch: dict[str, Any]):
     import torch.nn.functional as F
 
     head = model.heads[task]
+    if fmt == RANKING:
+        from .dual_encoder import logits
+
+        return logits(model, head, batch)
     if fmt == MULTIPLE_CHOICE:
         n_choices = batch["input_ids"].shape[1]
         flat = {k: batch[k].flatten(0, 1) for k in ("input_ids", "attention_mask")}

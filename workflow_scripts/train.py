@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import training_runtime
+from . import dual_encoder, training_runtime
 from .adapters import Method, lineage, check_available, save_adapter_phase
 from .backbones import family_of
 from .checkpoints import Preempted, files_stamp, save_weights
@@ -54,8 +54,8 @@ from .common import (LOG, InputError, atomic_path, autocast, canonical_json, con
 from .data import read_table
 from .evaluate import score_encoded
 from .features import Encoded, collate, encode, length_grouped_batches
-from .models import forward, load_mlm_head, load_tokenizer, make_head
-from .tasks import MLM, TAGGING, Task, get_task, primary_metric
+from .models import forward, load_mlm_head, load_saved_heads, load_tokenizer, make_head
+from .tasks import MLM, RANKING, TAGGING, Task, get_task, primary_metric
 
 
 class TaskSampler:
@@ -128,16 +128,18 @@ def load_phase_data(encoder_dir: Path, encoder, tokenizer, data: dict[str, dict[
         # languages: keep those the data map (or the phase's language) names.
         language = settings.get("language", "en")
         sources = data_sources(data[name]["train"], None if task.format == MLM else [language])
-        train = pa.concat_tables([_table_in(read_table(path, task.format), langs) for path, langs in sources],
+        train = pa.concat_tables([_table_in(read_table(path, task.format), langs, task.format) for path, langs in sources],
                                  promote_options="permissive")
         if not train.num_rows:
             wanted = ", ".join(sorted({l for _, langs in sources for l in langs or []}))
             raise InputError(f"{data[name]['train']}: no {wanted} training examples for task {name}")
         if task.format != MLM:
+            # a ranking task selects in a pool of candidates of every language (dual_encoder.py)
+            subset = dual_encoder.selection_subset if task.format == RANKING else _dev_subset
             for path, langs in data_sources(data[name]["dev"], [opts.get("select_language", "en")]):
-                dev_file = _table_in(read_table(path, task.format), langs).to_pylist()
+                dev_file = _table_in(read_table(path, task.format), langs, task.format).to_pylist()
                 for lang in langs:
-                    dev_rows[(name, lang)] = _dev_subset(dev_file, int(settings["dev_examples"]), lang, path)
+                    dev_rows[(name, lang)] = subset(dev_file, int(settings["dev_examples"]), lang, path)
         if task.format == TAGGING and not task.labels:
             # CCG's supertag set comes from the user's files (train and dev), not the catalogue.
             dev_tags = {t for (n, _), rs in dev_rows.items() if n == name for r in rs for t in r["tags"]}
@@ -263,6 +265,8 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
     encoder = runtime.load_backbone(encoder_dir)
     phase_data = load_phase_data(encoder_dir, encoder, tokenizer, data, settings, mlm_head=runtime.mlm_head)
     tasks, task_opts = phase_data.tasks, settings["tasks"]
+    if settings.get("continue_head"):  # a target's stage: its head goes on training (grid.target_settings)
+        carry_head(encoder_dir, phase_data.heads, settings["continue_head"])
     family = family_of(encoder_dir)
     # Adapters: the heads train whole and are saved with the adapter (not the MLM head, which
     # predicts with the frozen embeddings).
@@ -431,6 +435,20 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
     return log
 
 
+def carry_head(model_dir: Path, heads: dict[str, Any], carried: dict[str, str]) -> None:
+    """Load the head ``carried["from"]`` that ``model_dir``'s phase trained into this phase's
+    head ``carried["to"]`` (same format, so the same shapes: XCOPA after SIQA)."""
+    saved = load_saved_heads(model_dir)
+    source, target = carried["from"], carried["to"]
+    if source not in saved:
+        raise InputError(f"{model_dir}: no trained head {source!r} to continue (it has {sorted(saved)})")
+    try:
+        heads[target].load_state_dict(saved[source])
+    except RuntimeError as err:
+        raise InputError(f"{model_dir}: head {source!r} does not fit {target!r}'s: {err}") from None
+    LOG.info("head %s continues from %s's in %s", target, source, model_dir)
+
+
 def data_sources(spec: str | list[dict[str, Any]], default_languages: list[str] | None
                  ) -> list[tuple[str, list[str] | None]]:
     """(file, languages kept) of one data map entry: a path (the phase's language) or a list
@@ -440,14 +458,18 @@ def data_sources(spec: str | list[dict[str, Any]], default_languages: list[str] 
     return [(ref["path"], list(ref["languages"])) for ref in spec]
 
 
-def _table_in(table, languages: list[str] | None):
+def _table_in(table, languages: list[str] | None, fmt: str | None = None):
     """The rows of the given languages, filtered in Arrow before any Python object is made
-    (XNLI-MT train holds 5.5M rows in 14 languages; a model trains on one of them)."""
+    (XNLI-MT train holds 5.5M rows in 14 languages; a model trains on one of them). A
+    ranking file keeps its whole candidate pool: the language is the queries'."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     if languages is not None:
-        table = table.filter(pc.is_in(table["lang"], value_set=pa.array(languages, pa.string())))
+        keep = pc.is_in(table["lang"], value_set=pa.array(languages, pa.string()))
+        if fmt == RANKING:
+            keep = pc.or_(keep, pc.equal(table["side"], dual_encoder.CANDIDATE))
+        table = table.filter(keep)
     return table
 
 

@@ -35,7 +35,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .tasks import CLASSIFICATION, SPAN, TAGGING, TRANSLATABLE_FORMATS, get_task
+from .tasks import CLASSIFICATION, RANKING, SPAN, TAGGING, TRANSLATABLE_FORMATS, get_task
 
 RESULTS = "results"
 ZERO_SHOT = "zero_shot"
@@ -233,6 +233,10 @@ def _applies(setting: str, target: str) -> str | None:
     task = get_task(target)
     if task.is_retrieval:
         return "retrieval targets are not trained; only zero_shot applies"
+    if setting != ZERO_SHOT and (task.format == RANKING or task.stages):
+        # XTREME-R defines these on English training data only; their other-language data
+        # (translated SIQA, COPA, Wikipedia pairs) is not part of the benchmark.
+        return f"{target} trains on English data only here; only zero_shot applies"
     if setting.startswith("translate_train") and task.format == TAGGING:
         return "tagging tasks get no translate settings (label projection is out of scope, as in XTREME)"
     if setting == "translate_test" and task.format not in (CLASSIFICATION, SPAN):

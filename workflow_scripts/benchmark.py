@@ -47,6 +47,9 @@ class Benchmark:
     leaderboard_names: dict[str, str] = field(default_factory=dict)  # our target -> its folder in a submission
     # What a reader must know to compare a target's numbers with published ones.
     notes: dict[str, str] = field(default_factory=dict)
+    # Retrieval targets embedding with a trained target's encoder instead of the backbone the
+    # intermediate phase left (retrieval.encoders overrides it).
+    retrieval_encoders: dict[str, str] = field(default_factory=dict)
 
     @property
     def targets(self) -> tuple[str, ...]:
@@ -66,7 +69,7 @@ class Benchmark:
     def describe(self) -> dict[str, object]:
         return {"name": self.name, "title": self.title, "categories": {c: list(t) for c, t in self.categories.items()},
                 "languages": {t: list(l) for t, l in self.languages.items()}, "notes": dict(self.notes),
-                "leaderboard_names": dict(self.leaderboard_names)}
+                "leaderboard_names": dict(self.leaderboard_names), "retrieval_encoders": dict(self.retrieval_encoders)}
 
 
 XTREME = Benchmark(
@@ -95,7 +98,9 @@ XTREME_R = Benchmark(
                    "numbers are not comparable with scores on the released data",
         "lareqa": "mAP@20 as XTREME-R's code scores it (the LAReQA paper reports full mAP)",
         "xcopa": "trained on SIQA, then on English COPA (XTREME-R's recipe) unless tasks.xcopa.stages is []",
+        "tatoeba": "embedded with the encoder of the run's XQuAD model (fine-tuned on SQuAD), as XTREME-R's code does",
     },
+    retrieval_encoders={"tatoeba": "xquad"},
 )
 
 BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (XTREME, XTREME_R)}

@@ -105,6 +105,12 @@ def check_config(config: dict[str, Any]) -> None:
         if target not in bench.targets:
             raise ConfigError(f"config key {key}: {target!r} is not a {bench.title} target (benchmark: {bench.name}; "
                               f"its targets: {', '.join(bench.targets)})")
+        if task.is_retrieval:
+            source = retrieval_encoder_source(config, target)
+            if source != "intermediate" and (source not in config["targets"] or get_task(source).is_retrieval):
+                raise ConfigError(f"config key retrieval.encoders.{target}: {target} embeds with the model of target "
+                                  f"{source!r} ({bench.title}'s protocol), which is not a trained target of the grid: "
+                                  f"add it to targets or set retrieval.encoders.{target}: intermediate")
         for j, stage in enumerate(target_stages(config, target)):
             stage_key = f"tasks.{target}.stages[{j}]"
             need_task(stage, stage_key)
@@ -196,6 +202,19 @@ def stage_data(config: dict[str, Any], stage: str) -> dict[str, dict[str, str]]:
     return {stage: {"train": data_path(stage, "train"), "dev": data_path(stage, "dev")}}
 
 
+def retrieval_encoder_source(config: dict[str, Any], target: str) -> str:
+    """"intermediate", or the trained target whose encoder a retrieval target embeds with."""
+    configured = config.get("retrieval", {}).get("encoders", {})
+    return configured.get(target, benchmark.of_config(config).retrieval_encoders.get(target, "intermediate"))
+
+
+def retrieval_encoder(config: dict[str, Any], backbone: str, name: str, target: str, seed: int | str) -> str:
+    source = retrieval_encoder_source(config, target)
+    if source == "intermediate":
+        return intermediate_encoder(config, backbone, name, seed)
+    return target_model(backbone, name, source, "en.dev-en", seed)  # its zero-shot (English) model
+
+
 def target_model(backbone: str, name: str, target: str, recipe: str, seed: int | str) -> str:
     """A target model; its recipe names its training and selection data (transfer.py)."""
     return f"{RESULTS}/target/{backbone}/{name}/{target}/{recipe}/seed{seed}/model"
@@ -237,8 +256,8 @@ def evaluation(config: dict[str, Any], backbone: str, setting_token: str, name: 
                ) -> dict[str, Any]:
     """One metric file's inputs: the model scoring each language and the data of each split."""
     plan = backbone_grid.find_plan(config, backbone, setting_token, target)
-    if get_task(target).is_retrieval:  # retrieval embeds with the encoder of the intermediate phase
-        models = {lang: intermediate_encoder(config, backbone, name, seed) for lang in plan.languages}
+    if get_task(target).is_retrieval:  # the intermediate phase's encoder, or a trained target's (XTREME-R's Tatoeba)
+        models = {lang: retrieval_encoder(config, backbone, name, target, seed) for lang in plan.languages}
     else:
         models = {lang: target_model(backbone, name, target, recipe.name, seed) for lang, recipe in plan.models.items()}
     data = {split: [r.as_dict() for r in refs] for split, refs in plan.eval_data.items()}
@@ -451,7 +470,8 @@ def eval_settings(config: dict[str, Any], backbone: str, target: str, setting_to
         settings.update({k: cfg[k] for k in RANKING_KEYS})
     if get_task(target).is_retrieval:
         ret = backbone_grid.retrieval_settings(config, backbone)
-        settings["retrieval"] = {"layer": ret["layer"], "pooling": ret["pooling"], "index": ret["index"]}
+        settings["retrieval"] = {"layer": ret["layer"], "pooling": ret["pooling"], "index": ret["index"],
+                                 "encoder": retrieval_encoder_source(config, target)}
         if ret["index"] != "exact":
             settings["retrieval"]["nprobe"] = ret["nprobe"]
         if get_task(target).format == "mining":

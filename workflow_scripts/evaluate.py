@@ -36,7 +36,12 @@ from .predictions import write_predictions
 from .retrieval import (BUCC_DUPLICATES, LAYER_CONVENTION, choose_threshold, embed, expand_to_ids, margin_candidates, mined_pairs,
                         prf, tatoeba_nearest, tatoeba_score, unique_texts)
 from . import dual_encoder
-from .tasks import CLASSIFICATION, MULTIPLE_CHOICE, RANKING, RETRIEVAL, SPAN, TAGGING, Task, get_task, primary_metric
+from .tasks import (CLASSIFICATION, MULTIPLE_CHOICE, RANKING, RETRIEVAL, SPAN, TAGGING, Task, get_task, primary_metric,
+                    qa_answer_score)
+
+
+TASK_SCORE_CONVENTION = {True: "(F1 + EM) / 2 of the language averages, as XTREME and XTREME-R average QA",
+                         False: "the primary metric's language average"}
 
 
 def predict_logits(model, task: Task, encoded: Encoded, batch_size: int, pad_id: int, dev) -> list[Any]:
@@ -203,6 +208,9 @@ def evaluate_run(target: str, models: dict[str, Path], data: Sources, settings: 
         "target": target, "metric": task.metric, "primary": primary_metric(task.metric),
         "languages": languages, "splits": list(splits), "setting": transfer.get("setting", "zero_shot"),
         "scores": scores, "average": {split: average(per) for split, per in scores.items()},
+        # The one number per split the benchmark averages (tasks.qa_answer_score), and how.
+        "task_score": {split: qa_answer_score(task.metric, average(per)) for split, per in scores.items() if per},
+        "task_score_convention": TASK_SCORE_CONVENTION[task.format == SPAN],
         # Where each evaluation file came from (e.g. UD-POS from the UD v2.5 release or the
         # Hub) and what its loader repaired, as recorded in the data file.
         "data_provenance": {split: [{"path": str(path), "languages": langs, "provenance": provenance(path)}

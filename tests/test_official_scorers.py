@@ -1,16 +1,23 @@
 """Behaviours of the official XTREME scorers, pinned with the values the official scripts give.
 
 The expected numbers below were produced by running google-research/xtreme's
-third_party/utils_retrieve.py (mine_bitext + bucc_eval) and SQuAD's evaluate-v2.0 logic on
-exactly these inputs; our code must give the same.
+third_party/utils_retrieve.py (mine_bitext + bucc_eval), its evaluate.py accuracy (commit
+838c13b69daafb9328785d16caae2711e4012123) and SQuAD's evaluate-v2.0 logic on exactly these
+inputs; our code must give the same. The ranking metrics (Mewsli-X, LAReQA) are pinned in
+test_ranking_metrics.py.
 """
 
 import numpy as np
 import pytest
 
-from workflow_scripts.metrics import squad_v2
+from workflow_scripts.metrics import accuracy, squad_v2
 from workflow_scripts.retrieval import (BUCC_DUPLICATES, choose_threshold, expand_to_ids, margin_candidates,
                                         mined_pairs, prf, unique_texts)
+
+
+def test_accuracy_as_evaluate_py_scores_xnli_pawsx_tatoeba_and_xcopa():
+    # Official: evaluate.accuracy(labels=[0, 1, 1, 0, 1], predictions=[0, 1, 0, 0, 0]) -> {'accuracy': 60.0}
+    assert accuracy([0, 1, 0, 0, 0], [0, 1, 1, 0, 1]) == {"accuracy": 60.0}
 
 
 @pytest.mark.parametrize("prediction,golds,expected", [

@@ -30,7 +30,7 @@ rule all:
         expand("results/tables/{backbone}/main.md", backbone=BACKBONES),
         expand("results/figures/{backbone}/main_deltas.png", backbone=BACKBONES),
         expand("results/tables/{backbone}/latex/main.tex", backbone=BACKBONES),
-        expand("results/submission/{backbone}/xtreme", backbone=BACKBONES),
+        expand("results/submission/{backbone}/{benchmark}", backbone=BACKBONES, benchmark=BENCHMARK),
         rules.compare_backbones.output,
         rules.tabulate_cost.output,
         rules.tabulate_translation.output if grid.translation_stats_files(config) else [],

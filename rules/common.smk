@@ -36,6 +36,8 @@ except grid.ConfigError as err:
 
 
 BACKBONES = backbone_grid.names(config)
+# The benchmark the targets belong to (benchmark.py): names the leaderboard submission folder.
+BENCHMARK = config["benchmark"]
 INTERMEDIATE = list(config["intermediate"])
 TARGETS = list(config["targets"])
 SEEDS = [str(s) for s in config["seeds"]]

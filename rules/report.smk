@@ -91,7 +91,7 @@ rule collect_submission:
         best=rules.aggregate_tables.output.best_csv,
         predictions=lambda wildcards: list(grid.submission_predictions(config, wildcards.backbone).values()),
     output:
-        submission=directory("results/submission/{backbone}/xtreme"),
+        submission=directory(f"results/submission/{{backbone}}/{BENCHMARK}"),
     log:
         "logs/collect_submission/{backbone}.log",
     params:

@@ -105,8 +105,9 @@ def figures_dir(backbone: str) -> str:
     return f"{RESULTS}/figures/{backbone}"
 
 
-def submission_dir(backbone: str) -> str:
-    return f"{RESULTS}/submission/{backbone}/xtreme"
+def submission_dir(backbone: str, benchmark: str = "xtreme") -> str:
+    """The leaderboard submission of a backbone's best models (its folder: the benchmark's name)."""
+    return f"{RESULTS}/submission/{backbone}/{benchmark}"
 
 
 # ----- settings handed to the rules -------------------------------------------------------

@@ -98,13 +98,13 @@ def check_config(config: dict[str, Any]) -> None:
     bench = benchmark.of_config(config)
     for i, target in enumerate(config["targets"]):
         key = f"targets[{i}]"
+        if target in TASKS and get_task(target).is_target and target not in bench.targets:
+            raise ConfigError(f"config key {key}: {target!r} is not a {bench.title} target (benchmark: {bench.name}; "
+                              f"its targets: {', '.join(bench.targets)})")
         need_task(target, key)
         task = get_task(target)
         if not task.is_target:
             raise ConfigError(f"config key {key}: {target!r} is not a target task")
-        if target not in bench.targets:
-            raise ConfigError(f"config key {key}: {target!r} is not a {bench.title} target (benchmark: {bench.name}; "
-                              f"its targets: {', '.join(bench.targets)})")
         if task.is_retrieval:
             source = retrieval_encoder_source(config, target)
             if source != "intermediate" and (source not in config["targets"] or get_task(source).is_retrieval):

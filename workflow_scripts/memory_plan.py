@@ -58,7 +58,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .tasks import CLASSIFICATION, MLM, MULTIPLE_CHOICE, SPAN, TAGGING, TASKS
+from .tasks import CLASSIFICATION, MLM, MULTIPLE_CHOICE, RANKING, SPAN, TAGGING, TASKS
 
 GB = 1e9
 FAMILIES = ("encoder", "seq2seq_encoder", "decoder")
@@ -348,6 +348,8 @@ def task_head_parameters(task: str, arch: Architecture) -> float:
         return float(h * h + h + h + 1)
     if fmt == SPAN:
         return float(2 * (h + 1))
+    if fmt == RANKING:  # dense h x h and the logit scale (dual_encoder.RankingHead)
+        return float(h * h + h + 1)
     if fmt == TAGGING:
         return float((h + 1) * (labels or UNKNOWN_TAGSET))
     if fmt == MLM:
@@ -507,6 +509,8 @@ def phase_shape(config: Mapping[str, Any], phase: str, seq_len: int | None = Non
         entry = tasks.get(name) or {}
         spec = TASKS.get(name)
         choices = spec.num_choices if spec and spec.num_choices else 1
+        if spec is not None and spec.format == RANKING:  # each example: a query and its gold candidate
+            choices = 2
         workloads.append(Workload(
             task=name, seq_len=seq_len or int(entry.get("max_length", DEFAULT_MAX_LENGTH)),
             micro_batch=min(cap, int(entry.get("batch_size", DEFAULT_BATCH_SIZE))) * choices,

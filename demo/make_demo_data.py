@@ -525,6 +525,69 @@ def make_parallel(rng: random.Random) -> None:
         write_jsonl(PARALLEL_ROOT / f"en-{lang}.jsonl", rows)
 
 
+def copa_item(rng: random.Random, lang: str) -> tuple[str, str, str, str, int]:
+    """One cause/effect item from the lexicon: (premise, question, choice1, choice2, label).
+    The right alternative is about the premise's person and object, the wrong one about
+    another person and another object. "effect": the premise is the whole event and the
+    alternatives say what the person did with an object next; "cause": the premise is the
+    short sentence and the alternatives are whole events."""
+    ev, question, label = Event(rng), rng.choice(("cause", "effect")), rng.randrange(2)
+    then = VERBS[lang][rng.randrange(len(VERBS[lang]))]
+    wrong = Event(rng)
+    wrong.name = ev.other
+    wrong.obj = (ev.obj + rng.randrange(1, len(OBJECTS["en"]))) % len(OBJECTS["en"])
+    if question == "effect":
+        premise = ev.sentence(lang)
+        right_alt = f"{NAMES[lang][ev.name]} {then} {ev.obj_phrase(lang)}."
+        wrong_alt = f"{NAMES[lang][wrong.name]} {then} {wrong.obj_phrase(lang)}."
+    else:
+        premise = f"{NAMES[lang][ev.name]} {then} {ev.obj_phrase(lang)}."
+        cause = Event(rng)
+        cause.name, cause.obj = ev.name, ev.obj
+        right_alt, wrong_alt = cause.sentence(lang), wrong.sentence(lang)
+    alts = (right_alt, wrong_alt) if label == 0 else (wrong_alt, right_alt)
+    return premise, question, alts[0], alts[1], label
+
+
+def make_xcopa_family(rng: random.Random) -> None:
+    """XTREME-R's XCOPA recipe: Social IQa (allenai/social_i_qa, labels "1".."3"), English
+    COPA (aps/super_glue config copa; the public test split unlabeled, -1) and XCOPA
+    (cambridgeltl/xcopa, one config per language, parallel: the same items in every
+    language, as XCOPA translates COPA). Demo XCOPA languages are de, ru, sw."""
+    for split, n in (("train", 600), ("validation", 100)):
+        rows = []
+        for _ in range(n):
+            ev, label = Event(rng), rng.randrange(3)
+            if rng.random() < 0.5:
+                question = f"Where was {NAMES['en'][ev.name]}?"
+                others = rng.sample([p for p in range(len(PLACES["en"])) if p != ev.place], 2)
+                answers = [f"at the {PLACES['en'][p]}" for p in others[:label] + [ev.place] + others[label:]]
+            else:
+                question = f"What did {NAMES['en'][ev.name]} have?"
+                others = rng.sample([o for o in range(len(OBJECTS["en"])) if o != ev.obj], 2)
+                answers = [f"the {OBJECTS['en'][o]}" for o in others[:label] + [ev.obj] + others[label:]]
+            rows.append({"context": ev.sentence("en"), "question": question, "answerA": answers[0],
+                         "answerB": answers[1], "answerC": answers[2], "label": str(label + 1)})
+        write_jsonl(ROOT / "allenai/social_i_qa/default" / f"{split}.jsonl", rows)
+    for split, n in (("train", 400), ("validation", 100), ("test", 50)):
+        rows = []
+        for i in range(n):
+            premise, question, choice1, choice2, label = copa_item(rng, "en")
+            rows.append({"premise": premise, "choice1": choice1, "choice2": choice2, "question": question,
+                         "idx": i, "label": -1 if split == "test" else label})
+        write_jsonl(ROOT / "aps/super_glue/copa" / f"{split}.jsonl", rows)
+    for split, n in (("validation", 50), ("test", 100)):
+        seed = rng.random()
+        for lang in ("de", "ru", "sw"):
+            local = random.Random(seed)  # the same items in every language
+            rows = []
+            for i in range(n):
+                premise, question, choice1, choice2, label = copa_item(local, lang)
+                rows.append({"premise": premise, "choice1": choice1, "choice2": choice2, "question": question,
+                             "label": label, "idx": i, "changed": False})
+            write_jsonl(ROOT / f"cambridgeltl/xcopa/{lang}" / f"{split}.jsonl", rows)
+
+
 def main() -> None:
     rng = random.Random(0)
     # New generators go last: each draws its own seed, so earlier files stay byte-identical.
@@ -532,6 +595,8 @@ def main() -> None:
                  make_tatoeba, make_wikipedia, make_panx, make_pawsx, make_mlqa_tydiqa, make_squad_v2,
                  make_nli_family, make_choice_family, make_bucc, make_ccg, make_foreign_train, make_parallel):
         make(random.Random(rng.random()))
+    # XTREME-R additions, each on its own seed: the files above do not change.
+    make_xcopa_family(random.Random("xcopa"))
     print(f"wrote {sum(1 for _ in ROOT.rglob('*.jsonl'))} files under {ROOT} and the parallel corpora"
           f" under {PARALLEL_ROOT}")
 

@@ -4,10 +4,11 @@
 - ``registry``: the converter registry and shared helpers;
 - ``english``: English intermediate tasks; ``mlm``: the Wikipedia MLM corpus;
 - ``xtreme``: XNLI, PAWS-X, PAN-X, Tatoeba; ``spans``: span tasks with answer repair;
-- ``udpos``: UD-POS from the UD v2.5 release (or the Hub); ``bucc``: BUCC 2018 archives.
+- ``udpos``: UD-POS from the UD v2.5 release (or the Hub); ``bucc``: BUCC 2018 archives;
+- ``xcopa``: XTREME-R's XCOPA recipe (SIQA, COPA, XCOPA).
 """
 
-from . import bucc, english, mlm, spans, udpos, xtreme  # noqa: F401  (each registers its converters)
+from . import bucc, english, mlm, spans, udpos, xcopa, xtreme  # noqa: F401  (each registers its converters)
 from .registry import CONVERTERS, Report, Row
 from .source import Source, repo_path
 

@@ -29,6 +29,7 @@ from typing import Any
 from ..common import LOG, InputError
 from .registry import XTREME_SPLITS, Report, Row, converter, per_language, require_languages
 from .source import Source
+from .xtreme import extra_source, record_sources
 
 # Whitespace prefixes stripped from real XQuAD contexts are 1-2 characters; 16 leaves room
 # for other releases while staying far below the distance between two mentions of a phrase.
@@ -128,18 +129,30 @@ def _squad(src: Source, split: str, langs: list[str], opts: dict[str, Any], repo
     repair.finish(report)
 
 
+# The languages of google/xtreme's XQuAD.<lang> configs (XTREME's 11).
+XQUAD_XTREME_LANGUAGES = frozenset("ar de el en es hi ru th tr vi zh".split())
+
+
 @converter("xquad")
 def _xquad(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
+    """XTREME's 11 languages from google/xtreme's XQuAD configs; the others (XTREME-R's ro)
+    from ``options.xquad_path`` (default ``google/xquad``, revision ``options.xquad_revision``),
+    configs ``xquad.<lang>``, split ``validation``, the same columns."""
+    xquad = extra_source(src, opts, "xquad", "google/xquad")
+    sources = {lang: (src, f"XQuAD.{lang}") if lang in XQUAD_XTREME_LANGUAGES else (xquad, f"xquad.{lang}")
+               for lang in langs}
     repair = SpanRepair("xquad", split)
     for lang in langs:
+        source, config = sources[lang]
         n = 0
-        for i, r in enumerate(src.rows(f"XQuAD.{lang}", "validation")):
+        for i, r in enumerate(source.rows(config, "validation")):
             n += 1
-            row = repair.row(f"{r['id']}-{lang}", lang, r, f"{src.path} XQuAD.{lang} validation row {i}")
+            row = repair.row(f"{r['id']}-{lang}", lang, r, f"{source.path} {config} validation row {i}")
             if row is not None:
                 yield row
         require_languages("xquad", split, {lang: n})
     repair.finish(report)
+    record_sources(report, sources, [xquad])
 
 
 @converter("mlqa")

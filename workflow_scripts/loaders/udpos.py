@@ -23,6 +23,9 @@ loses the file in XTREME); here the first tied word is taken instead, and counte
 
 ``options.ud_release`` names the release: the LINDAT URL of ``ud-treebanks-v2.5.tgz``
 (downloaded once into the cache), a local copy of that archive, or its unpacked directory.
+``options.ud_release_extra`` ({release, languages, name}) reads some languages from a second
+release instead, converted the same way: XTREME-R's lt pl uk wo ro from UD v2.7
+(``UD_V27_URL``); the load report names each language's source (``sources``).
 Without it, the Hub's ``udpos.<Language>`` configs are read; they select treebanks by
 language *name* (Greek takes Ancient Greek, Chinese takes Classical Chinese) and keep split
 syntactic words, so their scores are not comparable with XTREME's.
@@ -45,6 +48,10 @@ from .registry import Report, Row, converter, label_index, require_languages
 from .source import Source, fetch_archive, file_sha256, is_url
 
 UD_V25_URL = "https://lindat.mff.cuni.cz/repository/xmlui/bitstream/handle/11234/1-3105/ud-treebanks-v2.5.tgz"
+# XTREME-R's five more languages come from UD v2.7 (google-research/xtreme
+# scripts/download_data.sh, download_treebank xtreme-r), converted the same way.
+UD_V27_URL = "https://lindat.mff.cuni.cz/repository/xmlui/bitstream/handle/11234/1-3424/ud-treebanks-v2.7.tgz"
+XTREME_R_UD27_LANGUAGES = ("lt", "pl", "uk", "wo", "ro")
 # XTREME names udpos configs on the Hub by language name.
 UD_LANGUAGE_NAMES = {
     "af": "Afrikaans", "ar": "Arabic", "bg": "Bulgarian", "de": "German", "el": "Greek",
@@ -217,18 +224,66 @@ def _udpos(src: Source, split: str, langs: list[str], opts: dict[str, Any], repo
     if split == "dev" and set(langs) & task.dev_missing:
         LOG.warning("udpos: %s have no dev split in UD v2.5 (XTREME); dev scores leave them out",
                     sorted(set(langs) & task.dev_missing))
-    if not opts.get("ud_release"):
-        report["udpos_source"] = "hub"
-        yield from _udpos_hub(src, split, wanted)
-        return
-    location = str(opts["ud_release"])
-    root = fetch_archive(location)
-    report["udpos_source"] = "ud_release"
-    report["release"] = {"name": "UD v2.5", "location": location,
-                         "sha256": file_sha256(root) if root.is_file() else None}
+    extra = extra_release(opts)
+    extra_langs = [lang for lang in wanted if extra is not None and lang in extra["languages"]]
+    main_langs = [lang for lang in wanted if lang not in extra_langs]
     files: dict[str, list[str]] = {}
     per_lang: dict[str, dict[str, int]] = {}
-    for lang in wanted:
+    sources: dict[str, str] = {}
+    if main_langs and not opts.get("ud_release"):
+        report["udpos_source"] = "hub"
+        yield from _udpos_hub(src, split, main_langs)
+        sources.update({lang: f"{src.path} udpos.{UD_LANGUAGE_NAMES[lang]}" for lang in main_langs})
+    elif main_langs:
+        location = str(opts["ud_release"])
+        root = fetch_archive(location)
+        report["udpos_source"] = "ud_release"
+        report["release"] = {"name": "UD v2.5", "location": location,
+                             "sha256": file_sha256(root) if root.is_file() else None}
+        yield from _release_rows(root, split, main_langs, files, per_lang)
+        sources.update({lang: f"UD v2.5 release {location}" for lang in main_langs})
+        if is_url(location):
+            LOG.info("UD release %s cached at %s", location, root)
+    if extra_langs:
+        root = fetch_archive(extra["release"])
+        report["release_extra"] = {"name": extra["name"], "location": extra["release"], "languages": extra_langs,
+                                   "sha256": file_sha256(root) if root.is_file() else None}
+        if not main_langs:  # no Hub data read: the provenance is the release's
+            report["release"] = report["release_extra"]
+            report["udpos_source"] = "ud_release_extra"
+        yield from _release_rows(root, split, extra_langs, files, per_lang)
+        sources.update({lang: f"{extra['name']} release {extra['release']}" for lang in extra_langs})
+    if files:
+        report["udpos_files"] = files
+        report["udpos_counts"] = per_lang
+    report["sources"] = dict(sorted(sources.items()))
+    require_languages("udpos", split, {lang: per_lang[lang].get("sentences", 0) for lang in per_lang})
+
+
+def extra_release(opts: dict[str, Any]) -> dict[str, Any] | None:
+    """``options.ud_release_extra``: {release: URL, archive or directory of a second UD
+    release, languages: [codes read from it instead], name: its name for the report}.
+    XTREME-R reads lt pl uk wo ro from UD v2.7 (``UD_V27_URL``) and the rest from v2.5."""
+    extra = opts.get("ud_release_extra")
+    if not extra:
+        return None
+    if not isinstance(extra, dict) or not extra.get("release"):
+        raise InputError("udpos: options.ud_release_extra must be a mapping with 'release' (the URL, archive or "
+                         f"directory of the second UD release) and optionally 'languages' and 'name'; got {extra!r}")
+    languages = extra.get("languages", XTREME_R_UD27_LANGUAGES)
+    if isinstance(languages, str) or not all(isinstance(lang, str) for lang in languages):
+        raise InputError(f"udpos: options.ud_release_extra.languages must be a list of language codes, got "
+                         f"{languages!r}")
+    return {"release": str(extra["release"]), "languages": list(languages), "name": str(extra.get("name", "UD v2.7"))}
+
+
+def _release_rows(root: Path, split: str, langs: list[str], files: dict[str, list[str]],
+                  per_lang: dict[str, dict[str, int]]) -> Iterator[Row]:
+    """Canonical rows of ``langs`` from one UD release (archive or directory), every file of
+    each language converted as XTREME's preprocessing does; files and counts per language
+    go into ``files`` and ``per_lang``."""
+    task = get_task("udpos")
+    for lang in langs:
         counts: Counter = Counter()
         files[lang] = []
         for name, stream in release_files(root, lang, split):
@@ -250,11 +305,6 @@ def _udpos(src: Source, split: str, langs: list[str], opts: dict[str, Any], repo
         if counts["fused_head_fallback"]:
             LOG.warning("udpos %s %s: %d multiword tokens tie on UPOS outside the converter's precedence list; "
                         "the first tied word gives the tag", split, lang, counts["fused_head_fallback"])
-    report["udpos_files"] = files
-    report["udpos_counts"] = per_lang
-    if is_url(location):
-        LOG.info("UD release %s cached at %s", location, root)
-    require_languages("udpos", split, {lang: per_lang[lang].get("sentences", 0) for lang in wanted})
 
 
 def _udpos_hub(src: Source, split: str, langs: list[str]) -> Iterator[Row]:
@@ -262,7 +312,9 @@ def _udpos_hub(src: Source, split: str, langs: list[str]) -> Iterator[Row]:
     hub_split = {"train": "train", "dev": "validation", "test": "test"}[split]
     for lang in langs:
         if lang not in UD_LANGUAGE_NAMES:
-            raise InputError(f"udpos: no UD language name known for {lang!r}")
+            hint = (" (google/xtreme has udpos configs for XTREME's languages only; XTREME-R reads this one from "
+                    "UD v2.7: set options.ud_release_extra)" if lang in XTREME_R_UD27_LANGUAGES else "")
+            raise InputError(f"udpos: no UD language name known for {lang!r}{hint}")
         for i, r in enumerate(src.rows(f"udpos.{UD_LANGUAGE_NAMES[lang]}", hub_split)):
             tags = [task.labels[label_index(task, t, f"udpos {lang} {split}")] for t in r["pos_tags"]]
             yield {"id": f"udpos-{split}-{lang}-{i}", "lang": lang, "tokens": list(r["tokens"]), "tags": tags}

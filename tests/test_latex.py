@@ -74,3 +74,32 @@ def test_missing_values_and_special_characters():
 def test_a_table_without_the_baseline_config_is_refused():
     with pytest.raises(InputError, match="no row for the baseline config 'none'"):
         latex.main_tex(MAIN[MAIN["intermediate"] != "none"], SIGNIFICANCE, SETTINGS)
+
+
+def test_xtreme_r_main_table_has_the_category_and_overall_columns():
+    from workflow_scripts import benchmark
+
+    settings = {**SETTINGS, "intermediate": ["none", "mnli"], "targets": ["xnli", "xcopa"],
+                "target_languages": {"xnli": list(benchmark.XTREME_R.languages["xnli"]), "xcopa": ["et", "ht"]},
+                "benchmark": benchmark.XTREME_R.describe()}
+    nan = math.nan
+    main = pd.DataFrame([
+        {"setting": "zero_shot", "intermediate": "none", "xnli": 80.0, "xcopa": 60.0, "avg": 70.0,
+         "classification": 70.0, "structured prediction": nan, "question answering": nan, "retrieval": nan,
+         "overall": nan},
+        {"setting": "zero_shot", "intermediate": "mnli", "xnli": 2.0, "xcopa": -1.0, "avg": 0.5,
+         "classification": 0.5, "structured prediction": nan, "question answering": nan, "retrieval": nan,
+         "overall": nan},
+    ])
+    tex = latex.main_tex(main, SIGNIFICANCE.iloc[0:0], settings)
+    header = tex.splitlines()[tex.splitlines().index(r"\toprule") + 1]
+    assert header == (r"Intermediate task & xnli & xcopa & Avg & Classification & Struct. pred. & QA & Retrieval & "
+                      r"Overall \\")
+    # bold: best absolute per column (xcopa: the baseline's 60 beats 59); empty categories "--"
+    assert body_rows(tex) == [["none", "80.0", r"\textbf{60.0}", "70.0", "70.0", "--", "--", "--", "--"],
+                              ["mnli", r"\textbf{$+$2.0}", "$-$1.0", r"\textbf{$+$0.5}", r"\textbf{$+$0.5}", "--", "--",
+                               "--", "--"]]
+    assert "% xcopa: averaged over 2 of 11 languages: not comparable with published XTREME-R scores." in tex
+    assert "% – in Struct. pred., QA, Retrieval, Overall: this grid lacks tasks of theirs" in tex
+    with pytest.raises(InputError, match="no column 'classification'"):
+        latex.main_tex(main.drop(columns="classification"), SIGNIFICANCE.iloc[0:0], settings)

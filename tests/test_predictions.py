@@ -93,3 +93,65 @@ def test_collect_refuses_a_best_run_without_predictions(tmp_path):
     with pytest.raises(InputError, match="no prediction folder for the best xnli run mnli/xnli/seed2"):
         predictions.collect(best, ["xnli"], {}, tmp_path / "submission")
     assert not (tmp_path / "submission").exists(), "nothing half-written"
+
+
+def test_xcopa_one_json_label_per_line_as_read_xcopa_reads_it(tmp_path):
+    """evaluate.py's multi_choice group (XCOPA) takes test-<lang>.jsonl; read_xcopa keeps each
+    line's "label" and accuracy compares it with == to the gold's integer label."""
+    predictions.write_predictions("xcopa", {"et": [0, 1, 1], "ht": [1]}, tmp_path / "xcopa")
+    assert predictions.suffix("xcopa") == "jsonl"
+    assert sorted(p.name for p in (tmp_path / "xcopa").iterdir()) == ["test-et.jsonl", "test-ht.jsonl"]
+    with open(tmp_path / "xcopa/test-et.jsonl") as f:
+        labels = [json.loads(row)["label"] for row in f]
+    assert labels == [0, 1, 1] and all(type(x) is int for x in labels)
+    with pytest.raises(InputError, match="choice index 2 outside 0..1"):
+        predictions.write_predictions("xcopa", {"et": [0, 2]}, tmp_path / "bad")
+
+
+@pytest.mark.parametrize("target", ["mewslix", "lareqa"])
+def test_ranking_targets_one_json_object_of_ranked_candidate_ids(tmp_path, target):
+    """Mewsli-X: evaluate.py's read_squad loads the JSON object {example id: [entity ids]}
+    and mewslix_map20 scores it; LAReQA (no official reader) takes the same layout."""
+    from workflow_scripts.ranking import MEWSLIX, map_at_k
+
+    ranked = {"q1": ["Q5", "Q1"] + [f"Q{i}" for i in range(10, 28)], "q2": ["Q9", "Q2"], "q-ü": ["Qü"]}
+    predictions.write_predictions(target, {"ar": ranked}, tmp_path / target)
+    assert predictions.suffix(target) == "json"
+    path = tmp_path / target / "test-ar.json"
+    read = json.loads(path.read_text(encoding="utf-8"))
+    assert read == ranked and "data" not in read and list(read) == list(ranked)
+    assert len(path.read_text(encoding="utf-8").splitlines()) == 5, "one query per line"
+    gold = {"q1": ["Q1"], "q2": ["Q3"], "q-ü": ["Qü"]}
+    assert map_at_k(read, gold, 20, MEWSLIX) == {"map_at_20": pytest.approx(50.0)}  # (1/2 + 0 + 1) / 3
+
+
+@pytest.mark.parametrize("bad,message", [
+    ({"data": ["Q1"]}, "a query id 'data' cannot be written"),
+    ({"q1": "Q1"}, "query 'q1': expected a list of candidate ids"),
+    ({"q1": [1, 2]}, "query 'q1': expected a list of candidate ids"),
+    ([["Q1"]], "ranking predictions must map query ids"),
+])
+def test_ranking_predictions_the_official_reader_would_misread_are_refused(tmp_path, bad, message):
+    with pytest.raises(InputError, match=message):
+        predictions.write_predictions("mewslix", {"ar": bad}, tmp_path / "mewslix")
+    assert not (tmp_path / "mewslix").exists()
+
+
+def test_collect_names_folders_as_the_benchmarks_leaderboard(tmp_path):
+    runs = {}
+    for target, value in (("xcopa", [1, 0]), ("mewslix", {"q1": ["Q1"]})):
+        folder = tmp_path / "metrics" / "mnli" / target / "seed1.predictions"
+        predictions.write_predictions(target, {"tr": value}, folder)
+        runs[f"mnli/{target}/seed1"] = folder
+    best = tmp_path / "best.csv"
+    pd.DataFrame([("xcopa", "mnli", 1, "accuracy", 60.0), ("mewslix", "mnli", 1, "map_at_20", 40.0)],
+                 columns=["target", "intermediate", "seed", "metric", "value"]).to_csv(best, index=False)
+    out = tmp_path / "submission" / "xtreme_r"
+    manifest = predictions.collect(best, ["xcopa", "mewslix", "lareqa"], runs, out, bench="xtreme_r")
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "mewslix", "xcopa"]
+    assert (out / "xcopa/test-tr.jsonl").read_text() == '{"label": 1}\n{"label": 0}\n'
+    assert json.loads((out / "mewslix/test-tr.json").read_text()) == {"q1": ["Q1"]}
+    assert manifest["benchmark"] == "xtreme_r" and manifest["layout"].startswith("XTREME-R leaderboard")
+    assert manifest["missing"] == ["lareqa"]
+    # XTREME's leaderboard calls BUCC bucc2018 (the default benchmark)
+    assert predictions.XTREME_TASK == {"bucc": "bucc2018"}

@@ -64,3 +64,125 @@ def test_translated_table_compares_in_the_translation_language(runs):
     # de scores: mnli 54, 56, 80 -> 56; mnli_de 55, 51, 53 -> 53.
     assert (de["mnli"], de["mnli_de"]) == (56, 53)
     assert "| mnli | en | 56.0 |" in md and "| mnli_de | de | 53.0 |" in md
+
+
+# ----- benchmarks: XTREME-R categories and overall score, footnotes ------------------------
+
+XTREME_R_SCORES = {  # baseline "none"; config "mnli" adds 2 everywhere, 5 on LAReQA
+    "xnli": {"accuracy": 80}, "xcopa": {"accuracy": 60}, "udpos": {"f1": 75}, "panx": {"f1": 65},
+    "xquad": {"f1": 70, "exact_match": 50}, "mlqa": {"f1": 60, "exact_match": 40},
+    "tydiqa": {"f1": 55, "exact_match": 45}, "tatoeba": {"accuracy": 90}, "mewslix": {"map_at_20": 40},
+    "lareqa": {"map_at_20": 20}}
+
+
+def xtreme_r_settings(targets, languages=None):
+    from workflow_scripts import benchmark
+
+    official = benchmark.XTREME_R.languages
+    return {"baseline": "none", "decimals": 1, "targets": list(targets), "intermediate": ["none", "mnli"],
+            "seeds": [1], "target_languages": {t: list((languages or {}).get(t, official[t])) for t in targets},
+            "benchmark": benchmark.XTREME_R.describe()}
+
+
+@pytest.fixture
+def xtreme_r_runs(tmp_path):
+    files = []
+    for inter, shift in (("none", 0), ("mnli", 2)):
+        for target, scores in XTREME_R_SCORES.items():
+            delta = 5 if (inter, target) == ("mnli", "lareqa") else shift
+            per_lang = {lang: {m: v + delta for m, v in scores.items()} for lang in ("en", "de")}
+            files.append(metric_file(tmp_path, inter, target, 1, per_lang, selection=50 + delta))
+    return load_runs(files)
+
+
+def test_xtreme_r_category_averages_and_overall_score(xtreme_r_runs):
+    settings = xtreme_r_settings(XTREME_R_SCORES)
+    absolute, shown = main_table(xtreme_r_runs, settings)
+    none = absolute.loc["none"]
+    assert none["classification"] == 70  # (80 + 60) / 2
+    assert none["structured prediction"] == 70  # (75 + 65) / 2
+    assert none["question answering"] == pytest.approx(160 / 3)  # QA as (F1 + EM) / 2: 60, 50, 50
+    assert none["retrieval"] == 50  # (90 + 40 + 20) / 3
+    assert none["overall"] == 59 == none["avg"]  # 590 / 10
+    mnli = shown.loc["mnli"]  # differences to the baseline, as Avg
+    assert (mnli["classification"], mnli["question answering"]) == (2, 2)
+    assert mnli["retrieval"] == pytest.approx(3) and mnli["overall"] == pytest.approx(2.3)
+    text = render_main(shown, settings)
+    assert ("| Intermediate task | xnli | xcopa | udpos | panx | xquad | mlqa | tydiqa | tatoeba | mewslix | lareqa "
+            "| Avg | Classification | Struct. pred. | QA | Retrieval | Overall |") in text
+    assert "| none | 80.0 | 60.0 | 75.0 | 65.0 | 70.0 / 50.0 | 60.0 / 40.0 | 55.0 / 45.0 | 90.0 | 40.0 | 20.0 " \
+           "| 59.0 | 70.0 | 70.0 | 53.3 | 50.0 | 59.0 |" in text
+    assert "| mnli | +2.0 | +2.0 | +2.0 | +2.0 | +2.0 / +2.0 | +2.0 / +2.0 | +2.0 / +2.0 | +2.0 | +2.0 | +5.0 " \
+           "| +2.3 | +2.0 | +2.0 | +2.0 | +3.0 | +2.3 |" in text
+    assert "QA counts (F1 + EM) / 2 in the averages." in text
+    # the benchmark's notes for the targets shown (Mewsli-X's data version, LAReQA's mAP@20)
+    assert "mewslix: Mewsli-X data version 20220518_6 was re-sampled" in text
+    assert "lareqa: mAP@20 as XTREME-R's code scores it" in text
+    assert "averaged over" not in text and "this grid lacks" not in text, "full language lists, every task"
+
+
+def test_a_category_without_all_its_targets_is_left_empty_with_a_footnote(xtreme_r_runs):
+    settings = xtreme_r_settings(["xnli", "xcopa", "xquad", "mewslix"])
+    absolute, shown = main_table(xtreme_r_runs, settings)
+    assert absolute.loc["none", "classification"] == 70 and shown.loc["mnli", "classification"] == 2
+    for column in ("structured prediction", "question answering", "retrieval", "overall"):
+        assert absolute.loc[:, column].isna().all(), column
+    assert absolute.loc["none", "avg"] == pytest.approx((80 + 60 + 60 + 40) / 4), "Avg: over the targets present"
+    text = render_main(shown, settings, best_models(xtreme_r_runs, settings))
+    assert "| none | 80.0 | 60.0 | 70.0 / 50.0 | 40.0 | 60.0 | 70.0 | – | – | – | – |" in text
+    assert "| mnli | +2.0 | +2.0 | +2.0 / +2.0 | +2.0 | +2.0 | +2.0 | – | – | – | – |" in text
+    assert ("– in Struct. pred., QA, Retrieval, Overall: this grid lacks tasks of theirs (Struct. pred.: udpos, "
+            "panx; QA: mlqa, tydiqa; Retrieval: tatoeba, lareqa)") in text
+    best_row = next(line for line in text.splitlines() if line.startswith("| best models"))
+    assert best_row.count("|") == text.splitlines()[0].count("|"), "one cell per column"
+    assert "lareqa:" not in text, "notes only for the targets shown"
+
+
+def test_a_target_on_fewer_languages_than_the_benchmark_is_footnoted(xtreme_r_runs):
+    settings = xtreme_r_settings(["xnli", "mewslix"], {"xnli": ["en", "de"], "mewslix": ["en", "de", "fr"]})
+    _, shown = main_table(xtreme_r_runs, settings)
+    text = render_main(shown, settings)
+    assert "xnli: averaged over 2 of 15 languages: not comparable with published XTREME-R scores." in text
+    assert ("mewslix: averaged over 2 of 11 languages and over fr, which XTREME-R does not evaluate mewslix in: not "
+            "comparable with published XTREME-R scores.") in text
+
+
+def test_ranking_targets_show_map_at_20(xtreme_r_runs):
+    from workflow_scripts.tables import metrics_shown, per_language
+
+    assert metrics_shown("mewslix") == metrics_shown("lareqa") == ("map_at_20",)
+    settings = xtreme_r_settings(["mewslix", "lareqa"])
+    absolute, _ = main_table(xtreme_r_runs, settings)
+    assert (absolute.loc["none", "mewslix"], absolute.loc["mnli", "lareqa"]) == (40, 25)
+    md, frame = per_language(xtreme_r_runs, settings)
+    assert "## mewslix (map_at_20, test, median over seeds)" in md
+    assert set(frame[frame["target"] == "lareqa"]["metric"]) == {"map_at_20"}
+
+
+def test_xtreme_tables_keep_their_layout():
+    """Benchmark XTREME: targets + Avg, no category columns; with the targets' full language
+    lists the notes are those of the tables before benchmarks; with fewer, one line each."""
+    import pandas as pd
+
+    from workflow_scripts import benchmark
+
+    full = {**SETTINGS, "target_languages": {t: list(benchmark.XTREME.languages[t]) for t in SETTINGS["targets"]},
+            "benchmark": benchmark.XTREME.describe()}
+    shown = pd.DataFrame({"xnli": [57.0, 4.0], "xquad.f1": [60.0, 4.0], "xquad.exact_match": [40.0, 4.0],
+                          "avg": [53.5, 4.0]}, index=["none", "mnli"])
+    text = render_main(shown, full)
+    assert text.splitlines()[:4] == ["| Intermediate task | xnli | xquad | Avg |", "|---|---:|---:|---:|",
+                                     "| none | 57.0 | 60.0 / 40.0 | 53.5 |", "| mnli | +4.0 | +4.0 / +4.0 | +4.0 |"]
+    assert text.rstrip("\n").endswith("F1 for QA."), "no benchmark notes"
+    subset = render_main(shown, {**full, "target_languages": SETTINGS["target_languages"]})
+    assert subset.splitlines()[:4] == text.splitlines()[:4]
+    assert subset.splitlines()[-2:] == [
+        "xnli: averaged over 2 of 15 languages: not comparable with published XTREME scores.",
+        "xquad: averaged over 2 of 11 languages: not comparable with published XTREME scores."]
+
+
+def test_xtreme_main_table_has_no_category_columns(runs):
+    from workflow_scripts import benchmark
+
+    absolute, _ = main_table(runs, {**SETTINGS, "benchmark": benchmark.XTREME.describe()})
+    assert list(absolute.columns) == ["xnli", "xquad.f1", "xquad.exact_match", "avg"]

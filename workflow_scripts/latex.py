@@ -4,7 +4,10 @@ Drawn from the tables `aggregate_tables` wrote, so they agree with the Markdown:
 baseline config's row is absolute, the other rows are signed differences to it, QA cells
 are "F1 / EM", the best config of each column (by absolute score) is bold, and a dagger
 marks a difference whose paired bootstrap interval excludes 0 (significance.py). Only the
-baseline setting's block of the main table goes into ``main.tex``: it is the paper's table.
+baseline setting's block of the main table goes into ``main.tex``: it is the paper's table,
+with the benchmark's category averages and overall score after Avg where the Markdown table
+has them (XTREME-R), and its notes (categories left empty, languages short of the
+benchmark's) as comment lines.
 
 CLI: ``python -m workflow_scripts.latex --tables DIR --settings JSON --output DIR``.
 """
@@ -17,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import InputError, load_settings, read_result_table, setup_logging
-from .tables import metrics_shown, write_text
+from .tables import benchmark_notes, category_columns, category_header, metrics_shown, write_text
 from .transfer import ZERO_SHOT
 
 _SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
@@ -92,6 +95,13 @@ def main_tex(main, significance, settings: dict[str, Any]) -> str:
     groups.append(["avg"])
     header.append("Avg")
     keys.append(None)
+    for column in category_columns(settings):  # XTREME-R: category averages and overall score
+        if column not in block.columns:
+            raise InputError(f"main.csv: no column {column!r} (written by a version of the tables without "
+                             "category averages?)")
+        groups.append([column])
+        header.append(escape(category_header(column)))
+        keys.append(None)
     shown = {c: {col: float(block.loc[c, col]) for g in groups for col in g} for c in configs}
     marks = {(r.intermediate, r.target) for r in significance.itertuples()
              if r.setting == setting and bool(r.excludes_zero)}
@@ -99,6 +109,7 @@ def main_tex(main, significance, settings: dict[str, Any]) -> str:
     comment = (f"% xstilts main table, setting {setting}: median test scores over seeds "
                f"{', '.join(map(str, settings['seeds']))}; row {baseline} absolute, other rows differences to it;\n"
                f"% bold: best config per column; \\dag: 95% paired bootstrap interval of the difference excludes 0.\n")
+    comment += "".join(f"% {note}\n" for note in benchmark_notes(settings))
     return comment + tabular(header, rows)
 
 

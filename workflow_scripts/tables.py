@@ -6,7 +6,13 @@
   intermediate configs, columns = targets + Avg. Each cell is the median over seeds of the
   run's test-language average; the baseline row is absolute, the others are differences to
   it. QA cells show F1 / EM; Avg is the XTREME score over the targets present (QA counts
-  (F1 + EM) / 2).
+  (F1 + EM) / 2). For a benchmark whose paper reports them (XTREME-R, Ruder et al. 2021;
+  ``CATEGORY_LAYOUT``), Avg is followed by the benchmark's category averages and its overall
+  score (``benchmark.category_scores``), each left empty when a task of it is not in the
+  grid, as the official scorer leaves them out; XTREME's table keeps the Hu et al. layout
+  (targets + Avg). The notes say what keeps a number from comparing with published ones:
+  the benchmark's notes for the targets shown, and each target averaged over fewer (or
+  other) languages than the benchmark defines.
 - best.csv and the "best models" row of main.md (PROTOCOL.md §5), baseline setting.
 - per_language.md / per_language.csv: per setting and target, rows = configs, columns =
   languages + Avg, medians over seeds (absolute).
@@ -34,7 +40,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from . import significance
+from . import benchmark, significance
 from .common import LOG, InputError, atomic_path, load_settings, read_json, setup_logging
 from .tasks import get_task, primary_metric, qa_answer_score
 from .transfer import ZERO_SHOT, source_language
@@ -70,6 +76,70 @@ def of_setting(runs, setting: str):
     return runs[runs["setting"] == setting].drop(columns="setting")
 
 
+# Benchmarks whose paper reports category averages and an overall score next to the tasks
+# (XTREME-R, Ruder et al. 2021); XTREME's (Hu et al. 2020) reports the tasks and their average only.
+CATEGORY_LAYOUT = frozenset({benchmark.XTREME_R.name})
+OVERALL = "overall"
+CATEGORY_HEADERS = {benchmark.CLASSIFICATION: "Classification", benchmark.STRUCTURED: "Struct. pred.",
+                    benchmark.QA: "QA", benchmark.RETRIEVAL: "Retrieval", OVERALL: "Overall"}
+QA_CONVENTION = "QA counts (F1 + EM) / 2 in the averages."
+
+
+def benchmark_of(settings: dict[str, Any]) -> dict[str, Any]:
+    """The benchmark the tables report (``benchmark.describe()``; XTREME when not given)."""
+    return settings.get("benchmark") or benchmark.XTREME.describe()
+
+
+def category_columns(settings: dict[str, Any]) -> list[str]:
+    """The main table's category and overall columns after Avg (none in XTREME's layout)."""
+    bench = benchmark_of(settings)
+    if bench["name"] not in CATEGORY_LAYOUT:
+        return []
+    return [*bench["categories"], OVERALL]
+
+
+def category_header(column: str) -> str:
+    return CATEGORY_HEADERS.get(column, column.capitalize())
+
+
+def benchmark_notes(settings: dict[str, Any]) -> list[str]:
+    """Footnotes of the main table (Markdown and LaTeX): categories a grid cannot fill, the
+    benchmark's notes on the targets shown, and targets averaged over other languages than
+    the benchmark's (not comparable with its published scores)."""
+    bench, targets = benchmark_of(settings), list(settings["targets"])
+    title, notes = bench["title"], []
+    columns = category_columns(settings)
+    if columns:
+        cats = "; ".join(f"{category_header(c)}: {', '.join(ts)}" for c, ts in bench["categories"].items())
+        all_targets = [t for ts in bench["categories"].values() for t in ts]
+        notes.append(f"{title} categories ({cats}): the mean of their task scores; Overall: the mean of all "
+                     f"{len(all_targets)} task scores; {QA_CONVENTION}")
+        missing = {c: [t for t in ts if t not in targets] for c, ts in bench["categories"].items()}
+        empty = [c for c, m in missing.items() if m]
+        if empty:
+            gaps = "; ".join(f"{category_header(c)}: {', '.join(missing[c])}" for c in empty)
+            notes.append(f"– in {', '.join(category_header(c) for c in [*empty, OVERALL])}: this grid lacks tasks "
+                         f"of theirs ({gaps}); a category is averaged over all its tasks or left empty, as the "
+                         "official scorer does.")
+    for target in targets:
+        if target in bench.get("notes", {}):
+            notes.append(f"{target}: {bench['notes'][target]}.")
+    for target in targets:
+        official = bench["languages"].get(target)
+        ran = settings.get("target_languages", {}).get(target)
+        if official is None or ran is None:
+            continue
+        covered = [l for l in official if l in ran]
+        extra = [l for l in ran if l not in official]
+        if len(covered) == len(official) and not extra:
+            continue
+        text = f"{target}: averaged over {len(covered)} of {len(official)} languages"
+        if extra:
+            text += f" and over {', '.join(extra)}, which {title} does not evaluate {target} in"
+        notes.append(text + f": not comparable with published {title} scores.")
+    return notes
+
+
 def metrics_shown(target: str) -> tuple[str, ...]:
     metric = get_task(target).metric
     return QA_METRICS if metric in ("squad_v1", "squad_v2", "mlqa") else (primary_metric(metric),)
@@ -99,6 +169,15 @@ def main_table(runs, settings: dict[str, Any]):
             qa_answer_score(metric, {m: med.get((c, target, "avg", m), float("nan")) for m in metrics_shown(target)})
             for c in configs]
     absolute["avg"] = task_scores.mean(axis=1, skipna=False)
+    columns = category_columns(settings)
+    if columns:
+        bench = benchmark.get(benchmark_of(settings)["name"])
+        # None: a task of the category is not in the grid; a target of the grid without a
+        # score (NaN) leaves its category NaN too.
+        found = [benchmark.category_scores({t: float(task_scores.loc[c, t]) for t in targets}, bench)
+                 for c in configs]
+        for column in columns:
+            absolute[column] = [float("nan") if f[column] is None else f[column] for f in found]
     shown = absolute.copy()
     if baseline is None:  # a setting run without the baseline config: every row absolute
         return absolute, shown
@@ -155,8 +234,9 @@ def render_main(shown, settings: dict[str, Any], best=None, marks: set[tuple[str
     baseline is marked significant (significance.py)."""
     decimals, baseline = int(settings["decimals"]), settings["baseline"]
     contaminated = set(settings.get("backbone", {}).get("contaminated_targets", [])) & set(settings["targets"])
+    categories = category_columns(settings)
     header = ["Intermediate task"] + [t + (f" {CONTAMINATED}" if t in contaminated else "")
-                                      for t in settings["targets"]] + ["Avg"]
+                                      for t in settings["targets"]] + ["Avg"] + [category_header(c) for c in categories]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
     for c in shown.index:
         sign = "" if c == baseline or baseline is None else "+"
@@ -166,7 +246,7 @@ def render_main(shown, settings: dict[str, Any], best=None, marks: set[tuple[str
             cols = [f"{target}.{m}" for m in metrics] if len(metrics) > 1 else [target]
             cells.append(" / ".join(_fmt(shown.loc[c, col], decimals, sign) for col in cols)
                          + (f" {significance.MARKER}" if (c, target) in marks else ""))
-        cells.append(_fmt(shown.loc[c, "avg"], decimals, sign))
+        cells += [_fmt(shown.loc[c, col], decimals, sign) for col in ["avg", *categories]]
         lines.append(f"| {c} | " + " | ".join(cells) + " |")
     rows = (f"Row `{baseline}` is absolute; the other rows are differences to it." if baseline is not None
             else "Every row is absolute (this setting was not run with the baseline config).")
@@ -179,9 +259,10 @@ def render_main(shown, settings: dict[str, Any], best=None, marks: set[tuple[str
         note += (f"{CONTAMINATED} {', '.join(sorted(contaminated))}: backbone {settings['backbone']['name']} saw this "
                  f"target's data in {source}; its scores are not zero-shot.\n")
     if best is not None:
-        lines.append(render_best(best, settings).rstrip("\n"))
+        lines.append(render_best(best, settings).rstrip("\n") + " |" * len(categories))
         note += ("Best models: per target, the config with the best median (English) dev score and its best "
                  "seed by dev score, absolute test score; – where the target has no dev data.\n")
+    note += "".join(f"{n}\n" for n in benchmark_notes(settings))
     return "\n".join(lines) + "\n" + note
 
 

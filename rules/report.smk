@@ -98,12 +98,14 @@ rule collect_submission:
         runs=lambda wildcards: " ".join(f"{run}={path}" for run, path in grid.submission_predictions(config, wildcards.backbone).items()),
         targets=lambda wildcards: backbone_grid.grid_of(config, wildcards.backbone)["targets"],
         baseline=config["tables"]["baseline"],
+        benchmark=BENCHMARK,
         code=module_digest("predictions"),
     conda:
         "../envs/data.yaml"
     shell:
         "python -m workflow_scripts.predictions --best {input.best} --targets {params.targets}"
-        " --baseline {params.baseline} --predictions {params.runs} --output {output.submission} > {log} 2>&1"
+        " --baseline {params.baseline} --benchmark {params.benchmark} --predictions {params.runs}"
+        " --output {output.submission} > {log} 2>&1"
 
 
 rule compare_backbones:

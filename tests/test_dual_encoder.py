@@ -18,8 +18,9 @@ from workflow_scripts.train import carry_head, train_phase
 PHASE = {"dropout": 0.0, "dev_examples": 30, "eval_batch_size": 32, "eval_every": 10, "learning_rate": 2e-3,
          "max_grad_norm": 1.0, "max_micro_batch": 16, "multitask_cap": 131072, "multitask_epochs": 1,
          "patience": 30, "warmup_ratio": 0.1, "weight_decay": 0.0}
+# mean pooling: the fixture encoder's first token is untrained (dual_encoder.py)
 OPTS = {"batch_size": 16, "epochs": 6, "max_length": 40, "max_query_length": 40, "lowercase": False,
-        "select_language": "en"}
+        "pooling": "mean", "select_language": "en"}
 
 
 def ranking_rows(pairs: list[dict], query_lang: str, split: str) -> list[dict]:
@@ -37,17 +38,17 @@ def ranking_rows(pairs: list[dict], query_lang: str, split: str) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def ranking_files(tmp_path_factory, demo_data):
-    """Train on German pairs, select on Russian ones labelled English (the selection
-    language), test with queries in two languages against one pool."""
+    """Train and select on German pairs (the encoder is not pre-trained: nothing transfers
+    to another language), test with queries in two languages against one pool."""
     pairs = read_table(demo_data["tatoeba.test"]).to_pylist()
     by_lang = {lang: [p for p in pairs if p["lang"] == lang] for lang in ("de", "ru", "sw")}
     out = tmp_path_factory.mktemp("ranking")
     task = get_task("mewslix")
-    test = ranking_rows(by_lang["ru"][:40], "en", "test")
+    test = ranking_rows(by_lang["de"][60:], "en", "test")
     # a second query language over the same pool: Swahili sentences' English sides
     test += [{**r, "id": r["id"].replace("q", "qx"), "lang": "sw"} for r in test if r["side"] == "query"]
-    files = {"train": ranking_rows(by_lang["de"], "en", "train"), "dev": ranking_rows(by_lang["ru"][40:], "en", "dev"),
-             "test": test}
+    train = ranking_rows(by_lang["de"][:60], "en", "train")
+    files = {"train": train, "dev": train, "test": test}
     paths = {}
     for split, rows in files.items():
         paths[split] = out / f"{split}.parquet"
@@ -84,10 +85,11 @@ def test_a_dual_encoder_learns_to_rank_and_scores_every_language_against_one_poo
     from workflow_scripts.common import device
 
     data = {"mewslix": {"train": str(ranking_files["train"]), "dev": str(ranking_files["dev"])}}
-    settings = {**PHASE, "tasks": {"mewslix": OPTS}}
+    settings = {**PHASE, "eval_every": 2, "tasks": {"mewslix": OPTS}}
     log = train_phase("target", demo_encoder_dir, data, settings, seed=3, threads=1, output=tmp_path / "model")
     first, best = log["history"][0]["scores"]["mewslix"]["map_at_20"], log["best"]["scores"]["mewslix"]["map_at_20"]
-    assert best > first and best > 50, (first, best)  # learnt, far above a 30-candidate pool's chance
+    # memorised: far above the first evaluation and the chance of a 60-candidate pool
+    assert best > first + 20 and best > 50, (first, best)
     heads = torch.load(tmp_path / "model" / "heads.pt", weights_only=True)
     assert heads["mewslix.logit_scale"].shape == (1,) and float(heads["mewslix.logit_scale"]) != 100.0
 
@@ -106,7 +108,7 @@ def test_a_dual_encoder_learns_to_rank_and_scores_every_language_against_one_poo
     assert all(len(found) == 20 for found in en_ranked.values())
     # the same as embedding everything together
     direct, _ = dual_encoder.score(by_lang["en"], real_embed(model, get_task("mewslix"), tokenizer, by_lang["en"],
-                                                             {**OPTS, "eval_batch_size": 16}, device()))
+                                                             {**OPTS, "eval_batch_size": 16}, device()), "mewslix")
     assert direct == pytest.approx(en)
 
 

@@ -7,8 +7,11 @@ a dual encoder whose two towers share every weight.
   have no context). ``lowercase`` lower-cases both, as the reference runs XLM-R
   (``--do_lower_case``).
 - Vector: the backbone pooled as its family reads one vector per sequence (an encoder's
-  first token), through a fresh dense + tanh layer (the reference reads BERT's pooler,
-  which is that layer), L2-normalised: the score of a pair is their cosine.
+  first token, as the reference; ``pooling`` may name another: a first token that
+  pre-training never trained, as in the demo's tiny encoders, collapses under the
+  contrastive loss, where the mean over tokens learns), through a fresh dense + tanh layer
+  (the reference reads BERT's pooler, which is that layer), L2-normalised: the score of a
+  pair is their cosine.
 - Training: in-batch softmax cross-entropy from each query to its gold candidate against
   the other candidates of the (micro-)batch, the cosines scaled by a trained logit scale
   that starts at 100, as the reference's ``BertForRetrieval``.
@@ -101,10 +104,12 @@ def collate(features: Sequence[Feature], pad_id: int) -> dict[str, Any]:
 
 
 class RankingHead(nn.Module):
-    """dense + tanh over the pooled sequence, L2-normalised; the trained logit scale."""
+    """dense + tanh over the pooled sequence, L2-normalised; the trained logit scale.
+    ``pooling``: how the sequence is read (None: the backbone family's way)."""
 
-    def __init__(self, hidden: int, init_std: float) -> None:
+    def __init__(self, hidden: int, init_std: float, pooling: str | None = None) -> None:
         super().__init__()
+        self.pooling = pooling
         self.dense = nn.Linear(hidden, hidden)
         nn.init.normal_(self.dense.weight, std=init_std)
         nn.init.zeros_(self.dense.bias)
@@ -115,14 +120,23 @@ class RankingHead(nn.Module):
         return nn.functional.normalize(torch.tanh(self.dense(pooled.float())), p=2, dim=-1)
 
 
+def configure_head(head: RankingHead, opts: dict[str, Any]) -> RankingHead:
+    """The task's ``pooling`` option on its head (``family``: the backbone family's)."""
+    pooling = opts.get("pooling", "family")
+    head.pooling = None if pooling == "family" else pooling
+    return head
+
+
 def logits(model, head: RankingHead, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Training batch (with candidates): the scaled query x candidate cosines and the
     in-batch softmax loss. Otherwise: the embeddings of ``input_ids`` (no loss)."""
     from .backbones.family import pool
 
+    pooling = head.pooling or model.pooling
+
     def embed(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         hidden = model.encoder(input_ids=ids, attention_mask=mask).last_hidden_state
-        return head(pool(model.pooling, hidden, mask))
+        return head(pool(pooling, hidden, mask))
 
     queries = embed(batch["input_ids"], batch["attention_mask"])
     if "candidate_input_ids" not in batch:
@@ -152,18 +166,20 @@ def rank(query_vectors, candidate_vectors, candidate_ids: list[str], k: int, dev
     return [[candidate_ids[j] for j in row] for row in found]
 
 
-def score(rows: list[dict[str, Any]], vectors: Sequence[Any], k: int = TOP_K, dev=None
+def score(rows: list[dict[str, Any]], vectors: Sequence[Any], target: str, k: int = TOP_K, dev=None
           ) -> tuple[dict[str, float], dict[str, list[str]]]:
-    """mAP@k of the queries among ``rows`` ranked in the pool of its candidates, with each
-    query's ranked candidate ids. ``vectors``: one embedding per row."""
-    from .ranking import map_at_k
+    """mAP@k of the queries among ``rows`` ranked in the pool of its candidates (the
+    official convention of ``target``: ranking.py), with each query's ranked candidate ids.
+    ``vectors``: one embedding per row."""
+    from .ranking import convention_of, map_at_k
 
     queries = [i for i, r in enumerate(rows) if r["side"] == QUERY]
     candidates = [i for i, r in enumerate(rows) if r["side"] == CANDIDATE]
     ranked = rank([vectors[i] for i in queries], [vectors[i] for i in candidates],
                   [rows[i]["id"] for i in candidates], k, dev)
     predictions = {rows[i]["id"]: found for i, found in zip(queries, ranked)}
-    return map_at_k(predictions, {rows[i]["id"]: list(rows[i]["gold"]) for i in queries}, k), predictions
+    golds = {rows[i]["id"]: list(rows[i]["gold"]) for i in queries}
+    return map_at_k(predictions, golds, k, convention_of(target)), predictions
 
 
 def selection_subset(rows: list[dict[str, Any]], n: int, language: str, path: str) -> list[dict[str, Any]]:
@@ -216,7 +232,7 @@ class PoolScorer:
         self.pools: dict[str, Any] = {}
 
     def score(self, rows: list[dict[str, Any]]) -> tuple[dict[str, float], dict[str, list[str]]]:
-        from .ranking import map_at_k
+        from .ranking import convention_of, map_at_k
 
         queries = [r for r in rows if r["side"] == QUERY]
         candidates = [r for r in rows if r["side"] == CANDIDATE]
@@ -225,7 +241,8 @@ class PoolScorer:
             self.pools = {key: self._embed(candidates)}  # one pool held at a time (1M x 1024 floats: 4 GB)
         ranked = rank(self._embed(queries), self.pools[key], [r["id"] for r in candidates], self.k, self.dev)
         predictions = {r["id"]: found for r, found in zip(queries, ranked)}
-        return map_at_k(predictions, {r["id"]: list(r["gold"]) for r in queries}, self.k), predictions
+        golds = {r["id"]: list(r["gold"]) for r in queries}
+        return map_at_k(predictions, golds, self.k, convention_of(self.task.name)), predictions
 
     def _embed(self, rows: list[dict[str, Any]]):
         return embed_rows(self.model, self.task, self.tokenizer, rows, self.opts, self.dev)

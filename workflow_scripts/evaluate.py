@@ -92,7 +92,7 @@ def predict_and_score(model, task: Task, encoded: Encoded, pad_id: int, opts: di
     rows = encoded.rows
     logits = predict_logits(model, task, encoded, int(opts["eval_batch_size"]), pad_id, dev)
     if task.format == RANKING:  # one embedding per row (dual_encoder.py)
-        return dual_encoder.score(rows, logits, dev=dev)
+        return dual_encoder.score(rows, logits, task.name, dev=dev)
     if task.format in (CLASSIFICATION, MULTIPLE_CHOICE):
         labels = [int(l.argmax()) for l in logits]
         return accuracy(labels, [r["label"] for r in rows]), labels
@@ -180,6 +180,8 @@ def evaluate_run(target: str, models: dict[str, Path], data: Sources, settings: 
         selections = {}
         for model_dir in sorted(set(model_of.values())):
             model, tokenizer = _load_target_model(task, model_dir, dev)
+            if task.format == RANKING:  # read sequences as training did
+                dual_encoder.configure_head(model.heads[task.name], settings)
             selections[str(model_dir)] = read_json(model_dir / "train_log.json")["best"]
             # ranking: the candidate pool is embedded once, not once per language
             pool = dual_encoder.PoolScorer(model, task, tokenizer, opts, dev) if task.format == RANKING else None
@@ -191,8 +193,8 @@ def evaluate_run(target: str, models: dict[str, Path], data: Sources, settings: 
                         scores[split][lang], found = pool.score(rows)
                     else:
                         scores[split][lang], found = predict_and_score_rows(model, task, tokenizer, rows, opts, dev)
-                        if split == "test":
-                            predictions[lang] = found
+                    if split == "test":
+                        predictions[lang] = found
             del model
         # Which model (and so which training and selection data) scored each language.
         extra["models"] = {lang: {"path": str(m), "selection": selections[str(m)],

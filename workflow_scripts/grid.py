@@ -21,7 +21,7 @@ PHASE_KEYS = ("learning_rate", "warmup_ratio", "weight_decay", "max_grad_norm", 
               "patience", "dev_examples", "eval_batch_size", "max_micro_batch", "multitask_cap",
               "multitask_epochs", "max_steps")
 SPAN_KEYS = ("doc_stride", "max_query_length", "n_best", "max_answer_length")
-RANKING_KEYS = ("max_query_length", "lowercase")
+RANKING_KEYS = ("max_query_length", "lowercase", "pooling")
 
 
 class ConfigError(ValueError):

@@ -151,6 +151,8 @@ def load_phase_data(encoder_dir: Path, encoder, tokenizer, data: dict[str, dict[
         else:
             heads[name] = make_head(task.format, encoder.config.hidden_size, task.num_labels,
                                     float(settings["dropout"]), initializer_range(encoder.config))
+            if task.format == RANKING:
+                dual_encoder.configure_head(heads[name], opts)
     # The selection subsets never change: encode them once, not at every evaluation.
     dev_opts = {n: {**task_opts[n], "eval_batch_size": settings["eval_batch_size"]} for n in tasks}
     dev_sets = {key: encode(tasks[key[0]], tokenizer, rows, dev_opts[key[0]], train=False)

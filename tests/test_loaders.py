@@ -29,6 +29,11 @@ SOURCES = {
     "tydiqa": ("google/xtreme", ["en", "ru", "sw"], {}),
     "bucc": ("bucc2018", ["de", "ru"], {}),
     "tatoeba": ("google/xtreme", ["de", "ru", "sw"], {}),
+    "siqa": ("allenai/social_i_qa", None, {}),
+    "copa": ("aps/super_glue", None, {}),
+    "xcopa": ("cambridgeltl/xcopa", ["de", "ru", "sw"], {}),
+    "mewslix": ("izhx/mewsli-x", ["en", "de", "ru"], {}),
+    "lareqa": ("google-research-datasets/xquad_r", ["en", "de", "ru"], {}),
 }
 CASES = [(t, s) for t in TASKS for s in TASKS[t].splits]
 

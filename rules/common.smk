@@ -144,11 +144,15 @@ def local_source_files(wildcards):
     editing them reruns its preparation."""
     task = config["tasks"][wildcards.task]
     options = task.get("options", {})
-    release = grid.local_release(task)
-    if release is not None:  # a local UD release: its archive or its files
-        if release.is_file():
-            return [workdir_relative(release)]
-        return sorted(workdir_relative(os.path.join(d, f)) for d, _, files in os.walk(release) for f in files)
+    releases = grid.local_releases(task)
+    if releases:  # local UD releases (v2.5, and XTREME-R's v2.7 languages): their archives or files
+        found = []
+        for release in releases.values():
+            if release.is_file():
+                found.append(workdir_relative(release))
+            else:
+                found += [workdir_relative(os.path.join(d, f)) for d, _, files in os.walk(release) for f in files]
+        return sorted(found)
     if "path" in options:
         source_dir = options["path"]
     elif config["data"]["source"] == "local":

@@ -60,10 +60,11 @@ def check_config(config: dict[str, Any]) -> None:
     for key in tasks_cfg:
         if key not in TASKS:
             raise ConfigError(f"config key tasks.{key}: unknown task; known tasks: {', '.join(TASKS)}")
-        release = local_release(tasks_cfg[key])
-        if release is not None and not release.exists():
-            raise ConfigError(f"config key tasks.{key}.options.ud_release: {tasks_cfg[key]['options']['ud_release']!r} "
-                              "is neither a URL nor an existing archive or directory")
+        for option, release in local_releases(tasks_cfg[key]).items():
+            if not release.exists():
+                raise ConfigError(f"config key tasks.{key}.options.{option}: {_release_option(tasks_cfg[key], option)!r} "
+                                  "is neither a URL nor "
+                                  "an existing archive or directory")
     baselines = []
     for name, inter in config["intermediate"].items():
         for i, task in enumerate(inter["tasks"]):
@@ -151,13 +152,21 @@ def check_config(config: dict[str, Any]) -> None:
         raise ConfigError(str(err)) from None
 
 
-def local_release(task_cfg: dict[str, Any]) -> Path | None:
-    """The local path of a task's ``options.ud_release`` (relative paths are relative to the
-    repository); None when it is a URL or not set."""
-    release = task_cfg.get("options", {}).get("ud_release")
-    if not release or is_url(release):
-        return None
-    return REPO_ROOT / release  # an absolute release stays absolute
+def local_releases(task_cfg: dict[str, Any]) -> dict[str, Path]:
+    """The local paths of a task's UD releases by option (``ud_release``, and
+    ``ud_release_extra.release``: XTREME-R's UD v2.7 languages); URLs are not local."""
+    options = task_cfg.get("options", {})
+    extra = options.get("ud_release_extra")
+    found = {"ud_release": options.get("ud_release"),
+             "ud_release_extra.release": extra.get("release") if isinstance(extra, dict) else None}
+    return {key: REPO_ROOT / release for key, release in found.items()  # an absolute release stays absolute
+            if release and not is_url(release)}
+
+
+def _release_option(task_cfg: dict[str, Any], option: str) -> str:
+    """The configured value of a local release option, as the user wrote it."""
+    options = task_cfg.get("options", {})
+    return options["ud_release"] if option == "ud_release" else options["ud_release_extra"]["release"]
 
 
 # ----- layout -----------------------------------------------------------------------------

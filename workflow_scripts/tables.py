@@ -86,8 +86,11 @@ QA_CONVENTION = "QA counts (F1 + EM) / 2 in the averages."
 
 
 def benchmark_of(settings: dict[str, Any]) -> dict[str, Any]:
-    """The benchmark the tables report (``benchmark.describe()``; XTREME when not given)."""
-    return settings.get("benchmark") or benchmark.XTREME.describe()
+    """The benchmark the tables report (``benchmark.describe()``; XTREME when not given),
+    its categories in the paper's order (the settings' canonical JSON sorts keys)."""
+    bench = settings.get("benchmark") or benchmark.XTREME.describe()
+    order = benchmark.get(bench["name"]).categories
+    return {**bench, "categories": {c: bench["categories"][c] for c in order}}
 
 
 def category_columns(settings: dict[str, Any]) -> list[str]:

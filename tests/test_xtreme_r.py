@@ -77,3 +77,78 @@ def test_switching_xcopa_stages_off_trains_it_from_the_intermediate_encoder(repo
                      write_config(repo, "no_stages", lambda c: c["tasks"]["xcopa"].update(stages=[])), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "train_target_stage" not in job_counts(proc.stdout + proc.stderr)
+
+
+@pytest.fixture(scope="module")
+def demo_run(repo) -> Path:
+    started = time.time()
+    proc = snakemake(repo, "--cores", "2", "--configfile", DEMO_CONFIG, timeout=1500)
+    print(f"\nXTREME-R demo run: {time.time() - started:.0f} s wall")
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    return repo
+
+
+def chance_map_at_20(pool: int, golds: int, draws: int = 2000) -> float:
+    """mAP@20 (LAReQA convention) of a random ranking of ``pool`` candidates with ``golds``
+    gold ones, by simulation (seeded)."""
+    import random
+
+    rng, total = random.Random(0), 0.0
+    for _ in range(draws):
+        top = rng.sample(range(pool), min(20, pool))
+        hits, ap = 0, 0.0
+        for rank, c in enumerate(top, start=1):
+            if c < golds:
+                hits += 1
+                ap += hits / rank
+        total += ap / min(golds, 20)
+    return 100 * total / draws
+
+
+def test_the_xtreme_r_demo_writes_the_xtreme_r_table_with_categories_and_overall(demo_run):
+    table = (demo_run / "results/tables/xlmr_tiny/main.md").read_text()
+    header = next(line for line in table.splitlines() if line.startswith("| Intermediate task"))
+    columns = [c.strip() for c in header.strip("|").split("|")]
+    assert columns[1:] == [*benchmark.XTREME_R.targets, "Avg", "Classification", "Struct. pred.", "QA", "Retrieval",
+                           "Overall"]
+    baseline = next(line for line in table.splitlines() if line.startswith("| none"))
+    cells = [c.strip() for c in baseline.strip("|").split("|")]
+    assert all(cell not in ("", "–") for cell in cells[-5:]), baseline  # every category and the overall score
+    assert "QA counts (F1 + EM) / 2" in table and "Mewsli-X data version 20220518_6" in table
+
+
+def test_the_xtreme_r_demo_retrieval_targets_score_above_chance(demo_run):
+    import pyarrow.parquet as pq
+
+    for target in ("mewslix", "lareqa"):
+        rows = pq.read_table(demo_run / f"results/data/{target}/test.parquet").to_pylist()
+        pool = sum(r["side"] == "candidate" for r in rows)
+        golds = max(len(r["gold"]) for r in rows if r["side"] == "query")
+        chance = chance_map_at_20(pool, golds)
+        for config in ("none", "mnli"):
+            m = json.loads((demo_run / f"results/metrics/xlmr_tiny/zero_shot/{config}/{target}/seed1.json").read_text())
+            assert m["metric"] == "map_at_20" and set(m["scores"]["test"]) == {"en", "de", "ru"}
+            assert m["average"]["test"]["map_at_20"] > 3 * chance, (target, config, m["average"], chance)
+
+
+def test_the_xtreme_r_demo_trains_xcopa_from_its_siqa_stage_and_submits_every_target(demo_run):
+    for config in ("none", "mnli"):
+        stage = demo_run / f"results/target/xlmr_tiny/{config}/xcopa/stages/siqa/seed1/model"
+        assert json.loads((stage / "train_log.json").read_text())["settings"]["tasks"].keys() == {"siqa"}
+        log = (demo_run / f"logs/train_target/xlmr_tiny/{config}/xcopa/en.dev-en/seed1.log").read_text()
+        assert f"head xcopa continues from siqa's in {stage.relative_to(demo_run)}" in log
+    # Tatoeba embedded with the SQuAD-trained XQuAD model (XTREME-R's protocol), said in the metric file
+    m = json.loads((demo_run / "results/metrics/xlmr_tiny/zero_shot/mnli/tatoeba/seed1.json").read_text())
+    assert m["settings"]["retrieval"]["encoder"] == "xquad"
+    assert m["retrieval"]["encoder_path"] == "results/target/xlmr_tiny/mnli/xquad/en.dev-en/seed1/model"
+    submission = demo_run / "results/submission/xlmr_tiny/xtreme_r"
+    assert sorted(p.name for p in submission.iterdir() if p.is_dir()) == sorted(benchmark.XTREME_R.targets)
+    xcopa = [json.loads(line) for line in (submission / "xcopa/test-sw.jsonl").read_text().splitlines()]
+    assert len(xcopa) == 100 and all(set(r) == {"label"} and r["label"] in (0, 1) for r in xcopa)
+    ranked = json.loads((submission / "mewslix/test-de.json").read_text())
+    assert ranked and all(isinstance(ids, list) and len(ids) == 20 for ids in ranked.values())
+
+
+def test_nothing_to_rerun_after_the_xtreme_r_demo(demo_run):
+    proc = snakemake(demo_run, "-n", "--configfile", DEMO_CONFIG)
+    assert proc.returncode == 0 and "Nothing to be done" in proc.stdout + proc.stderr, proc.stdout[-2000:]

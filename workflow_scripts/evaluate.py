@@ -176,6 +176,7 @@ def evaluate_run(target: str, models: dict[str, Path], data: Sources, settings: 
         settings = with_family_pooling(settings, model_dir)
         scores, extra, predictions = evaluate_retrieval(task, encoder, load_tokenizer(model_dir), splits, settings,
                                                         dev, seed)
+        extra["retrieval"]["encoder_path"] = str(model_dir)  # the intermediate phase's, or a target model's
     else:
         selections = {}
         for model_dir in sorted(set(model_of.values())):

@@ -101,6 +101,11 @@ ROWS = {
                   for i in range(4)],
     "udpos": [{"id": str(i), "lang": "en", "tokens": TEXTS[i].split(),
                "tags": ["NOUN" if k % 2 else "DET" for k in range(len(TEXTS[i].split()))]} for i in range(6)],
+    # a dual encoder's file: 4 queries, each with its gold among 6 candidates
+    "mewslix": [{"id": f"q{i}", "lang": "en", "side": "query", "text": TEXTS[i], "context": "", "gold": [f"c{i}"]}
+                for i in range(4)]
+               + [{"id": f"c{i}", "lang": "de", "side": "candidate", "text": TEXTS[-1 - i], "context": "", "gold": []}
+                  for i in range(6)],
 }
 OPTS = {"max_length": 48, "eval_batch_size": 4, "doc_stride": 16, "max_query_length": 12, "n_best": 5,
         "max_answer_length": 8}
@@ -121,7 +126,7 @@ def _model(backbone_dir: Path, task_name: str, seed: int = 0) -> MultiHeadModel:
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("task_name", ["xnli", "hellaswag", "squad", "udpos"])
+@pytest.mark.parametrize("task_name", ["xnli", "hellaswag", "squad", "udpos", "mewslix"])
 def test_every_task_format_trains_and_scores_on_every_family(family, task_name, backbone_dirs, demo_data):
     backbone_dir = backbone_dirs[family]
     assert family_of(backbone_dir).name == family
@@ -136,7 +141,8 @@ def test_every_task_format_trains_and_scores_on_every_family(family, task_name, 
     assert model.encoder.get_input_embeddings().weight.grad.abs().sum() > 0  # the loss reaches the backbone
     scores, predictions = predict_and_score_rows(model, task, tokenizer, rows, OPTS, torch.device("cpu"))
     assert scores and all(0.0 <= v <= 100.0 for v in scores.values())
-    assert len(predictions) == len(rows)
+    # one prediction per row; a ranking file's are its queries' ranked candidates
+    assert len(predictions) == len([r for r in rows if r.get("side", "query") == "query"])
 
 
 def test_a_decoder_tokenizer_without_pad_pads_with_eos_and_masks_by_length(backbone_dirs):
@@ -225,22 +231,23 @@ def _perturb(model) -> None:
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_a_lora_target_model_reloads_to_identical_predictions_heads_included(family, backbone_dirs, demo_data,
-                                                                              tmp_path):
+@pytest.mark.parametrize("task_name", ["xnli", "mewslix"])
+def test_a_lora_target_model_reloads_to_identical_predictions_heads_included(family, task_name, backbone_dirs,
+                                                                              demo_data, tmp_path):
     backbone_dir = backbone_dirs[family]
-    task = get_task("xnli")
-    model = _model(backbone_dir, "xnli")
+    task = get_task(task_name)
+    model = _model(backbone_dir, task_name)
     method = Method(name="lora", rank=4, alpha=8, dropout=0.0)
-    peft_model = adapters.attach(model, method, {"xnli": (task.format, task.num_labels)})
+    peft_model = adapters.attach(model, method, {task_name: (task.format, task.num_labels)})
     trained = adapters.inner(peft_model)
     _perturb(trained)
     trainable = {n for n, p in trained.named_parameters() if p.requires_grad}
-    assert any("lora_" in n for n in trainable) and any(n.startswith("heads.xnli") for n in trainable)
+    assert any("lora_" in n for n in trainable) and any(n.startswith(f"heads.{task_name}") for n in trainable)
     assert not any("embed" in n or "word_embeddings" in n for n in trainable)  # the base stays frozen
     tokenizer = load_tokenizer(backbone_dir)
     out = tmp_path / "target"
     out.mkdir()
-    adapters.save_adapter_phase(peft_model, tokenizer, out, backbone_dir, {"xnli": (task.format, task.num_labels)},
+    adapters.save_adapter_phase(peft_model, tokenizer, out, backbone_dir, {task_name: (task.format, task.num_labels)},
                                 method, family)
     # no copy of the base: only the adapter's weights are written
     weights = [f for f in out.rglob("*.safetensors")] + [f for f in out.rglob("*.bin")]
@@ -248,20 +255,20 @@ def test_a_lora_target_model_reloads_to_identical_predictions_heads_included(fam
     base_bytes = sum(f.stat().st_size for f in Path(backbone_dir).glob("*.safetensors"))
     assert weights[0].stat().st_size < base_bytes
     reloaded, _ = _load_target_model(task, out, torch.device("cpu"))
-    rows, dev = ROWS["xnli"], torch.device("cpu")
+    rows, dev = ROWS[task_name], torch.device("cpu")
     encoded = encode(task, tokenizer, rows, OPTS, train=False)
-    batch = collate(encoded.features.take(range(len(rows))), task.format, tokenizer.pad_token_id)
+    batch = collate(encoded.features.take(range(len(encoded.features))), task.format, tokenizer.pad_token_id)
     batch = {k: batch[k] for k in ("input_ids", "attention_mask")}
     trained.eval()
     reloaded.eval()
     with torch.no_grad():
-        before, _ = forward(trained, task.format, "xnli", batch)
-        after, _ = forward(reloaded, task.format, "xnli", batch)
+        before, _ = forward(trained, task.format, task_name, batch)
+        after, _ = forward(reloaded, task.format, task_name, batch)
         torch.testing.assert_close(after, before, rtol=0, atol=0)
         # the check can fail: the same adapter with its heads left fresh predicts otherwise
-        fresh = _model(backbone_dir, "xnli", seed=9)
+        fresh = _model(backbone_dir, task_name, seed=9)
         fresh.eval()
-        assert not torch.allclose(forward(fresh, task.format, "xnli", batch)[0], before)
+        assert not torch.allclose(forward(fresh, task.format, task_name, batch)[0], before)
     assert json.loads((out / "xstilts_backbone.json").read_text())["base"] == str(backbone_dir)
     del dev
 

@@ -109,9 +109,9 @@ ENCODE_CHUNK = 2000  # rows tokenised at a time: bounds the Python objects alive
 def encode(task: Task, tokenizer, rows, opts: dict[str, Any], train: bool) -> Encoded:
     """Tokenise ``rows`` (a list of dicts, or an Arrow table read ENCODE_CHUNK rows at a
     time, so a 1M-example task never exists as Python objects) in batches with the fast
-    tokenizer, which spreads each batch over its own threads. A ranking file is encoded
-    whole: a training query's gold candidate may be anywhere in it."""
-    if task.format == RANKING:
+    tokenizer, which spreads each batch over its own threads. A ranking file trains whole:
+    a query's gold candidate may be anywhere in it (its scoring rows encode one by one)."""
+    if task.format == RANKING and train:
         from . import dual_encoder
 
         return Encoded(FeatureStore.from_chunks([dual_encoder.encode(tokenizer, rows, opts, train)]), rows)
@@ -146,6 +146,10 @@ def _encode_chunk(task: Task, tokenizer, rows: list[dict[str, Any]], opts: dict[
         return _encode_spans(tokenizer, rows, opts, train)
     if task.format == TAGGING:
         return _encode_tags(tokenizer, rows, task.labels, max_length)
+    if task.format == RANKING:  # scoring: one feature per query or candidate (Mewsli-X: 1M candidates)
+        from . import dual_encoder
+
+        return dual_encoder.encode(tokenizer, rows, opts, train=False)
     if task.format == MLM:
         enc = tokenizer([r["text"] for r in rows], truncation=True, max_length=max_length)
         return [{"input_ids": ids} for ids in enc["input_ids"]]

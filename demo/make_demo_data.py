@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 
 LANGS = ("en", "de", "ru", "sw")
@@ -588,6 +589,74 @@ def make_xcopa_family(rng: random.Random) -> None:
             write_jsonl(ROOT / f"cambridgeltl/xcopa/{lang}" / f"{split}.jsonl", rows)
 
 
+LIVES_IN = {"en": ("{name} lives at the {place}.", "{name} from the {place}"),
+            "de": ("{name} wohnt bei {place}.", "{name} von {place}"),
+            "ru": ("{name} живёт в {place}.", "{name} из {place}")}
+
+
+def make_ranking(rng: random.Random) -> None:
+    """XTREME-R's retrieval targets, in the layouts the ranking loaders read.
+
+    Mewsli-X (izhx/mewsli-x): entities are (person, place) pairs described in one sentence in
+    en, de or ru ("Anna lives at the market."); a mention is the person's name in a sentence
+    about them ("Yesterday Anna from the market bought the book."). English Wikipedia-like
+    training pairs (config wikipedia_pairs), WikiNews-like dev and test mentions in en, de,
+    ru, and the pool (config candidate_entities), in the release's JSON schema.
+    LAReQA (google-research-datasets/xquad_r): parallel paragraphs and questions in en, de,
+    ru with the paragraphs' sentence_breaks; its training pairs come from the demo SQuAD."""
+    langs = ("en", "de", "ru")
+    entities = []
+    for name in range(len(NAMES["en"])):
+        for place in range(len(PLACES["en"])):
+            lang = langs[(name + place) % 3]
+            text = LIVES_IN[lang][0].format(name=NAMES[lang][name], place=PLACES[lang][place])
+            entities.append({"entity_id": f"Q{100 + 10 * name + place}", "title": NAMES[lang][name],
+                             "description": text, "sentence_spans": [{"start": 0, "end": len(text)}],
+                             "description_language": lang,
+                             "description_url": f"https://{lang}.wikipedia.invalid/wiki/Q{100 + 10 * name + place}"})
+    write_jsonl(ROOT / "izhx/mewsli-x/candidate_entities" / "test.jsonl", entities)
+
+    def mention(lang: str, uid: str) -> tuple[dict, dict]:
+        name, place = rng.randrange(len(NAMES["en"])), rng.randrange(len(PLACES["en"]))
+        ev = Event(rng)
+        phrase = LIVES_IN[lang][1].format(name=NAMES[lang][name], place=PLACES[lang][place])
+        sentence = f"{phrase} {VERBS[lang][ev.verb]} {ev.obj_phrase(lang)}."
+        text = f"{THEN[lang]} {sentence}"
+        start = len(THEN[lang]) + 1
+        context = {"document_title": f"demo {uid}", "document_url": f"https://news.invalid/{uid}",
+                   "document_id": uid, "language": lang, "text": text,
+                   "sentence_spans": [{"start": 0, "end": len(text)}]}
+        span = {"start": start, "end": start + len(NAMES[lang][name]), "text": NAMES[lang][name]}
+        return context, {"example_id": uid, "mention_span": span, "entity_id": f"Q{100 + 10 * name + place}"}
+
+    by_id = {e["entity_id"]: e for e in entities}
+    pairs = []
+    for i in range(1500):
+        context, m = mention("en", f"wp-{i:05d}")
+        pairs.append({"contextual_mention": {"context": context, "mention": m}, "entity": by_id[m["entity_id"]]})
+    write_jsonl(ROOT / "izhx/mewsli-x/wikipedia_pairs" / "train.jsonl", pairs)
+    for lang in langs:
+        for split, n in (("validation", 60), ("test", 150)):
+            rows = []
+            for i in range(n):
+                context, m = mention(lang, f"{lang}-{split[0]}-{i:04d}")
+                rows.append({"context": context, "mentions": [m]})
+            write_jsonl(ROOT / "izhx/mewsli-x" / lang / f"{split}.jsonl", rows)
+
+    seed = rng.random()
+    for lang in langs:
+        local, rows = random.Random(seed), []  # parallel: the same paragraphs and question ids
+        for i in range(60):
+            row = qa_example(local, lang, f"xqr{i:05d}", False)
+            context, breaks, at = row["context"], [], 0
+            for end in [m.end() for m in re.finditer(r"[.?!](?= |$)", context)]:
+                breaks.append([at, end])
+                at = end + 1
+            row["sentence_breaks"] = breaks
+            rows.append(row)
+        write_jsonl(ROOT / "google-research-datasets/xquad_r" / lang / "validation.jsonl", rows)
+
+
 def main() -> None:
     rng = random.Random(0)
     # New generators go last: each draws its own seed, so earlier files stay byte-identical.
@@ -597,6 +666,7 @@ def main() -> None:
         make(random.Random(rng.random()))
     # XTREME-R additions, each on its own seed: the files above do not change.
     make_xcopa_family(random.Random("xcopa"))
+    make_ranking(random.Random("ranking"))
     print(f"wrote {sum(1 for _ in ROOT.rglob('*.jsonl'))} files under {ROOT} and the parallel corpora"
           f" under {PARALLEL_ROOT}")
 

@@ -58,6 +58,12 @@ def test_loader_yields_the_canonical_schema(tmp_path, task_name, split):
     expected_langs = set(langs or ["en"])
     if split == "dev":
         expected_langs -= task.dev_missing
+    if task.format == "ranking":  # a query's language; the candidates pool every language; training is English
+        expected_langs = expected_langs if split in task.eval_splits else {"en"}
+        pool = {r["id"] for r in rows if r["side"] == "candidate"}
+        queries = [r for r in rows if r["side"] == "query"]
+        assert queries and all(r["gold"] and set(r["gold"]) <= pool for r in queries)
+        rows = queries
     assert {r["lang"] for r in rows} == expected_langs
     if task.format in ("classification", "multiple_choice") and task.labels:
         assert all(0 <= r["label"] < task.num_labels for r in rows)

@@ -1,0 +1,63 @@
+"""Mewsli-X and LAReQA loaders (loaders/ranking.py): queries built as XTREME-R's reference
+builds them, gold candidates linked across languages, bad rows dropped and counted."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from workflow_scripts.data import prepare, provenance, read_table
+from workflow_scripts.loaders.ranking import lareqa_rows, mention_query, sentence_breaks
+
+
+def test_a_mention_query_is_one_marked_sentence_with_the_mention_prepended():
+    text = "First sentence here. The verdict for {old} Smith came back.\\nLater."
+    context = {"text": text, "sentence_spans": [{"start": 0, "end": 20}, {"start": 21, "end": 59},
+                                                {"start": 60, "end": len(text)}]}
+    start = text.index("Smith")
+    mention = {"example_id": "m1", "entity_id": "Q1", "mention_span": {"start": start, "end": start + 5,
+                                                                       "text": "Smith"}}
+    # braces already in the text become parentheses; one sentence of context
+    assert mention_query(context, mention) == "Smith: The verdict for (old) { Smith } came back."
+    across = {**mention, "mention_span": {"start": 15, "end": 25, "text": text[15:25]}}
+    assert mention_query(context, across) is None
+
+
+def test_lareqa_golds_are_the_answer_sentences_of_the_same_question_in_every_language():
+    def row(lang, qid, context, answer_start):
+        return {"id": qid, "question": f"{lang} q", "context": context,
+                "answers": {"text": ["x"], "answer_start": [answer_start]}}
+
+    en = "Anna came. Peter left! Maria stayed?"
+    de = "Anna kam. Peter ging! Maria blieb?"
+    counts = Counter()
+    rows = list(lareqa_rows({"en": [row("en", "q1", en, en.index("Peter")), row("en", "q2", en, 500)],
+                             "de": [row("de", "q1", de, de.index("Peter"))]}, counts))
+    queries = {r["id"]: r for r in rows if r["side"] == "query"}
+    assert queries["q1_en"]["gold"] == queries["q1_de"]["gold"] == ["de_1_1", "en_1_1"]
+    assert "q2_en" not in queries and counts["answer_in_no_sentence"] == 1  # dropped, counted
+    candidates = [r for r in rows if r["side"] == "candidate"]
+    assert [r["text"] for r in candidates if r["lang"] == "en"] == ["Anna came.", "Peter left!", "Maria stayed?"]
+    assert all(r["context"] in (en, de) for r in candidates)
+    assert counts["paragraphs_split_by_rule"] == 2
+    assert sentence_breaks("一。二。") == [(0, 2), (2, 4)]
+
+
+def test_mewslix_drops_and_counts_mentions_whose_entity_is_not_a_candidate(tmp_path):
+    hub = tmp_path / "hub" / "izhx/mewsli-x"
+    entity = {"entity_id": "Q1", "title": "A", "description": "Anna lives here.", "description_language": "en",
+              "description_url": "u", "sentence_spans": [{"start": 0, "end": 16}]}
+    (hub / "candidate_entities").mkdir(parents=True)
+    (hub / "candidate_entities/test.jsonl").write_text(json.dumps(entity) + "\n")
+    (hub / "de").mkdir()
+    context = {"text": "Anna kam.", "sentence_spans": [{"start": 0, "end": 9}], "language": "de"}
+    mentions = [{"example_id": f"m{i}", "entity_id": e, "mention_span": {"start": 0, "end": 4, "text": "Anna"}}
+                for i, e in enumerate(["Q1", "Q404"])]
+    (hub / "de/test.jsonl").write_text(json.dumps({"context": context, "mentions": mentions}) + "\n")
+    out = tmp_path / "test.parquet"
+    prepare("mewslix", "test", {"source": "local", "local_root": str(tmp_path / "hub"),
+                                "hub": {"path": "izhx/mewsli-x"}, "languages": ["de"]}, out)
+    rows = read_table(out).to_pylist()
+    assert [r["id"] for r in rows if r["side"] == "query"] == ["m0"]
+    report = provenance(out)["report"]
+    assert report["load_counts"]["gold_not_in_pool"] == 1 and report["version"] == "20220518_6"

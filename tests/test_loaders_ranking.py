@@ -61,3 +61,34 @@ def test_mewslix_drops_and_counts_mentions_whose_entity_is_not_a_candidate(tmp_p
     assert [r["id"] for r in rows if r["side"] == "query"] == ["m0"]
     report = provenance(out)["report"]
     assert report["load_counts"]["gold_not_in_pool"] == 1 and report["version"] == "20220518_6"
+
+
+def test_real_xquad_r_links_11_gold_answers_per_question_and_the_oracle_scores_100():
+    """tests/real_data/xquad_r: the first two paragraphs of XQuAD-R in its 11 languages
+    (github google-research-datasets/lareqa), as the Hub's rows (one per question)."""
+    from pathlib import Path
+
+    from workflow_scripts.ranking import map_at_k
+
+    root = Path(__file__).parent / "real_data" / "xquad_r"
+    by_lang = {}
+    for path in sorted(root.glob("*.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))["data"]
+        by_lang[path.stem] = [{"id": qa["id"], "question": qa["question"], "context": p["context"],
+                               "sentence_breaks": p["sentence_breaks"],
+                               "answers": {"text": [a["text"] for a in qa["answers"]],
+                                           "answer_start": [a["answer_start"] for a in qa["answers"]]}}
+                              for article in data for p in article["paragraphs"] for qa in p["qas"]]
+    counts = Counter()
+    rows = list(lareqa_rows(by_lang, counts))
+    queries = [r for r in rows if r["side"] == "query"]
+    candidates = [r for r in rows if r["side"] == "candidate"]
+    assert len(by_lang) == 11 and len(queries) == 11 * 30 and not counts
+    # every question's answer sentence is found in all 11 languages: 11 gold answers each
+    assert all(len(r["gold"]) == 11 and {g.split("_")[0] for g in r["gold"]} == set(by_lang) for r in queries)
+    pool = {r["id"] for r in candidates}
+    ranked = {r["id"]: list(r["gold"]) + sorted(pool - set(r["gold"]))[:9] for r in queries}
+    assert map_at_k(ranked, {r["id"]: r["gold"] for r in queries}, 20, "lareqa") == {"map_at_20": 100.0}
+    # a gold answer ranked 12th instead of 11th costs something: the oracle's 100 is not a given
+    worse = {q: ids[:10] + [ids[11], ids[10]] + ids[12:] for q, ids in ranked.items()}
+    assert map_at_k(worse, {r["id"]: r["gold"] for r in queries}, 20, "lareqa")["map_at_20"] < 100.0

@@ -72,3 +72,35 @@ def test_gpu_search_gives_the_cpu_neighbours_and_scores():
     gpu_scores, gpu_found = exact_knn(queries, keys, 4, dev="cuda", block_bytes=4 * 5000 * 64)
     assert np.array_equal(gpu_found, cpu_found)
     np.testing.assert_allclose(gpu_scores, cpu_scores, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("block_bytes", [4 * 7 * 3, 1 << 30])  # blocks of 3 queries, or one block
+def test_bit_identical_candidates_tie_and_go_to_the_lower_index(block_bytes):
+    """Copies of one vector at scattered positions (across blocks, at the k-th place) score
+    alike and are returned lowest index first; the rest is as an exact float64 search."""
+    queries, keys = embeddings(9, 40, dim=48, seed=5)
+    copies = {3: [11, 27, 39], 8: [0, 20], 15: [16]}  # source -> positions overwritten with its vector
+    for source, positions in copies.items():
+        keys[positions] = keys[source]
+    for k in (1, 2, 5, 12, 40):
+        scores, found = knn(queries, keys, k, block_bytes=block_bytes)
+        exact = queries.astype(np.float64) @ keys.astype(np.float64).T
+        for row in range(len(queries)):
+            expected = sorted(range(len(keys)), key=lambda j: (-exact[row, j], j))[:k]
+            assert found[row].tolist() == expected, (k, row)
+        groups = [[source, *positions] for source, positions in copies.items()]
+        for row in range(len(queries)):
+            for group in groups:
+                at = [np.where(found[row] == j)[0] for j in group]
+                values = [scores[row, a[0]] for a in at if len(a)]
+                assert len(set(values)) <= 1  # bit-identical vectors, one score
+
+
+def test_keys_without_duplicates_take_the_plain_search():
+    from workflow_scripts.neighbours import duplicate_groups
+
+    _, keys = embeddings(1, 100)
+    assert duplicate_groups(keys) is None
+    keys[7] = keys[3]
+    representatives, members = duplicate_groups(keys)
+    assert 7 not in representatives.tolist() and members[3].tolist() == [3, 7] and len(representatives) == 99

@@ -6,7 +6,10 @@ block is one GEMM against all keys, then a top-k. On a GPU the keys are copied t
 device once and every block runs there (cuBLAS, full fp32 precision: TF32 is switched off
 for the call); on CPU the GEMM is numpy's BLAS into a reused buffer and the top-k is
 torch's, which runs on all threads. Results are ordered by score descending, ties by key
-index ascending, so they do not depend on the device or the block size.
+index ascending, so they do not depend on the device or the block size. Bit-identical key
+vectors (the same entity description twice in a pool) are searched once and expanded to
+all their indices, lowest first: their scores are then equal by construction, where a
+blocked GEMM may give two copies scores 1 ulp apart depending on their column position.
 
 faiss stays for what exact search cannot do at very large scale: ``index`` may name a
 faiss index_factory string ("IVF4096,Flat", "HNSW32", ...), searched with ``nprobe``.
@@ -42,8 +45,56 @@ def knn(queries: np.ndarray, keys: np.ndarray, k: int, dev: Any = None, index: s
         raise InputError(f"nearest-neighbour search needs k >= 1 and keys, got k={k} and {len(keys)} keys")
     k = min(k, len(keys))
     if index == EXACT:
-        return exact_knn(queries, keys, k, dev, block_bytes)
+        groups = duplicate_groups(keys)
+        if groups is None:
+            return exact_knn(queries, keys, k, dev, block_bytes)
+        representatives, members = groups
+        scores, found = exact_knn(queries, keys[representatives], min(k, len(representatives)), dev, block_bytes)
+        return _expanded(scores, found, members, k)
     return faiss_knn(queries, keys, k, index, nprobe, seed)
+
+
+def duplicate_groups(keys: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]] | None:
+    """None when every key vector is distinct (bit for bit); else the index of each distinct
+    vector's first occurrence (ascending) and, for each, all its indices (ascending).
+
+    A 64-bit hash of every row (one integer pass over the keys) settles the common case of
+    no duplicates; only otherwise are the rows compared byte for byte."""
+    keys = np.ascontiguousarray(keys)
+    multipliers = np.random.default_rng(0).integers(1, 2**63, size=keys.shape[1], dtype=np.uint64) | np.uint64(1)
+    hashes = np.empty(len(keys), dtype=np.uint64)
+    for b in range(0, len(keys), 1 << 14):  # in slices: a uint64 copy of 1M x 1024 keys would be 8 GB
+        with np.errstate(over="ignore"):
+            hashes[b:b + (1 << 14)] = (keys[b:b + (1 << 14)].view(np.uint32).astype(np.uint64) * multipliers).sum(axis=1)
+    if len(np.unique(hashes)) == len(keys):
+        return None
+    rows = np.ascontiguousarray(keys).view(np.dtype((np.void, keys.dtype.itemsize * keys.shape[1]))).ravel()
+    _, first, inverse = np.unique(rows, return_index=True, return_inverse=True)
+    if len(first) == len(keys):
+        return None
+    order = np.argsort(first, kind="stable")  # distinct vectors by their first occurrence
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    group_of = rank[inverse.ravel()]
+    members = [[] for _ in range(len(first))]
+    for index, group in enumerate(group_of.tolist()):
+        members[group].append(index)
+    return first[order], [np.array(m, dtype=np.int64) for m in members]
+
+
+def _expanded(scores: np.ndarray, found: np.ndarray, members: list[np.ndarray], k: int
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """Results over distinct vectors expanded to every index carrying them, ordered by score
+    descending then index ascending, cut to k."""
+    out_scores = np.empty((len(found), k), dtype=np.float32)
+    out_found = np.empty((len(found), k), dtype=np.int64)
+    for row in range(len(found)):
+        indices = np.concatenate([members[g] for g in found[row]])
+        values = np.concatenate([np.full(len(members[g]), scores[row, j], dtype=np.float32)
+                                 for j, g in enumerate(found[row])])
+        order = np.lexsort((indices, -values))[:k]
+        out_scores[row], out_found[row] = values[order], indices[order]
+    return out_scores, out_found
 
 
 def exact_knn(queries: np.ndarray, keys: np.ndarray, k: int, dev: Any = None,

@@ -214,13 +214,24 @@ def embed_rows(model, task, tokenizer, rows: list[dict[str, Any]], opts: dict[st
     """One L2-normalised vector per row (queries and candidates alike), as a float32 matrix."""
     import numpy as np
 
-    from .evaluate import predict_logits
-    from .features import encode as encode_task
+    # Not through evaluate.predict_logits: the demo models' builder imports this module (via
+    # features), and an import of evaluate would make every scorer edit rebuild the models.
+    from .common import autocast
+    from .features import collate as collate_task, encode as encode_task, sorted_batches
+    from .models import forward
 
     if not rows:
         return np.zeros((0, 0), dtype=np.float32)
     encoded = encode_task(task, tokenizer, rows, opts, train=False)
-    return np.stack(predict_logits(model, task, encoded, int(opts["eval_batch_size"]), tokenizer.pad_token_id, dev))
+    out = np.zeros((len(encoded.features), model.encoder.config.hidden_size), dtype=np.float32)
+    model.eval()
+    with torch.inference_mode():
+        for idx in sorted_batches(encoded.features, int(opts["eval_batch_size"])):
+            batch = collate_task(encoded.features.take(idx), task.format, tokenizer.pad_token_id)
+            with autocast(dev):
+                vectors, _ = forward(model, task.format, task.name, {k: v.to(dev) for k, v in batch.items()})
+            out[idx] = vectors.float().cpu().numpy()
+    return out
 
 
 class PoolScorer:

@@ -171,14 +171,20 @@ def score(rows: list[dict[str, Any]], vectors: Sequence[Any], target: str, k: in
     """mAP@k of the queries among ``rows`` ranked in the pool of its candidates (the
     official convention of ``target``: ranking.py), with each query's ranked candidate ids.
     ``vectors``: one embedding per row."""
-    from .ranking import convention_of, map_at_k
-
     queries = [i for i, r in enumerate(rows) if r["side"] == QUERY]
     candidates = [i for i, r in enumerate(rows) if r["side"] == CANDIDATE]
-    ranked = rank([vectors[i] for i in queries], [vectors[i] for i in candidates],
-                  [rows[i]["id"] for i in candidates], k, dev)
-    predictions = {rows[i]["id"]: found for i, found in zip(queries, ranked)}
-    golds = {rows[i]["id"]: list(rows[i]["gold"]) for i in queries}
+    return _scored([rows[i] for i in queries], [vectors[i] for i in queries], [rows[i] for i in candidates],
+                   [vectors[i] for i in candidates], target, k, dev)
+
+
+def _scored(queries: list[dict[str, Any]], query_vectors, candidates: list[dict[str, Any]], candidate_vectors,
+            target: str, k: int, dev) -> tuple[dict[str, float], dict[str, list[str]]]:
+    """mAP@k of ``queries`` ranked among ``candidates``, and each query's ranked ids."""
+    from .ranking import convention_of, map_at_k
+
+    ranked = rank(query_vectors, candidate_vectors, [r["id"] for r in candidates], k, dev)
+    predictions = {r["id"]: found for r, found in zip(queries, ranked)}
+    golds = {r["id"]: list(r["gold"]) for r in queries}
     return map_at_k(predictions, golds, k, convention_of(target)), predictions
 
 
@@ -243,17 +249,12 @@ class PoolScorer:
         self.pools: dict[str, Any] = {}
 
     def score(self, rows: list[dict[str, Any]]) -> tuple[dict[str, float], dict[str, list[str]]]:
-        from .ranking import convention_of, map_at_k
-
         queries = [r for r in rows if r["side"] == QUERY]
         candidates = [r for r in rows if r["side"] == CANDIDATE]
         key = pool_fingerprint(candidates)
         if key not in self.pools:
             self.pools = {key: self._embed(candidates)}  # one pool held at a time (1M x 1024 floats: 4 GB)
-        ranked = rank(self._embed(queries), self.pools[key], [r["id"] for r in candidates], self.k, self.dev)
-        predictions = {r["id"]: found for r, found in zip(queries, ranked)}
-        golds = {r["id"]: list(r["gold"]) for r in queries}
-        return map_at_k(predictions, golds, self.k, convention_of(self.task.name)), predictions
+        return _scored(queries, self._embed(queries), candidates, self.pools[key], self.task.name, self.k, self.dev)
 
     def _embed(self, rows: list[dict[str, Any]]):
         return embed_rows(self.model, self.task, self.tokenizer, rows, self.opts, self.dev)

@@ -104,3 +104,39 @@ def test_keys_without_duplicates_take_the_plain_search():
     keys[7] = keys[3]
     representatives, members = duplicate_groups(keys)
     assert 7 not in representatives.tolist() and members[3].tolist() == [3, 7] and len(representatives) == 99
+
+
+def float64_ranking(queries, keys, k):
+    exact = queries.astype(np.float64) @ keys.astype(np.float64).T
+    return np.array([sorted(range(len(keys)), key=lambda j: (-exact[r, j], j))[:k] for r in range(len(queries))])
+
+
+@pytest.mark.parametrize("onednn", [True, False])
+def test_many_key_tiles_give_the_float64_ranking_with_either_cpu_gemm(onednn, monkeypatch):
+    """Keys cut into many tiles (later tiles add only what reaches a row's floor, through the
+    group maxima), on oneDNN's GEMM or numpy's BLAS: the neighbours and their order are
+    those of a float64 search, near-copies included (their float32 scores can tie or swap;
+    those rows are scored again in float64)."""
+    if not onednn:
+        monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
+    elif not torch.backends.mkldnn.is_available():
+        pytest.skip("this torch build has no oneDNN: only the numpy BLAS path runs")
+    queries, keys = embeddings(37, 5000, dim=32, seed=3)
+    best = float64_ranking(queries, keys, 1)[:, 0]
+    for step, (row, target) in enumerate(zip(range(0, 37, 3), range(4000, 5000, 80))):
+        keys[target] = keys[best[row]]  # near-copies of some rows' best key, in a later tile
+        keys[target, step % 32] += np.float32(1e-7) * (1 if step % 2 else -1)
+    for k in (1, 7, 20):
+        scores, found = exact_knn(queries, keys, k, block_bytes=4 * 8 * 256)  # 8 queries x 256 keys per tile
+        assert found.tolist() == float64_ranking(queries, keys, k).tolist()
+        expected = np.take_along_axis(queries.astype(np.float64) @ keys.astype(np.float64).T, found, 1)
+        np.testing.assert_allclose(scores, expected, rtol=0, atol=1e-6)
+
+
+def test_tiles_are_cache_sized_and_whole_groups():
+    from workflow_scripts.neighbours import DEFAULT_BLOCK_BYTES, tile_shape
+
+    rows, cols = tile_shape(15000, 1_000_000, DEFAULT_BLOCK_BYTES, 28)
+    assert 4 * rows * cols <= DEFAULT_BLOCK_BYTES and cols % 8 == 0 and rows >= 1000
+    assert tile_shape(3, 5, 1 << 30, 28) == (3, 5)  # fewer keys than the selection: one tile
+    assert tile_shape(50, 300, 4 * 300) == (1, 300)  # a block of one query

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+import pytest
+
 from workflow_scripts.data import prepare, provenance, read_table
 from workflow_scripts.loaders.ranking import lareqa_rows, mention_query, sentence_breaks
 
@@ -92,3 +94,88 @@ def test_real_xquad_r_links_11_gold_answers_per_question_and_the_oracle_scores_1
     # a gold answer ranked 12th instead of 11th costs something: the oracle's 100 is not a given
     worse = {q: ids[:10] + [ids[11], ids[10]] + ids[12:] for q, ids in ranked.items()}
     assert map_at_k(worse, {r["id"]: r["gold"] for r in queries}, 20, "lareqa")["map_at_20"] < 100.0
+
+
+MEWSLIX_REAL = __import__("pathlib").Path(__file__).parent / "real_data" / "mewslix"
+
+
+def test_official_mewslix_mock_test_data_scores_what_evaluate_test_expects():
+    """google-research/xtreme's mock Mewsli-X labels and predictions (one real test id per
+    language): its evaluate_test.py expects avg_map@20 = 14.39025156130419."""
+    from workflow_scripts.ranking import MEWSLIX, map_at_k
+
+    scores = []
+    for labels in sorted((MEWSLIX_REAL / "xtreme_mock" / "labels").glob("test-*.json")):
+        gold = json.loads(labels.read_text())
+        ranked = json.loads((MEWSLIX_REAL / "xtreme_mock" / "predictions" / labels.name).read_text())
+        scores.append(map_at_k(ranked, gold, 20, convention=MEWSLIX)["map_at_20"])
+    assert len(scores) == 11
+    assert sum(scores) / len(scores) == pytest.approx(14.39025156130419, abs=1e-9)
+
+
+def test_real_wikinews_mentions_load_as_the_reference_builds_them_and_the_oracle_scores_100(tmp_path):
+    """Google's release-format fixture (two real WikiNews articles, three linked mentions):
+    the text matches its MD5, each query is the reference's string, and ranking each
+    mention's gold entity first scores mAP@20 = 100. No real candidate rows are public, so
+    the pool's descriptions here are the test's own (the gold ids are the real ones)."""
+    import hashlib
+
+    from workflow_scripts.ranking import MEWSLIX, map_at_k
+
+    articles = [json.loads(line) for line in (MEWSLIX_REAL / "example_mentions.jsonl").read_text("utf-8").splitlines()]
+    for article in articles:
+        text = article["context"]["text"]
+        for mention in article["mentions"]:
+            assert hashlib.md5(text.encode("utf-8")).hexdigest() == mention["metadata"]["text_md5"]
+    helsinki = articles[0]["mentions"][0]
+    assert mention_query(articles[0]["context"], helsinki) == (
+        "Helsinki: In { Helsinki } , the Finnish trade union for bus and truck drivers has gone on strike on "
+        "Sunday evening, mainly over the use of part-time labor.")
+
+    hub = tmp_path / "hub" / "izhx/mewsli-x"
+    golds = [m["entity_id"] for a in articles for m in a["mentions"]]
+    pool = [{"entity_id": e, "title": e, "description": f"Entity {e}. Described by the test.",
+             "description_language": "en", "description_url": "", "sentence_spans": [{"start": 0, "end": 6 + len(e)}]}
+            for e in golds + ["Q42", "Q64"]]
+    (hub / "candidate_entities").mkdir(parents=True)
+    (hub / "candidate_entities/test.jsonl").write_text("".join(json.dumps(e) + "\n" for e in pool))
+    for article in articles:
+        lang = article["context"]["language"]
+        (hub / lang).mkdir()
+        (hub / lang / "validation.jsonl").write_text(json.dumps(article, ensure_ascii=False) + "\n", encoding="utf-8")
+    out = tmp_path / "dev.parquet"
+    prepare("mewslix", "dev", {"source": "local", "local_root": str(tmp_path / "hub"),
+                               "hub": {"path": "izhx/mewsli-x"}, "languages": ["ar", "en"]}, out)
+    rows = read_table(out).to_pylist()
+    queries = {r["id"]: r for r in rows if r["side"] == "query"}
+    assert sorted(q["lang"] for q in queries.values()) == ["ar", "ar", "en"]
+    assert queries[helsinki["example_id"]]["text"] == mention_query(articles[0]["context"], helsinki)
+    oracle = {qid: q["gold"] + [e["entity_id"] for e in pool if e["entity_id"] not in q["gold"]]
+              for qid, q in queries.items()}
+    assert map_at_k(oracle, {qid: q["gold"] for qid, q in queries.items()}, 20, convention=MEWSLIX) == {"map_at_20": 100.0}
+
+
+def test_released_no_text_mentions_stop_with_the_way_to_restore_them():
+    from workflow_scripts.common import InputError
+
+    article = json.loads((MEWSLIX_REAL / "example_mentions_no_text.jsonl").read_text("utf-8").splitlines()[0])
+    with pytest.raises(InputError, match="restore_text"):
+        mention_query(article["context"], article["mentions"][0])
+
+
+def test_a_mention_whose_span_text_disagrees_with_the_context_is_dropped_and_counted(tmp_path):
+    hub = tmp_path / "hub" / "izhx/mewsli-x"
+    entity = {"entity_id": "Q1", "title": "A", "description": "Anna lives here.", "description_language": "en",
+              "description_url": "u", "sentence_spans": [{"start": 0, "end": 16}]}
+    (hub / "candidate_entities").mkdir(parents=True)
+    (hub / "candidate_entities/test.jsonl").write_text(json.dumps(entity) + "\n")
+    (hub / "de").mkdir()
+    context = {"text": "Anna kam.", "sentence_spans": [{"start": 0, "end": 9}], "language": "de"}
+    mentions = [{"example_id": "good", "entity_id": "Q1", "mention_span": {"start": 0, "end": 4, "text": "Anna"}},
+                {"example_id": "shifted", "entity_id": "Q1", "mention_span": {"start": 1, "end": 5, "text": "Anna"}}]
+    (hub / "de/test.jsonl").write_text(json.dumps({"context": context, "mentions": mentions}) + "\n")
+    out = tmp_path / "test.parquet"
+    prepare("mewslix", "test", {"source": "local", "local_root": str(tmp_path / "hub"),
+                                "hub": {"path": "izhx/mewsli-x"}, "languages": ["de"]}, out)
+    assert [r["id"] for r in read_table(out).to_pylist() if r["side"] == "query"] == ["good"]
+    assert provenance(out)["report"]["load_counts"]["span_text_mismatch"] == 1

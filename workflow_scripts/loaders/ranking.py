@@ -50,6 +50,10 @@ _BRACES = re.compile(r"\{(.*?)\}")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])")
 
 
+class SpanMismatch(InputError):
+    """A mention span whose text is not the context's text at its offsets."""
+
+
 def _normalise(text: str) -> str:
     return " ".join(text.splitlines()).replace("  ", " ").strip()
 
@@ -74,8 +78,18 @@ def sentence_of(context: dict[str, Any], start: int, end: int) -> tuple[int, int
 
 
 def mention_query(context: dict[str, Any], mention: dict[str, Any]) -> str | None:
-    """The reference's query string of one mention (None: the mention crosses sentences)."""
+    """The reference's query string of one mention (None: the mention crosses sentences).
+
+    The span's text must be the context's text at its offsets (code points), as the
+    release's schema checks on load; the released ``wikinews_mentions_no_text`` files carry
+    an empty text that Google's ``restore_text.py`` fills from WikiNews first."""
     span = mention["mention_span"]
+    if not context["text"]:
+        raise InputError(f"mention {mention.get('example_id')}: its context has no text (the release's "
+                         f"_no_text files must be restored with mewsli_x/restore_text.py first)")
+    if context["text"][span["start"]:span["end"]] != span["text"]:
+        raise SpanMismatch(f"mention {mention.get('example_id')}: text[{span['start']}:{span['end']}] is "
+                           f"{context['text'][span['start']:span['end']]!r}, its span says {span['text']!r}")
     found = sentence_of(context, span["start"], span["end"])
     if found is None:
         return None
@@ -109,6 +123,10 @@ def _mewslix(src: Source, split: str, langs: list[str], opts: dict[str, Any], re
                 text = mention_query(cm["context"], cm["mention"])
             except (KeyError, TypeError) as err:
                 raise InputError(f"{where}: lacks field {err}") from None
+            except SpanMismatch as err:
+                counts["span_text_mismatch"] += 1
+                LOG.warning("%s: %s; dropped", where, err)
+                continue
             if text is None:
                 counts["mention_across_sentences"] += 1
                 LOG.warning("%s: mention %s crosses sentences; dropped", where, cm["mention"].get("example_id"))
@@ -134,7 +152,12 @@ def _mewslix(src: Source, split: str, langs: list[str], opts: dict[str, Any], re
                     LOG.warning("mewslix %s %s row %d: entity %s of mention %s is not a candidate; dropped",
                                 lang, hub_split, i, mention["entity_id"], mention["example_id"])
                     continue
-                text = mention_query(row["context"], mention)
+                try:
+                    text = mention_query(row["context"], mention)
+                except SpanMismatch as err:
+                    counts["span_text_mismatch"] += 1
+                    LOG.warning("mewslix %s %s row %d: %s; dropped", lang, hub_split, i, err)
+                    continue
                 if text is None:
                     counts["mention_across_sentences"] += 1
                     continue

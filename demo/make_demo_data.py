@@ -657,6 +657,32 @@ def make_ranking(rng: random.Random) -> None:
         write_jsonl(ROOT / "google-research-datasets/xquad_r" / lang / "validation.jsonl", rows)
 
 
+def make_snli_ve(rng: random.Random) -> None:
+    """SNLI-VE in the Hub's schema (``HuggingFaceM4/SNLI-VE``: filename, premise, hypothesis,
+    label) over the synthetic image world: each scene is one rendered image, its caption the
+    premise the image replaces, three hypotheses (one per label); every scene in one split
+    only, as SNLI-VE's splits are image-disjoint. The images are PNGs beside the rows."""
+    import sys
+
+    from PIL import Image
+
+    sys.path.insert(0, str(ROOT.parent.parent))
+    from workflow_scripts.multimodal import scene_world
+
+    base = ROOT / "HuggingFaceM4/SNLI-VE"
+    (base / "images").mkdir(parents=True, exist_ok=True)
+    for split, scenes in (("train", 240), ("validation", 60), ("test", 60)):
+        rows = []
+        for n in range(scenes):
+            scene = scene_world.random_scene(rng)
+            name = f"{split}-{n:04d}.png"
+            Image.fromarray(scene_world.render(scene, rng)).save(base / "images" / name, optimize=True)
+            for hypothesis, label in scene_world.pairs(scene, rng):
+                rows.append({"filename": name, "premise": scene.caption(), "hypothesis": hypothesis,
+                             "label": scene_world.LABELS.index(label)})
+        write_jsonl(base / "default" / f"{split}.jsonl", rows)
+
+
 def main() -> None:
     rng = random.Random(0)
     # New generators go last: each draws its own seed, so earlier files stay byte-identical.
@@ -667,6 +693,8 @@ def main() -> None:
     # XTREME-R additions, each on its own seed: the files above do not change.
     make_xcopa_family(random.Random("xcopa"))
     make_ranking(random.Random("ranking"))
+    # Multimodal (PROTOCOL.md §9): SNLI-VE over the synthetic image world.
+    make_snli_ve(random.Random("snli_ve"))
     print(f"wrote {sum(1 for _ in ROOT.rglob('*.jsonl'))} files under {ROOT} and the parallel corpora"
           f" under {PARALLEL_ROOT}")
 

@@ -84,6 +84,10 @@ TASKS: dict[str, Task] = {t.name: t for t in (
     # XTREME-R's XCOPA recipe trains on these (PROTOCOL.md §8); each is also an intermediate task.
     _t("siqa", MULTIPLE_CHOICE, "accuracy", ("train", "dev"), num_choices=3),
     _t("copa", MULTIPLE_CHOICE, "accuracy", ("train", "dev"), num_choices=2),
+    # Text-only controls of SNLI-VE (PROTOCOL.md §9), built from SNLI-VE's own rows, ids and
+    # image-disjoint splits: the SNLI caption the image replaced as premise, or no premise.
+    _t("snli_caption", CLASSIFICATION, "accuracy", ("train", "dev"), NLI_LABELS),
+    _t("hypothesis_only", CLASSIFICATION, "accuracy", ("train", "dev"), NLI_LABELS),
     # The XNLI authors' machine translations of MNLI train (and XNLI's human dev): the data of
     # translated MNLI configs, used instead of translating MNLI ourselves (PROTOCOL.md §4).
     _t("xnli_mt", CLASSIFICATION, "accuracy", ("train", "dev"), NLI_LABELS),

@@ -6,10 +6,11 @@
 - ``xtreme``: XNLI, PAWS-X, PAN-X, Tatoeba; ``spans``: span tasks with answer repair;
 - ``udpos``: UD-POS from the UD v2.5 release (or the Hub); ``bucc``: BUCC 2018 archives;
 - ``xcopa``: XTREME-R's XCOPA recipe (SIQA, COPA, XCOPA);
-- ``ranking``: XTREME-R's retrieval targets Mewsli-X and LAReQA (queries and a candidate pool).
+- ``ranking``: XTREME-R's retrieval targets Mewsli-X and LAReQA (queries and a candidate pool);
+- ``multimodal``: SNLI-VE's rows and its text-only controls.
 """
 
-from . import bucc, english, mlm, ranking, spans, udpos, xcopa, xtreme  # noqa: F401  (each registers its converters)
+from . import bucc, english, mlm, multimodal, ranking, spans, udpos, xcopa, xtreme  # noqa: F401  (each registers its converters)
 from .registry import CONVERTERS, Report, Row
 from .source import Source, repo_path
 

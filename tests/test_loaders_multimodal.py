@@ -1,0 +1,57 @@
+"""SNLI-VE's text-only controls (loaders/multimodal.py) read from SNLI-VE's own rows: the arms
+share ids, labels and splits and differ in the premise only."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from workflow_scripts.common import InputError
+from workflow_scripts.data import prepare, provenance, read_table
+from workflow_scripts.tasks import NLI_LABELS
+
+REAL = Path(__file__).parent / "real_data" / "snli_ve" / "snli_ve_dev.jsonl"
+
+
+def mirror(tmp_path: Path, rows: list[dict], split: str = "validation") -> dict:
+    folder = tmp_path / "hub" / "necla-ml/SNLI-VE" / "default"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return {"source": "local", "local_root": str(tmp_path / "hub"), "hub": {"path": "necla-ml/SNLI-VE"}}
+
+
+def load(task: str, settings: dict, tmp_path: Path, split: str = "dev") -> tuple[list[dict], dict]:
+    out = tmp_path / f"{task}-{split}.parquet"
+    prepare(task, split, settings, out)
+    return read_table(out).to_pylist(), provenance(out)["report"]
+
+
+def test_real_snli_ve_rows_give_paired_arms_that_differ_in_the_premise_only(tmp_path):
+    real = [json.loads(line) for line in REAL.read_text(encoding="utf-8").splitlines()]
+    settings = mirror(tmp_path, real)
+    caption, caption_report = load("snli_caption", settings, tmp_path)
+    alone, _ = load("hypothesis_only", settings, tmp_path)
+    assert [r["id"] for r in caption] == [r["id"] for r in alone] == [r["pairID"] for r in real]
+    assert [r["label"] for r in caption] == [r["label"] for r in alone] == [NLI_LABELS.index(r["gold_label"]) for r in real]
+    assert [(r["text_a"], r["text_b"]) for r in caption] == [(r["sentence1"], r["sentence2"]) for r in real]
+    assert [r["text_a"] for r in alone] == [r["sentence2"] for r in real] and not any(r["text_b"] for r in alone)
+    # the gold label decides, not the letter the pair id ends in
+    row = next(r for r in caption if r["id"] == "2248275918.jpg#3r1c")
+    assert NLI_LABELS[row["label"]] == "neutral"
+    assert caption_report["load_counts"] == {"entailment": 6, "neutral": 6, "contradiction": 4}
+
+
+def test_the_hub_schema_is_read_and_unlabelled_rows_are_dropped_and_counted(tmp_path):
+    rows = [{"filename": "1.jpg", "premise": "A dog runs.", "hypothesis": "An animal moves.", "label": 0},
+            {"filename": "1.jpg", "premise": "A dog runs.", "hypothesis": "A cat sleeps.", "label": -1},
+            {"filename": "2.jpg", "premise": "Two men talk.", "hypothesis": "People are silent.", "label": 2}]
+    caption, report = load("snli_caption", mirror(tmp_path, rows, "train"), tmp_path, "train")
+    assert [(r["id"], r["label"]) for r in caption] == [("snli_ve-train-0", 0), ("snli_ve-train-2", 2)]
+    assert report["load_counts"]["no_gold_label"] == 1
+
+
+def test_a_row_in_neither_schema_is_named(tmp_path):
+    with pytest.raises(InputError, match="snli_ve dev row 0"):
+        load("hypothesis_only", mirror(tmp_path, [{"text": "x"}]), tmp_path)

@@ -1,0 +1,71 @@
+"""SNLI-VE (Xie et al. 2019; PROTOCOL.md §9) and its text-only controls, all read from the
+same SNLI-VE annotation rows so that the arms share ids, labels and SNLI-VE's image-disjoint
+splits and differ in the premise only:
+- ``snli_caption``: the SNLI caption the Flickr30k image replaced (``sentence1``), then the
+  hypothesis: SNLI restricted to SNLI-VE's rows;
+- ``hypothesis_only``: the hypothesis alone.
+
+Two row schemas are read: the release's ``snli_ve_{train,dev,test}.jsonl`` (SNLI's fields plus
+``Flickr30K_ID``; ids are ``pairID``) and the Hub's ``HuggingFaceM4/SNLI-VE`` (``filename``,
+``premise``, ``hypothesis``, ``label`` 0-2; ids are the row's position in its split, the same
+for every arm since all read one file in its stored order). Rows without a gold label
+(``-`` / -1) are dropped and counted, as SNLI's are.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from ..common import LOG, InputError
+from ..tasks import NLI_LABELS, get_task
+from .registry import Report, Row, converter, label_index
+from .source import Source
+
+HUB_SPLITS = {"train": "train", "dev": "validation", "test": "test"}
+
+
+def snli_ve_rows(src: Source, split: str, config: str | None, counts: Counter) -> Iterator[dict[str, Any]]:
+    """(id, image, premise caption, hypothesis, label) of every labelled SNLI-VE row."""
+    task = get_task("snli_caption")
+    for i, r in enumerate(src.rows(config, HUB_SPLITS[split])):
+        where = f"snli_ve {split} row {i}"
+        if "sentence2" in r:  # the release's schema
+            label, uid = r.get("gold_label"), r.get("pairID") or f"snli_ve-{split}-{i}"
+            image, premise, hypothesis = f"{r.get('Flickr30K_ID')}.jpg", r.get("sentence1"), r["sentence2"]
+        elif "hypothesis" in r:  # the Hub's
+            label, uid = r.get("label"), f"snli_ve-{split}-{i}"
+            image, premise, hypothesis = r.get("filename"), r.get("premise"), r["hypothesis"]
+        else:
+            raise InputError(f"{where}: neither the release's fields (sentence1, sentence2, gold_label) "
+                             f"nor the Hub's (premise, hypothesis, label); has {sorted(r)}")
+        if label in ("-", "", None, -1):
+            counts["no_gold_label"] += 1
+            continue
+        if not premise or not hypothesis:
+            counts["empty_text"] += 1
+            LOG.warning("%s (%s): empty premise or hypothesis; dropped", where, uid)
+            continue
+        yield {"id": uid, "image": image, "premise": premise, "hypothesis": hypothesis,
+               "label": label_index(task, label, where)}
+
+
+def _arm_rows(name: str, src: Source, split: str, opts: dict[str, Any], report: Report) -> Iterator[Row]:
+    counts: Counter = Counter()
+    for r in snli_ve_rows(src, split, opts.get("hub_name"), counts):
+        with_premise = name == "snli_caption"
+        yield {"id": r["id"], "lang": "en", "text_a": r["premise"] if with_premise else r["hypothesis"],
+               "text_b": r["hypothesis"] if with_premise else None, "label": r["label"]}
+        counts[NLI_LABELS[r["label"]]] += 1
+    report["load_counts"] = dict(counts)
+
+
+@converter("snli_caption")
+def _snli_caption(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
+    return _arm_rows("snli_caption", src, split, opts, report)
+
+
+@converter("hypothesis_only")
+def _hypothesis_only(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
+    return _arm_rows("hypothesis_only", src, split, opts, report)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -45,7 +46,9 @@ def test_lareqa_golds_are_the_answer_sentences_of_the_same_question_in_every_lan
     assert sentence_breaks("一。二。") == [(0, 2), (2, 4)]
 
 
-def test_mewslix_drops_and_counts_mentions_whose_entity_is_not_a_candidate(tmp_path):
+def load_german_mentions(tmp_path, mentions: list[dict]) -> Path:
+    """One candidate (Q1, "Anna lives here.") and one German article "Anna kam." with the given
+    mentions, in the Hub mirror's layout; the prepared test split's path."""
     hub = tmp_path / "hub" / "izhx/mewsli-x"
     entity = {"entity_id": "Q1", "title": "A", "description": "Anna lives here.", "description_language": "en",
               "description_url": "u", "sentence_spans": [{"start": 0, "end": 16}]}
@@ -53,12 +56,17 @@ def test_mewslix_drops_and_counts_mentions_whose_entity_is_not_a_candidate(tmp_p
     (hub / "candidate_entities/test.jsonl").write_text(json.dumps(entity) + "\n")
     (hub / "de").mkdir()
     context = {"text": "Anna kam.", "sentence_spans": [{"start": 0, "end": 9}], "language": "de"}
-    mentions = [{"example_id": f"m{i}", "entity_id": e, "mention_span": {"start": 0, "end": 4, "text": "Anna"}}
-                for i, e in enumerate(["Q1", "Q404"])]
     (hub / "de/test.jsonl").write_text(json.dumps({"context": context, "mentions": mentions}) + "\n")
     out = tmp_path / "test.parquet"
     prepare("mewslix", "test", {"source": "local", "local_root": str(tmp_path / "hub"),
                                 "hub": {"path": "izhx/mewsli-x"}, "languages": ["de"]}, out)
+    return out
+
+
+def test_mewslix_drops_and_counts_mentions_whose_entity_is_not_a_candidate(tmp_path):
+    mentions = [{"example_id": f"m{i}", "entity_id": e, "mention_span": {"start": 0, "end": 4, "text": "Anna"}}
+                for i, e in enumerate(["Q1", "Q404"])]
+    out = load_german_mentions(tmp_path, mentions)
     rows = read_table(out).to_pylist()
     assert [r["id"] for r in rows if r["side"] == "query"] == ["m0"]
     report = provenance(out)["report"]
@@ -68,8 +76,6 @@ def test_mewslix_drops_and_counts_mentions_whose_entity_is_not_a_candidate(tmp_p
 def test_real_xquad_r_links_11_gold_answers_per_question_and_the_oracle_scores_100():
     """tests/real_data/xquad_r: the first two paragraphs of XQuAD-R in its 11 languages
     (github google-research-datasets/lareqa), as the Hub's rows (one per question)."""
-    from pathlib import Path
-
     from workflow_scripts.ranking import map_at_k
 
     root = Path(__file__).parent / "real_data" / "xquad_r"
@@ -96,7 +102,7 @@ def test_real_xquad_r_links_11_gold_answers_per_question_and_the_oracle_scores_1
     assert map_at_k(worse, {r["id"]: r["gold"] for r in queries}, 20, "lareqa")["map_at_20"] < 100.0
 
 
-MEWSLIX_REAL = __import__("pathlib").Path(__file__).parent / "real_data" / "mewslix"
+MEWSLIX_REAL = Path(__file__).parent / "real_data" / "mewslix"
 
 
 def test_official_mewslix_mock_test_data_scores_what_evaluate_test_expects():
@@ -164,18 +170,8 @@ def test_released_no_text_mentions_stop_with_the_way_to_restore_them():
 
 
 def test_a_mention_whose_span_text_disagrees_with_the_context_is_dropped_and_counted(tmp_path):
-    hub = tmp_path / "hub" / "izhx/mewsli-x"
-    entity = {"entity_id": "Q1", "title": "A", "description": "Anna lives here.", "description_language": "en",
-              "description_url": "u", "sentence_spans": [{"start": 0, "end": 16}]}
-    (hub / "candidate_entities").mkdir(parents=True)
-    (hub / "candidate_entities/test.jsonl").write_text(json.dumps(entity) + "\n")
-    (hub / "de").mkdir()
-    context = {"text": "Anna kam.", "sentence_spans": [{"start": 0, "end": 9}], "language": "de"}
     mentions = [{"example_id": "good", "entity_id": "Q1", "mention_span": {"start": 0, "end": 4, "text": "Anna"}},
                 {"example_id": "shifted", "entity_id": "Q1", "mention_span": {"start": 1, "end": 5, "text": "Anna"}}]
-    (hub / "de/test.jsonl").write_text(json.dumps({"context": context, "mentions": mentions}) + "\n")
-    out = tmp_path / "test.parquet"
-    prepare("mewslix", "test", {"source": "local", "local_root": str(tmp_path / "hub"),
-                                "hub": {"path": "izhx/mewsli-x"}, "languages": ["de"]}, out)
+    out = load_german_mentions(tmp_path, mentions)
     assert [r["id"] for r in read_table(out).to_pylist() if r["side"] == "query"] == ["good"]
     assert provenance(out)["report"]["load_counts"]["span_text_mismatch"] == 1

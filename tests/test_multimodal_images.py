@@ -161,3 +161,41 @@ def test_image_features_are_computed_once_per_image_bytes_and_reused_by_a_second
     patches, counts = embed_images(first.pixels, first.digests, tiny_clip, cache, PATCHES)
     assert counts["embedded"] == 3 and patches["1.png"].shape == (17, 16)  # 16 patches + the class token
     assert not list(cache.rglob("*.partial"))
+
+
+def test_the_demo_vision_tower_learns_the_scene_attributes_its_captions_name(tmp_path):
+    """Contrastive pre-training on the image world: afterwards the frozen tower's pooled
+    features of held-out scenes tell their objects' colours and sides apart (a nearest-
+    centroid probe fitted on the training scenes), far above the untrained tower's."""
+    from workflow_scripts.multimodal.demo_vision import build_demo_vision_tower
+    from workflow_scripts.multimodal.features import POOLED, embed_images
+
+    rng = random.Random(5)
+    scenes = [scene_world.Scene((scene_world.random_scene(rng).things[0],)) for _ in range(260)]
+    pictures = [scene_world.render(s, rng) for s in scenes]
+    settings = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                "image_size": 32, "patch_size": 8,
+                "pretraining": {"steps": 150, "batch_size": 32, "learning_rate": 1e-3}}
+    log = build_demo_vision_tower(settings, pictures[:200], [s.caption() for s in scenes[:200]], tmp_path / "trained")
+    assert log["last_loss"] < log["first_loss"]
+    untrained = tmp_path / "untrained"
+    from workflow_scripts.multimodal.demo_vision import build_vision_tower
+
+    model, processor = build_vision_tower(settings)
+    model.save_pretrained(untrained)
+    processor.save_pretrained(untrained)
+    names = {f"{i}.png": p for i, p in enumerate(pictures)}
+    digests = {n: images.digest(p.tobytes()) for n, p in names.items()}
+
+    def probe_accuracy(tower) -> float:
+        features, _ = embed_images(names, digests, tower, tmp_path / "cache", POOLED)
+        x = np.stack([features[f"{i}.png"] for i in range(len(scenes))])
+        x = x / np.linalg.norm(x, axis=1, keepdims=True)
+        attribute = [(s.things[0].colour, s.things[0].side) for s in scenes]
+        classes = sorted(set(attribute))
+        centroids = np.stack([x[:200][[a == c for a in attribute[:200]]].mean(axis=0) for c in classes])
+        predicted = [classes[j] for j in (x[200:] @ centroids.T).argmax(axis=1)]
+        return float(np.mean([p == a for p, a in zip(predicted, attribute[200:])]))
+
+    trained_accuracy, untrained_accuracy = probe_accuracy(tmp_path / "trained"), probe_accuracy(untrained)
+    assert trained_accuracy >= 0.9 and trained_accuracy > untrained_accuracy + 0.2, (trained_accuracy, untrained_accuracy)

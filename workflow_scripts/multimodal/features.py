@@ -7,8 +7,8 @@ vision config, or the vision half of a two-tower checkpoint) with its image proc
 stays frozen and in eval mode; ``pooled`` keeps one vector per image (the tower's pooled
 output), ``patches`` every token of its last hidden state. A cache entry is written to a
 temporary name and renamed, so an interrupted job never leaves a half-written entry that a
-later run would read as complete. The cache key also names the encoder (its directory's
-config hash and the feature kind), so features of two encoders never mix.
+later run would read as complete. The cache key also names the encoder (a hash of its
+config, processor and weights, and the feature kind), so features of two encoders never mix.
 """
 
 from __future__ import annotations
@@ -30,15 +30,21 @@ KINDS = (POOLED, PATCHES)
 
 
 def encoder_key(encoder_dir: str | Path, kind: str) -> str:
-    """A short id of (encoder weights' config, feature kind): the cache's namespace."""
+    """A short id of (the encoder's config, image processor and weights, the feature kind):
+    the cache's namespace. The weights are hashed by content, so two towers of one
+    architecture (a trained one and its untrained twin) never share entries."""
     if kind not in KINDS:
         raise InputError(f"image feature kind {kind!r} is not one of {', '.join(KINDS)}")
-    config = Path(encoder_dir) / "config.json"
-    if not config.is_file():
+    root = Path(encoder_dir)
+    if not (root / "config.json").is_file():
         raise InputError(f"vision encoder {encoder_dir}: no config.json (a Hub snapshot of a CLIP or SigLIP model)")
-    weights = sorted(p.name + str(p.stat().st_size) for p in Path(encoder_dir).glob("*.safetensors"))
-    text = config.read_text() + "".join(weights) + kind
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    key = hashlib.sha256(kind.encode())
+    for path in sorted([*root.glob("*.json"), *root.glob("*.safetensors"), *root.glob("*.bin")]):
+        key.update(path.name.encode())
+        with path.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 24), b""):
+                key.update(block)
+    return key.hexdigest()[:16]
 
 
 def load_vision_tower(encoder_dir: str | Path, dev: Any = None):

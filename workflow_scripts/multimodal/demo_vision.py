@@ -1,0 +1,92 @@
+"""The demo's vision tower: a tiny CLIP ViT built locally and pre-trained contrastively on
+the synthetic image world's (image, caption) pairs, as the demo's text encoder is
+pre-trained on its corpora: an image and its caption are pulled together against the
+batch's other captions (CLIP's symmetric InfoNCE). The caption side is a bag of word
+embeddings, trained with it and thrown away: the tower is saved alone, with its image
+processor, in the layout of a Hub CLIP vision checkpoint, so ``features.embed_images``
+loads it as it loads ``openai/clip-vit-base-patch32``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..common import LOG, InputError
+
+
+def build_vision_tower(settings: dict[str, Any], seed: int = 0):
+    """(model, processor) of a CLIP vision tower sized by ``settings``, initialised from ``seed``."""
+    import torch
+    from transformers import CLIPImageProcessor, CLIPVisionConfig, CLIPVisionModel
+
+    torch.manual_seed(seed)
+    size = int(settings["image_size"])
+    config = CLIPVisionConfig(hidden_size=int(settings["hidden_size"]), intermediate_size=int(settings["intermediate_size"]),
+                              num_hidden_layers=int(settings["num_hidden_layers"]),
+                              num_attention_heads=int(settings["num_attention_heads"]), image_size=size,
+                              patch_size=int(settings["patch_size"]), projection_dim=int(settings["hidden_size"]))
+    processor = CLIPImageProcessor(size={"shortest_edge": size}, crop_size={"height": size, "width": size})
+    return CLIPVisionModel(config), processor
+
+
+def pretrain_vision_tower(model, processor, images: Sequence[np.ndarray], captions: Sequence[str],
+                          opts: dict[str, Any], seed: int) -> dict[str, Any]:
+    """Contrastive pre-training on (image, caption) pairs, seeded; returns the loss log."""
+    import torch
+    import torch.nn.functional as F
+    from tqdm import tqdm
+
+    if len(images) != len(captions) or len(images) < 2:
+        raise InputError(f"vision pre-training needs matching images and captions, got {len(images)} and {len(captions)}")
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    words = sorted({w for c in captions for w in _words(c)})
+    index = {w: i for i, w in enumerate(words)}
+    ids = [torch.tensor([index[w] for w in _words(c)]) for c in captions]
+    dim = model.config.hidden_size
+    text = torch.nn.EmbeddingBag(len(words), dim, mode="mean")
+    scale = torch.nn.Parameter(torch.tensor(np.log(10.0), dtype=torch.float32))
+    pixels = processor(images=list(images), return_tensors="pt")["pixel_values"]
+    params = [*model.parameters(), *text.parameters(), scale]
+    optimiser = torch.optim.AdamW(params, lr=float(opts["learning_rate"]), weight_decay=0.0)
+    steps, batch_size = int(opts["steps"]), int(opts["batch_size"])
+    model.train()
+    losses = []
+    for _ in tqdm(range(steps), desc="vision pre-training", unit="step"):
+        chosen = rng.sample(range(len(images)), min(batch_size, len(images)))
+        image_vectors = F.normalize(model(pixel_values=pixels[chosen]).pooler_output, dim=-1)
+        offsets = torch.tensor([0, *np.cumsum([len(ids[i]) for i in chosen])[:-1]])
+        caption_vectors = F.normalize(text(torch.cat([ids[i] for i in chosen]), offsets), dim=-1)
+        logits = scale.exp() * image_vectors @ caption_vectors.T
+        # Identical captions in a batch are each other's positives, not negatives.
+        same = torch.tensor([[captions[i] == captions[j] for j in chosen] for i in chosen], dtype=torch.float32)
+        targets = same / same.sum(dim=1, keepdim=True)
+        loss = (F.cross_entropy(logits, targets) + F.cross_entropy(logits.T, targets)) / 2
+        optimiser.zero_grad()
+        loss.backward()
+        optimiser.step()
+        losses.append(loss.item())
+    model.eval()
+    return {"steps": steps, "first_loss": losses[0], "last_loss": float(np.mean(losses[-10:])), "pairs": len(images)}
+
+
+def _words(caption: str) -> list[str]:
+    return caption.lower().rstrip(".").split()
+
+
+def build_demo_vision_tower(settings: dict[str, Any], images: Sequence[np.ndarray], captions: Sequence[str],
+                            output: Path, seed: int = 0) -> dict[str, Any]:
+    """Build, pre-train and save the demo's vision tower (and its processor) to ``output``."""
+    model, processor = build_vision_tower(settings, seed)
+    log = pretrain_vision_tower(model, processor, images, captions, settings["pretraining"], seed)
+    output.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(output)
+    processor.save_pretrained(output)
+    LOG.info("demo vision tower: %d parameters, contrastive loss %.3f -> %.3f -> %s",
+             model.num_parameters(), log["first_loss"], log["last_loss"], output)
+    return log

@@ -48,6 +48,8 @@ def pretrain_vision_tower(model, processor, images: Sequence[np.ndarray], captio
     words = sorted({w for c in captions for w in _words(c)})
     index = {w: i for i, w in enumerate(words)}
     ids = [torch.tensor([index[w] for w in _words(c)]) for c in captions]
+    caption_index = {c: k for k, c in enumerate(sorted(set(captions)))}
+    caption_of = torch.tensor([caption_index[c] for c in captions])  # equal captions: equal ids
     dim = model.config.hidden_size
     text = torch.nn.EmbeddingBag(len(words), dim, mode="mean")
     scale = torch.nn.Parameter(torch.tensor(np.log(10.0), dtype=torch.float32))
@@ -64,7 +66,8 @@ def pretrain_vision_tower(model, processor, images: Sequence[np.ndarray], captio
         caption_vectors = F.normalize(text(torch.cat([ids[i] for i in chosen]), offsets), dim=-1)
         logits = scale.exp() * image_vectors @ caption_vectors.T
         # Identical captions in a batch are each other's positives, not negatives.
-        same = torch.tensor([[captions[i] == captions[j] for j in chosen] for i in chosen], dtype=torch.float32)
+        batch_captions = caption_of[chosen]
+        same = (batch_captions[:, None] == batch_captions[None, :]).float()
         targets = same / same.sum(dim=1, keepdim=True)
         loss = (F.cross_entropy(logits, targets) + F.cross_entropy(logits.T, targets)) / 2
         optimiser.zero_grad()

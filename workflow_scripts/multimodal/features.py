@@ -13,7 +13,6 @@ config, processor and weights, and the feature kind), so features of two encoder
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Mapping
@@ -22,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from ..common import InputError
+from ..common import InputError, settings_hash
+from ..loaders.source import file_sha256
 
 POOLED = "pooled"
 PATCHES = "patches"
@@ -38,13 +38,8 @@ def encoder_key(encoder_dir: str | Path, kind: str) -> str:
     root = Path(encoder_dir)
     if not (root / "config.json").is_file():
         raise InputError(f"vision encoder {encoder_dir}: no config.json (a Hub snapshot of a CLIP or SigLIP model)")
-    key = hashlib.sha256(kind.encode())
-    for path in sorted([*root.glob("*.json"), *root.glob("*.safetensors"), *root.glob("*.bin")]):
-        key.update(path.name.encode())
-        with path.open("rb") as f:
-            for block in iter(lambda: f.read(1 << 24), b""):
-                key.update(block)
-    return key.hexdigest()[:16]
+    files = sorted([*root.glob("*.json"), *root.glob("*.safetensors"), *root.glob("*.bin")])
+    return settings_hash({"kind": kind, "files": {path.name: file_sha256(path) for path in files}})
 
 
 def load_vision_tower(encoder_dir: str | Path, dev: Any = None):

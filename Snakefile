@@ -35,6 +35,8 @@ rule all:
         rules.tabulate_cost.output,
         rules.tabulate_translation.output if grid.translation_stats_files(config) else [],
         rules.plot_translation.output if grid.translation_stats_files(config) else [],
+        # the image-vs-text comparison, when the grid trains an image task (PROTOCOL.md §9)
+        expand(rules.tabulate_modality.output, backbone=BACKBONES) if grid.visual_tasks(config) else [],
     default_target: True
 
 

@@ -164,6 +164,43 @@ def local_source_files(wildcards):
     return sorted(workdir_relative(os.path.join(d, f)) for d, _, files in os.walk(source_dir) for f in files)
 
 
+def embed_inputs(wildcards):
+    """An image task's data splits, and its images' checksum manifest when there is one (a
+    re-downloaded or edited image changes it, so the features are made again)."""
+    task = TASKS[wildcards.task]
+    found = {"data": [grid.data_path(wildcards.task, split) for split in task.splits]}
+    manifest = os.path.join(grid.image_dir(config, wildcards.task), "SHA256SUMS")
+    if os.path.isfile(manifest if os.path.isabs(manifest) else os.path.join(workflow.basedir, manifest)):
+        found["manifest"] = workdir_relative(manifest if os.path.isabs(manifest) else os.path.join(workflow.basedir, manifest))
+    return found
+
+
+def _demo_vision_source():
+    """The demo vision encoder's (image directory, caption rows): the train split of the
+    first image task, as the tower's stand-in for CLIP's web pairs."""
+    task = grid.visual_tasks(config)[0]
+    images = grid.image_dir(config, task)
+    if not os.path.isabs(images):
+        images = os.path.join(workflow.basedir, images)
+    rows = os.path.join(workflow.basedir, config["data"]["local_root"], config["tasks"][task]["hub"]["path"],
+                        "default", "train.jsonl")
+    return images, rows
+
+
+def vision_encoder_inputs(wildcards):
+    if config["models"]["source"] != "demo" or not grid.visual_tasks(config):
+        return {}
+    images, rows = _demo_vision_source()
+    return {"captions": workdir_relative(rows), "manifest": workdir_relative(os.path.join(images, "SHA256SUMS"))}
+
+
+def demo_vision_args(wildcards, input):
+    if not input.get("captions"):
+        return ""
+    images, _ = _demo_vision_source()
+    return f"--images {shlex.quote(images)} --captions {shlex.quote(input.captions)}"
+
+
 def workdir_relative(path):
     """A path inside the working directory, relative to it: Snakemake records input paths as
     given, and an absolute one would make a moved or re-mounted checkout rerun every step."""

@@ -20,3 +20,32 @@ rule prepare_task_data:
     shell:
         "python -m workflow_scripts.data --task {wildcards.task} --split {wildcards.split}"
         " --settings {params.settings:q} --output {output.data} > {log} 2>&1"
+
+
+rule embed_images:
+    input:
+        unpack(embed_inputs),
+        encoder=grid.VISION_ENCODER,
+    output:
+        features=directory("results/data/images/{task}"),
+    log:
+        "logs/embed_images/{task}.log",
+    benchmark:
+        "results/benchmarks/embed_images/{task}.tsv",
+    params:
+        images=lambda wildcards: grid.image_dir(config, wildcards.task),
+        kind=config["vision"]["features"],
+        cache=config["vision"]["cache"],
+        batch_size=config["vision"]["batch_size"],
+        code=module_digest("multimodal.embed"),
+    threads: res("embed_images", "threads")
+    resources:
+        mem_mb=res("embed_images", "mem_mb"),
+        runtime=res("embed_images", "runtime"),
+        gpu=res("embed_images", "gpu"),
+    conda:
+        "../envs/training.yaml"
+    shell:
+        "python -m workflow_scripts.multimodal.embed --data {input.data} --images {params.images:q}"
+        " --encoder {input.encoder} --kind {params.kind} --cache {params.cache:q}"
+        " --batch-size {params.batch_size} --output {output.features} > {log} 2>&1"

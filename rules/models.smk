@@ -1,5 +1,6 @@
 localrules:
     prepare_backbone,
+    prepare_vision_encoder,
     prepare_translator,
     prepare_translator_to_english,
 
@@ -84,3 +85,24 @@ rule convert_translator:
         "../envs/training.yaml"
     shell:
         "python -m workflow_scripts.translators convert --model {input.model} --output {output.converted} > {log} 2>&1"
+
+
+rule prepare_vision_encoder:
+    input:
+        unpack(vision_encoder_inputs),
+    output:
+        model=directory(grid.VISION_ENCODER),
+    log:
+        "logs/prepare_vision_encoder.log",
+    benchmark:
+        "results/benchmarks/prepare_vision_encoder.tsv"
+    params:
+        settings=lambda wildcards: canonical_json(grid.vision_settings(config)),
+        demo_args=demo_vision_args,
+        code=module_digest("prepare_models"),
+    threads: 2
+    conda:
+        "../envs/training.yaml"
+    shell:
+        "python -m workflow_scripts.prepare_models vision --settings {params.settings:q} --threads {threads}"
+        " --output {output.model} {params.demo_args} > {log} 2>&1"

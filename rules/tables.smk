@@ -75,3 +75,36 @@ rule aggregate_tables:
         " --runs-csv {output.runs_csv} --settings-md {output.settings_md} --settings-csv {output.settings_csv}"
         " --source-md {output.source_md} --source-csv {output.source_csv}"
         " --significance-csv {output.significance_csv} > {log} 2>&1"
+
+
+rule tabulate_modality:
+    input:
+        runs=rules.aggregate_tables.output.runs_csv,
+    output:
+        md="results/tables/{backbone}/modality.md",
+        csv=report(
+            "results/tables/{backbone}/modality.csv",
+            caption="../report/modality.rst",
+            category="Modality",
+            labels={"backbone": "{backbone}", "table": "image minus text premise"},
+        ),
+        png=report(
+            "results/figures/{backbone}/modality.png",
+            caption="../report/modality.rst",
+            category="Modality",
+            labels={"backbone": "{backbone}", "figure": "image minus text premise"},
+        ),
+        svg="results/figures/{backbone}/modality.svg",
+    log:
+        "logs/tabulate_modality/{backbone}.log",
+    benchmark:
+        "results/benchmarks/tabulate_modality/{backbone}.tsv"
+    params:
+        settings=lambda wildcards: canonical_json(grid.modality_settings(config, wildcards.backbone)),
+        stem=lambda wildcards: f"results/figures/{wildcards.backbone}/modality",
+        code=module_digest("modality"),
+    conda:
+        "../envs/data.yaml"
+    shell:
+        "python -m workflow_scripts.modality --settings {params.settings:q} --runs {input.runs}"
+        " --md {output.md} --csv {output.csv} --figure {params.stem} > {log} 2>&1"

@@ -13,6 +13,8 @@ One canonical schema per task format (every row also has ``id`` and ``lang``):
                    ``lang`` is the language it is scored in; candidates of every language
                    form one pool (Mewsli-X, LAReQA)
 - mlm:             text
+- visual_classification: text_a (the text beside the image), image (its file name under the
+                   task's image directory), label
 
 An unresolvable span answer (evaluation splits only) has start ``-1``: scorers compare texts.
 
@@ -35,7 +37,8 @@ from typing import Any
 
 from .common import LOG, InputError, atomic_path, load_settings, setup_logging
 from .loaders import CONVERTERS, Report, Row, Source, repo_path
-from .tasks import CLASSIFICATION, MINING, MLM, MULTIPLE_CHOICE, RANKING, RETRIEVAL, SPAN, TAGGING, Task, get_task
+from .tasks import (CLASSIFICATION, MINING, MLM, MULTIPLE_CHOICE, RANKING, RETRIEVAL, SPAN, TAGGING,
+                    VISUAL_CLASSIFICATION, Task, get_task)
 
 SCHEMAS: dict[str, dict[str, str]] = {
     CLASSIFICATION: {"text_a": "string", "text_b": "string", "label": "int64"},
@@ -47,6 +50,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
     MINING: {"side": "string", "text": "string", "gold": "list<string>"},
     RANKING: {"side": "string", "text": "string", "context": "string", "gold": "list<string>"},
     MLM: {"text": "string"},
+    VISUAL_CLASSIFICATION: {"text_a": "string", "image": "string", "label": "int64"},
 }
 
 

@@ -36,7 +36,7 @@ from .predictions import write_predictions
 from .retrieval import (BUCC_DUPLICATES, LAYER_CONVENTION, choose_threshold, embed, expand_to_ids, margin_candidates, mined_pairs,
                         prf, tatoeba_nearest, tatoeba_score, unique_texts)
 from . import dual_encoder
-from .tasks import (CLASSIFICATION, MULTIPLE_CHOICE, RANKING, RETRIEVAL, SPAN, TAGGING, Task, get_task, primary_metric,
+from .tasks import (CLASSIFICATION, MULTIPLE_CHOICE, VISUAL_CLASSIFICATION, RANKING, RETRIEVAL, SPAN, TAGGING, Task, get_task, primary_metric,
                     qa_answer_score)
 
 
@@ -55,7 +55,7 @@ def predict_logits(model, task: Task, encoded: Encoded, batch_size: int, pad_id:
         for idx in tqdm(sorted_batches(encoded.features, batch_size), desc=f"predict {task.name}", mininterval=5):
             feats = encoded.features.take(idx)
             batch = {k: v.to(dev) for k, v in collate(feats, task.format, pad_id).items()
-                     if k in ("input_ids", "attention_mask")}
+                     if k in ("input_ids", "attention_mask", "image_index")}
             with autocast(dev):
                 logits, _ = forward(model, task.format, task.name, batch)
             logits = logits.float().cpu().numpy()
@@ -93,7 +93,7 @@ def predict_and_score(model, task: Task, encoded: Encoded, pad_id: int, opts: di
     logits = predict_logits(model, task, encoded, int(opts["eval_batch_size"]), pad_id, dev)
     if task.format == RANKING:  # one embedding per row (dual_encoder.py)
         return dual_encoder.score(rows, logits, task.name, dev=dev)
-    if task.format in (CLASSIFICATION, MULTIPLE_CHOICE):
+    if task.format in (CLASSIFICATION, MULTIPLE_CHOICE, VISUAL_CLASSIFICATION):
         labels = [int(l.argmax()) for l in logits]
         return accuracy(labels, [r["label"] for r in rows]), labels
     if task.format == SPAN:
@@ -183,7 +183,10 @@ def evaluate_run(target: str, models: dict[str, Path], data: Sources, settings: 
             model, tokenizer = _load_target_model(task, model_dir, dev)
             if task.format == RANKING:  # read sequences as training did
                 dual_encoder.configure_head(model.heads[task.name], settings)
-            selections[str(model_dir)] = read_json(model_dir / "train_log.json")["best"]
+            train_log = read_json(model_dir / "train_log.json")
+            selections[str(model_dir)] = train_log["best"]
+            if train_log.get("intermediate_visual"):  # trained after an image task: text-only, and how
+                extra["intermediate_visual"] = train_log["intermediate_visual"]
             # ranking: the candidate pool is embedded once, not once per language
             pool = dual_encoder.PoolScorer(model, task, tokenizer, opts, dev) if task.format == RANKING else None
             for split, by_lang in splits.items():

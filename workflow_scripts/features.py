@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .tasks import CLASSIFICATION, MLM, MULTIPLE_CHOICE, RANKING, SPAN, TAGGING, Task
+from .tasks import CLASSIFICATION, MLM, MULTIPLE_CHOICE, RANKING, SPAN, TAGGING, VISUAL_CLASSIFICATION, Task
 
 Feature = dict[str, Any]
 IGNORE = -100
@@ -140,6 +140,10 @@ def _encode_chunk(task: Task, tokenizer, rows: list[dict[str, Any]], opts: dict[
     max_length = int(opts["max_length"])
     if task.format == CLASSIFICATION:
         return _encode_pairs(tokenizer, rows, max_length)
+    if task.format == VISUAL_CLASSIFICATION:  # the text; the image is a row of the task's feature bank
+        enc = tokenizer([r["text_a"] for r in rows], truncation=True, max_length=max_length)
+        return [{"input_ids": ids, "labels": r["label"], "image_index": r["image_index"], "example": i}
+                for i, (ids, r) in enumerate(zip(enc["input_ids"], rows))]
     if task.format == MULTIPLE_CHOICE:
         return _encode_choices(tokenizer, rows, max_length)
     if task.format == SPAN:
@@ -402,6 +406,8 @@ def collate(features: Sequence[Feature], fmt: str, pad_id: int, mlm: dict[str, A
             batch["labels"] = torch.tensor([f["labels"] + [IGNORE] * (width - len(f["labels"])) for f in features])
         else:
             batch["labels"] = torch.tensor([f["labels"] for f in features])
+    if "image_index" in first:
+        batch["image_index"] = torch.tensor([f["image_index"] for f in features])
     if "start_positions" in first:
         batch["start_positions"] = torch.tensor([f["start_positions"] for f in features])
         batch["end_positions"] = torch.tensor([f["end_positions"] for f in features])

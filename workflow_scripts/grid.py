@@ -93,9 +93,17 @@ def check_config(config: dict[str, Any]) -> None:
                 if lang not in config["models"].get("translators", {}):
                     raise ConfigError(f"config key intermediate.{name}.language: no translator for {lang!r} "
                                       "under models.translators")
+                if get_task(task).visual:
+                    raise ConfigError(f"config key intermediate.{name}.language: image task {task!r} trains in "
+                                      "English only (its hypotheses are not machine-translated yet)")
                 if get_task(task).format not in TRANSLATABLE_FORMATS:
                     raise ConfigError(f"config key intermediate.{name}.language: task {task!r} "
                                       f"({get_task(task).format}) cannot be machine-translated")
+    for task in visual_tasks(config):
+        image_dir(config, task)  # raises when the images have no known place
+        if config["models"]["source"] == "demo" and config["data"]["source"] != "local":
+            raise ConfigError(f"config key models.source: the demo vision encoder is pre-trained on {task}'s local "
+                              "images and captions (data.source local)")
     bench = benchmark.of_config(config)
     for i, target in enumerate(config["targets"]):
         key = f"targets[{i}]"
@@ -245,9 +253,44 @@ def intermediate_data(config: dict[str, Any], name: str) -> dict[str, dict[str, 
             out[task] = {"train": data_path(provided, "train"), "dev": data_path(provided, "dev")}
         else:
             out[task] = {"train": translated_path(task, lang, "train"), "dev": translated_path(task, lang, "dev")}
+    for task in inter["tasks"]:
+        if get_task(task).visual:  # the task's image features (the embed_images step)
+            out[task]["images"] = image_features_path(task)
     if inter.get("mlm"):
         out["mlm"] = {"train": data_path("mlm", "train")}
     return out
+
+
+def image_features_path(task: str) -> str:
+    return f"{RESULTS}/data/images/{task}"
+
+
+VISION_ENCODER = f"{RESULTS}/models/vision_encoder"
+
+
+def visual_tasks(config: dict[str, Any]) -> list[str]:
+    """The image tasks any intermediate config of the grid trains."""
+    return sorted({t for inter in config["intermediate"].values() for t in inter["tasks"] if get_task(t).visual})
+
+
+def image_dir(config: dict[str, Any], task: str) -> str:
+    """Where a task's images are: its ``images`` key, else beside a local mirror's rows."""
+    task_cfg = config["tasks"][task]
+    if "images" in task_cfg:
+        return task_cfg["images"]
+    if config["data"]["source"] == "local":
+        return f"{config['data']['local_root'].rstrip('/')}/{task_cfg['hub']['path']}/images"
+    raise ConfigError(f"config key tasks.{task}.images: the directory of {task}'s images is needed with data "
+                      "from the Hub (SNLI-VE: Flickr30k's flickr30k-images, distributed on request)")
+
+
+def vision_settings(config: dict[str, Any]) -> dict[str, Any]:
+    """What builds or fetches the vision encoder (a change rebuilds it and re-embeds)."""
+    vision = config.get("vision", {})
+    if config["models"]["source"] == "demo":
+        return {"source": "demo", "demo": vision.get("demo", {}), "seed": vision.get("demo", {}).get("seed", 0)}
+    return {"source": "hub", "hub_id": vision.get("hub_id", "openai/clip-vit-base-patch32"),
+            "revision": vision.get("revision", "main")}
 
 
 def target_data(config: dict[str, Any], target: str, recipe: str) -> dict[str, dict[str, list[dict[str, Any]]]]:
@@ -278,7 +321,7 @@ def all_data_files(config: dict[str, Any]) -> list[str]:
     files: set[str] = set()
     for name in config["intermediate"]:
         for task, paths in intermediate_data(config, name).items():
-            files.update(data_path(task, split) for split in paths)
+            files.update(data_path(task, split) for split in paths if split != "images")
     for plan in transfer.plans(config):
         for recipe in plan.models.values():
             files.update(r.path for r in recipe.train + recipe.dev)
@@ -508,6 +551,17 @@ def table_settings(config: dict[str, Any], backbone: str) -> dict[str, Any]:
             # (the rules' outputs are the same for each backbone); those a backbone does not
             # run say so.
             "output_targets": list(config["targets"]), "output_settings": list(transfer.configured(config))}
+
+
+def modality_settings(config: dict[str, Any], backbone: str) -> dict[str, Any]:
+    """The image-vs-text comparison of a backbone's grid (modality.py): its pairs of configs
+    that differ only by an image task and one of its text-only controls."""
+    from .modality import arm_pairs
+
+    part = backbone_grid.grid_of(config, backbone)
+    chosen = {n: config["intermediate"][n] for n in part["intermediate"]}
+    return {"targets": part["targets"], "seeds": part["seeds"], "decimals": config["tables"].get("decimals", 1),
+            "pairs": arm_pairs(chosen)}
 
 
 def comparison_settings(config: dict[str, Any]) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from torch import nn
 from .backbones import family_of, get_family
 from .backbones.family import pool
 from .common import InputError
-from .tasks import CLASSIFICATION, MLM, MULTIPLE_CHOICE, RANKING, SPAN, TAGGING
+from .tasks import CLASSIFICATION, MLM, MULTIPLE_CHOICE, RANKING, SPAN, TAGGING, VISUAL_CLASSIFICATION
 
 
 # ---------------------------------------------------------------------------------------
@@ -152,6 +152,10 @@ def task_logits(model, fmt: str, task: str, batch: dict[str, Any]):
         from .dual_encoder import logits
 
         return logits(model, head, batch)
+    if fmt == VISUAL_CLASSIFICATION:
+        from .multimodal.prefix import visual_logits
+
+        return visual_logits(model, head, batch, pool)
     if fmt == MULTIPLE_CHOICE:
         n_choices = batch["input_ids"].shape[1]
         flat = {k: batch[k].flatten(0, 1) for k in ("input_ids", "attention_mask")}

@@ -5,8 +5,8 @@ offline (``workflow_scripts.demo_models``).
 Real mode snapshots Hub repos into local directories, so training jobs only ever load
 local directories and run on offline compute nodes.
 
-CLI: ``python -m workflow_scripts.prepare_models backbone|translator --settings JSON --output DIR
-[--text PARQUET ...] [--corpus JSONL ...] [--threads N]``.
+CLI: ``python -m workflow_scripts.prepare_models backbone|translator|vision --settings JSON --output DIR
+[--text PARQUET ...] [--corpus JSONL ...] [--images DIR --captions JSONL] [--threads N]``.
 """
 
 from __future__ import annotations
@@ -50,10 +50,25 @@ def prepare_backbone(settings: dict, output: Path, text: list[str], corpora: lis
         (tmp / MANIFEST).write_text(json.dumps({"family": family}) + "\n")
 
 
+def prepare_vision_encoder(settings: dict, output: Path, images: str | None, captions: str | None) -> None:
+    """The frozen vision encoder of image tasks (PROTOCOL.md §9): a Hub CLIP or SigLIP
+    snapshot, or the demo's tiny CLIP tower pre-trained on the demo's (image, caption) pairs."""
+    if settings["source"] == "hub":
+        fetch_hub_model(settings["hub_id"], settings["revision"], output)
+        return
+    from .multimodal.demo_vision import build_demo_vision_tower, caption_pairs
+
+    if not images or not captions:
+        raise InputError("the demo vision encoder is pre-trained on (image, caption) pairs: give --images and --captions")
+    pictures, texts = caption_pairs(Path(captions), Path(images))
+    with atomic_path(output) as tmp:
+        build_demo_vision_tower(settings["demo"], pictures, texts, tmp, seed=int(settings.get("seed", 0)))
+
+
 def main(argv: list[str] | None = None) -> None:
     setup_logging()
     ap = argparse.ArgumentParser(description="Fetch (hub) or build (demo) a backbone or a translator.")
-    ap.add_argument("kind", choices=["backbone", "translator"])
+    ap.add_argument("kind", choices=["backbone", "translator", "vision"])
     ap.add_argument("--settings", required=True)
     ap.add_argument("--output", required=True, type=Path)
     ap.add_argument("--lang", help="target language of the translator")
@@ -61,12 +76,20 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--text", nargs="*", default=[], help="canonical data files to train demo vocabularies on")
     ap.add_argument("--corpus", nargs="*", default=[],
                     help="demo parallel corpora: a demo backbone's pre-training data, the translator's training data")
+    ap.add_argument("--images", help="the demo vision encoder's images")
+    ap.add_argument("--captions", help="the demo vision encoder's captions (SNLI-VE rows naming the images)")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
     try:
         settings = load_settings(args.settings)
         if args.kind == "backbone":
             prepare_backbone(settings, args.output, args.text, args.corpus, args.threads)
+            return
+        if args.kind == "vision":
+            import torch
+
+            torch.set_num_threads(args.threads)
+            prepare_vision_encoder(settings, args.output, args.images, args.captions)
             return
         if settings["source"] == "hub":
             fetch_hub_model(settings["hub_id"], settings["revision"], args.output)

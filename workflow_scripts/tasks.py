@@ -19,9 +19,14 @@ MINING = "mining"  # monolingual corpora plus gold alignments (BUCC)
 # LAReQA): a dual encoder trained on (query, gold candidate) pairs ranks the candidates.
 RANKING = "ranking"
 MLM = "mlm"
-FORMATS = (CLASSIFICATION, MULTIPLE_CHOICE, SPAN, TAGGING, RETRIEVAL, MINING, RANKING, MLM)
+# Text plus an image (SNLI-VE: the hypothesis, the premise image): the image enters the
+# backbone as a projected visual prefix (multimodal/prefix.py); intermediate tasks only.
+VISUAL_CLASSIFICATION = "visual_classification"
+FORMATS = (CLASSIFICATION, MULTIPLE_CHOICE, SPAN, TAGGING, RETRIEVAL, MINING, RANKING, MLM, VISUAL_CLASSIFICATION)
 
 NLI_LABELS = ("entailment", "neutral", "contradiction")
+# Text-only controls of each image task, read from its own rows (PROTOCOL.md §9).
+CONTROLS = {"snli_ve": ("snli_caption", "hypothesis_only")}
 UPOS_TAGS = ("ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM", "PART", "PRON",
              "PROPN", "PUNCT", "SCONJ", "SYM", "VERB", "X")
 PANX_TAGS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC")
@@ -61,6 +66,11 @@ class Task:
         return self.train_from is not None
 
     @property
+    def visual(self) -> bool:
+        """Reads images (through the cached features of a frozen vision encoder)."""
+        return self.format == VISUAL_CLASSIFICATION
+
+    @property
     def num_labels(self) -> int:
         return len(self.labels)
 
@@ -84,8 +94,10 @@ TASKS: dict[str, Task] = {t.name: t for t in (
     # XTREME-R's XCOPA recipe trains on these (PROTOCOL.md §8); each is also an intermediate task.
     _t("siqa", MULTIPLE_CHOICE, "accuracy", ("train", "dev"), num_choices=3),
     _t("copa", MULTIPLE_CHOICE, "accuracy", ("train", "dev"), num_choices=2),
-    # Text-only controls of SNLI-VE (PROTOCOL.md §9), built from SNLI-VE's own rows, ids and
-    # image-disjoint splits: the SNLI caption the image replaced as premise, or no premise.
+    # SNLI-VE (PROTOCOL.md §9): the hypothesis with the Flickr30k image as premise, and its
+    # text-only controls, built from SNLI-VE's own rows, ids and image-disjoint splits: the
+    # SNLI caption the image replaced as premise, or no premise.
+    _t("snli_ve", VISUAL_CLASSIFICATION, "accuracy", ("train", "dev"), NLI_LABELS),
     _t("snli_caption", CLASSIFICATION, "accuracy", ("train", "dev"), NLI_LABELS),
     _t("hypothesis_only", CLASSIFICATION, "accuracy", ("train", "dev"), NLI_LABELS),
     # The XNLI authors' machine translations of MNLI train (and XNLI's human dev): the data of

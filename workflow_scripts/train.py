@@ -55,7 +55,7 @@ from .data import read_table
 from .evaluate import score_encoded
 from .features import Encoded, collate, encode, length_grouped_batches
 from .models import forward, load_mlm_head, load_saved_heads, load_tokenizer, make_head
-from .tasks import MLM, RANKING, TAGGING, Task, get_task, primary_metric
+from .tasks import CLASSIFICATION, MLM, RANKING, TAGGING, Task, get_task, primary_metric
 
 
 class TaskSampler:
@@ -108,6 +108,9 @@ class PhaseData:
     heads: dict[str, Any]
     dev_sets: dict[tuple[str, str], Encoded]
     dev_opts: dict[str, dict[str, Any]]
+    # Visual tasks: where their images' features came from and the projector's size. The
+    # projector is part of the task's head, so it is dropped with the heads after this phase.
+    visual: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
 
 def load_phase_data(encoder_dir: Path, encoder, tokenizer, data: dict[str, dict[str, Any]],
@@ -122,6 +125,7 @@ def load_phase_data(encoder_dir: Path, encoder, tokenizer, data: dict[str, dict[
     train_sets: dict[str, Encoded] = {}
     dev_rows: dict[tuple[str, str], list[dict[str, Any]]] = {}
     heads: dict[str, Any] = {}
+    visual: dict[str, dict[str, Any]] = {}
     for name, task in tasks.items():
         opts = task_opts[name]
         # Multilingual files (XNLI's translated MNLI, a target's own train split) hold several
@@ -130,6 +134,14 @@ def load_phase_data(encoder_dir: Path, encoder, tokenizer, data: dict[str, dict[
         sources = data_sources(data[name]["train"], None if task.format == MLM else [language])
         train = pa.concat_tables([_table_in(read_table(path, task.format), langs, task.format) for path, langs in sources],
                                  promote_options="permissive")
+        bank = None
+        if task.visual:  # rows meet their images' features; rows whose image was dropped go here
+            from .multimodal.bank import FeatureBank
+
+            if "images" not in data[name]:
+                raise InputError(f"task {name} reads images: its data map needs 'images' (the embed_images output)")
+            bank = FeatureBank.load(data[name]["images"])
+            train = bank.attach(train, f"{name} train")
         if not train.num_rows:
             wanted = ", ".join(sorted({l for _, langs in sources for l in langs or []}))
             raise InputError(f"{data[name]['train']}: no {wanted} training examples for task {name}")
@@ -137,7 +149,8 @@ def load_phase_data(encoder_dir: Path, encoder, tokenizer, data: dict[str, dict[
             # a ranking task selects in a pool of candidates of every language (dual_encoder.py)
             subset = dual_encoder.selection_subset if task.format == RANKING else _dev_subset
             for path, langs in data_sources(data[name]["dev"], [opts.get("select_language", "en")]):
-                dev_file = _table_in(read_table(path, task.format), langs, task.format).to_pylist()
+                dev_table = _table_in(read_table(path, task.format), langs, task.format)
+                dev_file = (bank.attach(dev_table, f"{name} dev") if bank is not None else dev_table).to_pylist()
                 for lang in langs:
                     dev_rows[(name, lang)] = subset(dev_file, int(settings["dev_examples"]), lang, path)
         if task.format == TAGGING and not task.labels:
@@ -148,6 +161,16 @@ def load_phase_data(encoder_dir: Path, encoder, tokenizer, data: dict[str, dict[
         train_sets[name] = encode(task, tokenizer, train, opts, train=True)
         if task.format == MLM:
             heads[name] = mlm_head(lineage(encoder_dir).base, encoder)
+        elif bank is not None:
+            from .multimodal.prefix import VisualClassificationHead
+
+            std = initializer_range(encoder.config)
+            classifier = make_head(CLASSIFICATION, encoder.config.hidden_size, task.num_labels,
+                                   float(settings["dropout"]), std)
+            heads[name] = VisualClassificationHead(bank.tensor(), encoder.config.hidden_size, classifier, std)
+            visual[name] = {"images": data[name]["images"], "encoder": bank.report.get("encoder"),
+                            "kind": bank.report.get("kind"), "visual_tokens": heads[name].visual_tokens,
+                            "projector_parameters": sum(p.numel() for p in heads[name].projector.parameters())}
         else:
             heads[name] = make_head(task.format, encoder.config.hidden_size, task.num_labels,
                                     float(settings["dropout"]), initializer_range(encoder.config))
@@ -157,7 +180,7 @@ def load_phase_data(encoder_dir: Path, encoder, tokenizer, data: dict[str, dict[
     dev_opts = {n: {**task_opts[n], "eval_batch_size": settings["eval_batch_size"]} for n in tasks}
     dev_sets = {key: encode(tasks[key[0]], tokenizer, rows, dev_opts[key[0]], train=False)
                 for key, rows in dev_rows.items()}
-    return PhaseData(tasks, train_sets, heads, dev_sets, dev_opts)
+    return PhaseData(tasks, train_sets, heads, dev_sets, dev_opts, visual)
 
 
 def initializer_range(config) -> float:
@@ -251,7 +274,8 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
 
     started = time.time()
     inputs = [encoder_dir, *(path for entry in data.values() for split in ("train", "dev") if split in entry
-                             for path, _ in data_sources(entry[split], None))]
+                             for path, _ in data_sources(entry[split], None)),
+              *(Path(entry["images"]) / "features.npy" for entry in data.values() if "images" in entry)]
     # What this run is: a checkpoint of any other (settings, code, or an input rebuilt since) is discarded.
     fingerprint = {"phase": phase, "seed": seed, "settings_hash": settings_hash(settings), "encoder": str(encoder_dir),
                    "data": canonical_json(data), "code": module_digest("train"), "inputs": files_stamp(inputs)}
@@ -421,6 +445,11 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
                         "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
                         "parameters": sum(p.numel() for p in model.parameters())},
            "settings": settings, "settings_hash": settings_hash(settings), "resumed_at_step": start or None,
+           # An image task's visual branch (projector, feature bank) is not in the saved model:
+           # what follows this phase is text-only.
+           "visual": {"tasks": phase_data.visual, "saved": False} if phase_data.visual else None,
+           # A model trained after an image task says so, down to the metric file (evaluate.py).
+           "intermediate_visual": _visual_lineage(encoder_dir),
            "wall_time_s": round(elapsed + time.time() - started, 3)}
     # A sharded model is gathered whole on rank 0, which alone writes the output.
     full = runtime.gathered_state(model)
@@ -435,6 +464,20 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
         checkpointer.remove()
     runtime.finish()
     return log
+
+
+def _visual_lineage(encoder_dir: Path) -> dict[str, Any] | None:
+    """The image tasks of the phase that trained ``encoder_dir`` (or of one before it), and
+    that their visual branch was not carried over: the model is text-only."""
+    log_file = Path(encoder_dir) / "train_log.json"
+    if not log_file.is_file():
+        return None
+    earlier = json.loads(log_file.read_text())
+    found = earlier.get("intermediate_visual") or earlier.get("visual")
+    if not found:
+        return None
+    return {"tasks": found["tasks"], "text_only": True,
+            "how": "the intermediate phase's backbone weights; its projector and feature bank were dropped with its heads"}
 
 
 def carry_head(model_dir: Path, heads: dict[str, Any], carried: dict[str, str]) -> None:

@@ -1,6 +1,7 @@
 """SNLI-VE (Xie et al. 2019; PROTOCOL.md §9) and its text-only controls, all read from the
 same SNLI-VE annotation rows so that the arms share ids, labels and SNLI-VE's image-disjoint
 splits and differ in the premise only:
+- ``snli_ve``: the hypothesis, with the image (its file name) as premise;
 - ``snli_caption``: the SNLI caption the Flickr30k image replaced (``sentence1``), then the
   hypothesis: SNLI restricted to SNLI-VE's rows;
 - ``hypothesis_only``: the hypothesis alone.
@@ -54,11 +55,19 @@ def snli_ve_rows(src: Source, split: str, config: str | None, counts: Counter) -
 def _arm_rows(name: str, src: Source, split: str, opts: dict[str, Any], report: Report) -> Iterator[Row]:
     counts: Counter = Counter()
     for r in snli_ve_rows(src, split, opts.get("hub_name"), counts):
-        with_premise = name == "snli_caption"
-        yield {"id": r["id"], "lang": "en", "text_a": r["premise"] if with_premise else r["hypothesis"],
-               "text_b": r["hypothesis"] if with_premise else None, "label": r["label"]}
+        if name == "snli_ve":
+            yield {"id": r["id"], "lang": "en", "text_a": r["hypothesis"], "image": r["image"], "label": r["label"]}
+        else:
+            with_premise = name == "snli_caption"
+            yield {"id": r["id"], "lang": "en", "text_a": r["premise"] if with_premise else r["hypothesis"],
+                   "text_b": r["hypothesis"] if with_premise else None, "label": r["label"]}
         counts[NLI_LABELS[r["label"]]] += 1
     report["load_counts"] = dict(counts)
+
+
+@converter("snli_ve")
+def _snli_ve(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
+    return _arm_rows("snli_ve", src, split, opts, report)
 
 
 @converter("snli_caption")

@@ -82,6 +82,33 @@ def _words(caption: str) -> list[str]:
     return caption.lower().rstrip(".").split()
 
 
+def caption_pairs(rows_file: Path, image_dir: Path) -> tuple[list[np.ndarray], list[str]]:
+    """(pixels, caption) of each distinct image of an SNLI-VE split file (the Hub's schema,
+    ``filename`` and ``premise``, or the release's, ``Flickr30K_ID`` and ``sentence1``); images
+    that cannot be read are dropped, counted and logged (images.read_images)."""
+    import json
+
+    from .images import read_images
+
+    captions: dict[str, str] = {}
+    with rows_file.open(encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            if "filename" in row:
+                name, caption = row["filename"], row.get("premise")
+            elif "Flickr30K_ID" in row:
+                name, caption = f"{row['Flickr30K_ID']}.jpg", row.get("sentence1")
+            else:
+                raise InputError(f"{rows_file} line {number}: no image name (filename or Flickr30K_ID)")
+            if caption:
+                captions.setdefault(name, caption)
+    found = read_images(image_dir, captions, what=f"vision pre-training images of {image_dir}")
+    names = [n for n in captions if n in found.pixels]
+    return [found.pixels[n] for n in names], [captions[n] for n in names]
+
+
 def build_demo_vision_tower(settings: dict[str, Any], images: Sequence[np.ndarray], captions: Sequence[str],
                             output: Path, seed: int = 0) -> dict[str, Any]:
     """Build, pre-train and save the demo's vision tower (and its processor) to ``output``."""

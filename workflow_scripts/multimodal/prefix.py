@@ -1,0 +1,108 @@
+"""Images into a text backbone: a trained projector maps a frozen vision encoder's features
+(cached per image, features.py) into the backbone's token-embedding space, and the projected
+vectors join the text's token embeddings as extra positions (PROTOCOL.md §9: VisualBERT's
+early fusion for encoders, LLaVA's two-layer GELU projector for both).
+
+Where the visual tokens go depends on how the family reads a sequence as one vector:
+- first-token pooling (encoders): right after each sequence's own tokens, before its padding.
+  The text keeps the positions it has in the text-only target phase, the first token stays
+  the pooled one, and an example's positions never depend on the batch it is in;
+- last-token or mean pooling (decoders, T5 encoders): before the text, as LLaVA's prefix, so
+  that under causal attention every text position sees the image and the pooled last token
+  is still the text's.
+
+The projector and the classifier are one head (``VisualClassificationHead``): heads are
+discarded after the intermediate phase (and saved whole by adapters, peft's
+``modules_to_save``), so the visual branch goes with them and the target phase starts from a
+text-only backbone. The feature bank rides on the head as a non-persistent buffer: it moves
+to the training device with the model and is never written into a checkpoint.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+AFTER_TEXT = "after_text"
+PREFIX = "prefix"
+
+
+def placement_for(pooling: str) -> str:
+    """Where a family with this pooling takes the visual tokens (see the module's docstring)."""
+    return AFTER_TEXT if pooling == "first" else PREFIX
+
+
+class VisualClassificationHead(nn.Module):
+    """The projector (LLaVA's Linear-GELU-Linear) and a classification head of the usual shape.
+
+    Called with ``image_index`` it returns the projected visual tokens of those images
+    (batch, tokens, hidden); called with pooled hidden states it returns the logits. One
+    module, called through its own ``__call__`` both times, so a peft wrapper of the head
+    (which trains a copy) runs the copy in both roles."""
+
+    def __init__(self, bank: torch.Tensor, hidden: int, classifier: nn.Module, init_std: float) -> None:
+        super().__init__()
+        if bank.dim() == 2:  # pooled features: one visual token per image
+            bank = bank[:, None, :]
+        feature_dim = bank.shape[-1]
+        self.projector = nn.Sequential(nn.Linear(feature_dim, hidden), nn.GELU(), nn.Linear(hidden, hidden))
+        # At the token embeddings' scale (the backbone's init std): visual tokens an order of
+        # magnitude larger than the words beside them left the demo's encoder stuck at the
+        # hypothesis-only accuracy (3 of 3 seeds), at this scale it used the image (3 of 3).
+        for module in self.projector:
+            if isinstance(module, nn.Linear):
+                nn.init.normal_(module.weight, std=init_std)
+                nn.init.zeros_(module.bias)
+        self.classifier = classifier
+        self.register_buffer("bank", bank, persistent=False)
+
+    @property
+    def visual_tokens(self) -> int:
+        return int(self.bank.shape[1])
+
+    def forward(self, pooled: torch.Tensor | None = None, image_index: torch.Tensor | None = None) -> torch.Tensor:
+        if image_index is not None:
+            features = self.bank[image_index.to(self.bank.device)]
+            weight = self.projector[0].weight
+            return self.projector(features.to(weight.dtype))
+        return self.classifier(pooled)
+
+
+def join(embeds: torch.Tensor, mask: torch.Tensor, visual: torch.Tensor, placement: str
+         ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(embeddings, attention mask) of each text with its visual tokens placed as ``placement``
+    says. ``embeds`` (batch, width, hidden) are right-padded texts, ``mask`` their mask,
+    ``visual`` (batch, tokens, hidden)."""
+    batch, width, hidden = embeds.shape
+    tokens = visual.shape[1]
+    visual = visual.to(embeds.dtype)
+    ones = torch.ones(batch, tokens, dtype=mask.dtype, device=mask.device)
+    if placement == PREFIX:
+        return torch.cat([visual, embeds], 1), torch.cat([ones, mask], 1)
+    if placement != AFTER_TEXT:
+        raise ValueError(f"unknown visual placement {placement!r}")
+    # Text position j stays at j; the visual tokens take L..L+K-1 (L: the text's length);
+    # padding moves behind them.
+    lengths = mask.sum(1, keepdim=True)  # (batch, 1)
+    positions = torch.arange(width, device=mask.device).expand(batch, width)
+    text_target = torch.where(positions < lengths, positions, positions + tokens)
+    visual_target = lengths + torch.arange(tokens, device=mask.device)
+    out = embeds.new_zeros(batch, width + tokens, hidden)
+    out.scatter_(1, text_target[..., None].expand(-1, -1, hidden), embeds)
+    out.scatter_(1, visual_target[..., None].expand(-1, -1, hidden), visual)
+    joined_mask = (torch.arange(width + tokens, device=mask.device) < lengths + tokens).to(mask.dtype)
+    return out, joined_mask
+
+
+def visual_logits(model, head, batch: dict, pool_fn) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(logits, loss or None) of a visual classification batch: input_ids, attention_mask,
+    image_index (rows of the head's feature bank), labels when training."""
+    import torch.nn.functional as F
+
+    embeddings = model.encoder.get_input_embeddings()(batch["input_ids"])
+    visual = head(image_index=batch["image_index"])
+    inputs, mask = join(embeddings, batch["attention_mask"], visual, placement_for(model.pooling))
+    hidden = model.encoder(inputs_embeds=inputs, attention_mask=mask).last_hidden_state
+    logits = head(pool_fn(model.pooling, hidden, mask))
+    loss = F.cross_entropy(logits, batch["labels"]) if "labels" in batch else None
+    return logits, loss

@@ -34,6 +34,7 @@ SOURCES = {
     "xcopa": ("cambridgeltl/xcopa", ["de", "ru", "sw"], {}),
     "mewslix": ("izhx/mewsli-x", ["en", "de", "ru"], {}),
     "lareqa": ("google-research-datasets/xquad_r", ["en", "de", "ru"], {}),
+    "snli_ve": ("HuggingFaceM4/SNLI-VE", None, {}),
     "snli_caption": ("HuggingFaceM4/SNLI-VE", None, {}),
     "hypothesis_only": ("HuggingFaceM4/SNLI-VE", None, {}),
 }

@@ -37,6 +37,10 @@ def test_real_snli_ve_rows_give_paired_arms_that_differ_in_the_premise_only(tmp_
     assert [r["label"] for r in caption] == [r["label"] for r in alone] == [NLI_LABELS.index(r["gold_label"]) for r in real]
     assert [(r["text_a"], r["text_b"]) for r in caption] == [(r["sentence1"], r["sentence2"]) for r in real]
     assert [r["text_a"] for r in alone] == [r["sentence2"] for r in real] and not any(r["text_b"] for r in alone)
+    # the image arm: the same ids, labels and hypotheses, the Flickr30k image as premise
+    visual, _ = load("snli_ve", settings, tmp_path)
+    assert [(r["id"], r["label"], r["text_a"]) for r in visual] == [(r["id"], r["label"], r["text_a"]) for r in alone]
+    assert [r["image"] for r in visual] == [f"{r['Flickr30K_ID']}.jpg" for r in real]
     # the gold label decides, not the letter the pair id ends in
     row = next(r for r in caption if r["id"] == "2248275918.jpg#3r1c")
     assert NLI_LABELS[row["label"]] == "neutral"

@@ -1,18 +1,91 @@
-"""The multimodal comparison's grid (config/multimodal_demo.yaml): SNLI-VE's text-only
-controls as intermediate configs beside the baseline and MNLI."""
+"""The multimodal comparison end to end (config/multimodal_demo.yaml, PROTOCOL.md §9): SNLI-VE
+with the image as premise beside its two text-only controls built from the same rows, the
+baseline and MNLI, on the demo's synthetic image world."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from conftest import copy_repo, planned_jobs
+import pandas as pd
+import pytest
+
+from conftest import copy_repo, planned_jobs, snakemake
+
+CONFIG = "config/multimodal_demo.yaml"
 
 
-def test_the_multimodal_demo_config_plans_both_controls_from_the_same_snli_ve_rows(tmp_path):
-    repo = copy_repo(tmp_path / "repo")
-    jobs = planned_jobs(repo, "--configfile", "config/multimodal_demo.yaml")
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory) -> Path:
+    return copy_repo(tmp_path_factory.mktemp("repo"))
+
+
+def test_the_multimodal_demo_config_plans_the_image_arm_and_both_controls_from_the_same_rows(repo):
+    jobs = planned_jobs(repo, "--configfile", CONFIG)
     trained = {Path(out).parts[3] for rule, out in jobs if rule == "train_intermediate"}
-    assert trained == {"mnli", "snli_caption", "hypothesis_only"}
+    assert trained == {"mnli", "snli_ve", "snli_caption", "hypothesis_only"}
     prepared = {out for rule, out in jobs if rule == "prepare_task_data"}
-    assert {"results/data/snli_caption/train.parquet", "results/data/hypothesis_only/train.parquet",
-            "results/data/snli_caption/dev.parquet", "results/data/hypothesis_only/dev.parquet"} <= prepared
+    assert {f"results/data/{task}/{split}.parquet" for task in ("snli_ve", "snli_caption", "hypothesis_only")
+            for split in ("train", "dev")} <= prepared
+    assert ("embed_images", "results/data/images/snli_ve") in jobs
+    assert ("prepare_vision_encoder", "results/models/vision_encoder") in jobs
+    assert ("tabulate_modality", "results/tables/xlmr_tiny/modality.md") in jobs
+
+
+@pytest.fixture(scope="module")
+def demo_run(repo) -> Path:
+    proc = snakemake(repo, "--cores", "2", "--configfile", CONFIG, timeout=1500)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return repo
+
+
+def _log(repo: Path, config: str) -> dict:
+    return json.loads((repo / f"results/intermediate/xlmr_tiny/{config}/seed1/encoder/train_log.json").read_text())
+
+
+def test_the_image_arm_uses_the_image_its_dev_score_beats_hypothesis_only(demo_run):
+    """The hypotheses alone cannot tell entailment from contradiction (scene_world.py): a dev
+    score above the hypothesis-only arm's needs the premise, here the image."""
+    visual, hypothesis_only = _log(demo_run, "snli_ve"), _log(demo_run, "hypothesis_only")
+    ve, hyp = visual["best"]["scores"]["snli_ve"]["accuracy"], hypothesis_only["best"]["scores"]["hypothesis_only"]["accuracy"]
+    assert ve > hyp + 10, (ve, hyp)
+    assert visual["visual"]["saved"] is False
+    branch = visual["visual"]["tasks"]["snli_ve"]
+    assert branch["visual_tokens"] == 17 and branch["kind"] == "patches" and branch["projector_parameters"] > 0
+
+
+def test_images_are_embedded_once_and_the_target_phase_is_text_only(demo_run):
+    report = json.loads((demo_run / "results/data/images/snli_ve/report.json").read_text())
+    assert report["images_dropped"] == {} and report["embedded"] + report["from_cache"] <= report["images"]
+    cache = list((demo_run / "results/cache/image_features").rglob("*.npy"))
+    assert len(cache) == report["embedded"]  # one entry per distinct image
+    # the intermediate model is a text backbone: no projector weights in it
+    from safetensors import safe_open
+
+    with safe_open(str(demo_run / "results/intermediate/xlmr_tiny/snli_ve/seed1/encoder/model.safetensors"), "pt") as f:
+        assert not any("projector" in k or "heads" in k for k in f.keys())
+    metric = json.loads((demo_run / "results/metrics/xlmr_tiny/zero_shot/snli_ve/xnli/seed1.json").read_text())
+    assert metric["intermediate_visual"]["text_only"] is True and "snli_ve" in metric["intermediate_visual"]["tasks"]
+    control = json.loads((demo_run / "results/metrics/xlmr_tiny/zero_shot/snli_caption/xnli/seed1.json").read_text())
+    assert "intermediate_visual" not in control
+
+
+def test_the_modality_table_and_figure_pair_the_image_arm_with_each_control(demo_run):
+    table = pd.read_csv(demo_run / "results/tables/xlmr_tiny/modality.csv")
+    assert set(zip(table["visual"], table["control"])) == {("snli_ve", "snli_caption"), ("snli_ve", "hypothesis_only")}
+    assert set(table["group"]) == {"en", "zero-shot", "all"}
+    runs = pd.read_csv(demo_run / "results/tables/xlmr_tiny/runs.csv")
+    test = runs[(runs["split"] == "test") & (runs["target"] == "xnli") & (runs["language"] == "de")]
+    by_config = test.set_index("intermediate")["value"]
+    row = table[(table["control"] == "snli_caption") & (table["group"] == "all")].iloc[0]
+    langs = runs[(runs["split"] == "test") & (runs["language"] != "avg")]
+    expected = (langs[langs["intermediate"] == "snli_ve"].set_index("language")["value"]
+                - langs[langs["intermediate"] == "snli_caption"].set_index("language")["value"]).mean()
+    assert row["mean_difference"] == pytest.approx(expected, abs=1e-3) and len(by_config) == 5
+    assert (demo_run / "results/figures/xlmr_tiny/modality.png").stat().st_size > 1000
+    assert "caption premise" in (demo_run / "results/tables/xlmr_tiny/modality.md").read_text()
+
+
+def test_nothing_reruns_after_the_multimodal_demo(demo_run):
+    proc = snakemake(demo_run, "-n", "--configfile", CONFIG, timeout=300)
+    assert proc.returncode == 0 and "Nothing to be done" in proc.stdout + proc.stderr, proc.stdout[-2000:]

@@ -59,3 +59,16 @@ def test_the_hub_schema_is_read_and_unlabelled_rows_are_dropped_and_counted(tmp_
 def test_a_row_in_neither_schema_is_named(tmp_path):
     with pytest.raises(InputError, match="snli_ve dev row 0"):
         load("hypothesis_only", mirror(tmp_path, [{"text": "x"}]), tmp_path)
+
+
+def test_the_release_files_are_read_from_a_folder_and_a_missing_one_says_how_to_build_it(tmp_path):
+    from workflow_scripts.data import prepare, read_table
+
+    release = tmp_path / "snli_ve"
+    release.mkdir()
+    (release / "snli_ve_dev.jsonl").write_text(REAL.read_text(encoding="utf-8"), encoding="utf-8")
+    settings = {"source": "hub", "hub": {"path": "HuggingFaceM4/SNLI-VE"}, "options": {"path": str(release)}}
+    n = prepare("snli_ve", "dev", settings, tmp_path / "dev.parquet")
+    assert n == 16 and read_table(tmp_path / "dev.parquet").column("image").to_pylist()[0].endswith(".jpg")
+    with pytest.raises(InputError, match="snli_ve_train.jsonl does not exist: build it with necla-ml/SNLI-VE"):
+        prepare("snli_ve", "train", settings, tmp_path / "train.parquet")

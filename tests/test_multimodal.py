@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from conftest import copy_repo, planned_jobs, snakemake
 
@@ -30,6 +31,27 @@ def test_the_multimodal_demo_config_plans_the_image_arm_and_both_controls_from_t
     assert ("embed_images", "results/data/images/snli_ve") in jobs
     assert ("prepare_vision_encoder", "results/models/vision_encoder") in jobs
     assert ("tabulate_modality", "results/tables/xlmr_tiny/modality.md") in jobs
+
+
+def test_the_paper_multimodal_preset_builds_its_grid_offline(repo):
+    proc = snakemake(repo, "-n", "--configfile", "config/multimodal.yaml", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout + proc.stderr
+    counts = {line.split()[0]: int(line.split()[1]) for line in out.split("Job stats:")[1].splitlines()[3:]
+              if len(line.split()) == 2 and line.split()[1].isdigit()}
+    config = yaml.safe_load((repo / "config/multimodal.yaml").read_text())
+    assert counts["embed_images"] == 1 and counts["prepare_vision_encoder"] == 1 and counts["tabulate_modality"] == 1
+    assert counts["train_intermediate"] == (len(config["intermediate"]) - 1) * 3
+    assert counts["evaluate_target"] == len(config["intermediate"]) * 10 * 3  # every XTREME-R target
+    assert "results/intermediate/xlmr_large/snli_ve/seed3/encoder" in out
+
+
+def test_an_image_task_read_from_the_hub_needs_its_image_folder(repo):
+    config = yaml.safe_load((repo / "config/multimodal.yaml").read_text())
+    del config["tasks"]["snli_ve"]["images"]
+    (repo / "no_images.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    proc = snakemake(repo, "-n", "--configfile", "no_images.yaml", timeout=300)
+    assert proc.returncode != 0 and "config key tasks.snli_ve.images" in proc.stdout + proc.stderr
 
 
 @pytest.fixture(scope="module")

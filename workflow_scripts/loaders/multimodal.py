@@ -9,12 +9,15 @@ splits and differ in the premise only:
 Two row schemas are read: the release's ``snli_ve_{train,dev,test}.jsonl`` (SNLI's fields plus
 ``Flickr30K_ID``; ids are ``pairID``) and the Hub's ``HuggingFaceM4/SNLI-VE`` (``filename``,
 ``premise``, ``hypothesis``, ``label`` 0-2; ids are the row's position in its split, the same
-for every arm since all read one file in its stored order). Rows without a gold label
+for every arm since all read one file in its stored order). The option ``path`` reads the
+release's files from a folder instead (the Hub's copy is a loading script, which ``datasets``
+5 does not run). Rows without a gold label
 (``-`` / -1) are dropped and counted, as SNLI's are.
 """
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -22,15 +25,39 @@ from typing import Any
 from ..common import LOG, InputError
 from ..tasks import NLI_LABELS, get_task
 from .registry import Report, Row, converter, label_index
-from .source import Source
+from .source import Source, repo_path
 
 HUB_SPLITS = {"train": "train", "dev": "validation", "test": "test"}
 
 
-def snli_ve_rows(src: Source, split: str, config: str | None, counts: Counter) -> Iterator[dict[str, Any]]:
-    """(id, image, premise caption, hypothesis, label) of every labelled SNLI-VE row."""
+RELEASE_FILES = {"train": "snli_ve_train.jsonl", "dev": "snli_ve_dev.jsonl", "test": "snli_ve_test.jsonl"}
+
+
+def release_rows(directory: str, split: str) -> Iterator[dict[str, Any]]:
+    """The rows of the release's ``snli_ve_<split>.jsonl`` in ``directory`` (option ``path``):
+    the files necla-ml/SNLI-VE's generator writes from SNLI 1.0 and Flickr30k."""
+    file = repo_path(directory) / RELEASE_FILES[split]
+    if not file.is_file():
+        raise InputError(f"SNLI-VE release file {file} does not exist: build it with necla-ml/SNLI-VE's "
+                         "data/snli_ve_generator.py (SNLI 1.0 + Flickr30k) and point tasks.<task>.options.path "
+                         "at its folder")
+    with file.open(encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError as err:
+                raise InputError(f"{file} line {number}: not JSON ({err})") from None
+
+
+def snli_ve_rows(src: Source, split: str, config: str | None, counts: Counter, release: str | None = None
+                 ) -> Iterator[dict[str, Any]]:
+    """(id, image, premise caption, hypothesis, label) of every labelled SNLI-VE row, from
+    the source (the Hub's schema, or a local mirror) or a release folder."""
     task = get_task("snli_caption")
-    for i, r in enumerate(src.rows(config, HUB_SPLITS[split])):
+    rows = release_rows(release, split) if release else src.rows(config, HUB_SPLITS[split])
+    for i, r in enumerate(rows):
         where = f"snli_ve {split} row {i}"
         if "sentence2" in r:  # the release's schema
             label, uid = r.get("gold_label"), r.get("pairID") or f"snli_ve-{split}-{i}"
@@ -54,7 +81,9 @@ def snli_ve_rows(src: Source, split: str, config: str | None, counts: Counter) -
 
 def _arm_rows(name: str, src: Source, split: str, opts: dict[str, Any], report: Report) -> Iterator[Row]:
     counts: Counter = Counter()
-    for r in snli_ve_rows(src, split, opts.get("hub_name"), counts):
+    if opts.get("path"):  # provenance: the release folder, not a Hub commit
+        report["release"] = {"path": str(opts["path"]), "file": RELEASE_FILES[split]}
+    for r in snli_ve_rows(src, split, opts.get("hub_name"), counts, opts.get("path")):
         if name == "snli_ve":
             yield {"id": r["id"], "lang": "en", "text_a": r["hypothesis"], "image": r["image"], "label": r["label"]}
         else:

@@ -694,6 +694,58 @@ def make_snli_ve(rng: random.Random) -> None:
     (base / "images" / "SHA256SUMS").write_text("\n".join(sums) + "\n")
 
 
+def make_nlvr2(rng: random.Random) -> None:
+    """NLVR2 in its release's layout (lil-lab/nlvr's nlvr2/data: ``train.json``, ``dev.json``,
+    images under ``<split>/`` named ``<split>-<set>-<pair>-img0.png`` and ``-img1.png``) over
+    pairs of scenes of the image world: two statements per pair about the left image, the
+    right one or both, one true and one false."""
+    import hashlib
+    import shutil
+    import sys
+
+    from PIL import Image
+
+    sys.path.insert(0, str(ROOT.parent.parent))
+    from workflow_scripts.multimodal import scene_world
+
+    base = ROOT / "lil-lab/nlvr2"
+    shutil.rmtree(base, ignore_errors=True)
+
+    def statements(left, right):
+        a, b = left.things[0], right.things[0]
+        colour, shape = rng.choice(tuple(scene_world.COLOURS)), rng.choice(scene_world.SHAPES)
+        size = rng.choice(scene_world.SIZES)
+        return [
+            (f"The left image shows a {colour} {shape}.", a.colour == colour and a.shape == shape),
+            (f"The right image shows a {colour} {shape}.", b.colour == colour and b.shape == shape),
+            (f"Both images show a {shape}.", a.shape == b.shape == shape),
+            (f"Exactly one image shows a {colour} object.", (a.colour == colour) != (b.colour == colour)),
+            (f"The left image shows a {size} object.", a.size == size),
+            (f"The right image shows a {size} object.", b.size == size),
+        ]
+
+    sums = []
+    for split, pairs in (("train", 300), ("dev", 60)):
+        (base / "images" / split).mkdir(parents=True)
+        rows = []
+        for n in range(pairs):
+            left, right = scene_world.random_scene(rng), scene_world.random_scene(rng)
+            for k, scene in enumerate((left, right)):
+                name = f"{split}/{split}-{n}-0-img{k}.png"
+                Image.fromarray(scene_world.render(scene, rng)).save(base / "images" / name, optimize=True)
+                sums.append(f"{hashlib.sha256((base / 'images' / name).read_bytes()).hexdigest()}  {name}")
+            options = statements(left, right)
+            while all(t for _, t in options) or not any(t for _, t in options):  # redraw the values
+                options = statements(left, right)
+            true = rng.choice([s for s, t in options if t])
+            false = rng.choice([s for s, t in options if not t])
+            for j, (sentence, label) in enumerate(rng.sample([(true, "True"), (false, "False")], 2)):
+                rows.append({"identifier": f"{split}-{n}-0-{j}", "sentence": sentence, "label": label,
+                             "left_url": "", "right_url": "", "writer": "demo"})
+        write_jsonl(base / f"{split}.json", rows)
+    (base / "images" / "SHA256SUMS").write_text("\n".join(sums) + "\n")
+
+
 def main() -> None:
     rng = random.Random(0)
     # New generators go last: each draws its own seed, so earlier files stay byte-identical.
@@ -706,6 +758,7 @@ def main() -> None:
     make_ranking(random.Random("ranking"))
     # Multimodal (PROTOCOL.md §9): SNLI-VE over the synthetic image world.
     make_snli_ve(random.Random("snli_ve"))
+    make_nlvr2(random.Random("nlvr2"))
     print(f"wrote {sum(1 for _ in ROOT.rglob('*.jsonl'))} files under {ROOT} and the parallel corpora"
           f" under {PARALLEL_ROOT}")
 

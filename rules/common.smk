@@ -176,15 +176,10 @@ def embed_inputs(wildcards):
 
 
 def _demo_vision_source():
-    """The demo vision encoder's (image directory, caption rows): the train split of the
-    first image task, as the tower's stand-in for CLIP's web pairs."""
-    task = grid.visual_tasks(config)[0]
-    images = grid.image_dir(config, task)
-    if not os.path.isabs(images):
-        images = os.path.join(workflow.basedir, images)
-    rows = os.path.join(workflow.basedir, config["data"]["local_root"], config["tasks"][task]["hub"]["path"],
-                        "default", "train.jsonl")
-    return images, rows
+    """The demo vision encoder's (image directory, caption rows): its pre-training pairs
+    (vision.demo.captions; by default the demo's SNLI-VE training scenes and captions)."""
+    captions = config["vision"]["demo"]["captions"]
+    return tuple(p if os.path.isabs(p) else os.path.join(workflow.basedir, p) for p in (captions["images"], captions["rows"]))
 
 
 def vision_encoder_inputs(wildcards):

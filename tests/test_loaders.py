@@ -35,6 +35,7 @@ SOURCES = {
     "mewslix": ("izhx/mewsli-x", ["en", "de", "ru"], {}),
     "lareqa": ("google-research-datasets/xquad_r", ["en", "de", "ru"], {}),
     "snli_ve": ("HuggingFaceM4/SNLI-VE", None, {}),
+    "nlvr2": ("lil-lab/nlvr2", None, {"path": "demo/hub/lil-lab/nlvr2"}),
     "snli_caption": ("HuggingFaceM4/SNLI-VE", None, {}),
     "hypothesis_only": ("HuggingFaceM4/SNLI-VE", None, {}),
 }

@@ -40,7 +40,7 @@ def test_real_snli_ve_rows_give_paired_arms_that_differ_in_the_premise_only(tmp_
     # the image arm: the same ids, labels and hypotheses, the Flickr30k image as premise
     visual, _ = load("snli_ve", settings, tmp_path)
     assert [(r["id"], r["label"], r["text_a"]) for r in visual] == [(r["id"], r["label"], r["text_a"]) for r in alone]
-    assert [r["image"] for r in visual] == [f"{r['Flickr30K_ID']}.jpg" for r in real]
+    assert [r["images"] for r in visual] == [[f"{r['Flickr30K_ID']}.jpg"] for r in real]
     # the gold label decides, not the letter the pair id ends in
     row = next(r for r in caption if r["id"] == "2248275918.jpg#3r1c")
     assert NLI_LABELS[row["label"]] == "neutral"
@@ -69,6 +69,41 @@ def test_the_release_files_are_read_from_a_folder_and_a_missing_one_says_how_to_
     (release / "snli_ve_dev.jsonl").write_text(REAL.read_text(encoding="utf-8"), encoding="utf-8")
     settings = {"source": "hub", "hub": {"path": "HuggingFaceM4/SNLI-VE"}, "options": {"path": str(release)}}
     n = prepare("snli_ve", "dev", settings, tmp_path / "dev.parquet")
-    assert n == 16 and read_table(tmp_path / "dev.parquet").column("image").to_pylist()[0].endswith(".jpg")
+    assert n == 16 and read_table(tmp_path / "dev.parquet").column("images").to_pylist()[0][0].endswith(".jpg")
     with pytest.raises(InputError, match="snli_ve_train.jsonl does not exist: build it with necla-ml/SNLI-VE"):
         prepare("snli_ve", "train", settings, tmp_path / "train.parquet")
+
+
+REAL_NLVR2 = Path(__file__).parent / "real_data" / "nlvr2" / "dev.json"
+
+
+def test_real_nlvr2_rows_give_the_statement_its_two_images_and_the_label(tmp_path):
+    from workflow_scripts.data import prepare, read_table
+
+    settings = {"source": "hub", "hub": {"path": "lil-lab/nlvr"}, "options": {"path": str(REAL_NLVR2.parent)}}
+    n = prepare("nlvr2", "dev", settings, tmp_path / "dev.parquet")
+    rows = read_table(tmp_path / "dev.parquet").to_pylist()
+    real = [json.loads(line) for line in REAL_NLVR2.read_text(encoding="utf-8").splitlines()]
+    assert n == len(real) == 30
+    first = rows[0]
+    assert first["id"] == "dev-850-0-0" and first["label"] == 0  # "False"
+    assert first["images"] == ["dev/dev-850-0-img0.png", "dev/dev-850-0-img1.png"]
+    assert [r["label"] for r in rows] == [("False", "True").index(r["label"]) for r in real]
+
+
+def test_nlvr2_train_images_sit_in_their_bucket_folder_and_a_bad_row_is_dropped_and_counted(tmp_path):
+    from workflow_scripts.loaders.multimodal import nlvr2_images
+
+    assert nlvr2_images({"identifier": "train-10171-0-1", "directory": 37}, "row") == [
+        "train/37/train-10171-0-img0.png", "train/37/train-10171-0-img1.png"]
+    with pytest.raises(InputError, match="identifier 'x-1'"):
+        nlvr2_images({"identifier": "x-1"}, "row")
+    from workflow_scripts.data import prepare, provenance
+
+    (tmp_path / "dev.json").write_text("\n".join(json.dumps(r) for r in [
+        {"identifier": "dev-1-0-0", "sentence": "Both images show dogs.", "label": "True"},
+        {"identifier": "dev-1-0-1", "sentence": "", "label": "False"},
+        {"identifier": "dev-2-0-0", "sentence": "The left image shows a cat.", "label": "maybe"}]) + "\n")
+    settings = {"source": "hub", "hub": {"path": "lil-lab/nlvr"}, "options": {"path": str(tmp_path)}}
+    assert prepare("nlvr2", "dev", settings, tmp_path / "dev.parquet") == 1
+    assert provenance(tmp_path / "dev.parquet")["report"]["load_counts"] == {"True": 1, "no_label_or_sentence": 2}

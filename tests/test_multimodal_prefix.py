@@ -45,7 +45,7 @@ def test_a_prefix_puts_the_image_first_and_the_text_after_it():
 def test_the_head_projects_bank_rows_at_the_embedding_scale_and_never_saves_the_bank():
     bank = torch.randn(10, 5, 16, generator=torch.Generator().manual_seed(1)).half()
     head = VisualClassificationHead(bank, 8, torch.nn.Linear(8, 3), init_std=0.02)
-    tokens = head(image_index=torch.tensor([0, 9]))
+    tokens = head(image_index=torch.tensor([[0], [9]]))
     assert tokens.shape == (2, 5, 8) and tokens.dtype == torch.float32
     assert float(tokens.detach().std()) < 0.05  # near the token embeddings' scale, not the features'
     assert not any("bank" in k for k in head.state_dict())
@@ -71,13 +71,13 @@ def test_a_visual_prediction_does_not_depend_on_the_batch_it_is_in(tmp_path):
     short, long = [0, 5, 6, 2], [0, 7, 8, 9, 10, 11, 12, 2]
     pad = 1
     alone = {"input_ids": torch.tensor([short]), "attention_mask": torch.ones(1, 4, dtype=torch.long),
-             "image_index": torch.tensor([2])}
+             "image_index": torch.tensor([[2]])}
     together = {"input_ids": torch.tensor([short + [pad] * 4, long]),
-                "attention_mask": torch.tensor([[1] * 4 + [0] * 4, [1] * 8]), "image_index": torch.tensor([2, 3])}
+                "attention_mask": torch.tensor([[1] * 4 + [0] * 4, [1] * 8]), "image_index": torch.tensor([[2], [3]])}
     with torch.no_grad():
         a, _ = forward(model, VISUAL_CLASSIFICATION, "snli_ve", alone)
         b, _ = forward(model, VISUAL_CLASSIFICATION, "snli_ve", together)
-        other_image, _ = forward(model, VISUAL_CLASSIFICATION, "snli_ve", {**alone, "image_index": torch.tensor([3])})
+        other_image, _ = forward(model, VISUAL_CLASSIFICATION, "snli_ve", {**alone, "image_index": torch.tensor([[3]])})
     torch.testing.assert_close(a[0], b[0], rtol=1e-5, atol=1e-6)
     assert not torch.allclose(a, other_image)  # the image is read
 
@@ -120,7 +120,7 @@ def test_the_embed_step_drops_corrupt_and_missing_images_and_training_drops_thei
     (images / "3.png").unlink()
     sums["4.png"] = "0" * 64  # the file changed since the manifest
     (images / "SHA256SUMS").write_text("".join(f"{h}  {n}\n" for n, h in sums.items()))
-    rows = [{"id": f"r{i}", "lang": "en", "text_a": "There is a red ball.", "image": names[i % 6], "label": i % 3}
+    rows = [{"id": f"r{i}", "lang": "en", "text_a": "There is a red ball.", "images": [names[i % 6]], "label": i % 3}
             for i in range(12)]
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "train.parquet")
     with caplog.at_level("WARNING"):
@@ -132,7 +132,7 @@ def test_the_embed_step_drops_corrupt_and_missing_images_and_training_drops_thei
     bank = FeatureBank.load(tmp_path / "bank")
     assert sorted(bank.index) == ["0.png", "1.png", "5.png"] and bank.features.shape == (3, 17, 16)
     table = bank.attach(pa.Table.from_pylist(rows), "snli_ve train")
-    assert table.num_rows == 6 and set(table.column("image").to_pylist()) == {"0.png", "1.png", "5.png"}
+    assert table.num_rows == 6 and {n for row in table.column("images").to_pylist() for n in row} == {"0.png", "1.png", "5.png"}
     assert "6 of 12 rows dropped" in caplog.text
     # nothing half-written: a failed step leaves no bank behind
     with pytest.raises(Exception):

@@ -13,8 +13,8 @@ One canonical schema per task format (every row also has ``id`` and ``lang``):
                    ``lang`` is the language it is scored in; candidates of every language
                    form one pool (Mewsli-X, LAReQA)
 - mlm:             text
-- visual_classification: text_a (the text beside the image), image (its file name under the
-                   task's image directory), label
+- visual_classification: text_a (the text beside the images), images (their file names under
+                   the task's image directory: one for SNLI-VE, left and right for NLVR2), label
 
 An unresolvable span answer (evaluation splits only) has start ``-1``: scorers compare texts.
 
@@ -50,7 +50,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
     MINING: {"side": "string", "text": "string", "gold": "list<string>"},
     RANKING: {"side": "string", "text": "string", "context": "string", "gold": "list<string>"},
     MLM: {"text": "string"},
-    VISUAL_CLASSIFICATION: {"text_a": "string", "image": "string", "label": "int64"},
+    VISUAL_CLASSIFICATION: {"text_a": "string", "images": "list<string>", "label": "int64"},
 }
 
 

@@ -101,9 +101,6 @@ def check_config(config: dict[str, Any]) -> None:
                                       f"({get_task(task).format}) cannot be machine-translated")
     for task in visual_tasks(config):
         image_dir(config, task)  # raises when the images have no known place
-        if config["models"]["source"] == "demo" and config["data"]["source"] != "local":
-            raise ConfigError(f"config key models.source: the demo vision encoder is pre-trained on {task}'s local "
-                              "images and captions (data.source local)")
     bench = benchmark.of_config(config)
     for i, target in enumerate(config["targets"]):
         key = f"targets[{i}]"

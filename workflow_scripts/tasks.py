@@ -98,6 +98,8 @@ TASKS: dict[str, Task] = {t.name: t for t in (
     # text-only controls, built from SNLI-VE's own rows, ids and image-disjoint splits: the
     # SNLI caption the image replaced as premise, or no premise.
     _t("snli_ve", VISUAL_CLASSIFICATION, "accuracy", ("train", "dev"), NLI_LABELS),
+    # NLVR2 (Suhr et al. 2019): is a statement true of a pair of images (left, right)?
+    _t("nlvr2", VISUAL_CLASSIFICATION, "accuracy", ("train", "dev"), ("False", "True")),
     _t("snli_caption", CLASSIFICATION, "accuracy", ("train", "dev"), NLI_LABELS),
     _t("hypothesis_only", CLASSIFICATION, "accuracy", ("train", "dev"), NLI_LABELS),
     # The XNLI authors' machine translations of MNLI train (and XNLI's human dev): the data of

@@ -167,9 +167,10 @@ def load_phase_data(encoder_dir: Path, encoder, tokenizer, data: dict[str, dict[
             std = initializer_range(encoder.config)
             classifier = make_head(CLASSIFICATION, encoder.config.hidden_size, task.num_labels,
                                    float(settings["dropout"]), std)
-            heads[name] = VisualClassificationHead(bank.tensor(), encoder.config.hidden_size, classifier, std)
+            per_row = len(train.column("images")[0].as_py())
+            heads[name] = VisualClassificationHead(bank.tensor(), encoder.config.hidden_size, classifier, std, per_row)
             visual[name] = {"images": data[name]["images"], "encoder": bank.report.get("encoder"),
-                            "kind": bank.report.get("kind"), "visual_tokens": heads[name].visual_tokens,
+                            "kind": bank.report.get("kind"), "visual_tokens": heads[name].visual_tokens * per_row,
                             "projector_parameters": sum(p.numel() for p in heads[name].projector.parameters())}
         else:
             heads[name] = make_head(task.format, encoder.config.hidden_size, task.num_labels,

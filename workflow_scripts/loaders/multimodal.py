@@ -85,7 +85,7 @@ def _arm_rows(name: str, src: Source, split: str, opts: dict[str, Any], report: 
         report["release"] = {"path": str(opts["path"]), "file": RELEASE_FILES[split]}
     for r in snli_ve_rows(src, split, opts.get("hub_name"), counts, opts.get("path")):
         if name == "snli_ve":
-            yield {"id": r["id"], "lang": "en", "text_a": r["hypothesis"], "image": r["image"], "label": r["label"]}
+            yield {"id": r["id"], "lang": "en", "text_a": r["hypothesis"], "images": [r["image"]], "label": r["label"]}
         else:
             with_premise = name == "snli_caption"
             yield {"id": r["id"], "lang": "en", "text_a": r["premise"] if with_premise else r["hypothesis"],
@@ -107,3 +107,57 @@ def _snli_caption(src: Source, split: str, langs: list[str], opts: dict[str, Any
 @converter("hypothesis_only")
 def _hypothesis_only(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
     return _arm_rows("hypothesis_only", src, split, opts, report)
+
+
+# NLVR2's release (lil-lab/nlvr, nlvr2/data): JSON Lines per split, the images under
+# <split>/ (train: <split>/<directory>/), named after the identifier without its sentence
+# number: <split>-<set>-<pair>-img0.png (left) and -img1.png (right).
+NLVR2_FILES = {"train": "train.json", "dev": "dev.json", "test": "test1.json"}
+
+
+def nlvr2_images(row: dict[str, Any], where: str) -> list[str]:
+    """The left and right image names of an NLVR2 row, relative to the image folder."""
+    identifier = str(row.get("identifier", ""))
+    parts = identifier.split("-")
+    if len(parts) != 4:
+        raise InputError(f"{where}: identifier {identifier!r} is not <split>-<set>-<pair>-<sentence>")
+    folder = parts[0] if row.get("directory") in (None, "") else f"{parts[0]}/{row['directory']}"
+    prefix = "-".join(parts[:3])
+    return [f"{folder}/{prefix}-img0.png", f"{folder}/{prefix}-img1.png"]
+
+
+@converter("nlvr2")
+def _nlvr2(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
+    """Statement, left and right image, True/False. Read from the release's folder (option
+    ``path``): the Hub has no copy with a dev split (the_cauldron's nlvr2 is train only)."""
+    if not opts.get("path"):
+        raise InputError("nlvr2: set tasks.nlvr2.options.path to the folder of lil-lab/nlvr's nlvr2/data "
+                         "(train.json, dev.json)")
+    file = repo_path(opts["path"]) / NLVR2_FILES[split]
+    report["release"] = {"path": str(opts["path"]), "file": NLVR2_FILES[split]}
+    task = get_task("nlvr2")
+    counts: Counter = Counter()
+
+    def rows() -> Iterator[Row]:
+        if not file.is_file():
+            raise InputError(f"NLVR2 release file {file} does not exist (lil-lab/nlvr: nlvr2/data/{NLVR2_FILES[split]})")
+        with file.open(encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                where = f"{file} line {number}"
+                try:
+                    r = json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise InputError(f"{where}: not JSON ({err})") from None
+                if r.get("label") not in task.labels or not (r.get("sentence") or "").strip():
+                    counts["no_label_or_sentence"] += 1
+                    LOG.warning("%s (%s): label %r or an empty sentence; dropped", where, r.get("identifier"),
+                                r.get("label"))
+                    continue
+                counts[r["label"]] += 1
+                yield {"id": r["identifier"], "lang": "en", "text_a": r["sentence"].strip(),
+                       "images": nlvr2_images(r, where), "label": task.labels.index(r["label"])}
+        report["load_counts"] = dict(counts)
+
+    return rows()

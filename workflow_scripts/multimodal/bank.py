@@ -51,22 +51,26 @@ class FeatureBank:
         return torch.from_numpy(np.ascontiguousarray(self.features))
 
     def attach(self, table, where: str):
-        """``table`` (Arrow) with an ``image_index`` column, without the rows whose image is
-        not in the bank (counted and logged)."""
+        """``table`` (Arrow) with an ``image_index`` column (each row's images' rows of the
+        bank), without the rows one of whose images is not in the bank (counted and logged).
+        Every row of a task has the same number of images."""
         import pyarrow as pa
-        import pyarrow.compute as pc
 
-        names = table.column("image").to_pylist()
-        index = [self.index.get(n, -1) for n in names]
-        keep = pa.array([i >= 0 for i in index])
-        dropped = len(index) - sum(i >= 0 for i in index)
+        names = table.column("images").to_pylist()
+        counts = {len(n) for n in names}
+        if len(counts) > 1:
+            raise InputError(f"{where}: rows with {sorted(counts)} images; a task's rows all have the same number")
+        index = [[self.index.get(n, -1) for n in row] for row in names]
+        found = [min(i) >= 0 for i in index]
+        keep = pa.array(found)
+        dropped = len(index) - sum(found)
         if dropped:
-            lost = sorted({n for n, i in zip(names, index) if i < 0})
+            lost = sorted({n for row, i in zip(names, index) for n, k in zip(row, i) if k < 0})
             LOG.warning("%s: %d of %d rows dropped: their image has no features (%d images, e.g. %s; "
                         "the embed step's report says why)", where, dropped, len(index), len(lost), ", ".join(lost[:5]))
         if dropped == len(index):
-            raise InputError(f"{where}: none of the {len(index)} rows has an image with features")
-        with_index = table.append_column("image_index", pa.array(index, type=pa.int64()))
+            raise InputError(f"{where}: none of the {len(index)} rows has its images' features")
+        with_index = table.append_column("image_index", pa.array(index, type=pa.list_(pa.int64())))
         return with_index.filter(keep) if dropped else with_index
 
 

@@ -48,16 +48,19 @@ def embed_task_images(data: Sequence[str | Path], image_dir: str | Path, encoder
     if not image_dir.is_dir():
         raise InputError(f"image directory {image_dir} does not exist (set the task's 'images' to where its "
                          "images were downloaded)")
-    names_by_split = {str(path): read_table(path, VISUAL_CLASSIFICATION).column("image").to_pylist() for path in data}
+    names_by_split = {str(path): [n for row in read_table(path, VISUAL_CLASSIFICATION).column("images").to_pylist()
+                                  for n in row] for path in data}
     wanted = [n for names in names_by_split.values() for n in names]
     found = images.read_images(image_dir, wanted, read_checksums(image_dir), what=f"images of {image_dir}")
     import torch
 
     dev = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     features, counts = embed_images(found.pixels, found.digests, encoder, cache, kind, batch_size, dev)
-    rows_dropped = {split: sum(n not in found.pixels for n in names) for split, names in names_by_split.items()}
+    rows_dropped = {str(path): sum(any(n not in found.pixels for n in row)
+                                   for row in read_table(path, VISUAL_CLASSIFICATION).column("images").to_pylist())
+                    for path in data}
     report = {"encoder": str(encoder), "kind": kind, **counts, **found.report(),
-              "rows": {split: len(names) for split, names in names_by_split.items()},
+              "rows": {str(path): read_table(path, VISUAL_CLASSIFICATION).num_rows for path in data},
               "rows_without_image": rows_dropped}
     with atomic_path(output) as tmp:
         bank.write_bank(tmp, features, report)

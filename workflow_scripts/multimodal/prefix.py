@@ -35,12 +35,13 @@ def placement_for(pooling: str) -> str:
 class VisualClassificationHead(nn.Module):
     """The projector (LLaVA's Linear-GELU-Linear) and a classification head of the usual shape.
 
-    Called with ``image_index`` it returns the projected visual tokens of those images
-    (batch, tokens, hidden); called with pooled hidden states it returns the logits. One
+    Called with ``image_index`` (batch, images per row) it returns the projected visual tokens
+    of each row's images, one image after the other (batch, images x tokens, hidden); called with pooled hidden states it returns the logits. One
     module, called through its own ``__call__`` both times, so a peft wrapper of the head
     (which trains a copy) runs the copy in both roles."""
 
-    def __init__(self, bank: torch.Tensor, hidden: int, classifier: nn.Module, init_std: float) -> None:
+    def __init__(self, bank: torch.Tensor, hidden: int, classifier: nn.Module, init_std: float,
+                 images_per_row: int = 1) -> None:
         super().__init__()
         if bank.dim() == 2:  # pooled features: one visual token per image
             bank = bank[:, None, :]
@@ -54,6 +55,9 @@ class VisualClassificationHead(nn.Module):
                 nn.init.normal_(module.weight, std=init_std)
                 nn.init.zeros_(module.bias)
         self.classifier = classifier
+        # Which image a visual token belongs to (NLVR2's statements name the left or the
+        # right one): a learned vector per image slot, added to its tokens.
+        self.slots = nn.Parameter(torch.randn(images_per_row, hidden) * init_std)
         self.register_buffer("bank", bank, persistent=False)
 
     @property
@@ -61,10 +65,11 @@ class VisualClassificationHead(nn.Module):
         return int(self.bank.shape[1])
 
     def forward(self, pooled: torch.Tensor | None = None, image_index: torch.Tensor | None = None) -> torch.Tensor:
-        if image_index is not None:
-            features = self.bank[image_index.to(self.bank.device)]
+        if image_index is not None:  # (batch, images per row)
+            features = self.bank[image_index.to(self.bank.device)]  # (batch, images, tokens, width)
             weight = self.projector[0].weight
-            return self.projector(features.to(weight.dtype))
+            tokens = self.projector(features.to(weight.dtype)) + self.slots[None, :, None, :]
+            return tokens.flatten(1, 2)  # the images' tokens one after the other
         return self.classifier(pooled)
 
 

@@ -746,6 +746,56 @@ def make_nlvr2(rng: random.Random) -> None:
     (base / "images" / "SHA256SUMS").write_text("\n".join(sums) + "\n")
 
 
+def make_vqa_v2(rng: random.Random) -> None:
+    """VQA v2 in its release's layout (visualqa.org: ``v2_OpenEnded_mscoco_<subset>_questions.json``
+    and ``v2_mscoco_<subset>_annotations.json``; COCO-named JPEGs under ``images/<subset>/``)
+    over scenes of the image world: two questions per image, ten answers each, a few of them
+    another annotator's slip."""
+    import hashlib
+    import shutil
+    import sys
+
+    from PIL import Image
+
+    sys.path.insert(0, str(ROOT.parent.parent))
+    from workflow_scripts.multimodal import scene_world
+
+    base = ROOT / "visualqa/vqa_v2"
+    shutil.rmtree(base, ignore_errors=True)
+    header = {"info": {"description": "xstilts demo in the layout of VQA v2.0"}, "task_type": "Open-Ended",
+              "data_type": "mscoco", "license": {"name": "demo data"}}
+
+    def questions(thing):
+        yes_no = rng.choice(scene_world.SIZES)
+        return [(f"What color is the {thing.shape}?", thing.colour, tuple(scene_world.COLOURS)),
+                (f"Which side is the {thing.shape} on?", thing.side, scene_world.SIDES),
+                (f"Is the {thing.shape} {yes_no}?", "yes" if thing.size == yes_no else "no", ("yes", "no")),
+                ("What is in the picture?", thing.shape, scene_world.SHAPES)]
+
+    sums = []
+    for subset, images in (("train2014", 300), ("val2014", 60)):
+        (base / "images" / subset).mkdir(parents=True)
+        qs, anns = [], []
+        for n in range(images):
+            image_id = 100000 * (1 if subset == "train2014" else 2) + n
+            scene = scene_world.random_scene(rng)
+            name = f"{subset}/COCO_{subset}_{image_id:012d}.jpg"
+            Image.fromarray(scene_world.render(scene, rng)).save(base / "images" / name, quality=85, optimize=True)
+            sums.append(f"{hashlib.sha256((base / 'images' / name).read_bytes()).hexdigest()}  {name}")
+            for k, (question, answer, values) in enumerate(rng.sample(questions(scene.things[0]), 2)):
+                qid = image_id * 1000 + k
+                given = [answer if rng.random() > 0.1 else rng.choice(values) for _ in range(10)]
+                qs.append({"image_id": image_id, "question": question, "question_id": qid})
+                anns.append({"question_id": qid, "image_id": image_id, "multiple_choice_answer": answer,
+                             "answers": [{"answer": a, "answer_confidence": "yes", "answer_id": i + 1}
+                                         for i, a in enumerate(given)]})
+        (base / f"v2_OpenEnded_mscoco_{subset}_questions.json").write_text(
+            json.dumps({**header, "data_subtype": subset, "questions": qs}) + "\n")
+        (base / f"v2_mscoco_{subset}_annotations.json").write_text(
+            json.dumps({**header, "data_subtype": subset, "annotations": anns}) + "\n")
+    (base / "images" / "SHA256SUMS").write_text("\n".join(sums) + "\n")
+
+
 def main() -> None:
     rng = random.Random(0)
     # New generators go last: each draws its own seed, so earlier files stay byte-identical.
@@ -759,6 +809,7 @@ def main() -> None:
     # Multimodal (PROTOCOL.md §9): SNLI-VE over the synthetic image world.
     make_snli_ve(random.Random("snli_ve"))
     make_nlvr2(random.Random("nlvr2"))
+    make_vqa_v2(random.Random("vqa_v2"))
     print(f"wrote {sum(1 for _ in ROOT.rglob('*.jsonl'))} files under {ROOT} and the parallel corpora"
           f" under {PARALLEL_ROOT}")
 

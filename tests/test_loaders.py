@@ -36,6 +36,7 @@ SOURCES = {
     "lareqa": ("google-research-datasets/xquad_r", ["en", "de", "ru"], {}),
     "snli_ve": ("HuggingFaceM4/SNLI-VE", None, {}),
     "nlvr2": ("lil-lab/nlvr2", None, {"path": "demo/hub/lil-lab/nlvr2"}),
+    "vqa_v2": ("visualqa/vqa_v2", None, {"path": "demo/hub/visualqa/vqa_v2"}),
     "snli_caption": ("HuggingFaceM4/SNLI-VE", None, {}),
     "hypothesis_only": ("HuggingFaceM4/SNLI-VE", None, {}),
 }

@@ -107,3 +107,21 @@ def test_nlvr2_train_images_sit_in_their_bucket_folder_and_a_bad_row_is_dropped_
     settings = {"source": "hub", "hub": {"path": "lil-lab/nlvr"}, "options": {"path": str(tmp_path)}}
     assert prepare("nlvr2", "dev", settings, tmp_path / "dev.parquet") == 1
     assert provenance(tmp_path / "dev.parquet")["report"]["load_counts"] == {"True": 1, "no_label_or_sentence": 2}
+
+
+REAL_VQA = Path(__file__).parent / "real_data" / "vqa_v2"
+
+
+def test_real_vqa_v2_questions_meet_their_ten_normalised_answers_and_coco_image(tmp_path):
+    from workflow_scripts.data import prepare, read_table
+    from workflow_scripts.multimodal.vqa import vqa_accuracy
+
+    settings = {"source": "hub", "hub": {"path": "visualqa/vqa_v2"}, "options": {"path": str(REAL_VQA)}}
+    assert prepare("vqa_v2", "train", settings, tmp_path / "train.parquet") == 3
+    rows = read_table(tmp_path / "train.parquet").to_pylist()
+    first = rows[0]
+    assert first["id"] == "458752000" and first["text_a"] == "What is this photo taken looking through?"
+    assert first["images"] == ["train2014/COCO_train2014_000000458752.jpg"] and len(first["answers"]) == 10
+    assert vqa_accuracy("net", first["answers"]) == 1.0 and vqa_accuracy("mesh", first["answers"]) == pytest.approx(0.3)
+    with pytest.raises(InputError, match="v2_OpenEnded_mscoco_val2014_questions.json does not exist"):
+        prepare("vqa_v2", "dev", settings, tmp_path / "dev.parquet")

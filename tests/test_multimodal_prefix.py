@@ -171,3 +171,49 @@ def test_the_modality_table_pairs_scores_by_seed_and_language_per_language_group
     assert table.loc["zero-shot", "languages"] == 2 and table.loc["all", "languages"] == 3
     assert table.loc["all", "mean_difference"] == pytest.approx(0.0)
     assert bool(table.loc["en", "excludes_zero"]) and table.loc["en", "control_kind"] == "caption premise"
+
+
+@pytest.mark.parametrize("raw, normalised", [
+    ("Two", "2"), ("the net", "net"), ("black/white", "black white"), ("1,000", "1000"), ("yes.", "yes"),
+    ("3.5", "3.5"), ("dont know", "don't know"), ("  Red\n", "red"), ("an apple", "apple")])
+def test_vqa_answers_are_normalised_as_the_official_evaluation_does(raw, normalised):
+    from workflow_scripts.multimodal.vqa import normalize_answer
+
+    assert normalize_answer(raw) == normalised
+
+
+def test_vqa_accuracy_averages_the_ten_leave_one_out_subsets_and_targets_are_soft():
+    from workflow_scripts.multimodal.vqa import answer_vocabulary, soft_targets, vqa_accuracy
+
+    answers = ["2"] * 2 + ["3"] * 8
+    # leaving out one of the two "2"s leaves 1 match (1/3), leaving out a "3" leaves 2 (2/3)
+    assert vqa_accuracy("2", answers) == pytest.approx((2 * (1 / 3) + 8 * (2 / 3)) / 10)
+    assert vqa_accuracy("3", answers) == 1.0 and vqa_accuracy("4", answers) == 0.0
+    vocabulary = answer_vocabulary([answers, ["3", "no"]], min_count=2)
+    assert vocabulary == ("3", "2")  # most frequent first; "no" (once) is left out
+    ids, scores = soft_targets(answers + ["no"], {a: i for i, a in enumerate(vocabulary)})
+    assert ids == [0, 1] and scores == pytest.approx([1.0, 2 / 3])
+
+
+def test_the_vqa_loss_is_binary_cross_entropy_against_the_soft_targets():
+    import torch.nn.functional as F
+    from transformers import XLMRobertaConfig, XLMRobertaModel
+
+    from workflow_scripts.features import collate
+    from workflow_scripts.models import MultiHeadModel, forward, make_head
+    from workflow_scripts.tasks import CLASSIFICATION, VISUAL_ANSWER
+
+    torch.manual_seed(0)
+    encoder = XLMRobertaModel(XLMRobertaConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                               intermediate_size=32, max_position_embeddings=64), add_pooling_layer=False)
+    head = VisualClassificationHead(torch.randn(3, 2, 8), 16, make_head(CLASSIFICATION, 16, 5, 0.0, 0.02), 0.02)
+    model = MultiHeadModel(encoder, {"vqa_v2": head}).eval()
+    features = [{"input_ids": [0, 5, 2], "image_index": [1], "answer_ids": [0, 3], "answer_scores": [1.0, 1 / 3]},
+                {"input_ids": [0, 7, 8, 2], "image_index": [2], "answer_ids": [], "answer_scores": []}]
+    batch = collate(features, VISUAL_ANSWER, pad_id=1)
+    assert batch["answer_ids"].tolist() == [[0, 3], [-1, -1]]
+    logits, loss = forward(model, VISUAL_ANSWER, "vqa_v2", batch)
+    targets = torch.zeros(2, 5)
+    targets[0, 0], targets[0, 3] = 1.0, 1 / 3
+    expected = F.binary_cross_entropy_with_logits(logits, targets, reduction="sum") / 2
+    torch.testing.assert_close(loss, expected)

@@ -15,6 +15,7 @@ One canonical schema per task format (every row also has ``id`` and ``lang``):
 - mlm:             text
 - visual_classification: text_a (the text beside the images), images (their file names under
                    the task's image directory: one for SNLI-VE, left and right for NLVR2), label
+- visual_answer:   text_a (the question), images, answers (the annotators' answers, normalised)
 
 An unresolvable span answer (evaluation splits only) has start ``-1``: scorers compare texts.
 
@@ -38,7 +39,7 @@ from typing import Any
 from .common import LOG, InputError, atomic_path, load_settings, setup_logging
 from .loaders import CONVERTERS, Report, Row, Source, repo_path
 from .tasks import (CLASSIFICATION, MINING, MLM, MULTIPLE_CHOICE, RANKING, RETRIEVAL, SPAN, TAGGING,
-                    VISUAL_CLASSIFICATION, Task, get_task)
+                    VISUAL_ANSWER, VISUAL_CLASSIFICATION, Task, get_task)
 
 SCHEMAS: dict[str, dict[str, str]] = {
     CLASSIFICATION: {"text_a": "string", "text_b": "string", "label": "int64"},
@@ -51,6 +52,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
     RANKING: {"side": "string", "text": "string", "context": "string", "gold": "list<string>"},
     MLM: {"text": "string"},
     VISUAL_CLASSIFICATION: {"text_a": "string", "images": "list<string>", "label": "int64"},
+    VISUAL_ANSWER: {"text_a": "string", "images": "list<string>", "answers": "list<string>"},
 }
 
 

@@ -36,7 +36,7 @@ from .predictions import write_predictions
 from .retrieval import (BUCC_DUPLICATES, LAYER_CONVENTION, choose_threshold, embed, expand_to_ids, margin_candidates, mined_pairs,
                         prf, tatoeba_nearest, tatoeba_score, unique_texts)
 from . import dual_encoder
-from .tasks import (CLASSIFICATION, MULTIPLE_CHOICE, VISUAL_CLASSIFICATION, RANKING, RETRIEVAL, SPAN, TAGGING, Task, get_task, primary_metric,
+from .tasks import (CLASSIFICATION, MULTIPLE_CHOICE, VISUAL_ANSWER, VISUAL_CLASSIFICATION, RANKING, RETRIEVAL, SPAN, TAGGING, Task, get_task, primary_metric,
                     qa_answer_score)
 
 
@@ -93,6 +93,12 @@ def predict_and_score(model, task: Task, encoded: Encoded, pad_id: int, opts: di
     logits = predict_logits(model, task, encoded, int(opts["eval_batch_size"]), pad_id, dev)
     if task.format == RANKING:  # one embedding per row (dual_encoder.py)
         return dual_encoder.score(rows, logits, task.name, dev=dev)
+    if task.format == VISUAL_ANSWER:  # VQA accuracy of the best answer of the vocabulary
+        from .multimodal.vqa import vqa_accuracy
+
+        answers = [task.labels[int(l.argmax())] for l in logits]
+        score = sum(vqa_accuracy(a, list(r["answers"])) for a, r in zip(answers, rows)) / max(1, len(rows))
+        return {"accuracy": 100.0 * score}, answers
     if task.format in (CLASSIFICATION, MULTIPLE_CHOICE, VISUAL_CLASSIFICATION):
         labels = [int(l.argmax()) for l in logits]
         return accuracy(labels, [r["label"] for r in rows]), labels

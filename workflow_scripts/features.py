@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .tasks import CLASSIFICATION, MLM, MULTIPLE_CHOICE, RANKING, SPAN, TAGGING, VISUAL_CLASSIFICATION, Task
+from .tasks import CLASSIFICATION, MLM, MULTIPLE_CHOICE, RANKING, SPAN, TAGGING, VISUAL_ANSWER, VISUAL_CLASSIFICATION, Task
 
 Feature = dict[str, Any]
 IGNORE = -100
@@ -144,6 +144,17 @@ def _encode_chunk(task: Task, tokenizer, rows: list[dict[str, Any]], opts: dict[
         enc = tokenizer([r["text_a"] for r in rows], truncation=True, max_length=max_length)
         return [{"input_ids": ids, "labels": r["label"], "image_index": r["image_index"], "example": i}
                 for i, (ids, r) in enumerate(zip(enc["input_ids"], rows))]
+    if task.format == VISUAL_ANSWER:  # soft targets over the task's answer vocabulary (multimodal/vqa.py)
+        from .multimodal.vqa import soft_targets
+
+        index = {a: i for i, a in enumerate(task.labels)}
+        enc = tokenizer([r["text_a"] for r in rows], truncation=True, max_length=max_length)
+        feats = []
+        for i, (ids, r) in enumerate(zip(enc["input_ids"], rows)):
+            answer_ids, scores = soft_targets(list(r["answers"]), index)
+            feats.append({"input_ids": ids, "image_index": r["image_index"], "answer_ids": answer_ids,
+                          "answer_scores": scores, "example": i})
+        return feats
     if task.format == MULTIPLE_CHOICE:
         return _encode_choices(tokenizer, rows, max_length)
     if task.format == SPAN:
@@ -408,6 +419,11 @@ def collate(features: Sequence[Feature], fmt: str, pad_id: int, mlm: dict[str, A
             batch["labels"] = torch.tensor([f["labels"] for f in features])
     if "image_index" in first:
         batch["image_index"] = torch.tensor([f["image_index"] for f in features])
+    if "answer_ids" in first:  # sparse soft targets, padded (-1 / 0); the loss makes them dense
+        most = max(1, max(len(f["answer_ids"]) for f in features))
+        batch["answer_ids"] = torch.tensor([f["answer_ids"] + [-1] * (most - len(f["answer_ids"])) for f in features])
+        batch["answer_scores"] = torch.tensor([f["answer_scores"] + [0.0] * (most - len(f["answer_scores"]))
+                                               for f in features], dtype=torch.float32)
     if "start_positions" in first:
         batch["start_positions"] = torch.tensor([f["start_positions"] for f in features])
         batch["end_positions"] = torch.tensor([f["end_positions"] for f in features])

@@ -17,7 +17,7 @@ from torch import nn
 from .backbones import family_of, get_family
 from .backbones.family import pool
 from .common import InputError
-from .tasks import CLASSIFICATION, MLM, MULTIPLE_CHOICE, RANKING, SPAN, TAGGING, VISUAL_CLASSIFICATION
+from .tasks import CLASSIFICATION, MLM, MULTIPLE_CHOICE, RANKING, SPAN, TAGGING, VISUAL_ANSWER, VISUAL_CLASSIFICATION
 
 
 # ---------------------------------------------------------------------------------------
@@ -152,7 +152,7 @@ def task_logits(model, fmt: str, task: str, batch: dict[str, Any]):
         from .dual_encoder import logits
 
         return logits(model, head, batch)
-    if fmt == VISUAL_CLASSIFICATION:
+    if fmt in (VISUAL_CLASSIFICATION, VISUAL_ANSWER):
         from .multimodal.prefix import visual_logits
 
         return visual_logits(model, head, batch, pool)

@@ -22,7 +22,11 @@ MLM = "mlm"
 # Text plus an image (SNLI-VE: the hypothesis, the premise image): the image enters the
 # backbone as a projected visual prefix (multimodal/prefix.py); intermediate tasks only.
 VISUAL_CLASSIFICATION = "visual_classification"
-FORMATS = (CLASSIFICATION, MULTIPLE_CHOICE, SPAN, TAGGING, RETRIEVAL, MINING, RANKING, MLM, VISUAL_CLASSIFICATION)
+# A question about an image, answered from an answer vocabulary with soft targets (VQA v2;
+# multimodal/vqa.py). The vocabulary comes from the training split, as CCG's tag set does.
+VISUAL_ANSWER = "visual_answer"
+FORMATS = (CLASSIFICATION, MULTIPLE_CHOICE, SPAN, TAGGING, RETRIEVAL, MINING, RANKING, MLM, VISUAL_CLASSIFICATION,
+           VISUAL_ANSWER)
 
 NLI_LABELS = ("entailment", "neutral", "contradiction")
 # Text-only controls of each image task, read from its own rows (PROTOCOL.md §9).
@@ -68,7 +72,7 @@ class Task:
     @property
     def visual(self) -> bool:
         """Reads images (through the cached features of a frozen vision encoder)."""
-        return self.format == VISUAL_CLASSIFICATION
+        return self.format in (VISUAL_CLASSIFICATION, VISUAL_ANSWER)
 
     @property
     def num_labels(self) -> int:
@@ -100,6 +104,8 @@ TASKS: dict[str, Task] = {t.name: t for t in (
     _t("snli_ve", VISUAL_CLASSIFICATION, "accuracy", ("train", "dev"), NLI_LABELS),
     # NLVR2 (Suhr et al. 2019): is a statement true of a pair of images (left, right)?
     _t("nlvr2", VISUAL_CLASSIFICATION, "accuracy", ("train", "dev"), ("False", "True")),
+    # VQA v2 (Goyal et al. 2017): open questions about COCO images; answers from the train split's vocabulary.
+    _t("vqa_v2", VISUAL_ANSWER, "vqa_accuracy", ("train", "dev")),
     _t("snli_caption", CLASSIFICATION, "accuracy", ("train", "dev"), NLI_LABELS),
     _t("hypothesis_only", CLASSIFICATION, "accuracy", ("train", "dev"), NLI_LABELS),
     # The XNLI authors' machine translations of MNLI train (and XNLI's human dev): the data of

@@ -55,7 +55,7 @@ from .data import read_table
 from .evaluate import score_encoded
 from .features import Encoded, collate, encode, length_grouped_batches
 from .models import forward, load_mlm_head, load_saved_heads, load_tokenizer, make_head
-from .tasks import CLASSIFICATION, MLM, RANKING, TAGGING, Task, get_task, primary_metric
+from .tasks import CLASSIFICATION, MLM, RANKING, TAGGING, VISUAL_ANSWER, Task, get_task, primary_metric
 
 
 class TaskSampler:
@@ -142,6 +142,15 @@ def load_phase_data(encoder_dir: Path, encoder, tokenizer, data: dict[str, dict[
                 raise InputError(f"task {name} reads images: its data map needs 'images' (the embed_images output)")
             bank = FeatureBank.load(data[name]["images"])
             train = bank.attach(train, f"{name} train")
+            if task.format == VISUAL_ANSWER:  # the answer vocabulary comes from the training split
+                from .multimodal.vqa import answer_vocabulary
+
+                vocabulary = answer_vocabulary(train.column("answers").to_pylist(), int(opts.get("min_answer_count", 9)))
+                if not vocabulary:
+                    raise InputError(f"task {name}: no answer given {opts.get('min_answer_count', 9)} times in its "
+                                     "training split (tasks.<task>.min_answer_count)")
+                task = tasks[name] = dataclasses.replace(task, labels=vocabulary)
+                LOG.info("%s: %d answers in the vocabulary", name, len(vocabulary))
         if not train.num_rows:
             wanted = ", ".join(sorted({l for _, langs in sources for l in langs or []}))
             raise InputError(f"{data[name]['train']}: no {wanted} training examples for task {name}")

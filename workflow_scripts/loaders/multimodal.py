@@ -161,3 +161,47 @@ def _nlvr2(src: Source, split: str, langs: list[str], opts: dict[str, Any], repo
         report["load_counts"] = dict(counts)
 
     return rows()
+
+
+# VQA v2's release (visualqa.org): per split a questions file and an annotations file, the
+# images in COCO's folders (train2014/COCO_train2014_<id:012d>.jpg).
+VQA_SUBSETS = {"train": "train2014", "dev": "val2014"}
+
+
+@converter("vqa_v2")
+def _vqa_v2(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
+    """Question, image, the 10 annotators' answers (normalised as the official evaluation
+    does, multimodal/vqa.py). Read from the release's folder (option ``path``): the Hub's
+    copies are a loading script (HuggingFaceM4/VQAv2) or lack the train split (lmms-lab/VQAv2)."""
+    from ..multimodal.vqa import normalize_answer
+
+    if not opts.get("path"):
+        raise InputError("vqa_v2: set tasks.vqa_v2.options.path to the folder of VQA v2's question and annotation "
+                         "files (v2_OpenEnded_mscoco_<subset>_questions.json, v2_mscoco_<subset>_annotations.json)")
+    subset = VQA_SUBSETS[split]
+    folder = repo_path(opts["path"])
+    files = {"questions": folder / f"v2_OpenEnded_mscoco_{subset}_questions.json",
+             "annotations": folder / f"v2_mscoco_{subset}_annotations.json"}
+    for kind, file in files.items():
+        if not file.is_file():
+            raise InputError(f"VQA v2 {kind} file {file} does not exist (visualqa.org, 'VQA v2' downloads)")
+    report["release"] = {"path": str(opts["path"]), "files": sorted(f.name for f in files.values())}
+    try:
+        questions = json.loads(files["questions"].read_text(encoding="utf-8"))["questions"]
+        annotations = json.loads(files["annotations"].read_text(encoding="utf-8"))["annotations"]
+    except (json.JSONDecodeError, KeyError) as err:
+        raise InputError(f"VQA v2 {subset}: {files['questions'].name} or {files['annotations'].name} is not the "
+                         f"release's JSON ({err})") from None
+    answers_of = {a["question_id"]: [normalize_answer(x["answer"]) for x in a.get("answers", [])] for a in annotations}
+    counts: Counter = Counter()
+    for q in questions:
+        answers = [a for a in answers_of.get(q["question_id"], []) if a]
+        if not answers or not str(q.get("question", "")).strip():
+            counts["no_answers_or_question"] += 1
+            continue
+        counts["questions"] += 1
+        yield {"id": str(q["question_id"]), "lang": "en", "text_a": q["question"].strip(),
+               "images": [f"{subset}/COCO_{subset}_{int(q['image_id']):012d}.jpg"], "answers": answers}
+    if counts["no_answers_or_question"]:
+        LOG.warning("vqa_v2 %s: %d questions without answers or text dropped", split, counts["no_answers_or_question"])
+    report["load_counts"] = dict(counts)

@@ -17,7 +17,6 @@ from typing import Any
 
 from ..common import LOG, InputError, atomic_path, setup_logging
 from ..data import read_table
-from ..tasks import VISUAL_CLASSIFICATION
 from . import bank, images
 from .features import KINDS, embed_images
 
@@ -40,6 +39,14 @@ def read_checksums(image_dir: Path) -> dict[str, str]:
     return sums
 
 
+def _images_column(path: str | Path) -> list[list[str]]:
+    """Each row's image names (any image task's format has the ``images`` column)."""
+    table = read_table(path)
+    if "images" not in table.column_names:
+        raise InputError(f"data file {path} has no 'images' column: not an image task's data")
+    return table.column("images").to_pylist()
+
+
 def embed_task_images(data: Sequence[str | Path], image_dir: str | Path, encoder: str | Path, kind: str,
                       cache: str | Path, output: str | Path, batch_size: int = 64) -> dict[str, Any]:
     if kind not in KINDS:
@@ -48,19 +55,17 @@ def embed_task_images(data: Sequence[str | Path], image_dir: str | Path, encoder
     if not image_dir.is_dir():
         raise InputError(f"image directory {image_dir} does not exist (set the task's 'images' to where its "
                          "images were downloaded)")
-    names_by_split = {str(path): [n for row in read_table(path, VISUAL_CLASSIFICATION).column("images").to_pylist()
-                                  for n in row] for path in data}
+    images_of = {str(path): _images_column(path) for path in data}
+    names_by_split = {path: [n for row in rows for n in row] for path, rows in images_of.items()}
     wanted = [n for names in names_by_split.values() for n in names]
     found = images.read_images(image_dir, wanted, read_checksums(image_dir), what=f"images of {image_dir}")
     import torch
 
     dev = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     features, counts = embed_images(found.pixels, found.digests, encoder, cache, kind, batch_size, dev)
-    rows_dropped = {str(path): sum(any(n not in found.pixels for n in row)
-                                   for row in read_table(path, VISUAL_CLASSIFICATION).column("images").to_pylist())
-                    for path in data}
+    rows_dropped = {path: sum(any(n not in found.pixels for n in row) for row in rows) for path, rows in images_of.items()}
     report = {"encoder": str(encoder), "kind": kind, **counts, **found.report(),
-              "rows": {str(path): read_table(path, VISUAL_CLASSIFICATION).num_rows for path in data},
+              "rows": {path: len(rows) for path, rows in images_of.items()},
               "rows_without_image": rows_dropped}
     with atomic_path(output) as tmp:
         bank.write_bank(tmp, features, report)

@@ -109,5 +109,13 @@ def visual_logits(model, head, batch: dict, pool_fn) -> tuple[torch.Tensor, torc
     inputs, mask = join(embeddings, batch["attention_mask"], visual, placement_for(model.pooling))
     hidden = model.encoder(inputs_embeds=inputs, attention_mask=mask).last_hidden_state
     logits = head(pool_fn(model.pooling, hidden, mask))
-    loss = F.cross_entropy(logits, batch["labels"]) if "labels" in batch else None
+    loss = None
+    if "labels" in batch:
+        loss = F.cross_entropy(logits, batch["labels"])
+    elif "answer_ids" in batch:  # VQA: binary cross-entropy against soft targets, summed over answers
+        targets = torch.zeros_like(logits, dtype=torch.float32)
+        known = batch["answer_ids"] >= 0
+        rows = torch.arange(logits.shape[0], device=logits.device)[:, None].expand_as(batch["answer_ids"])
+        targets[rows[known], batch["answer_ids"][known]] = batch["answer_scores"][known].to(targets.device)
+        loss = F.binary_cross_entropy_with_logits(logits.float(), targets, reduction="sum") / logits.shape[0]
     return logits, loss

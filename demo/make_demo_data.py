@@ -796,6 +796,29 @@ def make_vqa_v2(rng: random.Random) -> None:
     (base / "images" / "SHA256SUMS").write_text("\n".join(sums) + "\n")
 
 
+def make_flickr30k() -> None:
+    """Karpathy's Flickr30k split file (``dataset_flickr30k.json``) over the demo's SNLI-VE
+    images, as the real one lists the images SNLI-VE reads: two captions per scene (its
+    caption and a rewording), the scenes' SNLI-VE splits as train, val and test."""
+    import json as json_
+
+    base = ROOT / "HuggingFaceM4/SNLI-VE"
+    records = []
+    for split, name in (("train", "train"), ("validation", "val"), ("test", "test")):
+        seen = {}
+        for line in (base / "default" / f"{split}.jsonl").read_text().splitlines():
+            row = json_.loads(line)
+            seen.setdefault(row["filename"], row["premise"])
+        for filename, caption in seen.items():
+            words = caption.rstrip(".").lower().split()  # "a big red ball on the left"
+            reworded = f"On the {words[-1]} there is a {' '.join(words[1:-3])}."
+            records.append({"filename": filename, "split": name,
+                            "sentences": [{"raw": caption}, {"raw": reworded}]})
+    out = ROOT / "karpathy/flickr30k"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "dataset_flickr30k.json").write_text(json_.dumps({"dataset": "flickr30k", "images": records}) + "\n")
+
+
 def main() -> None:
     rng = random.Random(0)
     # New generators go last: each draws its own seed, so earlier files stay byte-identical.
@@ -810,6 +833,7 @@ def main() -> None:
     make_snli_ve(random.Random("snli_ve"))
     make_nlvr2(random.Random("nlvr2"))
     make_vqa_v2(random.Random("vqa_v2"))
+    make_flickr30k()
     print(f"wrote {sum(1 for _ in ROOT.rglob('*.jsonl'))} files under {ROOT} and the parallel corpora"
           f" under {PARALLEL_ROOT}")
 

@@ -37,6 +37,7 @@ SOURCES = {
     "snli_ve": ("HuggingFaceM4/SNLI-VE", None, {}),
     "nlvr2": ("lil-lab/nlvr2", None, {"path": "demo/hub/lil-lab/nlvr2"}),
     "vqa_v2": ("visualqa/vqa_v2", None, {"path": "demo/hub/visualqa/vqa_v2"}),
+    "flickr30k": ("karpathy/flickr30k", None, {"path": "demo/hub/karpathy/flickr30k"}),
     "snli_caption": ("HuggingFaceM4/SNLI-VE", None, {}),
     "hypothesis_only": ("HuggingFaceM4/SNLI-VE", None, {}),
 }

@@ -217,3 +217,46 @@ def test_the_vqa_loss_is_binary_cross_entropy_against_the_soft_targets():
     targets[0, 0], targets[0, 3] = 1.0, 1 / 3
     expected = F.binary_cross_entropy_with_logits(logits, targets, reduction="sum") / 2
     torch.testing.assert_close(loss, expected)
+
+
+def test_caption_image_retrieval_trains_captions_of_one_image_as_each_others_positives_and_scores_recall_at_1():
+    import numpy as np
+    import torch.nn.functional as F
+    from transformers import XLMRobertaConfig, XLMRobertaModel
+
+    from workflow_scripts.evaluate import predict_and_score
+    from workflow_scripts.features import Encoded, FeatureStore, collate
+    from workflow_scripts.models import MultiHeadModel, forward
+    from workflow_scripts.multimodal.prefix import CONTRASTIVE_SCALE
+    from workflow_scripts.tasks import VISUAL_RETRIEVAL, get_task
+
+    torch.manual_seed(0)
+    encoder = XLMRobertaModel(XLMRobertaConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                               intermediate_size=32, max_position_embeddings=64), add_pooling_layer=False)
+    head = VisualClassificationHead(torch.randn(3, 2, 8), 16, torch.nn.Linear(16, 16), 0.02)
+    model = MultiHeadModel(encoder, {"flickr30k": head}).eval()
+    features = [{"input_ids": [0, 5, 2], "image_index": [0]}, {"input_ids": [0, 6, 7, 2], "image_index": [0]},
+                {"input_ids": [0, 9, 2], "image_index": [2]}]
+    batch = collate(features, VISUAL_RETRIEVAL, pad_id=1)
+    embeddings, loss = forward(model, VISUAL_RETRIEVAL, "flickr30k", batch)
+    text, image = embeddings[:, :16], embeddings[:, 16:]
+    logits = CONTRASTIVE_SCALE * text @ image.T
+    targets = torch.tensor([[0.5, 0.5, 0.0], [0.5, 0.5, 0.0], [0.0, 0.0, 1.0]])
+    expected = (F.cross_entropy(logits, targets) + F.cross_entropy(logits.T, targets)) / 2
+    torch.testing.assert_close(loss, expected)
+    # recall@1: each caption's nearest image among the split's distinct images
+    rows = [{"images": ["a.png"]}, {"images": ["a.png"]}, {"images": ["b.png"]}]
+    vectors = np.array([[1, 0, 1, 0], [0, 1, 1, 0], [0, 1, 0, 1]], dtype=np.float32)  # text | image
+
+    class Fixed(torch.nn.Module):
+        pooling = "first"
+
+        def forward(self, fmt, task, batch):
+            return torch.from_numpy(vectors[batch["input_ids"][:, 1] - 5]), None
+
+    encoded = Encoded(FeatureStore.from_chunks([[{"input_ids": [0, 5 + i, 2], "image_index": [0], "example": i}
+                                                 for i in range(3)]]), rows)
+    scores, found = predict_and_score(Fixed(), get_task("flickr30k"), encoded, 1, {"eval_batch_size": 8},
+                                      torch.device("cpu"))
+    # an image's vector is that of its first row: a = [1, 0], b = [0, 1]; caption 1 ([0, 1]) finds b, wrongly
+    assert found == [["a.png"], ["b.png"], ["b.png"]] and scores["recall_at_1"] == pytest.approx(200 / 3)

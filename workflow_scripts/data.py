@@ -16,6 +16,7 @@ One canonical schema per task format (every row also has ``id`` and ``lang``):
 - visual_classification: text_a (the text beside the images), images (their file names under
                    the task's image directory: one for SNLI-VE, left and right for NLVR2), label
 - visual_answer:   text_a (the question), images, answers (the annotators' answers, normalised)
+- visual_retrieval: text_a (a caption), images (the image it describes)
 
 An unresolvable span answer (evaluation splits only) has start ``-1``: scorers compare texts.
 
@@ -39,7 +40,7 @@ from typing import Any
 from .common import LOG, InputError, atomic_path, load_settings, setup_logging
 from .loaders import CONVERTERS, Report, Row, Source, repo_path
 from .tasks import (CLASSIFICATION, MINING, MLM, MULTIPLE_CHOICE, RANKING, RETRIEVAL, SPAN, TAGGING,
-                    VISUAL_ANSWER, VISUAL_CLASSIFICATION, Task, get_task)
+                    VISUAL_ANSWER, VISUAL_CLASSIFICATION, VISUAL_RETRIEVAL, Task, get_task)
 
 SCHEMAS: dict[str, dict[str, str]] = {
     CLASSIFICATION: {"text_a": "string", "text_b": "string", "label": "int64"},
@@ -53,6 +54,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
     MLM: {"text": "string"},
     VISUAL_CLASSIFICATION: {"text_a": "string", "images": "list<string>", "label": "int64"},
     VISUAL_ANSWER: {"text_a": "string", "images": "list<string>", "answers": "list<string>"},
+    VISUAL_RETRIEVAL: {"text_a": "string", "images": "list<string>"},
 }
 
 

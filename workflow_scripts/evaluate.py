@@ -36,7 +36,7 @@ from .predictions import write_predictions
 from .retrieval import (BUCC_DUPLICATES, LAYER_CONVENTION, choose_threshold, embed, expand_to_ids, margin_candidates, mined_pairs,
                         prf, tatoeba_nearest, tatoeba_score, unique_texts)
 from . import dual_encoder
-from .tasks import (CLASSIFICATION, MULTIPLE_CHOICE, VISUAL_ANSWER, VISUAL_CLASSIFICATION, RANKING, RETRIEVAL, SPAN, TAGGING, Task, get_task, primary_metric,
+from .tasks import (CLASSIFICATION, MULTIPLE_CHOICE, VISUAL_ANSWER, VISUAL_CLASSIFICATION, VISUAL_RETRIEVAL, RANKING, RETRIEVAL, SPAN, TAGGING, Task, get_task, primary_metric,
                     qa_answer_score)
 
 
@@ -93,6 +93,18 @@ def predict_and_score(model, task: Task, encoded: Encoded, pad_id: int, opts: di
     logits = predict_logits(model, task, encoded, int(opts["eval_batch_size"]), pad_id, dev)
     if task.format == RANKING:  # one embedding per row (dual_encoder.py)
         return dual_encoder.score(rows, logits, task.name, dev=dev)
+    if task.format == VISUAL_RETRIEVAL:  # recall@1 of each caption among the split's images
+        import numpy as np
+
+        embeddings = np.stack(logits)
+        half = embeddings.shape[1] // 2
+        names = [tuple(r["images"]) for r in rows]
+        distinct = sorted(set(names))
+        first = {n: names.index(n) for n in distinct}
+        images = embeddings[[first[n] for n in distinct], half:]
+        found = (embeddings[:, :half] @ images.T).argmax(axis=1)
+        hits = [distinct[j] == n for j, n in zip(found, names)]
+        return {"recall_at_1": 100.0 * sum(hits) / max(1, len(hits))}, [list(distinct[j]) for j in found]
     if task.format == VISUAL_ANSWER:  # VQA accuracy of the best answer of the vocabulary
         from .multimodal.vqa import vqa_accuracy
 

@@ -19,7 +19,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .tasks import CLASSIFICATION, MLM, MULTIPLE_CHOICE, RANKING, SPAN, TAGGING, VISUAL_ANSWER, VISUAL_CLASSIFICATION, Task
+from .tasks import (CLASSIFICATION, MLM, MULTIPLE_CHOICE, RANKING, SPAN, TAGGING, VISUAL_ANSWER, VISUAL_CLASSIFICATION,
+                    VISUAL_RETRIEVAL, Task)
 
 Feature = dict[str, Any]
 IGNORE = -100
@@ -140,6 +141,10 @@ def _encode_chunk(task: Task, tokenizer, rows: list[dict[str, Any]], opts: dict[
     max_length = int(opts["max_length"])
     if task.format == CLASSIFICATION:
         return _encode_pairs(tokenizer, rows, max_length)
+    if task.format == VISUAL_RETRIEVAL:  # a caption and its image
+        enc = tokenizer([r["text_a"] for r in rows], truncation=True, max_length=max_length)
+        return [{"input_ids": ids, "image_index": r["image_index"], "example": i}
+                for i, (ids, r) in enumerate(zip(enc["input_ids"], rows))]
     if task.format == VISUAL_CLASSIFICATION:  # the text; the image is a row of the task's feature bank
         enc = tokenizer([r["text_a"] for r in rows], truncation=True, max_length=max_length)
         return [{"input_ids": ids, "labels": r["label"], "image_index": r["image_index"], "example": i}

@@ -17,7 +17,8 @@ from torch import nn
 from .backbones import family_of, get_family
 from .backbones.family import pool
 from .common import InputError
-from .tasks import CLASSIFICATION, MLM, MULTIPLE_CHOICE, RANKING, SPAN, TAGGING, VISUAL_ANSWER, VISUAL_CLASSIFICATION
+from .tasks import (CLASSIFICATION, MLM, MULTIPLE_CHOICE, RANKING, SPAN, TAGGING, VISUAL_ANSWER, VISUAL_CLASSIFICATION,
+                    VISUAL_RETRIEVAL)
 
 
 # ---------------------------------------------------------------------------------------
@@ -156,6 +157,10 @@ def task_logits(model, fmt: str, task: str, batch: dict[str, Any]):
         from .multimodal.prefix import visual_logits
 
         return visual_logits(model, head, batch, pool)
+    if fmt == VISUAL_RETRIEVAL:
+        from .multimodal.prefix import contrastive_logits
+
+        return contrastive_logits(model, head, batch, pool)
     if fmt == MULTIPLE_CHOICE:
         n_choices = batch["input_ids"].shape[1]
         flat = {k: batch[k].flatten(0, 1) for k in ("input_ids", "attention_mask")}

@@ -25,8 +25,11 @@ VISUAL_CLASSIFICATION = "visual_classification"
 # A question about an image, answered from an answer vocabulary with soft targets (VQA v2;
 # multimodal/vqa.py). The vocabulary comes from the training split, as CCG's tag set does.
 VISUAL_ANSWER = "visual_answer"
+# Captions and their images, trained contrastively: the text backbone's pooled caption
+# against the projected image (multimodal/prefix.py), the other images of the batch as negatives.
+VISUAL_RETRIEVAL = "visual_retrieval"
 FORMATS = (CLASSIFICATION, MULTIPLE_CHOICE, SPAN, TAGGING, RETRIEVAL, MINING, RANKING, MLM, VISUAL_CLASSIFICATION,
-           VISUAL_ANSWER)
+           VISUAL_ANSWER, VISUAL_RETRIEVAL)
 
 NLI_LABELS = ("entailment", "neutral", "contradiction")
 # Text-only controls of each image task, read from its own rows (PROTOCOL.md §9).
@@ -72,7 +75,7 @@ class Task:
     @property
     def visual(self) -> bool:
         """Reads images (through the cached features of a frozen vision encoder)."""
-        return self.format in (VISUAL_CLASSIFICATION, VISUAL_ANSWER)
+        return self.format in (VISUAL_CLASSIFICATION, VISUAL_ANSWER, VISUAL_RETRIEVAL)
 
     @property
     def num_labels(self) -> int:
@@ -106,6 +109,8 @@ TASKS: dict[str, Task] = {t.name: t for t in (
     _t("nlvr2", VISUAL_CLASSIFICATION, "accuracy", ("train", "dev"), ("False", "True")),
     # VQA v2 (Goyal et al. 2017): open questions about COCO images; answers from the train split's vocabulary.
     _t("vqa_v2", VISUAL_ANSWER, "vqa_accuracy", ("train", "dev")),
+    # Image-caption retrieval on Flickr30k's Karpathy splits (5 captions per image).
+    _t("flickr30k", VISUAL_RETRIEVAL, "recall_at_1", ("train", "dev")),
     _t("snli_caption", CLASSIFICATION, "accuracy", ("train", "dev"), NLI_LABELS),
     _t("hypothesis_only", CLASSIFICATION, "accuracy", ("train", "dev"), NLI_LABELS),
     # The XNLI authors' machine translations of MNLI train (and XNLI's human dev): the data of
@@ -168,4 +173,5 @@ def qa_answer_score(metric: str, scores: dict[str, float]) -> float:
 
 def primary_metric(metric: str) -> str:
     return {"squad_v1": "f1", "squad_v2": "f1", "mlqa": "f1", "seqeval_f1": "f1",
-            "bucc_f1": "f1", "mlm_loss": "loss", "map_at_20": "map_at_20"}.get(metric, "accuracy")
+            "bucc_f1": "f1", "mlm_loss": "loss", "map_at_20": "map_at_20",
+            "recall_at_1": "recall_at_1"}.get(metric, "accuracy")

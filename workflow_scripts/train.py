@@ -55,7 +55,7 @@ from .data import read_table
 from .evaluate import score_encoded
 from .features import Encoded, collate, encode, length_grouped_batches
 from .models import forward, load_mlm_head, load_saved_heads, load_tokenizer, make_head
-from .tasks import CLASSIFICATION, MLM, RANKING, TAGGING, VISUAL_ANSWER, Task, get_task, primary_metric
+from .tasks import CLASSIFICATION, MLM, RANKING, TAGGING, VISUAL_ANSWER, VISUAL_RETRIEVAL, Task, get_task, primary_metric
 
 
 class TaskSampler:
@@ -174,8 +174,15 @@ def load_phase_data(encoder_dir: Path, encoder, tokenizer, data: dict[str, dict[
             from .multimodal.prefix import VisualClassificationHead
 
             std = initializer_range(encoder.config)
-            classifier = make_head(CLASSIFICATION, encoder.config.hidden_size, task.num_labels,
-                                   float(settings["dropout"]), std)
+            if task.format == VISUAL_RETRIEVAL:  # the caption's projection into the shared space
+                import torch
+
+                classifier = torch.nn.Linear(encoder.config.hidden_size, encoder.config.hidden_size)
+                torch.nn.init.normal_(classifier.weight, std=std)
+                torch.nn.init.zeros_(classifier.bias)
+            else:
+                classifier = make_head(CLASSIFICATION, encoder.config.hidden_size, task.num_labels,
+                                       float(settings["dropout"]), std)
             per_row = len(train.column("images")[0].as_py())
             heads[name] = VisualClassificationHead(bank.tensor(), encoder.config.hidden_size, classifier, std, per_row)
             visual[name] = {"images": data[name]["images"], "encoder": bank.report.get("encoder"),

@@ -205,3 +205,38 @@ def _vqa_v2(src: Source, split: str, langs: list[str], opts: dict[str, Any], rep
     if counts["no_answers_or_question"]:
         LOG.warning("vqa_v2 %s: %d questions without answers or text dropped", split, counts["no_answers_or_question"])
     report["load_counts"] = dict(counts)
+
+
+# Karpathy's splits of Flickr30k (dataset_flickr30k.json, from his neuraltalk2 release): one
+# record per image with its split and five captions; the images are Flickr30k's JPEGs, the
+# folder SNLI-VE reads too (so the feature cache serves both).
+KARPATHY_SPLITS = {"train": "train", "dev": "val", "test": "test"}
+
+
+@converter("flickr30k")
+def _flickr30k(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
+    """One row per caption: the caption and its image. Read from Karpathy's split file in the
+    folder the option ``path`` names (the Hub's nlphuji/flickr30k carries the images inline)."""
+    if not opts.get("path"):
+        raise InputError("flickr30k: set tasks.flickr30k.options.path to the folder of Karpathy's dataset_flickr30k.json")
+    file = repo_path(opts["path"]) / "dataset_flickr30k.json"
+    if not file.is_file():
+        raise InputError(f"Flickr30k split file {file} does not exist (Karpathy's caption_datasets: dataset_flickr30k.json)")
+    try:
+        records = json.loads(file.read_text(encoding="utf-8"))["images"]
+    except (json.JSONDecodeError, KeyError) as err:
+        raise InputError(f"{file}: not Karpathy's split file ({err})") from None
+    report["release"] = {"path": str(opts["path"]), "file": file.name}
+    counts: Counter = Counter()
+    for record in records:
+        if record.get("split") != KARPATHY_SPLITS[split]:
+            continue
+        counts["images"] += 1
+        for k, sentence in enumerate(record.get("sentences", [])):
+            text = str(sentence.get("raw", "")).strip()
+            if not text:
+                counts["empty_caption"] += 1
+                continue
+            counts["captions"] += 1
+            yield {"id": f"{record['filename']}#{k}", "lang": "en", "text_a": text, "images": [record["filename"]]}
+    report["load_counts"] = dict(counts)

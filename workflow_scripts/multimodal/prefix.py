@@ -99,6 +99,28 @@ def join(embeds: torch.Tensor, mask: torch.Tensor, visual: torch.Tensor, placeme
     return out, joined_mask
 
 
+# Caption-image similarities are cosines times this (a temperature of 0.05, as SimCSE's).
+CONTRASTIVE_SCALE = 20.0
+
+
+def contrastive_logits(model, head, batch: dict, pool_fn) -> tuple[torch.Tensor, torch.Tensor]:
+    """Image-caption retrieval: the backbone reads the caption alone (pooled, then the head's
+    text projection), the image is its projected visual tokens' mean; symmetric InfoNCE over
+    the batch, captions of the same image each other's positives. Returns the two unit
+    embeddings side by side (batch, 2 x hidden), which evaluation ranks, and the loss."""
+    import torch.nn.functional as F
+
+    hidden = model.encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+    text = F.normalize(head(pool_fn(model.pooling, hidden, batch["attention_mask"])).float(), dim=-1)
+    image = F.normalize(head(image_index=batch["image_index"]).mean(1).float(), dim=-1)
+    logits = CONTRASTIVE_SCALE * text @ image.T
+    first = batch["image_index"][:, 0].to(logits.device)
+    same = (first[:, None] == first[None, :]).float()
+    targets = same / same.sum(1, keepdim=True)
+    loss = (F.cross_entropy(logits, targets) + F.cross_entropy(logits.T, targets)) / 2
+    return torch.cat([text, image], dim=1), loss
+
+
 def visual_logits(model, head, batch: dict, pool_fn) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(logits, loss or None) of a visual classification batch: input_ids, attention_mask,
     image_index (rows of the head's feature bank), labels when training."""

@@ -40,7 +40,7 @@ def test_the_paper_multimodal_preset_builds_its_grid_offline(repo):
     counts = {line.split()[0]: int(line.split()[1]) for line in out.split("Job stats:")[1].splitlines()[3:]
               if len(line.split()) == 2 and line.split()[1].isdigit()}
     config = yaml.safe_load((repo / "config/multimodal.yaml").read_text())
-    assert counts["embed_images"] == 1 and counts["prepare_vision_encoder"] == 1 and counts["tabulate_modality"] == 1
+    assert counts["embed_images"] == 4 and counts["prepare_vision_encoder"] == 1 and counts["tabulate_modality"] == 1
     assert counts["train_intermediate"] == (len(config["intermediate"]) - 1) * 3
     assert counts["evaluate_target"] == len(config["intermediate"]) * 10 * 3  # every XTREME-R target
     assert "results/intermediate/xlmr_large/snli_ve/seed3/encoder" in out

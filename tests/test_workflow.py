@@ -39,7 +39,8 @@ def after_metrics(*backbones: str) -> set[tuple[str, str]]:
         jobs |= {("aggregate_tables", f"results/tables/{b}/main.md"),
                  ("plot_results", f"results/figures/{b}/main_deltas.png"),
                  ("typeset_tables", f"results/tables/{b}/latex/main.tex"),
-                 ("collect_submission", f"results/submission/{b}/xtreme")}
+                 ("collect_submission", f"results/submission/{b}/xtreme"),
+                 ("tabulate_modality", f"results/tables/{b}/modality.md")}
     return jobs
 
 
@@ -352,9 +353,10 @@ def test_editing_a_module_reruns_the_rules_that_import_it(demo, module):
     assert not rules & upstream
     if module == "tables":  # and what draws figures and LaTeX from the tables
         assert rules == {"aggregate_tables", "tabulate_translation", "tabulate_cost", "plot_results", "plot_translation",
-                         "typeset_tables", "collect_submission", "compare_backbones"}
+                         "typeset_tables", "collect_submission", "compare_backbones", "tabulate_modality"}
     if module in ("plots", "latex"):  # the figures or the LaTeX alone: nothing reads them
-        own = {"plot_results", "plot_translation", "compare_backbones"} if module == "plots" else {"typeset_tables"}
+        own = ({"plot_results", "plot_translation", "compare_backbones", "tabulate_modality"} if module == "plots"
+               else {"typeset_tables"})
         assert rules == own | {"tabulate_cost"}  # the cost table follows every job that writes a record
     assert planned_jobs(demo) == set(), "restoring the module restores the up-to-date state"
 
@@ -371,9 +373,10 @@ def test_report_holds_every_table_and_figure_with_its_caption(demo):
     figures = sorted((demo / "results/figures").rglob("*.png"))
     tables = sorted((demo / "results/tables").rglob("*.csv"))
     config = load_config(demo)
-    # per backbone: main deltas, seed spread, one per target and per setting besides the baseline;
-    # then the translation figure and the one across backbones
-    per_backbone = 2 + len(config["targets"]) + len(config["transfer"]["settings"]) - 1
+    # per backbone: main deltas, seed spread, the modality figure (empty here: no image task),
+    # one per target and per setting besides the baseline; then the translation figure and
+    # the one across backbones
+    per_backbone = 3 + len(config["targets"]) + len(config["transfer"]["settings"]) - 1
     assert len(figures) == len(config["backbones"]) * per_backbone + 2
     assert {p.stem for p in tables} >= {"main", "per_language", "runs", "settings", "cost", "translation", "backbones"}
     for item in figures + tables:

@@ -1,6 +1,8 @@
 """Images per second through the paper preset's vision tower (CLIP ViT-B/32 at 224 px, the
 architecture of openai/clip-vit-base-patch32, randomly initialised: no download) with the
 embed step's own code (multimodal/features.py), patch features, on this machine's CPU or GPU.
+The images are made in memory at Flickr30k's typical size: reading and decoding JPEGs, which
+the real step also does, is not timed.
 It prints the rate and what embedding the preset's images once would take at that rate.
 
     .venv/bin/python benchmarks/image_embedding.py [--images 64] [--batch-size 32]
@@ -9,11 +11,14 @@ It prints the rate and what embedding the preset's images once would take at tha
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository's workflow_scripts
 
 # Image counts of the paper preset's tasks (PROTOCOL.md §9): Flickr30k (SNLI-VE and the
 # retrieval task share them), COCO train2014 + val2014 (VQA v2).

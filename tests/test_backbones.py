@@ -407,3 +407,49 @@ def test_fused_adapter_sum_gives_peft_forward_and_gradients(family, dropout, bac
     torch.testing.assert_close(fused_logits, peft_logits, rtol=1e-10, atol=1e-12)
     for name in peft_grads:
         torch.testing.assert_close(fused_grads[name], peft_grads[name], rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("fmt", ["visual_classification", "visual_retrieval"])
+def test_an_image_task_trains_with_lora_on_every_family_and_its_adapter_merges_without_the_projector(
+        family, fmt, backbone_dirs, tmp_path):
+    """The projector and the feature bank ride on the image task's head: LoRA trains the
+    projector through peft's copy of the head, the saved adapter holds the projector but not
+    the bank, and the next phase merges the adapter into a text-only backbone."""
+    from workflow_scripts.features import collate
+    from workflow_scripts.multimodal.prefix import VisualClassificationHead
+
+    backbone_dir = backbone_dirs[family]
+    encoder = load_encoder(backbone_dir)
+    hidden = encoder.config.hidden_size
+    torch.manual_seed(0)
+    classifier = (torch.nn.Linear(hidden, hidden) if fmt == "visual_retrieval"
+                  else make_head("classification", hidden, 3, 0.0, 0.02))
+    head = VisualClassificationHead(torch.randn(5, 4, 12), hidden, classifier, 0.02)
+    model = MultiHeadModel(encoder, {"image_task": head}, family_of(backbone_dir).name)
+    method = Method.from_settings({"name": "lora", "rank": 4, "alpha": 8, "dropout": 0.0})
+    peft_model = adapters.attach(model, method, {"image_task": (fmt, 3)})
+    inner = adapters.inner(peft_model)
+    tokenizer = load_tokenizer(backbone_dir)
+    ids = tokenizer(["There is a red ball.", "The cup is small."])["input_ids"]
+    batch = collate([{"input_ids": i, "image_index": [k], "labels": k} for k, i in enumerate(ids)], fmt,
+                    tokenizer.pad_token_id)
+    if fmt == "visual_retrieval":
+        batch.pop("labels")
+    _, loss = forward(inner, fmt, "image_task", batch)
+    loss.backward()
+    grads = {n for n, p in inner.named_parameters() if p.grad is not None}
+    assert any("projector" in n for n in grads) and any("lora_" in n for n in grads)
+    torch.optim.SGD([p for p in inner.parameters() if p.requires_grad], lr=1.0).step()  # LoRA's B leaves 0
+    out = tmp_path / "inter"
+    out.mkdir()
+    adapters.save_adapter_phase(peft_model, tokenizer, out, backbone_dir, {"image_task": (fmt, 3)}, method,
+                                family_of(backbone_dir).name)
+    from safetensors import safe_open
+
+    with safe_open(str(out / "adapter/adapter_model.safetensors"), "pt") as f:
+        keys = list(f.keys())
+    assert any("projector" in k for k in keys) and not any("bank" in k for k in keys)
+    merged = adapters.load_backbone(out, method)
+    assert not any("projector" in n or "heads" in n for n, _ in merged.named_parameters())
+    assert any(not torch.equal(a, b) for a, b in zip(merged.state_dict().values(), load_encoder(backbone_dir).state_dict().values()))

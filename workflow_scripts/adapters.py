@@ -148,18 +148,44 @@ def _require_complete(found: Lineage) -> None:
         raise InputError(f"base model directory {found.base} has no config.json (missing or incomplete)")
 
 
+def stand_in_heads(formats: dict[str, tuple[str, int]], hidden: int, adapter_dir: str | Path) -> dict[str, Any]:
+    """Fresh heads of the shapes a phase saved with its adapter (an image task's head, with
+    its projector, takes its shapes from the saved tensors: multimodal/prefix.py)."""
+    from .models import make_head
+
+    heads, saved = {}, None
+    for name, (fmt, n) in formats.items():
+        if _is_visual_format(fmt):
+            from safetensors import safe_open
+
+            from .multimodal.prefix import stand_in_head
+
+            if saved is None:
+                with safe_open(str(Path(adapter_dir) / ADAPTER_DIR / "adapter_model.safetensors"), "pt") as f:
+                    saved = {key: tuple(f.get_slice(key).get_shape()) for key in f.keys()}
+            heads[name] = stand_in_head(fmt, name, n, hidden, saved)
+        else:
+            heads[name] = make_head(fmt, hidden, n, 0.0, 0.02)
+    return heads
+
+
+def _is_visual_format(fmt: str) -> bool:
+    from .tasks import VISUAL_ANSWER, VISUAL_CLASSIFICATION, VISUAL_RETRIEVAL
+
+    return fmt in (VISUAL_CLASSIFICATION, VISUAL_ANSWER, VISUAL_RETRIEVAL)
+
+
 def merge_adapter(encoder, adapter_dir: str | Path):
     """``encoder`` with the LoRA adapter of ``adapter_dir`` merged into its weights. The
     adapter was saved with its phase's heads (modules_to_save): stand-in heads of the same
     shapes receive them and are dropped; only the merged backbone is returned."""
     from peft import PeftModel
 
-    from .models import MultiHeadModel, make_head
+    from .models import MultiHeadModel
 
     found = lineage(adapter_dir)
-    hidden = encoder.config.hidden_size
     # stand-in heads: their weights are replaced by the saved ones, then dropped with the wrapper
-    heads = {name: make_head(fmt, hidden, n, 0.0, 0.02) for name, (fmt, n) in found.heads.items()}
+    heads = stand_in_heads(found.heads, encoder.config.hidden_size, adapter_dir)
     wrapped = PeftModel.from_pretrained(MultiHeadModel(encoder, heads), str(Path(adapter_dir) / ADAPTER_DIR))
     encoder = wrapped.merge_and_unload().encoder
     # peft froze the base and merge_and_unload leaves it frozen: without this, full fine-tuning
@@ -283,7 +309,7 @@ def load_adapter_model(model_dir: str | Path, dev):
     (modules_to_save) loaded over them. Returns the MultiHeadModel."""
     from peft import PeftModel
 
-    from .models import MultiHeadModel, make_head
+    from .models import MultiHeadModel
 
     found = lineage(model_dir)
     info = json.loads((Path(model_dir) / MANIFEST).read_text())
@@ -291,7 +317,7 @@ def load_adapter_model(model_dir: str | Path, dev):
     check_available(method, dev)
     encoder = load_backbone(model_dir, method, with_own=False)
     family = family_of(model_dir)
-    heads = {name: make_head(fmt, encoder.config.hidden_size, n, 0.0, 0.02) for name, (fmt, n) in found.heads.items()}
+    heads = stand_in_heads(found.heads, encoder.config.hidden_size, model_dir)
     wrapped = PeftModel.from_pretrained(MultiHeadModel(encoder, heads, family.name),
                                         str(Path(model_dir) / ADAPTER_DIR))
     return inner(wrapped)

@@ -27,6 +27,7 @@ from typing import Any
 
 from .backbones import MANIFEST, family_of, get_family
 from .common import InputError
+from .tasks import VISUAL_FORMATS
 
 METHODS = ("full", "lora", "qlora")
 ADAPTER_DIR = "adapter"
@@ -155,7 +156,7 @@ def stand_in_heads(formats: dict[str, tuple[str, int]], hidden: int, adapter_dir
 
     heads, saved = {}, None
     for name, (fmt, n) in formats.items():
-        if _is_visual_format(fmt):
+        if fmt in VISUAL_FORMATS:
             from safetensors import safe_open
 
             from .multimodal.prefix import stand_in_head
@@ -167,12 +168,6 @@ def stand_in_heads(formats: dict[str, tuple[str, int]], hidden: int, adapter_dir
         else:
             heads[name] = make_head(fmt, hidden, n, 0.0, 0.02)
     return heads
-
-
-def _is_visual_format(fmt: str) -> bool:
-    from .tasks import VISUAL_ANSWER, VISUAL_CLASSIFICATION, VISUAL_RETRIEVAL
-
-    return fmt in (VISUAL_CLASSIFICATION, VISUAL_ANSWER, VISUAL_RETRIEVAL)
 
 
 def merge_adapter(encoder, adapter_dir: str | Path):

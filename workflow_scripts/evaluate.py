@@ -99,8 +99,10 @@ def predict_and_score(model, task: Task, encoded: Encoded, pad_id: int, opts: di
         embeddings = np.stack(logits)
         half = embeddings.shape[1] // 2
         names = [tuple(r["images"]) for r in rows]
-        distinct = sorted(set(names))
-        first = {n: names.index(n) for n in distinct}
+        first: dict[tuple, int] = {}
+        for i, n in enumerate(names):  # an image's vector: that of its first row
+            first.setdefault(n, i)
+        distinct = sorted(first)
         images = embeddings[[first[n] for n in distinct], half:]
         found = (embeddings[:, :half] @ images.T).argmax(axis=1)
         hits = [distinct[j] == n for j, n in zip(found, names)]

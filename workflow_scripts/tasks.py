@@ -28,8 +28,8 @@ VISUAL_ANSWER = "visual_answer"
 # Captions and their images, trained contrastively: the text backbone's pooled caption
 # against the projected image (multimodal/prefix.py), the other images of the batch as negatives.
 VISUAL_RETRIEVAL = "visual_retrieval"
-FORMATS = (CLASSIFICATION, MULTIPLE_CHOICE, SPAN, TAGGING, RETRIEVAL, MINING, RANKING, MLM, VISUAL_CLASSIFICATION,
-           VISUAL_ANSWER, VISUAL_RETRIEVAL)
+VISUAL_FORMATS = (VISUAL_CLASSIFICATION, VISUAL_ANSWER, VISUAL_RETRIEVAL)
+FORMATS = (CLASSIFICATION, MULTIPLE_CHOICE, SPAN, TAGGING, RETRIEVAL, MINING, RANKING, MLM, *VISUAL_FORMATS)
 
 NLI_LABELS = ("entailment", "neutral", "contradiction")
 # Text-only controls of each image task, read from its own rows (PROTOCOL.md §9).
@@ -75,7 +75,7 @@ class Task:
     @property
     def visual(self) -> bool:
         """Reads images (through the cached features of a frozen vision encoder)."""
-        return self.format in (VISUAL_CLASSIFICATION, VISUAL_ANSWER, VISUAL_RETRIEVAL)
+        return self.format in VISUAL_FORMATS
 
     @property
     def num_labels(self) -> int:

@@ -55,7 +55,7 @@ from .data import read_table
 from .evaluate import score_encoded
 from .features import Encoded, collate, encode, length_grouped_batches
 from .models import forward, load_mlm_head, load_saved_heads, load_tokenizer, make_head
-from .tasks import CLASSIFICATION, MLM, RANKING, TAGGING, VISUAL_ANSWER, VISUAL_RETRIEVAL, Task, get_task, primary_metric
+from .tasks import MLM, RANKING, TAGGING, Task, get_task, primary_metric
 
 
 class TaskSampler:
@@ -134,23 +134,13 @@ def load_phase_data(encoder_dir: Path, encoder, tokenizer, data: dict[str, dict[
         sources = data_sources(data[name]["train"], None if task.format == MLM else [language])
         train = pa.concat_tables([_table_in(read_table(path, task.format), langs, task.format) for path, langs in sources],
                                  promote_options="permissive")
-        bank = None
-        if task.visual:  # rows meet their images' features; rows whose image was dropped go here
-            from .multimodal.bank import FeatureBank
+        image_task = None
+        if task.visual:  # rows meet their images' features (multimodal/phase.py)
+            from .multimodal.phase import prepare_image_task
 
-            if "images" not in data[name]:
-                raise InputError(f"task {name} reads images: its data map needs 'images' (the embed_images output)")
-            bank = FeatureBank.load(data[name]["images"])
-            train = bank.attach(train, f"{name} train")
-            if task.format == VISUAL_ANSWER:  # the answer vocabulary comes from the training split
-                from .multimodal.vqa import answer_vocabulary
-
-                vocabulary = answer_vocabulary(train.column("answers").to_pylist(), int(opts.get("min_answer_count", 9)))
-                if not vocabulary:
-                    raise InputError(f"task {name}: no answer given {opts.get('min_answer_count', 9)} times in its "
-                                     "training split (tasks.<task>.min_answer_count)")
-                task = tasks[name] = dataclasses.replace(task, labels=vocabulary)
-                LOG.info("%s: %d answers in the vocabulary", name, len(vocabulary))
+            image_task = prepare_image_task(task, train, data[name], opts)
+            task = tasks[name] = image_task.task  # VQA's: with the answer vocabulary
+            train = image_task.train
         if not train.num_rows:
             wanted = ", ".join(sorted({l for _, langs in sources for l in langs or []}))
             raise InputError(f"{data[name]['train']}: no {wanted} training examples for task {name}")
@@ -159,7 +149,7 @@ def load_phase_data(encoder_dir: Path, encoder, tokenizer, data: dict[str, dict[
             subset = dual_encoder.selection_subset if task.format == RANKING else _dev_subset
             for path, langs in data_sources(data[name]["dev"], [opts.get("select_language", "en")]):
                 dev_table = _table_in(read_table(path, task.format), langs, task.format)
-                dev_file = (bank.attach(dev_table, f"{name} dev") if bank is not None else dev_table).to_pylist()
+                dev_file = (image_task.attach(dev_table, f"{name} dev") if image_task else dev_table).to_pylist()
                 for lang in langs:
                     dev_rows[(name, lang)] = subset(dev_file, int(settings["dev_examples"]), lang, path)
         if task.format == TAGGING and not task.labels:
@@ -170,24 +160,9 @@ def load_phase_data(encoder_dir: Path, encoder, tokenizer, data: dict[str, dict[
         train_sets[name] = encode(task, tokenizer, train, opts, train=True)
         if task.format == MLM:
             heads[name] = mlm_head(lineage(encoder_dir).base, encoder)
-        elif bank is not None:
-            from .multimodal.prefix import VisualClassificationHead
-
-            std = initializer_range(encoder.config)
-            if task.format == VISUAL_RETRIEVAL:  # the caption's projection into the shared space
-                import torch
-
-                classifier = torch.nn.Linear(encoder.config.hidden_size, encoder.config.hidden_size)
-                torch.nn.init.normal_(classifier.weight, std=std)
-                torch.nn.init.zeros_(classifier.bias)
-            else:
-                classifier = make_head(CLASSIFICATION, encoder.config.hidden_size, task.num_labels,
-                                       float(settings["dropout"]), std)
-            per_row = len(train.column("images")[0].as_py())
-            heads[name] = VisualClassificationHead(bank.tensor(), encoder.config.hidden_size, classifier, std, per_row)
-            visual[name] = {"images": data[name]["images"], "encoder": bank.report.get("encoder"),
-                            "kind": bank.report.get("kind"), "visual_tokens": heads[name].visual_tokens * per_row,
-                            "projector_parameters": sum(p.numel() for p in heads[name].projector.parameters())}
+        elif image_task is not None:
+            heads[name] = image_task.head(encoder.config, float(settings["dropout"]), initializer_range(encoder.config))
+            visual[name] = image_task.describe(data[name]["images"], heads[name])
         else:
             heads[name] = make_head(task.format, encoder.config.hidden_size, task.num_labels,
                                     float(settings["dropout"]), initializer_range(encoder.config))

@@ -1,0 +1,69 @@
+"""An image task's part of a training phase (train.load_phase_data): its rows matched to their
+images' features (rows whose image was dropped go here, counted), its answer vocabulary
+(VQA), and its head, which carries the projector and the feature bank (prefix.py), so the
+visual branch ends with the phase's heads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from ..common import LOG, InputError
+from ..tasks import CLASSIFICATION, VISUAL_ANSWER, VISUAL_RETRIEVAL, Task
+from .bank import FeatureBank
+
+
+@dataclass
+class ImageTask:
+    task: Task  # with its answer vocabulary, for VQA
+    train: Any  # the Arrow training rows with their ``image_index``
+    bank: FeatureBank
+
+    def attach(self, table, where: str):
+        """Other rows of the task (its dev split) matched to the same bank."""
+        return self.bank.attach(table, where)
+
+    def head(self, encoder_config, dropout: float, init_std: float):
+        from torch import nn
+
+        from ..models import make_head
+        from .prefix import VisualClassificationHead
+
+        hidden = encoder_config.hidden_size
+        if self.task.format == VISUAL_RETRIEVAL:  # the caption's projection into the shared space
+            classifier = nn.Linear(hidden, hidden)
+            nn.init.normal_(classifier.weight, std=init_std)
+            nn.init.zeros_(classifier.bias)
+        else:
+            classifier = make_head(CLASSIFICATION, hidden, self.task.num_labels, dropout, init_std)
+        return VisualClassificationHead(self.bank.tensor(), hidden, classifier, init_std, self.images_per_row)
+
+    @property
+    def images_per_row(self) -> int:
+        return len(self.train.column("images")[0].as_py())
+
+    def describe(self, images_dir: str, head) -> dict[str, Any]:
+        """What the phase's log records of the visual branch."""
+        return {"images": images_dir, "encoder": self.bank.report.get("encoder"), "kind": self.bank.report.get("kind"),
+                "visual_tokens": head.visual_tokens * self.images_per_row,
+                "projector_parameters": sum(p.numel() for p in head.projector.parameters())}
+
+
+def prepare_image_task(task: Task, train, data_entry: dict[str, Any], opts: dict[str, Any]) -> ImageTask:
+    if "images" not in data_entry:
+        raise InputError(f"task {task.name} reads images: its data map needs 'images' (the embed_images output)")
+    bank = FeatureBank.load(data_entry["images"])
+    train = bank.attach(train, f"{task.name} train")
+    if task.format == VISUAL_ANSWER:  # the answer vocabulary comes from the training split
+        from .vqa import answer_vocabulary
+
+        least = int(opts.get("min_answer_count", 9))
+        vocabulary = answer_vocabulary(train.column("answers").to_pylist(), least)
+        if not vocabulary:
+            raise InputError(f"task {task.name}: no answer given {least} times in its training split "
+                             f"(tasks.{task.name}.min_answer_count)")
+        task = dataclasses.replace(task, labels=vocabulary)
+        LOG.info("%s: %d answers in the vocabulary", task.name, len(vocabulary))
+    return ImageTask(task, train, bank)

@@ -117,6 +117,21 @@ def test_real_xcopa_questions_repaired_by_the_majority_on_request(tmp_path, real
                                         "languages": ["et", "th"]})
 
 
+def test_real_xcopa_oracle_submission_scores_100_and_its_mirror_0(tmp_path, real_xcopa):
+    """The gold labels of the real rows, written as the leaderboard's jsonl and read back as
+    the official evaluate.py reads them, score accuracy 100; the other choice scores 0."""
+    from workflow_scripts.metrics import accuracy
+    from workflow_scripts.predictions import write_predictions
+
+    rows, _ = load(tmp_path, "xcopa", "test", xcopa_settings(real_xcopa))
+    gold = {lang: [r["label"] for r in rows if r["lang"] == lang] for lang in XCOPA_SAMPLE}
+    for name, predicted in (("oracle", gold), ("mirror", {l: [1 - g for g in v] for l, v in gold.items()})):
+        write_predictions("xcopa", predicted, tmp_path / name)
+        for lang in XCOPA_SAMPLE:
+            labels = [json.loads(line)["label"] for line in (tmp_path / name / f"test-{lang}.jsonl").open()]
+            assert accuracy(labels, gold[lang]) == {"accuracy": 100.0 if name == "oracle" else 0.0}
+
+
 # ----- bad rows: repaired or dropped, counted, named ----------------------------------------------
 
 

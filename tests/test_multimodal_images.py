@@ -9,10 +9,12 @@ import random
 from collections import Counter
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from workflow_scripts.common import InputError
 from workflow_scripts.multimodal import images, scene_world
+from workflow_scripts.multimodal.bank import FeatureBank
 from workflow_scripts.multimodal.scene_world import COLOURS, LABELS, Scene, Thing
 
 
@@ -111,8 +113,16 @@ def test_missing_truncated_undecodable_and_mischecksummed_images_are_counted_and
                                    "changed.png": "checksum_mismatch"}
     assert found.digests["a.png"] == found.digests["same_bytes.png"]  # content-addressed
     assert "gone.png" in caplog.text and "cut.png" in caplog.text and "snli_ve train" in caplog.text
-    kept, dropped = images.rows_with_images(rows, found)
-    assert [r["id"] for r in kept] == [1, 5, 8] and dropped == 5
+    # The pipeline matches rows to what survived through the feature bank: a row loses out when
+    # any of its images (NLVR2 has two) is gone.
+    bank = FeatureBank(np.zeros((len(found.pixels), 1, 1), dtype=np.float16),
+                       {n: i for i, n in enumerate(sorted(found.pixels))}, {})
+    pairs = [{"id": r["id"], "images": r["image"]} for r in rows if isinstance(r["image"], list)]
+    singles = [{"id": r["id"], "images": [r["image"]]} for r in rows if not isinstance(r["image"], list)]
+    assert bank.attach(pa.Table.from_pylist(singles), "snli_ve train").column("id").to_pylist() == [1, 5]
+    kept = bank.attach(pa.Table.from_pylist(pairs), "nlvr2 train")
+    assert kept.column("id").to_pylist() == [8] and kept.column("image_index").to_pylist() == [[0, 1]]
+    assert "1 of 2 rows dropped" in caplog.text
     assert found.report()["images_dropped"] == {"undecodable": 2, "missing": 1, "checksum_mismatch": 1}
 
 

@@ -98,15 +98,3 @@ def _drop(out: ImageSet, name: str, kind: str, message: str) -> None:
     out.dropped_names[name] = kind
     LOG.warning("%s; its rows are dropped", message)
 
-
-def rows_with_images(rows: Iterable[dict], images: ImageSet, key: str = "image") -> tuple[list[dict], int]:
-    """The rows whose image(s) survived (``key`` names one image or a list of them, as NLVR2's
-    pairs), and how many rows were dropped."""
-    kept, dropped = [], 0
-    for row in rows:
-        names = row[key] if isinstance(row[key], list) else [row[key]]
-        if all(n in images.pixels for n in names):
-            kept.append(row)
-        else:
-            dropped += 1
-    return kept, dropped

@@ -119,7 +119,7 @@ def widen_vocabulary(encoder_dir: Path, vocab_size: int) -> None:
 
 
 def run_method(workdir: Path, args, method: str) -> dict:
-    from workflow_scripts.train import train_phase
+    from workflow_scripts.training.train import train_phase
 
     # The settings and data map of training_efficiency.run_xstilts, plus the method.
     settings = {**xstilts_settings(args),
@@ -138,7 +138,7 @@ def run_method(workdir: Path, args, method: str) -> dict:
 def child(args) -> None:
     import torch
     import transformers  # noqa: F401  (the runtime both methods carry, counted in "before")
-    import workflow_scripts.train  # noqa: F401  (peft: imported by train_phase for LoRA only, as in a real run)
+    import workflow_scripts.training.train  # noqa: F401  (peft: imported by train_phase for LoRA only, as in a real run)
 
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     before = peak_memory_mb(dev)

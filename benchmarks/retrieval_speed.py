@@ -27,7 +27,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from workflow_scripts.neighbours import DEFAULT_BLOCK_BYTES, exact_knn, l2_normalize, tile_shape  # noqa: E402
+from workflow_scripts.evaluation.neighbours import DEFAULT_BLOCK_BYTES, exact_knn, l2_normalize, tile_shape  # noqa: E402
 
 
 def timed(fn):

@@ -4,7 +4,7 @@ Same model (the base-size, 12 x 768, random-init XLM-R of ``training_efficiency.
 NLI-shaped pairs of real English text, same global batch, steps and schedule: one process
 with ``--threads 2``, then ``torchrun --standalone --nproc-per-node 2`` with ``--threads 1``
 per rank (the machine's cores shared out, as GPUs would be). Each is one ``python -m
-workflow_scripts.train`` job, timed by its own train log (training steps only). Prints the
+workflow_scripts.training.train`` job, timed by its own train log (training steps only). Prints the
 device, examples/s and tokens/s of each, their ratio, the largest difference of the logged
 losses, and whether the two runs chose the same best step.
 
@@ -35,7 +35,7 @@ def train(workdir: Path, args, processes: int) -> dict:
     output = workdir / f"out-{processes}"
     launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes),
                  "--max-restarts", "0"] if processes > 1 else [sys.executable])
-    cmd = [*launcher, "-m", "workflow_scripts.train", "target", "--encoder", str(workdir / "encoder"),
+    cmd = [*launcher, "-m", "workflow_scripts.training.train", "target", "--encoder", str(workdir / "encoder"),
            "--data", json.dumps(data), "--settings", json.dumps(settings), "--seed", "0",
            "--threads", str(max(1, args.threads // processes)), "--output", str(output)]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO,

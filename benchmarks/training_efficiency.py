@@ -45,9 +45,9 @@ ENGINES = ("xstilts", "trainer", "trainer_group_by_length")
 
 def build_inputs(workdir: Path, examples: int) -> None:
     """The NLI-shaped pairs (train and a small dev file) and the base-size encoder."""
-    from workflow_scripts.data import to_table
-    from workflow_scripts.demo_models import build_demo_encoder
-    from workflow_scripts.tasks import get_task
+    from workflow_scripts.data.prepare import to_table
+    from workflow_scripts.models.demo_models import build_demo_encoder
+    from workflow_scripts.data.tasks import get_task
     import pyarrow.parquet as pq
 
     paragraphs = [p["context"] for a in json.loads((REPO / "tests/real_data/xquad/xquad.en.json").read_text())["data"]
@@ -91,7 +91,7 @@ def data_map(workdir: Path) -> dict:
 
 
 def run_xstilts(workdir: Path, args, dev) -> dict:
-    from workflow_scripts.train import train_phase
+    from workflow_scripts.training.train import train_phase
 
     settings, data = xstilts_settings(args), data_map(workdir)
     log = train_phase("intermediate", workdir / "encoder", data, settings, seed=0, threads=args.threads,
@@ -107,7 +107,7 @@ def run_trainer(workdir: Path, args, dev, group_by_length: bool) -> dict:
     from transformers import (AutoTokenizer, DataCollatorWithPadding, Trainer, TrainerCallback, TrainingArguments,
                               XLMRobertaForSequenceClassification)
 
-    from workflow_scripts.data import read_table
+    from workflow_scripts.data.prepare import read_table
 
     tokenizer = AutoTokenizer.from_pretrained(workdir / "encoder")
     rows = read_table(workdir / "train.parquet").to_pylist()

@@ -27,9 +27,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from workflow_scripts.data import prepare, read_table  # noqa: E402
-from workflow_scripts.demo_models import build_demo_translator  # noqa: E402
-from workflow_scripts.translators import MarianTranslator, convert_to_ctranslate2  # noqa: E402
+from workflow_scripts.data.prepare import prepare, read_table  # noqa: E402
+from workflow_scripts.models.demo_models import build_demo_translator  # noqa: E402
+from workflow_scripts.translation.translators import MarianTranslator, convert_to_ctranslate2  # noqa: E402
 
 OPUS_MT = {"vocab_size": 2000, "d_model": 512, "layers": 6, "heads": 8, "ffn_dim": 2048, "max_position_embeddings": 512}
 OPUS_MT_VOCAB = 58101

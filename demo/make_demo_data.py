@@ -456,7 +456,7 @@ PARALLEL_ROOT = Path(__file__).resolve().parent / "parallel"
 # real MT picks another sense without context: an answer translated alone is then not found
 # in its translated context, and span re-alignment drops the example.
 ALONE = {"de": {4: "Park", 5: "Station"}}
-MARKED = ("<b>", "</b>")  # the markers span re-alignment wraps answers in (workflow_scripts/translate.py)
+MARKED = ("<b>", "</b>")  # the markers span re-alignment wraps answers in (workflow_scripts/translation/translate.py)
 
 
 def parallel_pair(rng: random.Random, lang: str) -> tuple[str, str]:

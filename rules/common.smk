@@ -12,15 +12,16 @@ min_version("9.0")
 sys.path.insert(0, workflow.basedir)
 shell.prefix(f"export PYTHONPATH={shlex.quote(workflow.basedir)}; ")
 
-from workflow_scripts import backbone_grid, distributed, grid, slurm, transfer
-from workflow_scripts.codehash import module_digest
-from workflow_scripts.summary import run_summary
+from workflow_scripts.training import distributed
+from workflow_scripts.workflow import backbone_grid, grid, slurm, transfer
+from workflow_scripts.workflow.codehash import module_digest
+from workflow_scripts.workflow.summary import run_summary
 from workflow_scripts.common import canonical_json
-from workflow_scripts.tasks import TASKS
+from workflow_scripts.data.tasks import TASKS
 
 
 # Under Slurm: cancelled and preempted jobs end in a retry, and SIGUSR1 is left to the
-# training process (workflow_scripts/slurm.py says why each is needed).
+# training process (workflow_scripts/workflow/slurm.py says why each is needed).
 slurm.install()
 slurm.ignore_usr1_in_job_step()
 

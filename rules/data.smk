@@ -14,11 +14,11 @@ rule prepare_task_data:
         "results/benchmarks/prepare_task_data/{task}/{split}.tsv",
     params:
         settings=settings(grid.data_settings, "task", "split"),
-        code=module_digest("data"),
+        code=module_digest("data.prepare"),
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts.data --task {wildcards.task} --split {wildcards.split}"
+        "python -m workflow_scripts.data.prepare --task {wildcards.task} --split {wildcards.split}"
         " --settings {params.settings:q} --output {output.data} > {log} 2>&1"
 
 

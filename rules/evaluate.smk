@@ -14,7 +14,7 @@ rule evaluate_target:
         models=model_args,
         data=data_args,
         run=run_id,
-        code=module_digest("evaluate"),
+        code=module_digest("evaluation.evaluate"),
     threads: res("evaluate_target", "threads")
     resources:
         mem_mb=res("evaluate_target", "mem_mb"),
@@ -23,7 +23,7 @@ rule evaluate_target:
     conda:
         "../envs/training.yaml"
     shell:
-        "python -m workflow_scripts.evaluate --target {wildcards.target} --model {params.models}"
+        "python -m workflow_scripts.evaluation.evaluate --target {wildcards.target} --model {params.models}"
         " --data {params.data} --settings {params.settings:q} --run {params.run:q}"
         " --seed {wildcards.seed} --threads {threads} --output {output.metrics}"
         " --predictions {output.predictions} > {log} 2>&1"

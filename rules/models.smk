@@ -17,14 +17,14 @@ rule prepare_backbone:
         "results/benchmarks/prepare_backbone/{backbone}.tsv"
     params:
         settings=lambda wildcards: canonical_json(backbone_grid.prepare_settings(config, wildcards.backbone)),
-        code=module_digest("prepare_models"),
+        code=module_digest("models.prepare"),
     # The demo backbones' pre-training is on the critical path of the whole DAG.
     threads: 2
     priority: 10
     conda:
         "../envs/training.yaml"
     shell:
-        "python -m workflow_scripts.prepare_models backbone --settings {params.settings:q} --threads {threads}"
+        "python -m workflow_scripts.models.prepare backbone --settings {params.settings:q} --threads {threads}"
         " --output {output.model} --text {input.text} --corpus {input.corpora} > {log} 2>&1"
 
 
@@ -40,11 +40,11 @@ rule prepare_translator:
         "results/benchmarks/prepare_translator/{lang}.tsv",
     params:
         settings=settings(grid.translator_settings, "lang"),
-        code=module_digest("prepare_models"),
+        code=module_digest("models.prepare"),
     conda:
         "../envs/training.yaml"
     shell:
-        "python -m workflow_scripts.prepare_models translator --lang {wildcards.lang}"
+        "python -m workflow_scripts.models.prepare translator --lang {wildcards.lang}"
         " --settings {params.settings:q} --output {output.model} --text {input.text} --corpus {input.corpus}"
         " > {log} 2>&1"
 
@@ -61,11 +61,11 @@ rule prepare_translator_to_english:
         "results/benchmarks/prepare_translator_to_english/{lang}.tsv",
     params:
         settings=lambda wildcards: canonical_json(grid.translator_settings(config, wildcards.lang, to_english=True)),
-        code=module_digest("prepare_models"),
+        code=module_digest("models.prepare"),
     conda:
         "../envs/training.yaml"
     shell:
-        "python -m workflow_scripts.prepare_models translator --from-lang {wildcards.lang} --lang en"
+        "python -m workflow_scripts.models.prepare translator --from-lang {wildcards.lang} --lang en"
         " --settings {params.settings:q} --output {output.model} --text {input.text} --corpus {input.corpus}"
         " > {log} 2>&1"
 
@@ -80,11 +80,11 @@ rule convert_translator:
     benchmark:
         "results/benchmarks/convert_translator/{translator}/{lang}.tsv"
     params:
-        code=module_digest("translators"),
+        code=module_digest("translation.translators"),
     conda:
         "../envs/training.yaml"
     shell:
-        "python -m workflow_scripts.translators convert --model {input.model} --output {output.converted} > {log} 2>&1"
+        "python -m workflow_scripts.translation.translators convert --model {input.model} --output {output.converted} > {log} 2>&1"
 
 
 rule prepare_vision_encoder:
@@ -99,10 +99,10 @@ rule prepare_vision_encoder:
     params:
         settings=lambda wildcards: canonical_json(grid.vision_settings(config)),
         demo_args=demo_vision_args,
-        code=module_digest("prepare_models"),
+        code=module_digest("models.prepare"),
     threads: 2
     conda:
         "../envs/training.yaml"
     shell:
-        "python -m workflow_scripts.prepare_models vision --settings {params.settings:q} --threads {threads}"
+        "python -m workflow_scripts.models.prepare vision --settings {params.settings:q} --threads {threads}"
         " --output {output.model} {params.demo_args} > {log} 2>&1"

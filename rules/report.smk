@@ -36,11 +36,11 @@ rule plot_results:
         settings=lambda wildcards: canonical_json(grid.table_settings(config, wildcards.backbone)),
         tables=lambda wildcards: backbone_grid.tables_dir(wildcards.backbone),
         figures=lambda wildcards: backbone_grid.figures_dir(wildcards.backbone),
-        code=module_digest("plots"),
+        code=module_digest("reporting.plots"),
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts.plots results --tables {params.tables} --settings {params.settings:q}"
+        "python -m workflow_scripts.reporting.plots results --tables {params.tables} --settings {params.settings:q}"
         " --output {params.figures} > {log} 2>&1"
 
 
@@ -56,11 +56,11 @@ rule plot_translation:
     benchmark:
         "results/benchmarks/plot_translation.tsv"
     params:
-        code=module_digest("plots"),
+        code=module_digest("reporting.plots"),
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts.plots translation --table {input.table} --output results/figures > {log} 2>&1"
+        "python -m workflow_scripts.reporting.plots translation --table {input.table} --output results/figures > {log} 2>&1"
 
 
 rule typeset_tables:
@@ -78,11 +78,11 @@ rule typeset_tables:
     params:
         settings=lambda wildcards: canonical_json(grid.table_settings(config, wildcards.backbone)),
         tables=lambda wildcards: backbone_grid.tables_dir(wildcards.backbone),
-        code=module_digest("latex"),
+        code=module_digest("reporting.latex"),
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts.latex --tables {params.tables} --settings {params.settings:q}"
+        "python -m workflow_scripts.reporting.latex --tables {params.tables} --settings {params.settings:q}"
         " --output {params.tables}/latex > {log} 2>&1"
 
 
@@ -99,11 +99,11 @@ rule collect_submission:
         targets=lambda wildcards: backbone_grid.grid_of(config, wildcards.backbone)["targets"],
         baseline=config["tables"]["baseline"],
         benchmark=BENCHMARK,
-        code=module_digest("predictions"),
+        code=module_digest("reporting.predictions"),
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts.predictions --best {input.best} --targets {params.targets}"
+        "python -m workflow_scripts.reporting.predictions --best {input.best} --targets {params.targets}"
         " --baseline {params.baseline} --benchmark {params.benchmark} --predictions {params.runs}"
         " --output {output.submission} > {log} 2>&1"
 
@@ -125,11 +125,11 @@ rule compare_backbones:
         "results/benchmarks/compare_backbones.tsv"
     params:
         settings=lambda wildcards: canonical_json(grid.comparison_settings(config)),
-        code=module_digest("compare_backbones"),
+        code=module_digest("reporting.compare_backbones"),
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts.compare_backbones --settings {params.settings:q} --tables results/tables"
+        "python -m workflow_scripts.reporting.compare_backbones --settings {params.settings:q} --tables results/tables"
         " --models results/models/backbones --md {output.md} --csv {output.csv}"
         " --figure results/figures/backbones_delta > {log} 2>&1"
 
@@ -157,9 +157,9 @@ rule tabulate_cost:
         "logs/tabulate_cost.log",
     params:
         resources=lambda wildcards: canonical_json(rule_resources()),
-        code=module_digest("cost"),
+        code=module_digest("workflow.cost"),
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts.cost measured --benchmarks results/benchmarks --resources {params.resources:q}"
+        "python -m workflow_scripts.workflow.cost measured --benchmarks results/benchmarks --resources {params.resources:q}"
         " --md {output.md} --csv {output.csv} > {log} 2>&1"

@@ -64,11 +64,11 @@ rule aggregate_tables:
         "results/benchmarks/aggregate_tables/{backbone}.tsv",
     params:
         settings=lambda wildcards: canonical_json(grid.table_settings(config, wildcards.backbone)),
-        code=module_digest("tables"),
+        code=module_digest("reporting.tables"),
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts.tables results --settings {params.settings:q} --metrics {input.metrics}"
+        "python -m workflow_scripts.reporting.tables results --settings {params.settings:q} --metrics {input.metrics}"
         " --main-md {output.main_md} --main-csv {output.main_csv} --best-csv {output.best_csv}"
         " --per-language-md {output.per_language_md} --per-language-csv {output.per_language_csv}"
         " --translated-md {output.translated_md} --translated-csv {output.translated_csv}"
@@ -102,9 +102,9 @@ rule tabulate_modality:
     params:
         settings=lambda wildcards: canonical_json(grid.modality_settings(config, wildcards.backbone)),
         stem=lambda wildcards: f"results/figures/{wildcards.backbone}/modality",
-        code=module_digest("modality"),
+        code=module_digest("reporting.modality"),
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts.modality --settings {params.settings:q} --runs {input.runs}"
+        "python -m workflow_scripts.reporting.modality --settings {params.settings:q} --runs {input.runs}"
         " --md {output.md} --csv {output.csv} --figure {params.stem} > {log} 2>&1"

@@ -12,7 +12,7 @@ rule train_intermediate:
         data=settings(grid.intermediate_data, "intermediate"),
         # Resumable state of an interrupted job; removed once the output exists.
         checkpoints="results/checkpoints/intermediate/{backbone}/{intermediate}/seed{seed}",
-        code=module_digest("train"),
+        code=module_digest("training.train"),
     threads: res("train_intermediate", "threads")
     # Each retry resumes from the checkpoint: enough for the expected training time in
     # allocations of `runtime` minutes, plus retries for failures (slurm.training_retries).
@@ -31,7 +31,7 @@ rule train_intermediate:
         "../envs/training.yaml"
     shell:
         # exec (in the launcher): the training process, or torchrun, receives Slurm's signals.
-        "{resources.launcher} -m workflow_scripts.train intermediate --encoder {input.encoder}"
+        "{resources.launcher} -m workflow_scripts.training.train intermediate --encoder {input.encoder}"
         " --data {params.data:q} --settings {params.settings:q} --seed {wildcards.seed}"
         " --threads {threads} --output {output.model} --checkpoint-dir {params.checkpoints}"
         " --checkpoint-every {resources.checkpoint_every}"
@@ -52,7 +52,7 @@ rule train_target:
         # The recipe's files and the languages taken from each (transfer.py).
         data=target_data_map,
         checkpoints="results/checkpoints/target/{backbone}/{intermediate}/{target}/{recipe}/seed{seed}",
-        code=module_digest("train"),
+        code=module_digest("training.train"),
     threads: res("train_target", "threads")
     # Each retry resumes from the checkpoint: enough for the expected training time in
     # allocations of `runtime` minutes, plus retries for failures (slurm.training_retries).
@@ -71,7 +71,7 @@ rule train_target:
         "../envs/training.yaml"
     shell:
         # exec (in the launcher): the training process, or torchrun, receives Slurm's signals.
-        "{resources.launcher} -m workflow_scripts.train target --encoder {input.encoder}"
+        "{resources.launcher} -m workflow_scripts.training.train target --encoder {input.encoder}"
         " --data {params.data:q} --settings {params.settings:q} --seed {wildcards.seed}"
         " --threads {threads} --output {output.model} --checkpoint-dir {params.checkpoints}"
         " --checkpoint-every {resources.checkpoint_every}"
@@ -94,7 +94,7 @@ rule train_target_stage:
         settings=stage_settings,
         data=stage_data_map,
         checkpoints="results/checkpoints/target/{backbone}/{intermediate}/{target}/stages/{stage}/seed{seed}",
-        code=module_digest("train"),
+        code=module_digest("training.train"),
     threads: res("train_target", "threads")
     retries: training_retries("train_target")
     resources:
@@ -109,7 +109,7 @@ rule train_target_stage:
     conda:
         "../envs/training.yaml"
     shell:
-        "{resources.launcher} -m workflow_scripts.train target --encoder {input.encoder}"
+        "{resources.launcher} -m workflow_scripts.training.train target --encoder {input.encoder}"
         " --data {params.data:q} --settings {params.settings:q} --seed {wildcards.seed}"
         " --threads {threads} --output {output.model} --checkpoint-dir {params.checkpoints}"
         " --checkpoint-every {resources.checkpoint_every}"

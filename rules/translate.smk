@@ -14,7 +14,7 @@ rule translate_task_data:
         # Shared by every translation into {lang}: a rerun translates only new text.
         cache="results/cache/translation/{lang}.sqlite",
         converted=converted_arg,
-        code=module_digest("translate"),
+        code=module_digest("translation.translate"),
     threads: res("translate_task_data", "threads")
     resources:
         mem_mb=res("translate_task_data", "mem_mb"),
@@ -25,7 +25,7 @@ rule translate_task_data:
     conda:
         "../envs/training.yaml"
     shell:
-        "python -m workflow_scripts.translate data --task {wildcards.task} --lang {wildcards.lang}"
+        "python -m workflow_scripts.translation.translate data --task {wildcards.task} --lang {wildcards.lang}"
         " --model {input.model} {params.converted} --input {input.data} --settings {params.settings:q} --batch-size {resources.translation_batch_size} --cache {params.cache}"
         " --threads {threads} --output {output.data} --stats {output.stats} > {log} 2>&1"
 
@@ -45,7 +45,7 @@ rule translate_test_data:
         settings=settings(grid.translation_settings, "task"),
         cache="results/cache/translation/{lang}-en.sqlite",
         converted=converted_arg,
-        code=module_digest("translate"),
+        code=module_digest("translation.translate"),
     threads: res("translate_test_data", "threads")
     resources:
         mem_mb=res("translate_test_data", "mem_mb"),
@@ -55,7 +55,7 @@ rule translate_test_data:
     conda:
         "../envs/training.yaml"
     shell:
-        "python -m workflow_scripts.translate data --task {wildcards.task} --from-lang {wildcards.lang} --lang en"
+        "python -m workflow_scripts.translation.translate data --task {wildcards.task} --from-lang {wildcards.lang} --lang en"
         " --model {input.model} {params.converted} --input {input.data} --settings {params.settings:q} --batch-size {resources.translation_batch_size} --cache {params.cache}"
         " --threads {threads} --output {output.data} --stats {output.stats} > {log} 2>&1"
 
@@ -75,7 +75,7 @@ rule score_translation_quality:
         settings=lambda wildcards: canonical_json(grid.translation_settings(config, None, wildcards.lang)),
         cache="results/cache/translation/{lang}.sqlite",
         converted=converted_arg,
-        code=module_digest("translate"),
+        code=module_digest("translation.translate"),
     threads: res("translate_task_data", "threads")
     resources:
         mem_mb=res("translate_task_data", "mem_mb"),
@@ -86,7 +86,7 @@ rule score_translation_quality:
     conda:
         "../envs/training.yaml"
     shell:
-        "python -m workflow_scripts.translate quality --lang {wildcards.lang} --model {input.model} {params.converted}"
+        "python -m workflow_scripts.translation.translate quality --lang {wildcards.lang} --model {input.model} {params.converted}"
         " --data dev={input.dev} test={input.test} --settings {params.settings:q} --batch-size {resources.translation_batch_size} --cache {params.cache}"
         " --threads {threads} --output {output.quality} > {log} 2>&1"
 
@@ -106,7 +106,7 @@ rule score_translation_quality_to_english:
         settings=lambda wildcards: canonical_json(grid.translation_settings(config)),
         cache="results/cache/translation/{lang}-en.sqlite",
         converted=converted_arg,
-        code=module_digest("translate"),
+        code=module_digest("translation.translate"),
     threads: res("translate_test_data", "threads")
     resources:
         mem_mb=res("translate_test_data", "mem_mb"),
@@ -116,7 +116,7 @@ rule score_translation_quality_to_english:
     conda:
         "../envs/training.yaml"
     shell:
-        "python -m workflow_scripts.translate quality --from-lang {wildcards.lang} --lang en --model {input.model} {params.converted}"
+        "python -m workflow_scripts.translation.translate quality --from-lang {wildcards.lang} --lang en --model {input.model} {params.converted}"
         " --data dev={input.dev} test={input.test} --settings {params.settings:q} --batch-size {resources.translation_batch_size} --cache {params.cache}"
         " --threads {threads} --output {output.quality} > {log} 2>&1"
 
@@ -135,9 +135,9 @@ rule tabulate_translation:
     benchmark:
         "results/benchmarks/tabulate_translation.tsv",
     params:
-        code=module_digest("tables"),
+        code=module_digest("reporting.tables"),
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts.tables translation --stats {input.stats} --quality {input.quality}"
+        "python -m workflow_scripts.reporting.tables translation --stats {input.stats} --quality {input.quality}"
         " --intermediate {input.models} --md {output.md} --csv {output.csv} > {log} 2>&1"

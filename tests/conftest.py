@@ -40,7 +40,7 @@ def gold_span_logits(encoded, peak: float = 10.0):
 @pytest.fixture(scope="session")
 def demo_data(tmp_path_factory) -> dict[str, Path]:
     """A few canonical demo files, prepared through the real loaders."""
-    from workflow_scripts.data import prepare
+    from workflow_scripts.data.prepare import prepare
 
     out = tmp_path_factory.mktemp("data")
     specs = {
@@ -59,7 +59,7 @@ def demo_data(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def demo_encoder_dir(tmp_path_factory, demo_data) -> Path:
-    from workflow_scripts.demo_models import build_demo_encoder
+    from workflow_scripts.models.demo_models import build_demo_encoder
 
     out = tmp_path_factory.mktemp("encoder") / "encoder"
     build_demo_encoder({"vocab_size": 2000, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
@@ -70,7 +70,7 @@ def demo_encoder_dir(tmp_path_factory, demo_data) -> Path:
 
 @pytest.fixture(scope="session")
 def tokenizer(demo_encoder_dir):
-    from workflow_scripts.models import load_tokenizer
+    from workflow_scripts.models.heads import load_tokenizer
 
     return load_tokenizer(demo_encoder_dir)
 
@@ -90,7 +90,7 @@ def checkpoint_step(checkpoints: Path) -> int:
     meta = checkpoints / "checkpoint" / "meta.json"
     if meta.is_file():
         return json.loads(meta.read_text())["step"]
-    from workflow_scripts.distributed import read_extra
+    from workflow_scripts.training.distributed import read_extra
 
     try:
         extra = read_extra(checkpoints / "checkpoint")

@@ -1,4 +1,4 @@
-"""A tiny training run through workflow_scripts.distributed, for tests/test_distributed.py.
+"""A tiny training run through workflow_scripts.training.distributed, for tests/test_distributed.py.
 
 Run as one process (``python tests/distributed_worker.py ...``) or under torchrun. Every rank
 builds the same seeded global batches (uneven size, several micro-steps), trains its share,
@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from workflow_scripts import distributed as D  # noqa: E402
+from workflow_scripts.training import distributed as D  # noqa: E402
 
 VOCAB, LENGTH, EXAMPLES = 40, 6, 45
 

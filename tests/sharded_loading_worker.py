@@ -23,12 +23,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from workflow_scripts import distributed as D  # noqa: E402
-from workflow_scripts import sharded_loading as S  # noqa: E402
-from workflow_scripts.adapters import Method, attach, inner, lineage, load_backbone  # noqa: E402
-from workflow_scripts.backbones import family_of  # noqa: E402
 from workflow_scripts.common import seed_everything  # noqa: E402
-from workflow_scripts.models import MultiHeadModel, load_mlm_head, make_head  # noqa: E402
+from workflow_scripts.models.adapters import Method, attach, inner, lineage, load_backbone  # noqa: E402
+from workflow_scripts.models.backbones import family_of  # noqa: E402
+from workflow_scripts.models.heads import MultiHeadModel, load_mlm_head, make_head  # noqa: E402
+from workflow_scripts.training import distributed as D  # noqa: E402
+from workflow_scripts.training import sharded_loading as S  # noqa: E402
 
 # The phase's heads: what train.py's load_phase_data builds (init std: the config's initializer_range).
 HEADS = {"xnli": ("classification", 3), "udpos": ("tagging", 5)}

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from workflow_scripts import backbone_grid, grid
+from workflow_scripts.workflow import backbone_grid, grid
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -11,17 +11,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from workflow_scripts import adapters
-from workflow_scripts.adapters import Method
-from workflow_scripts.backbones import family_of
-from workflow_scripts.backbones.family import last_token, pool
 from workflow_scripts.common import InputError
-from workflow_scripts.data import read_table
-from workflow_scripts.evaluate import _load_target_model, predict_and_score_rows
-from workflow_scripts.features import collate, encode, words_need_spaces
-from workflow_scripts.models import MultiHeadModel, forward, load_encoder, load_mlm_head, load_tokenizer, make_head
-from workflow_scripts.tasks import get_task
-from workflow_scripts.train import train_phase
+from workflow_scripts.data.features import collate, encode, words_need_spaces
+from workflow_scripts.data.prepare import read_table
+from workflow_scripts.data.tasks import get_task
+from workflow_scripts.evaluation.evaluate import _load_target_model, predict_and_score_rows
+from workflow_scripts.models import adapters
+from workflow_scripts.models.adapters import Method
+from workflow_scripts.models.backbones import family_of
+from workflow_scripts.models.backbones.family import last_token, pool
+from workflow_scripts.models.heads import (MultiHeadModel, forward, load_encoder, load_mlm_head, load_tokenizer,
+                                           make_head)
+from workflow_scripts.training.train import train_phase
 
 FAMILIES = ("encoder", "seq2seq_encoder", "decoder")
 TEXTS = ["the cat sat on the mat", "a dog barks at the moon", "der Hund bellt den Mond an",
@@ -29,7 +30,7 @@ TEXTS = ["the cat sat on the mat", "a dog barks at the moon", "der Hund bellt de
 
 
 def _corpus(demo_data) -> list[str]:
-    from workflow_scripts.demo_models import iter_texts
+    from workflow_scripts.models.demo_models import iter_texts
 
     return list(iter_texts([str(p) for p in demo_data.values()]))[:3000] + TEXTS
 
@@ -38,7 +39,7 @@ def _save_seq2seq_encoder(out: Path, demo_data) -> Path:
     """A tiny mT5 encoder-decoder checkpoint with a T5 (unigram) tokenizer, as on the Hub."""
     from transformers import MT5Config, MT5ForConditionalGeneration, T5Tokenizer
 
-    from workflow_scripts.demo_models import train_unigram_vocab
+    from workflow_scripts.models.demo_models import train_unigram_vocab
 
     vocab = [(t, s) for t, s in train_unigram_vocab(_corpus(demo_data), 600) if t not in ("<s>", "<mask>")]
     # T5 order: pad 0, eos 1, unk 2
@@ -284,7 +285,7 @@ def test_lora_intermediate_then_target_chains_adapters_without_copying_the_base(
     """mnli with LoRA, then xnli from base + the mnli adapter merged in memory with a fresh
     adapter: the target directory names the chain, evaluation rebuilds it, and the reloaded
     model scores the selection subset exactly as training's best step did."""
-    from workflow_scripts.evaluate import score_rows
+    from workflow_scripts.evaluation.evaluate import score_rows
 
     backbone_dir = backbone_dirs[family]
     method = {"name": "lora", "rank": 4, "alpha": 8, "dropout": 0.0}
@@ -349,7 +350,7 @@ def test_lora_targets_hit_every_attention_projection_of_every_layer(family, conf
     otherwise would leave LoRA on some projections only, silently."""
     import transformers
 
-    from workflow_scripts.backbones import get_family
+    from workflow_scripts.models.backbones import get_family
 
     sizes = {"vocab_size": 64, "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
              "intermediate_size": 32, "d_model": 16, "d_kv": 8, "d_ff": 32, "num_layers": 2, "num_heads": 2,
@@ -416,7 +417,7 @@ def test_an_image_task_trains_with_lora_on_every_family_and_its_adapter_merges_w
     """The projector and the feature bank ride on the image task's head: LoRA trains the
     projector through peft's copy of the head, the saved adapter holds the projector but not
     the bank, and the next phase merges the adapter into a text-only backbone."""
-    from workflow_scripts.features import collate
+    from workflow_scripts.data.features import collate
     from workflow_scripts.multimodal.prefix import VisualClassificationHead
 
     backbone_dir = backbone_dirs[family]

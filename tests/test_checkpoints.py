@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from workflow_scripts.checkpoints import BestWeights, load_weights_into, save_weights
 from workflow_scripts.common import InputError
+from workflow_scripts.training.checkpoints import BestWeights, load_weights_into, save_weights
 
 
 class Mixed(torch.nn.Module):

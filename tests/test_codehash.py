@@ -4,15 +4,15 @@ import shutil
 
 import pytest
 
-from workflow_scripts import codehash
+from workflow_scripts.workflow import codehash
 
 
 def test_import_closures_follow_the_package_imports():
-    tables = codehash.import_closure("workflow_scripts.tables")
-    assert "workflow_scripts.tasks" in tables and "workflow_scripts.common" in tables
-    assert "workflow_scripts.train" not in tables
-    train = codehash.import_closure("workflow_scripts.train")
-    assert {"workflow_scripts.evaluate", "workflow_scripts.metrics", "workflow_scripts.features"} <= set(train)
+    tables = codehash.import_closure("workflow_scripts.reporting.tables")
+    assert "workflow_scripts.data.tasks" in tables and "workflow_scripts.common" in tables
+    assert "workflow_scripts.training.train" not in tables
+    train = codehash.import_closure("workflow_scripts.training.train")
+    assert {"workflow_scripts.evaluation.evaluate", "workflow_scripts.evaluation.metrics", "workflow_scripts.data.features"} <= set(train)
 
 
 @pytest.fixture
@@ -26,13 +26,16 @@ def package_copy(tmp_path, monkeypatch):
 
 
 def test_digest_changes_exactly_for_dependents(package_copy):
-    before = {m: codehash.module_digest(m) for m in ("tables", "train", "data", "evaluate")}
-    with (package_copy / "metrics.py").open("a") as f:
+    names = ("reporting.tables", "training.train", "data.prepare", "evaluation.evaluate")
+    before = {m: codehash.module_digest(m) for m in names}
+    with (package_copy / "evaluation" / "metrics.py").open("a") as f:
         f.write("\n# an edit\n")
     codehash._imports.cache_clear()
     after = {m: codehash.module_digest(m) for m in before}
-    assert after["train"] != before["train"] and after["evaluate"] != before["evaluate"]
-    assert after["tables"] == before["tables"] and after["data"] == before["data"]
+    assert after["training.train"] != before["training.train"]
+    assert after["evaluation.evaluate"] != before["evaluation.evaluate"]
+    assert after["reporting.tables"] == before["reporting.tables"]
+    assert after["data.prepare"] == before["data.prepare"]
 
 
 def test_unknown_module_is_an_error():
@@ -40,14 +43,32 @@ def test_unknown_module_is_an_error():
         codehash.module_digest("nonexistent")
 
 
-def test_relative_imports_inside_a_subpackage_resolve(package_copy):
-    closure = codehash.import_closure("workflow_scripts.data")
-    # data -> loaders (a package) -> its modules -> ..common / ..tasks two levels up
-    assert {"workflow_scripts.loaders", "workflow_scripts.loaders.spans", "workflow_scripts.loaders.udpos",
-            "workflow_scripts.loaders.source", "workflow_scripts.common", "workflow_scripts.tasks"} <= set(closure)
-    before = {m: codehash.module_digest(m) for m in ("data", "train", "tables")}
-    with (package_copy / "loaders" / "spans.py").open("a") as f:
+def test_a_subpackage_edit_reaches_its_importers_through_the_package_init(package_copy):
+    closure = codehash.import_closure("workflow_scripts.data.prepare")
+    # prepare -> loaders (a package whose __init__ imports its modules) -> common, tasks
+    assert {"workflow_scripts.data.loaders", "workflow_scripts.data.loaders.spans", "workflow_scripts.data.loaders.udpos",
+            "workflow_scripts.data.loaders.source", "workflow_scripts.common", "workflow_scripts.data.tasks"} <= set(closure)
+    before = {m: codehash.module_digest(m) for m in ("data.prepare", "training.train", "reporting.tables")}
+    with (package_copy / "data" / "loaders" / "spans.py").open("a") as f:
         f.write("\n# an edit\n")
     codehash._imports.cache_clear()
     after = {m: codehash.module_digest(m) for m in before}
-    assert after["data"] != before["data"] and after["tables"] == before["tables"]
+    assert after["data.prepare"] != before["data.prepare"]
+    assert after["reporting.tables"] == before["reporting.tables"]
+
+
+def test_relative_imports_resolve_against_the_importing_module(package_copy):
+    """The package writes absolute imports; a relative one (one dot or two, from a module or
+    a package's __init__) must resolve all the same."""
+    stage = package_copy / "stage"
+    stage.mkdir()
+    (stage / "__init__.py").write_text("from . import leaf\n")
+    (stage / "leaf.py").write_text("from ..common import LOG\nfrom .sibling import x\n")
+    (stage / "sibling.py").write_text("x = 1\n")
+    codehash._imports.cache_clear()
+    assert set(codehash.import_closure("workflow_scripts.stage")) == {
+        "workflow_scripts.stage", "workflow_scripts.stage.leaf", "workflow_scripts.stage.sibling", "workflow_scripts.common"}
+    before = codehash.module_digest("stage")
+    (stage / "sibling.py").write_text("x = 2\n")
+    codehash._imports.cache_clear()
+    assert codehash.module_digest("stage") != before

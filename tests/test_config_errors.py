@@ -107,7 +107,7 @@ def test_killed_training_leaves_no_output(tmp_path, demo_data, demo_encoder_dir)
     data = {"xnli": {"train": str(demo_data["mnli.train"]), "dev": str(demo_data["xnli.dev"])}}
     output = tmp_path / "model"
     log = (tmp_path / "log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "workflow_scripts.train", "target", "--encoder",
+    proc = subprocess.Popen([sys.executable, "-m", "workflow_scripts.training.train", "target", "--encoder",
                              str(demo_encoder_dir), "--data", json.dumps(data), "--settings", json.dumps(settings),
                              "--seed", "1", "--output", str(output)], stdout=log, stderr=log)
     deadline = time.time() + 120

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from workflow_scripts.common import InputError
-from workflow_scripts.cost import dry_run_jobs, measured_table, plan_table, read_records
+from workflow_scripts.workflow.cost import dry_run_jobs, measured_table, plan_table, read_records
 
 REPO = Path(__file__).resolve().parent.parent
 HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"

@@ -7,8 +7,8 @@ import pytest
 
 from conftest import DEMO_HUB, local_settings
 from workflow_scripts.common import InputError
-from workflow_scripts.data import SCHEMAS, prepare, read_table
-from workflow_scripts.tasks import NLI_LABELS, get_task
+from workflow_scripts.data.prepare import SCHEMAS, prepare, read_table
+from workflow_scripts.data.tasks import NLI_LABELS, get_task
 
 
 def test_every_canonical_file_has_its_format_schema(demo_data):

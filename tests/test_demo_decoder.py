@@ -1,4 +1,4 @@
-"""The demo's tiny decoder (workflow_scripts/demo_models.py, ``build_demo_decoder``): it loads
+"""The demo's tiny decoder (workflow_scripts/models/demo_models.py, ``build_demo_decoder``): it loads
 like a Hub Llama snapshot, its byte-level BPE tokenizer does what the task code asks of a
 tokenizer (pairs, word-split input, offsets, padding with a token of its own), and its
 pre-training learns, deterministically."""
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from workflow_scripts.demo_models import build_demo_decoder, read_parallel
+from workflow_scripts.models.demo_models import build_demo_decoder, read_parallel
 
 REPO = Path(__file__).resolve().parent.parent
 DECODER = {"vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -177,8 +177,8 @@ def test_same_settings_same_model(tmp_path, text, corpus):
 
 
 def test_the_cli_writes_a_complete_directory_naming_its_family(tmp_path, text, corpus):
-    from workflow_scripts import prepare_models
-    from workflow_scripts.backbones import family_of
+    from workflow_scripts.models import prepare as prepare_models
+    from workflow_scripts.models.backbones import family_of
 
     demo = {**DECODER, "pretraining": {**PRETRAINING, "steps": 2}}
     out = tmp_path / "models" / "decoder"
@@ -193,7 +193,7 @@ def test_the_cli_writes_a_complete_directory_naming_its_family(tmp_path, text, c
 
 
 def test_the_cli_fetches_a_hub_backbone_and_records_its_family(tmp_path, monkeypatch):
-    from workflow_scripts import prepare_models
+    from workflow_scripts.models import prepare as prepare_models
 
     fetched = []
 
@@ -210,7 +210,7 @@ def test_the_cli_fetches_a_hub_backbone_and_records_its_family(tmp_path, monkeyp
 
 
 def test_the_demo_builds_no_seq2seq_backbone(tmp_path):
-    from workflow_scripts import prepare_models
+    from workflow_scripts.models import prepare as prepare_models
 
     with pytest.raises(SystemExit, match="the demo builds encoder and decoder backbones, not seq2seq_encoder"):
         prepare_models.main(["backbone", "--settings", json.dumps({"source": "demo", "family": "seq2seq_encoder",

@@ -1,5 +1,5 @@
 """The demo's own models: corpus reading, the encoder's pre-training and the translator's
-training (workflow_scripts/demo_models.py). The end-to-end effect on the demo run is
+training (workflow_scripts/models/demo_models.py). The end-to-end effect on the demo run is
 checked in test_workflow.py."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from workflow_scripts.common import InputError
-from workflow_scripts.demo_models import (build_demo_encoder, build_demo_translator, corpus_languages,
-                                          pretraining_examples, read_parallel)
-from workflow_scripts.backbones.family import mean_pooled
+from workflow_scripts.models.backbones.family import mean_pooled
+from workflow_scripts.models.demo_models import (build_demo_encoder, build_demo_translator, corpus_languages,
+                                                 pretraining_examples, read_parallel)
 
 REPO = Path(__file__).resolve().parent.parent
 ENCODER = {"vocab_size": 2000, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
@@ -74,7 +74,7 @@ def _retrieval_accuracy(model_dir: Path, pairs: list[tuple[str, str]]) -> float:
     import torch
     import torch.nn.functional as F
 
-    from workflow_scripts.models import load_encoder, load_tokenizer
+    from workflow_scripts.models.heads import load_encoder, load_tokenizer
 
     tokenizer, encoder = load_tokenizer(model_dir), load_encoder(model_dir).eval()
 

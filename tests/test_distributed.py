@@ -1,4 +1,4 @@
-"""Sharded training (workflow_scripts/distributed.py): the data split and loss weights, the
+"""Sharded training (workflow_scripts/training/distributed.py): the data split and loss weights, the
 launch commands, and real torchrun runs of a tiny model on CPU (gloo, FSDP2, DCP).
 
 The runs (tests/distributed_worker.py, ~6 s each on 2 cores) check that 2 processes train
@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from conftest import REPO
-from workflow_scripts import distributed as D
+from workflow_scripts.training import distributed as D
 
 WORKER = str(REPO / "tests" / "distributed_worker.py")
 STEPS = 10
@@ -125,7 +125,7 @@ def test_single_process_helpers_are_no_ops():
 
 
 def test_launch_command_single_process_and_one_node():
-    argv = ["-m", "workflow_scripts.train", "target", "--seed", "1"]
+    argv = ["-m", "workflow_scripts.training.train", "target", "--seed", "1"]
     assert D.launch_command(argv, 1, 1) == ["python", *argv]
     cmd = D.launch_command(argv, 1, 4, port=12345)
     assert cmd[:2] == ["torchrun", "--standalone"] and cmd[-len(argv):] == argv
@@ -138,7 +138,7 @@ def test_launch_command_single_process_and_one_node():
 
 def test_launch_command_two_nodes_runs_one_torchrun_per_node_at_the_first_host(tmp_path):
     """The shell string, run by bash with stand-ins for scontrol and srun that print their arguments."""
-    argv = ["-m", "workflow_scripts.train", "target", "--data", '{"xnli": "a b.parquet"}']
+    argv = ["-m", "workflow_scripts.training.train", "target", "--data", '{"xnli": "a b.parquet"}']
     cmd = D.launch_command(argv, 2, 8, port=29411)
     assert isinstance(cmd, str)
     bin_dir = tmp_path / "bin"
@@ -183,7 +183,7 @@ def _stand_ins(tmp_path) -> dict[str, str]:
 
 
 def test_srun_launcher_starts_one_task_per_rank_inside_slurm_and_torchrun_outside(tmp_path):
-    argv = ["-m", "workflow_scripts.train", "target", "--data", '{"xnli": "a b.parquet"}']
+    argv = ["-m", "workflow_scripts.training.train", "target", "--data", '{"xnli": "a b.parquet"}']
     env = _stand_ins(tmp_path)
     env.pop("SLURM_JOB_ID", None)
     slurm_env = {**env, "SLURM_JOB_ID": "4242"}

@@ -8,12 +8,12 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from workflow_scripts import dual_encoder
 from workflow_scripts.common import InputError
-from workflow_scripts.data import read_table, to_table
-from workflow_scripts.features import encode
-from workflow_scripts.tasks import get_task
-from workflow_scripts.train import carry_head, train_phase
+from workflow_scripts.data.features import encode
+from workflow_scripts.data.prepare import read_table, to_table
+from workflow_scripts.data.tasks import get_task
+from workflow_scripts.models import dual_encoder
+from workflow_scripts.training.train import carry_head, train_phase
 
 PHASE = {"dropout": 0.0, "dev_examples": 30, "eval_batch_size": 32, "eval_every": 10, "learning_rate": 2e-3,
          "max_grad_norm": 1.0, "max_micro_batch": 16, "multitask_cap": 131072, "multitask_epochs": 1,
@@ -81,7 +81,7 @@ def test_a_dual_encoder_learns_to_rank_and_scores_every_language_against_one_poo
                                                                                    demo_encoder_dir, monkeypatch):
     import torch
 
-    from workflow_scripts.evaluate import _load_target_model
+    from workflow_scripts.evaluation.evaluate import _load_target_model
     from workflow_scripts.common import device
 
     data = {"mewslix": {"train": str(ranking_files["train"]), "dev": str(ranking_files["dev"])}}
@@ -133,8 +133,8 @@ def test_a_stage_head_carries_over_to_the_target(tmp_path, demo_encoder_dir):
     trained weights (same format, whatever the number of choices)."""
     import torch
 
-    from workflow_scripts.data import prepare
-    from workflow_scripts.models import make_head
+    from workflow_scripts.data.prepare import prepare
+    from workflow_scripts.models.heads import make_head
 
     from conftest import local_settings
 

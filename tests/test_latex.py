@@ -8,8 +8,8 @@ import math
 import pandas as pd
 import pytest
 
-from workflow_scripts import latex
 from workflow_scripts.common import InputError
+from workflow_scripts.reporting import latex
 
 SETTINGS = {"baseline": "none", "baseline_setting": "zero_shot", "intermediate": ["none", "mnli", "hellaswag_de"],
             "seeds": [1, 2, 3], "targets": ["xnli", "xquad"], "decimals": 1,
@@ -77,7 +77,7 @@ def test_a_table_without_the_baseline_config_is_refused():
 
 
 def test_xtreme_r_main_table_has_the_category_and_overall_columns():
-    from workflow_scripts import benchmark
+    from workflow_scripts.workflow import benchmark
 
     settings = {**SETTINGS, "intermediate": ["none", "mnli"], "targets": ["xnli", "xcopa"],
                 "target_languages": {"xnli": list(benchmark.XTREME_R.languages["xnli"]), "xcopa": ["et", "ht"]},

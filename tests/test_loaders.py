@@ -4,8 +4,8 @@ import pytest
 
 from conftest import REPO, local_settings
 from workflow_scripts.common import InputError
-from workflow_scripts.data import CONVERTERS, SCHEMAS, prepare, read_table
-from workflow_scripts.tasks import TASKS, get_task
+from workflow_scripts.data.prepare import CONVERTERS, SCHEMAS, prepare, read_table
+from workflow_scripts.data.tasks import TASKS, get_task
 
 # task -> (Hub path, languages of the evaluation splits, options)
 SOURCES = {
@@ -124,7 +124,7 @@ def test_missing_language_in_a_per_language_config_is_named(tmp_path):
 def test_mlm_quotas_follow_alpha_smoothed_language_shares(tmp_path):
     import json
 
-    from workflow_scripts.loaders.mlm import split_sentences
+    from workflow_scripts.data.loaders.mlm import split_sentences
 
     for lang, n_articles in (("en", 90), ("de", 20)):
         path = tmp_path / f"wikimedia/wikipedia/20231101.{lang}/train.jsonl"

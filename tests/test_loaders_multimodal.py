@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from workflow_scripts.common import InputError
-from workflow_scripts.data import prepare, provenance, read_table
-from workflow_scripts.tasks import NLI_LABELS
+from workflow_scripts.data.prepare import prepare, provenance, read_table
+from workflow_scripts.data.tasks import NLI_LABELS
 
 REAL = Path(__file__).parent / "real_data" / "snli_ve" / "snli_ve_dev.jsonl"
 
@@ -62,7 +62,7 @@ def test_a_row_in_neither_schema_is_named(tmp_path):
 
 
 def test_the_release_files_are_read_from_a_folder_and_a_missing_one_says_how_to_build_it(tmp_path):
-    from workflow_scripts.data import prepare, read_table
+    from workflow_scripts.data.prepare import prepare, read_table
 
     release = tmp_path / "snli_ve"
     release.mkdir()
@@ -78,7 +78,7 @@ REAL_NLVR2 = Path(__file__).parent / "real_data" / "nlvr2" / "dev.json"
 
 
 def test_real_nlvr2_rows_give_the_statement_its_two_images_and_the_label(tmp_path):
-    from workflow_scripts.data import prepare, read_table
+    from workflow_scripts.data.prepare import prepare, read_table
 
     settings = {"source": "hub", "hub": {"path": "lil-lab/nlvr"}, "options": {"path": str(REAL_NLVR2.parent)}}
     n = prepare("nlvr2", "dev", settings, tmp_path / "dev.parquet")
@@ -92,13 +92,13 @@ def test_real_nlvr2_rows_give_the_statement_its_two_images_and_the_label(tmp_pat
 
 
 def test_nlvr2_train_images_sit_in_their_bucket_folder_and_a_bad_row_is_dropped_and_counted(tmp_path):
-    from workflow_scripts.loaders.multimodal import nlvr2_images
+    from workflow_scripts.data.loaders.multimodal import nlvr2_images
 
     assert nlvr2_images({"identifier": "train-10171-0-1", "directory": 37}, "row") == [
         "train/37/train-10171-0-img0.png", "train/37/train-10171-0-img1.png"]
     with pytest.raises(InputError, match="identifier 'x-1'"):
         nlvr2_images({"identifier": "x-1"}, "row")
-    from workflow_scripts.data import prepare, provenance
+    from workflow_scripts.data.prepare import prepare, provenance
 
     (tmp_path / "dev.json").write_text("\n".join(json.dumps(r) for r in [
         {"identifier": "dev-1-0-0", "sentence": "Both images show dogs.", "label": "True"},
@@ -113,7 +113,7 @@ REAL_VQA = Path(__file__).parent / "real_data" / "vqa_v2"
 
 
 def test_real_vqa_v2_questions_meet_their_ten_normalised_answers_and_coco_image(tmp_path):
-    from workflow_scripts.data import prepare, read_table
+    from workflow_scripts.data.prepare import prepare, read_table
     from workflow_scripts.multimodal.vqa import vqa_accuracy
 
     settings = {"source": "hub", "hub": {"path": "visualqa/vqa_v2"}, "options": {"path": str(REAL_VQA)}}

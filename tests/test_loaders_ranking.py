@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from workflow_scripts.data import prepare, provenance, read_table
-from workflow_scripts.loaders.ranking import lareqa_rows, mention_query, sentence_breaks
+from workflow_scripts.data.loaders.ranking import lareqa_rows, mention_query, sentence_breaks
+from workflow_scripts.data.prepare import prepare, provenance, read_table
 
 
 def test_a_mention_query_is_one_marked_sentence_with_the_mention_prepended():
@@ -76,7 +76,7 @@ def test_mewslix_drops_and_counts_mentions_whose_entity_is_not_a_candidate(tmp_p
 def test_real_xquad_r_links_11_gold_answers_per_question_and_the_oracle_scores_100():
     """tests/real_data/xquad_r: the first two paragraphs of XQuAD-R in its 11 languages
     (github google-research-datasets/lareqa), as the Hub's rows (one per question)."""
-    from workflow_scripts.ranking import map_at_k
+    from workflow_scripts.evaluation.ranking import map_at_k
 
     root = Path(__file__).parent / "real_data" / "xquad_r"
     by_lang = {}
@@ -108,7 +108,7 @@ MEWSLIX_REAL = Path(__file__).parent / "real_data" / "mewslix"
 def test_official_mewslix_mock_test_data_scores_what_evaluate_test_expects():
     """google-research/xtreme's mock Mewsli-X labels and predictions (one real test id per
     language): its evaluate_test.py expects avg_map@20 = 14.39025156130419."""
-    from workflow_scripts.ranking import MEWSLIX, map_at_k
+    from workflow_scripts.evaluation.ranking import MEWSLIX, map_at_k
 
     scores = []
     for labels in sorted((MEWSLIX_REAL / "xtreme_mock" / "labels").glob("test-*.json")):
@@ -126,7 +126,7 @@ def test_real_wikinews_mentions_load_as_the_reference_builds_them_and_the_oracle
     the pool's descriptions here are the test's own (the gold ids are the real ones)."""
     import hashlib
 
-    from workflow_scripts.ranking import MEWSLIX, map_at_k
+    from workflow_scripts.evaluation.ranking import MEWSLIX, map_at_k
 
     articles = [json.loads(line) for line in (MEWSLIX_REAL / "example_mentions.jsonl").read_text("utf-8").splitlines()]
     for article in articles:

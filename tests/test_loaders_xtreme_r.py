@@ -13,7 +13,7 @@ import pytest
 
 from conftest import DEMO_HUB, local_settings
 from workflow_scripts.common import InputError
-from workflow_scripts.data import prepare, provenance, read_table
+from workflow_scripts.data.prepare import prepare, provenance, read_table
 
 REAL = Path(__file__).resolve().parent / "real_data"
 XCOPA_SAMPLE = ["et", "qu", "sw", "th", "zh"]
@@ -120,8 +120,8 @@ def test_real_xcopa_questions_repaired_by_the_majority_on_request(tmp_path, real
 def test_real_xcopa_oracle_submission_scores_100_and_its_mirror_0(tmp_path, real_xcopa):
     """The gold labels of the real rows, written as the leaderboard's jsonl and read back as
     the official evaluate.py reads them, score accuracy 100; the other choice scores 0."""
-    from workflow_scripts.metrics import accuracy
-    from workflow_scripts.predictions import write_predictions
+    from workflow_scripts.evaluation.metrics import accuracy
+    from workflow_scripts.reporting.predictions import write_predictions
 
     rows, _ = load(tmp_path, "xcopa", "test", xcopa_settings(real_xcopa))
     gold = {lang: [r["label"] for r in rows if r["lang"] == lang] for lang in XCOPA_SAMPLE}

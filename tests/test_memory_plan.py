@@ -11,7 +11,7 @@ import sys
 import pytest
 import yaml
 
-from workflow_scripts import memory_plan as mp
+from workflow_scripts.workflow import memory_plan as mp
 
 REPO = mp.__file__.rsplit("/workflow_scripts/", 1)[0]
 GB = 1e9
@@ -254,7 +254,7 @@ def test_check_fits_names_a_bad_method_key():
 
 
 def test_module_imports_only_the_standard_library():
-    code = ("import sys, workflow_scripts.memory_plan; "
+    code = ("import sys, workflow_scripts.workflow.memory_plan; "
             "print(sorted(m for m in ('yaml', 'torch', 'numpy', 'pandas') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -263,7 +263,7 @@ def test_module_imports_only_the_standard_library():
 def run_cli(tmp_path, config: dict, *args: str) -> subprocess.CompletedProcess:
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
-    return subprocess.run([sys.executable, "-m", "workflow_scripts.memory_plan", str(path), *args],
+    return subprocess.run([sys.executable, "-m", "workflow_scripts.workflow.memory_plan", str(path), *args],
                           cwd=REPO, capture_output=True, text=True)
 
 

@@ -58,8 +58,8 @@ def test_a_visual_prediction_does_not_depend_on_the_batch_it_is_in(tmp_path):
     would shift their positions with the batch)."""
     from transformers import XLMRobertaConfig, XLMRobertaModel
 
-    from workflow_scripts.models import MultiHeadModel, forward, make_head
-    from workflow_scripts.tasks import CLASSIFICATION, VISUAL_CLASSIFICATION
+    from workflow_scripts.models.heads import MultiHeadModel, forward, make_head
+    from workflow_scripts.data.tasks import CLASSIFICATION, VISUAL_CLASSIFICATION
 
     torch.manual_seed(0)
     encoder = XLMRobertaModel(XLMRobertaConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
@@ -142,7 +142,7 @@ def test_the_embed_step_drops_corrupt_and_missing_images_and_training_drops_thei
 
 
 def test_image_configs_pair_with_the_configs_that_swap_the_image_task_for_a_control():
-    from workflow_scripts.modality import arm_pairs
+    from workflow_scripts.reporting.modality import arm_pairs
 
     intermediate = {"none": {"tasks": []}, "ve": {"tasks": ["snli_ve"]}, "caption": {"tasks": ["snli_caption"]},
                     "hyp": {"tasks": ["hypothesis_only"]}, "ve_mnli": {"tasks": ["snli_ve", "mnli"]},
@@ -153,8 +153,8 @@ def test_image_configs_pair_with_the_configs_that_swap_the_image_task_for_a_cont
 
 
 def test_the_modality_table_pairs_scores_by_seed_and_language_per_language_group():
-    from workflow_scripts.modality import modality_table
-    from workflow_scripts.transfer import ZERO_SHOT
+    from workflow_scripts.reporting.modality import modality_table
+    from workflow_scripts.workflow.transfer import ZERO_SHOT
 
     records = []
     for seed in (1, 2, 3):
@@ -199,9 +199,9 @@ def test_the_vqa_loss_is_binary_cross_entropy_against_the_soft_targets():
     import torch.nn.functional as F
     from transformers import XLMRobertaConfig, XLMRobertaModel
 
-    from workflow_scripts.features import collate
-    from workflow_scripts.models import MultiHeadModel, forward, make_head
-    from workflow_scripts.tasks import CLASSIFICATION, VISUAL_ANSWER
+    from workflow_scripts.data.features import collate
+    from workflow_scripts.models.heads import MultiHeadModel, forward, make_head
+    from workflow_scripts.data.tasks import CLASSIFICATION, VISUAL_ANSWER
 
     torch.manual_seed(0)
     encoder = XLMRobertaModel(XLMRobertaConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
@@ -224,11 +224,11 @@ def test_caption_image_retrieval_trains_captions_of_one_image_as_each_others_pos
     import torch.nn.functional as F
     from transformers import XLMRobertaConfig, XLMRobertaModel
 
-    from workflow_scripts.evaluate import predict_and_score
-    from workflow_scripts.features import Encoded, FeatureStore, collate
-    from workflow_scripts.models import MultiHeadModel, forward
+    from workflow_scripts.evaluation.evaluate import predict_and_score
+    from workflow_scripts.data.features import Encoded, FeatureStore, collate
+    from workflow_scripts.models.heads import MultiHeadModel, forward
     from workflow_scripts.multimodal.prefix import CONTRASTIVE_SCALE
-    from workflow_scripts.tasks import VISUAL_RETRIEVAL, get_task
+    from workflow_scripts.data.tasks import VISUAL_RETRIEVAL, get_task
 
     torch.manual_seed(0)
     encoder = XLMRobertaModel(XLMRobertaConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,

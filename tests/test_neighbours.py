@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from workflow_scripts.common import InputError
-from workflow_scripts.neighbours import exact_knn, knn, l2_normalize
+from workflow_scripts.evaluation.neighbours import exact_knn, knn, l2_normalize
 
 torch = pytest.importorskip("torch")
 has_gpu = torch.cuda.is_available()
@@ -97,7 +97,7 @@ def test_bit_identical_candidates_tie_and_go_to_the_lower_index(block_bytes):
 
 
 def test_keys_without_duplicates_take_the_plain_search():
-    from workflow_scripts.neighbours import duplicate_groups
+    from workflow_scripts.evaluation.neighbours import duplicate_groups
 
     _, keys = embeddings(1, 100)
     assert duplicate_groups(keys) is None
@@ -134,7 +134,7 @@ def test_many_key_tiles_give_the_float64_ranking_with_either_cpu_gemm(onednn, mo
 
 
 def test_tiles_are_cache_sized_and_whole_groups():
-    from workflow_scripts.neighbours import DEFAULT_BLOCK_BYTES, tile_shape
+    from workflow_scripts.evaluation.neighbours import DEFAULT_BLOCK_BYTES, tile_shape
 
     rows, cols = tile_shape(15000, 1_000_000, DEFAULT_BLOCK_BYTES, 28)
     assert 4 * rows * cols <= DEFAULT_BLOCK_BYTES and cols % 8 == 0 and rows >= 1000

@@ -10,9 +10,9 @@ test_ranking_metrics.py.
 import numpy as np
 import pytest
 
-from workflow_scripts.metrics import accuracy, squad_v2
-from workflow_scripts.retrieval import (BUCC_DUPLICATES, choose_threshold, expand_to_ids, margin_candidates,
-                                        mined_pairs, prf, unique_texts)
+from workflow_scripts.evaluation.metrics import accuracy, squad_v2
+from workflow_scripts.evaluation.retrieval import (BUCC_DUPLICATES, choose_threshold, expand_to_ids, margin_candidates,
+                                                   mined_pairs, prf, unique_texts)
 
 
 def test_accuracy_as_evaluate_py_scores_xnli_pawsx_tatoeba_and_xcopa():

@@ -8,7 +8,7 @@ import math
 import pandas as pd
 import pytest
 
-from workflow_scripts import plots
+from workflow_scripts.reporting import plots
 
 SETTINGS = {"baseline": "none", "baseline_setting": "zero_shot", "intermediate": ["none", "mnli", "multitask"],
             "seeds": [1, 2, 3], "targets": ["xnli", "udpos"], "settings": ["zero_shot", "translate_train"],

@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from conftest import read_label_file, read_tag_file
-from workflow_scripts import predictions
 from workflow_scripts.common import InputError
+from workflow_scripts.reporting import predictions
 
 
 def test_classification_labels_are_spelled_as_in_the_label_files(tmp_path):
@@ -112,7 +112,7 @@ def test_xcopa_one_json_label_per_line_as_read_xcopa_reads_it(tmp_path):
 def test_ranking_targets_one_json_object_of_ranked_candidate_ids(tmp_path, target):
     """Mewsli-X: evaluate.py's read_squad loads the JSON object {example id: [entity ids]}
     and mewslix_map20 scores it; LAReQA (no official reader) takes the same layout."""
-    from workflow_scripts.ranking import MEWSLIX, map_at_k
+    from workflow_scripts.evaluation.ranking import MEWSLIX, map_at_k
 
     ranked = {"q1": ["Q5", "Q1"] + [f"Q{i}" for i in range(10, 28)], "q2": ["Q9", "Q2"], "q-ü": ["Qü"]}
     predictions.write_predictions(target, {"ar": ranked}, tmp_path / target)

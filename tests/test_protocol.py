@@ -5,10 +5,10 @@ import re
 import yaml
 
 from conftest import REPO
-from workflow_scripts.loaders.udpos import UD_LANGUAGE_NAMES
-from workflow_scripts.loaders.xtreme import TATOEBA_CODES
-from workflow_scripts.grid import intermediate_settings, target_settings
-from workflow_scripts.tasks import get_task
+from workflow_scripts.data.loaders.udpos import UD_LANGUAGE_NAMES
+from workflow_scripts.data.loaders.xtreme import TATOEBA_CODES
+from workflow_scripts.data.tasks import get_task
+from workflow_scripts.workflow.grid import intermediate_settings, target_settings
 
 PROTOCOL = REPO.parent / "shared" / "PROTOCOL.md"
 TABLE_NAMES = {"XNLI": "xnli", "PAWS-X": "pawsx", "UD-POS": "udpos", "PAN-X": "panx", "XQuAD": "xquad",

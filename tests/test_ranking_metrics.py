@@ -13,8 +13,8 @@ from __future__ import annotations
 import pytest
 
 from workflow_scripts.common import InputError
-from workflow_scripts.ranking import (LAREQA, MEWSLIX, average_precision_at_k, convention_of, map_at_k,
-                                      metric_key)
+from workflow_scripts.evaluation.ranking import (LAREQA, MEWSLIX, average_precision_at_k, convention_of, map_at_k,
+                                                 metric_key)
 
 X = [f"x{i}" for i in range(30)]  # distractors
 G11 = [f"g{i}" for i in range(11)]  # LAReQA: 11 gold answers per question

@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 
 from conftest import gold_span_logits
-from workflow_scripts.data import prepare, provenance, read_table
-from workflow_scripts.features import IGNORE, decode_spans, encode, merge_tags
-from workflow_scripts.metrics import seqeval_f1, squad_v1
-from workflow_scripts.tasks import get_task
+from workflow_scripts.data.features import IGNORE, decode_spans, encode, merge_tags
+from workflow_scripts.data.prepare import prepare, provenance, read_table
+from workflow_scripts.data.tasks import get_task
+from workflow_scripts.evaluation.metrics import seqeval_f1, squad_v1
 
 REAL = Path(__file__).resolve().parent / "real_data"
 UD_RELEASE = REAL / "ud-treebanks-v2.5"
@@ -256,7 +256,7 @@ def real_tokenizer():
     vocabulary trained on the real samples: the real XLM-R vocabulary is not reachable here."""
     from transformers import XLMRobertaTokenizer
 
-    from workflow_scripts.demo_models import train_unigram_vocab
+    from workflow_scripts.models.demo_models import train_unigram_vocab
 
     texts = [p["context"] + " " + qa["question"] for lang in XQUAD_LANGS for a in release(lang)["data"]
              for p in a["paragraphs"] for qa in p["qas"]]
@@ -323,7 +323,7 @@ def test_release_archives_are_downloaded_once_into_the_cache(tmp_path, monkeypat
     import io
     import urllib.request
 
-    from workflow_scripts.loaders.source import fetch_archive
+    from workflow_scripts.data.loaders.source import fetch_archive
 
     archive = tmp_path / "ud-treebanks-v2.5.tgz"
     with tarfile.open(archive, "w:gz") as tar:
@@ -365,7 +365,7 @@ def test_a_broken_sentence_is_dropped_counted_and_named_not_the_split(tmp_path, 
 def test_bucc_and_ud_releases_in_hub_mode_never_ask_the_hub(tmp_path, monkeypatch):
     """The paper preset (data.source: hub) reads BUCC and UD from their release archives;
     the Hub is asked for a commit sha only for data that came from it."""
-    from workflow_scripts.loaders.source import Source
+    from workflow_scripts.data.loaders.source import Source
 
     def no_hub(self):
         raise AssertionError(f"asked the Hub about {self.path}")

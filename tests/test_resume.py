@@ -22,13 +22,13 @@ SETTINGS = {"dropout": 0.1, "dev_examples": 60, "eval_batch_size": 32, "eval_eve
 
 
 def train_cmd(encoder, data, output, checkpoints, settings=SETTINGS):
-    return [sys.executable, "-m", "workflow_scripts.train", "target", "--encoder", str(encoder),
+    return [sys.executable, "-m", "workflow_scripts.training.train", "target", "--encoder", str(encoder),
             "--data", json.dumps(data), "--settings", json.dumps(settings), "--seed", "4",
             "--output", str(output), "--checkpoint-dir", str(checkpoints), "--checkpoint-every", "10"]
 
 
 def evaluate(model: Path, xnli_dev: Path, out: Path) -> dict:
-    subprocess.run([sys.executable, "-m", "workflow_scripts.evaluate", "--target", "xnli", "--model", str(model),
+    subprocess.run([sys.executable, "-m", "workflow_scripts.evaluation.evaluate", "--target", "xnli", "--model", str(model),
                     "--data", f"dev={xnli_dev}", f"test={xnli_dev}", "--seed", "4", "--output", str(out),
                     "--settings", json.dumps({"languages": ["en", "de", "ru", "sw"], "max_length": 48,
                                               "eval_batch_size": 32})], check=True, capture_output=True)

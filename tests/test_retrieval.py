@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from workflow_scripts.common import InputError
-from workflow_scripts.retrieval import (choose_threshold, expand_to_ids, margin_candidates, mined_pairs, prf,
-                                        tatoeba_accuracy, unique_texts)
+from workflow_scripts.evaluation.retrieval import (choose_threshold, expand_to_ids, margin_candidates, mined_pairs, prf,
+                                                   tatoeba_accuracy, unique_texts)
 
 
 def test_tatoeba_counts_only_the_gold_index():

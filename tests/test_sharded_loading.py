@@ -1,4 +1,4 @@
-"""Sharded loading (workflow_scripts/sharded_loading.py): every rank reads only its rows of the
+"""Sharded loading (workflow_scripts/training/sharded_loading.py): every rank reads only its rows of the
 base, yet builds the model the existing path builds (whole base on every rank, then FSDP2).
 
 One torchrun run of tests/sharded_loading_worker.py on 2 CPU processes (gloo) builds, for each
@@ -21,12 +21,12 @@ import pytest
 import torch
 
 from conftest import REPO
-from workflow_scripts import distributed as D
-from workflow_scripts import sharded_loading as S
-from workflow_scripts.adapters import Method, attach, lineage, load_backbone
-from workflow_scripts.backbones import family_of
 from workflow_scripts.common import InputError
-from workflow_scripts.models import MultiHeadModel, make_head
+from workflow_scripts.models.adapters import Method, attach, lineage, load_backbone
+from workflow_scripts.models.backbones import family_of
+from workflow_scripts.models.heads import MultiHeadModel, make_head
+from workflow_scripts.training import distributed as D
+from workflow_scripts.training import sharded_loading as S
 
 WORKER = str(REPO / "tests" / "sharded_loading_worker.py")
 WORLD = 2

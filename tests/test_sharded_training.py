@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from workflow_scripts.distributed import read_extra
+from workflow_scripts.training.distributed import read_extra
 
 # Loss and score agreement of 2 processes with 1: the ranks' gradients are averaged in a
 # different order than one process sums them (measured: losses within 2e-6 on the
@@ -50,7 +50,7 @@ def train_cmd(encoder: Path, data: dict, settings: dict, output: Path, checkpoin
               checkpoint_every: int = 1000) -> list[str]:
     launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes),
                  "--max-restarts", "0"] if processes > 1 else [sys.executable])
-    return [*launcher, "-m", "workflow_scripts.train", "target", "--encoder", str(encoder), "--data", json.dumps(data),
+    return [*launcher, "-m", "workflow_scripts.training.train", "target", "--encoder", str(encoder), "--data", json.dumps(data),
             "--settings", json.dumps(settings), "--seed", "3", "--threads", "1", "--output", str(output),
             "--checkpoint-dir", str(checkpoints), "--checkpoint-every", str(checkpoint_every)]
 
@@ -142,7 +142,7 @@ def test_a_rank_that_dies_ends_the_job(tmp_path, encoder, demo_data):
         assert proc.poll() is None, proc.stderr.read()[-4000:]
         assert time.time() < deadline
         time.sleep(0.05)
-    workers = subprocess.run(["pgrep", "-f", "-P", str(proc.pid), "workflow_scripts.train"], capture_output=True,
+    workers = subprocess.run(["pgrep", "-f", "-P", str(proc.pid), "workflow_scripts.training.train"], capture_output=True,
                              text=True).stdout.split()
     assert len(workers) == 2, workers
     killed_at = time.time()

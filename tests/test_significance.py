@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from workflow_scripts import significance
-from workflow_scripts.tables import main_table, render_main
+from workflow_scripts.reporting import significance
+from workflow_scripts.reporting.tables import main_table, render_main
 
 SETTINGS = {"baseline": "none", "intermediate": ["none", "mnli", "noisy"], "targets": ["xnli"], "seeds": [1, 2, 3],
             "decimals": 1}

@@ -1,6 +1,6 @@
 """The summary printed at the end of a run."""
 
-from workflow_scripts.summary import run_summary
+from workflow_scripts.workflow.summary import run_summary
 
 
 def test_summary_names_the_outputs_and_shows_each_backbones_baseline_setting_table(tmp_path):

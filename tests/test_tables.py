@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from workflow_scripts.tables import best_models, load_runs, main_table, render_main, translated_table
+from workflow_scripts.reporting.tables import best_models, load_runs, main_table, render_main, translated_table
 
 SETTINGS = {"baseline": "none", "decimals": 1, "targets": ["xnli", "xquad"], "intermediate": ["none", "mnli", "mnli_de"],
             "seeds": [1, 2, 3], "target_languages": {"xnli": ["en", "de"], "xquad": ["en", "de"]},
@@ -76,7 +76,7 @@ XTREME_R_SCORES = {  # baseline "none"; config "mnli" adds 2 everywhere, 5 on LA
 
 
 def xtreme_r_settings(targets, languages=None):
-    from workflow_scripts import benchmark
+    from workflow_scripts.workflow import benchmark
 
     official = benchmark.XTREME_R.languages
     return {"baseline": "none", "decimals": 1, "targets": list(targets), "intermediate": ["none", "mnli"],
@@ -148,7 +148,7 @@ def test_a_target_on_fewer_languages_than_the_benchmark_is_footnoted(xtreme_r_ru
 
 
 def test_ranking_targets_show_map_at_20(xtreme_r_runs):
-    from workflow_scripts.tables import metrics_shown, per_language
+    from workflow_scripts.reporting.tables import metrics_shown, per_language
 
     assert metrics_shown("mewslix") == metrics_shown("lareqa") == ("map_at_20",)
     settings = xtreme_r_settings(["mewslix", "lareqa"])
@@ -164,7 +164,7 @@ def test_xtreme_tables_keep_their_layout():
     lists the notes are those of the tables before benchmarks; with fewer, one line each."""
     import pandas as pd
 
-    from workflow_scripts import benchmark
+    from workflow_scripts.workflow import benchmark
 
     full = {**SETTINGS, "target_languages": {t: list(benchmark.XTREME.languages[t]) for t in SETTINGS["targets"]},
             "benchmark": benchmark.XTREME.describe()}
@@ -182,7 +182,7 @@ def test_xtreme_tables_keep_their_layout():
 
 
 def test_xtreme_main_table_has_no_category_columns(runs):
-    from workflow_scripts import benchmark
+    from workflow_scripts.workflow import benchmark
 
     absolute, _ = main_table(runs, {**SETTINGS, "benchmark": benchmark.XTREME.describe()})
     assert list(absolute.columns) == ["xnli", "xquad.f1", "xquad.exact_match", "avg"]

@@ -7,8 +7,8 @@ import pytest
 
 from conftest import local_settings
 from workflow_scripts.common import InputError
-from workflow_scripts.data import prepare
-from workflow_scripts.train import train_phase
+from workflow_scripts.data.prepare import prepare
+from workflow_scripts.training.train import train_phase
 
 PHASE = {"dropout": 0.1, "dev_examples": 40, "eval_batch_size": 32, "eval_every": 4, "learning_rate": 1e-3,
          "max_grad_norm": 1.0, "max_micro_batch": 4, "multitask_cap": 131072, "multitask_epochs": 1,
@@ -49,7 +49,7 @@ def test_a_non_finite_loss_stops_training_before_anything_is_written(tmp_path, d
                                                                      monkeypatch):
     import torch
 
-    from workflow_scripts import train
+    from workflow_scripts.training import train
 
     real_forward = train.forward
 
@@ -89,11 +89,11 @@ def test_training_without_examples_in_the_phase_language_is_refused(tmp_path, de
 
 def test_early_stopping_restores_the_best_weights_and_lr_follows_the_schedule(tmp_path, demo_data,
                                                                             demo_encoder_dir):
-    from workflow_scripts.data import read_table
-    from workflow_scripts.evaluate import score_rows
-    from workflow_scripts.models import MultiHeadModel, load_encoder, load_tokenizer, make_head
-    from workflow_scripts.tasks import get_task
-    from workflow_scripts.train import linear_schedule
+    from workflow_scripts.data.prepare import read_table
+    from workflow_scripts.evaluation.evaluate import score_rows
+    from workflow_scripts.models.heads import MultiHeadModel, load_encoder, load_tokenizer, make_head
+    from workflow_scripts.data.tasks import get_task
+    from workflow_scripts.training.train import linear_schedule
 
     import torch
 
@@ -135,7 +135,7 @@ def test_the_mlm_head_predicts_with_the_encoders_input_embeddings(demo_encoder_d
     output side too. A head holding its own copy would leave unseen tokens' rows untouched."""
     import torch
 
-    from workflow_scripts.models import MultiHeadModel, load_encoder, load_mlm_head
+    from workflow_scripts.models.heads import MultiHeadModel, load_encoder, load_mlm_head
 
     encoder = load_encoder(demo_encoder_dir)
     head = load_mlm_head(demo_encoder_dir, encoder)

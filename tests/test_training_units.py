@@ -5,7 +5,7 @@ from collections import Counter
 
 import pytest
 
-from workflow_scripts.train import TaskSampler, linear_schedule
+from workflow_scripts.training.train import TaskSampler, linear_schedule
 
 
 def test_sampler_matches_capped_proportions():

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from workflow_scripts import transfer
-from workflow_scripts.evaluate import parse_data, parse_models
-from workflow_scripts.grid import ConfigError, check_config
-from workflow_scripts.tables import load_runs, settings_table, source_language_table
-from workflow_scripts.tasks import TASKS
+from workflow_scripts.data.tasks import TASKS
+from workflow_scripts.evaluation.evaluate import parse_data, parse_models
+from workflow_scripts.reporting.tables import load_runs, settings_table, source_language_table
+from workflow_scripts.workflow import transfer
+from workflow_scripts.workflow.grid import ConfigError, check_config
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -189,7 +189,7 @@ def test_baseline_setting_must_be_one_of_the_settings(config):
 
 
 def test_targets_read_their_train_split_in_every_language_that_has_one(config):
-    from workflow_scripts.grid import data_settings
+    from workflow_scripts.workflow.grid import data_settings
 
     assert data_settings(config, "panx", "train")["languages"] == ["en", "de", "ru"]
     assert data_settings(config, "panx", "test")["languages"] == ["en", "de", "ru"]
@@ -279,7 +279,7 @@ def test_settings_table_lists_every_setting_with_the_xtreme_average(transfer_run
 
 
 def test_results_tables_have_a_block_per_setting(tmp_path, transfer_runs):
-    from workflow_scripts.tables import main
+    from workflow_scripts.reporting.tables import main
 
     files = sorted(str(p) for p in tmp_path.glob("*.json"))
     out = {name: tmp_path / "tables" / name for name in

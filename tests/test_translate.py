@@ -6,8 +6,8 @@ import shutil
 import pytest
 
 from workflow_scripts.common import InputError
-from workflow_scripts.data import read_table
-from workflow_scripts.translate import CLOSE, OPEN, fuzzy_find, read_marked, translate_rows, translate_spans
+from workflow_scripts.data.prepare import read_table
+from workflow_scripts.translation.translate import CLOSE, OPEN, fuzzy_find, read_marked, translate_rows, translate_spans
 
 
 def test_read_marked_cleans_context_and_points_at_answer():
@@ -104,15 +104,15 @@ import json  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 
-from workflow_scripts.translate import translation_quality  # noqa: E402
-from workflow_scripts.translators import MarianTranslator, TranslationCache  # noqa: E402
+from workflow_scripts.translation.translate import translation_quality  # noqa: E402
+from workflow_scripts.translation.translators import MarianTranslator, TranslationCache  # noqa: E402
 
 MT_SETTINGS = {"batch_size": 8, "num_beams": 1, "max_new_tokens": 12, "max_fuzzy_distance": 10}
 
 
 @pytest.fixture(scope="module")
 def translator_dir(tmp_path_factory, demo_data):
-    from workflow_scripts.demo_models import build_demo_translator
+    from workflow_scripts.models.demo_models import build_demo_translator
 
     out = tmp_path_factory.mktemp("mt") / "de"
     build_demo_translator({"vocab_size": 800, "d_model": 16, "layers": 1, "heads": 2, "ffn_dim": 32,
@@ -154,7 +154,7 @@ def test_inputs_beyond_the_model_limit_and_empty_strings(tmp_path, translator_di
 
 @pytest.fixture(scope="module")
 def converted_dir(tmp_path_factory, translator_dir):
-    from workflow_scripts.translators import main
+    from workflow_scripts.translation.translators import main
 
     out = tmp_path_factory.mktemp("ct2") / "de"
     main(["convert", "--model", str(translator_dir), "--output", str(out)])
@@ -198,7 +198,7 @@ def test_ctranslate2_backend_refuses_a_missing_or_stale_conversion(tmp_path, tra
 
 
 def test_random_translator_drops_spans_without_crashing(tmp_path, translator_dir, demo_data):
-    cmd = [sys.executable, "-m", "workflow_scripts.translate", "data", "--task", "squad", "--lang", "de",
+    cmd = [sys.executable, "-m", "workflow_scripts.translation.translate", "data", "--task", "squad", "--lang", "de",
            "--model", str(translator_dir), "--input", str(demo_data["squad.train"]),
            "--settings", json.dumps(MT_SETTINGS), "--output", str(tmp_path / "out.parquet"),
            "--stats", str(tmp_path / "stats.json")]
@@ -224,7 +224,7 @@ def test_quality_against_references():
 
 
 def test_translation_tables(tmp_path):
-    from workflow_scripts.tables import translation_tables
+    from workflow_scripts.reporting.tables import translation_tables
 
     stats = tmp_path / "train.stats.json"
     stats.write_text(json.dumps({"task": "squad", "language": "de", "examples": 10, "kept": 8,
@@ -255,7 +255,7 @@ def test_translation_tables(tmp_path):
 def test_quality_pairs_xnli_sentences_in_either_direction(tmp_path, translator_dir, demo_data, source, target):
     """en -> de is scored against XNLI's German translations; de -> en (translate-test)
     against the English originals; both on the same parallel pairs."""
-    from workflow_scripts.translate import main
+    from workflow_scripts.translation.translate import main
 
     out = tmp_path / "quality.json"
     main(["quality", "--from-lang", source, "--lang", target, "--model", str(translator_dir),

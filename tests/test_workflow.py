@@ -14,17 +14,20 @@ import pytest
 import yaml
 
 from conftest import copy_repo, paper_with_larger_backbones, paper_with_transfer_block, planned_jobs, read_label_file, read_tag_file, snakemake
-from workflow_scripts import backbone_grid, codehash, predictions, transfer
-from workflow_scripts.tasks import get_task
+from workflow_scripts.data.tasks import get_task
+from workflow_scripts.reporting import predictions
+from workflow_scripts.workflow import backbone_grid, codehash, transfer
 
 RULE_MODULES = {  # the CLI module each rule runs
-    "prepare_task_data": "data", "prepare_backbone": "prepare_models", "prepare_translator": "prepare_models",
-    "translate_task_data": "translate", "train_intermediate": "train", "train_target": "train",
-    "evaluate_target": "evaluate", "aggregate_tables": "tables", "score_translation_quality": "translate",
-    "tabulate_translation": "tables", "translate_test_data": "translate", "prepare_translator_to_english": "prepare_models",
-    "score_translation_quality_to_english": "translate", "convert_translator": "translators", "tabulate_cost": "cost",
-    "plot_results": "plots", "plot_translation": "plots", "typeset_tables": "latex",
-    "collect_submission": "predictions", "compare_backbones": "compare_backbones",
+    "prepare_task_data": "data.prepare", "prepare_backbone": "models.prepare", "prepare_translator": "models.prepare",
+    "translate_task_data": "translation.translate", "train_intermediate": "training.train",
+    "train_target": "training.train", "evaluate_target": "evaluation.evaluate", "aggregate_tables": "reporting.tables",
+    "score_translation_quality": "translation.translate", "tabulate_translation": "reporting.tables",
+    "translate_test_data": "translation.translate", "prepare_translator_to_english": "models.prepare",
+    "score_translation_quality_to_english": "translation.translate", "convert_translator": "translation.translators",
+    "tabulate_cost": "workflow.cost", "plot_results": "reporting.plots", "plot_translation": "reporting.plots",
+    "typeset_tables": "reporting.latex", "collect_submission": "reporting.predictions",
+    "compare_backbones": "reporting.compare_backbones",
 }
 COST_TABLE = ("tabulate_cost", "results/tables/cost.md")  # follows the tables: it sums every job's record
 ENCODER, DECODER = "xlmr_tiny", "llama_tiny"  # the demo's backbones
@@ -193,7 +196,7 @@ def _majority_score(demo: Path, target: str) -> float:
 
     import pyarrow.parquet as pq
 
-    from workflow_scripts.metrics import accuracy
+    from workflow_scripts.evaluation.metrics import accuracy
 
     rows = [r for r in pq.read_table(demo / f"results/data/{target}/dev.parquet").to_pylist() if r["lang"] == "en"]
     if target == "xnli":
@@ -334,9 +337,10 @@ def _rules_using(module: str) -> set[str]:
             if f"workflow_scripts.{module}" in codehash.import_closure(f"workflow_scripts.{cli}")}
 
 
-@pytest.mark.parametrize("module", ["tables", "metrics", "translate", "plots", "latex"])
+@pytest.mark.parametrize("module", ["reporting.tables", "evaluation.metrics", "translation.translate", "reporting.plots",
+                                    "reporting.latex"])
 def test_editing_a_module_reruns_the_rules_that_import_it(demo, module):
-    source = demo / "workflow_scripts" / f"{module}.py"
+    source = demo / "workflow_scripts" / f"{module.replace('.', '/')}.py"
     original = source.read_text()
     try:
         source.write_text(original + "\n# an edit that changes the module's content\n")
@@ -400,7 +404,7 @@ def test_submission_holds_every_test_example_of_the_best_models(demo):
 
 
 def _check_submission(demo: Path, config: dict, backbone: str) -> None:
-    from workflow_scripts.data import read_table
+    from workflow_scripts.data.prepare import read_table
 
     submission = demo / f"results/submission/{backbone}/xtreme"
     manifest = json.loads((submission / "manifest.json").read_text())

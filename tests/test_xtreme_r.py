@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from conftest import copy_repo, snakemake
-from workflow_scripts import benchmark
-from workflow_scripts.tasks import get_task
+from workflow_scripts.data.tasks import get_task
+from workflow_scripts.workflow import benchmark
 
 DEMO_CONFIG = "config/xtreme_r_demo.yaml"
 

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 LOG = logging.getLogger("xstilts")
+# The checkout: relative release and mirror paths in a config are read from here.
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 class InputError(ValueError):

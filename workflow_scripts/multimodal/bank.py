@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..common import LOG, InputError
+from workflow_scripts.common import LOG, InputError
 
 FEATURES = "features.npy"
 NAMES = "images.json"

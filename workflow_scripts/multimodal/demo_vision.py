@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..common import LOG, InputError
+from workflow_scripts.common import LOG, InputError
 
 
 def build_vision_tower(settings: dict[str, Any], seed: int = 0):
@@ -88,7 +88,7 @@ def caption_pairs(rows_file: Path, image_dir: Path) -> tuple[list[np.ndarray], l
     that cannot be read are dropped, counted and logged (images.read_images)."""
     import json
 
-    from .images import read_images
+    from workflow_scripts.multimodal.images import read_images
 
     captions: dict[str, str] = {}
     with rows_file.open(encoding="utf-8") as f:

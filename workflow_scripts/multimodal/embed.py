@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..common import LOG, InputError, atomic_path, setup_logging
-from ..data import read_table
-from . import bank, images
-from .features import KINDS, embed_images
+from workflow_scripts.common import LOG, InputError, atomic_path, setup_logging
+from workflow_scripts.data.prepare import read_table
+from workflow_scripts.multimodal import bank, images
+from workflow_scripts.multimodal.features import KINDS, embed_images
 
 CHECKSUMS = "SHA256SUMS"
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from ..common import InputError, settings_hash
-from ..loaders.source import file_sha256
+from workflow_scripts.common import InputError, settings_hash
+from workflow_scripts.data.loaders.source import file_sha256
 
 POOLED = "pooled"
 PATCHES = "patches"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..common import LOG, InputError
+from workflow_scripts.common import LOG, InputError
 
 MISSING = "missing"
 UNDECODABLE = "undecodable"  # truncated files included: PIL cannot read them to the end

@@ -10,9 +10,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from ..common import LOG, InputError
-from ..tasks import CLASSIFICATION, VISUAL_ANSWER, VISUAL_RETRIEVAL, Task
-from .bank import FeatureBank
+from workflow_scripts.common import LOG, InputError
+from workflow_scripts.data.tasks import CLASSIFICATION, VISUAL_ANSWER, VISUAL_RETRIEVAL, Task
+from workflow_scripts.multimodal.bank import FeatureBank
 
 
 @dataclass
@@ -28,8 +28,8 @@ class ImageTask:
     def head(self, encoder_config, dropout: float, init_std: float):
         from torch import nn
 
-        from ..models import make_head
-        from .prefix import VisualClassificationHead
+        from workflow_scripts.models.heads import make_head
+        from workflow_scripts.multimodal.prefix import VisualClassificationHead
 
         hidden = encoder_config.hidden_size
         if self.task.format == VISUAL_RETRIEVAL:  # the caption's projection into the shared space
@@ -57,7 +57,7 @@ def prepare_image_task(task: Task, train, data_entry: dict[str, Any], opts: dict
     bank = FeatureBank.load(data_entry["images"])
     train = bank.attach(train, f"{task.name} train")
     if task.format == VISUAL_ANSWER:  # the answer vocabulary comes from the training split
-        from .vqa import answer_vocabulary
+        from workflow_scripts.multimodal.vqa import answer_vocabulary
 
         least = int(opts.get("min_answer_count", 9))
         vocabulary = answer_vocabulary(train.column("answers").to_pylist(), least)

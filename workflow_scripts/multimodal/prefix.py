@@ -147,13 +147,13 @@ def stand_in_head(fmt: str, name: str, num_labels: int, hidden: int, saved: dict
     """A head of the shapes an adapter saved for image task ``name`` (``saved``: tensor name ->
     shape), to receive its weights when the adapter is loaded and merged; the feature bank,
     never saved, is a placeholder of the right width."""
-    from ..models import make_head
-    from ..tasks import CLASSIFICATION, VISUAL_RETRIEVAL
+    from workflow_scripts.models.heads import make_head
+    from workflow_scripts.data.tasks import CLASSIFICATION, VISUAL_RETRIEVAL
 
     def shape(suffix: str) -> tuple[int, ...]:
         found = [s for key, s in saved.items() if f"heads.{name}." in key and key.endswith(suffix)]
         if not found:
-            from ..common import InputError
+            from workflow_scripts.common import InputError
 
             raise InputError(f"the adapter holds no {suffix} of image task {name}'s head")
         return found[0]

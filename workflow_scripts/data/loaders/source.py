@@ -1,0 +1,124 @@
+"""Where source rows come from: the Hugging Face Hub, a local mirror of it, or an original
+release archive (a URL, a local archive file, or its unpacked directory).
+
+Only this package touches the network.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from workflow_scripts.common import LOG, REPO_ROOT, InputError, atomic_path, is_url
+
+Row = dict[str, Any]
+DOWNLOAD_CACHE = Path("results/cache/downloads")
+
+
+class Source:
+    """Where Hub-schema rows come from: the Hub itself or a local mirror directory."""
+
+    def __init__(self, kind: str, path: str, revision: str = "main", local_root: str | None = None):
+        if kind not in ("hub", "local"):
+            raise InputError(f"data.source must be 'hub' or 'local', got {kind!r}")
+        self.kind, self.path, self.revision = kind, path, revision
+        self.local_root = Path(local_root) if local_root else None
+
+    def resolved_sha(self) -> str | None:
+        """The commit a Hub revision resolves to (None for a local mirror)."""
+        if self.kind != "hub":
+            return None
+        from huggingface_hub import HfApi
+
+        return HfApi().dataset_info(self.path, revision=self.revision).sha
+
+    def _local_file(self, name: str | None, split: str) -> Path:
+        file = self.local_root / self.path / (name or "default") / f"{split}.jsonl"
+        if not file.is_file():
+            raise InputError(f"missing data file {file} (task source {self.path}, config {name}, split {split})")
+        return file
+
+    def num_rows(self, name: str | None, split: str) -> int:
+        if self.kind == "local":
+            with self._local_file(name, split).open(encoding="utf-8") as f:
+                return sum(1 for line in f if line.strip())
+        import datasets
+
+        builder = datasets.load_dataset_builder(self.path, name, revision=self.revision)
+        return builder.info.splits[split].num_examples
+
+    def rows(self, name: str | None, split: str, shuffle_seed: int | None = None) -> Iterator[Row]:
+        """Rows in stored order, or (``shuffle_seed``) in a seeded shuffled order; with a
+        seed the Hub is streamed, so a corpus is never downloaded whole."""
+        if self.kind == "local":
+            file = self._local_file(name, split)
+            rows = []
+            with file.open(encoding="utf-8") as f:
+                for lineno, line in enumerate(f, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        rows.append(json.loads(line))
+                    except json.JSONDecodeError as err:
+                        raise InputError(f"corrupt data file {file}, line {lineno}: {err}") from err
+            if shuffle_seed is not None:
+                random.Random(shuffle_seed).shuffle(rows)
+            yield from rows
+            return
+        import datasets  # imported here: only download jobs need it
+
+        if shuffle_seed is None:
+            yield from datasets.load_dataset(self.path, name, split=split, revision=self.revision)
+        else:
+            stream = datasets.load_dataset(self.path, name, split=split, revision=self.revision, streaming=True)
+            yield from stream.shuffle(seed=shuffle_seed, buffer_size=10_000)
+
+
+def repo_path(path: str | Path) -> Path:
+    """A configured path; relative paths are relative to the repository."""
+    path = Path(path)
+    return path if path.is_absolute() else REPO_ROOT / path
+
+
+def fetch_archive(location: str, name: str | None = None, cache_dir: str | Path = DOWNLOAD_CACHE) -> Path:
+    """A local path for a release archive or directory: ``location`` itself when local, else
+    downloaded once into ``cache_dir`` (atomically: an interrupted download leaves nothing)."""
+    if not is_url(location):
+        path = repo_path(location)
+        if not path.exists():
+            raise InputError(f"release archive or directory {path} does not exist")
+        return path
+    import fcntl
+
+    cache = Path(cache_dir)
+    cache.mkdir(parents=True, exist_ok=True)
+    target = cache / (name or location.rstrip("/").rsplit("/", 1)[-1])
+    # One download however many jobs (e.g. the train, dev and test splits) ask at once.
+    with (cache / f".{target.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not target.is_file():
+            import urllib.request
+
+            from tqdm import tqdm
+
+            LOG.info("downloading %s -> %s", location, target)
+            with atomic_path(target) as tmp, urllib.request.urlopen(location) as response:
+                total = int(response.headers.get("Content-Length") or 0) or None
+                with tmp.open("wb") as out, tqdm(total=total, unit="B", unit_scale=True, desc=target.name,
+                                                 mininterval=5) as bar:
+                    while chunk := response.read(1 << 20):
+                        out.write(chunk)
+                        bar.update(len(chunk))
+    return target
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -1,0 +1,151 @@
+"""Load every task (from the Hub, a local mirror of it, or an original release) into canonical Parquet.
+
+One canonical schema per task format (every row also has ``id`` and ``lang``):
+
+- classification:  text_a, text_b, label (int, index into Task.labels)
+- multiple_choice: context, choices (list of str), label
+- span:            context, question, answer_texts, answer_starts (empty lists: no answer)
+- tagging:         tokens, tags (tag strings)
+- retrieval:       source (the non-English sentence), target (its English translation)
+- mining:          side ("source" or "en"), text, gold (English ids aligned to a source sentence)
+- ranking:         side ("query" or "candidate"), text, context (a candidate's surrounding text
+                   or ""), gold (a query's gold candidate ids; [] on candidates). A query's
+                   ``lang`` is the language it is scored in; candidates of every language
+                   form one pool (Mewsli-X, LAReQA)
+- mlm:             text
+- visual_classification: text_a (the text beside the images), images (their file names under
+                   the task's image directory: one for SNLI-VE, left and right for NLVR2), label
+- visual_answer:   text_a (the question), images, answers (the annotators' answers, normalised)
+- visual_retrieval: text_a (a caption), images (the image it describes)
+
+An unresolvable span answer (evaluation splits only) has start ``-1``: scorers compare texts.
+
+``source.kind == "hub"`` reads ``datasets.load_dataset(path, name, split, revision)``;
+``"local"`` reads ``<root>/<path>/<name>/<split>.jsonl`` holding the same rows, which is how
+the embedded demo and the tests run the very same converters offline. The converters live
+in ``workflow_scripts.data.loaders``, the only package that touches the network; each file's
+Parquet metadata holds its provenance and the loader's report of what it repaired.
+
+CLI: ``python -m workflow_scripts.data.prepare --task T --split S --settings JSON --output F``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from workflow_scripts.common import LOG, InputError, atomic_path, load_settings, setup_logging
+from workflow_scripts.data.loaders import CONVERTERS, Report, Row, Source, repo_path
+from workflow_scripts.data.tasks import (CLASSIFICATION, MINING, MLM, MULTIPLE_CHOICE, RANKING, RETRIEVAL, SPAN,
+                                         TAGGING, VISUAL_ANSWER, VISUAL_CLASSIFICATION, VISUAL_RETRIEVAL, Task,
+                                         get_task)
+
+SCHEMAS: dict[str, dict[str, str]] = {
+    CLASSIFICATION: {"text_a": "string", "text_b": "string", "label": "int64"},
+    MULTIPLE_CHOICE: {"context": "string", "choices": "list<string>", "label": "int64"},
+    SPAN: {"context": "string", "question": "string", "answer_texts": "list<string>",
+           "answer_starts": "list<int64>"},
+    TAGGING: {"tokens": "list<string>", "tags": "list<string>"},
+    RETRIEVAL: {"source": "string", "target": "string"},
+    MINING: {"side": "string", "text": "string", "gold": "list<string>"},
+    RANKING: {"side": "string", "text": "string", "context": "string", "gold": "list<string>"},
+    MLM: {"text": "string"},
+    VISUAL_CLASSIFICATION: {"text_a": "string", "images": "list<string>", "label": "int64"},
+    VISUAL_ANSWER: {"text_a": "string", "images": "list<string>", "answers": "list<string>"},
+    VISUAL_RETRIEVAL: {"text_a": "string", "images": "list<string>"},
+}
+
+
+def to_table(task: Task, rows: Iterable[Row]):
+    import pyarrow as pa
+
+    types = {"string": pa.string(), "int64": pa.int64(), "list<string>": pa.list_(pa.string()),
+             "list<int64>": pa.list_(pa.int64())}
+    fields = [("id", pa.string()), ("lang", pa.string())] + [
+        (col, types[t]) for col, t in SCHEMAS[task.format].items()]
+    schema = pa.schema(fields)
+    rows = list(rows)
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def read_table(path: str | Path, fmt: str | None = None):
+    """Read a canonical Parquet file, failing with the file name when missing or corrupt."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"missing data file: {path}")
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowInvalid, OSError) as err:
+        raise InputError(f"corrupt data file {path}: {err}") from err
+    if fmt is not None:
+        missing = set(SCHEMAS[fmt]) - set(table.column_names)
+        if missing:
+            raise InputError(f"data file {path} lacks columns {sorted(missing)} of format {fmt}")
+    return table
+
+
+def prepare(task_name: str, split: str, settings: dict[str, Any], output: str | Path) -> int:
+    import pyarrow.parquet as pq
+
+    task = get_task(task_name)
+    if split not in task.splits:
+        raise InputError(f"task {task_name} has no split {split!r} (has {list(task.splits)})")
+    if task_name not in CONVERTERS:
+        raise InputError(f"task {task_name}: no loader in this version of xstilts")
+    root = settings.get("local_root")
+    src = Source(settings["source"], settings["hub"]["path"], settings["hub"].get("revision", "main"),
+                 str(repo_path(root)) if root else None)
+    report: Report = {}
+    table = to_table(task, CONVERTERS[task_name](src, split, list(settings.get("languages", ["en"])),
+                                                 settings.get("options", {}), report))
+    if table.num_rows == 0:
+        raise InputError(f"task {task_name} split {split}: no examples loaded from {settings['hub']['path']}")
+    # Provenance travels with the data: where it came from, from the Hub which commit, and
+    # what the loader repaired or dropped on the way (the load report).
+    # A converter that reads an original release (UD, BUCC, CCGbank files) names it in
+    # report["release"]; the Hub is asked for a commit only when its data was read.
+    reads_hub = "release" not in report
+    provenance = {"task": task_name, "split": split, "source": src.kind, "path": src.path if reads_hub else None,
+                  "revision": src.revision if reads_hub else None,
+                  "resolved_sha": src.resolved_sha() if reads_hub else None, "report": report}
+    table = table.replace_schema_metadata({"xstilts": json.dumps(provenance, sort_keys=True)})
+    with atomic_path(output) as tmp:
+        pq.write_table(table, tmp)
+    langs = sorted(set(table.column("lang").to_pylist()))
+    LOG.info("%s/%s: %d examples, languages %s -> %s", task_name, split, table.num_rows, langs, output)
+    if report:
+        LOG.info("load report: %s", json.dumps(report, sort_keys=True))
+    return table.num_rows
+
+
+def provenance(path: str | Path) -> dict[str, Any]:
+    """The provenance ``prepare`` wrote into a canonical Parquet file ({} if none)."""
+    import pyarrow.parquet as pq
+
+    meta = pq.read_schema(path).metadata or {}
+    raw = meta.get(b"xstilts")
+    return json.loads(raw) if raw else {}
+
+
+def main(argv: list[str] | None = None) -> None:
+    setup_logging()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--task", required=True)
+    ap.add_argument("--split", required=True)
+    ap.add_argument("--settings", required=True, help="canonical JSON of the task's data settings")
+    ap.add_argument("--output", required=True)
+    args = ap.parse_args(argv)
+    try:
+        prepare(args.task, args.split, load_settings(args.settings), args.output)
+    except InputError as err:
+        raise SystemExit(f"error: {err}") from None
+
+
+if __name__ == "__main__":
+    main()

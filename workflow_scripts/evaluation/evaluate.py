@@ -1,0 +1,392 @@
+"""Evaluation of one run: per-language scores on every evaluation split.
+
+Trained targets load the target-phase model (encoder + head); retrieval targets embed with
+the encoder that left the intermediate phase (or the pretrained one for the baseline).
+A transfer setting (transfer.py) may score each language with its own model
+(translate-train, in-language) or on other data (translate-test): ``--model`` then maps
+languages to model directories and ``--data`` names the languages taken from each file.
+The output is one JSON metric file per (setting, intermediate config, target, seed):
+per-language scores for each split, their unweighted mean, the metric names, the model and
+selection dev data of each language, the resolved settings and their hash, library
+versions and wall time.
+
+CLI: ``python -m workflow_scripts.evaluation.evaluate --target T --model DIR|LANG=DIR ...
+--data SPLIT=FILE|SPLIT:LANG,LANG=FILE ... --settings JSON --seed N --output FILE``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from workflow_scripts.common import (LOG, InputError, autocast, configure_torch, device, load_settings, read_json,
+                                     seed_everything, settings_hash, setup_logging, write_json)
+from workflow_scripts.data.features import Encoded, decode_spans, encode, merge_tags, sorted_batches, collate
+from workflow_scripts.data.prepare import provenance, read_table
+from workflow_scripts.data.tasks import (CLASSIFICATION, MULTIPLE_CHOICE, VISUAL_ANSWER, VISUAL_CLASSIFICATION,
+                                         VISUAL_RETRIEVAL, RANKING, RETRIEVAL, SPAN, TAGGING, Task, get_task,
+                                         primary_metric, qa_answer_score)
+from workflow_scripts.evaluation.metrics import accuracy, mean, mlqa, seqeval_f1, seqeval_version, squad_v1, squad_v2
+from workflow_scripts.evaluation.neighbours import EXACT
+from workflow_scripts.evaluation.retrieval import (BUCC_DUPLICATES, LAYER_CONVENTION, choose_threshold, embed,
+                                                   expand_to_ids, margin_candidates, mined_pairs, prf, tatoeba_nearest,
+                                                   tatoeba_score, unique_texts)
+from workflow_scripts.models import dual_encoder
+from workflow_scripts.models.adapters import has_adapter, load_adapter_model, load_backbone, method_of
+from workflow_scripts.models.backbones import family_of
+from workflow_scripts.models.heads import MultiHeadModel, forward, load_encoder, load_tokenizer, make_head
+from workflow_scripts.reporting.predictions import write_predictions
+
+
+TASK_SCORE_CONVENTION = {True: "(F1 + EM) / 2 of the language averages, as XTREME and XTREME-R average QA",
+                         False: "the primary metric's language average"}
+
+
+def predict_logits(model, task: Task, encoded: Encoded, batch_size: int, pad_id: int, dev) -> list[Any]:
+    """Logits per feature, in feature order; batches sorted by length to minimise padding."""
+    import torch
+    from tqdm import tqdm
+
+    out: list[Any] = [None] * len(encoded.features)
+    model.eval()
+    with torch.inference_mode():
+        for idx in tqdm(sorted_batches(encoded.features, batch_size), desc=f"predict {task.name}", mininterval=5):
+            feats = encoded.features.take(idx)
+            batch = {k: v.to(dev) for k, v in collate(feats, task.format, pad_id).items()
+                     if k in ("input_ids", "attention_mask", "image_index")}
+            with autocast(dev):
+                logits, _ = forward(model, task.format, task.name, batch)
+            logits = logits.float().cpu().numpy()
+            for k, f, row in zip(idx, feats, logits):
+                n = len(f["input_ids"]) if task.format in (SPAN, TAGGING) else None
+                out[k] = row[:n] if n is not None else row
+    return out
+
+
+def score_rows(model, task: Task, tokenizer, rows: list[dict[str, Any]], opts: dict[str, Any], dev,
+               metric: str | None = None) -> dict[str, float]:
+    """Score one set of rows (one language of one split) with the task's metric."""
+    return predict_and_score_rows(model, task, tokenizer, rows, opts, dev, metric)[0]
+
+
+def predict_and_score_rows(model, task: Task, tokenizer, rows: list[dict[str, Any]], opts: dict[str, Any], dev,
+                           metric: str | None = None) -> tuple[dict[str, float], Any]:
+    """score_rows, with the predictions (see predict_and_score)."""
+    return predict_and_score(model, task, encode(task, tokenizer, rows, opts, train=False), tokenizer.pad_token_id,
+                             opts, dev, metric)
+
+
+def score_encoded(model, task: Task, encoded: Encoded, pad_id: int, opts: dict[str, Any], dev,
+                  metric: str | None = None) -> dict[str, float]:
+    """score_rows on rows already encoded (training re-scores one dev subset many times)."""
+    return predict_and_score(model, task, encoded, pad_id, opts, dev, metric)[0]
+
+
+def predict_and_score(model, task: Task, encoded: Encoded, pad_id: int, opts: dict[str, Any], dev,
+                      metric: str | None = None) -> tuple[dict[str, float], Any]:
+    """(scores, predictions): label indices (classification), {id: answer} (QA), or tags per
+    sentence (tagging), in the rows' order."""
+    metric = metric or task.metric
+    rows = encoded.rows
+    logits = predict_logits(model, task, encoded, int(opts["eval_batch_size"]), pad_id, dev)
+    if task.format == RANKING:  # one embedding per row (dual_encoder.py)
+        return dual_encoder.score(rows, logits, task.name, dev=dev)
+    if task.format == VISUAL_RETRIEVAL:  # recall@1 of each caption among the split's images
+        import numpy as np
+
+        embeddings = np.stack(logits)
+        half = embeddings.shape[1] // 2
+        names = [tuple(r["images"]) for r in rows]
+        first: dict[tuple, int] = {}
+        for i, n in enumerate(names):  # an image's vector: that of its first row
+            first.setdefault(n, i)
+        distinct = sorted(first)
+        images = embeddings[[first[n] for n in distinct], half:]
+        found = (embeddings[:, :half] @ images.T).argmax(axis=1)
+        hits = [distinct[j] == n for j, n in zip(found, names)]
+        return {"recall_at_1": 100.0 * sum(hits) / max(1, len(hits))}, [list(distinct[j]) for j in found]
+    if task.format == VISUAL_ANSWER:  # VQA accuracy of the best answer of the vocabulary
+        from workflow_scripts.multimodal.vqa import vqa_accuracy
+
+        answers = [task.labels[int(l.argmax())] for l in logits]
+        score = sum(vqa_accuracy(a, list(r["answers"])) for a, r in zip(answers, rows)) / max(1, len(rows))
+        return {"accuracy": 100.0 * score}, answers
+    if task.format in (CLASSIFICATION, MULTIPLE_CHOICE, VISUAL_CLASSIFICATION):
+        labels = [int(l.argmax()) for l in logits]
+        return accuracy(labels, [r["label"] for r in rows]), labels
+    if task.format == SPAN:
+        preds = decode_spans(encoded, [l[:, 0] for l in logits], [l[:, 1] for l in logits], opts,
+                             allow_null=(metric == "squad_v2"))
+        golds = {r["id"]: list(r["answer_texts"]) for r in rows}
+        if metric == "mlqa":  # translate-test rows keep their language label but hold English text
+            return mlqa(preds, golds, opts.get("text_language") or rows[0]["lang"]), preds
+        return (squad_v2 if metric == "squad_v2" else squad_v1)(preds, golds), preds
+    if task.format == TAGGING:
+        pred_tags = merge_tags(encoded, logits, task.labels)
+        gold_tags = [list(r["tags"]) for r in rows]
+        if metric == "accuracy":  # CCG supertagging: per-word accuracy
+            flat = [(p, g) for ps, gs in zip(pred_tags, gold_tags) for p, g in zip(ps, gs)]
+            return {"accuracy": 100.0 * sum(p == g for p, g in flat) / len(flat)}, pred_tags
+        return seqeval_f1(pred_tags, gold_tags), pred_tags
+    raise InputError(f"task {task.name}: cannot score format {task.format}")
+
+
+def rows_by_language(path: str | Path, fmt: str, languages: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """Rows per language; every language must have rows (a missing one would shrink the average)."""
+    rows = read_table(path, fmt).to_pylist()
+    grouped: dict[str, list[dict[str, Any]]] = {lang: [] for lang in languages}
+    for r in rows:
+        if r["lang"] in grouped:
+            grouped[r["lang"]].append(r)
+    empty = [lang for lang, rs in grouped.items() if not rs]
+    if empty:
+        raise InputError(f"{path}: no examples for languages {empty}; refusing to shrink the average")
+    return grouped
+
+
+def average(per_lang: dict[str, dict[str, float]]) -> dict[str, float]:
+    keys = next(iter(per_lang.values())).keys()
+    return {k: mean(scores[k] for scores in per_lang.values()) for k in keys}
+
+
+Sources = dict[str, list[tuple[str, list[str] | None]]]  # split -> (file, languages taken or None: all)
+
+
+def evaluate_run(target: str, models: dict[str, Path], data: Sources, settings: dict[str, Any], seed: int,
+                 threads: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Score every (split, language) of ``data`` with the model ``models`` maps the language
+    to (key "*": every language): (metric file content, test predictions per language)."""
+    started = time.time()
+    configure_torch(threads)
+    seed_everything(seed)
+    task = get_task(target)
+    dev = device()
+    configured = list(settings["languages"])
+    transfer = settings.get("transfer") or {}
+    # Every split is read (and checked) before any prediction work starts.
+    expected = list(transfer["data"]) if "data" in transfer else list(task.eval_splits)
+    missing = [split for split in expected if split not in data]
+    if missing:
+        raise InputError(f"--data lacks the evaluation split(s) {missing} of {target}")
+    splits: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for split, sources in data.items():
+        splits[split] = {}
+        for path, langs in sources:
+            langs = langs or [l for l in configured if split != "dev" or l not in task.dev_missing]
+            if task.format == RANKING:  # each language's queries with the file's whole candidate pool
+                rows = read_table(path, task.format).to_pylist()
+                splits[split].update(dual_encoder.rows_by_language(rows, langs, str(path)))
+            else:
+                splits[split].update(rows_by_language(path, task.format, langs))
+    languages = [l for l in configured if any(l in by_lang for by_lang in splits.values())]
+    model_of = {lang: models.get(lang, models.get("*")) for lang in languages}
+    unassigned = [lang for lang, m in model_of.items() if m is None]
+    if unassigned:
+        raise InputError(f"--model names no model for languages {unassigned}")
+    scores: dict[str, dict[str, dict[str, float]]] = {split: {} for split in splits}
+    extra: dict[str, Any] = {}
+    predictions: dict[str, Any] = {}  # test predictions per language, for the leaderboard files
+    opts = {**settings, "text_language": transfer.get("text_language")}
+    if task.is_retrieval:
+        (model_dir,) = set(model_of.values())
+        # the backbone the intermediate phase left (adapters merged in memory)
+        encoder = load_backbone(model_dir, method_of(model_dir)).to(dev)
+        settings = with_family_pooling(settings, model_dir)
+        scores, extra, predictions = evaluate_retrieval(task, encoder, load_tokenizer(model_dir), splits, settings,
+                                                        dev, seed)
+        extra["retrieval"]["encoder_path"] = str(model_dir)  # the intermediate phase's, or a target model's
+    else:
+        selections = {}
+        for model_dir in sorted(set(model_of.values())):
+            model, tokenizer = _load_target_model(task, model_dir, dev)
+            if task.format == RANKING:  # read sequences as training did
+                dual_encoder.configure_head(model.heads[task.name], settings)
+            train_log = read_json(model_dir / "train_log.json")
+            selections[str(model_dir)] = train_log["best"]
+            if train_log.get("intermediate_visual"):  # trained after an image task: text-only, and how
+                extra["intermediate_visual"] = train_log["intermediate_visual"]
+            # ranking: the candidate pool is embedded once, not once per language
+            pool = dual_encoder.PoolScorer(model, task, tokenizer, opts, dev) if task.format == RANKING else None
+            for split, by_lang in splits.items():
+                for lang, rows in by_lang.items():
+                    if model_of[lang] != model_dir:
+                        continue
+                    if pool is not None:
+                        scores[split][lang], found = pool.score(rows)
+                    else:
+                        scores[split][lang], found = predict_and_score_rows(model, task, tokenizer, rows, opts, dev)
+                    if split == "test":
+                        predictions[lang] = found
+            del model
+        # Which model (and so which training and selection data) scored each language.
+        extra["models"] = {lang: {"path": str(m), "selection": selections[str(m)],
+                                  **{k: v for k, v in transfer.get("models", {}).get(lang, {}).items()
+                                     if k in ("recipe", "train", "dev")}}
+                           for lang, m in model_of.items()}
+        if len(selections) == 1:
+            extra["selection"] = next(iter(selections.values()))
+    scores = {split: {l: per[l] for l in languages if l in per} for split, per in scores.items()}
+    # Every metric file names the scorer versions and retrieval settings (null: not a retrieval target).
+    extra.setdefault("retrieval", None)
+    return {
+        "target": target, "metric": task.metric, "primary": primary_metric(task.metric),
+        "languages": languages, "splits": list(splits), "setting": transfer.get("setting", "zero_shot"),
+        "scores": scores, "average": {split: average(per) for split, per in scores.items()},
+        # The one number per split the benchmark averages (tasks.qa_answer_score), and how.
+        "task_score": {split: qa_answer_score(task.metric, average(per)) for split, per in scores.items() if per},
+        "task_score_convention": TASK_SCORE_CONVENTION[task.format == SPAN],
+        # Where each evaluation file came from (e.g. UD-POS from the UD v2.5 release or the
+        # Hub) and what its loader repaired, as recorded in the data file.
+        "data_provenance": {split: [{"path": str(path), "languages": langs, "provenance": provenance(path)}
+                                    for path, langs in sources] for split, sources in data.items()},
+        "seed": seed, "settings": settings, "settings_hash": settings_hash(settings),
+        "seqeval_version": seqeval_version(),
+        "versions": {p: version(p) for p in ("torch", "transformers", "seqeval", "faiss-cpu", "numpy")},
+        "wall_time_s": round(time.time() - started, 3), **extra,
+    }, {lang: predictions[lang] for lang in languages if lang in predictions}
+
+
+def with_family_pooling(settings: dict[str, Any], model_dir: Path) -> dict[str, Any]:
+    """``retrieval.pooling: family`` resolved to the backbone family's pooling (a decoder's
+    last token); the metric file records the pooling that ran."""
+    ret = settings["retrieval"]
+    if ret["pooling"] != "family":
+        return settings
+    return {**settings, "retrieval": {**ret, "pooling": family_of(model_dir).retrieval_pooling}}
+
+
+def _load_target_model(task: Task, model_dir: Path, dev):
+    """The target model a training phase wrote: a full backbone with heads.pt, or (adapters)
+    the base with its adapters and the heads saved with its own (adapters.py)."""
+    if has_adapter(model_dir):
+        model = load_adapter_model(model_dir, dev)
+        if task.name not in model.heads:
+            raise InputError(f"{model_dir}: the adapter holds no head for {task.name} (heads: {sorted(model.heads)})")
+        return model.to(dev), load_tokenizer(model_dir)
+    encoder = load_encoder(model_dir)
+    head = make_head(task.format, encoder.config.hidden_size, task.num_labels, 0.0, 0.02)
+    model = MultiHeadModel(encoder, {task.name: head}, family_of(model_dir).name)
+    model.heads.load_state_dict(_load_heads(model_dir))
+    return model.to(dev), load_tokenizer(model_dir)
+
+
+def parse_models(items: list[str]) -> dict[str, Path]:
+    """``DIR`` (every language) or ``LANG=DIR`` pairs."""
+    if len(items) == 1 and "=" not in items[0]:
+        return {"*": Path(items[0])}
+    try:
+        return {lang: Path(path) for lang, path in (item.split("=", 1) for item in items)}
+    except ValueError:
+        raise InputError(f"--model: expected one DIR or LANG=DIR pairs, got {items}") from None
+
+
+def parse_data(items: list[str]) -> Sources:
+    """``SPLIT=FILE`` (every configured language) or ``SPLIT:LANG,LANG=FILE``; repeated splits add files."""
+    out: Sources = {}
+    for item in items:
+        if "=" not in item:
+            raise InputError(f"--data: expected SPLIT=FILE or SPLIT:LANGS=FILE, got {item!r}")
+        key, path = item.split("=", 1)
+        split, _, langs = key.partition(":")
+        out.setdefault(split, []).append((path, langs.split(",") if langs else None))
+    return out
+
+
+def evaluate_retrieval(task: Task, encoder, tokenizer, splits: dict[str, dict[str, list[dict[str, Any]]]],
+                       settings: dict[str, Any], dev, seed: int) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Tatoeba: 1-NN accuracy per language. BUCC: margin mining; the threshold is chosen on
+    each language's dev gold and applied to its test candidates. Also returns the test
+    predictions: Tatoeba's nearest foreign index per English sentence, BUCC's mined pairs."""
+    ret = settings["retrieval"]
+    args = (ret["layer"], ret["pooling"], int(settings["eval_batch_size"]), int(settings["max_length"]), dev)
+    # Exact search unless the config names a faiss index; the metric file says which.
+    search = {"index": ret.get("index", EXACT), "nprobe": int(ret.get("nprobe", 1)), "dev": dev, "seed": seed}
+    extra: dict[str, Any] = {"retrieval": {"layer": ret["layer"], "pooling": ret["pooling"],
+                                           "layer_convention": LAYER_CONVENTION, "index": search["index"]}}
+    if search["index"] != EXACT:
+        extra["retrieval"]["nprobe"] = search["nprobe"]
+    scores: dict[str, dict[str, dict[str, float]]] = {split: {} for split in splits}
+    predictions: dict[str, Any] = {}
+    if task.format == RETRIEVAL:
+        for split, by_lang in splits.items():
+            for lang, rows in by_lang.items():
+                foreign = embed(encoder, tokenizer, [r["source"] for r in rows], *args)
+                english = embed(encoder, tokenizer, [r["target"] for r in rows], *args)
+                nearest = tatoeba_nearest(foreign, english, **search)
+                scores[split][lang] = tatoeba_score(nearest)
+                if split == "test":
+                    predictions[lang] = nearest.tolist()
+        return scores, extra, predictions
+    k = int(ret.get("bucc_k", 4))
+    duplicates = ret.get("bucc_duplicates", "drop")
+    candidates: dict[str, dict[str, Any]] = {split: {} for split in splits}
+    repeated: dict[str, dict[str, dict[str, int]]] = {split: {} for split in splits}
+    for split, by_lang in splits.items():
+        for lang, rows in by_lang.items():
+            src = [r for r in rows if r["side"] == "source"]
+            eng = [r for r in rows if r["side"] == "en"]
+            src_texts, src_ids = unique_texts([r["id"] for r in src], [r["text"] for r in src], duplicates)
+            eng_texts, eng_ids = unique_texts([r["id"] for r in eng], [r["text"] for r in eng], duplicates)
+            repeated[split][lang] = {side: len(rs) - len(texts) for side, rs, texts in
+                                     (("source", src, src_texts), ("en", eng, eng_texts))}
+            found = margin_candidates(embed(encoder, tokenizer, src_texts, *args),
+                                      embed(encoder, tokenizer, eng_texts, *args), k, **search)
+            gold = {(r["id"], e) for r in src for e in r["gold"]}
+            candidates[split][lang] = (expand_to_ids(found, src_ids, eng_ids), gold)
+    thresholds = {}
+    for lang, (dev_cands, dev_gold) in candidates["dev"].items():
+        thresholds[lang] = choose_threshold(dev_cands, dev_gold)
+        for split in splits:
+            cands, gold = candidates[split][lang]
+            mined = mined_pairs(cands, thresholds[lang])
+            scores[split][lang] = prf(mined, gold)
+            if split == "test":
+                predictions[lang] = sorted(mined)
+    # Every BUCC metric file states the duplicate convention and how many sentences it touched.
+    extra["retrieval"].update({"bucc_k": k, "thresholds_from_dev": thresholds, "bucc_duplicates": duplicates,
+                               "bucc_duplicates_convention": BUCC_DUPLICATES[duplicates],
+                               "bucc_repeated_sentences": repeated})
+    return scores, extra, predictions
+
+
+def _load_heads(model_dir: Path):
+    import torch
+
+    path = model_dir / "heads.pt"
+    if not path.is_file():
+        raise InputError(f"model directory {model_dir} has no heads.pt (incomplete target training?)")
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    setup_logging()
+    ap = argparse.ArgumentParser(description="Evaluate one run on every language of its target.")
+    ap.add_argument("--target", required=True)
+    ap.add_argument("--model", nargs="+", required=True, help="DIR, or LANG=DIR per language")
+    ap.add_argument("--data", nargs="+", required=True,
+                    help="SPLIT=FILE, or SPLIT:LANG,LANG=FILE for the languages taken from a file")
+    ap.add_argument("--settings", required=True)
+    ap.add_argument("--seed", type=int, required=True)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--run", default="{}", help="JSON identifying the run (config name, ...)")
+    ap.add_argument("--output", required=True)
+    ap.add_argument("--predictions", type=Path, help="folder for the test predictions in the XTREME leaderboard layout")
+    args = ap.parse_args(argv)
+    try:
+        result, predictions = evaluate_run(args.target, parse_models(args.model), parse_data(args.data),
+                                           load_settings(args.settings), args.seed, args.threads)
+        result["run"] = json.loads(args.run)
+    except InputError as err:
+        raise SystemExit(f"error: {err}") from None
+    if args.predictions:  # first: the metric file is what marks the run complete
+        write_predictions(args.target, predictions, args.predictions)
+    write_json(args.output, result)
+    LOG.info("%s: %s", args.output, json.dumps(result["average"]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,190 @@
+"""Models: loading the encoder (and its MLM head) and tokenizer from a local directory; the
+task heads and their forward pass, shared by training and evaluation.
+
+Model directories come from ``workflow_scripts.models.prepare``: Hub snapshots in the paper
+preset, the demo's own small models offline (``workflow_scripts.models.demo_models``); both load
+the same way here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from workflow_scripts.common import InputError
+from workflow_scripts.data.tasks import (CLASSIFICATION, MLM, MULTIPLE_CHOICE, RANKING, SPAN, TAGGING, VISUAL_ANSWER,
+                                         VISUAL_CLASSIFICATION, VISUAL_RETRIEVAL)
+from workflow_scripts.models.backbones import family_of, get_family
+from workflow_scripts.models.backbones.family import pool
+
+
+# ---------------------------------------------------------------------------------------
+# Encoder + heads used by training and evaluation.
+
+
+def load_tokenizer(model_dir: str | Path):
+    """The directory's tokenizer, with its family's conventions (a decoder's pad token)."""
+    from transformers import AutoTokenizer
+
+    _require_model_dir(model_dir)
+    return family_of(model_dir).prepare_tokenizer(AutoTokenizer.from_pretrained(str(model_dir)))
+
+
+def _require_model_dir(model_dir: str | Path) -> None:
+    path = Path(model_dir)
+    if not (path / "config.json").is_file():
+        raise InputError(f"model directory {path} has no config.json (missing or incomplete)")
+
+
+def load_encoder(model_dir: str | Path, **kwargs):
+    """The bare backbone (no pooler, no LM head) from a local directory, loaded as its family
+    loads it (backbones/); keyword arguments go to ``from_pretrained``."""
+    _require_model_dir(model_dir)
+    return family_of(model_dir).load(Path(model_dir), **kwargs)
+
+
+def load_mlm_head(model_dir: str | Path, encoder: nn.Module):
+    """The pretrained LM head, so MLM continues the pretraining objective rather than restarting it.
+
+    Its output layer is ``encoder``'s input embedding matrix, as in XLM-R's pretraining and in
+    jiant, which the paper trained with: one matrix, trained from both sides. Loaded on its
+    own, the head would carry a copy instead (for XLM-R large 256M more trainable parameters,
+    4 GB more weights, gradients and AdamW state on the GPU), and the MLM predictions would
+    never reach the embeddings the other tasks read. Only the encoder family has one: T5's
+    objective is span corruption and a decoder's is next-token prediction."""
+    from transformers import AutoModelForMaskedLM
+
+    family = family_of(model_dir)
+    if not family.has_mlm:
+        raise InputError(f"{model_dir}: a {family.name} backbone has no masked-LM head; MLM (intermediate "
+                         "configs with 'mlm: true') needs an encoder-family backbone")
+    mlm = AutoModelForMaskedLM.from_pretrained(str(model_dir))
+    output, embeddings = mlm.get_output_embeddings(), encoder.get_input_embeddings()
+    if output is None or output.weight.shape != embeddings.weight.shape:
+        raise InputError(f"{model_dir}: the masked-LM output layer does not match the encoder's input embeddings "
+                         f"({None if output is None else tuple(output.weight.shape)} vs {tuple(embeddings.weight.shape)})")
+    output.weight = embeddings.weight
+    return mlm.lm_head if hasattr(mlm, "lm_head") else output
+
+
+def make_head(fmt: str, hidden: int, num_labels: int, dropout: float, init_std: float):
+    """A freshly initialised output head (heads never carry over between phases)."""
+    if fmt == RANKING:
+        from workflow_scripts.models.dual_encoder import RankingHead
+
+        return RankingHead(hidden, init_std).to(torch.float32)
+    if fmt == CLASSIFICATION:
+        head = nn.Sequential(nn.Dropout(dropout), nn.Linear(hidden, hidden), nn.Tanh(),
+                             nn.Dropout(dropout), nn.Linear(hidden, num_labels))
+    elif fmt == MULTIPLE_CHOICE:
+        head = nn.Sequential(nn.Dropout(dropout), nn.Linear(hidden, hidden), nn.Tanh(),
+                             nn.Dropout(dropout), nn.Linear(hidden, 1))
+    elif fmt == SPAN:
+        head = nn.Linear(hidden, 2)
+    elif fmt == TAGGING:
+        head = nn.Sequential(nn.Dropout(dropout), nn.Linear(hidden, num_labels))
+    else:
+        raise ValueError(f"no fresh head for format {fmt!r}")
+    for module in head.modules():
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, std=init_std)
+            nn.init.zeros_(module.bias)
+    return head.to(torch.float32)
+
+
+def load_saved_heads(model_dir: str | Path) -> dict[str, dict[str, torch.Tensor]]:
+    """The trained heads a target phase saved, per task: ``heads.pt`` (full fine-tuning)
+    or the adapter's copies of them (peft's modules_to_save, ``...heads.<task>.<param>``)."""
+    from workflow_scripts.models.adapters import ADAPTER_DIR
+
+    model_dir = Path(model_dir)
+    found: dict[str, dict[str, torch.Tensor]] = {}
+    if (model_dir / "heads.pt").is_file():
+        for key, value in torch.load(model_dir / "heads.pt", map_location="cpu", weights_only=True).items():
+            task, _, param = key.partition(".")
+            found.setdefault(task, {})[param] = value
+        return found
+    adapter = model_dir / ADAPTER_DIR / "adapter_model.safetensors"
+    if not adapter.is_file():
+        raise InputError(f"{model_dir} holds no trained heads (no heads.pt, no {ADAPTER_DIR}/adapter_model.safetensors)")
+    from safetensors.torch import load_file
+
+    for key, value in load_file(str(adapter)).items():
+        if "heads." in key:
+            task, _, param = key.split("heads.", 1)[1].partition(".")
+            found.setdefault(task, {})[param.replace("modules_to_save.default.", "")] = value
+    return found
+
+
+class MultiHeadModel(nn.Module):
+    """One shared backbone, one output head per task of the phase. The backbone's family
+    decides how a sequence is read as one vector (first token, mean, last token)."""
+
+    def __init__(self, encoder: nn.Module, heads: dict[str, nn.Module], family: str = "encoder") -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.heads = nn.ModuleDict(heads)
+        self.family = family
+        self.pooling = get_family(family).pooling
+
+    def forward(self, fmt: str, task: str, batch: dict[str, Any]):
+        return task_logits(self, fmt, task, batch)
+
+
+def forward(model, fmt: str, task: str, batch: dict[str, Any]):
+    """Logits for one batch of one task. Returns (logits, loss or None).
+
+    Through the model's own ``__call__``: FSDP gathers the root module's sharded weights (the
+    embeddings, the heads) in a hook on it, so a forward that reached into ``model.encoder``
+    directly would run on shards (distributed.py)."""
+    return model(fmt, task, batch)
+
+
+def task_logits(model, fmt: str, task: str, batch: dict[str, Any]):
+    """MultiHeadModel.forward: the backbone, pooled by its family where a task reads one
+    vector per sequence, then the task's head."""
+    import torch.nn.functional as F
+
+    head = model.heads[task]
+    if fmt == RANKING:
+        from workflow_scripts.models.dual_encoder import logits
+
+        return logits(model, head, batch)
+    if fmt in (VISUAL_CLASSIFICATION, VISUAL_ANSWER):
+        from workflow_scripts.multimodal.prefix import visual_logits
+
+        return visual_logits(model, head, batch, pool)
+    if fmt == VISUAL_RETRIEVAL:
+        from workflow_scripts.multimodal.prefix import contrastive_logits
+
+        return contrastive_logits(model, head, batch, pool)
+    if fmt == MULTIPLE_CHOICE:
+        n_choices = batch["input_ids"].shape[1]
+        flat = {k: batch[k].flatten(0, 1) for k in ("input_ids", "attention_mask")}
+        hidden = model.encoder(**flat).last_hidden_state
+        logits = head(pool(model.pooling, hidden, flat["attention_mask"])).view(-1, n_choices)
+        loss = F.cross_entropy(logits, batch["labels"]) if "labels" in batch else None
+        return logits, loss
+    hidden = model.encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+    if fmt == CLASSIFICATION:
+        logits = head(pool(model.pooling, hidden, batch["attention_mask"]))
+        loss = F.cross_entropy(logits, batch["labels"]) if "labels" in batch else None
+    elif fmt == SPAN:
+        logits = head(hidden)  # (batch, length, 2)
+        loss = None
+        if "start_positions" in batch:
+            mask = batch["attention_mask"] == 0
+            start = logits[..., 0].masked_fill(mask, -1e4)
+            end = logits[..., 1].masked_fill(mask, -1e4)
+            loss = (F.cross_entropy(start, batch["start_positions"]) + F.cross_entropy(end, batch["end_positions"])) / 2
+    elif fmt in (TAGGING, MLM):
+        logits = head(hidden)
+        loss = None
+        if "labels" in batch:
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), batch["labels"].flatten(), ignore_index=-100)
+    else:
+        raise ValueError(f"unknown format {fmt!r}")
+    return logits, loss

@@ -1,0 +1,185 @@
+"""Test predictions in the layout the XTREME and XTREME-R leaderboards take (their
+``evaluate.py`` reads a folder ``<task>/test-<lang>.<ext>``; google-research/xtreme, commit
+838c13b):
+
+- classification (XNLI, PAWS-X): ``.tsv``, one label per line, in the test set's order,
+  spelled as in XTREME's label files (XNLI label names, PAWS-X ``0``/``1``);
+- multiple choice (XCOPA, XTREME-R's ``multi_choice`` group): ``.jsonl``, one
+  ``{"label": <choice index>}`` per line in the test set's order, as the reference's
+  ``third_party/run_xcopa.py`` writes it; ``read_xcopa`` reads the ``label`` field of each
+  line and ``accuracy`` compares it with ``==`` to the gold file's (XCOPA's jsonl, integer
+  labels), so the index is a JSON integer (a string "0" would score 0);
+- tagging (UD-POS, PAN-X): ``.tsv``, one tag per word per line, a blank line after each
+  sentence;
+- QA (XQuAD, MLQA, TyDiQA-GoldP): ``.json``, ``{question id: answer text}``;
+- ranking (Mewsli-X, LAReQA): ``.json``, ``{query id: [candidate ids, best first]}`` (the
+  top 20). This is what the reference's ``evaluate_retrieval.py`` writes and
+  ``evaluate.py`` reads for Mewsli-X (``read_squad``: a JSON object keyed by the mentions'
+  ``example_id``; ``mewslix_map20`` truncates each list to 20 and looks the gold entity id
+  up in it; a query it lacks scores 0). The official ``evaluate.py`` has no
+  reader for LAReQA (its language list is empty); its file takes the same layout, one per
+  question language, with the ids our data carries (``utils_lareqa`` names a question
+  ``<xling id>_<lang>`` and a candidate sentence ``<context id>_<sentence position>``).
+  A query may not be called ``data``: ``read_squad`` would read that key's value instead;
+- BUCC: ``.tsv``, one mined pair ``<source id>\\t<English id>`` per line;
+- Tatoeba: ``.tsv``, per English sentence the index of the retrieved sentence, one per line.
+
+Evaluation writes one such folder per run next to its metric file (``seed<N>.predictions/``);
+``collect`` copies the best models' folders into one submission
+(``results/submission/<backbone>/<benchmark>/``), each task under the benchmark's
+leaderboard folder name (``benchmark.leaderboard_names``: XTREME's ``bucc2018``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from workflow_scripts.common import LOG, InputError, atomic_path, read_result_table, setup_logging, write_json
+from workflow_scripts.data.tasks import (CLASSIFICATION, MINING, MULTIPLE_CHOICE, RANKING, RETRIEVAL, SPAN, TAGGING,
+                                         get_task)
+from workflow_scripts.workflow import benchmark
+
+XTREME_TASK = benchmark.XTREME.leaderboard_names  # our target name -> XTREME's folder name
+NUMERIC_LABELS = {"pawsx"}  # label files hold the class index, not its name
+# Our loaders append "-<lang>" to XQuAD and MLQA question ids (loaders/spans.py: one id per
+# language in a multilingual file); the leaderboard keys answers by the dataset's own ids.
+LANGUAGE_SUFFIXED_IDS = {"xquad", "mlqa"}
+
+
+def suffix(target: str) -> str:
+    """The extension ``evaluate.py``'s ``get_suffix`` expects: json for QA and Mewsli-X (and
+    LAReQA, same layout), jsonl for the multiple-choice group (XCOPA), tsv otherwise."""
+    fmt = get_task(target).format
+    return {SPAN: "json", RANKING: "json", MULTIPLE_CHOICE: "jsonl"}.get(fmt, "tsv")
+
+
+def _ranking_json(target: str, predicted: Any, lang: str) -> str:
+    """``{query id: [candidate ids]}``, one query per line (a valid JSON object)."""
+    if not isinstance(predicted, dict):
+        raise InputError(f"{target} {lang}: ranking predictions must map query ids to ranked candidate ids, "
+                         f"got {type(predicted).__name__}")
+    lines = []
+    for query, ranked in predicted.items():
+        if query == "data":  # read_squad would return this key's value instead of the object
+            raise InputError(f"{target} {lang}: a query id 'data' cannot be written (the official reader takes the "
+                             "'data' key of the file as the whole dataset)")
+        if isinstance(ranked, (str, bytes)) or not all(isinstance(c, str) for c in ranked):
+            raise InputError(f"{target} {lang}: query {query!r}: expected a list of candidate ids (strings), "
+                             f"got {ranked!r}"[:300])
+        lines.append(f"{json.dumps(str(query), ensure_ascii=False)}: {json.dumps(list(ranked), ensure_ascii=False)}")
+    return "{\n" + ",\n".join(lines) + "\n}\n" if lines else "{}\n"
+
+
+def render(target: str, predicted: Any, lang: str) -> str:
+    """One language's predictions as the leaderboard file's text."""
+    task = get_task(target)
+    if task.format == MULTIPLE_CHOICE:
+        choices = range(task.num_choices) if task.num_choices else None
+        out = []
+        for i in predicted:
+            if choices is not None and int(i) not in choices:
+                raise InputError(f"{target} {lang}: choice index {i!r} outside 0..{task.num_choices - 1}")
+            out.append(json.dumps({"label": int(i)}) + "\n")
+        return "".join(out)
+    if task.format == CLASSIFICATION:
+        names = [str(i) for i in range(task.num_labels)] if target in NUMERIC_LABELS or not task.labels \
+            else list(task.labels)
+        return "".join(f"{names[int(i)]}\n" for i in predicted)
+    if task.format == TAGGING:
+        return "".join("".join(f"{tag}\n" for tag in sentence) + "\n" for sentence in predicted)
+    if task.format == SPAN:
+        answers = {qid.removesuffix(f"-{lang}") if target in LANGUAGE_SUFFIXED_IDS else qid: text
+                   for qid, text in predicted.items()}
+        return json.dumps(answers, ensure_ascii=False, indent=1) + "\n"
+    if task.format == RANKING:
+        return _ranking_json(target, predicted, lang)
+    if task.format == MINING:
+        return "".join(f"{src}\t{eng}\n" for src, eng in predicted)
+    if task.format == RETRIEVAL:
+        return "".join(f"{int(i)}\n" for i in predicted)
+    raise InputError(f"task {target}: no leaderboard format for {task.format}")
+
+
+def write_predictions(target: str, by_language: dict[str, Any], directory: Path) -> None:
+    """``directory/test-<lang>.<ext>`` per language, the whole folder replaced atomically."""
+    with atomic_path(directory) as tmp:
+        tmp.mkdir()
+        for lang, predicted in by_language.items():
+            (tmp / f"test-{lang}.{suffix(target)}").write_text(render(target, predicted, lang), encoding="utf-8")
+
+
+def collect(best_csv: Path, targets: list[str], predictions_of: dict[str, Path], output: Path,
+            baseline: str | None = None, bench: str = benchmark.DEFAULT) -> dict[str, Any]:
+    """Copy the best model's prediction folder of each target into ``output/<task>/``, named
+    as the leaderboard of benchmark ``bench`` names the task (``benchmark.leaderboard_names``).
+
+    ``predictions_of`` maps "<config>/<target>/seed<N>" to that run's folder. A target
+    without a dev split (Tatoeba) has no best model of its own: it takes the one chosen for
+    another retrieval target with a dev split (BUCC: same kind of task, same encoder use),
+    or, when the grid has none, the ``baseline`` config's run of the lowest seed (the
+    pretrained backbone, whatever the seed); the manifest says which. Returns the manifest."""
+    board = benchmark.get(bench)
+    best = read_result_table(best_csv)
+    chosen: dict[str, dict[str, Any]] = {}
+    for target in targets:
+        rows = best[best["target"] == target]
+        if not rows.empty:
+            chosen[target] = {"intermediate": rows["intermediate"].iloc[0], "seed": int(rows["seed"].iloc[0]),
+                              "chosen_by": "best median dev score, then best seed by dev score"}
+    retrieval = [t for t in targets if get_task(t).format in (MINING, RETRIEVAL)]
+    for target in targets:
+        if target not in chosen and target in retrieval:
+            donor = next((t for t in retrieval if t in chosen), None)
+            seeds = sorted(int(k.rsplit("seed", 1)[1]) for k in predictions_of if k.startswith(f"{baseline}/{target}/"))
+            if donor is not None:
+                chosen[target] = {**chosen[donor], "chosen_by": f"{target} has no dev split: the best model for {donor}"}
+            elif seeds:
+                chosen[target] = {"intermediate": baseline, "seed": seeds[0],
+                                  "chosen_by": f"{target} has no dev split and the grid no retrieval target with one: "
+                                               f"the baseline config {baseline!r}, seed {seeds[0]}"}
+    manifest = {"layout": f"{board.title} leaderboard (<task>/test-<lang>.<ext>)", "benchmark": board.name,
+                "tasks": {}, "missing": []}
+    with atomic_path(output) as tmp:
+        tmp.mkdir()
+        for target in targets:
+            if target not in chosen:
+                manifest["missing"].append(target)
+                continue
+            key = f"{chosen[target]['intermediate']}/{target}/seed{chosen[target]['seed']}"
+            if key not in predictions_of:
+                raise InputError(f"no prediction folder for the best {target} run {key}")
+            source = predictions_of[key]
+            folder = board.leaderboard_names.get(target, target)
+            shutil.copytree(source, tmp / folder)
+            manifest["tasks"][folder] = {**chosen[target], "target": target, "source": str(source),
+                                         "files": sorted(p.name for p in (tmp / folder).iterdir())}
+        write_json(tmp / "manifest.json", manifest)
+    LOG.info("submission: %s (missing: %s)", sorted(manifest["tasks"]), manifest["missing"] or "none")
+    return manifest
+
+
+def main(argv: list[str] | None = None) -> None:
+    setup_logging()
+    ap = argparse.ArgumentParser(description="Collect the best models' test predictions into one submission.")
+    ap.add_argument("--best", required=True, type=Path, help="best.csv from aggregate_tables")
+    ap.add_argument("--targets", nargs="+", required=True)
+    ap.add_argument("--predictions", nargs="+", required=True, help="RUN=DIR, RUN = <config>/<target>/seed<N>")
+    ap.add_argument("--output", required=True, type=Path)
+    ap.add_argument("--baseline", help="the baseline config: a retrieval target without dev data falls back on it")
+    ap.add_argument("--benchmark", default=benchmark.DEFAULT, choices=sorted(benchmark.BENCHMARKS),
+                    help="whose leaderboard layout (task folder names) the submission takes")
+    args = ap.parse_args(argv)
+    try:
+        runs = dict(item.split("=", 1) for item in args.predictions)
+        collect(args.best, args.targets, {k: Path(v) for k, v in runs.items()}, args.output, args.baseline,
+                args.benchmark)
+    except (InputError, ValueError) as err:
+        raise SystemExit(f"error: {err}") from None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,656 @@
+"""Roll the per-run metric files up into the paper's tables (PROTOCOL.md §5, §7).
+
+- runs.csv: every score of every run, long format (setting, intermediate, target, seed,
+  split, language, metric, value), language "avg" being the unweighted mean over languages.
+- main.md / main.csv: one block per transfer setting, the baseline setting first: rows =
+  intermediate configs, columns = targets + Avg. Each cell is the median over seeds of the
+  run's test-language average; the baseline row is absolute, the others are differences to
+  it. QA cells show F1 / EM; Avg is the XTREME score over the targets present (QA counts
+  (F1 + EM) / 2). For a benchmark whose paper reports them (XTREME-R, Ruder et al. 2021;
+  ``CATEGORY_LAYOUT``), Avg is followed by the benchmark's category averages and its overall
+  score (``benchmark.category_scores``), each left empty when a task of it is not in the
+  grid, as the official scorer leaves them out; XTREME's table keeps the Hu et al. layout
+  (targets + Avg). The notes say what keeps a number from comparing with published ones:
+  the benchmark's notes for the targets shown, and each target averaged over fewer (or
+  other) languages than the benchmark defines.
+- best.csv and the "best models" row of main.md (PROTOCOL.md §5), baseline setting.
+- per_language.md / per_language.csv: per setting and target, rows = configs, columns =
+  languages + Avg, medians over seeds (absolute).
+- settings.md / settings.csv: XTREME's baselines table, per intermediate config: rows =
+  settings, columns = targets + Avg (absolute), and the difference of each row's Avg to the
+  baseline setting's.
+- source_languages.md / source_languages.csv (Turc et al. 2021): per config and target, the
+  relative zero-shot ability Z(S -> T) = 100 E(M^S, T) / E(M^T, T) of every source language
+  S, and its advantage over English Z(S -> T) - Z(en -> T), per target language and averaged.
+
+- translated.md / translated.csv: translated configs next to their English-data configs,
+  in the translation's language (PROTOCOL.md §5).
+- translation.md / translation.csv: data survival, span re-alignment and cache hits per
+  translated split; BLEU and chrF per language.
+
+CLI: ``python -m workflow_scripts.reporting.tables results --settings JSON --metrics FILE ... --main-md F ...``
+and ``python -m workflow_scripts.reporting.tables translation --stats F ... --quality F ... --md F --csv F``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import re
+from pathlib import Path
+from typing import Any
+
+from workflow_scripts.common import LOG, InputError, atomic_path, load_settings, read_json, setup_logging
+from workflow_scripts.data.tasks import get_task, primary_metric, qa_answer_score
+from workflow_scripts.reporting import significance
+from workflow_scripts.workflow import benchmark
+from workflow_scripts.workflow.transfer import ZERO_SHOT, source_language
+
+QA_METRICS = ("f1", "exact_match")
+CONTAMINATED = "‡"  # a target the backbone saw in training: not zero-shot
+RUN_COLUMNS = ["setting", "intermediate", "target", "seed", "split", "language", "metric", "value"]
+
+
+def load_runs(files: list[str]):
+    import pandas as pd
+
+    records = []
+    for path in files:
+        m = read_json(path)
+        try:
+            run = m["run"]
+            key = (run.get("setting", ZERO_SHOT), run["intermediate"], run["target"], run["seed"])
+            for split, per_lang in m["scores"].items():
+                for lang, scores in per_lang.items():
+                    for metric, value in scores.items():
+                        records.append((*key, split, lang, metric, value))
+                for metric, value in m["average"][split].items():
+                    records.append((*key, split, "avg", metric, value))
+            if "selection" in m:  # the dev score that selected the (single) target model
+                records.append((*key, "selection", "en", "score", m["selection"]["score"]))
+        except (KeyError, TypeError) as err:
+            raise InputError(f"metric file {path} lacks field {err}") from err
+    return pd.DataFrame.from_records(records, columns=RUN_COLUMNS)
+
+
+def of_setting(runs, setting: str):
+    return runs[runs["setting"] == setting].drop(columns="setting")
+
+
+# Benchmarks whose paper reports category averages and an overall score next to the tasks
+# (XTREME-R, Ruder et al. 2021); XTREME's (Hu et al. 2020) reports the tasks and their average only.
+CATEGORY_LAYOUT = frozenset({benchmark.XTREME_R.name})
+OVERALL = "overall"
+CATEGORY_HEADERS = {benchmark.CLASSIFICATION: "Classification", benchmark.STRUCTURED: "Struct. pred.",
+                    benchmark.QA: "QA", benchmark.RETRIEVAL: "Retrieval", OVERALL: "Overall"}
+QA_CONVENTION = "QA counts (F1 + EM) / 2 in the averages."
+
+
+def benchmark_of(settings: dict[str, Any]) -> dict[str, Any]:
+    """The benchmark the tables report (``benchmark.describe()``; XTREME when not given),
+    its categories in the paper's order (the settings' canonical JSON sorts keys)."""
+    bench = settings.get("benchmark") or benchmark.XTREME.describe()
+    order = benchmark.get(bench["name"]).categories
+    return {**bench, "categories": {c: bench["categories"][c] for c in order}}
+
+
+def category_columns(settings: dict[str, Any]) -> list[str]:
+    """The main table's category and overall columns after Avg (none in XTREME's layout)."""
+    bench = benchmark_of(settings)
+    if bench["name"] not in CATEGORY_LAYOUT:
+        return []
+    return [*bench["categories"], OVERALL]
+
+
+def category_header(column: str) -> str:
+    return CATEGORY_HEADERS.get(column, column.capitalize())
+
+
+def benchmark_notes(settings: dict[str, Any]) -> list[str]:
+    """Footnotes of the main table (Markdown and LaTeX): categories a grid cannot fill, the
+    benchmark's notes on the targets shown, and targets averaged over other languages than
+    the benchmark's (not comparable with its published scores)."""
+    bench, targets = benchmark_of(settings), list(settings["targets"])
+    title, notes = bench["title"], []
+    columns = category_columns(settings)
+    if columns:
+        cats = "; ".join(f"{category_header(c)}: {', '.join(ts)}" for c, ts in bench["categories"].items())
+        all_targets = [t for ts in bench["categories"].values() for t in ts]
+        notes.append(f"{title} categories ({cats}): the mean of their task scores; Overall: the mean of all "
+                     f"{len(all_targets)} task scores; {QA_CONVENTION}")
+        missing = {c: [t for t in ts if t not in targets] for c, ts in bench["categories"].items()}
+        empty = [c for c, m in missing.items() if m]
+        if empty:
+            gaps = "; ".join(f"{category_header(c)}: {', '.join(missing[c])}" for c in empty)
+            notes.append(f"– in {', '.join(category_header(c) for c in [*empty, OVERALL])}: this grid lacks tasks "
+                         f"of theirs ({gaps}); a category is averaged over all its tasks or left empty, as the "
+                         "official scorer does.")
+    for target in targets:
+        if target in bench.get("notes", {}):
+            notes.append(f"{target}: {bench['notes'][target]}.")
+    for target in targets:
+        official = bench["languages"].get(target)
+        ran = settings.get("target_languages", {}).get(target)
+        if official is None or ran is None:
+            continue
+        covered = [l for l in official if l in ran]
+        extra = [l for l in ran if l not in official]
+        if len(covered) == len(official) and not extra:
+            continue
+        text = f"{target}: averaged over {len(covered)} of {len(official)} languages"
+        if extra:
+            text += f" and over {', '.join(extra)}, which {title} does not evaluate {target} in"
+        notes.append(text + f": not comparable with published {title} scores.")
+    return notes
+
+
+def metrics_shown(target: str) -> tuple[str, ...]:
+    metric = get_task(target).metric
+    return QA_METRICS if metric in ("squad_v1", "squad_v2", "mlqa") else (primary_metric(metric),)
+
+
+def medians(runs, split: str = "test"):
+    """Median over seeds per (intermediate, target, language, metric)."""
+    sub = runs[runs["split"] == split]
+    return sub.groupby(["intermediate", "target", "language", "metric"], sort=False)["value"].median()
+
+
+def main_table(runs, settings: dict[str, Any]):
+    """(absolute medians, shown values) as DataFrames indexed by config."""
+    import pandas as pd
+
+    med = medians(runs)
+    configs, targets, baseline = settings["intermediate"], settings["targets"], settings["baseline"]
+    absolute = pd.DataFrame(index=configs, dtype=float)
+    for target in targets:
+        for metric in metrics_shown(target):
+            col = f"{target}.{metric}" if len(metrics_shown(target)) > 1 else target
+            absolute[col] = [med.get((c, target, "avg", metric), float("nan")) for c in configs]
+    task_scores = pd.DataFrame(index=configs, dtype=float)
+    for target in targets:
+        metric = get_task(target).metric
+        task_scores[target] = [
+            qa_answer_score(metric, {m: med.get((c, target, "avg", m), float("nan")) for m in metrics_shown(target)})
+            for c in configs]
+    absolute["avg"] = task_scores.mean(axis=1, skipna=False)
+    columns = category_columns(settings)
+    if columns:
+        bench = benchmark.get(benchmark_of(settings)["name"])
+        # None: a task of the category is not in the grid; a target of the grid without a
+        # score (NaN) leaves its category NaN too.
+        found = [benchmark.category_scores({t: float(task_scores.loc[c, t]) for t in targets}, bench)
+                 for c in configs]
+        for column in columns:
+            absolute[column] = [float("nan") if f[column] is None else f[column] for f in found]
+    shown = absolute.copy()
+    if baseline is None:  # a setting run without the baseline config: every row absolute
+        return absolute, shown
+    if baseline not in absolute.index:
+        raise InputError(f"baseline config {baseline!r} has no runs")
+    for c in configs:
+        if c != baseline:
+            shown.loc[c] = absolute.loc[c] - absolute.loc[baseline]
+    return absolute, shown
+
+
+def best_models(runs, settings: dict[str, Any]):
+    """PROTOCOL.md §5 "Best models": per target, the config with the best median dev score,
+    then its best seed by dev score, reported on test. The dev score is the English dev
+    score that selected the target model; retrieval targets use their dev average (BUCC) and
+    have none without a dev split (Tatoeba)."""
+    import pandas as pd
+
+    rows = []
+    for target in settings["targets"]:
+        sub = runs[runs["target"] == target]
+        dev = sub[sub["split"] == "selection"]
+        if dev.empty:
+            dev = sub[(sub["split"] == "dev") & (sub["language"] == "avg")
+                      & (sub["metric"] == primary_metric(get_task(target).metric))]
+        if dev.empty:
+            continue
+        per_run = dev.set_index(["intermediate", "seed"])["value"]
+        best_config = per_run.groupby(level=0).median().idxmax()
+        best_seed = per_run.loc[best_config].idxmax()
+        test = sub[(sub["split"] == "test") & (sub["language"] == "avg") & (sub["intermediate"] == best_config)
+                   & (sub["seed"] == best_seed)]
+        for metric in metrics_shown(target):
+            value = test.loc[test["metric"] == metric, "value"]
+            rows.append((target, best_config, int(best_seed), metric, float(value.iloc[0])))
+    return pd.DataFrame.from_records(rows, columns=["target", "intermediate", "seed", "metric", "value"])
+
+
+def render_best(best, settings: dict[str, Any]) -> str:
+    decimals = int(settings["decimals"])
+    cells = []
+    for target in settings["targets"]:
+        sub = best[best["target"] == target]
+        if sub.empty:
+            cells.append("–")
+            continue
+        values = " / ".join(f"{v:.{decimals}f}" for v in sub["value"])
+        cells.append(f"{values} ({sub['intermediate'].iloc[0]}, seed {sub['seed'].iloc[0]})")
+    return "| best models | " + " | ".join(cells) + " | |\n"
+
+
+def render_main(shown, settings: dict[str, Any], best=None, marks: set[tuple[str, str]] = frozenset()) -> str:
+    """The main table in Markdown; ``marks``: (config, target) cells whose difference to the
+    baseline is marked significant (significance.py)."""
+    decimals, baseline = int(settings["decimals"]), settings["baseline"]
+    contaminated = set(settings.get("backbone", {}).get("contaminated_targets", [])) & set(settings["targets"])
+    categories = category_columns(settings)
+    header = ["Intermediate task"] + [t + (f" {CONTAMINATED}" if t in contaminated else "")
+                                      for t in settings["targets"]] + ["Avg"] + [category_header(c) for c in categories]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
+    for c in shown.index:
+        sign = "" if c == baseline or baseline is None else "+"
+        cells = []
+        for target in settings["targets"]:
+            metrics = metrics_shown(target)
+            cols = [f"{target}.{m}" for m in metrics] if len(metrics) > 1 else [target]
+            cells.append(" / ".join(_fmt(shown.loc[c, col], decimals, sign) for col in cols)
+                         + (f" {significance.MARKER}" if (c, target) in marks else ""))
+        cells += [_fmt(shown.loc[c, col], decimals, sign) for col in ["avg", *categories]]
+        lines.append(f"| {c} | " + " | ".join(cells) + " |")
+    rows = (f"Row `{baseline}` is absolute; the other rows are differences to it." if baseline is not None
+            else "Every row is absolute (this setting was not run with the baseline config).")
+    note = (f"\nTest scores: median over seeds {settings['seeds']} of each run's mean over the target's languages. "
+            f"{rows} QA cells: F1 / EM. Avg: mean over the targets shown, QA as (F1 + EM) / 2.\n")
+    if baseline is not None and len(shown.index) > 1:
+        note += significance.METHOD + " F1 for QA.\n"
+    if contaminated:
+        source = settings["backbone"].get("contamination_source") or "its training mixture"
+        note += (f"{CONTAMINATED} {', '.join(sorted(contaminated))}: backbone {settings['backbone']['name']} saw this "
+                 f"target's data in {source}; its scores are not zero-shot.\n")
+    if best is not None:
+        lines.append(render_best(best, settings).rstrip("\n") + " |" * len(categories))
+        note += ("Best models: per target, the config with the best median (English) dev score and its best "
+                 "seed by dev score, absolute test score; – where the target has no dev data.\n")
+    note += "".join(f"{n}\n" for n in benchmark_notes(settings))
+    return "\n".join(lines) + "\n" + note
+
+
+def _fmt(value: float, decimals: int, sign: str) -> str:
+    if value != value:  # NaN
+        return "–"
+    text = f"{value:.{decimals}f}"
+    return ("+" + text) if sign and value >= 0 else text
+
+
+def per_language(runs, settings: dict[str, Any]) -> tuple[str, Any]:
+    import pandas as pd
+
+    med = medians(runs)
+    decimals = int(settings["decimals"])
+    parts, frames = [], []
+    for target in settings["targets"]:
+        metric = metrics_shown(target)[0]
+        sub = med.xs((target, metric), level=("target", "metric")).unstack("language")
+        langs = [l for l in sub.columns if l != "avg"] + ["avg"]
+        sub = sub.reindex(index=[c for c in settings["intermediate"] if c in sub.index], columns=langs)
+        frames.append(sub.assign(target=target, metric=metric))
+        parts.append(f"## {target} ({metric}, test, median over seeds)\n\n"
+                     + sub.rename(columns={"avg": "Avg"}).to_markdown(floatfmt=f".{decimals}f") + "\n")
+    long = pd.concat(frames).reset_index(names="intermediate")
+    return "\n".join(parts), long
+
+
+def write_text(path: str, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+
+
+def write_csv(path: str, frame, index: bool) -> None:
+    buf = io.StringIO()
+    frame.to_csv(buf, index=index, float_format="%.4f")
+    write_text(path, buf.getvalue())
+
+
+def translated_table(runs, settings: dict[str, Any]) -> tuple[str, Any]:
+    """PROTOCOL.md §5: each translated config next to its English-data config, evaluated
+    only on the translation's language, for every target that has that language."""
+    import pandas as pd
+
+    med = medians(runs)
+    decimals = int(settings["decimals"])
+    records, parts = [], []
+    by_lang: dict[str, list[tuple[str, str | None]]] = {}
+    for name, info in settings.get("translated", {}).items():
+        by_lang.setdefault(info["language"], []).append((name, info["english"]))
+    for lang, pairs in sorted(by_lang.items()):
+        targets = [t for t in settings["targets"] if lang in settings["target_languages"][t]]
+        lines = [f"## {lang}\n", "| config | data | " + " | ".join(targets) + " |",
+                 "|---|---|" + "---:|" * len(targets)]
+        for name, english in pairs:
+            for config, data in ((english, "en"), (name, lang)):
+                if config is None:
+                    continue
+                cells = []
+                for target in targets:
+                    metrics = metrics_shown(target)
+                    values = [med.get((config, target, lang, m), float("nan")) for m in metrics]
+                    records += [(lang, config, data, target, m, v) for m, v in zip(metrics, values)]
+                    cells.append(" / ".join(_fmt(v, decimals, "") for v in values))
+                lines.append(f"| {config} | {data} | " + " | ".join(cells) + " |")
+        parts.append("\n".join(lines) + "\n")
+    frame = pd.DataFrame.from_records(records, columns=["language", "intermediate", "data", "target", "metric",
+                                                        "median"])
+    note = ("Test scores in the translation's language only, median over seeds; `data` is the language of the "
+            "intermediate-task training data.\n")
+    return ("\n".join(parts) + "\n" + note) if parts else "No translated intermediate configs in this grid.\n", frame
+
+
+def setting_view(runs, settings: dict[str, Any], setting: str) -> tuple[Any, dict[str, Any]]:
+    """One setting's runs and the table settings restricted to the configs and targets it ran."""
+    sub = of_setting(runs, setting)
+    present = set(sub["intermediate"])
+    configs = [c for c in settings["intermediate"] if c in present]
+    view = {**settings, "intermediate": configs, "seeds": sorted(int(x) for x in set(sub["seed"])),
+            "targets": [t for t in settings["targets"] if t in set(sub["target"])],
+            "baseline": settings["baseline"] if settings["baseline"] in present else None}
+    return sub, view
+
+
+def setting_notes(sub, view: dict[str, Any], setting: str) -> str:
+    """What a reader must know to compare a setting's block with the others."""
+    notes = []
+    test = sub[(sub["split"] == "test") & (sub["language"] != "avg")]
+    for target in view["targets"]:
+        scored = [l for l in view["target_languages"][target] if l in set(test[test["target"] == target]["language"])]
+        if scored != list(view["target_languages"][target]):
+            notes.append(f"{target} is scored in {', '.join(scored)} only, so its average is over those languages.")
+    if setting == "translate_test" and any(get_task(t).format == "span" for t in view["targets"]):
+        notes.append("translate_test QA is scored on the English side against re-aligned gold answers, and drops "
+                     "questions lost in translation (XTREME); it is not directly comparable with other settings.")
+    return "".join(f"{n}\n" for n in notes)
+
+
+def ordered_settings(runs, settings: dict[str, Any]) -> list[str]:
+    """The settings with runs, the baseline setting first, then in config order."""
+    present = set(runs["setting"])
+    order = [settings.get("baseline_setting", ZERO_SHOT)] + list(settings.get("settings", []))
+    order += sorted(present - set(order))
+    return [s for i, s in enumerate(order) if s in present and s not in order[:i]]
+
+
+def _score_over(runs, target: str, languages: list[str]) -> dict[str, float]:
+    """Median over seeds of each run's mean test score over ``languages`` (the runs of one
+    setting and config), per metric shown; NaN where a run lacks one of the languages."""
+    test = runs[(runs["target"] == target) & (runs["split"] == "test") & runs["language"].isin(languages)]
+    out = {}
+    for metric in metrics_shown(target):
+        per_run = test[test["metric"] == metric].groupby("seed")["value"].agg(["mean", "count"])
+        complete = per_run[per_run["count"] == len(languages)]["mean"]
+        out[metric] = float(complete.median()) if len(complete) == len(per_run) and len(per_run) else float("nan")
+    return out
+
+
+def settings_table(runs, settings: dict[str, Any]) -> tuple[str, Any]:
+    """XTREME's baselines table: per config, rows = settings, columns = targets + Avg (absolute
+    medians over seeds of each run's language average). Δ Avg compares like with like: the
+    row's Avg minus the baseline setting's, over the same targets and, per target, the same
+    languages (a translate-train row scored in en and de is compared with zero-shot in en
+    and de)."""
+    import pandas as pd
+
+    decimals, reference = int(settings["decimals"]), settings.get("baseline_setting", ZERO_SHOT)
+    order = ordered_settings(runs, settings)
+    records, parts = [], []
+    for config in settings["intermediate"]:
+        subs = {}
+        for setting in order:
+            sub = of_setting(runs, setting)
+            sub = sub[sub["intermediate"] == config]
+            if not sub.empty:
+                subs[setting] = sub
+        if len(subs) < 2:
+            continue
+        lines = [f"## {config}\n", "| setting | seeds | " + " | ".join(settings["targets"]) + " | Avg | Δ Avg |",
+                 "|---|---|" + "---:|" * (len(settings["targets"]) + 2)]
+        for setting, sub in subs.items():
+            cells, scores, base_scores = [], [], []
+            for target in settings["targets"]:
+                test = sub[(sub["target"] == target) & (sub["split"] == "test") & (sub["language"] != "avg")]
+                langs = [l for l in settings["target_languages"][target] if l in set(test["language"])]
+                if not langs:
+                    cells.append("–")
+                    continue
+                values = _score_over(sub, target, langs)
+                records += [(config, setting, target, m, v) for m, v in values.items()]
+                cells.append(" / ".join(_fmt(v, decimals, "") for v in values.values()))
+                scores.append(qa_answer_score(get_task(target).metric, values))
+                if reference in subs:
+                    base_scores.append(qa_answer_score(get_task(target).metric,
+                                                       _score_over(subs[reference], target, langs)))
+            avg = sum(scores) / len(scores)
+            delta = (avg - sum(base_scores) / len(base_scores)
+                     if setting != reference and len(base_scores) == len(scores) else float("nan"))
+            records.append((config, setting, "avg", "xtreme_score", avg))
+            seeds = ",".join(str(x) for x in sorted(set(sub["seed"])))
+            lines.append(f"| {setting} | {seeds} | " + " | ".join(cells) + f" | {_fmt(avg, decimals, '')} "
+                         f"| {_fmt(delta, decimals, '+') if setting != reference else ''} |")
+        parts.append("\n".join(lines) + "\n")
+    frame = pd.DataFrame.from_records(records, columns=["intermediate", "setting", "target", "metric", "median"])
+    note = ("Absolute test scores, median over the row's seeds of each run's mean over the languages it scores; QA "
+            "cells F1 / EM; – where a setting does not apply to a target. Avg: the XTREME score over the targets "
+            f"the row has (QA as (F1 + EM) / 2). Δ Avg: the row's Avg minus the `{reference}` row's over the same "
+            "targets and languages (– when the reference lacks one). translate_test QA is scored on the English "
+            "side and drops questions lost in translation, so it is not directly comparable.\n")
+    if not parts:
+        return "Only one transfer setting in this grid.\n", frame
+    return "\n".join(parts) + "\n" + note, frame
+
+
+def source_language_table(runs, settings: dict[str, Any]) -> tuple[str, Any]:
+    """Turc et al. 2021 (PROTOCOL.md §7), per config and target with source-language runs:
+    E(S, T) the median over seeds of model M^S's test score in T (primary metric; English
+    from the zero-shot setting), Z(S -> T) = 100 E(S, T) / E(T, T) where M^T exists (else the
+    unnormalised E(S, T), flagged), advantage Z(S -> T) - Z(en -> T); "avg" rows are the
+    unweighted means over the target's languages."""
+    import pandas as pd
+
+    decimals = int(settings["decimals"])
+    sources_of: dict[str, str] = {}  # setting -> source language
+    for setting in set(runs["setting"]):
+        lang = "en" if setting == ZERO_SHOT else source_language(setting)
+        if lang is not None:
+            sources_of[setting] = lang
+    records, parts = [], []
+    for config in settings["intermediate"]:
+        for target in settings["targets"]:
+            metric = primary_metric(get_task(target).metric)
+            score: dict[tuple[str, str], float] = {}
+            for setting, source in sources_of.items():
+                sub = runs[(runs["setting"] == setting) & (runs["intermediate"] == config) & (runs["target"] == target)
+                           & (runs["split"] == "test") & (runs["metric"] == metric) & (runs["language"] != "avg")]
+                for lang, value in sub.groupby("language")["value"].median().items():
+                    score[(source, lang)] = float(value)
+            sources = sorted({s for s, _ in score}, key=lambda s: (s != "en", s))
+            if not [s for s in sources if s != "en"]:
+                continue
+            langs = [l for l in settings["target_languages"][target] if any((s, l) in score for s in sources)]
+            z: dict[tuple[str, str], float] = {}
+            for s in sources:
+                for t in langs:
+                    if (s, t) not in score:
+                        continue
+                    normaliser = score.get((t, t))
+                    normalised = bool(normaliser)
+                    z[(s, t)] = 100 * score[(s, t)] / normaliser if normalised else score[(s, t)]
+                    records.append((config, target, s, t, metric, score[(s, t)], z[(s, t)], normalised))
+            for s in sources:
+                row = [z[(s, t)] for t in langs if (s, t) in z]
+                if len(row) == len(langs):
+                    records.append((config, target, s, "avg", metric, float("nan"), sum(row) / len(row),
+                                    all(score.get((t, t)) for t in langs)))
+            frame_z = {(r[2], r[3]): r[6] for r in records if r[:2] == (config, target)}
+            lines = [f"## {config} · {target} ({metric}, test)\n", "Z(S -> T), x100:\n",
+                     "| source | " + " | ".join(langs) + " | Avg |", "|---|" + "---:|" * (len(langs) + 1)]
+            for s in sources:
+                cells = [_fmt(frame_z.get((s, t), float("nan")), decimals, "") + ("" if score.get((t, t)) else "*")
+                         if (s, t) in frame_z else "–" for t in langs + ["avg"]]
+                lines.append(f"| {s} | " + " | ".join(cells) + " |")
+            if "en" in sources:
+                lines += ["", "Advantage over English, Z(S -> T) - Z(en -> T):\n",
+                          "| source | " + " | ".join(langs) + " | Avg |", "|---|" + "---:|" * (len(langs) + 1)]
+                for s in sources:
+                    if s == "en":
+                        continue
+                    cells = []
+                    for t in langs + ["avg"]:
+                        ok = (s, t) in frame_z and ("en", t) in frame_z
+                        cells.append(_fmt(frame_z[(s, t)] - frame_z[("en", t)], decimals, "+") if ok else "–")
+                    lines.append(f"| {s} | " + " | ".join(cells) + " |")
+            parts.append("\n".join(lines) + "\n")
+    frame = pd.DataFrame.from_records(records, columns=["intermediate", "target", "source", "language", "metric",
+                                                        "score", "z", "normalised"])
+    if not frame.empty:
+        english = frame[frame["source"] == "en"].set_index(["intermediate", "target", "language"])["z"]
+        frame["advantage"] = [z - english.get((c, t, l), float("nan")) for c, t, l, z in
+                              zip(frame["intermediate"], frame["target"], frame["language"], frame["z"])]
+    note = ("E(S, T): median over seeds of the test score in language T of the model trained on source language "
+            "S (S = en: the zero_shot setting; others: source:S), selected on S's dev set. Z(S -> T) = 100 E(S, T) / "
+            "E(T, T); * marks cells where no model was trained on T, which show the unnormalised E(S, T) "
+            "(Turc et al. 2021). Avg: the mean over the target's languages.\n")
+    if not parts:
+        return "No source-language settings in this grid.\n", frame
+    return "\n".join(parts) + "\n" + note, frame
+
+
+def intermediate_dev_scores(model_dirs: list[str]):
+    """Each intermediate run's best dev score (on its own, possibly translated, dev data)."""
+    import pandas as pd
+
+    records = []
+    for model_dir in model_dirs:
+        m = re.search(r"intermediate/(?:[^/]+/)?([^/]+)/seed(\d+)/encoder/?$", str(model_dir))
+        if not m:
+            raise InputError(f"{model_dir}: not an intermediate model directory "
+                             "(…/intermediate/[BACKBONE/]CONFIG/seedN/encoder)")
+        log = read_json(Path(model_dir) / "train_log.json")
+        for task, scores in log["best"]["scores"].items():
+            for metric, value in scores.items():
+                records.append((m.group(1), int(m.group(2)), log["settings"].get("language", "en"), task, metric, value))
+    frame = pd.DataFrame.from_records(records, columns=["intermediate", "seed", "data", "task", "metric", "value"])
+    if frame.empty:
+        return frame
+    return frame.groupby(["intermediate", "data", "task", "metric"], sort=False)["value"].median().reset_index()
+
+
+def translation_tables(stats_files: list[str], quality_files: list[str],
+                       model_dirs: list[str] | None = None) -> tuple[str, Any]:
+    """Span recovery and data survival per (task, direction, split); BLEU / chrF per language;
+    the intermediate-task dev score of models trained on translated data."""
+    import pandas as pd
+
+    records = []
+    for path in stats_files:
+        st = read_json(path)
+        split = Path(path).name.split(".")[0]
+        # translate-test stats (into English) name their direction, e.g. de-en.
+        records.append({"task": st["task"], "direction": st.get("direction", f"en-{st['language']}"), "split": split,
+                        "examples": st["examples"], "kept": st["kept"],
+                        "by_markers": st.get("recovered_by_markers"), "by_fuzzy_match": st.get("recovered_by_fuzzy_match"),
+                        "dropped": st["examples"] - st["kept"],
+                        "cache_hit_rate": st["segments_from_cache"] / max(1, st["segments_requested"])})
+    data = pd.DataFrame.from_records(records)
+    quality = pd.DataFrame.from_records(
+        [{"direction": q.get("direction", f"en-{q['language']}"), "split": split, "bleu": v["bleu"], "chrf": v["chrf"],
+          "sentences": v["sentences"]}
+         for q in map(read_json, quality_files) for split, v in q["splits"].items()])
+    md = "# Machine-translated data\n\n## Survival and span re-alignment\n\n"
+    md += (data.to_markdown(index=False, floatfmt=".3f") if not data.empty else "No translations.") + "\n\n"
+    md += ("## Translation quality (sacrebleu; en -> X against XNLI's human translations, X -> en against "
+           "its English originals)\n\n")
+    md += (quality.to_markdown(index=False, floatfmt=".1f") if not quality.empty
+           else "No language with XNLI references in this grid.") + "\n"
+    if not quality.empty:
+        first = next(iter(read_json(quality_files[0])["splits"].values()))
+        md += f"\nSignatures: {first['bleu_signature']}; {first['chrf_signature']}\n"
+    dev = intermediate_dev_scores(model_dirs or [])
+    md += "\n## Intermediate-task dev score (median over seeds; translated configs on translated dev)\n\n"
+    md += (dev.to_markdown(index=False, floatfmt=".1f") if not dev.empty else "No translated configs.") + "\n"
+    both = pd.concat([data.assign(kind="data"), quality.assign(kind="quality"),
+                      dev.rename(columns={"value": "median"}).assign(kind="intermediate_dev")], ignore_index=True)
+    return md, both
+
+
+def main(argv: list[str] | None = None) -> None:
+    setup_logging()
+    ap = argparse.ArgumentParser(description="Aggregate metric files into the paper's tables.")
+    sub = ap.add_subparsers(dest="command", required=True)
+    results = sub.add_parser("results", help="median-over-seeds result tables from the metric files")
+    results.add_argument("--settings", required=True)
+    results.add_argument("--metrics", nargs="+", required=True)
+    for name in ("main-md", "main-csv", "best-csv", "per-language-md", "per-language-csv", "translated-md",
+                 "translated-csv", "runs-csv", "settings-md", "settings-csv", "source-md", "source-csv", "significance-csv"):
+        results.add_argument(f"--{name}", required=True)
+    translation = sub.add_parser("translation", help="translation statistics and quality")
+    translation.add_argument("--stats", nargs="*", default=[])
+    translation.add_argument("--quality", nargs="*", default=[])
+    translation.add_argument("--intermediate", nargs="*", default=[], help="intermediate model directories")
+    translation.add_argument("--md", required=True)
+    translation.add_argument("--csv", required=True)
+    args = ap.parse_args(argv)
+    try:
+        if args.command == "translation":
+            md, frame = translation_tables(args.stats, args.quality, args.intermediate)
+            write_csv(args.csv, frame, index=False)
+            write_text(args.md, md)
+            print(md)
+            return
+        settings = load_settings(args.settings)
+        runs = load_runs(args.metrics)
+        order = ordered_settings(runs, settings)
+        blocks, mains, per_lang_parts, per_lang_frames, significance_frames = [], [], [], [], []
+        for setting in order:
+            sub, view = setting_view(runs, settings, setting)
+            _, shown = main_table(sub, view)
+            tested = significance.significance(sub, view, setting) if view["baseline"] is not None else None
+            if tested is not None:
+                significance_frames.append(tested)
+            best = best_models(sub, view) if setting == order[0] else None
+            if best is not None:
+                best_table = best
+            title = f"## {setting}" + (" (baseline setting)" if setting == order[0] and len(order) > 1 else "")
+            blocks.append((title + "\n\n" if len(order) > 1 else "") + render_main(shown, view, best,
+                                                                             significance.marked(tested) if tested is not None else set())
+                          + setting_notes(sub, view, setting))
+            mains.append(shown.rename_axis("intermediate").reset_index().assign(setting=setting))
+            md, frame = per_language(sub, view)
+            per_lang_parts.append((f"# {setting}\n\n" if len(order) > 1 else "") + md)
+            per_lang_frames.append(frame.assign(setting=setting))
+        translated_md, translated = translated_table(of_setting(runs, order[0]), settings)
+        settings_md, settings_frame = settings_table(runs, settings)
+        source_md, source_frame = source_language_table(runs, settings)
+    except InputError as err:
+        raise SystemExit(f"error: {err}") from None
+    import pandas as pd
+
+    backbone = settings.get("backbone", {}).get("name")
+    # every row of the long table names the backbone that produced it
+    write_csv(args.runs_csv, runs if backbone is None else runs.assign(backbone=backbone)[["backbone", *RUN_COLUMNS]],
+              index=False)
+    main_csv = pd.concat(mains, ignore_index=True)
+    write_csv(args.main_csv, main_csv[["setting"] + [c for c in main_csv.columns if c != "setting"]], index=False)
+    write_csv(args.best_csv, best_table, index=False)
+    write_csv(args.significance_csv, pd.concat(significance_frames, ignore_index=True) if significance_frames
+              else pd.DataFrame(columns=significance.COLUMNS), index=False)
+    main_md = "# Intermediate-task results" + (f": backbone {backbone}" if backbone else "") + "\n\n" + "\n".join(blocks)
+    write_text(args.main_md, main_md)
+    per_lang = pd.concat(per_lang_frames, ignore_index=True)
+    write_csv(args.per_language_csv, per_lang[["setting"] + [c for c in per_lang.columns if c != "setting"]],
+              index=False)
+    write_text(args.per_language_md, "# Per-language results\n\n" + "\n".join(per_lang_parts))
+    write_csv(args.translated_csv, translated, index=False)
+    write_text(args.translated_md, "# Translated intermediate-task data\n\n" + translated_md)
+    write_csv(args.settings_csv, settings_frame, index=False)
+    write_text(args.settings_md, "# Transfer settings (XTREME baselines)\n\n" + settings_md)
+    write_csv(args.source_csv, source_frame, index=False)
+    write_text(args.source_md, "# Source languages (Turc et al. 2021)\n\n" + source_md)
+    LOG.info("tables from %d metric files -> %s", len(args.metrics), Path(args.main_md).parent)
+    print(main_md)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,525 @@
+"""Sharded multi-GPU, multi-node training: process group, data split, FSDP2, DCP checkpoints, launch.
+
+One training job runs as W = nodes x GPUs-per-node processes started by torchrun (one
+torchrun per node; on Slurm through ``srun``, PROTOCOL.md §10). Every rank builds the same
+seeded global batches a single process would build and trains on its own contiguous part of
+each (``rank_share``), so a run's result does not depend on the GPU count beyond
+floating-point noise, and the global batch is the configured one whatever W is.
+
+Gradients: FSDP2 (like DDP) *averages* gradients over the W ranks. A rank whose micro-batch
+mean loss is weighted by ``W * local_examples / global_examples`` (``loss_weight``) therefore
+contributes exactly its examples' share, and the averaged gradient equals the single-process
+gradient of the mean loss over the global batch, also when W does not divide the batch. With
+W = 1 the weight is ``micro_examples / global_examples``: the single-process accumulation.
+
+Every rank must take part in every collective, in the same order: every forward and
+backward (FSDP all-gathers the weights of each block in forward, reduce-scatters gradients
+in backward), every checkpoint save/load and every ``any_rank``/``from_rank0`` call. Hence
+``micro_batches`` gives all ranks the same number of micro-steps (a rank with no examples
+left runs a stand-in with weight 0), and every decision that ends or branches the loop
+(early stopping, a stop signal) must be agreed on through ``any_rank``/``from_rank0``.
+
+On CPU (tests, laptops) the process group uses gloo; on GPUs NCCL for CUDA tensors and gloo
+for CPU tensors (``any_rank`` agrees on a CPU flag without waiting for the GPU). torch 2.13's
+FSDP2 (``fully_shard``), activation checkpointing and DCP run on CPU with gloo, so the sharded
+path is the one the CPU tests exercise; bf16 mixed precision is used on GPUs only (on CPU a
+gloo rank once aborted inside torch with it, and training never asks for it there).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import random
+import shlex
+import shutil
+import warnings
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from workflow_scripts.common import LOG
+
+if TYPE_CHECKING:
+    import torch
+
+LATEST = "LATEST"  # names the complete checkpoint version; replaced atomically
+EXTRA = "extra.pt"
+# torchrun forwards these to every worker (SIGUSR1: Slurm's --signal=USR1@T warning)
+FORWARDED_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
+# Set by the srun launcher: this process is one Slurm task of a rank-per-task job step.
+RANKS_FROM = "XSTILTS_RANKS_FROM"
+
+
+@dataclasses.dataclass(frozen=True)
+class Context:
+    """Where this process stands in the job. ``backend`` is None for a single process
+    (no process group: every collective helper here is then a no-op)."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    device: "torch.device"
+    backend: str | None
+    is_main: bool
+
+    @property
+    def distributed(self) -> bool:
+        return self.backend is not None
+
+
+def init_from_env(timeout_minutes: float = 30.0) -> Context:
+    """The process group torchrun's environment describes (RANK, WORLD_SIZE, LOCAL_RANK,
+    MASTER_ADDR/PORT), or srun's (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, when the srun
+    launcher marked the step), or a single process when neither (``python -m ...``).
+
+    The timeout bounds how long a collective waits for a peer: a rank stuck or dead on
+    another node turns into an error here instead of a job that hangs until its time limit."""
+    import torch
+    import torch.distributed as dist
+
+    if "WORLD_SIZE" not in os.environ and os.environ.get(RANKS_FROM) == "slurm":
+        # Started by `srun` as one task per rank (launcher "srun"): Slurm numbers the ranks.
+        os.environ.update(RANK=os.environ["SLURM_PROCID"], WORLD_SIZE=os.environ["SLURM_NTASKS"],
+                          LOCAL_RANK=os.environ["SLURM_LOCALID"])
+    if "WORLD_SIZE" not in os.environ:
+        dev = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+        return Context(0, 1, 0, dev, None, True)
+    rank, world, local = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"])
+    kwargs: dict[str, Any] = {}
+    if torch.cuda.is_available():
+        dev = torch.device("cuda", local)
+        torch.cuda.set_device(dev)
+        backend = "cpu:gloo,cuda:nccl"
+        kwargs["device_id"] = dev  # binds NCCL to this rank's GPU (no guessing from the rank)
+    else:
+        dev, backend = torch.device("cpu"), "gloo"
+    dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(minutes=timeout_minutes),
+                            **kwargs)
+    return Context(rank, world, local, dev, backend, rank == 0)
+
+
+def shutdown(ctx: Context) -> None:
+    """Leave the process group (a clean exit; without it NCCL warns about leaked resources)."""
+    import torch.distributed as dist
+
+    if ctx.distributed and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+# --- data: the same global batches, split over the ranks ---------------------------------------
+
+def _bounds(n: int, parts: int, index: int) -> tuple[int, int]:
+    """Part ``index`` of ``n`` items cut into ``parts`` contiguous runs whose sizes differ by at most 1."""
+    return index * n // parts, (index + 1) * n // parts
+
+
+def rank_share(global_batch: list, ctx: Context) -> list:
+    """This rank's contiguous part of a global batch every rank built identically.
+
+    Contiguous (rank 0 the first ~n/W examples) rather than strided: a length-grouped batch
+    stays length-sorted within each rank's part, so no rank pads more than it would alone.
+    The parts differ in size by at most one example; ``loss_weight`` accounts for that."""
+    start, end = _bounds(len(global_batch), ctx.world_size, ctx.rank)
+    return global_batch[start:end]
+
+
+def accumulation_steps(global_batch_size: int, world_size: int, max_micro_batch: int) -> int:
+    """Micro-steps per optimiser step, the same on every rank: the largest share
+    (ceil(n / W) examples) cut into micro-batches of at most ``max_micro_batch``."""
+    if global_batch_size < 1 or world_size < 1 or max_micro_batch < 1:
+        raise ValueError(f"need positive sizes, got batch {global_batch_size}, world {world_size}, "
+                         f"micro-batch {max_micro_batch}")
+    return math.ceil(math.ceil(global_batch_size / world_size) / max_micro_batch)
+
+
+def loss_weight(micro_examples: int, global_examples: int, world_size: int) -> float:
+    """Factor for a micro-batch's *mean* loss so that FSDP's/DDP's gradient average over the
+    ranks equals the gradient of the mean loss over the whole global batch:
+    sum_r (W * n_r / N * grad mean_r) / W = sum_r n_r / N * grad mean_r."""
+    return world_size * micro_examples / global_examples
+
+
+def micro_batches(global_batch: list, ctx: Context, max_micro_batch: int) -> list[tuple[list, float]]:
+    """This rank's micro-batches of one global batch, each with its ``loss_weight``.
+
+    Every rank gets ``accumulation_steps(...)`` entries, also a rank whose share is shorter
+    than that (a global batch smaller than W times the micro-steps): its missing entries are
+    the global batch's first example with weight 0.0. It must still run forward and backward
+    on them, since its peers wait for its part of each all-gather and reduce-scatter. Count
+    examples and tokens only of entries with a non-zero weight."""
+    steps = accumulation_steps(len(global_batch), ctx.world_size, max_micro_batch)
+    share = rank_share(global_batch, ctx)
+    out: list[tuple[list, float]] = []
+    for k in range(steps):
+        start, end = _bounds(len(share), steps, k)
+        chunk = share[start:end]
+        if chunk:
+            out.append((chunk, loss_weight(len(chunk), len(global_batch), ctx.world_size)))
+        else:
+            out.append((global_batch[:1], 0.0))
+    return out
+
+
+# --- agreement between ranks -------------------------------------------------------------------
+
+def any_rank(flag: bool, ctx: Context) -> bool:
+    """True on every rank if ``flag`` is true on any. A signal reaches the ranks at different
+    steps; checkpointing and stopping when *this* rank saw it would leave the others waiting
+    in the next collective. A CPU tensor: on GPUs it goes through gloo, without a GPU sync."""
+    if not ctx.distributed:
+        return flag
+    import torch
+    import torch.distributed as dist
+
+    value = torch.tensor([int(flag)], dtype=torch.int32)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())
+
+
+def from_rank0(value: Any, ctx: Context) -> Any:
+    """Rank 0's ``value`` (any picklable object) on every rank: a dev score or an
+    early-stopping decision, so that all ranks branch the same way."""
+    if not ctx.distributed:
+        return value
+    import torch.distributed as dist
+
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def barrier(ctx: Context) -> None:
+    """Wait until every rank is here (rank 0 has written what the others report done)."""
+    if ctx.distributed:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+
+def sum_over_ranks(tensor: "torch.Tensor", ctx: Context) -> "torch.Tensor":
+    """The sum of ``tensor`` over ranks, in place (e.g. each rank's weighted loss, giving the
+    global batch's mean loss; token counts for throughput)."""
+    if ctx.distributed:
+        import torch.distributed as dist
+
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor
+
+
+# --- the model ---------------------------------------------------------------------------------
+
+def shard_model(model, block_classes: tuple[type, ...], ctx: Context, bf16: bool,
+                activation_checkpointing: bool, *, sync_module_states: bool = True):
+    """Shard ``model`` with FSDP2: ``fully_shard`` on every module whose class is in
+    ``block_classes`` (XLM-R: ``XLMRobertaLayer``), then on the root, which takes the rest
+    (embeddings, heads; weights tied between them stay tied). Returns the same object.
+
+    One block's weights are gathered at a time, so memory holds the shards plus one full
+    block. bf16: weights are gathered and computed in bf16, gradients reduced in fp32 and the
+    optimiser updates fp32 shards. Activation checkpointing recomputes each block's
+    activations in backward instead of storing them (composable ``checkpoint``: the
+    parameter names, hence state dicts and ``save_pretrained``, are unchanged).
+
+    The root's ``forward`` must be the entry point of every forward pass: FSDP gathers the
+    root's own weights in its pre-forward hook, so calling ``model.encoder(...)`` directly
+    fails with "mixed torch.Tensor and DTensor". Without a process group nothing is sharded
+    (bf16 then stays with autocast); only activation checkpointing is applied.
+
+    ``sync_module_states`` copies rank 0's weights to all ranks first: the shards of
+    differently initialised ranks (a head drawn from an unseeded RNG) would silently form a
+    model no rank ever had."""
+    import torch
+    from torch.distributed._composable import checkpoint
+
+    blocks = [m for m in model.modules() if isinstance(m, tuple(block_classes))]
+    if block_classes and not blocks:
+        # A wrong class name would otherwise shard the whole model as one unit: correct, but it
+        # gathers every weight at once, the memory sharding is there to avoid.
+        raise ValueError(f"no module of {[c.__name__ for c in block_classes]} in {type(model).__name__}")
+    if activation_checkpointing:
+        for block in blocks:
+            checkpoint(block)
+    if not ctx.distributed:
+        return model
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    if not any(p.is_meta for p in model.parameters()):  # a meta base is materialised after sharding
+        model.to(ctx.device)
+    if sync_module_states:
+        with torch.no_grad():
+            for tensor in [*model.parameters(), *model.buffers()]:
+                dist.broadcast(tensor.data, src=0)
+    mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
+    policy = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16
+              else MixedPrecisionPolicy())
+    for block in blocks:
+        fully_shard(block, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
+    return model
+
+
+def full_state_dict(model, ctx: Context) -> dict[str, Any]:
+    """The complete, unsharded weights on CPU on rank 0 (``{}`` elsewhere), for
+    ``save_pretrained`` or a safetensors export. Collective: every rank must call it."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    return state if ctx.is_main else {}
+
+
+# --- checkpoints -------------------------------------------------------------------------------
+
+def _rng_states(dev) -> dict[str, Any]:
+    import numpy as np
+    import torch
+
+    states = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if dev.type == "cuda":
+        states["cuda"] = torch.cuda.get_rng_state(dev)
+    return states
+
+
+def _set_rng_states(states: dict[str, Any], dev) -> None:
+    import numpy as np
+    import torch
+
+    random.setstate(states["python"])
+    np.random.set_state(states["numpy"])
+    torch.set_rng_state(states["torch"])
+    if "cuda" in states and dev.type == "cuda":
+        torch.cuda.set_rng_state(states["cuda"], dev)
+
+
+def _latest(path: Path) -> Path | None:
+    pointer = path / LATEST
+    if not pointer.is_file():
+        return None
+    version = path / pointer.read_text().strip()
+    return version if (version / EXTRA).is_file() else None
+
+
+@contextmanager
+def _quiet_single_process(ctx: Context):
+    """DCP warns at every save and load without a process group that it assumes a single
+    process; here that is the intent, not an accident."""
+    with warnings.catch_warnings():
+        if not ctx.distributed:
+            warnings.filterwarnings("ignore", message=r"torch\.distributed is .*single process")
+        yield
+
+
+def _state(model, optimizer) -> dict[str, Any]:
+    """The DCP state of model (and optimiser): each rank's shards, keyed by parameter name,
+    so a checkpoint loads into any world size."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
+
+    if optimizer is None:
+        return {"model": get_model_state_dict(model)}
+    model_state, optim_state = get_state_dict(model, optimizer)
+    return {"model": model_state, "optim": optim_state}
+
+
+def save_checkpoint(path: str | os.PathLike[str], model, optimizer, extra: dict[str, Any], ctx: Context,
+                    *, rng: bool = True) -> None:
+    """Write model and optimiser shards (torch.distributed.checkpoint) plus ``extra`` to
+    directory ``path``. Collective: every rank calls it at the same step.
+
+    Atomic: each save writes a new version directory under a dot-named temporary name; rank
+    0 renames it once every rank has written its shards (DCP's own final gather), then
+    replaces the ``LATEST`` pointer file atomically and deletes older versions. A run killed
+    at any moment leaves either the previous checkpoint or the new one complete, never a
+    half-written one that loads. A final barrier keeps all ranks alive until the pointer is
+    written: torchrun tears down the job when a rank exits non-zero, so a rank leaving early
+    (exit 143 after a stop signal) could have rank 0 killed mid-rename.
+
+    ``extra``: small picklable state, identical on all ranks (step, scheduler, sampler, the
+    history), taken from rank 0. ``rng``: also store each rank's RNG states separately
+    (python, numpy, torch, this rank's CUDA device), restored per rank on load. ``optimizer``
+    None: weights only (e.g. the early-stopping best weights)."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+
+    path = Path(path)
+    version = None
+    if ctx.is_main:
+        path.mkdir(parents=True, exist_ok=True)
+        current = _latest(path)
+        number = int(current.name.removeprefix("v")) + 1 if current else 1
+        version = f"v{number:06d}"
+        for stale in path.glob(".v*.tmp"):  # left by a run killed while saving
+            shutil.rmtree(stale, ignore_errors=True)
+    version = from_rank0(version, ctx)
+    tmp = path / f".{version}.tmp"
+    with _quiet_single_process(ctx):
+        dcp.save(_state(model, optimizer), checkpoint_id=tmp)
+    rng_states: list[Any] | None = None
+    if rng:
+        rng_states = [None] * ctx.world_size
+        if ctx.distributed:
+            dist.all_gather_object(rng_states, _rng_states(ctx.device))
+        else:
+            rng_states = [_rng_states(ctx.device)]
+    if ctx.is_main:
+        torch.save({"extra": extra, "rng": rng_states, "world_size": ctx.world_size}, tmp / EXTRA)
+        os.replace(tmp, path / version)
+        pointer = path / f".{LATEST}.tmp"
+        with open(pointer, "w") as out:
+            out.write(version + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(pointer, path / LATEST)
+        for old in path.glob("v*"):
+            if old.name != version:
+                shutil.rmtree(old, ignore_errors=True)
+    if ctx.distributed:
+        dist.barrier()
+
+
+def read_extra(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The ``extra`` of the complete checkpoint under ``path`` without touching any model
+    (to compare a run fingerprint before loading), or None if there is none."""
+    import torch
+
+    version = _latest(Path(path))
+    if version is None:
+        return None
+    return torch.load(version / EXTRA, map_location="cpu", weights_only=False)["extra"]
+
+
+def load_checkpoint(path: str | os.PathLike[str], model, optimizer, ctx: Context) -> dict[str, Any] | None:
+    """Load the complete checkpoint under ``path`` into ``model`` (sharded or not) and
+    ``optimizer``, restore this rank's RNG states, and return its ``extra``; None (nothing
+    changed) if there is no complete checkpoint. Collective: every rank calls it.
+
+    DCP reshards on load, so a checkpoint written by W ranks loads into any other W (or a
+    single process). The per-rank RNG states are restored only when W is the same; then the
+    resumed run continues exactly (dropout included), otherwise it continues from the
+    current seeding and says so. Needs a file system every rank sees (the job's output
+    directory on a cluster)."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_state_dict
+
+    version = _latest(Path(path))
+    found = from_rank0(version is not None, ctx)  # one answer, even on a lagging file system view
+    if not found:
+        return None
+    if version is None:
+        raise RuntimeError(f"rank {ctx.rank}: rank 0 sees a checkpoint under {path}, this rank does not "
+                           "(checkpoints need a file system shared by all nodes)")
+    state = _state(model, optimizer)
+    with _quiet_single_process(ctx):
+        dcp.load(state, checkpoint_id=version)
+    if optimizer is None:
+        set_model_state_dict(model, state["model"])
+    else:
+        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    payload = torch.load(version / EXTRA, map_location="cpu", weights_only=False)
+    if payload["rng"] is not None:
+        if payload["world_size"] == ctx.world_size:
+            _set_rng_states(payload["rng"][ctx.rank], ctx.device)
+        elif ctx.is_main:
+            LOG.warning("checkpoint %s was written by %d processes, this run has %d: weights and optimiser "
+                        "resharded, random states not restored", version, payload["world_size"], ctx.world_size)
+    return payload["extra"]
+
+
+# --- launching ---------------------------------------------------------------------------------
+
+def launch_command(argv: list[str], nodes: int, gpus_per_node: int, port: int | None = None,
+                   *, launcher: str = "torchrun", cpus_per_rank: int = 1,
+                   shutdown_timeout: int = 120) -> list[str] | str:
+    """The command that starts ``python <argv>`` (e.g. ``["-m", "workflow_scripts.training.train", ...]``)
+    on ``nodes`` x ``gpus_per_node`` processes.
+
+    - 1 process: ``python <argv>``, no launcher (``init_from_env`` then runs unsharded).
+    - ``launcher="torchrun"``, 1 node: ``torchrun --standalone`` (a private rendezvous on a
+      free port; ``port`` unused).
+    - ``launcher="torchrun"``, several nodes (inside a Slurm allocation, from a rule with an
+      ``mpi`` resource, which runs without the jobstep wrapper): a shell string; ``srun``
+      starts one torchrun per node, which meet at the c10d rendezvous on the allocation's
+      first host at ``port`` (default 29500 + job id mod 10000, so jobs sharing a node do not
+      collide); each torchrun's task holds ``cpus_per_rank`` CPUs per rank it starts.
+    - ``launcher="srun"``: a shell string; inside a Slurm job ``srun`` starts every rank as a
+      task of one job step (``--kill-on-bad-exit``), which ``init_from_env`` reads from
+      ``SLURM_PROCID``/``SLURM_NTASKS``/``SLURM_LOCALID``, meeting at MASTER_ADDR/PORT (the
+      allocation's first host), each task holding ``cpus_per_rank`` CPUs; outside Slurm (a
+      local ``snakemake --cores N``) the same one-node job falls back to
+      ``torchrun --standalone``.
+
+    Srun's steps get every GPU of the job (each rank takes ``cuda:LOCAL_RANK``) but only the
+    CPUs they ask for: one per task unless told, hence ``--cpus-per-task``. The allocation's
+    hosts come from ``squeue``, not ``SLURM_JOB_NODELIST``: the Slurm executor's job step
+    removes every SLURM_* variable but the job id before it runs a job's command.
+
+    A dead rank ends the whole job: with ``--max-restarts 0`` torchrun, when any worker exits
+    non-zero, sends SIGTERM to the others, SIGKILLs them after 30 s and exits non-zero itself;
+    ``srun --kill-on-bad-exit=1`` ends the other tasks (or the torchruns of the other nodes).
+    Stop signals (SIGTERM, SIGUSR1 from ``sbatch --signal``) reach torchrun, which forwards
+    them to every worker and waits up to ``shutdown_timeout`` s for them to checkpoint and
+    exit; srun's tasks receive them from Slurm directly."""
+    if launcher not in LAUNCHERS:
+        raise ValueError(f"launcher {launcher!r}: one of {', '.join(LAUNCHERS)}")
+    if nodes < 1 or gpus_per_node < 1:
+        raise ValueError(f"need at least one node and one process per node, got {nodes} x {gpus_per_node}")
+    if nodes == 1 and gpus_per_node == 1:
+        return ["python", *argv]
+    if launcher == "srun":
+        return f"{_srun_prefix(nodes, gpus_per_node, port, cpus_per_rank, shutdown_timeout)} {shlex.join(argv)}".rstrip()
+    common = _torchrun_options(gpus_per_node, shutdown_timeout)
+    if nodes == 1:
+        return ["torchrun", "--standalone", "--nnodes", "1", *common, *argv]
+    return (f'{_HEAD} && '
+            f"srun --nodes {nodes} --ntasks {nodes} --ntasks-per-node 1 --cpus-per-task {cpus_per_rank * gpus_per_node} "
+            "--kill-on-bad-exit=1 "
+            f"torchrun --nnodes {nodes} {shlex.join(common)} --rdzv-backend c10d "
+            f'--rdzv-endpoint "$HEAD:{_port(port)}" --rdzv-id "$SLURM_JOB_ID" {shlex.join(argv)}')
+
+
+LAUNCHERS = ("torchrun", "srun")
+# The allocation's first host: where the ranks (or torchruns) of a Slurm job meet.
+_HEAD = ('HEAD=$(scontrol show hostnames "${SLURM_JOB_NODELIST:-$(squeue --noheader --jobs "$SLURM_JOB_ID" '
+         '--format %N)}" | head -n1)')
+
+
+def _port(port: int | None) -> str:
+    return str(port) if port is not None else "$((29500 + SLURM_JOB_ID % 10000))"
+
+
+def _torchrun_options(gpus_per_node: int, shutdown_timeout: int) -> list[str]:
+    return ["--nproc-per-node", str(gpus_per_node), "--max-restarts", "0",
+            "--signals-to-handle", FORWARDED_SIGNALS, "--shutdown-timeout", str(shutdown_timeout)]
+
+
+def _srun_prefix(nodes: int, per_node: int, port: int | None, cpus_per_rank: int, shutdown_timeout: int) -> str:
+    """Shell words that run ``"$@" <python args>``: srun's tasks inside a Slurm job, torchrun
+    outside one (one node only: several nodes need an allocation)."""
+    inside = (f'{_HEAD} && export MASTER_ADDR="$HEAD" MASTER_PORT={_port(port)} {RANKS_FROM}=slurm && '
+              f"set -- srun --nodes {nodes} --ntasks {nodes * per_node} --ntasks-per-node {per_node} "
+              f"--cpus-per-task {cpus_per_rank} --kill-on-bad-exit=1 python")
+    if nodes == 1:
+        outside = shlex.join(["set", "--", "torchrun", "--standalone", "--nnodes", "1",
+                              *_torchrun_options(per_node, shutdown_timeout)])
+    else:
+        outside = f"echo 'a {nodes}-node training job runs inside a Slurm allocation only' >&2 && exit 2"
+    return f'if [ -n "${{SLURM_JOB_ID:-}}" ]; then {inside}; else {outside}; fi && exec "$@"'
+
+
+def launch_prefix(nodes: int, gpus_per_node: int, launcher: str = "torchrun", cpus_per_rank: int = 1) -> str:
+    """The shell words a training rule puts before ``-m workflow_scripts.training.train ...``:
+    ``exec python`` for one process, ``exec torchrun ...`` for one node, and for several
+    nodes or the srun launcher the shell line that starts the ranks (``launch_command``).
+    ``exec``: the launcher itself receives Slurm's signals, no shell in between."""
+    command = launch_command([], nodes, gpus_per_node, launcher=launcher, cpus_per_rank=cpus_per_rank)
+    if isinstance(command, list):
+        return "exec " + shlex.join(command)
+    if launcher == "srun":
+        return command
+    head, _, rest = command.partition(" && ")
+    return f"{head} && exec {rest}".rstrip()

@@ -1,0 +1,220 @@
+"""Backbones: one more axis of the grid, next to the intermediate config, the transfer
+setting and the seed (PROTOCOL.md §10).
+
+The config names each backbone under ``backbones``: where it comes from (Hub id and pinned
+revision, or a demo model built locally), its family (backbones/), its training method
+(full, lora, qlora; adapters.py) and precision, and what the memory planner needs. Every
+model, metric file and table lives under the backbone's name, so adding a backbone to a
+finished grid plans only that backbone's jobs and the tables that compare backbones.
+
+A backbone may run a part of the grid (``grid``: intermediate configs, targets, seeds and
+transfer settings): a 176B decoder is rarely run on every cell a base-size encoder is.
+
+Standard library only: the Snakefile imports this to validate the config and build the DAG.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from workflow_scripts.data.tasks import TASKS, get_task
+from workflow_scripts.workflow import transfer
+
+RESULTS = "results"
+FAMILIES = ("encoder", "seq2seq_encoder", "decoder")
+METHODS = ("full", "lora", "qlora")
+DEMO_FAMILIES = ("encoder", "decoder")  # the families the demo can build (demo_models.py)
+GRID_KEYS = ("intermediate", "targets", "seeds", "settings")
+
+
+class BackboneError(ValueError):
+    """A backbone entry that cannot work, named by its config key."""
+
+
+# ----- the configured backbones ----------------------------------------------------------
+
+
+def configured(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return dict(config["backbones"])
+
+
+def names(config: dict[str, Any]) -> list[str]:
+    return list(config["backbones"])
+
+
+def first(config: dict[str, Any]) -> str:
+    """The first backbone: the one whose intermediate models the translation table scores."""
+    return names(config)[0]
+
+
+def whole_grid(config: dict[str, Any]) -> dict[str, list[Any]]:
+    """The config's intermediate configs, targets, seeds and transfer settings."""
+    return {"intermediate": list(config["intermediate"]), "targets": list(config["targets"]),
+            "seeds": list(config["seeds"]), "settings": list(transfer.configured(config))}
+
+
+def grid_of(config: dict[str, Any], backbone: str) -> dict[str, list[Any]]:
+    """The part of the grid a backbone runs (everything, unless its ``grid`` narrows it)."""
+    narrowed = config["backbones"][backbone].get("grid") or {}
+    full = whole_grid(config)
+    return {key: [v for v in full[key] if v in narrowed[key]] if key in narrowed else full[key] for key in GRID_KEYS}
+
+
+def plans(config: dict[str, Any], backbone: str) -> list[transfer.Plan]:
+    """The transfer plans a backbone runs: its settings and targets, each with the backbone's
+    intermediate configs and seeds among the plan's own."""
+    part = grid_of(config, backbone)
+    out = []
+    for plan in transfer.plans(config):
+        if plan.setting not in part["settings"] or plan.target not in part["targets"]:
+            continue
+        inter = tuple(n for n in plan.intermediate if n in part["intermediate"])
+        seeds = tuple(s for s in plan.seeds if s in part["seeds"])
+        if inter and seeds:
+            out.append(dataclasses.replace(plan, intermediate=inter, seeds=seeds))
+    return out
+
+
+def find_plan(config: dict[str, Any], backbone: str, setting_token: str, target: str) -> transfer.Plan:
+    for plan in plans(config, backbone):
+        if transfer.path_token(plan.setting) == setting_token and plan.target == target:
+            return plan
+    raise KeyError(f"backbone {backbone} runs no setting {setting_token!r} for target {target!r}")
+
+
+def contaminated(config: dict[str, Any], backbone: str) -> list[str]:
+    """Targets whose data the backbone saw in its training mixture (mT0, BLOOMZ and Aya-101
+    were tuned on xP3, which holds XNLI and XCOPA): their scores are not zero-shot."""
+    return list(config["backbones"][backbone].get("contaminated_targets") or [])
+
+
+# ----- paths ------------------------------------------------------------------------------
+
+
+def base_dir(backbone: str) -> str:
+    """The pretrained backbone as prepared (Hub snapshot or demo model)."""
+    return f"{RESULTS}/models/backbones/{backbone}"
+
+
+def tables_dir(backbone: str) -> str:
+    return f"{RESULTS}/tables/{backbone}"
+
+
+def figures_dir(backbone: str) -> str:
+    return f"{RESULTS}/figures/{backbone}"
+
+
+def submission_dir(backbone: str, benchmark: str = "xtreme") -> str:
+    """The leaderboard submission of a backbone's best models (its folder: the benchmark's name)."""
+    return f"{RESULTS}/submission/{backbone}/{benchmark}"
+
+
+# ----- settings handed to the rules -------------------------------------------------------
+
+
+def method_settings(config: dict[str, Any], backbone: str) -> dict[str, Any]:
+    """The training method as train.py reads it (adapters.Method)."""
+    entry = config["backbones"][backbone]
+    method = {"name": entry.get("method", "full"), "precision": entry.get("precision", "bf16")}
+    if method["name"] != "full":
+        method.update(entry.get("lora") or {})
+    if entry.get("activation_checkpointing"):
+        method["activation_checkpointing"] = True
+    return method
+
+
+def prepare_settings(config: dict[str, Any], backbone: str) -> dict[str, Any]:
+    """What prepare_backbone fetches or builds, and the family it records."""
+    entry = config["backbones"][backbone]
+    if config["models"]["source"] == "hub":
+        return {"source": "hub", "family": entry["family"], "hub_id": entry["hub_id"], "revision": entry["revision"]}
+    return {"source": "demo", "family": entry["family"], "demo": entry.get("demo", {})}
+
+
+def retrieval_settings(config: dict[str, Any], backbone: str) -> dict[str, Any]:
+    """The retrieval options, with the backbone's own layer and pooling where it sets them."""
+    return {**config["retrieval"], **(config["backbones"][backbone].get("retrieval") or {})}
+
+
+def gpus(config: dict[str, Any], backbone: str) -> dict[str, Any]:
+    """GPUs per node, nodes and launcher (torchrun or srun) a training job of the backbone
+    asks for (no per_node: the rule's own `resources` decide, one process)."""
+    asked = config["backbones"][backbone].get("gpus") or {}
+    return {"per_node": int(asked.get("per_node", 0)), "nodes": int(asked.get("nodes", 1)),
+            "launcher": asked.get("launcher", "torchrun")}
+
+
+def describe(config: dict[str, Any], backbone: str) -> dict[str, Any]:
+    """What a metric file and a table row record of the backbone."""
+    entry = config["backbones"][backbone]
+    out = {"name": backbone, "family": entry["family"], "method": entry.get("method", "full"),
+           "precision": entry.get("precision", "bf16"), "contaminated_targets": contaminated(config, backbone)}
+    if config["models"]["source"] == "hub":
+        out.update({"hub_id": entry["hub_id"], "revision": entry["revision"]})
+    else:
+        out["source"] = "demo"
+    if entry.get("parameters"):
+        out["parameters"] = entry["parameters"]
+    return out
+
+
+# ----- checks -----------------------------------------------------------------------------
+
+
+def check(config: dict[str, Any]) -> None:
+    """Every backbone entry can run: known family and method, a Hub id and revision in hub
+    mode, a demo builder in demo mode, a grid within the config's, MLM only where the family
+    has a masked-LM head."""
+    if not config.get("backbones"):
+        raise BackboneError("config key backbones: name at least one backbone (the 2020 grid: "
+                            "xlmr_large: {hub_id: FacebookAI/xlm-roberta-large, family: encoder})")
+    baseline = config.get("tables", {}).get("baseline", "none")
+    for name, entry in config["backbones"].items():
+        key = f"backbones.{name}"
+        family = entry.get("family")
+        if family not in FAMILIES:
+            raise BackboneError(f"config key {key}.family: {family!r}; known families: {', '.join(FAMILIES)}")
+        method = entry.get("method", "full")
+        if method not in METHODS:
+            raise BackboneError(f"config key {key}.method: {method!r}; known methods: {', '.join(METHODS)}")
+        if config["models"]["source"] == "hub":
+            for field in ("hub_id", "revision"):
+                if not entry.get(field):
+                    raise BackboneError(f"config key {key}.{field}: required when models.source is hub")
+        elif family not in DEMO_FAMILIES:
+            raise BackboneError(f"config key {key}.family: the demo builds {' and '.join(DEMO_FAMILIES)} backbones, "
+                                f"not {family} (use models.source: hub)")
+        if method == "qlora" and config["models"]["source"] == "demo":
+            raise BackboneError(f"config key {key}.method: qlora needs a CUDA GPU and a Hub backbone; "
+                                "the demo runs on CPU (use lora)")
+        asked = gpus(config, name)
+        if method == "qlora" and asked["per_node"] * asked["nodes"] > 1:
+            raise BackboneError(
+                f"config key {key}.gpus: qlora trains on one GPU; across {asked['per_node'] * asked['nodes']} GPUs "
+                "each rank would have to quantise and hold the whole 4-bit base (sharded loading reads bf16/fp32 "
+                "rows, which bitsandbytes' 4-bit blocks are not). Use method lora (bf16 base, sharded) for "
+                "several GPUs, or one GPU with qlora")
+        narrowed, full = entry.get("grid") or {}, whole_grid(config)
+        for part, values in narrowed.items():
+            unknown = [v for v in values if v not in full[part]]
+            if unknown:
+                raise BackboneError(f"config key {key}.grid.{part}: {unknown} not in the config's {part} {full[part]}")
+        part = grid_of(config, name)
+        if baseline not in part["intermediate"]:
+            raise BackboneError(f"config key {key}.grid.intermediate: lacks the baseline config {baseline!r}, "
+                                "which every table compares with")
+        baseline_setting = transfer.baseline_setting(config)
+        if baseline_setting not in part["settings"]:
+            raise BackboneError(f"config key {key}.grid.settings: lacks the baseline setting {baseline_setting!r}")
+        if family != "encoder":
+            for inter in part["intermediate"]:
+                if config["intermediate"][inter].get("mlm"):
+                    raise BackboneError(f"config key {key}.grid.intermediate: {inter!r} mixes in MLM, and a {family} "
+                                        "backbone has no masked-LM head; leave it out of this backbone's grid")
+        for i, target in enumerate(entry.get("contaminated_targets") or []):
+            if target not in TASKS or not get_task(target).is_target:
+                raise BackboneError(f"config key {key}.contaminated_targets[{i}]: {target!r} is not a target task")
+        pooling = (entry.get("retrieval") or {}).get("pooling")
+        if pooling not in (None, "mean", "first", "last", "family"):
+            raise BackboneError(f"config key {key}.retrieval.pooling: {pooling!r}")

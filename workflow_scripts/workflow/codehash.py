@@ -1,0 +1,86 @@
+"""Content hashes of workflow_scripts modules and everything they import from the package.
+
+Snakemake tracks a rule's code, params and inputs but not the Python modules a shell
+command imports. Each rule gets ``params.code = module_digest(<cli module>)``: editing any
+module in that import closure changes the param, so exactly the rules using it rerun.
+Standard library only, because the Snakefile imports this at parse time.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+from functools import cache
+from pathlib import Path
+
+PACKAGE = "workflow_scripts"
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+
+
+def _module_file(name: str) -> Path | None:
+    """The source of a package module: ``a/b.py``, or ``a/b/__init__.py`` for a subpackage."""
+    rel = name.split(".")[1:]
+    if not rel:
+        return PACKAGE_DIR / "__init__.py"
+    for candidate in (PACKAGE_DIR.joinpath(*rel).with_suffix(".py"), PACKAGE_DIR.joinpath(*rel, "__init__.py")):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _is_package(name: str) -> bool:
+    path = _module_file(name)
+    return path is not None and path.name == "__init__.py"
+
+
+def _resolve(name: str, level: int, module: str | None) -> str:
+    """The absolute name of ``from <level dots><module> import ...`` written in ``name``."""
+    parts = name.split(".") if _is_package(name) else name.split(".")[:-1]
+    parts = parts[:len(parts) - (level - 1)]
+    return ".".join(parts + ([module] if module else []))
+
+
+@cache
+def _imports(name: str) -> frozenset[str]:
+    """Package modules imported anywhere in ``name`` (lazy imports in functions included)."""
+    path = _module_file(name)
+    if path is None:
+        return frozenset()
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith(PACKAGE))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative import, resolved against the importing module's package
+                base = _resolve(name, node.level, node.module)
+            elif node.module and node.module.startswith(PACKAGE):
+                base = node.module
+            else:
+                continue
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)
+    return frozenset(m for m in found if _module_file(m) is not None)
+
+
+def import_closure(name: str) -> list[str]:
+    seen: set[str] = set()
+    stack = [name]
+    while stack:
+        mod = stack.pop()
+        if mod in seen:
+            continue
+        seen.add(mod)
+        stack.extend(_imports(mod))
+    return sorted(seen)
+
+
+def module_digest(name: str) -> str:
+    """sha256 over the source of ``name`` and its package import closure."""
+    if not name.startswith(PACKAGE):
+        name = f"{PACKAGE}.{name}"
+    if _module_file(name) is None:
+        raise ValueError(f"no module {name} in {PACKAGE_DIR}")
+    digest = hashlib.sha256()
+    for mod in import_closure(name):
+        digest.update(mod.encode() + b"\0" + _module_file(mod).read_bytes() + b"\0")
+    return digest.hexdigest()[:16]

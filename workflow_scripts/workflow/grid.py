@@ -1,0 +1,595 @@
+"""The experiment grid: config checks, file layout and each step's resolved settings.
+
+The Snakefile imports this (standard library only) to validate the config beyond its JSON
+schema and to hand every rule exactly the settings it depends on, as one canonical param:
+a change reruns the steps whose settings changed and nothing else.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from workflow_scripts.common import REPO_ROOT, is_url
+from workflow_scripts.data.tasks import PROVIDED_TRANSLATIONS, RANKING, SPAN, TASKS, TRANSLATABLE_FORMATS, get_task
+from workflow_scripts.workflow import backbone_grid, benchmark, memory_plan, slurm, transfer
+from workflow_scripts.workflow.transfer import data_path, translate_test_path, translated_path
+
+RESULTS = "results"
+PHASE_KEYS = ("learning_rate", "warmup_ratio", "weight_decay", "max_grad_norm", "dropout", "eval_every",
+              "patience", "dev_examples", "eval_batch_size", "max_micro_batch", "multitask_cap",
+              "multitask_epochs", "max_steps")
+SPAN_KEYS = ("doc_stride", "max_query_length", "n_best", "max_answer_length")
+RANKING_KEYS = ("max_query_length", "lowercase", "pooling")
+
+
+class ConfigError(ValueError):
+    """A config value that cannot work, named by its key path."""
+
+
+# ----- checks ---------------------------------------------------------------------------
+
+
+def check_schema(config: dict[str, Any], schema_file: str) -> None:
+    """JSON-schema errors as one line per problem, each naming the config key."""
+    import jsonschema
+    import yaml
+
+    with open(schema_file, encoding="utf-8") as f:
+        schema = yaml.safe_load(f)
+    validator = jsonschema.Draft202012Validator(schema)
+    problems = []
+    for err in sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path))):
+        key = ".".join(str(p) if isinstance(p, str) else f"[{p}]" for p in err.absolute_path).replace(".[", "[")
+        problems.append(f"config key {key or '(top level)'}: {err.message}")
+    if problems:
+        raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
+
+
+
+def check_config(config: dict[str, Any]) -> None:
+    tasks_cfg = config["tasks"]
+
+    def need_task(name: str, key: str) -> None:
+        if name not in TASKS:
+            raise ConfigError(f"config key {key}: unknown task {name!r}; known tasks: {', '.join(TASKS)}")
+        if name not in tasks_cfg:
+            raise ConfigError(f"config key {key}: task {name!r} has no entry under 'tasks' (its data source)")
+
+    for key in tasks_cfg:
+        if key not in TASKS:
+            raise ConfigError(f"config key tasks.{key}: unknown task; known tasks: {', '.join(TASKS)}")
+        for option, release in local_releases(tasks_cfg[key]).items():
+            if not release.exists():
+                raise ConfigError(f"config key tasks.{key}.options.{option}: {_release_option(tasks_cfg[key], option)!r} "
+                                  "is neither a URL nor "
+                                  "an existing archive or directory")
+    baselines = []
+    for name, inter in config["intermediate"].items():
+        for i, task in enumerate(inter["tasks"]):
+            key = f"intermediate.{name}.tasks[{i}]"
+            need_task(task, key)
+            if get_task(task).is_target:
+                raise ConfigError(f"config key {key}: {task!r} is a target task, not an intermediate task")
+            if task == "mlm":
+                raise ConfigError(f"config key {key}: mix in MLM with 'mlm: true', not as a task")
+        if inter.get("mlm"):
+            need_task("mlm", f"intermediate.{name}.mlm")
+        if not inter["tasks"] and not inter.get("mlm"):
+            baselines.append(name)
+            if "language" in inter or "learning_rate" in inter:
+                raise ConfigError(f"config key intermediate.{name}: the baseline (no tasks) takes no language or learning_rate")
+        lang = inter.get("language")
+        if lang and lang != "en":
+            for task in inter["tasks"]:
+                if task in PROVIDED_TRANSLATIONS:
+                    provided = PROVIDED_TRANSLATIONS[task]
+                    need_task(provided, f"intermediate.{name}.language (translated {task} is read from {provided!r})")
+                    if lang not in tasks_cfg[provided].get("languages", []):
+                        raise ConfigError(f"config key tasks.{provided}.languages: lacks {lang!r} "
+                                          f"needed by intermediate.{name}")
+                    continue
+                if lang not in config["models"].get("translators", {}):
+                    raise ConfigError(f"config key intermediate.{name}.language: no translator for {lang!r} "
+                                      "under models.translators")
+                if get_task(task).visual:
+                    raise ConfigError(f"config key intermediate.{name}.language: image task {task!r} trains in "
+                                      "English only (its hypotheses are not machine-translated yet)")
+                if get_task(task).format not in TRANSLATABLE_FORMATS:
+                    raise ConfigError(f"config key intermediate.{name}.language: task {task!r} "
+                                      f"({get_task(task).format}) cannot be machine-translated")
+    for task in visual_tasks(config):
+        image_dir(config, task)  # raises when the images have no known place
+    bench = benchmark.of_config(config)
+    for i, target in enumerate(config["targets"]):
+        key = f"targets[{i}]"
+        if target in TASKS and get_task(target).is_target and target not in bench.targets:
+            raise ConfigError(f"config key {key}: {target!r} is not a {bench.title} target (benchmark: {bench.name}; "
+                              f"its targets: {', '.join(bench.targets)})")
+        need_task(target, key)
+        task = get_task(target)
+        if not task.is_target:
+            raise ConfigError(f"config key {key}: {target!r} is not a target task")
+        if task.is_retrieval:
+            source = retrieval_encoder_source(config, target)
+            if source != "intermediate" and (source not in config["targets"] or get_task(source).is_retrieval):
+                raise ConfigError(f"config key retrieval.encoders.{target}: {target} embeds with the model of target "
+                                  f"{source!r} ({bench.title}'s protocol), which is not a trained target of the grid: "
+                                  f"add it to targets or set retrieval.encoders.{target}: intermediate")
+        for j, stage in enumerate(target_stages(config, target)):
+            stage_key = f"tasks.{target}.stages[{j}]"
+            need_task(stage, stage_key)
+            if get_task(stage).is_target or get_task(stage).format != task.format:
+                raise ConfigError(f"config key {stage_key}: a stage must be a {task.format} task that is not a "
+                                  f"target (its head carries over to {target}), got {stage!r}")
+        if "languages" not in tasks_cfg[target]:
+            raise ConfigError(f"config key tasks.{target}.languages: a target needs its evaluation languages")
+        for dep in {task.train_from, task.select_from} - {None, target}:
+            need_task(dep, f"{key} (trains on / selects with {dep!r})")
+    for task, langs in config.get("translation", {}).get("datasets", {}).items():
+        need_task(task, f"translation.datasets.{task}")
+        if get_task(task).format not in TRANSLATABLE_FORMATS:
+            raise ConfigError(f"config key translation.datasets.{task}: {get_task(task).format} data cannot be "
+                              "machine-translated")
+        for lang in langs:
+            if lang not in config["models"].get("translators", {}):
+                raise ConfigError(f"config key translation.datasets.{task}: no translator for {lang!r} "
+                                  "under models.translators")
+    baseline = config.get("tables", {}).get("baseline", "none")
+    if baseline not in config["intermediate"]:
+        raise ConfigError(f"config key tables.baseline: {baseline!r} is not an intermediate config")
+    if baseline not in baselines:
+        raise ConfigError(f"config key tables.baseline: {baseline!r} has tasks; the baseline must have none")
+    if "en" in config["models"].get("translators_to_en", {}):
+        raise ConfigError("config key models.translators_to_en.en: English needs no translation into English")
+    for rule in ("train_intermediate", "train_target"):
+        try:
+            slurm.training_retries(resources(config, rule))
+        except ValueError as err:
+            raise ConfigError(f"config key resources.{rule}.runtime: {err}") from None
+    try:
+        transfer.check(config)
+        backbone_grid.check(config)
+        # A backbone whose training cannot fit the GPUs it asks for stops here, before any job.
+        memory_plan.check_fits(config)
+    except (transfer.TransferError, backbone_grid.BackboneError, memory_plan.PlanError) as err:
+        raise ConfigError(str(err)) from None
+
+
+def local_releases(task_cfg: dict[str, Any]) -> dict[str, Path]:
+    """The local paths of a task's UD releases by option (``ud_release``, and
+    ``ud_release_extra.release``: XTREME-R's UD v2.7 languages); URLs are not local."""
+    options = task_cfg.get("options", {})
+    extra = options.get("ud_release_extra")
+    found = {"ud_release": options.get("ud_release"),
+             "ud_release_extra.release": extra.get("release") if isinstance(extra, dict) else None}
+    return {key: REPO_ROOT / release for key, release in found.items()  # an absolute release stays absolute
+            if release and not is_url(release)}
+
+
+def _release_option(task_cfg: dict[str, Any], option: str) -> str:
+    """The configured value of a local release option, as the user wrote it."""
+    options = task_cfg.get("options", {})
+    return options["ud_release"] if option == "ud_release" else options["ud_release_extra"]["release"]
+
+
+# ----- layout -----------------------------------------------------------------------------
+
+
+def is_baseline(config: dict[str, Any], name: str) -> bool:
+    inter = config["intermediate"][name]
+    return not inter["tasks"] and not inter.get("mlm")
+
+
+def intermediate_encoder(config: dict[str, Any], backbone: str, name: str, seed: int | str) -> str:
+    """The backbone a target phase starts from: the pretrained one for the baseline config."""
+    if is_baseline(config, name):
+        return backbone_grid.base_dir(backbone)
+    return f"{RESULTS}/intermediate/{backbone}/{name}/seed{seed}/encoder"
+
+
+def target_stages(config: dict[str, Any], target: str) -> list[str]:
+    """The tasks trained before a target's own training, in order (tasks.<t>.stages, else
+    the catalogue's: XCOPA's SIQA)."""
+    return list(config["tasks"].get(target, {}).get("stages", get_task(target).stages))
+
+
+def stage_model(backbone: str, name: str, target: str, stage: str, seed: int | str) -> str:
+    """The model a target's stage leaves (shared by every recipe of the target)."""
+    return f"{RESULTS}/target/{backbone}/{name}/{target}/stages/{stage}/seed{seed}/model"
+
+
+def target_start(config: dict[str, Any], backbone: str, name: str, target: str, seed: int | str,
+                 before: str | None = None) -> str:
+    """The model a target's training (or, with ``before``, that stage's) starts from: the
+    previous stage's, else the backbone the intermediate phase left."""
+    stages = target_stages(config, target)
+    earlier = stages[:stages.index(before)] if before is not None else stages
+    if earlier:
+        return stage_model(backbone, name, target, earlier[-1], seed)
+    return intermediate_encoder(config, backbone, name, seed)
+
+
+def stage_data(config: dict[str, Any], stage: str) -> dict[str, dict[str, str]]:
+    """A stage's data map: its English train and dev splits."""
+    return {stage: {"train": data_path(stage, "train"), "dev": data_path(stage, "dev")}}
+
+
+def retrieval_encoder_source(config: dict[str, Any], target: str) -> str:
+    """"intermediate", or the trained target whose encoder a retrieval target embeds with."""
+    configured = config.get("retrieval", {}).get("encoders", {})
+    return configured.get(target, benchmark.of_config(config).retrieval_encoders.get(target, "intermediate"))
+
+
+def retrieval_encoder(config: dict[str, Any], backbone: str, name: str, target: str, seed: int | str) -> str:
+    source = retrieval_encoder_source(config, target)
+    if source == "intermediate":
+        return intermediate_encoder(config, backbone, name, seed)
+    return target_model(backbone, name, source, "en.dev-en", seed)  # its zero-shot (English) model
+
+
+def target_model(backbone: str, name: str, target: str, recipe: str, seed: int | str) -> str:
+    """A target model; its recipe names its training and selection data (transfer.py)."""
+    return f"{RESULTS}/target/{backbone}/{name}/{target}/{recipe}/seed{seed}/model"
+
+
+def metric_file(backbone: str, setting: str, name: str, target: str, seed: int | str) -> str:
+    return f"{RESULTS}/metrics/{backbone}/{transfer.path_token(setting)}/{name}/{target}/seed{seed}.json"
+
+
+def intermediate_data(config: dict[str, Any], name: str) -> dict[str, dict[str, str]]:
+    inter = config["intermediate"][name]
+    lang = inter.get("language", "en")
+    out = {}
+    for task in inter["tasks"]:
+        if lang == "en":
+            out[task] = {"train": data_path(task, "train"), "dev": data_path(task, "dev")}
+        elif task in PROVIDED_TRANSLATIONS:  # multilingual file; training keeps `language` rows
+            provided = PROVIDED_TRANSLATIONS[task]
+            out[task] = {"train": data_path(provided, "train"), "dev": data_path(provided, "dev")}
+        else:
+            out[task] = {"train": translated_path(task, lang, "train"), "dev": translated_path(task, lang, "dev")}
+    for task in inter["tasks"]:
+        if get_task(task).visual:  # the task's image features (the embed_images step)
+            out[task]["images"] = image_features_path(task)
+    if inter.get("mlm"):
+        out["mlm"] = {"train": data_path("mlm", "train")}
+    return out
+
+
+def image_features_path(task: str) -> str:
+    return f"{RESULTS}/data/images/{task}"
+
+
+VISION_ENCODER = f"{RESULTS}/models/vision_encoder"
+
+
+def visual_tasks(config: dict[str, Any]) -> list[str]:
+    """The image tasks any intermediate config of the grid trains."""
+    return sorted({t for inter in config["intermediate"].values() for t in inter["tasks"] if get_task(t).visual})
+
+
+def image_dir(config: dict[str, Any], task: str) -> str:
+    """Where a task's images are: its ``images`` key, else beside a local mirror's rows."""
+    task_cfg = config["tasks"][task]
+    if "images" in task_cfg:
+        return task_cfg["images"]
+    if config["data"]["source"] == "local":
+        return f"{config['data']['local_root'].rstrip('/')}/{task_cfg['hub']['path']}/images"
+    raise ConfigError(f"config key tasks.{task}.images: the directory of {task}'s images is needed with data "
+                      "from the Hub (SNLI-VE: Flickr30k's flickr30k-images, distributed on request)")
+
+
+def vision_settings(config: dict[str, Any]) -> dict[str, Any]:
+    """What builds or fetches the vision encoder (a change rebuilds it and re-embeds)."""
+    vision = config.get("vision", {})
+    if config["models"]["source"] == "demo":
+        return {"source": "demo", "demo": vision.get("demo", {}), "seed": vision.get("demo", {}).get("seed", 0)}
+    return {"source": "hub", "hub_id": vision.get("hub_id", "openai/clip-vit-base-patch32"),
+            "revision": vision.get("revision", "main")}
+
+
+def target_data(config: dict[str, Any], target: str, recipe: str) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """The training phase's data map of one target model: each file with the languages kept."""
+    found = transfer.find_recipe(config, target, recipe)
+    return {target: {"train": [r.as_dict() for r in found.train], "dev": [r.as_dict() for r in found.dev]}}
+
+
+def target_data_files(config: dict[str, Any], target: str, recipe: str) -> list[str]:
+    found = transfer.find_recipe(config, target, recipe)
+    return sorted({r.path for r in found.train + found.dev})
+
+
+def evaluation(config: dict[str, Any], backbone: str, setting_token: str, name: str, target: str, seed: int | str
+               ) -> dict[str, Any]:
+    """One metric file's inputs: the model scoring each language and the data of each split."""
+    plan = backbone_grid.find_plan(config, backbone, setting_token, target)
+    if get_task(target).is_retrieval:  # the intermediate phase's encoder, or a trained target's (XTREME-R's Tatoeba)
+        models = {lang: retrieval_encoder(config, backbone, name, target, seed) for lang in plan.languages}
+    else:
+        models = {lang: target_model(backbone, name, target, recipe.name, seed) for lang, recipe in plan.models.items()}
+    data = {split: [r.as_dict() for r in refs] for split, refs in plan.eval_data.items()}
+    return {"models": models, "data": data}
+
+
+def all_data_files(config: dict[str, Any]) -> list[str]:
+    """Every canonical data file the grid reads (the demo vocabularies are trained on them)."""
+    files: set[str] = set()
+    for name in config["intermediate"]:
+        for task, paths in intermediate_data(config, name).items():
+            files.update(data_path(task, split) for split in paths if split != "images")
+    for plan in transfer.plans(config):
+        for recipe in plan.models.values():
+            files.update(r.path for r in recipe.train + recipe.dev)
+        files.update(r.path for refs in plan.eval_data.values() for r in refs)
+        for stage in (target_stages(config, plan.target) if plan.models else []):
+            files.update(stage_data(config, stage)[stage].values())
+    return sorted(f for f in files if f.startswith(f"{RESULTS}/data/"))
+
+
+def demo_corpus(config: dict[str, Any], lang: str) -> str:
+    """The demo's parallel corpus between English and ``lang``."""
+    return f"{config['models']['demo_corpora'].rstrip('/')}/en-{lang}.jsonl"
+
+
+def demo_encoder_corpora(config: dict[str, Any]) -> list[str]:
+    """The parallel corpora of every non-English language any task of the grid uses: what
+    the demo encoder is pre-trained on."""
+    langs = {lang for task in config["tasks"].values() for lang in task.get("languages", [])} - {"en"}
+    return [demo_corpus(config, lang) for lang in sorted(langs)]
+
+
+def translation_jobs(config: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(task, language, split) of every machine translation out of English: the data the
+    translated configs train and select on, the extra datasets of `translation.datasets`,
+    and what the transfer settings train and select on."""
+    pairs = {(task, inter["language"]) for inter in config["intermediate"].values()
+             if inter.get("language", "en") != "en" for task in inter["tasks"] if task not in PROVIDED_TRANSLATIONS}
+    pairs |= {(task, lang) for task, langs in config["translation"].get("datasets", {}).items() for lang in langs}
+    jobs = {(task, lang, split) for task, lang in pairs for split in ("train", "dev")}
+    jobs |= set(transfer.pipeline_translations(config))
+    return sorted(jobs)
+
+
+def translation_stats_files(config: dict[str, Any]) -> list[str]:
+    files = [translated_path(task, lang, split).replace(".parquet", ".stats.json")
+             for task, lang, split in translation_jobs(config)]
+    files += [translate_test_path(task, lang).replace(".parquet", ".stats.json")
+              for task, lang in transfer.test_translations(config)]
+    return files
+
+
+def translated_intermediate_models(config: dict[str, Any]) -> list[str]:
+    """Intermediate models of the translated configs and their English-data counterparts,
+    whose dev scores the translation table reports (those of the first backbone that runs
+    the translated config)."""
+    found = []
+    for name, info in translated_counterparts(config).items():
+        backbone = next((b for b in backbone_grid.names(config)
+                         if name in backbone_grid.grid_of(config, b)["intermediate"]), None)
+        if backbone is None:
+            continue
+        part = backbone_grid.grid_of(config, backbone)
+        for n in sorted({name, info["english"]} & set(part["intermediate"])):
+            found += [intermediate_encoder(config, backbone, n, seed) for seed in part["seeds"]]
+    return sorted(set(found))
+
+
+def quality_files(config: dict[str, Any]) -> list[str]:
+    """MT quality of every translator the grid uses, where the grid's XNLI data has references
+    (English and the language): en -> X, and X -> en for the translate-test languages."""
+    xnli = config["tasks"].get("xnli", {}).get("languages", [])
+    referenced = set(xnli) if "en" in xnli else set()
+    into = sorted({lang for _, lang, _ in translation_jobs(config)} & referenced)
+    out_of = sorted({lang for _, lang in transfer.test_translations(config)} & referenced)
+    return [quality_file(lang) for lang in into] + [quality_file(lang, "en") for lang in out_of]
+
+
+def quality_file(lang: str, into: str | None = None) -> str:
+    """``quality/de.json`` for en -> de, ``quality/de-en.json`` for de -> en."""
+    return f"{RESULTS}/translation/quality/{lang}{'-' + into if into else ''}.json"
+
+
+def metric_files(config: dict[str, Any], backbone: str) -> list[str]:
+    """Every run's metric file of a backbone: (setting, intermediate config, target, seed)."""
+    return [metric_file(backbone, plan.setting, name, plan.target, seed) for plan in backbone_grid.plans(config, backbone)
+            for name in plan.intermediate for seed in plan.seeds]
+
+
+def all_metric_files(config: dict[str, Any]) -> list[str]:
+    return [f for backbone in backbone_grid.names(config) for f in metric_files(config, backbone)]
+
+
+def submission_predictions(config: dict[str, Any], backbone: str) -> dict[str, str]:
+    """"<config>/<target>/seed<N>" -> prediction folder, for every run of the baseline setting
+    (the best models of the main table are chosen among them)."""
+    baseline = transfer.baseline_setting(config)
+    return {f"{name}/{plan.target}/seed{seed}": metric_file(backbone, plan.setting, name, plan.target, seed)
+            .removesuffix(".json") + ".predictions"
+            for plan in backbone_grid.plans(config, backbone) if plan.setting == baseline
+            for name in plan.intermediate for seed in plan.seeds}
+
+
+# ----- settings ---------------------------------------------------------------------------
+
+
+def _task_opts(config: dict[str, Any], task: str) -> dict[str, Any]:
+    cfg = config["tasks"][task]
+    opts = {k: cfg[k] for k in ("batch_size", "epochs", "max_length")}
+    if get_task(task).format == SPAN:
+        opts.update({k: cfg[k] for k in SPAN_KEYS})
+    if get_task(task).format == RANKING:
+        opts.update({k: cfg[k] for k in RANKING_KEYS})
+    return opts
+
+
+def data_settings(config: dict[str, Any], task: str, split: str) -> dict[str, Any]:
+    cfg = config["tasks"][task]
+    languages = cfg.get("languages", ["en"])
+    if split == "train" and task in transfer.FOREIGN_TRAIN:
+        # A target's train split holds every language that has one (in-language data; PAWS-X's
+        # published translations), whether or not a transfer setting uses them: enabling or
+        # changing a setting then never rewrites the data the zero-shot runs train on.
+        missing = transfer.TRAIN_MISSING.get(task, frozenset())
+        languages = ["en"] + [l for l in languages if l != "en" and l not in missing]
+    settings = {"source": config["data"]["source"], "hub": cfg["hub"], "options": cfg.get("options", {}),
+                "languages": languages}
+    if settings["source"] == "local":
+        settings["local_root"] = config["data"]["local_root"]
+    return settings
+
+
+def translator_settings(config: dict[str, Any], lang: str, to_english: bool = False) -> dict[str, Any]:
+    """The OPUS-MT model en -> lang (or lang -> en for translate-test)."""
+    models = config["models"]
+    if models["source"] == "hub":
+        mt = models["translators_to_en" if to_english else "translators"][lang]
+        return {"source": "hub", "hub_id": mt["hub_id"], "revision": mt["revision"]}
+    settings = {"source": "demo", "demo": models.get("translator_demo", {})}
+    if to_english:
+        settings["direction"] = f"{lang}-en"
+    return settings
+
+
+def translation_settings(config: dict[str, Any], task: str | None = None, lang: str | None = None) -> dict[str, Any]:
+    """Decoding and re-alignment settings; for a translation out of English into ``lang``, the
+    target-language token its model needs. Not among them: the list of extra datasets, and
+    the batch size, which changes only speed (a resource of the rule, so editing it reruns
+    nothing)."""
+    settings = {k: v for k, v in config["translation"].items() if k not in ("datasets", "batch_size")}
+    token = config["models"]["translators"].get(lang, {}).get("target_token") if lang else None
+    if token:
+        settings["target_token"] = token
+    return {"task": task, **settings} if task else settings
+
+
+def _phase(config: dict[str, Any], phase: str) -> dict[str, Any]:
+    cfg = config["training"][phase]
+    return {k: cfg[k] for k in PHASE_KEYS if k in cfg}
+
+
+def intermediate_settings(config: dict[str, Any], backbone: str, name: str) -> dict[str, Any]:
+    inter = config["intermediate"][name]
+    settings = _phase(config, "intermediate")
+    settings["method"] = backbone_grid.method_settings(config, backbone)
+    if inter.get("mlm"):
+        settings["learning_rate"] = config["training"]["intermediate"]["learning_rate_with_mlm"]
+    if "learning_rate" in inter:
+        settings["learning_rate"] = inter["learning_rate"]
+    lang = inter.get("language", "en")
+    # Translated configs select on their own (translated) dev data.
+    settings["tasks"] = {t: {**_task_opts(config, t), "select_language": lang} for t in inter["tasks"]}
+    if inter.get("mlm"):
+        settings["tasks"]["mlm"] = _task_opts(config, "mlm")
+    settings["language"] = lang
+    return settings
+
+
+def target_settings(config: dict[str, Any], backbone: str, target: str, stage: str | None = None) -> dict[str, Any]:
+    """Target-phase settings; which languages train and select is the recipe's data map.
+    A target with stages (or a stage after another) starts from the previous stage's model
+    and carries its head over (``continue_head``: same format, so the same head shape)."""
+    settings = _phase(config, "target")
+    settings["method"] = backbone_grid.method_settings(config, backbone)
+    trained = stage or target
+    settings["tasks"] = {trained: _task_opts(config, trained)}
+    if "learning_rate" in config["tasks"][trained]:
+        settings["learning_rate"] = config["tasks"][trained]["learning_rate"]
+    stages = target_stages(config, target)
+    earlier = stages[:stages.index(stage)] if stage is not None else stages
+    if earlier:
+        settings["continue_head"] = {"from": earlier[-1], "to": trained}
+    return settings
+
+
+def stage_settings(config: dict[str, Any], backbone: str, target: str, stage: str) -> dict[str, Any]:
+    return target_settings(config, backbone, target, stage)
+
+
+def eval_settings(config: dict[str, Any], backbone: str, target: str, setting_token: str | None = None
+                  ) -> dict[str, Any]:
+    """How one (setting, target) is scored; its models and data files are the rule's inputs."""
+    cfg = config["tasks"][target]
+    settings: dict[str, Any] = {"languages": cfg["languages"], "max_length": cfg["max_length"],
+                                "eval_batch_size": config["training"]["target"]["eval_batch_size"]}
+    if get_task(target).format == SPAN:
+        settings.update({k: cfg[k] for k in SPAN_KEYS})
+    if get_task(target).format == RANKING:
+        settings.update({k: cfg[k] for k in RANKING_KEYS})
+    if get_task(target).is_retrieval:
+        ret = backbone_grid.retrieval_settings(config, backbone)
+        settings["retrieval"] = {"layer": ret["layer"], "pooling": ret["pooling"], "index": ret["index"],
+                                 "encoder": retrieval_encoder_source(config, target)}
+        if ret["index"] != "exact":
+            settings["retrieval"]["nprobe"] = ret["nprobe"]
+        if get_task(target).format == "mining":
+            settings["retrieval"].update({"bucc_k": ret["bucc_k"], "bucc_duplicates": ret["bucc_duplicates"]})
+        settings["eval_batch_size"] = ret["batch_size"]
+        settings["max_length"] = min(cfg["max_length"], ret["max_length"])
+    if setting_token is not None:
+        settings["transfer"] = transfer.find_plan(config, setting_token, target).describe()
+    return settings
+
+
+def table_settings(config: dict[str, Any], backbone: str) -> dict[str, Any]:
+    """What a backbone's tables show: its part of the grid, and the backbone itself (its
+    contaminated targets are footnoted: not zero-shot)."""
+    part = backbone_grid.grid_of(config, backbone)
+    translated = {n: info for n, info in translated_counterparts(config).items() if n in part["intermediate"]}
+    return {**config["tables"], "targets": part["targets"], "intermediate": part["intermediate"],
+            "seeds": part["seeds"], "translated": translated, "settings": part["settings"],
+            "baseline_setting": transfer.baseline_setting(config),
+            "target_languages": {t: config["tasks"][t]["languages"] for t in config["targets"]},
+            "backbone": backbone_grid.describe(config, backbone),
+            # The benchmark whose categories and overall score the tables report (benchmark.py).
+            "benchmark": benchmark.of_config(config).describe(),
+            # Figures and LaTeX files are written for every target and setting of the config
+            # (the rules' outputs are the same for each backbone); those a backbone does not
+            # run say so.
+            "output_targets": list(config["targets"]), "output_settings": list(transfer.configured(config))}
+
+
+def modality_settings(config: dict[str, Any], backbone: str) -> dict[str, Any]:
+    """The image-vs-text comparison of a backbone's grid (modality.py): its pairs of configs
+    that differ only by an image task and one of its text-only controls."""
+    from workflow_scripts.reporting.modality import arm_pairs
+
+    part = backbone_grid.grid_of(config, backbone)
+    chosen = {n: config["intermediate"][n] for n in part["intermediate"]}
+    return {"targets": part["targets"], "seeds": part["seeds"], "decimals": config["tables"].get("decimals", 1),
+            "pairs": arm_pairs(chosen)}
+
+
+def comparison_settings(config: dict[str, Any]) -> dict[str, Any]:
+    """What the cross-backbone table and figure show."""
+    return {"decimals": config["tables"]["decimals"], "baseline": config["tables"].get("baseline", "none"),
+            "baseline_setting": transfer.baseline_setting(config), "targets": config["targets"],
+            "intermediate": list(config["intermediate"]),
+            "backbones": {b: backbone_grid.describe(config, b) for b in backbone_grid.names(config)}}
+
+
+def translated_counterparts(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each translated config with its language and the English-data config it is compared
+    with (same tasks, same MLM setting), for the translated-data table (PROTOCOL.md §5)."""
+    inters = config["intermediate"]
+    out = {}
+    for name, inter in inters.items():
+        if inter.get("language", "en") == "en":
+            continue
+        english = next((n for n, i in inters.items() if i.get("language", "en") == "en"
+                        and sorted(i["tasks"]) == sorted(inter["tasks"]) and i.get("mlm") == inter.get("mlm")), None)
+        out[name] = {"language": inter["language"], "english": english}
+    return out
+
+
+def resources(config: dict[str, Any], rule: str) -> dict[str, Any]:
+    res = {"threads": 1, "mem_mb": 4000, "runtime": 60, "gpu": 0, "checkpoint_every": 1000,
+           "keep_checkpoints": 0}
+    res.update(config.get("resources", {}).get("default", {}))
+    res.update(config.get("resources", {}).get(rule, {}))
+    return res
+
+
+def uses_mlm(config: dict[str, Any]) -> bool:
+    return any(inter.get("mlm") for inter in config["intermediate"].values())
+

@@ -1,0 +1,741 @@
+"""GPU memory planner: bytes per device of a training phase, and the smallest GPU count.
+
+Why: a 10.7B or 176B backbone that cannot fit the GPUs its jobs ask for fails only after
+the queue wait and the model download, one job at a time. The Snakefile calls
+``check_fits(config)`` so such a config stops before any job, naming the key to change.
+
+The model follows PROTOCOL.md §10 ("Training state per parameter"); every constant below
+is a documented estimate, not a measurement. Per device, in bytes:
+
+- Training state of a trainable parameter (ZeRO's accounting, Rajbhandari et al. 2020):
+  bf16 mixed precision AdamW = 2 (bf16 weights) + 2 (bf16 gradients) + 12 (fp32 master
+  copy 4 + first and second moment 4 + 4) = 16; fp32 = 4 (weights) + 4 (gradients) +
+  8 (moments) = 16 as well: fp32 costs memory in activations, not in state.
+- Full fine-tuning: every parameter trains. LoRA: the frozen base at the compute precision's
+  bytes (bf16 2, fp32 4) plus the adapter and the task heads at 16. QLoRA: the base's
+  linear layers in 4-bit NF4 (0.5 bytes) plus double-quantisation constants (one 8-bit
+  absmax per 64 weights and one fp32 constant per 256 of those: 0.127 bits per parameter),
+  so 0.516 bytes; the token embedding stays in the compute precision (bitsandbytes
+  quantises linear layers only), then the adapter and heads at 16.
+- LoRA adapter: per layer and targeted projection r x (d_in + d_out), each attention
+  projection taken as hidden x hidden ("mlp" as hidden x intermediate, up and down), or an
+  explicit ``lora.adapter_parameters``. Heads: one per task of the job, sized by format.
+- FSDP full shard over N GPUs divides weights, gradients and optimizer state by N,
+  including QLoRA's frozen 4-bit base (as FSDP+QLoRA stores it in a shardable dtype). With
+  N > 1 each device also holds gathered buffers: the embedding (root module, gathered for
+  the whole step), two transformer blocks of unsharded weights (current + prefetched), and
+  for full fine-tuning one block of unsharded gradients before its reduce-scatter. QLoRA
+  dequantises one projection at a time into a compute-precision copy.
+- Activations are per device (micro-batch is per device; FSDP does not shard them): per
+  layer s*b*h*(34 + 5*a*s/h) bytes in 16-bit without recomputation (Korthikanti et al.
+  2022, eager attention; FlashAttention does not keep the a*s*s scores, so this bounds it
+  from above), doubled for fp32; with activation checkpointing 2*s*b*h per layer (the layer
+  inputs) plus one layer's full activations. LoRA keeps the same activations (the backward
+  pass still runs through every frozen layer). Classification, tagging and span heads have
+  small outputs (s*b*labels), ignored; MLM's vocabulary logits are not: s*b*V*(compute
+  bytes + 4), the logits plus the fp32 log-probabilities cross-entropy keeps.
+- A fixed 2 GB per device for the CUDA context, cuBLAS workspaces and NCCL buffers, and only
+  95% of the device's memory counted as usable (allocator fragmentation). Sizes are decimal
+  GB; an "80 GB" card has 80 GiB (85.9 GB), so the plan errs on the safe side.
+
+A phase's peak is its most demanding task (each training step samples one task, MLM
+included), planned at that task's ``max_length`` and min(max_micro_batch, batch_size)
+examples, each multiple-choice example counted as one sequence per choice; the heads are
+those of the phase's largest job (a multitask config trains all its heads at once).
+
+CLI: ``python -m workflow_scripts.workflow.memory_plan CONFIG.yaml [--gpu-memory-gb 80]`` prints a
+Markdown table per backbone and phase and exits 1 if a backbone does not fit the GPUs it
+asks for; ``--reference`` prints the README's plan of the reference backbones.
+Standard library only at import time (the Snakefile imports this module).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from workflow_scripts.data.tasks import CLASSIFICATION, MLM, MULTIPLE_CHOICE, RANKING, SPAN, TAGGING, TASKS
+
+GB = 1e9
+FAMILIES = ("encoder", "seq2seq_encoder", "decoder")
+METHODS = ("full", "lora", "qlora")
+PRECISIONS = ("bf16", "fp32")
+PHASES = ("intermediate", "target")
+METHOD_NAMES = {"full": "full fine-tuning", "lora": "LoRA", "qlora": "QLoRA"}
+
+
+@dataclass(frozen=True)
+class TrainableBytes:
+    """Bytes of training state per trainable parameter, split the way the estimate reports it."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.gradients + self.optimizer
+
+
+# bf16: bf16 weights and gradients, fp32 master copy and two fp32 AdamW moments (ZeRO's 16).
+# fp32: no master copy is needed, so the same 16 bytes: 4 + 4 + two moments.
+TRAINABLE_BYTES = {"bf16": TrainableBytes(2, 2, 4 + 4 + 4), "fp32": TrainableBytes(4, 4, 4 + 4)}
+COMPUTE_BYTES = {"bf16": 2, "fp32": 4}
+NF4_BITS = 4.0
+# Double quantisation (Dettmers et al. 2023): an 8-bit absmax per block of 64 weights, and
+# one fp32 constant per 256 such blocks.
+NF4_CONSTANT_BITS = 8 / 64 + 32 / (64 * 256)
+NF4_BYTES = (NF4_BITS + NF4_CONSTANT_BITS) / 8
+# Cross-entropy over MLM logits keeps fp32 log-probabilities for its backward pass.
+LOSS_BYTES = 4
+RESERVE_BYTES = 2.0 * GB
+USABLE_FRACTION = 0.95
+MAX_GPUS = 1024
+
+# PEFT's default rank; the attention projections are what LoRA is usually applied to in
+# every family (a fused query_key_value, as in BLOOM, is counted as three projections).
+DEFAULT_LORA_RANK = 8
+LORA_TARGETS = ("q", "k", "v", "o", "mlp")
+DEFAULT_LORA_TARGETS = {"encoder": ("q", "k", "v", "o"), "seq2seq_encoder": ("q", "k", "v", "o"),
+                        "decoder": ("q", "k", "v", "o")}
+# CCG's supertag set comes from the user's files; an upper guess for its tagging head.
+UNKNOWN_TAGSET = 1024
+# A classification task outside the catalogue: its label count is not known here.
+UNKNOWN_CLASSES = 8
+# The schema's defaults (schemas/config.schema.yaml) for keys a config may leave out.
+DEFAULT_MAX_LENGTH = 128
+DEFAULT_BATCH_SIZE = 32
+DEFAULT_MAX_MICRO_BATCH = 32
+DEFAULT_GPUS = {"per_node": 1, "nodes": 1, "memory_gb": 80}
+
+
+class PlanError(ValueError):
+    """A backbone that does not fit the GPUs it asks for, or an unusable backbone entry;
+    the message names the config key."""
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """The shape numbers activations and adapters depend on."""
+
+    hidden_size: int
+    num_layers: int
+    num_attention_heads: int
+    vocab_size: int = 0
+    intermediate_size: int = 0
+
+    @property
+    def ffn_size(self) -> int:
+        # A missing intermediate size: the 4h of BERT-type and GPT-type blocks.
+        return self.intermediate_size or 4 * self.hidden_size
+
+
+@dataclass(frozen=True)
+class Backbone:
+    """One ``backbones.<name>`` entry, validated."""
+
+    name: str
+    family: str
+    method: str
+    precision: str
+    parameters: float
+    architecture: Architecture
+    lora_rank: int = DEFAULT_LORA_RANK
+    lora_targets: tuple[str, ...] = ()
+    adapter_parameters: float | None = None
+    activation_checkpointing: bool = False
+    gpus: int = 1
+    memory_gb: float = 80.0
+
+    @property
+    def key(self) -> str:
+        return f"backbones.{self.name}"
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes per device of one training step at a GPU count."""
+
+    gpus: int
+    trainable_parameters: float
+    weights: float
+    gradients: float
+    optimizer: float
+    buffers: float
+    activations: float
+    reserve: float
+
+    @property
+    def state(self) -> float:
+        return self.weights + self.gradients + self.optimizer
+
+    @property
+    def total(self) -> float:
+        return self.state + self.buffers + self.activations + self.reserve
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One task's device step in a phase: each training step samples a single task
+    (train.py's sampler, MLM included), so a phase's peak is its most demanding task."""
+
+    task: str
+    seq_len: int
+    micro_batch: int  # sequences per device step: examples x choices
+    with_mlm_logits: bool = False
+
+
+@dataclass(frozen=True)
+class PhaseShape:
+    """A phase's workloads, and each job's tasks (the heads of one job train together)."""
+
+    workloads: tuple[Workload, ...]
+    jobs: tuple[tuple[str, ...], ...]
+
+
+@dataclass(frozen=True)
+class PhasePlan:
+    """One row of the plan: a backbone in a phase (``skipped`` says why there is no estimate)."""
+
+    backbone: str
+    phase: str
+    method: str = ""
+    precision: str = ""
+    parameters: float | None = None
+    task: str | None = None
+    seq_len: int | None = None
+    micro_batch: int | None = None
+    with_mlm_logits: bool = False
+    gpus_asked: int = 0
+    memory_gb: float = 0.0
+    estimate: MemoryEstimate | None = None
+    min_gpus: int | None = None
+    min_gpus_memory_gb: float = 0.0
+    fits: bool = True
+    skipped: str | None = None
+
+
+# ----- reading a backbone entry ---------------------------------------------------------
+
+
+def skip_reason(entry: Mapping[str, Any]) -> str | None:
+    """Why a backbone cannot be planned (e.g. the demo's encoder, built locally): a backbone
+    whose size is unknown is not an error, the check just cannot say anything about it."""
+    if entry.get("parameters") is None:
+        return "no `parameters` count"
+    if not isinstance(entry.get("architecture"), Mapping):
+        return "no `architecture`"
+    return None
+
+
+def _choice(entry: Mapping[str, Any], key: str, allowed: tuple[str, ...], default: str, where: str) -> str:
+    value = entry.get(key, default)
+    if value not in allowed:
+        raise PlanError(f"config key {where}.{key}: {value!r} is not one of {', '.join(allowed)}")
+    return str(value)
+
+
+def _positive(value: Any, key: str) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise PlanError(f"config key {key}: {value!r} is not a number") from None
+    if not number > 0 or math.isinf(number):
+        raise PlanError(f"config key {key}: {value!r} must be a positive number")
+    return number
+
+
+def _architecture(arch: Mapping[str, Any], where: str) -> Architecture:
+    def get(key: str, *aliases: str, required: bool = True) -> int:
+        for name in (key, *aliases):
+            if arch.get(name) is not None:
+                return int(_positive(arch[name], f"{where}.{name}"))
+        if required:
+            raise PlanError(f"config key {where}.{key}: missing (needed for the activation estimate)")
+        return 0
+
+    return Architecture(hidden_size=get("hidden_size", "d_model"),
+                        num_layers=get("num_layers", "num_hidden_layers"),
+                        num_attention_heads=get("num_attention_heads", "num_heads"),
+                        vocab_size=get("vocab_size", required=False),
+                        intermediate_size=get("intermediate_size", "d_ff", required=False))
+
+
+def _gpus(entry: Mapping[str, Any], where: str) -> tuple[int, float]:
+    """GPUs a backbone's training jobs ask for (count, memory per GPU); absent: one 80 GB GPU."""
+    gpus = entry.get("gpus") or {}
+    if not isinstance(gpus, Mapping):
+        raise PlanError(f"config key {where}.gpus: expected a mapping with per_node, nodes, memory_gb")
+    spec = {**DEFAULT_GPUS, **gpus}
+    per_node = int(_positive(spec["per_node"], f"{where}.gpus.per_node"))
+    count = per_node * int(_positive(spec["nodes"], f"{where}.gpus.nodes"))
+    return count, _positive(spec["memory_gb"], f"{where}.gpus.memory_gb")
+
+
+def parse_backbone(name: str, entry: Mapping[str, Any]) -> Backbone:
+    """Validate one ``backbones.<name>`` entry (call ``skip_reason`` first), naming the
+    offending key so a bad entry stops the workflow with something to fix."""
+    where = f"backbones.{name}"
+    family = _choice(entry, "family", FAMILIES, "encoder", where)
+    method = _choice(entry, "method", METHODS, "full", where)
+    lora = entry.get("lora") or {}
+    if not isinstance(lora, Mapping):
+        raise PlanError(f"config key {where}.lora: expected a mapping (rank, alpha, dropout, targets)")
+    targets = tuple(lora.get("targets") or DEFAULT_LORA_TARGETS[family])
+    unknown = [t for t in targets if t not in LORA_TARGETS]
+    if unknown:
+        raise PlanError(f"config key {where}.lora.targets: {unknown} not among {', '.join(LORA_TARGETS)}")
+    explicit = lora.get("adapter_parameters")
+    count, memory = _gpus(entry, where)
+    return Backbone(
+        name=name, family=family, method=method,
+        precision=_choice(entry, "precision", PRECISIONS, "bf16", where),
+        parameters=_positive(entry["parameters"], f"{where}.parameters"),
+        architecture=_architecture(entry["architecture"], f"{where}.architecture"),
+        lora_rank=int(_positive(lora.get("rank", DEFAULT_LORA_RANK), f"{where}.lora.rank")),
+        lora_targets=targets,
+        adapter_parameters=None if explicit is None else _positive(explicit, f"{where}.lora.adapter_parameters"),
+        activation_checkpointing=bool(entry.get("activation_checkpointing", False)),
+        gpus=count, memory_gb=memory)
+
+
+def _as_backbone(backbone: Backbone | Mapping[str, Any]) -> Backbone:
+    if isinstance(backbone, Backbone):
+        return backbone
+    name = str(backbone.get("name", "backbone"))
+    reason = skip_reason(backbone)
+    if reason:
+        raise PlanError(f"config key backbones.{name}: cannot estimate memory: {reason}")
+    return parse_backbone(name, backbone)
+
+
+# ----- parameter counts -----------------------------------------------------------------
+
+
+def embedding_parameters(arch: Architecture) -> float:
+    """The token embedding: kept unquantised by QLoRA and gathered whole by FSDP's root."""
+    return float(arch.vocab_size * arch.hidden_size)
+
+
+def block_parameters(bb: Backbone) -> float:
+    """One transformer block's parameters: what FSDP gathers at a time. Taken from the total
+    rather than from a per-family formula, so gated MLPs and fused projections count right."""
+    return max(bb.parameters - embedding_parameters(bb.architecture), 0.0) / bb.architecture.num_layers
+
+
+def lora_adapter_parameters(bb: Backbone) -> float:
+    """Trainable LoRA parameters: A (d_in x r) and B (r x d_out) per targeted projection."""
+    if bb.adapter_parameters is not None:
+        return bb.adapter_parameters
+    h, f, r = bb.architecture.hidden_size, bb.architecture.ffn_size, bb.lora_rank
+    per_layer = sum(2 * r * (h + f) if t == "mlp" else 2 * r * h for t in bb.lora_targets)
+    return float(per_layer * bb.architecture.num_layers)
+
+
+def task_head_parameters(task: str, arch: Architecture) -> float:
+    """A task head's parameters, by the format models/heads.py builds for it: classification and
+    multiple choice a dense h x h layer before the output, tagging and span one projection,
+    MLM a dense layer and an output bias (its decoder is tied to the embedding)."""
+    h = arch.hidden_size
+    spec = TASKS.get(task)
+    fmt = spec.format if spec else CLASSIFICATION
+    labels = spec.num_labels if spec and spec.num_labels else 0
+    if fmt == MULTIPLE_CHOICE:
+        return float(h * h + h + h + 1)
+    if fmt == SPAN:
+        return float(2 * (h + 1))
+    if fmt == RANKING:  # dense h x h and the logit scale (dual_encoder.RankingHead)
+        return float(h * h + h + 1)
+    if fmt == TAGGING:
+        return float((h + 1) * (labels or UNKNOWN_TAGSET))
+    if fmt == MLM:
+        return float(h * h + 3 * h + arch.vocab_size)
+    return float(h * h + h + (h + 1) * (labels or UNKNOWN_CLASSES))
+
+
+def default_head_parameters(arch: Architecture) -> float:
+    """One three-way classification head (NLI), the usual single-task job."""
+    return float(arch.hidden_size ** 2 + arch.hidden_size + 3 * (arch.hidden_size + 1))
+
+
+def trainable_parameters(bb: Backbone, heads: float) -> float:
+    if bb.method == "full":
+        return bb.parameters + heads
+    return lora_adapter_parameters(bb) + heads
+
+
+def frozen_base_bytes(bb: Backbone) -> float:
+    """Bytes of the frozen base under LoRA/QLoRA (0 for full fine-tuning)."""
+    compute = COMPUTE_BYTES[bb.precision]
+    if bb.method == "lora":
+        return bb.parameters * compute
+    if bb.method == "qlora":
+        embedding = embedding_parameters(bb.architecture)
+        return max(bb.parameters - embedding, 0.0) * NF4_BYTES + embedding * compute
+    return 0.0
+
+
+# ----- the estimate ---------------------------------------------------------------------
+
+
+def state_bytes(bb: Backbone, heads: float) -> TrainableBytes:
+    """Weights, gradients and optimizer state of the whole model, before sharding."""
+    per = TRAINABLE_BYTES[bb.precision]
+    n = trainable_parameters(bb, heads)
+    return TrainableBytes(weights=frozen_base_bytes(bb) + n * per.weights,
+                          gradients=n * per.gradients, optimizer=n * per.optimizer)
+
+
+def buffer_bytes(bb: Backbone, gpus: int) -> float:
+    """Unsharded copies a device holds besides its shard (see the module docstring)."""
+    arch, compute = bb.architecture, COMPUTE_BYTES[bb.precision]
+    total = 0.0
+    if bb.method == "qlora":
+        total += arch.hidden_size * max(arch.ffn_size, arch.hidden_size) * compute
+    if gpus > 1:
+        stored = {"full": TRAINABLE_BYTES[bb.precision].weights, "lora": compute, "qlora": NF4_BYTES}[bb.method]
+        total += embedding_parameters(arch) * compute + 2 * block_parameters(bb) * stored
+        if bb.method == "full":
+            total += block_parameters(bb) * TRAINABLE_BYTES[bb.precision].gradients
+    return total
+
+
+def activation_bytes(bb: Backbone, seq_len: int, micro_batch: int, with_mlm_logits: bool = False) -> float:
+    """Activations kept for the backward pass on one device (Korthikanti et al. 2022)."""
+    arch = bb.architecture
+    s, b, h, a = seq_len, micro_batch, arch.hidden_size, arch.num_attention_heads
+    scale = COMPUTE_BYTES[bb.precision] / 2  # the formula counts 16-bit activations
+    one_layer = s * b * h * (34 + 5 * a * s / h) * scale
+    if bb.activation_checkpointing:
+        layers = arch.num_layers * 2 * s * b * h * scale + one_layer
+    else:
+        layers = arch.num_layers * one_layer
+    logits = 0.0
+    if with_mlm_logits:
+        if not arch.vocab_size:
+            raise PlanError(f"config key {bb.key}.architecture.vocab_size: needed for the MLM logits")
+        logits = s * b * arch.vocab_size * (COMPUTE_BYTES[bb.precision] + LOSS_BYTES)
+    return layers + logits
+
+
+def estimate(backbone: Backbone | Mapping[str, Any], seq_len: int, micro_batch: int, gpus: int,
+             with_mlm_logits: bool = False, head_parameters: float | None = None) -> MemoryEstimate:
+    """Bytes per device when the backbone trains on ``gpus`` devices (FSDP full shard when
+    more than one). ``head_parameters`` defaults to one classification head."""
+    bb = _as_backbone(backbone)
+    if gpus < 1 or seq_len < 1 or micro_batch < 1:
+        raise ValueError(f"gpus, seq_len and micro_batch must be >= 1, got {gpus}, {seq_len}, {micro_batch}")
+    heads = default_head_parameters(bb.architecture) if head_parameters is None else head_parameters
+    state = state_bytes(bb, heads)
+    return MemoryEstimate(
+        gpus=gpus, trainable_parameters=trainable_parameters(bb, heads),
+        weights=state.weights / gpus, gradients=state.gradients / gpus, optimizer=state.optimizer / gpus,
+        buffers=buffer_bytes(bb, gpus),
+        activations=activation_bytes(bb, seq_len, micro_batch, with_mlm_logits),
+        reserve=RESERVE_BYTES)
+
+
+def usable_bytes(memory_gb: float) -> float:
+    return memory_gb * GB * USABLE_FRACTION
+
+
+def min_gpus(backbone: Backbone | Mapping[str, Any], seq_len: int, micro_batch: int, gpu_memory_gb: float,
+             with_mlm_logits: bool = False, head_parameters: float | None = None,
+             max_gpus: int = MAX_GPUS) -> int | None:
+    """The smallest GPU count whose per-device estimate fits, or None when no count up to
+    ``max_gpus`` does (what is not sharded, activations above all, exceeds a device). QLoRA
+    runs on one GPU only: the engine shards bf16/fp32 rows (sharded_loading), not 4-bit blocks."""
+    bb = _as_backbone(backbone)
+    capacity = usable_bytes(gpu_memory_gb)
+    if bb.method == "qlora":
+        max_gpus = 1
+    for gpus in range(1, max_gpus + 1):
+        est = estimate(bb, seq_len, micro_batch, gpus, with_mlm_logits, head_parameters)
+        if est.total <= capacity:
+            return gpus
+        if gpus > 1 and est.total - est.state >= capacity:
+            return None  # from 2 GPUs on only the shard shrinks; the rest already overflows
+    return None
+
+
+# ----- phases of a config ---------------------------------------------------------------
+
+
+def _is_trained(task: str) -> bool:
+    """Retrieval and mining targets are scored with the encoder directly, never trained."""
+    spec = TASKS.get(task)
+    return not (spec and spec.is_retrieval)
+
+
+def phase_jobs(config: Mapping[str, Any], phase: str) -> list[tuple[str, ...]]:
+    """The task sets trained together in one job of the phase: an intermediate config's tasks
+    (plus ``mlm`` when it has ``mlm: true``), or one target each. A config without
+    ``intermediate``/``targets`` lists counts every task of ``tasks`` as a job of its own."""
+    if phase not in PHASES:
+        raise ValueError(f"unknown phase {phase!r}; phases: {', '.join(PHASES)}")
+    tasks = config.get("tasks") or {}
+    if phase == "intermediate" and isinstance(config.get("intermediate"), Mapping):
+        jobs = []
+        for entry in config["intermediate"].values():
+            entry = entry or {}
+            names = tuple(entry.get("tasks") or ()) + (("mlm",) if entry.get("mlm") else ())
+            if names:
+                jobs.append(names)
+        return jobs
+    if phase == "target" and config.get("targets") is not None:
+        names = list(config["targets"])
+        settings = (config.get("transfer") or {}).get("settings") or {}
+        for setting in settings.values():
+            names += [t for t in (setting or {}).get("targets") or () if t not in names]
+        return [(t,) for t in names if _is_trained(t)]
+    return [(t,) for t in tasks if _is_trained(t) and not (TASKS.get(t) and TASKS[t].format == MLM)]
+
+
+def phase_shape(config: Mapping[str, Any], phase: str, seq_len: int | None = None) -> PhaseShape | None:
+    """Each trained task's ``max_length`` (or ``seq_len`` for all) and micro-batch per device,
+    min(max_micro_batch, task batch_size) x choices; None if nothing trains in the phase."""
+    jobs = phase_jobs(config, phase)
+    if not jobs:
+        return None
+    tasks = config.get("tasks") or {}
+    settings = (config.get("training") or {}).get(phase) or {}
+    cap = int(settings.get("max_micro_batch", DEFAULT_MAX_MICRO_BATCH))
+    workloads = []
+    for name in sorted({t for job in jobs for t in job}):
+        entry = tasks.get(name) or {}
+        spec = TASKS.get(name)
+        choices = spec.num_choices if spec and spec.num_choices else 1
+        if spec is not None and spec.format == RANKING:  # each example: a query and its gold candidate
+            choices = 2
+        workloads.append(Workload(
+            task=name, seq_len=seq_len or int(entry.get("max_length", DEFAULT_MAX_LENGTH)),
+            micro_batch=min(cap, int(entry.get("batch_size", DEFAULT_BATCH_SIZE))) * choices,
+            with_mlm_logits=spec is not None and spec.format == MLM))
+    return PhaseShape(workloads=tuple(workloads), jobs=tuple(jobs))
+
+
+def peak_workload(bb: Backbone, shape: PhaseShape) -> Workload:
+    """The task whose activations are largest on this backbone (the a*s*s term makes the
+    answer depend on the architecture, not only on s x b)."""
+    return max(shape.workloads, key=lambda w: activation_bytes(bb, w.seq_len, w.micro_batch, w.with_mlm_logits))
+
+
+def job_head_parameters(shape: PhaseShape, arch: Architecture) -> float:
+    """The heads of the phase's largest job: a multitask job trains all its heads at once."""
+    return max(sum(task_head_parameters(t, arch) for t in job) for job in shape.jobs)
+
+
+def plan_phase(bb: Backbone, phase: str, shape: PhaseShape, gpu_memory_gb: float | None = None) -> PhasePlan:
+    """The phase's peak on the GPUs asked, and the smallest count on ``gpu_memory_gb`` GPUs
+    (default: the backbone's own). The heads are those of the phase's largest job, even when
+    the peak task belongs to another: an upper bound, by at most a few heads."""
+    heads = job_head_parameters(shape, bb.architecture)
+    peak = peak_workload(bb, shape)
+    est = estimate(bb, peak.seq_len, peak.micro_batch, bb.gpus, peak.with_mlm_logits, heads)
+    memory = gpu_memory_gb or bb.memory_gb
+    return PhasePlan(
+        backbone=bb.name, phase=phase, method=bb.method, precision=bb.precision, parameters=bb.parameters,
+        task=peak.task, seq_len=peak.seq_len, micro_batch=peak.micro_batch,
+        with_mlm_logits=peak.with_mlm_logits, gpus_asked=bb.gpus, memory_gb=bb.memory_gb, estimate=est,
+        min_gpus=min_gpus(bb, peak.seq_len, peak.micro_batch, memory, peak.with_mlm_logits, heads),
+        min_gpus_memory_gb=memory, fits=est.total <= usable_bytes(bb.memory_gb))
+
+
+def plan_config(config: Mapping[str, Any], gpu_memory_gb: float | None = None,
+                seq_len: int | None = None) -> list[PhasePlan]:
+    """One plan per backbone and phase. ``gpu_memory_gb`` sets the GPUs the smallest count is
+    sought on (default: each backbone's own ``gpus.memory_gb``); ``fits`` is always judged
+    on the GPUs the backbone asks for."""
+    backbones = config.get("backbones") or {}
+    if not isinstance(backbones, Mapping):
+        raise PlanError("config key backbones: expected a mapping of backbone name -> settings")
+    shapes = {phase: phase_shape(config, phase, seq_len) for phase in PHASES}
+    plans = []
+    for name, entry in backbones.items():
+        if not isinstance(entry, Mapping):
+            raise PlanError(f"config key backbones.{name}: expected a mapping")
+        reason = skip_reason(entry)
+        if reason:
+            plans += [PhasePlan(backbone=name, phase=p, skipped=reason) for p in PHASES]
+            continue
+        bb = parse_backbone(name, entry)
+        for phase, shape in shapes.items():
+            if shape is None:
+                plans.append(PhasePlan(backbone=name, phase=phase, method=bb.method, precision=bb.precision,
+                                       parameters=bb.parameters, skipped="no task trains in this phase"))
+            else:
+                plans.append(plan_phase(bb, phase, shape, gpu_memory_gb))
+    return plans
+
+
+def misfit_message(plan: PhasePlan) -> str:
+    """The line that stops the workflow: the key, what is needed, what is asked, the fix."""
+    est = plan.estimate
+    assert est is not None
+    key = f"backbones.{plan.backbone}.gpus"
+    needed = (f"{METHOD_NAMES[plan.method]} of {format_count(plan.parameters or 0)} parameters needs "
+              f"{est.total / GB:.1f} GB per GPU on {plan.gpus_asked} x {plan.memory_gb:g} GB "
+              f"({usable_bytes(plan.memory_gb) / GB:.1f} GB usable each) in the {plan.phase} phase "
+              f"(peak task {plan.task}: seq len {plan.seq_len}, {plan.micro_batch} sequences per micro-batch"
+              f"{', MLM logits' if plan.with_mlm_logits else ''})")
+    if plan.min_gpus is not None:
+        fix = f"smallest count that fits on {plan.min_gpus_memory_gb:g} GB GPUs: {plan.min_gpus}"
+    else:
+        fix = (f"no count up to {MAX_GPUS} fits: more GPUs shrink only the sharded state, and the "
+               f"activations alone need {est.activations / GB:.1f} GB per GPU; set "
+               f"backbones.{plan.backbone}.activation_checkpointing: true or lower "
+               f"training.{plan.phase}.max_micro_batch")
+    return f"config key {key}: {needed}; {fix}"
+
+
+def check_fits(config: Mapping[str, Any]) -> None:
+    """Raise PlanError, naming ``backbones.<name>.gpus``, if any backbone cannot fit the GPUs
+    it asks for in some phase. Backbones without a size (demo models) are skipped."""
+    problems = [misfit_message(p) for p in plan_config(config) if p.skipped is None and not p.fits]
+    if problems:
+        raise PlanError("\n".join(problems))
+
+
+# ----- tables ---------------------------------------------------------------------------
+
+
+def format_count(n: float) -> str:
+    return f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.0f}M"
+
+
+def _row(cells: Iterable[Any]) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def plan_markdown(plans: list[PhasePlan], gpu_memory_gb: float | None = None) -> str:
+    """The CLI's table: one row per backbone and phase, at the phase's peak task."""
+    memory = f"on {gpu_memory_gb:g} GB GPUs" if gpu_memory_gb else "on the GPUs asked"
+    head = ["backbone", "phase", "params", "method", "precision", "peak task", "seq len", "micro-batch",
+            "GPUs asked", "GB/GPU at asked", f"smallest count {memory}", "fits"]
+    lines = [_row(head), _row(["---"] * 6 + ["---:"] * 5 + ["---"])]
+    for p in plans:
+        if p.skipped is not None or p.estimate is None:
+            lines.append(_row([p.backbone, p.phase, format_count(p.parameters) if p.parameters else "–",
+                               p.method or "–", p.precision or "–"] + ["–"] * 6 + [f"skipped: {p.skipped}"]))
+            continue
+        micro = f"{p.micro_batch}{' + MLM logits' if p.with_mlm_logits else ''}"
+        lines.append(_row([p.backbone, p.phase, format_count(p.parameters or 0), p.method, p.precision, p.task,
+                           p.seq_len, micro, f"{p.gpus_asked} x {p.memory_gb:g} GB",
+                           f"{p.estimate.total / GB:.1f}", p.min_gpus if p.min_gpus is not None else "none",
+                           "yes" if p.fits else "**no**"]))
+    return "\n".join(lines)
+
+
+# ----- reference backbones (README) -----------------------------------------------------
+
+
+def t5_encoder_parameters(d_model: int, d_ff: int, num_layers: int, num_heads: int, d_kv: int,
+                          vocab_size: int, relative_buckets: int = 32) -> int:
+    """A T5 v1.1 / mT5 encoder: shared embedding, per layer self-attention (q, k, v, o: no
+    biases) and a gated-GELU MLP (wi_0, wi_1, wo), two RMS norms, plus the final norm and
+    the first layer's relative position bias. The encoder is what our heads sit on."""
+    inner = num_heads * d_kv
+    per_layer = 4 * d_model * inner + 3 * d_model * d_ff + 2 * d_model
+    return vocab_size * d_model + num_layers * per_layer + d_model + relative_buckets * num_heads
+
+
+MT5_XXL_ENCODER_PARAMETERS = t5_encoder_parameters(
+    d_model=4096, d_ff=10240, num_layers=24, num_heads=64, d_kv=64, vocab_size=250112)
+
+REFERENCE_BACKBONES: dict[str, dict[str, Any]] = {
+    "xlmr_large": {"hub_id": "FacebookAI/xlm-roberta-large", "family": "encoder", "parameters": 5.6e8,
+                   "architecture": {"hidden_size": 1024, "num_layers": 24, "num_attention_heads": 16,
+                                    "vocab_size": 250002, "intermediate_size": 4096}},
+    "xlmr_xl": {"hub_id": "facebook/xlm-roberta-xl", "family": "encoder", "parameters": 3.5e9,
+                "architecture": {"hidden_size": 2560, "num_layers": 36, "num_attention_heads": 32,
+                                 "vocab_size": 250880, "intermediate_size": 10240}},
+    "xlmr_xxl": {"hub_id": "facebook/xlm-roberta-xxl", "family": "encoder", "parameters": 10.7e9,
+                 "architecture": {"hidden_size": 4096, "num_layers": 48, "num_attention_heads": 32,
+                                  "vocab_size": 250880, "intermediate_size": 16384}},
+    "mt5_xxl_encoder": {"hub_id": "google/mt5-xxl", "family": "seq2seq_encoder",
+                        "parameters": float(MT5_XXL_ENCODER_PARAMETERS),
+                        "architecture": {"hidden_size": 4096, "num_layers": 24, "num_attention_heads": 64,
+                                         "vocab_size": 250112, "intermediate_size": 10240}},
+    "bloomz_176b": {"hub_id": "bigscience/bloomz", "family": "decoder", "parameters": 176.2e9,
+                    "architecture": {"hidden_size": 14336, "num_layers": 70, "num_attention_heads": 112,
+                                     "vocab_size": 250880, "intermediate_size": 57344}},
+}
+REFERENCE_LORA = {"rank": 16, "alpha": 32, "dropout": 0.05}
+
+
+def reference_plan_markdown(seq_len: int = 256, micro_batch: int = 8, gpu_memory_gb: float = 80) -> str:
+    """The README's table: each reference backbone with full fine-tuning, LoRA and QLoRA in
+    bf16 on ``gpu_memory_gb`` GPUs, without and with activation checkpointing. The defaults
+    are the paper's intermediate phase: max_length 256 and micro-batch 8 (PROTOCOL.md §2)."""
+    capacity = usable_bytes(gpu_memory_gb) / GB
+    lines = [
+        f"Per GPU, bf16, seq len {seq_len}, micro-batch {micro_batch} per GPU, one classification head, "
+        f"LoRA/QLoRA rank {REFERENCE_LORA['rank']} on q, k, v, o; {gpu_memory_gb:g} GB GPUs "
+        f"({capacity:.1f} GB usable); FSDP full shard when more than one GPU.",
+        "",
+        _row(["backbone", "params", "method", "trainable", "state, all GPUs (GB)",
+              "activations/GPU (GB)", "GPUs", "GB/GPU",
+              "activations/GPU, checkpointing (GB)", "GPUs, checkpointing", "GB/GPU, checkpointing"]),
+        _row(["---", "---:", "---"] + ["---:"] * 8),
+    ]
+    for name, entry in REFERENCE_BACKBONES.items():
+        for method in METHODS:
+            bb = parse_backbone(name, {**entry, "method": method, "precision": "bf16", "lora": REFERENCE_LORA})
+            cells: list[Any] = [name, format_count(bb.parameters), method]
+            for checkpointing in (False, True):
+                variant = replace(bb, activation_checkpointing=checkpointing)
+                count = min_gpus(variant, seq_len, micro_batch, gpu_memory_gb)
+                one = estimate(variant, seq_len, micro_batch, 1)
+                if not checkpointing:
+                    cells += [format_count(one.trainable_parameters), f"{one.state / GB:.1f}"]
+                at_count = estimate(variant, seq_len, micro_batch, count).total / GB if count else None
+                cells += [f"{one.activations / GB:.1f}", count if count else "none",
+                          f"{at_count:.1f}" if at_count is not None else "–"]
+            lines.append(_row(cells))
+    return "\n".join(lines)
+
+
+# ----- CLI ------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("config", nargs="?", help="a workflow config (YAML) with a `backbones` section")
+    parser.add_argument("--gpu-memory-gb", type=float, default=None,
+                        help="GPU memory the smallest count is sought on (default: each backbone's gpus.memory_gb)")
+    parser.add_argument("--reference", action="store_true",
+                        help="print the reference backbones' plan (README) instead")
+    args = parser.parse_args(argv)
+    if args.reference:
+        print(reference_plan_markdown(gpu_memory_gb=args.gpu_memory_gb or 80))
+        return 0
+    if not args.config:
+        parser.error("give a CONFIG file or --reference")
+    import yaml  # only the CLI reads YAML; the Snakefile passes its parsed config
+
+    with open(args.config, encoding="utf-8") as f:
+        config = yaml.safe_load(f) or {}
+    try:
+        plans = plan_config(config, gpu_memory_gb=args.gpu_memory_gb)
+    except PlanError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    if not plans:
+        print(f"{args.config}: no `backbones` to plan")
+        return 0
+    print(plan_markdown(plans, args.gpu_memory_gb))
+    try:
+        check_fits(config)  # its smallest counts are on the GPUs asked, whatever --gpu-memory-gb says
+    except PlanError as err:
+        print(err, file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

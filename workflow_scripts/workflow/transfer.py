@@ -1,0 +1,490 @@
+"""Transfer settings (PROTOCOL.md §7): how a target task is trained and what each language is
+scored on. One more axis of the grid, next to the intermediate config and the seed.
+
+A setting resolves, per target, to a *plan*: which model scores each evaluation language and
+which data files (with the languages kept from each) every split is scored on. A model is a
+*recipe*: its training data and its model-selection dev data, named
+``<train>.dev-<dev>`` (``en.dev-en``, ``mt-de.dev-de``, ``il-all.dev-all``) so that two
+settings needing the same model share one training job:
+
+- ``zero_shot``: one model on English, selected on English dev, scores every language;
+- ``source:S`` (Turc et al. 2021): one model on S's training data, selected on S's dev;
+- ``translate_train``: per language T, a model on the training data machine-translated into
+  T, selected on T's dev; English keeps the English model;
+- ``translate_train_all``: one model on English plus every translation, selected on the
+  mean of their dev scores;
+- ``translate_test``: the English model scores each language's test data machine-translated
+  into English (QA answers are scored on the English side, as XTREME did);
+- ``in_language``: per language T, a model on T's own training data (PAN-X, UD-POS,
+  TyDiQA-GoldP); ``in_language_all``: one model on every language's own training data.
+
+Training data in a language L != en is, in this order: the task's own training data in L
+for ``il`` recipes; for ``mt`` recipes the published machine translation where one exists
+(XNLI-MT for XNLI, PAWS-X's translated train), else the pipeline's OPUS-MT translation of the
+English training data. ``source:S`` uses the task's own data in S where it exists, else MT.
+Dev data in L: the selection task's own dev in L where it exists, else its English dev
+machine-translated into L (SQuAD dev for XQuAD), else English (named in the metric file).
+
+Standard library only: the Snakefile imports this to validate the config and build the DAG.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from workflow_scripts.data.tasks import CLASSIFICATION, RANKING, SPAN, TAGGING, TRANSLATABLE_FORMATS, get_task
+
+RESULTS = "results"
+ZERO_SHOT = "zero_shot"
+PER_LANGUAGE = ("translate_train", "translate_test", "in_language")
+SETTINGS = (ZERO_SHOT, "translate_train", "translate_train_all", "translate_test", "in_language",
+            "in_language_all")
+SOURCE_PREFIX = "source:"
+# Published machine translations of a target's English training data (PROTOCOL.md §7): the
+# task whose train split holds them, one language per row.
+PUBLISHED_MT_TRAIN = {"xnli": "xnli_mt", "pawsx": "pawsx"}
+# Targets whose own training split has other languages than English (XTREME's in-language).
+IN_LANGUAGE_TRAIN = frozenset({"panx", "udpos", "tydiqa"})
+# XTREME's UD v2.5 languages whose treebanks have no train file.
+TRAIN_MISSING = {"udpos": frozenset({"th", "tl", "yo"})}
+# Tasks whose train split is read in every language it has (English training keeps "en").
+FOREIGN_TRAIN = IN_LANGUAGE_TRAIN | {"pawsx"}
+MODEL_SELECTION = ("own", "en")
+
+
+class TransferError(ValueError):
+    """A transfer setting that cannot run, named by its config key."""
+
+
+@dataclass(frozen=True)
+class DataRef:
+    """One canonical data file and the languages whose rows are used from it."""
+
+    path: str
+    languages: tuple[str, ...]
+    kind: str  # english | human | in_language | published_mt | pipeline_mt | translate_test
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "languages": list(self.languages), "kind": self.kind}
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One target model: what trains it and what selects it."""
+
+    name: str
+    train: tuple[DataRef, ...]
+    dev: tuple[DataRef, ...]
+
+    def describe(self) -> dict[str, Any]:
+        return {"recipe": self.name, "train": [r.as_dict() for r in self.train], "dev": [r.as_dict() for r in self.dev]}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One (setting, target): the model of each language and the data of each split."""
+
+    setting: str
+    target: str
+    intermediate: tuple[str, ...]
+    seeds: tuple[int, ...]
+    models: dict[str, Recipe]  # evaluation language -> recipe (empty for retrieval targets)
+    eval_data: dict[str, tuple[DataRef, ...]]
+    text_language: str | None = None  # translate_test: rows are English, whatever their label
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def languages(self) -> list[str]:
+        return sorted({lang for refs in self.eval_data.values() for r in refs for lang in r.languages})
+
+    def recipes(self) -> list[Recipe]:
+        return sorted({r.name: r for r in self.models.values()}.values(), key=lambda r: r.name)
+
+    def describe(self) -> dict[str, Any]:
+        """What the metric file records (and what makes its evaluation rerun when it changes)."""
+        return {"setting": self.setting, "text_language": self.text_language, "notes": list(self.notes),
+                "models": {lang: recipe.describe() for lang, recipe in sorted(self.models.items())},
+                "data": {split: [r.as_dict() for r in refs] for split, refs in self.eval_data.items()}}
+
+
+# ----- names ------------------------------------------------------------------------------
+
+
+def path_token(setting: str) -> str:
+    """The setting as a path component: ``source:de`` -> ``source-de``."""
+    return setting.replace(":", "-")
+
+
+def source_language(setting: str) -> str | None:
+    return setting[len(SOURCE_PREFIX):] if setting.startswith(SOURCE_PREFIX) else None
+
+
+def configured(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The settings of the config (zero-shot alone when it has no ``transfer`` block)."""
+    settings = (config.get("transfer") or {}).get("settings") or {ZERO_SHOT: {}}
+    return {name: dict(opts or {}) for name, opts in settings.items()}
+
+
+def baseline_setting(config: dict[str, Any]) -> str:
+    return (config.get("transfer") or {}).get("baseline", ZERO_SHOT)
+
+
+def data_path(task: str, split: str) -> str:
+    return f"{RESULTS}/data/{task}/{split}.parquet"
+
+
+def translated_path(task: str, lang: str, split: str) -> str:
+    return f"{RESULTS}/data_mt/{task}/{lang}/{split}.parquet"
+
+
+def translate_test_path(task: str, lang: str) -> str:
+    return f"{RESULTS}/translate_test/{task}/{lang}/test.parquet"
+
+
+# ----- data per language -----------------------------------------------------------------
+
+
+class _Resolver:
+    """Training and dev data of one target in any language, from the config's sources."""
+
+    def __init__(self, config: dict[str, Any], target: str, key: str) -> None:
+        self.config, self.target, self.key = config, target, key
+        self.task = get_task(target)
+        self.languages = list(config["tasks"][target]["languages"])
+
+    def fail(self, message: str) -> TransferError:
+        return TransferError(f"config key {self.key}: {message}")
+
+    def has_own_train(self, lang: str) -> bool:
+        return (lang == "en" or (self.target in IN_LANGUAGE_TRAIN and lang in self.languages
+                                 and lang not in TRAIN_MISSING.get(self.target, ())))
+
+    def mt_train(self, lang: str) -> DataRef:
+        train_from = self.task.train_from
+        published = PUBLISHED_MT_TRAIN.get(self.target)
+        if published:
+            cfg = self.config["tasks"].get(published)
+            if cfg is None:
+                raise self.fail(f"{self.target} in {lang!r} trains on the published translations of task "
+                                f"{published!r}, which has no entry under 'tasks'")
+            if lang not in cfg.get("languages", []):
+                raise self.fail(f"no published {self.target} training translation in {lang!r}: "
+                                f"tasks.{published}.languages lacks it")
+            return DataRef(data_path(published, "train"), (lang,), "published_mt")
+        if self.task.format == TAGGING or get_task(train_from).format not in TRANSLATABLE_FORMATS:
+            raise self.fail(f"{self.target} ({self.task.format}) training data cannot be machine-translated "
+                            "(label projection is out of scope)")
+        self.need_translator(lang)
+        return DataRef(translated_path(train_from, lang, "train"), (lang,), "pipeline_mt")
+
+    def own_train(self, lang: str) -> DataRef:
+        if not self.has_own_train(lang):
+            raise self.fail(f"{self.target} has no training data of its own in {lang!r}")
+        if lang == "en":
+            return DataRef(data_path(self.task.train_from, "train"), ("en",), "english")
+        return DataRef(data_path(self.task.train_from, "train"), (lang,), "in_language")
+
+    def need_translator(self, lang: str, to_english: bool = False) -> None:
+        key = "translators_to_en" if to_english else "translators"
+        if lang not in self.config["models"].get(key, {}):
+            raise self.fail(f"{self.target} in {lang!r} needs a translator: models.{key} has no {lang!r}")
+
+    def dev(self, lang: str) -> DataRef:
+        """Model-selection dev data in ``lang`` (see the module doc for the order)."""
+        select = self.task.select_from
+        if lang == "en":
+            return DataRef(data_path(select, "dev"), ("en",), "english")
+        select_task = get_task(select)
+        own_langs = self.config["tasks"].get(select, {}).get("languages", [])
+        if select_task.is_target and lang in own_langs and lang not in select_task.dev_missing:
+            return DataRef(data_path(select, "dev"), (lang,), "human")
+        if "dev" in select_task.splits and select_task.format in TRANSLATABLE_FORMATS \
+                and lang in self.config["models"].get("translators", {}):
+            return DataRef(translated_path(select, lang, "dev"), (lang,), "pipeline_mt")
+        return DataRef(data_path(select, "dev"), ("en",), "english")
+
+
+def languages_for(opts: dict[str, Any], target: str) -> list[str] | None:
+    """A setting's ``languages`` for one target: a list for every target, or a map per target
+    (None: every language the target has data for)."""
+    chosen = opts.get("languages")
+    return chosen.get(target) if isinstance(chosen, dict) else chosen
+
+
+def _recipe(train: list[DataRef], dev: list[DataRef], train_key: str, dev_key: str) -> Recipe:
+    return Recipe(f"{train_key}.dev-{dev_key}", tuple(train), tuple(dev))
+
+
+def _merge(refs: list[DataRef]) -> list[DataRef]:
+    """Refs to one file become one ref with their languages (XNLI dev in en, de, ...)."""
+    merged: dict[str, tuple[list[str], list[str]]] = {}
+    for r in refs:
+        langs, kinds = merged.setdefault(r.path, ([], []))
+        langs.extend(l for l in r.languages if l not in langs)
+        kinds.extend(k for k in [r.kind] if k not in kinds)
+    return [DataRef(path, tuple(langs), "+".join(kinds)) for path, (langs, kinds) in merged.items()]
+
+
+def _applies(setting: str, target: str) -> str | None:
+    """Why a setting does not apply to a target (None: it does)."""
+    task = get_task(target)
+    if task.is_retrieval:
+        return "retrieval targets are not trained; only zero_shot applies"
+    if setting != ZERO_SHOT and (task.format == RANKING or task.stages):
+        # XTREME-R defines these on English training data only; their other-language data
+        # (translated SIQA, COPA, Wikipedia pairs) is not part of the benchmark.
+        return f"{target} trains on English data only here; only zero_shot applies"
+    if setting.startswith("translate_train") and task.format == TAGGING:
+        return "tagging tasks get no translate settings (label projection is out of scope, as in XTREME)"
+    if setting == "translate_test" and task.format not in (CLASSIFICATION, SPAN):
+        return f"{task.format} test data cannot be translated and scored"
+    if setting.startswith("in_language") and target not in IN_LANGUAGE_TRAIN:
+        return f"{target} has no training data outside English"
+    return None
+
+
+def plan(config: dict[str, Any], setting: str, target: str) -> Plan:
+    """The plan of one (setting, target); TransferError names the key when it cannot run."""
+    opts = configured(config)[setting]
+    key = f"transfer.settings.{setting}"
+    r = _Resolver(config, target, key)
+    task = r.task
+    intermediate = tuple(opts.get("intermediate") or config["intermediate"])
+    seeds = tuple(opts.get("seeds") or config["seeds"])
+    selection = opts.get("model_selection", "own")
+    splits = tuple(task.eval_splits)
+
+    def dev_langs(langs: list[str]) -> list[str]:
+        return [l for l in langs if l not in task.dev_missing]
+
+    def own_data(split: str, langs: list[str]) -> tuple[DataRef, ...]:
+        langs = dev_langs(langs) if split == "dev" else langs
+        return (DataRef(data_path(target, split), tuple(langs), "human"),)
+
+    if task.is_retrieval:
+        return Plan(setting, target, intermediate, seeds, {}, {s: own_data(s, r.languages) for s in splits})
+
+    english = _recipe([r.own_train("en")], [r.dev("en")], "en", "en")
+    source = source_language(setting)
+    chosen = languages_for(opts, target)  # intersected with the target's languages (check() vets them)
+    others = [l for l in r.languages if l != "en" and (chosen is None or l in chosen)]
+
+    def per_language_dev(lang: str) -> tuple[list[DataRef], str]:
+        # Named by the dev data actually used: a language without dev data selects on English.
+        ref = r.dev("en" if selection == "en" else lang)
+        return [ref], "-".join(ref.languages)
+
+    if setting == ZERO_SHOT or source == "en":
+        models = {lang: english for lang in r.languages}
+        return Plan(setting, target, intermediate, seeds, models, {s: own_data(s, r.languages) for s in splits})
+    if source:
+        # S need not be an evaluation language: Turc et al. also train on MT-only languages.
+        train = r.own_train(source) if r.has_own_train(source) else r.mt_train(source)
+        dev, dev_key = per_language_dev(source)
+        kind = "il" if train.kind == "in_language" else "mt"
+        recipe = _recipe([train], dev, f"{kind}-{source}", dev_key)
+        models = {lang: recipe for lang in r.languages}
+        return Plan(setting, target, intermediate, seeds, models, {s: own_data(s, r.languages) for s in splits})
+    if setting == "translate_train" or setting == "in_language":
+        in_language = setting == "in_language"
+        if in_language:
+            missing = [l for l in others if not r.has_own_train(l)]
+            if missing and chosen is not None:
+                raise r.fail(f"{target} has no training data of its own in {missing}")
+            others = [l for l in others if r.has_own_train(l)]
+        models = {"en": english}
+        for lang in others:
+            train = r.own_train(lang) if in_language else r.mt_train(lang)
+            dev, dev_key = per_language_dev(lang)
+            models[lang] = _recipe([train], dev, f"{'il' if in_language else 'mt'}-{lang}", dev_key)
+        langs = ["en"] + others if "en" in r.languages else others
+        notes = () if len(langs) == len(r.languages) else (
+            f"evaluated on {langs} only (the languages with {'training data' if in_language else 'a translation'})",)
+        return Plan(setting, target, intermediate, seeds, {l: models[l] for l in langs},
+                    {s: own_data(s, langs) for s in splits}, notes=notes)
+    if setting in ("translate_train_all", "in_language_all"):
+        in_language = setting == "in_language_all"
+        if in_language:
+            others = [l for l in others if r.has_own_train(l)]
+        train = [r.own_train("en")] + [r.own_train(l) if in_language else r.mt_train(l) for l in others]
+        train_langs = ["en"] + others
+        dev, dev_key = ([r.dev("en")], "en") if selection == "en" else ([r.dev(l) for l in train_langs], "all")
+        recipe = _recipe(_merge(train), _merge(dev), "il-all" if in_language else "mt-all", dev_key)
+        models = {lang: recipe for lang in r.languages}
+        return Plan(setting, target, intermediate, seeds, models, {s: own_data(s, r.languages) for s in splits})
+    if setting == "translate_test":
+        for lang in others:
+            r.need_translator(lang, to_english=True)
+        langs = (["en"] if "en" in r.languages else []) + others
+        test = ([DataRef(data_path(target, "test"), ("en",), "human")] if "en" in langs else []) + [
+            DataRef(translate_test_path(target, lang), (lang,), "translate_test") for lang in others]
+        notes = ("test data machine-translated into English and scored by the English model",)
+        if task.format == SPAN:
+            notes += ("QA answers are scored on the English side against the re-aligned gold answers "
+                      "(XTREME); questions lost in translation are dropped, so scores are not directly "
+                      "comparable with the other settings",)
+        return Plan(setting, target, intermediate, seeds, {l: english for l in langs}, {"test": tuple(test)},
+                    text_language="en", notes=notes)
+    raise TransferError(f"config key {key}: unknown transfer setting {setting!r}")
+
+
+# ----- the whole grid ---------------------------------------------------------------------
+
+
+def check(config: dict[str, Any]) -> None:
+    """Every setting resolvable for every target it names, before any job."""
+    settings = configured(config)
+    for setting, opts in settings.items():
+        key = f"transfer.settings.{setting}"
+        source = source_language(setting)
+        if setting not in SETTINGS and source is None:
+            raise TransferError(f"config key {key}: unknown transfer setting; known: "
+                                f"{', '.join(SETTINGS)}, {SOURCE_PREFIX}<lang>")
+        for i, seed in enumerate(opts.get("seeds") or []):
+            if seed not in config["seeds"]:
+                raise TransferError(f"config key {key}.seeds[{i}]: {seed} is not one of the config's seeds")
+        for i, name in enumerate(opts.get("intermediate") or []):
+            if name not in config["intermediate"]:
+                raise TransferError(f"config key {key}.intermediate[{i}]: {name!r} is not an intermediate config")
+        for i, target in enumerate(opts.get("targets") or []):
+            if target not in config["targets"]:
+                raise TransferError(f"config key {key}.targets[{i}]: {target!r} is not in targets")
+            reason = _applies(setting, target)
+            if reason:
+                raise TransferError(f"config key {key}.targets[{i}]: {setting} does not apply to {target}: {reason}")
+        if opts.get("languages") is not None and setting not in PER_LANGUAGE + ("translate_train_all", "in_language_all"):
+            raise TransferError(f"config key {key}.languages: only per-language and *_all settings take languages")
+        if source is not None and opts.get("languages") is not None:
+            raise TransferError(f"config key {key}.languages: a source setting evaluates every language")
+        chosen = opts.get("languages")
+        per_target = chosen if isinstance(chosen, dict) else {None: chosen or []}
+        for target, langs in per_target.items():
+            where = f"{key}.languages" + (f".{target}" if target else "")
+            if target is not None and target not in targets(config, setting):
+                raise TransferError(f"config key {where}: {target!r} is not a target of this setting")
+            scope = [target] if target else targets(config, setting)
+            covered = {l for t in scope for l in config["tasks"][t].get("languages", [])}
+            for i, lang in enumerate(langs):
+                if lang not in covered:
+                    raise TransferError(f"config key {where}[{i}]: {' / '.join(scope)} is not evaluated in "
+                                        f"{lang!r} (see tasks.<target>.languages)")
+        for target in targets(config, setting):
+            plan(config, setting, target)
+    baseline = baseline_setting(config)
+    if baseline not in settings:
+        raise TransferError(f"config key transfer.baseline: {baseline!r} is not one of transfer.settings")
+
+
+def targets(config: dict[str, Any], setting: str) -> list[str]:
+    """The targets a setting runs on: those it names, else every target it applies to."""
+    named = configured(config)[setting].get("targets")
+    if named:
+        return list(named)
+    return [t for t in config["targets"] if setting == ZERO_SHOT or _applies(setting, t) is None]
+
+
+def plans(config: dict[str, Any]) -> list[Plan]:
+    """Every (setting, target) plan. Input functions ask for them several times per job, so
+    they are computed once per distinct config, keyed by the (small) part a plan reads."""
+    view = {"transfer": config.get("transfer"), "targets": config["targets"], "seeds": config["seeds"],
+            "intermediate": {name: None for name in config["intermediate"]},
+            "tasks": {name: {"languages": cfg["languages"]} if "languages" in cfg else {}
+                      for name, cfg in config["tasks"].items()},
+            "models": {key: {lang: None for lang in config["models"].get(key, {})}
+                       for key in ("translators", "translators_to_en")}}
+    return list(_plans(json.dumps(view, sort_keys=True)))
+
+
+@functools.lru_cache(maxsize=8)
+def _plans(config_json: str) -> tuple[Plan, ...]:
+    config = json.loads(config_json)
+    return tuple(plan(config, setting, target) for setting in configured(config) for target in targets(config, setting))
+
+
+def find_plan(config: dict[str, Any], token: str, target: str) -> Plan:
+    for p in plans(config):
+        if path_token(p.setting) == token and p.target == target:
+            return p
+    raise KeyError(f"no transfer setting {token!r} runs {target}")
+
+
+def find_recipe(config: dict[str, Any], target: str, name: str) -> Recipe:
+    for p in plans(config):
+        if p.target == target:
+            for recipe in p.models.values():
+                if recipe.name == name:
+                    return recipe
+    raise KeyError(f"no transfer setting trains {target} with recipe {name!r}")
+
+
+def pipeline_translations(config: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(task, language, split) of every English file the settings need machine-translated."""
+    jobs = set()
+    for p in plans(config):
+        for recipe in p.models.values():
+            for ref in recipe.train + recipe.dev:
+                if ref.kind == "pipeline_mt":
+                    _, _, task, lang, split = ref.path.removesuffix(".parquet").split("/")
+                    jobs.add((task, lang, split))
+    return sorted(jobs)
+
+
+def test_translations(config: dict[str, Any]) -> list[tuple[str, str]]:
+    """(target, language) of every test set translated into English."""
+    return sorted({(p.target, lang) for p in plans(config) for ref in p.eval_data.get("test", ())
+                   if ref.kind == "translate_test" for lang in ref.languages})
+
+
+# ----- what a grid costs ------------------------------------------------------------------
+
+
+def summary(config: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per setting, in config order: its metric files, the target trainings it adds (a model
+    an earlier setting already trains is not counted again) and their training data in units
+    of one English training set (a translation is one unit; own data is counted per language,
+    whose sizes differ)."""
+    trained: set[tuple[str, str, str, int]] = set()
+    rows = []
+    for setting in configured(config):
+        metric_files, new_jobs, units = 0, 0, 0
+        for p in (p for p in plans(config) if p.setting == setting):
+            metric_files += len(p.intermediate) * len(p.seeds)
+            for name in p.intermediate:
+                for recipe in p.recipes():
+                    for seed in p.seeds:
+                        if (name, p.target, recipe.name, seed) in trained:
+                            continue
+                        trained.add((name, p.target, recipe.name, seed))
+                        new_jobs += 1
+                        units += sum(len(r.languages) for r in recipe.train)
+        rows.append({"setting": setting, "targets": targets(config, setting), "metric_files": metric_files,
+                     "target_trainings": new_jobs, "training_units": units})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    import yaml
+
+    ap = argparse.ArgumentParser(description="What each transfer setting of a config adds to the grid.")
+    ap.add_argument("configfile")
+    args = ap.parse_args(argv)
+    with open(args.configfile, encoding="utf-8") as f:
+        config = yaml.safe_load(f)
+    try:
+        check(config)
+    except TransferError as err:
+        raise SystemExit(f"error: {err}") from None
+    print("| setting | targets | metric files | target trainings added | training data (English-set units) |")
+    print("|---|---|---:|---:|---:|")
+    for row in summary(config):
+        print(f"| {row['setting']} | {', '.join(row['targets'])} | {row['metric_files']} | "
+              f"{row['target_trainings']} | {row['training_units']} |")
+
+
+if __name__ == "__main__":
+    main()

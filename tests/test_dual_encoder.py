@@ -1,4 +1,5 @@
-"""Ranking targets (dual_encoder.py): inputs, training, pooled scoring, and target stages."""
+"""Ranking targets: inputs (data/ranking_inputs.py), the dual encoder (models/dual_encoder.py),
+pooled scoring (evaluation/pool_ranking.py), and target stages."""
 
 from __future__ import annotations
 
@@ -12,13 +13,14 @@ from workflow_scripts.common import InputError
 from workflow_scripts.data.features import encode
 from workflow_scripts.data.prepare import read_table, to_table
 from workflow_scripts.data.tasks import get_task
-from workflow_scripts.models import dual_encoder
+from workflow_scripts.data import ranking_inputs
+from workflow_scripts.evaluation import pool_ranking
 from workflow_scripts.training.train import carry_head, train_phase
 
 PHASE = {"dropout": 0.0, "dev_examples": 30, "eval_batch_size": 32, "eval_every": 10, "learning_rate": 2e-3,
          "max_grad_norm": 1.0, "max_micro_batch": 16, "multitask_cap": 131072, "multitask_epochs": 1,
          "patience": 30, "warmup_ratio": 0.1, "weight_decay": 0.0}
-# mean pooling: the fixture encoder's first token is untrained (dual_encoder.py)
+# mean pooling: the fixture encoder's first token is untrained (models/dual_encoder.py)
 OPTS = {"batch_size": 16, "epochs": 6, "max_length": 40, "max_query_length": 40, "lowercase": False,
         "pooling": "mean", "select_language": "en"}
 
@@ -59,21 +61,21 @@ def ranking_files(tmp_path_factory, demo_data):
 def test_training_features_pair_each_query_with_its_gold_and_refuse_a_missing_one(tokenizer):
     rows = [{"id": "q", "lang": "en", "side": "query", "text": "Anna bought a book", "context": "", "gold": ["c"]},
             {"id": "c", "lang": "de", "side": "candidate", "text": "Anna kaufte", "context": " ein Buch\n", "gold": []}]
-    (feat,) = dual_encoder.encode(tokenizer, rows, OPTS, train=True)
+    (feat,) = ranking_inputs.encode(tokenizer, rows, OPTS, train=True)
     assert feat["input_ids"] == tokenizer("Anna bought a book")["input_ids"]
     # the candidate's context follows its text directly, newlines removed (the reference's input)
     assert feat["candidate_ids"] == tokenizer("Anna kaufte ein Buch")["input_ids"]
-    scoring = dual_encoder.encode(tokenizer, rows, OPTS, train=False)
+    scoring = ranking_inputs.encode(tokenizer, rows, OPTS, train=False)
     assert [f["example"] for f in scoring] == [0, 1]
     rows[0]["gold"] = ["elsewhere"]
     with pytest.raises(InputError, match="'q'.*one gold candidate present"):
-        dual_encoder.encode(tokenizer, rows, OPTS, train=True)
+        ranking_inputs.encode(tokenizer, rows, OPTS, train=True)
 
 
 def test_lowercase_applies_to_queries_and_candidates(tokenizer):
     rows = [{"id": "q", "lang": "en", "side": "query", "text": "ANNA", "context": "", "gold": []},
             {"id": "c", "lang": "de", "side": "candidate", "text": "BUCH", "context": "", "gold": []}]
-    lower = dual_encoder.encode(tokenizer, rows, {**OPTS, "lowercase": True}, train=False)
+    lower = ranking_inputs.encode(tokenizer, rows, {**OPTS, "lowercase": True}, train=False)
     assert [f["input_ids"] for f in lower] == [tokenizer("anna")["input_ids"], tokenizer("buch")["input_ids"]]
 
 
@@ -95,11 +97,11 @@ def test_a_dual_encoder_learns_to_rank_and_scores_every_language_against_one_poo
 
     model, tokenizer = _load_target_model(get_task("mewslix"), tmp_path / "model", device())
     rows = read_table(ranking_files["test"]).to_pylist()
-    by_lang = dual_encoder.rows_by_language(rows, ["en", "sw"], "test")
+    by_lang = pool_ranking.rows_by_language(rows, ["en", "sw"], "test")
     embedded = []
-    real_embed = dual_encoder.embed_rows
-    monkeypatch.setattr(dual_encoder, "embed_rows", lambda *a: embedded.append(len(a[3])) or real_embed(*a))
-    scorer = dual_encoder.PoolScorer(model, get_task("mewslix"), tokenizer, {**OPTS, "eval_batch_size": 16}, device())
+    real_embed = pool_ranking.embed_rows
+    monkeypatch.setattr(pool_ranking, "embed_rows", lambda *a: embedded.append(len(a[3])) or real_embed(*a))
+    scorer = pool_ranking.PoolScorer(model, get_task("mewslix"), tokenizer, {**OPTS, "eval_batch_size": 16}, device())
     en, en_ranked = scorer.score(by_lang["en"])
     sw, _ = scorer.score(by_lang["sw"])
     # the 40-candidate pool is embedded once for both languages; then each language's 40 queries
@@ -107,7 +109,7 @@ def test_a_dual_encoder_learns_to_rank_and_scores_every_language_against_one_poo
     assert en == sw  # the same English queries under two language labels
     assert all(len(found) == 20 for found in en_ranked.values())
     # the same as embedding everything together
-    direct, _ = dual_encoder.score(by_lang["en"], real_embed(model, get_task("mewslix"), tokenizer, by_lang["en"],
+    direct, _ = pool_ranking.score(by_lang["en"], real_embed(model, get_task("mewslix"), tokenizer, by_lang["en"],
                                                              {**OPTS, "eval_batch_size": 16}, device()), "mewslix")
     assert direct == pytest.approx(en)
 
@@ -115,7 +117,7 @@ def test_a_dual_encoder_learns_to_rank_and_scores_every_language_against_one_poo
 def test_a_language_without_queries_is_refused(ranking_files):
     rows = read_table(ranking_files["test"]).to_pylist()
     with pytest.raises(InputError, match=r"no queries for languages \['de'\]"):
-        dual_encoder.rows_by_language(rows, ["en", "de"], "test.parquet")
+        pool_ranking.rows_by_language(rows, ["en", "de"], "test.parquet")
 
 
 def test_selection_ranks_the_first_queries_among_their_golds_and_the_first_candidates():
@@ -123,7 +125,7 @@ def test_selection_ranks_the_first_queries_among_their_golds_and_the_first_candi
               "gold": [f"c{9 - i}"]} for i in range(10)]
             + [{"id": f"c{i}", "lang": "de", "side": "candidate", "text": "", "context": "", "gold": []}
                for i in range(10)])
-    subset = dual_encoder.selection_subset(rows, 3, "en", "dev")
+    subset = pool_ranking.selection_subset(rows, 3, "en", "dev")
     assert [r["id"] for r in subset if r["side"] == "query"] == ["q1", "q3", "q5"]
     assert sorted(r["id"] for r in subset if r["side"] == "candidate") == ["c0", "c1", "c2", "c4", "c6", "c8"]
 

@@ -9,7 +9,7 @@
   Words are tokenised as in running text, with their leading space where the tokenizer
   needs one (byte-level BPE without ``add_prefix_space``: ``words_need_spaces``).
 - mlm: dynamic masking (15%, of which 80% mask / 10% random / 10% kept), redrawn every batch.
-- ranking: queries and candidates encoded apart, for a dual encoder (dual_encoder.py).
+- ranking: queries and candidates encoded apart, for a dual encoder (ranking_inputs.py).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from workflow_scripts.data import ranking_inputs
 from workflow_scripts.data.tasks import (CLASSIFICATION, MLM, MULTIPLE_CHOICE, RANKING, SPAN, TAGGING, VISUAL_ANSWER,
                                          VISUAL_CLASSIFICATION, VISUAL_RETRIEVAL, Task)
 
@@ -113,9 +114,7 @@ def encode(task: Task, tokenizer, rows, opts: dict[str, Any], train: bool) -> En
     tokenizer, which spreads each batch over its own threads. A ranking file trains whole:
     a query's gold candidate may be anywhere in it (its scoring rows encode one by one)."""
     if task.format == RANKING and train:
-        from workflow_scripts.models import dual_encoder
-
-        return Encoded(FeatureStore.from_chunks([dual_encoder.encode(tokenizer, rows, opts, train)]), rows)
+        return Encoded(FeatureStore.from_chunks([ranking_inputs.encode(tokenizer, rows, opts, train)]), rows)
 
     def row_chunks():
         if isinstance(rows, list):
@@ -167,9 +166,7 @@ def _encode_chunk(task: Task, tokenizer, rows: list[dict[str, Any]], opts: dict[
     if task.format == TAGGING:
         return _encode_tags(tokenizer, rows, task.labels, max_length)
     if task.format == RANKING:  # scoring: one feature per query or candidate (Mewsli-X: 1M candidates)
-        from workflow_scripts.models import dual_encoder
-
-        return dual_encoder.encode(tokenizer, rows, opts, train=False)
+        return ranking_inputs.encode(tokenizer, rows, opts, train=False)
     if task.format == MLM:
         enc = tokenizer([r["text"] for r in rows], truncation=True, max_length=max_length)
         return [{"input_ids": ids} for ids in enc["input_ids"]]
@@ -403,9 +400,7 @@ def collate(features: Sequence[Feature], fmt: str, pad_id: int, mlm: dict[str, A
     # pad id: a decoder without a pad token pads with its end-of-sequence token, which may
     # also occur in the text (backbones/decoder.py).
     if fmt == RANKING:
-        from workflow_scripts.models import dual_encoder
-
-        return dual_encoder.collate(features, pad_id)
+        return ranking_inputs.collate(features, pad_id)
     if fmt == MULTIPLE_CHOICE:
         width = max(len(ids) for f in features for ids in f["input_ids"])
         ids = [[seq + [pad_id] * (width - len(seq)) for seq in f["input_ids"]] for f in features]

@@ -35,6 +35,7 @@ from workflow_scripts.evaluation.neighbours import EXACT
 from workflow_scripts.evaluation.retrieval import (BUCC_DUPLICATES, LAYER_CONVENTION, choose_threshold, embed,
                                                    expand_to_ids, margin_candidates, mined_pairs, prf, tatoeba_nearest,
                                                    tatoeba_score, unique_texts)
+from workflow_scripts.evaluation import pool_ranking
 from workflow_scripts.models import dual_encoder
 from workflow_scripts.models.adapters import has_adapter, load_adapter_model, load_backbone, method_of
 from workflow_scripts.models.backbones import family_of
@@ -93,8 +94,8 @@ def predict_and_score(model, task: Task, encoded: Encoded, pad_id: int, opts: di
     metric = metric or task.metric
     rows = encoded.rows
     logits = predict_logits(model, task, encoded, int(opts["eval_batch_size"]), pad_id, dev)
-    if task.format == RANKING:  # one embedding per row (dual_encoder.py)
-        return dual_encoder.score(rows, logits, task.name, dev=dev)
+    if task.format == RANKING:  # one embedding per row (pool_ranking.py)
+        return pool_ranking.score(rows, logits, task.name, dev=dev)
     if task.format == VISUAL_RETRIEVAL:  # recall@1 of each caption among the split's images
         import numpy as np
 
@@ -179,7 +180,7 @@ def evaluate_run(target: str, models: dict[str, Path], data: Sources, settings: 
             langs = langs or [l for l in configured if split != "dev" or l not in task.dev_missing]
             if task.format == RANKING:  # each language's queries with the file's whole candidate pool
                 rows = read_table(path, task.format).to_pylist()
-                splits[split].update(dual_encoder.rows_by_language(rows, langs, str(path)))
+                splits[split].update(pool_ranking.rows_by_language(rows, langs, str(path)))
             else:
                 splits[split].update(rows_by_language(path, task.format, langs))
     languages = [l for l in configured if any(l in by_lang for by_lang in splits.values())]
@@ -210,7 +211,7 @@ def evaluate_run(target: str, models: dict[str, Path], data: Sources, settings: 
             if train_log.get("intermediate_visual"):  # trained after an image task: text-only, and how
                 extra["intermediate_visual"] = train_log["intermediate_visual"]
             # ranking: the candidate pool is embedded once, not once per language
-            pool = dual_encoder.PoolScorer(model, task, tokenizer, opts, dev) if task.format == RANKING else None
+            pool = pool_ranking.PoolScorer(model, task, tokenizer, opts, dev) if task.format == RANKING else None
             for split, by_lang in splits.items():
                 for lang, rows in by_lang.items():
                     if model_of[lang] != model_dir:

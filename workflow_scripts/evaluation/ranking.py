@@ -27,7 +27,7 @@ official LAReQA code divides by zero, Mewsli-X's indexes an empty list), a gold 
 missing from the predictions (Mewsli-X's scorer counts it 0 and reports how many were
 missing) and a predicted query without gold (Mewsli-X's scorer ignores it). ``strict=False``
 restores the official treatment of the last two. Ties between candidate scores are the
-ranker's business: the metric takes the ranking as given (``dual_encoder.rank`` breaks
+ranker's business: the metric takes the ranking as given (``pool_ranking.rank`` breaks
 them towards the lower candidate index; the official LAReQA code ranks with
 ``argsort()[::-1]``, Mewsli-X's with faiss exact search).
 

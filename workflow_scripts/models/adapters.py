@@ -27,10 +27,9 @@ from typing import Any
 
 from workflow_scripts.common import InputError
 from workflow_scripts.data.tasks import VISUAL_FORMATS
-from workflow_scripts.models.backbones import MANIFEST, family_of, get_family
+from workflow_scripts.models.backbones import ADAPTER_DIR, MANIFEST, family_of, get_family
 
 METHODS = ("full", "lora", "qlora")
-ADAPTER_DIR = "adapter"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,7 +151,7 @@ def _require_complete(found: Lineage) -> None:
 def stand_in_heads(formats: dict[str, tuple[str, int]], hidden: int, adapter_dir: str | Path) -> dict[str, Any]:
     """Fresh heads of the shapes a phase saved with its adapter (an image task's head, with
     its projector, takes its shapes from the saved tensors: multimodal/prefix.py)."""
-    from workflow_scripts.models.heads import make_head
+    from workflow_scripts.models.heads import make_head, visual_classifier
 
     heads, saved = {}, None
     for name, (fmt, n) in formats.items():
@@ -164,7 +163,7 @@ def stand_in_heads(formats: dict[str, tuple[str, int]], hidden: int, adapter_dir
             if saved is None:
                 with safe_open(str(Path(adapter_dir) / ADAPTER_DIR / "adapter_model.safetensors"), "pt") as f:
                     saved = {key: tuple(f.get_slice(key).get_shape()) for key in f.keys()}
-            heads[name] = stand_in_head(fmt, name, n, hidden, saved)
+            heads[name] = stand_in_head(name, hidden, visual_classifier(fmt, hidden, n, 0.0, 0.02), saved)
         else:
             heads[name] = make_head(fmt, hidden, n, 0.0, 0.02)
     return heads

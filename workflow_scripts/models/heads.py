@@ -17,7 +17,8 @@ from torch import nn
 from workflow_scripts.common import InputError
 from workflow_scripts.data.tasks import (CLASSIFICATION, MLM, MULTIPLE_CHOICE, RANKING, SPAN, TAGGING, VISUAL_ANSWER,
                                          VISUAL_CLASSIFICATION, VISUAL_RETRIEVAL)
-from workflow_scripts.models.backbones import family_of, get_family
+from workflow_scripts.models import dual_encoder
+from workflow_scripts.models.backbones import ADAPTER_DIR, family_of, get_family
 from workflow_scripts.models.backbones.family import pool
 
 
@@ -73,9 +74,7 @@ def load_mlm_head(model_dir: str | Path, encoder: nn.Module):
 def make_head(fmt: str, hidden: int, num_labels: int, dropout: float, init_std: float):
     """A freshly initialised output head (heads never carry over between phases)."""
     if fmt == RANKING:
-        from workflow_scripts.models.dual_encoder import RankingHead
-
-        return RankingHead(hidden, init_std).to(torch.float32)
+        return dual_encoder.RankingHead(hidden, init_std).to(torch.float32)
     if fmt == CLASSIFICATION:
         head = nn.Sequential(nn.Dropout(dropout), nn.Linear(hidden, hidden), nn.Tanh(),
                              nn.Dropout(dropout), nn.Linear(hidden, num_labels))
@@ -95,11 +94,21 @@ def make_head(fmt: str, hidden: int, num_labels: int, dropout: float, init_std: 
     return head.to(torch.float32)
 
 
+def visual_classifier(fmt: str, hidden: int, num_labels: int, dropout: float, init_std: float):
+    """What an image task's head (multimodal/prefix.py) reads its pooled output with: the
+    text classification head, the same as its text-only controls', or for retrieval the
+    caption's projection into the space shared with the images."""
+    if fmt != VISUAL_RETRIEVAL:
+        return make_head(CLASSIFICATION, hidden, num_labels, dropout, init_std)
+    projection = nn.Linear(hidden, hidden)
+    nn.init.normal_(projection.weight, std=init_std)
+    nn.init.zeros_(projection.bias)
+    return projection.to(torch.float32)
+
+
 def load_saved_heads(model_dir: str | Path) -> dict[str, dict[str, torch.Tensor]]:
     """The trained heads a target phase saved, per task: ``heads.pt`` (full fine-tuning)
     or the adapter's copies of them (peft's modules_to_save, ``...heads.<task>.<param>``)."""
-    from workflow_scripts.models.adapters import ADAPTER_DIR
-
     model_dir = Path(model_dir)
     found: dict[str, dict[str, torch.Tensor]] = {}
     if (model_dir / "heads.pt").is_file():
@@ -150,9 +159,7 @@ def task_logits(model, fmt: str, task: str, batch: dict[str, Any]):
 
     head = model.heads[task]
     if fmt == RANKING:
-        from workflow_scripts.models.dual_encoder import logits
-
-        return logits(model, head, batch)
+        return dual_encoder.logits(model, head, batch)
     if fmt in (VISUAL_CLASSIFICATION, VISUAL_ANSWER):
         from workflow_scripts.multimodal.prefix import visual_logits
 

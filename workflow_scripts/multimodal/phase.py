@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workflow_scripts.common import LOG, InputError
-from workflow_scripts.data.tasks import CLASSIFICATION, VISUAL_ANSWER, VISUAL_RETRIEVAL, Task
+from workflow_scripts.data.tasks import VISUAL_ANSWER, Task
 from workflow_scripts.multimodal.bank import FeatureBank
 
 
@@ -26,18 +26,11 @@ class ImageTask:
         return self.bank.attach(table, where)
 
     def head(self, encoder_config, dropout: float, init_std: float):
-        from torch import nn
-
-        from workflow_scripts.models.heads import make_head
+        from workflow_scripts.models.heads import visual_classifier
         from workflow_scripts.multimodal.prefix import VisualClassificationHead
 
         hidden = encoder_config.hidden_size
-        if self.task.format == VISUAL_RETRIEVAL:  # the caption's projection into the shared space
-            classifier = nn.Linear(hidden, hidden)
-            nn.init.normal_(classifier.weight, std=init_std)
-            nn.init.zeros_(classifier.bias)
-        else:
-            classifier = make_head(CLASSIFICATION, hidden, self.task.num_labels, dropout, init_std)
+        classifier = visual_classifier(self.task.format, hidden, self.task.num_labels, dropout, init_std)
         return VisualClassificationHead(self.bank.tensor(), hidden, classifier, init_std, self.images_per_row)
 
     @property

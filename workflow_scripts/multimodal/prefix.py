@@ -23,6 +23,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from workflow_scripts.common import InputError
+
 AFTER_TEXT = "after_text"
 PREFIX = "prefix"
 
@@ -143,23 +145,17 @@ def visual_logits(model, head, batch: dict, pool_fn) -> tuple[torch.Tensor, torc
     return logits, loss
 
 
-def stand_in_head(fmt: str, name: str, num_labels: int, hidden: int, saved: dict[str, tuple[int, ...]]):
+def stand_in_head(name: str, hidden: int, classifier: nn.Module, saved: dict[str, tuple[int, ...]]):
     """A head of the shapes an adapter saved for image task ``name`` (``saved``: tensor name ->
-    shape), to receive its weights when the adapter is loaded and merged; the feature bank,
-    never saved, is a placeholder of the right width."""
-    from workflow_scripts.models.heads import make_head
-    from workflow_scripts.data.tasks import CLASSIFICATION, VISUAL_RETRIEVAL
+    shape) around ``classifier``, to receive its weights when the adapter is loaded and merged;
+    the feature bank, never saved, is a placeholder of the right width."""
 
     def shape(suffix: str) -> tuple[int, ...]:
         found = [s for key, s in saved.items() if f"heads.{name}." in key and key.endswith(suffix)]
         if not found:
-            from workflow_scripts.common import InputError
-
             raise InputError(f"the adapter holds no {suffix} of image task {name}'s head")
         return found[0]
 
     feature_dim = shape("projector.0.weight")[1]
     slots = shape("slots")[0]
-    classifier = (nn.Linear(hidden, hidden) if fmt == VISUAL_RETRIEVAL
-                  else make_head(CLASSIFICATION, hidden, num_labels, 0.0, 0.02))
     return VisualClassificationHead(torch.zeros(1, 1, feature_dim), hidden, classifier, 0.02, slots)

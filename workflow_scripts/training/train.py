@@ -49,6 +49,8 @@ from workflow_scripts.data.features import Encoded, collate, encode, length_grou
 from workflow_scripts.data.prepare import read_table
 from workflow_scripts.data.tasks import MLM, RANKING, TAGGING, Task, get_task, primary_metric
 from workflow_scripts.evaluation.evaluate import score_encoded
+from workflow_scripts.data.ranking_inputs import CANDIDATE
+from workflow_scripts.evaluation import pool_ranking
 from workflow_scripts.models import dual_encoder
 from workflow_scripts.models.adapters import Method, lineage, check_available, save_adapter_phase
 from workflow_scripts.models.backbones import family_of
@@ -146,8 +148,8 @@ def load_phase_data(encoder_dir: Path, encoder, tokenizer, data: dict[str, dict[
             wanted = ", ".join(sorted({l for _, langs in sources for l in langs or []}))
             raise InputError(f"{data[name]['train']}: no {wanted} training examples for task {name}")
         if task.format != MLM:
-            # a ranking task selects in a pool of candidates of every language (dual_encoder.py)
-            subset = dual_encoder.selection_subset if task.format == RANKING else _dev_subset
+            # a ranking task selects in a pool of candidates of every language (pool_ranking.py)
+            subset = pool_ranking.selection_subset if task.format == RANKING else _dev_subset
             for path, langs in data_sources(data[name]["dev"], [opts.get("select_language", "en")]):
                 dev_table = _table_in(read_table(path, task.format), langs, task.format)
                 dev_file = (image_task.attach(dev_table, f"{name} dev") if image_task else dev_table).to_pylist()
@@ -506,7 +508,7 @@ def _table_in(table, languages: list[str] | None, fmt: str | None = None):
     if languages is not None:
         keep = pc.is_in(table["lang"], value_set=pa.array(languages, pa.string()))
         if fmt == RANKING:
-            keep = pc.or_(keep, pc.equal(table["side"], dual_encoder.CANDIDATE))
+            keep = pc.or_(keep, pc.equal(table["side"], CANDIDATE))
         table = table.filter(keep)
     return table
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from workflow_scripts.common import InputError
 from workflow_scripts.models.backbones import decoder, encoder, seq2seq_encoder
-from workflow_scripts.models.backbones.family import MANIFEST, Family
+from workflow_scripts.models.backbones.family import ADAPTER_DIR, MANIFEST, Family
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (encoder.FAMILY, seq2seq_encoder.FAMILY, decoder.FAMILY)}
 
@@ -60,4 +60,4 @@ def infer_family(config: dict) -> Family:
     return encoder.FAMILY
 
 
-__all__ = ["FAMILIES", "Family", "MANIFEST", "family_of", "get_family", "infer_family"]
+__all__ = ["ADAPTER_DIR", "FAMILIES", "Family", "MANIFEST", "family_of", "get_family", "infer_family"]

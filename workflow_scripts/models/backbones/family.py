@@ -10,6 +10,8 @@ from typing import Any
 # The file in a model directory the workflow writes: family, training method and, for an
 # adapter, the base model and the adapters merged into it before its own (adapters.py).
 MANIFEST = "xstilts_backbone.json"
+# The folder of a model directory that holds its adapter (peft's save_pretrained layout).
+ADAPTER_DIR = "adapter"
 POOLINGS = ("first", "mean", "last")
 
 

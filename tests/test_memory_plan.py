@@ -312,3 +312,59 @@ def test_heads_are_sized_by_task_format():
     classification = mp.task_head_parameters("mnli", arch)
     assert span < tagging < classification  # the dense h x h layer dominates
     assert mp.task_head_parameters("mlm", arch) > classification  # its output bias spans the vocabulary
+
+
+# ----- image tasks (PROTOCOL.md §9) -------------------------------------------------------------
+
+
+def image_config(**vision) -> dict:
+    config = workflow_config()
+    config["tasks"].update({t: {"max_length": 128, "batch_size": 16} for t in ("snli_ve", "nlvr2", "vqa_v2",
+                                                                                 "flickr30k", "snli_caption")})
+    config["intermediate"].update({t: {"tasks": [t]} for t in ("snli_ve", "nlvr2", "vqa_v2", "flickr30k",
+                                                               "snli_caption")})
+    if vision:
+        config["vision"] = vision
+    return config
+
+
+@pytest.mark.parametrize("vision,per_image", [
+    ({}, 50),  # the schema's default tower, CLIP ViT-B/32 at 224 px: 7 x 7 patches and a class token
+    ({"hub_id": "openai/clip-vit-large-patch14-336"}, 577),
+    ({"hub_id": "openai/clip-vit-large-patch14"}, 257),
+    ({"hub_id": "google/siglip-so400m-patch14-384"}, 729),  # no class token
+    ({"hub_id": "google/siglip-so400m-patch14-384", "features": "pooled"}, 1),
+    ({"hub_id": "facebook/dinov2-large", "visual_tokens": 261}, 261),
+])
+def test_image_tasks_lengthen_the_sequence_by_their_visual_tokens(vision, per_image):
+    inter = workloads(image_config(**vision), "intermediate")
+    assert inter["snli_caption"] == (128, 16, False)  # the text-only control
+    assert inter["snli_ve"] == (128 + per_image, 16, False)
+    assert inter["vqa_v2"] == (128 + per_image, 16, False)
+    assert inter["nlvr2"] == (128 + 2 * per_image, 16, False)  # a pair of images
+    assert inter["flickr30k"] == (128, 16, False)  # the caption is read alone
+    # and the plan's activation estimate follows the longer sequence
+    bb = mp.parse_backbone("xlmr_xxl", workflow_config()["backbones"]["xlmr_xxl"])
+    assert mp.activation_bytes(bb, *inter["nlvr2"][:2]) > mp.activation_bytes(bb, *inter["snli_caption"][:2])
+
+
+def test_the_demo_tower_gives_its_own_patch_grid():
+    config = image_config(demo={"image_size": 32, "patch_size": 8})
+    config["models"] = {"source": "demo"}
+    assert workloads(config, "intermediate")["snli_ve"][0] == 128 + 17
+
+
+def test_a_tower_whose_tokens_cannot_be_read_names_the_key_to_set():
+    with pytest.raises(mp.PlanError, match="vision.visual_tokens.*facebook/dinov2-large"):
+        mp.phase_shape(image_config(hub_id="facebook/dinov2-large"), "intermediate")
+    # a grid without an image task never asks
+    assert mp.phase_shape({**workflow_config(), "vision": {"hub_id": "facebook/dinov2-large"}}, "intermediate")
+
+
+def test_image_heads_count_their_projector_and_vqa_its_answer_vocabulary():
+    arch = mp.Architecture(hidden_size=1024, num_layers=24, num_attention_heads=16, vocab_size=250002)
+    caption, image = mp.task_head_parameters("snli_caption", arch), mp.task_head_parameters("snli_ve", arch)
+    assert image - caption == 2 * 1024 * 1024 + 2 * 1024 + 1024  # the projector and one slot
+    two_way = mp.task_head_parameters("pawsx", arch)  # a text classification head with NLVR2's two labels
+    assert mp.task_head_parameters("nlvr2", arch) - two_way == 2 * 1024 * 1024 + 2 * 1024 + 2 * 1024  # two slots
+    assert mp.task_head_parameters("vqa_v2", arch) > image + 3000 * 1024

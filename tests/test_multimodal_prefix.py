@@ -260,3 +260,26 @@ def test_caption_image_retrieval_trains_captions_of_one_image_as_each_others_pos
                                       torch.device("cpu"))
     # an image's vector is that of its first row: a = [1, 0], b = [0, 1]; caption 1 ([0, 1]) finds b, wrongly
     assert found == [["a.png"], ["b.png"], ["b.png"]] and scores["recall_at_1"] == pytest.approx(200 / 3)
+
+
+@pytest.mark.parametrize("task,images,error", [("nlvr2", [["a.png", "b.png"]], None), ("snli_ve", [["a.png"]], None),
+                                               ("nlvr2", [["a.png"]], "nlvr2: its training rows have 1 images each"),
+                                               ("snli_ve", [["a.png", "b.png"]], "snli_ve: its training rows have 2")])
+def test_an_image_task_reads_as_many_images_per_row_as_it_declares(tmp_path, task, images, error):
+    """The phase and the memory plan both count a task's images per example from the catalogue
+    (NLVR2: a pair); rows with another count stop the phase, naming the task."""
+    import pyarrow as pa
+
+    from workflow_scripts.common import InputError
+    from workflow_scripts.data.tasks import get_task
+    from workflow_scripts.multimodal.bank import write_bank
+    from workflow_scripts.multimodal.phase import prepare_image_task
+
+    write_bank(tmp_path / "bank", {n: np.ones((3, 4), dtype=np.float32) for n in ("a.png", "b.png")}, {})
+    rows = pa.Table.from_pylist([{"id": "r0", "text_a": "x", "images": images[0], "label": 0}])
+    if error:
+        with pytest.raises(InputError, match=error):
+            prepare_image_task(get_task(task), rows, {"images": str(tmp_path / "bank")}, {})
+    else:
+        assert prepare_image_task(get_task(task), rows, {"images": str(tmp_path / "bank")}, {}).images_per_row \
+            == get_task(task).images_per_example

@@ -58,6 +58,8 @@ class Task:
     # Tasks trained, each selected on its own dev split, before the target's own training
     # (XTREME-R's XCOPA: SIQA, then COPA); the config can switch them off.
     stages: tuple[str, ...] = ()
+    # Images per example of an image task (NLVR2: a pair); 0 for text tasks.
+    images_per_example: int = 0
 
     @property
     def is_retrieval(self) -> bool:
@@ -104,13 +106,13 @@ TASKS: dict[str, Task] = {t.name: t for t in (
     # SNLI-VE (PROTOCOL.md §9): the hypothesis with the Flickr30k image as premise, and its
     # text-only controls, built from SNLI-VE's own rows, ids and image-disjoint splits: the
     # SNLI caption the image replaced as premise, or no premise.
-    _t("snli_ve", VISUAL_CLASSIFICATION, "accuracy", ("train", "dev"), NLI_LABELS),
+    _t("snli_ve", VISUAL_CLASSIFICATION, "accuracy", ("train", "dev"), NLI_LABELS, images_per_example=1),
     # NLVR2 (Suhr et al. 2019): is a statement true of a pair of images (left, right)?
-    _t("nlvr2", VISUAL_CLASSIFICATION, "accuracy", ("train", "dev"), ("False", "True")),
+    _t("nlvr2", VISUAL_CLASSIFICATION, "accuracy", ("train", "dev"), ("False", "True"), images_per_example=2),
     # VQA v2 (Goyal et al. 2017): open questions about COCO images; answers from the train split's vocabulary.
-    _t("vqa_v2", VISUAL_ANSWER, "vqa_accuracy", ("train", "dev")),
+    _t("vqa_v2", VISUAL_ANSWER, "vqa_accuracy", ("train", "dev"), images_per_example=1),
     # Image-caption retrieval on Flickr30k's Karpathy splits (5 captions per image).
-    _t("flickr30k", VISUAL_RETRIEVAL, "recall_at_1", ("train", "dev")),
+    _t("flickr30k", VISUAL_RETRIEVAL, "recall_at_1", ("train", "dev"), images_per_example=1),
     _t("snli_caption", CLASSIFICATION, "accuracy", ("train", "dev"), NLI_LABELS),
     _t("hypothesis_only", CLASSIFICATION, "accuracy", ("train", "dev"), NLI_LABELS),
     # The XNLI authors' machine translations of MNLI train (and XNLI's human dev): the data of

@@ -49,6 +49,10 @@ def prepare_image_task(task: Task, train, data_entry: dict[str, Any], opts: dict
         raise InputError(f"task {task.name} reads images: its data map needs 'images' (the embed_images output)")
     bank = FeatureBank.load(data_entry["images"])
     train = bank.attach(train, f"{task.name} train")
+    found = len(train.column("images")[0].as_py())
+    if found != task.images_per_example:
+        raise InputError(f"task {task.name}: its training rows have {found} images each, the task reads "
+                         f"{task.images_per_example} (check the data's 'images' column)")
     if task.format == VISUAL_ANSWER:  # the answer vocabulary comes from the training split
         from workflow_scripts.multimodal.vqa import answer_vocabulary
 

@@ -34,6 +34,14 @@ is a documented estimate, not a measurement. Per device, in bytes:
   pass still runs through every frozen layer). Classification, tagging and span heads have
   small outputs (s*b*labels), ignored; MLM's vocabulary logits are not: s*b*V*(compute
   bytes + 4), the logits plus the fp32 log-probabilities cross-entropy keeps.
+- Image tasks (PROTOCOL.md §9) lengthen the backbone's sequence by their visual tokens:
+  per image, ``vision.visual_tokens``, else 1 with pooled features, else the tower's patch
+  grid at the resolution its Hub id names (224 px when it names none), plus CLIP's class
+  token (SigLIP has none): 50 for ViT-B/32, 257 for ViT-L/14, 729 for SigLIP SO400M/14 at
+  384 px. NLVR2 has two images per example. Image-caption retrieval reads the caption
+  alone, so it adds none. Their heads add a projector of about 2 x h x h (the vision
+  width taken as h) and one slot vector per image; VQA's answer vocabulary is taken as
+  3,129 answers, the usual VQA v2 vocabulary.
 - A fixed 2 GB per device for the CUDA context, cuBLAS workspaces and NCCL buffers, and only
   95% of the device's memory counted as usable (allocator fragmentation). Sizes are decimal
   GB; an "80 GB" card has 80 GiB (85.9 GB), so the plan errs on the safe side.
@@ -53,12 +61,14 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from workflow_scripts.data.tasks import CLASSIFICATION, MLM, MULTIPLE_CHOICE, RANKING, SPAN, TAGGING, TASKS
+from workflow_scripts.data.tasks import (CLASSIFICATION, MLM, MULTIPLE_CHOICE, RANKING, SPAN, TAGGING, TASKS,
+                                         VISUAL_ANSWER, VISUAL_CLASSIFICATION, VISUAL_FORMATS)
 
 GB = 1e9
 FAMILIES = ("encoder", "seq2seq_encoder", "decoder")
@@ -106,6 +116,11 @@ DEFAULT_LORA_TARGETS = {"encoder": ("q", "k", "v", "o"), "seq2seq_encoder": ("q"
 UNKNOWN_TAGSET = 1024
 # A classification task outside the catalogue: its label count is not known here.
 UNKNOWN_CLASSES = 8
+# VQA v2's answer vocabulary as it is usually built (answers given 9 or more times).
+VQA_ANSWERS = 3129
+# The vision tower of the schema's default, and the resolution a Hub id that names none has.
+DEFAULT_VISION_TOWER = "openai/clip-vit-base-patch32"
+DEFAULT_IMAGE_SIZE = 224
 # The schema's defaults (schemas/config.schema.yaml) for keys a config may leave out.
 DEFAULT_MAX_LENGTH = 128
 DEFAULT_BATCH_SIZE = 32
@@ -354,6 +369,12 @@ def task_head_parameters(task: str, arch: Architecture) -> float:
         return float((h + 1) * (labels or UNKNOWN_TAGSET))
     if fmt == MLM:
         return float(h * h + 3 * h + arch.vocab_size)
+    if fmt in VISUAL_FORMATS:  # projector (vision width taken as h), slots, and the pooled output's head
+        projector = 2 * h * h + 2 * h + (spec.images_per_example if spec else 1) * h
+        if fmt not in (VISUAL_CLASSIFICATION, VISUAL_ANSWER):  # retrieval: the caption's projection
+            return float(projector + h * h + h)
+        answers = labels or (VQA_ANSWERS if fmt == VISUAL_ANSWER else UNKNOWN_CLASSES)
+        return float(projector + h * h + h + (h + 1) * answers)
     return float(h * h + h + (h + 1) * (labels or UNKNOWN_CLASSES))
 
 
@@ -495,9 +516,29 @@ def phase_jobs(config: Mapping[str, Any], phase: str) -> list[tuple[str, ...]]:
     return [(t,) for t in tasks if _is_trained(t) and not (TASKS.get(t) and TASKS[t].format == MLM)]
 
 
+def visual_tokens(config: Mapping[str, Any]) -> int:
+    """Tokens one image adds to a text's sequence in the backbone (multimodal/prefix.py)."""
+    vision = config.get("vision") or {}
+    if vision.get("visual_tokens"):
+        return int(vision["visual_tokens"])
+    if vision.get("features", "patches") == "pooled":
+        return 1
+    if (config.get("models") or {}).get("source") == "demo":
+        demo = vision.get("demo") or {}
+        return (int(demo.get("image_size", 32)) // int(demo.get("patch_size", 8))) ** 2 + 1
+    hub_id = vision.get("hub_id", DEFAULT_VISION_TOWER)
+    found = re.search(r"patch(\d+)(?:-(\d+))?", hub_id)
+    if not found:
+        raise PlanError(f"config key vision.visual_tokens: the number of tokens {hub_id} gives one image cannot be "
+                        "read from its Hub id (no patch size in it); set it")
+    patch, size = int(found.group(1)), int(found.group(2) or DEFAULT_IMAGE_SIZE)
+    return (size // patch) ** 2 + (0 if "siglip" in hub_id.lower() else 1)
+
+
 def phase_shape(config: Mapping[str, Any], phase: str, seq_len: int | None = None) -> PhaseShape | None:
-    """Each trained task's ``max_length`` (or ``seq_len`` for all) and micro-batch per device,
-    min(max_micro_batch, task batch_size) x choices; None if nothing trains in the phase."""
+    """Each trained task's ``max_length`` (or ``seq_len`` for all; an image task's visual
+    tokens added) and micro-batch per device, min(max_micro_batch, task batch_size) x
+    choices; None if nothing trains in the phase."""
     jobs = phase_jobs(config, phase)
     if not jobs:
         return None
@@ -511,8 +552,11 @@ def phase_shape(config: Mapping[str, Any], phase: str, seq_len: int | None = Non
         choices = spec.num_choices if spec and spec.num_choices else 1
         if spec is not None and spec.format == RANKING:  # each example: a query and its gold candidate
             choices = 2
+        visual = 0
+        if spec is not None and spec.format in (VISUAL_CLASSIFICATION, VISUAL_ANSWER):  # the images' tokens join the text
+            visual = spec.images_per_example * visual_tokens(config)
         workloads.append(Workload(
-            task=name, seq_len=seq_len or int(entry.get("max_length", DEFAULT_MAX_LENGTH)),
+            task=name, seq_len=(seq_len or int(entry.get("max_length", DEFAULT_MAX_LENGTH))) + visual,
             micro_batch=min(cap, int(entry.get("batch_size", DEFAULT_BATCH_SIZE))) * choices,
             with_mlm_logits=spec is not None and spec.format == MLM))
     return PhaseShape(workloads=tuple(workloads), jobs=tuple(jobs))

@@ -140,3 +140,42 @@ def test_translator_training_learns_the_corpus(tmp_path):
     build_demo_translator({**settings, "training": {**settings["training"], "steps": 2}}, [], "en",
                           tmp_path / "mt_en", source_lang="de", corpus=corpus)
     assert json.loads((tmp_path / "mt_en/tokenizer_config.json").read_text())["source_lang"] == "de"
+
+
+# ----- the demo vocabulary is a function of its texts ---------------------------------------
+
+
+def test_canonical_vocab_undoes_the_trainers_hash_order():
+    """Two vocabularies as two processes' trainer runs give them: float noise, tied pieces in
+    another order, the added characters' scores shuffled among them. Both come out equal."""
+    from workflow_scripts.models.demo_models import REQUIRED_CHAR_STEP, SPECIAL_TOKENS, canonical_vocab
+
+    low = -14.786061199408493
+    trained = [("▁the", -2.5), ("▁ball", -3.8985419547062907), ("12", -9.4), ("13", -9.4), ("▁c", low)]
+    added = ["Q", "J", "x"]  # "x" is the most frequent of them in the texts
+    one = trained + [(ch, low + k * REQUIRED_CHAR_STEP) for k, ch in enumerate(added)]
+    other = ([("▁ball", -3.898541954706289), ("▁the", -2.5000000000000018), ("13", -9.4), ("12", -9.4), ("▁c", low)]
+             + [(ch, low + k * REQUIRED_CHAR_STEP) for k, ch in enumerate(reversed(added))])
+    head = [(t, 0.0) for t in SPECIAL_TOKENS]
+    texts = ["xx Q J x", "the ball 12 13 c"]
+    first, second = canonical_vocab(head + one, texts), canonical_vocab(head + other, texts)
+    assert first == second
+    assert first[:len(head)] == head
+    body = first[len(head):]
+    assert [p for p, _ in body] == ["▁the", "▁ball", "12", "13", "x", "J", "Q", "▁c"]
+    assert dict(body)["x"] == round(low + 2 * REQUIRED_CHAR_STEP, 6)  # the most frequent, the highest
+
+
+def test_the_demo_vocabulary_is_the_same_in_every_process(tmp_path):
+    """Each Python process seeds the trainer's hash maps anew; the vocabulary (and so every
+    demo model) must not depend on it. Rare characters and tied numbers are what differed."""
+    import subprocess
+    import sys
+
+    texts = [f"Scene {i:03d}: a red ball left of a blue box. {'QJXZ'[i % 4]}{'vwk'[i % 3]}" for i in range(300)]
+    (tmp_path / "texts.json").write_text(json.dumps(texts))
+    script = ("import json, sys; from workflow_scripts.models.demo_models import train_unigram_vocab; "
+              f"print(json.dumps(train_unigram_vocab(json.load(open({str(tmp_path / 'texts.json')!r})), 120)))")
+    runs = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+            for _ in range(3)]
+    assert runs[0] == runs[1] == runs[2]

@@ -101,7 +101,45 @@ def train_unigram_vocab(texts: list[str], vocab_size: int) -> list[tuple[str, fl
     vocab = json.loads(tok.to_str())["model"]["vocab"]
     if [p for p, _ in vocab[:len(SPECIAL_TOKENS)]] != SPECIAL_TOKENS:
         raise RuntimeError("unigram trainer did not put the special tokens first")
-    return [(piece, float(score)) for piece, score in vocab]
+    return canonical_vocab([(piece, float(score)) for piece, score in vocab], texts)
+
+
+# The unigram trainer adds each character it must keep but did not learn at the lowest score
+# plus k times this step, k in the order of a hash set.
+REQUIRED_CHAR_STEP = 1e-4
+SCORE_DECIMALS = 6
+
+
+def canonical_vocab(vocab: list[tuple[str, float]], texts: Iterable[str]) -> list[tuple[str, float]]:
+    """The trainer's vocabulary in a form that depends on the texts alone.
+
+    Why: tokenizers' unigram trainer iterates hash maps and sets seeded anew in every process.
+    The same texts then give scores that differ in the last bits, tied pieces (digits,
+    numbers) in another order, and the characters it had to add (``REQUIRED_CHAR_STEP``)
+    with their scores shuffled among them. A piece's id is its place in the list, and the
+    demo model's embedding rows are initialised by id, so each process built another model.
+    Here: the added characters take the same scores, the most frequent character the
+    highest; scores are rounded to ``SCORE_DECIMALS`` (far above the float noise); the
+    pieces after the special tokens are ordered by score, then by text.
+    """
+    import unicodedata
+    from collections import Counter
+
+    head, body = vocab[:len(SPECIAL_TOKENS)], vocab[len(SPECIAL_TOKENS):]
+    if not body:
+        return list(vocab)
+    low = min(score for _, score in body)
+    added = [piece for piece, score in body if len(piece) == 1
+             and abs((score - low) / REQUIRED_CHAR_STEP - round((score - low) / REQUIRED_CHAR_STEP)) < 1e-6]
+    scores = dict(body)
+    if len(added) > 1:
+        counts = Counter(ch for text in texts for ch in unicodedata.normalize("NFKC", text))
+        values = sorted((scores[p] for p in added), reverse=True)
+        for piece, value in zip(sorted(added, key=lambda p: (-counts[p], p)), values):
+            scores[piece] = value
+    rounded = sorted(((piece, round(score, SCORE_DECIMALS)) for piece, score in scores.items()),
+                     key=lambda item: (-item[1], item[0]))
+    return list(head) + rounded
 
 
 # ---------------------------------------------------------------------------------------

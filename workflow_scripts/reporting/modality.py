@@ -4,9 +4,10 @@
 The arms are intermediate configs that differ in one task only: a config training an image
 task (``snli_ve``) is paired with every config that is the same but for that task replaced by
 one of its text-only controls (``snli_caption``: the caption the image replaced;
-``hypothesis_only``: no premise), same other tasks, MLM and language. The controls read the
-image task's own rows, ids and splits (loaders/multimodal.py), so a difference is the
-premise's modality and nothing else.
+``hypothesis_only``: no premise), same other tasks, MLM and language; the grid finds the
+pairs at config check (``workflow.grid.arm_pairs``). The controls read the image task's
+own rows, ids and splits (loaders/multimodal.py), so a difference is the premise's
+modality and nothing else.
 
 Differences are taken per target and per language group: English (the language the
 intermediate task was in), the other languages (zero-shot transfer), and all of them;
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.common import InputError, atomic_path, load_settings, setup_logging
-from workflow_scripts.data.tasks import CONTROLS, get_task, primary_metric
+from workflow_scripts.data.tasks import get_task, primary_metric
 from workflow_scripts.reporting import significance
 from workflow_scripts.workflow.transfer import ZERO_SHOT
 
@@ -30,24 +31,6 @@ COLUMNS = ["visual", "control", "control_kind", "target", "metric", "group", "la
            "mean_difference", "ci_low", "ci_high", "excludes_zero"]
 GROUPS = ("en", "zero-shot", "all")
 CONTROL_KINDS = {"snli_caption": "caption premise", "hypothesis_only": "no premise"}
-
-
-def arm_pairs(intermediate: dict[str, dict[str, Any]]) -> list[dict[str, str]]:
-    """(visual config, control config, the image task, its control) for every pair of configs
-    that differ by one image task replaced by one of its controls."""
-    def key(spec: dict[str, Any], tasks) -> tuple:
-        return (tuple(sorted(tasks)), bool(spec.get("mlm")), spec.get("language", "en"))
-
-    index = {key(spec, spec["tasks"]): name for name, spec in intermediate.items()}
-    pairs = []
-    for name, spec in intermediate.items():
-        for task in spec["tasks"]:
-            for control in CONTROLS.get(task, ()):
-                swapped = [control if t == task else t for t in spec["tasks"]]
-                other = index.get(key(spec, swapped))
-                if other is not None:
-                    pairs.append({"visual": name, "control": other, "task": task, "control_task": control})
-    return pairs
 
 
 def _languages(group: str, languages: list[str]) -> list[str]:

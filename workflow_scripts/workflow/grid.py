@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.common import REPO_ROOT, is_url
-from workflow_scripts.data.tasks import PROVIDED_TRANSLATIONS, RANKING, SPAN, TASKS, TRANSLATABLE_FORMATS, get_task
+from workflow_scripts.data.tasks import (CONTROLS, PROVIDED_TRANSLATIONS, RANKING, SPAN, TASKS, TRANSLATABLE_FORMATS,
+                                         get_task)
 from workflow_scripts.workflow import backbone_grid, benchmark, memory_plan, slurm, transfer
 from workflow_scripts.workflow.transfer import data_path, translate_test_path, translated_path
 
@@ -549,11 +550,27 @@ def table_settings(config: dict[str, Any], backbone: str) -> dict[str, Any]:
             "output_targets": list(config["targets"]), "output_settings": list(transfer.configured(config))}
 
 
+def arm_pairs(intermediate: dict[str, dict[str, Any]]) -> list[dict[str, str]]:
+    """(visual config, control config, the image task, its control) for every pair of configs
+    that differ by one image task replaced by one of its controls."""
+    def key(spec: dict[str, Any], tasks) -> tuple:
+        return (tuple(sorted(tasks)), bool(spec.get("mlm")), spec.get("language", "en"))
+
+    index = {key(spec, spec["tasks"]): name for name, spec in intermediate.items()}
+    pairs = []
+    for name, spec in intermediate.items():
+        for task in spec["tasks"]:
+            for control in CONTROLS.get(task, ()):
+                swapped = [control if t == task else t for t in spec["tasks"]]
+                other = index.get(key(spec, swapped))
+                if other is not None:
+                    pairs.append({"visual": name, "control": other, "task": task, "control_task": control})
+    return pairs
+
+
 def modality_settings(config: dict[str, Any], backbone: str) -> dict[str, Any]:
     """The image-vs-text comparison of a backbone's grid (modality.py): its pairs of configs
     that differ only by an image task and one of its text-only controls."""
-    from workflow_scripts.reporting.modality import arm_pairs
-
     part = backbone_grid.grid_of(config, backbone)
     chosen = {n: config["intermediate"][n] for n in part["intermediate"]}
     return {"targets": part["targets"], "seeds": part["seeds"], "decimals": config["tables"].get("decimals", 1),

@@ -35,7 +35,7 @@ class ImageTask:
 
     @property
     def images_per_row(self) -> int:
-        return len(self.train.column("images")[0].as_py())
+        return self.task.images_per_example  # the rows were checked against it
 
     def describe(self, images_dir: str, head) -> dict[str, Any]:
         """What the phase's log records of the visual branch."""

@@ -370,7 +370,7 @@ def task_head_parameters(task: str, arch: Architecture) -> float:
     if fmt == MLM:
         return float(h * h + 3 * h + arch.vocab_size)
     if fmt in VISUAL_FORMATS:  # projector (vision width taken as h), slots, and the pooled output's head
-        projector = 2 * h * h + 2 * h + (spec.images_per_example if spec else 1) * h
+        projector = 2 * h * h + 2 * h + spec.images_per_example * h  # (a visual format has its spec)
         if fmt not in (VISUAL_CLASSIFICATION, VISUAL_ANSWER):  # retrieval: the caption's projection
             return float(projector + h * h + h)
         answers = labels or (VQA_ANSWERS if fmt == VISUAL_ANSWER else UNKNOWN_CLASSES)

@@ -167,6 +167,7 @@ def main() -> None:
         torch.save(weights, args.out.with_suffix(".pt"))
         args.out.write_text(json.dumps({"losses": losses, "eval_loss": eval_loss, "resumed_at": resumed_at, "world_size": ctx.world_size,
                                         "tied": model.lm.weight is model.embeddings.weight}))
+    D.barrier(ctx)  # as the training runtime's finish: no rank tears gloo down while another still writes
     D.shutdown(ctx)
 
 

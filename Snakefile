@@ -1,5 +1,5 @@
 # xstilts: English intermediate-task training (STILTs) before target-task fine-tuning,
-# evaluated zero-shot on XTREME (Phang et al. 2020). See README.md and ../shared/PROTOCOL.md.
+# evaluated zero-shot on XTREME (Phang et al. 2020). See README.md and docs/protocol.md.
 #
 #   snakemake --cores 2                                   # the embedded offline demo
 #   snakemake --cores 8 --configfile config/paper.yaml    # the paper grid, locally
@@ -27,21 +27,21 @@ report: "report/workflow.rst"
 
 rule all:
     input:
-        expand("results/tables/{backbone}/main.md", backbone=BACKBONES),
-        expand("results/figures/{backbone}/main_deltas.png", backbone=BACKBONES),
-        expand("results/tables/{backbone}/latex/main.tex", backbone=BACKBONES),
-        expand("results/submission/{backbone}/{benchmark}", backbone=BACKBONES, benchmark=BENCHMARK),
+        expand(RESULTS + "/tables/{backbone}/main.md", backbone=BACKBONES),
+        expand(RESULTS + "/figures/{backbone}/main_deltas.png", backbone=BACKBONES),
+        expand(RESULTS + "/tables/{backbone}/latex/main.tex", backbone=BACKBONES),
+        expand(RESULTS + "/submission/{backbone}/{benchmark}", backbone=BACKBONES, benchmark=BENCHMARK),
         rules.compare_backbones.output,
         rules.tabulate_cost.output,
         rules.tabulate_translation.output if grid.translation_stats_files(config) else [],
         rules.plot_translation.output if grid.translation_stats_files(config) else [],
-        # the image-vs-text comparison (PROTOCOL.md §9); a grid without an image task and its
+        # the image-vs-text comparison (docs/protocol.md §9); a grid without an image task and its
         # controls gets a table saying so, as the other tables do for what a grid lacks
         expand(rules.tabulate_modality.output, backbone=BACKBONES),
     default_target: True
 
 
 onsuccess:
-    summary = run_summary()
+    summary = run_summary(RESULTS, BACKBONES, EXPERIMENT)
     if summary:
         print(summary)

@@ -20,7 +20,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository's workflow_scripts
 
-# Image counts of the paper preset's tasks (PROTOCOL.md §9): Flickr30k (SNLI-VE and the
+# Image counts of the paper preset's tasks (docs/protocol.md §9): Flickr30k (SNLI-VE and the
 # retrieval task share them), COCO train2014 + val2014 (VQA v2).
 PRESET_IMAGES = {"Flickr30k": 31_783, "COCO train2014 + val2014": 82_783 + 40_504}
 

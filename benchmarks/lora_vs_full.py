@@ -1,6 +1,6 @@
 """LoRA vs full fine-tuning in the xstilts engine: peak memory and throughput, side by side.
 
-The targets (PROTOCOL.md §10): LoRA at most 0.7x the peak memory of full fine-tuning and at
+The targets (docs/protocol.md §10): LoRA at most 0.7x the peak memory of full fine-tuning and at
 least 1.0x its examples/s.
 
 Both methods run ``train.train_phase("target", ...)`` with the same model, data, batch size,

@@ -445,7 +445,7 @@ def make_ccg(rng: random.Random) -> None:
 
 def make_foreign_train(rng: random.Random) -> None:
     """Training splits outside English, for the in-language settings (PAN-X, UD-POS) and
-    PAWS-X's published machine-translated train (PROTOCOL.md §7)."""
+    PAWS-X's published machine-translated train (docs/protocol.md §7)."""
     make_panx(rng, {lang: (("train", 100),) for lang in ("de", "ru")})
     make_udpos(rng, {lang: (("train", 100),) for lang in ("de", "ru")})
     make_pawsx(rng, {"de": (("train", 100),)})
@@ -829,7 +829,7 @@ def main() -> None:
     # XTREME-R additions, each on its own seed: the files above do not change.
     make_xcopa_family(random.Random("xcopa"))
     make_ranking(random.Random("ranking"))
-    # Multimodal (PROTOCOL.md §9): SNLI-VE over the synthetic image world.
+    # Multimodal (docs/protocol.md §9): SNLI-VE over the synthetic image world.
     make_snli_ve(random.Random("snli_ve"))
     make_nlvr2(random.Random("nlvr2"))
     make_vqa_v2(random.Random("vqa_v2"))

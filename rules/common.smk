@@ -10,13 +10,13 @@ min_version("9.0")
 # The workflow_scripts package lives beside this Snakefile; every job imports it from here,
 # wherever the working directory is.
 sys.path.insert(0, workflow.basedir)
-shell.prefix(f"export PYTHONPATH={shlex.quote(workflow.basedir)}; ")
 
 from workflow_scripts.training import distributed
-from workflow_scripts.workflow import backbone_grid, grid, slurm, transfer
-from workflow_scripts.workflow.codehash import module_digest
+from workflow_scripts.workflow import backbone_grid, grid, paths, slurm, transfer
+from workflow_scripts.workflow.codehash import module_digest, task_fingerprint
 from workflow_scripts.workflow.summary import run_summary
-from workflow_scripts.common import canonical_json
+from workflow_scripts.common import canonical_json, repo_path
+from workflow_scripts.data import tasks as task_catalogue
 from workflow_scripts.data.tasks import TASKS
 
 
@@ -29,11 +29,26 @@ slurm.ignore_usr1_in_job_step()
 # Config errors stop the workflow before any job runs, naming the offending key; then
 # snakemake's own validation fills in the schema's defaults.
 try:
+    # The user's own task entries (task_catalogues) join the built-in ones before anything
+    # checks a task name; jobs read the same folders (exported below).
+    TASK_CATALOGUES = [str(repo_path(d)) for d in config.get("task_catalogues", [])]
+    task_catalogue.use_catalogues(TASK_CATALOGUES)
     grid.check_schema(config, os.path.join(workflow.basedir, "schemas", "config.schema.yaml"))
     validate(config, "../schemas/config.schema.yaml")
     grid.check_config(config)
-except grid.ConfigError as err:
+    EXPERIMENT = paths.experiment_name(config, workflow.config_settings.configfiles)
+except (grid.ConfigError, paths.ExperimentNameError, task_catalogue.CatalogueError) as err:
     raise WorkflowError(str(err)) from None
+
+# Every output, log and benchmark record of this run lives in the experiment's own folders
+# (workflow_scripts/workflow/paths.py), so two configs never overwrite each other.
+paths.use_experiment(EXPERIMENT)
+RESULTS = paths.results()
+LOGS = paths.logs()
+shell.prefix(
+    f"export PYTHONPATH={shlex.quote(workflow.basedir)};"
+    f" export {task_catalogue.CATALOGUE_ENV}={shlex.quote(os.pathsep.join(TASK_CATALOGUES))}; "
+)
 
 
 BACKBONES = backbone_grid.names(config)
@@ -72,6 +87,17 @@ wildcard_constraints:
     translator="translator|translator_to_en",
 
 
+@functools.lru_cache(maxsize=None)
+def _task_fingerprint(names):
+    return canonical_json(task_fingerprint(names))
+
+
+def job_tasks(names_of):
+    """A params function: what the job reads of the task catalogue (codehash.task_fingerprint)
+    for the tasks names_of(wildcards) returns."""
+    return lambda wildcards: _task_fingerprint(tuple(sorted(names_of(wildcards))))
+
+
 def settings(fn, *keys):
     """A params function: the canonical JSON of what fn resolves for the rule's wildcards
     (a step's settings, or the map of a training phase's data files)."""
@@ -95,18 +121,27 @@ def training_retries(rule_name):
 
 
 def demo_text_inputs(wildcards):
-    """Demo vocabularies are trained on the demo data; hub models need no input."""
-    return grid.all_data_files(config) if config["models"]["source"] == "demo" else []
+    """The declared task data a demo model's vocabulary is learnt from; hub models need none."""
+    return grid.demo_pretraining_text(config) if config["models"]["source"] == "demo" else []
 
 
 def demo_encoder_corpora(wildcards):
     """The parallel corpora a demo backbone is pre-trained on; hub models need none."""
-    return grid.demo_encoder_corpora(config) if config["models"]["source"] == "demo" else []
+    if config["models"]["source"] != "demo":
+        return []
+    return [repo_input(corpus) for corpus in grid.demo_encoder_corpora(config)]
 
 
 def demo_translator_corpus(wildcards):
     """The parallel corpus a demo translator is trained on; hub models need none."""
-    return [grid.demo_corpus(config, wildcards.lang)] if config["models"]["source"] == "demo" else []
+    return [repo_input(grid.demo_corpus(config, wildcards.lang))] if config["models"]["source"] == "demo" else []
+
+
+def repo_input(path):
+    """A configured input path (relative paths are relative to the repository) as Snakemake
+    should record it: relative to the working directory when inside it (so
+    `snakemake --directory` elsewhere finds the repository's files)."""
+    return workdir_relative(path if os.path.isabs(path) else os.path.join(workflow.basedir, path))
 
 
 def rule_resources():
@@ -128,9 +163,9 @@ def translator_inputs(translator):
     backend, its conversion (made once by convert_translator)."""
 
     def inputs(wildcards):
-        found = {"model": f"results/models/{translator}/{wildcards.lang}"}
+        found = {"model": f"{RESULTS}/models/{translator}/{wildcards.lang}"}
         if config["translation"]["backend"] == "ctranslate2":
-            found["converted"] = f"results/models/ctranslate2/{translator}/{wildcards.lang}"
+            found["converted"] = f"{RESULTS}/models/ctranslate2/{translator}/{wildcards.lang}"
         return found
 
     return inputs

@@ -4,17 +4,20 @@ localrules:
 
 
 rule prepare_task_data:
+    """One split of one task as canonical Parquet rows (provenance and the converter's repair report in its metadata)."""
     input:
         mirror=local_source_files,
     output:
-        data="results/data/{task}/{split}.parquet",
+        data=RESULTS + "/data/{task}/{split}.parquet",
     log:
-        "logs/prepare_task_data/{task}/{split}.log",
+        LOGS + "/prepare_task_data/{task}/{split}.log",
     benchmark:
-        "results/benchmarks/prepare_task_data/{task}/{split}.tsv",
+        RESULTS + "/benchmarks/prepare_task_data/{task}/{split}.tsv",
     params:
         settings=settings(grid.data_settings, "task", "split"),
         code=module_digest("data.prepare"),
+        # the catalogue entries and converters of the tasks this job reads, and no other
+        tasks=job_tasks(lambda w: [w.task]),
     conda:
         "../envs/data.yaml"
     shell:
@@ -23,21 +26,24 @@ rule prepare_task_data:
 
 
 rule embed_images:
+    """An image task's image features through the frozen vision tower (the shared, content-keyed cache)."""
     input:
         unpack(embed_inputs),
-        encoder=grid.VISION_ENCODER,
+        encoder=grid.vision_encoder_dir(),
     output:
-        features=directory("results/data/images/{task}"),
+        features=directory(RESULTS + "/data/images/{task}"),
     log:
-        "logs/embed_images/{task}.log",
+        LOGS + "/embed_images/{task}.log",
     benchmark:
-        "results/benchmarks/embed_images/{task}.tsv",
+        RESULTS + "/benchmarks/embed_images/{task}.tsv",
     params:
         images=lambda wildcards: grid.image_dir(config, wildcards.task),
         kind=config["vision"]["features"],
         cache=config["vision"]["cache"],
         batch_size=config["vision"]["batch_size"],
         code=module_digest("multimodal.embed"),
+        # the catalogue entries and converters of the tasks this job reads, and no other
+        tasks=job_tasks(lambda w: [w.task]),
     threads: res("embed_images", "threads")
     resources:
         mem_mb=res("embed_images", "mem_mb"),

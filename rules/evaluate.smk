@@ -1,20 +1,23 @@
 rule evaluate_target:
+    """One run's metric file: per-language dev and test scores, and its predictions."""
     input:
         unpack(evaluate_inputs),
     output:
-        metrics="results/metrics/{backbone}/{setting}/{intermediate}/{target}/seed{seed}.json",
+        metrics=RESULTS + "/metrics/{backbone}/{setting}/{intermediate}/{target}/seed{seed}.json",
         # the test predictions in the XTREME leaderboard layout (predictions.py)
-        predictions=directory("results/metrics/{backbone}/{setting}/{intermediate}/{target}/seed{seed}.predictions"),
+        predictions=directory(RESULTS + "/metrics/{backbone}/{setting}/{intermediate}/{target}/seed{seed}.predictions"),
     log:
-        "logs/evaluate_target/{backbone}/{setting}/{intermediate}/{target}/seed{seed}.log",
+        LOGS + "/evaluate_target/{backbone}/{setting}/{intermediate}/{target}/seed{seed}.log",
     benchmark:
-        "results/benchmarks/evaluate_target/{backbone}/{setting}/{intermediate}/{target}/seed{seed}.tsv",
+        RESULTS + "/benchmarks/evaluate_target/{backbone}/{setting}/{intermediate}/{target}/seed{seed}.tsv",
     params:
         settings=settings(grid.eval_settings, "backbone", "target", "setting"),
         models=model_args,
         data=data_args,
         run=run_id,
         code=module_digest("evaluation.evaluate"),
+        # the catalogue entries and converters of the tasks this job reads, and no other
+        tasks=job_tasks(lambda w: grid.target_tasks(config, w.target)),
     threads: res("evaluate_target", "threads")
     resources:
         mem_mb=res("evaluate_target", "mem_mb"),

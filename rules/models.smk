@@ -6,15 +6,16 @@ localrules:
 
 
 rule prepare_backbone:
+    """A backbone: a Hub snapshot, or the demo's tiny model pre-trained on its declared text."""
     input:
         text=demo_text_inputs,
         corpora=demo_encoder_corpora,
     output:
-        model=directory("results/models/backbones/{backbone}"),
+        model=directory(RESULTS + "/models/backbones/{backbone}"),
     log:
-        "logs/prepare_backbone/{backbone}.log",
+        LOGS + "/prepare_backbone/{backbone}.log",
     benchmark:
-        "results/benchmarks/prepare_backbone/{backbone}.tsv"
+        RESULTS + "/benchmarks/prepare_backbone/{backbone}.tsv"
     params:
         settings=lambda wildcards: canonical_json(backbone_grid.prepare_settings(config, wildcards.backbone)),
         code=module_digest("models.prepare"),
@@ -29,15 +30,16 @@ rule prepare_backbone:
 
 
 rule prepare_translator:
+    """The MarianMT translator out of English into one language."""
     input:
         text=demo_text_inputs,
         corpus=demo_translator_corpus,
     output:
-        model=directory("results/models/translator/{lang}"),
+        model=directory(RESULTS + "/models/translator/{lang}"),
     log:
-        "logs/prepare_translator/{lang}.log",
+        LOGS + "/prepare_translator/{lang}.log",
     benchmark:
-        "results/benchmarks/prepare_translator/{lang}.tsv",
+        RESULTS + "/benchmarks/prepare_translator/{lang}.tsv",
     params:
         settings=settings(grid.translator_settings, "lang"),
         code=module_digest("models.prepare"),
@@ -50,15 +52,16 @@ rule prepare_translator:
 
 
 rule prepare_translator_to_english:
+    """The MarianMT translator from one language into English (translate-test)."""
     input:
         text=demo_text_inputs,
         corpus=demo_translator_corpus,
     output:
-        model=directory("results/models/translator_to_en/{lang}"),
+        model=directory(RESULTS + "/models/translator_to_en/{lang}"),
     log:
-        "logs/prepare_translator_to_english/{lang}.log",
+        LOGS + "/prepare_translator_to_english/{lang}.log",
     benchmark:
-        "results/benchmarks/prepare_translator_to_english/{lang}.tsv",
+        RESULTS + "/benchmarks/prepare_translator_to_english/{lang}.tsv",
     params:
         settings=lambda wildcards: canonical_json(grid.translator_settings(config, wildcards.lang, to_english=True)),
         code=module_digest("models.prepare"),
@@ -71,14 +74,15 @@ rule prepare_translator_to_english:
 
 
 rule convert_translator:
+    """A translator converted for CTranslate2."""
     input:
-        model="results/models/{translator}/{lang}",
+        model=RESULTS + "/models/{translator}/{lang}",
     output:
-        converted=directory("results/models/ctranslate2/{translator}/{lang}"),
+        converted=directory(RESULTS + "/models/ctranslate2/{translator}/{lang}"),
     log:
-        "logs/convert_translator/{translator}/{lang}.log",
+        LOGS + "/convert_translator/{translator}/{lang}.log",
     benchmark:
-        "results/benchmarks/convert_translator/{translator}/{lang}.tsv"
+        RESULTS + "/benchmarks/convert_translator/{translator}/{lang}.tsv"
     params:
         code=module_digest("translation.translators"),
     conda:
@@ -88,14 +92,15 @@ rule convert_translator:
 
 
 rule prepare_vision_encoder:
+    """The frozen vision tower of the image tasks."""
     input:
         unpack(vision_encoder_inputs),
     output:
-        model=directory(grid.VISION_ENCODER),
+        model=directory(grid.vision_encoder_dir()),
     log:
-        "logs/prepare_vision_encoder.log",
+        LOGS + "/prepare_vision_encoder.log",
     benchmark:
-        "results/benchmarks/prepare_vision_encoder.tsv"
+        RESULTS + "/benchmarks/prepare_vision_encoder.tsv"
     params:
         settings=lambda wildcards: canonical_json(grid.vision_settings(config)),
         demo_args=demo_vision_args,

@@ -5,38 +5,41 @@
 
 
 rule plot_results:
+    """A backbone's figures: deltas against the baseline, per language, seed spread."""
     input:
         main=rules.aggregate_tables.output.main_csv,
         per_language=rules.aggregate_tables.output.per_language_csv,
         runs=rules.aggregate_tables.output.runs_csv,
     output:
-        main_png=report("results/figures/{backbone}/main_deltas.png", caption="../report/main_deltas.rst",
+        main_png=report(RESULTS + "/figures/{backbone}/main_deltas.png", caption="../report/main_deltas.rst",
                         category="Results", labels={"backbone": "{backbone}", "figure": "main table, differences"}),
-        main_svg="results/figures/{backbone}/main_deltas.svg",
+        main_svg=RESULTS + "/figures/{backbone}/main_deltas.svg",
         per_language_png=[
-            report(f"results/figures/{{backbone}}/per_language/{target}.png", caption="../report/per_language.rst",
+            report(f"{RESULTS}/figures/{{backbone}}/per_language/{target}.png", caption="../report/per_language.rst",
                    category="Results", labels={"backbone": "{backbone}", "figure": "per language", "target": target})
             for target in config["targets"]
         ],
-        per_language_svg=[f"results/figures/{{backbone}}/per_language/{target}.svg" for target in config["targets"]],
-        seeds_png=report("results/figures/{backbone}/seed_spread.png", caption="../report/seed_spread.rst",
+        per_language_svg=[f"{RESULTS}/figures/{{backbone}}/per_language/{target}.svg" for target in config["targets"]],
+        seeds_png=report(RESULTS + "/figures/{backbone}/seed_spread.png", caption="../report/seed_spread.rst",
                          category="Results", labels={"backbone": "{backbone}", "figure": "spread over seeds"}),
-        seeds_svg="results/figures/{backbone}/seed_spread.svg",
+        seeds_svg=RESULTS + "/figures/{backbone}/seed_spread.svg",
         settings_png=[
-            report(f"results/figures/{{backbone}}/settings/{token}.png", caption="../report/setting_deltas.rst",
+            report(f"{RESULTS}/figures/{{backbone}}/settings/{token}.png", caption="../report/setting_deltas.rst",
                    category="Transfer settings", labels={"backbone": "{backbone}", "figure": "per language", "setting": token})
             for token in other_setting_tokens()
         ],
-        settings_svg=[f"results/figures/{{backbone}}/settings/{token}.svg" for token in other_setting_tokens()],
+        settings_svg=[f"{RESULTS}/figures/{{backbone}}/settings/{token}.svg" for token in other_setting_tokens()],
     log:
-        "logs/plot_results/{backbone}.log",
+        LOGS + "/plot_results/{backbone}.log",
     benchmark:
-        "results/benchmarks/plot_results/{backbone}.tsv"
+        RESULTS + "/benchmarks/plot_results/{backbone}.tsv"
     params:
         settings=lambda wildcards: canonical_json(grid.table_settings(config, wildcards.backbone)),
         tables=lambda wildcards: backbone_grid.tables_dir(wildcards.backbone),
         figures=lambda wildcards: backbone_grid.figures_dir(wildcards.backbone),
         code=module_digest("reporting.plots"),
+        # the catalogue entries and converters of the tasks this job reads, and no other
+        tasks=job_tasks(lambda w: grid.grid_tasks(config)),
     conda:
         "../envs/data.yaml"
     shell:
@@ -45,40 +48,45 @@ rule plot_results:
 
 
 rule plot_translation:
+    """The translation figure."""
     input:
         table=rules.tabulate_translation.output.csv,
     output:
-        png=report("results/figures/translation.png", caption="../report/translation.rst",
+        png=report(RESULTS + "/figures/translation.png", caption="../report/translation.rst",
                    category="Translation", labels={"figure": "spans and quality"}),
-        svg="results/figures/translation.svg",
+        svg=RESULTS + "/figures/translation.svg",
     log:
-        "logs/plot_translation.log",
+        LOGS + "/plot_translation.log",
     benchmark:
-        "results/benchmarks/plot_translation.tsv"
+        RESULTS + "/benchmarks/plot_translation.tsv"
     params:
+        figures=RESULTS + "/figures",
         code=module_digest("reporting.plots"),
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts.reporting.plots translation --table {input.table} --output results/figures > {log} 2>&1"
+        "python -m workflow_scripts.reporting.plots translation --table {input.table} --output {params.figures} > {log} 2>&1"
 
 
 rule typeset_tables:
+    """A backbone's tables as LaTeX."""
     input:
         main=rules.aggregate_tables.output.main_csv,
         significance=rules.aggregate_tables.output.significance_csv,
         per_language=rules.aggregate_tables.output.per_language_csv,
     output:
-        main="results/tables/{backbone}/latex/main.tex",
-        per_language=[f"results/tables/{{backbone}}/latex/per_language/{target}.tex" for target in config["targets"]],
+        main=RESULTS + "/tables/{backbone}/latex/main.tex",
+        per_language=[f"{RESULTS}/tables/{{backbone}}/latex/per_language/{target}.tex" for target in config["targets"]],
     log:
-        "logs/typeset_tables/{backbone}.log",
+        LOGS + "/typeset_tables/{backbone}.log",
     benchmark:
-        "results/benchmarks/typeset_tables/{backbone}.tsv"
+        RESULTS + "/benchmarks/typeset_tables/{backbone}.tsv"
     params:
         settings=lambda wildcards: canonical_json(grid.table_settings(config, wildcards.backbone)),
         tables=lambda wildcards: backbone_grid.tables_dir(wildcards.backbone),
         code=module_digest("reporting.latex"),
+        # the catalogue entries and converters of the tasks this job reads, and no other
+        tasks=job_tasks(lambda w: grid.grid_tasks(config)),
     conda:
         "../envs/data.yaml"
     shell:
@@ -87,19 +95,22 @@ rule typeset_tables:
 
 
 rule collect_submission:
+    """A backbone's leaderboard submission from its best models."""
     input:
         best=rules.aggregate_tables.output.best_csv,
         predictions=lambda wildcards: list(grid.submission_predictions(config, wildcards.backbone).values()),
     output:
-        submission=directory(f"results/submission/{{backbone}}/{BENCHMARK}"),
+        submission=directory(f"{RESULTS}/submission/{{backbone}}/{BENCHMARK}"),
     log:
-        "logs/collect_submission/{backbone}.log",
+        LOGS + "/collect_submission/{backbone}.log",
     params:
         runs=lambda wildcards: " ".join(f"{run}={path}" for run, path in grid.submission_predictions(config, wildcards.backbone).items()),
         targets=lambda wildcards: backbone_grid.grid_of(config, wildcards.backbone)["targets"],
         baseline=config["tables"]["baseline"],
         benchmark=BENCHMARK,
         code=module_digest("reporting.predictions"),
+        # the catalogue entries and converters of the tasks this job reads, and no other
+        tasks=job_tasks(lambda w: grid.grid_tasks(config)),
     conda:
         "../envs/data.yaml"
     shell:
@@ -109,57 +120,65 @@ rule collect_submission:
 
 
 rule compare_backbones:
+    """The table and figure across backbones."""
     input:
-        main=expand("results/tables/{backbone}/main.csv", backbone=BACKBONES),
-        backbones=expand("results/models/backbones/{backbone}", backbone=BACKBONES),
+        main=expand(RESULTS + "/tables/{backbone}/main.csv", backbone=BACKBONES),
+        backbones=expand(RESULTS + "/models/backbones/{backbone}", backbone=BACKBONES),
     output:
-        md="results/tables/backbones.md",
-        csv=report("results/tables/backbones.csv", caption="../report/backbones_table.rst",
+        md=RESULTS + "/tables/backbones.md",
+        csv=report(RESULTS + "/tables/backbones.csv", caption="../report/backbones_table.rst",
                    category="Backbones", labels={"table": "across backbones"}),
-        png=report("results/figures/backbones_delta.png", caption="../report/backbones_figure.rst",
+        png=report(RESULTS + "/figures/backbones_delta.png", caption="../report/backbones_figure.rst",
                    category="Backbones", labels={"figure": "delta against parameters"}),
-        svg="results/figures/backbones_delta.svg",
+        svg=RESULTS + "/figures/backbones_delta.svg",
     log:
-        "logs/compare_backbones.log",
+        LOGS + "/compare_backbones.log",
     benchmark:
-        "results/benchmarks/compare_backbones.tsv"
+        RESULTS + "/benchmarks/compare_backbones.tsv"
     params:
         settings=lambda wildcards: canonical_json(grid.comparison_settings(config)),
+        tables=RESULTS + "/tables",
+        models=RESULTS + "/models/backbones",
+        figure=RESULTS + "/figures/backbones_delta",
         code=module_digest("reporting.compare_backbones"),
+        # the catalogue entries and converters of the tasks this job reads, and no other
+        tasks=job_tasks(lambda w: grid.grid_tasks(config)),
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts.reporting.compare_backbones --settings {params.settings:q} --tables results/tables"
-        " --models results/models/backbones --md {output.md} --csv {output.csv}"
-        " --figure results/figures/backbones_delta > {log} 2>&1"
+        "python -m workflow_scripts.reporting.compare_backbones --settings {params.settings:q} --tables {params.tables}"
+        " --models {params.models} --md {output.md} --csv {output.csv}"
+        " --figure {params.figure} > {log} 2>&1"
 
 
 rule tabulate_cost:
+    """What the experiment cost per rule, from its benchmark records."""
     input:
         # Runs last: every job that writes a benchmark record has finished.
-        tables=expand("results/tables/{backbone}/main.csv", backbone=BACKBONES),
+        tables=expand(RESULTS + "/tables/{backbone}/main.csv", backbone=BACKBONES),
         translation=lambda wildcards: rules.tabulate_translation.output.csv if grid.translation_stats_files(config) else [],
-        figures=expand("results/figures/{backbone}/main_deltas.png", backbone=BACKBONES),
-        latex=expand("results/tables/{backbone}/latex/main.tex", backbone=BACKBONES),
+        figures=expand(RESULTS + "/figures/{backbone}/main_deltas.png", backbone=BACKBONES),
+        latex=expand(RESULTS + "/tables/{backbone}/latex/main.tex", backbone=BACKBONES),
         comparison=rules.compare_backbones.output.csv,
         translation_figure=lambda wildcards: rules.plot_translation.output.png
         if grid.translation_stats_files(config)
         else [],
     output:
-        md="results/tables/cost.md",
+        md=RESULTS + "/tables/cost.md",
         csv=report(
-            "results/tables/cost.csv",
+            RESULTS + "/tables/cost.csv",
             caption="../report/cost_table.rst",
             category="Cost",
             labels={"table": "cost per rule"},
         ),
     log:
-        "logs/tabulate_cost.log",
+        LOGS + "/tabulate_cost.log",
     params:
         resources=lambda wildcards: canonical_json(rule_resources()),
+        benchmarks=RESULTS + "/benchmarks",
         code=module_digest("workflow.cost"),
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts.workflow.cost measured --benchmarks results/benchmarks --resources {params.resources:q}"
+        "python -m workflow_scripts.workflow.cost measured --benchmarks {params.benchmarks} --resources {params.resources:q}"
         " --md {output.md} --csv {output.csv} > {log} 2>&1"

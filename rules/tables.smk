@@ -1,70 +1,73 @@
-# One set of tables per backbone (results/tables/<backbone>/), from its metric files.
+# One set of tables per backbone (results/<experiment>/tables/<backbone>/), from its metric files.
 
 
 rule aggregate_tables:
+    """A backbone's tables: medians over seeds, per language, every run, significance."""
     input:
         metrics=lambda wildcards: grid.metric_files(config, wildcards.backbone),
     output:
-        main_md="results/tables/{backbone}/main.md",
+        main_md=RESULTS + "/tables/{backbone}/main.md",
         main_csv=report(
-            "results/tables/{backbone}/main.csv",
+            RESULTS + "/tables/{backbone}/main.csv",
             caption="../report/main_table.rst",
             category="Results",
             labels={"backbone": "{backbone}", "table": "main table"},
         ),
         best_csv=report(
-            "results/tables/{backbone}/best.csv",
+            RESULTS + "/tables/{backbone}/best.csv",
             caption="../report/best_table.rst",
             category="Results",
             labels={"backbone": "{backbone}", "table": "best models"},
         ),
-        per_language_md="results/tables/{backbone}/per_language.md",
+        per_language_md=RESULTS + "/tables/{backbone}/per_language.md",
         per_language_csv=report(
-            "results/tables/{backbone}/per_language.csv",
+            RESULTS + "/tables/{backbone}/per_language.csv",
             caption="../report/per_language_table.rst",
             category="Results",
             labels={"backbone": "{backbone}", "table": "per language"},
         ),
-        translated_md="results/tables/{backbone}/translated.md",
+        translated_md=RESULTS + "/tables/{backbone}/translated.md",
         translated_csv=report(
-            "results/tables/{backbone}/translated.csv",
+            RESULTS + "/tables/{backbone}/translated.csv",
             caption="../report/translated_table.rst",
             category="Results",
             labels={"backbone": "{backbone}", "table": "translated intermediate data"},
         ),
         runs_csv=report(
-            "results/tables/{backbone}/runs.csv",
+            RESULTS + "/tables/{backbone}/runs.csv",
             caption="../report/runs_table.rst",
             category="Results",
             labels={"backbone": "{backbone}", "table": "every run"},
         ),
-        settings_md="results/tables/{backbone}/settings.md",
+        settings_md=RESULTS + "/tables/{backbone}/settings.md",
         settings_csv=report(
-            "results/tables/{backbone}/settings.csv",
+            RESULTS + "/tables/{backbone}/settings.csv",
             caption="../report/settings_table.rst",
             category="Transfer settings",
             labels={"backbone": "{backbone}", "table": "settings table"},
         ),
         significance_csv=report(
-            "results/tables/{backbone}/significance.csv",
+            RESULTS + "/tables/{backbone}/significance.csv",
             caption="../report/significance_table.rst",
             category="Results",
             labels={"backbone": "{backbone}", "table": "significance"},
         ),
-        source_md="results/tables/{backbone}/source_languages.md",
+        source_md=RESULTS + "/tables/{backbone}/source_languages.md",
         source_csv=report(
-            "results/tables/{backbone}/source_languages.csv",
+            RESULTS + "/tables/{backbone}/source_languages.csv",
             caption="../report/source_table.rst",
             category="Transfer settings",
             labels={"backbone": "{backbone}", "table": "source languages"},
         ),
     log:
-        "logs/aggregate_tables/{backbone}.log",
+        LOGS + "/aggregate_tables/{backbone}.log",
     benchmark:
-        "results/benchmarks/aggregate_tables/{backbone}.tsv",
+        RESULTS + "/benchmarks/aggregate_tables/{backbone}.tsv",
     params:
         settings=lambda wildcards: canonical_json(grid.table_settings(config, wildcards.backbone)),
         code=module_digest("reporting.tables"),
+        # the catalogue entries and converters of the tasks this job reads, and no other
+        tasks=job_tasks(lambda w: grid.grid_tasks(config)),
     conda:
         "../envs/data.yaml"
     shell:
@@ -78,31 +81,34 @@ rule aggregate_tables:
 
 
 rule tabulate_modality:
+    """The image-vs-text comparison of a backbone's image tasks and their controls."""
     input:
         runs=rules.aggregate_tables.output.runs_csv,
     output:
-        md="results/tables/{backbone}/modality.md",
+        md=RESULTS + "/tables/{backbone}/modality.md",
         csv=report(
-            "results/tables/{backbone}/modality.csv",
+            RESULTS + "/tables/{backbone}/modality.csv",
             caption="../report/modality.rst",
             category="Modality",
             labels={"backbone": "{backbone}", "table": "image minus text premise"},
         ),
         png=report(
-            "results/figures/{backbone}/modality.png",
+            RESULTS + "/figures/{backbone}/modality.png",
             caption="../report/modality.rst",
             category="Modality",
             labels={"backbone": "{backbone}", "figure": "image minus text premise"},
         ),
-        svg="results/figures/{backbone}/modality.svg",
+        svg=RESULTS + "/figures/{backbone}/modality.svg",
     log:
-        "logs/tabulate_modality/{backbone}.log",
+        LOGS + "/tabulate_modality/{backbone}.log",
     benchmark:
-        "results/benchmarks/tabulate_modality/{backbone}.tsv"
+        RESULTS + "/benchmarks/tabulate_modality/{backbone}.tsv"
     params:
         settings=lambda wildcards: canonical_json(grid.modality_settings(config, wildcards.backbone)),
-        stem=lambda wildcards: f"results/figures/{wildcards.backbone}/modality",
+        stem=lambda wildcards: f"{RESULTS}/figures/{wildcards.backbone}/modality",
         code=module_digest("reporting.modality"),
+        # the catalogue entries and converters of the tasks this job reads, and no other
+        tasks=job_tasks(lambda w: grid.grid_tasks(config)),
     conda:
         "../envs/data.yaml"
     shell:

@@ -1,18 +1,21 @@
 rule train_intermediate:
+    """The intermediate phase: a backbone trained on an intermediate config's tasks."""
     input:
         unpack(intermediate_inputs),
     output:
-        model=directory("results/intermediate/{backbone}/{intermediate}/seed{seed}/encoder"),
+        model=directory(RESULTS + "/intermediate/{backbone}/{intermediate}/seed{seed}/encoder"),
     log:
-        "logs/train_intermediate/{backbone}/{intermediate}/seed{seed}.log",
+        LOGS + "/train_intermediate/{backbone}/{intermediate}/seed{seed}.log",
     benchmark:
-        "results/benchmarks/train_intermediate/{backbone}/{intermediate}/seed{seed}.tsv",
+        RESULTS + "/benchmarks/train_intermediate/{backbone}/{intermediate}/seed{seed}.tsv",
     params:
         settings=settings(grid.intermediate_settings, "backbone", "intermediate"),
         data=settings(grid.intermediate_data, "intermediate"),
         # Resumable state of an interrupted job; removed once the output exists.
-        checkpoints="results/checkpoints/intermediate/{backbone}/{intermediate}/seed{seed}",
+        checkpoints=RESULTS + "/checkpoints/intermediate/{backbone}/{intermediate}/seed{seed}",
         code=module_digest("training.train"),
+        # the catalogue entries and converters of the tasks this job reads, and no other
+        tasks=job_tasks(lambda w: grid.intermediate_data(config, w.intermediate)),
     threads: res("train_intermediate", "threads")
     # Each retry resumes from the checkpoint: enough for the expected training time in
     # allocations of `runtime` minutes, plus retries for failures (slurm.training_retries).
@@ -39,20 +42,23 @@ rule train_intermediate:
 
 
 rule train_target:
+    """The target phase: a target trained (and selected) from an intermediate encoder."""
     input:
         unpack(target_inputs),
     output:
-        model=directory("results/target/{backbone}/{intermediate}/{target}/{recipe}/seed{seed}/model"),
+        model=directory(RESULTS + "/target/{backbone}/{intermediate}/{target}/{recipe}/seed{seed}/model"),
     log:
-        "logs/train_target/{backbone}/{intermediate}/{target}/{recipe}/seed{seed}.log",
+        LOGS + "/train_target/{backbone}/{intermediate}/{target}/{recipe}/seed{seed}.log",
     benchmark:
-        "results/benchmarks/train_target/{backbone}/{intermediate}/{target}/{recipe}/seed{seed}.tsv",
+        RESULTS + "/benchmarks/train_target/{backbone}/{intermediate}/{target}/{recipe}/seed{seed}.tsv",
     params:
         settings=settings(grid.target_settings, "backbone", "target"),
         # The recipe's files and the languages taken from each (transfer.py).
         data=target_data_map,
-        checkpoints="results/checkpoints/target/{backbone}/{intermediate}/{target}/{recipe}/seed{seed}",
+        checkpoints=RESULTS + "/checkpoints/target/{backbone}/{intermediate}/{target}/{recipe}/seed{seed}",
         code=module_digest("training.train"),
+        # the catalogue entries and converters of the tasks this job reads, and no other
+        tasks=job_tasks(lambda w: grid.target_tasks(config, w.target)),
     threads: res("train_target", "threads")
     # Each retry resumes from the checkpoint: enough for the expected training time in
     # allocations of `runtime` minutes, plus retries for failures (slurm.training_retries).
@@ -82,19 +88,22 @@ rule train_target:
 # English data, selected on its English dev split, starting from the previous stage's model;
 # the target's own training starts from the last one (grid.target_start).
 rule train_target_stage:
+    """A stage before a target's own training (XCOPA: SIQA)."""
     input:
         unpack(stage_inputs),
     output:
-        model=directory("results/target/{backbone}/{intermediate}/{target}/stages/{stage}/seed{seed}/model"),
+        model=directory(RESULTS + "/target/{backbone}/{intermediate}/{target}/stages/{stage}/seed{seed}/model"),
     log:
-        "logs/train_target_stage/{backbone}/{intermediate}/{target}/{stage}/seed{seed}.log",
+        LOGS + "/train_target_stage/{backbone}/{intermediate}/{target}/{stage}/seed{seed}.log",
     benchmark:
-        "results/benchmarks/train_target_stage/{backbone}/{intermediate}/{target}/{stage}/seed{seed}.tsv",
+        RESULTS + "/benchmarks/train_target_stage/{backbone}/{intermediate}/{target}/{stage}/seed{seed}.tsv",
     params:
         settings=stage_settings,
         data=stage_data_map,
-        checkpoints="results/checkpoints/target/{backbone}/{intermediate}/{target}/stages/{stage}/seed{seed}",
+        checkpoints=RESULTS + "/checkpoints/target/{backbone}/{intermediate}/{target}/stages/{stage}/seed{seed}",
         code=module_digest("training.train"),
+        # the catalogue entries and converters of the tasks this job reads, and no other
+        tasks=job_tasks(lambda w: [w.stage, *grid.target_tasks(config, w.target)]),
     threads: res("train_target", "threads")
     retries: training_retries("train_target")
     resources:

@@ -1,20 +1,23 @@
 rule translate_task_data:
+    """English task data machine-translated, answer spans re-aligned, with alignment counts."""
     input:
         unpack(translator_inputs("translator")),
-        data="results/data/{task}/{split}.parquet",
+        data=RESULTS + "/data/{task}/{split}.parquet",
     output:
-        data="results/data_mt/{task}/{lang}/{split}.parquet",
-        stats="results/data_mt/{task}/{lang}/{split}.stats.json",
+        data=RESULTS + "/data_mt/{task}/{lang}/{split}.parquet",
+        stats=RESULTS + "/data_mt/{task}/{lang}/{split}.stats.json",
     log:
-        "logs/translate_task_data/{task}/{lang}/{split}.log",
+        LOGS + "/translate_task_data/{task}/{lang}/{split}.log",
     benchmark:
-        "results/benchmarks/translate_task_data/{task}/{lang}/{split}.tsv",
+        RESULTS + "/benchmarks/translate_task_data/{task}/{lang}/{split}.tsv",
     params:
         settings=settings(grid.translation_settings, "task", "lang"),
         # Shared by every translation into {lang}: a rerun translates only new text.
-        cache="results/cache/translation/{lang}.sqlite",
+        cache=RESULTS + "/cache/translation/{lang}.sqlite",
         converted=converted_arg,
         code=module_digest("translation.translate"),
+        # the catalogue entries and converters of the tasks this job reads, and no other
+        tasks=job_tasks(lambda w: [w.task]),
     threads: res("translate_task_data", "threads")
     resources:
         mem_mb=res("translate_task_data", "mem_mb"),
@@ -31,21 +34,24 @@ rule translate_task_data:
 
 
 rule translate_test_data:
+    """A target's test set translated into English (translate-test)."""
     input:
         unpack(translator_inputs("translator_to_en")),
-        data="results/data/{task}/test.parquet",
+        data=RESULTS + "/data/{task}/test.parquet",
     output:
-        data="results/translate_test/{task}/{lang}/test.parquet",
-        stats="results/translate_test/{task}/{lang}/test.stats.json",
+        data=RESULTS + "/translate_test/{task}/{lang}/test.parquet",
+        stats=RESULTS + "/translate_test/{task}/{lang}/test.stats.json",
     log:
-        "logs/translate_test_data/{task}/{lang}.log",
+        LOGS + "/translate_test_data/{task}/{lang}.log",
     benchmark:
-        "results/benchmarks/translate_test_data/{task}/{lang}.tsv",
+        RESULTS + "/benchmarks/translate_test_data/{task}/{lang}.tsv",
     params:
         settings=settings(grid.translation_settings, "task"),
-        cache="results/cache/translation/{lang}-en.sqlite",
+        cache=RESULTS + "/cache/translation/{lang}-en.sqlite",
         converted=converted_arg,
         code=module_digest("translation.translate"),
+        # the catalogue entries and converters of the tasks this job reads, and no other
+        tasks=job_tasks(lambda w: [w.task]),
     threads: res("translate_test_data", "threads")
     resources:
         mem_mb=res("translate_test_data", "mem_mb"),
@@ -61,21 +67,24 @@ rule translate_test_data:
 
 
 rule score_translation_quality:
+    """BLEU and chrF of a translator against XNLI's human translations."""
     input:
         unpack(translator_inputs("translator")),
-        dev="results/data/xnli/dev.parquet",
-        test="results/data/xnli/test.parquet",
+        dev=RESULTS + "/data/xnli/dev.parquet",
+        test=RESULTS + "/data/xnli/test.parquet",
     output:
-        quality="results/translation/quality/{lang}.json",
+        quality=RESULTS + "/translation/quality/{lang}.json",
     log:
-        "logs/score_translation_quality/{lang}.log",
+        LOGS + "/score_translation_quality/{lang}.log",
     benchmark:
-        "results/benchmarks/score_translation_quality/{lang}.tsv",
+        RESULTS + "/benchmarks/score_translation_quality/{lang}.tsv",
     params:
         settings=lambda wildcards: canonical_json(grid.translation_settings(config, None, wildcards.lang)),
-        cache="results/cache/translation/{lang}.sqlite",
+        cache=RESULTS + "/cache/translation/{lang}.sqlite",
         converted=converted_arg,
         code=module_digest("translation.translate"),
+        # the catalogue entries and converters of the tasks this job reads, and no other
+        tasks=job_tasks(lambda w: ["xnli"]),
     threads: res("translate_task_data", "threads")
     resources:
         mem_mb=res("translate_task_data", "mem_mb"),
@@ -92,21 +101,24 @@ rule score_translation_quality:
 
 
 rule score_translation_quality_to_english:
+    """BLEU and chrF of a translator into English against XNLI's English."""
     input:
         unpack(translator_inputs("translator_to_en")),
-        dev="results/data/xnli/dev.parquet",
-        test="results/data/xnli/test.parquet",
+        dev=RESULTS + "/data/xnli/dev.parquet",
+        test=RESULTS + "/data/xnli/test.parquet",
     output:
-        quality="results/translation/quality/{lang}-en.json",
+        quality=RESULTS + "/translation/quality/{lang}-en.json",
     log:
-        "logs/score_translation_quality_to_english/{lang}.log",
+        LOGS + "/score_translation_quality_to_english/{lang}.log",
     benchmark:
-        "results/benchmarks/score_translation_quality_to_english/{lang}.tsv",
+        RESULTS + "/benchmarks/score_translation_quality_to_english/{lang}.tsv",
     params:
         settings=lambda wildcards: canonical_json(grid.translation_settings(config)),
-        cache="results/cache/translation/{lang}-en.sqlite",
+        cache=RESULTS + "/cache/translation/{lang}-en.sqlite",
         converted=converted_arg,
         code=module_digest("translation.translate"),
+        # the catalogue entries and converters of the tasks this job reads, and no other
+        tasks=job_tasks(lambda w: ["xnli"]),
     threads: res("translate_test_data", "threads")
     resources:
         mem_mb=res("translate_test_data", "mem_mb"),
@@ -122,20 +134,23 @@ rule score_translation_quality_to_english:
 
 
 rule tabulate_translation:
+    """The translation table: re-alignment counts and quality per language."""
     input:
         stats=lambda wildcards: grid.translation_stats_files(config),
         quality=lambda wildcards: grid.quality_files(config),
         models=lambda wildcards: grid.translated_intermediate_models(config),
     output:
-        md="results/tables/translation.md",
-        csv=report("results/tables/translation.csv", caption="../report/translation_table.rst",
+        md=RESULTS + "/tables/translation.md",
+        csv=report(RESULTS + "/tables/translation.csv", caption="../report/translation_table.rst",
                    category="Translation", labels={"table": "translation"}),
     log:
-        "logs/tabulate_translation.log",
+        LOGS + "/tabulate_translation.log",
     benchmark:
-        "results/benchmarks/tabulate_translation.tsv",
+        RESULTS + "/benchmarks/tabulate_translation.tsv",
     params:
         code=module_digest("reporting.tables"),
+        # the catalogue entries and converters of the tasks this job reads, and no other
+        tasks=job_tasks(lambda w: grid.grid_tasks(config)),
     conda:
         "../envs/data.yaml"
     shell:

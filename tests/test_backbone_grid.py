@@ -32,14 +32,14 @@ def test_a_backbone_runs_its_part_of_the_grid(config):
     # the encoder runs everything
     assert backbone_grid.grid_of(config, "xlmr_tiny")["targets"] == config["targets"]
     files = grid.metric_files(config, "llama_tiny")
-    assert len(files) == 3 * 2 * 2 and all(f.startswith("results/metrics/llama_tiny/zero_shot/") for f in files)
+    assert len(files) == 3 * 2 * 2 and all(f.startswith("results/demo/metrics/llama_tiny/zero_shot/") for f in files)
 
 
 def test_paths_and_settings_name_the_backbone(config):
-    assert grid.intermediate_encoder(config, "llama_tiny", "none", 1) == "results/models/backbones/llama_tiny"
-    assert grid.intermediate_encoder(config, "llama_tiny", "mnli", 1) == "results/intermediate/llama_tiny/mnli/seed1/encoder"
+    assert grid.intermediate_encoder(config, "llama_tiny", "none", 1) == "results/demo/models/backbones/llama_tiny"
+    assert grid.intermediate_encoder(config, "llama_tiny", "mnli", 1) == "results/demo/intermediate/llama_tiny/mnli/seed1/encoder"
     evaluation = grid.evaluation(config, "llama_tiny", "zero_shot", "mnli", "xnli", 2)
-    assert set(evaluation["models"].values()) == {"results/target/llama_tiny/mnli/xnli/en.dev-en/seed2/model"}
+    assert set(evaluation["models"].values()) == {"results/demo/target/llama_tiny/mnli/xnli/en.dev-en/seed2/model"}
     assert grid.target_settings(config, "llama_tiny", "xnli")["method"] == {
         "name": "lora", "precision": "bf16", "rank": 8, "alpha": 16, "dropout": 0.0}
     assert grid.intermediate_settings(config, "xlmr_tiny", "mnli")["method"] == {"name": "full", "precision": "bf16"}

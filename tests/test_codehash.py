@@ -45,16 +45,31 @@ def test_unknown_module_is_an_error():
 
 def test_a_subpackage_edit_reaches_its_importers_through_the_package_init(package_copy):
     closure = codehash.import_closure("workflow_scripts.data.prepare")
-    # prepare -> loaders (a package whose __init__ imports its modules) -> common, tasks
-    assert {"workflow_scripts.data.loaders", "workflow_scripts.data.loaders.spans", "workflow_scripts.data.loaders.udpos",
+    # prepare -> loaders (a package whose __init__ imports the registry and the source) -> common, tasks
+    assert {"workflow_scripts.data.loaders", "workflow_scripts.data.loaders.registry",
             "workflow_scripts.data.loaders.source", "workflow_scripts.common", "workflow_scripts.data.tasks"} <= set(closure)
     before = {m: codehash.module_digest(m) for m in ("data.prepare", "training.train", "reporting.tables")}
-    with (package_copy / "data" / "loaders" / "spans.py").open("a") as f:
+    with (package_copy / "data" / "loaders" / "registry.py").open("a") as f:
         f.write("\n# an edit\n")
     codehash._imports.cache_clear()
     after = {m: codehash.module_digest(m) for m in before}
     assert after["data.prepare"] != before["data.prepare"]
     assert after["reporting.tables"] == before["reporting.tables"]
+
+
+def test_a_converter_edit_reaches_only_the_tasks_it_converts(package_copy):
+    """Converters are imported on demand by their task's entry: no job's module closure holds
+    them; a task's fingerprint holds its own converter's hash."""
+    assert not any(".loaders.spans" in m for m in codehash.import_closure("workflow_scripts.data.prepare"))
+    before = codehash.task_fingerprint(["squad", "xquad", "xnli"])
+    prepare = codehash.module_digest("data.prepare")
+    with (package_copy / "data" / "loaders" / "spans.py").open("a") as f:
+        f.write("\n# an edit\n")
+    codehash._imports.cache_clear()
+    after = codehash.task_fingerprint(["squad", "xquad", "xnli"])
+    assert after["squad"] != before["squad"] and after["xquad"] != before["xquad"]
+    assert after["xnli"] == before["xnli"]
+    assert codehash.module_digest("data.prepare") == prepare
 
 
 def test_relative_imports_resolve_against_the_importing_module(package_copy):

@@ -82,7 +82,7 @@ def test_bad_config_fails_before_any_job_naming_the_key(repo, name, key, value, 
     proc = snakemake(repo, "--cores", "1", "--configfile", str(path))
     assert proc.returncode != 0
     assert message in proc.stdout + proc.stderr, proc.stderr[-2000:]
-    assert not (repo / "results" / "data").exists(), "no job may run on a bad config"
+    assert not (repo / "results" / "demo" / "data").exists(), "no job may run on a bad config"
 
 
 def test_atomic_path_leaves_nothing_on_failure(tmp_path):

@@ -147,7 +147,7 @@ def test_min_gpus_is_the_smallest_count_that_fits(entry):
 
 
 def test_xlmr_xxl_full_finetuning_needs_at_least_three_80gb_gpus():
-    # PROTOCOL.md §10: 10.7B full ~171 GB of state, >= 3 x 80 GB before activations.
+    # docs/protocol.md §10: 10.7B full ~171 GB of state, >= 3 x 80 GB before activations.
     assert mp.min_gpus(backbone(XXL), 128, 8, 80) >= 3
     assert mp.min_gpus(backbone(XXL, activation_checkpointing=True), 128, 1, 80) >= 3
 
@@ -160,7 +160,7 @@ def test_qlora_plans_one_gpu_only():
     assert mp.min_gpus(qlora, 256, 8, 80) is None
     assert mp.min_gpus(backbone(XXL, method="qlora"), 256, 8, 80) == 1
     lora = mp.min_gpus(backbone(BLOOM, method="lora"), 256, 8, 80)
-    # 100B+ LoRA does not fit one 80 GB GPU (PROTOCOL.md §10: 100B LoRA ~200 GB).
+    # 100B+ LoRA does not fit one 80 GB GPU (docs/protocol.md §10: 100B LoRA ~200 GB).
     assert lora is not None and lora > 2
 
 
@@ -314,7 +314,7 @@ def test_heads_are_sized_by_task_format():
     assert mp.task_head_parameters("mlm", arch) > classification  # its output bias spans the vocabulary
 
 
-# ----- image tasks (PROTOCOL.md §9) -------------------------------------------------------------
+# ----- image tasks (docs/protocol.md §9) -------------------------------------------------------------
 
 
 def image_config(**vision) -> dict:

@@ -1,4 +1,4 @@
-"""The multimodal comparison end to end (config/multimodal_demo.yaml, PROTOCOL.md §9): SNLI-VE
+"""The multimodal comparison end to end (config/multimodal_demo.yaml, docs/protocol.md §9): SNLI-VE
 with the image as premise beside its two text-only controls built from the same rows, the
 baseline and MNLI, on the demo's synthetic image world."""
 
@@ -23,14 +23,14 @@ def repo(tmp_path_factory) -> Path:
 
 def test_the_multimodal_demo_config_plans_the_image_arm_and_both_controls_from_the_same_rows(repo):
     jobs = planned_jobs(repo, "--configfile", CONFIG)
-    trained = {Path(out).parts[3] for rule, out in jobs if rule == "train_intermediate"}
+    trained = {Path(out).parts[4] for rule, out in jobs if rule == "train_intermediate"}
     assert trained == {"mnli", "snli_ve", "snli_caption", "hypothesis_only"}
     prepared = {out for rule, out in jobs if rule == "prepare_task_data"}
-    assert {f"results/data/{task}/{split}.parquet" for task in ("snli_ve", "snli_caption", "hypothesis_only")
+    assert {f"results/multimodal_demo/data/{task}/{split}.parquet" for task in ("snli_ve", "snli_caption", "hypothesis_only")
             for split in ("train", "dev")} <= prepared
-    assert ("embed_images", "results/data/images/snli_ve") in jobs
-    assert ("prepare_vision_encoder", "results/models/vision_encoder") in jobs
-    assert ("tabulate_modality", "results/tables/xlmr_tiny/modality.md") in jobs
+    assert ("embed_images", "results/multimodal_demo/data/images/snli_ve") in jobs
+    assert ("prepare_vision_encoder", "results/multimodal_demo/models/vision_encoder") in jobs
+    assert ("tabulate_modality", "results/multimodal_demo/tables/xlmr_tiny/modality.md") in jobs
 
 
 def test_the_paper_multimodal_preset_builds_its_grid_offline(repo):
@@ -43,7 +43,7 @@ def test_the_paper_multimodal_preset_builds_its_grid_offline(repo):
     assert counts["embed_images"] == 4 and counts["prepare_vision_encoder"] == 1 and counts["tabulate_modality"] == 1
     assert counts["train_intermediate"] == (len(config["intermediate"]) - 1) * 3
     assert counts["evaluate_target"] == len(config["intermediate"]) * 10 * 3  # every XTREME-R target
-    assert "results/intermediate/xlmr_large/snli_ve/seed3/encoder" in out
+    assert "results/multimodal/intermediate/xlmr_large/snli_ve/seed3/encoder" in out
 
 
 def test_an_image_task_read_from_the_hub_needs_its_image_folder(repo):
@@ -62,7 +62,7 @@ def demo_run(repo) -> Path:
 
 
 def _log(repo: Path, config: str) -> dict:
-    return json.loads((repo / f"results/intermediate/xlmr_tiny/{config}/seed1/encoder/train_log.json").read_text())
+    return json.loads((repo / f"results/multimodal_demo/intermediate/xlmr_tiny/{config}/seed1/encoder/train_log.json").read_text())
 
 
 def test_the_image_arm_uses_the_image_its_dev_score_beats_hypothesis_only(demo_run):
@@ -77,26 +77,26 @@ def test_the_image_arm_uses_the_image_its_dev_score_beats_hypothesis_only(demo_r
 
 
 def test_images_are_embedded_once_and_the_target_phase_is_text_only(demo_run):
-    report = json.loads((demo_run / "results/data/images/snli_ve/report.json").read_text())
+    report = json.loads((demo_run / "results/multimodal_demo/data/images/snli_ve/report.json").read_text())
     assert report["images_dropped"] == {} and report["embedded"] + report["from_cache"] <= report["images"]
     cache = list((demo_run / "results/cache/image_features").rglob("*.npy"))
     assert len(cache) == report["embedded"]  # one entry per distinct image
     # the intermediate model is a text backbone: no projector weights in it
     from safetensors import safe_open
 
-    with safe_open(str(demo_run / "results/intermediate/xlmr_tiny/snli_ve/seed1/encoder/model.safetensors"), "pt") as f:
+    with safe_open(str(demo_run / "results/multimodal_demo/intermediate/xlmr_tiny/snli_ve/seed1/encoder/model.safetensors"), "pt") as f:
         assert not any("projector" in k or "heads" in k for k in f.keys())
-    metric = json.loads((demo_run / "results/metrics/xlmr_tiny/zero_shot/snli_ve/xnli/seed1.json").read_text())
+    metric = json.loads((demo_run / "results/multimodal_demo/metrics/xlmr_tiny/zero_shot/snli_ve/xnli/seed1.json").read_text())
     assert metric["intermediate_visual"]["text_only"] is True and "snli_ve" in metric["intermediate_visual"]["tasks"]
-    control = json.loads((demo_run / "results/metrics/xlmr_tiny/zero_shot/snli_caption/xnli/seed1.json").read_text())
+    control = json.loads((demo_run / "results/multimodal_demo/metrics/xlmr_tiny/zero_shot/snli_caption/xnli/seed1.json").read_text())
     assert "intermediate_visual" not in control
 
 
 def test_the_modality_table_and_figure_pair_the_image_arm_with_each_control(demo_run):
-    table = pd.read_csv(demo_run / "results/tables/xlmr_tiny/modality.csv")
+    table = pd.read_csv(demo_run / "results/multimodal_demo/tables/xlmr_tiny/modality.csv")
     assert set(zip(table["visual"], table["control"])) == {("snli_ve", "snli_caption"), ("snli_ve", "hypothesis_only")}
     assert set(table["group"]) == {"en", "zero-shot", "all"}
-    runs = pd.read_csv(demo_run / "results/tables/xlmr_tiny/runs.csv")
+    runs = pd.read_csv(demo_run / "results/multimodal_demo/tables/xlmr_tiny/runs.csv")
     test = runs[(runs["split"] == "test") & (runs["target"] == "xnli") & (runs["language"] == "de")]
     by_config = test.set_index("intermediate")["value"]
     row = table[(table["control"] == "snli_caption") & (table["group"] == "all")].iloc[0]
@@ -104,8 +104,8 @@ def test_the_modality_table_and_figure_pair_the_image_arm_with_each_control(demo
     expected = (langs[langs["intermediate"] == "snli_ve"].set_index("language")["value"]
                 - langs[langs["intermediate"] == "snli_caption"].set_index("language")["value"]).mean()
     assert row["mean_difference"] == pytest.approx(expected, abs=1e-3) and len(by_config) == 5
-    assert (demo_run / "results/figures/xlmr_tiny/modality.png").stat().st_size > 1000
-    assert "caption premise" in (demo_run / "results/tables/xlmr_tiny/modality.md").read_text()
+    assert (demo_run / "results/multimodal_demo/figures/xlmr_tiny/modality.png").stat().st_size > 1000
+    assert "caption premise" in (demo_run / "results/multimodal_demo/tables/xlmr_tiny/modality.md").read_text()
 
 
 def test_nothing_reruns_after_the_multimodal_demo(demo_run):

@@ -267,7 +267,7 @@ def real_tokenizer():
 
 def test_span_oracle_gold_spans_decode_to_f1_100(xquad_table, real_tokenizer):
     task = get_task("xquad")
-    # The paper's QA settings (PROTOCOL.md §3).
+    # The paper's QA settings (docs/protocol.md §3).
     opts = {"max_length": 384, "doc_stride": 128, "max_query_length": 64, "n_best": 20, "max_answer_length": 30}
     rows = read_table(xquad_table).to_pylist()
     encoded = encode(task, real_tokenizer, rows, opts, train=True)

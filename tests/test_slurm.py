@@ -69,13 +69,13 @@ def reduced_config(path: Path) -> Path:
 
 def metric_files(workdir: Path) -> dict[str, dict]:
     out = {}
-    for path in sorted((workdir / "results" / "metrics").rglob("seed*.json")):
+    for path in sorted((workdir / "results/slurm_test/metrics").rglob("seed*.json")):
         out[str(path.relative_to(workdir))] = comparable_metrics(json.loads(path.read_text()))
     return out
 
 
 def target_checkpoints(workdir: Path, backbone: str, target: str) -> Path:
-    return workdir / "results/checkpoints/target" / backbone / "none" / target / "en.dev-en/seed1"
+    return workdir / "results/slurm_test/checkpoints/target" / backbone / "none" / target / "en.dev-en/seed1"
 
 
 def queue(cluster: Cluster) -> list[tuple[str, str, str]]:
@@ -214,13 +214,13 @@ def test_interrupted_training_resumes_to_the_same_metric_file(slurm_run, referen
     assert any(r["state"].startswith(expected_state) for r in records), records
     if how == "usr1":  # the training process stopped on the signal itself: 128 + SIGUSR1
         assert any(r["exit"] == "1:0" for r in records), records
-    train_log = json.loads((workdir / "results/target" / backbone / "none" / target / "en.dev-en/seed1/model/train_log.json").read_text())
+    train_log = json.loads((workdir / "results/slurm_test/target" / backbone / "none" / target / "en.dev-en/seed1/model/train_log.json").read_text())
     assert train_log["resumed_at_step"] is not None and train_log["resumed_at_step"] >= event["at_step"], \
         (train_log["resumed_at_step"], event)
     if backbone == SHARDED:  # both ranks trained, started by srun as Slurm tasks
         assert train_log["throughput"]["processes"] == 2, train_log["throughput"]
         steps = cluster_steps(slurm_run["accounting_steps"], event["job"])
         assert any(tasks == "2" for _, tasks in steps), steps
-    name = f"results/metrics/{backbone}/zero_shot/none/{target}/seed1.json"
+    name = f"results/slurm_test/metrics/{backbone}/zero_shot/none/{target}/seed1.json"
     assert metric_files(workdir)[name] == reference[name]
     assert checkpoint_step(target_checkpoints(workdir, backbone, target)) == 0, "checkpoints are removed once the model exists"

@@ -1,4 +1,4 @@
-"""Transfer settings (PROTOCOL.md §7): what each setting trains, selects on and scores, the
+"""Transfer settings (docs/protocol.md §7): what each setting trains, selects on and scores, the
 errors that stop a bad setting before any job, and the Turc et al. and XTREME-baselines
 tables checked against hand computations."""
 
@@ -49,8 +49,8 @@ def test_zero_shot_trains_on_english_and_selects_on_english_dev(config):
     assert set(p.models) == {"en", "de", "ru", "sw"} and len(p.recipes()) == 1
     (recipe,) = p.recipes()
     assert recipe.name == "en.dev-en"
-    assert [(r.path, r.languages, r.kind) for r in recipe.train] == [("results/data/mnli/train.parquet", ("en",), "english")]
-    assert [(r.path, r.languages) for r in recipe.dev] == [("results/data/xnli/dev.parquet", ("en",))]
+    assert [(r.path, r.languages, r.kind) for r in recipe.train] == [("results/demo/data/mnli/train.parquet", ("en",), "english")]
+    assert [(r.path, r.languages) for r in recipe.dev] == [("results/demo/data/xnli/dev.parquet", ("en",))]
     assert p.eval_data["test"][0].languages == ("en", "de", "ru", "sw")
 
 
@@ -58,9 +58,9 @@ def test_translate_train_uses_published_translations_and_target_dev(config):
     de = recipe_of(config, "translate_train", "xnli", "de")
     assert de.name == "mt-de.dev-de"
     # XNLI's own machine-translated MNLI, not our MT; selected on XNLI's human de dev.
-    assert [(r.path, r.languages, r.kind) for r in de.train] == [("results/data/xnli_mt/train.parquet", ("de",),
+    assert [(r.path, r.languages, r.kind) for r in de.train] == [("results/demo/data/xnli_mt/train.parquet", ("de",),
                                                                   "published_mt")]
-    assert [(r.path, r.languages, r.kind) for r in de.dev] == [("results/data/xnli/dev.parquet", ("de",), "human")]
+    assert [(r.path, r.languages, r.kind) for r in de.dev] == [("results/demo/data/xnli/dev.parquet", ("de",), "human")]
     # English keeps the English model; only the chosen languages are scored.
     p = transfer.plan(config, "translate_train", "xnli")
     assert p.models["en"].name == "en.dev-en" and set(p.models) == {"en", "de"}
@@ -69,8 +69,8 @@ def test_translate_train_uses_published_translations_and_target_dev(config):
 
 def test_translate_train_for_qa_uses_our_translation_of_squad_train_and_dev(config):
     de = recipe_of(config, "translate_train", "xquad", "de")
-    assert [(r.path, r.kind) for r in de.train] == [("results/data_mt/squad/de/train.parquet", "pipeline_mt")]
-    assert [(r.path, r.kind) for r in de.dev] == [("results/data_mt/squad/de/dev.parquet", "pipeline_mt")]
+    assert [(r.path, r.kind) for r in de.train] == [("results/demo/data_mt/squad/de/train.parquet", "pipeline_mt")]
+    assert [(r.path, r.kind) for r in de.dev] == [("results/demo/data_mt/squad/de/dev.parquet", "pipeline_mt")]
 
 
 def test_source_language_shares_the_translate_train_model_and_scores_every_language(config):
@@ -84,18 +84,18 @@ def test_translate_train_all_trains_one_model_on_english_and_every_translation(c
     (recipe,) = transfer.plan(config, "translate_train_all", "xnli").recipes()
     assert recipe.name == "mt-all.dev-all"
     assert [(r.path, r.languages) for r in recipe.train] == [
-        ("results/data/mnli/train.parquet", ("en",)), ("results/data/xnli_mt/train.parquet", ("de",))]
+        ("results/demo/data/mnli/train.parquet", ("en",)), ("results/demo/data/xnli_mt/train.parquet", ("de",))]
     # One selection file holding both languages: the selection score averages them.
-    assert [(r.path, r.languages) for r in recipe.dev] == [("results/data/xnli/dev.parquet", ("en", "de"))]
+    assert [(r.path, r.languages) for r in recipe.dev] == [("results/demo/data/xnli/dev.parquet", ("en", "de"))]
 
 
 def test_in_language_settings_train_on_the_targets_own_data(config):
     de = recipe_of(config, "in_language", "panx", "de")
     assert de.name == "il-de.dev-de"
-    assert [(r.path, r.languages, r.kind) for r in de.train] == [("results/data/panx/train.parquet", ("de",),
+    assert [(r.path, r.languages, r.kind) for r in de.train] == [("results/demo/data/panx/train.parquet", ("de",),
                                                                   "in_language")]
     (everything,) = transfer.plan(config, "in_language_all", "panx").recipes()
-    assert [(r.path, r.languages) for r in everything.train] == [("results/data/panx/train.parquet", ("en", "de", "ru"))]
+    assert [(r.path, r.languages) for r in everything.train] == [("results/demo/data/panx/train.parquet", ("en", "de", "ru"))]
 
 
 def test_translate_test_scores_translated_test_data_with_the_english_model(config):
@@ -103,8 +103,8 @@ def test_translate_test_scores_translated_test_data_with_the_english_model(confi
     assert {r.name for r in p.recipes()} == {"en.dev-en"} and p.text_language == "en"
     assert list(p.eval_data) == ["test"]
     assert [(r.path, r.languages, r.kind) for r in p.eval_data["test"]] == [
-        ("results/data/xnli/test.parquet", ("en",), "human"),
-        ("results/translate_test/xnli/de/test.parquet", ("de",), "translate_test")]
+        ("results/demo/data/xnli/test.parquet", ("en",), "human"),
+        ("results/demo/translate_test/xnli/de/test.parquet", ("de",), "translate_test")]
 
 
 def test_a_setting_may_run_a_subset_of_the_seeds(config):
@@ -122,7 +122,7 @@ def test_a_language_without_dev_data_selects_on_english_and_says_so(config, monk
     config["transfer"]["settings"]["in_language"]["targets"] = ["udpos"]
     de = recipe_of(config, "in_language", "udpos", "de")
     assert de.name == "il-de.dev-en"
-    assert [(r.path, r.languages, r.kind) for r in de.dev] == [("results/data/udpos/dev.parquet", ("en",), "english")]
+    assert [(r.path, r.languages, r.kind) for r in de.dev] == [("results/demo/data/udpos/dev.parquet", ("en",), "english")]
 
 
 def test_model_selection_option_changes_the_recipe(config):

@@ -233,7 +233,7 @@ def test_translation_tables(tmp_path):
     quality = tmp_path / "de.json"
     quality.write_text(json.dumps({"language": "de", "splits": {"dev": {"bleu": 30.0, "chrf": 55.0, "sentences": 4,
                                                                         "bleu_signature": "B", "chrf_signature": "C"}}}))
-    run = tmp_path / "results/intermediate/xlmr_tiny/qqp_de/seed1/encoder"
+    run = tmp_path / "results/demo/intermediate/xlmr_tiny/qqp_de/seed1/encoder"
     run.mkdir(parents=True)
     (run / "train_log.json").write_text(json.dumps({"best": {"scores": {"qqp": {"accuracy": 71.5}}},
                                                     "settings": {"language": "de"}}))

@@ -29,7 +29,7 @@ RULE_MODULES = {  # the CLI module each rule runs
     "typeset_tables": "reporting.latex", "collect_submission": "reporting.predictions",
     "compare_backbones": "reporting.compare_backbones",
 }
-COST_TABLE = ("tabulate_cost", "results/tables/cost.md")  # follows the tables: it sums every job's record
+COST_TABLE = ("tabulate_cost", "results/demo/tables/cost.md")  # follows the tables: it sums every job's record
 ENCODER, DECODER = "xlmr_tiny", "llama_tiny"  # the demo's backbones
 
 
@@ -37,13 +37,13 @@ def after_metrics(*backbones: str) -> set[tuple[str, str]]:
     """What a change of a backbone's metric files reruns: its tables, the figures and LaTeX
     drawn from them, its submission (best models); the comparison across backbones; the cost
     table."""
-    jobs = {COST_TABLE, ("compare_backbones", "results/tables/backbones.md"), ("all", "")}
+    jobs = {COST_TABLE, ("compare_backbones", "results/demo/tables/backbones.md"), ("all", "")}
     for b in backbones:
-        jobs |= {("aggregate_tables", f"results/tables/{b}/main.md"),
-                 ("plot_results", f"results/figures/{b}/main_deltas.png"),
-                 ("typeset_tables", f"results/tables/{b}/latex/main.tex"),
-                 ("collect_submission", f"results/submission/{b}/xtreme"),
-                 ("tabulate_modality", f"results/tables/{b}/modality.md")}
+        jobs |= {("aggregate_tables", f"results/demo/tables/{b}/main.md"),
+                 ("plot_results", f"results/demo/figures/{b}/main_deltas.png"),
+                 ("typeset_tables", f"results/demo/tables/{b}/latex/main.tex"),
+                 ("collect_submission", f"results/demo/submission/{b}/xtreme"),
+                 ("tabulate_modality", f"results/demo/tables/{b}/modality.md")}
     return jobs
 
 
@@ -63,6 +63,7 @@ def load_config(repo: Path) -> dict:
 
 def with_config(repo: Path, edit, name: str) -> Path:
     config = load_config(repo)
+    config["experiment"] = "demo"  # an edit of the demo, not an experiment of its own
     edit(config)
     path = repo / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -77,13 +78,13 @@ def backbone_jobs(config: dict, backbone: str, inter: str) -> set[tuple[str, str
         if inter not in part["intermediate"]:
             continue
         if config["intermediate"][inter]["tasks"]:
-            jobs.add(("train_intermediate", f"results/intermediate/{backbone}/{inter}/seed{seed}/encoder"))
+            jobs.add(("train_intermediate", f"results/demo/intermediate/{backbone}/{inter}/seed{seed}/encoder"))
         for plan in backbone_grid.plans(config, backbone):
             if inter not in plan.intermediate or seed not in plan.seeds:
                 continue
             for recipe in plan.recipes():
-                jobs.add(("train_target", f"results/target/{backbone}/{inter}/{plan.target}/{recipe.name}/seed{seed}/model"))
-            jobs.add(("evaluate_target", f"results/metrics/{backbone}/{transfer.path_token(plan.setting)}/{inter}/"
+                jobs.add(("train_target", f"results/demo/target/{backbone}/{inter}/{plan.target}/{recipe.name}/seed{seed}/model"))
+            jobs.add(("evaluate_target", f"results/demo/metrics/{backbone}/{transfer.path_token(plan.setting)}/{inter}/"
                                          f"{plan.target}/seed{seed}.json"))
     return jobs
 
@@ -101,7 +102,7 @@ def test_demo_writes_tables_and_complete_metric_files(demo):
     config = load_config(demo)
     for backbone in config["backbones"]:
         part = backbone_grid.grid_of(config, backbone)
-        tables = demo / "results/tables" / backbone
+        tables = demo / "results/demo/tables" / backbone
         main = (tables / "main.md").read_text()
         assert main.startswith(f"# Intermediate-task results: backbone {backbone}")
         for inter in part["intermediate"]:
@@ -113,7 +114,7 @@ def test_demo_writes_tables_and_complete_metric_files(demo):
         for inter in part["intermediate"]:
             for target in part["targets"]:
                 for seed in part["seeds"]:
-                    m = json.loads((demo / f"results/metrics/{backbone}/zero_shot/{inter}/{target}/seed{seed}.json")
+                    m = json.loads((demo / f"results/demo/metrics/{backbone}/zero_shot/{inter}/{target}/seed{seed}.json")
                                    .read_text())
                     assert m["run"] == {"backbone": backbone, "setting": "zero_shot", "intermediate": inter,
                                         "target": target, "seed": seed}
@@ -142,42 +143,42 @@ def test_demo_writes_tables_and_complete_metric_files(demo):
         trained_or_dev = [t for t in part["targets"] if get_task(t).trains or "dev" in get_task(t).eval_splits]
         assert {line.split(",")[0] for line in best[1:]} == set(trained_or_dev)
     # The LoRA decoder's target models hold adapters and heads, never a copy of the base.
-    lora_target = demo / f"results/target/{DECODER}/mnli/xnli/en.dev-en/seed1/model"
+    lora_target = demo / f"results/demo/target/{DECODER}/mnli/xnli/en.dev-en/seed1/model"
     assert (lora_target / "adapter/adapter_model.safetensors").is_file()
     assert not list(lora_target.glob("model*.safetensors"))
     manifest = json.loads((lora_target / "xstilts_backbone.json").read_text())
-    assert manifest["base"] == f"results/models/backbones/{DECODER}"
-    assert manifest["merged"] == [f"results/intermediate/{DECODER}/mnli/seed1/encoder"]
+    assert manifest["base"] == f"results/demo/models/backbones/{DECODER}"
+    assert manifest["merged"] == [f"results/demo/intermediate/{DECODER}/mnli/seed1/encoder"]
     # Across backbones: every backbone and target of its grid, and the figure.
-    across = (demo / "results/tables/backbones.md").read_text()
+    across = (demo / "results/demo/tables/backbones.md").read_text()
     for backbone in config["backbones"]:
         assert f"| {backbone} |" in across
-    assert (demo / "results/figures/backbones_delta.png").is_file()
+    assert (demo / "results/demo/figures/backbones_delta.png").is_file()
     # squad_de trains on SQuAD machine-translated with its answers re-aligned; MT quality is
     # scored against XNLI's human translations.
-    translation = (demo / "results/tables/translation.md").read_text()
+    translation = (demo / "results/demo/tables/translation.md").read_text()
     assert "| squad " in translation
-    quality = json.loads((demo / "results/translation/quality/de.json").read_text())
+    quality = json.loads((demo / "results/demo/translation/quality/de.json").read_text())
     assert set(quality["splits"]) == {"dev", "test"} and quality["splits"]["dev"]["sentences"] > 0
-    squad = json.loads((demo / "results/data_mt/squad/de/train.stats.json").read_text())
+    squad = json.loads((demo / "results/demo/data_mt/squad/de/train.stats.json").read_text())
     assert squad["kept"] + squad["dropped_unaligned"] + squad["dropped_no_answer_in_source"] == squad["examples"]
-    assert "squad_de" in (demo / f"results/tables/{ENCODER}/translated.md").read_text()
+    assert "squad_de" in (demo / f"results/demo/tables/{ENCODER}/translated.md").read_text()
     assert "squad_de" in translation.split("Intermediate-task dev score")[1]
     assert list((demo / "logs").rglob("*.log")), "every rule logs under logs/"
     # Translation ran on the default backend, converted once per translator; search was exact.
     assert quality["engine"]["backend"] == "ctranslate2" and squad["engine"]["precision"]
-    assert (demo / "results/models/ctranslate2/translator/de/model.bin").is_file()
-    assert json.loads((demo / f"results/metrics/{ENCODER}/zero_shot/none/bucc/seed1.json").read_text()
+    assert (demo / "results/demo/models/ctranslate2/translator/de/model.bin").is_file()
+    assert json.loads((demo / f"results/demo/metrics/{ENCODER}/zero_shot/none/bucc/seed1.json").read_text()
                       )["retrieval"]["index"] == "exact"
     # Every rule that does work left a benchmark record, and the cost table sums them.
-    recorded = {p.relative_to(demo / "results/benchmarks").parts[0].removesuffix(".tsv")
-                for p in (demo / "results/benchmarks").rglob("*.tsv")}
+    recorded = {p.relative_to(demo / "results/demo/benchmarks").parts[0].removesuffix(".tsv")
+                for p in (demo / "results/demo/benchmarks").rglob("*.tsv")}
     assert set(RULE_MODULES) - {"tabulate_cost", "collect_submission"} <= recorded  # both only copy or sum
-    cost = (demo / "results/tables/cost.csv").read_text().splitlines()
+    cost = (demo / "results/demo/tables/cost.csv").read_text().splitlines()
     assert cost[0] == "rule,jobs,wall_h,mean_min_per_job,max_rss_gb,gpus_per_job,gpu_h,cpu_h"
     trainings = next(line for line in cost if line.startswith("train_target,")).split(",")
-    assert int(trainings[1]) == len(list((demo / "results/benchmarks/train_target").rglob("*.tsv"))) > 0
-    assert not (demo / "results/checkpoints").exists() or not any((demo / "results/checkpoints").rglob("state.pt"))
+    assert int(trainings[1]) == len(list((demo / "results/demo/benchmarks/train_target").rglob("*.tsv"))) > 0
+    assert not (demo / "results/demo/checkpoints").exists() or not any((demo / "results/demo/checkpoints").rglob("state.pt"))
 
 
 # Issue 13: what the demo must show. Floors are far below what it reaches (see the README's
@@ -198,7 +199,7 @@ def _majority_score(demo: Path, target: str) -> float:
 
     from workflow_scripts.evaluation.metrics import accuracy
 
-    rows = [r for r in pq.read_table(demo / f"results/data/{target}/dev.parquet").to_pylist() if r["lang"] == "en"]
+    rows = [r for r in pq.read_table(demo / f"results/demo/data/{target}/dev.parquet").to_pylist() if r["lang"] == "en"]
     if target == "xnli":
         top = Counter(r["label"] for r in rows).most_common(1)[0][0]
         return accuracy([top] * len(rows), [r["label"] for r in rows])["accuracy"]
@@ -218,23 +219,23 @@ def test_demo_models_learn_translate_and_align(demo):
         for target in ("xnli", "udpos"):
             majority, key = _majority_score(demo, target), "accuracy" if target == "xnli" else "f1"
             for inter in part["intermediate"]:
-                dev = [json.loads((demo / f"results/metrics/{backbone}/zero_shot/{inter}/{target}/seed{seed}.json")
+                dev = [json.loads((demo / f"results/demo/metrics/{backbone}/zero_shot/{inter}/{target}/seed{seed}.json")
                                   .read_text())["scores"]["dev"]["en"][key] for seed in part["seeds"]]
                 assert median(dev) >= majority + MIN_GAIN_OVER_MAJORITY, (backbone, target, inter, dev, majority)
         # Retrieval with the pre-trained backbone: far above chance (1 / candidates).
-        tatoeba = json.loads((demo / f"results/metrics/{backbone}/zero_shot/none/tatoeba/seed1.json").read_text())
+        tatoeba = json.loads((demo / f"results/demo/metrics/{backbone}/zero_shot/none/tatoeba/seed1.json").read_text())
         for lang, score in tatoeba["scores"]["test"].items():
             assert score["accuracy"] >= 50.0, (backbone, lang, score)
-        log = json.loads((demo / f"results/models/backbones/{backbone}/xstilts_demo.json").read_text())["pretraining"]
+        log = json.loads((demo / f"results/demo/models/backbones/{backbone}/xstilts_demo.json").read_text())["pretraining"]
         assert log["steps"] == config["backbones"][backbone]["demo"]["pretraining"]["steps"]
         assert log["loss_curve"][-1] < log["loss_curve"][0]
     for direction in ("de", "de-en"):
-        quality = json.loads((demo / f"results/translation/quality/{direction}.json").read_text())
+        quality = json.loads((demo / f"results/demo/translation/quality/{direction}.json").read_text())
         assert quality["splits"]["test"]["bleu"] >= MIN_BLEU, (direction, quality["splits"])
-    squad = json.loads((demo / "results/data_mt/squad/de/train.stats.json").read_text())
+    squad = json.loads((demo / "results/demo/data_mt/squad/de/train.stats.json").read_text())
     for outcome in ("recovered_by_markers", "recovered_by_fuzzy_match", "dropped_unaligned"):
         assert squad[outcome] >= MIN_SPAN_SHARE * squad["examples"], (outcome, squad)
-    bucc = json.loads((demo / f"results/metrics/{ENCODER}/zero_shot/none/bucc/seed1.json").read_text())
+    bucc = json.loads((demo / f"results/demo/metrics/{ENCODER}/zero_shot/none/bucc/seed1.json").read_text())
     for lang, score in bucc["scores"]["test"].items():
         assert score["f1"] >= 50.0, (lang, score)
 
@@ -245,7 +246,7 @@ def test_every_transfer_setting_runs_and_writes_its_tables(demo):
     assert len(settings) == 7
     for plan in transfer.plans(config):
         for seed in plan.seeds:
-            path = demo / f"results/metrics/{ENCODER}/{transfer.path_token(plan.setting)}/none/{plan.target}/seed{seed}.json"
+            path = demo / f"results/demo/metrics/{ENCODER}/{transfer.path_token(plan.setting)}/none/{plan.target}/seed{seed}.json"
             m = json.loads(path.read_text())
             assert m["setting"] == m["run"]["setting"] == plan.setting
             assert set(m["scores"]) == set(plan.eval_data) and set(m["languages"]) == set(plan.languages)
@@ -255,27 +256,27 @@ def test_every_transfer_setting_runs_and_writes_its_tables(demo):
                 assert m["models"][lang]["dev"] == [r.as_dict() for r in recipe.dev]
                 assert m["models"][lang]["path"].endswith(f"/{recipe.name}/seed{seed}/model")
     # XQuAD has no German dev set: the German model selects on the pipeline's SQuAD dev in German.
-    m = json.loads((demo / f"results/metrics/{ENCODER}/translate_train/none/xquad/seed1.json").read_text())
-    assert m["models"]["de"]["dev"] == [{"path": "results/data_mt/squad/de/dev.parquet", "languages": ["de"],
+    m = json.loads((demo / f"results/demo/metrics/{ENCODER}/translate_train/none/xquad/seed1.json").read_text())
+    assert m["models"]["de"]["dev"] == [{"path": "results/demo/data_mt/squad/de/dev.parquet", "languages": ["de"],
                                          "kind": "pipeline_mt"}]
     assert m["models"]["en"]["recipe"] == "en.dev-en" and "selection" not in m  # two models, two selections
-    m = json.loads((demo / f"results/metrics/{ENCODER}/translate_test/none/xnli/seed1.json").read_text())
+    m = json.loads((demo / f"results/demo/metrics/{ENCODER}/translate_test/none/xnli/seed1.json").read_text())
     assert m["splits"] == ["test"] and m["settings"]["transfer"]["text_language"] == "en"
-    stats = json.loads((demo / "results/translate_test/xnli/de/test.stats.json").read_text())
+    stats = json.loads((demo / "results/demo/translate_test/xnli/de/test.stats.json").read_text())
     assert stats["direction"] == "de-en" and stats["kept"] == stats["examples"] > 0
-    table = (demo / f"results/tables/{ENCODER}/settings.md").read_text()
+    table = (demo / f"results/demo/tables/{ENCODER}/settings.md").read_text()
     for setting in settings:
         assert f"| {setting} |" in table
-    assert "| de |" in (demo / f"results/tables/{ENCODER}/source_languages.md").read_text()
-    main = (demo / f"results/tables/{ENCODER}/main.md").read_text()
+    assert "| de |" in (demo / f"results/demo/tables/{ENCODER}/source_languages.md").read_text()
+    main = (demo / f"results/demo/tables/{ENCODER}/main.md").read_text()
     assert "## zero_shot (baseline setting)" in main and "## in_language_all" in main
-    per_language = (demo / f"results/tables/{ENCODER}/per_language.md").read_text()
+    per_language = (demo / f"results/demo/tables/{ENCODER}/per_language.md").read_text()
     assert "# translate_test" in per_language
-    main_csv = (demo / f"results/tables/{ENCODER}/main.csv").read_text().splitlines()
+    main_csv = (demo / f"results/demo/tables/{ENCODER}/main.csv").read_text().splitlines()
     assert main_csv[0].startswith("setting,intermediate,")
-    assert "de-en" in (demo / "results/tables/translation.md").read_text()
+    assert "de-en" in (demo / "results/demo/tables/translation.md").read_text()
     # The translate-test translator is scored too, against XNLI's English originals.
-    quality = json.loads((demo / "results/translation/quality/de-en.json").read_text())
+    quality = json.loads((demo / "results/demo/translation/quality/de-en.json").read_text())
     assert quality["direction"] == "de-en" and set(quality["splits"]) == {"dev", "test"}
 
 
@@ -288,8 +289,8 @@ def test_changing_one_settings_option_reruns_only_that_setting(demo):
     expected = after_metrics(ENCODER)  # the decoder's grid leaves translate_train out
     for seed in config["transfer"]["settings"]["translate_train"]["seeds"]:
         for target in config["transfer"]["settings"]["translate_train"]["targets"]:
-            expected.add(("train_target", f"results/target/{ENCODER}/none/{target}/mt-de.dev-en/seed{seed}/model"))
-            expected.add(("evaluate_target", f"results/metrics/{ENCODER}/translate_train/none/{target}/seed{seed}.json"))
+            expected.add(("train_target", f"results/demo/target/{ENCODER}/none/{target}/mt-de.dev-en/seed{seed}/model"))
+            expected.add(("evaluate_target", f"results/demo/metrics/{ENCODER}/translate_train/none/{target}/seed{seed}.json"))
     assert planned_jobs(demo, "--configfile", str(path)) == expected
 
 
@@ -374,8 +375,8 @@ def test_report_holds_every_table_and_figure_with_its_caption(demo):
     assert proc.returncode == 0, proc.stderr[-3000:]
     page = html.unescape((demo / "report.html").read_text()).replace("\\n", " ").replace("\n", " ")
     page = " ".join(page.split())
-    figures = sorted((demo / "results/figures").rglob("*.png"))
-    tables = sorted((demo / "results/tables").rglob("*.csv"))
+    figures = sorted((demo / "results/demo/figures").rglob("*.png"))
+    tables = sorted((demo / "results/demo/tables").rglob("*.csv"))
     config = load_config(demo)
     # per backbone: main deltas, seed spread, the modality figure (empty here: no image task),
     # one per target and per setting besides the baseline; then the translation figure and
@@ -406,9 +407,9 @@ def test_submission_holds_every_test_example_of_the_best_models(demo):
 def _check_submission(demo: Path, config: dict, backbone: str) -> None:
     from workflow_scripts.data.prepare import read_table
 
-    submission = demo / f"results/submission/{backbone}/xtreme"
+    submission = demo / f"results/demo/submission/{backbone}/xtreme"
     manifest = json.loads((submission / "manifest.json").read_text())
-    with (demo / f"results/tables/{backbone}/best.csv").open() as f:
+    with (demo / f"results/demo/tables/{backbone}/best.csv").open() as f:
         best = {r["target"]: (r["intermediate"], int(r["seed"])) for r in csv.DictReader(f)}
     assert manifest["missing"] == []
     for target in backbone_grid.grid_of(config, backbone)["targets"]:
@@ -417,7 +418,7 @@ def _check_submission(demo: Path, config: dict, backbone: str) -> None:
         chosen = manifest["tasks"][folder]
         if target in best:
             assert (chosen["intermediate"], chosen["seed"]) == best[target], "the best models row's run"
-        test = read_table(demo / f"results/data/{target}/test.parquet", task.format).to_pylist()
+        test = read_table(demo / f"results/demo/data/{target}/test.parquet", task.format).to_pylist()
         for lang in config["tasks"][target]["languages"]:
             rows = [r for r in test if r["lang"] == lang]
             path = submission / folder / f"test-{lang}.{predictions.suffix(target)}"
@@ -464,7 +465,7 @@ def test_paper_preset_builds_the_full_grid_offline(demo):
     assert counts["train_intermediate"] == (n_inter - 1) * n_seeds
     assert counts["translate_task_data"] == 2 * 2 * 3  # qqp, hellaswag x {train, dev} x {de, ru, sw}
     for inter in ("multitask_mlm", "mlm", "hellaswag_sw", "mnli_ru"):
-        assert f"results/intermediate/xlmr_large/{inter}/seed3/encoder" in out
+        assert f"results/paper/intermediate/xlmr_large/{inter}/seed3/encoder" in out
 
 
 def test_paper_preset_with_its_transfer_block_builds_offline(demo):
@@ -484,10 +485,10 @@ def test_paper_preset_with_its_transfer_block_builds_offline(demo):
     assert all(rows[s]["target_trainings"] == 0 for s in rows if s.startswith("source:"))
     for token in ("translate_train/mnli/xquad", "source-zh/none/pawsx", "in_language_all/none/udpos",
                   "translate_test/mnli/tydiqa"):
-        assert f"results/metrics/xlmr_large/{token}/seed3.json" in out
-    assert "results/translate_test/xnli/th/test.parquet" in out  # translate-test data, translated once
-    assert "results/data_mt/squad/vi/train.parquet" in out  # SQuAD translated for translate-train
-    assert "results/data_mt/xnli_mt" not in out  # XNLI-MT is published: never translated by us
+        assert f"results/demo/metrics/xlmr_large/{token}/seed3.json" in out
+    assert "results/demo/translate_test/xnli/th/test.parquet" in out  # translate-test data, translated once
+    assert "results/demo/data_mt/squad/vi/train.parquet" in out  # SQuAD translated for translate-train
+    assert "results/demo/data_mt/xnli_mt" not in out  # XNLI-MT is published: never translated by us
 
 
 def test_adding_a_backbone_to_a_finished_grid_plans_only_its_jobs_and_the_tables(demo):
@@ -498,7 +499,7 @@ def test_adding_a_backbone_to_a_finished_grid_plans_only_its_jobs_and_the_tables
 
     path = with_config(demo, edit, "more_backbones")
     config = yaml.safe_load(path.read_text())
-    expected = after_metrics(new) | {("prepare_backbone", f"results/models/backbones/{new}")}
+    expected = after_metrics(new) | {("prepare_backbone", f"results/demo/models/backbones/{new}")}
     for inter in backbone_grid.grid_of(config, new)["intermediate"]:
         expected |= backbone_jobs(config, new, inter)
     assert planned_jobs(demo, "--configfile", str(path)) == expected
@@ -519,8 +520,8 @@ def test_paper_preset_with_its_larger_backbones_builds_offline(demo):
                       for p in backbone_grid.plans(config, b))
     assert counts["evaluate_target"] == evaluations
     assert counts["prepare_backbone"] == 5 and counts["aggregate_tables"] == 5 and counts["compare_backbones"] == 1
-    assert "results/target/bloomz_176b/mnli/xnli/en.dev-en/seed1/model" in out
-    assert "results/intermediate/mt5_xxl_encoder/mlm/" not in out  # T5 has no MLM head: not in its grid
+    assert "results/demo/target/bloomz_176b/mnli/xnli/en.dev-en/seed1/model" in out
+    assert "results/demo/intermediate/mt5_xxl_encoder/mlm/" not in out  # T5 has no MLM head: not in its grid
 
 
 def test_slurm_profile_resolves_from_the_repository_root(demo):
@@ -529,18 +530,18 @@ def test_slurm_profile_resolves_from_the_repository_root(demo):
 
 
 def test_corrupt_data_file_fails_its_rule_naming_the_file(demo):
-    data = demo / "results/data/xnli/test.parquet"
+    data = demo / "results/demo/data/xnli/test.parquet"
     backup = demo / "xnli-test.backup"
     shutil.copy2(data, backup)
     try:
         data.write_bytes(b"garbage")
         # Targets first: --forcerun and --allowed-rules take several values.
-        proc = snakemake(demo, f"results/metrics/{ENCODER}/zero_shot/none/xnli/seed1.json", "--cores", "1",
+        proc = snakemake(demo, f"results/demo/metrics/{ENCODER}/zero_shot/none/xnli/seed1.json", "--cores", "1",
                          "--forcerun", "evaluate_target", "--allowed-rules", "evaluate_target")
         assert proc.returncode != 0
         log = (demo / f"logs/evaluate_target/{ENCODER}/zero_shot/none/xnli/seed1.log").read_text()
         assert "corrupt data file results/data/xnli/test.parquet" in log
-        assert not (demo / f"results/metrics/{ENCODER}/zero_shot/none/xnli/seed1.json").exists()
+        assert not (demo / f"results/demo/metrics/{ENCODER}/zero_shot/none/xnli/seed1.json").exists()
     finally:
         shutil.copy2(backup, data)
-        snakemake(demo, f"results/metrics/{ENCODER}/zero_shot/none/xnli/seed1.json", "--cores", "1")
+        snakemake(demo, f"results/demo/metrics/{ENCODER}/zero_shot/none/xnli/seed1.json", "--cores", "1")

@@ -45,8 +45,8 @@ def test_the_xtreme_r_preset_builds_its_grid_offline(repo):
     assert counts["train_target_stage"] == n_inter * n_seeds  # XCOPA's SIQA stage
     assert counts["train_intermediate"] == (n_inter - 1) * n_seeds
     # XCOPA trains from its SIQA stage; Tatoeba embeds with the run's SQuAD-trained XQuAD model
-    assert "results/target/xlmr_large/mnli/xcopa/stages/siqa/seed2/model" in out
-    assert "results/submission/xlmr_large/xtreme_r" in out
+    assert "results/xtreme_r/target/xlmr_large/mnli/xcopa/stages/siqa/seed2/model" in out
+    assert "results/xtreme_r/submission/xlmr_large/xtreme_r" in out
 
 
 def write_config(repo: Path, name: str, edit) -> str:
@@ -106,7 +106,7 @@ def chance_map_at_20(pool: int, golds: int, draws: int = 2000) -> float:
 
 
 def test_the_xtreme_r_demo_writes_the_xtreme_r_table_with_categories_and_overall(demo_run):
-    table = (demo_run / "results/tables/xlmr_tiny/main.md").read_text()
+    table = (demo_run / "results/xtreme_r_demo/tables/xlmr_tiny/main.md").read_text()
     header = next(line for line in table.splitlines() if line.startswith("| Intermediate task"))
     columns = [c.strip() for c in header.strip("|").split("|")]
     assert columns[1:] == [*benchmark.XTREME_R.targets, "Avg", "Classification", "Struct. pred.", "QA", "Retrieval",
@@ -121,27 +121,27 @@ def test_the_xtreme_r_demo_retrieval_targets_score_above_chance(demo_run):
     import pyarrow.parquet as pq
 
     for target in ("mewslix", "lareqa"):
-        rows = pq.read_table(demo_run / f"results/data/{target}/test.parquet").to_pylist()
+        rows = pq.read_table(demo_run / f"results/xtreme_r_demo/data/{target}/test.parquet").to_pylist()
         pool = sum(r["side"] == "candidate" for r in rows)
         golds = max(len(r["gold"]) for r in rows if r["side"] == "query")
         chance = chance_map_at_20(pool, golds)
         for config in ("none", "mnli"):
-            m = json.loads((demo_run / f"results/metrics/xlmr_tiny/zero_shot/{config}/{target}/seed1.json").read_text())
+            m = json.loads((demo_run / f"results/xtreme_r_demo/metrics/xlmr_tiny/zero_shot/{config}/{target}/seed1.json").read_text())
             assert m["metric"] == "map_at_20" and set(m["scores"]["test"]) == {"en", "de", "ru"}
             assert m["average"]["test"]["map_at_20"] > 3 * chance, (target, config, m["average"], chance)
 
 
 def test_the_xtreme_r_demo_trains_xcopa_from_its_siqa_stage_and_submits_every_target(demo_run):
     for config in ("none", "mnli"):
-        stage = demo_run / f"results/target/xlmr_tiny/{config}/xcopa/stages/siqa/seed1/model"
+        stage = demo_run / f"results/xtreme_r_demo/target/xlmr_tiny/{config}/xcopa/stages/siqa/seed1/model"
         assert json.loads((stage / "train_log.json").read_text())["settings"]["tasks"].keys() == {"siqa"}
         log = (demo_run / f"logs/train_target/xlmr_tiny/{config}/xcopa/en.dev-en/seed1.log").read_text()
         assert f"head xcopa continues from siqa's in {stage.relative_to(demo_run)}" in log
     # Tatoeba embedded with the SQuAD-trained XQuAD model (XTREME-R's protocol), said in the metric file
-    m = json.loads((demo_run / "results/metrics/xlmr_tiny/zero_shot/mnli/tatoeba/seed1.json").read_text())
+    m = json.loads((demo_run / "results/xtreme_r_demo/metrics/xlmr_tiny/zero_shot/mnli/tatoeba/seed1.json").read_text())
     assert m["settings"]["retrieval"]["encoder"] == "xquad"
-    assert m["retrieval"]["encoder_path"] == "results/target/xlmr_tiny/mnli/xquad/en.dev-en/seed1/model"
-    submission = demo_run / "results/submission/xlmr_tiny/xtreme_r"
+    assert m["retrieval"]["encoder_path"] == "results/xtreme_r_demo/target/xlmr_tiny/mnli/xquad/en.dev-en/seed1/model"
+    submission = demo_run / "results/xtreme_r_demo/submission/xlmr_tiny/xtreme_r"
     assert sorted(p.name for p in submission.iterdir() if p.is_dir()) == sorted(benchmark.XTREME_R.targets)
     xcopa = [json.loads(line) for line in (submission / "xcopa/test-sw.jsonl").read_text().splitlines()]
     assert len(xcopa) == 100 and all(set(r) == {"label"} and r["label"] in (0, 1) for r in xcopa)

@@ -32,6 +32,12 @@ def setup_logging() -> None:
     )
 
 
+def repo_path(path: str | os.PathLike[str]) -> Path:
+    """A configured path; relative paths are relative to the repository."""
+    path = Path(path)
+    return path if path.is_absolute() else REPO_ROOT / path
+
+
 def is_url(location: str) -> bool:
     """A download location (http, https, ftp) rather than a local path."""
     return location.split("://", 1)[0] in ("http", "https", "ftp")

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.common import LOG, InputError, atomic_path, load_settings, setup_logging
-from workflow_scripts.data.loaders import CONVERTERS, Report, Row, Source, repo_path
+from workflow_scripts.data.loaders import Report, Row, Source, load_converter, repo_path
 from workflow_scripts.data.tasks import (CLASSIFICATION, MINING, MLM, MULTIPLE_CHOICE, RANKING, RETRIEVAL, SPAN,
                                          TAGGING, VISUAL_ANSWER, VISUAL_CLASSIFICATION, VISUAL_RETRIEVAL, Task,
                                          get_task)
@@ -96,13 +96,12 @@ def prepare(task_name: str, split: str, settings: dict[str, Any], output: str | 
     task = get_task(task_name)
     if split not in task.splits:
         raise InputError(f"task {task_name} has no split {split!r} (has {list(task.splits)})")
-    if task_name not in CONVERTERS:
-        raise InputError(f"task {task_name}: no loader in this version of xstilts")
+    convert = load_converter(task)
     root = settings.get("local_root")
     src = Source(settings["source"], settings["hub"]["path"], settings["hub"].get("revision", "main"),
                  str(repo_path(root)) if root else None)
     report: Report = {}
-    table = to_table(task, CONVERTERS[task_name](src, split, list(settings.get("languages", ["en"])),
+    table = to_table(task, convert(src, split, list(settings.get("languages", ["en"])),
                                                  settings.get("options", {}), report))
     if table.num_rows == 0:
         raise InputError(f"task {task_name} split {split}: no examples loaded from {settings['hub']['path']}")

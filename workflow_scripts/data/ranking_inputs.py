@@ -1,4 +1,4 @@
-"""Inputs of the ranking targets (Mewsli-X, LAReQA; PROTOCOL.md §8), as XTREME-R builds them.
+"""Inputs of the ranking targets (Mewsli-X, LAReQA; docs/protocol.md §8), as XTREME-R builds them.
 
 A ranking file holds queries and candidates (``side``). A query is encoded alone, up to
 ``max_query_length`` tokens; a candidate as its text followed by its context, up to

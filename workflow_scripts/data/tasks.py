@@ -1,13 +1,22 @@
-"""The task catalogue: every intermediate and target task of the paper, its format and metric.
+"""The task catalogue: every intermediate and target task, its format, metric and converter.
 
-A task's *identity* (format, labels, metric, which data trains and selects a target) is
-fixed here in code; *where its data lives* (Hub id, revision, languages) is configuration.
-Standard library only: the Snakefile imports this to validate the config.
+A task is declared as data: one YAML entry per task (``tasks/<name>.yaml`` for the built-in
+tasks; a user's own in the folders the config's ``task_catalogues`` names), read here into
+:class:`Task` records. An entry names the converter module that turns the task's source rows
+into canonical rows (``data/loaders``); a job's rerun trigger covers the entries and
+converters of its own tasks only (``workflow/codehash.task_fingerprint``), so adding or
+editing a task reruns nothing that does not use it. ``docs/new_task_guide.md`` shows how.
+
+Where a task's data lives (Hub id, revision, languages) is configuration. Standard library
+and PyYAML only (both in the Snakefile's environment): the Snakefile imports this.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
 
 CLASSIFICATION = "classification"
 MULTIPLE_CHOICE = "multiple_choice"
@@ -31,14 +40,6 @@ VISUAL_RETRIEVAL = "visual_retrieval"
 VISUAL_FORMATS = (VISUAL_CLASSIFICATION, VISUAL_ANSWER, VISUAL_RETRIEVAL)
 FORMATS = (CLASSIFICATION, MULTIPLE_CHOICE, SPAN, TAGGING, RETRIEVAL, MINING, RANKING, MLM, *VISUAL_FORMATS)
 
-NLI_LABELS = ("entailment", "neutral", "contradiction")
-# Text-only controls of each image task, read from its own rows (PROTOCOL.md §9).
-CONTROLS = {"snli_ve": ("snli_caption", "hypothesis_only")}
-UPOS_TAGS = ("ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM", "PART", "PRON",
-             "PROPN", "PUNCT", "SCONJ", "SYM", "VERB", "X")
-PANX_TAGS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC")
-
-
 @dataclass(frozen=True)
 class Task:
     name: str
@@ -48,7 +49,7 @@ class Task:
     labels: tuple[str, ...] = ()
     num_choices: int = 0
     # Targets only: which task's train split trains it and which dev split selects the model;
-    # zero-shot uses their English rows (PROTOCOL.md §3: "Model selection uses English dev
+    # zero-shot uses their English rows (docs/protocol.md §3: "Model selection uses English dev
     # only"), other transfer settings other languages (transfer.py).
     train_from: str | None = None
     select_from: str | None = None
@@ -60,6 +61,16 @@ class Task:
     stages: tuple[str, ...] = ()
     # Images per example of an image task (NLVR2: a pair); 0 for text tasks.
     images_per_example: int = 0
+    # Text-only controls of an image task, built from its own rows (docs/protocol.md §9).
+    controls: tuple[str, ...] = ()
+    # A task whose translations are published data rather than our MT output (MNLI: xnli_mt).
+    provided_translations: str | None = None
+    # The module that converts its source rows: a dotted module name, or a .py file
+    # relative to the entry's folder (a user's converter).
+    converter: str = ""
+    description: str = ""
+    # The YAML file the entry was read from.
+    entry_file: str = ""
 
     @property
     def is_retrieval(self) -> bool:
@@ -84,77 +95,93 @@ class Task:
         return len(self.labels)
 
 
-def _t(*args, **kwargs) -> Task:
-    return Task(*args, **kwargs)
+
+BUILTIN_CATALOGUE = Path(__file__).resolve().parents[2] / "tasks"
+# The folders of a run's own task entries, for job processes (the Snakefile exports it).
+CATALOGUE_ENV = "XSTILTS_TASK_CATALOGUES"
+METRICS = ("accuracy", "squad_v1", "squad_v2", "mlqa", "seqeval_f1", "bucc_f1", "tatoeba_accuracy", "mlm_loss",
+           "map_at_20", "recall_at_1", "vqa_accuracy")
+SPLITS = ("train", "dev", "test")
+_TUPLES = ("splits", "labels", "eval_splits", "stages", "controls")
+_REQUIRED = ("name", "format", "metric", "splits", "converter")
 
 
-TASKS: dict[str, Task] = {t.name: t for t in (
-    # Intermediate tasks (English), PROTOCOL.md §2.
-    _t("anli_plus", CLASSIFICATION, "accuracy", ("train", "dev"), NLI_LABELS),
-    _t("mnli", CLASSIFICATION, "accuracy", ("train", "dev"), NLI_LABELS),
-    _t("qqp", CLASSIFICATION, "accuracy", ("train", "dev"), ("not_duplicate", "duplicate")),
-    _t("squad", SPAN, "squad_v1", ("train", "dev")),
-    _t("squad_v2", SPAN, "squad_v2", ("train", "dev")),
-    _t("hellaswag", MULTIPLE_CHOICE, "accuracy", ("train", "dev"), num_choices=4),
-    _t("ccg", TAGGING, "accuracy", ("train", "dev")),  # tag set read from the user's file
-    _t("cosmosqa", MULTIPLE_CHOICE, "accuracy", ("train", "dev"), num_choices=4),
-    _t("commonsenseqa", MULTIPLE_CHOICE, "accuracy", ("train", "dev"), num_choices=5),
-    _t("mlm", MLM, "mlm_loss", ("train",)),
-    # XTREME-R's XCOPA recipe trains on these (PROTOCOL.md §8); each is also an intermediate task.
-    _t("siqa", MULTIPLE_CHOICE, "accuracy", ("train", "dev"), num_choices=3),
-    _t("copa", MULTIPLE_CHOICE, "accuracy", ("train", "dev"), num_choices=2),
-    # SNLI-VE (PROTOCOL.md §9): the hypothesis with the Flickr30k image as premise, and its
-    # text-only controls, built from SNLI-VE's own rows, ids and image-disjoint splits: the
-    # SNLI caption the image replaced as premise, or no premise.
-    _t("snli_ve", VISUAL_CLASSIFICATION, "accuracy", ("train", "dev"), NLI_LABELS, images_per_example=1),
-    # NLVR2 (Suhr et al. 2019): is a statement true of a pair of images (left, right)?
-    _t("nlvr2", VISUAL_CLASSIFICATION, "accuracy", ("train", "dev"), ("False", "True"), images_per_example=2),
-    # VQA v2 (Goyal et al. 2017): open questions about COCO images; answers from the train split's vocabulary.
-    _t("vqa_v2", VISUAL_ANSWER, "vqa_accuracy", ("train", "dev"), images_per_example=1),
-    # Image-caption retrieval on Flickr30k's Karpathy splits (5 captions per image).
-    _t("flickr30k", VISUAL_RETRIEVAL, "recall_at_1", ("train", "dev"), images_per_example=1),
-    _t("snli_caption", CLASSIFICATION, "accuracy", ("train", "dev"), NLI_LABELS),
-    _t("hypothesis_only", CLASSIFICATION, "accuracy", ("train", "dev"), NLI_LABELS),
-    # The XNLI authors' machine translations of MNLI train (and XNLI's human dev): the data of
-    # translated MNLI configs, used instead of translating MNLI ourselves (PROTOCOL.md §4).
-    _t("xnli_mt", CLASSIFICATION, "accuracy", ("train", "dev"), NLI_LABELS),
-    # XTREME targets, PROTOCOL.md §3.
-    _t("xnli", CLASSIFICATION, "accuracy", ("dev", "test"), NLI_LABELS,
-       train_from="mnli", select_from="xnli", eval_splits=("dev", "test")),
-    _t("pawsx", CLASSIFICATION, "accuracy", ("train", "dev", "test"), ("different", "paraphrase"),
-       train_from="pawsx", select_from="pawsx", eval_splits=("dev", "test")),
-    _t("udpos", TAGGING, "seqeval_f1", ("train", "dev", "test"), UPOS_TAGS,
-       train_from="udpos", select_from="udpos", eval_splits=("dev", "test"),
-       dev_missing=frozenset({"kk", "th", "tl", "yo"})),
-    _t("panx", TAGGING, "seqeval_f1", ("train", "dev", "test"), PANX_TAGS,
-       train_from="panx", select_from="panx", eval_splits=("dev", "test")),
-    _t("xquad", SPAN, "squad_v1", ("test",),
-       train_from="squad", select_from="squad", eval_splits=("test",)),
-    _t("mlqa", SPAN, "mlqa", ("dev", "test"),
-       train_from="squad", select_from="mlqa", eval_splits=("dev", "test")),
-    # TyDiQA-GoldP's dev set is its test set, so selecting on its English part would peek at
-    # test data: select on SQuAD's (English) dev instead.
-    _t("tydiqa", SPAN, "squad_v1", ("train", "test"),
-       train_from="tydiqa", select_from="squad", eval_splits=("test",)),
-    _t("bucc", MINING, "bucc_f1", ("dev", "test"), eval_splits=("dev", "test")),
-    _t("tatoeba", RETRIEVAL, "tatoeba_accuracy", ("test",), eval_splits=("test",)),
-    # XTREME-R targets, PROTOCOL.md §8. XCOPA has no English rows: COPA's English dev selects.
-    _t("xcopa", MULTIPLE_CHOICE, "accuracy", ("dev", "test"), num_choices=2,
-       train_from="copa", select_from="copa", eval_splits=("dev", "test"), stages=("siqa",)),
-    # Mewsli-X: train on English Wikipedia mention-entity pairs; dev and test are WikiNews
-    # mentions against the candidate entities' descriptions (both files hold the candidates).
-    _t("mewslix", RANKING, "map_at_20", ("train", "dev", "test"),
-       train_from="mewslix", select_from="mewslix", eval_splits=("dev", "test")),
-    # LAReQA on XQuAD-R: train and select on SQuAD v1.1 turned into (question, answer
-    # sentence) pairs; the test pools the sentences of all 11 languages.
-    _t("lareqa", RANKING, "map_at_20", ("train", "dev", "test"),
-       train_from="lareqa", select_from="lareqa", eval_splits=("test",)),
-)}
+class CatalogueError(ValueError):
+    """A task entry that cannot be read, named by file and key."""
 
-INTERMEDIATE_TASKS = tuple(n for n, t in TASKS.items() if not t.is_target)
-TARGET_TASKS = tuple(n for n, t in TASKS.items() if t.is_target)
-# Tasks whose translations are published data rather than our MT output.
-PROVIDED_TRANSLATIONS = {"mnli": "xnli_mt"}
+
+def read_entry(path: Path) -> Task:
+    """One task entry, checked: every error names the file and the key."""
+    import yaml
+
+    try:
+        entry = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        raise CatalogueError(f"task entry {path}: not valid YAML: {err}") from None
+    if not isinstance(entry, dict):
+        raise CatalogueError(f"task entry {path}: expected a mapping of keys, got {type(entry).__name__}")
+    known = {f.name for f in fields(Task)} - {"entry_file"}
+    unknown = sorted(set(entry) - known)
+    if unknown:
+        raise CatalogueError(f"task entry {path}: unknown keys {unknown}; known keys: {sorted(known)}")
+    for key in _REQUIRED:
+        if not entry.get(key):
+            raise CatalogueError(f"task entry {path}: key {key!r} is required")
+    if entry["name"] != path.stem:
+        raise CatalogueError(f"task entry {path}: name {entry['name']!r} differs from the file name {path.stem!r}")
+    if entry["format"] not in FORMATS:
+        raise CatalogueError(f"task entry {path}: format {entry['format']!r} is not one of {', '.join(FORMATS)}")
+    if entry["metric"] not in METRICS:
+        raise CatalogueError(f"task entry {path}: metric {entry['metric']!r} is not one of {', '.join(METRICS)}")
+    for key in ("splits", "eval_splits"):
+        bad = [s for s in entry.get(key, ()) if s not in SPLITS]
+        if bad:
+            raise CatalogueError(f"task entry {path}: {key} {bad} are not splits ({', '.join(SPLITS)})")
+    values: dict[str, Any] = {k: tuple(str(x) for x in v) if k in _TUPLES else v for k, v in entry.items()}
+    if "dev_missing" in values:
+        values["dev_missing"] = frozenset(values["dev_missing"])
+    return Task(**values, entry_file=str(path))
+
+
+def read_catalogue(directory: str | os.PathLike[str]) -> dict[str, Task]:
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise CatalogueError(f"task catalogue {directory} is not a folder")
+    return {t.name: t for t in (read_entry(p) for p in sorted(directory.glob("*.yaml")))}
+
+
+TASKS: dict[str, Task] = {}
+# Derived from the entries (kept up to date in place, so importers see added catalogues).
+CONTROLS: dict[str, tuple[str, ...]] = {}
+PROVIDED_TRANSLATIONS: dict[str, str] = {}
+
+
+def _register(found: dict[str, Task]) -> None:
+    for name, task in found.items():
+        if name in TASKS and TASKS[name].entry_file != task.entry_file:
+            raise CatalogueError(f"task {name!r} is declared twice: {TASKS[name].entry_file} and {task.entry_file}")
+        TASKS[name] = task
+        if task.controls:
+            CONTROLS[name] = task.controls
+        if task.provided_translations:
+            PROVIDED_TRANSLATIONS[name] = task.provided_translations
+
+
+def use_catalogues(directories: list[str | os.PathLike[str]]) -> None:
+    """Add the task entries of ``directories`` (a config's ``task_catalogues``) to TASKS."""
+    for directory in directories:
+        _register(read_catalogue(directory))
+
+
+def catalogue_dirs_from_env() -> list[str]:
+    return [d for d in os.environ.get(CATALOGUE_ENV, "").split(os.pathsep) if d]
+
+
+_register(read_catalogue(BUILTIN_CATALOGUE))
+use_catalogues(catalogue_dirs_from_env())
+# The three NLI labels in the order of the NLI tasks' entries (MNLI, XNLI, SNLI-VE).
+NLI_LABELS = TASKS["mnli"].labels
+
 # Formats whose data the translation step can translate (labels carry over; spans re-aligned).
 TRANSLATABLE_FORMATS = (CLASSIFICATION, MULTIPLE_CHOICE, SPAN)
 

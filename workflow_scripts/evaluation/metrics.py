@@ -1,4 +1,4 @@
-"""Metrics with the semantics of the official scorers (PROTOCOL.md §3).
+"""Metrics with the semantics of the official scorers (docs/protocol.md §3).
 
 - accuracy (XNLI, PAWS-X, multiple choice, Tatoeba): share correct x 100.
 - SQuAD v1.1 (XQuAD, TyDiQA-GoldP, SQuAD dev): the official evaluate-v1.1 normalisation,

@@ -1,4 +1,4 @@
-"""Scoring the ranking targets (Mewsli-X, LAReQA; PROTOCOL.md §8) as XTREME-R does.
+"""Scoring the ranking targets (Mewsli-X, LAReQA; docs/protocol.md §8) as XTREME-R does.
 
 - Every candidate of a file is embedded once (and reused by the next split when it holds
   the same pool, as Mewsli-X's dev and test do); each language's queries are embedded and

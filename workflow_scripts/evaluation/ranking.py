@@ -1,5 +1,5 @@
 """Mean average precision at k for the ranking targets, as XTREME-R's official code scores
-them (PROTOCOL.md §8; google-research/xtreme, ``third_party/utils_lareqa.py`` and
+them (docs/protocol.md §8; google-research/xtreme, ``third_party/utils_lareqa.py`` and
 ``third_party/utils_mewslix.py``, read at commit 838c13b69daafb9328785d16caae2711e4012123).
 
 Two conventions, identical whenever a query has exactly one gold id:

@@ -1,4 +1,4 @@
-"""Training methods: full fine-tuning, LoRA and QLoRA (PROTOCOL.md §10), with peft.
+"""Training methods: full fine-tuning, LoRA and QLoRA (docs/protocol.md §10), with peft.
 
 - ``full``: every weight trains; a phase writes the whole backbone (today's layout).
 - ``lora``: the backbone is frozen; low-rank adapters on its attention projections (the

@@ -1,4 +1,4 @@
-"""The dual encoder of the ranking targets (Mewsli-X, LAReQA; PROTOCOL.md §8), as XTREME-R's
+"""The dual encoder of the ranking targets (Mewsli-X, LAReQA; docs/protocol.md §8), as XTREME-R's
 ``BertForRetrieval``: two towers that share every weight.
 
 - Vector: the backbone pooled as its family reads one vector per sequence (an encoder's

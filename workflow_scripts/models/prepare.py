@@ -51,7 +51,7 @@ def prepare_backbone(settings: dict, output: Path, text: list[str], corpora: lis
 
 
 def prepare_vision_encoder(settings: dict, output: Path, images: str | None, captions: str | None) -> None:
-    """The frozen vision encoder of image tasks (PROTOCOL.md §9): a Hub CLIP or SigLIP
+    """The frozen vision encoder of image tasks (docs/protocol.md §9): a Hub CLIP or SigLIP
     snapshot, or the demo's tiny CLIP tower pre-trained on the demo's (image, caption) pairs."""
     if settings["source"] == "hub":
         fetch_hub_model(settings["hub_id"], settings["revision"], output)

@@ -1,2 +1,2 @@
-"""Multimodal intermediate tasks (PROTOCOL.md §9): images, their features, and the synthetic
+"""Multimodal intermediate tasks (docs/protocol.md §9): images, their features, and the synthetic
 image world the offline demo renders."""

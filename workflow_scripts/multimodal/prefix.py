@@ -1,6 +1,6 @@
 """Images into a text backbone: a trained projector maps a frozen vision encoder's features
 (cached per image, features.py) into the backbone's token-embedding space, and the projected
-vectors join the text's token embeddings as extra positions (PROTOCOL.md §9: VisualBERT's
+vectors join the text's token embeddings as extra positions (docs/protocol.md §9: VisualBERT's
 early fusion for encoders, LLaVA's two-layer GELU projector for both).
 
 Where the visual tokens go depends on how the family reads a sequence as one vector:

@@ -1,5 +1,5 @@
 """Across backbones: does intermediate-task training help more, less or differently as the
-backbone grows? (PROTOCOL.md §10)
+backbone grows? (docs/protocol.md §10)
 
 From each backbone's main table (baseline transfer setting; tables.py), per target: the
 baseline config's absolute score and every other config's difference to it, one row per

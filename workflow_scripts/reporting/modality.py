@@ -1,5 +1,5 @@
 """Does seeing the image help? Multimodal-minus-text differences of zero-shot test scores
-(PROTOCOL.md §9), each with its paired bootstrap interval (significance.py).
+(docs/protocol.md §9), each with its paired bootstrap interval (significance.py).
 
 The arms are intermediate configs that differ in one task only: a config training an image
 task (``snli_ve``) is paired with every config that is the same but for that task replaced by

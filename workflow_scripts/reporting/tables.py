@@ -1,4 +1,4 @@
-"""Roll the per-run metric files up into the paper's tables (PROTOCOL.md §5, §7).
+"""Roll the per-run metric files up into the paper's tables (docs/protocol.md §5, §7).
 
 - runs.csv: every score of every run, long format (setting, intermediate, target, seed,
   split, language, metric, value), language "avg" being the unweighted mean over languages.
@@ -13,7 +13,7 @@
   (targets + Avg). The notes say what keeps a number from comparing with published ones:
   the benchmark's notes for the targets shown, and each target averaged over fewer (or
   other) languages than the benchmark defines.
-- best.csv and the "best models" row of main.md (PROTOCOL.md §5), baseline setting.
+- best.csv and the "best models" row of main.md (docs/protocol.md §5), baseline setting.
 - per_language.md / per_language.csv: per setting and target, rows = configs, columns =
   languages + Avg, medians over seeds (absolute).
 - settings.md / settings.csv: XTREME's baselines table, per intermediate config: rows =
@@ -24,7 +24,7 @@
   S, and its advantage over English Z(S -> T) - Z(en -> T), per target language and averaged.
 
 - translated.md / translated.csv: translated configs next to their English-data configs,
-  in the translation's language (PROTOCOL.md §5).
+  in the translation's language (docs/protocol.md §5).
 - translation.md / translation.csv: data survival, span re-alignment and cache hits per
   translated split; BLEU and chrF per language.
 
@@ -194,7 +194,7 @@ def main_table(runs, settings: dict[str, Any]):
 
 
 def best_models(runs, settings: dict[str, Any]):
-    """PROTOCOL.md §5 "Best models": per target, the config with the best median dev score,
+    """docs/protocol.md §5 "Best models": per target, the config with the best median dev score,
     then its best seed by dev score, reported on test. The dev score is the English dev
     score that selected the target model; retrieval targets use their dev average (BUCC) and
     have none without a dev split (Tatoeba)."""
@@ -307,7 +307,7 @@ def write_csv(path: str, frame, index: bool) -> None:
 
 
 def translated_table(runs, settings: dict[str, Any]) -> tuple[str, Any]:
-    """PROTOCOL.md §5: each translated config next to its English-data config, evaluated
+    """docs/protocol.md §5: each translated config next to its English-data config, evaluated
     only on the translation's language, for every target that has that language."""
     import pandas as pd
 
@@ -442,7 +442,7 @@ def settings_table(runs, settings: dict[str, Any]) -> tuple[str, Any]:
 
 
 def source_language_table(runs, settings: dict[str, Any]) -> tuple[str, Any]:
-    """Turc et al. 2021 (PROTOCOL.md §7), per config and target with source-language runs:
+    """Turc et al. 2021 (docs/protocol.md §7), per config and target with source-language runs:
     E(S, T) the median over seeds of model M^S's test score in T (primary metric; English
     from the zero-shot setting), Z(S -> T) = 100 E(S, T) / E(T, T) where M^T exists (else the
     unnormalised E(S, T), flagged), advantage Z(S -> T) - Z(en -> T); "avg" rows are the

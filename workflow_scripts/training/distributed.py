@@ -1,7 +1,7 @@
 """Sharded multi-GPU, multi-node training: process group, data split, FSDP2, DCP checkpoints, launch.
 
 One training job runs as W = nodes x GPUs-per-node processes started by torchrun (one
-torchrun per node; on Slurm through ``srun``, PROTOCOL.md §10). Every rank builds the same
+torchrun per node; on Slurm through ``srun``, docs/protocol.md §10). Every rank builds the same
 seeded global batches a single process would build and trains on its own contiguous part of
 each (``rank_share``), so a run's result does not depend on the GPU count beyond
 floating-point noise, and the global batch is the configured one whatever W is.

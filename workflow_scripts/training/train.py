@@ -1,4 +1,4 @@
-"""One training engine for both phases (PROTOCOL.md §2-3).
+"""One training engine for both phases (docs/protocol.md §2-3).
 
 AdamW; linear warmup over ``warmup_ratio`` of the steps, then linear decay to zero; gradient
 clipping; gradient accumulation when a task's batch exceeds ``max_micro_batch``; dynamic

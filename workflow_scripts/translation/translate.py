@@ -1,4 +1,4 @@
-"""Machine translation of task data with MarianMT (PROTOCOL.md §4, §7).
+"""Machine translation of task data with MarianMT (docs/protocol.md §4, §7).
 
 English training and dev data is translated into other languages (translated intermediate
 configs, translate-train); a target's test data is translated into English (translate-test:

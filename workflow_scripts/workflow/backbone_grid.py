@@ -1,5 +1,5 @@
 """Backbones: one more axis of the grid, next to the intermediate config, the transfer
-setting and the seed (PROTOCOL.md §10).
+setting and the seed (docs/protocol.md §10).
 
 The config names each backbone under ``backbones``: where it comes from (Hub id and pinned
 revision, or a demo model built locally), its family (backbones/), its training method
@@ -19,9 +19,8 @@ import dataclasses
 from typing import Any
 
 from workflow_scripts.data.tasks import TASKS, get_task
-from workflow_scripts.workflow import transfer
+from workflow_scripts.workflow import paths, transfer
 
-RESULTS = "results"
 FAMILIES = ("encoder", "seq2seq_encoder", "decoder")
 METHODS = ("full", "lora", "qlora")
 DEMO_FAMILIES = ("encoder", "decoder")  # the families the demo can build (demo_models.py)
@@ -94,20 +93,20 @@ def contaminated(config: dict[str, Any], backbone: str) -> list[str]:
 
 def base_dir(backbone: str) -> str:
     """The pretrained backbone as prepared (Hub snapshot or demo model)."""
-    return f"{RESULTS}/models/backbones/{backbone}"
+    return f"{paths.results()}/models/backbones/{backbone}"
 
 
 def tables_dir(backbone: str) -> str:
-    return f"{RESULTS}/tables/{backbone}"
+    return f"{paths.results()}/tables/{backbone}"
 
 
 def figures_dir(backbone: str) -> str:
-    return f"{RESULTS}/figures/{backbone}"
+    return f"{paths.results()}/figures/{backbone}"
 
 
 def submission_dir(backbone: str, benchmark: str = "xtreme") -> str:
     """The leaderboard submission of a backbone's best models (its folder: the benchmark's name)."""
-    return f"{RESULTS}/submission/{backbone}/{benchmark}"
+    return f"{paths.results()}/submission/{backbone}/{benchmark}"
 
 
 # ----- settings handed to the rules -------------------------------------------------------

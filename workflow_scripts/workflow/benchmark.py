@@ -4,7 +4,7 @@
 ``benchmark`` in the config picks one. Its targets are the only ones the config may list;
 its categories give the tables their category averages and overall score: the mean of the
 task scores, a QA task counting (F1 + EM) / 2 and every other task its primary metric
-(PROTOCOL.md §3, §8), as the official ``evaluate.py`` averages them. A target run on fewer
+(docs/protocol.md §3, §8), as the official ``evaluate.py`` averages them. A target run on fewer
 languages than the benchmark defines (the demo, a partial grid) is scored on those, and
 the tables say its score is not comparable with published ones.
 

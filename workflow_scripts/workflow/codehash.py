@@ -46,6 +46,11 @@ def _imports(name: str) -> frozenset[str]:
     path = _module_file(name)
     if path is None:
         return frozenset()
+    return _imports_in(path, name)
+
+
+def _imports_in(path: Path, name: str) -> frozenset[str]:
+    """Package modules imported anywhere in the source file ``path`` of module ``name``."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
@@ -63,8 +68,12 @@ def _imports(name: str) -> frozenset[str]:
 
 
 def import_closure(name: str) -> list[str]:
+    return _closure([name])
+
+
+def _closure(names) -> list[str]:
     seen: set[str] = set()
-    stack = [name]
+    stack = list(names)
     while stack:
         mod = stack.pop()
         if mod in seen:
@@ -84,3 +93,32 @@ def module_digest(name: str) -> str:
     for mod in import_closure(name):
         digest.update(mod.encode() + b"\0" + _module_file(mod).read_bytes() + b"\0")
     return digest.hexdigest()[:16]
+
+
+def file_digest(path: Path) -> str:
+    """sha256 over a source file outside the package (a user's task converter) and the
+    package modules it imports."""
+    digest = hashlib.sha256(path.read_bytes() + b"\0")
+    for mod in _closure(_imports_in(path, f"{PACKAGE}._external")):
+        digest.update(mod.encode() + b"\0" + _module_file(mod).read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def task_fingerprint(names) -> dict[str, dict]:
+    """What a job reads of the task catalogue: the entries of its own tasks (all but their
+    prose) and the code hash of each one's converter. A job's params carry it, so adding
+    or editing another task leaves the job as it is."""
+    from workflow_scripts.data.tasks import get_task
+
+    found = {}
+    for name in sorted(set(names)):
+        task = get_task(name)
+        entry = {k: (sorted(v) if isinstance(v, frozenset) else list(v) if isinstance(v, tuple) else v)
+                 for k, v in vars(task).items()
+                 if k not in ("description", "entry_file")}
+        if task.converter.endswith(".py"):
+            entry["converter"] = file_digest(Path(task.entry_file).parent / task.converter)
+        else:
+            entry["converter"] = module_digest(task.converter)
+        found[name] = entry
+    return found

@@ -10,13 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.common import REPO_ROOT, is_url
+from workflow_scripts.common import REPO_ROOT, is_url, repo_path
 from workflow_scripts.data.tasks import (CONTROLS, PROVIDED_TRANSLATIONS, RANKING, SPAN, TASKS, TRANSLATABLE_FORMATS,
                                          get_task)
-from workflow_scripts.workflow import backbone_grid, benchmark, memory_plan, slurm, transfer
+from workflow_scripts.workflow import backbone_grid, benchmark, memory_plan, paths, slurm, transfer
 from workflow_scripts.workflow.transfer import data_path, translate_test_path, translated_path
 
-RESULTS = "results"
 PHASE_KEYS = ("learning_rate", "warmup_ratio", "weight_decay", "max_grad_norm", "dropout", "eval_every",
               "patience", "dev_examples", "eval_batch_size", "max_micro_batch", "multitask_cap",
               "multitask_epochs", "max_steps")
@@ -47,7 +46,6 @@ def check_schema(config: dict[str, Any], schema_file: str) -> None:
         raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
 
 
-
 def check_config(config: dict[str, Any]) -> None:
     tasks_cfg = config["tasks"]
 
@@ -65,6 +63,8 @@ def check_config(config: dict[str, Any]) -> None:
                 raise ConfigError(f"config key tasks.{key}.options.{option}: {_release_option(tasks_cfg[key], option)!r} "
                                   "is neither a URL nor "
                                   "an existing archive or directory")
+    if config["models"]["source"] == "demo":
+        _check_demo_pretraining(config)
     baselines = []
     for name, inter in config["intermediate"].items():
         for i, task in enumerate(inter["tasks"]):
@@ -157,6 +157,28 @@ def check_config(config: dict[str, Any]) -> None:
         raise ConfigError(str(err)) from None
 
 
+def _check_demo_pretraining(config: dict[str, Any]) -> None:
+    declared = config["models"].get("demo_pretraining")
+    if not declared:
+        raise ConfigError("config key models.demo_pretraining: models.source demo needs the text and languages its"
+                          " models are pre-trained on (e.g. {text: {mnli: [train]}, languages: [de]})")
+    for task, splits in declared["text"].items():
+        key = f"models.demo_pretraining.text.{task}"
+        if task not in TASKS:
+            raise ConfigError(f"config key {key}: unknown task; known tasks: {', '.join(TASKS)}")
+        if task not in config["tasks"]:
+            raise ConfigError(f"config key {key}: task {task!r} has no entry under 'tasks' (its data source)")
+        unknown = [s for s in splits if s not in TASKS[task].splits]
+        if unknown:
+            raise ConfigError(f"config key {key}: {task} has no split {', '.join(map(repr, unknown))};"
+                              f" its splits: {', '.join(TASKS[task].splits)}")
+    corpora = repo_path(config["models"]["demo_corpora"])
+    for lang in declared["languages"]:
+        if not (corpora / f"en-{lang}.jsonl").is_file():
+            raise ConfigError(f"config key models.demo_pretraining.languages: no parallel corpus for {lang!r}"
+                              f" ({corpora / f'en-{lang}.jsonl'} does not exist)")
+
+
 def local_releases(task_cfg: dict[str, Any]) -> dict[str, Path]:
     """The local paths of a task's UD releases by option (``ud_release``, and
     ``ud_release_extra.release``: XTREME-R's UD v2.7 languages); URLs are not local."""
@@ -186,7 +208,7 @@ def intermediate_encoder(config: dict[str, Any], backbone: str, name: str, seed:
     """The backbone a target phase starts from: the pretrained one for the baseline config."""
     if is_baseline(config, name):
         return backbone_grid.base_dir(backbone)
-    return f"{RESULTS}/intermediate/{backbone}/{name}/seed{seed}/encoder"
+    return f"{paths.results()}/intermediate/{backbone}/{name}/seed{seed}/encoder"
 
 
 def target_stages(config: dict[str, Any], target: str) -> list[str]:
@@ -197,7 +219,7 @@ def target_stages(config: dict[str, Any], target: str) -> list[str]:
 
 def stage_model(backbone: str, name: str, target: str, stage: str, seed: int | str) -> str:
     """The model a target's stage leaves (shared by every recipe of the target)."""
-    return f"{RESULTS}/target/{backbone}/{name}/{target}/stages/{stage}/seed{seed}/model"
+    return f"{paths.results()}/target/{backbone}/{name}/{target}/stages/{stage}/seed{seed}/model"
 
 
 def target_start(config: dict[str, Any], backbone: str, name: str, target: str, seed: int | str,
@@ -231,11 +253,11 @@ def retrieval_encoder(config: dict[str, Any], backbone: str, name: str, target: 
 
 def target_model(backbone: str, name: str, target: str, recipe: str, seed: int | str) -> str:
     """A target model; its recipe names its training and selection data (transfer.py)."""
-    return f"{RESULTS}/target/{backbone}/{name}/{target}/{recipe}/seed{seed}/model"
+    return f"{paths.results()}/target/{backbone}/{name}/{target}/{recipe}/seed{seed}/model"
 
 
 def metric_file(backbone: str, setting: str, name: str, target: str, seed: int | str) -> str:
-    return f"{RESULTS}/metrics/{backbone}/{transfer.path_token(setting)}/{name}/{target}/seed{seed}.json"
+    return f"{paths.results()}/metrics/{backbone}/{transfer.path_token(setting)}/{name}/{target}/seed{seed}.json"
 
 
 def intermediate_data(config: dict[str, Any], name: str) -> dict[str, dict[str, str]]:
@@ -259,10 +281,11 @@ def intermediate_data(config: dict[str, Any], name: str) -> dict[str, dict[str, 
 
 
 def image_features_path(task: str) -> str:
-    return f"{RESULTS}/data/images/{task}"
+    return f"{paths.results()}/data/images/{task}"
 
 
-VISION_ENCODER = f"{RESULTS}/models/vision_encoder"
+def vision_encoder_dir() -> str:
+    return f"{paths.results()}/models/vision_encoder"
 
 
 def visual_tasks(config: dict[str, Any]) -> list[str]:
@@ -313,19 +336,26 @@ def evaluation(config: dict[str, Any], backbone: str, setting_token: str, name: 
     return {"models": models, "data": data}
 
 
-def all_data_files(config: dict[str, Any]) -> list[str]:
-    """Every canonical data file the grid reads (the demo vocabularies are trained on them)."""
-    files: set[str] = set()
-    for name in config["intermediate"]:
-        for task, paths in intermediate_data(config, name).items():
-            files.update(data_path(task, split) for split in paths if split != "images")
-    for plan in transfer.plans(config):
-        for recipe in plan.models.values():
-            files.update(r.path for r in recipe.train + recipe.dev)
-        files.update(r.path for refs in plan.eval_data.values() for r in refs)
-        for stage in (target_stages(config, plan.target) if plan.models else []):
-            files.update(stage_data(config, stage)[stage].values())
-    return sorted(f for f in files if f.startswith(f"{RESULTS}/data/"))
+def target_tasks(config: dict[str, Any], target: str) -> list[str]:
+    """The tasks a target's jobs read: the target, the tasks that train and select it, and
+    its stages."""
+    task = get_task(target)
+    return sorted({target, *filter(None, (task.train_from, task.select_from)), *target_stages(config, target)})
+
+
+def grid_tasks(config: dict[str, Any]) -> list[str]:
+    """Every task the grid's intermediate configs and targets read (the tables' tasks)."""
+    found = {t for name in config["intermediate"] for t in intermediate_data(config, name)}
+    for target in config["targets"]:
+        found.update(target_tasks(config, target))
+    return sorted(found)
+
+
+def demo_pretraining_text(config: dict[str, Any]) -> list[str]:
+    """The task data files the demo's vocabularies are learnt from (models.demo_pretraining.text):
+    declared, not derived from the grid, so a task added to the grid retrains no demo model."""
+    declared = config["models"]["demo_pretraining"]["text"]
+    return sorted(data_path(task, split) for task, splits in declared.items() for split in splits)
 
 
 def demo_corpus(config: dict[str, Any], lang: str) -> str:
@@ -334,10 +364,8 @@ def demo_corpus(config: dict[str, Any], lang: str) -> str:
 
 
 def demo_encoder_corpora(config: dict[str, Any]) -> list[str]:
-    """The parallel corpora of every non-English language any task of the grid uses: what
-    the demo encoder is pre-trained on."""
-    langs = {lang for task in config["tasks"].values() for lang in task.get("languages", [])} - {"en"}
-    return [demo_corpus(config, lang) for lang in sorted(langs)]
+    """The parallel corpora the demo backbones are pre-trained on (models.demo_pretraining.languages)."""
+    return [demo_corpus(config, lang) for lang in sorted(config["models"]["demo_pretraining"]["languages"])]
 
 
 def translation_jobs(config: dict[str, Any]) -> list[tuple[str, str, str]]:
@@ -388,7 +416,7 @@ def quality_files(config: dict[str, Any]) -> list[str]:
 
 def quality_file(lang: str, into: str | None = None) -> str:
     """``quality/de.json`` for en -> de, ``quality/de-en.json`` for de -> en."""
-    return f"{RESULTS}/translation/quality/{lang}{'-' + into if into else ''}.json"
+    return f"{paths.results()}/translation/quality/{lang}{'-' + into if into else ''}.json"
 
 
 def metric_files(config: dict[str, Any], backbone: str) -> list[str]:
@@ -587,7 +615,7 @@ def comparison_settings(config: dict[str, Any]) -> dict[str, Any]:
 
 def translated_counterparts(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Each translated config with its language and the English-data config it is compared
-    with (same tasks, same MLM setting), for the translated-data table (PROTOCOL.md §5)."""
+    with (same tasks, same MLM setting), for the translated-data table (docs/protocol.md §5)."""
     inters = config["intermediate"]
     out = {}
     for name, inter in inters.items():

@@ -4,7 +4,7 @@ Why: a 10.7B or 176B backbone that cannot fit the GPUs its jobs ask for fails on
 the queue wait and the model download, one job at a time. The Snakefile calls
 ``check_fits(config)`` so such a config stops before any job, naming the key to change.
 
-The model follows PROTOCOL.md §10 ("Training state per parameter"); every constant below
+The model follows docs/protocol.md §10 ("Training state per parameter"); every constant below
 is a documented estimate, not a measurement. Per device, in bytes:
 
 - Training state of a trainable parameter (ZeRO's accounting, Rajbhandari et al. 2020):
@@ -34,7 +34,7 @@ is a documented estimate, not a measurement. Per device, in bytes:
   pass still runs through every frozen layer). Classification, tagging and span heads have
   small outputs (s*b*labels), ignored; MLM's vocabulary logits are not: s*b*V*(compute
   bytes + 4), the logits plus the fp32 log-probabilities cross-entropy keeps.
-- Image tasks (PROTOCOL.md §9) lengthen the backbone's sequence by their visual tokens:
+- Image tasks (docs/protocol.md §9) lengthen the backbone's sequence by their visual tokens:
   per image, ``vision.visual_tokens``, else 1 with pooled features, else the tower's patch
   grid at the resolution its Hub id names (224 px when it names none), plus CLIP's class
   token (SigLIP has none): 50 for ViT-B/32, 257 for ViT-L/14, 729 for SigLIP SO400M/14 at
@@ -714,7 +714,7 @@ REFERENCE_LORA = {"rank": 16, "alpha": 32, "dropout": 0.05}
 def reference_plan_markdown(seq_len: int = 256, micro_batch: int = 8, gpu_memory_gb: float = 80) -> str:
     """The README's table: each reference backbone with full fine-tuning, LoRA and QLoRA in
     bf16 on ``gpu_memory_gb`` GPUs, without and with activation checkpointing. The defaults
-    are the paper's intermediate phase: max_length 256 and micro-batch 8 (PROTOCOL.md §2)."""
+    are the paper's intermediate phase: max_length 256 and micro-batch 8 (docs/protocol.md §2)."""
     capacity = usable_bytes(gpu_memory_gb) / GB
     lines = [
         f"Per GPU, bf16, seq len {seq_len}, micro-batch {micro_batch} per GPU, one classification head, "

@@ -1,4 +1,4 @@
-"""Transfer settings (PROTOCOL.md §7): how a target task is trained and what each language is
+"""Transfer settings (docs/protocol.md §7): how a target task is trained and what each language is
 scored on. One more axis of the grid, next to the intermediate config and the seed.
 
 A setting resolves, per target, to a *plan*: which model scores each evaluation language and
@@ -36,14 +36,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workflow_scripts.data.tasks import CLASSIFICATION, RANKING, SPAN, TAGGING, TRANSLATABLE_FORMATS, get_task
+from workflow_scripts.workflow import paths
 
-RESULTS = "results"
 ZERO_SHOT = "zero_shot"
 PER_LANGUAGE = ("translate_train", "translate_test", "in_language")
 SETTINGS = (ZERO_SHOT, "translate_train", "translate_train_all", "translate_test", "in_language",
             "in_language_all")
 SOURCE_PREFIX = "source:"
-# Published machine translations of a target's English training data (PROTOCOL.md §7): the
+# Published machine translations of a target's English training data (docs/protocol.md §7): the
 # task whose train split holds them, one language per row.
 PUBLISHED_MT_TRAIN = {"xnli": "xnli_mt", "pawsx": "pawsx"}
 # Targets whose own training split has other languages than English (XTREME's in-language).
@@ -133,15 +133,15 @@ def baseline_setting(config: dict[str, Any]) -> str:
 
 
 def data_path(task: str, split: str) -> str:
-    return f"{RESULTS}/data/{task}/{split}.parquet"
+    return f"{paths.results()}/data/{task}/{split}.parquet"
 
 
 def translated_path(task: str, lang: str, split: str) -> str:
-    return f"{RESULTS}/data_mt/{task}/{lang}/{split}.parquet"
+    return f"{paths.results()}/data_mt/{task}/{lang}/{split}.parquet"
 
 
 def translate_test_path(task: str, lang: str) -> str:
-    return f"{RESULTS}/translate_test/{task}/{lang}/test.parquet"
+    return f"{paths.results()}/translate_test/{task}/{lang}/test.parquet"
 
 
 # ----- data per language -----------------------------------------------------------------
@@ -427,7 +427,7 @@ def pipeline_translations(config: dict[str, Any]) -> list[tuple[str, str, str]]:
         for recipe in p.models.values():
             for ref in recipe.train + recipe.dev:
                 if ref.kind == "pipeline_mt":
-                    _, _, task, lang, split = ref.path.removesuffix(".parquet").split("/")
+                    task, lang, split = ref.path.removesuffix(".parquet").split("/")[-3:]
                     jobs.add((task, lang, split))
     return sorted(jobs)
 

@@ -10,10 +10,9 @@
 - ``multimodal``: SNLI-VE's rows and its text-only controls.
 """
 
-# each registers its converters
-from workflow_scripts.data.loaders import (bucc, english, mlm, multimodal, ranking, spans, udpos,  # noqa: F401
-                                           xcopa, xtreme)
-from workflow_scripts.data.loaders.registry import CONVERTERS, Report, Row
+# Converter modules are imported on demand, by the task entry that names them
+# (registry.load_converter): a job's code hash covers its own task's converter only.
+from workflow_scripts.data.loaders.registry import CONVERTERS, Report, Row, load_converter
 from workflow_scripts.data.loaders.source import Source, repo_path
 
-__all__ = ["CONVERTERS", "Report", "Row", "Source", "repo_path"]
+__all__ = ["CONVERTERS", "Report", "Row", "Source", "load_converter", "repo_path"]

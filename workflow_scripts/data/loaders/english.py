@@ -1,4 +1,4 @@
-"""English intermediate tasks (PROTOCOL.md §2) and XNLI's machine-translated MNLI, from the
+"""English intermediate tasks (docs/protocol.md §2) and XNLI's machine-translated MNLI, from the
 Hub (GLUE, SNLI, ANLI, HellaSwag, CommonsenseQA, Cosmos QA, XNLI) or, for CCGbank, from
 the user's own files."""
 
@@ -103,7 +103,7 @@ def _cosmosqa(src: Source, split: str, langs: list[str], opts: dict[str, Any],
     for r in src.rows(opts.get("hub_name"), hub_split):
         if int(r["label"]) == -1:  # the public test split has no labels
             continue
-        # PROTOCOL.md §2: the context and the question together are the first segment.
+        # docs/protocol.md §2: the context and the question together are the first segment.
         yield {"id": f"cosmosqa-{r['id']}", "lang": "en", "context": f"{r['context']} {r['question']}",
                "choices": [r[f"answer{k}"] for k in range(4)], "label": choice_index(r["label"], 4, f"cosmosqa {split}")}
 

@@ -1,4 +1,4 @@
-"""SNLI-VE (Xie et al. 2019; PROTOCOL.md §9) and its text-only controls, all read from the
+"""SNLI-VE (Xie et al. 2019; docs/protocol.md §9) and its text-only controls, all read from the
 same SNLI-VE annotation rows so that the arms share ids, labels and SNLI-VE's image-disjoint
 splits and differ in the premise only:
 - ``snli_ve``: the hypothesis, with the image (its file name) as premise;

@@ -8,7 +8,11 @@ writes that report into the Parquet metadata and the log.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import sys
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 from workflow_scripts.common import InputError
@@ -29,6 +33,37 @@ def converter(*names: str) -> Callable[[Converter], Converter]:
             CONVERTERS[n] = fn
         return fn
     return register
+
+
+def load_converter(task: Task) -> Converter:
+    """The converter a task's entry names: its module is imported on demand (a dotted
+    module name, or a .py file beside the entry), so a job imports its own task's converter
+    and no other, and registers it under the task's name."""
+    if task.name not in CONVERTERS:
+        ref = task.converter
+        if ref.endswith(".py"):
+            path = converter_file(task)
+            if not path.is_file():
+                raise InputError(f"task entry {task.entry_file}: converter file {path} does not exist")
+            module_name = f"xstilts_converter_{task.name}"
+            spec = importlib.util.spec_from_file_location(module_name, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[module_name] = module
+            spec.loader.exec_module(module)
+        else:
+            try:
+                importlib.import_module(ref)
+            except ModuleNotFoundError as err:
+                raise InputError(f"task entry {task.entry_file}: converter module {ref!r} not found ({err})") from None
+    if task.name not in CONVERTERS:
+        raise InputError(f"task entry {task.entry_file}: converter {task.converter!r} registers no converter for"
+                         f" {task.name!r} (decorate a function with @converter({task.name!r}))")
+    return CONVERTERS[task.name]
+
+
+def converter_file(task: Task) -> Path:
+    """A converter given as a file, relative to its entry's folder."""
+    return Path(task.entry_file).parent / task.converter
 
 
 def label_index(task: Task, value: Any, where: str) -> int:

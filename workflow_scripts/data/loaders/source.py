@@ -13,10 +13,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.common import LOG, REPO_ROOT, InputError, atomic_path, is_url
+from workflow_scripts.common import LOG, InputError, atomic_path, is_url, repo_path
+from workflow_scripts.workflow import paths
 
 Row = dict[str, Any]
-DOWNLOAD_CACHE = Path("results/cache/downloads")
+# Shared by every experiment: an archive is the same whichever config asked for it.
+DOWNLOAD_CACHE = Path(paths.shared_cache("downloads"))
 
 
 class Source:
@@ -76,12 +78,6 @@ class Source:
         else:
             stream = datasets.load_dataset(self.path, name, split=split, revision=self.revision, streaming=True)
             yield from stream.shuffle(seed=shuffle_seed, buffer_size=10_000)
-
-
-def repo_path(path: str | Path) -> Path:
-    """A configured path; relative paths are relative to the repository."""
-    path = Path(path)
-    return path if path.is_absolute() else REPO_ROOT / path
 
 
 def fetch_archive(location: str, name: str | None = None, cache_dir: str | Path = DOWNLOAD_CACHE) -> Path:

@@ -175,7 +175,7 @@ TYDIQA_LANGUAGES = {"arabic": "ar", "bengali": "bn", "english": "en", "finnish":
 def _tydiqa(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
     """TyDiQA-GoldP: one mixed-language split; the id's prefix names the language. Train keeps
     the languages the grid asks for (English unless an in-language setting needs others,
-    PROTOCOL.md §3, §7); the GoldP dev set is the test set."""
+    docs/protocol.md §3, §7); the GoldP dev set is the test set."""
     hub_split = {"train": "train", "test": "validation"}[split]
     name = opts.get("hub_name", "tydiqa")
     counts = {lang: 0 for lang in langs}

@@ -1,4 +1,4 @@
-"""XTREME-R's XCOPA recipe (PROTOCOL.md §8): SIQA, then English COPA, then zero-shot XCOPA.
+"""XTREME-R's XCOPA recipe (docs/protocol.md §8): SIQA, then English COPA, then zero-shot XCOPA.
 
 Sources (Hub schema; the demo and the tests read a local mirror of the same rows):
 

@@ -2,7 +2,7 @@
 
 (The span targets live in ``spans``, UD-POS in ``udpos``, BUCC in ``bucc``.)
 
-XTREME-R (PROTOCOL.md §8) widens PAN-X to 48 languages and Tatoeba to 41; google/xtreme has
+XTREME-R (docs/protocol.md §8) widens PAN-X to 48 languages and Tatoeba to 41; google/xtreme has
 configs for XTREME's languages only, so the others come from a second Hub dataset in the
 same schema family (``extra_source``), named by an option, and the load report says which
 source gave each language (``sources``) and, for the Hub, which commit (``extra_sources``):

@@ -1,6 +1,6 @@
 """Backbone families: how a backbone loads, where its transformer blocks are, how it pools.
 
-Three families cover the backbones of PROTOCOL.md §10:
+Three families cover the backbones of docs/protocol.md §10:
 
 - ``encoder``: bidirectional encoders with a masked-LM objective (XLM-R / XL / XXL, mBERT,
   mDeBERTa-v3, RemBERT); a sequence is read at its first token (<s> / [CLS]);

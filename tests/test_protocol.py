@@ -1,4 +1,5 @@
-"""The paper preset against the specification in ../shared/PROTOCOL.md."""
+"""The paper presets against the project's specification, docs/protocol.md; the repository
+carries that specification itself, and nothing in it reads files outside the repository."""
 
 import re
 
@@ -8,24 +9,52 @@ from conftest import REPO
 from workflow_scripts.data.loaders.udpos import UD_LANGUAGE_NAMES
 from workflow_scripts.data.loaders.xtreme import TATOEBA_CODES
 from workflow_scripts.data.tasks import get_task
+from workflow_scripts.workflow import benchmark
 from workflow_scripts.workflow.grid import intermediate_settings, target_settings
 
-PROTOCOL = REPO.parent / "shared" / "PROTOCOL.md"
+PROTOCOL = REPO / "docs" / "protocol.md"
 TABLE_NAMES = {"XNLI": "xnli", "PAWS-X": "pawsx", "UD-POS": "udpos", "PAN-X": "panx", "XQuAD": "xquad",
                "MLQA": "mlqa", "TyDiQA-GoldP": "tydiqa", "BUCC 2018": "bucc", "Tatoeba": "tatoeba"}
+XTREME_R_TABLE_NAMES = {"XNLI": "xnli", "XCOPA": "xcopa", "UD-POS": "udpos", "WikiANN NER": "panx",
+                        "XQuAD": "xquad", "MLQA": "mlqa", "TyDiQA-GoldP": "tydiqa", "Tatoeba": "tatoeba",
+                        "Mewsli-X": "mewslix", "LAReQA": "lareqa"}
+
+
+def section(number: int) -> str:
+    """The text of section ``number`` ("## N. ..."), up to the next numbered section."""
+    text = PROTOCOL.read_text(encoding="utf-8")
+    m = re.search(rf"^## {number}\. .*?(?=^## {number + 1}\. |^## Sources|\Z)", text, re.M | re.S)
+    assert m, f"docs/protocol.md has no section {number}"
+    return m.group(0)
+
+
+def first_table(text: str) -> list[list[str]]:
+    """The rows (cells stripped) of the first markdown table in ``text``, header and rule left out."""
+    rows, started = [], False
+    for line in text.splitlines():
+        if line.lstrip().startswith("|"):
+            started = True
+            rows.append([c.strip() for c in line.strip().strip("|").split("|")])
+        elif started:
+            break
+    assert len(rows) > 2, "no table"
+    return rows[2:]
+
+
+def table_languages(number: int, names: dict[str, str], column: int) -> dict[str, list[str]]:
+    out = {}
+    for cells in first_table(section(number)):
+        name = next((v for k, v in names.items() if cells[0].startswith(k)), None)
+        assert name, f"§{number}: unexpected row {cells[0]!r}"
+        langs = re.findall(r"\b[a-z]{2}\b", cells[column])
+        count = re.search(r"\((\d+)\)\s*$", cells[column])
+        assert count and int(count.group(1)) == len(langs), f"§{number} {cells[0]}: the count disagrees with the list"
+        out[name] = langs
+    return out
 
 
 def protocol_languages() -> dict[str, list[str]]:
-    text = PROTOCOL.read_text()
-    section = text.split("## 3. Target tasks")[1].split("Target-phase settings")[0]
-    out = {}
-    for line in section.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 4:
-            name = next((v for k, v in TABLE_NAMES.items() if cells[0].startswith(k)), None)
-            if name:
-                out[name] = re.findall(r"\b[a-z]{2}\b", cells[3])
-    return out
+    return table_languages(3, TABLE_NAMES, 3)
 
 
 def paper():
@@ -69,3 +98,57 @@ def test_paper_hyperparameters():
     assert (qa["max_length"], qa["doc_stride"], qa["max_query_length"], qa["n_best"], qa["max_answer_length"]) == (
         384, 128, 64, 20, 30)
     assert {get_task(t).train_from for t in ("xquad", "mlqa")} == {"squad"}
+
+
+def test_xtreme_r_languages_match_the_specification():
+    expected = table_languages(8, XTREME_R_TABLE_NAMES, 2)
+    assert expected == {t: list(l) for t, l in benchmark.XTREME_R.languages.items()}
+    assert len(set().union(*expected.values())) == 50
+    config = yaml.safe_load((REPO / "config/xtreme_r.yaml").read_text())
+    for target in config["targets"]:
+        assert config["tasks"][target]["languages"] == expected[target], target
+
+
+def test_every_cited_section_exists():
+    """Code, configuration and tests cite the specification as "PROTOCOL.md §N" or
+    "protocol.md §N" (§N-M, §N, §M): each section they name exists."""
+    sections = {int(n) for n in re.findall(r"^## (\d+)\. ", PROTOCOL.read_text(encoding="utf-8"), re.M)}
+    assert sections == set(range(1, 11))
+    cited = {}
+    files = [REPO / "Snakefile", REPO / "README.md", REPO / "config.yaml"]
+    for folder in ("workflow_scripts", "tests", "config", "schemas", "rules", "benchmarks", "demo", "report"):
+        files += [p for p in (REPO / folder).rglob("*") if p.suffix in (".py", ".yaml", ".smk", ".md", ".tex")]
+    for path in files:
+        if not path.is_file():
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for m in re.finditer(r"protocol\.md((?:[ ,]*§\d+(?:-\d+)?)+)", text, re.I):
+            for first, last in re.findall(r"§(\d+)(?:-(\d+))?", m.group(1)):
+                for n in range(int(first), int(last or first) + 1):
+                    cited.setdefault(n, path.relative_to(REPO))
+    assert cited, "no citation found: the pattern no longer matches the code's"
+    missing = {n: str(p) for n, p in cited.items() if n not in sections}
+    assert not missing, f"sections cited but absent from docs/protocol.md: {missing}"
+
+
+# Built from pieces so that this file does not match itself.
+OUTSIDE = [re.compile(p) for p in (re.escape("../" + "shared"), re.escape("shared/" + "PROTOCOL"),
+                                   re.escape("/work/" + "shared"),
+                                   r"""["']shared["']\s*/\s*["']PROTOCOL""",
+                                   r"REPO\.parent\s*/")]
+
+
+def test_tests_and_code_read_nothing_outside_the_repository():
+    """The specification lives in docs/protocol.md: no test or workflow script may point back
+    at a copy outside the repository, which a user's clone does not have."""
+    offenders = []
+    for folder in ("tests", "workflow_scripts"):
+        for path in sorted((REPO / folder).rglob("*")):
+            if not path.is_file() or path.suffix in (".pyc",) or path.stat().st_size > 2_000_000:
+                continue
+            text = path.read_text(encoding="utf-8", errors="replace")
+            for pattern in OUTSIDE:
+                for m in pattern.finditer(text):
+                    line = text.count("\n", 0, m.start()) + 1
+                    offenders.append(f"{path.relative_to(REPO)}:{line}: {m.group(0)}")
+    assert not offenders, "references outside the repository:\n" + "\n".join(offenders)

@@ -119,7 +119,8 @@ def test_every_preset_passes_the_config_check(repo):
         validate(config, schema)  # fills in the defaults, as the Snakefile does
         grid.check_config(config)
         checked.append(path.name)
-    assert {"config.yaml", "paper.yaml", "xtreme_r.yaml", "xtreme_r_demo.yaml", "multimodal_demo.yaml"} <= set(checked)
+    assert {"config.yaml", "paper.yaml", "xtreme_r.yaml", "xtreme_r_demo.yaml", "multimodal_demo.yaml",
+            "xtreme_small.yaml"} <= set(checked)
 
 
 def test_the_loaders_language_lists_are_the_checked_ones():

@@ -1,9 +1,20 @@
 # The two set-up-and-run commands of README.md. Both create .venv on first use.
 #   make demo   install, then run the embedded offline demo (snakemake --cores 2)
 #   make test   install, then run the test suite
+#   make demo TORCH=cpu   the same, with PyTorch's CPU build (a machine without a GPU)
 VENV ?= .venv
 CORES ?= 2
 BIN := $(abspath $(VENV))/bin
+# Which torch build the first install takes. Default: `torch==2.13.0` from PyPI, which on
+# Linux x86_64 is the CUDA build (it pulls the nvidia-* wheels, several GB). TORCH=cpu takes
+# the same version from PyTorch's CPU wheel index instead. It only matters when .venv is
+# created: to switch, remove .venv (or the $(VENV)/.installed marker) and install again.
+TORCH ?=
+ifeq ($(TORCH),cpu)
+TORCH_INDEX := --index-url https://download.pytorch.org/whl/cpu
+else ifneq ($(TORCH),)
+$(error TORCH=$(TORCH): leave TORCH unset (torch from PyPI) or set TORCH=cpu (PyTorch's CPU wheel index))
+endif
 # Rules call `python -m workflow_scripts...`: the environment's python must come first.
 export PATH := $(BIN):$(PATH)
 
@@ -11,11 +22,13 @@ export PATH := $(BIN):$(PATH)
 
 install: $(VENV)/.installed
 
-# torch is installed first and pinned: an unpinned torch would pull several GB of CUDA wheels.
+# torch is installed first and pinned, so that requirements.txt's torch==2.13.0 finds it
+# installed (the CPU build's version, 2.13.0+cpu, satisfies the pin) and pip does not fetch
+# another build.
 $(VENV)/.installed: requirements.txt requirements-test.txt
 	python3 -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet $(TORCH_INDEX) torch==2.13.0
 	$(BIN)/python -m pip install --quiet -r requirements-test.txt
 	touch $@
 

@@ -51,7 +51,7 @@ def main() -> None:
     import shutil
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--keep-tables", type=Path, help="copy the run's results/tables/ here")
+    ap.add_argument("--keep-tables", type=Path, help="copy the run's results/demo/tables/ here")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         repo = copy_repo(Path(tmp))
@@ -65,7 +65,7 @@ def main() -> None:
             time.sleep(0.5)
         wall = time.time() - started
         if args.keep_tables and proc.returncode == 0:
-            shutil.copytree(repo / "results" / "tables", args.keep_tables, dirs_exist_ok=True)
+            shutil.copytree(repo / "results" / "demo" / "tables", args.keep_tables, dirs_exist_ok=True)
     if proc.returncode:
         raise SystemExit(f"demo failed with exit code {proc.returncode}")
     print(f"demo wall time      {wall:8.1f} s    ratio to 10 min target  {wall / TARGET_WALL_S:.2f}")

@@ -14,9 +14,12 @@ from __future__ import annotations
 import json
 import random
 import re
+import sys
 from pathlib import Path
 
-LANGS = ("en", "de", "ru", "sw")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository, run as a script
+from workflow_scripts.workflow.grid import DEMO_LANGUAGES as LANGS  # noqa: E402  (the config check reads them)
+
 NAMES = {
     "en": ["Anna", "Peter", "Maria", "Juma", "Ivan", "Sara", "Omar", "Lena", "David", "Amina"],
     "de": ["Anna", "Peter", "Maria", "Juma", "Ivan", "Sara", "Omar", "Lena", "David", "Amina"],

@@ -43,6 +43,7 @@ except (grid.ConfigError, paths.ExperimentNameError, task_catalogue.CatalogueErr
 # Every output, log and benchmark record of this run lives in the experiment's own folders
 # (workflow_scripts/workflow/paths.py), so two configs never overwrite each other.
 paths.use_experiment(EXPERIMENT)
+config["experiment"] = EXPERIMENT  # named in the report
 RESULTS = paths.results()
 LOGS = paths.logs()
 shell.prefix(

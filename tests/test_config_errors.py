@@ -3,6 +3,7 @@ never leaves an output that looks complete."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import signal
 import subprocess
@@ -13,8 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import copy_repo, snakemake
+from conftest import REPO, copy_repo, paper_with_larger_backbones, paper_with_transfer_block, snakemake
 from workflow_scripts.common import atomic_path
+from workflow_scripts.workflow import grid
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +73,21 @@ CASES = [
       "architecture": {"hidden_size": 4096, "num_layers": 48, "num_attention_heads": 32, "vocab_size": 250880,
                        "intermediate_size": 16384}},
      "backbones.xlmr_tiny.gpus: full fine-tuning of 10.7B parameters needs"),
+    # Misspelt languages (ge for de), each named by its key with the codes it could be.
+    ("misspelt target language", "tasks.xnli.languages", ["en", "de", "ru", "sw", "ge"],
+     "config key tasks.xnli.languages[4]: unknown language 'ge' for xnli; known: ar, bg, de, el, en, es, fr, hi, "
+     "ru, sw, th, tr, ur, vi, zh"),
+    ("misspelt transfer-setting language", "transfer.settings.translate_train.languages", ["ge"],
+     "config key transfer.settings.translate_train.languages[0]: xquad is not evaluated in 'ge'; known "
+     "(tasks.<target>.languages): de, en, ru"),
+    ("misspelt intermediate language", "intermediate.squad_de.language", "ge",
+     "config key intermediate.squad_de.language: unknown language 'ge'; known: af, ar, az, bg"),
+    ("misspelt translator language", "models.translators.ge", {"hub_id": "Helsinki-NLP/opus-mt-en-de"},
+     "config key models.translators.ge: unknown language 'ge'; known: af, ar"),
+    ("misspelt source language", "transfer.settings.source:ge", {"targets": ["xquad"]},
+     "config key transfer.settings.source:ge: unknown language 'ge'; known: af, ar"),
+    ("language of an English task", "tasks.mnli.languages", ["de"],
+     "config key tasks.mnli.languages[0]: unknown language 'de' for mnli; known: en"),
 ]
 
 
@@ -83,6 +100,56 @@ def test_bad_config_fails_before_any_job_naming_the_key(repo, name, key, value, 
     assert proc.returncode != 0
     assert message in proc.stdout + proc.stderr, proc.stderr[-2000:]
     assert not (repo / "results" / "demo" / "data").exists(), "no job may run on a bad config"
+
+
+def presets(repo: Path) -> list[Path]:
+    """Every preset, and paper.yaml with each of its commented blocks switched on."""
+    return [repo / "config.yaml", *sorted((repo / "config").glob("*.yaml")), paper_with_transfer_block(repo),
+            paper_with_larger_backbones(repo)]
+
+
+def test_every_preset_passes_the_config_check(repo):
+    from snakemake.utils import validate
+
+    schema = str(repo / "schemas" / "config.schema.yaml")
+    checked = []
+    for path in presets(repo):
+        config = yaml.safe_load(path.read_text())
+        grid.check_schema(config, schema)
+        validate(config, schema)  # fills in the defaults, as the Snakefile does
+        grid.check_config(config)
+        checked.append(path.name)
+    assert {"config.yaml", "paper.yaml", "xtreme_r.yaml", "xtreme_r_demo.yaml", "multimodal_demo.yaml",
+            "xtreme_small.yaml"} <= set(checked)
+
+
+def test_the_loaders_language_lists_are_the_checked_ones():
+    """The config check's languages of a target (the benchmarks' lists) are the codes its
+    loader can read: the loaders' own lists may not drift from them."""
+    from workflow_scripts.data.loaders import spans, udpos, xcopa, xtreme
+
+    assert set(udpos.UD_LANGUAGE_NAMES) | set(udpos.XTREME_R_UD27_LANGUAGES) == set(grid.target_languages("udpos"))
+    assert set(xtreme.TATOEBA_CODES) | set(xtreme.TATOEBA_EXTRA_CODES) == set(grid.target_languages("tatoeba"))
+    assert xtreme.PANX_XTREME_LANGUAGES < set(grid.target_languages("panx"))
+    assert spans.XQUAD_XTREME_LANGUAGES < set(grid.target_languages("xquad"))
+    assert set(spans.TYDIQA_LANGUAGES.values()) == set(grid.target_languages("tydiqa"))
+    assert set(xcopa.XCOPA_LANGUAGES) == set(grid.target_languages("xcopa"))
+
+
+def test_the_demo_languages_count_for_local_data_only():
+    config = {"data": {"source": "local"}}
+    assert {"de", "ru"} <= set(grid.task_languages(config, "xcopa"))  # the demo mirror's synthetic XCOPA
+    assert grid.task_languages(config, "mnli") == ("en",)
+    config["data"]["source"] = "hub"
+    assert "de" not in grid.task_languages(config, "xcopa")  # the real XCOPA has no German
+    assert grid.task_languages(config, "xnli_mt") == grid.target_languages("xnli")
+    # They are the languages the demo data generator writes: its mirror's XCOPA and Mewsli-X have them.
+    spec = importlib.util.spec_from_file_location("make_demo_data", REPO / "demo" / "make_demo_data.py")
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    assert generator.LANGS is grid.DEMO_LANGUAGES
+    for dataset in ("cambridgeltl/xcopa", "izhx/mewsli-x"):
+        assert {p.name for p in (REPO / "demo" / "hub" / dataset).iterdir()} & {"de", "ru"} == {"de", "ru"}
 
 
 def test_atomic_path_leaves_nothing_on_failure(tmp_path):

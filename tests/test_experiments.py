@@ -21,6 +21,7 @@ def small_demo(repo: Path, name: str, seeds: list[int], **extra) -> str:
     config = yaml.safe_load((REPO / "config.yaml").read_text())
     config["backbones"] = {BACKBONE: config["backbones"][BACKBONE]}
     config["backbones"][BACKBONE]["demo"]["pretraining"]["steps"] = 50
+    config["models"]["demo_pretraining"]["text"] = {"mnli": ["train"], "xnli": ["dev"]}
     config.update(seeds=seeds, targets=["xnli"], intermediate={"none": {"tasks": []}, "mnli": {"tasks": ["mnli"]}},
                   transfer={"baseline": "zero_shot", "settings": {"zero_shot": {}}})
     for key, value in extra.items():

@@ -65,6 +65,9 @@ class Task:
     controls: tuple[str, ...] = ()
     # A task whose translations are published data rather than our MT output (MNLI: xnli_mt).
     provided_translations: str | None = None
+    # The languages its data has, where the entry declares them (a user's multilingual task);
+    # the built-in targets' come from the benchmarks' official lists (workflow/benchmark.py).
+    languages: tuple[str, ...] = ()
     # The module that converts its source rows: a dotted module name, or a .py file
     # relative to the entry's folder (a user's converter).
     converter: str = ""
@@ -102,7 +105,7 @@ CATALOGUE_ENV = "XSTILTS_TASK_CATALOGUES"
 METRICS = ("accuracy", "squad_v1", "squad_v2", "mlqa", "seqeval_f1", "bucc_f1", "tatoeba_accuracy", "mlm_loss",
            "map_at_20", "recall_at_1", "vqa_accuracy")
 SPLITS = ("train", "dev", "test")
-_TUPLES = ("splits", "labels", "eval_splits", "stages", "controls")
+_TUPLES = ("splits", "labels", "eval_splits", "stages", "controls", "languages")
 _REQUIRED = ("name", "format", "metric", "splits", "converter")
 
 

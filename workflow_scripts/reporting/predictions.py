@@ -26,7 +26,7 @@
 
 Evaluation writes one such folder per run next to its metric file (``seed<N>.predictions/``);
 ``collect`` copies the best models' folders into one submission
-(``results/submission/<backbone>/<benchmark>/``), each task under the benchmark's
+(``results/<experiment>/submission/<backbone>/<benchmark>/``), each task under the benchmark's
 leaderboard folder name (``benchmark.leaderboard_names``: XTREME's ``bucc2018``).
 """
 

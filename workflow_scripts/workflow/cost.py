@@ -1,6 +1,6 @@
 """What a run cost, per rule family, from Snakemake's ``benchmark:`` records.
 
-Every rule that does real work writes ``results/benchmarks/<rule>/....tsv`` (wall seconds,
+Every rule that does real work writes ``results/<experiment>/benchmarks/<rule>/....tsv`` (wall seconds,
 peak memory, CPU time of its last attempt). This module sums them per rule: jobs, wall
 hours, mean minutes per job, peak resident memory, and the GPU-hours and CPU-hours the jobs
 held (wall time x the GPUs and threads the config requests for that rule).
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> None:
     setup_logging()
     ap = argparse.ArgumentParser(description="Cost per rule family: measured from benchmark records, or planned.")
     sub = ap.add_subparsers(dest="command", required=True)
-    measured = sub.add_parser("measured", help="summarise results/benchmarks/ of a run")
+    measured = sub.add_parser("measured", help="summarise results/<experiment>/benchmarks/ of a run")
     measured.add_argument("--benchmarks", required=True, type=Path)
     measured.add_argument("--resources", required=True, help="JSON: rule -> its resources (gpu, threads)")
     plan = sub.add_parser("plan", help="jobs and requested GPU-hours of a config's DAG (dry run)")

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.common import REPO_ROOT, is_url, repo_path
-from workflow_scripts.data.tasks import (CONTROLS, PROVIDED_TRANSLATIONS, RANKING, SPAN, TASKS, TRANSLATABLE_FORMATS,
-                                         get_task)
+from workflow_scripts.data.tasks import (CONTROLS, MLM, PROVIDED_TRANSLATIONS, RANKING, SPAN, TASKS,
+                                         TRANSLATABLE_FORMATS, get_task)
 from workflow_scripts.workflow import backbone_grid, benchmark, memory_plan, paths, slurm, transfer
 from workflow_scripts.workflow.transfer import data_path, translate_test_path, translated_path
 
@@ -21,6 +21,9 @@ PHASE_KEYS = ("learning_rate", "warmup_ratio", "weight_decay", "max_grad_norm", 
               "multitask_epochs", "max_steps")
 SPAN_KEYS = ("doc_stride", "max_query_length", "n_best", "max_answer_length")
 RANKING_KEYS = ("max_query_length", "lowercase", "pooling")
+# The languages of the embedded demo data (demo/hub, demo/parallel): demo/make_demo_data.py
+# writes synthetic rows in them for every multilingual task (XCOPA and Mewsli-X too).
+DEMO_LANGUAGES = ("en", "de", "ru", "sw")
 
 
 class ConfigError(ValueError):
@@ -65,6 +68,7 @@ def check_config(config: dict[str, Any]) -> None:
                                   "an existing archive or directory")
     if config["models"]["source"] == "demo":
         _check_demo_pretraining(config)
+    check_languages(config)
     baselines = []
     for name, inter in config["intermediate"].items():
         for i, task in enumerate(inter["tasks"]):
@@ -177,6 +181,69 @@ def _check_demo_pretraining(config: dict[str, Any]) -> None:
         if not (corpora / f"en-{lang}.jsonl").is_file():
             raise ConfigError(f"config key models.demo_pretraining.languages: no parallel corpus for {lang!r}"
                               f" ({corpora / f'en-{lang}.jsonl'} does not exist)")
+
+
+def target_languages(target: str) -> tuple[str, ...]:
+    """Every language a target has data in: its official languages in each benchmark that
+    defines it (benchmark.py). The loaders read XTREME-R's additions (PAN-X from WikiANN,
+    XQuAD's ro, Tatoeba's five, UD v2.7) whichever benchmark scores the grid; their own lists
+    (udpos.UD_LANGUAGE_NAMES, xtreme.TATOEBA_CODES, ...) are these, as a test checks."""
+    return tuple(sorted({lang for b in benchmark.BENCHMARKS.values() for lang in b.languages.get(target, ())}))
+
+
+# Every language of the benchmarks' targets: those the translators, the translated
+# intermediate configs and the source-language settings may name.
+LANGUAGES = tuple(sorted({lang for b in benchmark.BENCHMARKS.values() for langs in b.languages.values()
+                          for lang in langs}))
+
+
+def task_languages(config: dict[str, Any], task: str) -> tuple[str, ...]:
+    """The language codes a task's data has: those its entry declares, else a target's (target_languages); a task holding a
+    target's published translations has the target's (xnli_mt: XNLI's); MLM's Wikipedia
+    corpus every benchmark language; the other intermediate tasks English. With data.source
+    local the demo's languages count too for a multilingual task: the demo mirror has its
+    synthetic rows in them (XCOPA in de, ru, sw)."""
+    translations_of = {held: target for target, held in transfer.PUBLISHED_MT_TRAIN.items()}
+    if get_task(task).languages:  # declared by the task's entry
+        known = set(get_task(task).languages)
+    elif get_task(task).is_target or task in translations_of:
+        known = set(target_languages(translations_of.get(task, task)))
+    elif get_task(task).format == MLM:
+        known = set(LANGUAGES)
+    else:
+        return ("en",)
+    if config["data"]["source"] == "local":
+        known |= set(DEMO_LANGUAGES)
+    return tuple(sorted(known))
+
+
+def check_languages(config: dict[str, Any]) -> None:
+    """Every language code the config names is one its data (or a translator) can have: a
+    misspelt one stops here, naming the key, instead of failing a job later."""
+    def check(key: str, lang: str, known: tuple[str, ...], of: str = "") -> None:
+        if lang not in known:
+            raise ConfigError(f"config key {key}: unknown language {lang!r}{of}; known: {', '.join(known)}")
+
+    for task, cfg in config["tasks"].items():
+        known = task_languages(config, task)
+        for i, lang in enumerate(cfg.get("languages", [])):
+            check(f"tasks.{task}.languages[{i}]", lang, known, f" for {task}")
+        extra = cfg.get("options", {}).get("ud_release_extra")
+        for i, lang in enumerate(extra.get("languages", []) if isinstance(extra, dict) else []):
+            check(f"tasks.{task}.options.ud_release_extra.languages[{i}]", lang, known, f" for {task}")
+    for name, inter in config["intermediate"].items():
+        if "language" in inter:
+            check(f"intermediate.{name}.language", inter["language"], LANGUAGES)
+    for group in ("translators", "translators_to_en"):
+        for lang in config["models"].get(group, {}):
+            check(f"models.{group}.{lang}", lang, LANGUAGES)
+    for task, langs in config.get("translation", {}).get("datasets", {}).items():
+        for i, lang in enumerate(langs):
+            check(f"translation.datasets.{task}[{i}]", lang, LANGUAGES)
+    for setting in transfer.configured(config):
+        source = transfer.source_language(setting)
+        if source is not None:
+            check(f"transfer.settings.{setting}", source, LANGUAGES)
 
 
 def local_releases(task_cfg: dict[str, Any]) -> dict[str, Path]:

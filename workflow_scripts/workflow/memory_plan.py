@@ -762,8 +762,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give a CONFIG file or --reference")
     import yaml  # only the CLI reads YAML; the Snakefile passes its parsed config
 
+    from workflow_scripts.common import repo_path
+    from workflow_scripts.data import tasks
+
     with open(args.config, encoding="utf-8") as f:
         config = yaml.safe_load(f) or {}
+    tasks.use_catalogues([repo_path(d) for d in config.get("task_catalogues", [])])  # the user's own tasks
     try:
         plans = plan_config(config, gpu_memory_gb=args.gpu_memory_gb)
     except PlanError as err:

@@ -370,7 +370,7 @@ def check(config: dict[str, Any]) -> None:
             for i, lang in enumerate(langs):
                 if lang not in covered:
                     raise TransferError(f"config key {where}[{i}]: {' / '.join(scope)} is not evaluated in "
-                                        f"{lang!r} (see tasks.<target>.languages)")
+                                        f"{lang!r}; known (tasks.<target>.languages): {', '.join(sorted(covered))}")
         for target in targets(config, setting):
             plan(config, setting, target)
     baseline = baseline_setting(config)

@@ -10,14 +10,18 @@ min_version("9.0")
 # The workflow_scripts package lives beside this Snakefile; every job imports it from here,
 # wherever the working directory is.
 sys.path.insert(0, workflow.basedir)
-shell.prefix(f"export PYTHONPATH={shlex.quote(workflow.basedir)}; ")
 
 from workflow_scripts.training import distributed
-from workflow_scripts.workflow import backbone_grid, grid, slurm, transfer
+from workflow_scripts.workflow import backbone_grid, grid, logs, slurm, transfer
 from workflow_scripts.workflow.codehash import module_digest
 from workflow_scripts.workflow.summary import run_summary
 from workflow_scripts.common import canonical_json
 from workflow_scripts.data.tasks import TASKS
+
+
+# Rules write their log to $(fresh_log {log:q}): a new log, the previous attempt's (an
+# interrupted or failed one) kept as <log>.1, .2, ... (workflow_scripts/workflow/logs.py).
+shell.prefix(f"export PYTHONPATH={shlex.quote(workflow.basedir)}; {logs.SHELL_FUNCTION} ")
 
 
 # Under Slurm: cancelled and preempted jobs end in a retry, and SIGUSR1 is left to the

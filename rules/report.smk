@@ -41,7 +41,7 @@ rule plot_results:
         "../envs/data.yaml"
     shell:
         "python -m workflow_scripts.reporting.plots results --tables {params.tables} --settings {params.settings:q}"
-        " --output {params.figures} > {log} 2>&1"
+        " --output {params.figures} > $(fresh_log {log:q}) 2>&1"
 
 
 rule plot_translation:
@@ -60,7 +60,7 @@ rule plot_translation:
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts.reporting.plots translation --table {input.table} --output results/figures > {log} 2>&1"
+        "python -m workflow_scripts.reporting.plots translation --table {input.table} --output results/figures > $(fresh_log {log:q}) 2>&1"
 
 
 rule typeset_tables:
@@ -83,7 +83,7 @@ rule typeset_tables:
         "../envs/data.yaml"
     shell:
         "python -m workflow_scripts.reporting.latex --tables {params.tables} --settings {params.settings:q}"
-        " --output {params.tables}/latex > {log} 2>&1"
+        " --output {params.tables}/latex > $(fresh_log {log:q}) 2>&1"
 
 
 rule collect_submission:
@@ -105,7 +105,7 @@ rule collect_submission:
     shell:
         "python -m workflow_scripts.reporting.predictions --best {input.best} --targets {params.targets}"
         " --baseline {params.baseline} --benchmark {params.benchmark} --predictions {params.runs}"
-        " --output {output.submission} > {log} 2>&1"
+        " --output {output.submission} > $(fresh_log {log:q}) 2>&1"
 
 
 rule compare_backbones:
@@ -131,7 +131,7 @@ rule compare_backbones:
     shell:
         "python -m workflow_scripts.reporting.compare_backbones --settings {params.settings:q} --tables results/tables"
         " --models results/models/backbones --md {output.md} --csv {output.csv}"
-        " --figure results/figures/backbones_delta > {log} 2>&1"
+        " --figure results/figures/backbones_delta > $(fresh_log {log:q}) 2>&1"
 
 
 rule tabulate_cost:
@@ -162,4 +162,4 @@ rule tabulate_cost:
         "../envs/data.yaml"
     shell:
         "python -m workflow_scripts.workflow.cost measured --benchmarks results/benchmarks --resources {params.resources:q}"
-        " --md {output.md} --csv {output.csv} > {log} 2>&1"
+        " --md {output.md} --csv {output.csv} > $(fresh_log {log:q}) 2>&1"

@@ -12,7 +12,7 @@ min_version("9.0")
 sys.path.insert(0, workflow.basedir)
 
 from workflow_scripts.training import distributed
-from workflow_scripts.workflow import backbone_grid, grid, paths, slurm, transfer
+from workflow_scripts.workflow import backbone_grid, grid, logs, paths, slurm, transfer
 from workflow_scripts.workflow.codehash import module_digest, task_fingerprint
 from workflow_scripts.workflow.summary import run_summary
 from workflow_scripts.common import canonical_json, repo_path
@@ -46,9 +46,13 @@ paths.use_experiment(EXPERIMENT)
 config["experiment"] = EXPERIMENT  # named in the report
 RESULTS = paths.results()
 LOGS = paths.logs()
+# Every job: the package, the user's task catalogues, and the log function. Rules write
+# their log to $(fresh_log {log:q}): a new log, the previous attempt's (an interrupted or
+# failed one) kept as <log>.1, .2, ... (workflow_scripts/workflow/logs.py).
 shell.prefix(
     f"export PYTHONPATH={shlex.quote(workflow.basedir)};"
-    f" export {task_catalogue.CATALOGUE_ENV}={shlex.quote(os.pathsep.join(TASK_CATALOGUES))}; "
+    f" export {task_catalogue.CATALOGUE_ENV}={shlex.quote(os.pathsep.join(TASK_CATALOGUES))};"
+    f" {logs.SHELL_FUNCTION} "
 )
 
 

@@ -22,7 +22,7 @@ rule prepare_task_data:
         "../envs/data.yaml"
     shell:
         "python -m workflow_scripts.data.prepare --task {wildcards.task} --split {wildcards.split}"
-        " --settings {params.settings:q} --output {output.data} > {log} 2>&1"
+        " --settings {params.settings:q} --output {output.data} > $(fresh_log {log:q}) 2>&1"
 
 
 rule embed_images:
@@ -54,4 +54,4 @@ rule embed_images:
     shell:
         "python -m workflow_scripts.multimodal.embed --data {input.data} --images {params.images:q}"
         " --encoder {input.encoder} --kind {params.kind} --cache {params.cache:q}"
-        " --batch-size {params.batch_size} --output {output.features} > {log} 2>&1"
+        " --batch-size {params.batch_size} --output {output.features} > $(fresh_log {log:q}) 2>&1"

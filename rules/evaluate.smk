@@ -29,4 +29,4 @@ rule evaluate_target:
         "python -m workflow_scripts.evaluation.evaluate --target {wildcards.target} --model {params.models}"
         " --data {params.data} --settings {params.settings:q} --run {params.run:q}"
         " --seed {wildcards.seed} --threads {threads} --output {output.metrics}"
-        " --predictions {output.predictions} > {log} 2>&1"
+        " --predictions {output.predictions} > $(fresh_log {log:q}) 2>&1"

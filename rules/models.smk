@@ -26,7 +26,7 @@ rule prepare_backbone:
         "../envs/training.yaml"
     shell:
         "python -m workflow_scripts.models.prepare backbone --settings {params.settings:q} --threads {threads}"
-        " --output {output.model} --text {input.text} --corpus {input.corpora} > {log} 2>&1"
+        " --output {output.model} --text {input.text} --corpus {input.corpora} > $(fresh_log {log:q}) 2>&1"
 
 
 rule prepare_translator:
@@ -48,7 +48,7 @@ rule prepare_translator:
     shell:
         "python -m workflow_scripts.models.prepare translator --lang {wildcards.lang}"
         " --settings {params.settings:q} --output {output.model} --text {input.text} --corpus {input.corpus}"
-        " > {log} 2>&1"
+        " > $(fresh_log {log:q}) 2>&1"
 
 
 rule prepare_translator_to_english:
@@ -70,7 +70,7 @@ rule prepare_translator_to_english:
     shell:
         "python -m workflow_scripts.models.prepare translator --from-lang {wildcards.lang} --lang en"
         " --settings {params.settings:q} --output {output.model} --text {input.text} --corpus {input.corpus}"
-        " > {log} 2>&1"
+        " > $(fresh_log {log:q}) 2>&1"
 
 
 rule convert_translator:
@@ -88,7 +88,7 @@ rule convert_translator:
     conda:
         "../envs/training.yaml"
     shell:
-        "python -m workflow_scripts.translation.translators convert --model {input.model} --output {output.converted} > {log} 2>&1"
+        "python -m workflow_scripts.translation.translators convert --model {input.model} --output {output.converted} > $(fresh_log {log:q}) 2>&1"
 
 
 rule prepare_vision_encoder:
@@ -110,4 +110,4 @@ rule prepare_vision_encoder:
         "../envs/training.yaml"
     shell:
         "python -m workflow_scripts.models.prepare vision --settings {params.settings:q} --threads {threads}"
-        " --output {output.model} {params.demo_args} > {log} 2>&1"
+        " --output {output.model} {params.demo_args} > $(fresh_log {log:q}) 2>&1"

@@ -44,7 +44,7 @@ rule plot_results:
         "../envs/data.yaml"
     shell:
         "python -m workflow_scripts.reporting.plots results --tables {params.tables} --settings {params.settings:q}"
-        " --output {params.figures} > {log} 2>&1"
+        " --output {params.figures} > $(fresh_log {log:q}) 2>&1"
 
 
 rule plot_translation:
@@ -65,7 +65,7 @@ rule plot_translation:
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts.reporting.plots translation --table {input.table} --output {params.figures} > {log} 2>&1"
+        "python -m workflow_scripts.reporting.plots translation --table {input.table} --output {params.figures} > $(fresh_log {log:q}) 2>&1"
 
 
 rule typeset_tables:
@@ -91,7 +91,7 @@ rule typeset_tables:
         "../envs/data.yaml"
     shell:
         "python -m workflow_scripts.reporting.latex --tables {params.tables} --settings {params.settings:q}"
-        " --output {params.tables}/latex > {log} 2>&1"
+        " --output {params.tables}/latex > $(fresh_log {log:q}) 2>&1"
 
 
 rule collect_submission:
@@ -116,7 +116,7 @@ rule collect_submission:
     shell:
         "python -m workflow_scripts.reporting.predictions --best {input.best} --targets {params.targets}"
         " --baseline {params.baseline} --benchmark {params.benchmark} --predictions {params.runs}"
-        " --output {output.submission} > {log} 2>&1"
+        " --output {output.submission} > $(fresh_log {log:q}) 2>&1"
 
 
 rule compare_backbones:
@@ -148,7 +148,7 @@ rule compare_backbones:
     shell:
         "python -m workflow_scripts.reporting.compare_backbones --settings {params.settings:q} --tables {params.tables}"
         " --models {params.models} --md {output.md} --csv {output.csv}"
-        " --figure {params.figure} > {log} 2>&1"
+        " --figure {params.figure} > $(fresh_log {log:q}) 2>&1"
 
 
 rule tabulate_cost:
@@ -181,4 +181,4 @@ rule tabulate_cost:
         "../envs/data.yaml"
     shell:
         "python -m workflow_scripts.workflow.cost measured --benchmarks {params.benchmarks} --resources {params.resources:q}"
-        " --md {output.md} --csv {output.csv} > {log} 2>&1"
+        " --md {output.md} --csv {output.csv} > $(fresh_log {log:q}) 2>&1"

@@ -77,7 +77,7 @@ rule aggregate_tables:
         " --translated-md {output.translated_md} --translated-csv {output.translated_csv}"
         " --runs-csv {output.runs_csv} --settings-md {output.settings_md} --settings-csv {output.settings_csv}"
         " --source-md {output.source_md} --source-csv {output.source_csv}"
-        " --significance-csv {output.significance_csv} > {log} 2>&1"
+        " --significance-csv {output.significance_csv} > $(fresh_log {log:q}) 2>&1"
 
 
 rule tabulate_modality:
@@ -113,4 +113,4 @@ rule tabulate_modality:
         "../envs/data.yaml"
     shell:
         "python -m workflow_scripts.reporting.modality --settings {params.settings:q} --runs {input.runs}"
-        " --md {output.md} --csv {output.csv} --figure {params.stem} > {log} 2>&1"
+        " --md {output.md} --csv {output.csv} --figure {params.stem} > $(fresh_log {log:q}) 2>&1"

@@ -38,7 +38,7 @@ rule train_intermediate:
         " --data {params.data:q} --settings {params.settings:q} --seed {wildcards.seed}"
         " --threads {threads} --output {output.model} --checkpoint-dir {params.checkpoints}"
         " --checkpoint-every {resources.checkpoint_every}"
-        " --keep-checkpoints {resources.keep_checkpoints} > {log} 2>&1"
+        " --keep-checkpoints {resources.keep_checkpoints} > $(fresh_log {log:q}) 2>&1"
 
 
 rule train_target:
@@ -81,7 +81,7 @@ rule train_target:
         " --data {params.data:q} --settings {params.settings:q} --seed {wildcards.seed}"
         " --threads {threads} --output {output.model} --checkpoint-dir {params.checkpoints}"
         " --checkpoint-every {resources.checkpoint_every}"
-        " --keep-checkpoints {resources.keep_checkpoints} > {log} 2>&1"
+        " --keep-checkpoints {resources.keep_checkpoints} > $(fresh_log {log:q}) 2>&1"
 
 
 # A target's stages (XTREME-R's XCOPA: SIQA, then COPA): each trains on the stage task's
@@ -122,4 +122,4 @@ rule train_target_stage:
         " --data {params.data:q} --settings {params.settings:q} --seed {wildcards.seed}"
         " --threads {threads} --output {output.model} --checkpoint-dir {params.checkpoints}"
         " --checkpoint-every {resources.checkpoint_every}"
-        " --keep-checkpoints {resources.keep_checkpoints} > {log} 2>&1"
+        " --keep-checkpoints {resources.keep_checkpoints} > $(fresh_log {log:q}) 2>&1"

@@ -30,7 +30,7 @@ rule translate_task_data:
     shell:
         "python -m workflow_scripts.translation.translate data --task {wildcards.task} --lang {wildcards.lang}"
         " --model {input.model} {params.converted} --input {input.data} --settings {params.settings:q} --batch-size {resources.translation_batch_size} --cache {params.cache}"
-        " --threads {threads} --output {output.data} --stats {output.stats} > {log} 2>&1"
+        " --threads {threads} --output {output.data} --stats {output.stats} > $(fresh_log {log:q}) 2>&1"
 
 
 rule translate_test_data:
@@ -63,7 +63,7 @@ rule translate_test_data:
     shell:
         "python -m workflow_scripts.translation.translate data --task {wildcards.task} --from-lang {wildcards.lang} --lang en"
         " --model {input.model} {params.converted} --input {input.data} --settings {params.settings:q} --batch-size {resources.translation_batch_size} --cache {params.cache}"
-        " --threads {threads} --output {output.data} --stats {output.stats} > {log} 2>&1"
+        " --threads {threads} --output {output.data} --stats {output.stats} > $(fresh_log {log:q}) 2>&1"
 
 
 rule score_translation_quality:
@@ -97,7 +97,7 @@ rule score_translation_quality:
     shell:
         "python -m workflow_scripts.translation.translate quality --lang {wildcards.lang} --model {input.model} {params.converted}"
         " --data dev={input.dev} test={input.test} --settings {params.settings:q} --batch-size {resources.translation_batch_size} --cache {params.cache}"
-        " --threads {threads} --output {output.quality} > {log} 2>&1"
+        " --threads {threads} --output {output.quality} > $(fresh_log {log:q}) 2>&1"
 
 
 rule score_translation_quality_to_english:
@@ -130,7 +130,7 @@ rule score_translation_quality_to_english:
     shell:
         "python -m workflow_scripts.translation.translate quality --from-lang {wildcards.lang} --lang en --model {input.model} {params.converted}"
         " --data dev={input.dev} test={input.test} --settings {params.settings:q} --batch-size {resources.translation_batch_size} --cache {params.cache}"
-        " --threads {threads} --output {output.quality} > {log} 2>&1"
+        " --threads {threads} --output {output.quality} > $(fresh_log {log:q}) 2>&1"
 
 
 rule tabulate_translation:
@@ -155,4 +155,4 @@ rule tabulate_translation:
         "../envs/data.yaml"
     shell:
         "python -m workflow_scripts.reporting.tables translation --stats {input.stats} --quality {input.quality}"
-        " --intermediate {input.models} --md {output.md} --csv {output.csv} > {log} 2>&1"
+        " --intermediate {input.models} --md {output.md} --csv {output.csv} > $(fresh_log {log:q}) 2>&1"

@@ -1,9 +1,11 @@
 """Training survives being killed: a rerun resumes from the newest checkpoint and ends with
-the same metric file as an uninterrupted run."""
+the same metric file as an uninterrupted run; Ctrl-C on Snakemake leaves a checkpoint of the
+step it reached, and the interrupted attempt's log."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -12,8 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
-from conftest import checkpoint_step, comparable_metrics
+from conftest import checkpoint_step, comparable_metrics, copy_repo, snakemake
+from workflow_scripts.workflow import logs
 
 SETTINGS = {"dropout": 0.1, "dev_examples": 60, "eval_batch_size": 32, "eval_every": 15, "learning_rate": 5e-4,
             "max_grad_norm": 1.0, "max_micro_batch": 4, "multitask_cap": 131072, "multitask_epochs": 1,
@@ -58,7 +62,8 @@ def reference(tmp_path_factory, demo_data, demo_encoder_dir):
     return data, evaluate(tmp / "model", demo_data["xnli.dev"], tmp / "metrics.json")
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGUSR1], ids=["SIGKILL", "SIGTERM", "SIGUSR1"])
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGUSR1, signal.SIGINT],
+                         ids=["SIGKILL", "SIGTERM", "SIGUSR1", "SIGINT"])
 def test_interrupted_run_resumes_to_the_same_metric_file(tmp_path, reference, demo_data, demo_encoder_dir, sig):
     data, expected = reference
     cmd = train_cmd(demo_encoder_dir, data, tmp_path / "model", tmp_path / "ckpt")
@@ -113,3 +118,68 @@ def test_checkpoints_can_be_kept(tmp_path, demo_data, demo_encoder_dir):
                    + ["--keep-checkpoints", "1"], check=True, capture_output=True)
     assert (tmp_path / "model/heads.pt").is_file()
     assert checkpoint_step(tmp_path / "ckpt") == 20
+
+
+def one_training_job(repo: Path) -> Path:
+    """The demo config cut to a single training job: the tiny encoder (pre-trained for 20
+    steps), no intermediate phase, XNLI, seed 1; ~380 steps with a checkpoint every 10 (and
+    few evaluations), so an interrupt after the second checkpoint lands mid-run."""
+    config = yaml.safe_load((repo / "config.yaml").read_text())
+    encoder = config["backbones"]["xlmr_tiny"]
+    encoder["demo"]["pretraining"]["steps"] = 20
+    config.update(seeds=[1], backbones={"xlmr_tiny": encoder}, intermediate={"none": {"tasks": []}}, targets=["xnli"],
+                  resources={"default": {"checkpoint_every": 10}})
+    config.pop("transfer")
+    config["translation"].pop("datasets")
+    config["tasks"] = {name: spec for name, spec in config["tasks"].items() if name in ("mnli", "xnli")}
+    config["tasks"]["xnli"]["epochs"] = 20
+    config["training"]["target"]["eval_every"] = 100
+    path = repo / "one_job.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def test_ctrl_c_on_snakemake_checkpoints_and_the_rerun_resumes_keeping_the_interrupted_log(tmp_path):
+    """Ctrl-C in a terminal: SIGINT to the whole foreground process group, i.e. Snakemake, the
+    job's shell and the training process. Snakemake (local executor) sends its running jobs no
+    signal of its own and waits for them; training writes a checkpoint at the end of the step
+    it is in and exits 130; the checkpoint directory is no output of the rule, so Snakemake
+    leaves it. The rerun resumes from that step, and the interrupted attempt's log, which
+    Snakemake deletes before the rerun starts, is kept as <log>.1."""
+    repo = copy_repo(tmp_path)
+    args = ["--cores", "2", "--configfile", str(one_training_job(repo)), "--until", "train_target"]
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    with open(tmp_path / "interrupted.out", "w") as out:
+        # its own process group, like a terminal's foreground job
+        proc = subprocess.Popen([sys.executable, "-m", "snakemake", *args], cwd=repo, env=env, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline, meta = time.time() + 300, None
+        while meta is None or checkpoint_step(meta.parent.parent) < 20:
+            assert proc.poll() is None, (tmp_path / "interrupted.out").read_text()[-3000:]
+            assert time.time() < deadline
+            meta = meta or next(repo.rglob("checkpoint/meta.json"), None)
+            time.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=120) != 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    said = (tmp_path / "interrupted.out").read_text()
+    # Snakemake waited for the job, which exited by itself: 128 + SIGINT
+    assert "Terminating processes on user request" in said and "non-zero exit status 130" in said, said[-3000:]
+    checkpoints = meta.parent.parent
+    stopped_at = checkpoint_step(checkpoints)
+    assert stopped_at >= 20
+    log = next(p for p in repo.rglob("seed1.log") if "train_target" in p.parts)
+    interrupted = log.read_text()
+    assert f"stopped by SIGINT after step {stopped_at}; checkpoint written to" in interrupted, interrupted[-3000:]
+    assert "Traceback" not in interrupted
+
+    rerun = snakemake(repo, *args, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert f"resuming from {checkpoints.relative_to(repo)}/checkpoint at step {stopped_at}" in log.read_text()
+    assert logs.kept(log, 1).read_text() == interrupted
+    (train_log,) = [p for p in repo.rglob("train_log.json") if json.loads(p.read_text()).get("phase") == "target"]
+    assert json.loads(train_log.read_text())["resumed_at_step"] == stopped_at
+    assert not checkpoints.exists(), "checkpoints are removed once the output exists"

@@ -1,7 +1,7 @@
 """Training sharded over processes (torchrun + FSDP2, gloo on CPU): the same global batches
 give the same run as one process, within floating-point noise, in full fine-tuning and with
-LoRA; a sharded run stopped by SIGTERM resumes from its sharded checkpoint to the same
-result; a rank that dies ends the job."""
+LoRA; a sharded run stopped by SIGTERM or Ctrl-C resumes from its sharded checkpoint to the
+same result; a rank that dies ends the job."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from workflow_scripts.training.distributed import read_extra
+from workflow_scripts.training.distributed import launch_command, read_extra
 
 # Loss and score agreement of 2 processes with 1: the ranks' gradients are averaged in a
 # different order than one process sums them (measured: losses within 2e-6 on the
@@ -48,8 +48,9 @@ def data_map(demo_data) -> dict:
 
 def train_cmd(encoder: Path, data: dict, settings: dict, output: Path, checkpoints: Path, processes: int,
               checkpoint_every: int = 1000) -> list[str]:
-    launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes),
-                 "--max-restarts", "0"] if processes > 1 else [sys.executable])
+    # the training rules' torchrun options (distributed.launch_command), with this interpreter
+    launcher = ([sys.executable, "-m", "torch.distributed.run", *launch_command([], 1, processes)[1:]]
+                if processes > 1 else [sys.executable])
     return [*launcher, "-m", "workflow_scripts.training.train", "target", "--encoder", str(encoder), "--data", json.dumps(data),
             "--settings", json.dumps(settings), "--seed", "3", "--threads", "1", "--output", str(output),
             "--checkpoint-dir", str(checkpoints), "--checkpoint-every", str(checkpoint_every)]
@@ -101,22 +102,33 @@ def test_two_processes_give_the_run_of_one(tmp_path, encoder, demo_data, single,
     assert not (tmp_path / "ckpt").exists(), "checkpoints are removed once the output exists"
 
 
-def test_a_sharded_run_stopped_by_sigterm_resumes_to_the_same_result(tmp_path, encoder, demo_data, single):
+@pytest.mark.parametrize("how", ["SIGTERM to torchrun", "Ctrl-C"])
+def test_a_sharded_run_stopped_by_a_signal_resumes_to_the_same_result(tmp_path, encoder, demo_data, single, how):
+    """SIGTERM (scancel, preemption) reaches torchrun; Ctrl-C sends SIGINT to the terminal's
+    foreground process group, which holds torchrun but not its workers (torchrun starts each
+    in a session of its own). Either way torchrun forwards the signal to both ranks, which
+    checkpoint at the same step and exit."""
     settings = {**SETTINGS, "method": {"name": "full"}}
     cmd = train_cmd(encoder, data_map(demo_data), settings, tmp_path / "model", tmp_path / "ckpt", 2,
                     checkpoint_every=4)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)  # its own process group, like a terminal's foreground job
     deadline = time.time() + 300
     while (read_extra(tmp_path / "ckpt" / "checkpoint") or {}).get("step", 0) < 4:
         assert proc.poll() is None, proc.stderr.read()[-4000:]
         assert time.time() < deadline
         time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)  # torchrun forwards it to both ranks
-    proc.wait(timeout=120)
+    if how == "Ctrl-C":
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
     assert proc.returncode != 0 and not (tmp_path / "model").exists(), "a stopped job leaves no output"
     stopped_at = read_extra(tmp_path / "ckpt" / "checkpoint")["step"]
     assert 4 <= stopped_at < 20
+    name = "SIGINT" if how == "Ctrl-C" else "SIGTERM"
+    assert stderr.count(f"stopped by {name} after step {stopped_at}; checkpoint written") == 2, stderr[-4000:]
     run(cmd)
     log = json.loads((tmp_path / "model/train_log.json").read_text())
     assert log["resumed_at_step"] == stopped_at

@@ -18,6 +18,7 @@ import hashlib
 import json
 import random
 import shutil
+import signal
 import struct
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -28,11 +29,24 @@ _DTYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64": "F
            "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8", "bool": "BOOL"}
 
 
+# Signals on which training writes a checkpoint at the end of the current step and stops
+# (train.py): SIGTERM (scancel, preemption, torchrun ending its workers), SIGUSR1 (Slurm's
+# warning before the time limit, sbatch --signal) and SIGINT (Ctrl-C: the terminal sends it to
+# the whole foreground process group, Snakemake and the training process alike; torchrun,
+# whose workers run in sessions of their own, passes it on to them).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+
+
 class Preempted(Exception):
     """Training stopped on a signal after writing a checkpoint; a rerun resumes from it."""
 
-    def __init__(self, signum: int, step: int) -> None:
-        super().__init__(f"stopped by signal {signum} after step {step}; checkpoint written, rerun to resume")
+    def __init__(self, signum: int, step: int, checkpoint: Path | None = None) -> None:
+        name = signal.Signals(signum).name
+        if checkpoint is None:
+            saved = "no checkpoint directory, so no checkpoint: a rerun starts over"
+        else:
+            saved = f"checkpoint written to {checkpoint}: a rerun resumes from it"
+        super().__init__(f"stopped by {name} after step {step}; {saved}")
         self.signum = signum
 
 

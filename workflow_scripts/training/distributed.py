@@ -47,7 +47,8 @@ if TYPE_CHECKING:
 
 LATEST = "LATEST"  # names the complete checkpoint version; replaced atomically
 EXTRA = "extra.pt"
-# torchrun forwards these to every worker (SIGUSR1: Slurm's --signal=USR1@T warning)
+# torchrun forwards these to every worker (SIGUSR1: Slurm's --signal=USR1@T warning; SIGINT:
+# Ctrl-C, which reaches torchrun only: its workers run in sessions of their own)
 FORWARDED_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
 # Set by the srun launcher: this process is one Slurm task of a rank-per-task job step.
 RANKS_FROM = "XSTILTS_RANKS_FROM"
@@ -461,9 +462,9 @@ def launch_command(argv: list[str], nodes: int, gpus_per_node: int, port: int | 
     A dead rank ends the whole job: with ``--max-restarts 0`` torchrun, when any worker exits
     non-zero, sends SIGTERM to the others, SIGKILLs them after 30 s and exits non-zero itself;
     ``srun --kill-on-bad-exit=1`` ends the other tasks (or the torchruns of the other nodes).
-    Stop signals (SIGTERM, SIGUSR1 from ``sbatch --signal``) reach torchrun, which forwards
-    them to every worker and waits up to ``shutdown_timeout`` s for them to checkpoint and
-    exit; srun's tasks receive them from Slurm directly."""
+    Stop signals (SIGTERM, SIGUSR1 from ``sbatch --signal``, SIGINT from Ctrl-C) reach
+    torchrun, which forwards them to every worker and waits up to ``shutdown_timeout`` s for
+    them to checkpoint and exit; srun's tasks receive them from Slurm directly."""
     if launcher not in LAUNCHERS:
         raise ValueError(f"launcher {launcher!r}: one of {', '.join(LAUNCHERS)}")
     if nodes < 1 or gpus_per_node < 1:

@@ -56,7 +56,7 @@ from workflow_scripts.models.adapters import Method, lineage, check_available, s
 from workflow_scripts.models.backbones import family_of
 from workflow_scripts.models.heads import forward, load_mlm_head, load_saved_heads, load_tokenizer, make_head
 from workflow_scripts.training import runtime as training_runtime
-from workflow_scripts.training.checkpoints import Preempted, files_stamp, save_weights
+from workflow_scripts.training.checkpoints import STOP_SIGNALS, Preempted, files_stamp, save_weights
 from workflow_scripts.training.distributed import any_rank, from_rank0, sum_over_ranks
 from workflow_scripts.workflow.codehash import module_digest
 
@@ -350,10 +350,9 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
                  "train_seconds": train_seconds + time.time() - loop_started - eval_seconds,
                  "elapsed": elapsed + time.time() - started}
 
-    # Slurm sends SIGUSR1 (with --signal) or SIGTERM before killing a job: checkpoint, then stop.
+    # A stop signal (STOP_SIGNALS): checkpoint at the end of the current step, then stop.
     stop_signal: list[int] = []
-    previous = {sig: signal.signal(sig, lambda signum, frame: stop_signal.append(signum))
-                for sig in (signal.SIGTERM, signal.SIGUSR1)}
+    previous = {sig: signal.signal(sig, lambda signum, frame: stop_signal.append(signum)) for sig in STOP_SIGNALS}
     loop_started, eval_seconds = time.time(), 0.0
     try:
         step = start
@@ -414,11 +413,16 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
                 if bad_evals >= int(settings["patience"]):
                     LOG.info("early stopping at step %d (best step %d)", step + 1, best["step"])
                     break
+            if stopping:  # (a rank that saw no signal itself stops on another's)
+                signum = stop_signal[0] if stop_signal else signal.SIGTERM
+                if ctx.is_main:
+                    LOG.warning("%s: writing a checkpoint at step %d, then stopping", f"{signal.Signals(signum).name} received"
+                                if stop_signal else "another rank received a stop signal", step + 1)
             if saving:
                 runtime.save(checkpointer, model, optimizer, state(step + 1))
                 best_weights.checkpointed(best["step"] or None)
             if stopping:
-                raise Preempted(stop_signal[0] if stop_signal else signal.SIGTERM, step + 1)
+                raise Preempted(signum, step + 1, checkpointer.path)
         if best["step"]:
             best_weights.restore(model, best["step"])
     finally:
@@ -580,6 +584,10 @@ def main(argv: list[str] | None = None) -> None:
     except Preempted as err:
         LOG.warning("%s", err)
         raise SystemExit(128 + err.signum) from None
+    except KeyboardInterrupt:  # Ctrl-C outside the training steps (loading, writing the output)
+        LOG.warning("stopped by SIGINT outside the training steps: no checkpoint written now; "
+                    "a rerun resumes from the last one, if there is one")
+        raise SystemExit(128 + signal.SIGINT) from None
 
 
 if __name__ == "__main__":

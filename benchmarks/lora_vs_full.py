@@ -1,7 +1,7 @@
 """LoRA vs full fine-tuning in the xstilts engine: peak memory and throughput, side by side.
 
-The targets (docs/protocol.md §10): LoRA at most 0.7x the peak memory of full fine-tuning and at
-least 1.0x its examples/s.
+The targets this benchmark checks: LoRA at most 0.7x the peak memory of full fine-tuning and at
+least 1.0x its examples/s (LoRA and QLoRA backbones: docs/protocol.md §10).
 
 Both methods run ``train.train_phase("target", ...)`` with the same model, data, batch size,
 learning-rate schedule and number of steps; only ``settings["method"]`` differs:

@@ -121,6 +121,28 @@ def snakemake(cwd: Path, *args: str, timeout: int = 1800) -> subprocess.Complete
                           text=True, timeout=timeout)
 
 
+@pytest.fixture(scope="session")
+def demo_checkout(tmp_path_factory) -> Path:
+    """A copy of the repository after `snakemake --cores 2` ran the default demo: shared by
+    the workflow tests and by the XTREME-R demo, which runs beside it in the same checkout."""
+    import time
+
+    repo = copy_repo(tmp_path_factory.mktemp("repo"))
+    started = time.time()
+    proc = snakemake(repo, "--cores", "2")
+    print(f"\ndemo run from scratch: {time.time() - started:.0f} s wall")
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    return repo
+
+
+def file_digests(folder: Path) -> dict[str, str]:
+    """sha256 of every file under a folder, by relative path."""
+    import hashlib
+
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
 def planned_jobs(cwd: Path, *args: str) -> set[tuple[str, str]]:
     """(rule, first output) of every job a dry run would execute."""
     proc = snakemake(cwd, "-n", *args)

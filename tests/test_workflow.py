@@ -48,13 +48,8 @@ def after_metrics(*backbones: str) -> set[tuple[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory) -> Path:
-    repo = copy_repo(tmp_path_factory.mktemp("repo"))
-    started = time.time()
-    proc = snakemake(repo, "--cores", "2")
-    print(f"\ndemo run from scratch: {time.time() - started:.0f} s wall")
-    assert proc.returncode == 0, proc.stderr[-5000:]
-    return repo
+def demo(demo_checkout) -> Path:
+    return demo_checkout
 
 
 def load_config(repo: Path) -> dict:
@@ -164,7 +159,7 @@ def test_demo_writes_tables_and_complete_metric_files(demo):
     assert squad["kept"] + squad["dropped_unaligned"] + squad["dropped_no_answer_in_source"] == squad["examples"]
     assert "squad_de" in (demo / f"results/demo/tables/{ENCODER}/translated.md").read_text()
     assert "squad_de" in translation.split("Intermediate-task dev score")[1]
-    assert list((demo / "logs").rglob("*.log")), "every rule logs under logs/"
+    assert list((demo / "logs/demo").rglob("*.log")), "every rule logs under logs/<experiment>/"
     # Translation ran on the default backend, converted once per translator; search was exact.
     assert quality["engine"]["backend"] == "ctranslate2" and squad["engine"]["precision"]
     assert (demo / "results/demo/models/ctranslate2/translator/de/model.bin").is_file()
@@ -539,8 +534,8 @@ def test_corrupt_data_file_fails_its_rule_naming_the_file(demo):
         proc = snakemake(demo, f"results/demo/metrics/{ENCODER}/zero_shot/none/xnli/seed1.json", "--cores", "1",
                          "--forcerun", "evaluate_target", "--allowed-rules", "evaluate_target")
         assert proc.returncode != 0
-        log = (demo / f"logs/evaluate_target/{ENCODER}/zero_shot/none/xnli/seed1.log").read_text()
-        assert "corrupt data file results/data/xnli/test.parquet" in log
+        log = (demo / f"logs/demo/evaluate_target/{ENCODER}/zero_shot/none/xnli/seed1.log").read_text()
+        assert "corrupt data file results/demo/data/xnli/test.parquet" in log
         assert not (demo / f"results/demo/metrics/{ENCODER}/zero_shot/none/xnli/seed1.json").exists()
     finally:
         shutil.copy2(backup, data)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import copy_repo, snakemake
+from conftest import copy_repo, file_digests, planned_jobs, snakemake
 from workflow_scripts.data.tasks import get_task
 from workflow_scripts.workflow import benchmark
 
@@ -80,12 +80,31 @@ def test_switching_xcopa_stages_off_trains_it_from_the_intermediate_encoder(repo
 
 
 @pytest.fixture(scope="module")
-def demo_run(repo) -> Path:
+def demo_run(demo_checkout) -> Path:
+    """The XTREME-R demo, run in the checkout where the default demo already ran: an
+    experiment of its own beside it."""
+    default_before = file_digests(demo_checkout / "results/demo")
+    (demo_checkout / "default_demo_before_xtreme_r.json").write_text(json.dumps(default_before))
     started = time.time()
-    proc = snakemake(repo, "--cores", "2", "--configfile", DEMO_CONFIG, timeout=1500)
+    proc = snakemake(demo_checkout, "--cores", "2", "--configfile", DEMO_CONFIG, timeout=1500)
     print(f"\nXTREME-R demo run: {time.time() - started:.0f} s wall")
     assert proc.returncode == 0, proc.stderr[-5000:]
-    return repo
+    (demo_checkout / "xtreme_r_demo_stdout.txt").write_text(proc.stdout + proc.stderr)
+    return demo_checkout
+
+
+def test_two_demos_in_one_checkout_keep_their_own_outputs_and_switching_back_plans_nothing(demo_run):
+    before = json.loads((demo_run / "default_demo_before_xtreme_r.json").read_text())
+    assert before and file_digests(demo_run / "results/demo") == before, "the default demo's outputs are untouched"
+    for experiment in ("demo", "xtreme_r_demo"):
+        assert (demo_run / f"results/{experiment}/tables/cost.md").is_file()
+        assert (demo_run / f"results/{experiment}/tables/xlmr_tiny/main.md").is_file()
+    assert (demo_run / "results/demo/tables/llama_tiny/main.md").is_file()
+    assert not (demo_run / "results/xtreme_r_demo/tables/llama_tiny").exists(), "the XTREME-R demo has one backbone"
+    summary = (demo_run / "xtreme_r_demo_stdout.txt").read_text().split("xstilts: results of experiment xtreme_r_demo")[1]
+    assert "llama_tiny" not in summary and "results/demo/" not in summary, "the summary shows this experiment only"
+    assert planned_jobs(demo_run) == set()
+    assert planned_jobs(demo_run, "--configfile", DEMO_CONFIG) == set()
 
 
 def chance_map_at_20(pool: int, golds: int, draws: int = 2000) -> float:
@@ -135,7 +154,7 @@ def test_the_xtreme_r_demo_trains_xcopa_from_its_siqa_stage_and_submits_every_ta
     for config in ("none", "mnli"):
         stage = demo_run / f"results/xtreme_r_demo/target/xlmr_tiny/{config}/xcopa/stages/siqa/seed1/model"
         assert json.loads((stage / "train_log.json").read_text())["settings"]["tasks"].keys() == {"siqa"}
-        log = (demo_run / f"logs/train_target/xlmr_tiny/{config}/xcopa/en.dev-en/seed1.log").read_text()
+        log = (demo_run / f"logs/xtreme_r_demo/train_target/xlmr_tiny/{config}/xcopa/en.dev-en/seed1.log").read_text()
         assert f"head xcopa continues from siqa's in {stage.relative_to(demo_run)}" in log
     # Tatoeba embedded with the SQuAD-trained XQuAD model (XTREME-R's protocol), said in the metric file
     m = json.loads((demo_run / "results/xtreme_r_demo/metrics/xlmr_tiny/zero_shot/mnli/tatoeba/seed1.json").read_text())

@@ -49,8 +49,8 @@ class Task:
     labels: tuple[str, ...] = ()
     num_choices: int = 0
     # Targets only: which task's train split trains it and which dev split selects the model;
-    # zero-shot uses their English rows (docs/protocol.md §3: "Model selection uses English dev
-    # only"), other transfer settings other languages (transfer.py).
+    # zero-shot uses their English rows (docs/protocol.md §3: model selection looks at
+    # English dev data only), other transfer settings other languages (transfer.py).
     train_from: str | None = None
     select_from: str | None = None
     eval_splits: tuple[str, ...] = field(default=())

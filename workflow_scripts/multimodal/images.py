@@ -3,8 +3,8 @@ decoded to RGB, and identified by the SHA-256 of its bytes (the key of the featu
 so that two tasks over the same image share its features).
 
 A missing, truncated, undecodable or wrongly checksummed image is counted by kind, named in
-the log, and its rows dropped; a split never fails for it (docs/protocol.md §9, the project's
-repair-count-log rule). Only a split left with no image at all is an error.
+the log, and its rows dropped; a split never fails for it (the project's rule for repairable
+bad rows: repaired or dropped, counted, logged). Only a split left with no image at all is an error.
 """
 
 from __future__ import annotations

@@ -714,7 +714,7 @@ REFERENCE_LORA = {"rank": 16, "alpha": 32, "dropout": 0.05}
 def reference_plan_markdown(seq_len: int = 256, micro_batch: int = 8, gpu_memory_gb: float = 80) -> str:
     """The README's table: each reference backbone with full fine-tuning, LoRA and QLoRA in
     bf16 on ``gpu_memory_gb`` GPUs, without and with activation checkpointing. The defaults
-    are the paper's intermediate phase: max_length 256 and micro-batch 8 (docs/protocol.md §2)."""
+    are the paper preset's intermediate phase: max_length 256 and micro-batch 8 (config/paper.yaml)."""
     capacity = usable_bytes(gpu_memory_gb) / GB
     lines = [
         f"Per GPU, bf16, seq len {seq_len}, micro-batch {micro_batch} per GPU, one classification head, "

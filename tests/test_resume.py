@@ -132,6 +132,7 @@ def one_training_job(repo: Path) -> Path:
     config.pop("transfer")
     config["translation"].pop("datasets")
     config["tasks"] = {name: spec for name, spec in config["tasks"].items() if name in ("mnli", "xnli")}
+    config["models"]["demo_pretraining"]["text"] = {"mnli": ["train"], "xnli": ["dev"]}
     config["tasks"]["xnli"]["epochs"] = 20
     config["training"]["target"]["eval_every"] = 100
     path = repo / "one_job.yaml"

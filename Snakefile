@@ -27,10 +27,10 @@ report: "report/workflow.rst"
 
 rule all:
     input:
-        expand(RESULTS + "/tables/{backbone}/main.md", backbone=BACKBONES),
-        expand(RESULTS + "/figures/{backbone}/main_deltas.png", backbone=BACKBONES),
-        expand(RESULTS + "/tables/{backbone}/latex/main.tex", backbone=BACKBONES),
-        expand(RESULTS + "/submission/{backbone}/{benchmark}", backbone=BACKBONES, benchmark=BENCHMARK),
+        expand(f"{RESULTS}/tables/{{backbone}}/main.md", backbone=BACKBONES),
+        expand(f"{RESULTS}/figures/{{backbone}}/main_deltas.png", backbone=BACKBONES),
+        expand(f"{RESULTS}/tables/{{backbone}}/latex/main.tex", backbone=BACKBONES),
+        expand(f"{RESULTS}/submission/{{backbone}}/{{benchmark}}", backbone=BACKBONES, benchmark=BENCHMARK),
         rules.compare_backbones.output,
         rules.tabulate_cost.output,
         rules.tabulate_translation.output if grid.translation_stats_files(config) else [],

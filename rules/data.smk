@@ -8,11 +8,11 @@ rule prepare_task_data:
     input:
         mirror=local_source_files,
     output:
-        data=RESULTS + "/data/{task}/{split}.parquet",
+        data=f"{RESULTS}/data/{{task}}/{{split}}.parquet",
     log:
-        LOGS + "/prepare_task_data/{task}/{split}.log",
+        f"{LOGS}/prepare_task_data/{{task}}/{{split}}.log",
     benchmark:
-        RESULTS + "/benchmarks/prepare_task_data/{task}/{split}.tsv",
+        f"{RESULTS}/benchmarks/prepare_task_data/{{task}}/{{split}}.tsv",
     params:
         settings=settings(grid.data_settings, "task", "split"),
         code=module_digest("data.prepare"),
@@ -31,11 +31,11 @@ rule embed_images:
         unpack(embed_inputs),
         encoder=grid.vision_encoder_dir(),
     output:
-        features=directory(RESULTS + "/data/images/{task}"),
+        features=directory(f"{RESULTS}/data/images/{{task}}"),
     log:
-        LOGS + "/embed_images/{task}.log",
+        f"{LOGS}/embed_images/{{task}}.log",
     benchmark:
-        RESULTS + "/benchmarks/embed_images/{task}.tsv",
+        f"{RESULTS}/benchmarks/embed_images/{{task}}.tsv",
     params:
         images=lambda wildcards: grid.image_dir(config, wildcards.task),
         kind=config["vision"]["features"],

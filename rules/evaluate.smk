@@ -3,13 +3,13 @@ rule evaluate_target:
     input:
         unpack(evaluate_inputs),
     output:
-        metrics=RESULTS + "/metrics/{backbone}/{setting}/{intermediate}/{target}/seed{seed}.json",
+        metrics=f"{RESULTS}/metrics/{{backbone}}/{{setting}}/{{intermediate}}/{{target}}/seed{{seed}}.json",
         # the test predictions in the XTREME leaderboard layout (predictions.py)
-        predictions=directory(RESULTS + "/metrics/{backbone}/{setting}/{intermediate}/{target}/seed{seed}.predictions"),
+        predictions=directory(f"{RESULTS}/metrics/{{backbone}}/{{setting}}/{{intermediate}}/{{target}}/seed{{seed}}.predictions"),
     log:
-        LOGS + "/evaluate_target/{backbone}/{setting}/{intermediate}/{target}/seed{seed}.log",
+        f"{LOGS}/evaluate_target/{{backbone}}/{{setting}}/{{intermediate}}/{{target}}/seed{{seed}}.log",
     benchmark:
-        RESULTS + "/benchmarks/evaluate_target/{backbone}/{setting}/{intermediate}/{target}/seed{seed}.tsv",
+        f"{RESULTS}/benchmarks/evaluate_target/{{backbone}}/{{setting}}/{{intermediate}}/{{target}}/seed{{seed}}.tsv",
     params:
         settings=settings(grid.eval_settings, "backbone", "target", "setting"),
         models=model_args,

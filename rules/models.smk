@@ -11,11 +11,11 @@ rule prepare_backbone:
         text=demo_text_inputs,
         corpora=demo_encoder_corpora,
     output:
-        model=directory(RESULTS + "/models/backbones/{backbone}"),
+        model=directory(f"{RESULTS}/models/backbones/{{backbone}}"),
     log:
-        LOGS + "/prepare_backbone/{backbone}.log",
+        f"{LOGS}/prepare_backbone/{{backbone}}.log",
     benchmark:
-        RESULTS + "/benchmarks/prepare_backbone/{backbone}.tsv"
+        f"{RESULTS}/benchmarks/prepare_backbone/{{backbone}}.tsv"
     params:
         settings=lambda wildcards: canonical_json(backbone_grid.prepare_settings(config, wildcards.backbone)),
         code=module_digest("models.prepare"),
@@ -35,11 +35,11 @@ rule prepare_translator:
         text=demo_text_inputs,
         corpus=demo_translator_corpus,
     output:
-        model=directory(RESULTS + "/models/translator/{lang}"),
+        model=directory(f"{RESULTS}/models/translator/{{lang}}"),
     log:
-        LOGS + "/prepare_translator/{lang}.log",
+        f"{LOGS}/prepare_translator/{{lang}}.log",
     benchmark:
-        RESULTS + "/benchmarks/prepare_translator/{lang}.tsv",
+        f"{RESULTS}/benchmarks/prepare_translator/{{lang}}.tsv",
     params:
         settings=settings(grid.translator_settings, "lang"),
         code=module_digest("models.prepare"),
@@ -57,11 +57,11 @@ rule prepare_translator_to_english:
         text=demo_text_inputs,
         corpus=demo_translator_corpus,
     output:
-        model=directory(RESULTS + "/models/translator_to_en/{lang}"),
+        model=directory(f"{RESULTS}/models/translator_to_en/{{lang}}"),
     log:
-        LOGS + "/prepare_translator_to_english/{lang}.log",
+        f"{LOGS}/prepare_translator_to_english/{{lang}}.log",
     benchmark:
-        RESULTS + "/benchmarks/prepare_translator_to_english/{lang}.tsv",
+        f"{RESULTS}/benchmarks/prepare_translator_to_english/{{lang}}.tsv",
     params:
         settings=lambda wildcards: canonical_json(grid.translator_settings(config, wildcards.lang, to_english=True)),
         code=module_digest("models.prepare"),
@@ -76,13 +76,13 @@ rule prepare_translator_to_english:
 rule convert_translator:
     """A translator converted for CTranslate2."""
     input:
-        model=RESULTS + "/models/{translator}/{lang}",
+        model=f"{RESULTS}/models/{{translator}}/{{lang}}",
     output:
-        converted=directory(RESULTS + "/models/ctranslate2/{translator}/{lang}"),
+        converted=directory(f"{RESULTS}/models/ctranslate2/{{translator}}/{{lang}}"),
     log:
-        LOGS + "/convert_translator/{translator}/{lang}.log",
+        f"{LOGS}/convert_translator/{{translator}}/{{lang}}.log",
     benchmark:
-        RESULTS + "/benchmarks/convert_translator/{translator}/{lang}.tsv"
+        f"{RESULTS}/benchmarks/convert_translator/{{translator}}/{{lang}}.tsv"
     params:
         code=module_digest("translation.translators"),
     conda:
@@ -98,9 +98,9 @@ rule prepare_vision_encoder:
     output:
         model=directory(grid.vision_encoder_dir()),
     log:
-        LOGS + "/prepare_vision_encoder.log",
+        f"{LOGS}/prepare_vision_encoder.log",
     benchmark:
-        RESULTS + "/benchmarks/prepare_vision_encoder.tsv"
+        f"{RESULTS}/benchmarks/prepare_vision_encoder.tsv"
     params:
         settings=lambda wildcards: canonical_json(grid.vision_settings(config)),
         demo_args=demo_vision_args,

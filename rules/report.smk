@@ -11,18 +11,18 @@ rule plot_results:
         per_language=rules.aggregate_tables.output.per_language_csv,
         runs=rules.aggregate_tables.output.runs_csv,
     output:
-        main_png=report(RESULTS + "/figures/{backbone}/main_deltas.png", caption="../report/main_deltas.rst",
+        main_png=report(f"{RESULTS}/figures/{{backbone}}/main_deltas.png", caption="../report/main_deltas.rst",
                         category="Results", labels={"backbone": "{backbone}", "figure": "main table, differences"}),
-        main_svg=RESULTS + "/figures/{backbone}/main_deltas.svg",
+        main_svg=f"{RESULTS}/figures/{{backbone}}/main_deltas.svg",
         per_language_png=[
             report(f"{RESULTS}/figures/{{backbone}}/per_language/{target}.png", caption="../report/per_language.rst",
                    category="Results", labels={"backbone": "{backbone}", "figure": "per language", "target": target})
             for target in config["targets"]
         ],
         per_language_svg=[f"{RESULTS}/figures/{{backbone}}/per_language/{target}.svg" for target in config["targets"]],
-        seeds_png=report(RESULTS + "/figures/{backbone}/seed_spread.png", caption="../report/seed_spread.rst",
+        seeds_png=report(f"{RESULTS}/figures/{{backbone}}/seed_spread.png", caption="../report/seed_spread.rst",
                          category="Results", labels={"backbone": "{backbone}", "figure": "spread over seeds"}),
-        seeds_svg=RESULTS + "/figures/{backbone}/seed_spread.svg",
+        seeds_svg=f"{RESULTS}/figures/{{backbone}}/seed_spread.svg",
         settings_png=[
             report(f"{RESULTS}/figures/{{backbone}}/settings/{token}.png", caption="../report/setting_deltas.rst",
                    category="Transfer settings", labels={"backbone": "{backbone}", "figure": "per language", "setting": token})
@@ -30,9 +30,9 @@ rule plot_results:
         ],
         settings_svg=[f"{RESULTS}/figures/{{backbone}}/settings/{token}.svg" for token in other_setting_tokens()],
     log:
-        LOGS + "/plot_results/{backbone}.log",
+        f"{LOGS}/plot_results/{{backbone}}.log",
     benchmark:
-        RESULTS + "/benchmarks/plot_results/{backbone}.tsv"
+        f"{RESULTS}/benchmarks/plot_results/{{backbone}}.tsv"
     params:
         settings=lambda wildcards: canonical_json(grid.table_settings(config, wildcards.backbone)),
         tables=lambda wildcards: backbone_grid.tables_dir(wildcards.backbone),
@@ -52,15 +52,15 @@ rule plot_translation:
     input:
         table=rules.tabulate_translation.output.csv,
     output:
-        png=report(RESULTS + "/figures/translation.png", caption="../report/translation.rst",
+        png=report(f"{RESULTS}/figures/translation.png", caption="../report/translation.rst",
                    category="Translation", labels={"figure": "spans and quality"}),
-        svg=RESULTS + "/figures/translation.svg",
+        svg=f"{RESULTS}/figures/translation.svg",
     log:
-        LOGS + "/plot_translation.log",
+        f"{LOGS}/plot_translation.log",
     benchmark:
-        RESULTS + "/benchmarks/plot_translation.tsv"
+        f"{RESULTS}/benchmarks/plot_translation.tsv"
     params:
-        figures=RESULTS + "/figures",
+        figures=lambda wildcards, output: os.path.dirname(output.png),
         code=module_digest("reporting.plots"),
     conda:
         "../envs/data.yaml"
@@ -75,12 +75,12 @@ rule typeset_tables:
         significance=rules.aggregate_tables.output.significance_csv,
         per_language=rules.aggregate_tables.output.per_language_csv,
     output:
-        main=RESULTS + "/tables/{backbone}/latex/main.tex",
+        main=f"{RESULTS}/tables/{{backbone}}/latex/main.tex",
         per_language=[f"{RESULTS}/tables/{{backbone}}/latex/per_language/{target}.tex" for target in config["targets"]],
     log:
-        LOGS + "/typeset_tables/{backbone}.log",
+        f"{LOGS}/typeset_tables/{{backbone}}.log",
     benchmark:
-        RESULTS + "/benchmarks/typeset_tables/{backbone}.tsv"
+        f"{RESULTS}/benchmarks/typeset_tables/{{backbone}}.tsv"
     params:
         settings=lambda wildcards: canonical_json(grid.table_settings(config, wildcards.backbone)),
         tables=lambda wildcards: backbone_grid.tables_dir(wildcards.backbone),
@@ -102,7 +102,7 @@ rule collect_submission:
     output:
         submission=directory(f"{RESULTS}/submission/{{backbone}}/{BENCHMARK}"),
     log:
-        LOGS + "/collect_submission/{backbone}.log",
+        f"{LOGS}/collect_submission/{{backbone}}.log",
     params:
         runs=lambda wildcards: " ".join(f"{run}={path}" for run, path in grid.submission_predictions(config, wildcards.backbone).items()),
         targets=lambda wildcards: backbone_grid.grid_of(config, wildcards.backbone)["targets"],
@@ -122,24 +122,24 @@ rule collect_submission:
 rule compare_backbones:
     """The table and figure across backbones."""
     input:
-        main=expand(RESULTS + "/tables/{backbone}/main.csv", backbone=BACKBONES),
-        backbones=expand(RESULTS + "/models/backbones/{backbone}", backbone=BACKBONES),
+        main=expand(f"{RESULTS}/tables/{{backbone}}/main.csv", backbone=BACKBONES),
+        backbones=expand(f"{RESULTS}/models/backbones/{{backbone}}", backbone=BACKBONES),
     output:
-        md=RESULTS + "/tables/backbones.md",
-        csv=report(RESULTS + "/tables/backbones.csv", caption="../report/backbones_table.rst",
+        md=f"{RESULTS}/tables/backbones.md",
+        csv=report(f"{RESULTS}/tables/backbones.csv", caption="../report/backbones_table.rst",
                    category="Backbones", labels={"table": "across backbones"}),
-        png=report(RESULTS + "/figures/backbones_delta.png", caption="../report/backbones_figure.rst",
+        png=report(f"{RESULTS}/figures/backbones_delta.png", caption="../report/backbones_figure.rst",
                    category="Backbones", labels={"figure": "delta against parameters"}),
-        svg=RESULTS + "/figures/backbones_delta.svg",
+        svg=f"{RESULTS}/figures/backbones_delta.svg",
     log:
-        LOGS + "/compare_backbones.log",
+        f"{LOGS}/compare_backbones.log",
     benchmark:
-        RESULTS + "/benchmarks/compare_backbones.tsv"
+        f"{RESULTS}/benchmarks/compare_backbones.tsv"
     params:
         settings=lambda wildcards: canonical_json(grid.comparison_settings(config)),
-        tables=RESULTS + "/tables",
-        models=RESULTS + "/models/backbones",
-        figure=RESULTS + "/figures/backbones_delta",
+        tables=lambda wildcards, output: os.path.dirname(output.md),
+        models=lambda wildcards, input: os.path.dirname(input.backbones[0]),
+        figure=lambda wildcards, output: os.path.splitext(output.png)[0],
         code=module_digest("reporting.compare_backbones"),
         # the catalogue entries and converters of the tasks this job reads, and no other
         tasks=job_tasks(lambda w: grid.grid_tasks(config)),
@@ -155,27 +155,27 @@ rule tabulate_cost:
     """What the experiment cost per rule, from its benchmark records."""
     input:
         # Runs last: every job that writes a benchmark record has finished.
-        tables=expand(RESULTS + "/tables/{backbone}/main.csv", backbone=BACKBONES),
+        tables=expand(f"{RESULTS}/tables/{{backbone}}/main.csv", backbone=BACKBONES),
         translation=lambda wildcards: rules.tabulate_translation.output.csv if grid.translation_stats_files(config) else [],
-        figures=expand(RESULTS + "/figures/{backbone}/main_deltas.png", backbone=BACKBONES),
-        latex=expand(RESULTS + "/tables/{backbone}/latex/main.tex", backbone=BACKBONES),
+        figures=expand(f"{RESULTS}/figures/{{backbone}}/main_deltas.png", backbone=BACKBONES),
+        latex=expand(f"{RESULTS}/tables/{{backbone}}/latex/main.tex", backbone=BACKBONES),
         comparison=rules.compare_backbones.output.csv,
         translation_figure=lambda wildcards: rules.plot_translation.output.png
         if grid.translation_stats_files(config)
         else [],
     output:
-        md=RESULTS + "/tables/cost.md",
+        md=f"{RESULTS}/tables/cost.md",
         csv=report(
-            RESULTS + "/tables/cost.csv",
+            f"{RESULTS}/tables/cost.csv",
             caption="../report/cost_table.rst",
             category="Cost",
             labels={"table": "cost per rule"},
         ),
     log:
-        LOGS + "/tabulate_cost.log",
+        f"{LOGS}/tabulate_cost.log",
     params:
         resources=lambda wildcards: canonical_json(rule_resources()),
-        benchmarks=RESULTS + "/benchmarks",
+        benchmarks=f"{RESULTS}/benchmarks",
         code=module_digest("workflow.cost"),
     conda:
         "../envs/data.yaml"

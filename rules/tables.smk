@@ -6,63 +6,63 @@ rule aggregate_tables:
     input:
         metrics=lambda wildcards: grid.metric_files(config, wildcards.backbone),
     output:
-        main_md=RESULTS + "/tables/{backbone}/main.md",
+        main_md=f"{RESULTS}/tables/{{backbone}}/main.md",
         main_csv=report(
-            RESULTS + "/tables/{backbone}/main.csv",
+            f"{RESULTS}/tables/{{backbone}}/main.csv",
             caption="../report/main_table.rst",
             category="Results",
             labels={"backbone": "{backbone}", "table": "main table"},
         ),
         best_csv=report(
-            RESULTS + "/tables/{backbone}/best.csv",
+            f"{RESULTS}/tables/{{backbone}}/best.csv",
             caption="../report/best_table.rst",
             category="Results",
             labels={"backbone": "{backbone}", "table": "best models"},
         ),
-        per_language_md=RESULTS + "/tables/{backbone}/per_language.md",
+        per_language_md=f"{RESULTS}/tables/{{backbone}}/per_language.md",
         per_language_csv=report(
-            RESULTS + "/tables/{backbone}/per_language.csv",
+            f"{RESULTS}/tables/{{backbone}}/per_language.csv",
             caption="../report/per_language_table.rst",
             category="Results",
             labels={"backbone": "{backbone}", "table": "per language"},
         ),
-        translated_md=RESULTS + "/tables/{backbone}/translated.md",
+        translated_md=f"{RESULTS}/tables/{{backbone}}/translated.md",
         translated_csv=report(
-            RESULTS + "/tables/{backbone}/translated.csv",
+            f"{RESULTS}/tables/{{backbone}}/translated.csv",
             caption="../report/translated_table.rst",
             category="Results",
             labels={"backbone": "{backbone}", "table": "translated intermediate data"},
         ),
         runs_csv=report(
-            RESULTS + "/tables/{backbone}/runs.csv",
+            f"{RESULTS}/tables/{{backbone}}/runs.csv",
             caption="../report/runs_table.rst",
             category="Results",
             labels={"backbone": "{backbone}", "table": "every run"},
         ),
-        settings_md=RESULTS + "/tables/{backbone}/settings.md",
+        settings_md=f"{RESULTS}/tables/{{backbone}}/settings.md",
         settings_csv=report(
-            RESULTS + "/tables/{backbone}/settings.csv",
+            f"{RESULTS}/tables/{{backbone}}/settings.csv",
             caption="../report/settings_table.rst",
             category="Transfer settings",
             labels={"backbone": "{backbone}", "table": "settings table"},
         ),
         significance_csv=report(
-            RESULTS + "/tables/{backbone}/significance.csv",
+            f"{RESULTS}/tables/{{backbone}}/significance.csv",
             caption="../report/significance_table.rst",
             category="Results",
             labels={"backbone": "{backbone}", "table": "significance"},
         ),
-        source_md=RESULTS + "/tables/{backbone}/source_languages.md",
+        source_md=f"{RESULTS}/tables/{{backbone}}/source_languages.md",
         source_csv=report(
-            RESULTS + "/tables/{backbone}/source_languages.csv",
+            f"{RESULTS}/tables/{{backbone}}/source_languages.csv",
             caption="../report/source_table.rst",
             category="Transfer settings",
             labels={"backbone": "{backbone}", "table": "source languages"},
         ),
     log:
-        LOGS + "/aggregate_tables/{backbone}.log",
+        f"{LOGS}/aggregate_tables/{{backbone}}.log",
     benchmark:
-        RESULTS + "/benchmarks/aggregate_tables/{backbone}.tsv",
+        f"{RESULTS}/benchmarks/aggregate_tables/{{backbone}}.tsv",
     params:
         settings=lambda wildcards: canonical_json(grid.table_settings(config, wildcards.backbone)),
         code=module_digest("reporting.tables"),
@@ -85,24 +85,24 @@ rule tabulate_modality:
     input:
         runs=rules.aggregate_tables.output.runs_csv,
     output:
-        md=RESULTS + "/tables/{backbone}/modality.md",
+        md=f"{RESULTS}/tables/{{backbone}}/modality.md",
         csv=report(
-            RESULTS + "/tables/{backbone}/modality.csv",
+            f"{RESULTS}/tables/{{backbone}}/modality.csv",
             caption="../report/modality.rst",
             category="Modality",
             labels={"backbone": "{backbone}", "table": "image minus text premise"},
         ),
         png=report(
-            RESULTS + "/figures/{backbone}/modality.png",
+            f"{RESULTS}/figures/{{backbone}}/modality.png",
             caption="../report/modality.rst",
             category="Modality",
             labels={"backbone": "{backbone}", "figure": "image minus text premise"},
         ),
-        svg=RESULTS + "/figures/{backbone}/modality.svg",
+        svg=f"{RESULTS}/figures/{{backbone}}/modality.svg",
     log:
-        LOGS + "/tabulate_modality/{backbone}.log",
+        f"{LOGS}/tabulate_modality/{{backbone}}.log",
     benchmark:
-        RESULTS + "/benchmarks/tabulate_modality/{backbone}.tsv"
+        f"{RESULTS}/benchmarks/tabulate_modality/{{backbone}}.tsv"
     params:
         settings=lambda wildcards: canonical_json(grid.modality_settings(config, wildcards.backbone)),
         stem=lambda wildcards: f"{RESULTS}/figures/{wildcards.backbone}/modality",

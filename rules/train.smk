@@ -3,16 +3,16 @@ rule train_intermediate:
     input:
         unpack(intermediate_inputs),
     output:
-        model=directory(RESULTS + "/intermediate/{backbone}/{intermediate}/seed{seed}/encoder"),
+        model=directory(f"{RESULTS}/intermediate/{{backbone}}/{{intermediate}}/seed{{seed}}/encoder"),
     log:
-        LOGS + "/train_intermediate/{backbone}/{intermediate}/seed{seed}.log",
+        f"{LOGS}/train_intermediate/{{backbone}}/{{intermediate}}/seed{{seed}}.log",
     benchmark:
-        RESULTS + "/benchmarks/train_intermediate/{backbone}/{intermediate}/seed{seed}.tsv",
+        f"{RESULTS}/benchmarks/train_intermediate/{{backbone}}/{{intermediate}}/seed{{seed}}.tsv",
     params:
         settings=settings(grid.intermediate_settings, "backbone", "intermediate"),
         data=settings(grid.intermediate_data, "intermediate"),
         # Resumable state of an interrupted job; removed once the output exists.
-        checkpoints=RESULTS + "/checkpoints/intermediate/{backbone}/{intermediate}/seed{seed}",
+        checkpoints=f"{RESULTS}/checkpoints/intermediate/{{backbone}}/{{intermediate}}/seed{{seed}}",
         code=module_digest("training.train"),
         # the catalogue entries and converters of the tasks this job reads, and no other
         tasks=job_tasks(lambda w: grid.intermediate_data(config, w.intermediate)),
@@ -46,16 +46,16 @@ rule train_target:
     input:
         unpack(target_inputs),
     output:
-        model=directory(RESULTS + "/target/{backbone}/{intermediate}/{target}/{recipe}/seed{seed}/model"),
+        model=directory(f"{RESULTS}/target/{{backbone}}/{{intermediate}}/{{target}}/{{recipe}}/seed{{seed}}/model"),
     log:
-        LOGS + "/train_target/{backbone}/{intermediate}/{target}/{recipe}/seed{seed}.log",
+        f"{LOGS}/train_target/{{backbone}}/{{intermediate}}/{{target}}/{{recipe}}/seed{{seed}}.log",
     benchmark:
-        RESULTS + "/benchmarks/train_target/{backbone}/{intermediate}/{target}/{recipe}/seed{seed}.tsv",
+        f"{RESULTS}/benchmarks/train_target/{{backbone}}/{{intermediate}}/{{target}}/{{recipe}}/seed{{seed}}.tsv",
     params:
         settings=settings(grid.target_settings, "backbone", "target"),
         # The recipe's files and the languages taken from each (transfer.py).
         data=target_data_map,
-        checkpoints=RESULTS + "/checkpoints/target/{backbone}/{intermediate}/{target}/{recipe}/seed{seed}",
+        checkpoints=f"{RESULTS}/checkpoints/target/{{backbone}}/{{intermediate}}/{{target}}/{{recipe}}/seed{{seed}}",
         code=module_digest("training.train"),
         # the catalogue entries and converters of the tasks this job reads, and no other
         tasks=job_tasks(lambda w: grid.target_tasks(config, w.target)),
@@ -92,15 +92,15 @@ rule train_target_stage:
     input:
         unpack(stage_inputs),
     output:
-        model=directory(RESULTS + "/target/{backbone}/{intermediate}/{target}/stages/{stage}/seed{seed}/model"),
+        model=directory(f"{RESULTS}/target/{{backbone}}/{{intermediate}}/{{target}}/stages/{{stage}}/seed{{seed}}/model"),
     log:
-        LOGS + "/train_target_stage/{backbone}/{intermediate}/{target}/{stage}/seed{seed}.log",
+        f"{LOGS}/train_target_stage/{{backbone}}/{{intermediate}}/{{target}}/{{stage}}/seed{{seed}}.log",
     benchmark:
-        RESULTS + "/benchmarks/train_target_stage/{backbone}/{intermediate}/{target}/{stage}/seed{seed}.tsv",
+        f"{RESULTS}/benchmarks/train_target_stage/{{backbone}}/{{intermediate}}/{{target}}/{{stage}}/seed{{seed}}.tsv",
     params:
         settings=stage_settings,
         data=stage_data_map,
-        checkpoints=RESULTS + "/checkpoints/target/{backbone}/{intermediate}/{target}/stages/{stage}/seed{seed}",
+        checkpoints=f"{RESULTS}/checkpoints/target/{{backbone}}/{{intermediate}}/{{target}}/stages/{{stage}}/seed{{seed}}",
         code=module_digest("training.train"),
         # the catalogue entries and converters of the tasks this job reads, and no other
         tasks=job_tasks(lambda w: [w.stage, *grid.target_tasks(config, w.target)]),

@@ -2,18 +2,18 @@ rule translate_task_data:
     """English task data machine-translated, answer spans re-aligned, with alignment counts."""
     input:
         unpack(translator_inputs("translator")),
-        data=RESULTS + "/data/{task}/{split}.parquet",
+        data=f"{RESULTS}/data/{{task}}/{{split}}.parquet",
     output:
-        data=RESULTS + "/data_mt/{task}/{lang}/{split}.parquet",
-        stats=RESULTS + "/data_mt/{task}/{lang}/{split}.stats.json",
+        data=f"{RESULTS}/data_mt/{{task}}/{{lang}}/{{split}}.parquet",
+        stats=f"{RESULTS}/data_mt/{{task}}/{{lang}}/{{split}}.stats.json",
     log:
-        LOGS + "/translate_task_data/{task}/{lang}/{split}.log",
+        f"{LOGS}/translate_task_data/{{task}}/{{lang}}/{{split}}.log",
     benchmark:
-        RESULTS + "/benchmarks/translate_task_data/{task}/{lang}/{split}.tsv",
+        f"{RESULTS}/benchmarks/translate_task_data/{{task}}/{{lang}}/{{split}}.tsv",
     params:
         settings=settings(grid.translation_settings, "task", "lang"),
         # Shared by every translation into {lang}: a rerun translates only new text.
-        cache=RESULTS + "/cache/translation/{lang}.sqlite",
+        cache=f"{RESULTS}/cache/translation/{{lang}}.sqlite",
         converted=converted_arg,
         code=module_digest("translation.translate"),
         # the catalogue entries and converters of the tasks this job reads, and no other
@@ -37,17 +37,17 @@ rule translate_test_data:
     """A target's test set translated into English (translate-test)."""
     input:
         unpack(translator_inputs("translator_to_en")),
-        data=RESULTS + "/data/{task}/test.parquet",
+        data=f"{RESULTS}/data/{{task}}/test.parquet",
     output:
-        data=RESULTS + "/translate_test/{task}/{lang}/test.parquet",
-        stats=RESULTS + "/translate_test/{task}/{lang}/test.stats.json",
+        data=f"{RESULTS}/translate_test/{{task}}/{{lang}}/test.parquet",
+        stats=f"{RESULTS}/translate_test/{{task}}/{{lang}}/test.stats.json",
     log:
-        LOGS + "/translate_test_data/{task}/{lang}.log",
+        f"{LOGS}/translate_test_data/{{task}}/{{lang}}.log",
     benchmark:
-        RESULTS + "/benchmarks/translate_test_data/{task}/{lang}.tsv",
+        f"{RESULTS}/benchmarks/translate_test_data/{{task}}/{{lang}}.tsv",
     params:
         settings=settings(grid.translation_settings, "task"),
-        cache=RESULTS + "/cache/translation/{lang}-en.sqlite",
+        cache=f"{RESULTS}/cache/translation/{{lang}}-en.sqlite",
         converted=converted_arg,
         code=module_digest("translation.translate"),
         # the catalogue entries and converters of the tasks this job reads, and no other
@@ -70,17 +70,17 @@ rule score_translation_quality:
     """BLEU and chrF of a translator against XNLI's human translations."""
     input:
         unpack(translator_inputs("translator")),
-        dev=RESULTS + "/data/xnli/dev.parquet",
-        test=RESULTS + "/data/xnli/test.parquet",
+        dev=f"{RESULTS}/data/xnli/dev.parquet",
+        test=f"{RESULTS}/data/xnli/test.parquet",
     output:
-        quality=RESULTS + "/translation/quality/{lang}.json",
+        quality=f"{RESULTS}/translation/quality/{{lang}}.json",
     log:
-        LOGS + "/score_translation_quality/{lang}.log",
+        f"{LOGS}/score_translation_quality/{{lang}}.log",
     benchmark:
-        RESULTS + "/benchmarks/score_translation_quality/{lang}.tsv",
+        f"{RESULTS}/benchmarks/score_translation_quality/{{lang}}.tsv",
     params:
         settings=lambda wildcards: canonical_json(grid.translation_settings(config, None, wildcards.lang)),
-        cache=RESULTS + "/cache/translation/{lang}.sqlite",
+        cache=f"{RESULTS}/cache/translation/{{lang}}.sqlite",
         converted=converted_arg,
         code=module_digest("translation.translate"),
         # the catalogue entries and converters of the tasks this job reads, and no other
@@ -104,17 +104,17 @@ rule score_translation_quality_to_english:
     """BLEU and chrF of a translator into English against XNLI's English."""
     input:
         unpack(translator_inputs("translator_to_en")),
-        dev=RESULTS + "/data/xnli/dev.parquet",
-        test=RESULTS + "/data/xnli/test.parquet",
+        dev=f"{RESULTS}/data/xnli/dev.parquet",
+        test=f"{RESULTS}/data/xnli/test.parquet",
     output:
-        quality=RESULTS + "/translation/quality/{lang}-en.json",
+        quality=f"{RESULTS}/translation/quality/{{lang}}-en.json",
     log:
-        LOGS + "/score_translation_quality_to_english/{lang}.log",
+        f"{LOGS}/score_translation_quality_to_english/{{lang}}.log",
     benchmark:
-        RESULTS + "/benchmarks/score_translation_quality_to_english/{lang}.tsv",
+        f"{RESULTS}/benchmarks/score_translation_quality_to_english/{{lang}}.tsv",
     params:
         settings=lambda wildcards: canonical_json(grid.translation_settings(config)),
-        cache=RESULTS + "/cache/translation/{lang}-en.sqlite",
+        cache=f"{RESULTS}/cache/translation/{{lang}}-en.sqlite",
         converted=converted_arg,
         code=module_digest("translation.translate"),
         # the catalogue entries and converters of the tasks this job reads, and no other
@@ -140,13 +140,13 @@ rule tabulate_translation:
         quality=lambda wildcards: grid.quality_files(config),
         models=lambda wildcards: grid.translated_intermediate_models(config),
     output:
-        md=RESULTS + "/tables/translation.md",
-        csv=report(RESULTS + "/tables/translation.csv", caption="../report/translation_table.rst",
+        md=f"{RESULTS}/tables/translation.md",
+        csv=report(f"{RESULTS}/tables/translation.csv", caption="../report/translation_table.rst",
                    category="Translation", labels={"table": "translation"}),
     log:
-        LOGS + "/tabulate_translation.log",
+        f"{LOGS}/tabulate_translation.log",
     benchmark:
-        RESULTS + "/benchmarks/tabulate_translation.tsv",
+        f"{RESULTS}/benchmarks/tabulate_translation.tsv",
     params:
         code=module_digest("reporting.tables"),
         # the catalogue entries and converters of the tasks this job reads, and no other

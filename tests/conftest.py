@@ -143,6 +143,12 @@ def file_digests(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+def job_counts(out: str) -> dict[str, int]:
+    """Jobs per rule from the "Job stats" table of a dry run's output."""
+    return {line.split()[0]: int(line.split()[1]) for line in out.split("Job stats:")[1].splitlines()[3:]
+            if len(line.split()) == 2 and line.split()[1].isdigit()}
+
+
 def planned_jobs(cwd: Path, *args: str) -> set[tuple[str, str]]:
     """(rule, first output) of every job a dry run would execute."""
     proc = snakemake(cwd, "-n", *args)

@@ -480,10 +480,10 @@ def test_paper_preset_with_its_transfer_block_builds_offline(demo):
     assert all(rows[s]["target_trainings"] == 0 for s in rows if s.startswith("source:"))
     for token in ("translate_train/mnli/xquad", "source-zh/none/pawsx", "in_language_all/none/udpos",
                   "translate_test/mnli/tydiqa"):
-        assert f"results/demo/metrics/xlmr_large/{token}/seed3.json" in out
-    assert "results/demo/translate_test/xnli/th/test.parquet" in out  # translate-test data, translated once
-    assert "results/demo/data_mt/squad/vi/train.parquet" in out  # SQuAD translated for translate-train
-    assert "results/demo/data_mt/xnli_mt" not in out  # XNLI-MT is published: never translated by us
+        assert f"results/paper_transfer/metrics/xlmr_large/{token}/seed3.json" in out
+    assert "results/paper_transfer/translate_test/xnli/th/test.parquet" in out  # translate-test data, translated once
+    assert "results/paper_transfer/data_mt/squad/vi/train.parquet" in out  # SQuAD translated for translate-train
+    assert "results/paper_transfer/data_mt/xnli_mt" not in out  # XNLI-MT is published: never translated by us
 
 
 def test_adding_a_backbone_to_a_finished_grid_plans_only_its_jobs_and_the_tables(demo):
@@ -515,8 +515,8 @@ def test_paper_preset_with_its_larger_backbones_builds_offline(demo):
                       for p in backbone_grid.plans(config, b))
     assert counts["evaluate_target"] == evaluations
     assert counts["prepare_backbone"] == 5 and counts["aggregate_tables"] == 5 and counts["compare_backbones"] == 1
-    assert "results/demo/target/bloomz_176b/mnli/xnli/en.dev-en/seed1/model" in out
-    assert "results/demo/intermediate/mt5_xxl_encoder/mlm/" not in out  # T5 has no MLM head: not in its grid
+    assert "results/paper_backbones/target/bloomz_176b/mnli/xnli/en.dev-en/seed1/model" in out
+    assert "results/paper_backbones/intermediate/mt5_xxl_encoder/mlm/" not in out  # T5 has no MLM head: not in its grid
 
 
 def test_slurm_profile_resolves_from_the_repository_root(demo):

@@ -8,16 +8,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import copy_repo, snakemake
+from conftest import copy_repo, job_counts, snakemake
 from workflow_scripts.data.tasks import get_task
 from workflow_scripts.workflow import benchmark, memory_plan
 
 CONFIG = "config/xtreme_small.yaml"
-
-
-def job_counts(out: str) -> dict[str, int]:
-    return {line.split()[0]: int(line.split()[1]) for line in out.split("Job stats:")[1].splitlines()[3:]
-            if len(line.split()) == 2 and line.split()[1].isdigit()}
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +44,7 @@ def test_the_small_preset_builds_its_grid_offline(repo):
     # the job count the preset's header and README.md state
     assert "Its DAG has 57 jobs" in (repo / CONFIG).read_text()
     assert "Its DAG has 57 jobs (58\nwith `all`)" in (repo / "README.md").read_text()
-    assert "results/metrics/xlmr_base/zero_shot/mnli/udpos/seed3.json" in out
+    assert "results/xtreme_small/metrics/xlmr_base/zero_shot/mnli/udpos/seed3.json" in out
 
 
 def test_the_small_preset_fits_one_24_gb_gpu(repo):

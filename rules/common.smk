@@ -146,7 +146,7 @@ def repo_input(path):
     """A configured input path (relative paths are relative to the repository) as Snakemake
     should record it: relative to the working directory when inside it (so
     `snakemake --directory` elsewhere finds the repository's files)."""
-    return workdir_relative(path if os.path.isabs(path) else os.path.join(workflow.basedir, path))
+    return workdir_relative(repo_path(path))
 
 
 def rule_resources():
@@ -210,9 +210,9 @@ def embed_inputs(wildcards):
     re-downloaded or edited image changes it, so the features are made again)."""
     task = TASKS[wildcards.task]
     found = {"data": [grid.data_path(wildcards.task, split) for split in task.splits]}
-    manifest = os.path.join(grid.image_dir(config, wildcards.task), "SHA256SUMS")
-    if os.path.isfile(manifest if os.path.isabs(manifest) else os.path.join(workflow.basedir, manifest)):
-        found["manifest"] = workdir_relative(manifest if os.path.isabs(manifest) else os.path.join(workflow.basedir, manifest))
+    manifest = repo_path(os.path.join(grid.image_dir(config, wildcards.task), "SHA256SUMS"))
+    if manifest.is_file():
+        found["manifest"] = repo_input(manifest)
     return found
 
 

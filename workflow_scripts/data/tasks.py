@@ -94,6 +94,11 @@ class Task:
         return self.format in VISUAL_FORMATS
 
     @property
+    def converter_file(self) -> Path | None:
+        """A converter given as a .py file, relative to its entry's folder (None: a module name)."""
+        return Path(self.entry_file).parent / self.converter if self.converter.endswith(".py") else None
+
+    @property
     def num_labels(self) -> int:
         return len(self.labels)
 

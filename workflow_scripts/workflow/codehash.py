@@ -116,9 +116,6 @@ def task_fingerprint(names) -> dict[str, dict]:
         entry = {k: (sorted(v) if isinstance(v, frozenset) else list(v) if isinstance(v, tuple) else v)
                  for k, v in vars(task).items()
                  if k not in ("description", "entry_file")}
-        if task.converter.endswith(".py"):
-            entry["converter"] = file_digest(Path(task.entry_file).parent / task.converter)
-        else:
-            entry["converter"] = module_digest(task.converter)
+        entry["converter"] = file_digest(task.converter_file) if task.converter_file else module_digest(task.converter)
         found[name] = entry
     return found

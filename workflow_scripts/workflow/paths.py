@@ -73,10 +73,5 @@ def logs(*parts: str) -> str:
     return "/".join((LOGS, _experiment, *parts))
 
 
-def benchmarks(*parts: str) -> str:
-    """Snakemake's benchmark records of the experiment's jobs (the cost table reads them)."""
-    return results("benchmarks", *parts)
-
-
 def shared_cache(*parts: str) -> str:
     return "/".join((SHARED_CACHE, *parts))

@@ -12,7 +12,6 @@ import importlib
 import importlib.util
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from pathlib import Path
 from typing import Any
 
 from workflow_scripts.common import InputError
@@ -40,9 +39,8 @@ def load_converter(task: Task) -> Converter:
     module name, or a .py file beside the entry), so a job imports its own task's converter
     and no other, and registers it under the task's name."""
     if task.name not in CONVERTERS:
-        ref = task.converter
-        if ref.endswith(".py"):
-            path = converter_file(task)
+        path = task.converter_file
+        if path is not None:
             if not path.is_file():
                 raise InputError(f"task entry {task.entry_file}: converter file {path} does not exist")
             module_name = f"xstilts_converter_{task.name}"
@@ -52,18 +50,14 @@ def load_converter(task: Task) -> Converter:
             spec.loader.exec_module(module)
         else:
             try:
-                importlib.import_module(ref)
+                importlib.import_module(task.converter)
             except ModuleNotFoundError as err:
-                raise InputError(f"task entry {task.entry_file}: converter module {ref!r} not found ({err})") from None
+                raise InputError(f"task entry {task.entry_file}: converter module {task.converter!r} not found"
+                                 f" ({err})") from None
     if task.name not in CONVERTERS:
         raise InputError(f"task entry {task.entry_file}: converter {task.converter!r} registers no converter for"
                          f" {task.name!r} (decorate a function with @converter({task.name!r}))")
     return CONVERTERS[task.name]
-
-
-def converter_file(task: Task) -> Path:
-    """A converter given as a file, relative to its entry's folder."""
-    return Path(task.entry_file).parent / task.converter
 
 
 def label_index(task: Task, value: Any, where: str) -> int:

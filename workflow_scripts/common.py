@@ -30,6 +30,9 @@ def setup_logging() -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    # One line per HTTP request of the Hub client would bury the job's own log.
+    for chatty in ("httpx", "httpx2", "httpcore"):
+        logging.getLogger(chatty).setLevel(logging.WARNING)
 
 
 def repo_path(path: str | os.PathLike[str]) -> Path:

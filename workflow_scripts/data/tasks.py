@@ -68,6 +68,16 @@ class Task:
     # The languages its data has, where the entry declares them (a user's multilingual task);
     # the built-in targets' come from the benchmarks' official lists (workflow/benchmark.py).
     languages: tuple[str, ...] = ()
+    # Further Hub datasets its converter reads some rows from, by name, each with its default
+    # Hub id; options.<name>_path and options.<name>_revision override it (PAN-X reads
+    # XTREME-R's added languages from wikiann). Declared here, the lock and the preflight
+    # know every repository a task may read.
+    hub_sources: tuple[tuple[str, str], ...] = ()
+    # Options naming an original release its converter reads instead of the Hub path (BUCC's
+    # archives); with one of them set, hub.path is not read.
+    release_options: tuple[str, ...] = ()
+    # The Hub holds no faithful copy: with data from the Hub, one of release_options is required.
+    release_required: bool = False
     # The module that converts its source rows: a dotted module name, or a .py file
     # relative to the entry's folder (a user's converter).
     converter: str = ""
@@ -98,6 +108,13 @@ class Task:
         """A converter given as a .py file, relative to its entry's folder (None: a module name)."""
         return Path(self.entry_file).parent / self.converter if self.converter.endswith(".py") else None
 
+    def hub_source_default(self, name: str) -> str:
+        """The default Hub id of one of its further sources (hub_sources)."""
+        found = dict(self.hub_sources)
+        if name not in found:
+            raise KeyError(f"task {self.name} declares no hub source {name!r} (has {sorted(found)})")
+        return found[name]
+
     @property
     def num_labels(self) -> int:
         return len(self.labels)
@@ -110,7 +127,7 @@ CATALOGUE_ENV = "XSTILTS_TASK_CATALOGUES"
 METRICS = ("accuracy", "squad_v1", "squad_v2", "mlqa", "seqeval_f1", "bucc_f1", "tatoeba_accuracy", "mlm_loss",
            "map_at_20", "recall_at_1", "vqa_accuracy")
 SPLITS = ("train", "dev", "test")
-_TUPLES = ("splits", "labels", "eval_splits", "stages", "controls", "languages")
+_TUPLES = ("splits", "labels", "eval_splits", "stages", "controls", "languages", "release_options")
 _REQUIRED = ("name", "format", "metric", "splits", "converter")
 
 
@@ -146,6 +163,12 @@ def read_entry(path: Path) -> Task:
         if bad:
             raise CatalogueError(f"task entry {path}: {key} {bad} are not splits ({', '.join(SPLITS)})")
     values: dict[str, Any] = {k: tuple(str(x) for x in v) if k in _TUPLES else v for k, v in entry.items()}
+    sources = entry.get("hub_sources", {})
+    if not isinstance(sources, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in sources.items()):
+        raise CatalogueError(f"task entry {path}: hub_sources must map a source name to a Hub id, got {sources!r}")
+    values["hub_sources"] = tuple(sorted(sources.items()))
+    if entry.get("release_required") and not entry.get("release_options"):
+        raise CatalogueError(f"task entry {path}: release_required needs release_options (the options naming it)")
     if "dev_missing" in values:
         values["dev_missing"] = frozenset(values["dev_missing"])
     return Task(**values, entry_file=str(path))

@@ -22,9 +22,12 @@ HUB_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.spm", "*.txt", "sentenc
 
 
 def fetch_hub_model(hub_id: str, revision: str, output: Path) -> None:
-    from huggingface_hub import HfApi, snapshot_download
+    """A snapshot of the model at the commit its revision is locked to (revisions.py)."""
+    from huggingface_hub import snapshot_download
 
-    sha = HfApi().model_info(hub_id, revision=revision).sha  # pin the commit actually fetched
+    from workflow_scripts.revisions import HubRepo, locked_commit
+
+    sha = locked_commit(HubRepo("model", hub_id, revision))
     with atomic_path(output) as tmp:
         snapshot_download(repo_id=hub_id, revision=sha, local_dir=tmp, allow_patterns=HUB_PATTERNS)
         source = {"hub_id": hub_id, "revision": revision, "resolved_sha": sha}

@@ -9,7 +9,7 @@ from typing import Any
 
 from workflow_scripts.common import InputError
 from workflow_scripts.data.loaders.registry import Report, Row, choice_index, converter, label_index
-from workflow_scripts.data.loaders.source import Source, repo_path
+from workflow_scripts.data.loaders.source import Source, extra_source, repo_path
 from workflow_scripts.data.tasks import Task, get_task
 
 
@@ -72,8 +72,7 @@ def _anli_plus(src: Source, split: str, langs: list[str], opts: dict[str, Any],
                report: Report) -> Iterable[Row]:
     """ANLI rounds 1-3 + MNLI + SNLI (label -1 dropped): 1,104,934 train / 22,857 dev."""
     task = get_task("anli_plus")
-    glue = Source(src.kind, opts.get("mnli_path", "nyu-mll/glue"), opts.get("mnli_revision", "main"), src.local_root)
-    snli = Source(src.kind, opts.get("snli_path", "stanfordnlp/snli"), opts.get("snli_revision", "main"), src.local_root)
+    glue, snli = (extra_source(src, opts, "anli_plus", name) for name in ("mnli", "snli"))
     anli_split, glue_split, snli_split = {"train": ("train", "train", "train"),
                                           "dev": ("dev", "validation_matched", "validation")}[split]
     for rnd in (1, 2, 3):

@@ -21,22 +21,54 @@ Row = dict[str, Any]
 DOWNLOAD_CACHE = Path(paths.shared_cache("downloads"))
 
 
+# The Hub's Parquet export of a repository: one folder per config, one per split inside it.
+PARQUET_EXPORT = "refs/convert/parquet"
+
+
 class Source:
-    """Where Hub-schema rows come from: the Hub itself or a local mirror directory."""
+    """Where Hub-schema rows come from: the Hub itself or a local mirror directory.
+
+    From the Hub, every read is of one commit: the revision resolved once and kept in the
+    experiment's lock (``workflow_scripts.revisions``)."""
 
     def __init__(self, kind: str, path: str, revision: str = "main", local_root: str | None = None):
         if kind not in ("hub", "local"):
             raise InputError(f"data.source must be 'hub' or 'local', got {kind!r}")
         self.kind, self.path, self.revision = kind, path, revision
         self.local_root = Path(local_root) if local_root else None
+        self._commit: str | None = None
 
     def resolved_sha(self) -> str | None:
-        """The commit a Hub revision resolves to (None for a local mirror)."""
+        """The commit the Hub revision resolves to (None for a local mirror)."""
         if self.kind != "hub":
             return None
+        if self._commit is None:
+            from workflow_scripts.revisions import HubRepo, locked_commit
+
+            commit = locked_commit(HubRepo("dataset", self.path, self.revision))
+            self._refuse_script_only(commit)
+            self._commit = commit
+        return self._commit
+
+    def _refuse_script_only(self, commit: str) -> None:
+        """A repository whose revision holds a loading script (``<name>.py``) cannot be read by
+        datasets >= 4, which refuses it; say so with the fix instead of the library's error."""
         from huggingface_hub import HfApi
 
-        return HfApi().dataset_info(self.path, revision=self.revision).sha
+        files = [s.rfilename for s in HfApi().dataset_info(self.path, revision=commit).siblings or []]
+        script = f"{self.path.rsplit('/', 1)[-1]}.py"
+        if script in files:
+            raise InputError(
+                f"Hub dataset {self.path} at revision {self.revision!r} holds a loading script ({script}), "
+                f"which the datasets library no longer runs. Read the Hub's Parquet export of it instead: set "
+                f"the task's hub.revision (or options.<source>_revision) to {PARQUET_EXPORT!r}, or point the "
+                f"path at a Parquet copy with the same columns")
+
+    def _selection(self, name: str | None) -> dict[str, Any]:
+        """How load_dataset names a config: by name, or in the Parquet export by its folder."""
+        if self.revision == PARQUET_EXPORT:
+            return {"data_dir": name or "default"}
+        return {"name": name}
 
     def _local_file(self, name: str | None, split: str) -> Path:
         file = self.local_root / self.path / (name or "default") / f"{split}.jsonl"
@@ -50,7 +82,10 @@ class Source:
                 return sum(1 for line in f if line.strip())
         import datasets
 
-        builder = datasets.load_dataset_builder(self.path, name, revision=self.revision)
+        builder = datasets.load_dataset_builder(self.path, revision=self.resolved_sha(), **self._selection(name))
+        if builder.info.splits is None or split not in builder.info.splits:
+            # A repository without recorded split sizes: count them (download and prepare).
+            builder.download_and_prepare()
         return builder.info.splits[split].num_examples
 
     def rows(self, name: str | None, split: str, shuffle_seed: int | None = None) -> Iterator[Row]:
@@ -73,11 +108,23 @@ class Source:
             return
         import datasets  # imported here: only download jobs need it
 
+        where = {"revision": self.resolved_sha(), **self._selection(name)}
         if shuffle_seed is None:
-            yield from datasets.load_dataset(self.path, name, split=split, revision=self.revision)
+            yield from datasets.load_dataset(self.path, split=split, **where)
         else:
-            stream = datasets.load_dataset(self.path, name, split=split, revision=self.revision, streaming=True)
+            stream = datasets.load_dataset(self.path, split=split, streaming=True, **where)
             yield from stream.shuffle(seed=shuffle_seed, buffer_size=10_000)
+
+
+def extra_source(src: Source, opts: dict[str, Any], task: str, name: str) -> Source:
+    """The further Hub dataset ``name`` a task's converter reads some languages from
+    (``Task.hub_sources``): ``options.<name>_path`` (default: the task entry's Hub id) at
+    ``options.<name>_revision``, from the Hub or the same local mirror as the task's own."""
+    from workflow_scripts.data.tasks import get_task
+
+    default = get_task(task).hub_source_default(name)
+    return Source(src.kind, str(opts.get(f"{name}_path", default)), str(opts.get(f"{name}_revision", "main")),
+                  str(src.local_root) if src.local_root else None)
 
 
 def fetch_archive(location: str, name: str | None = None, cache_dir: str | Path = DOWNLOAD_CACHE) -> Path:

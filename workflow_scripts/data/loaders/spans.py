@@ -29,8 +29,8 @@ from typing import Any
 from workflow_scripts.common import LOG, InputError
 from workflow_scripts.data.loaders.registry import (XTREME_SPLITS, Report, Row, converter, per_language,
                                                     require_languages)
-from workflow_scripts.data.loaders.source import Source
-from workflow_scripts.data.loaders.xtreme import extra_source, record_sources
+from workflow_scripts.data.loaders.source import Source, extra_source
+from workflow_scripts.data.loaders.xtreme import record_sources
 
 # Whitespace prefixes stripped from real XQuAD contexts are 1-2 characters; 16 leaves room
 # for other releases while staying far below the distance between two mentions of a phrase.
@@ -139,7 +139,7 @@ def _xquad(src: Source, split: str, langs: list[str], opts: dict[str, Any], repo
     """XTREME's 11 languages from google/xtreme's XQuAD configs; the others (XTREME-R's ro)
     from ``options.xquad_path`` (default ``google/xquad``, revision ``options.xquad_revision``),
     configs ``xquad.<lang>``, split ``validation``, the same columns."""
-    xquad = extra_source(src, opts, "xquad", "google/xquad")
+    xquad = extra_source(src, opts, "xquad", "xquad")
     sources = {lang: (src, f"XQuAD.{lang}") if lang in XQUAD_XTREME_LANGUAGES else (xquad, f"xquad.{lang}")
                for lang in langs}
     repair = SpanRepair("xquad", split)

@@ -26,7 +26,7 @@ from typing import Any
 from workflow_scripts.common import InputError
 from workflow_scripts.data.loaders.registry import (XTREME_SPLITS, Report, Row, converter, label_index, per_language,
                                                     require_languages)
-from workflow_scripts.data.loaders.source import Source
+from workflow_scripts.data.loaders.source import Source, extra_source
 from workflow_scripts.data.tasks import get_task
 
 # The languages of google/xtreme's PAN-X.<lang> configs (XTREME's 40).
@@ -45,14 +45,6 @@ TATOEBA_CODES = {
 # XTREME-R's five more (the codes of LASER's file names, as XTREME-R's utils_preprocess.py
 # reads them): not in google/xtreme, read from ``options.tatoeba_path``.
 TATOEBA_EXTRA_CODES = {"az": "aze", "lt": "lit", "pl": "pol", "uk": "ukr", "ro": "ron"}
-
-
-def extra_source(src: Source, opts: dict[str, Any], key: str, default_path: str) -> Source:
-    """The second Hub dataset a converter reads some languages from: ``options.<key>_path``
-    (default ``default_path``) at ``options.<key>_revision``, from the Hub or the same local
-    mirror as the task's own source."""
-    return Source(src.kind, str(opts.get(f"{key}_path", default_path)), str(opts.get(f"{key}_revision", "main")),
-                  str(src.local_root) if src.local_root else None)
 
 
 def record_sources(report: Report, sources: dict[str, tuple[Source, str]], extras: list[Source]) -> None:
@@ -80,7 +72,7 @@ def _panx(src: Source, split: str, langs: list[str], opts: dict[str, Any],
     """XTREME's 40 languages from google/xtreme's PAN-X configs, the others (XTREME-R's
     qu pl uk az lt pa gu ro) from WikiANN's per-language configs (module docstring)."""
     task = get_task("panx")
-    wikiann = extra_source(src, opts, "wikiann", "unimelb-nlp/wikiann")
+    wikiann = extra_source(src, opts, "panx", "wikiann")
     sources = {lang: (src, f"PAN-X.{lang}") if lang in PANX_XTREME_LANGUAGES else (wikiann, lang) for lang in langs}
     hub_split = XTREME_SPLITS[split]
     for lang in langs:
@@ -118,7 +110,7 @@ def _tatoeba(src: Source, split: str, langs: list[str], opts: dict[str, Any],
              report: Report) -> Iterable[Row]:
     """XTREME's 36 languages from google/xtreme (split ``validation``), XTREME-R's five more
     (az lt pl uk ro) from ``options.tatoeba_path`` (split ``test``; module docstring)."""
-    extra = extra_source(src, opts, "tatoeba", "mteb/tatoeba-bitext-mining")
+    extra = extra_source(src, opts, "tatoeba", "tatoeba")
     sources: dict[str, tuple[Source, str]] = {}
     for lang in langs:
         if lang in TATOEBA_CODES:

@@ -12,7 +12,8 @@ min_version("9.0")
 sys.path.insert(0, workflow.basedir)
 
 from workflow_scripts.training import distributed
-from workflow_scripts.workflow import backbone_grid, grid, logs, paths, slurm, transfer
+from workflow_scripts.workflow import backbone_grid, grid, hub_sources, logs, paths, slurm, transfer
+from workflow_scripts import revisions
 from workflow_scripts.workflow.codehash import module_digest, task_fingerprint
 from workflow_scripts.workflow.summary import run_summary
 from workflow_scripts.common import canonical_json, repo_path
@@ -37,12 +38,21 @@ try:
     validate(config, "../schemas/config.schema.yaml")
     grid.check_config(config)
     EXPERIMENT = paths.experiment_name(config, workflow.config_settings.configfiles)
-except (grid.ConfigError, paths.ExperimentNameError, task_catalogue.CatalogueError) as err:
+    # Every output, log and benchmark record of this run lives in the experiment's own
+    # folders (workflow_scripts/workflow/paths.py), so two configs never overwrite each other.
+    # Named before anything builds a path (the grid's plans are cached).
+    paths.use_experiment(EXPERIMENT)
+    hub_sources.check_releases(config)
+    # The Hub commits this experiment's results were computed on (workflow_scripts/revisions.py):
+    # a config that now asks for other revisions stops here, before any job.
+    HUB_LOCK = paths.results(revisions.LOCK_FILE)
+    disagreements = revisions.lock_disagreements(hub_sources.config_repos(config), HUB_LOCK)
+    if disagreements:
+        raise revisions.RevisionError("\n".join(disagreements))
+except (grid.ConfigError, paths.ExperimentNameError, task_catalogue.CatalogueError, hub_sources.HubSourceError,
+        revisions.RevisionError) as err:
     raise WorkflowError(str(err)) from None
 
-# Every output, log and benchmark record of this run lives in the experiment's own folders
-# (workflow_scripts/workflow/paths.py), so two configs never overwrite each other.
-paths.use_experiment(EXPERIMENT)
 config["experiment"] = EXPERIMENT  # named in the report
 RESULTS = paths.results()
 LOGS = paths.logs()
@@ -52,6 +62,7 @@ LOGS = paths.logs()
 shell.prefix(
     f"export PYTHONPATH={shlex.quote(workflow.basedir)};"
     f" export {task_catalogue.CATALOGUE_ENV}={shlex.quote(os.pathsep.join(TASK_CATALOGUES))};"
+    f" export {revisions.LOCK_ENV}={shlex.quote(HUB_LOCK)};"
     f" {logs.SHELL_FUNCTION} "
 )
 

@@ -114,8 +114,9 @@ def copy_repo(dest: Path) -> Path:
     return dest
 
 
-def snakemake(cwd: Path, *args: str, timeout: int = 1800) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
+def snakemake(cwd: Path, *args: str, timeout: int = 1800, env: dict[str, str] | None = None
+              ) -> subprocess.CompletedProcess:
+    env = {**os.environ, **(env or {})}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout)

@@ -77,7 +77,6 @@ def resolve(repo: HubRepo) -> str:
     A ref outside branches and tags (``refs/convert/parquet``, ``refs/pr/N``) is looked up in
     the repository's list of refs: it is one path segment with slashes, which some
     Hub-compatible servers cannot route as a revision, while every server lists refs."""
-    import httpx
     from huggingface_hub import HfApi
     from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
 
@@ -98,10 +97,25 @@ def resolve(repo: HubRepo) -> str:
     except RepositoryNotFoundError:
         raise RevisionError(f"Hub {repo.repo_type} {repo.repo_id} not found at {endpoint()} (private, gated "
                             f"without a token, or misspelt){_where(repo)}") from None
-    except (httpx.ConnectError, httpx.TimeoutException) as err:
+    except _connection_errors() as err:
         raise HubUnreachable(f"cannot reach the Hub at {endpoint()} for {repo}: {err}") from None
     except HfHubHTTPError as err:
         raise RevisionError(f"Hub {repo.repo_type} {repo.repo_id}@{repo.revision}: {err}{_where(repo)}") from None
+
+
+def _connection_errors() -> tuple[type[BaseException], ...]:
+    """What the Hub client raises when no server answers: its HTTP library's errors (httpx2
+    for huggingface_hub 2, httpx before), and the offline mode's refusal."""
+    from huggingface_hub.errors import OfflineModeIsEnabled
+
+    found: list[type[BaseException]] = [OfflineModeIsEnabled]
+    for name in ("httpx2", "httpx"):
+        try:
+            module = __import__(name)
+        except ImportError:
+            continue
+        found += [module.ConnectError, module.TimeoutException]
+    return tuple(found)
 
 
 def _where(repo: HubRepo) -> str:

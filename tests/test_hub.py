@@ -1,0 +1,226 @@
+"""The Hub path against a real Hub-compatible server: olah on loopback (tests/hub_server.py)
+serving the demo's data sets, a script-only repository with its Parquet export, and the
+demo's models as Hub repositories.
+
+- revisions resolve to commits and are locked; a changed upstream and a config that
+  disagrees with the lock stop with both revisions named;
+- ``refs/convert/parquet`` is read, a script-only revision is refused with the fix;
+- the demo grid runs with ``data.source: hub`` and ``models.source: hub`` to the same
+  tables as the local-folder demo.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import DEMO_HUB, REPO, copy_repo, file_digests, local_settings, snakemake
+from hub_server import (HubServer, config_splits, mirror_dataset, mirror_model, mirror_script_dataset,
+                        new_commit)
+
+# A repository whose main holds a loading script, its data on refs/convert/parquet (as the
+# Hub keeps the datasets it converted); the hub demo reads xnli_mt from it.
+SCRIPT_ONLY = "facebook/xnli"
+PARQUET_EXPORT = "refs/convert/parquet"
+
+
+def demo_datasets() -> dict[str, Path]:
+    """Every dataset of the demo mirror laid out as Hub configs, by Hub id."""
+    found = {}
+    for folder in sorted(DEMO_HUB.glob("*/*")):
+        if folder.is_dir() and config_splits(folder):
+            found[str(folder.relative_to(DEMO_HUB))] = folder
+    return found
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hub")
+    mirrors = root / "mirrors"
+    commits = {}
+    for repo_id, folder in demo_datasets().items():
+        if repo_id == SCRIPT_ONLY:
+            commits[repo_id], commits[f"{repo_id}@{PARQUET_EXPORT}"] = mirror_script_dataset(folder, mirrors, repo_id)
+        else:
+            commits[repo_id] = mirror_dataset(folder, mirrors, repo_id)
+    server = HubServer(mirrors, root / "server").start()
+    server.commits = commits
+    server.hf_home = root / "hf_home"
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def endpoint(hub, monkeypatch):
+    """This process's Hub client pointed at the loopback server."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "ENDPOINT", hub.endpoint)
+    monkeypatch.delenv("XSTILTS_HUB_LOCK", raising=False)
+    return hub
+
+
+def test_revisions_resolve_lock_and_catch_a_changed_upstream(endpoint, tmp_path):
+    from workflow_scripts.revisions import HubRepo, RevisionError, locked_commit, read_lock
+
+    lock = tmp_path / "hub.lock.json"
+    glue = HubRepo("dataset", "nyu-mll/glue", "main")
+    export = HubRepo("dataset", SCRIPT_ONLY, PARQUET_EXPORT)
+    assert locked_commit(glue, lock) == endpoint.commits["nyu-mll/glue"]
+    # A ref outside the branches, as the Hub's Parquet export is, resolves through the refs list.
+    assert locked_commit(export, lock) == endpoint.commits[f"{SCRIPT_ONLY}@{PARQUET_EXPORT}"]
+    assert read_lock(lock) == {"datasets/nyu-mll/glue": {"main": endpoint.commits["nyu-mll/glue"]},
+                               f"datasets/{SCRIPT_ONLY}": {PARQUET_EXPORT: endpoint.commits[f"{SCRIPT_ONLY}@{PARQUET_EXPORT}"]}}
+
+    changed = new_commit(endpoint.mirrors, "dataset", "nyu-mll/glue", "NOTES.md", "a later upload\n")
+    with pytest.raises(RevisionError) as err:
+        locked_commit(glue, lock)
+    message = str(err.value)
+    assert "nyu-mll/glue" in message and changed in message and endpoint.commits["nyu-mll/glue"] in message
+    assert "changed upstream" in message
+    # Without a lock the revision means what it means today.
+    assert locked_commit(glue, None) == changed
+
+
+def test_an_unreachable_hub_reads_the_locked_commit(endpoint, tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    from workflow_scripts.revisions import HubRepo, HubUnreachable, locked_commit
+
+    lock = tmp_path / "hub.lock.json"
+    repo = HubRepo("model", "nobody/anything", "main")
+    lock.write_text(json.dumps({"models/nobody/anything": {"main": "a" * 40}}))
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # nothing listens on the discard port
+    assert locked_commit(repo, lock) == "a" * 40
+    with pytest.raises(HubUnreachable, match="nobody/other"):
+        locked_commit(HubRepo("model", "nobody/other", "main"), lock)
+
+
+def test_unknown_repositories_and_revisions_are_named(endpoint):
+    from workflow_scripts.revisions import HubRepo, RevisionError, resolve
+
+    with pytest.raises(RevisionError, match="not found .*config key tasks.mnli.hub"):
+        resolve(HubRepo("dataset", "nyu-mll/no-such-data", "main", "tasks.mnli.hub"))
+    with pytest.raises(RevisionError, match="no ref 'refs/convert/duckdb'.*refs/convert/parquet"):
+        resolve(HubRepo("dataset", SCRIPT_ONLY, "refs/convert/duckdb"))
+
+
+def _prepare(hub: HubServer, task: str, split: str, settings: dict, output: Path, lock: Path
+             ) -> subprocess.CompletedProcess:
+    env = {**hub.environment(hub.hf_home), "XSTILTS_HUB_LOCK": str(lock), "PYTHONPATH": str(REPO),
+           "PATH": str(Path(sys.executable).parent)}
+    return subprocess.run([sys.executable, "-m", "workflow_scripts.data.prepare", "--task", task, "--split", split,
+                           "--settings", json.dumps(settings), "--output", str(output)],
+                          env=env, capture_output=True, text=True, cwd=REPO, timeout=300)
+
+
+def _rows(path: Path) -> list[dict]:
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path).to_pylist()
+
+
+def test_parquet_export_read_and_a_script_only_revision_refused(hub, tmp_path):
+    from workflow_scripts.data.prepare import prepare, provenance
+
+    lock = tmp_path / "hub.lock.json"
+    settings = {"source": "hub", "hub": {"path": SCRIPT_ONLY, "revision": PARQUET_EXPORT}, "languages": ["de"]}
+    proc = _prepare(hub, "xnli_mt", "train", settings, tmp_path / "hub.parquet", lock)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    prepare("xnli_mt", "train", local_settings(SCRIPT_ONLY, ["de"]), tmp_path / "local.parquet")
+    assert _rows(tmp_path / "hub.parquet") == _rows(tmp_path / "local.parquet")
+    assert provenance(tmp_path / "hub.parquet")["resolved_sha"] == hub.commits[f"{SCRIPT_ONLY}@{PARQUET_EXPORT}"]
+
+    settings["hub"]["revision"] = "main"
+    proc = _prepare(hub, "xnli_mt", "train", settings, tmp_path / "script.parquet", lock)
+    assert proc.returncode != 0
+    assert f"Hub dataset {SCRIPT_ONLY} at revision 'main' holds a loading script (xnli.py)" in proc.stderr
+    assert PARQUET_EXPORT in proc.stderr
+    assert not (tmp_path / "script.parquet").exists()
+
+
+def test_every_demo_dataset_reads_the_same_rows_from_the_hub(hub, tmp_path):
+    """Each task of the demo grid prepared from the Hub equals the local-folder reading."""
+    from workflow_scripts.data.prepare import prepare
+
+    cases = [("mnli", "dev", "nyu-mll/glue", None), ("squad", "dev", "rajpurkar/squad", None),
+             ("xnli", "test", "google/xtreme", ["en", "de", "ru", "sw"]),
+             ("xquad", "test", "google/xtreme", ["en", "de", "ru"]),
+             ("panx", "dev", "google/xtreme", ["en", "de", "ru"]),
+             ("tatoeba", "test", "google/xtreme", ["de", "ru", "sw"])]
+    lock = tmp_path / "hub.lock.json"
+    for task, split, path, langs in cases:
+        settings = {"source": "hub", "hub": {"path": path}, **({"languages": langs} if langs else {})}
+        out = tmp_path / f"{task}.{split}.hub.parquet"
+        proc = _prepare(hub, task, split, settings, out, lock)
+        assert proc.returncode == 0, f"{task} {split}: {proc.stderr[-3000:]}"
+        prepare(task, split, local_settings(path, langs), tmp_path / f"{task}.{split}.local.parquet")
+        assert _rows(out) == _rows(tmp_path / f"{task}.{split}.local.parquet"), f"{task} {split}"
+
+
+# ----- the demo grid through the Hub ---------------------------------------------------------------
+
+
+def hub_demo_config(repo: Path) -> Path:
+    """The default demo config reading its data and models from the Hub: the demo's backbones
+    as xstilts-demo/<name>, its translators under their OPUS-MT ids, BUCC from its release
+    folder, xnli_mt from the Parquet export of a script-only repository."""
+    config = yaml.safe_load((repo / "config.yaml").read_text())
+    config["experiment"] = "demo_hub"
+    config["data"] = {"source": "hub"}
+    config["models"]["source"] = "hub"
+    for name, entry in config["backbones"].items():
+        entry.update({"hub_id": f"xstilts-demo/{name}", "revision": "main"})
+    config["tasks"]["bucc"]["options"] = {"archives": "demo/hub/bucc2018"}
+    config["tasks"]["xnli_mt"]["hub"]["revision"] = PARQUET_EXPORT
+    path = repo / "demo_hub.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def publish_demo_models(hub: HubServer, checkout: Path, config: dict) -> None:
+    models = checkout / "results" / "demo" / "models"
+    for name in config["backbones"]:
+        mirror_model(models / "backbones" / name, hub.mirrors, f"xstilts-demo/{name}")
+    for group, folder in (("translators", "translator"), ("translators_to_en", "translator_to_en")):
+        for lang, entry in config["models"][group].items():
+            mirror_model(models / folder / lang, hub.mirrors, entry["hub_id"])
+
+
+def test_demo_grid_through_the_hub_gives_the_local_demo_tables(hub, demo_checkout):
+    config_path = hub_demo_config(demo_checkout)
+    config = yaml.safe_load(config_path.read_text())
+    publish_demo_models(hub, demo_checkout, config)
+    env = hub.environment(hub.hf_home)
+    proc = snakemake(demo_checkout, "--cores", "2", "--configfile", config_path.name, env=env)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+
+    local, through_hub = demo_checkout / "results" / "demo", demo_checkout / "results" / "demo_hub"
+    for backbone in config["backbones"]:
+        expected = {k: v for k, v in file_digests(local / "tables" / backbone).items() if not k.startswith("latex")}
+        assert expected, backbone
+        got = file_digests(through_hub / "tables" / backbone)
+        assert {k: got.get(k) for k in expected} == expected, backbone
+
+    # Every Hub repository the run read is locked at the commit it read.
+    lock = json.loads((through_hub / "hub.lock.json").read_text())
+    assert lock["datasets/nyu-mll/glue"] == {"main": hub.commits["nyu-mll/glue"]}
+    assert lock[f"datasets/{SCRIPT_ONLY}"] == {PARQUET_EXPORT: hub.commits[f"{SCRIPT_ONLY}@{PARQUET_EXPORT}"]}
+    assert set(lock) >= {f"models/xstilts-demo/{name}" for name in config["backbones"]}
+    source = json.loads((through_hub / "models" / "backbones" / "xlmr_tiny" / "xstilts_source.json").read_text())
+    assert source["resolved_sha"] == lock["models/xstilts-demo/xlmr_tiny"]["main"]
+
+    # Nothing left to do; and a config that now asks for another revision stops before any job.
+    proc = snakemake(demo_checkout, "-n", "--configfile", config_path.name, env=env)
+    assert proc.returncode == 0 and "Nothing to be done" in proc.stdout + proc.stderr, proc.stdout[-3000:]
+    config["tasks"]["mnli"]["hub"]["revision"] = "v2"
+    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+    proc = snakemake(demo_checkout, "-n", "--configfile", config_path.name, env=env)
+    assert proc.returncode != 0
+    assert "config key tasks.mnli.hub: reads dataset nyu-mll/glue at revision 'v2'" in proc.stderr
+    assert f"'main' = {hub.commits['nyu-mll/glue']}" in proc.stderr

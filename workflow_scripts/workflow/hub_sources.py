@@ -1,0 +1,86 @@
+"""Every Hugging Face Hub repository a config's grid reads, each with the config key that
+names it: the datasets of its tasks (and their further sources, ``Task.hub_sources``), the
+backbones, the translators and the vision encoder.
+
+The lock check at config time (``revisions.lock_disagreements``) and the preflight read
+this list; the jobs resolve and lock the same repositories as they read them. Parse-time
+code: no network, no third-party import.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workflow_scripts.data.tasks import get_task
+from workflow_scripts.revisions import HubRepo
+from workflow_scripts.workflow import backbone_grid, grid, transfer
+
+
+class HubSourceError(ValueError):
+    """A task that needs its original release, configured without it."""
+
+
+def read_tasks(config: dict[str, Any]) -> list[str]:
+    """Every task whose data a job of the grid prepares."""
+    found = set(grid.grid_tasks(config)) | {task for task, _, _ in grid.translation_jobs(config)}
+    if grid.uses_mlm(config):
+        found.add("mlm")
+    return sorted(found)
+
+
+def release_set(config: dict[str, Any], task: str) -> str | None:
+    """The release option of a task the config sets (None: its data comes from hub.path)."""
+    options = config["tasks"][task].get("options") or {}
+    return next((o for o in get_task(task).release_options if options.get(o)), None)
+
+
+def dataset_repos(config: dict[str, Any]) -> list[HubRepo]:
+    if config["data"]["source"] != "hub":
+        return []
+    repos = []
+    for task in read_tasks(config):
+        cfg = config["tasks"][task]
+        if release_set(config, task) is None:
+            repos.append(HubRepo("dataset", cfg["hub"]["path"], cfg["hub"].get("revision", "main"), f"tasks.{task}.hub"))
+        options = cfg.get("options") or {}
+        for name, default in get_task(task).hub_sources:
+            repos.append(HubRepo("dataset", str(options.get(f"{name}_path", default)),
+                                 str(options.get(f"{name}_revision", "main")), f"tasks.{task}.options.{name}_path"))
+    return repos
+
+
+def model_repos(config: dict[str, Any]) -> list[HubRepo]:
+    if config["models"]["source"] != "hub":
+        return []
+    repos = []
+    for name in backbone_grid.names(config):
+        entry = config["backbones"][name]
+        repos.append(HubRepo("model", entry["hub_id"], entry["revision"], f"backbones.{name}"))
+    into = sorted({lang for _, lang, _ in grid.translation_jobs(config)})
+    out_of = sorted({lang for _, lang in transfer.test_translations(config)})
+    for group, langs in (("translators", into), ("translators_to_en", out_of)):
+        for lang in langs:
+            entry = config["models"][group][lang]
+            repos.append(HubRepo("model", entry["hub_id"], entry["revision"], f"models.{group}.{lang}"))
+    if grid.visual_tasks(config):
+        vision = grid.vision_settings(config)
+        repos.append(HubRepo("model", vision["hub_id"], vision["revision"], "vision"))
+    return repos
+
+
+def config_repos(config: dict[str, Any]) -> list[HubRepo]:
+    """Every Hub repository the grid reads, in config order (one entry per config key)."""
+    return dataset_repos(config) + model_repos(config)
+
+
+def check_releases(config: dict[str, Any]) -> None:
+    """With data from the Hub, a task the Hub holds no faithful copy of names its release."""
+    if config["data"]["source"] != "hub":
+        return
+    for task in read_tasks(config):
+        entry = get_task(task)
+        if entry.release_required and release_set(config, task) is None:
+            raise HubSourceError(
+                f"config key tasks.{task}.options.{entry.release_options[0]}: {task} is read from its original "
+                f"release with data.source hub (the Hub holds no faithful copy); set it to the release "
+                f"(a URL or a local folder)")

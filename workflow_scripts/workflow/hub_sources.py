@@ -21,10 +21,19 @@ class HubSourceError(ValueError):
 
 
 def read_tasks(config: dict[str, Any]) -> list[str]:
-    """Every task whose data a job of the grid prepares."""
+    """Every task whose data a job of the grid prepares: the intermediate configs' and the
+    targets', the transfer settings' further data (published translations), what is
+    machine-translated, and the demo models' pre-training text."""
     found = set(grid.grid_tasks(config)) | {task for task, _, _ in grid.translation_jobs(config)}
+    data = transfer.data_path("{task}", "").split("{task}")[0]
+    for plan in transfer.plans(config):
+        for recipe in plan.models.values():
+            found |= {ref.path[len(data):].split("/")[0] for ref in (*recipe.train, *recipe.dev)
+                      if ref.path.startswith(data)}
     if grid.uses_mlm(config):
         found.add("mlm")
+    if config["models"]["source"] == "demo":
+        found |= set(config["models"]["demo_pretraining"]["text"])
     return sorted(found)
 
 

@@ -1,0 +1,68 @@
+"""The preflight (workflow_scripts/workflow/preflight.py) on the demo, and its optimizer
+steps on CPU. Its Hub checks run against the loopback Hub in tests/test_hub.py, its Slurm
+checks against the test cluster in tests/test_slurm.py."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import copy_repo
+
+
+def run_preflight(repo: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    import os
+
+    return subprocess.run([sys.executable, "-m", "workflow_scripts.workflow.preflight", *args], cwd=repo,
+                          env={**os.environ, "PYTHONPATH": str(repo), **(env or {})}, capture_output=True, text=True,
+                          timeout=600)
+
+
+def rows(report: str) -> list[list[str]]:
+    """The report's table rows as cells (check, subject, status, detail, fix)."""
+    return [[c.strip() for c in line.strip("|").split(" | ")] for line in report.splitlines()
+            if line.startswith("| ") and not line.startswith("| check")]
+
+
+def test_the_demo_passes(tmp_path):
+    repo = copy_repo(tmp_path / "repo")
+    proc = run_preflight(repo, "--output", "preflight.md")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    table = rows((repo / "preflight.md").read_text())
+    assert not [r for r in table if r[2] == "BLOCKER"]
+    data = {r[1]: r[3] for r in table if r[0] == "data"}
+    # Every folder the demo reads, with its count of files.
+    assert data["tasks.udpos.options.ud_release"].endswith(": 9 files")
+    assert "tasks.xnli_mt.hub.path" in data and "models.demo_corpora" in data
+
+
+def test_a_missing_folder_and_a_bad_config_are_blockers(tmp_path):
+    repo = copy_repo(tmp_path / "repo")
+    import shutil
+
+    shutil.rmtree(repo / "demo" / "hub" / "rajpurkar" / "squad")
+    proc = run_preflight(repo)
+    assert proc.returncode == 1
+    blocker = [r for r in rows(proc.stdout) if r[2] == "BLOCKER"]
+    assert [r[1] for r in blocker] == ["tasks.squad.hub.path"], proc.stdout
+    assert "does not exist" in blocker[0][3]
+
+    (repo / "bad.yaml").write_text((repo / "config.yaml").read_text().replace("seeds: [1, 2]", "seeds: one"))
+    proc = run_preflight(repo, "--configfile", "bad.yaml")
+    assert proc.returncode == 1
+    assert rows(proc.stdout)[0][:3] == ["config", "bad.yaml", "BLOCKER"], proc.stdout
+
+
+@pytest.mark.parametrize("method", [{"name": "full"}, {"name": "lora", "rank": 4, "alpha": 8, "dropout": 0.0}])
+def test_a_few_optimizer_steps_on_the_real_weights(demo_encoder_dir, method):
+    """What the preflight runs on each backbone where a GPU is, here on CPU."""
+    from workflow_scripts.workflow.preflight import SMOKE_STEPS, smoke_steps
+
+    losses = smoke_steps(demo_encoder_dir, "encoder", method, "cpu")
+    assert len(losses) == SMOKE_STEPS and all(math.isfinite(x) for x in losses)
+    # The steps train: the loss of the same batch moves.
+    assert losses[0] != losses[-1]

@@ -1,0 +1,483 @@
+"""Preflight: what a grid needs, checked before it spends GPU hours.
+
+One report, one line per check, each problem with its fix; the exit status is 1 when any
+check found a blocker. It checks:
+
+- config: the same checks the workflow makes at parse time (schema, tasks, languages,
+  releases, the lock);
+- hub: every Hub repository the grid reads (``hub_sources.config_repos``) resolves at its
+  revision, and to the commit the experiment's lock holds;
+- data: every local folder the grid reads is there, with its count of files (the local
+  mirror, release folders, image folders with their checksums, demo corpora);
+- disk: free space under ``results/`` against the planned sizes of the downloads, the
+  trained models and the image-feature caches;
+- gpus: the memory plan of every backbone on the GPUs it asks for, against the GPUs this
+  machine has and those the Slurm partitions offer;
+- slurm: the partitions and accounts a Snakemake profile names exist;
+- steps: on a machine with a CUDA GPU, a few optimizer steps of every backbone on its real
+  weights (prepared by ``snakemake --until prepare_backbone``).
+
+CLI: ``python -m workflow_scripts.workflow.preflight [--configfile F ...] [--profile DIR]
+[--output FILE]`` (``make preflight CONFIG=F PROFILE=DIR``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from workflow_scripts.common import REPO_ROOT, InputError, repo_path
+from workflow_scripts.revisions import LOCK_FILE, HubRepo, HubUnreachable, RevisionError, read_lock, resolve
+from workflow_scripts.workflow import backbone_grid, grid, hub_sources, memory_plan, paths
+
+OK, WARNING, BLOCKER, SKIPPED = "ok", "warning", "blocker", "skipped"
+MARKS = {OK: "ok", WARNING: "WARNING", BLOCKER: "BLOCKER", SKIPPED: "skipped"}
+GB = 1024**3
+# Files a backbone snapshot holds (models/prepare.py downloads these).
+MODEL_FILE_PATTERNS = ("*.json", "*.safetensors", "*.model", "*.spm", "*.txt", "sentencepiece*")
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png"}
+SMOKE_STEPS = 3
+
+
+@dataclass
+class Finding:
+    check: str
+    subject: str
+    status: str
+    detail: str
+    fix: str = ""
+
+
+# ----- config -----------------------------------------------------------------------------
+
+
+def load_config(configfiles: list[str]) -> dict[str, Any]:
+    """The config as the workflow sees it: the files merged in order (the repository's
+    config.yaml without any), checked and completed with the schema's defaults."""
+    import yaml
+    from snakemake.utils import update_config, validate
+
+    from workflow_scripts.data import tasks as task_catalogue
+
+    config: dict[str, Any] = {}
+    for file in configfiles or [str(REPO_ROOT / "config.yaml")]:
+        with open(file, encoding="utf-8") as f:
+            update_config(config, yaml.safe_load(f) or {})
+    task_catalogue.use_catalogues([str(repo_path(d)) for d in config.get("task_catalogues", [])])
+    schema = REPO_ROOT / "schemas" / "config.schema.yaml"
+    grid.check_schema(config, str(schema))
+    validate(config, str(schema))
+    grid.check_config(config)
+    paths.use_experiment(paths.experiment_name(config, configfiles))
+    hub_sources.check_releases(config)
+    return config
+
+
+# ----- hub --------------------------------------------------------------------------------
+
+
+def check_hub(config: dict[str, Any], lock: Path) -> tuple[list[Finding], dict[HubRepo, str]]:
+    """One finding per repository and revision; the commits that resolved."""
+    by_repo: dict[tuple[str, str, str], list[HubRepo]] = {}
+    for repo in hub_sources.config_repos(config):
+        by_repo.setdefault((repo.repo_type, repo.repo_id, repo.revision), []).append(repo)
+    pinned = read_lock(lock) if lock.is_file() else {}
+    findings, resolved = [], {}
+    for (repo_type, repo_id, revision), asked in by_repo.items():
+        repo = asked[0]
+        keys = ", ".join(r.key for r in asked)
+        subject = f"{repo_type} {repo_id}@{revision}"
+        try:
+            commit = resolve(HubRepo(repo_type, repo_id, revision))
+        except HubUnreachable as err:
+            findings.append(Finding("hub", subject, BLOCKER, f"{err} (config keys {keys})",
+                                    "run the preflight where the Hub answers, or set HF_ENDPOINT to your Hub mirror"))
+            continue
+        except RevisionError as err:
+            findings.append(Finding("hub", subject, BLOCKER, f"{err} (config keys {keys})",
+                                    "check the id and revision in the config, and HF_TOKEN for gated repositories"))
+            continue
+        resolved[repo] = commit
+        locked = (pinned.get(repo.lock_key) or {}).get(revision)
+        if locked and locked != commit:
+            findings.append(Finding("hub", subject, BLOCKER,
+                                    f"now commit {commit}, locked at {locked} in {lock} (config keys {keys})",
+                                    f"pin revision {locked} in the config, or delete the entry {repo.lock_key!r} "
+                                    f"from {lock} to move on"))
+        else:
+            findings.append(Finding("hub", subject, OK, f"commit {commit}" + (" (locked)" if locked else "")))
+    if not by_repo:
+        findings.append(Finding("hub", "-", SKIPPED, "the grid reads nothing from the Hub (local data, demo models)"))
+    return findings, resolved
+
+
+def repo_bytes(repo: HubRepo, commit: str) -> int:
+    """Bytes a download of the repository at the commit holds (models: the snapshot's files)."""
+    from huggingface_hub import HfApi
+
+    info = HfApi().repo_info(repo.repo_id, repo_type=repo.repo_type, revision=commit, files_metadata=True)
+    files = info.siblings or []
+    if repo.repo_type == "model":
+        files = [s for s in files if any(fnmatch.fnmatch(s.rfilename, p) for p in MODEL_FILE_PATTERNS)]
+    return sum(s.size or 0 for s in files)
+
+
+# ----- local data -------------------------------------------------------------------------
+
+
+def count_files(path: Path) -> int:
+    return sum(1 for p in path.rglob("*") if p.is_file()) if path.is_dir() else int(path.is_file())
+
+
+def _local(value: str) -> Path | None:
+    from workflow_scripts.common import is_url
+
+    return None if is_url(value) else repo_path(value)
+
+
+def check_local_data(config: dict[str, Any]) -> list[Finding]:
+    findings = []
+
+    def folder(subject: str, path: Path, fix: str) -> None:
+        if path.exists():
+            findings.append(Finding("data", subject, OK, f"{path}: {count_files(path)} files"))
+        else:
+            findings.append(Finding("data", subject, BLOCKER, f"{path} does not exist", fix))
+
+    for task in hub_sources.read_tasks(config):
+        cfg = config["tasks"][task]
+        option = hub_sources.release_set(config, task)
+        if option is not None:
+            local = _local(str(cfg["options"][option]))
+            if local is not None:
+                folder(f"tasks.{task}.options.{option}", local, "download the release there, or give its URL")
+        elif config["data"]["source"] == "local":
+            folder(f"tasks.{task}.hub.path", repo_path(config["data"]["local_root"]) / cfg["hub"]["path"],
+                   "lay the task's rows out as <local_root>/<hub path>/<config>/<split>.jsonl")
+    for task in grid.visual_tasks(config):
+        images = repo_path(grid.image_dir(config, task))
+        if not images.is_dir():
+            findings.append(Finding("data", f"tasks.{task}.images", BLOCKER, f"{images} does not exist",
+                                    "put the task's images there (docs: multimodal)"))
+            continue
+        count = sum(1 for p in images.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+        sums = images / "SHA256SUMS"
+        findings.append(Finding("data", f"tasks.{task}.images", OK if sums.is_file() else BLOCKER,
+                                f"{images}: {count} images" + ("" if sums.is_file() else ", no SHA256SUMS"),
+                                "" if sums.is_file() else f"cd {images} && sha256sum *.jpg > SHA256SUMS"))
+    if config["models"]["source"] == "demo":
+        folder("models.demo_corpora", repo_path(config["models"]["demo_corpora"]), "the demo's parallel corpora")
+    return findings
+
+
+# ----- disk -------------------------------------------------------------------------------
+
+
+def dry_run_counts(configfiles: list[str]) -> dict[str, int]:
+    """Jobs per rule of the whole grid (a dry run of every job)."""
+    cmd = [sys.executable, "-m", "snakemake", "--dry-run", "--forceall", "--quiet", "rules", "--cores", "1"]
+    for file in configfiles:
+        cmd += ["--configfile", str(Path(file).resolve())]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise InputError(f"dry run failed:\n{proc.stderr[-2000:]}")
+    counts = {}
+    for line in (proc.stdout + proc.stderr).splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit() and parts[0] not in ("total", "job"):
+            counts[parts[0]] = int(parts[1])
+    return counts
+
+
+def trained_model_bytes(config: dict[str, Any], backbone: str, snapshot: int | None) -> int | None:
+    """Bytes one saved model of the backbone takes: its weights (full: the snapshot's size,
+    else its parameter count in float32), its adapters (LoRA, float32)."""
+    entry = config["backbones"][backbone]
+    if entry.get("method", "full") == "full":
+        return snapshot if snapshot is not None else (int(entry["parameters"] * 4) if entry.get("parameters") else None)
+    if not entry.get("architecture") or not entry.get("parameters"):
+        return None
+    bb = memory_plan.parse_backbone(backbone, entry)
+    return int(memory_plan.lora_adapter_parameters(bb) * 4)
+
+
+def check_disk(config: dict[str, Any], configfiles: list[str], resolved: dict[HubRepo, str]) -> list[Finding]:
+    planned: dict[str, int] = {}
+    unknown: list[str] = []
+    sizes: dict[HubRepo, int] = {}
+    distinct = {(r.repo_type, r.repo_id, r.revision) for r in hub_sources.config_repos(config)}
+    unresolved = len(distinct) - len(resolved)
+    if unresolved:
+        unknown.append(f"{unresolved} Hub repositories that did not resolve")
+    for repo, commit in resolved.items():
+        try:
+            sizes[repo] = repo_bytes(repo, commit)
+        except Exception as err:  # a server without file metadata: say so, do not guess
+            unknown.append(f"{repo} ({type(err).__name__})")
+    planned["Hub downloads"] = sum(sizes.values())
+    counts = dry_run_counts(configfiles)
+    jobs = counts.get("train_intermediate", 0) + counts.get("train_target", 0)
+    backbones = backbone_grid.names(config)
+    per_model = []
+    for name in backbones:
+        snapshot = next((b for r, b in sizes.items() if r.key == f"backbones.{name}"), None)
+        size = trained_model_bytes(config, name, snapshot)
+        if size is None:
+            unknown.append(f"trained models of {name} (no parameter count, no snapshot)")
+        else:
+            per_model.append(size)
+    if per_model:
+        # Jobs are spread over the backbones; the largest model bounds them all.
+        planned["trained models"] = jobs * max(per_model)
+    free = shutil.disk_usage(repo_path(paths.RESULTS) if repo_path(paths.RESULTS).exists() else REPO_ROOT).free
+    need = sum(planned.values())
+    detail = (", ".join(f"{k} {v / GB:.1f} GB" for k, v in planned.items()) +
+              f" ({jobs} trained models); {free / GB:.1f} GB free under {paths.RESULTS}/")
+    if unknown:
+        detail += f"; not counted: {'; '.join(unknown)}"
+    status = BLOCKER if need > free else WARNING if unknown else OK
+    fixes = {BLOCKER: "free space, or point results/ at a larger disk (a symlink)",
+             WARNING: "rerun the preflight where the Hub answers for the full estimate", OK: ""}
+    return [Finding("disk", "results", status, detail, fixes[status])]
+
+
+# ----- gpus and slurm ---------------------------------------------------------------------
+
+
+def local_gpus() -> list[tuple[str, float]]:
+    """(name, memory in GB) of this machine's CUDA devices."""
+    try:
+        import torch
+    except ImportError:
+        return []
+    if not torch.cuda.is_available():
+        return []
+    return [(torch.cuda.get_device_name(i), torch.cuda.get_device_properties(i).total_memory / GB)
+            for i in range(torch.cuda.device_count())]
+
+
+def slurm_gpus(partitions: Iterable[str]) -> dict[str, int]:
+    """GPUs per node of each partition (its largest node), from sinfo's generic resources."""
+    found = {}
+    for partition in partitions:
+        proc = subprocess.run(["sinfo", "-h", "-p", partition, "-o", "%G"], capture_output=True, text=True)
+        gpus = 0
+        for gres in proc.stdout.split():
+            for item in gres.split(","):
+                parts = item.split("(")[0].split(":")
+                if parts[0] == "gpu" and parts[-1].isdigit():
+                    gpus = max(gpus, int(parts[-1]))
+        found[partition] = gpus
+    return found
+
+
+def check_gpus(config: dict[str, Any], partitions: list[str]) -> list[Finding]:
+    findings = []
+    devices = local_gpus()
+    offered = slurm_gpus(partitions) if partitions and shutil.which("sinfo") else {}
+    for name in backbone_grid.names(config):
+        asked = backbone_grid.gpus(config, name)
+        per_node = max(1, asked["per_node"])
+        if offered and max(offered.values()) < per_node:
+            findings.append(Finding("gpus", name, BLOCKER, f"asks for {per_node} GPUs per node; no partition offers as "
+                                    f"many ({', '.join(f'{p}: {g}' for p, g in offered.items())})",
+                                    f"set backbones.{name}.gpus.per_node to what a node has, or name a partition "
+                                    "with larger nodes in the profile"))
+    try:
+        plans = memory_plan.plan_config(config)
+    except memory_plan.PlanError as err:
+        return findings + [Finding("gpus", "memory plan", BLOCKER, str(err), "fix the backbone entry the message names")]
+    for plan in plans:
+        subject = f"{plan.backbone} {plan.phase}"
+        if plan.skipped or plan.estimate is None:
+            findings.append(Finding("gpus", subject, SKIPPED, f"no memory plan: {plan.skipped or 'no estimate'}"))
+            continue
+        if not plan.fits:
+            findings.append(Finding("gpus", subject, BLOCKER, memory_plan.misfit_message(plan),
+                                    "ask for more or larger GPUs, or switch the method"))
+            continue
+        detail = f"{plan.estimate.total / GB:.1f} GB per GPU on {plan.gpus_asked} x {plan.memory_gb:g} GB asked"
+        problems = []
+        if devices:
+            smallest = min(memory for _, memory in devices)
+            if memory_plan.usable_bytes(smallest) < plan.estimate.total:
+                problems.append(f"this machine's GPUs have {smallest:.0f} GB")
+            if len(devices) < plan.gpus_asked and not partitions:
+                problems.append(f"this machine has {len(devices)} GPUs")
+        findings.append(Finding("gpus", subject, BLOCKER if problems else OK,
+                                detail + ("; " + "; ".join(problems) if problems else ""),
+                                f"set backbones.{plan.backbone}.gpus to what the machine has" if problems else ""))
+    if not devices:
+        findings.append(Finding("gpus", "this machine", SKIPPED if partitions else WARNING,
+                                "no CUDA device here" + ("; training runs on the cluster" if partitions else ""),
+                                "" if partitions else "run the grid where GPUs are, or on Slurm (--profile)"))
+    return findings
+
+
+def profile_settings(profile: Path) -> dict[str, Any]:
+    import yaml
+
+    file = profile / "config.yaml"
+    if not file.is_file():
+        raise InputError(f"Snakemake profile {profile}: no config.yaml")
+    return yaml.safe_load(file.read_text(encoding="utf-8")) or {}
+
+
+def profile_partitions_and_accounts(profile: dict[str, Any], config: dict[str, Any]) -> tuple[set[str], set[str]]:
+    """Every slurm_partition and slurm_account the profile and the config's resources name."""
+    groups = [profile.get("default-resources") or {}, *(profile.get("set-resources") or {}).values(),
+              *(config.get("resources") or {}).values()]
+    partitions = {str(g["slurm_partition"]) for g in groups if isinstance(g, dict) and g.get("slurm_partition")}
+    accounts = {str(g["slurm_account"]) for g in groups if isinstance(g, dict) and g.get("slurm_account")}
+    return partitions, accounts
+
+
+def check_slurm(partitions: set[str], accounts: set[str]) -> list[Finding]:
+    if not shutil.which("sinfo"):
+        return [Finding("slurm", "sinfo", BLOCKER, "the Slurm client commands are not on PATH",
+                        "run the preflight on the cluster's submit host")]
+    findings = []
+    known = set(subprocess.run(["sinfo", "-h", "-o", "%R"], capture_output=True, text=True).stdout.split())
+    for partition in sorted(partitions):
+        findings.append(Finding("slurm", f"partition {partition}", OK if partition in known else BLOCKER,
+                                "exists" if partition in known else f"not a partition (known: {', '.join(sorted(known))})",
+                                "" if partition in known else "set slurm_partition in the profile to one of them"))
+    if not partitions:
+        findings.append(Finding("slurm", "partition", WARNING, "the profile names no partition: the default one is used",
+                                "set default-resources.slurm_partition in the profile"))
+    for account in sorted(accounts):
+        proc = subprocess.run(["sacctmgr", "-n", "-P", "show", "account", account, "format=account"],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            findings.append(Finding("slurm", f"account {account}", WARNING, f"sacctmgr cannot tell: {proc.stderr.strip()}"))
+        elif account in proc.stdout.split():
+            findings.append(Finding("slurm", f"account {account}", OK, "exists"))
+        else:
+            findings.append(Finding("slurm", f"account {account}", BLOCKER, "no such account",
+                                    "set slurm_account in the profile to one of `sacctmgr show account`"))
+    return findings
+
+
+# ----- a few optimizer steps ---------------------------------------------------------------
+
+
+def smoke_steps(model_dir: Path, family: str, method_settings: dict[str, Any], device: str, steps: int = SMOKE_STEPS
+                ) -> list[float]:
+    """Losses of a few optimizer steps of a classification head on the backbone's real
+    weights, with its training method; raises if a loss is not finite."""
+    import torch
+
+    from workflow_scripts.models.adapters import Method, attach, inner, load_backbone
+    from workflow_scripts.models.heads import MultiHeadModel, forward, load_tokenizer, make_head
+
+    torch.manual_seed(0)
+    method = Method.from_settings(method_settings)
+    tokenizer = load_tokenizer(model_dir)
+    encoder = load_backbone(model_dir, method)
+    model = MultiHeadModel(encoder, {"nli": make_head("classification", encoder.config.hidden_size, 3, 0.0, 0.02)},
+                           family)
+    trained = attach(model, method, {"nli": ("classification", 3)}) if method.adapters else model
+    trained.to(device)
+    run = inner(trained)
+    batch = tokenizer(["A man plays a guitar on stage.", "Two dogs run in the snow."],
+                      ["Someone makes music.", "The animals are asleep."], return_tensors="pt", padding=True)
+    batch = {k: v.to(device) for k, v in batch.items()} | {"labels": torch.tensor([0, 2], device=device)}
+    optimizer = torch.optim.AdamW([p for p in trained.parameters() if p.requires_grad], lr=1e-5)
+    losses = []
+    for step in range(steps):
+        _, loss = forward(run, "classification", "nli", batch)
+        if not torch.isfinite(loss):
+            raise RuntimeError(f"{model_dir}: loss {loss.item()} at step {step}")
+        losses.append(float(loss.detach()))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return losses
+
+
+def check_steps(config: dict[str, Any]) -> list[Finding]:
+    if not local_gpus():
+        return [Finding("steps", "every backbone", SKIPPED, "no CUDA device here: the steps run where a GPU is")]
+    findings = []
+    for name in backbone_grid.names(config):
+        model_dir = repo_path(backbone_grid.base_dir(name))
+        if not model_dir.is_dir():
+            findings.append(Finding("steps", name, SKIPPED, f"{model_dir} not prepared yet",
+                                    f"snakemake --until prepare_backbone --configfile ... (then rerun the preflight)"))
+            continue
+        try:
+            losses = smoke_steps(model_dir, config["backbones"][name]["family"],
+                                 backbone_grid.method_settings(config, name), "cuda")
+        except Exception as err:  # any failure here is what the preflight exists to show
+            findings.append(Finding("steps", name, BLOCKER, f"{type(err).__name__}: {err}",
+                                    "see the error; the training jobs would fail the same way"))
+            continue
+        findings.append(Finding("steps", name, OK, f"{len(losses)} steps, losses {', '.join(f'{l:.3f}' for l in losses)}"))
+    return findings
+
+
+# ----- the report -------------------------------------------------------------------------
+
+
+def report_markdown(findings: list[Finding], title: str) -> str:
+    lines = [f"# Preflight: {title}", "", "| check | subject | status | detail | fix |", "|---|---|---|---|---|"]
+    for f in findings:
+        cells = (f.check, f.subject, MARKS[f.status], f.detail, f.fix)
+        lines.append("| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
+    blockers = sum(f.status == BLOCKER for f in findings)
+    lines += ["", f"{blockers} blocker(s), {sum(f.status == WARNING for f in findings)} warning(s)."]
+    return "\n".join(lines) + "\n"
+
+
+def run(configfiles: list[str], profile: Path | None) -> list[Finding]:
+    try:
+        config = load_config(configfiles)
+    except Exception as err:  # the config check's own errors name the key
+        message = str(err)
+        return [Finding("config", ", ".join(configfiles) or "config.yaml", BLOCKER, message,
+                        "fix the key the message names")]
+    lock = Path(paths.results(LOCK_FILE))
+    findings = [Finding("config", ", ".join(configfiles) or "config.yaml", OK,
+                        f"experiment {paths.experiment()}, lock {lock}")]
+    from workflow_scripts.revisions import lock_disagreements
+
+    for problem in lock_disagreements(hub_sources.config_repos(config), lock):
+        findings.append(Finding("config", "lock", BLOCKER, problem))
+    hub, resolved = check_hub(config, lock)
+    findings += hub
+    findings += check_local_data(config)
+    findings += check_disk(config, configfiles, resolved)
+    partitions: set[str] = set()
+    if profile is not None:
+        partitions, accounts = profile_partitions_and_accounts(profile_settings(profile), config)
+        findings += check_slurm(partitions, accounts)
+    findings += check_gpus(config, sorted(partitions))
+    findings += check_steps(config)
+    return findings
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--configfile", nargs="*", default=[], help="the config files, as given to snakemake")
+    ap.add_argument("--profile", type=Path, help="the Snakemake profile the grid runs with (e.g. slurm)")
+    ap.add_argument("--output", type=Path, help="also write the report (Markdown) here")
+    args = ap.parse_args(argv)
+    findings = run(args.configfile, args.profile)
+    text = report_markdown(findings, " ".join(args.configfile) or "config.yaml")
+    print(text)
+    if args.output:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(text, encoding="utf-8")
+    return 1 if any(f.status == BLOCKER for f in findings) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -225,3 +225,34 @@ def test_interrupted_training_resumes_to_the_same_metric_file(slurm_run, referen
     name = f"results/slurm_test/metrics/{backbone}/zero_shot/none/{target}/seed1.json"
     assert metric_files(workdir)[name] == reference[name]
     assert checkpoint_step(target_checkpoints(workdir, backbone, target)) == 0, "checkpoints are removed once the model exists"
+
+
+def test_preflight_checks_the_profile_against_the_cluster(cluster, tmp_path):
+    """The preflight reads the partitions and accounts a profile names and the GPUs the
+    cluster's nodes offer: the test cluster has partition debug with GPUS GPUs a node."""
+    from slurm_cluster import GPUS
+
+    workdir = copy_repo(tmp_path / "repo")
+    profile = workdir / "site_profile"
+    profile.mkdir()
+    (profile / "config.yaml").write_text(yaml.safe_dump({
+        "executor": "slurm",
+        "default-resources": {"slurm_partition": "debug", "slurm_account": "no_such_account"},
+        "set-resources": {"train_target": {"slurm_partition": "gpu_a100"}}}))
+    config = yaml.safe_load((workdir / "config.yaml").read_text())
+    config["backbones"]["xlmr_tiny"]["gpus"] = {"per_node": GPUS + 2}
+    (workdir / "wide.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    env = {**cluster.env, "PYTHONPATH": str(workdir),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.run([sys.executable, "-m", "workflow_scripts.workflow.preflight", "--configfile", "wide.yaml",
+                           "--profile", "site_profile"], cwd=workdir, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    status = {(r[0], r[1]): r[2] for r in (
+        [c.strip() for c in line.strip("|").split(" | ")] for line in proc.stdout.splitlines() if line.startswith("| "))}
+    assert status[("slurm", "partition debug")] == "ok"
+    assert status[("slurm", "partition gpu_a100")] == "BLOCKER"
+    assert status[("slurm", "account no_such_account")] == "BLOCKER"
+    assert status[("gpus", "xlmr_tiny")] == "BLOCKER"
+    assert ("gpus", "llama_tiny") not in status  # it asks for what a node has
+    assert f"debug: {GPUS}" in proc.stdout

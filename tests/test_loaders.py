@@ -34,7 +34,7 @@ SOURCES = {
     "copa": ("aps/super_glue", None, {}),
     "xcopa": ("cambridgeltl/xcopa", ["de", "ru", "sw"], {}),
     "mewslix": ("izhx/mewsli-x", ["en", "de", "ru"], {}),
-    "lareqa": ("google-research-datasets/xquad_r", ["en", "de", "ru"], {}),
+    "lareqa": ("rajpurkar/squad", ["en", "de", "ru"], {"xquad_r_path": str(REPO / "demo/xquad-r")}),
     "snli_ve": ("HuggingFaceM4/SNLI-VE", None, {}),
     "nlvr2": ("lil-lab/nlvr2", None, {"path": "demo/hub/lil-lab/nlvr2"}),
     "vqa_v2": ("visualqa/vqa_v2", None, {"path": "demo/hub/visualqa/vqa_v2"}),

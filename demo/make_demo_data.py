@@ -65,6 +65,7 @@ TATOEBA_CODES = {"de": "deu", "ru": "rus", "sw": "swh"}
 XNLI_LABELS = ["entailment", "neutral", "contradiction"]
 
 ROOT = Path(__file__).resolve().parent / "hub"
+XQUAD_R_ROOT = Path(__file__).resolve().parent / "xquad-r"  # a release read as released, not a Hub mirror
 
 
 class Event:
@@ -605,8 +606,9 @@ def make_ranking(rng: random.Random) -> None:
     about them ("Yesterday Anna from the market bought the book."). English Wikipedia-like
     training pairs (config wikipedia_pairs), WikiNews-like dev and test mentions in en, de,
     ru, and the pool (config candidate_entities), in the release's JSON schema.
-    LAReQA (google-research-datasets/xquad_r): parallel paragraphs and questions in en, de,
-    ru with the paragraphs' sentence_breaks; its training pairs come from the demo SQuAD."""
+    LAReQA: parallel paragraphs and questions in en, de, ru with the paragraphs'
+    sentence_breaks, as XQuAD-R's release files (demo/xquad-r/<lang>.json, the layout of
+    google-research-datasets/lareqa's xquad-r/); its training pairs come from the demo SQuAD."""
     langs = ("en", "de", "ru")
     entities = []
     for name in range(len(NAMES["en"])):
@@ -648,16 +650,21 @@ def make_ranking(rng: random.Random) -> None:
 
     seed = rng.random()
     for lang in langs:
-        local, rows = random.Random(seed), []  # parallel: the same paragraphs and question ids
+        local, paragraphs = random.Random(seed), []  # parallel: the same paragraphs and question ids
         for i in range(60):
             row = qa_example(local, lang, f"xqr{i:05d}", False)
             context, breaks, at = row["context"], [], 0
             for end in [m.end() for m in re.finditer(r"[.?!](?= |$)", context)]:
                 breaks.append([at, end])
                 at = end + 1
-            row["sentence_breaks"] = breaks
-            rows.append(row)
-        write_jsonl(ROOT / "google-research-datasets/xquad_r" / lang / "validation.jsonl", rows)
+            answers = [{"text": t, "answer_start": s}
+                       for t, s in zip(row["answers"]["text"], row["answers"]["answer_start"])]
+            paragraphs.append({"context": context,
+                               "qas": [{"id": row["id"], "question": row["question"], "answers": answers}],
+                               "sentence_breaks": breaks, "sentences": [context[s:e] for s, e in breaks]})
+        XQUAD_R_ROOT.mkdir(parents=True, exist_ok=True)
+        release = {"version": "1.1", "data": [{"paragraphs": paragraphs, "title": "demo-xqr"}]}
+        (XQUAD_R_ROOT / f"{lang}.json").write_text(json.dumps(release, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def make_snli_ve(rng: random.Random) -> None:

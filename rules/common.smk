@@ -192,28 +192,28 @@ def converted_arg(wildcards, input):
 
 
 def local_source_files(wildcards):
-    """The local files a task reads (a mirror directory, or CCG's user-provided files), so
-    editing them reruns its preparation."""
+    """The local files a task reads (a mirror directory, local releases, or CCG's
+    user-provided files), so editing them reruns its preparation."""
     task = config["tasks"][wildcards.task]
     options = task.get("options", {})
-    releases = grid.local_releases(task)
-    if releases:  # local UD releases (v2.5, and XTREME-R's v2.7 languages): their archives or files
-        found = []
-        for release in releases.values():
-            if release.is_file():
-                found.append(workdir_relative(release))
-            else:
-                found += [workdir_relative(os.path.join(d, f)) for d, _, files in os.walk(release) for f in files]
+    found = []
+    # local releases (UD v2.5, XTREME-R's UD v2.7 languages, XQuAD-R): their archives or files
+    for release in grid.local_releases(task).values():
+        if release.is_file():
+            found.append(workdir_relative(release))
+        else:
+            found += [workdir_relative(os.path.join(d, f)) for d, _, files in os.walk(release) for f in files]
+    if not grid.reads_hub_data(task):
         return sorted(found)
     if "path" in options:
         source_dir = options["path"]
     elif config["data"]["source"] == "local":
         source_dir = os.path.join(config["data"]["local_root"], task["hub"]["path"])
     else:
-        return []
+        return sorted(found)
     if not os.path.isabs(source_dir):
         source_dir = os.path.join(workflow.basedir, source_dir)
-    return sorted(workdir_relative(os.path.join(d, f)) for d, _, files in os.walk(source_dir) for f in files)
+    return sorted(found + [workdir_relative(os.path.join(d, f)) for d, _, files in os.walk(source_dir) for f in files])
 
 
 def embed_inputs(wildcards):

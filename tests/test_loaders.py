@@ -5,7 +5,7 @@ import pytest
 from conftest import REPO, local_settings
 from workflow_scripts.common import InputError
 from workflow_scripts.data.loaders import load_converter
-from workflow_scripts.data.prepare import SCHEMAS, prepare, read_table
+from workflow_scripts.data.prepare import SCHEMAS, prepare, provenance, read_table
 from workflow_scripts.data.tasks import TASKS, get_task
 
 # task -> (Hub path, languages of the evaluation splits, options)
@@ -34,7 +34,7 @@ SOURCES = {
     "copa": ("aps/super_glue", None, {}),
     "xcopa": ("cambridgeltl/xcopa", ["de", "ru", "sw"], {}),
     "mewslix": ("izhx/mewsli-x", ["en", "de", "ru"], {}),
-    "lareqa": ("google-research-datasets/xquad_r", ["en", "de", "ru"], {}),
+    "lareqa": ("rajpurkar/squad", ["en", "de", "ru"], {"xquad_r_path": str(REPO / "demo/xquad-r")}),
     "snli_ve": ("HuggingFaceM4/SNLI-VE", None, {}),
     "nlvr2": ("lil-lab/nlvr2", None, {"path": "demo/hub/lil-lab/nlvr2"}),
     "vqa_v2": ("visualqa/vqa_v2", None, {"path": "demo/hub/visualqa/vqa_v2"}),
@@ -110,6 +110,45 @@ def test_awkward_cases_of_the_real_schemas(tmp_path):
     assert any(r["gold"] for r in bucc) and any(r["side"] == "source" and not r["gold"] for r in bucc)
     # MLM: languages sampled with q ~ p^alpha, every language present.
     assert {r["lang"] for r in load("mlm", "train")} == {"en", "de", "ru", "sw"}
+
+
+def test_pawsx_reads_every_release_row_from_the_paws_x_dataset(tmp_path):
+    """The release's TSV (id, sentence1, sentence2, label), read as paws-x reads it (tabs
+    only) and as google/xtreme's builder reads it (CSV quoting, rows of four fields kept): a
+    field that opens with a quote loses its quotes, and one whose quote never closes swallows
+    the lines after it, which the builder then drops. With options.pawsx_path the loader
+    reads the paws-x rows: none lost, the text as in the file."""
+    import csv
+    import json
+
+    tsv = ("id\tsentence1\tsentence2\tlabel\n"
+           '1\t" Blue " is a song .\tThe song is called " Blue " .\t1\n'
+           '2\tThe river flows north .\t" North is where the river flows .\t0\n'
+           "3\tAnna sold the car .\t Anna bought the car .\t0\n")
+    lines = tsv.splitlines(keepends=True)
+    paws_x = [{"id": int(r["id"]), "sentence1": r["sentence1"], "sentence2": r["sentence2"], "label": int(r["label"])}
+              for r in csv.DictReader(lines, delimiter="\t", quoting=csv.QUOTE_NONE)]
+    xtreme = [{"sentence1": r[1], "sentence2": r[2], "label": r[3]}
+              for r in list(csv.reader(lines, delimiter="\t"))[1:] if len(r) == 4]
+    assert len(paws_x) == 3 and len(xtreme) == 1 and xtreme[0]["sentence1"] != paws_x[0]["sentence1"]
+    for path, config, rows in (("google-research-datasets/paws-x", "de", paws_x), ("google/xtreme", "PAWS-X.de", xtreme)):
+        file = tmp_path / path / config / "test.jsonl"
+        file.parent.mkdir(parents=True)
+        file.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def load(options):
+        out = tmp_path / "pawsx.parquet"
+        prepare("pawsx", "test", {"source": "local", "local_root": str(tmp_path), "hub": {"path": "google/xtreme"},
+                                  "languages": ["de"], "options": options}, out)
+        return read_table(out).to_pylist(), provenance(out)["report"]
+
+    rows, report = load({"pawsx_path": "google-research-datasets/paws-x"})
+    assert [(r["text_a"], r["text_b"], r["label"]) for r in rows] == [
+        ('" Blue " is a song .', 'The song is called " Blue " .', 1),
+        ("The river flows north .", '" North is where the river flows .', 0),
+        ("Anna sold the car .", "Anna bought the car .", 0)]  # stripped, as XTREME strips
+    assert report["sources"] == {"de": "google-research-datasets/paws-x de"}
+    assert len(load({})[0]) == 1  # google/xtreme's configs: two rows gone
 
 
 def test_missing_ccg_path_is_named(tmp_path):

@@ -44,6 +44,19 @@ def test_the_xtreme_r_preset_builds_its_grid_offline(repo):
     assert "results/xtreme_r/submission/xlmr_large/xtreme_r" in out
 
 
+def test_the_demo_lareqa_preparation_reads_its_release_files_and_the_squad_mirror(tmp_path):
+    """LAReQA's test split comes from XQuAD-R's files (options.xquad_r_path), its training
+    pairs from the SQuAD mirror: both are inputs of its preparation, so editing either reruns it."""
+    repo = copy_repo(tmp_path)
+    proc = snakemake(repo, "-n", "--configfile", DEMO_CONFIG, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    blocks = (proc.stdout + proc.stderr).split("rule prepare_task_data:")
+    block = next(b for b in blocks if "output: results/xtreme_r_demo/data/lareqa/test.parquet" in b)
+    inputs = block.split("input:", 1)[1].split("\n", 1)[0]
+    assert {f"demo/xquad-r/{lang}.json" for lang in ("en", "de", "ru")} <= set(inputs.replace(",", " ").split())
+    assert "demo/hub/rajpurkar/squad/plain_text/train.jsonl" in inputs
+
+
 def write_config(repo: Path, name: str, edit) -> str:
     config = yaml.safe_load((repo / DEMO_CONFIG).read_text())
     edit(config)

@@ -6,7 +6,7 @@ repository, revision and licence):
     python tests/real_data/extract_samples.py --mirrors /path/to/mirrors
 
 where ``<mirrors>/<owner>+<name>/repo`` is a bare clone. Each sample keeps the files' own
-bytes: whole sentences (CoNLL-U), whole paragraphs (XQuAD JSON), whole lines (Tatoeba).
+bytes: whole sentences (CoNLL-U), whole paragraphs (XQuAD and XQuAD-R JSON), whole lines (Tatoeba).
 """
 
 from __future__ import annotations
@@ -34,6 +34,12 @@ UD_SAMPLES = [
     ("UD_English-ESL", "en_esl-ud-train.conllu", 5, False),
     ("UD_English-PUD", "en_pud-ud-test.conllu", 10, False),
 ]
+# XQuAD-R paragraphs kept, as (article, paragraph) positions, the same in every language:
+# the first two of the first article (Arabic's first context starts with white space), a
+# paragraph whose context starts with white space in en, es, hi and ru, and the Turkish
+# paragraph whose sentence_breaks do not cut its own "sentences" field out of its context.
+XQUAD_R_REVISION = "9bc8c7fb6dd8d01d72a05a93c2cb96882b0d299c"
+XQUAD_R_PARAGRAPHS = [(0, 0), (0, 1), (9, 3), (14, 0)]
 TATOEBA = ["deu", "rus", "cmn", "swh"]
 TATOEBA_LINES = 25
 
@@ -66,6 +72,22 @@ def xquad(mirrors: Path) -> None:
                                                            ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
 
 
+def xquad_r(mirrors: Path) -> None:
+    """Whole paragraphs of XQuAD-R (``XQUAD_R_PARAGRAPHS``) in all 11 languages, each
+    paragraph's JSON unchanged (context, qas, sentence_breaks, sentences)."""
+    out = HERE / "xquad_r"
+    out.mkdir(exist_ok=True)
+    for lang in XQUAD_LANGS:
+        doc = json.loads(git_show(mirrors, "google-research-datasets+lareqa", XQUAD_R_REVISION, f"xquad-r/{lang}.json"))
+        articles = []
+        for a, article in enumerate(doc["data"]):
+            paras = [para for p, para in enumerate(article["paragraphs"]) if (a, p) in XQUAD_R_PARAGRAPHS]
+            if paras:
+                articles.append({"paragraphs": paras, "title": article["title"]})
+        (out / f"{lang}.json").write_text(json.dumps({"version": doc["version"], "data": articles}, ensure_ascii=False),
+                                          encoding="utf-8")
+
+
 def ud(mirrors: Path) -> None:
     for repo, name, first, longest in UD_SAMPLES:
         text = git_show(mirrors, f"UniversalDependencies+{repo}", "r2.5", name).decode("utf-8")
@@ -94,6 +116,7 @@ def main() -> None:
     ap.add_argument("--mirrors", type=Path, required=True)
     args = ap.parse_args()
     xquad(args.mirrors)
+    xquad_r(args.mirrors)
     ud(args.mirrors)
     tatoeba(args.mirrors)
 

@@ -246,21 +246,32 @@ def check_languages(config: dict[str, Any]) -> None:
             check(f"transfer.settings.{setting}", source, LANGUAGES)
 
 
-def local_releases(task_cfg: dict[str, Any]) -> dict[str, Path]:
-    """The local paths of a task's UD releases by option (``ud_release``, and
-    ``ud_release_extra.release``: XTREME-R's UD v2.7 languages); URLs are not local."""
+def _release_options(task_cfg: dict[str, Any]) -> dict[str, str | None]:
+    """A task's options that name an original release (a URL, archive or directory), as
+    written: UD v2.5 (``ud_release``), XTREME-R's UD v2.7 languages
+    (``ud_release_extra.release``), XQuAD-R (``xquad_r_path``)."""
     options = task_cfg.get("options", {})
     extra = options.get("ud_release_extra")
-    found = {"ud_release": options.get("ud_release"),
-             "ud_release_extra.release": extra.get("release") if isinstance(extra, dict) else None}
-    return {key: REPO_ROOT / release for key, release in found.items()  # an absolute release stays absolute
+    return {"ud_release": options.get("ud_release"),
+            "ud_release_extra.release": extra.get("release") if isinstance(extra, dict) else None,
+            "xquad_r_path": options.get("xquad_r_path")}
+
+
+def local_releases(task_cfg: dict[str, Any]) -> dict[str, Path]:
+    """The local paths of a task's releases by option; URLs are not local."""
+    return {key: REPO_ROOT / release for key, release in _release_options(task_cfg).items()  # absolute stays absolute
             if release and not is_url(release)}
+
+
+def reads_hub_data(task_cfg: dict[str, Any]) -> bool:
+    """Whether a task reads its Hub data (or its local mirror) besides its releases: all but
+    UD-POS read from the UD v2.5 release."""
+    return not task_cfg.get("options", {}).get("ud_release")
 
 
 def _release_option(task_cfg: dict[str, Any], option: str) -> str:
     """The configured value of a local release option, as the user wrote it."""
-    options = task_cfg.get("options", {})
-    return options["ud_release"] if option == "ud_release" else options["ud_release_extra"]["release"]
+    return str(_release_options(task_cfg)[option])
 
 
 # ----- layout -----------------------------------------------------------------------------

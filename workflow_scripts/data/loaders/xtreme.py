@@ -16,6 +16,10 @@ source gave each language (``sources``) and, for the Hub, which commit (``extra_
   ``sentence1`` the non-English sentence and ``sentence2`` its English translation. These
   column names come from code that reads that dataset, not from its card, which we could
   not read offline: a row without them fails naming the columns it has.
+
+PAWS-X reads every language from ``options.pawsx_path`` when it is set
+(``google-research-datasets/paws-x``): google/xtreme's PAWS-X configs lose rows of the
+release (``_pawsx``; docs/data_sources.md).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from workflow_scripts.common import InputError
-from workflow_scripts.data.loaders.registry import (XTREME_SPLITS, Report, Row, converter, label_index, per_language,
+from workflow_scripts.data.loaders.registry import (XTREME_SPLITS, Report, Row, converter, label_index,
                                                     require_languages)
 from workflow_scripts.data.loaders.source import Source, extra_source
 from workflow_scripts.data.tasks import get_task
@@ -59,11 +63,25 @@ def record_sources(report: Report, sources: dict[str, tuple[Source, str]], extra
 @converter("pawsx")
 def _pawsx(src: Source, split: str, langs: list[str], opts: dict[str, Any],
            report: Report) -> Iterable[Row]:
+    """PAWS-X from ``options.pawsx_path`` when given (``google-research-datasets/paws-x``:
+    config = language, the release's TSV rows read without CSV quoting, all 2,000 dev and test
+    rows of every language), else from google/xtreme's ``PAWS-X.<lang>`` configs, whose
+    builder parses the same files with CSV quoting and keeps only rows of four fields: it
+    loses rows (es dev 1,961, fr dev 1,988, ko test 1,999; en train 49,175 of 49,401).
+    Sentences are stripped, as XTREME's ``utils_preprocess.py`` strips them."""
     task = get_task("pawsx")
-    for lang, i, r in per_language("pawsx", src, lambda l: f"PAWS-X.{l}", split, XTREME_SPLITS[split], langs):
-        label = int(r["label"])  # a string "0"/"1" in google/xtreme
-        yield {"id": f"pawsx-{split}-{lang}-{i}", "lang": lang, "text_a": r["sentence1"],
-               "text_b": r["sentence2"], "label": label_index(task, label, f"pawsx {lang} {split}")}
+    pawsx = extra_source(src, opts, "pawsx", "google-research-datasets/paws-x")
+    sources = {lang: (pawsx, lang) if opts.get("pawsx_path") else (src, f"PAWS-X.{lang}") for lang in langs}
+    for lang in langs:
+        source, config = sources[lang]
+        n = 0
+        for i, r in enumerate(source.rows(config, XTREME_SPLITS[split])):
+            n += 1
+            label = int(r["label"])  # a string "0"/"1" in google/xtreme, an int in paws-x
+            yield {"id": f"pawsx-{split}-{lang}-{i}", "lang": lang, "text_a": r["sentence1"].strip(),
+                   "text_b": r["sentence2"].strip(), "label": label_index(task, label, f"pawsx {lang} {split}")}
+        require_languages("pawsx", split, {lang: n})
+    record_sources(report, sources, [pawsx])
 
 
 @converter("panx")

@@ -70,7 +70,7 @@ def _pawsx(src: Source, split: str, langs: list[str], opts: dict[str, Any],
     loses rows (es dev 1,961, fr dev 1,988, ko test 1,999; en train 49,175 of 49,401).
     Sentences are stripped, as XTREME's ``utils_preprocess.py`` strips them."""
     task = get_task("pawsx")
-    pawsx = extra_source(src, opts, "pawsx", "google-research-datasets/paws-x")
+    pawsx = extra_source(src, opts, "pawsx", "pawsx")
     sources = {lang: (pawsx, lang) if opts.get("pawsx_path") else (src, f"PAWS-X.{lang}") for lang in langs}
     for lang in langs:
         source, config = sources[lang]

@@ -18,7 +18,7 @@ endif
 # Rules call `python -m workflow_scripts...`: the environment's python must come first.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: demo test install
+.PHONY: demo test install preflight
 
 install: $(VENV)/.installed
 
@@ -37,3 +37,10 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest -q -rs tests
+
+# Before a grid spends GPU hours (docs/hub_and_preflight.md):
+#   make preflight CONFIG=config/paper.yaml PROFILE=slurm
+CONFIG ?=
+PROFILE ?=
+preflight: install
+	$(BIN)/python -m workflow_scripts.workflow.preflight $(if $(CONFIG),--configfile $(CONFIG)) $(if $(PROFILE),--profile $(PROFILE))

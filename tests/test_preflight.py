@@ -66,3 +66,25 @@ def test_a_few_optimizer_steps_on_the_real_weights(demo_encoder_dir, method):
     assert len(losses) == SMOKE_STEPS and all(math.isfinite(x) for x in losses)
     # The steps train: the loss of the same batch moves.
     assert losses[0] != losses[-1]
+
+
+@pytest.mark.parametrize("preset, missing", [
+    ("paper", ["model FacebookAI/xlm-roberta-large@main", "dataset google/xtreme@main", "tasks.ccg.options.path"]),
+    ("xtreme_r", ["dataset izhx/mewsli-x@main", "dataset rajpurkar/squad@main", "dataset unimelb-nlp/wikiann@main"]),
+    ("multimodal", ["model openai/clip-vit-base-patch32@main", "tasks.snli_ve.images"]),
+])
+def test_presets_offline_name_what_is_missing(preset, missing):
+    """Where no Hub answers, every repository of a preset is a blocker naming itself, and so
+    is every local folder it lacks; the GPU plan is still made."""
+    from conftest import REPO
+
+    proc = run_preflight(REPO, "--configfile", f"config/{preset}.yaml",
+                         env={"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_OFFLINE": "0"})
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    table = rows(proc.stdout)
+    blockers = {r[1]: r for r in table if r[2] == "BLOCKER"}
+    for subject in missing:
+        assert subject in blockers, f"{subject} not reported:\n{proc.stdout}"
+    hub = [r for r in table if r[0] == "hub"]
+    assert hub and all(r[2] == "BLOCKER" and "cannot reach the Hub" in r[3] for r in hub)
+    assert any(r[0] == "gpus" and r[2] == "ok" for r in table), proc.stdout

@@ -166,17 +166,32 @@ def test_every_demo_dataset_reads_the_same_rows_from_the_hub(hub, tmp_path):
 # ----- the demo grid through the Hub ---------------------------------------------------------------
 
 
+def bucc_archives(folder: Path) -> Path:
+    """The demo's BUCC files packed as the release packs them:
+    bucc2018-<lang>-en.<set>-gold.tar.bz2 holding bucc2018/<lang>-en/<lang>-en.<set>.*."""
+    import tarfile
+
+    folder.mkdir(exist_ok=True)
+    source = DEMO_HUB / "bucc2018"
+    for lang_set in sorted({f.name.rsplit(".", 1)[0] for f in source.iterdir()}):
+        lang = lang_set.split("-")[0]
+        with tarfile.open(folder / f"bucc2018-{lang_set}-gold.tar.bz2", "w:bz2") as tar:
+            for file in sorted(source.glob(f"{lang_set}.*")):
+                tar.add(file, arcname=f"bucc2018/{lang}-en/{file.name}")
+    return folder
+
+
 def hub_demo_config(repo: Path) -> Path:
     """The default demo config reading its data and models from the Hub: the demo's backbones
     as xstilts-demo/<name>, its translators under their OPUS-MT ids, BUCC from its release
-    folder, xnli_mt from the Parquet export of a script-only repository."""
+    archives, xnli_mt from the Parquet export of a script-only repository."""
     config = yaml.safe_load((repo / "config.yaml").read_text())
     config["experiment"] = "demo_hub"
     config["data"] = {"source": "hub"}
     config["models"]["source"] = "hub"
     for name, entry in config["backbones"].items():
         entry.update({"hub_id": f"xstilts-demo/{name}", "revision": "main"})
-    config["tasks"]["bucc"]["options"] = {"archives": "demo/hub/bucc2018"}
+    config["tasks"]["bucc"]["options"] = {"archives": str(bucc_archives(repo / "bucc_archives"))}
     config["tasks"]["xnli_mt"]["hub"]["revision"] = PARQUET_EXPORT
     path = repo / "demo_hub.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))

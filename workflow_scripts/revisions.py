@@ -154,10 +154,10 @@ def _held(path: Path) -> Iterator[dict[str, dict[str, str]]]:
         entries = read_lock(path)
         before = json.dumps(entries, sort_keys=True)
         yield entries
-        after = json.dumps(entries, sort_keys=True, indent=1)
+        entries = {key: pinned for key, pinned in entries.items() if pinned}
         if json.dumps(entries, sort_keys=True) != before:
             tmp = path.with_name(f".{path.name}.tmp")
-            tmp.write_text(after + "\n", encoding="utf-8")
+            tmp.write_text(json.dumps(entries, sort_keys=True, indent=1) + "\n", encoding="utf-8")
             os.replace(tmp, path)
 
 

@@ -195,13 +195,19 @@ def merge_adapter(encoder, adapter_dir: str | Path):
 # ----- attaching, saving and reloading a phase's adapter ---------------------------------
 
 
+def target_modules(method: Method, family: str, model_config) -> list[str]:
+    """The modules LoRA adapts: the method's, or the family's for this architecture (its
+    transformers config)."""
+    return list(method.target_modules) or get_family(family).lora_targets(model_config)
+
+
 def attach(model, method: Method, head_formats: dict[str, tuple[str, int]]):
     """Wrap a MultiHeadModel for LoRA training: adapters on the backbone's target modules,
     the listed heads trained and saved whole (modules_to_save). Returns the peft model; the
     MultiHeadModel it wraps (``inner``) is what the training loop calls."""
     from peft import LoraConfig, get_peft_model
 
-    targets = list(method.target_modules) or get_family(model.family).lora_targets(model.encoder.config)
+    targets = target_modules(method, model.family, model.encoder.config)
     config = LoraConfig(r=method.rank, lora_alpha=method.alpha, lora_dropout=method.dropout,
                         target_modules=targets, modules_to_save=[f"heads.{name}" for name in head_formats])
     if method.name == "qlora":

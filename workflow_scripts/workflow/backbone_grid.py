@@ -21,7 +21,7 @@ from typing import Any
 from workflow_scripts.data.tasks import TASKS, get_task
 from workflow_scripts.workflow import paths, transfer
 from workflow_scripts.workflow.schema import (DEFAULT_ACTIVATION_CHECKPOINTING, DEFAULT_METHOD,
-                                               DEFAULT_PRECISION, FAMILIES, METHODS, lora_settings)
+                                               DEFAULT_PRECISION, FAMILIES, LORA_KEYS, METHODS, lora_settings)
 
 DEMO_FAMILIES = ("encoder", "decoder")  # the families the demo can build (demo_models.py)
 GRID_KEYS = ("intermediate", "targets", "seeds", "settings")
@@ -146,17 +146,31 @@ def gpus(config: dict[str, Any], backbone: str) -> dict[str, Any]:
             "launcher": asked.get("launcher", "torchrun")}
 
 
-def describe(config: dict[str, Any], backbone: str) -> dict[str, Any]:
-    """What a metric file and a table row record of the backbone."""
+def provenance(config: dict[str, Any], backbone: str) -> dict[str, Any]:
+    """What a metric file records of its backbone: where it comes from (Hub id and revision,
+    or a demo model), its family, and how it trains (method_settings: method, precision, the
+    LoRA settings of an adapter method). The evaluation adds what the prepared directory
+    says: the commit a Hub revision resolved to, or the demo model's weights digest."""
     entry = config["backbones"][backbone]
-    out = {"name": backbone, "family": entry["family"], "method": entry.get("method", DEFAULT_METHOD),
-           "precision": entry.get("precision", DEFAULT_PRECISION), "contaminated_targets": contaminated(config, backbone)}
+    method = method_settings(config, backbone)
+    out = {"name": backbone, "family": entry["family"], "source": config["models"]["source"],
+           "method": method.pop("name"), "precision": method.pop("precision")}
     if config["models"]["source"] == "hub":
         out.update({"hub_id": entry["hub_id"], "revision": entry["revision"]})
-    else:
-        out["source"] = "demo"
-    if entry.get("parameters"):
-        out["parameters"] = entry["parameters"]
+    lora = {key: method.pop(key) for key in LORA_KEYS if key in method}
+    if lora:
+        out["lora"] = lora
+    return {**out, **method}  # activation_checkpointing, when on
+
+
+def describe(config: dict[str, Any], backbone: str) -> dict[str, Any]:
+    """What a table row records of the backbone: its provenance, its size, and the targets
+    its training mixture held (footnoted: not zero-shot)."""
+    entry = config["backbones"][backbone]
+    out = {**provenance(config, backbone), "contaminated_targets": contaminated(config, backbone)}
+    for key in ("parameters", "contamination_source"):
+        if entry.get(key):
+            out[key] = entry[key]
     return out
 
 

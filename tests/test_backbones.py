@@ -222,8 +222,8 @@ def test_an_unknown_method_is_named():
 
 
 def test_a_method_setting_training_does_not_know_is_named_not_ignored():
-    """Ignored, it would train with the default in its place (the planner once read
-    `targets` where the schema says `target_modules`)."""
+    """Ignored, it would train with the default in its place (`targets` for `target_modules`:
+    LoRA on the family's attention projections instead of the modules named)."""
     with pytest.raises(InputError, match="method settings targets: unknown"):
         Method.from_settings({"name": "lora", "targets": ["query"]})
     method = Method.from_settings({"name": "lora", "target_modules": ["query", "value"]})

@@ -1,8 +1,7 @@
 """The workflow reads only config keys the schema defines. A key the schema does not define
 can never be set (validation rejects it), so code that reads one silently runs on its
-fallback: the memory planner once read ``lora.targets`` where the schema says
-``target_modules``, and planned a config that adapts the MLP layers as one that adapts the
-attention projections only.
+fallback: a memory planner reading ``lora.targets`` where the schema says ``target_modules``
+plans a config that adapts the MLP layers as one that adapts the attention projections only.
 
 Each preset's dry run (which builds every job, its inputs and params, and runs the config
 checks, the memory planner included) goes through tests/config_reads.py, which records every

@@ -121,7 +121,7 @@ def test_lora_adapter_count_from_rank_layers_hidden_and_target_modules():
 
 def test_lora_defaults_are_the_schemas_and_the_familys_attention_projections():
     """Without `lora` settings the planner plans what training trains: the schema's rank and
-    the family's own target modules (rank 8 and q, k, v, o of its own once)."""
+    the family's own target modules."""
     from workflow_scripts.models.adapters import Method
     from workflow_scripts.workflow import schema
 

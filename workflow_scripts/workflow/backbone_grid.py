@@ -119,7 +119,7 @@ def method_settings(config: dict[str, Any], backbone: str) -> dict[str, Any]:
     method = {"name": entry.get("method", DEFAULT_METHOD), "precision": entry.get("precision", DEFAULT_PRECISION)}
     if method["name"] != "full":
         method.update(lora_settings(entry))
-    # Only when on: the params of the runs trained before it existed stay as they were.
+    # Named only when on, so that off gives the params of a config without the key (nothing reruns).
     if entry.get("activation_checkpointing", DEFAULT_ACTIVATION_CHECKPOINTING):
         method["activation_checkpointing"] = True
     return method

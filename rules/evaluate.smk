@@ -1,7 +1,10 @@
 rule evaluate_target:
-    """One run's metric file: per-language dev and test scores, and its predictions."""
+    """One run's metric file: per-language dev and test scores, the run, how its backbone was
+    trained, and its predictions."""
     input:
         unpack(evaluate_inputs),
+        # the prepared backbone: the Hub commit it resolved to, or the demo model's weights
+        backbone=lambda wildcards: backbone_grid.base_dir(wildcards.backbone),
     output:
         metrics=f"{RESULTS}/metrics/{{backbone}}/{{setting}}/{{intermediate}}/{{target}}/seed{{seed}}.json",
         # the test predictions in the XTREME leaderboard layout (predictions.py)
@@ -15,7 +18,8 @@ rule evaluate_target:
         models=model_args,
         data=data_args,
         run=run_id,
-        code=module_digest("evaluation.evaluate"),
+        backbone=settings(backbone_grid.provenance, "backbone"),
+        code=module_digest("evaluation.metric_file"),
         # the catalogue entries and converters of the tasks this job reads, and no other
         tasks=job_tasks(lambda w: grid.target_tasks(config, w.target)),
     threads: res("evaluate_target", "threads")
@@ -26,7 +30,8 @@ rule evaluate_target:
     conda:
         "../envs/training.yaml"
     shell:
-        "python -m workflow_scripts.evaluation.evaluate --target {wildcards.target} --model {params.models}"
+        "python -m workflow_scripts.evaluation.metric_file --target {wildcards.target} --model {params.models}"
         " --data {params.data} --settings {params.settings:q} --run {params.run:q}"
+        " --backbone {input.backbone} --backbone-settings {params.backbone:q}"
         " --seed {wildcards.seed} --threads {threads} --output {output.metrics}"
         " --predictions {output.predictions} > $(fresh_log {log:q}) 2>&1"

@@ -221,6 +221,15 @@ def test_an_unknown_method_is_named():
         Method.from_settings({"name": "dora"})
 
 
+def test_a_method_setting_training_does_not_know_is_named_not_ignored():
+    """Ignored, it would train with the default in its place (`targets` for `target_modules`:
+    LoRA on the family's attention projections instead of the modules named)."""
+    with pytest.raises(InputError, match="method settings targets: unknown"):
+        Method.from_settings({"name": "lora", "targets": ["query"]})
+    method = Method.from_settings({"name": "lora", "target_modules": ["query", "value"]})
+    assert method.target_modules == ("query", "value") and method.rank == Method().rank
+
+
 def _perturb(model) -> None:
     """Nonzero LoRA B matrices and heads different from a fresh init: a reload that dropped
     either would change the predictions."""

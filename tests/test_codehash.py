@@ -13,6 +13,9 @@ def test_import_closures_follow_the_package_imports():
     assert "workflow_scripts.training.train" not in tables
     train = codehash.import_closure("workflow_scripts.training.train")
     assert {"workflow_scripts.evaluation.evaluate", "workflow_scripts.evaluation.metrics", "workflow_scripts.data.features"} <= set(train)
+    # evaluate.py selects training's models; what only the metric file records (its CLI,
+    # metric_file.py) is not imported by training, so a field added there reruns no training
+    assert "workflow_scripts.evaluation.metric_file" not in train
 
 
 @pytest.fixture

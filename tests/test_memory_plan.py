@@ -97,25 +97,65 @@ def test_lora_is_smaller_than_full_and_qlora_smaller_than_lora():
 
 def test_lora_base_is_two_bytes_and_qlora_base_about_half_a_byte_per_parameter():
     arch = {k: v for k, v in XXL["architecture"].items() if k != "vocab_size"}
-    no_embedding = backbone(XXL, architecture=arch, lora={"adapter_parameters": 1})
+    no_embedding = backbone(XXL, architecture=arch)
+    adapter_state = 16 * mp.lora_adapter_parameters(mp.parse_backbone("x", backbone(no_embedding, method="lora")))
     lora = mp.estimate(backbone(no_embedding, method="lora"), 128, 1, 1, head_parameters=0)
     qlora = mp.estimate(backbone(no_embedding, method="qlora"), 128, 1, 1, head_parameters=0)
-    assert (lora.state - 16) / 10.7e9 == pytest.approx(2)
-    assert 0.5 < (qlora.state - 16) / 10.7e9 < 0.53  # NF4 plus its quantisation constants
+    assert (lora.state - adapter_state) / 10.7e9 == pytest.approx(2)
+    assert 0.5 < (qlora.state - adapter_state) / 10.7e9 < 0.53  # NF4 plus its quantisation constants
     # QLoRA keeps the embedding in bf16: a vocabulary makes the base larger.
-    with_embedding = mp.estimate(backbone(XXL, method="qlora", lora={"adapter_parameters": 1}), 128, 1, 1,
-                                 head_parameters=0)
+    with_embedding = mp.estimate(backbone(XXL, method="qlora"), 128, 1, 1, head_parameters=0)
     assert with_embedding.state > qlora.state
 
 
-def test_lora_adapter_count_from_rank_layers_hidden_and_targets():
-    entry = backbone(XXL, method="lora", lora={"rank": 8, "targets": ["q", "v"]})
+def test_lora_adapter_count_from_rank_layers_hidden_and_target_modules():
+    entry = backbone(XXL, method="lora", lora={"rank": 8, "target_modules": ["query", "value"]})
     bb = mp.parse_backbone("x", entry)
     assert mp.lora_adapter_parameters(bb) == 48 * 2 * 8 * (4096 + 4096)
-    wider = mp.parse_backbone("x", backbone(entry, lora={"rank": 8, "targets": ["q", "k", "v", "o", "mlp"]}))
+    # The MLP layers too: intermediate.dense (h -> f) and output.dense, which also matches the
+    # attention output (h -> h) and the MLP's output (f -> h).
+    wider = mp.parse_backbone("x", backbone(entry, lora={"rank": 8, "target_modules": [
+        "query", "key", "value", "output.dense", "intermediate.dense"]}))
     assert mp.lora_adapter_parameters(wider) == 48 * (4 * 8 * 2 * 4096 + 2 * 8 * (4096 + 16384))
-    explicit = mp.parse_backbone("x", backbone(entry, lora={"adapter_parameters": 12345}))
-    assert mp.lora_adapter_parameters(explicit) == 12345
+
+
+def test_lora_defaults_are_the_schemas_and_the_familys_attention_projections():
+    """Without `lora` settings the planner plans what training trains: the schema's rank and
+    the family's own target modules."""
+    from workflow_scripts.models.adapters import Method
+    from workflow_scripts.workflow import schema
+
+    assert schema.LORA_DEFAULTS["rank"] == Method().rank == 16
+    for family, arch in [("encoder", XXL["architecture"]), ("seq2seq_encoder", XXL["architecture"]),
+                         ("decoder", BLOOM["architecture"])]:
+        bb = mp.parse_backbone("x", backbone(XXL, family=family, architecture=arch, method="lora"))
+        assert bb.lora_rank == 16 and len(bb.target_modules) == 4
+        assert mp.lora_adapter_parameters(bb) == arch["num_layers"] * 4 * 16 * 2 * arch["hidden_size"]
+
+
+@pytest.mark.parametrize("family,model_type", [("encoder", "xlm-roberta"), ("encoder", "deberta-v2"),
+                                               ("seq2seq_encoder", "mt5"), ("decoder", "llama"),
+                                               ("decoder", "bloom")])
+def test_every_family_default_is_sized_and_no_larger_than_planned(family, model_type):
+    """The planner sizes a family's defaults as those of its usual architecture (it does not
+    know the model type): the other architectures' own names must be known and no larger."""
+    from types import SimpleNamespace
+
+    from workflow_scripts.models.backbones import get_family
+
+    modules = get_family(family).lora_targets(SimpleNamespace(model_type=model_type))
+    assert all(m in mp.MODULE_SHAPES for m in modules), modules
+    actual = mp.parse_backbone("x", backbone(XXL, family=family, method="lora", lora={"target_modules": modules}))
+    planned = mp.parse_backbone("x", backbone(XXL, family=family, method="lora"))
+    assert mp.lora_adapter_parameters(actual) <= mp.lora_adapter_parameters(planned)
+
+
+def test_a_module_the_planner_cannot_size_names_its_key():
+    entry = backbone(XXL, method="lora", lora={"target_modules": ["query", "dense"]})
+    with pytest.raises(mp.PlanError, match=r"config key backbones\.x\.lora\.target_modules\[1\]: .*'dense'"):
+        mp.parse_backbone("x", entry)
+    # Full fine-tuning trains no adapter: its lora block is not planned.
+    assert mp.parse_backbone("x", backbone(entry, method="full")).target_modules == ()
 
 
 def test_activation_checkpointing_lowers_activations():
@@ -275,6 +315,22 @@ def test_cli_prints_a_table_and_exits_0_when_everything_fits(tmp_path):
     rows = [line for line in result.stdout.splitlines() if line.startswith("| xlmr_xxl")]
     assert {row.split("|")[2].strip() for row in rows} == {"intermediate", "target"}
     assert "skipped" in result.stdout  # the demo backbone
+
+
+def test_cli_plans_lora_as_the_workflow_trains_it(tmp_path):
+    """The CLI reads a config as written, without the defaults Snakemake fills in: it must
+    plan the schema's rank and the configured target modules, MLP layers included."""
+    from workflow_scripts.workflow import schema
+
+    mlp = ["query", "key", "value", "output.dense", "intermediate.dense"]
+
+    def plan(lora: dict) -> str:  # on one GPU, where the adapters' state is not divided
+        result = run_cli(tmp_path, workflow_config(method="lora", lora=lora, gpus={"per_node": 1, "memory_gb": 80}))
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    assert plan({"target_modules": mlp}) == plan({"rank": schema.LORA_DEFAULTS["rank"], "target_modules": mlp})
+    assert plan({"target_modules": mlp}) != plan({})  # the MLP's adapters are planned
 
 
 def test_cli_exits_1_and_names_the_key_for_a_misfit(tmp_path):

@@ -4,6 +4,7 @@ step it reached, and the interrupted attempt's log."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -31,9 +32,14 @@ def train_cmd(encoder, data, output, checkpoints, settings=SETTINGS):
             "--output", str(output), "--checkpoint-dir", str(checkpoints), "--checkpoint-every", "10"]
 
 
-def evaluate(model: Path, xnli_dev: Path, out: Path) -> dict:
-    subprocess.run([sys.executable, "-m", "workflow_scripts.evaluation.evaluate", "--target", "xnli", "--model", str(model),
-                    "--data", f"dev={xnli_dev}", f"test={xnli_dev}", "--seed", "4", "--output", str(out),
+# The demo encoder as the evaluate_target rule describes a demo backbone (backbone_grid.provenance).
+PROVENANCE = {"name": "xlmr_tiny", "family": "encoder", "source": "demo", "method": "full", "precision": "bf16"}
+
+
+def evaluate(model: Path, xnli_dev: Path, out: Path, backbone: Path) -> dict:
+    subprocess.run([sys.executable, "-m", "workflow_scripts.evaluation.metric_file", "--target", "xnli",
+                    "--model", str(model), "--data", f"dev={xnli_dev}", f"test={xnli_dev}", "--seed", "4",
+                    "--output", str(out), "--backbone", str(backbone), "--backbone-settings", json.dumps(PROVENANCE),
                     "--settings", json.dumps({"languages": ["en", "de", "ru", "sw"], "max_length": 48,
                                               "eval_batch_size": 32})], check=True, capture_output=True)
     return comparable_metrics(json.loads(out.read_text()))
@@ -59,7 +65,16 @@ def reference(tmp_path_factory, demo_data, demo_encoder_dir):
     assert not (tmp / "ckpt").exists(), "checkpoints are removed once the output exists"
     log = json.loads((tmp / "model/train_log.json").read_text())
     assert log["total_steps"] > 100 and log["resumed_at_step"] is None
-    return data, evaluate(tmp / "model", demo_data["xnli.dev"], tmp / "metrics.json")
+    return data, evaluate(tmp / "model", demo_data["xnli.dev"], tmp / "metrics.json", demo_encoder_dir)
+
+
+def test_a_metric_file_says_how_its_backbone_was_trained(reference, demo_encoder_dir):
+    """Read on its own, a metric file names the backbone, its family, method and precision,
+    and which model it was: a demo model built locally, by the digest of its weights (a Hub
+    backbone: its id, revision and resolved commit, tests/test_metric_file.py)."""
+    _, metrics = reference
+    digest = hashlib.sha256(b"model.safetensors\0" + (demo_encoder_dir / "model.safetensors").read_bytes())
+    assert metrics["backbone"] == {**PROVENANCE, "built_locally": True, "weights_sha256": digest.hexdigest()}
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGUSR1, signal.SIGINT],
@@ -75,7 +90,7 @@ def test_interrupted_run_resumes_to_the_same_metric_file(tmp_path, reference, de
     subprocess.run(cmd, check=True, capture_output=True)
     log = json.loads((tmp_path / "model/train_log.json").read_text())
     assert log["resumed_at_step"] == stopped_at
-    assert evaluate(tmp_path / "model", demo_data["xnli.dev"], tmp_path / "metrics.json") == expected
+    assert evaluate(tmp_path / "model", demo_data["xnli.dev"], tmp_path / "metrics.json", demo_encoder_dir) == expected
     assert not (tmp_path / "ckpt").exists()
 
 

@@ -21,7 +21,7 @@ from workflow_scripts.workflow import backbone_grid, codehash, transfer
 RULE_MODULES = {  # the CLI module each rule runs
     "prepare_task_data": "data.prepare", "prepare_backbone": "models.prepare", "prepare_translator": "models.prepare",
     "translate_task_data": "translation.translate", "train_intermediate": "training.train",
-    "train_target": "training.train", "evaluate_target": "evaluation.evaluate", "aggregate_tables": "reporting.tables",
+    "train_target": "training.train", "evaluate_target": "evaluation.metric_file", "aggregate_tables": "reporting.tables",
     "score_translation_quality": "translation.translate", "tabulate_translation": "reporting.tables",
     "translate_test_data": "translation.translate", "prepare_translator_to_english": "models.prepare",
     "score_translation_quality_to_english": "translation.translate", "convert_translator": "translation.translators",

@@ -3,28 +3,25 @@
 Trained targets load the target-phase model (encoder + head); retrieval targets embed with
 the encoder that left the intermediate phase (or the pretrained one for the baseline).
 A transfer setting (transfer.py) may score each language with its own model
-(translate-train, in-language) or on other data (translate-test): ``--model`` then maps
-languages to model directories and ``--data`` names the languages taken from each file.
-The output is one JSON metric file per (setting, intermediate config, target, seed):
-per-language scores for each split, their unweighted mean, the metric names, the model and
-selection dev data of each language, the resolved settings and their hash, library
-versions and wall time.
-
-CLI: ``python -m workflow_scripts.evaluation.evaluate --target T --model DIR|LANG=DIR ...
---data SPLIT=FILE|SPLIT:LANG,LANG=FILE ... --settings JSON --seed N --output FILE``.
+(translate-train, in-language) or on other data (translate-test): each language is then
+scored with the model its language maps to, on the files that name it.
+``evaluate_run`` gives the content of one metric file per (setting, intermediate config,
+target, seed): per-language scores for each split, their unweighted mean, the metric names,
+the model and selection dev data of each language, the resolved settings and their hash,
+library versions and wall time. ``workflow_scripts.evaluation.metric_file`` (the
+evaluate_target rule's CLI) adds the run and the backbone and writes it; training imports
+this module to select its models, so what only the metric file needs lives there.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import time
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.common import (LOG, InputError, autocast, configure_torch, device, load_settings, read_json,
-                                     seed_everything, settings_hash, setup_logging, write_json)
+from workflow_scripts.common import (InputError, autocast, configure_torch, device, read_json, seed_everything,
+                                     settings_hash)
 from workflow_scripts.data.features import Encoded, decode_spans, encode, merge_tags, sorted_batches, collate
 from workflow_scripts.data.prepare import provenance, read_table
 from workflow_scripts.data.tasks import (CLASSIFICATION, MULTIPLE_CHOICE, VISUAL_ANSWER, VISUAL_CLASSIFICATION,
@@ -40,7 +37,6 @@ from workflow_scripts.models import dual_encoder
 from workflow_scripts.models.adapters import has_adapter, load_adapter_model, load_backbone, method_of
 from workflow_scripts.models.backbones import family_of
 from workflow_scripts.models.heads import MultiHeadModel, forward, load_encoder, load_tokenizer, make_head
-from workflow_scripts.reporting.predictions import write_predictions
 
 
 TASK_SCORE_CONVENTION = {True: "(F1 + EM) / 2 of the language averages, as XTREME and XTREME-R average QA",
@@ -275,28 +271,6 @@ def _load_target_model(task: Task, model_dir: Path, dev):
     return model.to(dev), load_tokenizer(model_dir)
 
 
-def parse_models(items: list[str]) -> dict[str, Path]:
-    """``DIR`` (every language) or ``LANG=DIR`` pairs."""
-    if len(items) == 1 and "=" not in items[0]:
-        return {"*": Path(items[0])}
-    try:
-        return {lang: Path(path) for lang, path in (item.split("=", 1) for item in items)}
-    except ValueError:
-        raise InputError(f"--model: expected one DIR or LANG=DIR pairs, got {items}") from None
-
-
-def parse_data(items: list[str]) -> Sources:
-    """``SPLIT=FILE`` (every configured language) or ``SPLIT:LANG,LANG=FILE``; repeated splits add files."""
-    out: Sources = {}
-    for item in items:
-        if "=" not in item:
-            raise InputError(f"--data: expected SPLIT=FILE or SPLIT:LANGS=FILE, got {item!r}")
-        key, path = item.split("=", 1)
-        split, _, langs = key.partition(":")
-        out.setdefault(split, []).append((path, langs.split(",") if langs else None))
-    return out
-
-
 def evaluate_retrieval(task: Task, encoder, tokenizer, splits: dict[str, dict[str, list[dict[str, Any]]]],
                        settings: dict[str, Any], dev, seed: int) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """Tatoeba: 1-NN accuracy per language. BUCC: margin mining; the threshold is chosen on
@@ -361,33 +335,3 @@ def _load_heads(model_dir: Path):
     if not path.is_file():
         raise InputError(f"model directory {model_dir} has no heads.pt (incomplete target training?)")
     return torch.load(path, map_location="cpu", weights_only=True)
-
-
-def main(argv: list[str] | None = None) -> None:
-    setup_logging()
-    ap = argparse.ArgumentParser(description="Evaluate one run on every language of its target.")
-    ap.add_argument("--target", required=True)
-    ap.add_argument("--model", nargs="+", required=True, help="DIR, or LANG=DIR per language")
-    ap.add_argument("--data", nargs="+", required=True,
-                    help="SPLIT=FILE, or SPLIT:LANG,LANG=FILE for the languages taken from a file")
-    ap.add_argument("--settings", required=True)
-    ap.add_argument("--seed", type=int, required=True)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--run", default="{}", help="JSON identifying the run (config name, ...)")
-    ap.add_argument("--output", required=True)
-    ap.add_argument("--predictions", type=Path, help="folder for the test predictions in the XTREME leaderboard layout")
-    args = ap.parse_args(argv)
-    try:
-        result, predictions = evaluate_run(args.target, parse_models(args.model), parse_data(args.data),
-                                           load_settings(args.settings), args.seed, args.threads)
-        result["run"] = json.loads(args.run)
-    except InputError as err:
-        raise SystemExit(f"error: {err}") from None
-    if args.predictions:  # first: the metric file is what marks the run complete
-        write_predictions(args.target, predictions, args.predictions)
-    write_json(args.output, result)
-    LOG.info("%s: %s", args.output, json.dumps(result["average"]))
-
-
-if __name__ == "__main__":
-    main()

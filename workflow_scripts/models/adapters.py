@@ -28,22 +28,23 @@ from typing import Any
 from workflow_scripts.common import InputError
 from workflow_scripts.data.tasks import VISUAL_FORMATS
 from workflow_scripts.models.backbones import ADAPTER_DIR, MANIFEST, family_of, get_family
-
-METHODS = ("full", "lora", "qlora")
+from workflow_scripts.workflow.schema import (DEFAULT_ACTIVATION_CHECKPOINTING, DEFAULT_METHOD,
+                                               DEFAULT_PRECISION, LORA_DEFAULTS, METHODS)
 
 
 @dataclasses.dataclass(frozen=True)
 class Method:
-    """A training method and its LoRA hyper-parameters (unused by ``full``)."""
+    """A training method and its LoRA hyper-parameters (unused by ``full``). The fields are
+    the settings of backbone_grid.method_settings, each defaulting to the config schema's."""
 
-    name: str = "full"
-    rank: int = 16
-    alpha: int = 32
-    dropout: float = 0.05
+    name: str = DEFAULT_METHOD
+    rank: int = LORA_DEFAULTS["rank"]
+    alpha: int = LORA_DEFAULTS["alpha"]
+    dropout: float = LORA_DEFAULTS["dropout"]
     target_modules: tuple[str, ...] = ()  # empty: the family's attention projections
-    precision: str = "bf16"  # bf16: a frozen base is held in bf16 on GPUs (half the memory)
+    precision: str = DEFAULT_PRECISION  # bf16: a frozen base is held in bf16 on GPUs (half the memory)
     # Recompute each block's activations in the backward pass instead of keeping them.
-    activation_checkpointing: bool = False
+    activation_checkpointing: bool = DEFAULT_ACTIVATION_CHECKPOINTING
 
     @property
     def adapters(self) -> bool:
@@ -51,17 +52,19 @@ class Method:
 
     @classmethod
     def from_settings(cls, settings: dict[str, Any] | None) -> "Method":
-        """A phase's ``method`` setting; absent: full fine-tuning (the 2020 protocol)."""
-        if not settings:
-            return cls()
-        name = settings.get("name", "full")
-        if name not in METHODS:
-            raise InputError(f"method.name {name!r}: known methods are {', '.join(METHODS)}")
-        return cls(name=name, rank=int(settings.get("rank", 16)), alpha=int(settings.get("alpha", 32)),
-                   dropout=float(settings.get("dropout", 0.05)),
-                   target_modules=tuple(settings.get("target_modules") or ()),
-                   precision=settings.get("precision", "bf16"),
-                   activation_checkpointing=bool(settings.get("activation_checkpointing", False)))
+        """A phase's ``method`` setting (absent: full fine-tuning, the 2020 protocol), or a
+        manifest's. A key that is no field stops the job: ignoring it would train with the
+        default in its place."""
+        settings = dict(settings or {})
+        fields = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(settings) - set(fields))
+        if unknown:
+            raise InputError(f"method settings {', '.join(unknown)}: unknown; known: {', '.join(fields)}")
+        if settings.get("name", DEFAULT_METHOD) not in METHODS:
+            raise InputError(f"method.name {settings['name']!r}: known methods are {', '.join(METHODS)}")
+        if "target_modules" in settings:  # JSON has lists; the frozen dataclass keeps tuples
+            settings["target_modules"] = tuple(settings["target_modules"] or ())
+        return cls(**settings)
 
 
 def check_available(method: Method, dev) -> None:
@@ -192,13 +195,19 @@ def merge_adapter(encoder, adapter_dir: str | Path):
 # ----- attaching, saving and reloading a phase's adapter ---------------------------------
 
 
+def target_modules(method: Method, family: str, model_config) -> list[str]:
+    """The modules LoRA adapts: the method's, or the family's for this architecture (its
+    transformers config)."""
+    return list(method.target_modules) or get_family(family).lora_targets(model_config)
+
+
 def attach(model, method: Method, head_formats: dict[str, tuple[str, int]]):
     """Wrap a MultiHeadModel for LoRA training: adapters on the backbone's target modules,
     the listed heads trained and saved whole (modules_to_save). Returns the peft model; the
     MultiHeadModel it wraps (``inner``) is what the training loop calls."""
     from peft import LoraConfig, get_peft_model
 
-    targets = list(method.target_modules) or get_family(model.family).lora_targets(model.encoder.config)
+    targets = target_modules(method, model.family, model.encoder.config)
     config = LoraConfig(r=method.rank, lora_alpha=method.alpha, lora_dropout=method.dropout,
                         target_modules=targets, modules_to_save=[f"heads.{name}" for name in head_formats])
     if method.name == "qlora":

@@ -20,9 +20,9 @@ from typing import Any
 
 from workflow_scripts.data.tasks import TASKS, get_task
 from workflow_scripts.workflow import paths, transfer
+from workflow_scripts.workflow.schema import (DEFAULT_ACTIVATION_CHECKPOINTING, DEFAULT_METHOD,
+                                               DEFAULT_PRECISION, FAMILIES, LORA_KEYS, METHODS, lora_settings)
 
-FAMILIES = ("encoder", "seq2seq_encoder", "decoder")
-METHODS = ("full", "lora", "qlora")
 DEMO_FAMILIES = ("encoder", "decoder")  # the families the demo can build (demo_models.py)
 GRID_KEYS = ("intermediate", "targets", "seeds", "settings")
 
@@ -113,12 +113,14 @@ def submission_dir(backbone: str, benchmark: str = "xtreme") -> str:
 
 
 def method_settings(config: dict[str, Any], backbone: str) -> dict[str, Any]:
-    """The training method as train.py reads it (adapters.Method)."""
+    """The training method as train.py reads it (adapters.Method): every setting that applies
+    spelt out, so a training job's params change exactly when its method does."""
     entry = config["backbones"][backbone]
-    method = {"name": entry.get("method", "full"), "precision": entry.get("precision", "bf16")}
+    method = {"name": entry.get("method", DEFAULT_METHOD), "precision": entry.get("precision", DEFAULT_PRECISION)}
     if method["name"] != "full":
-        method.update(entry.get("lora") or {})
-    if entry.get("activation_checkpointing"):
+        method.update(lora_settings(entry))
+    # Named only when on, so that off gives the params of a config without the key (nothing reruns).
+    if entry.get("activation_checkpointing", DEFAULT_ACTIVATION_CHECKPOINTING):
         method["activation_checkpointing"] = True
     return method
 
@@ -144,17 +146,31 @@ def gpus(config: dict[str, Any], backbone: str) -> dict[str, Any]:
             "launcher": asked.get("launcher", "torchrun")}
 
 
-def describe(config: dict[str, Any], backbone: str) -> dict[str, Any]:
-    """What a metric file and a table row record of the backbone."""
+def provenance(config: dict[str, Any], backbone: str) -> dict[str, Any]:
+    """What a metric file records of its backbone: where it comes from (Hub id and revision,
+    or a demo model), its family, and how it trains (method_settings: method, precision, the
+    LoRA settings of an adapter method). The evaluation adds what the prepared directory
+    says: the commit a Hub revision resolved to, or the demo model's weights digest."""
     entry = config["backbones"][backbone]
-    out = {"name": backbone, "family": entry["family"], "method": entry.get("method", "full"),
-           "precision": entry.get("precision", "bf16"), "contaminated_targets": contaminated(config, backbone)}
+    method = method_settings(config, backbone)
+    out = {"name": backbone, "family": entry["family"], "source": config["models"]["source"],
+           "method": method.pop("name"), "precision": method.pop("precision")}
     if config["models"]["source"] == "hub":
         out.update({"hub_id": entry["hub_id"], "revision": entry["revision"]})
-    else:
-        out["source"] = "demo"
-    if entry.get("parameters"):
-        out["parameters"] = entry["parameters"]
+    lora = {key: method.pop(key) for key in LORA_KEYS if key in method}
+    if lora:
+        out["lora"] = lora
+    return {**out, **method}  # activation_checkpointing, when on
+
+
+def describe(config: dict[str, Any], backbone: str) -> dict[str, Any]:
+    """What a table row records of the backbone: its provenance, its size, and the targets
+    its training mixture held (footnoted: not zero-shot)."""
+    entry = config["backbones"][backbone]
+    out = {**provenance(config, backbone), "contaminated_targets": contaminated(config, backbone)}
+    for key in ("parameters", "contamination_source"):
+        if entry.get(key):
+            out[key] = entry[key]
     return out
 
 
@@ -174,7 +190,7 @@ def check(config: dict[str, Any]) -> None:
         family = entry.get("family")
         if family not in FAMILIES:
             raise BackboneError(f"config key {key}.family: {family!r}; known families: {', '.join(FAMILIES)}")
-        method = entry.get("method", "full")
+        method = entry.get("method", DEFAULT_METHOD)
         if method not in METHODS:
             raise BackboneError(f"config key {key}.method: {method!r}; known methods: {', '.join(METHODS)}")
         if config["models"]["source"] == "hub":

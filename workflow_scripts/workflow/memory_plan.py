@@ -17,9 +17,10 @@ is a documented estimate, not a measurement. Per device, in bytes:
   absmax per 64 weights and one fp32 constant per 256 of those: 0.127 bits per parameter),
   so 0.516 bytes; the token embedding stays in the compute precision (bitsandbytes
   quantises linear layers only), then the adapter and heads at 16.
-- LoRA adapter: per layer and targeted projection r x (d_in + d_out), each attention
-  projection taken as hidden x hidden ("mlp" as hidden x intermediate, up and down), or an
-  explicit ``lora.adapter_parameters``. Heads: one per task of the job, sized by format.
+- LoRA adapter: per layer and targeted module r x (d_in + d_out), the modules being
+  ``lora.target_modules`` or, without it, the family's attention projections; each name is
+  sized by ``MODULE_SHAPES`` (an attention projection hidden x hidden, an MLP layer hidden x
+  intermediate). Heads: one per task of the job, sized by format.
 - FSDP full shard over N GPUs divides weights, gradients and optimizer state by N,
   including QLoRA's frozen 4-bit base (as FSDP+QLoRA stores it in a shardable dtype). With
   N > 1 each device also holds gathered buffers: the embedding (root module, gathered for
@@ -69,11 +70,12 @@ from typing import Any
 
 from workflow_scripts.data.tasks import (CLASSIFICATION, MLM, MULTIPLE_CHOICE, RANKING, SPAN, TAGGING, TASKS,
                                          VISUAL_ANSWER, VISUAL_CLASSIFICATION, VISUAL_FORMATS)
+from workflow_scripts.models.backbones import get_family
+from workflow_scripts.workflow.schema import (DEFAULT_ACTIVATION_CHECKPOINTING, DEFAULT_METHOD, DEFAULT_PRECISION,
+                                              FAMILIES, LORA_DEFAULTS, LORA_KEYS, METHODS, PRECISIONS, default,
+                                              lora_settings)
 
 GB = 1e9
-FAMILIES = ("encoder", "seq2seq_encoder", "decoder")
-METHODS = ("full", "lora", "qlora")
-PRECISIONS = ("bf16", "fp32")
 PHASES = ("intermediate", "target")
 METHOD_NAMES = {"full": "full fine-tuning", "lora": "LoRA", "qlora": "QLoRA"}
 
@@ -106,26 +108,39 @@ RESERVE_BYTES = 2.0 * GB
 USABLE_FRACTION = 0.95
 MAX_GPUS = 1024
 
-# PEFT's default rank; the attention projections are what LoRA is usually applied to in
-# every family (a fused query_key_value, as in BLOOM, is counted as three projections).
-DEFAULT_LORA_RANK = 8
-LORA_TARGETS = ("q", "k", "v", "o", "mlp")
-DEFAULT_LORA_TARGETS = {"encoder": ("q", "k", "v", "o"), "seq2seq_encoder": ("q", "k", "v", "o"),
-                        "decoder": ("q", "k", "v", "o")}
+# The module names `lora.target_modules` may give (peft matches each as a suffix of a layer's
+# name, once per transformer block), by what an adapter on them adds per block: on a d_in x
+# d_out layer rank x (d_in + d_out) parameters, written as rank x (a x hidden + b x
+# intermediate) -> (a, b). The one place the planner learns a module's shape: the families'
+# defaults (models/backbones/*.py lora_targets) and the MLP layers of the backbones they load.
+ATTENTION = (2, 0)  # a hidden -> hidden projection
+FUSED_QKV = (4, 0)  # hidden -> 3 x hidden (BLOOM's query_key_value)
+MLP = (1, 1)  # hidden -> intermediate, or back
+MODULE_SHAPES: dict[str, tuple[int, int]] = {
+    # encoder: XLM-R, mBERT, RemBERT; DeBERTa-v2/v3 names its q, k, v projections *_proj
+    "query": ATTENTION, "key": ATTENTION, "value": ATTENTION, "attention.output.dense": ATTENTION,
+    "query_proj": ATTENTION, "key_proj": ATTENTION, "value_proj": ATTENTION, "intermediate.dense": MLP,
+    "output.dense": (3, 1),  # also a suffix of attention.output.dense: both layers of a block
+    # seq2seq_encoder: mT5, mT0, Aya-101 (gated MLP wi_0, wi_1; T5 v1.0 wi)
+    "q": ATTENTION, "k": ATTENTION, "v": ATTENTION, "o": ATTENTION,
+    "wi": MLP, "wi_0": MLP, "wi_1": MLP, "wo": MLP,
+    # decoder: Llama, Qwen, Gemma, Cohere (gated MLP; grouped-query k and v counted at full
+    # width, on the safe side); BLOOM
+    "q_proj": ATTENTION, "k_proj": ATTENTION, "v_proj": ATTENTION, "o_proj": ATTENTION,
+    "gate_proj": MLP, "up_proj": MLP, "down_proj": MLP,
+    "query_key_value": FUSED_QKV, "self_attention.dense": ATTENTION, "dense_h_to_4h": MLP, "dense_4h_to_h": MLP,
+}
 # CCG's supertag set comes from the user's files; an upper guess for its tagging head.
 UNKNOWN_TAGSET = 1024
 # A classification task outside the catalogue: its label count is not known here.
 UNKNOWN_CLASSES = 8
 # VQA v2's answer vocabulary as it is usually built (answers given 9 or more times).
 VQA_ANSWERS = 3129
-# The vision tower of the schema's default, and the resolution a Hub id that names none has.
-DEFAULT_VISION_TOWER = "openai/clip-vit-base-patch32"
+# The resolution of a vision tower whose Hub id names none.
 DEFAULT_IMAGE_SIZE = 224
-# The schema's defaults (schemas/config.schema.yaml) for keys a config may leave out.
-DEFAULT_MAX_LENGTH = 128
-DEFAULT_BATCH_SIZE = 32
-DEFAULT_MAX_MICRO_BATCH = 32
-DEFAULT_GPUS = {"per_node": 1, "nodes": 1, "memory_gb": 80}
+# A backbone without `gpus` (or without per_node, memory_gb, which the schema leaves unset)
+# is planned on one 80 GB GPU.
+DEFAULT_GPUS = {"per_node": 1, "nodes": default("gpus", "nodes", definition="backbone"), "memory_gb": 80}
 
 
 class PlanError(ValueError):
@@ -159,10 +174,9 @@ class Backbone:
     precision: str
     parameters: float
     architecture: Architecture
-    lora_rank: int = DEFAULT_LORA_RANK
-    lora_targets: tuple[str, ...] = ()
-    adapter_parameters: float | None = None
-    activation_checkpointing: bool = False
+    lora_rank: int = LORA_DEFAULTS["rank"]
+    target_modules: tuple[str, ...] = ()  # what LoRA adapts (the family's attention projections)
+    activation_checkpointing: bool = DEFAULT_ACTIVATION_CHECKPOINTING
     gpus: int = 1
     memory_gb: float = 80.0
 
@@ -247,7 +261,7 @@ def skip_reason(entry: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _choice(entry: Mapping[str, Any], key: str, allowed: tuple[str, ...], default: str, where: str) -> str:
+def _choice(entry: Mapping[str, Any], key: str, allowed: tuple[str, ...], default: str | None, where: str) -> str:
     value = entry.get(key, default)
     if value not in allowed:
         raise PlanError(f"config key {where}.{key}: {value!r} is not one of {', '.join(allowed)}")
@@ -265,19 +279,29 @@ def _positive(value: Any, key: str) -> float:
 
 
 def _architecture(arch: Mapping[str, Any], where: str) -> Architecture:
-    def get(key: str, *aliases: str, required: bool = True) -> int:
-        for name in (key, *aliases):
-            if arch.get(name) is not None:
-                return int(_positive(arch[name], f"{where}.{name}"))
+    def get(key: str, required: bool = True) -> int:
+        if arch.get(key) is not None:
+            return int(_positive(arch[key], f"{where}.{key}"))
         if required:
             raise PlanError(f"config key {where}.{key}: missing (needed for the activation estimate)")
         return 0
 
-    return Architecture(hidden_size=get("hidden_size", "d_model"),
-                        num_layers=get("num_layers", "num_hidden_layers"),
-                        num_attention_heads=get("num_attention_heads", "num_heads"),
+    return Architecture(hidden_size=get("hidden_size"), num_layers=get("num_layers"),
+                        num_attention_heads=get("num_attention_heads"),
                         vocab_size=get("vocab_size", required=False),
-                        intermediate_size=get("intermediate_size", "d_ff", required=False))
+                        intermediate_size=get("intermediate_size", required=False))
+
+
+def _target_modules(family: str, lora: Mapping[str, Any], where: str) -> tuple[str, ...]:
+    """The modules LoRA adapts: ``lora.target_modules``, or the family's own defaults (those
+    of its usual architecture: a test checks that DeBERTa's and BLOOM's are no larger)."""
+    configured = tuple(lora.get("target_modules") or ())
+    for i, module in enumerate(configured):
+        if module not in MODULE_SHAPES:
+            raise PlanError(f"config key {where}.lora.target_modules[{i}]: the memory planner cannot size LoRA "
+                            f"on {module!r}; it knows {', '.join(MODULE_SHAPES)} (or leave out {where}.parameters "
+                            "to skip the memory check)")
+    return configured or tuple(get_family(family).lora_targets(None))  # no model config: no model type
 
 
 def _gpus(entry: Mapping[str, Any], where: str) -> tuple[int, float]:
@@ -295,26 +319,21 @@ def parse_backbone(name: str, entry: Mapping[str, Any]) -> Backbone:
     """Validate one ``backbones.<name>`` entry (call ``skip_reason`` first), naming the
     offending key so a bad entry stops the workflow with something to fix."""
     where = f"backbones.{name}"
-    family = _choice(entry, "family", FAMILIES, "encoder", where)
-    method = _choice(entry, "method", METHODS, "full", where)
-    lora = entry.get("lora") or {}
-    if not isinstance(lora, Mapping):
-        raise PlanError(f"config key {where}.lora: expected a mapping (rank, alpha, dropout, targets)")
-    targets = tuple(lora.get("targets") or DEFAULT_LORA_TARGETS[family])
-    unknown = [t for t in targets if t not in LORA_TARGETS]
-    if unknown:
-        raise PlanError(f"config key {where}.lora.targets: {unknown} not among {', '.join(LORA_TARGETS)}")
-    explicit = lora.get("adapter_parameters")
+    family = _choice(entry, "family", FAMILIES, None, where)  # required: no default
+    method = _choice(entry, "method", METHODS, DEFAULT_METHOD, where)
+    if not isinstance(entry.get("lora") or {}, Mapping):
+        raise PlanError(f"config key {where}.lora: expected a mapping of {', '.join(LORA_KEYS)}")
+    lora = lora_settings(entry)
     count, memory = _gpus(entry, where)
     return Backbone(
         name=name, family=family, method=method,
-        precision=_choice(entry, "precision", PRECISIONS, "bf16", where),
+        precision=_choice(entry, "precision", PRECISIONS, DEFAULT_PRECISION, where),
         parameters=_positive(entry["parameters"], f"{where}.parameters"),
         architecture=_architecture(entry["architecture"], f"{where}.architecture"),
-        lora_rank=int(_positive(lora.get("rank", DEFAULT_LORA_RANK), f"{where}.lora.rank")),
-        lora_targets=targets,
-        adapter_parameters=None if explicit is None else _positive(explicit, f"{where}.lora.adapter_parameters"),
-        activation_checkpointing=bool(entry.get("activation_checkpointing", False)),
+        lora_rank=int(_positive(lora["rank"], f"{where}.lora.rank")),
+        # full fine-tuning adapts nothing: its lora block is never read by training either
+        target_modules=() if method == "full" else _target_modules(family, lora, where),
+        activation_checkpointing=bool(entry.get("activation_checkpointing", DEFAULT_ACTIVATION_CHECKPOINTING)),
         gpus=count, memory_gb=memory)
 
 
@@ -343,11 +362,9 @@ def block_parameters(bb: Backbone) -> float:
 
 
 def lora_adapter_parameters(bb: Backbone) -> float:
-    """Trainable LoRA parameters: A (d_in x r) and B (r x d_out) per targeted projection."""
-    if bb.adapter_parameters is not None:
-        return bb.adapter_parameters
+    """Trainable LoRA parameters: A (d_in x r) and B (r x d_out) per targeted module and block."""
     h, f, r = bb.architecture.hidden_size, bb.architecture.ffn_size, bb.lora_rank
-    per_layer = sum(2 * r * (h + f) if t == "mlp" else 2 * r * h for t in bb.lora_targets)
+    per_layer = sum(r * (a * h + b * f) for a, b in (MODULE_SHAPES[m] for m in bb.target_modules))
     return float(per_layer * bb.architecture.num_layers)
 
 
@@ -525,8 +542,9 @@ def visual_tokens(config: Mapping[str, Any]) -> int:
         return 1
     if (config.get("models") or {}).get("source") == "demo":
         demo = vision.get("demo") or {}
-        return (int(demo.get("image_size", 32)) // int(demo.get("patch_size", 8))) ** 2 + 1
-    hub_id = vision.get("hub_id", DEFAULT_VISION_TOWER)
+        image_size = int(demo.get("image_size", default("vision", "demo", "image_size")))
+        return (image_size // int(demo.get("patch_size", default("vision", "demo", "patch_size")))) ** 2 + 1
+    hub_id = vision.get("hub_id", default("vision", "hub_id"))
     found = re.search(r"patch(\d+)(?:-(\d+))?", hub_id)
     if not found:
         raise PlanError(f"config key vision.visual_tokens: the number of tokens {hub_id} gives one image cannot be "
@@ -544,7 +562,8 @@ def phase_shape(config: Mapping[str, Any], phase: str, seq_len: int | None = Non
         return None
     tasks = config.get("tasks") or {}
     settings = (config.get("training") or {}).get(phase) or {}
-    cap = int(settings.get("max_micro_batch", DEFAULT_MAX_MICRO_BATCH))
+    cap = int(settings.get("max_micro_batch", default("max_micro_batch", definition="phase")))
+    max_length, batch_size = default("max_length", definition="task"), default("batch_size", definition="task")
     workloads = []
     for name in sorted({t for job in jobs for t in job}):
         entry = tasks.get(name) or {}
@@ -556,8 +575,8 @@ def phase_shape(config: Mapping[str, Any], phase: str, seq_len: int | None = Non
         if spec is not None and spec.format in (VISUAL_CLASSIFICATION, VISUAL_ANSWER):  # the images' tokens join the text
             visual = spec.images_per_example * visual_tokens(config)
         workloads.append(Workload(
-            task=name, seq_len=(seq_len or int(entry.get("max_length", DEFAULT_MAX_LENGTH))) + visual,
-            micro_batch=min(cap, int(entry.get("batch_size", DEFAULT_BATCH_SIZE))) * choices,
+            task=name, seq_len=(seq_len or int(entry.get("max_length", max_length))) + visual,
+            micro_batch=min(cap, int(entry.get("batch_size", batch_size))) * choices,
             with_mlm_logits=spec is not None and spec.format == MLM))
     return PhaseShape(workloads=tuple(workloads), jobs=tuple(jobs))
 
@@ -708,7 +727,6 @@ REFERENCE_BACKBONES: dict[str, dict[str, Any]] = {
                     "architecture": {"hidden_size": 14336, "num_layers": 70, "num_attention_heads": 112,
                                      "vocab_size": 250880, "intermediate_size": 57344}},
 }
-REFERENCE_LORA = {"rank": 16, "alpha": 32, "dropout": 0.05}
 
 
 def reference_plan_markdown(seq_len: int = 256, micro_batch: int = 8, gpu_memory_gb: float = 80) -> str:
@@ -718,7 +736,7 @@ def reference_plan_markdown(seq_len: int = 256, micro_batch: int = 8, gpu_memory
     capacity = usable_bytes(gpu_memory_gb) / GB
     lines = [
         f"Per GPU, bf16, seq len {seq_len}, micro-batch {micro_batch} per GPU, one classification head, "
-        f"LoRA/QLoRA rank {REFERENCE_LORA['rank']} on q, k, v, o; {gpu_memory_gb:g} GB GPUs "
+        f"LoRA/QLoRA rank {LORA_DEFAULTS['rank']} on q, k, v, o; {gpu_memory_gb:g} GB GPUs "
         f"({capacity:.1f} GB usable); FSDP full shard when more than one GPU.",
         "",
         _row(["backbone", "params", "method", "trainable", "state, all GPUs (GB)",
@@ -728,7 +746,7 @@ def reference_plan_markdown(seq_len: int = 256, micro_batch: int = 8, gpu_memory
     ]
     for name, entry in REFERENCE_BACKBONES.items():
         for method in METHODS:
-            bb = parse_backbone(name, {**entry, "method": method, "precision": "bf16", "lora": REFERENCE_LORA})
+            bb = parse_backbone(name, {**entry, "method": method, "precision": "bf16"})  # the schema's LoRA
             cells: list[Any] = [name, format_count(bb.parameters), method]
             for checkpointing in (False, True):
                 variant = replace(bb, activation_checkpointing=checkpointing)

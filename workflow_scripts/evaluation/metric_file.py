@@ -1,0 +1,131 @@
+"""One run's metric file: its scores (evaluate.py), the run it belongs to, and how the scored
+model was trained, so that a metric file read on its own says what it measured.
+
+``backbone`` holds the backbone's provenance as the config gives it
+(backbone_grid.provenance: name, family, Hub id and revision or a demo model, method,
+precision and, for an adapter method, the LoRA settings) and what the prepared backbone
+directory adds: the commit a Hub revision resolved to (``resolved_revision``, from the
+source record models/prepare.py writes), or for a demo model, built locally, the sha256 of
+its weights; LoRA's target modules resolved to the family's for the backbone's architecture
+when the config names none.
+
+This is the evaluate_target rule's CLI, apart from evaluate.py because training imports
+evaluate.py to select its models: a field added here reruns the evaluations, not the
+trainings (codehash.py reruns the rules whose modules changed).
+
+CLI: ``python -m workflow_scripts.evaluation.metric_file --target T --model DIR|LANG=DIR ...
+--data SPLIT=FILE|SPLIT:LANG,LANG=FILE ... --settings JSON --backbone DIR --backbone-settings JSON
+--seed N --output FILE [--predictions DIR] [--run JSON]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from workflow_scripts.common import LOG, InputError, load_settings, read_json, setup_logging, write_json
+from workflow_scripts.evaluation.evaluate import Sources, evaluate_run
+from workflow_scripts.reporting.predictions import write_predictions
+
+# What models/prepare.py writes into a Hub snapshot it fetched: the Hub id, the revision
+# asked for and the commit it resolved to (``resolved_sha``).
+SOURCE_RECORD = "xstilts_source.json"
+
+
+def weights_sha256(model_dir: Path) -> str:
+    """One digest of a directory's weight files (name and content, in name order)."""
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        raise InputError(f"{model_dir}: no safetensors weights to take a digest of")
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(file.name.encode() + b"\0")
+        with open(file, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def prepared_source(backbone_dir: Path, source: str) -> dict[str, Any]:
+    """What the prepared backbone directory records of where it came from: a Hub snapshot's
+    id, revision and resolved commit; a demo model's weights digest (it has no other name)."""
+    if source == "demo":
+        return {"built_locally": True, "weights_sha256": weights_sha256(backbone_dir)}
+    fetched = read_json(backbone_dir / SOURCE_RECORD)
+    return {"hub_id": fetched["hub_id"], "revision": fetched["revision"], "resolved_revision": fetched["resolved_sha"]}
+
+
+def backbone_record(provenance: dict[str, Any], backbone_dir: Path) -> dict[str, Any]:
+    """The metric file's ``backbone``: the config's provenance completed from the prepared
+    directory (see the module docstring)."""
+    from workflow_scripts.models.adapters import Method, target_modules
+
+    record = {**provenance, **prepared_source(backbone_dir, provenance["source"])}
+    if "lora" in record:  # the modules training adapts (adapters.attach), named even when by default
+        from transformers import AutoConfig
+
+        lora = record["lora"]
+        method = Method(name=record["method"], target_modules=tuple(lora.get("target_modules") or ()))
+        record["lora"] = {**lora, "target_modules": target_modules(method, record["family"],
+                                                                   AutoConfig.from_pretrained(backbone_dir))}
+    return record
+
+
+def parse_models(items: list[str]) -> dict[str, Path]:
+    """``DIR`` (every language) or ``LANG=DIR`` pairs."""
+    if len(items) == 1 and "=" not in items[0]:
+        return {"*": Path(items[0])}
+    try:
+        return {lang: Path(path) for lang, path in (item.split("=", 1) for item in items)}
+    except ValueError:
+        raise InputError(f"--model: expected one DIR or LANG=DIR pairs, got {items}") from None
+
+
+def parse_data(items: list[str]) -> Sources:
+    """``SPLIT=FILE`` (every configured language) or ``SPLIT:LANG,LANG=FILE``; repeated splits add files."""
+    out: Sources = {}
+    for item in items:
+        if "=" not in item:
+            raise InputError(f"--data: expected SPLIT=FILE or SPLIT:LANGS=FILE, got {item!r}")
+        key, path = item.split("=", 1)
+        split, _, langs = key.partition(":")
+        out.setdefault(split, []).append((path, langs.split(",") if langs else None))
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    setup_logging()
+    ap = argparse.ArgumentParser(description="Evaluate one run on every language of its target.")
+    ap.add_argument("--target", required=True)
+    ap.add_argument("--model", nargs="+", required=True, help="DIR, or LANG=DIR per language")
+    ap.add_argument("--data", nargs="+", required=True,
+                    help="SPLIT=FILE, or SPLIT:LANG,LANG=FILE for the languages taken from a file")
+    ap.add_argument("--settings", required=True)
+    ap.add_argument("--backbone", required=True, type=Path, help="the prepared backbone directory")
+    ap.add_argument("--backbone-settings", required=True,
+                    help="JSON: the backbone's provenance as the config gives it (backbone_grid.provenance)")
+    ap.add_argument("--seed", type=int, required=True)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--run", default="{}", help="JSON identifying the run (config name, ...)")
+    ap.add_argument("--output", required=True)
+    ap.add_argument("--predictions", type=Path, help="folder for the test predictions in the XTREME leaderboard layout")
+    args = ap.parse_args(argv)
+    try:
+        backbone = backbone_record(load_settings(args.backbone_settings), args.backbone)
+        result, predictions = evaluate_run(args.target, parse_models(args.model), parse_data(args.data),
+                                           load_settings(args.settings), args.seed, args.threads)
+        result["run"] = json.loads(args.run)
+        result["backbone"] = backbone
+    except InputError as err:
+        raise SystemExit(f"error: {err}") from None
+    if args.predictions:  # first: the metric file is what marks the run complete
+        write_predictions(args.target, predictions, args.predictions)
+    write_json(args.output, result)
+    LOG.info("%s: %s", args.output, json.dumps(result["average"]))
+
+
+if __name__ == "__main__":
+    main()

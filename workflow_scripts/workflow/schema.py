@@ -1,0 +1,71 @@
+"""The config schema (schemas/config.schema.yaml) as code reads it: the values a setting
+allows and the default of each setting a config may leave out.
+
+The schema is the one declaration. Snakemake fills its defaults into the config it validates;
+the code that also meets config parts nobody validated (the memory planner's CLI, a method
+given to train.py by hand) takes them from here, so the rules, the planner and training agree.
+
+Standard library and PyYAML (Snakemake's dependency) only: the Snakefile imports this.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+from workflow_scripts.common import REPO_ROOT
+
+SCHEMA_FILE = REPO_ROOT / "schemas" / "config.schema.yaml"
+
+
+@functools.cache
+def config_schema() -> dict[str, Any]:
+    import yaml
+
+    with open(SCHEMA_FILE, encoding="utf-8") as f:
+        return yaml.safe_load(f)
+
+
+def _name(keys: tuple[str, ...], definition: str | None) -> str:
+    return ".".join(((f"$defs.{definition}",) if definition else ()) + keys)
+
+
+def setting(*keys: str, definition: str | None = None) -> dict[str, Any]:
+    """The schema of a setting: ``keys`` followed through ``properties`` from the top level,
+    or from ``$defs.<definition>`` (a backbone entry, a task entry, a training phase)."""
+    node = config_schema()["$defs"][definition] if definition else config_schema()
+    for i, key in enumerate(keys):
+        try:
+            node = node["properties"][key]
+        except KeyError:
+            raise KeyError(f"{SCHEMA_FILE.name} declares no setting {_name(keys[:i + 1], definition)}") from None
+    return node
+
+
+def default(*keys: str, definition: str | None = None) -> Any:
+    """A setting's default in the schema (KeyError naming the setting if it has none)."""
+    node = setting(*keys, definition=definition)
+    if "default" not in node:
+        raise KeyError(f"{SCHEMA_FILE.name}: setting {_name(keys, definition)} has no default")
+    return node["default"]
+
+
+# ----- a backbone entry (backbones.<name>) -----------------------------------------------
+
+FAMILIES: tuple[str, ...] = tuple(setting("family", definition="backbone")["enum"])
+METHODS: tuple[str, ...] = tuple(setting("method", definition="backbone")["enum"])
+PRECISIONS: tuple[str, ...] = tuple(setting("precision", definition="backbone")["enum"])
+DEFAULT_METHOD: str = default("method", definition="backbone")
+DEFAULT_PRECISION: str = default("precision", definition="backbone")
+DEFAULT_ACTIVATION_CHECKPOINTING: bool = default("activation_checkpointing", definition="backbone")
+# The keys of a backbone's `lora` block, and the defaults of those that have one (rank, alpha,
+# dropout; without target_modules LoRA adapts the family's attention projections).
+LORA_KEYS: tuple[str, ...] = tuple(setting("lora", definition="backbone")["properties"])
+LORA_DEFAULTS: dict[str, Any] = {key: spec["default"] for key, spec in
+                                 setting("lora", definition="backbone")["properties"].items() if "default" in spec}
+
+
+def lora_settings(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """A backbone entry's ``lora`` block with the defaults of what it leaves out."""
+    return {**LORA_DEFAULTS, **(entry.get("lora") or {})}

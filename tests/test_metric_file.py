@@ -28,7 +28,8 @@ def hub_snapshot(tmp_path, demo_encoder_dir, monkeypatch):
     class Info:
         sha = SHA
 
-    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", lambda self, hub_id, revision: Info())
+    monkeypatch.setattr(huggingface_hub.HfApi, "repo_info", lambda self, repo_id, **kwargs: Info())
+    monkeypatch.delenv("XSTILTS_HUB_LOCK", raising=False)
     monkeypatch.setattr(huggingface_hub, "snapshot_download",
                         lambda repo_id, revision, local_dir, allow_patterns: shutil.copytree(
                             demo_encoder_dir, local_dir, dirs_exist_ok=True))

@@ -12,6 +12,7 @@ demo's models as Hub repositories.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -198,6 +199,10 @@ def hub_demo_config(repo: Path) -> Path:
     return path
 
 
+def lock_entries(lock: dict) -> list[tuple[str, str]]:
+    return [(repo, revision) for repo, pinned in lock.items() for revision in pinned]
+
+
 def publish_demo_models(hub: HubServer, checkout: Path, config: dict) -> None:
     models = checkout / "results" / "demo" / "models"
     for name in config["backbones"]:
@@ -230,6 +235,15 @@ def test_demo_grid_through_the_hub_gives_the_local_demo_tables(hub, demo_checkou
     source = json.loads((through_hub / "models" / "backbones" / "xlmr_tiny" / "xstilts_source.json").read_text())
     assert source["resolved_sha"] == lock["models/xstilts-demo/xlmr_tiny"]["main"]
 
+    # The preflight of the Hub demo passes: every repository resolves, to its locked commit.
+    proc = subprocess.run([sys.executable, "-m", "workflow_scripts.workflow.preflight", "--configfile",
+                           config_path.name], cwd=demo_checkout, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, **env, "PYTHONPATH": str(demo_checkout)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    hub_rows = [line for line in proc.stdout.splitlines() if line.startswith("| hub |")]
+    assert len(hub_rows) == len(lock_entries(lock)) and all("| ok | commit" in r and "(locked)" in r
+                                                            for r in hub_rows), proc.stdout
+
     # Nothing left to do; and a config that now asks for another revision stops before any job.
     proc = snakemake(demo_checkout, "-n", "--configfile", config_path.name, env=env)
     assert proc.returncode == 0 and "Nothing to be done" in proc.stdout + proc.stderr, proc.stdout[-3000:]
@@ -237,5 +251,6 @@ def test_demo_grid_through_the_hub_gives_the_local_demo_tables(hub, demo_checkou
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     proc = snakemake(demo_checkout, "-n", "--configfile", config_path.name, env=env)
     assert proc.returncode != 0
-    assert "config key tasks.mnli.hub: reads dataset nyu-mll/glue at revision 'v2'" in proc.stderr
-    assert f"'main' = {hub.commits['nyu-mll/glue']}" in proc.stderr
+    said = proc.stdout + proc.stderr
+    assert "config key tasks.mnli.hub: reads dataset nyu-mll/glue at revision 'v2'" in said
+    assert f"'main' = {hub.commits['nyu-mll/glue']}" in said

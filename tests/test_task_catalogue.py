@@ -132,3 +132,20 @@ def test_editing_a_tasks_prose_reruns_nothing_editing_its_facts_reruns_its_jobs(
     assert sum(rule == "train_target" for rule, _ in work) == sum(rule == "evaluate_target" for rule, _ in work) == runs
     assert sum(rule == "prepare_task_data" for rule, _ in work) == 3
     assert not {rule for rule, _ in jobs} & {"train_intermediate", "translate_task_data", "prepare_backbone"}
+
+
+def test_further_hub_sources_declare_the_languages_their_converters_read_from_them():
+    """The languages an entry says a further source is read for (which the lock and the
+    preflight go by) are those its converter sends there: the benchmark's languages its
+    task's own Hub configs lack."""
+    from workflow_scripts.data.loaders import spans, xtreme
+    from workflow_scripts.data.tasks import get_task
+    from workflow_scripts.workflow import grid
+
+    declared = {(t, s): set(get_task(t).hub_source(s).languages)
+                for t, s in (("panx", "wikiann"), ("xquad", "xquad"), ("tatoeba", "tatoeba"))}
+    assert declared[("panx", "wikiann")] == set(grid.target_languages("panx")) - xtreme.PANX_XTREME_LANGUAGES
+    assert declared[("xquad", "xquad")] == set(grid.target_languages("xquad")) - spans.XQUAD_XTREME_LANGUAGES
+    assert declared[("tatoeba", "tatoeba")] == set(xtreme.TATOEBA_EXTRA_CODES)
+    assert get_task("pawsx").hub_source("pawsx").is_read(["en"], {"pawsx_path": "x/y"})
+    assert not get_task("pawsx").hub_source("pawsx").is_read(["en"], {})

@@ -41,6 +41,23 @@ VISUAL_FORMATS = (VISUAL_CLASSIFICATION, VISUAL_ANSWER, VISUAL_RETRIEVAL)
 FORMATS = (CLASSIFICATION, MULTIPLE_CHOICE, SPAN, TAGGING, RETRIEVAL, MINING, RANKING, MLM, *VISUAL_FORMATS)
 
 @dataclass(frozen=True)
+class HubSource:
+    """A further Hub dataset a task's converter reads (``Task.hub_sources``)."""
+
+    name: str
+    path: str  # its default Hub id; options.<name>_path overrides it
+    # The languages read from it (empty: it is read whatever the languages).
+    languages: tuple[str, ...] = ()
+    # Read only when options.<name>_path names it (an alternative to the task's own path).
+    only_when_set: bool = False
+
+    def is_read(self, languages: list[str], options: dict[str, Any]) -> bool:
+        if self.only_when_set:
+            return bool(options.get(f"{self.name}_path"))
+        return not self.languages or any(lang in self.languages for lang in languages)
+
+
+@dataclass(frozen=True)
 class Task:
     name: str
     format: str
@@ -72,7 +89,7 @@ class Task:
     # Hub id; options.<name>_path and options.<name>_revision override it (PAN-X reads
     # XTREME-R's added languages from wikiann). Declared here, the lock and the preflight
     # know every repository a task may read.
-    hub_sources: tuple[tuple[str, str], ...] = ()
+    hub_sources: tuple[HubSource, ...] = ()
     # Options naming an original release its converter reads instead of the Hub path (BUCC's
     # archives); with one of them set, hub.path is not read.
     release_options: tuple[str, ...] = ()
@@ -108,9 +125,9 @@ class Task:
         """A converter given as a .py file, relative to its entry's folder (None: a module name)."""
         return Path(self.entry_file).parent / self.converter if self.converter.endswith(".py") else None
 
-    def hub_source_default(self, name: str) -> str:
-        """The default Hub id of one of its further sources (hub_sources)."""
-        found = dict(self.hub_sources)
+    def hub_source(self, name: str) -> HubSource:
+        """One of its further Hub sources (hub_sources), by name."""
+        found = {s.name: s for s in self.hub_sources}
         if name not in found:
             raise KeyError(f"task {self.name} declares no hub source {name!r} (has {sorted(found)})")
         return found[name]
@@ -163,15 +180,28 @@ def read_entry(path: Path) -> Task:
         if bad:
             raise CatalogueError(f"task entry {path}: {key} {bad} are not splits ({', '.join(SPLITS)})")
     values: dict[str, Any] = {k: tuple(str(x) for x in v) if k in _TUPLES else v for k, v in entry.items()}
-    sources = entry.get("hub_sources", {})
-    if not isinstance(sources, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in sources.items()):
-        raise CatalogueError(f"task entry {path}: hub_sources must map a source name to a Hub id, got {sources!r}")
-    values["hub_sources"] = tuple(sorted(sources.items()))
+    values["hub_sources"] = _hub_sources(path, entry.get("hub_sources", {}))
     if entry.get("release_required") and not entry.get("release_options"):
         raise CatalogueError(f"task entry {path}: release_required needs release_options (the options naming it)")
     if "dev_missing" in values:
         values["dev_missing"] = frozenset(values["dev_missing"])
     return Task(**values, entry_file=str(path))
+
+
+def _hub_sources(path: Path, sources: Any) -> tuple[HubSource, ...]:
+    """``{name: hub id}`` or ``{name: {path, languages, only_when_set}}``, checked."""
+    if not isinstance(sources, dict):
+        raise CatalogueError(f"task entry {path}: hub_sources must map a source name to a Hub id, got {sources!r}")
+    found = []
+    for name, spec in sorted(sources.items()):
+        spec = {"path": spec} if isinstance(spec, str) else spec
+        known = {"path", "languages", "only_when_set"}
+        if not isinstance(spec, dict) or not isinstance(spec.get("path"), str) or set(spec) - known:
+            raise CatalogueError(f"task entry {path}: hub_sources.{name}: a Hub id, or a mapping of {sorted(known)} "
+                                 f"with a path, got {spec!r}")
+        found.append(HubSource(name=str(name), path=spec["path"], languages=tuple(spec.get("languages", ())),
+                               only_when_set=bool(spec.get("only_when_set", False))))
+    return tuple(found)
 
 
 def read_catalogue(directory: str | os.PathLike[str]) -> dict[str, Task]:

@@ -104,6 +104,19 @@ def file_digest(path: Path) -> str:
     return digest.hexdigest()[:16]
 
 
+def _plain(value):
+    """An entry's value as JSON holds it (sets sorted, records as mappings)."""
+    import dataclasses
+
+    if isinstance(value, frozenset):
+        return sorted(value)
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if dataclasses.is_dataclass(value):
+        return {k: _plain(v) for k, v in dataclasses.asdict(value).items()}
+    return value
+
+
 def task_fingerprint(names) -> dict[str, dict]:
     """What a job reads of the task catalogue: the entries of its own tasks (all but their
     prose) and the code hash of each one's converter. A job's params carry it, so adding
@@ -113,9 +126,7 @@ def task_fingerprint(names) -> dict[str, dict]:
     found = {}
     for name in sorted(set(names)):
         task = get_task(name)
-        entry = {k: (sorted(v) if isinstance(v, frozenset) else list(v) if isinstance(v, tuple) else v)
-                 for k, v in vars(task).items()
-                 if k not in ("description", "entry_file")}
+        entry = {k: _plain(v) for k, v in vars(task).items() if k not in ("description", "entry_file")}
         entry["converter"] = file_digest(task.converter_file) if task.converter_file else module_digest(task.converter)
         found[name] = entry
     return found

@@ -52,9 +52,11 @@ def dataset_repos(config: dict[str, Any]) -> list[HubRepo]:
         if release_set(config, task) is None:
             repos.append(HubRepo("dataset", cfg["hub"]["path"], cfg["hub"].get("revision", "main"), f"tasks.{task}.hub"))
         options = cfg.get("options") or {}
-        for name, default in get_task(task).hub_sources:
-            repos.append(HubRepo("dataset", str(options.get(f"{name}_path", default)),
-                                 str(options.get(f"{name}_revision", "main")), f"tasks.{task}.options.{name}_path"))
+        for source in get_task(task).hub_sources:
+            if source.is_read(list(cfg.get("languages", ["en"])), options):
+                repos.append(HubRepo("dataset", str(options.get(f"{source.name}_path", source.path)),
+                                     str(options.get(f"{source.name}_revision", "main")),
+                                     f"tasks.{task}.options.{source.name}_path"))
     return repos
 
 

@@ -239,14 +239,19 @@ def check_disk(config: dict[str, Any], configfiles: list[str], resolved: dict[Hu
         planned["trained models"] = jobs * max(per_model)
     free = shutil.disk_usage(repo_path(paths.RESULTS) if repo_path(paths.RESULTS).exists() else REPO_ROOT).free
     need = sum(planned.values())
-    detail = (", ".join(f"{k} {v / GB:.1f} GB" for k, v in planned.items()) +
-              f" ({jobs} trained models); {free / GB:.1f} GB free under {paths.RESULTS}/")
+    detail = (", ".join(f"{k} {_size(v)}" for k, v in planned.items()) +
+              f" ({jobs} trained models); {_size(free)} free under {paths.RESULTS}/")
     if unknown:
         detail += f"; not counted: {'; '.join(unknown)}"
     status = BLOCKER if need > free else WARNING if unknown else OK
     fixes = {BLOCKER: "free space, or point results/ at a larger disk (a symlink)",
-             WARNING: "rerun the preflight where the Hub answers for the full estimate", OK: ""}
+             WARNING: "for the full estimate, run the preflight where the Hub answers and give each backbone "
+                      "its parameters and architecture", OK: ""}
     return [Finding("disk", "results", status, detail, fixes[status])]
+
+
+def _size(n: float) -> str:
+    return f"{n / GB:.1f} GB" if n >= GB / 10 else f"{n / 1024**2:.1f} MB"
 
 
 # ----- gpus and slurm ---------------------------------------------------------------------

@@ -122,7 +122,7 @@ def extra_source(src: Source, opts: dict[str, Any], task: str, name: str) -> Sou
     ``options.<name>_revision``, from the Hub or the same local mirror as the task's own."""
     from workflow_scripts.data.tasks import get_task
 
-    default = get_task(task).hub_source_default(name)
+    default = get_task(task).hub_source(name).path
     return Source(src.kind, str(opts.get(f"{name}_path", default)), str(opts.get(f"{name}_revision", "main")),
                   str(src.local_root) if src.local_root else None)
 

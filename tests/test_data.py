@@ -90,7 +90,8 @@ def test_corrupt_parquet_is_named(tmp_path):
 
 
 def test_hub_mode_reads_the_pinned_revision_and_records_provenance(tmp_path, monkeypatch):
-    """The Hub path, offline: load_dataset and the commit lookup are replaced by fixtures."""
+    """The Hub path with load_dataset and the Hub's answers replaced by fixtures: the rows are
+    read at the commit the revision resolved to (tests/test_hub.py runs a real Hub server)."""
     import datasets
     import huggingface_hub
 
@@ -102,14 +103,18 @@ def test_hub_mode_reads_the_pinned_revision_and_records_provenance(tmp_path, mon
         return rows
 
     class FakeApi:
-        def dataset_info(self, path, revision):
+        def repo_info(self, repo_id, repo_type, revision):
             return type("Info", (), {"sha": "0123abcd" * 5})()
+
+        def dataset_info(self, path, revision):
+            return type("Info", (), {"sha": revision, "siblings": []})()
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
     monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
+    monkeypatch.delenv("XSTILTS_HUB_LOCK", raising=False)
     out = tmp_path / "dev.parquet"
     prepare("mnli", "dev", {"source": "hub", "hub": {"path": "nyu-mll/glue", "revision": "v1"}}, out)
-    assert calls == [("nyu-mll/glue", "mnli", "validation_matched", "v1")]
+    assert calls == [("nyu-mll/glue", "mnli", "validation_matched", "0123abcd" * 5)]
     provenance = json.loads(pq.read_schema(out).metadata[b"xstilts"])
     assert provenance["resolved_sha"] == "0123abcd" * 5 and provenance["revision"] == "v1"
     assert read_table(out).num_rows == len(rows)

@@ -43,7 +43,7 @@ def rule_layout(repo: Path = REPO_ROOT) -> list[dict]:
             if rule.name == "all":
                 continue
             outputs = list(dict.fromkeys(_pattern(o, experiment) for o in rule.output))
-            found.append({"rule": rule.name, "doc": (rule.docstring or "").strip(), "outputs": outputs,
+            found.append({"rule": rule.name, "doc": " ".join((rule.docstring or "").split()), "outputs": outputs,
                           "log": [_pattern(x, experiment) for x in rule.log],
                           "benchmark": _pattern(rule.benchmark, experiment) if rule.benchmark else None})
     return found

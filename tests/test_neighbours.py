@@ -132,7 +132,8 @@ def test_a_faiss_index_is_an_option():
 @pytest.mark.skipif(not has_gpu, reason="no CUDA GPU on this machine: the GPU search path is not run")
 def test_gpu_search_gives_the_cpu_neighbours_and_scores():
     queries, keys = embeddings(500, 5000, dim=256)
-    keys = with_copies(keys, {int(j): [4000 + i, 17 * i] for i, j in enumerate(float64_ranking(queries[:50], keys, 1)[:, 0])})
+    best = float64_ranking(queries[:50], keys, 1)[:, 0]
+    keys = with_copies(keys, {int(j): [4000 + i, 17 * i] for i, j in enumerate(best)})  # exact ties at the top
     cpu_scores, cpu_found = knn(queries, keys, 4)
     gpu_scores, gpu_found = knn(queries, keys, 4, dev="cuda", block_bytes=4 * 5000 * 64)
     assert np.array_equal(gpu_found, cpu_found)

@@ -24,8 +24,9 @@ the score matrix, one fp32 GEMM each (cuBLAS; TF32 off), a running top k + slack
 float64 rescoring where float32 rounding could decide the order. Bit-identical keys are
 searched once and expanded, then put in faiss's tie order, so exact ties come out as on CPU.
 Two distinct keys whose scores lie within float32 rounding of each other are ordered by
-their float64 product there, by faiss's float32 GEMM on CPU: the only place the devices can
-differ. ``tiled_knn`` also runs on CPU (the tests and the benchmark use it there), but there
+their float64 product there, by faiss's float32 GEMM on CPU; and at k = 1 the device takes
+the lowest-indexed of equal best keys, whatever faiss's SIMD lanes would take. Only there
+can the devices differ. ``tiled_knn`` also runs on CPU (the tests and the benchmark use it there), but there
 it is slower than faiss (benchmarks/retrieval_speed.py prints both), so the pipeline does
 not use it on CPU.
 

@@ -1,9 +1,9 @@
 """Exact k-NN by inner product: the search the pipeline uses against faiss IndexFlatIP with
 its defaults (the reference's engine), the own tiled search beside them.
 
-One run prints the machine (CPU model, cores, threads, GPU), then per method: the median
-wall time over ``--rounds`` interleaved rounds (every method once per round, so a drift of
-the machine's speed hits all of them), the multiply-add rate, the time ratio to faiss
+One run prints the machine (CPU model, threads, GPU), then per method: the median wall time
+over ``--rounds`` interleaved rounds (every method once per round, so a drift of the
+machine's speed hits all of them), the multiply-add rate, the time ratio to faiss
 (median and range over the rounds, faiss's time / the method's), and whether its neighbours,
 in order, and its scores are faiss's bit for bit. Queries and keys are random and
 L2-normalised; ``--tied`` queries lie near a key that is copied, bit for bit, to three other
@@ -71,14 +71,15 @@ def faiss_index_flat_ip(queries: np.ndarray, keys: np.ndarray, k: int) -> tuple[
 
 
 def timed_rounds(methods: dict[str, Search], rounds: int) -> tuple[dict[str, list[float]], dict[str, tuple]]:
-    """Each method's wall time per round, methods in turn within a round, after one untimed
-    warm-up round; and each method's result."""
+    """Each method's wall time per round, methods in turn within a round (in reverse order
+    every other round, so that none always runs right after the same other), after one
+    untimed warm-up round; and each method's result."""
     results = {name: search() for name, search in methods.items()}
     seconds: dict[str, list[float]] = {name: [] for name in methods}
-    for _ in range(rounds):
-        for name, search in methods.items():
+    for round_ in range(rounds):
+        for name in list(methods)[::-1 if round_ % 2 else 1]:
             start = time.perf_counter()
-            search()
+            methods[name]()
             seconds[name].append(time.perf_counter() - start)
     return seconds, results
 
@@ -141,7 +142,7 @@ def main() -> None:
     for name, times in seconds.items():
         ratios = [faiss_s / s for faiss_s, s in zip(seconds[reference], times)]
         median = statistics.median(times)
-        print(f"{name:40s} {median:8.2f} {giga / median:8.1f} {statistics.median(ratios):8.2f}x "
+        print(f"{name:40s} {median:8.3f} {giga / median:8.1f} {statistics.median(ratios):8.2f}x "
               f"{f'{min(ratios):.2f}-{max(ratios):.2f}':>13s}  {agreement(results[name], results[reference])}")
 
 

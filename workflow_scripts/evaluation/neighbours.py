@@ -46,11 +46,13 @@ import numpy as np
 from workflow_scripts.common import InputError
 
 EXACT = "exact"
-# Scores per GEMM block of faiss's CPU search (queries of one block x keys of one block). faiss
-# takes 1,024 keys per block whatever the number of queries, so a few hundred queries (a
-# Mewsli-X language) make short products and the search runs several times slower than with
-# 2^23 scores per block (benchmarks/retrieval_speed.py, README "Benchmarks").
-FLAT_BLOCK_SCORES = 1 << 23
+# Scores per GEMM block of faiss's CPU search (queries of one block x keys of one block), at
+# least. faiss takes 1,024 keys per block whatever the number of queries, so a few hundred
+# queries (a Mewsli-X language) make thousands of short products, each closed by a thread
+# barrier that waits whenever another process holds a core: on a loaded 2-core machine 270
+# queries x 300,000 keys ran 2.8x faster with 8,192-key blocks, on a quiet one the block
+# size changed the time by under 10% (benchmarks/retrieval_speed.py --key-blocks).
+FLAT_BLOCK_SCORES = 1 << 21
 # Bytes of float32 scores per tile of the own search: 16 MiB on CPU (the tile stays in the
 # last-level cache between the GEMM that writes it and the selection that reads it), more on
 # a GPU.
@@ -113,7 +115,8 @@ def flat_key_block(n_queries: int, k: int) -> int:
     if not _faiss_keeps_heaps(k):
         return default
     queries_per_block = max(1, min(n_queries, faiss.cvar.distance_compute_blas_query_bs))
-    return min(1 << 16, max(default, FLAT_BLOCK_SCORES // queries_per_block))
+    # at most 2^15 keys: faiss allocates its score buffer for a full query block (4,096 rows)
+    return min(1 << 15, max(default, FLAT_BLOCK_SCORES // queries_per_block))
 
 
 def _faiss_keeps_heaps(k: int) -> bool:

@@ -48,10 +48,11 @@ from workflow_scripts.common import InputError
 EXACT = "exact"
 # Scores per GEMM block of faiss's CPU search (queries of one block x keys of one block), at
 # least. faiss takes 1,024 keys per block whatever the number of queries, so a few hundred
-# queries (a Mewsli-X language) make thousands of short products, each closed by a thread
-# barrier that waits whenever another process holds a core: on a loaded 2-core machine 270
-# queries x 300,000 keys ran 2.8x faster with 8,192-key blocks, on a quiet one the block
-# size changed the time by under 10% (benchmarks/retrieval_speed.py --key-blocks).
+# queries (a Mewsli-X language) make thousands of short products, each followed by its
+# threads waiting for each other, long when another process holds a core: on a loaded
+# 2-core machine 270 queries x 300,000 keys ran 2.8x faster with 8,192-key blocks, on a
+# quiet one the block size changed the time by under 10% (benchmarks/retrieval_speed.py
+# --key-blocks).
 FLAT_BLOCK_SCORES = 1 << 21
 # Bytes of float32 scores per tile of the own search: 16 MiB on CPU (the tile stays in the
 # last-level cache between the GEMM that writes it and the selection that reads it), more on

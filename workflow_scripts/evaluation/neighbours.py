@@ -4,8 +4,8 @@ the ranking targets (Mewsli-X, LAReQA).
 On CPU, exact search is faiss's exhaustive inner-product search (``faiss.knn``), the function
 ``IndexFlatIP.search`` runs: XTREME-R's Mewsli-X evaluation and XTREME's BUCC miner search an
 ``IndexFlatIP``. It runs on the caller's arrays (an index would copy the keys: 4 GB at 1M x
-1,024) with wider key blocks than faiss's default, which changes the speed only: the
-products, and so the scores, neighbours and tie order, are faiss's, bit for bit
+1,024), with wider key blocks than faiss's default for few queries, which changes the speed
+only: the products, and so the scores, neighbours and tie order, are faiss's, bit for bit
 (benchmarks/retrieval_speed.py checks it on every run; tests/test_neighbours.py too).
 
 faiss's tie rule (faiss 1.15.1, 1 < k < 100; ``faiss_kept`` restates it): keys are read in
@@ -26,9 +26,9 @@ searched once and expanded, then put in faiss's tie order, so exact ties come ou
 Two distinct keys whose scores lie within float32 rounding of each other are ordered by
 their float64 product there, by faiss's float32 GEMM on CPU; and at k = 1 the device takes
 the lowest-indexed of equal best keys, whatever faiss's SIMD lanes would take. Only there
-can the devices differ. ``tiled_knn`` also runs on CPU (the tests and the benchmark use it there), but there
-it is slower than faiss (benchmarks/retrieval_speed.py prints both), so the pipeline does
-not use it on CPU.
+can the devices differ. ``tiled_knn`` also runs on CPU (the tests and the benchmark use it
+there), but there it is slower than faiss (benchmarks/retrieval_speed.py prints both), so
+the pipeline does not use it on CPU.
 
 faiss stays for what exact search cannot do at very large scale: ``index`` may name a
 faiss index_factory string ("IVF4096,Flat", "HNSW32", ...), searched with ``nprobe``.

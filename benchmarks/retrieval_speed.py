@@ -1,25 +1,32 @@
-"""Exact k-NN search: xstilts' tiled search vs faiss IndexFlatIP with default settings.
+"""Exact k-NN by inner product: the search the pipeline uses against faiss IndexFlatIP with
+its defaults (the reference's engine), the own tiled search beside them.
 
-Same L2-normalised random embeddings (seeded), same k, one process. Prints, from one run:
-the device and each GEMM's rate (numpy's BLAS, oneDNN through torch); each method's wall
-time and multiply-add rate and their ratio; how many rows' neighbour lists differ from
-faiss's, whether the neighbour sets are the same, and in how many of the differing rows our
-order is the float64 order (faiss orders by its fp32 GEMM, ours by the float64 product of
-the kept candidates); then our rate per tile size. On a machine with a CUDA GPU the GPU
-search is measured too.
-
-Two shapes are worth running: Tatoeba/BUCC-like (the default) and Mewsli-X-like
-(``--queries 2048 --keys 1000000 -k 20``: ~1M candidate descriptions, top-20).
+One run prints the machine (CPU model, threads, GPU), then per method: the median wall time
+over ``--rounds`` interleaved rounds (every method once per round, so a drift of the
+machine's speed hits all of them), the multiply-add rate, the time ratio to faiss
+(median and range over the rounds, faiss's time / the method's), and whether its neighbours,
+in order, and its scores are faiss's bit for bit. Queries and keys are random and
+L2-normalised; ``--tied`` queries lie near a key that is copied, bit for bit, to three other
+positions (as Mewsli-X's pool repeats entity descriptions), so their top k holds exact ties
+whose order faiss decides. On a machine with a CUDA GPU the GPU search is measured too.
 
     .venv/bin/python benchmarks/retrieval_speed.py [--queries 8000] [--keys 20000] [--dim 1024] [-k 4]
+        [--rounds 3] [--tied 64] [--key-blocks 1024,4096,16384] [--no-own]
+
+Shapes worth running: BUCC-like (the default), Tatoeba-like (``--queries 1000 --keys 1000
+-k 1``), LAReQA-like (``--queries 1190 --keys 13090 --dim 768 -k 20``) and Mewsli-X-like,
+one language's test mentions against the whole pool (``--queries 1330 --keys 1000000 -k 20
+--no-own``).
 """
 
 from __future__ import annotations
 
 import argparse
 import platform
+import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -27,16 +34,35 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from workflow_scripts.evaluation.neighbours import DEFAULT_BLOCK_BYTES, exact_knn, l2_normalize, tile_shape  # noqa: E402
+from workflow_scripts.evaluation.neighbours import (device_knn, flat_key_block, flat_knn, knn,  # noqa: E402
+                                                    l2_normalize)
+
+Search = Callable[[], tuple[np.ndarray, np.ndarray]]
 
 
-def timed(fn):
-    start = time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - start
+def cpu_model() -> str:
+    """The CPU's model name as lscpu prints it."""
+    with open("/proc/cpuinfo") as info:
+        for line in info:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
 
 
-def faiss_flat(queries, keys, k):
+def with_tied_neighbours(queries: np.ndarray, keys: np.ndarray, n_tied: int, rng: np.random.Generator
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """The first ``n_tied`` queries moved near a key each, that key copied to three other
+    positions: each such query's best keys include four bit-identical ones."""
+    queries, keys = queries.copy(), keys.copy()
+    for row in range(min(n_tied, len(queries))):
+        source, *copies = rng.choice(len(keys), 4, replace=False)
+        keys[copies] = keys[source]
+        queries[row] = keys[source] + 0.5 * queries[row]
+    return l2_normalize(queries), keys
+
+
+def faiss_index_flat_ip(queries: np.ndarray, keys: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """What the reference runs: an IndexFlatIP with faiss's defaults, filled and searched."""
     import faiss
 
     index = faiss.IndexFlatIP(keys.shape[1])
@@ -44,31 +70,31 @@ def faiss_flat(queries, keys, k):
     return index.search(queries, k)
 
 
-def gemm_rates(queries, keys) -> dict[str, float]:
-    """G multiply-adds/s of one (queries x 4,096 keys) product, best of three, per library."""
-    import torch
-
-    q, k = queries[:1024], keys[:4096]
-    out = np.empty((len(q), len(k)), dtype=np.float32)
-    calls = {"numpy BLAS (faiss's kind)": lambda: np.matmul(q, k.T, out=out)}
-    if torch.backends.mkldnn.is_available():
-        qm, km = torch.from_numpy(q).to_mkldnn(), torch.from_numpy(k).to_mkldnn()
-        calls["oneDNN via torch"] = lambda: torch._C._nn.mkldnn_linear(qm, km, None).to_dense()
-    rates = {}
-    for name, call in calls.items():
-        call()
-        seconds = min(timed(call)[1] for _ in range(3))
-        rates[name] = len(q) * len(k) * q.shape[1] / 1e9 / seconds
-    return rates
+def timed_rounds(methods: dict[str, Search], rounds: int) -> tuple[dict[str, list[float]], dict[str, tuple]]:
+    """Each method's wall time per round, methods in turn within a round (in reverse order
+    every other round, so that none always runs right after the same other), after one
+    untimed warm-up round; and each method's result."""
+    results = {name: search() for name, search in methods.items()}
+    seconds: dict[str, list[float]] = {name: [] for name in methods}
+    for round_ in range(rounds):
+        for name in list(methods)[::-1 if round_ % 2 else 1]:
+            start = time.perf_counter()
+            methods[name]()
+            seconds[name].append(time.perf_counter() - start)
+    return seconds, results
 
 
-def agreement(queries, keys, found, ref_found) -> str:
-    differing = np.where(~np.all(found == ref_found, axis=1))[0]
-    same_sets = all(set(found[r]) == set(ref_found[r]) for r in differing)
-    ours_exact = sum(bool(np.all(np.diff(keys[found[r]].astype(np.float64) @ queries[r].astype(np.float64)) <= 0))
-                     for r in differing)
-    return (f"{len(differing)} rows differ from faiss ({'same sets' if same_sets else 'SETS DIFFER'}; "
-            f"ours in float64 order in {ours_exact} of them)")
+def agreement(result: tuple[np.ndarray, np.ndarray], reference: tuple[np.ndarray, np.ndarray]) -> str:
+    """How a method's (scores, neighbours) compare with faiss's."""
+    scores, found = result
+    ref_scores, ref_found = reference
+    differing = int((found != ref_found).any(axis=1).sum())
+    if differing == 0:
+        same_scores = "scores identical" if np.array_equal(scores, ref_scores) else \
+            f"max |score diff| {float(np.abs(scores - ref_scores).max()):.1e}"
+        return f"identical, ties included; {same_scores}"
+    same_sets = all(set(found[r]) == set(ref_found[r]) for r in np.flatnonzero((found != ref_found).any(axis=1)))
+    return f"{differing} rows differ ({'same sets, other order' if same_sets else 'other neighbours'})"
 
 
 def main() -> None:
@@ -80,38 +106,44 @@ def main() -> None:
     ap.add_argument("--keys", type=int, default=20000)
     ap.add_argument("--dim", type=int, default=1024)
     ap.add_argument("-k", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--tied", type=int, default=64, help="queries whose top k holds four bit-identical keys")
+    ap.add_argument("--no-own", action="store_true", help="leave the own tiled search on CPU out (slow at 1M keys)")
+    ap.add_argument("--key-blocks", default="",
+                    help="comma-separated faiss key block sizes to time beside the pipeline's")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     queries = l2_normalize(rng.standard_normal((args.queries, args.dim), dtype=np.float32))
     keys = l2_normalize(rng.standard_normal((args.keys, args.dim), dtype=np.float32))
+    queries, keys = with_tied_neighbours(queries, keys, args.tied, rng)
     giga = args.queries * args.keys * args.dim / 1e9  # multiply-adds
+    k = args.k
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
+    print(f"cpu: {cpu_model()}, {torch.get_num_threads()} torch threads, {faiss.omp_get_max_threads()} faiss "
+          f"threads; faiss {faiss.__version__}, torch {torch.__version__}; gpu: {gpu}")
+    print(f"search: {args.queries} x {args.keys} x {args.dim}, k={k} ({giga:.0f} G multiply-adds), "
+          f"{min(args.tied, args.queries)} queries with exact ties; median of {args.rounds} interleaved rounds")
 
-    print(f"cpu: {platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, "
-          f"{faiss.omp_get_max_threads()} faiss threads; gpu: "
-          f"{torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none'}")
-    for name, rate in gemm_rates(queries, keys).items():
-        print(f"GEMM 1024 x 4096 x {args.dim}, {name:28s} {rate:8.1f} G MAC/s")
-    print(f"search: {args.queries} x {args.keys} x {args.dim}, k={args.k} ({giga:.0f} G multiply-adds)")
-    (ref_scores, ref_found), faiss_s = timed(lambda: faiss_flat(queries, keys, args.k))
-    (scores, found), ours_s = timed(lambda: exact_knn(queries, keys, args.k))
-    rows = [("faiss IndexFlatIP (defaults), cpu", faiss_s, ref_found, ref_scores),
-            ("xstilts exact_knn, cpu", ours_s, found, scores)]
+    reference = "faiss IndexFlatIP (defaults), cpu"
+    methods: dict[str, Search] = {reference: lambda: faiss_index_flat_ip(queries, keys, k),
+                                  "pipeline: neighbours.knn, cpu": lambda: knn(queries, keys, k)}
+    print(f"pipeline's search on cpu: faiss.knn, {flat_key_block(args.queries, k)}-key blocks")
+    for block in (int(b) for b in args.key_blocks.split(",") if b):
+        methods[f"faiss.knn, {block}-key blocks, cpu"] = lambda block=block: flat_knn(queries, keys, k, block)
+    if not args.no_own:
+        methods["own tiled search (device_knn), cpu"] = lambda: device_knn(queries, keys, k, "cpu")
     if torch.cuda.is_available():
-        exact_knn(queries[:256], keys, args.k, dev="cuda")  # warm-up: CUDA context and cuBLAS handles
-        (gpu_scores, gpu_found), gpu_s = timed(lambda: exact_knn(queries, keys, args.k, dev="cuda"))
-        rows.append(("xstilts exact_knn, cuda", gpu_s, gpu_found, gpu_scores))
-    print(f"{'method':36s} {'seconds':>8s} {'G MAC/s':>8s} {'vs faiss':>8s} {'max |score diff|':>17s}  neighbours")
-    for name, seconds, f, s in rows:
-        print(f"{name:36s} {seconds:8.2f} {giga / seconds:8.1f} {faiss_s / seconds:7.2f}x "
-              f"{float(np.abs(s - ref_scores).max()):17.2e}  {agreement(queries, keys, f, ref_found)}")
+        device_knn(queries[:256], keys, k, "cuda")  # CUDA context and cuBLAS handles, outside the timing
+        methods["pipeline on a GPU: device_knn, cuda"] = lambda: knn(queries, keys, k, dev="cuda")
+    seconds, results = timed_rounds(methods, args.rounds)
 
-    sample = queries[:min(len(queries), 4096)]
-    print(f"\ntile size sweep on {len(sample)} queries (default {DEFAULT_BLOCK_BYTES >> 20} MiB of scores per tile)")
-    for mib in (4, 16, 64, 256):
-        _, s = timed(lambda: exact_knn(sample, keys, args.k, block_bytes=mib << 20))
-        shape = tile_shape(len(sample), len(keys), mib << 20, args.k + 8)
-        rate = len(sample) * args.keys * args.dim / 1e9 / s
-        print(f"{f'exact_knn, {mib} MiB tiles {shape[0]} x {shape[1]}':40s} {rate:8.1f} G MAC/s")
+    print(f"{'method':40s} {'seconds':>8s} {'G MAC/s':>8s} {'vs faiss':>9s} {'(range)':>13s}  "
+          "neighbours and scores vs faiss")
+    for name, times in seconds.items():
+        ratios = [faiss_s / s for faiss_s, s in zip(seconds[reference], times)]
+        median = statistics.median(times)
+        print(f"{name:40s} {median:8.3f} {giga / median:8.1f} {statistics.median(ratios):8.2f}x "
+              f"{f'{min(ratios):.2f}-{max(ratios):.2f}':>13s}  {agreement(results[name], results[reference])}")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,13 @@
-"""Blocked exact search gives faiss IndexFlatIP's neighbours and scores on every device and
-block size; ties go to the lower key index; a faiss index stays available as an option."""
+"""Exact search gives faiss IndexFlatIP's neighbours, scores and tie order: on CPU it is
+faiss's own search (bit for bit), on a device the own tiled search (tested here on CPU, which
+runs the same code) in faiss's tie order; expected orders come from faiss itself. A faiss
+index stays available as an option."""
 
 import numpy as np
 import pytest
 
 from workflow_scripts.common import InputError
-from workflow_scripts.evaluation.neighbours import exact_knn, knn, l2_normalize
+from workflow_scripts.evaluation.neighbours import device_knn, faiss_kept, flat_knn, knn, l2_normalize, tiled_knn
 
 torch = pytest.importorskip("torch")
 has_gpu = torch.cuda.is_available()
@@ -25,23 +27,85 @@ def faiss_reference(queries, keys, k):
     return index.search(queries, k)
 
 
+def with_copies(keys, copies):
+    """keys with some vectors copied, bit for bit, over others: {source: [positions]}."""
+    keys = keys.copy()
+    for source, positions in copies.items():
+        keys[positions] = keys[source]
+    return keys
+
+
+@pytest.mark.parametrize("n_queries, dim", [(50, 64), (200, 768)])  # faiss's per-pair path, then its BLAS path
+@pytest.mark.parametrize("key_block", [1024, 4096, 300])
+def test_cpu_search_is_faiss_flat_index_bit_for_bit(n_queries, dim, key_block):
+    """The pipeline's CPU search: IndexFlatIP's scores and neighbours exactly, whatever the
+    key block (copies put exact ties at every rank, the k-th included)."""
+    queries, keys = embeddings(n_queries, 5000, dim=dim, seed=2)
+    best = float64_ranking(queries[:10], keys, 3)
+    keys = with_copies(keys, {int(j): [4999 - 7 * r - i, 2 * r + 1 + 13 * i] for r, row in enumerate(best)
+                              for i, j in enumerate(row)})
+    for k in (1, 4, 20):
+        ref_scores, ref_found = faiss_reference(queries, keys, k)
+        scores, found = flat_knn(queries, keys, k, key_block)
+        assert np.array_equal(found, ref_found) and np.array_equal(scores, ref_scores)
+        assert np.array_equal(knn(queries, keys, k)[1], ref_found)
+
+
 @pytest.mark.parametrize("block_bytes", [4 * 300, 4 * 300 * 7, 1 << 30])  # 1 query, 7 queries, all at once
-def test_exact_search_matches_faiss_flat_index_at_any_block_size(block_bytes):
+def test_tiled_search_matches_faiss_flat_index_at_any_block_size(block_bytes):
     queries, keys = embeddings(50, 300)
-    scores, found = exact_knn(queries, keys, 4, block_bytes=block_bytes)
+    scores, found = tiled_knn(queries, keys, 4, block_bytes=block_bytes)
     ref_scores, ref_found = faiss_reference(queries, keys, 4)
     assert np.array_equal(found, ref_found)
     np.testing.assert_allclose(scores, ref_scores, rtol=0, atol=1e-5)
     assert np.all(np.diff(scores, axis=1) <= 0)  # best first
 
 
-def test_ties_go_to_the_lower_key_index_and_k_is_capped():
+@pytest.mark.parametrize("search", [knn, lambda q, keys, k: device_knn(q, keys, k, "cpu")], ids=["cpu", "device"])
+def test_ties_follow_faiss_and_k_is_capped(search):
     keys = np.eye(3, dtype=np.float32)[[0, 1, 1, 2, 1]]  # key 1 repeated at indices 1, 2, 4
     query = np.array([[0.0, 1.0, 0.0]], dtype=np.float32)
-    scores, found = knn(query, keys, 2)
-    assert found.tolist() == [[1, 2]] and scores.tolist() == [[1.0, 1.0]]
-    scores, found = knn(query, keys, 10)
-    assert found.shape == (1, 5) and found[0, :3].tolist() == [1, 2, 4]
+    for k in (1, 2, 3, 5):
+        assert search(query, keys, k)[1].tolist() == faiss_reference(query, keys, k)[1].tolist(), k
+    scores, found = search(query, keys, 10)
+    assert found.tolist() == faiss_reference(query, keys, 5)[1].tolist() and scores[0, :3].tolist() == [1.0] * 3
+
+
+@pytest.mark.parametrize("target", ["mewslix", "lareqa"])
+def test_a_gold_entity_tied_with_a_copy_ranks_where_faiss_ranks_it(target):
+    """Two entities with one description (bit-identical vectors) and a distractor: the gold's
+    reciprocal rank is the one faiss's order gives (the copy after the gold takes rank 1)."""
+    from workflow_scripts.evaluation.pool_ranking import rank
+    from workflow_scripts.evaluation.ranking import convention_of, map_at_k
+
+    description = l2_normalize(np.array([[1.0, 2.0, 0.5]], dtype=np.float32))[0]
+    entities = np.stack([l2_normalize(np.array([[0.0, 1.0, 3.0]], dtype=np.float32))[0], description, description])
+    ids = ["Q_other", "Q_gold", "Q_same_text"]
+    query = (description + np.float32(0.1)).reshape(1, -1)
+    expected = [ids[j] for j in faiss_reference(query, entities, 3)[1][0]]
+    assert rank(query, entities, ids, 3) == [expected]
+    gold_rank = expected.index("Q_gold") + 1
+    score = map_at_k({"m": expected}, {"m": ["Q_gold"]}, 20, convention_of(target))["map_at_20"]
+    assert score == pytest.approx(100 / gold_rank) and gold_rank == 2  # faiss puts the higher index first
+
+
+def test_faiss_tie_rule_as_restated_matches_faiss():
+    """faiss_kept, applied to all of a row's scores, picks faiss's k in faiss's order, with
+    many-way ties at and above the k-th place, on faiss's per-pair path and its BLAS path
+    (where k = 1 is a SIMD scan with its own tie rule, see neighbours.py)."""
+    rng = np.random.default_rng(3)
+    for n_queries, n_keys, dim, ks in ((1, 60, 16, (1, 2, 4, 20, 40)), (7, 3000, 16, (1, 2, 4, 20, 40)),
+                                       (40, 3000, 4096, (2, 4, 20, 40))):
+        queries = rng.standard_normal((n_queries, dim), dtype=np.float32)
+        keys = rng.standard_normal((n_keys, dim), dtype=np.float32)
+        for row in queries @ keys.T:
+            for source in np.argsort(-row)[:3]:
+                keys[rng.choice(n_keys, 6, replace=False)] = keys[source]
+        all_scores, all_found = faiss_reference(queries, keys, n_keys)
+        for k in ks:
+            _, found = faiss_reference(queries, keys, k)
+            for r in range(n_queries):
+                assert all_found[r][faiss_kept(all_scores[r], all_found[r], k)].tolist() == found[r].tolist()
 
 
 def test_bad_search_input_is_named():
@@ -68,26 +132,24 @@ def test_a_faiss_index_is_an_option():
 @pytest.mark.skipif(not has_gpu, reason="no CUDA GPU on this machine: the GPU search path is not run")
 def test_gpu_search_gives_the_cpu_neighbours_and_scores():
     queries, keys = embeddings(500, 5000, dim=256)
-    cpu_scores, cpu_found = exact_knn(queries, keys, 4)
-    gpu_scores, gpu_found = exact_knn(queries, keys, 4, dev="cuda", block_bytes=4 * 5000 * 64)
+    best = float64_ranking(queries[:50], keys, 1)[:, 0]
+    keys = with_copies(keys, {int(j): [4000 + i, 17 * i] for i, j in enumerate(best)})  # exact ties at the top
+    cpu_scores, cpu_found = knn(queries, keys, 4)
+    gpu_scores, gpu_found = knn(queries, keys, 4, dev="cuda", block_bytes=4 * 5000 * 64)
     assert np.array_equal(gpu_found, cpu_found)
     np.testing.assert_allclose(gpu_scores, cpu_scores, rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("block_bytes", [4 * 7 * 3, 1 << 30])  # blocks of 3 queries, or one block
-def test_bit_identical_candidates_tie_and_go_to_the_lower_index(block_bytes):
+def test_bit_identical_candidates_tie_in_faiss_order_on_a_device(block_bytes):
     """Copies of one vector at scattered positions (across blocks, at the k-th place) score
-    alike and are returned lowest index first; the rest is as an exact float64 search."""
+    alike and come in faiss's order and number; the rest is as an exact float64 search."""
     queries, keys = embeddings(9, 40, dim=48, seed=5)
     copies = {3: [11, 27, 39], 8: [0, 20], 15: [16]}  # source -> positions overwritten with its vector
-    for source, positions in copies.items():
-        keys[positions] = keys[source]
+    keys = with_copies(keys, copies)
     for k in (1, 2, 5, 12, 40):
-        scores, found = knn(queries, keys, k, block_bytes=block_bytes)
-        exact = queries.astype(np.float64) @ keys.astype(np.float64).T
-        for row in range(len(queries)):
-            expected = sorted(range(len(keys)), key=lambda j: (-exact[row, j], j))[:k]
-            assert found[row].tolist() == expected, (k, row)
+        scores, found = device_knn(queries, keys, k, "cpu", block_bytes=block_bytes)
+        assert found.tolist() == faiss_reference(queries, keys, k)[1].tolist(), k
         groups = [[source, *positions] for source, positions in copies.items()]
         for row in range(len(queries)):
             for group in groups:
@@ -111,23 +173,17 @@ def float64_ranking(queries, keys, k):
     return np.array([sorted(range(len(keys)), key=lambda j: (-exact[r, j], j))[:k] for r in range(len(queries))])
 
 
-@pytest.mark.parametrize("onednn", [True, False])
-def test_many_key_tiles_give_the_float64_ranking_with_either_cpu_gemm(onednn, monkeypatch):
+def test_many_key_tiles_give_the_float64_ranking():
     """Keys cut into many tiles (later tiles add only what reaches a row's floor, through the
-    group maxima), on oneDNN's GEMM or numpy's BLAS: the neighbours and their order are
-    those of a float64 search, near-copies included (their float32 scores can tie or swap;
-    those rows are scored again in float64)."""
-    if not onednn:
-        monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
-    elif not torch.backends.mkldnn.is_available():
-        pytest.skip("this torch build has no oneDNN: only the numpy BLAS path runs")
+    group maxima): the neighbours and their order are those of a float64 search, near-copies
+    included (their float32 scores can tie or swap; those rows are scored again in float64)."""
     queries, keys = embeddings(37, 5000, dim=32, seed=3)
     best = float64_ranking(queries, keys, 1)[:, 0]
     for step, (row, target) in enumerate(zip(range(0, 37, 3), range(4000, 5000, 80))):
         keys[target] = keys[best[row]]  # near-copies of some rows' best key, in a later tile
         keys[target, step % 32] += np.float32(1e-7) * (1 if step % 2 else -1)
     for k in (1, 7, 20):
-        scores, found = exact_knn(queries, keys, k, block_bytes=4 * 8 * 256)  # 8 queries x 256 keys per tile
+        scores, found = tiled_knn(queries, keys, k, block_bytes=4 * 8 * 256)  # 8 queries x 256 keys per tile
         assert found.tolist() == float64_ranking(queries, keys, k).tolist()
         expected = np.take_along_axis(queries.astype(np.float64) @ keys.astype(np.float64).T, found, 1)
         np.testing.assert_allclose(scores, expected, rtol=0, atol=1e-6)

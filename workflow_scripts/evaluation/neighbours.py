@@ -1,17 +1,34 @@
-"""k-nearest-neighbour search by inner product for the retrieval targets (Tatoeba, BUCC).
+"""k-nearest-neighbour search by inner product for the retrieval targets (Tatoeba, BUCC) and
+the ranking targets (Mewsli-X, LAReQA).
 
-Exact search is a sequence of matrix products over tiles of the score matrix: queries in
-blocks, keys in tiles of at most 16,384 columns, one tile (float32) under ``block_bytes``.
-Each tile is one GEMM, then its best k (+ slack) per row, merged into the block's running
-best; so the keys are read once per query block and the GEMM stays wide at ~1M keys. On a
-GPU the keys are copied to the device once and every tile runs there (cuBLAS, full fp32
-precision: TF32 is switched off for the call); on CPU the GEMM is numpy's BLAS into a reused
-buffer and the selection is torch's, on all threads. Results are ordered by score
-descending, ties by key index ascending, so they do not depend on the device or the tile
-shape. Bit-identical key vectors (the same entity description twice in a pool) are searched
-once and expanded to all their indices, lowest first: their scores are then equal by
-construction, where a blocked GEMM may give two copies scores 1 ulp apart depending on their
-column position.
+On CPU, exact search is faiss's exhaustive inner-product search (``faiss.knn``), the function
+``IndexFlatIP.search`` runs: XTREME-R's Mewsli-X evaluation and XTREME's BUCC miner search an
+``IndexFlatIP``. It runs on the caller's arrays (an index would copy the keys: 4 GB at 1M x
+1,024), with wider key blocks than faiss's default for few queries, which changes the speed
+only: the products, and so the scores, neighbours and tie order, are faiss's, bit for bit
+(benchmarks/retrieval_speed.py checks it on every run; tests/test_neighbours.py too).
+
+faiss's tie rule (faiss 1.15.1, 1 < k < 100; ``faiss_kept`` restates it): keys are read in
+index order; a key joins a query's best k only when its score is strictly above the lowest
+kept score, and the entry it evicts is the lowest kept score, of equal ones the lowest key
+index; the k are returned by score descending, equal scores highest index first. So
+bit-identical candidates (the same entity description twice in Mewsli-X's pool) come out
+highest index first, and at the k-th place the copies kept are the highest-indexed of those
+read before k keys scored as high. At k = 1 the first best key read wins, except where
+faiss scans GEMM blocks with SIMD (queries x dimension >= 128,000): of equal scores within
+one block of 1,024 keys, the one in the lowest SIMD lane wins (key index mod 16 with
+AVX-512).
+
+On any other torch device (a CUDA GPU) the search is xstilts' own, ``tiled_knn``: tiles of
+the score matrix, one fp32 GEMM each (cuBLAS; TF32 off), a running top k + slack per query,
+float64 rescoring where float32 rounding could decide the order. Bit-identical keys are
+searched once and expanded, then put in faiss's tie order, so exact ties come out as on CPU.
+Two distinct keys whose scores lie within float32 rounding of each other are ordered by
+their float64 product there, by faiss's float32 GEMM on CPU; and at k = 1 the device takes
+the lowest-indexed of equal best keys, whatever faiss's SIMD lanes would take. Only there
+can the devices differ. ``tiled_knn`` also runs on CPU (the tests and the benchmark use it
+there), but there it is slower than faiss (benchmarks/retrieval_speed.py prints both), so
+the pipeline does not use it on CPU.
 
 faiss stays for what exact search cannot do at very large scale: ``index`` may name a
 faiss index_factory string ("IVF4096,Flat", "HNSW32", ...), searched with ``nprobe``.
@@ -29,9 +46,17 @@ import numpy as np
 from workflow_scripts.common import InputError
 
 EXACT = "exact"
-# Bytes of float32 scores per tile. On CPU a tile (1,024 queries x 4,096 keys) stays in the
-# last-level cache between the GEMM that writes it and the selection that reads it
-# (benchmarks/retrieval_speed.py prints the rate per tile size); a GPU takes larger tiles.
+# Scores per GEMM block of faiss's CPU search (queries of one block x keys of one block), at
+# least. faiss takes 1,024 keys per block whatever the number of queries, so a few hundred
+# queries (a Mewsli-X language) make thousands of short products, each followed by its
+# threads waiting for each other, long when another process holds a core: on a loaded
+# 2-core machine 270 queries x 300,000 keys ran 2.8x faster with 8,192-key blocks, on a
+# quiet one the block size changed the time by under 10% (benchmarks/retrieval_speed.py
+# --key-blocks).
+FLAT_BLOCK_SCORES = 1 << 21
+# Bytes of float32 scores per tile of the own search: 16 MiB on CPU (the tile stays in the
+# last-level cache between the GEMM that writes it and the selection that reads it), more on
+# a GPU.
 DEFAULT_BLOCK_BYTES = 16 << 20
 DEVICE_BLOCK_BYTES = 256 << 20
 # Extra candidates taken per row before the (score, index) ordering, so that a tie at the
@@ -48,21 +73,96 @@ _GROUP = 8
 def knn(queries: np.ndarray, keys: np.ndarray, k: int, dev: Any = None, index: str = EXACT, nprobe: int = 1,
         block_bytes: int | None = None, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """The k best keys of each query by inner product: (scores, key indices), each of shape
-    (len(queries), min(k, len(keys)))."""
+    (len(queries), min(k, len(keys))), best first, ties in faiss's order. Exact search runs
+    on ``dev`` when it is a GPU (``device_knn``), else on CPU with faiss (``flat_knn``);
+    ``block_bytes`` sizes the GPU search's tiles."""
     queries, keys = _as_matrix(queries, "queries"), _as_matrix(keys, "keys")
     if queries.shape[1] != keys.shape[1]:
         raise InputError(f"queries have dimension {queries.shape[1]}, keys {keys.shape[1]}")
     if k < 1 or len(keys) == 0:
         raise InputError(f"nearest-neighbour search needs k >= 1 and keys, got k={k} and {len(keys)} keys")
     k = min(k, len(keys))
-    if index == EXACT:
-        groups = duplicate_groups(keys)
-        if groups is None:
-            return exact_knn(queries, keys, k, dev, block_bytes)
-        representatives, members = groups
-        scores, found = exact_knn(queries, keys[representatives], min(k, len(representatives)), dev, block_bytes)
-        return _expanded(scores, found, members, k)
-    return faiss_knn(queries, keys, k, index, nprobe, seed)
+    if index != EXACT:
+        return faiss_knn(queries, keys, k, index, nprobe, seed)
+    if _is_cpu(dev):
+        return flat_knn(queries, keys, k)
+    return device_knn(queries, keys, k, dev, block_bytes)
+
+
+def flat_knn(queries: np.ndarray, keys: np.ndarray, k: int, key_block: int | None = None
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """faiss's exact search, bit for bit as ``IndexFlatIP(d).add(keys); search(queries, k)``
+    gives it, without the index's copy of the keys; ``key_block`` keys per GEMM (by default
+    ``flat_key_block``'s), taken only where the block cannot change the result."""
+    import faiss
+
+    k = min(k, len(keys))
+    if key_block is None or not _faiss_keeps_heaps(k):
+        key_block = flat_key_block(len(queries), k)
+    with _faiss_key_block(key_block):
+        scores, found = faiss.knn(queries, keys, k, faiss.METRIC_INNER_PRODUCT)
+    return scores, found
+
+
+def flat_key_block(n_queries: int, k: int) -> int:
+    """Keys per GEMM block of ``flat_knn``: ``FLAT_BLOCK_SCORES`` scores over the queries of
+    one faiss query block, never fewer keys than faiss's default, where faiss keeps a heap
+    per query (1 < k < 100; the heap reads the keys in index order whatever the block).
+    Otherwise faiss's default: at k = 1 its AVX2/AVX-512 scan settles exact ties by SIMD lane
+    within a block, and from k = 100 it keeps a reservoir."""
+    import faiss
+
+    default = faiss.cvar.distance_compute_blas_database_bs
+    if not _faiss_keeps_heaps(k):
+        return default
+    queries_per_block = max(1, min(n_queries, faiss.cvar.distance_compute_blas_query_bs))
+    # at most 2^15 keys: faiss allocates its score buffer for a full query block (4,096 rows)
+    return min(1 << 15, max(default, FLAT_BLOCK_SCORES // queries_per_block))
+
+
+def _faiss_keeps_heaps(k: int) -> bool:
+    import faiss
+
+    return 1 < k < faiss.cvar.distance_compute_min_k_reservoir
+
+
+def device_knn(queries: np.ndarray, keys: np.ndarray, k: int, dev: Any = None, block_bytes: int | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """The own tiled search on ``dev`` (any torch device), in faiss's tie order. Bit-identical
+    key vectors are searched once and expanded to all their indices: their scores are then
+    equal by construction, where a blocked GEMM could give two copies scores 1 ulp apart
+    depending on their column position."""
+    k = min(k, len(keys))
+    groups = duplicate_groups(keys)
+    if groups is None:
+        scores, found = tiled_knn(queries, keys, k, dev, block_bytes)
+        order = np.lexsort((-found, -scores), axis=1)  # equal scores: highest index first
+        return np.take_along_axis(scores, order, 1), np.take_along_axis(found, order, 1)
+    representatives, members = groups
+    scores, found = tiled_knn(queries, keys[representatives], min(k, len(representatives)), dev, block_bytes)
+    return _expanded(scores, found, members, k)
+
+
+def faiss_kept(values: np.ndarray, indices: np.ndarray, k: int) -> np.ndarray:
+    """Which of one query's candidates (scores ``values`` of keys ``indices``) faiss's heap
+    search returns, as positions into them in faiss's output order. Every key scoring at
+    least the k-th best score must be among the candidates.
+
+    faiss reads keys in index order into a heap of k: a key enters when it scores strictly
+    above the heap's lowest score and evicts the lowest (value, index). Of the keys tied at
+    the k-th best score, those that entered are the ones read while fewer than k keys
+    scoring at least as high had been read; the highest-indexed of them stay. (At k = 1 that
+    is the lowest-indexed best key, faiss's rule outside its SIMD scan.)"""
+    by_rank = np.lexsort((indices, -values))
+    if len(by_rank) > k:
+        kth = values[by_rank[k - 1]]
+        above = np.flatnonzero(values > kth)
+        tied = np.flatnonzero(values == kth)
+        tied = tied[np.argsort(indices[tied], kind="stable")]
+        as_high = np.sort(indices[values >= kth])
+        entered = tied[np.searchsorted(as_high, indices[tied]) < k]
+        by_rank = np.concatenate([above, entered[len(entered) - (k - len(above)):]])
+    return by_rank[np.lexsort((-indices[by_rank], -values[by_rank]))]
 
 
 def duplicate_groups(keys: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]] | None:
@@ -95,26 +195,27 @@ def duplicate_groups(keys: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]] | 
 
 def _expanded(scores: np.ndarray, found: np.ndarray, members: list[np.ndarray], k: int
               ) -> tuple[np.ndarray, np.ndarray]:
-    """Results over distinct vectors expanded to every index carrying them, ordered by score
-    descending then index ascending, cut to k."""
+    """Results over distinct vectors expanded to every index carrying them, the k faiss keeps
+    in faiss's order (``faiss_kept``)."""
     out_scores = np.empty((len(found), k), dtype=np.float32)
     out_found = np.empty((len(found), k), dtype=np.int64)
     for row in range(len(found)):
         indices = np.concatenate([members[g] for g in found[row]])
         values = np.concatenate([np.full(len(members[g]), scores[row, j], dtype=np.float32)
                                  for j, g in enumerate(found[row])])
-        order = np.lexsort((indices, -values))[:k]
-        out_scores[row], out_found[row] = values[order], indices[order]
+        kept = faiss_kept(values, indices, k)
+        out_scores[row], out_found[row] = values[kept], indices[kept]
     return out_scores, out_found
 
 
-def exact_knn(queries: np.ndarray, keys: np.ndarray, k: int, dev: Any = None,
+def tiled_knn(queries: np.ndarray, keys: np.ndarray, k: int, dev: Any = None,
               block_bytes: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Exact search tile by tile: a tile is (query rows) x (key columns) of float32 scores, at
-    most ``block_bytes``. The first tile of a query block gives each row its best
-    ``k + slack``; every later tile only adds the scores that reach a row's current worst
-    kept score. Rows whose order the float32 rounding could decide are scored again in
-    float64 (``_rescored``)."""
+    """Exact search tile by tile on a torch device (CPU by default): a tile is (query rows) x
+    (key columns) of float32 scores, at most ``block_bytes``. The first tile of a query
+    block gives each row its best ``k + slack``; every later tile only adds the scores that
+    reach a row's current worst kept score. Rows whose order the float32 rounding could
+    decide are scored again in float64 (``_rescored``). Ordered by score descending, equal
+    scores lowest index first."""
     import torch
 
     dev = torch.device("cpu") if dev is None else torch.device(dev)
@@ -132,42 +233,16 @@ def exact_knn(queries: np.ndarray, keys: np.ndarray, k: int, dev: Any = None,
 
 def _score_tiles(queries: np.ndarray, keys: np.ndarray, rows: int, cols: int, dev: Any) -> Iterator[tuple[int, int, Any]]:
     """(first key index, query block index, score tile) for every tile, key tiles outermost so
-    that each key tile is moved or converted once. The GEMM: cuBLAS on a GPU (full fp32: TF32
-    off); on CPU oneDNN's, through torch, where the build has it: it dispatches on the CPU's
-    own instruction set (AVX-512 where present), where the OpenBLAS bundled with numpy and
-    faiss picks older kernels on some CPUs (1.6x slower here; benchmarks/retrieval_speed.py);
-    else numpy's BLAS."""
+    that each key tile is moved once; the products in full fp32 (TF32 off on a GPU)."""
     import torch
 
-    starts = range(0, len(queries), rows)
-    if dev.type != "cpu":
-        with _full_fp32_matmul():
-            blocks = [torch.from_numpy(queries[a:a + rows]).to(dev) for a in starts]
-            keys_d = torch.from_numpy(keys).to(dev)
-            for j in range(0, len(keys), cols):
-                tile_keys = keys_d[j:j + cols].T
-                for b, block in enumerate(blocks):
-                    yield j, b, block @ tile_keys
-        return
-    if torch.backends.mkldnn.is_available():
-        # the call torch.utils.mkldnn.MkldnnLinear makes: scores = block @ tile_keys.T
-        blocks = [torch.from_numpy(queries[a:a + rows]).to_mkldnn() for a in starts]
+    with _full_fp32_matmul():
+        blocks = [torch.from_numpy(queries[a:a + rows]).to(dev) for a in range(0, len(queries), rows)]
+        keys_d = torch.from_numpy(keys).to(dev)
         for j in range(0, len(keys), cols):
-            tile_keys = torch.from_numpy(keys[j:j + cols]).to_mkldnn()
+            tile_keys = keys_d[j:j + cols].T
             for b, block in enumerate(blocks):
-                yield j, b, torch._C._nn.mkldnn_linear(block, tile_keys, None).to_dense()
-        return
-    # numpy's BLAS into one reused buffer. The selection then runs on one torch thread:
-    # torch's OpenMP workers spin after each parallel op and would take the cores from the
-    # next GEMM's BLAS threads.
-    with _torch_threads(1):
-        buffer = np.empty(min(rows, len(queries)) * min(cols, len(keys)), dtype=np.float32)
-        for j in range(0, len(keys), cols):
-            tile_keys = keys[j:j + cols].T  # a view: BLAS reads the transpose in place
-            for b, a in enumerate(starts):
-                part = buffer[:len(queries[a:a + rows]) * tile_keys.shape[1]].reshape(-1, tile_keys.shape[1])
-                np.matmul(queries[a:a + rows], tile_keys, out=part)
-                yield j, b, torch.from_numpy(part)
+                yield j, b, block @ tile_keys
 
 
 def _rescored(queries: np.ndarray, keys: np.ndarray, values: np.ndarray, found: np.ndarray, k: int
@@ -308,16 +383,21 @@ def _as_matrix(x: np.ndarray, name: str) -> np.ndarray:
     return x
 
 
-@contextlib.contextmanager
-def _torch_threads(n: int):
-    import torch
+def _is_cpu(dev: Any) -> bool:
+    return dev is None or str(dev).split(":")[0] == "cpu"
 
-    previous = torch.get_num_threads()
-    torch.set_num_threads(n)
+
+@contextlib.contextmanager
+def _faiss_key_block(keys_per_block: int):
+    """faiss's key block size (a process-wide setting) for the duration of one search."""
+    import faiss
+
+    previous = faiss.cvar.distance_compute_blas_database_bs
+    faiss.cvar.distance_compute_blas_database_bs = keys_per_block
     try:
         yield
     finally:
-        torch.set_num_threads(previous)
+        faiss.cvar.distance_compute_blas_database_bs = previous
 
 
 @contextlib.contextmanager

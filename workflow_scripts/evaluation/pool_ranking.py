@@ -29,8 +29,10 @@ TOP_K = 20
 
 
 def rank(query_vectors, candidate_vectors, candidate_ids: list[str], k: int, dev=None) -> list[list[str]]:
-    """The ids of each query's top ``k`` candidates by cosine (exact search; ties to the
-    lower candidate index, neighbours.py)."""
+    """The ids of each query's top ``k`` candidates by cosine: exact search, in faiss
+    ``IndexFlatIP``'s order, as XTREME-R searches Mewsli-X (neighbours.py): candidates with
+    bit-identical vectors, such as two entities with one description, come highest index
+    first."""
     if not len(candidate_ids):
         raise InputError("ranking needs candidates; the file holds none")
     if not len(query_vectors):

@@ -27,9 +27,11 @@ official LAReQA code divides by zero, Mewsli-X's indexes an empty list), a gold 
 missing from the predictions (Mewsli-X's scorer counts it 0 and reports how many were
 missing) and a predicted query without gold (Mewsli-X's scorer ignores it). ``strict=False``
 restores the official treatment of the last two. Ties between candidate scores are the
-ranker's business: the metric takes the ranking as given (``pool_ranking.rank`` breaks
-them towards the lower candidate index; the official LAReQA code ranks with
-``argsort()[::-1]``, Mewsli-X's with faiss exact search).
+ranker's business: the metric takes the ranking as given. ``pool_ranking.rank`` ranks as
+Mewsli-X's official code does, with faiss ``IndexFlatIP`` (equal scores highest index
+first; neighbours.py), and LAReQA the same way: its official code ranks with numpy's
+``argsort()[::-1]``, whose default sort is not stable, so it leaves ties in no set order;
+reversing a stable sort would also put the highest index first.
 
 Standard library only.
 """

@@ -3,7 +3,7 @@ import os
 import shlex
 import sys
 
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
 min_version("9.0")
 
@@ -12,7 +12,7 @@ min_version("9.0")
 sys.path.insert(0, workflow.basedir)
 
 from workflow_scripts.training import distributed
-from workflow_scripts.workflow import backbone_grid, grid, hub_sources, logs, paths, slurm, transfer
+from workflow_scripts.workflow import backbone_grid, config_check, grid, logs, paths, slurm, transfer
 from workflow_scripts import revisions
 from workflow_scripts.workflow.codehash import module_digest, task_fingerprint
 from workflow_scripts.workflow.summary import run_summary
@@ -27,31 +27,18 @@ slurm.install()
 slurm.ignore_usr1_in_job_step()
 
 
-# Config errors stop the workflow before any job runs, naming the offending key; then
-# snakemake's own validation fills in the schema's defaults.
+# Config errors stop the workflow before any job runs, naming the offending key
+# (workflow_scripts/workflow/config_check.py; the preflight runs the same checks). Every
+# output, log and benchmark record of this run then lives in the experiment's own folders
+# (workflow_scripts/workflow/paths.py), so two configs never overwrite each other.
 try:
-    # The user's own task entries (task_catalogues) join the built-in ones before anything
-    # checks a task name; jobs read the same folders (exported below).
+    # The user's own task entries: jobs read the same folders (exported below).
     TASK_CATALOGUES = [str(repo_path(d)) for d in config.get("task_catalogues", [])]
-    task_catalogue.use_catalogues(TASK_CATALOGUES)
-    grid.check_schema(config, os.path.join(workflow.basedir, "schemas", "config.schema.yaml"))
-    validate(config, "../schemas/config.schema.yaml")
-    grid.check_config(config)
-    EXPERIMENT = paths.experiment_name(config, workflow.config_settings.configfiles)
-    # Every output, log and benchmark record of this run lives in the experiment's own
-    # folders (workflow_scripts/workflow/paths.py), so two configs never overwrite each other.
-    # Named before anything builds a path (the grid's plans are cached).
-    paths.use_experiment(EXPERIMENT)
-    hub_sources.check_releases(config)
-    # The Hub commits this experiment's results were computed on (workflow_scripts/revisions.py):
-    # a config that now asks for other revisions stops here, before any job.
-    HUB_LOCK = paths.results(revisions.LOCK_FILE)
-    disagreements = revisions.lock_disagreements(hub_sources.config_repos(config), HUB_LOCK)
-    if disagreements:
-        raise revisions.RevisionError("\n".join(disagreements))
-except (grid.ConfigError, paths.ExperimentNameError, task_catalogue.CatalogueError, hub_sources.HubSourceError,
-        revisions.RevisionError) as err:
+    EXPERIMENT = config_check.check(config, workflow.config_settings.configfiles, TASK_CATALOGUES)
+except config_check.CONFIG_ERRORS as err:
     raise WorkflowError(str(err)) from None
+# The Hub commits every job reads at (workflow_scripts/revisions.py).
+HUB_LOCK = config_check.hub_lock()
 
 config["experiment"] = EXPERIMENT  # named in the report
 RESULTS = paths.results()

@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.common import REPO_ROOT, InputError, repo_path
-from workflow_scripts.revisions import LOCK_FILE, HubRepo, HubUnreachable, RevisionError, read_lock, resolve
-from workflow_scripts.workflow import backbone_grid, grid, hub_sources, memory_plan, paths
+from workflow_scripts.revisions import HubRepo, HubUnreachable, RevisionError, read_lock, resolve
+from workflow_scripts.workflow import backbone_grid, config_check, grid, hub_sources, memory_plan, paths
 
 OK, WARNING, BLOCKER, SKIPPED = "ok", "warning", "blocker", "skipped"
 MARKS = {OK: "ok", WARNING: "WARNING", BLOCKER: "BLOCKER", SKIPPED: "skipped"}
@@ -61,23 +61,15 @@ class Finding:
 
 def load_config(configfiles: list[str]) -> dict[str, Any]:
     """The config as the workflow sees it: the files merged in order (the repository's
-    config.yaml without any), checked and completed with the schema's defaults."""
+    config.yaml without any), through the workflow's own checks (config_check.py)."""
     import yaml
-    from snakemake.utils import update_config, validate
-
-    from workflow_scripts.data import tasks as task_catalogue
+    from snakemake.utils import update_config
 
     config: dict[str, Any] = {}
     for file in configfiles or [str(REPO_ROOT / "config.yaml")]:
         with open(file, encoding="utf-8") as f:
             update_config(config, yaml.safe_load(f) or {})
-    task_catalogue.use_catalogues([str(repo_path(d)) for d in config.get("task_catalogues", [])])
-    schema = REPO_ROOT / "schemas" / "config.schema.yaml"
-    grid.check_schema(config, str(schema))
-    validate(config, str(schema))
-    grid.check_config(config)
-    paths.use_experiment(paths.experiment_name(config, configfiles))
-    hub_sources.check_releases(config)
+    config_check.check(config, configfiles, [str(repo_path(d)) for d in config.get("task_catalogues", [])])
     return config
 
 
@@ -445,17 +437,12 @@ def report_markdown(findings: list[Finding], title: str) -> str:
 def run(configfiles: list[str], profile: Path | None) -> list[Finding]:
     try:
         config = load_config(configfiles)
-    except Exception as err:  # the config check's own errors name the key
-        message = str(err)
-        return [Finding("config", ", ".join(configfiles) or "config.yaml", BLOCKER, message,
+    except Exception as err:  # the config check's own errors name the key (and snakemake's the file)
+        return [Finding("config", ", ".join(configfiles) or "config.yaml", BLOCKER, str(err),
                         "fix the key the message names")]
-    lock = Path(paths.results(LOCK_FILE))
+    lock = Path(config_check.hub_lock())
     findings = [Finding("config", ", ".join(configfiles) or "config.yaml", OK,
                         f"experiment {paths.experiment()}, lock {lock}")]
-    from workflow_scripts.revisions import lock_disagreements
-
-    for problem in lock_disagreements(hub_sources.config_repos(config), lock):
-        findings.append(Finding("config", "lock", BLOCKER, problem))
     hub, resolved = check_hub(config, lock)
     findings += hub
     findings += check_local_data(config)

@@ -1,0 +1,50 @@
+"""The checks a config passes before any job runs, in the order they depend on each other.
+The Snakefile runs them at parse time and the preflight runs the same; each error names
+the offending key.
+
+Snakemake's own validation (``snakemake.utils.validate``) fills in the schema's defaults
+after the project's own schema check has named any unknown or mistyped key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from workflow_scripts import revisions
+from workflow_scripts.common import REPO_ROOT
+from workflow_scripts.data import tasks as task_catalogue
+from workflow_scripts.workflow import grid, hub_sources, paths
+
+SCHEMA = REPO_ROOT / "schemas" / "config.schema.yaml"
+# What a config that cannot run raises (each message names the key).
+CONFIG_ERRORS = (grid.ConfigError, paths.ExperimentNameError, task_catalogue.CatalogueError,
+                 hub_sources.HubSourceError, revisions.RevisionError)
+
+
+def check(config: dict[str, Any], configfiles: Sequence[str | Path], catalogues: Sequence[str]) -> str:
+    """Check ``config`` (completing it with the schema's defaults) and root this process's
+    paths at its experiment; returns the experiment's name."""
+    from snakemake.utils import validate
+
+    # The user's own task entries join the built-in ones before anything checks a task name.
+    task_catalogue.use_catalogues(list(catalogues))
+    grid.check_schema(config, str(SCHEMA))
+    validate(config, str(SCHEMA))
+    grid.check_config(config)
+    experiment = paths.experiment_name(config, configfiles)
+    # Named before anything builds a path (the grid's plans are cached).
+    paths.use_experiment(experiment)
+    hub_sources.check_releases(config)
+    # The Hub commits this experiment's results were computed on: a config that now asks
+    # for other revisions stops here.
+    disagreements = revisions.lock_disagreements(hub_sources.config_repos(config), hub_lock())
+    if disagreements:
+        raise revisions.RevisionError("\n".join(disagreements))
+    return experiment
+
+
+def hub_lock() -> str:
+    """The experiment's lock file of Hub commits (revisions.py)."""
+    return paths.results(revisions.LOCK_FILE)

@@ -21,6 +21,7 @@ import math
 import re
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -72,13 +73,16 @@ def measured_table(records: list[dict[str, Any]], resources: dict[str, dict[str,
     return pd.concat([table, pd.DataFrame([total])], ignore_index=True)
 
 
-def dry_run_jobs(configfile: str, workdir: Path) -> list[dict[str, Any]]:
+def dry_run_jobs(configfiles: str | Sequence[str], workdir: Path) -> list[dict[str, Any]]:
     """Every job of the whole DAG of a config (``snakemake --dry-run --forceall``): its rule,
     threads and resources as Snakemake resolved them."""
-    cmd = [sys.executable, "-m", "snakemake", "--dry-run", "--forceall", "--configfile", configfile, "--cores", "1"]
+    files = [configfiles] if isinstance(configfiles, str) else list(configfiles)
+    cmd = [sys.executable, "-m", "snakemake", "--dry-run", "--forceall", "--cores", "1"]
+    for file in files:
+        cmd += ["--configfile", file]
     proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise InputError(f"dry run of {configfile} failed:\n{proc.stderr[-2000:]}")
+        raise InputError(f"dry run of {' '.join(files) or 'config.yaml'} failed:\n{proc.stderr[-2000:]}")
     jobs: list[dict[str, Any]] = []
     for line in (proc.stdout + proc.stderr).splitlines():
         if m := re.fullmatch(r"(?:local)?rule (\w+):", line.strip()):
@@ -90,7 +94,7 @@ def dry_run_jobs(configfile: str, workdir: Path) -> list[dict[str, Any]]:
             jobs[-1].update({k: float(v) for k, v in pairs if re.fullmatch(r"[\d.]+", v)})
     jobs = [j for j in jobs if j["rule"] != "all"]
     if not jobs:
-        raise InputError(f"no jobs in the dry run of {configfile}")
+        raise InputError(f"no jobs in the dry run of {' '.join(files) or 'config.yaml'}")
     return jobs
 
 

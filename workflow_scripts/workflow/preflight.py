@@ -36,13 +36,12 @@ from typing import Any
 
 from workflow_scripts.common import REPO_ROOT, InputError, repo_path
 from workflow_scripts.revisions import HubRepo, HubUnreachable, RevisionError, read_lock, resolve
-from workflow_scripts.workflow import backbone_grid, config_check, grid, hub_sources, memory_plan, paths
+from workflow_scripts.models.prepare import HUB_PATTERNS
+from workflow_scripts.workflow import backbone_grid, config_check, cost, grid, hub_sources, memory_plan, paths
 
 OK, WARNING, BLOCKER, SKIPPED = "ok", "warning", "blocker", "skipped"
 MARKS = {OK: "ok", WARNING: "WARNING", BLOCKER: "BLOCKER", SKIPPED: "skipped"}
 GB = 1024**3
-# Files a backbone snapshot holds (models/prepare.py downloads these).
-MODEL_FILE_PATTERNS = ("*.json", "*.safetensors", "*.model", "*.spm", "*.txt", "sentencepiece*")
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png"}
 SMOKE_STEPS = 3
 
@@ -118,7 +117,7 @@ def repo_bytes(repo: HubRepo, commit: str) -> int:
     info = HfApi().repo_info(repo.repo_id, repo_type=repo.repo_type, revision=commit, files_metadata=True)
     files = info.siblings or []
     if repo.repo_type == "model":
-        files = [s for s in files if any(fnmatch.fnmatch(s.rfilename, p) for p in MODEL_FILE_PATTERNS)]
+        files = [s for s in files if any(fnmatch.fnmatch(s.rfilename, p) for p in HUB_PATTERNS)]
     return sum(s.size or 0 for s in files)
 
 
@@ -173,22 +172,6 @@ def check_local_data(config: dict[str, Any]) -> list[Finding]:
 # ----- disk -------------------------------------------------------------------------------
 
 
-def dry_run_counts(configfiles: list[str]) -> dict[str, int]:
-    """Jobs per rule of the whole grid (a dry run of every job)."""
-    cmd = [sys.executable, "-m", "snakemake", "--dry-run", "--forceall", "--quiet", "rules", "--cores", "1"]
-    for file in configfiles:
-        cmd += ["--configfile", str(Path(file).resolve())]
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise InputError(f"dry run failed:\n{proc.stderr[-2000:]}")
-    counts = {}
-    for line in (proc.stdout + proc.stderr).splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[1].isdigit() and parts[0] not in ("total", "job"):
-            counts[parts[0]] = int(parts[1])
-    return counts
-
-
 def trained_model_bytes(config: dict[str, Any], backbone: str, snapshot: int | None) -> int | None:
     """Bytes one saved model of the backbone takes: its weights (full: the snapshot's size,
     else its parameter count in float32), its adapters (LoRA, float32)."""
@@ -215,8 +198,8 @@ def check_disk(config: dict[str, Any], configfiles: list[str], resolved: dict[Hu
         except Exception as err:  # a server without file metadata: say so, do not guess
             unknown.append(f"{repo} ({type(err).__name__})")
     planned["Hub downloads"] = sum(sizes.values())
-    counts = dry_run_counts(configfiles)
-    jobs = counts.get("train_intermediate", 0) + counts.get("train_target", 0)
+    rules = [job["rule"] for job in cost.dry_run_jobs([str(Path(f).resolve()) for f in configfiles], REPO_ROOT)]
+    jobs = rules.count("train_intermediate") + rules.count("train_target")
     backbones = backbone_grid.names(config)
     per_model = []
     for name in backbones:

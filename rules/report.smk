@@ -108,13 +108,13 @@ rule collect_submission:
         targets=lambda wildcards: backbone_grid.grid_of(config, wildcards.backbone)["targets"],
         baseline=config["tables"]["baseline"],
         benchmark=BENCHMARK,
-        code=module_digest("reporting.predictions"),
+        code=module_digest("reporting.submission"),
         # the catalogue entries and converters of the tasks this job reads, and no other
         tasks=job_tasks(lambda w: grid.grid_tasks(config)),
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts.reporting.predictions --best {input.best} --targets {params.targets}"
+        "python -m workflow_scripts.reporting.submission --best {input.best} --targets {params.targets}"
         " --baseline {params.baseline} --benchmark {params.benchmark} --predictions {params.runs}"
         " --output {output.submission} > $(fresh_log {log:q}) 2>&1"
 

@@ -12,7 +12,8 @@ import pytest
 
 from conftest import read_label_file, read_tag_file
 from workflow_scripts.common import InputError
-from workflow_scripts.reporting import predictions
+from workflow_scripts.reporting import predictions, submission
+from workflow_scripts.workflow import benchmark
 
 
 def test_classification_labels_are_spelled_as_in_the_label_files(tmp_path):
@@ -57,7 +58,7 @@ def test_collect_takes_the_best_run_per_target_and_names_it(tmp_path):
     best = tmp_path / "best.csv"
     pd.DataFrame([("xnli", "mnli", 2, "accuracy", 70.0), ("bucc", "mnli", 1, "f1", 40.0)],
                  columns=["target", "intermediate", "seed", "metric", "value"]).to_csv(best, index=False)
-    manifest = predictions.collect(best, ["xnli", "bucc", "tatoeba", "xquad"], runs, tmp_path / "submission")
+    manifest = submission.collect(best, ["xnli", "bucc", "tatoeba", "xquad"], runs, tmp_path / "submission")
     out = tmp_path / "submission"
     assert sorted(p.name for p in out.iterdir()) == ["bucc2018", "manifest.json", "tatoeba", "xnli"]
     assert manifest["tasks"]["xnli"]["source"] == str(runs["mnli/xnli/seed2"])
@@ -77,13 +78,13 @@ def test_a_retrieval_target_without_dev_and_without_a_donor_takes_the_baseline(t
         runs[f"{config}/tatoeba/seed{seed}"] = folder
     best = tmp_path / "best.csv"
     pd.DataFrame(columns=["target", "intermediate", "seed", "metric", "value"]).to_csv(best, index=False)
-    manifest = predictions.collect(best, ["tatoeba"], runs, tmp_path / "submission", baseline="none")
+    manifest = submission.collect(best, ["tatoeba"], runs, tmp_path / "submission", baseline="none")
     assert manifest["missing"] == []
     assert (manifest["tasks"]["tatoeba"]["intermediate"], manifest["tasks"]["tatoeba"]["seed"]) == ("none", 1)
     assert "baseline config 'none'" in manifest["tasks"]["tatoeba"]["chosen_by"]
     assert read_label_file(tmp_path / "submission/tatoeba/test-de.tsv") == ["1"]
     # without a baseline to fall back on, the target is reported missing, not guessed
-    assert predictions.collect(best, ["tatoeba"], runs, tmp_path / "other")["missing"] == ["tatoeba"]
+    assert submission.collect(best, ["tatoeba"], runs, tmp_path / "other")["missing"] == ["tatoeba"]
 
 
 def test_collect_refuses_a_best_run_without_predictions(tmp_path):
@@ -91,7 +92,7 @@ def test_collect_refuses_a_best_run_without_predictions(tmp_path):
     pd.DataFrame([("xnli", "mnli", 2, "accuracy", 70.0)],
                  columns=["target", "intermediate", "seed", "metric", "value"]).to_csv(best, index=False)
     with pytest.raises(InputError, match="no prediction folder for the best xnli run mnli/xnli/seed2"):
-        predictions.collect(best, ["xnli"], {}, tmp_path / "submission")
+        submission.collect(best, ["xnli"], {}, tmp_path / "submission")
     assert not (tmp_path / "submission").exists(), "nothing half-written"
 
 
@@ -147,11 +148,11 @@ def test_collect_names_folders_as_the_benchmarks_leaderboard(tmp_path):
     pd.DataFrame([("xcopa", "mnli", 1, "accuracy", 60.0), ("mewslix", "mnli", 1, "map_at_20", 40.0)],
                  columns=["target", "intermediate", "seed", "metric", "value"]).to_csv(best, index=False)
     out = tmp_path / "submission" / "xtreme_r"
-    manifest = predictions.collect(best, ["xcopa", "mewslix", "lareqa"], runs, out, bench="xtreme_r")
+    manifest = submission.collect(best, ["xcopa", "mewslix", "lareqa"], runs, out, bench="xtreme_r")
     assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "mewslix", "xcopa"]
     assert (out / "xcopa/test-tr.jsonl").read_text() == '{"label": 1}\n{"label": 0}\n'
     assert json.loads((out / "mewslix/test-tr.json").read_text()) == {"q1": ["Q1"]}
     assert manifest["benchmark"] == "xtreme_r" and manifest["layout"].startswith("XTREME-R leaderboard")
     assert manifest["missing"] == ["lareqa"]
     # XTREME's leaderboard calls BUCC bucc2018 (the default benchmark)
-    assert predictions.XTREME_TASK == {"bucc": "bucc2018"}
+    assert benchmark.XTREME.leaderboard_names == {"bucc": "bucc2018"}

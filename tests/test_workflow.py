@@ -16,7 +16,7 @@ import yaml
 from conftest import copy_repo, paper_with_larger_backbones, paper_with_transfer_block, planned_jobs, read_label_file, read_tag_file, snakemake
 from workflow_scripts.data.tasks import get_task
 from workflow_scripts.reporting import predictions
-from workflow_scripts.workflow import backbone_grid, codehash, transfer
+from workflow_scripts.workflow import backbone_grid, benchmark, codehash, transfer
 
 RULE_MODULES = {  # the CLI module each rule runs
     "prepare_task_data": "data.prepare", "prepare_backbone": "models.prepare", "prepare_translator": "models.prepare",
@@ -26,7 +26,7 @@ RULE_MODULES = {  # the CLI module each rule runs
     "translate_test_data": "translation.translate", "prepare_translator_to_english": "models.prepare",
     "score_translation_quality_to_english": "translation.translate", "convert_translator": "translation.translators",
     "tabulate_cost": "workflow.cost", "plot_results": "reporting.plots", "plot_translation": "reporting.plots",
-    "typeset_tables": "reporting.latex", "collect_submission": "reporting.predictions",
+    "typeset_tables": "reporting.latex", "collect_submission": "reporting.submission",
     "compare_backbones": "reporting.compare_backbones",
 }
 COST_TABLE = ("tabulate_cost", "results/demo/tables/cost.md")  # follows the tables: it sums every job's record
@@ -409,7 +409,7 @@ def _check_submission(demo: Path, config: dict, backbone: str) -> None:
     assert manifest["missing"] == []
     for target in backbone_grid.grid_of(config, backbone)["targets"]:
         task = get_task(target)
-        folder = predictions.XTREME_TASK.get(target, target)
+        folder = benchmark.XTREME.leaderboard_names.get(target, target)
         chosen = manifest["tasks"][folder]
         if target in best:
             assert (chosen["intermediate"], chosen["seed"]) == best[target], "the best models row's run"

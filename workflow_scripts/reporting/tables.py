@@ -7,7 +7,7 @@
   run's test-language average; the baseline row is absolute, the others are differences to
   it. QA cells show F1 / EM; Avg is the XTREME score over the targets present (QA counts
   (F1 + EM) / 2). For a benchmark whose paper reports them (XTREME-R, Ruder et al. 2021;
-  ``CATEGORY_LAYOUT``), Avg is followed by the benchmark's category averages and its overall
+  ``Benchmark.category_layout``), Avg is followed by the benchmark's category averages and its overall
   score (``benchmark.category_scores``), each left empty when a task of it is not in the
   grid, as the official scorer leaves them out; XTREME's table keeps the Hu et al. layout
   (targets + Avg). The notes say what keeps a number from comparing with published ones:
@@ -77,9 +77,6 @@ def of_setting(runs, setting: str):
     return runs[runs["setting"] == setting].drop(columns="setting")
 
 
-# Benchmarks whose paper reports category averages and an overall score next to the tasks
-# (XTREME-R, Ruder et al. 2021); XTREME's (Hu et al. 2020) reports the tasks and their average only.
-CATEGORY_LAYOUT = frozenset({benchmark.XTREME_R.name})
 OVERALL = "overall"
 CATEGORY_HEADERS = {benchmark.CLASSIFICATION: "Classification", benchmark.STRUCTURED: "Struct. pred.",
                     benchmark.QA: "QA", benchmark.RETRIEVAL: "Retrieval", OVERALL: "Overall"}
@@ -97,7 +94,7 @@ def benchmark_of(settings: dict[str, Any]) -> dict[str, Any]:
 def category_columns(settings: dict[str, Any]) -> list[str]:
     """The main table's category and overall columns after Avg (none in XTREME's layout)."""
     bench = benchmark_of(settings)
-    if bench["name"] not in CATEGORY_LAYOUT:
+    if not benchmark.get(bench["name"]).category_layout:
         return []
     return [*bench["categories"], OVERALL]
 

@@ -50,6 +50,9 @@ class Benchmark:
     # Retrieval targets embedding with a trained target's encoder instead of the backbone the
     # intermediate phase left (retrieval.encoders overrides it).
     retrieval_encoders: dict[str, str] = field(default_factory=dict)
+    # The main table follows Avg with the category averages and the overall score, as the
+    # benchmark's paper reports them (XTREME-R's); XTREME's paper reports the tasks and Avg.
+    category_layout: bool = False
 
     @property
     def targets(self) -> tuple[str, ...]:
@@ -101,10 +104,38 @@ XTREME_R = Benchmark(
         "tatoeba": "embedded with the encoder of the run's XQuAD model (fine-tuned on SQuAD), as XTREME-R's code does",
     },
     retrieval_encoders={"tatoeba": "xquad"},
+    category_layout=True,
 )
 
-BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (XTREME, XTREME_R)}
+BENCHMARKS: dict[str, Benchmark] = {}
 DEFAULT = XTREME.name
+
+
+def register(bench: Benchmark) -> Benchmark:
+    """Add a benchmark to BENCHMARKS (the config's ``benchmark`` names one), checked: its
+    categories are the four the tables know and every target has its language list."""
+    if bench.name in BENCHMARKS:
+        raise ValueError(f"benchmark {bench.name!r} is declared twice")
+    unknown = [c for c in bench.categories if c not in CATEGORIES]
+    if unknown:
+        raise ValueError(f"benchmark {bench.name}: categories {unknown} are not among {', '.join(CATEGORIES)}")
+    if len(set(bench.targets)) != len(bench.targets):
+        raise ValueError(f"benchmark {bench.name}: a target is in two categories ({', '.join(bench.targets)})")
+    if set(bench.languages) != set(bench.targets):
+        raise ValueError(f"benchmark {bench.name}: languages must list exactly its targets "
+                         f"(missing {sorted(set(bench.targets) - set(bench.languages))}, "
+                         f"extra {sorted(set(bench.languages) - set(bench.targets))})")
+    for kind, keys in (("leaderboard_names", bench.leaderboard_names), ("notes", bench.notes),
+                       ("retrieval_encoders", bench.retrieval_encoders)):
+        extra = sorted(set(keys) - set(bench.targets))
+        if extra:
+            raise ValueError(f"benchmark {bench.name}: {kind} names {extra}, which are not its targets")
+    BENCHMARKS[bench.name] = bench
+    return bench
+
+
+register(XTREME)
+register(XTREME_R)
 
 
 def get(name: str) -> Benchmark:

@@ -51,6 +51,10 @@ def check_schema(config: dict[str, Any], schema_file: str) -> None:
 
 def check_config(config: dict[str, Any]) -> None:
     tasks_cfg = config["tasks"]
+    # Checked here, not by a schema enum: a benchmark is declared in one place (benchmark.py).
+    if config.get("benchmark", benchmark.DEFAULT) not in benchmark.BENCHMARKS:
+        raise ConfigError(f"config key benchmark: unknown benchmark {config['benchmark']!r}; "
+                          f"known: {', '.join(benchmark.BENCHMARKS)}")
 
     def need_task(name: str, key: str) -> None:
         if name not in TASKS:

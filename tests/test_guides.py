@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,9 +20,11 @@ import pytest
 import yaml
 
 from conftest import REPO, copy_repo, planned_jobs, snakemake
+from test_task_catalogue import _touch_every_output
 from workflow_scripts.data.tasks import get_task
 
 GUIDES = REPO / "docs" / "guides"
+DEMO_XNLI = REPO / "demo" / "hub" / "google" / "xtreme" / "XNLI"
 BLOCK = re.compile(r'^```\w+ title="(?P<title>[^"]+)"\n(?P<body>.*?)^```$', re.MULTILINE | re.DOTALL)
 ADDED, APPENDED = " (added)", " (end of file)"
 
@@ -80,7 +83,27 @@ def _run_python(repo: Path, code: str) -> str:
     return proc.stdout.strip()
 
 
-def test_new_intermediate_task_guide(tmp_path):
+# The rules that read every run of a backbone (or of all), rerun whenever the grid gains runs.
+REPORTS = {"all", "aggregate_tables", "plot_results", "typeset_tables", "collect_submission", "compare_backbones",
+           "tabulate_cost", "tabulate_modality", "tabulate_translation", "plot_translation"}
+
+
+@pytest.fixture(scope="module")
+def finished_demo(tmp_path_factory) -> Path:
+    """The demo's grid as if it had run (every output touched, every job's params recorded)."""
+    repo = copy_repo(tmp_path_factory.mktemp("finished"))
+    _touch_every_output(repo, "config.yaml")
+    return repo
+
+
+def finished_copy(finished_demo: Path, tmp_path: Path) -> Path:
+    repo = tmp_path / "repo"
+    shutil.copytree(finished_demo, repo, symlinks=True)
+    assert planned_jobs(repo) == set()
+    return repo
+
+
+def test_new_intermediate_task_guide(finished_demo, tmp_path):
     """docs/guides/new_intermediate_task.md: SNLI joins the demo as an intermediate config
     and only its jobs are added; its training split converts through the user's converter."""
     example = REPO / "examples" / "tasks"
@@ -89,13 +112,11 @@ def test_new_intermediate_task_guide(tmp_path):
     assert yaml.safe_load(blocks["my_tasks/snli.yaml"]) == yaml.safe_load((example / "snli.yaml").read_text())
     assert _code(blocks["my_tasks/snli.py"]) == _code((example / "snli.py").read_text())
 
-    repo = copy_repo(tmp_path)
-    before = planned_jobs(repo)
+    repo = finished_copy(finished_demo, tmp_path)
     follow("new_intermediate_task.md", repo)
-    after = planned_jobs(repo)
-    assert before <= after
-    added = after - before
-    assert all("/snli/" in out for _, out in added), sorted(added)
+    jobs = planned_jobs(repo)
+    added = {(rule, out) for rule, out in jobs if rule not in REPORTS}
+    assert all("/snli/" in out for _, out in added), sorted(o for _, o in added if "/snli/" not in o)
     config = yaml.safe_load((repo / "config.yaml").read_text())
     seeds = len(config["seeds"])
     counts = _rules(added)
@@ -113,3 +134,53 @@ def test_new_intermediate_task_guide(tmp_path):
                                "print(t.num_rows, b'dropped_without_consensus' in t.schema.metadata[b'xstilts'])")
     rows, reported = report.split()
     assert int(rows) > 0 and reported == "True"
+
+
+def _mirror_from_xnli(repo: Path, path: str, languages: list[str]) -> None:
+    """Local mirror rows in the layout of a per-language NLI dataset on the Hub (a config per
+    language; premise, hypothesis, label id), made from the demo's German XNLI rows."""
+    import json
+
+    labels = ["entailment", "neutral", "contradiction"]
+    for split in ("validation", "test"):
+        rows = [json.loads(line) for line in (DEMO_XNLI / f"{split}.jsonl").read_text().splitlines() if line.strip()]
+        rows = [{"premise": r["sentence1"], "hypothesis": r["sentence2"],
+                 "label": labels.index(r["gold_label"].replace("contradictory", "contradiction"))}
+                for r in rows if r["language"] == "de"]
+        assert rows
+        for lang in languages:
+            out = repo / "demo" / "hub" / path / lang / f"{split}.jsonl"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_new_target_task_guide(finished_demo, tmp_path):
+    """docs/guides/new_target_task.md: AmericasNLI joins the demo as a target of a benchmark
+    declared beside XTREME; only its own jobs and the reports are planned, its test split
+    converts in the configured languages, and XTREME itself refuses it."""
+    repo = finished_copy(finished_demo, tmp_path)
+    follow("new_target_task.md", repo)
+    config = yaml.safe_load((repo / "config.yaml").read_text())
+    languages = config["tasks"]["americas_nli"]["languages"]
+    _mirror_from_xnli(repo, config["tasks"]["americas_nli"]["hub"]["path"], languages)
+
+    jobs = planned_jobs(repo)
+    added = {(rule, out) for rule, out in jobs if rule not in REPORTS}
+    assert all("/americas_nli/" in out for _, out in added), sorted(o for _, o in added if "/americas_nli/" not in o)
+    runs = len(config["intermediate"]) * len(config["seeds"])  # xlmr_tiny's grid: every config; llama_tiny's: not it
+    assert _rules(added) == {"prepare_task_data": 2, "train_target": runs, "evaluate_target": runs}
+    assert {out for rule, out in jobs if rule == "collect_submission"} == {
+        f"results/demo/submission/{backbone}/xtreme_americas" for backbone in config["backbones"]}
+
+    proc = snakemake(repo, "--cores", "1", "results/demo/data/americas_nli/test.parquet", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = _run_python(repo, "from workflow_scripts.data.prepare import read_table;"
+                              "t = read_table('results/demo/data/americas_nli/test.parquet', 'classification');"
+                              "print(' '.join(sorted(set(t.column('lang').to_pylist()))))")
+    assert found.split() == sorted(languages)
+
+    # the benchmark is what admits the target: XTREME's config check names it
+    config["benchmark"] = "xtreme"
+    (repo / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    proc = snakemake(repo, "-n")
+    assert proc.returncode != 0 and "'americas_nli' is not a XTREME target" in proc.stdout + proc.stderr

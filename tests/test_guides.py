@@ -184,3 +184,64 @@ def test_new_target_task_guide(finished_demo, tmp_path):
     (repo / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     proc = snakemake(repo, "-n")
     assert proc.returncode != 0 and "'americas_nli' is not a XTREME target" in proc.stdout + proc.stderr
+
+
+DIGESTS = ("data.prepare", "models.prepare", "training.train", "evaluation.metric_file", "reporting.tables",
+           "reporting.submission")
+
+
+def _digests(repo: Path) -> dict[str, str]:
+    code = ("from workflow_scripts.workflow.codehash import module_digest;"
+            f"print(' '.join(module_digest(m) for m in {DIGESTS!r}))")
+    return dict(zip(DIGESTS, _run_python(repo, code).split()))
+
+
+def test_new_benchmark_guide(finished_demo, tmp_path):
+    """docs/guides/new_benchmark.md: a benchmark of XTREME's fine-tuned tasks, declared in
+    benchmark.py alone, reruns the reports only; the config naming it keeps to its targets,
+    and its tables have category columns."""
+    repo = finished_copy(finished_demo, tmp_path)
+    blocks = follow("new_benchmark.md", repo)
+    before, after = _digests(finished_demo), _digests(repo)
+    assert {m for m in DIGESTS if before[m] != after[m]} == {"reporting.tables", "reporting.submission"}
+
+    jobs = planned_jobs(repo)
+    assert {rule for rule, _ in jobs} <= REPORTS, sorted(j for j in jobs if j[0] not in REPORTS)
+    assert {out for rule, out in jobs if rule == "collect_submission"} == {
+        f"results/demo/submission/{backbone}/xtreme_finetuned" for backbone in ("xlmr_tiny", "llama_tiny")}
+
+    shown = _run_python(repo, "import json; from workflow_scripts.workflow import benchmark;"
+                              "from workflow_scripts.reporting import tables;"
+                              "s = {'benchmark': benchmark.get('xtreme_finetuned').describe(),"
+                              " 'targets': ['xnli', 'xquad', 'udpos']};"
+                              "print(json.dumps([[tables.category_header(c) for c in tables.category_columns(s)],"
+                              " tables.benchmark_notes(s)]))")
+    import json
+
+    columns, notes = json.loads(shown)
+    assert columns == ["Classification", "Struct. pred.", "QA", "Overall"]
+    assert any("pawsx" in n and "panx" in n and "mlqa" in n and "tydiqa" in n for n in notes), notes
+
+    config = yaml.safe_load((repo / "config.yaml").read_text())
+    assert config["targets"] == yaml.safe_load(blocks["config.yaml (added)"])["targets"]
+    config["targets"].append("bucc")
+    (repo / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    proc = snakemake(repo, "-n")
+    assert proc.returncode != 0 and "'bucc' is not a XTREME (fine-tuned tasks) target" in proc.stdout + proc.stderr
+
+
+def test_a_benchmark_record_is_checked_when_registered():
+    from workflow_scripts.workflow import benchmark
+
+    xtreme = benchmark.XTREME
+    with pytest.raises(ValueError, match="declared twice"):
+        benchmark.register(xtreme)
+    bad = {"categories": {"dialogue": ("xnli",)}, "languages": {"xnli": ("en",)}}
+    with pytest.raises(ValueError, match="not among"):
+        benchmark.register(benchmark.Benchmark(name="b", title="B", **bad))
+    with pytest.raises(ValueError, match="exactly its targets"):
+        benchmark.register(benchmark.Benchmark(name="b", title="B", categories=xtreme.categories, languages={}))
+    with pytest.raises(ValueError, match="notes names"):
+        benchmark.register(benchmark.Benchmark(name="b", title="B", categories=xtreme.categories,
+                                               languages=xtreme.languages, notes={"xcopa": "?"}))
+    assert "b" not in benchmark.BENCHMARKS

@@ -39,6 +39,7 @@ def edit(config: dict, path: str, value) -> dict:
 CASES = [
     ("unknown task", "intermediate.mnli.tasks", ["mnli", "hellaswg"], "intermediate.mnli.tasks[1]: unknown task 'hellaswg'"),
     ("unknown target", "targets", ["xnli", "xquadd"], "targets[1]: unknown task 'xquadd'"),
+    ("unknown benchmark", "benchmark", "xtreme_rr", "config key benchmark: unknown benchmark 'xtreme_rr'; known: xtreme, xtreme_r"),
     ("misspelled key", "training.target.learning_rat", 1e-4, "training.target: Additional properties are not allowed ('learning_rat'"),
     ("wrong type", "tasks.xnli.batch_size", "sixteen", "tasks.xnli.batch_size: 'sixteen' is not of type 'integer'"),
     ("empty seed list", "seeds", [], "seeds: [] should be non-empty"),

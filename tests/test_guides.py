@@ -103,6 +103,7 @@ def finished_copy(finished_demo: Path, tmp_path: Path) -> Path:
     return repo
 
 
+@pytest.mark.integration
 def test_new_intermediate_task_guide(finished_demo, tmp_path):
     """docs/guides/new_intermediate_task.md: SNLI joins the demo as an intermediate config
     and only its jobs are added; its training split converts through the user's converter."""
@@ -113,6 +114,14 @@ def test_new_intermediate_task_guide(finished_demo, tmp_path):
     assert _code(blocks["my_tasks/snli.py"]) == _code((example / "snli.py").read_text())
 
     repo = finished_copy(finished_demo, tmp_path)
+    # the entry and its folder alone rerun nothing
+    for title in ("my_tasks/snli.yaml", "my_tasks/snli.py"):
+        (repo / title).parent.mkdir(exist_ok=True)
+        (repo / title).write_text(blocks[title])
+    config = yaml.safe_load((repo / "config.yaml").read_text())
+    (repo / "config.yaml").write_text(yaml.safe_dump({**config, "task_catalogues": ["my_tasks"]}, sort_keys=False))
+    assert planned_jobs(repo) == set()
+
     follow("new_intermediate_task.md", repo)
     jobs = planned_jobs(repo)
     added = {(rule, out) for rule, out in jobs if rule not in REPORTS}
@@ -154,6 +163,7 @@ def _mirror_from_xnli(repo: Path, path: str, languages: list[str]) -> None:
             out.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
+@pytest.mark.integration
 def test_new_target_task_guide(finished_demo, tmp_path):
     """docs/guides/new_target_task.md: AmericasNLI joins the demo as a target of a benchmark
     declared beside XTREME; only its own jobs and the reports are planned, its test split
@@ -196,6 +206,7 @@ def _digests(repo: Path) -> dict[str, str]:
     return dict(zip(DIGESTS, _run_python(repo, code).split()))
 
 
+@pytest.mark.integration
 def test_new_benchmark_guide(finished_demo, tmp_path):
     """docs/guides/new_benchmark.md: a benchmark of XTREME's fine-tuned tasks, declared in
     benchmark.py alone, reruns the reports only; the config naming it keeps to its targets,
@@ -230,6 +241,7 @@ def test_new_benchmark_guide(finished_demo, tmp_path):
     assert proc.returncode != 0 and "'bucc' is not a XTREME (fine-tuned tasks) target" in proc.stdout + proc.stderr
 
 
+@pytest.mark.unit
 def test_a_benchmark_record_is_checked_when_registered():
     from workflow_scripts.workflow import benchmark
 

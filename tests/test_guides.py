@@ -10,6 +10,7 @@ everything else is replaced); " (end of file)" is appended to the file.
 from __future__ import annotations
 
 import ast
+import json
 import re
 import shutil
 import subprocess
@@ -18,9 +19,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import REPO, copy_repo, planned_jobs, snakemake
 from test_task_catalogue import _touch_every_output
+
 from workflow_scripts.data.tasks import get_task
 
 GUIDES = REPO / "docs" / "guides"
@@ -148,8 +149,6 @@ def test_new_intermediate_task_guide(finished_demo, tmp_path):
 def _mirror_from_xnli(repo: Path, path: str, languages: list[str]) -> None:
     """Local mirror rows in the layout of a per-language NLI dataset on the Hub (a config per
     language; premise, hypothesis, label id), made from the demo's German XNLI rows."""
-    import json
-
     labels = ["entailment", "neutral", "contradiction"]
     for split in ("validation", "test"):
         rows = [json.loads(line) for line in (DEMO_XNLI / f"{split}.jsonl").read_text().splitlines() if line.strip()]
@@ -227,8 +226,6 @@ def test_new_benchmark_guide(finished_demo, tmp_path):
                               " 'targets': ['xnli', 'xquad', 'udpos']};"
                               "print(json.dumps([[tables.category_header(c) for c in tables.category_columns(s)],"
                               " tables.benchmark_notes(s)]))")
-    import json
-
     columns, notes = json.loads(shown)
     assert columns == ["Classification", "Struct. pred.", "QA", "Overall"]
     assert any("pawsx" in n and "panx" in n and "mlqa" in n and "tydiqa" in n for n in notes), notes

@@ -6,11 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 
 from conftest import copy_repo, job_counts, snakemake
 from workflow_scripts.data.tasks import get_task
-from workflow_scripts.workflow import benchmark, memory_plan
+from workflow_scripts.workflow import benchmark, config_layers, memory_plan
 
 CONFIG = "config/xtreme_small.yaml"
 
@@ -21,7 +20,7 @@ def repo(tmp_path_factory) -> Path:
 
 
 def test_the_small_preset_builds_its_grid_offline(repo):
-    config = yaml.safe_load((repo / CONFIG).read_text())
+    config = config_layers.load([repo / CONFIG])
     proc = snakemake(repo, "-n", "--configfile", CONFIG, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout + proc.stderr
@@ -48,7 +47,7 @@ def test_the_small_preset_builds_its_grid_offline(repo):
 
 
 def test_the_small_preset_fits_one_24_gb_gpu(repo):
-    config = yaml.safe_load((repo / CONFIG).read_text())
+    config = config_layers.load([repo / CONFIG])
     plans = memory_plan.plan_config(config)
     assert {p.phase for p in plans} == {"intermediate", "target"}
     assert all(p.fits and p.skipped is None and p.gpus_asked == 1 and p.memory_gb == 24 for p in plans)

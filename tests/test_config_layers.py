@@ -123,13 +123,13 @@ def test_the_papers_commented_blocks_still_switch_on_what_they_did(tmp_path):
         assert config_layers.load([path]) == frozen[path.name], path.name
 
 
-def test_a_layered_config_runs_under_its_own_name_with_command_line_overrides(tmp_path):
+def test_snakemake_plans_the_resolved_config_with_command_line_values_over_it(tmp_path):
     """Snakemake sees the resolved config: a file of one line over a demo preset plans that
-    preset's grid under the file's experiment, and --config wins over the layers."""
-    write(tmp_path / "one_seed_more.yaml", {"extends": "config/multimodal_demo.yaml"})
-    proc = snakemake(REPO, "-n", "--forceall", "--configfile", str(tmp_path / "one_seed_more.yaml"),
-                     "--config", "seeds=[1,2]", timeout=600)
+    preset's grid, and a --config value wins over the file and its layers."""
+    write(tmp_path / "mine.yaml", {"extends": "config/multimodal_demo.yaml", "experiment": "from_file"})
+    proc = snakemake(REPO, "-n", "--forceall", "--configfile", str(tmp_path / "mine.yaml"),
+                     "--config", "experiment=from_command_line", timeout=600)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
-    assert "results/one_seed_more/metrics/xlmr_tiny/zero_shot/snli_ve/xnli/seed2.json" in out
-    assert "results/multimodal_demo/" not in out
+    assert "results/from_command_line/metrics/xlmr_tiny/zero_shot/snli_ve/xnli/seed1.json" in out
+    assert "results/from_file/" not in out and "results/multimodal_demo/" not in out

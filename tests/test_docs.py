@@ -15,7 +15,6 @@ import pytest
 import yaml
 
 from conftest import REPO, copy_repo, planned_jobs
-
 from workflow_scripts.workflow import config_reference
 
 TUTORIAL = REPO / "docs" / "tutorial.md"

@@ -133,7 +133,15 @@ def _type(node: Schema, root: Schema) -> str:
 
 
 def _cell(text: str) -> str:
-    return " ".join(str(text).split()).replace("|", "\\|")
+    """One line of table-cell Markdown: a | outside code spans is escaped (inside them the
+    tables extension reads it as text)."""
+    parts = " ".join(str(text).split()).split("`")
+    return "`".join(p if i % 2 else p.replace("|", "\\|") for i, p in enumerate(parts))
+
+
+def _prose(text: str) -> str:
+    """A description as table-cell Markdown: <name> and * stay literal (not HTML, not emphasis)."""
+    return _cell(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("*", "\\*")
 
 
 def _rows(path: str, node: Schema, root: Schema, required: bool, note: str, stack: tuple[str, ...],
@@ -204,7 +212,7 @@ def render(schema: Schema) -> str:
         rows: list[tuple[str, str, str, str]] = []
         _rows(name, node, schema, name in needed, "", (), rows)
         lines += [f"## `{name}`", "", "| key | type | default | description |", "|---|---|---|---|"]
-        lines += [f"| `{_cell(path)}` | {_cell(kind)} | {_cell(default)} | {_cell(text)} |"
+        lines += [f"| `{_cell(path)}` | {_cell(kind)} | {_cell(default)} | {_prose(text)} |"
                   for path, kind, default, text in rows]
         lines.append("")
     return "\n".join(lines)

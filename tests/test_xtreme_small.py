@@ -1,5 +1,5 @@
 """config/xtreme_small.yaml, the small real grid between the demo and the paper grid: its DAG
-builds offline with the job counts its header and README.md state."""
+builds offline with the job counts its header and docs/configuration/index.md state."""
 
 from __future__ import annotations
 
@@ -40,9 +40,9 @@ def test_the_small_preset_builds_its_grid_offline(repo):
     assert counts["prepare_task_data"] == 10 and counts["prepare_backbone"] == 1
     assert not any(rule.startswith(("translate", "prepare_translator")) for rule in counts)
     assert counts["total"] == 58  # 57 jobs and `all`
-    # the job count the preset's header and README.md state
+    # the job count the preset's header and the configuration docs state
     assert "Its DAG has 57 jobs" in (repo / CONFIG).read_text()
-    assert "Its DAG has 57 jobs (58\nwith `all`)" in (repo / "README.md").read_text()
+    assert "Its DAG has 57 jobs (58\nwith `all`)" in (repo / "docs/configuration/index.md").read_text()
     assert "results/xtreme_small/metrics/xlmr_base/zero_shot/mnli/udpos/seed3.json" in out
 
 

@@ -12,7 +12,7 @@ min_version("9.0")
 sys.path.insert(0, workflow.basedir)
 
 from workflow_scripts.training import distributed
-from workflow_scripts.workflow import backbone_grid, config_check, grid, logs, paths, slurm, transfer
+from workflow_scripts.workflow import backbone_grid, config_check, config_layers, grid, logs, paths, slurm, transfer
 from workflow_scripts import revisions
 from workflow_scripts.workflow.codehash import module_digest, task_fingerprint
 from workflow_scripts.workflow.summary import run_summary
@@ -32,6 +32,9 @@ slurm.ignore_usr1_in_job_step()
 # output, log and benchmark record of this run then lives in the experiment's own folders
 # (workflow_scripts/workflow/paths.py), so two configs never overwrite each other.
 try:
+    # Config files layered on others (`extends:`) resolved, --config over everything: the
+    # schema, the checks and every rule see the resolved config (config_layers.py).
+    config_layers.resolve_in_place(config, workflow.configfiles, workflow.config_settings.config)
     # The user's own task entries: jobs read the same folders (exported below).
     TASK_CATALOGUES = [str(repo_path(d)) for d in config.get("task_catalogues", [])]
     EXPERIMENT = config_check.check(config, workflow.config_settings.configfiles, TASK_CATALOGUES)

@@ -16,7 +16,7 @@ import yaml
 
 from conftest import REPO, copy_repo, paper_with_larger_backbones, paper_with_transfer_block, snakemake
 from workflow_scripts.common import atomic_path
-from workflow_scripts.workflow import grid
+from workflow_scripts.workflow import config_layers, grid
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +115,7 @@ def test_every_preset_passes_the_config_check(repo):
     schema = str(repo / "schemas" / "config.schema.yaml")
     checked = []
     for path in presets(repo):
-        config = yaml.safe_load(path.read_text())
+        config = config_layers.load([path])  # its layers (`extends`) resolved, as the Snakefile does
         grid.check_schema(config, schema)
         validate(config, schema)  # fills in the defaults, as the Snakefile does
         grid.check_config(config)

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from conftest import copy_repo, planned_jobs, snakemake
+from workflow_scripts.workflow import config_layers
 
 CONFIG = "config/multimodal_demo.yaml"
 
@@ -39,7 +40,7 @@ def test_the_paper_multimodal_preset_builds_its_grid_offline(repo):
     out = proc.stdout + proc.stderr
     counts = {line.split()[0]: int(line.split()[1]) for line in out.split("Job stats:")[1].splitlines()[3:]
               if len(line.split()) == 2 and line.split()[1].isdigit()}
-    config = yaml.safe_load((repo / "config/multimodal.yaml").read_text())
+    config = config_layers.load([repo / "config/multimodal.yaml"])
     assert counts["embed_images"] == 4 and counts["prepare_vision_encoder"] == 1 and counts["tabulate_modality"] == 1
     assert counts["train_intermediate"] == (len(config["intermediate"]) - 1) * 3
     assert counts["evaluate_target"] == len(config["intermediate"]) * 10 * 3  # every XTREME-R target
@@ -47,7 +48,7 @@ def test_the_paper_multimodal_preset_builds_its_grid_offline(repo):
 
 
 def test_an_image_task_read_from_the_hub_needs_its_image_folder(repo):
-    config = yaml.safe_load((repo / "config/multimodal.yaml").read_text())
+    config = config_layers.load([repo / "config/multimodal.yaml"])
     del config["tasks"]["snli_ve"]["images"]
     (repo / "no_images.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     proc = snakemake(repo, "-n", "--configfile", "no_images.yaml", timeout=300)

@@ -3,13 +3,11 @@ carries that specification itself, and nothing in it reads files outside the rep
 
 import re
 
-import yaml
-
 from conftest import REPO
 from workflow_scripts.data.loaders.udpos import UD_LANGUAGE_NAMES
 from workflow_scripts.data.loaders.xtreme import TATOEBA_CODES
 from workflow_scripts.data.tasks import get_task
-from workflow_scripts.workflow import benchmark
+from workflow_scripts.workflow import benchmark, config_layers
 from workflow_scripts.workflow.grid import intermediate_settings, target_settings
 
 PROTOCOL = REPO / "docs" / "protocol.md"
@@ -60,7 +58,7 @@ def protocol_languages() -> dict[str, list[str]]:
 def paper():
     from snakemake.utils import validate
 
-    config = yaml.safe_load((REPO / "config/paper.yaml").read_text())
+    config = config_layers.load([REPO / "config/paper.yaml"])
     validate(config, str(REPO / "schemas/config.schema.yaml"))  # fills in the defaults
     return config
 
@@ -104,7 +102,7 @@ def test_xtreme_r_languages_match_the_specification():
     expected = table_languages(8, XTREME_R_TABLE_NAMES, 2)
     assert expected == {t: list(l) for t, l in benchmark.XTREME_R.languages.items()}
     assert len(set().union(*expected.values())) == 50
-    config = yaml.safe_load((REPO / "config/xtreme_r.yaml").read_text())
+    config = config_layers.load([REPO / "config/xtreme_r.yaml"])
     for target in config["targets"]:
         assert config["tasks"][target]["languages"] == expected[target], target
 

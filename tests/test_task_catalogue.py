@@ -15,6 +15,7 @@ from conftest import REPO, copy_repo, planned_jobs
 from workflow_scripts.data import tasks
 from workflow_scripts.data.loaders import load_converter
 from workflow_scripts.data.prepare import prepare, read_table
+from workflow_scripts.workflow import config_layers
 from workflow_scripts.workflow.codehash import task_fingerprint
 
 EXAMPLE = REPO / "examples" / "tasks"
@@ -102,7 +103,7 @@ def finished_paper_grid(tmp_path_factory) -> Path:
 
 
 def _paper_with(repo: Path, **changes) -> str:
-    config = yaml.safe_load((repo / "config/paper.yaml").read_text())
+    config = config_layers.load([repo / "config/paper.yaml"])
     config.update(experiment="paper", **changes)
     (repo / "paper_edited.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     return "paper_edited.yaml"
@@ -125,7 +126,7 @@ def test_editing_a_tasks_prose_reruns_nothing_editing_its_facts_reruns_its_jobs(
         jobs = planned_jobs(repo, "--configfile", "config/paper.yaml")
     finally:
         entry.write_text(original)
-    config = yaml.safe_load((repo / "config/paper.yaml").read_text())
+    config = config_layers.load([repo / "config/paper.yaml"])
     runs = len(config["intermediate"]) * len(config["seeds"])
     work = {(rule, out) for rule, out in jobs if rule in ("prepare_task_data", "train_target", "evaluate_target")}
     assert all("/pawsx/" in out for _, out in work), "only PAWS-X's own jobs"

@@ -16,7 +16,7 @@ import yaml
 from conftest import copy_repo, paper_with_larger_backbones, paper_with_transfer_block, planned_jobs, read_label_file, read_tag_file, snakemake
 from workflow_scripts.data.tasks import get_task
 from workflow_scripts.reporting import predictions
-from workflow_scripts.workflow import backbone_grid, benchmark, codehash, transfer
+from workflow_scripts.workflow import backbone_grid, benchmark, codehash, config_layers, transfer
 
 RULE_MODULES = {  # the CLI module each rule runs
     "prepare_task_data": "data.prepare", "prepare_backbone": "models.prepare", "prepare_translator": "models.prepare",
@@ -444,7 +444,7 @@ def test_lint_is_clean(demo):
 
 
 def test_paper_preset_builds_the_full_grid_offline(demo):
-    config = yaml.safe_load((demo / "config/paper.yaml").read_text())
+    config = config_layers.load([demo / "config/paper.yaml"])
     started = time.time()
     proc = snakemake(demo, "-n", "--configfile", "config/paper.yaml", timeout=300)
     print(f"\npaper preset dry run: {time.time() - started:.1f} s")
@@ -465,7 +465,7 @@ def test_paper_preset_builds_the_full_grid_offline(demo):
 
 def test_paper_preset_with_its_transfer_block_builds_offline(demo):
     path = paper_with_transfer_block(demo)
-    config = yaml.safe_load(path.read_text())
+    config = config_layers.load([path])
     proc = snakemake(demo, "-n", "--configfile", str(path), timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout + proc.stderr
@@ -504,7 +504,7 @@ def test_paper_preset_with_its_larger_backbones_builds_offline(demo):
     """XLM-R XL / XXL with LoRA, the mT5-XXL encoder and BLOOMZ-176B with LoRA on 2 x 8 GPUs:
     the planner lets each through (they fit what they ask for), and each runs its grid."""
     path = paper_with_larger_backbones(demo)
-    config = yaml.safe_load(path.read_text())
+    config = config_layers.load([path])
     assert set(config["backbones"]) == {"xlmr_large", "xlmr_xl", "xlmr_xxl", "mt5_xxl_encoder", "bloomz_176b"}
     proc = snakemake(demo, "-n", "--configfile", str(path), timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -12,7 +12,7 @@ import yaml
 
 from conftest import copy_repo, file_digests, job_counts, planned_jobs, snakemake
 from workflow_scripts.data.tasks import get_task
-from workflow_scripts.workflow import benchmark
+from workflow_scripts.workflow import benchmark, config_layers
 
 DEMO_CONFIG = "config/xtreme_r_demo.yaml"
 
@@ -23,7 +23,7 @@ def repo(tmp_path_factory) -> Path:
 
 
 def test_the_xtreme_r_preset_builds_its_grid_offline(repo):
-    config = yaml.safe_load((repo / "config/xtreme_r.yaml").read_text())
+    config = config_layers.load([repo / "config/xtreme_r.yaml"])
     proc = snakemake(repo, "-n", "--configfile", "config/xtreme_r.yaml", timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout + proc.stderr
@@ -58,7 +58,7 @@ def test_the_demo_lareqa_preparation_reads_its_release_files_and_the_squad_mirro
 
 
 def write_config(repo: Path, name: str, edit) -> str:
-    config = yaml.safe_load((repo / DEMO_CONFIG).read_text())
+    config = config_layers.load([repo / DEMO_CONFIG])
     edit(config)
     (repo / f"{name}.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     return f"{name}.yaml"

@@ -1,16 +1,15 @@
 """config/xtreme_small.yaml, the small real grid between the demo and the paper grid: its DAG
-builds offline with the job counts its header and README.md state."""
+builds offline with the job counts its header and docs/configuration/index.md state."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-import yaml
 
 from conftest import copy_repo, job_counts, snakemake
 from workflow_scripts.data.tasks import get_task
-from workflow_scripts.workflow import benchmark, memory_plan
+from workflow_scripts.workflow import benchmark, config_layers, memory_plan
 
 CONFIG = "config/xtreme_small.yaml"
 
@@ -21,7 +20,7 @@ def repo(tmp_path_factory) -> Path:
 
 
 def test_the_small_preset_builds_its_grid_offline(repo):
-    config = yaml.safe_load((repo / CONFIG).read_text())
+    config = config_layers.load([repo / CONFIG])
     proc = snakemake(repo, "-n", "--configfile", CONFIG, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout + proc.stderr
@@ -41,14 +40,14 @@ def test_the_small_preset_builds_its_grid_offline(repo):
     assert counts["prepare_task_data"] == 10 and counts["prepare_backbone"] == 1
     assert not any(rule.startswith(("translate", "prepare_translator")) for rule in counts)
     assert counts["total"] == 58  # 57 jobs and `all`
-    # the job count the preset's header and README.md state
+    # the job count the preset's header and the configuration docs state
     assert "Its DAG has 57 jobs" in (repo / CONFIG).read_text()
-    assert "Its DAG has 57 jobs (58\nwith `all`)" in (repo / "README.md").read_text()
+    assert "Its DAG has 57 jobs (58\nwith `all`)" in (repo / "docs/configuration/index.md").read_text()
     assert "results/xtreme_small/metrics/xlmr_base/zero_shot/mnli/udpos/seed3.json" in out
 
 
 def test_the_small_preset_fits_one_24_gb_gpu(repo):
-    config = yaml.safe_load((repo / CONFIG).read_text())
+    config = config_layers.load([repo / CONFIG])
     plans = memory_plan.plan_config(config)
     assert {p.phase for p in plans} == {"intermediate", "target"}
     assert all(p.fits and p.skipped is None and p.gpus_asked == 1 and p.memory_gb == 24 for p in plans)

@@ -15,12 +15,12 @@ from typing import Any
 from workflow_scripts import revisions
 from workflow_scripts.common import REPO_ROOT
 from workflow_scripts.data import tasks as task_catalogue
-from workflow_scripts.workflow import grid, hub_sources, paths
+from workflow_scripts.workflow import config_layers, grid, hub_sources, paths
 
 SCHEMA = REPO_ROOT / "schemas" / "config.schema.yaml"
 # What a config that cannot run raises (each message names the key).
-CONFIG_ERRORS = (grid.ConfigError, paths.ExperimentNameError, task_catalogue.CatalogueError,
-                 hub_sources.HubSourceError, revisions.RevisionError)
+CONFIG_ERRORS = (config_layers.ConfigLayerError, grid.ConfigError, paths.ExperimentNameError,
+                 task_catalogue.CatalogueError, hub_sources.HubSourceError, revisions.RevisionError)
 
 
 def check(config: dict[str, Any], configfiles: Sequence[str | Path], catalogues: Sequence[str]) -> str:

@@ -166,9 +166,9 @@ def main(argv: list[str] | None = None) -> None:
             title = ("Cost per rule family, measured (Snakemake benchmark records; GPU-hours = wall time x GPUs "
                      "requested; a retried job counts its last attempt)")
         else:
-            import yaml
+            from workflow_scripts.workflow import config_layers
 
-            config = yaml.safe_load(Path(args.configfile).read_text())
+            config = config_layers.load([args.configfile])
             expected = {rule: float(res["expected_runtime"]) for rule, res in config.get("resources", {}).items()
                         if isinstance(res, dict) and res.get("expected_runtime")}
             table = plan_table(dry_run_jobs(args.configfile, Path.cwd()), expected)

@@ -778,13 +778,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.config:
         parser.error("give a CONFIG file or --reference")
-    import yaml  # only the CLI reads YAML; the Snakefile passes its parsed config
-
+    # only the CLI reads a config file; the Snakefile passes its resolved config
     from workflow_scripts.common import repo_path
     from workflow_scripts.data import tasks
+    from workflow_scripts.workflow import config_layers
 
-    with open(args.config, encoding="utf-8") as f:
-        config = yaml.safe_load(f) or {}
+    try:
+        config = config_layers.load([args.config])
+    except config_layers.ConfigLayerError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     tasks.use_catalogues([repo_path(d) for d in config.get("task_catalogues", [])])  # the user's own tasks
     try:
         plans = plan_config(config, gpu_memory_gb=args.gpu_memory_gb)

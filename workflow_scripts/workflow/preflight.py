@@ -37,7 +37,7 @@ from typing import Any
 from workflow_scripts.common import REPO_ROOT, InputError, repo_path
 from workflow_scripts.revisions import HubRepo, HubUnreachable, RevisionError, read_lock, resolve
 from workflow_scripts.models.prepare import HUB_PATTERNS
-from workflow_scripts.workflow import backbone_grid, config_check, cost, grid, hub_sources, memory_plan, paths
+from workflow_scripts.workflow import backbone_grid, config_check, config_layers, cost, grid, hub_sources, memory_plan, paths
 
 OK, WARNING, BLOCKER, SKIPPED = "ok", "warning", "blocker", "skipped"
 MARKS = {OK: "ok", WARNING: "WARNING", BLOCKER: "BLOCKER", SKIPPED: "skipped"}
@@ -59,15 +59,10 @@ class Finding:
 
 
 def load_config(configfiles: list[str]) -> dict[str, Any]:
-    """The config as the workflow sees it: the files merged in order (the repository's
-    config.yaml without any), through the workflow's own checks (config_check.py)."""
-    import yaml
-    from snakemake.utils import update_config
-
-    config: dict[str, Any] = {}
-    for file in configfiles or [str(REPO_ROOT / "config.yaml")]:
-        with open(file, encoding="utf-8") as f:
-            update_config(config, yaml.safe_load(f) or {})
+    """The config as the workflow sees it: the files resolved (their `extends` layers) and
+    merged in order (the repository's config.yaml without any), through the workflow's own
+    checks (config_check.py)."""
+    config = config_layers.load(configfiles)
     config_check.check(config, configfiles, [str(repo_path(d)) for d in config.get("task_catalogues", [])])
     return config
 

@@ -468,16 +468,15 @@ def summary(config: dict[str, Any]) -> list[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> None:
     import argparse
 
-    import yaml
+    from workflow_scripts.workflow import config_layers
 
     ap = argparse.ArgumentParser(description="What each transfer setting of a config adds to the grid.")
     ap.add_argument("configfile")
     args = ap.parse_args(argv)
-    with open(args.configfile, encoding="utf-8") as f:
-        config = yaml.safe_load(f)
     try:
+        config = config_layers.load([args.configfile])
         check(config)
-    except TransferError as err:
+    except (config_layers.ConfigLayerError, TransferError) as err:
         raise SystemExit(f"error: {err}") from None
     print("| setting | targets | metric files | target trainings added | training data (English-set units) |")
     print("|---|---|---:|---:|---:|")

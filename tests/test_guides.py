@@ -188,6 +188,14 @@ def test_new_target_task_guide(finished_demo, tmp_path):
                               "print(' '.join(sorted(set(t.column('lang').to_pylist()))))")
     assert found.split() == sorted(languages)
 
+    # in-language training needs training data beyond English, which the entry does not declare
+    in_language = {"targets": ["americas_nli"], "languages": ["gn"], "intermediate": ["none"], "seeds": [1]}
+    edited = {**config, "transfer": {**config["transfer"], "settings": {**config["transfer"]["settings"],
+                                                                        "in_language": in_language}}}
+    (repo / "config.yaml").write_text(yaml.safe_dump(edited, sort_keys=False))
+    proc = snakemake(repo, "-n")
+    assert proc.returncode != 0 and "americas_nli has no training data outside English" in proc.stdout + proc.stderr
+
     # the benchmark is what admits the target: XTREME's config check names it
     config["benchmark"] = "xtreme"
     (repo / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))

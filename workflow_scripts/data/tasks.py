@@ -73,6 +73,14 @@ class Task:
     eval_splits: tuple[str, ...] = field(default=())
     # Languages the source data has no dev split for (their dev scores are left out, by name).
     dev_missing: frozenset[str] = frozenset()
+    # A target whose training split has languages other than English, for in-language
+    # training (XTREME's in-language setting: PAN-X, UD-POS, TyDiQA-GoldP).
+    in_language_train: bool = False
+    # Languages of such a target without a training split (UD v2.5's th, tl, yo).
+    train_missing: frozenset[str] = frozenset()
+    # The task whose train split holds published translations of a target's English training
+    # data, one language per row (XNLI's: xnli_mt; PAWS-X's: its own), for translate-train.
+    train_translations: str | None = None
     # Tasks trained, each selected on its own dev split, before the target's own training
     # (XTREME-R's XCOPA: SIQA, then COPA); the config can switch them off.
     stages: tuple[str, ...] = ()
@@ -106,6 +114,12 @@ class Task:
     def is_retrieval(self) -> bool:
         """Scored without target training, on the encoder the intermediate phase left."""
         return self.format in (RETRIEVAL, MINING)
+
+    @property
+    def foreign_train(self) -> bool:
+        """Its train split is read in every language it has (in-language data, or the task's
+        own published translations)."""
+        return self.in_language_train or self.train_translations == self.name
 
     @property
     def is_target(self) -> bool:
@@ -183,8 +197,9 @@ def read_entry(path: Path) -> Task:
     values["hub_sources"] = _hub_sources(path, entry.get("hub_sources", {}))
     if entry.get("release_required") and not entry.get("release_options"):
         raise CatalogueError(f"task entry {path}: release_required needs release_options (the options naming it)")
-    if "dev_missing" in values:
-        values["dev_missing"] = frozenset(values["dev_missing"])
+    for key in ("dev_missing", "train_missing"):
+        if key in values:
+            values[key] = frozenset(values[key])
     return Task(**values, entry_file=str(path))
 
 

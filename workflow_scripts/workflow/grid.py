@@ -207,7 +207,7 @@ def task_languages(config: dict[str, Any], task: str) -> tuple[str, ...]:
     corpus every benchmark language; the other intermediate tasks English. With data.source
     local the demo's languages count too for a multilingual task: the demo mirror has its
     synthetic rows in them (XCOPA in de, ru, sw)."""
-    translations_of = {held: target for target, held in transfer.PUBLISHED_MT_TRAIN.items()}
+    translations_of = {t.train_translations: t.name for t in TASKS.values() if t.train_translations}
     if get_task(task).languages:  # declared by the task's entry
         known = set(get_task(task).languages)
     elif get_task(task).is_target or task in translations_of:
@@ -537,11 +537,11 @@ def _task_opts(config: dict[str, Any], task: str) -> dict[str, Any]:
 def data_settings(config: dict[str, Any], task: str, split: str) -> dict[str, Any]:
     cfg = config["tasks"][task]
     languages = cfg.get("languages", ["en"])
-    if split == "train" and task in transfer.FOREIGN_TRAIN:
+    if split == "train" and get_task(task).foreign_train:
         # A target's train split holds every language that has one (in-language data; PAWS-X's
         # published translations), whether or not a transfer setting uses them: enabling or
         # changing a setting then never rewrites the data the zero-shot runs train on.
-        missing = transfer.TRAIN_MISSING.get(task, frozenset())
+        missing = get_task(task).train_missing
         languages = ["en"] + [l for l in languages if l != "en" and l not in missing]
     settings = {"source": config["data"]["source"], "hub": cfg["hub"], "options": cfg.get("options", {}),
                 "languages": languages}

@@ -43,15 +43,9 @@ PER_LANGUAGE = ("translate_train", "translate_test", "in_language")
 SETTINGS = (ZERO_SHOT, "translate_train", "translate_train_all", "translate_test", "in_language",
             "in_language_all")
 SOURCE_PREFIX = "source:"
-# Published machine translations of a target's English training data (docs/protocol.md §7): the
-# task whose train split holds them, one language per row.
-PUBLISHED_MT_TRAIN = {"xnli": "xnli_mt", "pawsx": "pawsx"}
-# Targets whose own training split has other languages than English (XTREME's in-language).
-IN_LANGUAGE_TRAIN = frozenset({"panx", "udpos", "tydiqa"})
-# XTREME's UD v2.5 languages whose treebanks have no train file.
-TRAIN_MISSING = {"udpos": frozenset({"th", "tl", "yo"})}
-# Tasks whose train split is read in every language it has (English training keeps "en").
-FOREIGN_TRAIN = IN_LANGUAGE_TRAIN | {"pawsx"}
+# What a target's training data has besides English is on its task entry: published
+# translations (Task.train_translations, docs/protocol.md §7), in-language training splits
+# (Task.in_language_train, Task.train_missing).
 MODEL_SELECTION = ("own", "en")
 
 
@@ -159,12 +153,12 @@ class _Resolver:
         return TransferError(f"config key {self.key}: {message}")
 
     def has_own_train(self, lang: str) -> bool:
-        return (lang == "en" or (self.target in IN_LANGUAGE_TRAIN and lang in self.languages
-                                 and lang not in TRAIN_MISSING.get(self.target, ())))
+        return (lang == "en" or (self.task.in_language_train and lang in self.languages
+                                 and lang not in self.task.train_missing))
 
     def mt_train(self, lang: str) -> DataRef:
         train_from = self.task.train_from
-        published = PUBLISHED_MT_TRAIN.get(self.target)
+        published = self.task.train_translations
         if published:
             cfg = self.config["tasks"].get(published)
             if cfg is None:
@@ -241,7 +235,7 @@ def _applies(setting: str, target: str) -> str | None:
         return "tagging tasks get no translate settings (label projection is out of scope, as in XTREME)"
     if setting == "translate_test" and task.format not in (CLASSIFICATION, SPAN):
         return f"{task.format} test data cannot be translated and scored"
-    if setting.startswith("in_language") and target not in IN_LANGUAGE_TRAIN:
+    if setting.startswith("in_language") and not task.in_language_train:
         return f"{target} has no training data outside English"
     return None
 

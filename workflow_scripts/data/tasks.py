@@ -81,6 +81,15 @@ class Task:
     # The task whose train split holds published translations of a target's English training
     # data, one language per row (XNLI's: xnli_mt; PAWS-X's: its own), for translate-train.
     train_translations: str | None = None
+    # How its leaderboard files differ from the canonical rows: class indices instead of label
+    # names in a classification label file (XTREME's PAWS-X files), and question ids whose
+    # "-<lang>" suffix the converter added (XQuAD, MLQA: one id per language) and the
+    # leaderboard's do not carry.
+    submission_label_ids: bool = False
+    language_suffixed_ids: bool = False
+    # A ranking target's mAP@k, as its official scorer computes it (evaluation/ranking.py):
+    # lareqa (the default) or mewslix.
+    map_convention: str = ""
     # Tasks trained, each selected on its own dev split, before the target's own training
     # (XTREME-R's XCOPA: SIQA, then COPA); the config can switch them off.
     stages: tuple[str, ...] = ()
@@ -155,6 +164,8 @@ class Task:
 BUILTIN_CATALOGUE = Path(__file__).resolve().parents[2] / "tasks"
 # The folders of a run's own task entries, for job processes (the Snakefile exports it).
 CATALOGUE_ENV = "XSTILTS_TASK_CATALOGUES"
+# The mAP@k conventions of the ranking targets' official scorers (evaluation/ranking.py).
+MAP_CONVENTIONS = ("lareqa", "mewslix")
 METRICS = ("accuracy", "squad_v1", "squad_v2", "mlqa", "seqeval_f1", "bucc_f1", "tatoeba_accuracy", "mlm_loss",
            "map_at_20", "recall_at_1", "vqa_accuracy")
 SPLITS = ("train", "dev", "test")
@@ -193,6 +204,9 @@ def read_entry(path: Path) -> Task:
         bad = [s for s in entry.get(key, ()) if s not in SPLITS]
         if bad:
             raise CatalogueError(f"task entry {path}: {key} {bad} are not splits ({', '.join(SPLITS)})")
+    if entry.get("map_convention", MAP_CONVENTIONS[0]) not in MAP_CONVENTIONS:
+        raise CatalogueError(f"task entry {path}: map_convention {entry['map_convention']!r} is not one of "
+                             f"{', '.join(MAP_CONVENTIONS)}")
     values: dict[str, Any] = {k: tuple(str(x) for x in v) if k in _TUPLES else v for k, v in entry.items()}
     values["hub_sources"] = _hub_sources(path, entry.get("hub_sources", {}))
     if entry.get("release_required") and not entry.get("release_options"):

@@ -41,12 +41,10 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 
 from workflow_scripts.common import InputError
+from workflow_scripts.data.tasks import MAP_CONVENTIONS, RANKING, TASKS
 
-LAREQA = "lareqa"
-MEWSLIX = "mewslix"
-CONVENTIONS = (LAREQA, MEWSLIX)
-# Which convention each ranking target's official scorer uses.
-TARGET_CONVENTION = {"lareqa": LAREQA, "mewslix": MEWSLIX}
+LAREQA, MEWSLIX = MAP_CONVENTIONS
+CONVENTIONS = MAP_CONVENTIONS
 TOP_K = 20
 
 
@@ -56,10 +54,12 @@ def metric_key(k: int) -> str:
 
 
 def convention_of(target: str) -> str:
-    try:
-        return TARGET_CONVENTION[target]
-    except KeyError:
-        raise KeyError(f"{target!r} is not a ranking target ({', '.join(TARGET_CONVENTION)})") from None
+    """The convention of a ranking target's official scorer (its entry's map_convention)."""
+    task = TASKS.get(target)
+    if task is None or task.format != RANKING:
+        ranking = [name for name, t in TASKS.items() if t.format == RANKING]
+        raise KeyError(f"{target!r} is not a ranking target ({', '.join(ranking)})")
+    return task.map_convention or LAREQA
 
 
 def _check_k(k: int) -> int:

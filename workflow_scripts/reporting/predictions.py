@@ -39,10 +39,10 @@ from workflow_scripts.common import InputError, atomic_path
 from workflow_scripts.data.tasks import (CLASSIFICATION, MINING, MULTIPLE_CHOICE, RANKING, RETRIEVAL, SPAN, TAGGING,
                                          get_task)
 
-NUMERIC_LABELS = {"pawsx"}  # label files hold the class index, not its name
-# Our loaders append "-<lang>" to XQuAD and MLQA question ids (loaders/spans.py: one id per
-# language in a multilingual file); the leaderboard keys answers by the dataset's own ids.
-LANGUAGE_SUFFIXED_IDS = {"xquad", "mlqa"}
+# Where a target's files differ from its canonical rows is on its task entry
+# (Task.submission_label_ids: PAWS-X's label files hold class indices; Task.language_suffixed_ids:
+# XQuAD's and MLQA's converters add "-<lang>" to question ids, the leaderboard keys answers
+# by the dataset's own).
 
 
 def suffix(target: str) -> str:
@@ -81,13 +81,13 @@ def render(target: str, predicted: Any, lang: str) -> str:
             out.append(json.dumps({"label": int(i)}) + "\n")
         return "".join(out)
     if task.format == CLASSIFICATION:
-        names = [str(i) for i in range(task.num_labels)] if target in NUMERIC_LABELS or not task.labels \
+        names = [str(i) for i in range(task.num_labels)] if task.submission_label_ids or not task.labels \
             else list(task.labels)
         return "".join(f"{names[int(i)]}\n" for i in predicted)
     if task.format == TAGGING:
         return "".join("".join(f"{tag}\n" for tag in sentence) + "\n" for sentence in predicted)
     if task.format == SPAN:
-        answers = {qid.removesuffix(f"-{lang}") if target in LANGUAGE_SUFFIXED_IDS else qid: text
+        answers = {qid.removesuffix(f"-{lang}") if task.language_suffixed_ids else qid: text
                    for qid, text in predicted.items()}
         return json.dumps(answers, ensure_ascii=False, indent=1) + "\n"
     if task.format == RANKING:

@@ -5,7 +5,7 @@ tasks; a user's own in the folders the config's ``task_catalogues`` names), read
 :class:`Task` records. An entry names the converter module that turns the task's source rows
 into canonical rows (``data/loaders``); a job's rerun trigger covers the entries and
 converters of its own tasks only (``workflow/codehash.task_fingerprint``), so adding or
-editing a task reruns nothing that does not use it. ``docs/new_task_guide.md`` shows how.
+editing a task reruns nothing that does not use it. ``docs/guides/`` shows how.
 
 Where a task's data lives (Hub id, revision, languages) is configuration. Standard library
 and PyYAML only (both in the Snakefile's environment): the Snakefile imports this.

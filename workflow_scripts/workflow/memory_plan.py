@@ -70,6 +70,7 @@ from typing import Any
 
 from workflow_scripts.data.tasks import (CLASSIFICATION, MLM, MULTIPLE_CHOICE, RANKING, SPAN, TAGGING, TASKS,
                                          VISUAL_ANSWER, VISUAL_CLASSIFICATION, VISUAL_FORMATS)
+from workflow_scripts.formats import head_kind
 from workflow_scripts.models.backbones import get_family
 from workflow_scripts.workflow.schema import (DEFAULT_ACTIVATION_CHECKPOINTING, DEFAULT_METHOD, DEFAULT_PRECISION,
                                               FAMILIES, LORA_DEFAULTS, LORA_KEYS, METHODS, PRECISIONS, default,
@@ -374,7 +375,7 @@ def task_head_parameters(task: str, arch: Architecture) -> float:
     MLM a dense layer and an output bias (its decoder is tied to the embedding)."""
     h = arch.hidden_size
     spec = TASKS.get(task)
-    fmt = spec.format if spec else CLASSIFICATION
+    fmt = head_kind(spec.format) if spec else CLASSIFICATION  # a new format sized as the head it names
     labels = spec.num_labels if spec and spec.num_labels else 0
     if fmt == MULTIPLE_CHOICE:
         return float(h * h + h + h + 1)

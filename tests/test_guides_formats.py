@@ -117,3 +117,57 @@ def test_format_modules_are_hashed_into_the_jobs_of_their_tasks_only(tmp_path, m
     assert {n for n in names if after[n] != before[n]} == {n for n in names if TASKS[n].format == "span"}
     assert {m: codehash.module_digest(m) for m in codes} == codes
     codehash._imports.cache_clear()
+
+
+def apply_edits(path: Path, block: str) -> None:
+    """Each line of a guide block that edits a file replaces the file's one line most like it."""
+    import difflib
+
+    lines = path.read_text().splitlines(keepends=True)
+    for new in block.splitlines():
+        close = difflib.get_close_matches(new, [line.rstrip("\n") for line in lines], n=2, cutoff=0.8)
+        assert close, f"{path}: no line like {new!r}"
+        lines[[line.rstrip("\n") for line in lines].index(close[0])] = new + "\n"
+    path.write_text("".join(lines))
+
+
+def test_new_backbone_family_guide(tmp_path, demo_encoder_dir, demo_data):
+    blocks = guide_blocks("new_backbone_family.md")
+    module = "workflow_scripts/models/backbones/mean_encoder.py"
+    assert set(blocks) == {module, "workflow_scripts/models/backbones/__init__.py", "schemas/config.schema.yaml"}
+    tree = tree_copy(tmp_path / "tree")
+    (tree / module).write_text(blocks.pop(module))
+    for path, body in blocks.items():
+        apply_edits(tree / path, body)
+    model = tmp_path / "model"
+    shutil.copytree(demo_encoder_dir, model)
+    (model / "xstilts_backbone.json").write_text(json.dumps({"family": "mean_encoder"}))
+    script = f"""
+import json
+from pathlib import Path
+from workflow_scripts.models.backbones import FAMILIES, family_of
+from workflow_scripts.training.train import train_phase
+from workflow_scripts.workflow import memory_plan as mp
+
+entry = {{"family": "mean_encoder", "method": "lora", "precision": "bf16", "parameters": 4.7e8,
+         "architecture": {{"hidden_size": 768, "num_layers": 12, "num_attention_heads": 12, "vocab_size": 501153}}}}
+bb = mp.parse_backbone("labse", entry)
+est = mp.estimate(bb, 128, 8, 1)
+data = {{"xnli": {{"train": {str(demo_data["mnli.train"])!r}, "dev": {str(demo_data["xnli.dev"])!r}}}}}
+settings = {{"dropout": 0.1, "dev_examples": 16, "eval_batch_size": 16, "eval_every": 1, "learning_rate": 1e-3,
+            "max_grad_norm": 1.0, "max_micro_batch": 4, "multitask_cap": 131072, "multitask_epochs": 1,
+            "patience": 30, "warmup_ratio": 0.1, "weight_decay": 0.0, "max_steps": 1,
+            "tasks": {{"xnli": {{"batch_size": 4, "epochs": 1, "max_length": 32, "select_language": "en"}}}}}}
+log = train_phase("target", Path({str(model)!r}), data, settings, seed=1, threads=1,
+                  output=Path({str(tmp_path)!r}) / "trained")
+print(json.dumps({{"families": list(FAMILIES), "family": family_of({str(model)!r}).name,
+                  "pooling": family_of({str(model)!r}).pooling, "targets": list(bb.target_modules),
+                  "adapter": mp.lora_adapter_parameters(bb), "total": est.total, "steps": log["total_steps"],
+                  "best": log["best"]["scores"]}}))
+"""
+    got = run_in(tree, script)
+    assert got["families"][-1] == "mean_encoder" and got["family"] == "mean_encoder" and got["pooling"] == "mean"
+    # planned with the encoder's attention projections, sized by the planner
+    assert got["targets"] == ["query", "key", "value", "attention.output.dense"]
+    assert got["adapter"] == 12 * 4 * 16 * 2 * 768 and got["total"] > 0
+    assert got["steps"] == 1 and 0 <= got["best"]["xnli"]["accuracy"] <= 100

@@ -1,6 +1,7 @@
 """Load every task (from the Hub, a local mirror of it, or an original release) into canonical Parquet.
 
-One canonical schema per task format (every row also has ``id`` and ``lang``):
+One canonical schema per task format, declared by the format's module in workflow_scripts/formats/
+(every row also has ``id`` and ``lang``):
 
 - classification:  text_a, text_b, label (int, index into Task.labels)
 - multiple_choice: context, choices (list of str), label

@@ -51,6 +51,12 @@ class TaskFormat:
     visual: bool = False
     # The translation step can translate its rows (labels carry over, spans are re-aligned).
     translatable: bool = False
+    # Its test data can be machine-translated into English and scored by the English model
+    # (the translate_test setting, workflow/transfer.py).
+    translate_test: bool = False
+    # The task-config keys its training and scoring settings carry beside batch_size, epochs
+    # and max_length (workflow/grid.py).
+    options: tuple[str, ...] = ()
     # One output per token: predictions keep each sequence's own length.
     per_token: bool = False
     # Rows -> features, for a format data/features.py has no path of its own for: called

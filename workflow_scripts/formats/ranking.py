@@ -7,4 +7,4 @@ from workflow_scripts.formats import TaskFormat
 
 FORMAT = TaskFormat(name="ranking", columns={"side": "string", "text": "string", "context": "string",
                                              "gold": "list<string>"},
-                    head="ranking", scorer="ranking")
+                    head="ranking", scorer="ranking", options=("max_query_length", "lowercase", "pooling"))

@@ -35,7 +35,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from workflow_scripts.data.tasks import CLASSIFICATION, RANKING, SPAN, TAGGING, TRANSLATABLE_FORMATS, get_task
+from workflow_scripts.data.tasks import RANKING, SPAN, TAGGING, TRANSLATABLE_FORMATS, get_task
+from workflow_scripts.formats import get_format
 from workflow_scripts.workflow import paths
 
 ZERO_SHOT = "zero_shot"
@@ -239,7 +240,7 @@ def _applies(setting: str, target: str) -> str | None:
         return f"{target} trains on English data only here; only zero_shot applies"
     if setting.startswith("translate_train") and task.format == TAGGING:
         return "tagging tasks get no translate settings (label projection is out of scope, as in XTREME)"
-    if setting == "translate_test" and task.format not in (CLASSIFICATION, SPAN):
+    if setting == "translate_test" and not get_format(task.format).translate_test:
         return f"{task.format} test data cannot be translated and scored"
     if setting.startswith("in_language") and target not in IN_LANGUAGE_TRAIN:
         return f"{target} has no training data outside English"

@@ -570,15 +570,16 @@ def phase_shape(config: Mapping[str, Any], phase: str, seq_len: int | None = Non
         entry = tasks.get(name) or {}
         spec = TASKS.get(name)
         choices = spec.num_choices if spec and spec.num_choices else 1
-        if spec is not None and spec.format == RANKING:  # each example: a query and its gold candidate
+        kind = head_kind(spec.format) if spec is not None else None  # formats/: TaskFormat.head
+        if kind == RANKING:  # each example: a query and its gold candidate
             choices = 2
         visual = 0
-        if spec is not None and spec.format in (VISUAL_CLASSIFICATION, VISUAL_ANSWER):  # the images' tokens join the text
+        if kind in (VISUAL_CLASSIFICATION, VISUAL_ANSWER):  # the images' tokens join the text
             visual = spec.images_per_example * visual_tokens(config)
         workloads.append(Workload(
             task=name, seq_len=(seq_len or int(entry.get("max_length", max_length))) + visual,
             micro_batch=min(cap, int(entry.get("batch_size", batch_size))) * choices,
-            with_mlm_logits=spec is not None and spec.format == MLM))
+            with_mlm_logits=kind == MLM))
     return PhaseShape(workloads=tuple(workloads), jobs=tuple(jobs))
 
 

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import DEMO_HUB, REPO
 
 BLOCK = re.compile(r'^```\w+ title="([^"]+)"\n(.*?)^```$', re.M | re.S)
@@ -171,3 +173,28 @@ print(json.dumps({{"families": list(FAMILIES), "family": family_of({str(model)!r
     assert got["targets"] == ["query", "key", "value", "attention.output.dense"]
     assert got["adapter"] == 12 * 4 * 16 * 2 * 768 and got["total"] > 0
     assert got["steps"] == 1 and 0 <= got["best"]["xnli"]["accuracy"] <= 100
+
+
+def test_every_format_declares_its_facts_and_a_misnamed_kind_is_refused():
+    from workflow_scripts.data.prepare import SCHEMAS
+    from workflow_scripts.data.tasks import FORMATS, TRANSLATABLE_FORMATS, VISUAL_FORMATS
+    from workflow_scripts.formats import BUILTIN, TaskFormat, get_format
+
+    assert FORMATS == BUILTIN and set(SCHEMAS) == set(FORMATS)
+    assert TRANSLATABLE_FORMATS == ("classification", "multiple_choice", "span")
+    assert VISUAL_FORMATS == ("visual_classification", "visual_answer", "visual_retrieval")
+    assert [f for f in FORMATS if get_format(f).retrieval] == ["retrieval", "mining"]
+    assert [f for f in FORMATS if get_format(f).translate_test] == ["classification", "span"]
+    with pytest.raises(ValueError, match="head 'clasification' is none of"):
+        TaskFormat(name="x", columns={"text": "string"}, head="clasification", scorer=None)
+    with pytest.raises(ValueError, match="column types"):
+        TaskFormat(name="x", columns={"text": "str"}, head=None, scorer=None)
+
+
+def test_the_families_the_schema_accepts_are_the_registered_ones():
+    """new_backbone_family.md §2: a family is registered in backbones/__init__.py and in the
+    config schema's enum; either alone is caught here."""
+    from workflow_scripts.models.backbones import FAMILIES
+    from workflow_scripts.workflow import schema
+
+    assert set(schema.FAMILIES) == set(FAMILIES)

@@ -70,6 +70,12 @@ class TaskFormat:
             raise ValueError(f"format {self.name}: column types {bad} are not among {', '.join(COLUMN_TYPES)}")
         if {"id", "lang"} & set(self.columns):
             raise ValueError(f"format {self.name}: every row has id and lang; columns lists the others")
+        # A kind is a built-in format's, or the format's own (code added for it beside the built-in kinds).
+        kinds = (*BUILTIN, self.name)
+        for key in ("head", "scorer"):
+            if getattr(self, key) not in (*kinds, None):
+                raise ValueError(f"format {self.name}: {key} {getattr(self, key)!r} is none of {', '.join(BUILTIN)} "
+                                 f"(or {self.name!r}, or None)")
 
 
 @cache

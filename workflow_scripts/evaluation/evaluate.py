@@ -26,7 +26,7 @@ from workflow_scripts.data.features import Encoded, decode_spans, encode, merge_
 from workflow_scripts.data.prepare import provenance, read_table
 from workflow_scripts.data.tasks import (CLASSIFICATION, VISUAL_ANSWER, VISUAL_RETRIEVAL, RANKING, RETRIEVAL, SPAN,
                                          TAGGING, Task, get_task, primary_metric, qa_answer_score)
-from workflow_scripts.formats import get_format
+from workflow_scripts.formats import get_format, head_kind
 from workflow_scripts.evaluation.metrics import accuracy, mean, mlqa, seqeval_f1, seqeval_version, squad_v1, squad_v2
 from workflow_scripts.evaluation.neighbours import EXACT
 from workflow_scripts.evaluation.retrieval import (BUCC_DUPLICATES, LAYER_CONVENTION, choose_threshold, embed,
@@ -176,7 +176,7 @@ def evaluate_run(target: str, models: dict[str, Path], data: Sources, settings: 
         splits[split] = {}
         for path, langs in sources:
             langs = langs or [l for l in configured if split != "dev" or l not in task.dev_missing]
-            if task.format == RANKING:  # each language's queries with the file's whole candidate pool
+            if get_format(task.format).scorer == RANKING:  # each language's queries with the file's whole candidate pool
                 rows = read_table(path, task.format).to_pylist()
                 splits[split].update(pool_ranking.rows_by_language(rows, langs, str(path)))
             else:
@@ -202,14 +202,14 @@ def evaluate_run(target: str, models: dict[str, Path], data: Sources, settings: 
         selections = {}
         for model_dir in sorted(set(model_of.values())):
             model, tokenizer = _load_target_model(task, model_dir, dev)
-            if task.format == RANKING:  # read sequences as training did
+            if head_kind(task.format) == RANKING:  # read sequences as training did
                 dual_encoder.configure_head(model.heads[task.name], settings)
             train_log = read_json(model_dir / "train_log.json")
             selections[str(model_dir)] = train_log["best"]
             if train_log.get("intermediate_visual"):  # trained after an image task: text-only, and how
                 extra["intermediate_visual"] = train_log["intermediate_visual"]
             # ranking: the candidate pool is embedded once, not once per language
-            pool = pool_ranking.PoolScorer(model, task, tokenizer, opts, dev) if task.format == RANKING else None
+            pool = pool_ranking.PoolScorer(model, task, tokenizer, opts, dev) if get_format(task.format).scorer == RANKING else None
             for split, by_lang in splits.items():
                 for lang, rows in by_lang.items():
                     if model_of[lang] != model_dir:

@@ -48,7 +48,7 @@ from workflow_scripts.common import (LOG, InputError, atomic_path, autocast, can
 from workflow_scripts.data.features import Encoded, collate, encode, length_grouped_batches
 from workflow_scripts.data.prepare import read_table
 from workflow_scripts.data.tasks import MLM, RANKING, TAGGING, Task, get_task, primary_metric
-from workflow_scripts.formats import head_kind
+from workflow_scripts.formats import get_format, head_kind
 from workflow_scripts.evaluation.evaluate import score_encoded
 from workflow_scripts.data.ranking_inputs import CANDIDATE
 from workflow_scripts.evaluation import pool_ranking
@@ -150,7 +150,7 @@ def load_phase_data(encoder_dir: Path, encoder, tokenizer, data: dict[str, dict[
             raise InputError(f"{data[name]['train']}: no {wanted} training examples for task {name}")
         if head_kind(task.format) != MLM:  # masked-LM losses select nothing
             # a ranking task selects in a pool of candidates of every language (pool_ranking.py)
-            subset = pool_ranking.selection_subset if task.format == RANKING else _dev_subset
+            subset = pool_ranking.selection_subset if get_format(task.format).scorer == RANKING else _dev_subset
             for path, langs in data_sources(data[name]["dev"], [opts.get("select_language", "en")]):
                 dev_table = _table_in(read_table(path, task.format), langs, task.format)
                 dev_file = (image_task.attach(dev_table, f"{name} dev") if image_task else dev_table).to_pylist()
@@ -170,7 +170,7 @@ def load_phase_data(encoder_dir: Path, encoder, tokenizer, data: dict[str, dict[
         else:
             heads[name] = make_head(task.format, encoder.config.hidden_size, task.num_labels,
                                     float(settings["dropout"]), initializer_range(encoder.config))
-            if task.format == RANKING:
+            if head_kind(task.format) == RANKING:
                 dual_encoder.configure_head(heads[name], opts)
     # The selection subsets never change: encode them once, not at every evaluation.
     dev_opts = {n: {**task_opts[n], "eval_batch_size": settings["eval_batch_size"]} for n in tasks}

@@ -22,6 +22,8 @@ from typing import Any
 from workflow_scripts.data import ranking_inputs
 from workflow_scripts.data.tasks import (CLASSIFICATION, MLM, MULTIPLE_CHOICE, RANKING, SPAN, TAGGING, VISUAL_ANSWER,
                                          VISUAL_CLASSIFICATION, VISUAL_RETRIEVAL, Task)
+from workflow_scripts.formats import get_format, head_kind
+from workflow_scripts.formats import names as format_names
 
 Feature = dict[str, Any]
 IGNORE = -100
@@ -170,6 +172,9 @@ def _encode_chunk(task: Task, tokenizer, rows: list[dict[str, Any]], opts: dict[
     if task.format == MLM:
         enc = tokenizer([r["text"] for r in rows], truncation=True, max_length=max_length)
         return [{"input_ids": ids} for ids in enc["input_ids"]]
+    declared = get_format(task.format).encode_chunk if task.format in format_names() else None
+    if declared is not None:  # a format with its own features (formats/<name>.py)
+        return declared(task, tokenizer, rows, opts, train)
     raise ValueError(f"cannot encode format {task.format!r}")
 
 
@@ -399,6 +404,7 @@ def collate(features: Sequence[Feature], fmt: str, pad_id: int, mlm: dict[str, A
     # The attention mask comes from each sequence's length, not from comparing ids with the
     # pad id: a decoder without a pad token pads with its end-of-sequence token, which may
     # also occur in the text (backbones/decoder.py).
+    fmt = head_kind(fmt)  # batches take the shape of the format's head (formats/: TaskFormat.head)
     if fmt == RANKING:
         return ranking_inputs.collate(features, pad_id)
     if fmt == MULTIPLE_CHOICE:

@@ -1,6 +1,7 @@
 """Load every task (from the Hub, a local mirror of it, or an original release) into canonical Parquet.
 
-One canonical schema per task format (every row also has ``id`` and ``lang``):
+One canonical schema per task format, declared by the format's module in workflow_scripts/formats/
+(every row also has ``id`` and ``lang``):
 
 - classification:  text_a, text_b, label (int, index into Task.labels)
 - multiple_choice: context, choices (list of str), label
@@ -39,24 +40,11 @@ from typing import Any
 
 from workflow_scripts.common import LOG, InputError, atomic_path, load_settings, setup_logging
 from workflow_scripts.data.loaders import Report, Row, Source, load_converter, repo_path
-from workflow_scripts.data.tasks import (CLASSIFICATION, MINING, MLM, MULTIPLE_CHOICE, RANKING, RETRIEVAL, SPAN,
-                                         TAGGING, VISUAL_ANSWER, VISUAL_CLASSIFICATION, VISUAL_RETRIEVAL, Task,
-                                         get_task)
+from workflow_scripts.data.tasks import FORMATS, Task, get_task
+from workflow_scripts.formats import get_format
 
-SCHEMAS: dict[str, dict[str, str]] = {
-    CLASSIFICATION: {"text_a": "string", "text_b": "string", "label": "int64"},
-    MULTIPLE_CHOICE: {"context": "string", "choices": "list<string>", "label": "int64"},
-    SPAN: {"context": "string", "question": "string", "answer_texts": "list<string>",
-           "answer_starts": "list<int64>"},
-    TAGGING: {"tokens": "list<string>", "tags": "list<string>"},
-    RETRIEVAL: {"source": "string", "target": "string"},
-    MINING: {"side": "string", "text": "string", "gold": "list<string>"},
-    RANKING: {"side": "string", "text": "string", "context": "string", "gold": "list<string>"},
-    MLM: {"text": "string"},
-    VISUAL_CLASSIFICATION: {"text_a": "string", "images": "list<string>", "label": "int64"},
-    VISUAL_ANSWER: {"text_a": "string", "images": "list<string>", "answers": "list<string>"},
-    VISUAL_RETRIEVAL: {"text_a": "string", "images": "list<string>"},
-}
+# Each format's columns, declared by its module (workflow_scripts/formats/).
+SCHEMAS: dict[str, dict[str, str]] = {name: dict(get_format(name).columns) for name in FORMATS}
 
 
 def to_table(task: Task, rows: Iterable[Row]):

@@ -18,6 +18,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from workflow_scripts.formats import get_format
+from workflow_scripts.formats import names as format_names
+
 CLASSIFICATION = "classification"
 MULTIPLE_CHOICE = "multiple_choice"
 SPAN = "span"
@@ -37,8 +40,9 @@ VISUAL_ANSWER = "visual_answer"
 # Captions and their images, trained contrastively: the text backbone's pooled caption
 # against the projected image (multimodal/prefix.py), the other images of the batch as negatives.
 VISUAL_RETRIEVAL = "visual_retrieval"
-VISUAL_FORMATS = (VISUAL_CLASSIFICATION, VISUAL_ANSWER, VISUAL_RETRIEVAL)
-FORMATS = (CLASSIFICATION, MULTIPLE_CHOICE, SPAN, TAGGING, RETRIEVAL, MINING, RANKING, MLM, *VISUAL_FORMATS)
+# Every format, each declared by its module in workflow_scripts/formats/ (the built-in ones first).
+FORMATS = format_names()
+VISUAL_FORMATS = tuple(f for f in FORMATS if get_format(f).visual)
 
 @dataclass(frozen=True)
 class HubSource:
@@ -122,7 +126,7 @@ class Task:
     @property
     def is_retrieval(self) -> bool:
         """Scored without target training, on the encoder the intermediate phase left."""
-        return self.format in (RETRIEVAL, MINING)
+        return get_format(self.format).retrieval
 
     @property
     def foreign_train(self) -> bool:
@@ -141,7 +145,7 @@ class Task:
     @property
     def visual(self) -> bool:
         """Reads images (through the cached features of a frozen vision encoder)."""
-        return self.format in VISUAL_FORMATS
+        return get_format(self.format).visual
 
     @property
     def converter_file(self) -> Path | None:
@@ -273,7 +277,7 @@ use_catalogues(catalogue_dirs_from_env())
 NLI_LABELS = TASKS["mnli"].labels
 
 # Formats whose data the translation step can translate (labels carry over; spans re-aligned).
-TRANSLATABLE_FORMATS = (CLASSIFICATION, MULTIPLE_CHOICE, SPAN)
+TRANSLATABLE_FORMATS = tuple(f for f in FORMATS if get_format(f).translatable)
 
 
 def get_task(name: str) -> Task:

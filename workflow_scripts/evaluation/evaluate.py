@@ -24,9 +24,9 @@ from workflow_scripts.common import (InputError, autocast, configure_torch, devi
                                      settings_hash)
 from workflow_scripts.data.features import Encoded, decode_spans, encode, merge_tags, sorted_batches, collate
 from workflow_scripts.data.prepare import provenance, read_table
-from workflow_scripts.data.tasks import (CLASSIFICATION, MULTIPLE_CHOICE, VISUAL_ANSWER, VISUAL_CLASSIFICATION,
-                                         VISUAL_RETRIEVAL, RANKING, RETRIEVAL, SPAN, TAGGING, Task, get_task,
-                                         primary_metric, qa_answer_score)
+from workflow_scripts.data.tasks import (CLASSIFICATION, VISUAL_ANSWER, VISUAL_RETRIEVAL, RANKING, RETRIEVAL, SPAN,
+                                         TAGGING, Task, get_task, primary_metric, qa_answer_score)
+from workflow_scripts.formats import get_format, head_kind
 from workflow_scripts.evaluation.metrics import accuracy, mean, mlqa, seqeval_f1, seqeval_version, squad_v1, squad_v2
 from workflow_scripts.evaluation.neighbours import EXACT
 from workflow_scripts.evaluation.retrieval import (BUCC_DUPLICATES, LAYER_CONVENTION, choose_threshold, embed,
@@ -49,6 +49,7 @@ def predict_logits(model, task: Task, encoded: Encoded, batch_size: int, pad_id:
     from tqdm import tqdm
 
     out: list[Any] = [None] * len(encoded.features)
+    per_token = get_format(task.format).per_token
     model.eval()
     with torch.inference_mode():
         for idx in tqdm(sorted_batches(encoded.features, batch_size), desc=f"predict {task.name}", mininterval=5):
@@ -59,7 +60,7 @@ def predict_logits(model, task: Task, encoded: Encoded, batch_size: int, pad_id:
                 logits, _ = forward(model, task.format, task.name, batch)
             logits = logits.float().cpu().numpy()
             for k, f, row in zip(idx, feats, logits):
-                n = len(f["input_ids"]) if task.format in (SPAN, TAGGING) else None
+                n = len(f["input_ids"]) if per_token else None
                 out[k] = row[:n] if n is not None else row
     return out
 
@@ -90,9 +91,10 @@ def predict_and_score(model, task: Task, encoded: Encoded, pad_id: int, opts: di
     metric = metric or task.metric
     rows = encoded.rows
     logits = predict_logits(model, task, encoded, int(opts["eval_batch_size"]), pad_id, dev)
-    if task.format == RANKING:  # one embedding per row (pool_ranking.py)
+    scorer = get_format(task.format).scorer  # formats/: TaskFormat.scorer
+    if scorer == RANKING:  # one embedding per row (pool_ranking.py)
         return pool_ranking.score(rows, logits, task.name, dev=dev)
-    if task.format == VISUAL_RETRIEVAL:  # recall@1 of each caption among the split's images
+    if scorer == VISUAL_RETRIEVAL:  # recall@1 of each caption among the split's images
         import numpy as np
 
         embeddings = np.stack(logits)
@@ -106,23 +108,23 @@ def predict_and_score(model, task: Task, encoded: Encoded, pad_id: int, opts: di
         found = (embeddings[:, :half] @ images.T).argmax(axis=1)
         hits = [distinct[j] == n for j, n in zip(found, names)]
         return {"recall_at_1": 100.0 * sum(hits) / max(1, len(hits))}, [list(distinct[j]) for j in found]
-    if task.format == VISUAL_ANSWER:  # VQA accuracy of the best answer of the vocabulary
+    if scorer == VISUAL_ANSWER:  # VQA accuracy of the best answer of the vocabulary
         from workflow_scripts.multimodal.vqa import vqa_accuracy
 
         answers = [task.labels[int(l.argmax())] for l in logits]
         score = sum(vqa_accuracy(a, list(r["answers"])) for a, r in zip(answers, rows)) / max(1, len(rows))
         return {"accuracy": 100.0 * score}, answers
-    if task.format in (CLASSIFICATION, MULTIPLE_CHOICE, VISUAL_CLASSIFICATION):
+    if scorer == CLASSIFICATION:  # the argmax's accuracy (multiple choice: the best choice's)
         labels = [int(l.argmax()) for l in logits]
         return accuracy(labels, [r["label"] for r in rows]), labels
-    if task.format == SPAN:
+    if scorer == SPAN:
         preds = decode_spans(encoded, [l[:, 0] for l in logits], [l[:, 1] for l in logits], opts,
                              allow_null=(metric == "squad_v2"))
         golds = {r["id"]: list(r["answer_texts"]) for r in rows}
         if metric == "mlqa":  # translate-test rows keep their language label but hold English text
             return mlqa(preds, golds, opts.get("text_language") or rows[0]["lang"]), preds
         return (squad_v2 if metric == "squad_v2" else squad_v1)(preds, golds), preds
-    if task.format == TAGGING:
+    if scorer == TAGGING:
         pred_tags = merge_tags(encoded, logits, task.labels)
         gold_tags = [list(r["tags"]) for r in rows]
         if metric == "accuracy":  # CCG supertagging: per-word accuracy
@@ -174,7 +176,7 @@ def evaluate_run(target: str, models: dict[str, Path], data: Sources, settings: 
         splits[split] = {}
         for path, langs in sources:
             langs = langs or [l for l in configured if split != "dev" or l not in task.dev_missing]
-            if task.format == RANKING:  # each language's queries with the file's whole candidate pool
+            if get_format(task.format).scorer == RANKING:  # each language's queries with the file's whole candidate pool
                 rows = read_table(path, task.format).to_pylist()
                 splits[split].update(pool_ranking.rows_by_language(rows, langs, str(path)))
             else:
@@ -200,14 +202,14 @@ def evaluate_run(target: str, models: dict[str, Path], data: Sources, settings: 
         selections = {}
         for model_dir in sorted(set(model_of.values())):
             model, tokenizer = _load_target_model(task, model_dir, dev)
-            if task.format == RANKING:  # read sequences as training did
+            if head_kind(task.format) == RANKING:  # read sequences as training did
                 dual_encoder.configure_head(model.heads[task.name], settings)
             train_log = read_json(model_dir / "train_log.json")
             selections[str(model_dir)] = train_log["best"]
             if train_log.get("intermediate_visual"):  # trained after an image task: text-only, and how
                 extra["intermediate_visual"] = train_log["intermediate_visual"]
             # ranking: the candidate pool is embedded once, not once per language
-            pool = pool_ranking.PoolScorer(model, task, tokenizer, opts, dev) if task.format == RANKING else None
+            pool = pool_ranking.PoolScorer(model, task, tokenizer, opts, dev) if get_format(task.format).scorer == RANKING else None
             for split, by_lang in splits.items():
                 for lang, rows in by_lang.items():
                     if model_of[lang] != model_dir:

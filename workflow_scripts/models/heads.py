@@ -17,6 +17,7 @@ from torch import nn
 from workflow_scripts.common import InputError
 from workflow_scripts.data.tasks import (CLASSIFICATION, MLM, MULTIPLE_CHOICE, RANKING, SPAN, TAGGING, VISUAL_ANSWER,
                                          VISUAL_CLASSIFICATION, VISUAL_RETRIEVAL)
+from workflow_scripts.formats import head_kind
 from workflow_scripts.models import dual_encoder
 from workflow_scripts.models.backbones import ADAPTER_DIR, family_of, get_family
 from workflow_scripts.models.backbones.family import pool
@@ -72,7 +73,9 @@ def load_mlm_head(model_dir: str | Path, encoder: nn.Module):
 
 
 def make_head(fmt: str, hidden: int, num_labels: int, dropout: float, init_std: float):
-    """A freshly initialised output head (heads never carry over between phases)."""
+    """A freshly initialised output head (heads never carry over between phases), of the kind
+    the format names (formats/: TaskFormat.head)."""
+    fmt = head_kind(fmt)
     if fmt == RANKING:
         return dual_encoder.RankingHead(hidden, init_std).to(torch.float32)
     if fmt == CLASSIFICATION:
@@ -158,6 +161,7 @@ def task_logits(model, fmt: str, task: str, batch: dict[str, Any]):
     import torch.nn.functional as F
 
     head = model.heads[task]
+    fmt = head_kind(fmt)
     if fmt == RANKING:
         return dual_encoder.logits(model, head, batch)
     if fmt in (VISUAL_CLASSIFICATION, VISUAL_ANSWER):

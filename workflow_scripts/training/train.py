@@ -48,6 +48,7 @@ from workflow_scripts.common import (LOG, InputError, atomic_path, autocast, can
 from workflow_scripts.data.features import Encoded, collate, encode, length_grouped_batches
 from workflow_scripts.data.prepare import read_table
 from workflow_scripts.data.tasks import MLM, RANKING, TAGGING, Task, get_task, primary_metric
+from workflow_scripts.formats import get_format, head_kind
 from workflow_scripts.evaluation.evaluate import score_encoded
 from workflow_scripts.data.ranking_inputs import CANDIDATE
 from workflow_scripts.evaluation import pool_ranking
@@ -134,7 +135,7 @@ def load_phase_data(encoder_dir: Path, encoder, tokenizer, data: dict[str, dict[
         # Multilingual files (XNLI's translated MNLI, a target's own train split) hold several
         # languages: keep those the data map (or the phase's language) names.
         language = settings.get("language", "en")
-        sources = data_sources(data[name]["train"], None if task.format == MLM else [language])
+        sources = data_sources(data[name]["train"], None if head_kind(task.format) == MLM else [language])
         train = pa.concat_tables([_table_in(read_table(path, task.format), langs, task.format) for path, langs in sources],
                                  promote_options="permissive")
         image_task = None
@@ -147,9 +148,9 @@ def load_phase_data(encoder_dir: Path, encoder, tokenizer, data: dict[str, dict[
         if not train.num_rows:
             wanted = ", ".join(sorted({l for _, langs in sources for l in langs or []}))
             raise InputError(f"{data[name]['train']}: no {wanted} training examples for task {name}")
-        if task.format != MLM:
+        if head_kind(task.format) != MLM:  # masked-LM losses select nothing
             # a ranking task selects in a pool of candidates of every language (pool_ranking.py)
-            subset = pool_ranking.selection_subset if task.format == RANKING else _dev_subset
+            subset = pool_ranking.selection_subset if get_format(task.format).scorer == RANKING else _dev_subset
             for path, langs in data_sources(data[name]["dev"], [opts.get("select_language", "en")]):
                 dev_table = _table_in(read_table(path, task.format), langs, task.format)
                 dev_file = (image_task.attach(dev_table, f"{name} dev") if image_task else dev_table).to_pylist()
@@ -161,7 +162,7 @@ def load_phase_data(encoder_dir: Path, encoder, tokenizer, data: dict[str, dict[
             tags = sorted(set(pc.unique(pc.list_flatten(train["tags"])).to_pylist()) | dev_tags)
             task = tasks[name] = dataclasses.replace(task, labels=tuple(tags))
         train_sets[name] = encode(task, tokenizer, train, opts, train=True)
-        if task.format == MLM:
+        if head_kind(task.format) == MLM:
             heads[name] = mlm_head(lineage(encoder_dir).base, encoder)
         elif image_task is not None:
             heads[name] = image_task.head(encoder.config, float(settings["dropout"]), initializer_range(encoder.config))
@@ -169,7 +170,7 @@ def load_phase_data(encoder_dir: Path, encoder, tokenizer, data: dict[str, dict[
         else:
             heads[name] = make_head(task.format, encoder.config.hidden_size, task.num_labels,
                                     float(settings["dropout"]), initializer_range(encoder.config))
-            if task.format == RANKING:
+            if head_kind(task.format) == RANKING:
                 dual_encoder.configure_head(heads[name], opts)
     # The selection subsets never change: encode them once, not at every evaluation.
     dev_opts = {n: {**task_opts[n], "eval_batch_size": settings["eval_batch_size"]} for n in tasks}
@@ -291,7 +292,7 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
     family = family_of(encoder_dir)
     # Adapters: the heads train whole and are saved with the adapter (not the MLM head, which
     # predicts with the frozen embeddings).
-    head_formats = {n: (t.format, t.num_labels) for n, t in tasks.items() if t.format != MLM}
+    head_formats = {n: (t.format, t.num_labels) for n, t in tasks.items() if head_kind(t.format) != MLM}
     if hasattr(encoder.config, "use_cache"):
         # Training never decodes: a decoder's KV cache would only hold memory, and under
         # activation checkpointing the recomputed forward appends to the cache the first
@@ -364,7 +365,7 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
             feats = streams[name].next()
             step_loss = torch.zeros((), device=dev)
             for chunk, weight in runtime.micro_batches(feats, micro):
-                cpu_batch = collate(chunk, task.format, tokenizer.pad_token_id, mlm_args if task.format == MLM else None)
+                cpu_batch = collate(chunk, task.format, tokenizer.pad_token_id, mlm_args if head_kind(task.format) == MLM else None)
                 if weight != 0.0:  # not a stand-in that only keeps this rank in step with the others
                     meter.add_batch(cpu_batch, len(chunk))
                 with autocast(dev):

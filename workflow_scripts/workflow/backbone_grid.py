@@ -19,6 +19,7 @@ import dataclasses
 from typing import Any
 
 from workflow_scripts.data.tasks import TASKS, get_task
+from workflow_scripts.models.backbones import get_family
 from workflow_scripts.workflow import paths, transfer
 from workflow_scripts.workflow.schema import (DEFAULT_ACTIVATION_CHECKPOINTING, DEFAULT_METHOD,
                                                DEFAULT_PRECISION, FAMILIES, LORA_KEYS, METHODS, lora_settings)
@@ -222,7 +223,7 @@ def check(config: dict[str, Any]) -> None:
         baseline_setting = transfer.baseline_setting(config)
         if baseline_setting not in part["settings"]:
             raise BackboneError(f"config key {key}.grid.settings: lacks the baseline setting {baseline_setting!r}")
-        if family != "encoder":
+        if not get_family(family).has_mlm:  # backbones/: Family.has_mlm
             for inter in part["intermediate"]:
                 if config["intermediate"][inter].get("mlm"):
                     raise BackboneError(f"config key {key}.grid.intermediate: {inter!r} mixes in MLM, and a {family} "

@@ -119,14 +119,17 @@ def _plain(value):
 
 def task_fingerprint(names) -> dict[str, dict]:
     """What a job reads of the task catalogue: the entries of its own tasks (all but their
-    prose) and the code hash of each one's converter. A job's params carry it, so adding
-    or editing another task leaves the job as it is."""
+    prose), the code hash of each one's converter and that of its format's module
+    (workflow_scripts/formats/, imported by name and so in no import closure). A job's
+    params carry it, so adding or editing another task or format leaves the job as it is."""
     from workflow_scripts.data.tasks import get_task
+    from workflow_scripts.formats import module_name
 
     found = {}
     for name in sorted(set(names)):
         task = get_task(name)
         entry = {k: _plain(v) for k, v in vars(task).items() if k not in ("description", "entry_file")}
         entry["converter"] = file_digest(task.converter_file) if task.converter_file else module_digest(task.converter)
+        entry["format_code"] = module_digest(module_name(task.format))
         found[name] = entry
     return found

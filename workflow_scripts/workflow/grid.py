@@ -11,16 +11,15 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.common import REPO_ROOT, is_url, repo_path
-from workflow_scripts.data.tasks import (CONTROLS, MLM, PROVIDED_TRANSLATIONS, RANKING, SPAN, TASKS,
+from workflow_scripts.data.tasks import (CONTROLS, MLM, PROVIDED_TRANSLATIONS, TASKS,
                                          TRANSLATABLE_FORMATS, get_task)
+from workflow_scripts.formats import get_format
 from workflow_scripts.workflow import backbone_grid, benchmark, memory_plan, paths, slurm, transfer
 from workflow_scripts.workflow.transfer import data_path, translate_test_path, translated_path
 
 PHASE_KEYS = ("learning_rate", "warmup_ratio", "weight_decay", "max_grad_norm", "dropout", "eval_every",
               "patience", "dev_examples", "eval_batch_size", "max_micro_batch", "multitask_cap",
               "multitask_epochs", "max_steps")
-SPAN_KEYS = ("doc_stride", "max_query_length", "n_best", "max_answer_length")
-RANKING_KEYS = ("max_query_length", "lowercase", "pooling")
 # The languages of the embedded demo data (demo/hub, demo/parallel): demo/make_demo_data.py
 # writes synthetic rows in them for every multilingual task (XCOPA and Mewsli-X too).
 DEMO_LANGUAGES = ("en", "de", "ru", "sw")
@@ -527,10 +526,7 @@ def submission_predictions(config: dict[str, Any], backbone: str) -> dict[str, s
 def _task_opts(config: dict[str, Any], task: str) -> dict[str, Any]:
     cfg = config["tasks"][task]
     opts = {k: cfg[k] for k in ("batch_size", "epochs", "max_length")}
-    if get_task(task).format == SPAN:
-        opts.update({k: cfg[k] for k in SPAN_KEYS})
-    if get_task(task).format == RANKING:
-        opts.update({k: cfg[k] for k in RANKING_KEYS})
+    opts.update({k: cfg[k] for k in get_format(get_task(task).format).options})  # formats/: TaskFormat.options
     return opts
 
 
@@ -623,10 +619,7 @@ def eval_settings(config: dict[str, Any], backbone: str, target: str, setting_to
     cfg = config["tasks"][target]
     settings: dict[str, Any] = {"languages": cfg["languages"], "max_length": cfg["max_length"],
                                 "eval_batch_size": config["training"]["target"]["eval_batch_size"]}
-    if get_task(target).format == SPAN:
-        settings.update({k: cfg[k] for k in SPAN_KEYS})
-    if get_task(target).format == RANKING:
-        settings.update({k: cfg[k] for k in RANKING_KEYS})
+    settings.update({k: cfg[k] for k in get_format(get_task(target).format).options})
     if get_task(target).is_retrieval:
         ret = backbone_grid.retrieval_settings(config, backbone)
         settings["retrieval"] = {"layer": ret["layer"], "pooling": ret["pooling"], "index": ret["index"],

@@ -70,6 +70,7 @@ from typing import Any
 
 from workflow_scripts.data.tasks import (CLASSIFICATION, MLM, MULTIPLE_CHOICE, RANKING, SPAN, TAGGING, TASKS,
                                          VISUAL_ANSWER, VISUAL_CLASSIFICATION, VISUAL_FORMATS)
+from workflow_scripts.formats import head_kind
 from workflow_scripts.models.backbones import get_family
 from workflow_scripts.workflow.schema import (DEFAULT_ACTIVATION_CHECKPOINTING, DEFAULT_METHOD, DEFAULT_PRECISION,
                                               FAMILIES, LORA_DEFAULTS, LORA_KEYS, METHODS, PRECISIONS, default,
@@ -374,7 +375,7 @@ def task_head_parameters(task: str, arch: Architecture) -> float:
     MLM a dense layer and an output bias (its decoder is tied to the embedding)."""
     h = arch.hidden_size
     spec = TASKS.get(task)
-    fmt = spec.format if spec else CLASSIFICATION
+    fmt = head_kind(spec.format) if spec else CLASSIFICATION  # a new format sized as the head it names
     labels = spec.num_labels if spec and spec.num_labels else 0
     if fmt == MULTIPLE_CHOICE:
         return float(h * h + h + h + 1)
@@ -569,15 +570,16 @@ def phase_shape(config: Mapping[str, Any], phase: str, seq_len: int | None = Non
         entry = tasks.get(name) or {}
         spec = TASKS.get(name)
         choices = spec.num_choices if spec and spec.num_choices else 1
-        if spec is not None and spec.format == RANKING:  # each example: a query and its gold candidate
+        kind = head_kind(spec.format) if spec is not None else None  # formats/: TaskFormat.head
+        if kind == RANKING:  # each example: a query and its gold candidate
             choices = 2
         visual = 0
-        if spec is not None and spec.format in (VISUAL_CLASSIFICATION, VISUAL_ANSWER):  # the images' tokens join the text
+        if kind in (VISUAL_CLASSIFICATION, VISUAL_ANSWER):  # the images' tokens join the text
             visual = spec.images_per_example * visual_tokens(config)
         workloads.append(Workload(
             task=name, seq_len=(seq_len or int(entry.get("max_length", max_length))) + visual,
             micro_batch=min(cap, int(entry.get("batch_size", batch_size))) * choices,
-            with_mlm_logits=spec is not None and spec.format == MLM))
+            with_mlm_logits=kind == MLM))
     return PhaseShape(workloads=tuple(workloads), jobs=tuple(jobs))
 
 

@@ -35,7 +35,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from workflow_scripts.data.tasks import CLASSIFICATION, RANKING, SPAN, TAGGING, TRANSLATABLE_FORMATS, get_task
+from workflow_scripts.data.tasks import RANKING, SPAN, TRANSLATABLE_FORMATS, get_task
+from workflow_scripts.formats import get_format
 from workflow_scripts.workflow import paths
 
 ZERO_SHOT = "zero_shot"
@@ -168,7 +169,7 @@ class _Resolver:
                 raise self.fail(f"no published {self.target} training translation in {lang!r}: "
                                 f"tasks.{published}.languages lacks it")
             return DataRef(data_path(published, "train"), (lang,), "published_mt")
-        if self.task.format == TAGGING or get_task(train_from).format not in TRANSLATABLE_FORMATS:
+        if not get_format(self.task.format).translatable or get_task(train_from).format not in TRANSLATABLE_FORMATS:
             raise self.fail(f"{self.target} ({self.task.format}) training data cannot be machine-translated "
                             "(label projection is out of scope)")
         self.need_translator(lang)
@@ -231,9 +232,9 @@ def _applies(setting: str, target: str) -> str | None:
         # XTREME-R defines these on English training data only; their other-language data
         # (translated SIQA, COPA, Wikipedia pairs) is not part of the benchmark.
         return f"{target} trains on English data only here; only zero_shot applies"
-    if setting.startswith("translate_train") and task.format == TAGGING:
-        return "tagging tasks get no translate settings (label projection is out of scope, as in XTREME)"
-    if setting == "translate_test" and task.format not in (CLASSIFICATION, SPAN):
+    if setting.startswith("translate_train") and not get_format(task.format).translatable:
+        return f"{task.format} tasks get no translate settings (label projection is out of scope, as in XTREME)"
+    if setting == "translate_test" and not get_format(task.format).translate_test:
         return f"{task.format} test data cannot be translated and scored"
     if setting.startswith("in_language") and not task.in_language_train:
         return f"{target} has no training data outside English"

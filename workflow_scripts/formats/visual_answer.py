@@ -1,0 +1,8 @@
+"""A question about an image, answered from an answer vocabulary with soft targets (VQA v2;
+multimodal/vqa.py). The vocabulary comes from the training split, as CCG's tag set does."""
+
+from workflow_scripts.formats import TaskFormat
+
+FORMAT = TaskFormat(name="visual_answer", columns={"text_a": "string", "images": "list<string>",
+                                                   "answers": "list<string>"},
+                    head="visual_answer", scorer="visual_answer", visual=True)

@@ -106,7 +106,9 @@ def test_every_preset_resolves_to_its_frozen_config_and_validates(preset):
     from snakemake.utils import validate
 
     config = config_layers.load([REPO / preset])
-    assert config == json.loads(FROZEN.read_text())[preset]
+    assert config == json.loads(FROZEN.read_text()).get(preset), (
+        f"{preset} no longer resolves to its config in {FROZEN.name}; after a deliberate change,"
+        " refreeze it with `PYTHONPATH=. python tests/test_config_layers.py --refreeze`")
     grid.check_schema(config, str(config_check.SCHEMA))
     validate(config, str(config_check.SCHEMA))
     grid.check_config(config)
@@ -133,3 +135,15 @@ def test_snakemake_plans_the_resolved_config_with_command_line_values_over_it(tm
     assert proc.returncode == 0, out[-3000:]
     assert "results/from_command_line/metrics/xlmr_tiny/zero_shot/snli_ve/xnli/seed1.json" in out
     assert "results/from_file/" not in out and "results/multimodal_demo/" not in out
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] != ["--refreeze"]:
+        sys.exit("usage: PYTHONPATH=. python tests/test_config_layers.py --refreeze  (rewrites tests/frozen_presets.json)")
+    frozen = json.loads(FROZEN.read_text())
+    frozen.update({preset: config_layers.load([REPO / preset]) for preset in PRESETS})
+    FROZEN.write_text("{\n" + ",\n".join(f"{json.dumps(name)}: {json.dumps(frozen[name], sort_keys=True)}"
+                                          for name in sorted(frozen)) + "\n}\n")
+    print(f"wrote {FROZEN.relative_to(REPO)}")

@@ -1,6 +1,7 @@
 # The two set-up-and-run commands of README.md. Both create .venv on first use.
 #   make demo   install, then run the embedded offline demo (snakemake --cores 2)
-#   make test   install, then run the test suite
+#   make test   install, then lint and run the whole test suite (every tier)
+#   make test-fast   the unit tier only (a couple of minutes); make lint   the style checks only
 #   make demo TORCH=cpu   the same, with PyTorch's CPU build (a machine without a GPU)
 VENV ?= .venv
 CORES ?= 2
@@ -18,7 +19,7 @@ endif
 # Rules call `python -m workflow_scripts...`: the environment's python must come first.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: demo test install preflight
+.PHONY: demo test install preflight lint test-fast test-integration test-multiprocess test-cluster
 
 install: $(VENV)/.installed
 
@@ -35,8 +36,24 @@ $(VENV)/.installed: requirements.txt requirements-test.txt
 demo: install
 	$(BIN)/snakemake --cores $(CORES)
 
-test: install
+# ruff and snakefmt read their settings from pyproject.toml. To apply what they ask for:
+#   ruff check --fix . && ruff format . && snakefmt .
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/snakefmt --check .
+
+# Test tiers (pytest markers, pyproject.toml; tests/conftest.py requires exactly one per test):
+# unit (in-process), integration (snakemake on a copy of the tree, the local Hub server),
+# multiprocess (spawned workers), cluster (a throwaway Slurm cluster). `test` runs them all.
+test: lint
 	$(BIN)/python -m pytest -q -rs tests
+
+test-fast: install
+	$(BIN)/python -m pytest -q -rs -m unit tests
+
+test-integration test-multiprocess test-cluster: test-%: install
+	$(BIN)/python -m pytest -q -rs -m $* tests
 
 # Before a grid spends GPU hours (docs/hub_and_preflight.md):
 #   make preflight CONFIG=config/paper.yaml PROFILE=slurm

@@ -8,6 +8,8 @@ import pytest
 from workflow_scripts.common import InputError
 from workflow_scripts.workflow.cost import dry_run_jobs, measured_table, plan_table, read_records
 
+pytestmark = pytest.mark.unit
+
 REPO = Path(__file__).resolve().parent.parent
 HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
 

@@ -13,6 +13,8 @@ import yaml
 
 from conftest import copy_repo, planned_jobs, snakemake
 
+pytestmark = pytest.mark.integration
+
 CONFIG = "config/multimodal_demo.yaml"
 
 

@@ -14,6 +14,8 @@ from conftest import read_label_file, read_tag_file
 from workflow_scripts.common import InputError
 from workflow_scripts.reporting import predictions
 
+pytestmark = pytest.mark.unit
+
 
 def test_classification_labels_are_spelled_as_in_the_label_files(tmp_path):
     predictions.write_predictions("xnli", {"de": [0, 2, 1]}, tmp_path / "xnli")

@@ -12,6 +12,8 @@ from conftest import copy_repo, job_counts, snakemake
 from workflow_scripts.data.tasks import get_task
 from workflow_scripts.workflow import benchmark, memory_plan
 
+pytestmark = pytest.mark.integration
+
 CONFIG = "config/xtreme_small.yaml"
 
 

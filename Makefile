@@ -49,8 +49,10 @@ lint: install
 test: lint
 	$(BIN)/python -m pytest -q -rs tests
 
+# Meant to stay under two minutes on two cores: it names its ten slowest steps, so that a
+# slow test is seen (and moved to another tier) when it comes.
 test-fast: install
-	$(BIN)/python -m pytest -q -rs -m unit tests
+	$(BIN)/python -m pytest -q -rs --durations=10 -m unit tests
 
 test-integration test-multiprocess test-cluster: test-%: install
 	$(BIN)/python -m pytest -q -rs -m $* tests

@@ -12,6 +12,14 @@ from pathlib import Path
 
 import pytest
 
+# Two OpenMP runtimes share this process (torch's, and faiss's with its OpenBLAS). With the
+# default policy an idle runtime's threads keep spinning after its work, and on two busy
+# cores a torch training test run after test_backbones (which scores retrieval with faiss)
+# became 5-30x slower: test_demo_models' pre-training took 7 s alone, 31-92 s after it.
+# Passive threads sleep instead. Set before anything loads either library; subprocesses of
+# the tests inherit it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 REPO = Path(__file__).resolve().parent.parent
 DEMO_HUB = REPO / "demo" / "hub"
 

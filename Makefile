@@ -38,14 +38,18 @@ demo: install
 
 # ruff and snakefmt read their settings from pyproject.toml. To apply what they ask for:
 #   ruff check --fix . && ruff format . && snakefmt .
+# All three run, then the target fails if any did: one run names every finding.
 lint: install
-	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
-	$(BIN)/snakefmt --check .
+	@status=0; \
+	$(BIN)/ruff check . || status=1; \
+	$(BIN)/ruff format --check . || status=1; \
+	$(BIN)/snakefmt --check . || status=1; \
+	exit $$status
 
 # Test tiers (pytest markers, pyproject.toml; tests/conftest.py requires exactly one per test):
-# unit (in-process), integration (snakemake on a copy of the tree, the local Hub server),
-# multiprocess (spawned workers), cluster (a throwaway Slurm cluster). `test` runs them all.
+# unit (in-process), integration (snakemake or a CLI end to end in subprocesses, the local Hub
+# server), multiprocess (spawned workers), cluster (a throwaway Slurm cluster). `test` runs
+# them all, each test once.
 test: lint
 	$(BIN)/python -m pytest -q -rs tests
 

@@ -1,6 +1,7 @@
 # The two set-up-and-run commands of README.md. Both create .venv on first use.
 #   make demo   install, then run the embedded offline demo (snakemake --cores 2)
-#   make test   install, then run the test suite
+#   make test   install, then lint and run the whole test suite (every tier)
+#   make test-fast   the unit tier only (a couple of minutes); make lint   the style checks only
 #   make demo TORCH=cpu   the same, with PyTorch's CPU build (a machine without a GPU)
 VENV ?= .venv
 CORES ?= 2
@@ -18,7 +19,7 @@ endif
 # Rules call `python -m workflow_scripts...`: the environment's python must come first.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: demo test install preflight
+.PHONY: demo test install preflight lint test-fast test-integration test-multiprocess test-cluster
 
 install: $(VENV)/.installed
 
@@ -35,8 +36,30 @@ $(VENV)/.installed: requirements.txt requirements-test.txt
 demo: install
 	$(BIN)/snakemake --cores $(CORES)
 
-test: install
+# ruff and snakefmt read their settings from pyproject.toml. To apply what they ask for:
+#   ruff check --fix . && ruff format . && snakefmt .
+# All three run, then the target fails if any did: one run names every finding.
+lint: install
+	@status=0; \
+	$(BIN)/ruff check . || status=1; \
+	$(BIN)/ruff format --check . || status=1; \
+	$(BIN)/snakefmt --check . || status=1; \
+	exit $$status
+
+# Test tiers (pytest markers, pyproject.toml; tests/conftest.py requires exactly one per test):
+# unit (in-process), integration (snakemake or a CLI end to end in subprocesses, the local Hub
+# server), multiprocess (spawned workers), cluster (a throwaway Slurm cluster). `test` runs
+# them all, each test once.
+test: lint
 	$(BIN)/python -m pytest -q -rs tests
+
+# Meant to stay under two minutes on two cores: it names its ten slowest steps, so that a
+# slow test is seen (and moved to another tier) when it comes.
+test-fast: install
+	$(BIN)/python -m pytest -q -rs --durations=10 -m unit tests
+
+test-integration test-multiprocess test-cluster: test-%: install
+	$(BIN)/python -m pytest -q -rs -m $* tests
 
 # Before a grid spends GPU hours (docs/hub_and_preflight.md):
 #   make preflight CONFIG=config/paper.yaml PROFILE=slurm

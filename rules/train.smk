@@ -87,7 +87,10 @@ rule train_target:
 # A target's stages (XTREME-R's XCOPA: SIQA, then COPA): each trains on the stage task's
 # English data, selected on its English dev split, starting from the previous stage's model;
 # the target's own training starts from the last one (grid.target_start).
-rule train_target_stage:
+# The same job as train_target (command, threads, retries, resources, environment) on
+# other files: `use rule` keeps the two from drifting apart. Its params keep their keys and
+# values (code is inherited), so finished stages do not rerun.
+use rule train_target as train_target_stage with:
     """A stage before a target's own training (XCOPA: SIQA)."""
     input:
         unpack(stage_inputs),
@@ -101,25 +104,5 @@ rule train_target_stage:
         settings=stage_settings,
         data=stage_data_map,
         checkpoints=f"{RESULTS}/checkpoints/target/{{backbone}}/{{intermediate}}/{{target}}/stages/{{stage}}/seed{{seed}}",
-        code=module_digest("training.train"),
         # the catalogue entries and converters of the tasks this job reads, and no other
         tasks=job_tasks(lambda w: [w.stage, *grid.target_tasks(config, w.target)]),
-    threads: res("train_target", "threads")
-    retries: training_retries("train_target")
-    resources:
-        mem_mb=res("train_target", "mem_mb"),
-        runtime=res("train_target", "runtime"),
-        gpu=training_gpus("train_target"),
-        launcher=training_launcher,
-        **training_geometry(),
-        slurm_extra=training_slurm_extra("train_target"),
-        checkpoint_every=res("train_target", "checkpoint_every"),
-        keep_checkpoints=res("train_target", "keep_checkpoints"),
-    conda:
-        "../envs/training.yaml"
-    shell:
-        "{resources.launcher} -m workflow_scripts.training.train target --encoder {input.encoder}"
-        " --data {params.data:q} --settings {params.settings:q} --seed {wildcards.seed}"
-        " --threads {threads} --output {output.model} --checkpoint-dir {params.checkpoints}"
-        " --checkpoint-every {resources.checkpoint_every}"
-        " --keep-checkpoints {resources.keep_checkpoints} > $(fresh_log {log:q}) 2>&1"

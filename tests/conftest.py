@@ -12,8 +12,37 @@ from pathlib import Path
 
 import pytest
 
+# Two OpenMP runtimes share this process (torch's, and faiss's with its OpenBLAS). With the
+# default policy an idle runtime's threads keep spinning after its work, and on two busy
+# cores a torch training test run after test_backbones (which scores retrieval with faiss)
+# became 5-30x slower: test_demo_models' pre-training took 7 s alone, 31-92 s after it.
+# Passive threads sleep instead. Set before anything loads either library; subprocesses of
+# the tests inherit it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 REPO = Path(__file__).resolve().parent.parent
 DEMO_HUB = REPO / "demo" / "hub"
+
+
+# ----- test tiers ----------------------------------------------------------------------------
+
+# What a test costs, as a pytest marker (pyproject.toml): `make test-fast` runs the unit tier
+# only, `make test` all four. A test without a tier would silently drop out of the fast run,
+# one with two would run in both partial runs and say nothing true about its cost.
+TIERS = ("unit", "integration", "multiprocess", "cluster")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: the check covers every collected test
+def pytest_collection_modifyitems(config, items):
+    problems = []
+    for item in items:
+        tiers = sorted({mark.name for mark in item.iter_markers() if mark.name in TIERS})
+        if len(tiers) != 1:
+            problems.append(f"{item.nodeid}: {'no tier' if not tiers else 'tiers ' + ', '.join(tiers)}")
+    if problems:
+        raise pytest.UsageError(f"each test needs exactly one tier marker of {', '.join(TIERS)} "
+                                f"(pytestmark = pytest.mark.unit in the module, or on the test):\n  "
+                                + "\n  ".join(problems))
 
 
 def local_settings(path: str, languages: list[str] | None = None) -> dict:

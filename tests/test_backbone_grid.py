@@ -10,6 +10,8 @@ import yaml
 
 from workflow_scripts.workflow import backbone_grid, grid
 
+pytestmark = pytest.mark.unit
+
 REPO = Path(__file__).resolve().parent.parent
 
 

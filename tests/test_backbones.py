@@ -24,6 +24,8 @@ from workflow_scripts.models.heads import (MultiHeadModel, forward, load_encoder
                                            make_head)
 from workflow_scripts.training.train import train_phase
 
+pytestmark = pytest.mark.unit
+
 FAMILIES = ("encoder", "seq2seq_encoder", "decoder")
 TEXTS = ["the cat sat on the mat", "a dog barks at the moon", "der Hund bellt den Mond an",
          "die Katze sitzt auf der Matte", "what does the fox say", "where is the answer in this text"]

@@ -8,6 +8,8 @@ import torch
 from workflow_scripts.common import InputError
 from workflow_scripts.training.checkpoints import BestWeights, load_weights_into, save_weights
 
+pytestmark = pytest.mark.unit
+
 
 class Mixed(torch.nn.Module):
     """Parameters and buffers of several dtypes, one tensor shared under two names."""

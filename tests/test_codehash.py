@@ -6,6 +6,8 @@ import pytest
 
 from workflow_scripts.workflow import codehash
 
+pytestmark = pytest.mark.unit
+
 
 def test_import_closures_follow_the_package_imports():
     tables = codehash.import_closure("workflow_scripts.reporting.tables")

@@ -92,6 +92,7 @@ CASES = [
 ]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name,key,value,message", CASES, ids=[c[0] for c in CASES])
 def test_bad_config_fails_before_any_job_naming_the_key(repo, name, key, value, message):
     config = edit(yaml.safe_load((repo / "config.yaml").read_text()), key, value)
@@ -109,6 +110,7 @@ def presets(repo: Path) -> list[Path]:
             paper_with_larger_backbones(repo)]
 
 
+@pytest.mark.unit
 def test_every_preset_passes_the_config_check(repo):
     from snakemake.utils import validate
 
@@ -124,6 +126,7 @@ def test_every_preset_passes_the_config_check(repo):
             "xtreme_small.yaml"} <= set(checked)
 
 
+@pytest.mark.unit
 def test_the_loaders_language_lists_are_the_checked_ones():
     """The config check's languages of a target (the benchmarks' lists) are the codes its
     loader can read: the loaders' own lists may not drift from them."""
@@ -137,6 +140,7 @@ def test_the_loaders_language_lists_are_the_checked_ones():
     assert set(xcopa.XCOPA_LANGUAGES) == set(grid.target_languages("xcopa"))
 
 
+@pytest.mark.unit
 def test_the_demo_languages_count_for_local_data_only():
     config = {"data": {"source": "local"}}
     assert {"de", "ru"} <= set(grid.task_languages(config, "xcopa"))  # the demo mirror's synthetic XCOPA
@@ -153,6 +157,7 @@ def test_the_demo_languages_count_for_local_data_only():
         assert {p.name for p in (REPO / "demo" / "hub" / dataset).iterdir()} & {"de", "ru"} == {"de", "ru"}
 
 
+@pytest.mark.unit
 def test_atomic_path_leaves_nothing_on_failure(tmp_path):
     target = tmp_path / "out" / "model"
     with pytest.raises(RuntimeError):
@@ -167,6 +172,7 @@ def test_atomic_path_leaves_nothing_on_failure(tmp_path):
     assert target.read_text() == "done"
 
 
+@pytest.mark.integration
 def test_killed_training_leaves_no_output(tmp_path, demo_data, demo_encoder_dir):
     settings = {"dropout": 0.1, "dev_examples": 50, "eval_batch_size": 32, "eval_every": 10_000,
                 "learning_rate": 1e-4, "max_grad_norm": 1.0, "max_micro_batch": 32, "multitask_cap": 131072,

@@ -84,6 +84,7 @@ def defined(path: list[str]) -> bool:
     return True
 
 
+@pytest.mark.unit
 def test_the_checker_tells_a_defined_key_from_one_the_schema_rejects():
     assert defined(["backbones", "xlmr_large", "lora", "target_modules"])
     assert defined(["backbones", "xlmr_large", "lora", "rank"])
@@ -114,6 +115,7 @@ def reads(tmp_path_factory) -> dict[str, list]:
     return found
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_config_key_the_workflow_reads_is_defined_by_the_schema(reads, preset):
     recorded = reads[preset]

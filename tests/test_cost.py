@@ -17,6 +17,7 @@ def record(path: Path, seconds: float, rss: str) -> None:
     path.write_text(HEADER + f"{seconds}\t0:00:01\t{rss}\t1\t1\t1\t0\t0\t50\t1\n")
 
 
+@pytest.mark.unit
 def test_measured_cost_sums_records_per_rule_with_requested_gpus(tmp_path):
     record(tmp_path / "train_target/xnli/seed1.tsv", 3600, "2048")
     record(tmp_path / "train_target/xnli/seed2.tsv", 1800, "NA")  # too short for Snakemake to sample memory
@@ -32,6 +33,7 @@ def test_measured_cost_sums_records_per_rule_with_requested_gpus(tmp_path):
     assert table.loc["total", "gpu_h"] == pytest.approx(1.5) and table.loc["total", "jobs"] == 4
 
 
+@pytest.mark.unit
 def test_a_broken_benchmark_record_is_named(tmp_path):
     (tmp_path / "evaluate_target").mkdir()
     (tmp_path / "evaluate_target" / "bad.tsv").write_text("seconds\n")
@@ -41,6 +43,7 @@ def test_a_broken_benchmark_record_is_named(tmp_path):
         measured_table([], {})
 
 
+@pytest.mark.unit
 def test_plan_uses_expected_runtime_where_given_else_the_time_limit():
     jobs = [{"rule": "train_target", "gpu": 1.0, "runtime": 240.0}] * 3 + \
         [{"rule": "evaluate_target", "gpu": 1.0, "runtime": 60.0}, {"rule": "prepare_task_data", "threads": 1}]
@@ -51,6 +54,7 @@ def test_plan_uses_expected_runtime_where_given_else_the_time_limit():
     assert table.loc["total", "gpu_h"] == pytest.approx(19.0)
 
 
+@pytest.mark.integration
 def test_plan_reads_the_paper_preset_dag():
     jobs = dry_run_jobs("config/paper.yaml", REPO)
     rules = {j["rule"] for j in jobs}

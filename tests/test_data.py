@@ -10,6 +10,8 @@ from workflow_scripts.common import InputError
 from workflow_scripts.data.prepare import SCHEMAS, prepare, read_table
 from workflow_scripts.data.tasks import NLI_LABELS, get_task
 
+pytestmark = pytest.mark.unit
+
 
 def test_every_canonical_file_has_its_format_schema(demo_data):
     for name, path in demo_data.items():

@@ -13,6 +13,8 @@ import pytest
 
 from workflow_scripts.models.demo_models import build_demo_decoder, read_parallel
 
+pytestmark = pytest.mark.unit
+
 REPO = Path(__file__).resolve().parent.parent
 DECODER = {"vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
            "num_key_value_heads": 2, "intermediate_size": 128, "max_position_embeddings": 128, "seed": 0}

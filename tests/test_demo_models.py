@@ -15,6 +15,8 @@ from workflow_scripts.models.backbones.family import mean_pooled
 from workflow_scripts.models.demo_models import (build_demo_encoder, build_demo_translator, corpus_languages,
                                                  pretraining_examples, read_parallel)
 
+pytestmark = pytest.mark.unit
+
 REPO = Path(__file__).resolve().parent.parent
 ENCODER = {"vocab_size": 2000, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
            "intermediate_size": 64, "max_position_embeddings": 130, "seed": 0}

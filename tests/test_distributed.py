@@ -21,6 +21,8 @@ import torch
 from conftest import REPO
 from workflow_scripts.training import distributed as D
 
+pytestmark = pytest.mark.multiprocess
+
 WORKER = str(REPO / "tests" / "distributed_worker.py")
 STEPS = 10
 # 1 vs 2 processes in fp32: the same sums in another order. Observed max abs loss difference

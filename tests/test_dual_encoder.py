@@ -17,6 +17,8 @@ from workflow_scripts.data import ranking_inputs
 from workflow_scripts.evaluation import pool_ranking
 from workflow_scripts.training.train import carry_head, train_phase
 
+pytestmark = pytest.mark.unit
+
 PHASE = {"dropout": 0.0, "dev_examples": 30, "eval_batch_size": 32, "eval_every": 10, "learning_rate": 2e-3,
          "max_grad_norm": 1.0, "max_micro_batch": 16, "multitask_cap": 131072, "multitask_epochs": 1,
          "patience": 30, "warmup_ratio": 0.1, "weight_decay": 0.0}

@@ -11,6 +11,8 @@ import yaml
 
 from conftest import REPO, copy_repo, planned_jobs, snakemake
 
+pytestmark = pytest.mark.integration
+
 BACKBONE = "xlmr_tiny"
 
 

@@ -3,11 +3,14 @@
 import random
 
 import numpy as np
+import pytest
 
 from conftest import gold_span_logits
 from workflow_scripts.data.features import IGNORE, collate, decode_spans, encode, length_grouped_batches, merge_tags
 from workflow_scripts.data.prepare import read_table
 from workflow_scripts.data.tasks import get_task
+
+pytestmark = pytest.mark.unit
 
 SPAN_OPTS = {"max_length": 48, "doc_stride": 16, "max_query_length": 12, "n_best": 20, "max_answer_length": 10}
 

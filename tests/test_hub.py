@@ -24,6 +24,8 @@ from conftest import DEMO_HUB, REPO, copy_repo, file_digests, local_settings, sn
 from hub_server import (HubServer, config_splits, mirror_dataset, mirror_model, mirror_script_dataset,
                         new_commit)
 
+pytestmark = pytest.mark.integration
+
 # A repository whose main holds a loading script, its data on refs/convert/parquet (as the
 # Hub keeps the datasets it converted); the hub demo reads xnli_mt from it.
 SCRIPT_ONLY = "facebook/xnli"

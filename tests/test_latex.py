@@ -11,6 +11,8 @@ import pytest
 from workflow_scripts.common import InputError
 from workflow_scripts.reporting import latex
 
+pytestmark = pytest.mark.unit
+
 SETTINGS = {"baseline": "none", "baseline_setting": "zero_shot", "intermediate": ["none", "mnli", "hellaswag_de"],
             "seeds": [1, 2, 3], "targets": ["xnli", "xquad"], "decimals": 1,
             "target_languages": {"xnli": ["en", "de"], "xquad": ["en", "de"]}}

@@ -8,6 +8,8 @@ from workflow_scripts.data.loaders import load_converter
 from workflow_scripts.data.prepare import SCHEMAS, prepare, provenance, read_table
 from workflow_scripts.data.tasks import TASKS, get_task
 
+pytestmark = pytest.mark.unit
+
 # task -> (Hub path, languages of the evaluation splits, options)
 SOURCES = {
     "anli_plus": ("facebook/anli", None, {}),

@@ -12,6 +12,8 @@ from workflow_scripts.common import InputError
 from workflow_scripts.data.prepare import prepare, provenance, read_table
 from workflow_scripts.data.tasks import NLI_LABELS
 
+pytestmark = pytest.mark.unit
+
 REAL = Path(__file__).parent / "real_data" / "snli_ve" / "snli_ve_dev.jsonl"
 
 

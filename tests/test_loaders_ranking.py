@@ -13,6 +13,8 @@ from workflow_scripts.common import InputError
 from workflow_scripts.data.loaders.ranking import lareqa_rows, mention_query, sentence_breaks
 from workflow_scripts.data.prepare import prepare, provenance, read_table
 
+pytestmark = pytest.mark.unit
+
 
 def test_a_mention_query_is_one_marked_sentence_with_the_mention_prepended():
     text = "First sentence here. The verdict for {old} Smith came back.\\nLater."

@@ -15,6 +15,8 @@ from conftest import DEMO_HUB, local_settings
 from workflow_scripts.common import InputError
 from workflow_scripts.data.prepare import prepare, provenance, read_table
 
+pytestmark = pytest.mark.unit
+
 REAL = Path(__file__).resolve().parent / "real_data"
 XCOPA_SAMPLE = ["et", "qu", "sw", "th", "zh"]
 

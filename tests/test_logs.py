@@ -11,8 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import REPO
 from workflow_scripts.workflow import logs
+
+pytestmark = pytest.mark.unit
 
 
 def attempt(log: Path, text: str, snakemake_deletes: bool = True) -> None:

@@ -13,6 +13,8 @@ import yaml
 
 from workflow_scripts.workflow import memory_plan as mp
 
+pytestmark = pytest.mark.unit
+
 REPO = mp.__file__.rsplit("/workflow_scripts/", 1)[0]
 GB = 1e9
 

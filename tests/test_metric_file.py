@@ -14,6 +14,8 @@ from workflow_scripts.common import InputError
 from workflow_scripts.evaluation.metric_file import SOURCE_RECORD, backbone_record, weights_sha256
 from workflow_scripts.workflow import backbone_grid
 
+pytestmark = pytest.mark.unit
+
 SHA = "0123456789abcdef0123456789abcdef01234567"
 
 

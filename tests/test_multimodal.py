@@ -14,6 +14,8 @@ import yaml
 from conftest import copy_repo, planned_jobs, snakemake
 from workflow_scripts.workflow import config_layers
 
+pytestmark = pytest.mark.integration
+
 CONFIG = "config/multimodal_demo.yaml"
 
 

@@ -17,6 +17,8 @@ from workflow_scripts.multimodal import images, scene_world
 from workflow_scripts.multimodal.bank import FeatureBank
 from workflow_scripts.multimodal.scene_world import COLOURS, LABELS, Scene, Thing
 
+pytestmark = pytest.mark.unit
+
 
 def truth(scene: Scene, hypothesis: str) -> str:
     """The label of a hypothesis, judged from the scene alone (an independent oracle)."""

@@ -16,6 +16,8 @@ import torch
 from workflow_scripts.multimodal import scene_world
 from workflow_scripts.multimodal.prefix import AFTER_TEXT, PREFIX, VisualClassificationHead, join
 
+pytestmark = pytest.mark.unit
+
 
 def _texts(lengths, width, hidden=4):
     embeds = torch.randn(len(lengths), width, hidden, generator=torch.Generator().manual_seed(0))

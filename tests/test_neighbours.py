@@ -9,6 +9,8 @@ import pytest
 from workflow_scripts.common import InputError
 from workflow_scripts.evaluation.neighbours import device_knn, faiss_kept, flat_knn, knn, l2_normalize, tiled_knn
 
+pytestmark = pytest.mark.unit
+
 torch = pytest.importorskip("torch")
 has_gpu = torch.cuda.is_available()
 

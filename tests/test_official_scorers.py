@@ -14,6 +14,8 @@ from workflow_scripts.evaluation.metrics import accuracy, squad_v2
 from workflow_scripts.evaluation.retrieval import (BUCC_DUPLICATES, choose_threshold, expand_to_ids, margin_candidates,
                                                    mined_pairs, prf, unique_texts)
 
+pytestmark = pytest.mark.unit
+
 
 def test_accuracy_as_evaluate_py_scores_xnli_pawsx_tatoeba_and_xcopa():
     # Official: evaluate.accuracy(labels=[0, 1, 1, 0, 1], predictions=[0, 1, 0, 0, 0]) -> {'accuracy': 60.0}

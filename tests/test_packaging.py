@@ -3,9 +3,12 @@
 import re
 import subprocess
 
+import pytest
 import yaml
 
 from conftest import REPO
+
+pytestmark = pytest.mark.unit
 
 
 def pins(lines):

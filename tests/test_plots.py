@@ -10,6 +10,8 @@ import pytest
 
 from workflow_scripts.reporting import plots
 
+pytestmark = pytest.mark.unit
+
 SETTINGS = {"baseline": "none", "baseline_setting": "zero_shot", "intermediate": ["none", "mnli", "multitask"],
             "seeds": [1, 2, 3], "targets": ["xnli", "udpos"], "settings": ["zero_shot", "translate_train"],
             "target_languages": {"xnli": ["en", "de", "sw"], "udpos": ["en", "de"]}}

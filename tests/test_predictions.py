@@ -15,6 +15,8 @@ from workflow_scripts.common import InputError
 from workflow_scripts.reporting import predictions, submission
 from workflow_scripts.workflow import benchmark
 
+pytestmark = pytest.mark.unit
+
 
 def test_classification_labels_are_spelled_as_in_the_label_files(tmp_path):
     predictions.write_predictions("xnli", {"de": [0, 2, 1]}, tmp_path / "xnli")

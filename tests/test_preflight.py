@@ -28,6 +28,7 @@ def rows(report: str) -> list[list[str]]:
             if line.startswith("| ") and not line.startswith("| check")]
 
 
+@pytest.mark.integration
 def test_the_demo_passes(tmp_path):
     repo = copy_repo(tmp_path / "repo")
     proc = run_preflight(repo, "--output", "preflight.md")
@@ -40,6 +41,7 @@ def test_the_demo_passes(tmp_path):
     assert "tasks.xnli_mt.hub.path" in data and "models.demo_corpora" in data
 
 
+@pytest.mark.integration
 def test_a_missing_folder_and_a_bad_config_are_blockers(tmp_path):
     repo = copy_repo(tmp_path / "repo")
     import shutil
@@ -57,6 +59,7 @@ def test_a_missing_folder_and_a_bad_config_are_blockers(tmp_path):
     assert rows(proc.stdout)[0][:3] == ["config", "bad.yaml", "BLOCKER"], proc.stdout
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("method", [{"name": "full"}, {"name": "lora", "rank": 4, "alpha": 8, "dropout": 0.0}])
 def test_a_few_optimizer_steps_on_the_real_weights(demo_encoder_dir, method):
     """What the preflight runs on each backbone where a GPU is, here on CPU."""
@@ -68,6 +71,7 @@ def test_a_few_optimizer_steps_on_the_real_weights(demo_encoder_dir, method):
     assert losses[0] != losses[-1]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("preset, missing", [
     ("paper", ["model FacebookAI/xlm-roberta-large@main", "dataset google/xtreme@main", "tasks.ccg.options.path"]),
     ("xtreme_r", ["dataset izhx/mewsli-x@main", "dataset rajpurkar/squad@main", "dataset unimelb-nlp/wikiann@main"]),

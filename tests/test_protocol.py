@@ -3,12 +3,17 @@ carries that specification itself, and nothing in it reads files outside the rep
 
 import re
 
+import pytest
+import yaml
+
 from conftest import REPO
 from workflow_scripts.data.loaders.udpos import UD_LANGUAGE_NAMES
 from workflow_scripts.data.loaders.xtreme import TATOEBA_CODES
 from workflow_scripts.data.tasks import get_task
 from workflow_scripts.workflow import benchmark, config_layers
 from workflow_scripts.workflow.grid import intermediate_settings, target_settings
+
+pytestmark = pytest.mark.unit
 
 PROTOCOL = REPO / "docs" / "protocol.md"
 TABLE_NAMES = {"XNLI": "xnli", "PAWS-X": "pawsx", "UD-POS": "udpos", "PAN-X": "panx", "XQuAD": "xquad",

@@ -16,6 +16,8 @@ from workflow_scripts.common import InputError
 from workflow_scripts.evaluation.ranking import (LAREQA, MEWSLIX, average_precision_at_k, convention_of, map_at_k,
                                                  metric_key)
 
+pytestmark = pytest.mark.unit
+
 X = [f"x{i}" for i in range(30)]  # distractors
 G11 = [f"g{i}" for i in range(11)]  # LAReQA: 11 gold answers per question
 

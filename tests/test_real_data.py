@@ -24,6 +24,8 @@ from workflow_scripts.data.prepare import prepare, provenance, read_table
 from workflow_scripts.data.tasks import get_task
 from workflow_scripts.evaluation.metrics import seqeval_f1, squad_v1
 
+pytestmark = pytest.mark.unit
+
 REAL = Path(__file__).resolve().parent / "real_data"
 UD_RELEASE = REAL / "ud-treebanks-v2.5"
 XQUAD_LANGS = ["ar", "de", "el", "en", "es", "hi", "ru", "th", "tr", "vi", "zh"]

@@ -1,7 +1,11 @@
 """results/README.md is the layout the rules declare today (written by workflow.layout)."""
 
+import pytest
+
 from conftest import REPO
 from workflow_scripts.workflow import layout
+
+pytestmark = pytest.mark.unit
 
 
 def test_results_readme_is_the_layout_of_todays_rules():

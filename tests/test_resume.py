@@ -20,6 +20,8 @@ import yaml
 from conftest import checkpoint_step, comparable_metrics, copy_repo, snakemake
 from workflow_scripts.workflow import logs
 
+pytestmark = pytest.mark.integration
+
 SETTINGS = {"dropout": 0.1, "dev_examples": 60, "eval_batch_size": 32, "eval_every": 15, "learning_rate": 5e-4,
             "max_grad_norm": 1.0, "max_micro_batch": 4, "multitask_cap": 131072, "multitask_epochs": 1,
             "patience": 30, "warmup_ratio": 0.1, "weight_decay": 0.0,

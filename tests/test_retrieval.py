@@ -7,6 +7,8 @@ from workflow_scripts.common import InputError
 from workflow_scripts.evaluation.retrieval import (choose_threshold, expand_to_ids, margin_candidates, mined_pairs, prf,
                                                    tatoeba_accuracy, unique_texts)
 
+pytestmark = pytest.mark.unit
+
 
 def test_tatoeba_counts_only_the_gold_index():
     english = np.eye(4, dtype=np.float32)

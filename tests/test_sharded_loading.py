@@ -162,6 +162,7 @@ def _differences(a: dict, b: dict) -> list[str]:
     return [k for k in a if a[k].dtype != b[k].dtype or not torch.equal(a[k], b[k])]
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("name", [s[0] for s in SCENARIOS])
 def test_sharded_loading_builds_the_existing_paths_model_tensor_for_tensor(runs, name):
     """The gathered full state dict (backbone with merged adapters, heads, LoRA matrices as
@@ -179,6 +180,7 @@ def test_sharded_loading_builds_the_existing_paths_model_tensor_for_tensor(runs,
         assert any("lora_A" in k for k in found["sharded"]) and any("modules_to_save" in k for k in found["sharded"])
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("name", FORWARD)
 def test_sharded_model_gives_the_existing_paths_logits_and_gradients(runs, name):
     """One forward pass (eval) gives the same logits, bit for bit; one backward pass (train)
@@ -200,6 +202,7 @@ def test_sharded_model_gives_the_existing_paths_logits_and_gradients(runs, name)
         # requires_grad False as peft's merge_and_unload returns it; the sharded path does the same)
 
 
+@pytest.mark.multiprocess
 def test_merged_adapters_change_the_backbone(runs, models):
     """The lineage cases are not vacuous: the merged weights differ from the base's."""
     from safetensors.torch import load_file
@@ -213,6 +216,7 @@ def test_merged_adapters_change_the_backbone(runs, models):
     assert not torch.equal(two, one)
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("name", [s[0] for s in SCENARIOS])
 def test_each_rank_materialises_and_reads_about_its_share(runs, name):
     """Parameter bytes held by a rank: its shard, ~1/W of the model (+ one row per tensor of
@@ -236,6 +240,7 @@ def test_each_rank_materialises_and_reads_about_its_share(runs, name):
     assert max(s["largest_read"] for s in stats) <= 1.05 * biggest / WORLD
 
 
+@pytest.mark.multiprocess
 def test_a_checkpoint_missing_a_weight_is_an_error_naming_key_and_file(runs, models):
     for error in runs["missing_key"]["errors"]:
         assert "CheckpointMismatch" in error["classes"] and "InputError" in error["classes"]
@@ -243,6 +248,7 @@ def test_a_checkpoint_missing_a_weight_is_an_error_naming_key_and_file(runs, mod
         assert error["message"].startswith("missing key")
 
 
+@pytest.mark.multiprocess
 def test_a_stray_backbone_weight_in_the_checkpoint_is_an_error_naming_it(runs):
     for error in runs["unexpected_key"]["errors"]:
         assert "CheckpointMismatch" in error["classes"]
@@ -250,6 +256,7 @@ def test_a_stray_backbone_weight_in_the_checkpoint_is_an_error_naming_it(runs):
         assert S.SAFETENSORS in error["message"]
 
 
+@pytest.mark.multiprocess
 def test_a_weight_of_another_shape_is_an_error_naming_it(runs):
     for error in runs["wrong_shape"]["errors"]:
         assert "CheckpointMismatch" in error["classes"]
@@ -257,6 +264,7 @@ def test_a_weight_of_another_shape_is_an_error_naming_it(runs):
         assert "(31, 32)" in error["message"] and "(32, 32)" in error["message"]
 
 
+@pytest.mark.unit
 def test_adapters_other_than_plain_lora_are_refused(models, tmp_path):
     """DoRA (a magnitude vector) or a rank pattern cannot be merged row by row as plain LoRA is."""
     for change in ({"use_dora": True}, {"rank_pattern": {"q_proj": 8}}):
@@ -268,12 +276,14 @@ def test_adapters_other_than_plain_lora_are_refused(models, tmp_path):
             S._Adapter(adapter)
 
 
+@pytest.mark.multiprocess
 def test_qlora_is_refused(runs):
     for error in runs["qlora"]["errors"]:
         assert error["type"] == "InputError"
         assert "full and lora" in error["message"] and "qlora" in error["message"]
 
 
+@pytest.mark.unit
 def test_without_a_process_group_the_existing_path_runs(models):
     """One process: load_backbone + heads + attach, as train.py does (nothing to shard)."""
     ctx = D.Context(0, 1, 0, torch.device("cpu"), None, True)
@@ -299,6 +309,7 @@ def test_without_a_process_group_the_existing_path_runs(models):
         S.empty_backbone(models["dec"], Method(name="qlora"))
 
 
+@pytest.mark.unit
 def test_the_broadcast_of_small_tensors_keeps_mixed_dtypes_and_odd_sizes(tmp_path):
     """Heads, adapters and buffers go out in one buffer of bytes: odd-sized fp32 tensors next
     to int64 and bool ones must come back whole (a one-process gloo group)."""
@@ -315,6 +326,7 @@ def test_the_broadcast_of_small_tensors_keeps_mixed_dtypes_and_odd_sizes(tmp_pat
     assert all(t.dtype == e.dtype and torch.equal(t, e) for t, e in zip(tensors, expected))
 
 
+@pytest.mark.unit
 def test_empty_backbone_holds_no_weights_and_names_every_parameter(models):
     """Class, parameter names, shapes, dtypes (config's or checkpoint's, as from_pretrained
     chooses them), ties and computed buffers of the model load_backbone gives, weights on meta."""

@@ -19,6 +19,8 @@ import torch
 
 from workflow_scripts.training.distributed import launch_command, read_extra
 
+pytestmark = pytest.mark.multiprocess
+
 # Loss and score agreement of 2 processes with 1: the ranks' gradients are averaged in a
 # different order than one process sums them (measured: losses within 2e-6 on the
 # distributed component's own test; here a whole training run with AdamW).

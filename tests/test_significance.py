@@ -8,6 +8,8 @@ import pytest
 from workflow_scripts.reporting import significance
 from workflow_scripts.reporting.tables import main_table, render_main
 
+pytestmark = pytest.mark.unit
+
 SETTINGS = {"baseline": "none", "intermediate": ["none", "mnli", "noisy"], "targets": ["xnli"], "seeds": [1, 2, 3],
             "decimals": 1}
 LANGS = ("en", "de", "ru", "sw")

@@ -30,7 +30,7 @@ from conftest import REPO, checkpoint_step, comparable_metrics, copy_repo, snake
 from slurm_cluster import Cluster, unavailable_reason
 
 REASON = unavailable_reason()
-pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+pytestmark = [pytest.mark.cluster, pytest.mark.skipif(REASON is not None, reason=REASON or "")]
 
 # (backbone, target) -> how its running training job is interrupted once it has a checkpoint.
 SHARDED = "sharded_tiny"  # the 2-rank backbone; no name here is a prefix of another plus "_"

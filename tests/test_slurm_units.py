@@ -12,6 +12,8 @@ import pytest
 
 from workflow_scripts.workflow import grid, slurm
 
+pytestmark = pytest.mark.unit
+
 
 def test_cancelled_by_uid_reads_cancelled():
     # sacct's spelling for any scancel; the plugin only knows "CANCELLED".

@@ -1,6 +1,10 @@
 """The summary printed at the end of a run."""
 
+import pytest
+
 from workflow_scripts.workflow.summary import run_summary
+
+pytestmark = pytest.mark.unit
 
 
 def test_summary_names_the_outputs_and_shows_each_backbones_baseline_setting_table(tmp_path):

@@ -7,6 +7,8 @@ import pytest
 
 from workflow_scripts.reporting.tables import best_models, load_runs, main_table, render_main, translated_table
 
+pytestmark = pytest.mark.unit
+
 SETTINGS = {"baseline": "none", "decimals": 1, "targets": ["xnli", "xquad"], "intermediate": ["none", "mnli", "mnli_de"],
             "seeds": [1, 2, 3], "target_languages": {"xnli": ["en", "de"], "xquad": ["en", "de"]},
             "translated": {"mnli_de": {"language": "de", "english": "mnli"}}}

@@ -21,6 +21,7 @@ from workflow_scripts.workflow.codehash import task_fingerprint
 EXAMPLE = REPO / "examples" / "tasks"
 
 
+@pytest.mark.unit
 def test_every_built_in_task_is_an_entry_of_the_catalogue_folder():
     files = sorted(p.stem for p in tasks.BUILTIN_CATALOGUE.glob("*.yaml"))
     assert files == sorted(n for n, t in tasks.TASKS.items() if Path(t.entry_file).parent == tasks.BUILTIN_CATALOGUE)
@@ -28,6 +29,7 @@ def test_every_built_in_task_is_an_entry_of_the_catalogue_folder():
     assert tasks.PROVIDED_TRANSLATIONS == {"mnli": "xnli_mt"}
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("edit, message", [
     (lambda e: e.update(colour="red"), "unknown keys ['colour']"),
     (lambda e: e.update(format="regression"), "format 'regression' is not one of"),
@@ -46,12 +48,14 @@ def test_a_bad_entry_is_refused_naming_its_file_and_key(tmp_path, edit, message)
     assert str(tmp_path / "snli.yaml") in str(err.value) and message in str(err.value)
 
 
+@pytest.mark.unit
 def test_a_task_declared_twice_is_refused(tmp_path):
     shutil.copy(REPO / "tasks" / "mnli.yaml", tmp_path / "mnli.yaml")
     with pytest.raises(tasks.CatalogueError, match="declared twice"):
         tasks.use_catalogues([tmp_path])
 
 
+@pytest.mark.unit
 def test_a_user_task_loads_through_its_own_converter_and_reports_what_it_dropped(tmp_path, monkeypatch):
     monkeypatch.setattr(tasks, "TASKS", dict(tasks.TASKS))
     tasks.use_catalogues([EXAMPLE])
@@ -110,12 +114,14 @@ def _paper_with(repo: Path, **changes) -> str:
     return "paper_edited.yaml"
 
 
+@pytest.mark.integration
 def test_adding_a_task_to_the_paper_grids_catalogue_reruns_nothing(finished_paper_grid):
     repo = finished_paper_grid
     shutil.copytree(EXAMPLE, repo / "my_tasks", dirs_exist_ok=True)
     assert planned_jobs(repo, "--configfile", _paper_with(repo, task_catalogues=["my_tasks"])) == set()
 
 
+@pytest.mark.integration
 def test_editing_a_tasks_prose_reruns_nothing_editing_its_facts_reruns_its_jobs(finished_paper_grid):
     repo = finished_paper_grid
     entry = repo / "tasks" / "pawsx.yaml"
@@ -136,6 +142,7 @@ def test_editing_a_tasks_prose_reruns_nothing_editing_its_facts_reruns_its_jobs(
     assert not {rule for rule, _ in jobs} & {"train_intermediate", "translate_task_data", "prepare_backbone"}
 
 
+@pytest.mark.unit
 def test_further_hub_sources_declare_the_languages_their_converters_read_from_them():
     """The languages an entry says a further source is read for (which the lock and the
     preflight go by) are those its converter sends there: the benchmark's languages its

@@ -10,6 +10,8 @@ from workflow_scripts.common import InputError
 from workflow_scripts.data.prepare import prepare
 from workflow_scripts.training.train import train_phase
 
+pytestmark = pytest.mark.unit
+
 PHASE = {"dropout": 0.1, "dev_examples": 40, "eval_batch_size": 32, "eval_every": 4, "learning_rate": 1e-3,
          "max_grad_norm": 1.0, "max_micro_batch": 4, "multitask_cap": 131072, "multitask_epochs": 1,
          "patience": 30, "warmup_ratio": 0.1, "weight_decay": 0.0, "max_steps": 12}

@@ -7,6 +7,8 @@ import pytest
 
 from workflow_scripts.training.train import TaskSampler, linear_schedule
 
+pytestmark = pytest.mark.unit
+
 
 def test_sampler_matches_capped_proportions():
     cap = 2 ** 17

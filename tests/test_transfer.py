@@ -17,6 +17,8 @@ from workflow_scripts.reporting.tables import load_runs, settings_table, source_
 from workflow_scripts.workflow import transfer
 from workflow_scripts.workflow.grid import ConfigError, check_config
 
+pytestmark = pytest.mark.unit
+
 REPO = Path(__file__).resolve().parent.parent
 
 

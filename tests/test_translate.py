@@ -9,6 +9,8 @@ from workflow_scripts.common import InputError
 from workflow_scripts.data.prepare import read_table
 from workflow_scripts.translation.translate import CLOSE, OPEN, fuzzy_find, read_marked, translate_rows, translate_spans
 
+pytestmark = pytest.mark.unit
+
 
 def test_read_marked_cleans_context_and_points_at_answer():
     ctx, start, ans = read_marked("Er kaufte <b> das Buch </b>gestern.")

@@ -18,6 +18,8 @@ from workflow_scripts.data.tasks import get_task
 from workflow_scripts.reporting import predictions
 from workflow_scripts.workflow import backbone_grid, benchmark, codehash, config_layers, transfer
 
+pytestmark = pytest.mark.integration
+
 RULE_MODULES = {  # the CLI module each rule runs
     "prepare_task_data": "data.prepare", "prepare_backbone": "models.prepare", "prepare_translator": "models.prepare",
     "translate_task_data": "translation.translate", "train_intermediate": "training.train",

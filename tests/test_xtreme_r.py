@@ -14,6 +14,8 @@ from conftest import copy_repo, file_digests, job_counts, planned_jobs, snakemak
 from workflow_scripts.data.tasks import get_task
 from workflow_scripts.workflow import benchmark, config_layers
 
+pytestmark = pytest.mark.integration
+
 DEMO_CONFIG = "config/xtreme_r_demo.yaml"
 
 

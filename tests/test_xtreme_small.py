@@ -11,6 +11,8 @@ from conftest import copy_repo, job_counts, snakemake
 from workflow_scripts.data.tasks import get_task
 from workflow_scripts.workflow import benchmark, config_layers, memory_plan
 
+pytestmark = pytest.mark.integration
+
 CONFIG = "config/xtreme_small.yaml"
 
 

@@ -24,6 +24,7 @@ def write(path: Path, config: dict) -> Path:
     return path
 
 
+@pytest.mark.unit
 def test_layers_merge_in_order_under_the_file(tmp_path):
     write(tmp_path / "a.yaml", {"seeds": [1], "tables": {"baseline": "none", "decimals": 1}, "targets": ["xnli"]})
     write(tmp_path / "b.yaml", {"seeds": [2, 3], "tables": {"decimals": 2}})
@@ -33,6 +34,7 @@ def test_layers_merge_in_order_under_the_file(tmp_path):
     assert config == {"seeds": [2, 3], "tables": {"baseline": "none", "decimals": 3}, "targets": ["udpos"]}
 
 
+@pytest.mark.unit
 def test_a_base_may_extend_another_and_paths_are_relative_to_the_repository(tmp_path):
     write(tmp_path / "grand.yaml", {"seeds": [1], "data": {"source": "hub"}})
     write(tmp_path / "parent.yaml", {"extends": str(tmp_path / "grand.yaml"), "data": {"local_root": "x"}})
@@ -44,6 +46,7 @@ def test_a_base_may_extend_another_and_paths_are_relative_to_the_repository(tmp_
     assert config["seeds"] == [5] and config["data"]["local_root"] == "demo/hub"
 
 
+@pytest.mark.unit
 def test_a_null_removes_an_inherited_key_and_is_kept_where_nothing_is_inherited(tmp_path):
     write(tmp_path / "base.yaml", {"tasks": {"mnli": {"batch_size": 8}, "bucc": {"max_length": 512}}})
     top = write(tmp_path / "top.yaml", {"extends": str(tmp_path / "base.yaml"), "tasks": {"bucc": None},
@@ -53,6 +56,7 @@ def test_a_null_removes_an_inherited_key_and_is_kept_where_nothing_is_inherited(
     assert config["transfer"] == {"settings": {"zero_shot": None}}
 
 
+@pytest.mark.unit
 def test_command_line_config_wins_over_every_layer(tmp_path):
     write(tmp_path / "base.yaml", {"seeds": [1], "tables": {"decimals": 1, "baseline": "none"}})
     top = write(tmp_path / "top.yaml", {"extends": str(tmp_path / "base.yaml"), "seeds": [2]})
@@ -63,6 +67,7 @@ def test_command_line_config_wins_over_every_layer(tmp_path):
     assert config_layers.load([top, other])["seeds"] == [3]
 
 
+@pytest.mark.unit
 def test_the_experiment_is_the_named_files_never_a_bases(tmp_path):
     write(tmp_path / "base.yaml", {"experiment": "base_run", "seeds": [1]})
     top = write(tmp_path / "mine.yaml", {"extends": str(tmp_path / "base.yaml")})
@@ -73,6 +78,7 @@ def test_the_experiment_is_the_named_files_never_a_bases(tmp_path):
     assert paths.experiment_name(config_layers.load([named]), [named]) == "own"
 
 
+@pytest.mark.unit
 def test_a_missing_base_names_the_file_that_extends_it(tmp_path):
     top = write(tmp_path / "top.yaml", {"extends": "config/base/nope.yaml"})
     with pytest.raises(config_layers.ConfigLayerError, match=r"top\.yaml: key extends: config file .*nope\.yaml does not exist"):
@@ -81,6 +87,7 @@ def test_a_missing_base_names_the_file_that_extends_it(tmp_path):
         config_layers.load([tmp_path / "absent.yaml"])
 
 
+@pytest.mark.unit
 def test_a_cycle_names_the_chain(tmp_path):
     write(tmp_path / "a.yaml", {"extends": str(tmp_path / "b.yaml")})
     write(tmp_path / "b.yaml", {"extends": str(tmp_path / "a.yaml")})
@@ -92,6 +99,7 @@ def test_a_cycle_names_the_chain(tmp_path):
 
 
 @pytest.mark.parametrize("value", [3, {"path": "x"}, [1], [""], ""])
+@pytest.mark.unit
 def test_extends_of_a_wrong_type_names_the_file_and_the_key(tmp_path, value):
     top = write(tmp_path / "top.yaml", {"extends": value})
     with pytest.raises(config_layers.ConfigLayerError, match=r"top\.yaml: key extends: .* is neither a path nor a list"):
@@ -99,6 +107,7 @@ def test_extends_of_a_wrong_type_names_the_file_and_the_key(tmp_path, value):
 
 
 @pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.unit
 def test_every_preset_resolves_to_its_frozen_config_and_validates(preset):
     """Each preset resolves to the config it held when written out in full: the schema, the
     checks and every rule see what they saw, so its DAG and rerun rules are unchanged. A
@@ -114,6 +123,7 @@ def test_every_preset_resolves_to_its_frozen_config_and_validates(preset):
     grid.check_config(config)
 
 
+@pytest.mark.unit
 def test_the_papers_commented_blocks_still_switch_on_what_they_did(tmp_path):
     """conftest's helpers uncomment paper.yaml's larger backbones and transfer settings, as a
     user would; each resolves to the config it gave when paper.yaml was written out in full."""
@@ -125,6 +135,7 @@ def test_the_papers_commented_blocks_still_switch_on_what_they_did(tmp_path):
         assert config_layers.load([path]) == frozen[path.name], path.name
 
 
+@pytest.mark.integration
 def test_snakemake_plans_the_resolved_config_with_command_line_values_over_it(tmp_path):
     """Snakemake sees the resolved config: a file of one line over a demo preset plans that
     preset's grid, and a --config value wins over the file and its layers."""

@@ -20,6 +20,7 @@ from workflow_scripts.workflow import config_reference
 TUTORIAL = REPO / "docs" / "tutorial.md"
 
 
+@pytest.mark.unit
 def test_configuration_reference_is_what_the_schema_generates():
     generated = config_reference.render(yaml.safe_load(config_reference.SCHEMA.read_text()))
     committed = config_reference.PAGE.read_text() if config_reference.PAGE.is_file() else ""
@@ -55,6 +56,7 @@ def _schema_paths(node: dict, root: dict, prefix: str, seen: tuple[str, ...] = (
     return paths
 
 
+@pytest.mark.unit
 def test_configuration_reference_lists_every_key_of_the_schema():
     schema = yaml.safe_load(config_reference.SCHEMA.read_text())
     page = config_reference.render(schema)
@@ -63,6 +65,7 @@ def test_configuration_reference_lists_every_key_of_the_schema():
     assert not missing, f"keys of the schema missing from the reference: {sorted(missing)}"
 
 
+@pytest.mark.unit
 def test_a_new_schema_key_appears_in_the_reference():
     schema = yaml.safe_load(config_reference.SCHEMA.read_text())
     schema["properties"]["extends"] = {"description": "A config this one builds on.",
@@ -71,6 +74,7 @@ def test_a_new_schema_key_appears_in_the_reference():
     assert "| `extends` | string or list of string |  | A config this one builds on. |" in page
 
 
+@pytest.mark.unit
 def test_docs_site_builds_strict(tmp_path):
     pytest.importorskip("mkdocs", reason="mkdocs is not installed (requirements-test.txt pins it)")
     pytest.importorskip("material", reason="mkdocs-material is not installed (requirements-test.txt pins it)")
@@ -112,6 +116,7 @@ def markdown_table_after(text: str, marker: str) -> list[list[str]]:
     return [r for r in rows if not set("".join(r)) <= set("-:")]
 
 
+@pytest.mark.integration
 def test_tutorial_runs_as_written(tmp_path):
     text = TUTORIAL.read_text()
     repo = copy_repo(tmp_path / "repo")

@@ -43,6 +43,7 @@ def run_in(tree: Path, script: str, env: dict[str, str] | None = None) -> dict:
 
 
 
+@pytest.mark.integration
 def test_new_task_format_guide(tmp_path, demo_encoder_dir):
     from workflow_scripts.workflow import codehash
 
@@ -94,6 +95,7 @@ print(json.dumps({{
     assert got["evaluate_code"] == codehash.module_digest("evaluation.evaluate")
 
 
+@pytest.mark.unit
 def test_format_modules_are_hashed_into_the_jobs_of_their_tasks_only(tmp_path, monkeypatch):
     """new_task_format.md §3: no module imports a format module by statement, so a format's
     module enters the fingerprint of its own tasks' jobs and no other code hash."""
@@ -133,6 +135,7 @@ def apply_edits(path: Path, block: str) -> None:
     path.write_text("".join(lines))
 
 
+@pytest.mark.integration
 def test_new_backbone_family_guide(tmp_path, demo_encoder_dir, demo_data):
     blocks = guide_blocks("new_backbone_family.md")
     module = "workflow_scripts/models/backbones/mean_encoder.py"
@@ -175,6 +178,7 @@ print(json.dumps({{"families": list(FAMILIES), "family": family_of({str(model)!r
     assert got["steps"] == 1 and 0 <= got["best"]["xnli"]["accuracy"] <= 100
 
 
+@pytest.mark.unit
 def test_every_format_declares_its_facts_and_a_misnamed_kind_is_refused():
     from workflow_scripts.data.prepare import SCHEMAS
     from workflow_scripts.data.tasks import FORMATS, TRANSLATABLE_FORMATS, VISUAL_FORMATS
@@ -191,6 +195,7 @@ def test_every_format_declares_its_facts_and_a_misnamed_kind_is_refused():
         TaskFormat(name="x", columns={"text": "str"}, head=None, scorer=None)
 
 
+@pytest.mark.unit
 def test_the_families_the_schema_accepts_are_the_registered_ones():
     """new_backbone_family.md §2: a family is registered in backbones/__init__.py and in the
     config schema's enum; either alone is caught here."""

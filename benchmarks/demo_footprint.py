@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from conftest import copy_repo  # noqa: E402
+from conftest import copy_repo
 
-TARGET_WALL_S, TARGET_PEAK_BYTES = 600, 4 * 2 ** 30
+TARGET_WALL_S, TARGET_PEAK_BYTES = 600, 4 * 2**30
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -57,8 +57,13 @@ def main() -> None:
         repo = copy_repo(Path(tmp))
         env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
         started = time.time()
-        proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2"], cwd=repo, env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "snakemake", "--cores", "2"],
+            cwd=repo,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         peak = 0
         while proc.poll() is None:
             peak = max(peak, tree_rss(proc.pid))
@@ -69,7 +74,7 @@ def main() -> None:
     if proc.returncode:
         raise SystemExit(f"demo failed with exit code {proc.returncode}")
     print(f"demo wall time      {wall:8.1f} s    ratio to 10 min target  {wall / TARGET_WALL_S:.2f}")
-    print(f"demo peak memory    {peak / 2 ** 30:8.2f} GiB  ratio to 4 GiB target   {peak / TARGET_PEAK_BYTES:.2f}")
+    print(f"demo peak memory    {peak / 2**30:8.2f} GiB  ratio to 4 GiB target   {peak / TARGET_PEAK_BYTES:.2f}")
 
 
 if __name__ == "__main__":

@@ -51,11 +51,15 @@ def main() -> None:
         seconds = time.perf_counter() - started
     rate = counts["embedded"] / seconds
     shape = next(iter(features.values())).shape
-    print(f"{counts['embedded']} images in {seconds:.1f} s on {device.type} ({torch.get_num_threads()} threads): "
-          f"{rate:.1f} images/s; features {shape} per image, {np.prod(shape) * 2 / 1e3:.1f} KB as float16")
+    print(
+        f"{counts['embedded']} images in {seconds:.1f} s on {device.type} ({torch.get_num_threads()} threads): "
+        f"{rate:.1f} images/s; features {shape} per image, {np.prod(shape) * 2 / 1e3:.1f} KB as float16"
+    )
     for name, n in PRESET_IMAGES.items():
-        print(f"  {name}: {n:,} images -> {n / rate / 60:.0f} min at this rate, "
-              f"{n * np.prod(shape) * 2 / 1e9:.2f} GB of float16 patch features")
+        print(
+            f"  {name}: {n:,} images -> {n / rate / 60:.0f} min at this rate, "
+            f"{n * np.prod(shape) * 2 / 1e9:.2f} GB of float16 patch features"
+        )
 
 
 if __name__ == "__main__":

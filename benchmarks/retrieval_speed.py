@@ -34,8 +34,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from workflow_scripts.evaluation.neighbours import (device_knn, flat_key_block, flat_knn, knn,  # noqa: E402
-                                                    l2_normalize)
+from workflow_scripts.evaluation.neighbours import device_knn, flat_key_block, flat_knn, knn, l2_normalize  # noqa: E402
 
 Search = Callable[[], tuple[np.ndarray, np.ndarray]]
 
@@ -49,8 +48,9 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def with_tied_neighbours(queries: np.ndarray, keys: np.ndarray, n_tied: int, rng: np.random.Generator
-                         ) -> tuple[np.ndarray, np.ndarray]:
+def with_tied_neighbours(
+    queries: np.ndarray, keys: np.ndarray, n_tied: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """The first ``n_tied`` queries moved near a key each, that key copied to three other
     positions: each such query's best keys include four bit-identical ones."""
     queries, keys = queries.copy(), keys.copy()
@@ -77,7 +77,7 @@ def timed_rounds(methods: dict[str, Search], rounds: int) -> tuple[dict[str, lis
     results = {name: search() for name, search in methods.items()}
     seconds: dict[str, list[float]] = {name: [] for name in methods}
     for round_ in range(rounds):
-        for name in list(methods)[::-1 if round_ % 2 else 1]:
+        for name in list(methods)[:: -1 if round_ % 2 else 1]:
             start = time.perf_counter()
             methods[name]()
             seconds[name].append(time.perf_counter() - start)
@@ -90,8 +90,11 @@ def agreement(result: tuple[np.ndarray, np.ndarray], reference: tuple[np.ndarray
     ref_scores, ref_found = reference
     differing = int((found != ref_found).any(axis=1).sum())
     if differing == 0:
-        same_scores = "scores identical" if np.array_equal(scores, ref_scores) else \
-            f"max |score diff| {float(np.abs(scores - ref_scores).max()):.1e}"
+        same_scores = (
+            "scores identical"
+            if np.array_equal(scores, ref_scores)
+            else f"max |score diff| {float(np.abs(scores - ref_scores).max()):.1e}"
+        )
         return f"identical, ties included; {same_scores}"
     same_sets = all(set(found[r]) == set(ref_found[r]) for r in np.flatnonzero((found != ref_found).any(axis=1)))
     return f"{differing} rows differ ({'same sets, other order' if same_sets else 'other neighbours'})"
@@ -109,8 +112,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tied", type=int, default=64, help="queries whose top k holds four bit-identical keys")
     ap.add_argument("--no-own", action="store_true", help="leave the own tiled search on CPU out (slow at 1M keys)")
-    ap.add_argument("--key-blocks", default="",
-                    help="comma-separated faiss key block sizes to time beside the pipeline's")
+    ap.add_argument(
+        "--key-blocks", default="", help="comma-separated faiss key block sizes to time beside the pipeline's"
+    )
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     queries = l2_normalize(rng.standard_normal((args.queries, args.dim), dtype=np.float32))
@@ -119,14 +123,20 @@ def main() -> None:
     giga = args.queries * args.keys * args.dim / 1e9  # multiply-adds
     k = args.k
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
-    print(f"cpu: {cpu_model()}, {torch.get_num_threads()} torch threads, {faiss.omp_get_max_threads()} faiss "
-          f"threads; faiss {faiss.__version__}, torch {torch.__version__}; gpu: {gpu}")
-    print(f"search: {args.queries} x {args.keys} x {args.dim}, k={k} ({giga:.0f} G multiply-adds), "
-          f"{min(args.tied, args.queries)} queries with exact ties; median of {args.rounds} interleaved rounds")
+    print(
+        f"cpu: {cpu_model()}, {torch.get_num_threads()} torch threads, {faiss.omp_get_max_threads()} faiss "
+        f"threads; faiss {faiss.__version__}, torch {torch.__version__}; gpu: {gpu}"
+    )
+    print(
+        f"search: {args.queries} x {args.keys} x {args.dim}, k={k} ({giga:.0f} G multiply-adds), "
+        f"{min(args.tied, args.queries)} queries with exact ties; median of {args.rounds} interleaved rounds"
+    )
 
     reference = "faiss IndexFlatIP (defaults), cpu"
-    methods: dict[str, Search] = {reference: lambda: faiss_index_flat_ip(queries, keys, k),
-                                  "pipeline: neighbours.knn, cpu": lambda: knn(queries, keys, k)}
+    methods: dict[str, Search] = {
+        reference: lambda: faiss_index_flat_ip(queries, keys, k),
+        "pipeline: neighbours.knn, cpu": lambda: knn(queries, keys, k),
+    }
     print(f"pipeline's search on cpu: faiss.knn, {flat_key_block(args.queries, k)}-key blocks")
     for block in (int(b) for b in args.key_blocks.split(",") if b):
         methods[f"faiss.knn, {block}-key blocks, cpu"] = lambda block=block: flat_knn(queries, keys, k, block)
@@ -137,13 +147,17 @@ def main() -> None:
         methods["pipeline on a GPU: device_knn, cuda"] = lambda: knn(queries, keys, k, dev="cuda")
     seconds, results = timed_rounds(methods, args.rounds)
 
-    print(f"{'method':40s} {'seconds':>8s} {'G MAC/s':>8s} {'vs faiss':>9s} {'(range)':>13s}  "
-          "neighbours and scores vs faiss")
+    print(
+        f"{'method':40s} {'seconds':>8s} {'G MAC/s':>8s} {'vs faiss':>9s} {'(range)':>13s}  "
+        "neighbours and scores vs faiss"
+    )
     for name, times in seconds.items():
         ratios = [faiss_s / s for faiss_s, s in zip(seconds[reference], times)]
         median = statistics.median(times)
-        print(f"{name:40s} {median:8.3f} {giga / median:8.1f} {statistics.median(ratios):8.2f}x "
-              f"{f'{min(ratios):.2f}-{max(ratios):.2f}':>13s}  {agreement(results[name], results[reference])}")
+        print(
+            f"{name:40s} {median:8.3f} {giga / median:8.1f} {statistics.median(ratios):8.2f}x "
+            f"{f'{min(ratios):.2f}-{max(ratios):.2f}':>13s}  {agreement(results[name], results[reference])}"
+        )
 
 
 if __name__ == "__main__":

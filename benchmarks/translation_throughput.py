@@ -47,7 +47,8 @@ def pad_vocabulary(model_dir: Path, size: int) -> None:
     tokenizer_config = json.loads((model_dir / "tokenizer_config.json").read_text())
     added = tokenizer_config.get("added_tokens_decoder", {})
     tokenizer_config["added_tokens_decoder"] = {
-        (str(size - 1) if entry["content"] == "<pad>" else key): entry for key, entry in added.items()}
+        (str(size - 1) if entry["content"] == "<pad>" else key): entry for key, entry in added.items()
+    }
     (model_dir / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, ensure_ascii=False))
     model = MarianMTModel.from_pretrained(str(model_dir))
     import torch
@@ -72,34 +73,49 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    print(f"device: {dev.type} ({torch.cuda.get_device_name(0) if dev.type == 'cuda' else platform.machine()}), "
-          f"{args.threads} threads; model: OPUS-MT shape, vocabulary {OPUS_MT_VOCAB}")
+    print(
+        f"device: {dev.type} ({torch.cuda.get_device_name(0) if dev.type == 'cuda' else platform.machine()}), "
+        f"{args.threads} threads; model: OPUS-MT shape, vocabulary {OPUS_MT_VOCAB}"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        prepare("squad", "train", {"source": "local", "local_root": str(REPO / "demo/hub"),
-                                   "hub": {"path": "rajpurkar/squad"}}, tmp / "squad.parquet")
+        prepare(
+            "squad",
+            "train",
+            {"source": "local", "local_root": str(REPO / "demo/hub"), "hub": {"path": "rajpurkar/squad"}},
+            tmp / "squad.parquet",
+        )
         build_demo_translator(OPUS_MT, [str(tmp / "squad.parquet")], "de", tmp / "mt")
         pad_vocabulary(tmp / "mt", OPUS_MT_VOCAB)
         convert_to_ctranslate2(tmp / "mt", tmp / "ct2")
         rows = read_table(tmp / "squad.parquet").to_pylist()
         probe = MarianTranslator(tmp / "mt", {"batch_size": 1, "num_beams": 1, "max_new_tokens": 1}, dev)
         sentences = sorted({s for r in rows for t in (r["question"], r["context"]) for s in probe._segments(t)})
-        sentences = sentences[:args.sentences]
+        sentences = sentences[: args.sentences]
 
         for beams in args.beams:
             settings = {"batch_size": args.batch_size, "num_beams": beams, "max_new_tokens": args.max_new_tokens}
-            print(f"\n{len(sentences)} sentences, num_beams={beams}, batch {args.batch_size}, "
-                  f"max_new_tokens={args.max_new_tokens}")
+            print(
+                f"\n{len(sentences)} sentences, num_beams={beams}, batch {args.batch_size}, "
+                f"max_new_tokens={args.max_new_tokens}"
+            )
             print(f"{'engine':40s} {'sent/s':>8s} {'tok/s':>8s} {'vs ours-transformers':>21s} {'same output':>12s}")
-            engines = [("naive loop (generate, 1 sentence per call)", None, None),
-                       ("xstilts transformers backend", "transformers", None),
-                       ("xstilts ctranslate2 float32", "ctranslate2", "float32"),
-                       ("xstilts ctranslate2 int8 (auto on CPU)", "ctranslate2", "auto")]
+            engines = [
+                ("naive loop (generate, 1 sentence per call)", None, None),
+                ("xstilts transformers backend", "transformers", None),
+                ("xstilts ctranslate2 float32", "ctranslate2", "float32"),
+                ("xstilts ctranslate2 int8 (auto on CPU)", "ctranslate2", "auto"),
+            ]
             results = {}
             for name, backend, compute in engines:
-                mt = MarianTranslator(tmp / "mt", {**settings, "backend": backend or "transformers",
-                                                   "compute_type": compute or "auto"},
-                                      dev, None, tmp / "ct2", args.threads)
+                mt = MarianTranslator(
+                    tmp / "mt",
+                    {**settings, "backend": backend or "transformers", "compute_type": compute or "auto"},
+                    dev,
+                    None,
+                    tmp / "ct2",
+                    args.threads,
+                )
                 start = time.perf_counter()
                 if backend is None:  # every sentence its own batch, no sorting
                     out = [x for s in sentences for x in mt.engine([s])]
@@ -111,16 +127,25 @@ def main() -> None:
             ref_out, ref_s, _ = results["xstilts transformers backend"]
             for name, (out, seconds, tokens) in results.items():
                 same = sum(a == b for a, b in zip(out, ref_out)) / len(out)
-                print(f"{name:40s} {len(out) / seconds:8.1f} {tokens / seconds:8.0f} {ref_s / seconds:20.2f}x "
-                      f"{same:12.3f}")
+                print(
+                    f"{name:40s} {len(out) / seconds:8.1f} {tokens / seconds:8.0f} {ref_s / seconds:20.2f}x "
+                    f"{same:12.3f}"
+                )
 
         cache = tmp / "cache.sqlite"
-        settings = {"batch_size": args.batch_size, "num_beams": 1, "max_new_tokens": args.max_new_tokens,
-                    "backend": "ctranslate2", "compute_type": "auto"}
+        settings = {
+            "batch_size": args.batch_size,
+            "num_beams": 1,
+            "max_new_tokens": args.max_new_tokens,
+            "backend": "ctranslate2",
+            "compute_type": "auto",
+        }
         MarianTranslator(tmp / "mt", settings, dev, cache, tmp / "ct2", args.threads)(sentences)
         rerun = MarianTranslator(tmp / "mt", settings, dev, cache, tmp / "ct2", args.threads)
         rerun(sentences)
-        print(f"\ncache hit rate on a rerun: {rerun.counts['segments_from_cache'] / rerun.counts['segments_requested']:.3f}")
+        print(
+            f"\ncache hit rate on a rerun: {rerun.counts['segments_from_cache'] / rerun.counts['segments_requested']:.3f}"
+        )
 
 
 if __name__ == "__main__":

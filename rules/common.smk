@@ -20,7 +20,6 @@ from workflow_scripts.common import canonical_json, repo_path
 from workflow_scripts.data import tasks as task_catalogue
 from workflow_scripts.data.tasks import TASKS
 
-
 # Under Slurm: cancelled and preempted jobs end in a retry, and SIGUSR1 is left to the
 # training process (workflow_scripts/workflow/slurm.py says why each is needed).
 slurm.install()
@@ -221,7 +220,9 @@ def _demo_vision_source():
     """The demo vision encoder's (image directory, caption rows): its pre-training pairs
     (vision.demo.captions; by default the demo's SNLI-VE training scenes and captions)."""
     captions = config["vision"]["demo"]["captions"]
-    return tuple(p if os.path.isabs(p) else os.path.join(workflow.basedir, p) for p in (captions["images"], captions["rows"]))
+    return tuple(
+        p if os.path.isabs(p) else os.path.join(workflow.basedir, p) for p in (captions["images"], captions["rows"])
+    )
 
 
 def vision_encoder_inputs(wildcards):
@@ -257,7 +258,9 @@ def intermediate_inputs(wildcards):
 def target_inputs(wildcards):
     return {
         # the intermediate phase's backbone, or the model of the target's last stage
-        "encoder": grid.target_start(config, wildcards.backbone, wildcards.intermediate, wildcards.target, wildcards.seed),
+        "encoder": grid.target_start(
+            config, wildcards.backbone, wildcards.intermediate, wildcards.target, wildcards.seed
+        ),
         "data": grid.target_data_files(config, wildcards.target, wildcards.recipe),
     }
 
@@ -265,8 +268,9 @@ def target_inputs(wildcards):
 def stage_inputs(wildcards):
     data = grid.stage_data(config, wildcards.stage)
     return {
-        "encoder": grid.target_start(config, wildcards.backbone, wildcards.intermediate, wildcards.target,
-                                     wildcards.seed, before=wildcards.stage),
+        "encoder": grid.target_start(
+            config, wildcards.backbone, wildcards.intermediate, wildcards.target, wildcards.seed, before=wildcards.stage
+        ),
         **{f"{split}": path for split, path in data[wildcards.stage].items()},
     }
 
@@ -312,15 +316,22 @@ def data_args(wildcards):
     """SPLIT:LANGS=FILE for every file a split is scored on."""
     data = evaluation(wildcards)["data"]
     return " ".join(
-        shlex.quote(f"{split}:{','.join(ref['languages'])}={ref['path']}") for split, refs in data.items() for ref in refs
+        shlex.quote(f"{split}:{','.join(ref['languages'])}={ref['path']}")
+        for split, refs in data.items()
+        for ref in refs
     )
 
 
 def run_id(wildcards):
     setting = next(s for s in transfer.configured(config) if transfer.path_token(s) == wildcards.setting)
     return canonical_json(
-        {"backbone": wildcards.backbone, "setting": setting, "intermediate": wildcards.intermediate,
-         "target": wildcards.target, "seed": int(wildcards.seed)}
+        {
+            "backbone": wildcards.backbone,
+            "setting": setting,
+            "intermediate": wildcards.intermediate,
+            "target": wildcards.target,
+            "seed": int(wildcards.seed),
+        }
     )
 
 
@@ -342,7 +353,9 @@ def training_launcher(wildcards, threads):
         # where sbatch --signal reaches it, with every CPU of the job (a step gets one CPU per
         # task unless told; the job asked for `threads` per GPU).
         cpus = threads * max(1, asked["per_node"])
-        prefix = prefix.replace("exec ", f"exec ${{SLURM_JOB_ID:+srun --ntasks=1 --nodes=1 --cpus-per-task={cpus}}} ", 1)
+        prefix = prefix.replace(
+            "exec ", f"exec ${{SLURM_JOB_ID:+srun --ntasks=1 --nodes=1 --cpus-per-task={cpus}}} ", 1
+        )
     return prefix
 
 

@@ -12,7 +12,7 @@ rule prepare_task_data:
     log:
         f"{LOGS}/prepare_task_data/{{task}}/{{split}}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/prepare_task_data/{{task}}/{{split}}.tsv",
+        f"{RESULTS}/benchmarks/prepare_task_data/{{task}}/{{split}}.tsv"
     params:
         settings=settings(grid.data_settings, "task", "split"),
         code=module_digest("data.prepare"),
@@ -35,7 +35,7 @@ rule embed_images:
     log:
         f"{LOGS}/embed_images/{{task}}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/embed_images/{{task}}.tsv",
+        f"{RESULTS}/benchmarks/embed_images/{{task}}.tsv"
     params:
         images=lambda wildcards: grid.image_dir(config, wildcards.task),
         kind=config["vision"]["features"],

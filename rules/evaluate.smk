@@ -8,11 +8,13 @@ rule evaluate_target:
     output:
         metrics=f"{RESULTS}/metrics/{{backbone}}/{{setting}}/{{intermediate}}/{{target}}/seed{{seed}}.json",
         # the test predictions in the XTREME leaderboard layout (predictions.py)
-        predictions=directory(f"{RESULTS}/metrics/{{backbone}}/{{setting}}/{{intermediate}}/{{target}}/seed{{seed}}.predictions"),
+        predictions=directory(
+            f"{RESULTS}/metrics/{{backbone}}/{{setting}}/{{intermediate}}/{{target}}/seed{{seed}}.predictions"
+        ),
     log:
         f"{LOGS}/evaluate_target/{{backbone}}/{{setting}}/{{intermediate}}/{{target}}/seed{{seed}}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/evaluate_target/{{backbone}}/{{setting}}/{{intermediate}}/{{target}}/seed{{seed}}.tsv",
+        f"{RESULTS}/benchmarks/evaluate_target/{{backbone}}/{{setting}}/{{intermediate}}/{{target}}/seed{{seed}}.tsv"
     params:
         settings=settings(grid.eval_settings, "backbone", "target", "setting"),
         models=model_args,

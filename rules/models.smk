@@ -39,7 +39,7 @@ rule prepare_translator:
     log:
         f"{LOGS}/prepare_translator/{{lang}}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/prepare_translator/{{lang}}.tsv",
+        f"{RESULTS}/benchmarks/prepare_translator/{{lang}}.tsv"
     params:
         settings=settings(grid.translator_settings, "lang"),
         code=module_digest("models.prepare"),
@@ -61,7 +61,7 @@ rule prepare_translator_to_english:
     log:
         f"{LOGS}/prepare_translator_to_english/{{lang}}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/prepare_translator_to_english/{{lang}}.tsv",
+        f"{RESULTS}/benchmarks/prepare_translator_to_english/{{lang}}.tsv"
     params:
         settings=lambda wildcards: canonical_json(grid.translator_settings(config, wildcards.lang, to_english=True)),
         code=module_digest("models.prepare"),

@@ -11,21 +11,37 @@ rule plot_results:
         per_language=rules.aggregate_tables.output.per_language_csv,
         runs=rules.aggregate_tables.output.runs_csv,
     output:
-        main_png=report(f"{RESULTS}/figures/{{backbone}}/main_deltas.png", caption="../report/main_deltas.rst",
-                        category="Results", labels={"backbone": "{backbone}", "figure": "main table, differences"}),
+        main_png=report(
+            f"{RESULTS}/figures/{{backbone}}/main_deltas.png",
+            caption="../report/main_deltas.rst",
+            category="Results",
+            labels={"backbone": "{backbone}", "figure": "main table, differences"},
+        ),
         main_svg=f"{RESULTS}/figures/{{backbone}}/main_deltas.svg",
         per_language_png=[
-            report(f"{RESULTS}/figures/{{backbone}}/per_language/{target}.png", caption="../report/per_language.rst",
-                   category="Results", labels={"backbone": "{backbone}", "figure": "per language", "target": target})
+            report(
+                f"{RESULTS}/figures/{{backbone}}/per_language/{target}.png",
+                caption="../report/per_language.rst",
+                category="Results",
+                labels={"backbone": "{backbone}", "figure": "per language", "target": target},
+            )
             for target in config["targets"]
         ],
         per_language_svg=[f"{RESULTS}/figures/{{backbone}}/per_language/{target}.svg" for target in config["targets"]],
-        seeds_png=report(f"{RESULTS}/figures/{{backbone}}/seed_spread.png", caption="../report/seed_spread.rst",
-                         category="Results", labels={"backbone": "{backbone}", "figure": "spread over seeds"}),
+        seeds_png=report(
+            f"{RESULTS}/figures/{{backbone}}/seed_spread.png",
+            caption="../report/seed_spread.rst",
+            category="Results",
+            labels={"backbone": "{backbone}", "figure": "spread over seeds"},
+        ),
         seeds_svg=f"{RESULTS}/figures/{{backbone}}/seed_spread.svg",
         settings_png=[
-            report(f"{RESULTS}/figures/{{backbone}}/settings/{token}.png", caption="../report/setting_deltas.rst",
-                   category="Transfer settings", labels={"backbone": "{backbone}", "figure": "per language", "setting": token})
+            report(
+                f"{RESULTS}/figures/{{backbone}}/settings/{token}.png",
+                caption="../report/setting_deltas.rst",
+                category="Transfer settings",
+                labels={"backbone": "{backbone}", "figure": "per language", "setting": token},
+            )
             for token in other_setting_tokens()
         ],
         settings_svg=[f"{RESULTS}/figures/{{backbone}}/settings/{token}.svg" for token in other_setting_tokens()],
@@ -52,8 +68,12 @@ rule plot_translation:
     input:
         table=rules.tabulate_translation.output.csv,
     output:
-        png=report(f"{RESULTS}/figures/translation.png", caption="../report/translation.rst",
-                   category="Translation", labels={"figure": "spans and quality"}),
+        png=report(
+            f"{RESULTS}/figures/translation.png",
+            caption="../report/translation.rst",
+            category="Translation",
+            labels={"figure": "spans and quality"},
+        ),
         svg=f"{RESULTS}/figures/translation.svg",
     log:
         f"{LOGS}/plot_translation.log",
@@ -104,7 +124,9 @@ rule collect_submission:
     log:
         f"{LOGS}/collect_submission/{{backbone}}.log",
     params:
-        runs=lambda wildcards: " ".join(f"{run}={path}" for run, path in grid.submission_predictions(config, wildcards.backbone).items()),
+        runs=lambda wildcards: " ".join(
+            f"{run}={path}" for run, path in grid.submission_predictions(config, wildcards.backbone).items()
+        ),
         targets=lambda wildcards: backbone_grid.grid_of(config, wildcards.backbone)["targets"],
         baseline=config["tables"]["baseline"],
         benchmark=BENCHMARK,
@@ -126,10 +148,18 @@ rule compare_backbones:
         backbones=expand(f"{RESULTS}/models/backbones/{{backbone}}", backbone=BACKBONES),
     output:
         md=f"{RESULTS}/tables/backbones.md",
-        csv=report(f"{RESULTS}/tables/backbones.csv", caption="../report/backbones_table.rst",
-                   category="Backbones", labels={"table": "across backbones"}),
-        png=report(f"{RESULTS}/figures/backbones_delta.png", caption="../report/backbones_figure.rst",
-                   category="Backbones", labels={"figure": "delta against parameters"}),
+        csv=report(
+            f"{RESULTS}/tables/backbones.csv",
+            caption="../report/backbones_table.rst",
+            category="Backbones",
+            labels={"table": "across backbones"},
+        ),
+        png=report(
+            f"{RESULTS}/figures/backbones_delta.png",
+            caption="../report/backbones_figure.rst",
+            category="Backbones",
+            labels={"figure": "delta against parameters"},
+        ),
         svg=f"{RESULTS}/figures/backbones_delta.svg",
     log:
         f"{LOGS}/compare_backbones.log",
@@ -156,13 +186,15 @@ rule tabulate_cost:
     input:
         # Runs last: every job that writes a benchmark record has finished.
         tables=expand(f"{RESULTS}/tables/{{backbone}}/main.csv", backbone=BACKBONES),
-        translation=lambda wildcards: rules.tabulate_translation.output.csv if grid.translation_stats_files(config) else [],
+        translation=lambda wildcards: (
+            rules.tabulate_translation.output.csv if grid.translation_stats_files(config) else []
+        ),
         figures=expand(f"{RESULTS}/figures/{{backbone}}/main_deltas.png", backbone=BACKBONES),
         latex=expand(f"{RESULTS}/tables/{{backbone}}/latex/main.tex", backbone=BACKBONES),
         comparison=rules.compare_backbones.output.csv,
-        translation_figure=lambda wildcards: rules.plot_translation.output.png
-        if grid.translation_stats_files(config)
-        else [],
+        translation_figure=lambda wildcards: (
+            rules.plot_translation.output.png if grid.translation_stats_files(config) else []
+        ),
     output:
         md=f"{RESULTS}/tables/cost.md",
         csv=report(

@@ -62,7 +62,7 @@ rule aggregate_tables:
     log:
         f"{LOGS}/aggregate_tables/{{backbone}}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/aggregate_tables/{{backbone}}.tsv",
+        f"{RESULTS}/benchmarks/aggregate_tables/{{backbone}}.tsv"
     params:
         settings=lambda wildcards: canonical_json(grid.table_settings(config, wildcards.backbone)),
         code=module_digest("reporting.tables"),

@@ -7,7 +7,7 @@ rule train_intermediate:
     log:
         f"{LOGS}/train_intermediate/{{backbone}}/{{intermediate}}/seed{{seed}}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/train_intermediate/{{backbone}}/{{intermediate}}/seed{{seed}}.tsv",
+        f"{RESULTS}/benchmarks/train_intermediate/{{backbone}}/{{intermediate}}/seed{{seed}}.tsv"
     params:
         settings=settings(grid.intermediate_settings, "backbone", "intermediate"),
         data=settings(grid.intermediate_data, "intermediate"),
@@ -21,11 +21,11 @@ rule train_intermediate:
     # allocations of `runtime` minutes, plus retries for failures (slurm.training_retries).
     retries: training_retries("train_intermediate")
     resources:
+        **training_geometry(),
         mem_mb=res("train_intermediate", "mem_mb"),
         runtime=res("train_intermediate", "runtime"),
         gpu=training_gpus("train_intermediate"),
         launcher=training_launcher,
-        **training_geometry(),
         slurm_extra=training_slurm_extra("train_intermediate"),
         # Checkpointing is operational: resources, so changing it reruns nothing.
         checkpoint_every=res("train_intermediate", "checkpoint_every"),
@@ -50,7 +50,7 @@ rule train_target:
     log:
         f"{LOGS}/train_target/{{backbone}}/{{intermediate}}/{{target}}/{{recipe}}/seed{{seed}}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/train_target/{{backbone}}/{{intermediate}}/{{target}}/{{recipe}}/seed{{seed}}.tsv",
+        f"{RESULTS}/benchmarks/train_target/{{backbone}}/{{intermediate}}/{{target}}/{{recipe}}/seed{{seed}}.tsv"
     params:
         settings=settings(grid.target_settings, "backbone", "target"),
         # The recipe's files and the languages taken from each (transfer.py).
@@ -64,11 +64,11 @@ rule train_target:
     # allocations of `runtime` minutes, plus retries for failures (slurm.training_retries).
     retries: training_retries("train_target")
     resources:
+        **training_geometry(),
         mem_mb=res("train_target", "mem_mb"),
         runtime=res("train_target", "runtime"),
         gpu=training_gpus("train_target"),
         launcher=training_launcher,
-        **training_geometry(),
         slurm_extra=training_slurm_extra("train_target"),
         # Checkpointing is operational: resources, so changing it reruns nothing.
         checkpoint_every=res("train_target", "checkpoint_every"),
@@ -95,11 +95,13 @@ use rule train_target as train_target_stage with:
     input:
         unpack(stage_inputs),
     output:
-        model=directory(f"{RESULTS}/target/{{backbone}}/{{intermediate}}/{{target}}/stages/{{stage}}/seed{{seed}}/model"),
+        model=directory(
+            f"{RESULTS}/target/{{backbone}}/{{intermediate}}/{{target}}/stages/{{stage}}/seed{{seed}}/model"
+        ),
     log:
         f"{LOGS}/train_target_stage/{{backbone}}/{{intermediate}}/{{target}}/{{stage}}/seed{{seed}}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/train_target_stage/{{backbone}}/{{intermediate}}/{{target}}/{{stage}}/seed{{seed}}.tsv",
+        f"{RESULTS}/benchmarks/train_target_stage/{{backbone}}/{{intermediate}}/{{target}}/{{stage}}/seed{{seed}}.tsv"
     params:
         settings=stage_settings,
         data=stage_data_map,

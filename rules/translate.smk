@@ -9,7 +9,7 @@ rule translate_task_data:
     log:
         f"{LOGS}/translate_task_data/{{task}}/{{lang}}/{{split}}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/translate_task_data/{{task}}/{{lang}}/{{split}}.tsv",
+        f"{RESULTS}/benchmarks/translate_task_data/{{task}}/{{lang}}/{{split}}.tsv"
     params:
         settings=settings(grid.translation_settings, "task", "lang"),
         # Shared by every translation into {lang}: a rerun translates only new text.
@@ -44,7 +44,7 @@ rule translate_test_data:
     log:
         f"{LOGS}/translate_test_data/{{task}}/{{lang}}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/translate_test_data/{{task}}/{{lang}}.tsv",
+        f"{RESULTS}/benchmarks/translate_test_data/{{task}}/{{lang}}.tsv"
     params:
         settings=settings(grid.translation_settings, "task"),
         cache=f"{RESULTS}/cache/translation/{{lang}}-en.sqlite",
@@ -77,7 +77,7 @@ rule score_translation_quality:
     log:
         f"{LOGS}/score_translation_quality/{{lang}}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/score_translation_quality/{{lang}}.tsv",
+        f"{RESULTS}/benchmarks/score_translation_quality/{{lang}}.tsv"
     params:
         settings=lambda wildcards: canonical_json(grid.translation_settings(config, None, wildcards.lang)),
         cache=f"{RESULTS}/cache/translation/{{lang}}.sqlite",
@@ -111,7 +111,7 @@ rule score_translation_quality_to_english:
     log:
         f"{LOGS}/score_translation_quality_to_english/{{lang}}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/score_translation_quality_to_english/{{lang}}.tsv",
+        f"{RESULTS}/benchmarks/score_translation_quality_to_english/{{lang}}.tsv"
     params:
         settings=lambda wildcards: canonical_json(grid.translation_settings(config)),
         cache=f"{RESULTS}/cache/translation/{{lang}}-en.sqlite",
@@ -141,12 +141,16 @@ rule tabulate_translation:
         models=lambda wildcards: grid.translated_intermediate_models(config),
     output:
         md=f"{RESULTS}/tables/translation.md",
-        csv=report(f"{RESULTS}/tables/translation.csv", caption="../report/translation_table.rst",
-                   category="Translation", labels={"table": "translation"}),
+        csv=report(
+            f"{RESULTS}/tables/translation.csv",
+            caption="../report/translation_table.rst",
+            category="Translation",
+            labels={"table": "translation"},
+        ),
     log:
         f"{LOGS}/tabulate_translation.log",
     benchmark:
-        f"{RESULTS}/benchmarks/tabulate_translation.tsv",
+        f"{RESULTS}/benchmarks/tabulate_translation.tsv"
     params:
         code=module_digest("reporting.tables"),
         # the catalogue entries and converters of the tasks this job reads, and no other

@@ -71,10 +71,10 @@ class RecordingDict(dict):
         for key, value in dict(*args, **kwargs).items():
             self[key] = value
 
-    def copy(self) -> "RecordingDict":
+    def copy(self) -> RecordingDict:
         return RecordingDict(self, self._path, self._log)
 
-    def __deepcopy__(self, memo) -> "RecordingDict":
+    def __deepcopy__(self, memo) -> RecordingDict:
         return RecordingDict({k: copy.deepcopy(v, memo) for k, v in dict.items(self)}, self._path, self._log)
 
     def __reduce__(self):  # pickled (e.g. to another process) as the plain mapping it holds
@@ -119,8 +119,9 @@ def main(argv: list[str]) -> int:
         code = stop.code if isinstance(stop.code, int) else 1
     finally:
         files = {f: ours(f) for f in {f for _, f, _ in log}}
-        reads = sorted({(path, str(Path(f).resolve().relative_to(REPO)), line)
-                        for path, f, line in set(log) if files[f]})
+        reads = sorted(
+            {(path, str(Path(f).resolve().relative_to(REPO)), line) for path, f, line in set(log) if files[f]}
+        )
         out.write_text(json.dumps([[list(path), f, line] for path, f, line in reads]))
     return code
 

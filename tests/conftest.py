@@ -40,9 +40,10 @@ def pytest_collection_modifyitems(config, items):
         if len(tiers) != 1:
             problems.append(f"{item.nodeid}: {'no tier' if not tiers else 'tiers ' + ', '.join(tiers)}")
     if problems:
-        raise pytest.UsageError(f"each test needs exactly one tier marker of {', '.join(TIERS)} "
-                                f"(pytestmark = pytest.mark.unit in the module, or on the test):\n  "
-                                + "\n  ".join(problems))
+        raise pytest.UsageError(
+            f"each test needs exactly one tier marker of {', '.join(TIERS)} "
+            f"(pytestmark = pytest.mark.unit in the module, or on the test):\n  " + "\n  ".join(problems)
+        )
 
 
 def local_settings(path: str, languages: list[str] | None = None) -> dict:
@@ -91,9 +92,18 @@ def demo_encoder_dir(tmp_path_factory, demo_data) -> Path:
     from workflow_scripts.models.demo_models import build_demo_encoder
 
     out = tmp_path_factory.mktemp("encoder") / "encoder"
-    build_demo_encoder({"vocab_size": 2000, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
-                        "intermediate_size": 64, "max_position_embeddings": 258},
-                       [str(p) for p in demo_data.values()], out)
+    build_demo_encoder(
+        {
+            "vocab_size": 2000,
+            "hidden_size": 32,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "intermediate_size": 64,
+            "max_position_embeddings": 258,
+        },
+        [str(p) for p in demo_data.values()],
+        out,
+    )
     return out
 
 
@@ -133,8 +143,9 @@ def checkpoint_step(checkpoints: Path) -> int:
 
 def copy_repo(dest: Path) -> Path:
     """The repository's own files (tracked and untracked, not ignored): no results, no .venv."""
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, check=True,
-                           capture_output=True, text=True).stdout.split("\0")
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, check=True, capture_output=True, text=True
+    ).stdout.split("\0")
     for rel in filter(None, files):
         src = REPO / rel
         if src.is_file():
@@ -143,12 +154,14 @@ def copy_repo(dest: Path) -> Path:
     return dest
 
 
-def snakemake(cwd: Path, *args: str, timeout: int = 1800, env: dict[str, str] | None = None
-              ) -> subprocess.CompletedProcess:
+def snakemake(
+    cwd: Path, *args: str, timeout: int = 1800, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     env = {**os.environ, **(env or {})}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.fixture(scope="session")
@@ -169,14 +182,20 @@ def file_digests(folder: Path) -> dict[str, str]:
     """sha256 of every file under a folder, by relative path."""
     import hashlib
 
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def job_counts(out: str) -> dict[str, int]:
     """Jobs per rule from the "Job stats" table of a dry run's output."""
-    return {line.split()[0]: int(line.split()[1]) for line in out.split("Job stats:")[1].splitlines()[3:]
-            if len(line.split()) == 2 and line.split()[1].isdigit()}
+    return {
+        line.split()[0]: int(line.split()[1])
+        for line in out.split("Job stats:")[1].splitlines()[3:]
+        if len(line.split()) == 2 and line.split()[1].isdigit()
+    }
 
 
 def planned_jobs(cwd: Path, *args: str) -> set[tuple[str, str]]:
@@ -244,4 +263,3 @@ def read_tag_file(path) -> list[list[str]]:
     if current:
         sentences.append(current)
     return sentences
-

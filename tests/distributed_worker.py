@@ -21,10 +21,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
+import torch
+from torch import nn
 
-from workflow_scripts.training import distributed as D  # noqa: E402
+from workflow_scripts.training import distributed as D
 
 VOCAB, LENGTH, EXAMPLES = 40, 6, 45
 
@@ -75,7 +75,7 @@ class Batches:
         if len(self.order) < self.size:
             self.order = list(range(len(self.examples)))
             self.rng.shuffle(self.order)
-        taken, self.order = self.order[:self.size], self.order[self.size:]
+        taken, self.order = self.order[: self.size], self.order[self.size :]
         return [self.examples[i] for i in taken]
 
     def state(self):
@@ -110,8 +110,13 @@ def main() -> None:
 
     ctx = D.init_from_env()
     torch.manual_seed(0)  # the same initial weights on every rank (and in a single process)
-    model = D.shard_model(Tiny(dropout=args.dropout), (Block,), ctx, bf16=args.bf16,
-                          activation_checkpointing=args.activation_checkpointing)
+    model = D.shard_model(
+        Tiny(dropout=args.dropout),
+        (Block,),
+        ctx,
+        bf16=args.bf16,
+        activation_checkpointing=args.activation_checkpointing,
+    )
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01, fused=True)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 3))
     batches = Batches(dataset(), args.batch, seed=1)
@@ -129,9 +134,13 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.append(signum))
 
     def checkpoint(step: int) -> None:
-        D.save_checkpoint(args.checkpoint, model, optimizer, {"step": step, "losses": losses,
-                                                              "scheduler": scheduler.state_dict(),
-                                                              "batches": batches.state()}, ctx)
+        D.save_checkpoint(
+            args.checkpoint,
+            model,
+            optimizer,
+            {"step": step, "losses": losses, "scheduler": scheduler.state_dict(), "batches": batches.state()},
+            ctx,
+        )
 
     for step in range(start, args.steps):
         if args.die_at and step == args.die_at and ctx.rank == 1:
@@ -165,8 +174,17 @@ def main() -> None:
     weights = D.full_state_dict(model, ctx)
     if ctx.is_main:
         torch.save(weights, args.out.with_suffix(".pt"))
-        args.out.write_text(json.dumps({"losses": losses, "eval_loss": eval_loss, "resumed_at": resumed_at, "world_size": ctx.world_size,
-                                        "tied": model.lm.weight is model.embeddings.weight}))
+        args.out.write_text(
+            json.dumps(
+                {
+                    "losses": losses,
+                    "eval_loss": eval_loss,
+                    "resumed_at": resumed_at,
+                    "world_size": ctx.world_size,
+                    "tied": model.lm.weight is model.embeddings.weight,
+                }
+            )
+        )
     D.barrier(ctx)  # as the training runtime's finish: no rank tears gloo down while another still writes
     D.shutdown(ctx)
 

@@ -26,17 +26,23 @@ import time
 import urllib.request
 from pathlib import Path
 
-GIT_IDENTITY = {"GIT_AUTHOR_NAME": "xstilts tests", "GIT_AUTHOR_EMAIL": "tests@xstilts.invalid",
-                "GIT_COMMITTER_NAME": "xstilts tests", "GIT_COMMITTER_EMAIL": "tests@xstilts.invalid",
-                "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z"}
+GIT_IDENTITY = {
+    "GIT_AUTHOR_NAME": "xstilts tests",
+    "GIT_AUTHOR_EMAIL": "tests@xstilts.invalid",
+    "GIT_COMMITTER_NAME": "xstilts tests",
+    "GIT_COMMITTER_EMAIL": "tests@xstilts.invalid",
+    "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
+    "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
+}
 # What a model repository of the Hub holds; the demo's own records stay out.
 MODEL_FILES = ("*.json", "*.safetensors", "*.spm", "*.model", "*.txt")
 NOT_MODEL_FILES = {"xstilts_backbone.json", "xstilts_demo.json", "xstilts_source.json"}
 
 
 def _git(repo: Path, *args: str) -> str:
-    proc = subprocess.run(["git", *args], cwd=repo, env={**os.environ, **GIT_IDENTITY}, check=True,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["git", *args], cwd=repo, env={**os.environ, **GIT_IDENTITY}, check=True, capture_output=True, text=True
+    )
     return proc.stdout.strip()
 
 
@@ -53,8 +59,11 @@ def _init(repo: Path) -> None:
 
 def config_splits(folder: Path) -> dict[str, list[str]]:
     """{config: [split, ...]} of a local-mirror dataset folder (``<config>/<split>.jsonl``)."""
-    return {c.name: sorted(f.stem for f in c.glob("*.jsonl"))
-            for c in sorted(folder.iterdir()) if c.is_dir() and any(c.glob("*.jsonl"))}
+    return {
+        c.name: sorted(f.stem for f in c.glob("*.jsonl"))
+        for c in sorted(folder.iterdir())
+        if c.is_dir() and any(c.glob("*.jsonl"))
+    }
 
 
 def dataset_card(configs: dict[str, list[str]]) -> str:
@@ -94,8 +103,11 @@ def mirror_script_dataset(folder: Path, mirrors: Path, repo_id: str) -> tuple[st
     _git(repo, "rm", "-rfq", ".")
     for config, splits in config_splits(folder).items():
         for split in splits:
-            rows = [json.loads(line) for line in (folder / config / f"{split}.jsonl").read_text().splitlines()
-                    if line.strip()]
+            rows = [
+                json.loads(line)
+                for line in (folder / config / f"{split}.jsonl").read_text().splitlines()
+                if line.strip()
+            ]
             out = repo / config / split / "0000.parquet"
             out.parent.mkdir(parents=True)
             pq.write_table(pa.Table.from_pylist(rows), out)
@@ -150,11 +162,13 @@ class HubServer:
             f'repos-path = "{self.workdir / "cache"}"\n'
             f'mirrors-path = ["{self.mirrors}"]\n'
             "metadata-cache-ttl = 0\n"
-            "[accessibility]\noffline = true\n")
+            "[accessibility]\noffline = true\n"
+        )
         cli = Path(sys.executable).with_name("olah-cli")
         log = (self.workdir / "olah.log").open("w")
-        self.process = subprocess.Popen([str(cli), "-c", str(config)], cwd=self.workdir, stdout=log,
-                                        stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(
+            [str(cli), "-c", str(config)], cwd=self.workdir, stdout=log, stderr=subprocess.STDOUT
+        )
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.process.poll() is not None:
@@ -181,5 +195,11 @@ class HubServer:
 
     def environment(self, hf_home: Path) -> dict[str, str]:
         """The environment a process needs to use this server as its Hub."""
-        return {"HF_ENDPOINT": self.endpoint, "HF_HOME": str(hf_home), "HF_HUB_DISABLE_TELEMETRY": "1",
-                "HF_HUB_OFFLINE": "0", "HF_DATASETS_OFFLINE": "0", "HF_HUB_DISABLE_XET": "1"}
+        return {
+            "HF_ENDPOINT": self.endpoint,
+            "HF_HOME": str(hf_home),
+            "HF_HUB_DISABLE_TELEMETRY": "1",
+            "HF_HUB_OFFLINE": "0",
+            "HF_DATASETS_OFFLINE": "0",
+            "HF_HUB_DISABLE_XET": "1",
+        }

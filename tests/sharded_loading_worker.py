@@ -21,14 +21,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import torch  # noqa: E402
+import torch
 
-from workflow_scripts.common import seed_everything  # noqa: E402
-from workflow_scripts.models.adapters import Method, attach, inner, lineage, load_backbone  # noqa: E402
-from workflow_scripts.models.backbones import family_of  # noqa: E402
-from workflow_scripts.models.heads import MultiHeadModel, load_mlm_head, make_head  # noqa: E402
-from workflow_scripts.training import distributed as D  # noqa: E402
-from workflow_scripts.training import sharded_loading as S  # noqa: E402
+from workflow_scripts.common import seed_everything
+from workflow_scripts.models.adapters import Method, attach, inner, lineage, load_backbone
+from workflow_scripts.models.backbones import family_of
+from workflow_scripts.models.heads import MultiHeadModel, load_mlm_head, make_head
+from workflow_scripts.training import distributed as D
+from workflow_scripts.training import sharded_loading as S
 
 # The phase's heads: what train.py's load_phase_data builds (init std: the config's initializer_range).
 HEADS = {"xnli": ("classification", 3), "udpos": ("tagging", 5)}
@@ -60,8 +60,13 @@ def reference(scenario: dict, ctx: D.Context):
     model = MultiHeadModel(encoder, heads, family.name).to(ctx.device)
     peft_model = attach(model, method, dict(HEADS)) if method.adapters else None
     model = inner(peft_model) if peft_model is not None else model
-    D.shard_model(model, tuple({type(b) for b in family.blocks(model.encoder)}), ctx, bf16=False,
-                  activation_checkpointing=bool(scenario.get("activation_checkpointing")))
+    D.shard_model(
+        model,
+        tuple({type(b) for b in family.blocks(model.encoder)}),
+        ctx,
+        bf16=False,
+        activation_checkpointing=bool(scenario.get("activation_checkpointing")),
+    )
     return model
 
 
@@ -69,9 +74,14 @@ def sharded(scenario: dict, ctx: D.Context):
     method = method_of(scenario)
     seed_everything(scenario["seed"])
     mlm = "sharded" if scenario.get("mlm") else None
-    built = S.load_sharded_model(scenario["dir"], method, lambda encoder: make_heads(encoder, scenario["dir"], mlm), ctx,
-                                 head_formats=dict(HEADS),
-                                 activation_checkpointing=bool(scenario.get("activation_checkpointing")))
+    built = S.load_sharded_model(
+        scenario["dir"],
+        method,
+        lambda encoder: make_heads(encoder, scenario["dir"], mlm),
+        ctx,
+        head_formats=dict(HEADS),
+        activation_checkpointing=bool(scenario.get("activation_checkpointing")),
+    )
     return built.model, built.stats
 
 
@@ -133,8 +143,11 @@ def main() -> None:
             try:
                 sharded(scenario, ctx)
             except Exception as error:  # noqa: BLE001 - the test asserts on type and message
-                found = {"type": type(error).__name__, "message": str(error),
-                         "classes": [c.__name__ for c in type(error).__mro__]}
+                found = {
+                    "type": type(error).__name__,
+                    "message": str(error),
+                    "classes": [c.__name__ for c in type(error).__mro__],
+                }
             else:
                 found = {"type": None, "message": "no error", "classes": []}
             gathered = [None] * ctx.world_size if ctx.distributed else [found]
@@ -145,17 +158,24 @@ def main() -> None:
         vocab = json.loads((Path(lineage(scenario["dir"]).base) / "config.json").read_text())["vocab_size"]
         ref = reference(scenario, ctx)
         model, stats = sharded(scenario, ctx)
-        mine = {**dataclasses.asdict(stats), "rank": ctx.rank, "storage_bytes": local_storage(model),
-                "trainable": sorted(n for n, p in model.named_parameters() if p.requires_grad),
-                "reference_trainable": sorted(n for n, p in ref.named_parameters() if p.requires_grad),
-                "ties": ties(model), "reference_ties": ties(ref)}
+        mine = {
+            **dataclasses.asdict(stats),
+            "rank": ctx.rank,
+            "storage_bytes": local_storage(model),
+            "trainable": sorted(n for n, p in model.named_parameters() if p.requires_grad),
+            "reference_trainable": sorted(n for n, p in ref.named_parameters() if p.requires_grad),
+            "ties": ties(model),
+            "reference_ties": ties(ref),
+        }
         found = {"reference": D.full_state_dict(ref, ctx), "sharded": D.full_state_dict(model, ctx)}
         if scenario.get("forward", True):  # (a bf16 backbone under fp32 heads runs under GPU autocast only)
             found.update(reference_logits=logits(ref, vocab), sharded_logits=logits(model, vocab))
             ref_grads, grads = gradients(ref, vocab), gradients(model, vocab)
             mine["gradient_names_equal"] = sorted(ref_grads) == sorted(grads)
             mine["gradients"] = len(grads)
-            mine["gradient_mismatches"] = [n for n in ref_grads if n in grads and not torch.equal(ref_grads[n], grads[n])]
+            mine["gradient_mismatches"] = [
+                n for n in ref_grads if n in grads and not torch.equal(ref_grads[n], grads[n])
+            ]
         per_rank = [None] * ctx.world_size if ctx.distributed else [mine]
         if ctx.distributed:
             torch.distributed.all_gather_object(per_rank, mine)

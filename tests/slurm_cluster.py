@@ -79,8 +79,7 @@ def _wait(check, what: str, proc: subprocess.Popen, log: Path, timeout: float = 
             return
         time.sleep(0.5)
     output = log.with_suffix(".out")
-    tail = "\n".join(path.read_text(errors="replace")[-2000:]
-                     for path in (output, log) if path.exists()) or "(no log)"
+    tail = "\n".join(path.read_text(errors="replace")[-2000:] for path in (output, log) if path.exists()) or "(no log)"
     status = "exited" if proc.poll() is not None else f"did not come up within {timeout:.0f} s"
     raise RuntimeError(f"{what} {status}; {log}:\n{tail}")
 
@@ -101,15 +100,13 @@ class Cluster:
 
     def run(self, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
         """Run a Slurm client command against this cluster."""
-        return subprocess.run(args, env=self.env, capture_output=True, text=True,
-                              check=check, timeout=timeout)
+        return subprocess.run(args, env=self.env, capture_output=True, text=True, check=check, timeout=timeout)
 
     # -- start -------------------------------------------------------------------------
-    def start(self) -> "Cluster":
+    def start(self) -> Cluster:
         for sub in ("etc", "log", "run", "db", "state", "spool"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
-        self.ports = {"mysql": _free_port(), "dbd": _free_port(), "ctld": _free_port(),
-                      "slurmd": _free_port()}
+        self.ports = {"mysql": _free_port(), "dbd": _free_port(), "ctld": _free_port(), "slurmd": _free_port()}
         try:
             self._start_munge()
             self._start_mariadb()
@@ -122,15 +119,17 @@ class Cluster:
         except BaseException:
             self.stop()
             raise
-        (self.root / "cluster.json").write_text(json.dumps(
-            {"pids": {name: proc.pid for name, proc in self.processes.items()},
-             "slurm_conf": str(self.slurm_conf)}, indent=1))
+        (self.root / "cluster.json").write_text(
+            json.dumps(
+                {"pids": {name: proc.pid for name, proc in self.processes.items()}, "slurm_conf": str(self.slurm_conf)},
+                indent=1,
+            )
+        )
         return self
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
         log = open(self.root / "log" / f"{name}.out", "ab")
-        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                start_new_session=True)
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
         self.processes[name] = proc
         return proc
 
@@ -139,87 +138,150 @@ class Cluster:
         key.write_bytes(os.urandom(1024))
         key.chmod(0o400)
         self.munge_socket = self.root / "run" / "munge.socket"
-        self._spawn("munged", [_which("munged"), "--foreground", "--force",
-                               f"--key-file={key}", f"--socket={self.munge_socket}",
-                               f"--pid-file={self.root / 'run' / 'munged.pid'}",
-                               f"--log-file={self.root / 'log' / 'munged.log'}",
-                               f"--seed-file={self.root / 'run' / 'munged.seed'}"])
+        self._spawn(
+            "munged",
+            [
+                _which("munged"),
+                "--foreground",
+                "--force",
+                f"--key-file={key}",
+                f"--socket={self.munge_socket}",
+                f"--pid-file={self.root / 'run' / 'munged.pid'}",
+                f"--log-file={self.root / 'log' / 'munged.log'}",
+                f"--seed-file={self.root / 'run' / 'munged.seed'}",
+            ],
+        )
         _wait(self.munge_socket.exists, "munged", self.processes["munged"], self.root / "log" / "munged.log", 20)
 
     def _start_mariadb(self) -> None:
         datadir = self.root / "db"
-        subprocess.run([_which("mariadb-install-db"), f"--datadir={datadir}", "--user=root",
-                        "--auth-root-authentication-method=normal", "--skip-test-db"],
-                       check=True, capture_output=True, timeout=120)
+        subprocess.run(
+            [
+                _which("mariadb-install-db"),
+                f"--datadir={datadir}",
+                "--user=root",
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
         self.mysql_socket = self.root / "run" / "mysqld.sock"
-        self._spawn("mariadbd", [_which("mariadbd"), "--no-defaults", f"--datadir={datadir}",
-                                 "--user=root", f"--socket={self.mysql_socket}",
-                                 f"--port={self.ports['mysql']}", "--bind-address=127.0.0.1",
-                                 f"--pid-file={self.root / 'run' / 'mysqld.pid'}",
-                                 "--innodb-buffer-pool-size=64M",
-                                 f"--log-error={self.root / 'log' / 'mariadb.log'}"])
+        self._spawn(
+            "mariadbd",
+            [
+                _which("mariadbd"),
+                "--no-defaults",
+                f"--datadir={datadir}",
+                "--user=root",
+                f"--socket={self.mysql_socket}",
+                f"--port={self.ports['mysql']}",
+                "--bind-address=127.0.0.1",
+                f"--pid-file={self.root / 'run' / 'mysqld.pid'}",
+                "--innodb-buffer-pool-size=64M",
+                f"--log-error={self.root / 'log' / 'mariadb.log'}",
+            ],
+        )
         _wait(self.mysql_socket.exists, "MariaDB", self.processes["mariadbd"], self.root / "log" / "mariadb.log", 60)
 
     def _write_configs(self) -> None:
         etc, host = self.root / "etc", socket.gethostname()
         cpus = os.cpu_count() or 1
         memory_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
-        (etc / "slurmdbd.conf").write_text("\n".join([
-            "AuthType=auth/munge", f"AuthInfo=socket={self.munge_socket}",
-            "DbdHost=localhost", f"DbdPort={self.ports['dbd']}", "SlurmUser=root",
-            f"PidFile={self.root / 'run' / 'slurmdbd.pid'}",
-            f"LogFile={self.root / 'log' / 'slurmdbd.log'}", "DebugLevel=info",
-            "StorageType=accounting_storage/mysql", "StorageHost=127.0.0.1",
-            f"StoragePort={self.ports['mysql']}", "StorageUser=root",
-            "StorageLoc=slurm_acct_db", ""]))
+        (etc / "slurmdbd.conf").write_text(
+            "\n".join(
+                [
+                    "AuthType=auth/munge",
+                    f"AuthInfo=socket={self.munge_socket}",
+                    "DbdHost=localhost",
+                    f"DbdPort={self.ports['dbd']}",
+                    "SlurmUser=root",
+                    f"PidFile={self.root / 'run' / 'slurmdbd.pid'}",
+                    f"LogFile={self.root / 'log' / 'slurmdbd.log'}",
+                    "DebugLevel=info",
+                    "StorageType=accounting_storage/mysql",
+                    "StorageHost=127.0.0.1",
+                    f"StoragePort={self.ports['mysql']}",
+                    "StorageUser=root",
+                    "StorageLoc=slurm_acct_db",
+                    "",
+                ]
+            )
+        )
         (etc / "slurmdbd.conf").chmod(0o600)
-        (etc / "slurm.conf").write_text("\n".join([
-            "ClusterName=xstilts", f"SlurmctldHost={host}(127.0.0.1)",
-            "AuthType=auth/munge", "CredType=cred/munge", "SlurmUser=root",
-            f"SlurmctldPort={self.ports['ctld']}", f"SlurmdPort={self.ports['slurmd']}",
-            f"StateSaveLocation={self.root / 'state'}", f"SlurmdSpoolDir={self.root / 'spool'}",
-            f"SlurmctldPidFile={self.root / 'run' / 'slurmctld.pid'}",
-            f"SlurmdPidFile={self.root / 'run' / 'slurmd.pid'}",
-            f"SlurmctldLogFile={self.root / 'log' / 'slurmctld.log'}",
-            f"SlurmdLogFile={self.root / 'log' / 'slurmd.log'}",
-            "SlurmctldDebug=info", "SlurmdDebug=info",
-            # Requeued jobs wait cred_expire + 1 s before they may start (default 120 s).
-            f"AuthInfo=socket={self.munge_socket},cred_expire=10",
-            "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
-            "SelectType=select/cons_tres", "SelectTypeParameters=CR_CPU",
-            "SchedulerType=sched/backfill", "MpiDefault=none", "ReturnToService=2",
-            "JobAcctGatherType=jobacct_gather/none",
-            # Keep the Slurm executor's job comments (rule and wildcards) in sacct.
-            "AccountingStoreFlags=job_comment",
-            "AccountingStorageType=accounting_storage/slurmdbd",
-            "AccountingStorageHost=localhost", f"AccountingStoragePort={self.ports['dbd']}",
-            # The munge socket for slurmdbd connections (AuthInfo covers only slurmctld's).
-            f"AccountingStoragePass={self.munge_socket}",
-            # Slurm's defaults, stated: a cluster user's status queries see these.
-            "MinJobAge=300", "KillWait=30",
-            # Fast scheduling so the test does not wait on the scheduler's cadence.
-            "SchedulerParameters=sched_interval=2,bf_interval=2",
-            # GPUs as a count only (no device files): a job asking for GPUs, as a sharded
-            # training job does, is scheduled; its processes find no CUDA and run on CPU.
-            "GresTypes=gpu",
-            f"NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={memory_mb} Gres=gpu:{GPUS} State=UNKNOWN",
-            f"PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP", ""]))
+        (etc / "slurm.conf").write_text(
+            "\n".join(
+                [
+                    "ClusterName=xstilts",
+                    f"SlurmctldHost={host}(127.0.0.1)",
+                    "AuthType=auth/munge",
+                    "CredType=cred/munge",
+                    "SlurmUser=root",
+                    f"SlurmctldPort={self.ports['ctld']}",
+                    f"SlurmdPort={self.ports['slurmd']}",
+                    f"StateSaveLocation={self.root / 'state'}",
+                    f"SlurmdSpoolDir={self.root / 'spool'}",
+                    f"SlurmctldPidFile={self.root / 'run' / 'slurmctld.pid'}",
+                    f"SlurmdPidFile={self.root / 'run' / 'slurmd.pid'}",
+                    f"SlurmctldLogFile={self.root / 'log' / 'slurmctld.log'}",
+                    f"SlurmdLogFile={self.root / 'log' / 'slurmd.log'}",
+                    "SlurmctldDebug=info",
+                    "SlurmdDebug=info",
+                    # Requeued jobs wait cred_expire + 1 s before they may start (default 120 s).
+                    f"AuthInfo=socket={self.munge_socket},cred_expire=10",
+                    "ProctrackType=proctrack/linuxproc",
+                    "TaskPlugin=task/none",
+                    "SelectType=select/cons_tres",
+                    "SelectTypeParameters=CR_CPU",
+                    "SchedulerType=sched/backfill",
+                    "MpiDefault=none",
+                    "ReturnToService=2",
+                    "JobAcctGatherType=jobacct_gather/none",
+                    # Keep the Slurm executor's job comments (rule and wildcards) in sacct.
+                    "AccountingStoreFlags=job_comment",
+                    "AccountingStorageType=accounting_storage/slurmdbd",
+                    "AccountingStorageHost=localhost",
+                    f"AccountingStoragePort={self.ports['dbd']}",
+                    # The munge socket for slurmdbd connections (AuthInfo covers only slurmctld's).
+                    f"AccountingStoragePass={self.munge_socket}",
+                    # Slurm's defaults, stated: a cluster user's status queries see these.
+                    "MinJobAge=300",
+                    "KillWait=30",
+                    # Fast scheduling so the test does not wait on the scheduler's cadence.
+                    "SchedulerParameters=sched_interval=2,bf_interval=2",
+                    # GPUs as a count only (no device files): a job asking for GPUs, as a sharded
+                    # training job does, is scheduled; its processes find no CUDA and run on CPU.
+                    "GresTypes=gpu",
+                    f"NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={memory_mb} Gres=gpu:{GPUS} State=UNKNOWN",
+                    f"PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP",
+                    "",
+                ]
+            )
+        )
 
         # slurmd counts a GPU per device file and ignores a bare Count for gpu: character
         # devices every machine has stand in (no cgroup enforcement touches them).
-        (etc / "gres.conf").write_text("".join(f"NodeName={host} Name=gpu File={device}\n"
-                                               for device in GPU_STAND_INS))
+        (etc / "gres.conf").write_text("".join(f"NodeName={host} Name=gpu File={device}\n" for device in GPU_STAND_INS))
 
     def _start_slurmdbd(self) -> None:
         self._spawn("slurmdbd", [_which("slurmdbd"), "-D"])
-        _wait(lambda: self.run("sacctmgr", "-n", "list", "cluster", check=False).returncode == 0,
-              "slurmdbd", self.processes["slurmdbd"], self.root / "log" / "slurmdbd.log")
+        _wait(
+            lambda: self.run("sacctmgr", "-n", "list", "cluster", check=False).returncode == 0,
+            "slurmdbd",
+            self.processes["slurmdbd"],
+            self.root / "log" / "slurmdbd.log",
+        )
 
     def _start_slurmctld(self) -> None:
         self.run("sacctmgr", "-i", "add", "cluster", "xstilts", check=False)
         self._spawn("slurmctld", [_which("slurmctld"), "-D", "-i"])
-        _wait(lambda: self.run("scontrol", "ping", check=False).stdout.count("UP") > 0,
-              "slurmctld", self.processes["slurmctld"], self.root / "log" / "slurmctld.log")
+        _wait(
+            lambda: self.run("scontrol", "ping", check=False).stdout.count("UP") > 0,
+            "slurmctld",
+            self.processes["slurmctld"],
+            self.root / "log" / "slurmctld.log",
+        )
 
     def _start_slurmd(self) -> None:
         self._spawn("slurmd", [_which("slurmd"), "-D"])
@@ -227,12 +289,13 @@ class Cluster:
         def node_idle() -> bool:
             state = self.run("sinfo", "-h", "-o", "%t", check=False).stdout.strip()
             return state in {"idle", "mix", "alloc"}
+
         _wait(node_idle, "slurmd", self.processes["slurmd"], self.root / "log" / "slurmd.log")
 
     # -- stop --------------------------------------------------------------------------
     def stop(self) -> None:
         """End every daemon started here, by PID, in reverse start order."""
-        for name, proc in reversed(list(self.processes.items())):
+        for proc in reversed(list(self.processes.values())):
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
                 try:
@@ -253,7 +316,7 @@ def _unlink_system_conf(slurm_conf: Path) -> None:
 def stop_recorded(root: Path) -> None:
     """Stop a cluster started by another process (`up`), from the PIDs it recorded."""
     record = json.loads((root / "cluster.json").read_text())
-    for name, pid in reversed(list(record["pids"].items())):
+    for pid in reversed(list(record["pids"].values())):
         try:
             os.killpg(pid, signal.SIGTERM)
         except ProcessLookupError:

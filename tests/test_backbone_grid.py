@@ -39,11 +39,19 @@ def test_a_backbone_runs_its_part_of_the_grid(config):
 
 def test_paths_and_settings_name_the_backbone(config):
     assert grid.intermediate_encoder(config, "llama_tiny", "none", 1) == "results/demo/models/backbones/llama_tiny"
-    assert grid.intermediate_encoder(config, "llama_tiny", "mnli", 1) == "results/demo/intermediate/llama_tiny/mnli/seed1/encoder"
+    assert (
+        grid.intermediate_encoder(config, "llama_tiny", "mnli", 1)
+        == "results/demo/intermediate/llama_tiny/mnli/seed1/encoder"
+    )
     evaluation = grid.evaluation(config, "llama_tiny", "zero_shot", "mnli", "xnli", 2)
     assert set(evaluation["models"].values()) == {"results/demo/target/llama_tiny/mnli/xnli/en.dev-en/seed2/model"}
     assert grid.target_settings(config, "llama_tiny", "xnli")["method"] == {
-        "name": "lora", "precision": "bf16", "rank": 8, "alpha": 16, "dropout": 0.0}
+        "name": "lora",
+        "precision": "bf16",
+        "rank": 8,
+        "alpha": 16,
+        "dropout": 0.0,
+    }
     assert grid.intermediate_settings(config, "xlmr_tiny", "mnli")["method"] == {"name": "full", "precision": "bf16"}
     # retrieval: the decoder's own layer and pooling, the encoder the top-level ones
     assert grid.eval_settings(config, "llama_tiny", "tatoeba")["retrieval"]["pooling"] == "family"
@@ -57,7 +65,12 @@ def test_a_backbones_provenance_is_what_its_metric_files_and_tables_record(confi
     """Metric files (evaluate_target's params) and tables read one description of how a
     backbone trains: method_settings, which its training jobs get."""
     assert backbone_grid.provenance(config, "xlmr_tiny") == {
-        "name": "xlmr_tiny", "family": "encoder", "source": "demo", "method": "full", "precision": "bf16"}
+        "name": "xlmr_tiny",
+        "family": "encoder",
+        "source": "demo",
+        "method": "full",
+        "precision": "bf16",
+    }
     method = grid.target_settings(config, "llama_tiny", "xnli")["method"]
     provenance = backbone_grid.provenance(config, "llama_tiny")
     assert provenance["lora"] == {k: method[k] for k in ("rank", "alpha", "dropout")}
@@ -77,21 +90,37 @@ def test_an_encoder_settings_change_leaves_the_decoders_jobs_alone(config):
     assert grid.target_settings(config, "xlmr_tiny", "xnli")["method"]["name"] == "lora"
 
 
-@pytest.mark.parametrize("edit,message", [
-    (lambda c: c["backbones"]["llama_tiny"]["grid"].update(intermediate=["none", "mlm_only"]),
-     "backbones.llama_tiny.grid.intermediate: ['mlm_only'] not in the config's intermediate"),
-    (lambda c: c["intermediate"].update(mlm_only={"tasks": [], "mlm": True}),
-     "backbones.llama_tiny.grid.intermediate: 'mlm_only' mixes in MLM, and a decoder backbone has no masked-LM head"),
-    (lambda c: c["backbones"]["xlmr_tiny"].update(contaminated_targets=["mnli"]),
-     "backbones.xlmr_tiny.contaminated_targets[0]: 'mnli' is not a target task"),
-    (lambda c: c["backbones"]["llama_tiny"]["grid"].update(settings=["translate_test"]),
-     "backbones.llama_tiny.grid.settings: lacks the baseline setting 'zero_shot'"),
-    (lambda c: c["models"].update(source="hub"), "backbones.xlmr_tiny.hub_id: required when models.source is hub"),
-    (lambda c: (c["models"].update(source="hub"),
-                c["backbones"]["xlmr_tiny"].update(hub_id="FacebookAI/xlm-roberta-base", revision="e73636d",
-                                                   method="qlora", gpus={"per_node": 4})),
-     "backbones.xlmr_tiny.gpus: qlora trains on one GPU; across 4 GPUs"),
-])
+@pytest.mark.parametrize(
+    "edit,message",
+    [
+        (
+            lambda c: c["backbones"]["llama_tiny"]["grid"].update(intermediate=["none", "mlm_only"]),
+            "backbones.llama_tiny.grid.intermediate: ['mlm_only'] not in the config's intermediate",
+        ),
+        (
+            lambda c: c["intermediate"].update(mlm_only={"tasks": [], "mlm": True}),
+            "backbones.llama_tiny.grid.intermediate: 'mlm_only' mixes in MLM, and a decoder backbone has no masked-LM head",
+        ),
+        (
+            lambda c: c["backbones"]["xlmr_tiny"].update(contaminated_targets=["mnli"]),
+            "backbones.xlmr_tiny.contaminated_targets[0]: 'mnli' is not a target task",
+        ),
+        (
+            lambda c: c["backbones"]["llama_tiny"]["grid"].update(settings=["translate_test"]),
+            "backbones.llama_tiny.grid.settings: lacks the baseline setting 'zero_shot'",
+        ),
+        (lambda c: c["models"].update(source="hub"), "backbones.xlmr_tiny.hub_id: required when models.source is hub"),
+        (
+            lambda c: (
+                c["models"].update(source="hub"),
+                c["backbones"]["xlmr_tiny"].update(
+                    hub_id="FacebookAI/xlm-roberta-base", revision="e73636d", method="qlora", gpus={"per_node": 4}
+                ),
+            ),
+            "backbones.xlmr_tiny.gpus: qlora trains on one GPU; across 4 GPUs",
+        ),
+    ],
+)
 def test_backbone_errors_name_the_key(config, edit, message):
     if "mlm_only' mixes" in message:  # the decoder's grid names it, which only the check refuses
         config["intermediate"]["mlm_only"] = {"tasks": [], "mlm": True}

@@ -20,15 +20,27 @@ from workflow_scripts.models import adapters
 from workflow_scripts.models.adapters import Method
 from workflow_scripts.models.backbones import family_of
 from workflow_scripts.models.backbones.family import last_token, pool
-from workflow_scripts.models.heads import (MultiHeadModel, forward, load_encoder, load_mlm_head, load_tokenizer,
-                                           make_head)
+from workflow_scripts.models.heads import (
+    MultiHeadModel,
+    forward,
+    load_encoder,
+    load_mlm_head,
+    load_tokenizer,
+    make_head,
+)
 from workflow_scripts.training.train import train_phase
 
 pytestmark = pytest.mark.unit
 
 FAMILIES = ("encoder", "seq2seq_encoder", "decoder")
-TEXTS = ["the cat sat on the mat", "a dog barks at the moon", "der Hund bellt den Mond an",
-         "die Katze sitzt auf der Matte", "what does the fox say", "where is the answer in this text"]
+TEXTS = [
+    "the cat sat on the mat",
+    "a dog barks at the moon",
+    "der Hund bellt den Mond an",
+    "die Katze sitzt auf der Matte",
+    "what does the fox say",
+    "where is the answer in this text",
+]
 
 
 def _corpus(demo_data) -> list[str]:
@@ -49,8 +61,17 @@ def _save_seq2seq_encoder(out: Path, demo_data) -> Path:
     vocab = specials + [(t, s) for t, s in vocab if t not in dict(specials)]
     tokenizer = T5Tokenizer(vocab=vocab, extra_ids=0)
     torch.manual_seed(0)
-    config = MT5Config(vocab_size=len(vocab), d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
-                       decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
+    config = MT5Config(
+        vocab_size=len(vocab),
+        d_model=32,
+        d_kv=8,
+        d_ff=64,
+        num_layers=2,
+        num_heads=4,
+        decoder_start_token_id=0,
+        pad_token_id=0,
+        eos_token_id=1,
+    )
     MT5ForConditionalGeneration(config).save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
@@ -66,13 +87,24 @@ def _byte_level_tokenizer(texts: list[str], add_prefix_space: bool, with_pad: bo
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=700, special_tokens=specials,
-                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        texts,
+        trainers.BpeTrainer(
+            vocab_size=700, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
     tok.post_processor = processors.TemplateProcessing(
-        single="<s> $A </s>", pair="<s> $A </s> $B </s>",
-        special_tokens=[("<s>", tok.token_to_id("<s>")), ("</s>", tok.token_to_id("</s>"))])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
-                                   **({"pad_token": "<pad>"} if with_pad else {}))
+        single="<s> $A </s>",
+        pair="<s> $A </s> $B </s>",
+        special_tokens=[("<s>", tok.token_to_id("<s>")), ("</s>", tok.token_to_id("</s>"))],
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        **({"pad_token": "<pad>"} if with_pad else {}),
+    )
 
 
 def _save_decoder(out: Path, demo_data) -> Path:
@@ -81,9 +113,17 @@ def _save_decoder(out: Path, demo_data) -> Path:
 
     tokenizer = _byte_level_tokenizer(_corpus(demo_data), add_prefix_space=False, with_pad=False)
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
     LlamaForCausalLM(config).save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
@@ -92,26 +132,47 @@ def _save_decoder(out: Path, demo_data) -> Path:
 @pytest.fixture(scope="module")
 def backbone_dirs(tmp_path_factory, demo_data, demo_encoder_dir) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("backbones")
-    return {"encoder": demo_encoder_dir,
-            "seq2seq_encoder": _save_seq2seq_encoder(root / "mt5", demo_data),
-            "decoder": _save_decoder(root / "llama", demo_data)}
+    return {
+        "encoder": demo_encoder_dir,
+        "seq2seq_encoder": _save_seq2seq_encoder(root / "mt5", demo_data),
+        "decoder": _save_decoder(root / "llama", demo_data),
+    }
 
 
 ROWS = {
-    "xnli": [{"id": str(i), "lang": "en", "text_a": TEXTS[i], "text_b": TEXTS[-1 - i], "label": i % 3}
-             for i in range(6)],
-    "hellaswag": [{"id": str(i), "lang": "en", "context": TEXTS[i], "choices": TEXTS[:4], "label": i % 4}
-                  for i in range(4)],
-    "udpos": [{"id": str(i), "lang": "en", "tokens": TEXTS[i].split(),
-               "tags": ["NOUN" if k % 2 else "DET" for k in range(len(TEXTS[i].split()))]} for i in range(6)],
+    "xnli": [
+        {"id": str(i), "lang": "en", "text_a": TEXTS[i], "text_b": TEXTS[-1 - i], "label": i % 3} for i in range(6)
+    ],
+    "hellaswag": [
+        {"id": str(i), "lang": "en", "context": TEXTS[i], "choices": TEXTS[:4], "label": i % 4} for i in range(4)
+    ],
+    "udpos": [
+        {
+            "id": str(i),
+            "lang": "en",
+            "tokens": TEXTS[i].split(),
+            "tags": ["NOUN" if k % 2 else "DET" for k in range(len(TEXTS[i].split()))],
+        }
+        for i in range(6)
+    ],
     # a dual encoder's file: 4 queries, each with its gold among 6 candidates
-    "mewslix": [{"id": f"q{i}", "lang": "en", "side": "query", "text": TEXTS[i], "context": "", "gold": [f"c{i}"]}
-                for i in range(4)]
-               + [{"id": f"c{i}", "lang": "de", "side": "candidate", "text": TEXTS[-1 - i], "context": "", "gold": []}
-                  for i in range(6)],
+    "mewslix": [
+        {"id": f"q{i}", "lang": "en", "side": "query", "text": TEXTS[i], "context": "", "gold": [f"c{i}"]}
+        for i in range(4)
+    ]
+    + [
+        {"id": f"c{i}", "lang": "de", "side": "candidate", "text": TEXTS[-1 - i], "context": "", "gold": []}
+        for i in range(6)
+    ],
 }
-OPTS = {"max_length": 48, "eval_batch_size": 4, "doc_stride": 16, "max_query_length": 12, "n_best": 5,
-        "max_answer_length": 8}
+OPTS = {
+    "max_length": 48,
+    "eval_batch_size": 4,
+    "doc_stride": 16,
+    "max_query_length": 12,
+    "n_best": 5,
+    "max_answer_length": 8,
+}
 
 
 def _rows(task: str, demo_data) -> list[dict]:
@@ -155,8 +216,9 @@ def test_a_decoder_tokenizer_without_pad_pads_with_eos_and_masks_by_length(backb
     enc = tokenizer(["a short one"], ["and its pair"])["input_ids"][0]
     other = tokenizer(["a much longer first sentence here"], ["and its pair too"])["input_ids"][0]
     assert tokenizer.pad_token_id in enc[1:-1]
-    batch = collate([{"input_ids": enc, "labels": 0}, {"input_ids": other, "labels": 1}], "classification",
-                    tokenizer.pad_token_id)
+    batch = collate(
+        [{"input_ids": enc, "labels": 0}, {"input_ids": other, "labels": 1}], "classification", tokenizer.pad_token_id
+    )
     assert batch["attention_mask"][0].tolist() == [1] * len(enc) + [0] * (len(other) - len(enc))
 
 
@@ -166,8 +228,11 @@ def test_decoders_pool_the_last_real_token_whichever_side_pads(backbone_dirs):
     model.eval()
     short, long = "the cat sat", "what does the fox say at the moon"
     with torch.no_grad():
-        alone = pool("last", model.encoder(**tokenizer([short], return_tensors="pt")).last_hidden_state,
-                     tokenizer([short], return_tensors="pt")["attention_mask"])
+        alone = pool(
+            "last",
+            model.encoder(**tokenizer([short], return_tensors="pt")).last_hidden_state,
+            tokenizer([short], return_tensors="pt")["attention_mask"],
+        )
         right = tokenizer([short, long], padding=True, return_tensors="pt")
         in_batch = pool(model.pooling, model.encoder(**right).last_hidden_state, right["attention_mask"])
     # right padding: causal attention never sees the pads after a token, so the vector is the same
@@ -185,14 +250,14 @@ def test_tagging_labels_the_first_piece_of_each_word_with_byte_level_bpe(add_pre
     # without add_prefix_space, pre-split words need their space to be tokenised as in text
     assert words_need_spaces(tokenizer) is (not add_prefix_space)
     task = get_task("udpos")
-    rows = ROWS["udpos"] + [{"id": "long", "lang": "en", "tokens": ("unbelievably " * 30).split(),
-                             "tags": ["ADV"] * 30}]
+    rows = ROWS["udpos"] + [
+        {"id": "long", "lang": "en", "tokens": ("unbelievably " * 30).split(), "tags": ["ADV"] * 30}
+    ]
     encoded = encode(task, tokenizer, rows, {"max_length": 24}, train=True)
     labelled: dict[int, list[str]] = {}
     for feat in encoded.features:
         pieces = tokenizer.convert_ids_to_tokens(feat["input_ids"])
-        labelled.setdefault(feat["example"], []).extend(
-            p for p, lab in zip(pieces, feat["labels"]) if lab != -100)
+        labelled.setdefault(feat["example"], []).extend(p for p, lab in zip(pieces, feat["labels"]) if lab != -100)
     for i, row in enumerate(rows):
         firsts = labelled[i]
         assert len(firsts) == len(row["tokens"])  # one label per word, long sentence split, not truncated
@@ -237,15 +302,16 @@ def _perturb(model) -> None:
     either would change the predictions."""
     generator = torch.Generator().manual_seed(3)
     with torch.no_grad():
-        for name, p in model.named_parameters():
+        for p in model.parameters():
             if p.requires_grad:
                 p.add_(torch.randn(p.shape, generator=generator) * 0.3)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("task_name", ["xnli", "mewslix"])
-def test_a_lora_target_model_reloads_to_identical_predictions_heads_included(family, task_name, backbone_dirs,
-                                                                              demo_data, tmp_path):
+def test_a_lora_target_model_reloads_to_identical_predictions_heads_included(
+    family, task_name, backbone_dirs, demo_data, tmp_path
+):
     backbone_dir = backbone_dirs[family]
     task = get_task(task_name)
     model = _model(backbone_dir, task_name)
@@ -259,10 +325,11 @@ def test_a_lora_target_model_reloads_to_identical_predictions_heads_included(fam
     tokenizer = load_tokenizer(backbone_dir)
     out = tmp_path / "target"
     out.mkdir()
-    adapters.save_adapter_phase(peft_model, tokenizer, out, backbone_dir, {task_name: (task.format, task.num_labels)},
-                                method, family)
+    adapters.save_adapter_phase(
+        peft_model, tokenizer, out, backbone_dir, {task_name: (task.format, task.num_labels)}, method, family
+    )
     # no copy of the base: only the adapter's weights are written
-    weights = [f for f in out.rglob("*.safetensors")] + [f for f in out.rglob("*.bin")]
+    weights = [*out.rglob("*.safetensors"), *out.rglob("*.bin")]
     assert [f.relative_to(out).as_posix() for f in weights] == ["adapter/adapter_model.safetensors"]
     base_bytes = sum(f.stat().st_size for f in Path(backbone_dir).glob("*.safetensors"))
     assert weights[0].stat().st_size < base_bytes
@@ -285,14 +352,27 @@ def test_a_lora_target_model_reloads_to_identical_predictions_heads_included(fam
     del dev
 
 
-PHASE = {"dropout": 0.0, "dev_examples": 20, "eval_batch_size": 16, "eval_every": 3, "learning_rate": 5e-3,
-         "max_grad_norm": 1.0, "max_micro_batch": 8, "multitask_cap": 131072, "multitask_epochs": 1,
-         "patience": 30, "warmup_ratio": 0.0, "weight_decay": 0.0, "max_steps": 6}
+PHASE = {
+    "dropout": 0.0,
+    "dev_examples": 20,
+    "eval_batch_size": 16,
+    "eval_every": 3,
+    "learning_rate": 5e-3,
+    "max_grad_norm": 1.0,
+    "max_micro_batch": 8,
+    "multitask_cap": 131072,
+    "multitask_epochs": 1,
+    "patience": 30,
+    "warmup_ratio": 0.0,
+    "weight_decay": 0.0,
+    "max_steps": 6,
+}
 
 
 @pytest.mark.parametrize("family", ["encoder", "decoder"])
-def test_lora_intermediate_then_target_chains_adapters_without_copying_the_base(family, backbone_dirs, demo_data,
-                                                                               tmp_path):
+def test_lora_intermediate_then_target_chains_adapters_without_copying_the_base(
+    family, backbone_dirs, demo_data, tmp_path
+):
     """mnli with LoRA, then xnli from base + the mnli adapter merged in memory with a fresh
     adapter: the target directory names the chain, evaluation rebuilds it, and the reloaded
     model scores the selection subset exactly as training's best step did."""
@@ -301,17 +381,32 @@ def test_lora_intermediate_then_target_chains_adapters_without_copying_the_base(
     backbone_dir = backbone_dirs[family]
     method = {"name": "lora", "rank": 4, "alpha": 8, "dropout": 0.0}
     mnli = str(demo_data["mnli.train"])
-    inter = train_phase("intermediate", backbone_dir, {"mnli": {"train": mnli, "dev": mnli}},
-                        {**PHASE, "method": method, "language": "en",
-                         "tasks": {"mnli": {"batch_size": 8, "epochs": 1, "max_length": 48, "select_language": "en"}}},
-                        seed=1, threads=1, output=tmp_path / "inter")
+    inter = train_phase(
+        "intermediate",
+        backbone_dir,
+        {"mnli": {"train": mnli, "dev": mnli}},
+        {
+            **PHASE,
+            "method": method,
+            "language": "en",
+            "tasks": {"mnli": {"batch_size": 8, "epochs": 1, "max_length": 48, "select_language": "en"}},
+        },
+        seed=1,
+        threads=1,
+        output=tmp_path / "inter",
+    )
     assert inter["backbone"]["trainable_parameters"] < inter["backbone"]["parameters"] / 2
     xnli = str(demo_data["xnli.dev"])
     data = {"xnli": {"train": [{"path": mnli, "languages": ["en"]}], "dev": [{"path": xnli, "languages": ["en"]}]}}
-    target = train_phase("target", tmp_path / "inter", data,
-                         {**PHASE, "method": method,
-                          "tasks": {"xnli": {"batch_size": 8, "epochs": 1, "max_length": 48}}},
-                         seed=1, threads=1, output=tmp_path / "target")
+    target = train_phase(
+        "target",
+        tmp_path / "inter",
+        data,
+        {**PHASE, "method": method, "tasks": {"xnli": {"batch_size": 8, "epochs": 1, "max_length": 48}}},
+        seed=1,
+        threads=1,
+        output=tmp_path / "target",
+    )
     manifest = json.loads((tmp_path / "target" / "xstilts_backbone.json").read_text())
     assert manifest["base"] == str(backbone_dir) and manifest["merged"] == [str(tmp_path / "inter")]
     assert not list((tmp_path / "target").glob("model*.safetensors"))
@@ -321,9 +416,10 @@ def test_lora_intermediate_then_target_chains_adapters_without_copying_the_base(
     assert any(not torch.equal(a, b) for a, b in zip(merged.state_dict().values(), base.state_dict().values()))
     task = get_task("xnli")
     model, tokenizer = _load_target_model(task, tmp_path / "target", torch.device("cpu"))
-    dev_rows = [r for r in read_table(xnli, "classification").to_pylist() if r["lang"] == "en"][:PHASE["dev_examples"]]
-    rescored = score_rows(model, task, tokenizer, dev_rows, {"max_length": 48, "eval_batch_size": 16},
-                          torch.device("cpu"))
+    dev_rows = [r for r in read_table(xnli, "classification").to_pylist() if r["lang"] == "en"][: PHASE["dev_examples"]]
+    rescored = score_rows(
+        model, task, tokenizer, dev_rows, {"max_length": 48, "eval_batch_size": 16}, torch.device("cpu")
+    )
     assert rescored["accuracy"] == target["best"]["scores"]["xnli"]["accuracy"]
 
 
@@ -350,12 +446,19 @@ def test_activation_checkpointing_gives_the_same_gradients(family, backbone_dirs
         torch.testing.assert_close(grads[1][name], grads[0][name], rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("family,config_class,model_class", [
-    ("encoder", "XLMRobertaConfig", "XLMRobertaModel"), ("encoder", "BertConfig", "BertModel"),
-    ("encoder", "DebertaV2Config", "DebertaV2Model"), ("encoder", "RemBertConfig", "RemBertModel"),
-    ("seq2seq_encoder", "MT5Config", "MT5EncoderModel"), ("decoder", "LlamaConfig", "LlamaModel"),
-    ("decoder", "BloomConfig", "BloomModel"), ("decoder", "Qwen2Config", "Qwen2Model"),
-])
+@pytest.mark.parametrize(
+    "family,config_class,model_class",
+    [
+        ("encoder", "XLMRobertaConfig", "XLMRobertaModel"),
+        ("encoder", "BertConfig", "BertModel"),
+        ("encoder", "DebertaV2Config", "DebertaV2Model"),
+        ("encoder", "RemBertConfig", "RemBertModel"),
+        ("seq2seq_encoder", "MT5Config", "MT5EncoderModel"),
+        ("decoder", "LlamaConfig", "LlamaModel"),
+        ("decoder", "BloomConfig", "BloomModel"),
+        ("decoder", "Qwen2Config", "Qwen2Model"),
+    ],
+)
 def test_lora_targets_hit_every_attention_projection_of_every_layer(family, config_class, model_class):
     """peft matches target names by suffix: a family's names that an architecture spells
     otherwise would leave LoRA on some projections only, silently."""
@@ -363,9 +466,21 @@ def test_lora_targets_hit_every_attention_projection_of_every_layer(family, conf
 
     from workflow_scripts.models.backbones import get_family
 
-    sizes = {"vocab_size": 64, "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
-             "intermediate_size": 32, "d_model": 16, "d_kv": 8, "d_ff": 32, "num_layers": 2, "num_heads": 2,
-             "n_layer": 2, "n_head": 2, "input_embedding_size": 16}
+    sizes = {
+        "vocab_size": 64,
+        "hidden_size": 16,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "intermediate_size": 32,
+        "d_model": 16,
+        "d_kv": 8,
+        "d_ff": 32,
+        "num_layers": 2,
+        "num_heads": 2,
+        "n_layer": 2,
+        "n_head": 2,
+        "input_embedding_size": 16,
+    }
     config_type = getattr(transformers, config_class)
     accepted = {k: v for k, v in sizes.items() if hasattr(config_type(), k) or k in ("d_kv", "n_layer", "n_head")}
     config = config_type(**accepted)
@@ -402,8 +517,9 @@ def test_fused_adapter_sum_gives_peft_forward_and_gradients(family, dropout, bac
     inner.train()
     tokenizer = load_tokenizer(backbone_dirs[family])
     encoded = encode(get_task("xnli"), tokenizer, _rows("xnli", demo_data), OPTS, train=True)
-    batch = collate(encoded.features.take(range(min(4, len(encoded.features)))), "classification",
-                    tokenizer.pad_token_id)
+    batch = collate(
+        encoded.features.take(range(min(4, len(encoded.features)))), "classification", tokenizer.pad_token_id
+    )
 
     def run():
         inner.zero_grad()
@@ -424,7 +540,8 @@ def test_fused_adapter_sum_gives_peft_forward_and_gradients(family, dropout, bac
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("fmt", ["visual_classification", "visual_retrieval"])
 def test_an_image_task_trains_with_lora_on_every_family_and_its_adapter_merges_without_the_projector(
-        family, fmt, backbone_dirs, tmp_path):
+    family, fmt, backbone_dirs, tmp_path
+):
     """The projector and the feature bank ride on the image task's head: LoRA trains the
     projector through peft's copy of the head, the saved adapter holds the projector but not
     the bank, and the next phase merges the adapter into a text-only backbone."""
@@ -435,8 +552,11 @@ def test_an_image_task_trains_with_lora_on_every_family_and_its_adapter_merges_w
     encoder = load_encoder(backbone_dir)
     hidden = encoder.config.hidden_size
     torch.manual_seed(0)
-    classifier = (torch.nn.Linear(hidden, hidden) if fmt == "visual_retrieval"
-                  else make_head("classification", hidden, 3, 0.0, 0.02))
+    classifier = (
+        torch.nn.Linear(hidden, hidden)
+        if fmt == "visual_retrieval"
+        else make_head("classification", hidden, 3, 0.0, 0.02)
+    )
     head = VisualClassificationHead(torch.randn(5, 4, 12), hidden, classifier, 0.02)
     model = MultiHeadModel(encoder, {"image_task": head}, family_of(backbone_dir).name)
     method = Method.from_settings({"name": "lora", "rank": 4, "alpha": 8, "dropout": 0.0})
@@ -444,8 +564,9 @@ def test_an_image_task_trains_with_lora_on_every_family_and_its_adapter_merges_w
     inner = adapters.inner(peft_model)
     tokenizer = load_tokenizer(backbone_dir)
     ids = tokenizer(["There is a red ball.", "The cup is small."])["input_ids"]
-    batch = collate([{"input_ids": i, "image_index": [k], "labels": k} for k, i in enumerate(ids)], fmt,
-                    tokenizer.pad_token_id)
+    batch = collate(
+        [{"input_ids": i, "image_index": [k], "labels": k} for k, i in enumerate(ids)], fmt, tokenizer.pad_token_id
+    )
     if fmt == "visual_retrieval":
         batch.pop("labels")
     _, loss = forward(inner, fmt, "image_task", batch)
@@ -455,8 +576,9 @@ def test_an_image_task_trains_with_lora_on_every_family_and_its_adapter_merges_w
     torch.optim.SGD([p for p in inner.parameters() if p.requires_grad], lr=1.0).step()  # LoRA's B leaves 0
     out = tmp_path / "inter"
     out.mkdir()
-    adapters.save_adapter_phase(peft_model, tokenizer, out, backbone_dir, {"image_task": (fmt, 3)}, method,
-                                family_of(backbone_dir).name)
+    adapters.save_adapter_phase(
+        peft_model, tokenizer, out, backbone_dir, {"image_task": (fmt, 3)}, method, family_of(backbone_dir).name
+    )
     from safetensors import safe_open
 
     with safe_open(str(out / "adapter/adapter_model.safetensors"), "pt") as f:
@@ -464,4 +586,7 @@ def test_an_image_task_trains_with_lora_on_every_family_and_its_adapter_merges_w
     assert any("projector" in k for k in keys) and not any("bank" in k for k in keys)
     merged = adapters.load_backbone(out, method)
     assert not any("projector" in n or "heads" in n for n, _ in merged.named_parameters())
-    assert any(not torch.equal(a, b) for a, b in zip(merged.state_dict().values(), load_encoder(backbone_dir).state_dict().values()))
+    assert any(
+        not torch.equal(a, b)
+        for a, b in zip(merged.state_dict().values(), load_encoder(backbone_dir).state_dict().values())
+    )

@@ -46,7 +46,9 @@ def test_weights_round_trip_in_place_and_in_safetensors_layout(tmp_path):
 
 def test_weights_of_another_model_are_refused(tmp_path):
     save_weights(torch.nn.Linear(5, 3).state_dict(), tmp_path / "w.safetensors")
-    with pytest.raises(InputError, match=r"w.safetensors: weight is F32 \[3, 5\], the model's is torch.float32 \[4, 5\]"):
+    with pytest.raises(
+        InputError, match=r"w.safetensors: weight is F32 \[3, 5\], the model's is torch.float32 \[4, 5\]"
+    ):
         load_weights_into(torch.nn.Linear(5, 4), tmp_path / "w.safetensors")
     with pytest.raises(InputError, match=r"missing \['extra'\]"):
         model = torch.nn.Linear(5, 3)

@@ -14,7 +14,11 @@ def test_import_closures_follow_the_package_imports():
     assert "workflow_scripts.data.tasks" in tables and "workflow_scripts.common" in tables
     assert "workflow_scripts.training.train" not in tables
     train = codehash.import_closure("workflow_scripts.training.train")
-    assert {"workflow_scripts.evaluation.evaluate", "workflow_scripts.evaluation.metrics", "workflow_scripts.data.features"} <= set(train)
+    assert {
+        "workflow_scripts.evaluation.evaluate",
+        "workflow_scripts.evaluation.metrics",
+        "workflow_scripts.data.features",
+    } <= set(train)
     # evaluate.py selects training's models; what only the metric file records (its CLI,
     # metric_file.py) is not imported by training, so a field added there reruns no training
     assert "workflow_scripts.evaluation.metric_file" not in train
@@ -51,8 +55,13 @@ def test_unknown_module_is_an_error():
 def test_a_subpackage_edit_reaches_its_importers_through_the_package_init(package_copy):
     closure = codehash.import_closure("workflow_scripts.data.prepare")
     # prepare -> loaders (a package whose __init__ imports the registry and the source) -> common, tasks
-    assert {"workflow_scripts.data.loaders", "workflow_scripts.data.loaders.registry",
-            "workflow_scripts.data.loaders.source", "workflow_scripts.common", "workflow_scripts.data.tasks"} <= set(closure)
+    assert {
+        "workflow_scripts.data.loaders",
+        "workflow_scripts.data.loaders.registry",
+        "workflow_scripts.data.loaders.source",
+        "workflow_scripts.common",
+        "workflow_scripts.data.tasks",
+    } <= set(closure)
     before = {m: codehash.module_digest(m) for m in ("data.prepare", "training.train", "reporting.tables")}
     with (package_copy / "data" / "loaders" / "registry.py").open("a") as f:
         f.write("\n# an edit\n")
@@ -87,7 +96,11 @@ def test_relative_imports_resolve_against_the_importing_module(package_copy):
     (stage / "sibling.py").write_text("x = 1\n")
     codehash._imports.cache_clear()
     assert set(codehash.import_closure("workflow_scripts.stage")) == {
-        "workflow_scripts.stage", "workflow_scripts.stage.leaf", "workflow_scripts.stage.sibling", "workflow_scripts.common"}
+        "workflow_scripts.stage",
+        "workflow_scripts.stage.leaf",
+        "workflow_scripts.stage.sibling",
+        "workflow_scripts.common",
+    }
     before = codehash.module_digest("stage")
     (stage / "sibling.py").write_text("x = 2\n")
     codehash._imports.cache_clear()

@@ -37,58 +37,152 @@ def edit(config: dict, path: str, value) -> dict:
 
 
 CASES = [
-    ("unknown task", "intermediate.mnli.tasks", ["mnli", "hellaswg"], "intermediate.mnli.tasks[1]: unknown task 'hellaswg'"),
+    (
+        "unknown task",
+        "intermediate.mnli.tasks",
+        ["mnli", "hellaswg"],
+        "intermediate.mnli.tasks[1]: unknown task 'hellaswg'",
+    ),
     ("unknown target", "targets", ["xnli", "xquadd"], "targets[1]: unknown task 'xquadd'"),
-    ("unknown benchmark", "benchmark", "xtreme_rr", "config key benchmark: unknown benchmark 'xtreme_rr'; known: xtreme, xtreme_r"),
-    ("misspelled key", "training.target.learning_rat", 1e-4, "training.target: Additional properties are not allowed ('learning_rat'"),
+    (
+        "unknown benchmark",
+        "benchmark",
+        "xtreme_rr",
+        "config key benchmark: unknown benchmark 'xtreme_rr'; known: xtreme, xtreme_r",
+    ),
+    (
+        "misspelled key",
+        "training.target.learning_rat",
+        1e-4,
+        "training.target: Additional properties are not allowed ('learning_rat'",
+    ),
     ("wrong type", "tasks.xnli.batch_size", "sixteen", "tasks.xnli.batch_size: 'sixteen' is not of type 'integer'"),
     ("empty seed list", "seeds", [], "seeds: [] should be non-empty"),
     ("target without its training task", "tasks.squad", KeyError, "task 'squad' has no entry under 'tasks'"),
     ("translation without a translator", "intermediate.squad_de.language", "ru", "no translator for 'ru'"),
     ("baseline with tasks", "tables.baseline", "mnli", "tables.baseline: 'mnli' has tasks"),
-    ("missing UD release", "tasks.udpos.options.ud_release", "data/ud-treebanks-v2.5",
-     "tasks.udpos.options.ud_release: 'data/ud-treebanks-v2.5' is neither a URL nor an existing archive"),
-    ("unknown BUCC duplicate convention", "retrieval.bucc_duplicates", "first",
-     "retrieval.bucc_duplicates: 'first' is not one of ['drop', 'all_ids']"),
-    ("unknown transfer setting", "transfer.settings.translate_tset", {},
-     "transfer.settings: 'translate_tset' does not match"),
-    ("translate setting on a tagging target", "transfer.settings.translate_train.targets", ["udpos"],
-     "transfer.settings.translate_train.targets[0]: translate_train does not apply to udpos"),
-    ("training runtime shorter than its checkpoint signal", "resources.train_target",
-     {"runtime": 12, "expected_runtime": 100},
-     "resources.train_target.runtime: runtime 12 min leaves no time to train"),
-    ("translate-test without a translator", "models.translators_to_en", {},
-     "transfer.settings.translate_test: xnli in 'de' needs a translator: models.translators_to_en has no 'de'"),
-    ("unknown backbone family", "backbones.xlmr_tiny.family", "encodr",
-     "backbones.xlmr_tiny.family: 'encodr' is not one of ['encoder', 'seq2seq_encoder', 'decoder']"),
-    ("backbone grid without the baseline config", "backbones.llama_tiny.grid", {"intermediate": ["mnli"]},
-     "backbones.llama_tiny.grid.intermediate: lacks the baseline config 'none'"),
-    ("backbone grid naming an unknown target", "backbones.llama_tiny.grid", {"targets": ["pawsx"]},
-     "backbones.llama_tiny.grid.targets: ['pawsx'] not in the config's targets"),
-    ("QLoRA in the CPU demo", "backbones.llama_tiny.method", "qlora",
-     "backbones.llama_tiny.method: qlora needs a CUDA GPU"),
-    ("a seq2seq backbone in the demo", "backbones.xlmr_tiny.family", "seq2seq_encoder",
-     "backbones.xlmr_tiny.family: the demo builds encoder and decoder backbones, not seq2seq_encoder"),
-    ("a backbone too large for the GPUs it asks for", "backbones.xlmr_tiny",
-     {"family": "encoder", "parameters": 1.07e10, "gpus": {"per_node": 2, "memory_gb": 80},
-      "architecture": {"hidden_size": 4096, "num_layers": 48, "num_attention_heads": 32, "vocab_size": 250880,
-                       "intermediate_size": 16384}},
-     "backbones.xlmr_tiny.gpus: full fine-tuning of 10.7B parameters needs"),
+    (
+        "missing UD release",
+        "tasks.udpos.options.ud_release",
+        "data/ud-treebanks-v2.5",
+        "tasks.udpos.options.ud_release: 'data/ud-treebanks-v2.5' is neither a URL nor an existing archive",
+    ),
+    (
+        "unknown BUCC duplicate convention",
+        "retrieval.bucc_duplicates",
+        "first",
+        "retrieval.bucc_duplicates: 'first' is not one of ['drop', 'all_ids']",
+    ),
+    (
+        "unknown transfer setting",
+        "transfer.settings.translate_tset",
+        {},
+        "transfer.settings: 'translate_tset' does not match",
+    ),
+    (
+        "translate setting on a tagging target",
+        "transfer.settings.translate_train.targets",
+        ["udpos"],
+        "transfer.settings.translate_train.targets[0]: translate_train does not apply to udpos",
+    ),
+    (
+        "training runtime shorter than its checkpoint signal",
+        "resources.train_target",
+        {"runtime": 12, "expected_runtime": 100},
+        "resources.train_target.runtime: runtime 12 min leaves no time to train",
+    ),
+    (
+        "translate-test without a translator",
+        "models.translators_to_en",
+        {},
+        "transfer.settings.translate_test: xnli in 'de' needs a translator: models.translators_to_en has no 'de'",
+    ),
+    (
+        "unknown backbone family",
+        "backbones.xlmr_tiny.family",
+        "encodr",
+        "backbones.xlmr_tiny.family: 'encodr' is not one of ['encoder', 'seq2seq_encoder', 'decoder']",
+    ),
+    (
+        "backbone grid without the baseline config",
+        "backbones.llama_tiny.grid",
+        {"intermediate": ["mnli"]},
+        "backbones.llama_tiny.grid.intermediate: lacks the baseline config 'none'",
+    ),
+    (
+        "backbone grid naming an unknown target",
+        "backbones.llama_tiny.grid",
+        {"targets": ["pawsx"]},
+        "backbones.llama_tiny.grid.targets: ['pawsx'] not in the config's targets",
+    ),
+    (
+        "QLoRA in the CPU demo",
+        "backbones.llama_tiny.method",
+        "qlora",
+        "backbones.llama_tiny.method: qlora needs a CUDA GPU",
+    ),
+    (
+        "a seq2seq backbone in the demo",
+        "backbones.xlmr_tiny.family",
+        "seq2seq_encoder",
+        "backbones.xlmr_tiny.family: the demo builds encoder and decoder backbones, not seq2seq_encoder",
+    ),
+    (
+        "a backbone too large for the GPUs it asks for",
+        "backbones.xlmr_tiny",
+        {
+            "family": "encoder",
+            "parameters": 1.07e10,
+            "gpus": {"per_node": 2, "memory_gb": 80},
+            "architecture": {
+                "hidden_size": 4096,
+                "num_layers": 48,
+                "num_attention_heads": 32,
+                "vocab_size": 250880,
+                "intermediate_size": 16384,
+            },
+        },
+        "backbones.xlmr_tiny.gpus: full fine-tuning of 10.7B parameters needs",
+    ),
     # Misspelt languages (ge for de), each named by its key with the codes it could be.
-    ("misspelt target language", "tasks.xnli.languages", ["en", "de", "ru", "sw", "ge"],
-     "config key tasks.xnli.languages[4]: unknown language 'ge' for xnli; known: ar, bg, de, el, en, es, fr, hi, "
-     "ru, sw, th, tr, ur, vi, zh"),
-    ("misspelt transfer-setting language", "transfer.settings.translate_train.languages", ["ge"],
-     "config key transfer.settings.translate_train.languages[0]: xquad is not evaluated in 'ge'; known "
-     "(tasks.<target>.languages): de, en, ru"),
-    ("misspelt intermediate language", "intermediate.squad_de.language", "ge",
-     "config key intermediate.squad_de.language: unknown language 'ge'; known: af, ar, az, bg"),
-    ("misspelt translator language", "models.translators.ge", {"hub_id": "Helsinki-NLP/opus-mt-en-de"},
-     "config key models.translators.ge: unknown language 'ge'; known: af, ar"),
-    ("misspelt source language", "transfer.settings.source:ge", {"targets": ["xquad"]},
-     "config key transfer.settings.source:ge: unknown language 'ge'; known: af, ar"),
-    ("language of an English task", "tasks.mnli.languages", ["de"],
-     "config key tasks.mnli.languages[0]: unknown language 'de' for mnli; known: en"),
+    (
+        "misspelt target language",
+        "tasks.xnli.languages",
+        ["en", "de", "ru", "sw", "ge"],
+        "config key tasks.xnli.languages[4]: unknown language 'ge' for xnli; known: ar, bg, de, el, en, es, fr, hi, "
+        "ru, sw, th, tr, ur, vi, zh",
+    ),
+    (
+        "misspelt transfer-setting language",
+        "transfer.settings.translate_train.languages",
+        ["ge"],
+        "config key transfer.settings.translate_train.languages[0]: xquad is not evaluated in 'ge'; known "
+        "(tasks.<target>.languages): de, en, ru",
+    ),
+    (
+        "misspelt intermediate language",
+        "intermediate.squad_de.language",
+        "ge",
+        "config key intermediate.squad_de.language: unknown language 'ge'; known: af, ar, az, bg",
+    ),
+    (
+        "misspelt translator language",
+        "models.translators.ge",
+        {"hub_id": "Helsinki-NLP/opus-mt-en-de"},
+        "config key models.translators.ge: unknown language 'ge'; known: af, ar",
+    ),
+    (
+        "misspelt source language",
+        "transfer.settings.source:ge",
+        {"targets": ["xquad"]},
+        "config key transfer.settings.source:ge: unknown language 'ge'; known: af, ar",
+    ),
+    (
+        "language of an English task",
+        "tasks.mnli.languages",
+        ["de"],
+        "config key tasks.mnli.languages[0]: unknown language 'de' for mnli; known: en",
+    ),
 ]
 
 
@@ -106,8 +200,12 @@ def test_bad_config_fails_before_any_job_naming_the_key(repo, name, key, value, 
 
 def presets(repo: Path) -> list[Path]:
     """Every preset, and paper.yaml with each of its commented blocks switched on."""
-    return [repo / "config.yaml", *sorted((repo / "config").glob("*.yaml")), paper_with_transfer_block(repo),
-            paper_with_larger_backbones(repo)]
+    return [
+        repo / "config.yaml",
+        *sorted((repo / "config").glob("*.yaml")),
+        paper_with_transfer_block(repo),
+        paper_with_larger_backbones(repo),
+    ]
 
 
 @pytest.mark.unit
@@ -122,8 +220,14 @@ def test_every_preset_passes_the_config_check(repo):
         validate(config, schema)  # fills in the defaults, as the Snakefile does
         grid.check_config(config)
         checked.append(path.name)
-    assert {"config.yaml", "paper.yaml", "xtreme_r.yaml", "xtreme_r_demo.yaml", "multimodal_demo.yaml",
-            "xtreme_small.yaml"} <= set(checked)
+    assert {
+        "config.yaml",
+        "paper.yaml",
+        "xtreme_r.yaml",
+        "xtreme_r_demo.yaml",
+        "multimodal_demo.yaml",
+        "xtreme_small.yaml",
+    } <= set(checked)
 
 
 @pytest.mark.unit
@@ -174,16 +278,44 @@ def test_atomic_path_leaves_nothing_on_failure(tmp_path):
 
 @pytest.mark.integration
 def test_killed_training_leaves_no_output(tmp_path, demo_data, demo_encoder_dir):
-    settings = {"dropout": 0.1, "dev_examples": 50, "eval_batch_size": 32, "eval_every": 10_000,
-                "learning_rate": 1e-4, "max_grad_norm": 1.0, "max_micro_batch": 32, "multitask_cap": 131072,
-                "multitask_epochs": 1, "patience": 30, "warmup_ratio": 0.1, "weight_decay": 0.0,
-                "tasks": {"xnli": {"batch_size": 2, "epochs": 50, "max_length": 64, "select_language": "en"}}}
+    settings = {
+        "dropout": 0.1,
+        "dev_examples": 50,
+        "eval_batch_size": 32,
+        "eval_every": 10_000,
+        "learning_rate": 1e-4,
+        "max_grad_norm": 1.0,
+        "max_micro_batch": 32,
+        "multitask_cap": 131072,
+        "multitask_epochs": 1,
+        "patience": 30,
+        "warmup_ratio": 0.1,
+        "weight_decay": 0.0,
+        "tasks": {"xnli": {"batch_size": 2, "epochs": 50, "max_length": 64, "select_language": "en"}},
+    }
     data = {"xnli": {"train": str(demo_data["mnli.train"]), "dev": str(demo_data["xnli.dev"])}}
     output = tmp_path / "model"
     log = (tmp_path / "log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "workflow_scripts.training.train", "target", "--encoder",
-                             str(demo_encoder_dir), "--data", json.dumps(data), "--settings", json.dumps(settings),
-                             "--seed", "1", "--output", str(output)], stdout=log, stderr=log)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "workflow_scripts.training.train",
+            "target",
+            "--encoder",
+            str(demo_encoder_dir),
+            "--data",
+            json.dumps(data),
+            "--settings",
+            json.dumps(settings),
+            "--seed",
+            "1",
+            "--output",
+            str(output),
+        ],
+        stdout=log,
+        stderr=log,
+    )
     deadline = time.time() + 120
     while "target training:" not in (tmp_path / "log").read_text() and time.time() < deadline:
         time.sleep(0.5)

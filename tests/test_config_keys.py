@@ -13,7 +13,6 @@ import json
 import re
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -105,8 +104,16 @@ def reads(tmp_path_factory) -> dict[str, list]:
     for name, configfile in PRESETS.items():
         out = repo / f"reads-{len(runs)}.json"
         args = ["-n", "--quiet"] + (["--configfile", configfile] if configfile else [])
-        runs[name] = (out, subprocess.Popen([sys.executable, "tests/config_reads.py", str(out), *args], cwd=repo,
-                                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        runs[name] = (
+            out,
+            subprocess.Popen(
+                [sys.executable, "tests/config_reads.py", str(out), *args],
+                cwd=repo,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            ),
+        )
     found = {}
     for name, (out, proc) in runs.items():
         output, _ = proc.communicate(timeout=300)
@@ -122,4 +129,5 @@ def test_every_config_key_the_workflow_reads_is_defined_by_the_schema(reads, pre
     assert any(path[:1] == ["backbones"] for path, _, _ in recorded), "the recording saw no read"
     undefined = sorted({(".".join(path), f"{file}:{line}") for path, file, line in recorded if not defined(path)})
     assert not undefined, "config keys read but not defined by schemas/config.schema.yaml:\n" + "\n".join(
-        f"  {key} (read at {where})" for key, where in undefined)
+        f"  {key} (read at {where})" for key, where in undefined
+    )

@@ -28,8 +28,14 @@ def write(path: Path, config: dict) -> Path:
 def test_layers_merge_in_order_under_the_file(tmp_path):
     write(tmp_path / "a.yaml", {"seeds": [1], "tables": {"baseline": "none", "decimals": 1}, "targets": ["xnli"]})
     write(tmp_path / "b.yaml", {"seeds": [2, 3], "tables": {"decimals": 2}})
-    top = write(tmp_path / "top.yaml", {"extends": [str(tmp_path / "a.yaml"), str(tmp_path / "b.yaml")],
-                                        "tables": {"decimals": 3}, "targets": ["udpos"]})
+    top = write(
+        tmp_path / "top.yaml",
+        {
+            "extends": [str(tmp_path / "a.yaml"), str(tmp_path / "b.yaml")],
+            "tables": {"decimals": 3},
+            "targets": ["udpos"],
+        },
+    )
     config = config_layers.load([top])
     assert config == {"seeds": [2, 3], "tables": {"baseline": "none", "decimals": 3}, "targets": ["udpos"]}
 
@@ -49,8 +55,14 @@ def test_a_base_may_extend_another_and_paths_are_relative_to_the_repository(tmp_
 @pytest.mark.unit
 def test_a_null_removes_an_inherited_key_and_is_kept_where_nothing_is_inherited(tmp_path):
     write(tmp_path / "base.yaml", {"tasks": {"mnli": {"batch_size": 8}, "bucc": {"max_length": 512}}})
-    top = write(tmp_path / "top.yaml", {"extends": str(tmp_path / "base.yaml"), "tasks": {"bucc": None},
-                                        "transfer": {"settings": {"zero_shot": None}}})
+    top = write(
+        tmp_path / "top.yaml",
+        {
+            "extends": str(tmp_path / "base.yaml"),
+            "tasks": {"bucc": None},
+            "transfer": {"settings": {"zero_shot": None}},
+        },
+    )
     config = config_layers.load([top])
     assert config["tasks"] == {"mnli": {"batch_size": 8}}
     assert config["transfer"] == {"settings": {"zero_shot": None}}
@@ -81,7 +93,9 @@ def test_the_experiment_is_the_named_files_never_a_bases(tmp_path):
 @pytest.mark.unit
 def test_a_missing_base_names_the_file_that_extends_it(tmp_path):
     top = write(tmp_path / "top.yaml", {"extends": "config/base/nope.yaml"})
-    with pytest.raises(config_layers.ConfigLayerError, match=r"top\.yaml: key extends: config file .*nope\.yaml does not exist"):
+    with pytest.raises(
+        config_layers.ConfigLayerError, match=r"top\.yaml: key extends: config file .*nope\.yaml does not exist"
+    ):
         config_layers.load([top])
     with pytest.raises(config_layers.ConfigLayerError, match="absent.yaml does not exist"):
         config_layers.load([tmp_path / "absent.yaml"])
@@ -102,7 +116,9 @@ def test_a_cycle_names_the_chain(tmp_path):
 @pytest.mark.unit
 def test_extends_of_a_wrong_type_names_the_file_and_the_key(tmp_path, value):
     top = write(tmp_path / "top.yaml", {"extends": value})
-    with pytest.raises(config_layers.ConfigLayerError, match=r"top\.yaml: key extends: .* is neither a path nor a list"):
+    with pytest.raises(
+        config_layers.ConfigLayerError, match=r"top\.yaml: key extends: .* is neither a path nor a list"
+    ):
         config_layers.load([top])
 
 
@@ -117,7 +133,8 @@ def test_every_preset_resolves_to_its_frozen_config_and_validates(preset):
     config = config_layers.load([REPO / preset])
     assert config == json.loads(FROZEN.read_text()).get(preset), (
         f"{preset} no longer resolves to its config in {FROZEN.name}; after a deliberate change,"
-        " refreeze it with `PYTHONPATH=. python tests/test_config_layers.py --refreeze`")
+        " refreeze it with `PYTHONPATH=. python tests/test_config_layers.py --refreeze`"
+    )
     grid.check_schema(config, str(config_check.SCHEMA))
     validate(config, str(config_check.SCHEMA))
     grid.check_config(config)
@@ -140,8 +157,16 @@ def test_snakemake_plans_the_resolved_config_with_command_line_values_over_it(tm
     """Snakemake sees the resolved config: a file of one line over a demo preset plans that
     preset's grid, and a --config value wins over the file and its layers."""
     write(tmp_path / "mine.yaml", {"extends": "config/multimodal_demo.yaml", "experiment": "from_file"})
-    proc = snakemake(REPO, "-n", "--forceall", "--configfile", str(tmp_path / "mine.yaml"),
-                     "--config", "experiment=from_command_line", timeout=600)
+    proc = snakemake(
+        REPO,
+        "-n",
+        "--forceall",
+        "--configfile",
+        str(tmp_path / "mine.yaml"),
+        "--config",
+        "experiment=from_command_line",
+        timeout=600,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "results/from_command_line/metrics/xlmr_tiny/zero_shot/snli_ve/xnli/seed1.json" in out
@@ -152,9 +177,14 @@ if __name__ == "__main__":
     import sys
 
     if sys.argv[1:] != ["--refreeze"]:
-        sys.exit("usage: PYTHONPATH=. python tests/test_config_layers.py --refreeze  (rewrites tests/frozen_presets.json)")
+        sys.exit(
+            "usage: PYTHONPATH=. python tests/test_config_layers.py --refreeze  (rewrites tests/frozen_presets.json)"
+        )
     frozen = json.loads(FROZEN.read_text())
     frozen.update({preset: config_layers.load([REPO / preset]) for preset in PRESETS})
-    FROZEN.write_text("{\n" + ",\n".join(f"{json.dumps(name)}: {json.dumps(frozen[name], sort_keys=True)}"
-                                          for name in sorted(frozen)) + "\n}\n")
+    FROZEN.write_text(
+        "{\n"
+        + ",\n".join(f"{json.dumps(name)}: {json.dumps(frozen[name], sort_keys=True)}" for name in sorted(frozen))
+        + "\n}\n"
+    )
     print(f"wrote {FROZEN.relative_to(REPO)}")

@@ -45,8 +45,10 @@ def test_a_broken_benchmark_record_is_named(tmp_path):
 
 @pytest.mark.unit
 def test_plan_uses_expected_runtime_where_given_else_the_time_limit():
-    jobs = [{"rule": "train_target", "gpu": 1.0, "runtime": 240.0}] * 3 + \
-        [{"rule": "evaluate_target", "gpu": 1.0, "runtime": 60.0}, {"rule": "prepare_task_data", "threads": 1}]
+    jobs = [{"rule": "train_target", "gpu": 1.0, "runtime": 240.0}] * 3 + [
+        {"rule": "evaluate_target", "gpu": 1.0, "runtime": 60.0},
+        {"rule": "prepare_task_data", "threads": 1},
+    ]
     table = plan_table(jobs, {"train_target": 360.0}).set_index("rule")
     assert table.loc["train_target", "gpu_h"] == pytest.approx(18.0)
     assert table.loc["evaluate_target", "gpu_h"] == pytest.approx(1.0)

@@ -40,13 +40,13 @@ def test_udpos_label_ids_become_tag_strings(demo_data):
     rows = read_table(demo_data["udpos.test"]).to_pylist()
     assert {r["lang"] for r in rows} == {"en", "de", "ru"}
     assert all(len(r["tokens"]) == len(r["tags"]) for r in rows)
-    assert set(t for r in rows for t in r["tags"]) <= set(get_task("udpos").labels)
+    assert {t for r in rows for t in r["tags"]} <= set(get_task("udpos").labels)
 
 
 def test_span_answers_point_at_their_text(demo_data):
     for r in read_table(demo_data["squad.train"]).to_pylist():
         for text, start in zip(r["answer_texts"], r["answer_starts"]):
-            assert r["context"][start:start + len(text)] == text
+            assert r["context"][start : start + len(text)] == text
 
 
 def test_missing_language_fails_loudly(tmp_path):

@@ -16,10 +16,24 @@ from workflow_scripts.models.demo_models import build_demo_decoder, read_paralle
 pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parent.parent
-DECODER = {"vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-           "num_key_value_heads": 2, "intermediate_size": 128, "max_position_embeddings": 128, "seed": 0}
-PRETRAINING = {"steps": 120, "batch_size": 32, "learning_rate": 5e-3, "max_length": 48,
-               "contrastive_weight": 1.0, "temperature": 0.05}
+DECODER = {
+    "vocab_size": 1000,
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 128,
+    "max_position_embeddings": 128,
+    "seed": 0,
+}
+PRETRAINING = {
+    "steps": 120,
+    "batch_size": 32,
+    "learning_rate": 5e-3,
+    "max_length": 48,
+    "contrastive_weight": 1.0,
+    "temperature": 0.05,
+}
 TRAIN_PAIRS = 600
 
 
@@ -41,8 +55,11 @@ def corpus(tmp_path_factory) -> Path:
 def held_out() -> list[tuple[str, str]]:
     """100 plain single-sentence pairs after the ones the decoder trains on."""
     pairs = read_parallel(REPO / "demo/parallel/en-de.jsonl", "en", "de")[TRAIN_PAIRS:]
-    plain = [(en, de) for en, de in pairs
-             if en.endswith(".") and en.count(".") == 1 and len(en.split()) > 4 and "<b>" not in en + de]
+    plain = [
+        (en, de)
+        for en, de in pairs
+        if en.endswith(".") and en.count(".") == 1 and len(en.split()) > 4 and "<b>" not in en + de
+    ]
     return plain[:100]
 
 
@@ -82,7 +99,10 @@ def test_loads_like_a_hub_llama(decoder_dir, tok):
     assert (config.model_type, config.hidden_size, config.num_key_value_heads) == ("llama", 64, 2)
     assert config.vocab_size == len(tok) <= DECODER["vocab_size"]
     assert (config.bos_token_id, config.eos_token_id, config.pad_token_id) == (
-        tok.bos_token_id, tok.eos_token_id, tok.pad_token_id)
+        tok.bos_token_id,
+        tok.eos_token_id,
+        tok.pad_token_id,
+    )
     assert tok.is_fast and tok.model_max_length == DECODER["max_position_embeddings"]
 
 
@@ -184,11 +204,30 @@ def test_the_cli_writes_a_complete_directory_naming_its_family(tmp_path, text, c
 
     demo = {**DECODER, "pretraining": {**PRETRAINING, "steps": 2}}
     out = tmp_path / "models" / "decoder"
-    prepare_models.main(["backbone", "--settings", json.dumps({"source": "demo", "family": "decoder", "demo": demo}),
-                         "--output", str(out), "--text", *text, "--corpus", str(corpus), "--threads", "1"])
+    prepare_models.main(
+        [
+            "backbone",
+            "--settings",
+            json.dumps({"source": "demo", "family": "decoder", "demo": demo}),
+            "--output",
+            str(out),
+            "--text",
+            *text,
+            "--corpus",
+            str(corpus),
+            "--threads",
+            "1",
+        ]
+    )
     assert sorted(p.name for p in out.iterdir()) == [
-        "config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-        "xstilts_backbone.json", "xstilts_demo.json"]
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "xstilts_backbone.json",
+        "xstilts_demo.json",
+    ]
     assert [p.name for p in out.parent.iterdir()] == ["decoder"], "no temporary directory left behind"
     assert json.loads((out / "xstilts_demo.json").read_text())["pretraining"]["steps"] == 2
     assert family_of(out).name == "decoder"
@@ -215,7 +254,13 @@ def test_the_demo_builds_no_seq2seq_backbone(tmp_path):
     from workflow_scripts.models import prepare as prepare_models
 
     with pytest.raises(SystemExit, match="the demo builds encoder and decoder backbones, not seq2seq_encoder"):
-        prepare_models.main(["backbone", "--settings", json.dumps({"source": "demo", "family": "seq2seq_encoder",
-                                                                    "demo": {}}),
-                             "--output", str(tmp_path / "m")])
+        prepare_models.main(
+            [
+                "backbone",
+                "--settings",
+                json.dumps({"source": "demo", "family": "seq2seq_encoder", "demo": {}}),
+                "--output",
+                str(tmp_path / "m"),
+            ]
+        )
     assert not (tmp_path / "m").exists()

@@ -12,16 +12,35 @@ import pytest
 
 from workflow_scripts.common import InputError
 from workflow_scripts.models.backbones.family import mean_pooled
-from workflow_scripts.models.demo_models import (build_demo_encoder, build_demo_translator, corpus_languages,
-                                                 pretraining_examples, read_parallel)
+from workflow_scripts.models.demo_models import (
+    build_demo_encoder,
+    build_demo_translator,
+    corpus_languages,
+    pretraining_examples,
+    read_parallel,
+)
 
 pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parent.parent
-ENCODER = {"vocab_size": 2000, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
-           "intermediate_size": 64, "max_position_embeddings": 130, "seed": 0}
-PRETRAINING = {"steps": 80, "batch_size": 32, "learning_rate": 5e-3, "max_length": 48, "mlm_probability": 0.15,
-               "contrastive_weight": 1.0, "temperature": 0.05}
+ENCODER = {
+    "vocab_size": 2000,
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "intermediate_size": 64,
+    "max_position_embeddings": 130,
+    "seed": 0,
+}
+PRETRAINING = {
+    "steps": 80,
+    "batch_size": 32,
+    "learning_rate": 5e-3,
+    "max_length": 48,
+    "mlm_probability": 0.15,
+    "contrastive_weight": 1.0,
+    "temperature": 0.05,
+}
 
 
 def small_corpus(tmp_path: Path, lang: str, n: int) -> Path:
@@ -34,9 +53,11 @@ def small_corpus(tmp_path: Path, lang: str, n: int) -> Path:
 
 def test_parallel_rows_are_read_and_bad_ones_named(tmp_path, caplog):
     path = tmp_path / "en-de.jsonl"
-    rows = [{"translation": {"en": "Anna bought the book.", "de": "Anna kaufte das Buch."}},
-            {"translation": {"en": "  ", "de": "Leer."}},  # no English text: skipped and counted
-            {"translation": {"en": "Omar found the cup."}}]  # no German side: skipped and counted
+    rows = [
+        {"translation": {"en": "Anna bought the book.", "de": "Anna kaufte das Buch."}},
+        {"translation": {"en": "  ", "de": "Leer."}},  # no English text: skipped and counted
+        {"translation": {"en": "Omar found the cup."}},
+    ]  # no German side: skipped and counted
     path.write_text("".join(json.dumps(r) + "\n" for r in rows) + "\n", encoding="utf-8")
     assert read_parallel(path, "en", "de") == [("Anna bought the book.", "Anna kaufte das Buch.")]
     assert read_parallel(path, "de", "en") == [("Anna kaufte das Buch.", "Anna bought the book.")]
@@ -64,9 +85,21 @@ def test_corpus_names_give_the_language_pair(tmp_path):
 
 def test_a_translator_refuses_a_corpus_of_another_pair(tmp_path):
     with pytest.raises(InputError, match="en-de translator trains on a parallel corpus named en-de.jsonl"):
-        build_demo_translator({"vocab_size": 300, "d_model": 16, "layers": 1, "heads": 2, "ffn_dim": 32,
-                               "max_position_embeddings": 64, "training": {"steps": 1}},
-                              [], "de", tmp_path / "mt", corpus=small_corpus(tmp_path, "ru", 50))
+        build_demo_translator(
+            {
+                "vocab_size": 300,
+                "d_model": 16,
+                "layers": 1,
+                "heads": 2,
+                "ffn_dim": 32,
+                "max_position_embeddings": 64,
+                "training": {"steps": 1},
+            },
+            [],
+            "de",
+            tmp_path / "mt",
+            corpus=small_corpus(tmp_path, "ru", 50),
+        )
     assert not (tmp_path / "mt").exists()
 
 
@@ -103,8 +136,10 @@ def test_encoder_pretraining_aligns_translations_and_lowers_the_loss(tmp_path, d
     assert log["loss_curve"][-1] < log["loss_curve"][0] / 2
     assert json.loads((tmp_path / "random/xstilts_demo.json").read_text())["pretraining"] is None
     chance = 1 / len(held_out)
-    trained, random_init = _retrieval_accuracy(tmp_path / "trained", held_out), _retrieval_accuracy(
-        tmp_path / "random", held_out)
+    trained, random_init = (
+        _retrieval_accuracy(tmp_path / "trained", held_out),
+        _retrieval_accuracy(tmp_path / "random", held_out),
+    )
     assert trained > 0.5 > 10 * chance, (trained, random_init)
     assert random_init < 0.2, (trained, random_init)
 
@@ -123,9 +158,16 @@ def _held_out(tmp_path: Path) -> Path:
 
 
 def test_translator_training_learns_the_corpus(tmp_path):
-    settings = {"vocab_size": 400, "d_model": 32, "layers": 1, "heads": 2, "ffn_dim": 64,
-                "max_position_embeddings": 64, "seed": 0,
-                "training": {"steps": 150, "batch_size": 32, "learning_rate": 5e-3, "max_length": 48}}
+    settings = {
+        "vocab_size": 400,
+        "d_model": 32,
+        "layers": 1,
+        "heads": 2,
+        "ffn_dim": 64,
+        "max_position_embeddings": 64,
+        "seed": 0,
+        "training": {"steps": 150, "batch_size": 32, "learning_rate": 5e-3, "max_length": 48},
+    }
     corpus = small_corpus(tmp_path, "de", 400)
     build_demo_translator(settings, [], "de", tmp_path / "mt", corpus=corpus)
     log = json.loads((tmp_path / "mt/xstilts_demo.json").read_text())["training"]
@@ -139,8 +181,14 @@ def test_translator_training_learns_the_corpus(tmp_path):
     assert tokenizer.unk_token_id not in tokenizer(marked)["input_ids"]
     assert tokenizer.unk_token_id not in tokenizer(text_target=marked)["input_ids"]
     # Into English from the same corpus (translate-test).
-    build_demo_translator({**settings, "training": {**settings["training"], "steps": 2}}, [], "en",
-                          tmp_path / "mt_en", source_lang="de", corpus=corpus)
+    build_demo_translator(
+        {**settings, "training": {**settings["training"], "steps": 2}},
+        [],
+        "en",
+        tmp_path / "mt_en",
+        source_lang="de",
+        corpus=corpus,
+    )
     assert json.loads((tmp_path / "mt_en/tokenizer_config.json").read_text())["source_lang"] == "de"
 
 
@@ -156,14 +204,15 @@ def test_canonical_vocab_undoes_the_trainers_hash_order():
     trained = [("▁the", -2.5), ("▁ball", -3.8985419547062907), ("12", -9.4), ("13", -9.4), ("▁c", low)]
     added = ["Q", "J", "x"]  # "x" is the most frequent of them in the texts
     one = trained + [(ch, low + k * REQUIRED_CHAR_STEP) for k, ch in enumerate(added)]
-    other = ([("▁ball", -3.898541954706289), ("▁the", -2.5000000000000018), ("13", -9.4), ("12", -9.4), ("▁c", low)]
-             + [(ch, low + k * REQUIRED_CHAR_STEP) for k, ch in enumerate(reversed(added))])
+    other = [("▁ball", -3.898541954706289), ("▁the", -2.5000000000000018), ("13", -9.4), ("12", -9.4), ("▁c", low)] + [
+        (ch, low + k * REQUIRED_CHAR_STEP) for k, ch in enumerate(reversed(added))
+    ]
     head = [(t, 0.0) for t in SPECIAL_TOKENS]
     texts = ["xx Q J x", "the ball 12 13 c"]
     first, second = canonical_vocab(head + one, texts), canonical_vocab(head + other, texts)
     assert first == second
-    assert first[:len(head)] == head
-    body = first[len(head):]
+    assert first[: len(head)] == head
+    body = first[len(head) :]
     assert [p for p, _ in body] == ["▁the", "▁ball", "12", "13", "x", "J", "Q", "▁c"]
     assert dict(body)["x"] == round(low + 2 * REQUIRED_CHAR_STEP, 6)  # the most frequent, the highest
 
@@ -176,8 +225,12 @@ def test_the_demo_vocabulary_is_the_same_in_every_process(tmp_path):
 
     texts = [f"Scene {i:03d}: a red ball left of a blue box. {'QJXZ'[i % 4]}{'vwk'[i % 3]}" for i in range(300)]
     (tmp_path / "texts.json").write_text(json.dumps(texts))
-    script = ("import json, sys; from workflow_scripts.models.demo_models import train_unigram_vocab; "
-              f"print(json.dumps(train_unigram_vocab(json.load(open({str(tmp_path / 'texts.json')!r})), 120)))")
-    runs = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
-            for _ in range(3)]
+    script = (
+        "import json, sys; from workflow_scripts.models.demo_models import train_unigram_vocab; "
+        f"print(json.dumps(train_unigram_vocab(json.load(open({str(tmp_path / 'texts.json')!r})), 120)))"
+    )
+    runs = [
+        subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+        for _ in range(3)
+    ]
     assert runs[0] == runs[1] == runs[2]

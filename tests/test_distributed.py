@@ -31,8 +31,11 @@ FP32_LOSS_ATOL, FP32_WEIGHT_ATOL, BF16_LOSS_RTOL = 1e-5, 1e-5, 2e-2
 
 
 def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+    }
     env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     return env
 
@@ -61,7 +64,7 @@ def _max_weight_diff(a: dict, b: dict) -> float:
         x, y = a[name].float(), b[name].float()
         if name.endswith("in_proj_bias"):
             width = x.shape[0] // 3
-            x, y = torch.cat([x[:width], x[2 * width:]]), torch.cat([y[:width], y[2 * width:]])
+            x, y = torch.cat([x[:width], x[2 * width :]]), torch.cat([y[:width], y[2 * width :]])
         worst = max(worst, (x - y).abs().max().item())
     return worst
 
@@ -78,6 +81,7 @@ def dropout_reference(tmp_path_factory):
 
 
 # --- pure functions ----------------------------------------------------------------------------
+
 
 def ctx(rank: int, world: int) -> D.Context:
     return D.Context(rank, world, rank, torch.device("cpu"), "gloo" if world > 1 else None, rank == 0)
@@ -130,8 +134,8 @@ def test_launch_command_single_process_and_one_node():
     argv = ["-m", "workflow_scripts.training.train", "target", "--seed", "1"]
     assert D.launch_command(argv, 1, 1) == ["python", *argv]
     cmd = D.launch_command(argv, 1, 4, port=12345)
-    assert cmd[:2] == ["torchrun", "--standalone"] and cmd[-len(argv):] == argv
-    flags = dict(zip(cmd[2:-len(argv)][::2], cmd[2:-len(argv)][1::2]))
+    assert cmd[:2] == ["torchrun", "--standalone"] and cmd[-len(argv) :] == argv
+    flags = dict(zip(cmd[2 : -len(argv)][::2], cmd[2 : -len(argv)][1::2]))
     assert flags["--nnodes"] == "1" and flags["--nproc-per-node"] == "4" and flags["--max-restarts"] == "0"
     assert "SIGUSR1" in flags["--signals-to-handle"].split(",")
     with pytest.raises(ValueError):
@@ -146,23 +150,45 @@ def test_launch_command_two_nodes_runs_one_torchrun_per_node_at_the_first_host(t
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "scontrol").write_text('#!/bin/sh\n[ "$1 $2" = "show hostnames" ] && printf "gpu017\\ngpu018\\n"\n')
-    (bin_dir / "srun").write_text('#!/usr/bin/env python3\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n')
+    (bin_dir / "srun").write_text("#!/usr/bin/env python3\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
     for f in bin_dir.iterdir():
         f.chmod(0o755)
-    env = {**_env(), "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_NODELIST": "gpu[017-018]",
-           "SLURM_JOB_ID": "4242"}
-    args = json.loads(subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, env=env,
-                                     check=True).stdout)
+    env = {
+        **_env(),
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "SLURM_JOB_NODELIST": "gpu[017-018]",
+        "SLURM_JOB_ID": "4242",
+    }
+    args = json.loads(subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, env=env, check=True).stdout)
     i = args.index("torchrun")
-    assert args[:i] == ["--nodes", "2", "--ntasks", "2", "--ntasks-per-node", "1", "--cpus-per-task", "8",
-                        "--kill-on-bad-exit=1"]
-    assert args[-len(argv):] == argv  # quoting survives the shell
-    flags = dict(zip(args[i + 1:-len(argv)][::2], args[i + 1:-len(argv)][1::2]))
-    assert flags == {"--nnodes": "2", "--nproc-per-node": "8", "--max-restarts": "0",
-                     "--signals-to-handle": D.FORWARDED_SIGNALS, "--shutdown-timeout": "120",
-                     "--rdzv-backend": "c10d", "--rdzv-endpoint": "gpu017:29411", "--rdzv-id": "4242"}
-    default_port = json.loads(subprocess.run(["bash", "-c", D.launch_command(argv, 2, 8)], capture_output=True,
-                                             text=True, env=env, check=True).stdout)
+    assert args[:i] == [
+        "--nodes",
+        "2",
+        "--ntasks",
+        "2",
+        "--ntasks-per-node",
+        "1",
+        "--cpus-per-task",
+        "8",
+        "--kill-on-bad-exit=1",
+    ]
+    assert args[-len(argv) :] == argv  # quoting survives the shell
+    flags = dict(zip(args[i + 1 : -len(argv)][::2], args[i + 1 : -len(argv)][1::2]))
+    assert flags == {
+        "--nnodes": "2",
+        "--nproc-per-node": "8",
+        "--max-restarts": "0",
+        "--signals-to-handle": D.FORWARDED_SIGNALS,
+        "--shutdown-timeout": "120",
+        "--rdzv-backend": "c10d",
+        "--rdzv-endpoint": "gpu017:29411",
+        "--rdzv-id": "4242",
+    }
+    default_port = json.loads(
+        subprocess.run(
+            ["bash", "-c", D.launch_command(argv, 2, 8)], capture_output=True, text=True, env=env, check=True
+        ).stdout
+    )
     assert "gpu017:33742" in default_port  # 29500 + 4242 % 10000
 
 
@@ -171,12 +197,18 @@ def _stand_ins(tmp_path) -> dict[str, str]:
     arguments and the rendezvous variables as JSON."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
-    (bin_dir / "scontrol").write_text('#!/bin/sh\n[ "$1 $2 $3" = "show hostnames gpu[017-018]" ] && printf "gpu017\\ngpu018\\n"\n')
+    (bin_dir / "scontrol").write_text(
+        '#!/bin/sh\n[ "$1 $2 $3" = "show hostnames gpu[017-018]" ] && printf "gpu017\\ngpu018\\n"\n'
+    )
     # the job step's environment has no SLURM_JOB_NODELIST: the nodes come from squeue
-    (bin_dir / "squeue").write_text('#!/bin/sh\n[ "$*" = "--noheader --jobs 4242 --format %N" ] && echo "gpu[017-018]"\n')
-    printer = ("#!/usr/bin/env python3\nimport json, os, sys\nprint(json.dumps({'name': os.path.basename(sys.argv[0]), "
-               "'args': sys.argv[1:], 'env': {k: os.environ.get(k) for k in ('MASTER_ADDR', 'MASTER_PORT', "
-               f"'{D.RANKS_FROM}')}}}}))\n")
+    (bin_dir / "squeue").write_text(
+        '#!/bin/sh\n[ "$*" = "--noheader --jobs 4242 --format %N" ] && echo "gpu[017-018]"\n'
+    )
+    printer = (
+        "#!/usr/bin/env python3\nimport json, os, sys\nprint(json.dumps({'name': os.path.basename(sys.argv[0]), "
+        "'args': sys.argv[1:], 'env': {k: os.environ.get(k) for k in ('MASTER_ADDR', 'MASTER_PORT', "
+        f"'{D.RANKS_FROM}')}}}}))\n"
+    )
     for name in ("srun", "torchrun"):
         (bin_dir / name).write_text(printer)
     for f in bin_dir.iterdir():
@@ -198,12 +230,23 @@ def test_srun_launcher_starts_one_task_per_rank_inside_slurm_and_torchrun_outsid
 
     inside = json.loads(started(2, 8, slurm_env).stdout)
     assert inside["name"] == "srun"
-    assert inside["args"] == ["--nodes", "2", "--ntasks", "16", "--ntasks-per-node", "8", "--cpus-per-task", "3",
-                              "--kill-on-bad-exit=1", "python", *argv]  # quoting survives the shell
+    assert inside["args"] == [
+        "--nodes",
+        "2",
+        "--ntasks",
+        "16",
+        "--ntasks-per-node",
+        "8",
+        "--cpus-per-task",
+        "3",
+        "--kill-on-bad-exit=1",
+        "python",
+        *argv,
+    ]  # quoting survives the shell
     assert inside["env"] == {"MASTER_ADDR": "gpu017", "MASTER_PORT": "33742", D.RANKS_FROM: "slurm"}
     outside = json.loads(started(1, 2, env).stdout)  # a local `snakemake --cores N`
     assert outside["name"] == "torchrun" and outside["args"][:2] == ["--standalone", "--nnodes"]
-    assert outside["args"][-len(argv):] == argv and outside["env"][D.RANKS_FROM] is None
+    assert outside["args"][-len(argv) :] == argv and outside["env"][D.RANKS_FROM] is None
     refused = started(2, 8, env)
     assert refused.returncode == 2 and "inside a Slurm allocation only" in refused.stderr
     with pytest.raises(ValueError, match="launcher 'mpirun'"):
@@ -218,10 +261,25 @@ def test_ranks_numbered_by_slurm_train_like_one_process(tmp_path, single):
     port = str(_free_port())
     procs = []
     for rank in range(2):
-        env = {**_env(), "SLURM_PROCID": str(rank), "SLURM_NTASKS": "2", "SLURM_LOCALID": str(rank),
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, D.RANKS_FROM: "slurm"}
-        procs.append(subprocess.Popen([sys.executable, WORKER, "--out", str(out), "--steps", str(STEPS)],
-                                      env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        env = {
+            **_env(),
+            "SLURM_PROCID": str(rank),
+            "SLURM_NTASKS": "2",
+            "SLURM_LOCALID": str(rank),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": port,
+            D.RANKS_FROM: "slurm",
+        }
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, WORKER, "--out", str(out), "--steps", str(STEPS)],
+                env=env,
+                cwd=REPO,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     for proc in procs:
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err[-3000:]
@@ -240,6 +298,7 @@ def _free_port() -> int:
 
 
 # --- torchrun runs -----------------------------------------------------------------------------
+
 
 def test_two_processes_fsdp2_give_the_single_process_loss_curve(tmp_path, single):
     """FSDP2 per block + activation checkpointing on 2 gloo ranks vs 1 plain process, fp32,
@@ -260,8 +319,19 @@ def test_sigterm_to_torchrun_checkpoints_and_the_rerun_ends_as_the_uninterrupted
     which agree on a step boundary, write a sharded checkpoint and exit. With dropout, so
     the per-rank RNG states must be restored too."""
     ckpt = tmp_path / "ckpt"
-    stopped = run(tmp_path, "stopped", "--dropout", "0.1", "--checkpoint", str(ckpt), "--signal-parent-at", "3",
-                  "--sleep", "0.2", check=False)
+    stopped = run(
+        tmp_path,
+        "stopped",
+        "--dropout",
+        "0.1",
+        "--checkpoint",
+        str(ckpt),
+        "--signal-parent-at",
+        "3",
+        "--sleep",
+        "0.2",
+        check=False,
+    )
     assert stopped.returncode != 0 and "got signal: 15" in stopped.stderr, stopped.stderr[-3000:]
     assert not (tmp_path / "stopped.json").exists()
     assert D.read_extra(ckpt)["step"] in range(3, STEPS)
@@ -277,8 +347,9 @@ def test_a_dead_rank_ends_the_job_and_a_single_process_resumes_its_last_checkpoi
     and fail, not hang. The periodic checkpoint of step 3 (2 shards) then loads into one
     process (DCP reshards) and the run ends as the single-process run."""
     ckpt = tmp_path / "ckpt"
-    died = run(tmp_path, "died", "--checkpoint", str(ckpt), "--checkpoint-every", "3", "--die-at", "5",
-               check=False, timeout=90)
+    died = run(
+        tmp_path, "died", "--checkpoint", str(ckpt), "--checkpoint-every", "3", "--die-at", "5", check=False, timeout=90
+    )
     assert died.returncode != 0 and "exitcode  : 3" in died.stderr, died.stderr[-3000:]
     assert died.seconds < 60
     assert D.read_extra(ckpt)["step"] == 3
@@ -310,8 +381,10 @@ def test_an_interrupted_save_never_looks_complete(tmp_path):
     assert D.read_extra(tmp_path / "c") is None
 
 
-@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs: FSDP2 with NCCL and bf16 on CUDA "
-                                                          "(the CPU tests above cover FSDP2 with gloo)")
+@pytest.mark.skipif(
+    torch.cuda.device_count() < 2,
+    reason="needs 2 GPUs: FSDP2 with NCCL and bf16 on CUDA (the CPU tests above cover FSDP2 with gloo)",
+)
 def test_two_gpus_bf16_fsdp2_match_one_gpu(tmp_path):
     one, _ = run(tmp_path, "gpu1", nproc=1)  # one process: unsharded fp32
     two, _ = run(tmp_path, "gpu2", "--bf16", "--activation-checkpointing")

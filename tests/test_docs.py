@@ -26,7 +26,8 @@ def test_configuration_reference_is_what_the_schema_generates():
     committed = config_reference.PAGE.read_text() if config_reference.PAGE.is_file() else ""
     assert committed == generated, (
         f"{config_reference.PAGE.relative_to(REPO)} differs from what schemas/config.schema.yaml generates;"
-        f" regenerate it with `{config_reference.COMMAND}` and commit it")
+        f" regenerate it with `{config_reference.COMMAND}` and commit it"
+    )
 
 
 def _schema_paths(node: dict, root: dict, prefix: str, seen: tuple[str, ...] = ()) -> set[str]:
@@ -68,8 +69,10 @@ def test_configuration_reference_lists_every_key_of_the_schema():
 @pytest.mark.unit
 def test_a_new_schema_key_appears_in_the_reference():
     schema = yaml.safe_load(config_reference.SCHEMA.read_text())
-    schema["properties"]["extends"] = {"description": "A config this one builds on.",
-                                       "oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}
+    schema["properties"]["extends"] = {
+        "description": "A config this one builds on.",
+        "oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
+    }
     page = config_reference.render(schema)
     assert "| `extends` | string or list of string |  | A config this one builds on. |" in page
 
@@ -78,9 +81,14 @@ def test_a_new_schema_key_appears_in_the_reference():
 def test_docs_site_builds_strict(tmp_path):
     pytest.importorskip("mkdocs", reason="mkdocs is not installed (requirements-test.txt pins it)")
     pytest.importorskip("material", reason="mkdocs-material is not installed (requirements-test.txt pins it)")
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-                          cwd=REPO, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (tmp_path / "site" / "configuration" / "reference" / "index.html").is_file()
 
@@ -90,8 +98,10 @@ def test_docs_site_builds_strict(tmp_path):
 
 def tutorial_blocks(text: str) -> list[tuple[str, str, str]]:
     """(language, info after it, body) of every fenced block, in order."""
-    return [(m.group(1), m.group(2).strip(), m.group(3))
-            for m in re.finditer(r"^```(\w*)([^\n]*)\n(.*?)^```$", text, flags=re.M | re.S)]
+    return [
+        (m.group(1), m.group(2).strip(), m.group(3))
+        for m in re.finditer(r"^```(\w*)([^\n]*)\n(.*?)^```$", text, flags=re.M | re.S)
+    ]
 
 
 def job_stats(out: str) -> dict[str, int]:
@@ -108,7 +118,7 @@ def job_stats(out: str) -> dict[str, int]:
 def markdown_table_after(text: str, marker: str) -> list[list[str]]:
     """The cells of the first Markdown table after ``marker`` (outside fenced blocks)."""
     rows = []
-    for line in text[text.index(marker):].splitlines():
+    for line in text[text.index(marker) :].splitlines():
         if line.startswith("|"):
             rows.append([c.strip() for c in line.strip("|").split("|")])
         elif rows:
@@ -131,8 +141,16 @@ def test_tutorial_runs_as_written(tmp_path):
             for command in filter(None, (line.strip() for line in body.splitlines())):
                 if command.startswith("#"):
                     continue
-                proc = subprocess.run(command, shell=True, cwd=repo, env=env, capture_output=True, text=True,
-                                      timeout=900, executable="/bin/bash")
+                proc = subprocess.run(
+                    command,
+                    shell=True,
+                    cwd=repo,
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=900,
+                    executable="/bin/bash",
+                )
                 assert proc.returncode == 0, f"{command}\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
                 outputs.append((command, proc.stdout + proc.stderr))
         elif language == "text" and body.startswith("Job stats:"):
@@ -160,5 +178,6 @@ def test_tutorial_runs_as_written(tmp_path):
     jobs = planned_jobs(repo, "--configfile", "my_grid.yaml")
     rules = {rule for rule, _ in jobs}
     assert not rules & {"prepare_backbone", "train_intermediate"}
-    assert all("/panx/" in out for rule, out in jobs if rule in ("prepare_task_data", "train_target",
-                                                                   "evaluate_target"))
+    assert all(
+        "/panx/" in out for rule, out in jobs if rule in ("prepare_task_data", "train_target", "evaluate_target")
+    )

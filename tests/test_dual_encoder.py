@@ -5,26 +5,42 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
 from workflow_scripts.common import InputError
-from workflow_scripts.data.features import encode
+from workflow_scripts.data import ranking_inputs
 from workflow_scripts.data.prepare import read_table, to_table
 from workflow_scripts.data.tasks import get_task
-from workflow_scripts.data import ranking_inputs
 from workflow_scripts.evaluation import pool_ranking
 from workflow_scripts.training.train import carry_head, train_phase
 
 pytestmark = pytest.mark.unit
 
-PHASE = {"dropout": 0.0, "dev_examples": 30, "eval_batch_size": 32, "eval_every": 10, "learning_rate": 2e-3,
-         "max_grad_norm": 1.0, "max_micro_batch": 16, "multitask_cap": 131072, "multitask_epochs": 1,
-         "patience": 30, "warmup_ratio": 0.1, "weight_decay": 0.0}
+PHASE = {
+    "dropout": 0.0,
+    "dev_examples": 30,
+    "eval_batch_size": 32,
+    "eval_every": 10,
+    "learning_rate": 2e-3,
+    "max_grad_norm": 1.0,
+    "max_micro_batch": 16,
+    "multitask_cap": 131072,
+    "multitask_epochs": 1,
+    "patience": 30,
+    "warmup_ratio": 0.1,
+    "weight_decay": 0.0,
+}
 # mean pooling: the fixture encoder's first token is untrained (models/dual_encoder.py)
-OPTS = {"batch_size": 16, "epochs": 6, "max_length": 40, "max_query_length": 40, "lowercase": False,
-        "pooling": "mean", "select_language": "en"}
+OPTS = {
+    "batch_size": 16,
+    "epochs": 6,
+    "max_length": 40,
+    "max_query_length": 40,
+    "lowercase": False,
+    "pooling": "mean",
+    "select_language": "en",
+}
 
 
 def ranking_rows(pairs: list[dict], query_lang: str, split: str) -> list[dict]:
@@ -32,11 +48,27 @@ def ranking_rows(pairs: list[dict], query_lang: str, split: str) -> list[dict]:
     translation; the translations are the pool (plus, in training, nothing else)."""
     rows = []
     for i, p in enumerate(pairs):
-        rows.append({"id": f"{split}-q{i}", "lang": query_lang, "side": "query", "text": p["target"], "context": "",
-                     "gold": [f"{split}-c{i}"]})
+        rows.append(
+            {
+                "id": f"{split}-q{i}",
+                "lang": query_lang,
+                "side": "query",
+                "text": p["target"],
+                "context": "",
+                "gold": [f"{split}-c{i}"],
+            }
+        )
     for i, p in enumerate(pairs):
-        rows.append({"id": f"{split}-c{i}", "lang": p["lang"], "side": "candidate", "text": p["source"],
-                     "context": "", "gold": []})
+        rows.append(
+            {
+                "id": f"{split}-c{i}",
+                "lang": p["lang"],
+                "side": "candidate",
+                "text": p["source"],
+                "context": "",
+                "gold": [],
+            }
+        )
     return rows
 
 
@@ -61,8 +93,10 @@ def ranking_files(tmp_path_factory, demo_data):
 
 
 def test_training_features_pair_each_query_with_its_gold_and_refuse_a_missing_one(tokenizer):
-    rows = [{"id": "q", "lang": "en", "side": "query", "text": "Anna bought a book", "context": "", "gold": ["c"]},
-            {"id": "c", "lang": "de", "side": "candidate", "text": "Anna kaufte", "context": " ein Buch\n", "gold": []}]
+    rows = [
+        {"id": "q", "lang": "en", "side": "query", "text": "Anna bought a book", "context": "", "gold": ["c"]},
+        {"id": "c", "lang": "de", "side": "candidate", "text": "Anna kaufte", "context": " ein Buch\n", "gold": []},
+    ]
     (feat,) = ranking_inputs.encode(tokenizer, rows, OPTS, train=True)
     assert feat["input_ids"] == tokenizer("Anna bought a book")["input_ids"]
     # the candidate's context follows its text directly, newlines removed (the reference's input)
@@ -75,18 +109,21 @@ def test_training_features_pair_each_query_with_its_gold_and_refuse_a_missing_on
 
 
 def test_lowercase_applies_to_queries_and_candidates(tokenizer):
-    rows = [{"id": "q", "lang": "en", "side": "query", "text": "ANNA", "context": "", "gold": []},
-            {"id": "c", "lang": "de", "side": "candidate", "text": "BUCH", "context": "", "gold": []}]
+    rows = [
+        {"id": "q", "lang": "en", "side": "query", "text": "ANNA", "context": "", "gold": []},
+        {"id": "c", "lang": "de", "side": "candidate", "text": "BUCH", "context": "", "gold": []},
+    ]
     lower = ranking_inputs.encode(tokenizer, rows, {**OPTS, "lowercase": True}, train=False)
     assert [f["input_ids"] for f in lower] == [tokenizer("anna")["input_ids"], tokenizer("buch")["input_ids"]]
 
 
-def test_a_dual_encoder_learns_to_rank_and_scores_every_language_against_one_pool(tmp_path, ranking_files,
-                                                                                   demo_encoder_dir, monkeypatch):
+def test_a_dual_encoder_learns_to_rank_and_scores_every_language_against_one_pool(
+    tmp_path, ranking_files, demo_encoder_dir, monkeypatch
+):
     import torch
 
-    from workflow_scripts.evaluation.evaluate import _load_target_model
     from workflow_scripts.common import device
+    from workflow_scripts.evaluation.evaluate import _load_target_model
 
     data = {"mewslix": {"train": str(ranking_files["train"]), "dev": str(ranking_files["dev"])}}
     settings = {**PHASE, "eval_every": 2, "tasks": {"mewslix": OPTS}}
@@ -111,8 +148,11 @@ def test_a_dual_encoder_learns_to_rank_and_scores_every_language_against_one_poo
     assert en == sw  # the same English queries under two language labels
     assert all(len(found) == 20 for found in en_ranked.values())
     # the same as embedding everything together
-    direct, _ = pool_ranking.score(by_lang["en"], real_embed(model, get_task("mewslix"), tokenizer, by_lang["en"],
-                                                             {**OPTS, "eval_batch_size": 16}, device()), "mewslix")
+    direct, _ = pool_ranking.score(
+        by_lang["en"],
+        real_embed(model, get_task("mewslix"), tokenizer, by_lang["en"], {**OPTS, "eval_batch_size": 16}, device()),
+        "mewslix",
+    )
     assert direct == pytest.approx(en)
 
 
@@ -123,10 +163,17 @@ def test_a_language_without_queries_is_refused(ranking_files):
 
 
 def test_selection_ranks_the_first_queries_among_their_golds_and_the_first_candidates():
-    rows = ([{"id": f"q{i}", "lang": "en" if i % 2 else "de", "side": "query", "text": "", "context": "",
-              "gold": [f"c{9 - i}"]} for i in range(10)]
-            + [{"id": f"c{i}", "lang": "de", "side": "candidate", "text": "", "context": "", "gold": []}
-               for i in range(10)])
+    rows = [
+        {
+            "id": f"q{i}",
+            "lang": "en" if i % 2 else "de",
+            "side": "query",
+            "text": "",
+            "context": "",
+            "gold": [f"c{9 - i}"],
+        }
+        for i in range(10)
+    ] + [{"id": f"c{i}", "lang": "de", "side": "candidate", "text": "", "context": "", "gold": []} for i in range(10)]
     subset = pool_ranking.selection_subset(rows, 3, "en", "dev")
     assert [r["id"] for r in subset if r["side"] == "query"] == ["q1", "q3", "q5"]
     assert sorted(r["id"] for r in subset if r["side"] == "candidate") == ["c0", "c1", "c2", "c4", "c6", "c8"]
@@ -137,20 +184,24 @@ def test_a_stage_head_carries_over_to_the_target(tmp_path, demo_encoder_dir):
     trained weights (same format, whatever the number of choices)."""
     import torch
 
+    from conftest import local_settings
     from workflow_scripts.data.prepare import prepare
     from workflow_scripts.models.heads import make_head
 
-    from conftest import local_settings
-
     prepare("hellaswag", "train", local_settings("Rowan/hellaswag"), tmp_path / "hs.parquet")
     data = {"hellaswag": {"train": str(tmp_path / "hs.parquet"), "dev": str(tmp_path / "hs.parquet")}}
-    settings = {**PHASE, "max_steps": 4, "tasks": {"hellaswag": {"batch_size": 8, "epochs": 1, "max_length": 40,
-                                                                 "select_language": "en"}}}
+    settings = {
+        **PHASE,
+        "max_steps": 4,
+        "tasks": {"hellaswag": {"batch_size": 8, "epochs": 1, "max_length": 40, "select_language": "en"}},
+    }
     train_phase("target", demo_encoder_dir, data, settings, seed=1, threads=1, output=tmp_path / "stage")
     saved = torch.load(tmp_path / "stage" / "heads.pt", weights_only=True)
     heads = {"xcopa": make_head("multiple_choice", 32, 0, 0.0, 0.02)}
     carry_head(tmp_path / "stage", heads, {"from": "hellaswag", "to": "xcopa"})
-    assert all(torch.equal(heads["xcopa"].state_dict()[k], saved[f"hellaswag.{k}"]) for k in heads["xcopa"].state_dict())
+    assert all(
+        torch.equal(heads["xcopa"].state_dict()[k], saved[f"hellaswag.{k}"]) for k in heads["xcopa"].state_dict()
+    )
     with pytest.raises(InputError, match="no trained head 'siqa'"):
         carry_head(tmp_path / "stage", heads, {"from": "siqa", "to": "xcopa"})
     wrong = {"xcopa": make_head("classification", 32, 3, 0.0, 0.02)}

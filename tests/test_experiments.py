@@ -22,8 +22,12 @@ def small_demo(repo: Path, name: str, seeds: list[int], **extra) -> str:
     config["backbones"] = {BACKBONE: config["backbones"][BACKBONE]}
     config["backbones"][BACKBONE]["demo"]["pretraining"]["steps"] = 50
     config["models"]["demo_pretraining"]["text"] = {"mnli": ["train"], "xnli": ["dev"]}
-    config.update(seeds=seeds, targets=["xnli"], intermediate={"none": {"tasks": []}, "mnli": {"tasks": ["mnli"]}},
-                  transfer={"baseline": "zero_shot", "settings": {"zero_shot": {}}})
+    config.update(
+        seeds=seeds,
+        targets=["xnli"],
+        intermediate={"none": {"tasks": []}, "mnli": {"tasks": ["mnli"]}},
+        transfer={"baseline": "zero_shot", "settings": {"zero_shot": {}}},
+    )
     for key, value in extra.items():
         config[key] = value if not isinstance(value, dict) else {**config.get(key, {}), **value}
     (repo / f"{name}.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
@@ -72,13 +76,17 @@ def test_a_task_entry_used_in_a_new_intermediate_config_runs_only_its_jobs_and_t
     jobs = planned_jobs(repo, "--configfile", "first_snli.yaml")
     rules = {rule for rule, _ in jobs}
     assert {out for rule, out in jobs if rule == "prepare_task_data"} == {
-        "results/first/data/snli/train.parquet", "results/first/data/snli/dev.parquet"}
+        "results/first/data/snli/train.parquet",
+        "results/first/data/snli/dev.parquet",
+    }
     assert {out for rule, out in jobs if rule in ("train_intermediate", "train_target", "evaluate_target")} == {
         f"results/first/intermediate/{BACKBONE}/snli/seed1/encoder",
         f"results/first/target/{BACKBONE}/snli/xnli/en.dev-en/seed1/model",
-        f"results/first/metrics/{BACKBONE}/zero_shot/snli/xnli/seed1.json"}
-    assert not rules & {"prepare_backbone", "prepare_translator", "prepare_translator_to_english"}, \
+        f"results/first/metrics/{BACKBONE}/zero_shot/snli/xnli/seed1.json",
+    }
+    assert not rules & {"prepare_backbone", "prepare_translator", "prepare_translator_to_english"}, (
         "the demo models are pre-trained on declared text, not on every task of the grid"
+    )
     proc = snakemake(repo, "--cores", "2", "--configfile", "first_snli.yaml")
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "| snli" in (repo / f"results/first/tables/{BACKBONE}/main.md").read_text()
@@ -87,7 +95,15 @@ def test_a_task_entry_used_in_a_new_intermediate_config_runs_only_its_jobs_and_t
 def test_the_workflow_runs_from_another_working_directory(small_experiment, tmp_path):
     """`snakemake --directory`: outputs under that directory, repository files found."""
     repo = small_experiment
-    proc = snakemake(repo, "-n", "--directory", str(tmp_path), "--snakefile", str(repo / "Snakefile"),
-                     "--configfile", str(repo / "first.yaml"))
+    proc = snakemake(
+        repo,
+        "-n",
+        "--directory",
+        str(tmp_path),
+        "--snakefile",
+        str(repo / "Snakefile"),
+        "--configfile",
+        str(repo / "first.yaml"),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "results/first/tables" in proc.stdout

@@ -1,5 +1,6 @@
 """Span windows, tagging split-and-merge, and batching."""
 
+import itertools
 import random
 
 import numpy as np
@@ -28,7 +29,7 @@ def test_span_windows_locate_every_answer(demo_data, tokenizer):
         assert found, f"answer of {row['id']} is in no window"
         for f in found:
             s, e = f["start_positions"], f["end_positions"]
-            assert row["context"][f["offsets"][s][0]:f["offsets"][e][1]] == row["answer_texts"][0]
+            assert row["context"][f["offsets"][s][0] : f["offsets"][e][1]] == row["answer_texts"][0]
 
 
 def test_doc_stride_is_the_step_between_windows(demo_data, tokenizer):
@@ -36,18 +37,20 @@ def test_doc_stride_is_the_step_between_windows(demo_data, tokenizer):
     row = {**row, "context": " ".join([row["context"]] * 4)}
     enc = encode(get_task("squad"), tokenizer, [row], SPAN_OPTS, train=False)
     assert len(enc.features) >= 3
-    full = [tuple(o) for o in tokenizer(row["context"], add_special_tokens=False,
-                                        return_offsets_mapping=True)["offset_mapping"]]
+    full = [
+        tuple(o)
+        for o in tokenizer(row["context"], add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+    ]
 
     def first_token(feature):
         window = [tuple(o) for o in feature["offsets"] if o is not None]
-        return next(i for i in range(len(full)) if full[i:i + len(window)] == window)
+        return next(i for i in range(len(full)) if full[i : i + len(window)] == window)
 
     firsts = [first_token(f) for f in enc.features]
     assert firsts[0] == 0
     # Window k starts doc_stride context tokens after window k-1 (the last may start earlier
     # or later only because it reaches the end of the context).
-    assert all(b - a == SPAN_OPTS["doc_stride"] for a, b in zip(firsts, firsts[1:-1]))
+    assert all(b - a == SPAN_OPTS["doc_stride"] for a, b in itertools.pairwise(firsts[:-1]))
     last = [tuple(o) for o in enc.features[-1]["offsets"] if o is not None]
     assert last[-1] == full[-1]
 
@@ -95,10 +98,12 @@ def test_length_grouping_reduces_padding_and_is_seeded(demo_data, tokenizer):
 
     order = list(range(len(enc.features)))
     random.Random(1).shuffle(order)
-    plain = [order[i:i + 16] for i in range(0, len(order), 16)]
+    plain = [order[i : i + 16] for i in range(0, len(order), 16)]
     assert pad_share(grouped) < pad_share(plain)
-    padded = [collate([enc.features[k] for k in b], "classification", tokenizer.pad_token_id)["input_ids"].numel()
-              for b in grouped]
+    padded = [
+        collate([enc.features[k] for k in b], "classification", tokenizer.pad_token_id)["input_ids"].numel()
+        for b in grouped
+    ]
     assert padded[0] == max(padded) and padded[0] > min(padded), "the largest batch comes first"
     assert grouped != length_grouped_batches(enc.features, 16, random.Random(2))
 
@@ -116,9 +121,16 @@ def test_features_live_in_arrow_at_four_bytes_a_token(demo_data, tokenizer):
 
 
 def test_multiple_choice_length_is_the_longest_choice(tokenizer):
-    rows = [{"id": "a", "lang": "en", "context": "one two", "choices": ["x", "a much longer choice here", "y", "z"],
-             "label": 1},
-            {"id": "b", "lang": "en", "context": "three", "choices": ["p", "q", "r", "s"], "label": 0}]
+    rows = [
+        {
+            "id": "a",
+            "lang": "en",
+            "context": "one two",
+            "choices": ["x", "a much longer choice here", "y", "z"],
+            "label": 1,
+        },
+        {"id": "b", "lang": "en", "context": "three", "choices": ["p", "q", "r", "s"], "label": 0},
+    ]
     enc = encode(get_task("hellaswag"), tokenizer, rows, {"max_length": 32}, train=True)
     for k, f in enumerate(enc.features):
         assert enc.features.lengths[k] == max(len(c) for c in f["input_ids"])

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, copy_repo, planned_jobs, snakemake
 from test_task_catalogue import _touch_every_output
 
+from conftest import REPO, copy_repo, planned_jobs, snakemake
 from workflow_scripts.data.tasks import get_task
 
 GUIDES = REPO / "docs" / "guides"
@@ -85,8 +85,18 @@ def _run_python(repo: Path, code: str) -> str:
 
 
 # The rules that read every run of a backbone (or of all), rerun whenever the grid gains runs.
-REPORTS = {"all", "aggregate_tables", "plot_results", "typeset_tables", "collect_submission", "compare_backbones",
-           "tabulate_cost", "tabulate_modality", "tabulate_translation", "plot_translation"}
+REPORTS = {
+    "all",
+    "aggregate_tables",
+    "plot_results",
+    "typeset_tables",
+    "collect_submission",
+    "compare_backbones",
+    "tabulate_cost",
+    "tabulate_modality",
+    "tabulate_translation",
+    "plot_translation",
+}
 
 
 @pytest.fixture(scope="module")
@@ -134,14 +144,19 @@ def test_new_intermediate_task_guide(finished_demo, tmp_path):
     assert counts.pop("prepare_task_data") == 2 and counts.pop("train_intermediate") == seeds
     # every target scored per seed; the retrieval targets embed without target training
     targets = config["targets"]
-    assert counts == {"evaluate_target": len(targets) * seeds,
-                      "train_target": sum(not get_task(t).is_retrieval for t in targets) * seeds}
+    assert counts == {
+        "evaluate_target": len(targets) * seeds,
+        "train_target": sum(not get_task(t).is_retrieval for t in targets) * seeds,
+    }
 
     proc = snakemake(repo, "--cores", "1", "results/demo/data/snli/train.parquet", timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    report = _run_python(repo, "from workflow_scripts.data.prepare import read_table;"
-                               "t = read_table('results/demo/data/snli/train.parquet', 'classification');"
-                               "print(t.num_rows, b'dropped_without_consensus' in t.schema.metadata[b'xstilts'])")
+    report = _run_python(
+        repo,
+        "from workflow_scripts.data.prepare import read_table;"
+        "t = read_table('results/demo/data/snli/train.parquet', 'classification');"
+        "print(t.num_rows, b'dropped_without_consensus' in t.schema.metadata[b'xstilts'])",
+    )
     rows, reported = report.split()
     assert int(rows) > 0 and reported == "True"
 
@@ -152,9 +167,15 @@ def _mirror_from_xnli(repo: Path, path: str, languages: list[str]) -> None:
     labels = ["entailment", "neutral", "contradiction"]
     for split in ("validation", "test"):
         rows = [json.loads(line) for line in (DEMO_XNLI / f"{split}.jsonl").read_text().splitlines() if line.strip()]
-        rows = [{"premise": r["sentence1"], "hypothesis": r["sentence2"],
-                 "label": labels.index(r["gold_label"].replace("contradictory", "contradiction"))}
-                for r in rows if r["language"] == "de"]
+        rows = [
+            {
+                "premise": r["sentence1"],
+                "hypothesis": r["sentence2"],
+                "label": labels.index(r["gold_label"].replace("contradictory", "contradiction")),
+            }
+            for r in rows
+            if r["language"] == "de"
+        ]
         assert rows
         for lang in languages:
             out = repo / "demo" / "hub" / path / lang / f"{split}.jsonl"
@@ -179,19 +200,25 @@ def test_new_target_task_guide(finished_demo, tmp_path):
     runs = len(config["intermediate"]) * len(config["seeds"])  # xlmr_tiny's grid: every config; llama_tiny's: not it
     assert _rules(added) == {"prepare_task_data": 2, "train_target": runs, "evaluate_target": runs}
     assert {out for rule, out in jobs if rule == "collect_submission"} == {
-        f"results/demo/submission/{backbone}/xtreme_americas" for backbone in config["backbones"]}
+        f"results/demo/submission/{backbone}/xtreme_americas" for backbone in config["backbones"]
+    }
 
     proc = snakemake(repo, "--cores", "1", "results/demo/data/americas_nli/test.parquet", timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    found = _run_python(repo, "from workflow_scripts.data.prepare import read_table;"
-                              "t = read_table('results/demo/data/americas_nli/test.parquet', 'classification');"
-                              "print(' '.join(sorted(set(t.column('lang').to_pylist()))))")
+    found = _run_python(
+        repo,
+        "from workflow_scripts.data.prepare import read_table;"
+        "t = read_table('results/demo/data/americas_nli/test.parquet', 'classification');"
+        "print(' '.join(sorted(set(t.column('lang').to_pylist()))))",
+    )
     assert found.split() == sorted(languages)
 
     # in-language training needs training data beyond English, which the entry does not declare
     in_language = {"targets": ["americas_nli"], "languages": ["gn"], "intermediate": ["none"], "seeds": [1]}
-    edited = {**config, "transfer": {**config["transfer"], "settings": {**config["transfer"]["settings"],
-                                                                        "in_language": in_language}}}
+    edited = {
+        **config,
+        "transfer": {**config["transfer"], "settings": {**config["transfer"]["settings"], "in_language": in_language}},
+    }
     (repo / "config.yaml").write_text(yaml.safe_dump(edited, sort_keys=False))
     proc = snakemake(repo, "-n")
     assert proc.returncode != 0 and "americas_nli has no training data outside English" in proc.stdout + proc.stderr
@@ -203,13 +230,21 @@ def test_new_target_task_guide(finished_demo, tmp_path):
     assert proc.returncode != 0 and "'americas_nli' is not a XTREME target" in proc.stdout + proc.stderr
 
 
-DIGESTS = ("data.prepare", "models.prepare", "training.train", "evaluation.metric_file", "reporting.tables",
-           "reporting.submission")
+DIGESTS = (
+    "data.prepare",
+    "models.prepare",
+    "training.train",
+    "evaluation.metric_file",
+    "reporting.tables",
+    "reporting.submission",
+)
 
 
 def _digests(repo: Path) -> dict[str, str]:
-    code = ("from workflow_scripts.workflow.codehash import module_digest;"
-            f"print(' '.join(module_digest(m) for m in {DIGESTS!r}))")
+    code = (
+        "from workflow_scripts.workflow.codehash import module_digest;"
+        f"print(' '.join(module_digest(m) for m in {DIGESTS!r}))"
+    )
     return dict(zip(DIGESTS, _run_python(repo, code).split()))
 
 
@@ -226,14 +261,18 @@ def test_new_benchmark_guide(finished_demo, tmp_path):
     jobs = planned_jobs(repo)
     assert {rule for rule, _ in jobs} <= REPORTS, sorted(j for j in jobs if j[0] not in REPORTS)
     assert {out for rule, out in jobs if rule == "collect_submission"} == {
-        f"results/demo/submission/{backbone}/xtreme_finetuned" for backbone in ("xlmr_tiny", "llama_tiny")}
+        f"results/demo/submission/{backbone}/xtreme_finetuned" for backbone in ("xlmr_tiny", "llama_tiny")
+    }
 
-    shown = _run_python(repo, "import json; from workflow_scripts.workflow import benchmark;"
-                              "from workflow_scripts.reporting import tables;"
-                              "s = {'benchmark': benchmark.get('xtreme_finetuned').describe(),"
-                              " 'targets': ['xnli', 'xquad', 'udpos']};"
-                              "print(json.dumps([[tables.category_header(c) for c in tables.category_columns(s)],"
-                              " tables.benchmark_notes(s)]))")
+    shown = _run_python(
+        repo,
+        "import json; from workflow_scripts.workflow import benchmark;"
+        "from workflow_scripts.reporting import tables;"
+        "s = {'benchmark': benchmark.get('xtreme_finetuned').describe(),"
+        " 'targets': ['xnli', 'xquad', 'udpos']};"
+        "print(json.dumps([[tables.category_header(c) for c in tables.category_columns(s)],"
+        " tables.benchmark_notes(s)]))",
+    )
     columns, notes = json.loads(shown)
     assert columns == ["Classification", "Struct. pred.", "QA", "Overall"]
     assert any("pawsx" in n and "panx" in n and "mlqa" in n and "tydiqa" in n for n in notes), notes
@@ -259,6 +298,9 @@ def test_a_benchmark_record_is_checked_when_registered():
     with pytest.raises(ValueError, match="exactly its targets"):
         benchmark.register(benchmark.Benchmark(name="b", title="B", categories=xtreme.categories, languages={}))
     with pytest.raises(ValueError, match="notes names"):
-        benchmark.register(benchmark.Benchmark(name="b", title="B", categories=xtreme.categories,
-                                               languages=xtreme.languages, notes={"xcopa": "?"}))
+        benchmark.register(
+            benchmark.Benchmark(
+                name="b", title="B", categories=xtreme.categories, languages=xtreme.languages, notes={"xcopa": "?"}
+            )
+        )
     assert "b" not in benchmark.BENCHMARKS

@@ -23,7 +23,7 @@ BLOCK = re.compile(r'^```\w+ title="([^"]+)"\n(.*?)^```$', re.M | re.S)
 
 def guide_blocks(name: str) -> dict[str, str]:
     """The guide's code blocks that carry a file path, by path."""
-    return {path: body for path, body in BLOCK.findall((REPO / "docs" / "guides" / name).read_text())}
+    return dict(BLOCK.findall((REPO / "docs" / "guides" / name).read_text()))
 
 
 def tree_copy(dest: Path) -> Path:
@@ -35,12 +35,16 @@ def tree_copy(dest: Path) -> Path:
 
 def run_in(tree: Path, script: str, env: dict[str, str] | None = None) -> dict:
     """``script`` run with the copy's package; it prints one JSON object last."""
-    proc = subprocess.run([sys.executable, "-c", script], cwd=tree, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(tree), **(env or {})})
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(tree), **(env or {})},
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 
 
 @pytest.mark.integration
@@ -48,8 +52,11 @@ def test_new_task_format_guide(tmp_path, demo_encoder_dir):
     from workflow_scripts.workflow import codehash
 
     blocks = guide_blocks("new_task_format.md")
-    assert set(blocks) == {"workflow_scripts/formats/sentence_label.py", "my_tasks/snli_hypothesis.yaml",
-                           "my_tasks/snli_hypothesis.py"}
+    assert set(blocks) == {
+        "workflow_scripts/formats/sentence_label.py",
+        "my_tasks/snli_hypothesis.yaml",
+        "my_tasks/snli_hypothesis.py",
+    }
     tree = tree_copy(tmp_path / "tree")
     for path, body in blocks.items():
         (tree / path).parent.mkdir(parents=True, exist_ok=True)
@@ -104,8 +111,12 @@ def test_format_modules_are_hashed_into_the_jobs_of_their_tasks_only(tmp_path, m
     from workflow_scripts.workflow import codehash
 
     package = codehash.PACKAGE_DIR
-    importers = {str(p.relative_to(package)) for p in package.rglob("*.py")
-                 for m in codehash._imports_in(p, "workflow_scripts._any") if m in {module_name(f) for f in FORMATS}}
+    importers = {
+        str(p.relative_to(package))
+        for p in package.rglob("*.py")
+        for m in codehash._imports_in(p, "workflow_scripts._any")
+        if m in {module_name(f) for f in FORMATS}
+    }
     assert importers <= {f"formats/{f}.py" for f in FORMATS}, importers
     dest = tmp_path / "workflow_scripts"
     shutil.copytree(package, dest, ignore=shutil.ignore_patterns("__pycache__"))

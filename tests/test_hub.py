@@ -20,9 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import DEMO_HUB, REPO, copy_repo, file_digests, local_settings, snakemake
-from hub_server import (HubServer, config_splits, mirror_dataset, mirror_model, mirror_script_dataset,
-                        new_commit)
+from conftest import DEMO_HUB, REPO, file_digests, local_settings, snakemake
+from hub_server import HubServer, config_splits, mirror_dataset, mirror_model, mirror_script_dataset, new_commit
 
 pytestmark = pytest.mark.integration
 
@@ -77,8 +76,10 @@ def test_revisions_resolve_lock_and_catch_a_changed_upstream(endpoint, tmp_path)
     assert locked_commit(glue, lock) == endpoint.commits["nyu-mll/glue"]
     # A ref outside the branches, as the Hub's Parquet export is, resolves through the refs list.
     assert locked_commit(export, lock) == endpoint.commits[f"{SCRIPT_ONLY}@{PARQUET_EXPORT}"]
-    assert read_lock(lock) == {"datasets/nyu-mll/glue": {"main": endpoint.commits["nyu-mll/glue"]},
-                               f"datasets/{SCRIPT_ONLY}": {PARQUET_EXPORT: endpoint.commits[f"{SCRIPT_ONLY}@{PARQUET_EXPORT}"]}}
+    assert read_lock(lock) == {
+        "datasets/nyu-mll/glue": {"main": endpoint.commits["nyu-mll/glue"]},
+        f"datasets/{SCRIPT_ONLY}": {PARQUET_EXPORT: endpoint.commits[f"{SCRIPT_ONLY}@{PARQUET_EXPORT}"]},
+    }
 
     changed = new_commit(endpoint.mirrors, "dataset", "nyu-mll/glue", "NOTES.md", "a later upload\n")
     with pytest.raises(RevisionError) as err:
@@ -114,13 +115,35 @@ def test_unknown_repositories_and_revisions_are_named(endpoint):
         resolve(HubRepo("dataset", SCRIPT_ONLY, "refs/convert/duckdb"))
 
 
-def _prepare(hub: HubServer, task: str, split: str, settings: dict, output: Path, lock: Path
-             ) -> subprocess.CompletedProcess:
-    env = {**hub.environment(hub.hf_home), "XSTILTS_HUB_LOCK": str(lock), "PYTHONPATH": str(REPO),
-           "PATH": str(Path(sys.executable).parent)}
-    return subprocess.run([sys.executable, "-m", "workflow_scripts.data.prepare", "--task", task, "--split", split,
-                           "--settings", json.dumps(settings), "--output", str(output)],
-                          env=env, capture_output=True, text=True, cwd=REPO, timeout=300)
+def _prepare(
+    hub: HubServer, task: str, split: str, settings: dict, output: Path, lock: Path
+) -> subprocess.CompletedProcess:
+    env = {
+        **hub.environment(hub.hf_home),
+        "XSTILTS_HUB_LOCK": str(lock),
+        "PYTHONPATH": str(REPO),
+        "PATH": str(Path(sys.executable).parent),
+    }
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "workflow_scripts.data.prepare",
+            "--task",
+            task,
+            "--split",
+            split,
+            "--settings",
+            json.dumps(settings),
+            "--output",
+            str(output),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
 
 
 def _rows(path: Path) -> list[dict]:
@@ -152,11 +175,14 @@ def test_every_demo_dataset_reads_the_same_rows_from_the_hub(hub, tmp_path):
     """Each task of the demo grid prepared from the Hub equals the local-folder reading."""
     from workflow_scripts.data.prepare import prepare
 
-    cases = [("mnli", "dev", "nyu-mll/glue", None), ("squad", "dev", "rajpurkar/squad", None),
-             ("xnli", "test", "google/xtreme", ["en", "de", "ru", "sw"]),
-             ("xquad", "test", "google/xtreme", ["en", "de", "ru"]),
-             ("panx", "dev", "google/xtreme", ["en", "de", "ru"]),
-             ("tatoeba", "test", "google/xtreme", ["de", "ru", "sw"])]
+    cases = [
+        ("mnli", "dev", "nyu-mll/glue", None),
+        ("squad", "dev", "rajpurkar/squad", None),
+        ("xnli", "test", "google/xtreme", ["en", "de", "ru", "sw"]),
+        ("xquad", "test", "google/xtreme", ["en", "de", "ru"]),
+        ("panx", "dev", "google/xtreme", ["en", "de", "ru"]),
+        ("tatoeba", "test", "google/xtreme", ["de", "ru", "sw"]),
+    ]
     lock = tmp_path / "hub.lock.json"
     for task, split, path, langs in cases:
         settings = {"source": "hub", "hub": {"path": path}, **({"languages": langs} if langs else {})}
@@ -239,13 +265,19 @@ def test_demo_grid_through_the_hub_gives_the_local_demo_tables(hub, demo_checkou
     assert source["resolved_sha"] == lock["models/xstilts-demo/xlmr_tiny"]["main"]
 
     # The preflight of the Hub demo passes: every repository resolves, to its locked commit.
-    proc = subprocess.run([sys.executable, "-m", "workflow_scripts.workflow.preflight", "--configfile",
-                           config_path.name], cwd=demo_checkout, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, **env, "PYTHONPATH": str(demo_checkout)})
+    proc = subprocess.run(
+        [sys.executable, "-m", "workflow_scripts.workflow.preflight", "--configfile", config_path.name],
+        cwd=demo_checkout,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **env, "PYTHONPATH": str(demo_checkout)},
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     hub_rows = [line for line in proc.stdout.splitlines() if line.startswith("| hub |")]
-    assert len(hub_rows) == len(lock_entries(lock)) and all("| ok | commit" in r and "(locked)" in r
-                                                            for r in hub_rows), proc.stdout
+    assert len(hub_rows) == len(lock_entries(lock)) and all(
+        "| ok | commit" in r and "(locked)" in r for r in hub_rows
+    ), proc.stdout
 
     # Nothing left to do; and a config that now asks for another revision stops before any job.
     proc = snakemake(demo_checkout, "-n", "--configfile", config_path.name, env=env)

@@ -13,30 +13,64 @@ from workflow_scripts.reporting import latex
 
 pytestmark = pytest.mark.unit
 
-SETTINGS = {"baseline": "none", "baseline_setting": "zero_shot", "intermediate": ["none", "mnli", "hellaswag_de"],
-            "seeds": [1, 2, 3], "targets": ["xnli", "xquad"], "decimals": 1,
-            "target_languages": {"xnli": ["en", "de"], "xquad": ["en", "de"]}}
-MAIN = pd.DataFrame([
-    {"setting": "zero_shot", "intermediate": "none", "xnli": 70.0, "xquad.f1": 60.0, "xquad.exact_match": 45.0,
-     "avg": 61.25},
-    {"setting": "zero_shot", "intermediate": "mnli", "xnli": 2.5, "xquad.f1": -1.0, "xquad.exact_match": 0.5,
-     "avg": 1.0},
-    {"setting": "zero_shot", "intermediate": "hellaswag_de", "xnli": -0.5, "xquad.f1": 1.25, "xquad.exact_match": -2.0,
-     "avg": 0.0},
-    {"setting": "translate_train", "intermediate": "none", "xnli": 99.0, "xquad.f1": 99.0,
-     "xquad.exact_match": 99.0, "avg": 99.0},
-])
-SIGNIFICANCE = pd.DataFrame([
-    {"setting": "zero_shot", "intermediate": "mnli", "target": "xnli", "excludes_zero": True},
-    {"setting": "zero_shot", "intermediate": "hellaswag_de", "target": "xquad", "excludes_zero": False},
-    {"setting": "translate_train", "intermediate": "mnli", "target": "xquad", "excludes_zero": True},
-])
+SETTINGS = {
+    "baseline": "none",
+    "baseline_setting": "zero_shot",
+    "intermediate": ["none", "mnli", "hellaswag_de"],
+    "seeds": [1, 2, 3],
+    "targets": ["xnli", "xquad"],
+    "decimals": 1,
+    "target_languages": {"xnli": ["en", "de"], "xquad": ["en", "de"]},
+}
+MAIN = pd.DataFrame(
+    [
+        {
+            "setting": "zero_shot",
+            "intermediate": "none",
+            "xnli": 70.0,
+            "xquad.f1": 60.0,
+            "xquad.exact_match": 45.0,
+            "avg": 61.25,
+        },
+        {
+            "setting": "zero_shot",
+            "intermediate": "mnli",
+            "xnli": 2.5,
+            "xquad.f1": -1.0,
+            "xquad.exact_match": 0.5,
+            "avg": 1.0,
+        },
+        {
+            "setting": "zero_shot",
+            "intermediate": "hellaswag_de",
+            "xnli": -0.5,
+            "xquad.f1": 1.25,
+            "xquad.exact_match": -2.0,
+            "avg": 0.0,
+        },
+        {
+            "setting": "translate_train",
+            "intermediate": "none",
+            "xnli": 99.0,
+            "xquad.f1": 99.0,
+            "xquad.exact_match": 99.0,
+            "avg": 99.0,
+        },
+    ]
+)
+SIGNIFICANCE = pd.DataFrame(
+    [
+        {"setting": "zero_shot", "intermediate": "mnli", "target": "xnli", "excludes_zero": True},
+        {"setting": "zero_shot", "intermediate": "hellaswag_de", "target": "xquad", "excludes_zero": False},
+        {"setting": "translate_train", "intermediate": "mnli", "target": "xquad", "excludes_zero": True},
+    ]
+)
 
 
 def body_rows(tex: str) -> list[list[str]]:
     lines = tex.splitlines()
     start, end = lines.index(r"\midrule"), lines.index(r"\bottomrule")
-    return [[cell.strip() for cell in line.removesuffix(r" \\").split(" & ")] for line in lines[start + 1:end]]
+    return [[cell.strip() for cell in line.removesuffix(r" \\").split(" & ")] for line in lines[start + 1 : end]]
 
 
 def test_main_table_in_booktabs_with_signs_bold_best_and_dagger():
@@ -56,15 +90,33 @@ def test_main_table_in_booktabs_with_signs_bold_best_and_dagger():
 
 
 def test_per_language_table_shows_differences_per_language():
-    per_language = pd.DataFrame([
-        {"setting": "zero_shot", "intermediate": "none", "en": 80.0, "de": 70.0, "avg": 75.0, "target": "xnli",
-         "metric": "accuracy"},
-        {"setting": "zero_shot", "intermediate": "mnli", "en": 79.0, "de": 73.0, "avg": 76.0, "target": "xnli",
-         "metric": "accuracy"},
-    ])
+    per_language = pd.DataFrame(
+        [
+            {
+                "setting": "zero_shot",
+                "intermediate": "none",
+                "en": 80.0,
+                "de": 70.0,
+                "avg": 75.0,
+                "target": "xnli",
+                "metric": "accuracy",
+            },
+            {
+                "setting": "zero_shot",
+                "intermediate": "mnli",
+                "en": 79.0,
+                "de": 73.0,
+                "avg": 76.0,
+                "target": "xnli",
+                "metric": "accuracy",
+            },
+        ]
+    )
     tex = latex.per_language_tex(per_language, {**SETTINGS, "intermediate": ["none", "mnli"]}, "xnli")
-    assert body_rows(tex) == [["none", r"\textbf{80.0}", "70.0", "75.0"],
-                              ["mnli", "$-$1.0", r"\textbf{$+$3.0}", r"\textbf{$+$1.0}"]]
+    assert body_rows(tex) == [
+        ["none", r"\textbf{80.0}", "70.0", "75.0"],
+        ["mnli", "$-$1.0", r"\textbf{$+$3.0}", r"\textbf{$+$1.0}"],
+    ]
     assert r"Intermediate task & en & de & Avg \\" in tex
 
 
@@ -81,26 +133,53 @@ def test_a_table_without_the_baseline_config_is_refused():
 def test_xtreme_r_main_table_has_the_category_and_overall_columns():
     from workflow_scripts.workflow import benchmark
 
-    settings = {**SETTINGS, "intermediate": ["none", "mnli"], "targets": ["xnli", "xcopa"],
-                "target_languages": {"xnli": list(benchmark.XTREME_R.languages["xnli"]), "xcopa": ["et", "ht"]},
-                "benchmark": benchmark.XTREME_R.describe()}
+    settings = {
+        **SETTINGS,
+        "intermediate": ["none", "mnli"],
+        "targets": ["xnli", "xcopa"],
+        "target_languages": {"xnli": list(benchmark.XTREME_R.languages["xnli"]), "xcopa": ["et", "ht"]},
+        "benchmark": benchmark.XTREME_R.describe(),
+    }
     nan = math.nan
-    main = pd.DataFrame([
-        {"setting": "zero_shot", "intermediate": "none", "xnli": 80.0, "xcopa": 60.0, "avg": 70.0,
-         "classification": 70.0, "structured prediction": nan, "question answering": nan, "retrieval": nan,
-         "overall": nan},
-        {"setting": "zero_shot", "intermediate": "mnli", "xnli": 2.0, "xcopa": -1.0, "avg": 0.5,
-         "classification": 0.5, "structured prediction": nan, "question answering": nan, "retrieval": nan,
-         "overall": nan},
-    ])
+    main = pd.DataFrame(
+        [
+            {
+                "setting": "zero_shot",
+                "intermediate": "none",
+                "xnli": 80.0,
+                "xcopa": 60.0,
+                "avg": 70.0,
+                "classification": 70.0,
+                "structured prediction": nan,
+                "question answering": nan,
+                "retrieval": nan,
+                "overall": nan,
+            },
+            {
+                "setting": "zero_shot",
+                "intermediate": "mnli",
+                "xnli": 2.0,
+                "xcopa": -1.0,
+                "avg": 0.5,
+                "classification": 0.5,
+                "structured prediction": nan,
+                "question answering": nan,
+                "retrieval": nan,
+                "overall": nan,
+            },
+        ]
+    )
     tex = latex.main_tex(main, SIGNIFICANCE.iloc[0:0], settings)
     header = tex.splitlines()[tex.splitlines().index(r"\toprule") + 1]
-    assert header == (r"Intermediate task & xnli & xcopa & Avg & Classification & Struct. pred. & QA & Retrieval & "
-                      r"Overall \\")
+    assert header == (
+        r"Intermediate task & xnli & xcopa & Avg & Classification & Struct. pred. & QA & Retrieval & "
+        r"Overall \\"
+    )
     # bold: best absolute per column (xcopa: the baseline's 60 beats 59); empty categories "--"
-    assert body_rows(tex) == [["none", "80.0", r"\textbf{60.0}", "70.0", "70.0", "--", "--", "--", "--"],
-                              ["mnli", r"\textbf{$+$2.0}", "$-$1.0", r"\textbf{$+$0.5}", r"\textbf{$+$0.5}", "--", "--",
-                               "--", "--"]]
+    assert body_rows(tex) == [
+        ["none", "80.0", r"\textbf{60.0}", "70.0", "70.0", "--", "--", "--", "--"],
+        ["mnli", r"\textbf{$+$2.0}", "$-$1.0", r"\textbf{$+$0.5}", r"\textbf{$+$0.5}", "--", "--", "--", "--"],
+    ]
     assert "% xcopa: averaged over 2 of 11 languages: not comparable with published XTREME-R scores." in tex
     assert "% – in Struct. pred., QA, Retrieval, Overall: this grid lacks tasks of theirs" in tex
     with pytest.raises(InputError, match="no column 'classification'"):

@@ -82,7 +82,7 @@ def test_loader_yields_the_canonical_schema(tmp_path, task_name, split):
     if task.format == "span":
         for r in rows:
             for text, start in zip(r["answer_texts"], r["answer_starts"]):
-                assert r["context"][start:start + len(text)] == text
+                assert r["context"][start : start + len(text)] == text
     if task.format == "tagging":
         assert all(len(r["tokens"]) == len(r["tags"]) > 0 for r in rows)
         if task.labels:
@@ -92,8 +92,12 @@ def test_loader_yields_the_canonical_schema(tmp_path, task_name, split):
 def test_awkward_cases_of_the_real_schemas(tmp_path):
     def load(task, split, langs=None, options=None):
         out = tmp_path / f"{task}-{split}.parquet"
-        prepare(task, split, {**local_settings(SOURCES[task][0], langs or SOURCES[task][1]),
-                              "options": options or SOURCES[task][2]}, out)
+        prepare(
+            task,
+            split,
+            {**local_settings(SOURCES[task][0], langs or SOURCES[task][1]), "options": options or SOURCES[task][2]},
+            out,
+        )
         return read_table(out).to_pylist()
 
     # SNLI rows without annotator consensus (label -1) are dropped from ANLI+.
@@ -123,40 +127,65 @@ def test_pawsx_reads_every_release_row_from_the_paws_x_dataset(tmp_path):
     import csv
     import json
 
-    tsv = ("id\tsentence1\tsentence2\tlabel\n"
-           '1\t" Blue " is a song .\tThe song is called " Blue " .\t1\n'
-           '2\tThe river flows north .\t" North is where the river flows .\t0\n'
-           "3\tAnna sold the car .\t Anna bought the car .\t0\n")
+    tsv = (
+        "id\tsentence1\tsentence2\tlabel\n"
+        '1\t" Blue " is a song .\tThe song is called " Blue " .\t1\n'
+        '2\tThe river flows north .\t" North is where the river flows .\t0\n'
+        "3\tAnna sold the car .\t Anna bought the car .\t0\n"
+    )
     lines = tsv.splitlines(keepends=True)
-    paws_x = [{"id": int(r["id"]), "sentence1": r["sentence1"], "sentence2": r["sentence2"], "label": int(r["label"])}
-              for r in csv.DictReader(lines, delimiter="\t", quoting=csv.QUOTE_NONE)]
-    xtreme = [{"sentence1": r[1], "sentence2": r[2], "label": r[3]}
-              for r in list(csv.reader(lines, delimiter="\t"))[1:] if len(r) == 4]
+    paws_x = [
+        {"id": int(r["id"]), "sentence1": r["sentence1"], "sentence2": r["sentence2"], "label": int(r["label"])}
+        for r in csv.DictReader(lines, delimiter="\t", quoting=csv.QUOTE_NONE)
+    ]
+    xtreme = [
+        {"sentence1": r[1], "sentence2": r[2], "label": r[3]}
+        for r in list(csv.reader(lines, delimiter="\t"))[1:]
+        if len(r) == 4
+    ]
     assert len(paws_x) == 3 and len(xtreme) == 1 and xtreme[0]["sentence1"] != paws_x[0]["sentence1"]
-    for path, config, rows in (("google-research-datasets/paws-x", "de", paws_x), ("google/xtreme", "PAWS-X.de", xtreme)):
+    for path, config, rows in (
+        ("google-research-datasets/paws-x", "de", paws_x),
+        ("google/xtreme", "PAWS-X.de", xtreme),
+    ):
         file = tmp_path / path / config / "test.jsonl"
         file.parent.mkdir(parents=True)
         file.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
     def load(options):
         out = tmp_path / "pawsx.parquet"
-        prepare("pawsx", "test", {"source": "local", "local_root": str(tmp_path), "hub": {"path": "google/xtreme"},
-                                  "languages": ["de"], "options": options}, out)
+        prepare(
+            "pawsx",
+            "test",
+            {
+                "source": "local",
+                "local_root": str(tmp_path),
+                "hub": {"path": "google/xtreme"},
+                "languages": ["de"],
+                "options": options,
+            },
+            out,
+        )
         return read_table(out).to_pylist(), provenance(out)["report"]
 
     rows, report = load({"pawsx_path": "google-research-datasets/paws-x"})
     assert [(r["text_a"], r["text_b"], r["label"]) for r in rows] == [
         ('" Blue " is a song .', 'The song is called " Blue " .', 1),
         ("The river flows north .", '" North is where the river flows .', 0),
-        ("Anna sold the car .", "Anna bought the car .", 0)]  # stripped, as XTREME strips
+        ("Anna sold the car .", "Anna bought the car .", 0),
+    ]  # stripped, as XTREME strips
     assert report["sources"] == {"de": "google-research-datasets/paws-x de"}
     assert len(load({})[0]) == 1  # google/xtreme's configs: two rows gone
 
 
 def test_missing_ccg_path_is_named(tmp_path):
     with pytest.raises(InputError, match=r"CCG file .*nowhere/train.tsv does not exist.*LDC2005T13"):
-        prepare("ccg", "train", {**local_settings("ccgbank"), "options": {"path": str(tmp_path / "nowhere")}},
-                tmp_path / "out.parquet")
+        prepare(
+            "ccg",
+            "train",
+            {**local_settings("ccgbank"), "options": {"path": str(tmp_path / "nowhere")}},
+            tmp_path / "out.parquet",
+        )
 
 
 def test_missing_language_in_a_per_language_config_is_named(tmp_path):
@@ -172,11 +201,19 @@ def test_mlm_quotas_follow_alpha_smoothed_language_shares(tmp_path):
     for lang, n_articles in (("en", 90), ("de", 20)):
         path = tmp_path / f"wikimedia/wikipedia/20231101.{lang}/train.jsonl"
         path.parent.mkdir(parents=True)
-        path.write_text("".join(json.dumps({"id": str(i), "url": "", "title": "t",
-                                            "text": f"One {i}. Two {i}!\nThree {i}?"}) + "\n"
-                                for i in range(n_articles)))
-    settings = {"source": "local", "local_root": str(tmp_path), "hub": {"path": "wikimedia/wikipedia"},
-                "languages": ["en", "de"], "options": {"sentences": 100, "alpha": 0.3, "seed": 1}}
+        path.write_text(
+            "".join(
+                json.dumps({"id": str(i), "url": "", "title": "t", "text": f"One {i}. Two {i}!\nThree {i}?"}) + "\n"
+                for i in range(n_articles)
+            )
+        )
+    settings = {
+        "source": "local",
+        "local_root": str(tmp_path),
+        "hub": {"path": "wikimedia/wikipedia"},
+        "languages": ["en", "de"],
+        "options": {"sentences": 100, "alpha": 0.3, "seed": 1},
+    }
     prepare("mlm", "train", settings, tmp_path / "mlm.parquet")
     rows = read_table(tmp_path / "mlm.parquet").to_pylist()
     # p = (90, 20) / 110; p^0.3 = (0.9416, 0.5996) -> shares (0.611, 0.389) of 100 sentences.

@@ -36,7 +36,11 @@ def test_real_snli_ve_rows_give_paired_arms_that_differ_in_the_premise_only(tmp_
     caption, caption_report = load("snli_caption", settings, tmp_path)
     alone, _ = load("hypothesis_only", settings, tmp_path)
     assert [r["id"] for r in caption] == [r["id"] for r in alone] == [r["pairID"] for r in real]
-    assert [r["label"] for r in caption] == [r["label"] for r in alone] == [NLI_LABELS.index(r["gold_label"]) for r in real]
+    assert (
+        [r["label"] for r in caption]
+        == [r["label"] for r in alone]
+        == [NLI_LABELS.index(r["gold_label"]) for r in real]
+    )
     assert [(r["text_a"], r["text_b"]) for r in caption] == [(r["sentence1"], r["sentence2"]) for r in real]
     assert [r["text_a"] for r in alone] == [r["sentence2"] for r in real] and not any(r["text_b"] for r in alone)
     # the image arm: the same ids, labels and hypotheses, the Flickr30k image as premise
@@ -50,9 +54,11 @@ def test_real_snli_ve_rows_give_paired_arms_that_differ_in_the_premise_only(tmp_
 
 
 def test_the_hub_schema_is_read_and_unlabelled_rows_are_dropped_and_counted(tmp_path):
-    rows = [{"filename": "1.jpg", "premise": "A dog runs.", "hypothesis": "An animal moves.", "label": 0},
-            {"filename": "1.jpg", "premise": "A dog runs.", "hypothesis": "A cat sleeps.", "label": -1},
-            {"filename": "2.jpg", "premise": "Two men talk.", "hypothesis": "People are silent.", "label": 2}]
+    rows = [
+        {"filename": "1.jpg", "premise": "A dog runs.", "hypothesis": "An animal moves.", "label": 0},
+        {"filename": "1.jpg", "premise": "A dog runs.", "hypothesis": "A cat sleeps.", "label": -1},
+        {"filename": "2.jpg", "premise": "Two men talk.", "hypothesis": "People are silent.", "label": 2},
+    ]
     caption, report = load("snli_caption", mirror(tmp_path, rows, "train"), tmp_path, "train")
     assert [(r["id"], r["label"]) for r in caption] == [("snli_ve-train-0", 0), ("snli_ve-train-2", 2)]
     assert report["load_counts"]["no_gold_label"] == 1
@@ -97,15 +103,24 @@ def test_nlvr2_train_images_sit_in_their_bucket_folder_and_a_bad_row_is_dropped_
     from workflow_scripts.data.loaders.multimodal import nlvr2_images
 
     assert nlvr2_images({"identifier": "train-10171-0-1", "directory": 37}, "row") == [
-        "train/37/train-10171-0-img0.png", "train/37/train-10171-0-img1.png"]
+        "train/37/train-10171-0-img0.png",
+        "train/37/train-10171-0-img1.png",
+    ]
     with pytest.raises(InputError, match="identifier 'x-1'"):
         nlvr2_images({"identifier": "x-1"}, "row")
     from workflow_scripts.data.prepare import prepare, provenance
 
-    (tmp_path / "dev.json").write_text("\n".join(json.dumps(r) for r in [
-        {"identifier": "dev-1-0-0", "sentence": "Both images show dogs.", "label": "True"},
-        {"identifier": "dev-1-0-1", "sentence": "", "label": "False"},
-        {"identifier": "dev-2-0-0", "sentence": "The left image shows a cat.", "label": "maybe"}]) + "\n")
+    (tmp_path / "dev.json").write_text(
+        "\n".join(
+            json.dumps(r)
+            for r in [
+                {"identifier": "dev-1-0-0", "sentence": "Both images show dogs.", "label": "True"},
+                {"identifier": "dev-1-0-1", "sentence": "", "label": "False"},
+                {"identifier": "dev-2-0-0", "sentence": "The left image shows a cat.", "label": "maybe"},
+            ]
+        )
+        + "\n"
+    )
     settings = {"source": "hub", "hub": {"path": "lil-lab/nlvr"}, "options": {"path": str(tmp_path)}}
     assert prepare("nlvr2", "dev", settings, tmp_path / "dev.parquet") == 1
     assert provenance(tmp_path / "dev.parquet")["report"]["load_counts"] == {"True": 1, "no_label_or_sentence": 2}

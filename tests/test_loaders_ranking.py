@@ -18,11 +18,16 @@ pytestmark = pytest.mark.unit
 
 def test_a_mention_query_is_one_marked_sentence_with_the_mention_prepended():
     text = "First sentence here. The verdict for {old} Smith came back.\\nLater."
-    context = {"text": text, "sentence_spans": [{"start": 0, "end": 20}, {"start": 21, "end": 59},
-                                                {"start": 60, "end": len(text)}]}
+    context = {
+        "text": text,
+        "sentence_spans": [{"start": 0, "end": 20}, {"start": 21, "end": 59}, {"start": 60, "end": len(text)}],
+    }
     start = text.index("Smith")
-    mention = {"example_id": "m1", "entity_id": "Q1", "mention_span": {"start": start, "end": start + 5,
-                                                                       "text": "Smith"}}
+    mention = {
+        "example_id": "m1",
+        "entity_id": "Q1",
+        "mention_span": {"start": start, "end": start + 5, "text": "Smith"},
+    }
     # braces already in the text become parentheses; one sentence of context
     assert mention_query(context, mention) == "Smith: The verdict for (old) { Smith } came back."
     across = {**mention, "mention_span": {"start": 15, "end": 25, "text": text[15:25]}}
@@ -31,16 +36,26 @@ def test_a_mention_query_is_one_marked_sentence_with_the_mention_prepended():
 
 def test_lareqa_golds_are_the_answer_sentences_of_the_same_question_in_every_language():
     def row(lang, qid, context, answer_start):
-        return {"id": qid, "question": f"{lang} q", "context": context,
-                "answers": {"text": ["x"], "answer_start": [answer_start]}}
+        return {
+            "id": qid,
+            "question": f"{lang} q",
+            "context": context,
+            "answers": {"text": ["x"], "answer_start": [answer_start]},
+        }
 
     en = "Anna came. Peter left! Maria stayed?"
     de = "Anna kam. Peter ging! Maria blieb?"
     counts = Counter()
     alone = "Nobody came. Nobody left."
-    rows = list(lareqa_rows({"en": [row("en", "q1", en, en.index("Peter")), row("en", "q2", en, 500),
-                                    row("en", "q3", alone, 400)],
-                             "de": [row("de", "q1", de, de.index("Peter"))]}, counts))
+    rows = list(
+        lareqa_rows(
+            {
+                "en": [row("en", "q1", en, en.index("Peter")), row("en", "q2", en, 500), row("en", "q3", alone, 400)],
+                "de": [row("de", "q1", de, de.index("Peter"))],
+            },
+            counts,
+        )
+    )
     queries = {r["id"]: r for r in rows if r["side"] == "query"}
     assert queries["q1_en"]["gold"] == queries["q1_de"]["gold"] == ["de_1_1", "en_1_1"]
     assert "q2_en" not in queries and counts["answer_in_no_sentence"] == 2  # dropped, counted
@@ -57,22 +72,34 @@ def load_german_mentions(tmp_path, mentions: list[dict]) -> Path:
     """One candidate (Q1, "Anna lives here.") and one German article "Anna kam." with the given
     mentions, in the Hub mirror's layout; the prepared test split's path."""
     hub = tmp_path / "hub" / "izhx/mewsli-x"
-    entity = {"entity_id": "Q1", "title": "A", "description": "Anna lives here.", "description_language": "en",
-              "description_url": "u", "sentence_spans": [{"start": 0, "end": 16}]}
+    entity = {
+        "entity_id": "Q1",
+        "title": "A",
+        "description": "Anna lives here.",
+        "description_language": "en",
+        "description_url": "u",
+        "sentence_spans": [{"start": 0, "end": 16}],
+    }
     (hub / "candidate_entities").mkdir(parents=True)
     (hub / "candidate_entities/test.jsonl").write_text(json.dumps(entity) + "\n")
     (hub / "de").mkdir()
     context = {"text": "Anna kam.", "sentence_spans": [{"start": 0, "end": 9}], "language": "de"}
     (hub / "de/test.jsonl").write_text(json.dumps({"context": context, "mentions": mentions}) + "\n")
     out = tmp_path / "test.parquet"
-    prepare("mewslix", "test", {"source": "local", "local_root": str(tmp_path / "hub"),
-                                "hub": {"path": "izhx/mewsli-x"}, "languages": ["de"]}, out)
+    prepare(
+        "mewslix",
+        "test",
+        {"source": "local", "local_root": str(tmp_path / "hub"), "hub": {"path": "izhx/mewsli-x"}, "languages": ["de"]},
+        out,
+    )
     return out
 
 
 def test_mewslix_drops_and_counts_mentions_whose_entity_is_not_a_candidate(tmp_path):
-    mentions = [{"example_id": f"m{i}", "entity_id": e, "mention_span": {"start": 0, "end": 4, "text": "Anna"}}
-                for i, e in enumerate(["Q1", "Q404"])]
+    mentions = [
+        {"example_id": f"m{i}", "entity_id": e, "mention_span": {"start": 0, "end": 4, "text": "Anna"}}
+        for i, e in enumerate(["Q1", "Q404"])
+    ]
     out = load_german_mentions(tmp_path, mentions)
     rows = read_table(out).to_pylist()
     assert [r["id"] for r in rows if r["side"] == "query"] == ["m0"]
@@ -108,8 +135,17 @@ def expected_from_sentence_breaks(langs: list[str]) -> tuple[dict[str, str], dic
 
 def load_lareqa_test(tmp_path, langs: list[str], location: str, source: str = "hub") -> Path:
     out = tmp_path / "lareqa-test.parquet"
-    prepare("lareqa", "test", {"source": source, "hub": {"path": "rajpurkar/squad"}, "languages": langs,
-                               "options": {"xquad_r_path": location}}, out)
+    prepare(
+        "lareqa",
+        "test",
+        {
+            "source": source,
+            "hub": {"path": "rajpurkar/squad"},
+            "languages": langs,
+            "options": {"xquad_r_path": location},
+        },
+        out,
+    )
     return out
 
 
@@ -129,17 +165,26 @@ def test_real_xquad_r_pool_and_golds_are_what_the_release_sentence_breaks_give(x
     # every question links its answer sentence in all 11 languages
     assert all({g.split("_")[0] for g in gold} == set(XQUAD_R_LANGS) for gold in queries.values())
     # a candidate's context is its whole paragraph, leading white space included
-    contexts = {f"{lang}_{n}": p["context"] for lang in XQUAD_R_LANGS
-                for n, p in enumerate(release_paragraph_list(lang), start=1)}
+    contexts = {
+        f"{lang}_{n}": p["context"]
+        for lang in XQUAD_R_LANGS
+        for n, p in enumerate(release_paragraph_list(lang), start=1)
+    }
     assert all(r["context"] == contexts[r["id"].rsplit("_", 1)[0]] for r in rows if r["side"] == "candidate")
     meta = provenance(xquad_r_release)
     assert meta["resolved_sha"] is None and meta["report"]["release"]["name"] == "XQuAD-R"
     counts = meta["report"]["load_counts"]
     assert counts["candidates"] == {lang: sum(i.startswith(f"{lang}_") for i in pool) for lang in XQUAD_R_LANGS}
     # the Turkish paragraph whose breaks do not cut its own "sentences" field: counted, breaks used
-    assert counts["paragraphs_breaks_differ_from_sentences"] == sum(
-        p["sentences"] != [p["context"][s:e] for s, e in p["sentence_breaks"]]
-        for lang in XQUAD_R_LANGS for p in release_paragraph_list(lang)) > 0
+    assert (
+        counts["paragraphs_breaks_differ_from_sentences"]
+        == sum(
+            p["sentences"] != [p["context"][s:e] for s, e in p["sentence_breaks"]]
+            for lang in XQUAD_R_LANGS
+            for p in release_paragraph_list(lang)
+        )
+        > 0
+    )
 
 
 def test_hindi_and_thai_paragraphs_are_several_sentences_which_the_punctuation_rule_misses(xquad_r_release):
@@ -156,16 +201,29 @@ def test_hindi_and_thai_paragraphs_are_several_sentences_which_the_punctuation_r
             context = p["context"].strip()
             assert [context[s:e] for s, e in sentence_breaks(context)] != p["sentences"]
     # the old way: the Hub's rows (contexts stripped, offsets kept) split by rule
-    hub = {lang: [{"id": qa["id"], "question": qa["question"].strip(), "context": p["context"].strip(),
-                   "answers": {"text": [a["text"].strip() for a in qa["answers"]],
-                               "answer_start": [a["answer_start"] for a in qa["answers"]]}}
-                  for p in release_paragraph_list(lang) for qa in p["qas"]] for lang in XQUAD_R_LANGS}
+    hub = {
+        lang: [
+            {
+                "id": qa["id"],
+                "question": qa["question"].strip(),
+                "context": p["context"].strip(),
+                "answers": {
+                    "text": [a["text"].strip() for a in qa["answers"]],
+                    "answer_start": [a["answer_start"] for a in qa["answers"]],
+                },
+            }
+            for p in release_paragraph_list(lang)
+            for qa in p["qas"]
+        ]
+        for lang in XQUAD_R_LANGS
+    }
     old_rows = list(lareqa_rows(hub, Counter()))
 
     def gold_texts(table: list[dict], lang: str) -> dict[str, list[str]]:
         text = {r["id"]: r["text"] for r in table if r["side"] == "candidate"}
-        return {r["id"]: [text[g] for g in r["gold"] if g.startswith(f"{lang}_")]
-                for r in table if r["side"] == "query"}
+        return {
+            r["id"]: [text[g] for g in r["gold"] if g.startswith(f"{lang}_")] for r in table if r["side"] == "query"
+        }
 
     for lang in ("hi", "th"):
         by_rule, released = gold_texts(old_rows, lang), gold_texts(rows, lang)
@@ -269,13 +327,22 @@ def test_real_wikinews_mentions_load_as_the_reference_builds_them_and_the_oracle
     helsinki = articles[0]["mentions"][0]
     assert mention_query(articles[0]["context"], helsinki) == (
         "Helsinki: In { Helsinki } , the Finnish trade union for bus and truck drivers has gone on strike on "
-        "Sunday evening, mainly over the use of part-time labor.")
+        "Sunday evening, mainly over the use of part-time labor."
+    )
 
     hub = tmp_path / "hub" / "izhx/mewsli-x"
     golds = [m["entity_id"] for a in articles for m in a["mentions"]]
-    pool = [{"entity_id": e, "title": e, "description": f"Entity {e}. Described by the test.",
-             "description_language": "en", "description_url": "", "sentence_spans": [{"start": 0, "end": 6 + len(e)}]}
-            for e in golds + ["Q42", "Q64"]]
+    pool = [
+        {
+            "entity_id": e,
+            "title": e,
+            "description": f"Entity {e}. Described by the test.",
+            "description_language": "en",
+            "description_url": "",
+            "sentence_spans": [{"start": 0, "end": 6 + len(e)}],
+        }
+        for e in golds + ["Q42", "Q64"]
+    ]
     (hub / "candidate_entities").mkdir(parents=True)
     (hub / "candidate_entities/test.jsonl").write_text("".join(json.dumps(e) + "\n" for e in pool))
     for article in articles:
@@ -283,15 +350,27 @@ def test_real_wikinews_mentions_load_as_the_reference_builds_them_and_the_oracle
         (hub / lang).mkdir()
         (hub / lang / "validation.jsonl").write_text(json.dumps(article, ensure_ascii=False) + "\n", encoding="utf-8")
     out = tmp_path / "dev.parquet"
-    prepare("mewslix", "dev", {"source": "local", "local_root": str(tmp_path / "hub"),
-                               "hub": {"path": "izhx/mewsli-x"}, "languages": ["ar", "en"]}, out)
+    prepare(
+        "mewslix",
+        "dev",
+        {
+            "source": "local",
+            "local_root": str(tmp_path / "hub"),
+            "hub": {"path": "izhx/mewsli-x"},
+            "languages": ["ar", "en"],
+        },
+        out,
+    )
     rows = read_table(out).to_pylist()
     queries = {r["id"]: r for r in rows if r["side"] == "query"}
     assert sorted(q["lang"] for q in queries.values()) == ["ar", "ar", "en"]
     assert queries[helsinki["example_id"]]["text"] == mention_query(articles[0]["context"], helsinki)
-    oracle = {qid: q["gold"] + [e["entity_id"] for e in pool if e["entity_id"] not in q["gold"]]
-              for qid, q in queries.items()}
-    assert map_at_k(oracle, {qid: q["gold"] for qid, q in queries.items()}, 20, convention=MEWSLIX) == {"map_at_20": 100.0}
+    oracle = {
+        qid: q["gold"] + [e["entity_id"] for e in pool if e["entity_id"] not in q["gold"]] for qid, q in queries.items()
+    }
+    assert map_at_k(oracle, {qid: q["gold"] for qid, q in queries.items()}, 20, convention=MEWSLIX) == {
+        "map_at_20": 100.0
+    }
 
 
 def test_released_no_text_mentions_stop_with_the_way_to_restore_them():
@@ -303,8 +382,10 @@ def test_released_no_text_mentions_stop_with_the_way_to_restore_them():
 
 
 def test_a_mention_whose_span_text_disagrees_with_the_context_is_dropped_and_counted(tmp_path):
-    mentions = [{"example_id": "good", "entity_id": "Q1", "mention_span": {"start": 0, "end": 4, "text": "Anna"}},
-                {"example_id": "shifted", "entity_id": "Q1", "mention_span": {"start": 1, "end": 5, "text": "Anna"}}]
+    mentions = [
+        {"example_id": "good", "entity_id": "Q1", "mention_span": {"start": 0, "end": 4, "text": "Anna"}},
+        {"example_id": "shifted", "entity_id": "Q1", "mention_span": {"start": 1, "end": 5, "text": "Anna"}},
+    ]
     out = load_german_mentions(tmp_path, mentions)
     assert [r["id"] for r in read_table(out).to_pylist() if r["side"] == "query"] == ["good"]
     assert provenance(out)["report"]["load_counts"]["span_text_mismatch"] == 1

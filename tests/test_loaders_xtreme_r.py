@@ -40,9 +40,17 @@ def jsonl(path: Path) -> list[dict]:
 # ----- the XCOPA recipe on the demo mirror ------------------------------------------------------
 
 
-@pytest.mark.parametrize("task,split,langs,n", [
-    ("siqa", "train", None, 600), ("siqa", "dev", None, 100), ("copa", "train", None, 400),
-    ("copa", "dev", None, 100), ("xcopa", "dev", ["de", "ru", "sw"], 150), ("xcopa", "test", ["de", "ru", "sw"], 300)])
+@pytest.mark.parametrize(
+    "task,split,langs,n",
+    [
+        ("siqa", "train", None, 600),
+        ("siqa", "dev", None, 100),
+        ("copa", "train", None, 400),
+        ("copa", "dev", None, 100),
+        ("xcopa", "dev", ["de", "ru", "sw"], 150),
+        ("xcopa", "test", ["de", "ru", "sw"], 300),
+    ],
+)
 def test_xcopa_recipe_loads_the_demo_mirror(tmp_path, task, split, langs, n):
     path = {"siqa": "allenai/social_i_qa", "copa": "aps/super_glue", "xcopa": "cambridgeltl/xcopa"}[task]
     rows, report = load(tmp_path, task, split, local_settings(path, langs))
@@ -52,7 +60,7 @@ def test_xcopa_recipe_loads_the_demo_mirror(tmp_path, task, split, langs, n):
     assert all(len(r["choices"]) == n_choices and 0 <= r["label"] < n_choices for r in rows)
     assert len({r["label"] for r in rows}) == n_choices  # every position holds answers
     if task == "siqa":
-        hub = jsonl(DEMO_HUB / path / "default" / f"{ {'train': 'train', 'dev': 'validation'}[split]}.jsonl")
+        hub = jsonl(DEMO_HUB / path / "default" / f"{ {'train': 'train', 'dev': 'validation'}[split] }.jsonl")
         assert [r["context"] for r in rows] == [f"{h['context']} {h['question']}" for h in hub]
         assert [r["label"] for r in rows] == [int(h["label"]) - 1 for h in hub]
     else:
@@ -72,18 +80,29 @@ def real_xcopa(tmp_path) -> Path:
     root = tmp_path / "hub"
     for lang in XCOPA_SAMPLE:
         for release_split, hub_split in (("val", "validation"), ("test", "test")):
-            write_rows(root, "cambridgeltl/xcopa", lang, hub_split,
-                       jsonl(REAL / "xcopa" / lang / f"{release_split}.{lang}.jsonl"))
+            write_rows(
+                root,
+                "cambridgeltl/xcopa",
+                lang,
+                hub_split,
+                jsonl(REAL / "xcopa" / lang / f"{release_split}.{lang}.jsonl"),
+            )
     return root
 
 
 def xcopa_settings(root: Path, options: dict | None = None) -> dict:
-    return {"source": "local", "local_root": str(root), "hub": {"path": "cambridgeltl/xcopa"},
-            "languages": XCOPA_SAMPLE, "options": options or {}}
+    return {
+        "source": "local",
+        "local_root": str(root),
+        "hub": {"path": "cambridgeltl/xcopa"},
+        "languages": XCOPA_SAMPLE,
+        "options": options or {},
+    }
 
 
-@pytest.mark.parametrize("split,release_split,disagree", [("dev", "val", {"th": 13, "sw": 1}),
-                                                          ("test", "test", {"th": 11, "sw": 1})])
+@pytest.mark.parametrize(
+    "split,release_split,disagree", [("dev", "val", {"th": 13, "sw": 1}), ("test", "test", {"th": 11, "sw": 1})]
+)
 def test_real_xcopa_builds_the_reference_input(tmp_path, real_xcopa, split, release_split, disagree):
     rows, report = load(tmp_path, "xcopa", split, xcopa_settings(real_xcopa))
     assert len(rows) == 20 * len(XCOPA_SAMPLE)
@@ -98,8 +117,9 @@ def test_real_xcopa_builds_the_reference_input(tmp_path, real_xcopa, split, rele
         assert [r["label"] for r in mine] == [x["label"] for x in release]
     # Thai says "effect" on every row, and one Swahili row disagrees too: reported, kept.
     counts = report["load_counts"]
-    assert {lang: c.get("question_disagrees", 0) for lang, c in counts.items() if c.get("question_disagrees")} \
-        == disagree
+    assert {
+        lang: c.get("question_disagrees", 0) for lang, c in counts.items() if c.get("question_disagrees")
+    } == disagree
     assert report["question_check"] == {"languages": XCOPA_SAMPLE, "items_with_majority": 20, "repair": "none"}
 
 
@@ -115,8 +135,12 @@ def test_real_xcopa_questions_repaired_by_the_majority_on_request(tmp_path, real
         questions.setdefault(r["id"].rsplit("-", 1)[1], set()).add(r["context"].rsplit(" ", 1)[1])
     assert all(len(words) == 1 for words in questions.values())  # every language now agrees
     with pytest.raises(InputError, match="three or more languages"):
-        load(tmp_path, "xcopa", "dev", {**xcopa_settings(real_xcopa, {"question_repair": "majority"}),
-                                        "languages": ["et", "th"]})
+        load(
+            tmp_path,
+            "xcopa",
+            "dev",
+            {**xcopa_settings(real_xcopa, {"question_repair": "majority"}), "languages": ["et", "th"]},
+        )
 
 
 def test_real_xcopa_oracle_submission_scores_100_and_its_mirror_0(tmp_path, real_xcopa):
@@ -154,9 +178,15 @@ def test_bad_copa_and_siqa_rows_are_repaired_or_dropped_and_counted(tmp_path, ca
     with caplog.at_level(logging.WARNING, logger="xstilts"):
         rows, report = load(tmp_path, "copa", "train", {**settings, "hub": {"path": "aps/super_glue"}})
     assert len(rows) == 6 and rows[1]["context"] == f"{copa[1]['premise']} What was the cause?"
-    assert report["load_counts"]["en"] == {"rows": 10, "examples": 6, "question_normalised": 1, "unlabeled": 1,
-                                           "dropped_bad_label": 1, "dropped_bad_question": 1,
-                                           "dropped_empty_text": 1}
+    assert report["load_counts"]["en"] == {
+        "rows": 10,
+        "examples": 6,
+        "question_normalised": 1,
+        "unlabeled": 1,
+        "dropped_bad_label": 1,
+        "dropped_bad_question": 1,
+        "dropped_empty_text": 1,
+    }
     assert "aps/super_glue copa train row 2: row dropped (bad label: 2)" in caplog.text
     rows, report = load(tmp_path, "siqa", "dev", {**settings, "hub": {"path": "allenai/social_i_qa"}})
     assert len(rows) == 8 and report["load_counts"]["en"]["dropped_bad_label"] == 1
@@ -194,9 +224,14 @@ def demo_copy(root: Path, config: str) -> None:
 def test_panx_reads_xtreme_r_languages_from_wikiann(tmp_path):
     root = tmp_path / "hub"
     demo_copy(root, "PAN-X.de")
-    wikiann = [{"tokens": ["Ion", "lucrează", "la", "Siemens", "în", "Cluj", "-", "Napoca", "."],
-                "ner_tags": [1, 0, 0, 3, 0, 5, 6, 6, 0], "langs": ["ro"] * 9,
-                "spans": ["PER: Ion", "ORG: Siemens", "LOC: Cluj - Napoca"]}] * 3
+    wikiann = [
+        {
+            "tokens": ["Ion", "lucrează", "la", "Siemens", "în", "Cluj", "-", "Napoca", "."],
+            "ner_tags": [1, 0, 0, 3, 0, 5, 6, 6, 0],
+            "langs": ["ro"] * 9,
+            "spans": ["PER: Ion", "ORG: Siemens", "LOC: Cluj - Napoca"],
+        }
+    ] * 3
     write_rows(root, "unimelb-nlp/wikiann", "ro", "test", wikiann)
     settings = {"source": "local", "local_root": str(root), "hub": {"path": "google/xtreme"}, "languages": ["de", "ro"]}
     rows, report = load(tmp_path, "panx", "test", settings)
@@ -215,14 +250,18 @@ def test_panx_reads_xtreme_r_languages_from_wikiann(tmp_path):
 def test_tatoeba_reads_xtreme_r_languages_from_mteb(tmp_path):
     root = tmp_path / "hub"
     demo_copy(root, "tatoeba.deu")
-    pairs = [{"sentence1": "Mən kitab oxuyuram.", "sentence2": "I am reading a book."},
-             {"sentence1": "Salam! ", "sentence2": "Hello!"}]
+    pairs = [
+        {"sentence1": "Mən kitab oxuyuram.", "sentence2": "I am reading a book."},
+        {"sentence1": "Salam! ", "sentence2": "Hello!"},
+    ]
     write_rows(root, "mteb/tatoeba-bitext-mining", "aze-eng", "test", pairs)
     settings = {"source": "local", "local_root": str(root), "hub": {"path": "google/xtreme"}, "languages": ["de", "az"]}
     rows, report = load(tmp_path, "tatoeba", "test", settings)
     az = [r for r in rows if r["lang"] == "az"]
-    assert [(r["source"], r["target"]) for r in az] == [("Mən kitab oxuyuram.", "I am reading a book."),
-                                                         ("Salam!", "Hello!")]
+    assert [(r["source"], r["target"]) for r in az] == [
+        ("Mən kitab oxuyuram.", "I am reading a book."),
+        ("Salam!", "Hello!"),
+    ]
     assert report["sources"] == {"az": "mteb/tatoeba-bitext-mining aze-eng", "de": "google/xtreme tatoeba.deu"}
     write_rows(root, "mteb/tatoeba-bitext-mining", "aze-eng", "test", [{"source": "a", "target": "b"}])
     with pytest.raises(InputError, match=r"aze-eng row 0 lacks columns \['sentence1', 'sentence2'\]"):
@@ -232,12 +271,22 @@ def test_tatoeba_reads_xtreme_r_languages_from_mteb(tmp_path):
 def test_xquad_reads_romanian_from_google_xquad(tmp_path):
     root = tmp_path / "hub"
     demo_copy(root, "XQuAD.de")
-    ro = [{"id": "q1", "context": "Ion a cumpărat cartea la piață.", "question": "Unde a cumpărat Ion cartea?",
-           "answers": {"text": ["la piață"], "answer_start": [22]}}]
+    ro = [
+        {
+            "id": "q1",
+            "context": "Ion a cumpărat cartea la piață.",
+            "question": "Unde a cumpărat Ion cartea?",
+            "answers": {"text": ["la piață"], "answer_start": [22]},
+        }
+    ]
     write_rows(root, "google/xquad", "xquad.ro", "validation", ro)
-    rows, report = load(tmp_path, "xquad", "test", {"source": "local", "local_root": str(root),
-                                                     "hub": {"path": "google/xtreme"}, "languages": ["de", "ro"]})
-    assert [r for r in rows if r["lang"] == "ro"][0]["answer_starts"] == [22]
+    rows, report = load(
+        tmp_path,
+        "xquad",
+        "test",
+        {"source": "local", "local_root": str(root), "hub": {"path": "google/xtreme"}, "languages": ["de", "ro"]},
+    )
+    assert next(r for r in rows if r["lang"] == "ro")["answer_starts"] == [22]
     assert report["sources"] == {"de": "google/xtreme XQuAD.de", "ro": "google/xquad xquad.ro"}
     assert report["answer_repair"]["ro"]["answers_exact"] == 1
 
@@ -261,10 +310,12 @@ def test_udpos_reads_xtreme_r_languages_from_a_second_release(tmp_path, main):
     options = {"ud_release_extra": {"release": str(extra), "languages": ["ro"]}}
     if main == "release":
         options["ud_release"] = str(REAL / "ud-treebanks-v2.5")
-    rows, report = load(tmp_path, "udpos", "test", {**local_settings("google/xtreme", ["de", "ro"]),
-                                                     "options": options})
+    rows, report = load(
+        tmp_path, "udpos", "test", {**local_settings("google/xtreme", ["de", "ro"]), "options": options}
+    )
     assert [(r["tokens"], r["tags"]) for r in rows if r["lang"] == "ro"] == [
-        (["Ion", "a", "cumpărat", "cartea", "."], ["PROPN", "AUX", "VERB", "NOUN", "PUNCT"])]
+        (["Ion", "a", "cumpărat", "cartea", "."], ["PROPN", "AUX", "VERB", "NOUN", "PUNCT"])
+    ]
     assert report["release_extra"]["name"] == "UD v2.7" and report["release_extra"]["languages"] == ["ro"]
     assert report["udpos_files"]["ro"] == ["UD_Romanian-Demo/ro_demo-ud-test.conllu"]
     assert report["sources"]["ro"] == f"UD v2.7 release {extra}"
@@ -273,5 +324,9 @@ def test_udpos_reads_xtreme_r_languages_from_a_second_release(tmp_path, main):
     else:  # German from the Hub's config: the Hub provenance stays (no "release" key)
         assert "release" not in report and report["sources"]["de"] == "google/xtreme udpos.German"
     with pytest.raises(InputError, match="ud_release_extra must be a mapping"):
-        load(tmp_path, "udpos", "test", {**local_settings("google/xtreme", ["ro"]),
-                                         "options": {"ud_release_extra": str(extra)}})
+        load(
+            tmp_path,
+            "udpos",
+            "test",
+            {**local_settings("google/xtreme", ["ro"]), "options": {"ud_release_extra": str(extra)}},
+        )

@@ -35,7 +35,10 @@ def test_each_attempt_keeps_the_previous_ones_newest_first_up_to_five(tmp_path):
     assert [logs.kept(log, k).read_text() for k in range(1, 6)] == [f"attempt {n}\n" for n in (7, 6, 5, 4, 3)]
     assert not logs.kept(log, 6).exists()
     assert sorted(p.name for p in log.parent.iterdir()) == [
-        ".seed1.log.latest", "seed1.log", *(f"seed1.log.{k}" for k in range(1, 6))]
+        ".seed1.log.latest",
+        "seed1.log",
+        *(f"seed1.log.{k}" for k in range(1, 6)),
+    ]
 
 
 def test_the_first_attempt_keeps_nothing(tmp_path):
@@ -67,8 +70,13 @@ def shell_job(log: Path, command: str) -> subprocess.CompletedProcess:
     the command, redirected to $(fresh_log {log:q})."""
     prefix = f"set -euo pipefail; export PYTHONPATH={shlex.quote(str(REPO))}; {logs.SHELL_FUNCTION} "
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    return subprocess.run(["bash", "-c", f"{prefix}{command} > $(fresh_log {shlex.quote(str(log))}) 2>&1"],
-                          capture_output=True, text=True, env=env, cwd=REPO)
+    return subprocess.run(
+        ["bash", "-c", f"{prefix}{command} > $(fresh_log {shlex.quote(str(log))}) 2>&1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
 
 
 def test_the_rules_shell_redirect_keeps_the_interrupted_attempts_log(tmp_path):

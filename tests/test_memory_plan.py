@@ -18,13 +18,29 @@ pytestmark = pytest.mark.unit
 REPO = mp.__file__.rsplit("/workflow_scripts/", 1)[0]
 GB = 1e9
 
-XXL = {"name": "xlmr_xxl", "family": "encoder", "method": "full", "precision": "bf16", "parameters": 10.7e9,
-       "architecture": {"hidden_size": 4096, "num_layers": 48, "num_attention_heads": 32,
-                        "vocab_size": 250880, "intermediate_size": 16384}}
-BLOOM = {"name": "bloomz", "family": "decoder", "precision": "bf16", "parameters": 176e9,
-         "activation_checkpointing": True, "lora": {"rank": 16},
-         "architecture": {"hidden_size": 14336, "num_layers": 70, "num_attention_heads": 112,
-                          "vocab_size": 250880}}
+XXL = {
+    "name": "xlmr_xxl",
+    "family": "encoder",
+    "method": "full",
+    "precision": "bf16",
+    "parameters": 10.7e9,
+    "architecture": {
+        "hidden_size": 4096,
+        "num_layers": 48,
+        "num_attention_heads": 32,
+        "vocab_size": 250880,
+        "intermediate_size": 16384,
+    },
+}
+BLOOM = {
+    "name": "bloomz",
+    "family": "decoder",
+    "precision": "bf16",
+    "parameters": 176e9,
+    "activation_checkpointing": True,
+    "lora": {"rank": 16},
+    "architecture": {"hidden_size": 14336, "num_layers": 70, "num_attention_heads": 112, "vocab_size": 250880},
+}
 
 
 def backbone(base: dict, **changes) -> dict:
@@ -38,14 +54,15 @@ def workflow_config(**backbone_changes) -> dict:
     entry = backbone(XXL, **{"gpus": {"per_node": 8, "nodes": 1, "memory_gb": 80}, **backbone_changes})
     entry.pop("name")
     return {
-        "backbones": {"xlmr_xxl": entry,
-                      "demo": {"hub_id": "FacebookAI/xlm-roberta-large", "revision": "main"}},
-        "tasks": {"mnli": {"max_length": 256, "batch_size": 24},
-                  "squad": {"max_length": 384, "batch_size": 8},
-                  "mlm": {"max_length": 256, "batch_size": 8},
-                  "xnli": {"max_length": 128, "batch_size": 4},
-                  "pawsx": {"max_length": 128, "batch_size": 32},
-                  "tatoeba": {"max_length": 512}},
+        "backbones": {"xlmr_xxl": entry, "demo": {"hub_id": "FacebookAI/xlm-roberta-large", "revision": "main"}},
+        "tasks": {
+            "mnli": {"max_length": 256, "batch_size": 24},
+            "squad": {"max_length": 384, "batch_size": 8},
+            "mlm": {"max_length": 256, "batch_size": 8},
+            "xnli": {"max_length": 128, "batch_size": 4},
+            "pawsx": {"max_length": 128, "batch_size": 32},
+            "tatoeba": {"max_length": 512},
+        },
         "intermediate": {"none": {"tasks": []}, "mnli": {"tasks": ["mnli"]}, "squad": {"tasks": ["squad"]}},
         "targets": ["xnli", "pawsx", "tatoeba"],
         "training": {"intermediate": {"max_micro_batch": 16}, "target": {"max_micro_batch": 16}},
@@ -116,8 +133,12 @@ def test_lora_adapter_count_from_rank_layers_hidden_and_target_modules():
     assert mp.lora_adapter_parameters(bb) == 48 * 2 * 8 * (4096 + 4096)
     # The MLP layers too: intermediate.dense (h -> f) and output.dense, which also matches the
     # attention output (h -> h) and the MLP's output (f -> h).
-    wider = mp.parse_backbone("x", backbone(entry, lora={"rank": 8, "target_modules": [
-        "query", "key", "value", "output.dense", "intermediate.dense"]}))
+    wider = mp.parse_backbone(
+        "x",
+        backbone(
+            entry, lora={"rank": 8, "target_modules": ["query", "key", "value", "output.dense", "intermediate.dense"]}
+        ),
+    )
     assert mp.lora_adapter_parameters(wider) == 48 * (4 * 8 * 2 * 4096 + 2 * 8 * (4096 + 16384))
 
 
@@ -128,16 +149,26 @@ def test_lora_defaults_are_the_schemas_and_the_familys_attention_projections():
     from workflow_scripts.workflow import schema
 
     assert schema.LORA_DEFAULTS["rank"] == Method().rank == 16
-    for family, arch in [("encoder", XXL["architecture"]), ("seq2seq_encoder", XXL["architecture"]),
-                         ("decoder", BLOOM["architecture"])]:
+    for family, arch in [
+        ("encoder", XXL["architecture"]),
+        ("seq2seq_encoder", XXL["architecture"]),
+        ("decoder", BLOOM["architecture"]),
+    ]:
         bb = mp.parse_backbone("x", backbone(XXL, family=family, architecture=arch, method="lora"))
         assert bb.lora_rank == 16 and len(bb.target_modules) == 4
         assert mp.lora_adapter_parameters(bb) == arch["num_layers"] * 4 * 16 * 2 * arch["hidden_size"]
 
 
-@pytest.mark.parametrize("family,model_type", [("encoder", "xlm-roberta"), ("encoder", "deberta-v2"),
-                                               ("seq2seq_encoder", "mt5"), ("decoder", "llama"),
-                                               ("decoder", "bloom")])
+@pytest.mark.parametrize(
+    "family,model_type",
+    [
+        ("encoder", "xlm-roberta"),
+        ("encoder", "deberta-v2"),
+        ("seq2seq_encoder", "mt5"),
+        ("decoder", "llama"),
+        ("decoder", "bloom"),
+    ],
+)
 def test_every_family_default_is_sized_and_no_larger_than_planned(family, model_type):
     """The planner sizes a family's defaults as those of its usual architecture (it does not
     know the model type): the other architectures' own names must be known and no larger."""
@@ -177,8 +208,16 @@ def test_mlm_logits_scale_with_vocabulary():
     assert half == pytest.approx(logits / 2)
 
 
-@pytest.mark.parametrize("entry", [backbone(XXL), backbone(XXL, method="lora"), backbone(XXL, method="qlora"),
-                                   backbone(BLOOM, method="lora"), backbone(BLOOM, method="full")])
+@pytest.mark.parametrize(
+    "entry",
+    [
+        backbone(XXL),
+        backbone(XXL, method="lora"),
+        backbone(XXL, method="qlora"),
+        backbone(BLOOM, method="lora"),
+        backbone(BLOOM, method="full"),
+    ],
+)
 def test_min_gpus_is_the_smallest_count_that_fits(entry):
     count = mp.min_gpus(entry, 256, 8, gpu_memory_gb=80)
     assert count is not None
@@ -243,8 +282,11 @@ def test_plan_takes_the_task_with_the_largest_activations():
     assert plans["intermediate"].task == max(acts, key=acts.get)
     assert plans["target"].task == "pawsx"
     assert not mp.phase_shape({**config, "intermediate": {"none": {"tasks": []}}}, "intermediate")
-    assert [p.skipped for p in mp.plan_config({**config, "intermediate": {"none": {"tasks": []}}})
-            if p.backbone == "xlmr_xxl" and p.phase == "intermediate"] == ["no task trains in this phase"]
+    assert [
+        p.skipped
+        for p in mp.plan_config({**config, "intermediate": {"none": {"tasks": []}}})
+        if p.backbone == "xlmr_xxl" and p.phase == "intermediate"
+    ] == ["no task trains in this phase"]
 
 
 def test_mlm_logits_only_for_the_mlm_task_of_an_intermediate_config_with_mlm():
@@ -298,8 +340,10 @@ def test_check_fits_names_a_bad_method_key():
 def test_module_imports_nothing_the_snakefile_lacks():
     """The Snakefile imports the planner: the standard library and PyYAML (Snakemake's own
     dependency, which reads the task catalogue) only; no torch, numpy or pandas."""
-    code = ("import sys, workflow_scripts.workflow.memory_plan; "
-            "print(sorted(m for m in ('torch', 'numpy', 'pandas') if m in sys.modules))")
+    code = (
+        "import sys, workflow_scripts.workflow.memory_plan; "
+        "print(sorted(m for m in ('torch', 'numpy', 'pandas') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -307,8 +351,12 @@ def test_module_imports_nothing_the_snakefile_lacks():
 def run_cli(tmp_path, config: dict, *args: str) -> subprocess.CompletedProcess:
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
-    return subprocess.run([sys.executable, "-m", "workflow_scripts.workflow.memory_plan", str(path), *args],
-                          cwd=REPO, capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "workflow_scripts.workflow.memory_plan", str(path), *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
 
 
 def test_cli_prints_a_table_and_exits_0_when_everything_fits(tmp_path):
@@ -379,23 +427,28 @@ def test_heads_are_sized_by_task_format():
 
 def image_config(**vision) -> dict:
     config = workflow_config()
-    config["tasks"].update({t: {"max_length": 128, "batch_size": 16} for t in ("snli_ve", "nlvr2", "vqa_v2",
-                                                                                 "flickr30k", "snli_caption")})
-    config["intermediate"].update({t: {"tasks": [t]} for t in ("snli_ve", "nlvr2", "vqa_v2", "flickr30k",
-                                                               "snli_caption")})
+    config["tasks"].update(
+        {t: {"max_length": 128, "batch_size": 16} for t in ("snli_ve", "nlvr2", "vqa_v2", "flickr30k", "snli_caption")}
+    )
+    config["intermediate"].update(
+        {t: {"tasks": [t]} for t in ("snli_ve", "nlvr2", "vqa_v2", "flickr30k", "snli_caption")}
+    )
     if vision:
         config["vision"] = vision
     return config
 
 
-@pytest.mark.parametrize("vision,per_image", [
-    ({}, 50),  # the schema's default tower, CLIP ViT-B/32 at 224 px: 7 x 7 patches and a class token
-    ({"hub_id": "openai/clip-vit-large-patch14-336"}, 577),
-    ({"hub_id": "openai/clip-vit-large-patch14"}, 257),
-    ({"hub_id": "google/siglip-so400m-patch14-384"}, 729),  # no class token
-    ({"hub_id": "google/siglip-so400m-patch14-384", "features": "pooled"}, 1),
-    ({"hub_id": "facebook/dinov2-large", "visual_tokens": 261}, 261),
-])
+@pytest.mark.parametrize(
+    "vision,per_image",
+    [
+        ({}, 50),  # the schema's default tower, CLIP ViT-B/32 at 224 px: 7 x 7 patches and a class token
+        ({"hub_id": "openai/clip-vit-large-patch14-336"}, 577),
+        ({"hub_id": "openai/clip-vit-large-patch14"}, 257),
+        ({"hub_id": "google/siglip-so400m-patch14-384"}, 729),  # no class token
+        ({"hub_id": "google/siglip-so400m-patch14-384", "features": "pooled"}, 1),
+        ({"hub_id": "facebook/dinov2-large", "visual_tokens": 261}, 261),
+    ],
+)
 def test_image_tasks_lengthen_the_sequence_by_their_visual_tokens(vision, per_image):
     inter = workloads(image_config(**vision), "intermediate")
     assert inter["snli_caption"] == (128, 16, False)  # the text-only control

@@ -32,16 +32,27 @@ def hub_snapshot(tmp_path, demo_encoder_dir, monkeypatch):
 
     monkeypatch.setattr(huggingface_hub.HfApi, "repo_info", lambda self, repo_id, **kwargs: Info())
     monkeypatch.delenv("XSTILTS_HUB_LOCK", raising=False)
-    monkeypatch.setattr(huggingface_hub, "snapshot_download",
-                        lambda repo_id, revision, local_dir, allow_patterns: shutil.copytree(
-                            demo_encoder_dir, local_dir, dirs_exist_ok=True))
+    monkeypatch.setattr(
+        huggingface_hub,
+        "snapshot_download",
+        lambda repo_id, revision, local_dir, allow_patterns: shutil.copytree(
+            demo_encoder_dir, local_dir, dirs_exist_ok=True
+        ),
+    )
     prepare.fetch_hub_model("FacebookAI/xlm-roberta-large", "main", tmp_path / "snapshot")
     return tmp_path / "snapshot"
 
 
 def test_a_hub_backbone_records_the_commit_its_revision_resolved_to(hub_snapshot):
-    provenance = {"name": "xlmr_large", "family": "encoder", "source": "hub", "method": "full", "precision": "bf16",
-                  "hub_id": "FacebookAI/xlm-roberta-large", "revision": "main"}
+    provenance = {
+        "name": "xlmr_large",
+        "family": "encoder",
+        "source": "hub",
+        "method": "full",
+        "precision": "bf16",
+        "hub_id": "FacebookAI/xlm-roberta-large",
+        "revision": "main",
+    }
     assert (hub_snapshot / SOURCE_RECORD).is_file()  # the file prepare.py writes is the one read here
     assert backbone_record(provenance, hub_snapshot) == {**provenance, "resolved_revision": SHA}
     (hub_snapshot / SOURCE_RECORD).unlink()
@@ -55,11 +66,21 @@ def test_a_lora_backbone_records_its_settings_and_the_modules_it_adapts(demo_enc
     config = yaml.safe_load((REPO / "config.yaml").read_text())
     config["backbones"]["llama_tiny"]["family"] = "encoder"
     provenance = backbone_grid.provenance(config, "llama_tiny")
-    assert provenance == {"name": "llama_tiny", "family": "encoder", "source": "demo", "method": "lora",
-                          "precision": "bf16", "lora": {"rank": 8, "alpha": 16, "dropout": 0.0}}
+    assert provenance == {
+        "name": "llama_tiny",
+        "family": "encoder",
+        "source": "demo",
+        "method": "lora",
+        "precision": "bf16",
+        "lora": {"rank": 8, "alpha": 16, "dropout": 0.0},
+    }
     record = backbone_record(provenance, demo_encoder_dir)
-    assert record["lora"] == {"rank": 8, "alpha": 16, "dropout": 0.0,
-                              "target_modules": ["query", "key", "value", "attention.output.dense"]}
+    assert record["lora"] == {
+        "rank": 8,
+        "alpha": 16,
+        "dropout": 0.0,
+        "target_modules": ["query", "key", "value", "attention.output.dense"],
+    }
     assert record["built_locally"] and record["weights_sha256"] == weights_sha256(demo_encoder_dir)
     configured = {**provenance, "lora": {**provenance["lora"], "target_modules": ["query", "intermediate.dense"]}}
     assert backbone_record(configured, demo_encoder_dir)["lora"]["target_modules"] == ["query", "intermediate.dense"]

@@ -3,8 +3,16 @@
 import pytest
 
 from workflow_scripts.common import InputError
-from workflow_scripts.evaluation.metrics import (accuracy, mlqa, mlqa_tokens, seqeval_f1, seqeval_version,
-                                                 squad_normalize, squad_v1, squad_v2)
+from workflow_scripts.evaluation.metrics import (
+    accuracy,
+    mlqa,
+    mlqa_tokens,
+    seqeval_f1,
+    seqeval_version,
+    squad_normalize,
+    squad_v1,
+    squad_v2,
+)
 
 pytestmark = pytest.mark.unit
 

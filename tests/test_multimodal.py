@@ -29,8 +29,11 @@ def test_the_multimodal_demo_config_plans_the_image_arm_and_both_controls_from_t
     trained = {Path(out).parts[4] for rule, out in jobs if rule == "train_intermediate"}
     assert trained == {"mnli", "snli_ve", "snli_caption", "hypothesis_only"}
     prepared = {out for rule, out in jobs if rule == "prepare_task_data"}
-    assert {f"results/multimodal_demo/data/{task}/{split}.parquet" for task in ("snli_ve", "snli_caption", "hypothesis_only")
-            for split in ("train", "dev")} <= prepared
+    assert {
+        f"results/multimodal_demo/data/{task}/{split}.parquet"
+        for task in ("snli_ve", "snli_caption", "hypothesis_only")
+        for split in ("train", "dev")
+    } <= prepared
     assert ("embed_images", "results/multimodal_demo/data/images/snli_ve") in jobs
     assert ("prepare_vision_encoder", "results/multimodal_demo/models/vision_encoder") in jobs
     assert ("tabulate_modality", "results/multimodal_demo/tables/xlmr_tiny/modality.md") in jobs
@@ -40,8 +43,11 @@ def test_the_paper_multimodal_preset_builds_its_grid_offline(repo):
     proc = snakemake(repo, "-n", "--configfile", "config/multimodal.yaml", timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout + proc.stderr
-    counts = {line.split()[0]: int(line.split()[1]) for line in out.split("Job stats:")[1].splitlines()[3:]
-              if len(line.split()) == 2 and line.split()[1].isdigit()}
+    counts = {
+        line.split()[0]: int(line.split()[1])
+        for line in out.split("Job stats:")[1].splitlines()[3:]
+        if len(line.split()) == 2 and line.split()[1].isdigit()
+    }
     config = config_layers.load([repo / "config/multimodal.yaml"])
     assert counts["embed_images"] == 4 and counts["prepare_vision_encoder"] == 1 and counts["tabulate_modality"] == 1
     assert counts["train_intermediate"] == (len(config["intermediate"]) - 1) * 3
@@ -65,14 +71,19 @@ def demo_run(repo) -> Path:
 
 
 def _log(repo: Path, config: str) -> dict:
-    return json.loads((repo / f"results/multimodal_demo/intermediate/xlmr_tiny/{config}/seed1/encoder/train_log.json").read_text())
+    return json.loads(
+        (repo / f"results/multimodal_demo/intermediate/xlmr_tiny/{config}/seed1/encoder/train_log.json").read_text()
+    )
 
 
 def test_the_image_arm_uses_the_image_its_dev_score_beats_hypothesis_only(demo_run):
     """The hypotheses alone cannot tell entailment from contradiction (scene_world.py): a dev
     score above the hypothesis-only arm's needs the premise, here the image."""
     visual, hypothesis_only = _log(demo_run, "snli_ve"), _log(demo_run, "hypothesis_only")
-    ve, hyp = visual["best"]["scores"]["snli_ve"]["accuracy"], hypothesis_only["best"]["scores"]["hypothesis_only"]["accuracy"]
+    ve, hyp = (
+        visual["best"]["scores"]["snli_ve"]["accuracy"],
+        hypothesis_only["best"]["scores"]["hypothesis_only"]["accuracy"],
+    )
     assert ve > hyp + 10, (ve, hyp)
     assert visual["visual"]["saved"] is False
     branch = visual["visual"]["tasks"]["snli_ve"]
@@ -87,11 +98,17 @@ def test_images_are_embedded_once_and_the_target_phase_is_text_only(demo_run):
     # the intermediate model is a text backbone: no projector weights in it
     from safetensors import safe_open
 
-    with safe_open(str(demo_run / "results/multimodal_demo/intermediate/xlmr_tiny/snli_ve/seed1/encoder/model.safetensors"), "pt") as f:
+    with safe_open(
+        str(demo_run / "results/multimodal_demo/intermediate/xlmr_tiny/snli_ve/seed1/encoder/model.safetensors"), "pt"
+    ) as f:
         assert not any("projector" in k or "heads" in k for k in f.keys())
-    metric = json.loads((demo_run / "results/multimodal_demo/metrics/xlmr_tiny/zero_shot/snli_ve/xnli/seed1.json").read_text())
+    metric = json.loads(
+        (demo_run / "results/multimodal_demo/metrics/xlmr_tiny/zero_shot/snli_ve/xnli/seed1.json").read_text()
+    )
     assert metric["intermediate_visual"]["text_only"] is True and "snli_ve" in metric["intermediate_visual"]["tasks"]
-    control = json.loads((demo_run / "results/multimodal_demo/metrics/xlmr_tiny/zero_shot/snli_caption/xnli/seed1.json").read_text())
+    control = json.loads(
+        (demo_run / "results/multimodal_demo/metrics/xlmr_tiny/zero_shot/snli_caption/xnli/seed1.json").read_text()
+    )
     assert "intermediate_visual" not in control
 
 
@@ -104,8 +121,10 @@ def test_the_modality_table_and_figure_pair_the_image_arm_with_each_control(demo
     by_config = test.set_index("intermediate")["value"]
     row = table[(table["control"] == "snli_caption") & (table["group"] == "all")].iloc[0]
     langs = runs[(runs["split"] == "test") & (runs["language"] != "avg")]
-    expected = (langs[langs["intermediate"] == "snli_ve"].set_index("language")["value"]
-                - langs[langs["intermediate"] == "snli_caption"].set_index("language")["value"]).mean()
+    expected = (
+        langs[langs["intermediate"] == "snli_ve"].set_index("language")["value"]
+        - langs[langs["intermediate"] == "snli_caption"].set_index("language")["value"]
+    ).mean()
     assert row["mean_difference"] == pytest.approx(expected, abs=1e-3) and len(by_config) == 5
     assert (demo_run / "results/multimodal_demo/figures/xlmr_tiny/modality.png").stat().st_size > 1000
     assert "caption premise" in (demo_run / "results/multimodal_demo/tables/xlmr_tiny/modality.md").read_text()

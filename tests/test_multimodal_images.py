@@ -103,22 +103,34 @@ def test_missing_truncated_undecodable_and_mischecksummed_images_are_counted_and
     (tmp_path / "cut.png").write_bytes(good[: len(good) // 2])
     (tmp_path / "noise.png").write_bytes(bytes(range(256)) * 4)
     (tmp_path / "changed.png").write_bytes(png(np.zeros((8, 8, 3), dtype=np.uint8)))
-    rows = [{"id": 1, "image": "a.png"}, {"id": 2, "image": "cut.png"}, {"id": 3, "image": "gone.png"},
-            {"id": 4, "image": "noise.png"}, {"id": 5, "image": "same_bytes.png"}, {"id": 6, "image": "changed.png"},
-            {"id": 7, "image": ["a.png", "cut.png"]}, {"id": 8, "image": ["a.png", "same_bytes.png"]}]
+    rows = [
+        {"id": 1, "image": "a.png"},
+        {"id": 2, "image": "cut.png"},
+        {"id": 3, "image": "gone.png"},
+        {"id": 4, "image": "noise.png"},
+        {"id": 5, "image": "same_bytes.png"},
+        {"id": 6, "image": "changed.png"},
+        {"id": 7, "image": ["a.png", "cut.png"]},
+        {"id": 8, "image": ["a.png", "same_bytes.png"]},
+    ]
     names = [n for r in rows for n in (r["image"] if isinstance(r["image"], list) else [r["image"]])]
     with caplog.at_level(logging.WARNING, logger="xstilts"):
         found = images.read_images(tmp_path, names, checksums={"changed.png": "0" * 64}, what="snli_ve train")
     assert sorted(found.pixels) == ["a.png", "same_bytes.png"]
     assert found.dropped == Counter({"undecodable": 2, "missing": 1, "checksum_mismatch": 1})
-    assert found.dropped_names == {"cut.png": "undecodable", "gone.png": "missing", "noise.png": "undecodable",
-                                   "changed.png": "checksum_mismatch"}
+    assert found.dropped_names == {
+        "cut.png": "undecodable",
+        "gone.png": "missing",
+        "noise.png": "undecodable",
+        "changed.png": "checksum_mismatch",
+    }
     assert found.digests["a.png"] == found.digests["same_bytes.png"]  # content-addressed
     assert "gone.png" in caplog.text and "cut.png" in caplog.text and "snli_ve train" in caplog.text
     # The pipeline matches rows to what survived through the feature bank: a row loses out when
     # any of its images (NLVR2 has two) is gone.
-    bank = FeatureBank(np.zeros((len(found.pixels), 1, 1), dtype=np.float16),
-                       {n: i for i, n in enumerate(sorted(found.pixels))}, {})
+    bank = FeatureBank(
+        np.zeros((len(found.pixels), 1, 1), dtype=np.float16), {n: i for i, n in enumerate(sorted(found.pixels))}, {}
+    )
     pairs = [{"id": r["id"], "images": r["image"]} for r in rows if isinstance(r["image"], list)]
     singles = [{"id": r["id"], "images": [r["image"]]} for r in rows if not isinstance(r["image"], list)]
     assert bank.attach(pa.Table.from_pylist(singles), "snli_ve train").column("id").to_pylist() == [1, 5]
@@ -140,8 +152,15 @@ def tiny_clip(tmp_path_factory):
     from transformers import CLIPImageProcessor, CLIPVisionConfig, CLIPVisionModel
 
     path = tmp_path_factory.mktemp("clip")
-    config = CLIPVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                              image_size=32, patch_size=8, projection_dim=16)
+    config = CLIPVisionConfig(
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        image_size=32,
+        patch_size=8,
+        projection_dim=16,
+    )
     import torch
 
     torch.manual_seed(0)
@@ -185,9 +204,15 @@ def test_the_demo_vision_tower_learns_the_scene_attributes_its_captions_name(tmp
     rng = random.Random(5)
     scenes = [scene_world.Scene((scene_world.random_scene(rng).things[0],)) for _ in range(260)]
     pictures = [scene_world.render(s, rng) for s in scenes]
-    settings = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-                "image_size": 32, "patch_size": 8,
-                "pretraining": {"steps": 150, "batch_size": 32, "learning_rate": 1e-3}}
+    settings = {
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "image_size": 32,
+        "patch_size": 8,
+        "pretraining": {"steps": 150, "batch_size": 32, "learning_rate": 1e-3},
+    }
     log = build_demo_vision_tower(settings, pictures[:200], [s.caption() for s in scenes[:200]], tmp_path / "trained")
     assert log["last_loss"] < log["first_loss"]
     untrained = tmp_path / "untrained"
@@ -210,4 +235,7 @@ def test_the_demo_vision_tower_learns_the_scene_attributes_its_captions_name(tmp
         return float(np.mean([p == a for p, a in zip(predicted, attribute[200:])]))
 
     trained_accuracy, untrained_accuracy = probe_accuracy(tmp_path / "trained"), probe_accuracy(untrained)
-    assert trained_accuracy >= 0.9 and trained_accuracy > untrained_accuracy + 0.2, (trained_accuracy, untrained_accuracy)
+    assert trained_accuracy >= 0.9 and trained_accuracy > untrained_accuracy + 0.2, (
+        trained_accuracy,
+        untrained_accuracy,
+    )

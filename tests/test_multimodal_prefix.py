@@ -5,7 +5,6 @@ text arms (modality.py)."""
 from __future__ import annotations
 
 import io
-import json
 import random
 
 import numpy as np
@@ -13,6 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
+from workflow_scripts.common import InputError
 from workflow_scripts.multimodal import scene_world
 from workflow_scripts.multimodal.prefix import AFTER_TEXT, PREFIX, VisualClassificationHead, join
 
@@ -32,7 +32,7 @@ def test_after_the_text_keeps_every_text_position_and_puts_the_image_before_the_
     assert joined.shape == (2, 7, 4)
     for row, length in enumerate([3, 5]):
         assert torch.equal(joined[row, :length], embeds[row, :length])  # the text's positions are unchanged
-        assert torch.equal(joined[row, length:length + 2], visual[row])  # the image right after it
+        assert torch.equal(joined[row, length : length + 2], visual[row])  # the image right after it
         assert joined_mask[row].tolist() == [1] * (length + 2) + [0] * (5 - length)
 
 
@@ -60,22 +60,36 @@ def test_a_visual_prediction_does_not_depend_on_the_batch_it_is_in(tmp_path):
     would shift their positions with the batch)."""
     from transformers import XLMRobertaConfig, XLMRobertaModel
 
-    from workflow_scripts.models.heads import MultiHeadModel, forward, make_head
     from workflow_scripts.data.tasks import CLASSIFICATION, VISUAL_CLASSIFICATION
+    from workflow_scripts.models.heads import MultiHeadModel, forward, make_head
 
     torch.manual_seed(0)
-    encoder = XLMRobertaModel(XLMRobertaConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                                               intermediate_size=32, max_position_embeddings=64),
-                              add_pooling_layer=False)
+    encoder = XLMRobertaModel(
+        XLMRobertaConfig(
+            vocab_size=50,
+            hidden_size=16,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=32,
+            max_position_embeddings=64,
+        ),
+        add_pooling_layer=False,
+    )
     bank = torch.randn(4, 3, 8)
     head = VisualClassificationHead(bank, 16, make_head(CLASSIFICATION, 16, 3, 0.0, 0.02), 0.02)
     model = MultiHeadModel(encoder, {"snli_ve": head}).eval()
     short, long = [0, 5, 6, 2], [0, 7, 8, 9, 10, 11, 12, 2]
     pad = 1
-    alone = {"input_ids": torch.tensor([short]), "attention_mask": torch.ones(1, 4, dtype=torch.long),
-             "image_index": torch.tensor([[2]])}
-    together = {"input_ids": torch.tensor([short + [pad] * 4, long]),
-                "attention_mask": torch.tensor([[1] * 4 + [0] * 4, [1] * 8]), "image_index": torch.tensor([[2], [3]])}
+    alone = {
+        "input_ids": torch.tensor([short]),
+        "attention_mask": torch.ones(1, 4, dtype=torch.long),
+        "image_index": torch.tensor([[2]]),
+    }
+    together = {
+        "input_ids": torch.tensor([short + [pad] * 4, long]),
+        "attention_mask": torch.tensor([[1] * 4 + [0] * 4, [1] * 8]),
+        "image_index": torch.tensor([[2], [3]]),
+    }
     with torch.no_grad():
         a, _ = forward(model, VISUAL_CLASSIFICATION, "snli_ve", alone)
         b, _ = forward(model, VISUAL_CLASSIFICATION, "snli_ve", together)
@@ -105,8 +119,14 @@ def test_the_embed_step_drops_corrupt_and_missing_images_and_training_drops_thei
     from workflow_scripts.multimodal.demo_vision import build_vision_tower
     from workflow_scripts.multimodal.embed import embed_task_images
 
-    settings = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
-                "image_size": 32, "patch_size": 8}
+    settings = {
+        "hidden_size": 16,
+        "intermediate_size": 32,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "image_size": 32,
+        "patch_size": 8,
+    }
     model, processor = build_vision_tower(settings)
     model.save_pretrained(tmp_path / "tower")
     processor.save_pretrained(tmp_path / "tower")
@@ -122,34 +142,52 @@ def test_the_embed_step_drops_corrupt_and_missing_images_and_training_drops_thei
     (images / "3.png").unlink()
     sums["4.png"] = "0" * 64  # the file changed since the manifest
     (images / "SHA256SUMS").write_text("".join(f"{h}  {n}\n" for n, h in sums.items()))
-    rows = [{"id": f"r{i}", "lang": "en", "text_a": "There is a red ball.", "images": [names[i % 6]], "label": i % 3}
-            for i in range(12)]
+    rows = [
+        {"id": f"r{i}", "lang": "en", "text_a": "There is a red ball.", "images": [names[i % 6]], "label": i % 3}
+        for i in range(12)
+    ]
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "train.parquet")
     with caplog.at_level("WARNING"):
-        report = embed_task_images([tmp_path / "train.parquet"], images, tmp_path / "tower", "patches",
-                                   tmp_path / "cache", tmp_path / "bank")
+        report = embed_task_images(
+            [tmp_path / "train.parquet"], images, tmp_path / "tower", "patches", tmp_path / "cache", tmp_path / "bank"
+        )
     assert report["images_dropped"] == {"undecodable": 1, "missing": 1, "checksum_mismatch": 1}
     assert report["rows_without_image"] == {str(tmp_path / "train.parquet"): 6}
     assert "2.png" in caplog.text and "3.png" in caplog.text and "4.png" in caplog.text
     bank = FeatureBank.load(tmp_path / "bank")
     assert sorted(bank.index) == ["0.png", "1.png", "5.png"] and bank.features.shape == (3, 17, 16)
     table = bank.attach(pa.Table.from_pylist(rows), "snli_ve train")
-    assert table.num_rows == 6 and {n for row in table.column("images").to_pylist() for n in row} == {"0.png", "1.png", "5.png"}
+    assert table.num_rows == 6 and {n for row in table.column("images").to_pylist() for n in row} == {
+        "0.png",
+        "1.png",
+        "5.png",
+    }
     assert "6 of 12 rows dropped" in caplog.text
     # nothing half-written: a failed step leaves no bank behind
-    with pytest.raises(Exception):
-        embed_task_images([tmp_path / "train.parquet"], images, tmp_path / "no-tower", "patches", tmp_path / "cache",
-                          tmp_path / "bank2")
+    with pytest.raises(InputError, match="no config.json"):
+        embed_task_images(
+            [tmp_path / "train.parquet"],
+            images,
+            tmp_path / "no-tower",
+            "patches",
+            tmp_path / "cache",
+            tmp_path / "bank2",
+        )
     assert not (tmp_path / "bank2").exists()
 
 
 def test_image_configs_pair_with_the_configs_that_swap_the_image_task_for_a_control():
     from workflow_scripts.workflow.grid import arm_pairs
 
-    intermediate = {"none": {"tasks": []}, "ve": {"tasks": ["snli_ve"]}, "caption": {"tasks": ["snli_caption"]},
-                    "hyp": {"tasks": ["hypothesis_only"]}, "ve_mnli": {"tasks": ["snli_ve", "mnli"]},
-                    "caption_mnli": {"tasks": ["mnli", "snli_caption"]},
-                    "caption_mlm": {"tasks": ["snli_caption"], "mlm": True}}
+    intermediate = {
+        "none": {"tasks": []},
+        "ve": {"tasks": ["snli_ve"]},
+        "caption": {"tasks": ["snli_caption"]},
+        "hyp": {"tasks": ["hypothesis_only"]},
+        "ve_mnli": {"tasks": ["snli_ve", "mnli"]},
+        "caption_mnli": {"tasks": ["mnli", "snli_caption"]},
+        "caption_mlm": {"tasks": ["snli_caption"], "mlm": True},
+    }
     pairs = {(p["visual"], p["control"]) for p in arm_pairs(intermediate)}
     assert pairs == {("ve", "caption"), ("ve", "hyp"), ("ve_mnli", "caption_mnli")}
 
@@ -163,10 +201,14 @@ def test_the_modality_table_pairs_scores_by_seed_and_language_per_language_group
         for lang, base in (("en", 80.0), ("de", 70.0), ("sw", 60.0)):
             for config, shift in (("ve", 2.0 if lang == "en" else -1.0), ("caption", 0.0)):
                 records.append((ZERO_SHOT, config, "xnli", seed, "test", lang, "accuracy", base + shift + seed * 0.1))
-    runs = pd.DataFrame.from_records(records, columns=["setting", "intermediate", "target", "seed", "split", "language",
-                                                       "metric", "value"])
-    settings = {"targets": ["xnli"], "seeds": [1, 2, 3],
-                "pairs": [{"visual": "ve", "control": "caption", "task": "snli_ve", "control_task": "snli_caption"}]}
+    runs = pd.DataFrame.from_records(
+        records, columns=["setting", "intermediate", "target", "seed", "split", "language", "metric", "value"]
+    )
+    settings = {
+        "targets": ["xnli"],
+        "seeds": [1, 2, 3],
+        "pairs": [{"visual": "ve", "control": "caption", "task": "snli_ve", "control_task": "snli_caption"}],
+    }
     table = modality_table(runs, settings).set_index("group")
     assert table.loc["en", "mean_difference"] == pytest.approx(2.0)
     assert table.loc["zero-shot", "mean_difference"] == pytest.approx(-1.0)
@@ -175,9 +217,20 @@ def test_the_modality_table_pairs_scores_by_seed_and_language_per_language_group
     assert bool(table.loc["en", "excludes_zero"]) and table.loc["en", "control_kind"] == "caption premise"
 
 
-@pytest.mark.parametrize("raw, normalised", [
-    ("Two", "2"), ("the net", "net"), ("black/white", "black white"), ("1,000", "1000"), ("yes.", "yes"),
-    ("3.5", "3.5"), ("dont know", "don't know"), ("  Red\n", "red"), ("an apple", "apple")])
+@pytest.mark.parametrize(
+    "raw, normalised",
+    [
+        ("Two", "2"),
+        ("the net", "net"),
+        ("black/white", "black white"),
+        ("1,000", "1000"),
+        ("yes.", "yes"),
+        ("3.5", "3.5"),
+        ("dont know", "don't know"),
+        ("  Red\n", "red"),
+        ("an apple", "apple"),
+    ],
+)
 def test_vqa_answers_are_normalised_as_the_official_evaluation_does(raw, normalised):
     from workflow_scripts.multimodal.vqa import normalize_answer
 
@@ -202,16 +255,27 @@ def test_the_vqa_loss_is_binary_cross_entropy_against_the_soft_targets():
     from transformers import XLMRobertaConfig, XLMRobertaModel
 
     from workflow_scripts.data.features import collate
-    from workflow_scripts.models.heads import MultiHeadModel, forward, make_head
     from workflow_scripts.data.tasks import CLASSIFICATION, VISUAL_ANSWER
+    from workflow_scripts.models.heads import MultiHeadModel, forward, make_head
 
     torch.manual_seed(0)
-    encoder = XLMRobertaModel(XLMRobertaConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                                               intermediate_size=32, max_position_embeddings=64), add_pooling_layer=False)
+    encoder = XLMRobertaModel(
+        XLMRobertaConfig(
+            vocab_size=50,
+            hidden_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=32,
+            max_position_embeddings=64,
+        ),
+        add_pooling_layer=False,
+    )
     head = VisualClassificationHead(torch.randn(3, 2, 8), 16, make_head(CLASSIFICATION, 16, 5, 0.0, 0.02), 0.02)
     model = MultiHeadModel(encoder, {"vqa_v2": head}).eval()
-    features = [{"input_ids": [0, 5, 2], "image_index": [1], "answer_ids": [0, 3], "answer_scores": [1.0, 1 / 3]},
-                {"input_ids": [0, 7, 8, 2], "image_index": [2], "answer_ids": [], "answer_scores": []}]
+    features = [
+        {"input_ids": [0, 5, 2], "image_index": [1], "answer_ids": [0, 3], "answer_scores": [1.0, 1 / 3]},
+        {"input_ids": [0, 7, 8, 2], "image_index": [2], "answer_ids": [], "answer_scores": []},
+    ]
     batch = collate(features, VISUAL_ANSWER, pad_id=1)
     assert batch["answer_ids"].tolist() == [[0, 3], [-1, -1]]
     logits, loss = forward(model, VISUAL_ANSWER, "vqa_v2", batch)
@@ -226,19 +290,31 @@ def test_caption_image_retrieval_trains_captions_of_one_image_as_each_others_pos
     import torch.nn.functional as F
     from transformers import XLMRobertaConfig, XLMRobertaModel
 
-    from workflow_scripts.evaluation.evaluate import predict_and_score
     from workflow_scripts.data.features import Encoded, FeatureStore, collate
+    from workflow_scripts.data.tasks import VISUAL_RETRIEVAL, get_task
+    from workflow_scripts.evaluation.evaluate import predict_and_score
     from workflow_scripts.models.heads import MultiHeadModel, forward
     from workflow_scripts.multimodal.prefix import CONTRASTIVE_SCALE
-    from workflow_scripts.data.tasks import VISUAL_RETRIEVAL, get_task
 
     torch.manual_seed(0)
-    encoder = XLMRobertaModel(XLMRobertaConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                                               intermediate_size=32, max_position_embeddings=64), add_pooling_layer=False)
+    encoder = XLMRobertaModel(
+        XLMRobertaConfig(
+            vocab_size=50,
+            hidden_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=32,
+            max_position_embeddings=64,
+        ),
+        add_pooling_layer=False,
+    )
     head = VisualClassificationHead(torch.randn(3, 2, 8), 16, torch.nn.Linear(16, 16), 0.02)
     model = MultiHeadModel(encoder, {"flickr30k": head}).eval()
-    features = [{"input_ids": [0, 5, 2], "image_index": [0]}, {"input_ids": [0, 6, 7, 2], "image_index": [0]},
-                {"input_ids": [0, 9, 2], "image_index": [2]}]
+    features = [
+        {"input_ids": [0, 5, 2], "image_index": [0]},
+        {"input_ids": [0, 6, 7, 2], "image_index": [0]},
+        {"input_ids": [0, 9, 2], "image_index": [2]},
+    ]
     batch = collate(features, VISUAL_RETRIEVAL, pad_id=1)
     embeddings, loss = forward(model, VISUAL_RETRIEVAL, "flickr30k", batch)
     text, image = embeddings[:, :16], embeddings[:, 16:]
@@ -256,17 +332,26 @@ def test_caption_image_retrieval_trains_captions_of_one_image_as_each_others_pos
         def forward(self, fmt, task, batch):
             return torch.from_numpy(vectors[batch["input_ids"][:, 1] - 5]), None
 
-    encoded = Encoded(FeatureStore.from_chunks([[{"input_ids": [0, 5 + i, 2], "image_index": [0], "example": i}
-                                                 for i in range(3)]]), rows)
-    scores, found = predict_and_score(Fixed(), get_task("flickr30k"), encoded, 1, {"eval_batch_size": 8},
-                                      torch.device("cpu"))
+    encoded = Encoded(
+        FeatureStore.from_chunks([[{"input_ids": [0, 5 + i, 2], "image_index": [0], "example": i} for i in range(3)]]),
+        rows,
+    )
+    scores, found = predict_and_score(
+        Fixed(), get_task("flickr30k"), encoded, 1, {"eval_batch_size": 8}, torch.device("cpu")
+    )
     # an image's vector is that of its first row: a = [1, 0], b = [0, 1]; caption 1 ([0, 1]) finds b, wrongly
     assert found == [["a.png"], ["b.png"], ["b.png"]] and scores["recall_at_1"] == pytest.approx(200 / 3)
 
 
-@pytest.mark.parametrize("task,images,error", [("nlvr2", [["a.png", "b.png"]], None), ("snli_ve", [["a.png"]], None),
-                                               ("nlvr2", [["a.png"]], "nlvr2: its training rows have 1 images each"),
-                                               ("snli_ve", [["a.png", "b.png"]], "snli_ve: its training rows have 2")])
+@pytest.mark.parametrize(
+    "task,images,error",
+    [
+        ("nlvr2", [["a.png", "b.png"]], None),
+        ("snli_ve", [["a.png"]], None),
+        ("nlvr2", [["a.png"]], "nlvr2: its training rows have 1 images each"),
+        ("snli_ve", [["a.png", "b.png"]], "snli_ve: its training rows have 2"),
+    ],
+)
 def test_an_image_task_reads_as_many_images_per_row_as_it_declares(tmp_path, task, images, error):
     """The phase and the memory plan both count a task's images per example from the catalogue
     (NLVR2: a pair); rows with another count stop the phase, naming the task."""
@@ -283,5 +368,7 @@ def test_an_image_task_reads_as_many_images_per_row_as_it_declares(tmp_path, tas
         with pytest.raises(InputError, match=error):
             prepare_image_task(get_task(task), rows, {"images": str(tmp_path / "bank")}, {})
     else:
-        assert prepare_image_task(get_task(task), rows, {"images": str(tmp_path / "bank")}, {}).images_per_row \
+        assert (
+            prepare_image_task(get_task(task), rows, {"images": str(tmp_path / "bank")}, {}).images_per_row
             == get_task(task).images_per_example
+        )

@@ -17,8 +17,10 @@ has_gpu = torch.cuda.is_available()
 
 def embeddings(n_queries: int, n_keys: int, dim: int = 64, seed: int = 0):
     rng = np.random.default_rng(seed)
-    return (l2_normalize(rng.standard_normal((n_queries, dim), dtype=np.float32)),
-            l2_normalize(rng.standard_normal((n_keys, dim), dtype=np.float32)))
+    return (
+        l2_normalize(rng.standard_normal((n_queries, dim), dtype=np.float32)),
+        l2_normalize(rng.standard_normal((n_keys, dim), dtype=np.float32)),
+    )
 
 
 def faiss_reference(queries, keys, k):
@@ -44,8 +46,9 @@ def test_cpu_search_is_faiss_flat_index_bit_for_bit(n_queries, dim, key_block):
     key block (copies put exact ties at every rank, the k-th included)."""
     queries, keys = embeddings(n_queries, 5000, dim=dim, seed=2)
     best = float64_ranking(queries[:10], keys, 3)
-    keys = with_copies(keys, {int(j): [4999 - 7 * r - i, 2 * r + 1 + 13 * i] for r, row in enumerate(best)
-                              for i, j in enumerate(row)})
+    keys = with_copies(
+        keys, {int(j): [4999 - 7 * r - i, 2 * r + 1 + 13 * i] for r, row in enumerate(best) for i, j in enumerate(row)}
+    )
     for k in (1, 4, 20):
         ref_scores, ref_found = faiss_reference(queries, keys, k)
         scores, found = flat_knn(queries, keys, k, key_block)
@@ -96,8 +99,11 @@ def test_faiss_tie_rule_as_restated_matches_faiss():
     many-way ties at and above the k-th place, on faiss's per-pair path and its BLAS path
     (where k = 1 is a SIMD scan with its own tie rule, see neighbours.py)."""
     rng = np.random.default_rng(3)
-    for n_queries, n_keys, dim, ks in ((1, 60, 16, (1, 2, 4, 20, 40)), (7, 3000, 16, (1, 2, 4, 20, 40)),
-                                       (40, 3000, 4096, (2, 4, 20, 40))):
+    for n_queries, n_keys, dim, ks in (
+        (1, 60, 16, (1, 2, 4, 20, 40)),
+        (7, 3000, 16, (1, 2, 4, 20, 40)),
+        (40, 3000, 4096, (2, 4, 20, 40)),
+    ):
         queries = rng.standard_normal((n_queries, dim), dtype=np.float32)
         keys = rng.standard_normal((n_keys, dim), dtype=np.float32)
         for row in queries @ keys.T:

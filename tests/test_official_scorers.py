@@ -11,8 +11,15 @@ import numpy as np
 import pytest
 
 from workflow_scripts.evaluation.metrics import accuracy, squad_v2
-from workflow_scripts.evaluation.retrieval import (BUCC_DUPLICATES, choose_threshold, expand_to_ids, margin_candidates,
-                                                   mined_pairs, prf, unique_texts)
+from workflow_scripts.evaluation.retrieval import (
+    BUCC_DUPLICATES,
+    choose_threshold,
+    expand_to_ids,
+    margin_candidates,
+    mined_pairs,
+    prf,
+    unique_texts,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -22,13 +29,16 @@ def test_accuracy_as_evaluate_py_scores_xnli_pawsx_tatoeba_and_xcopa():
     assert accuracy([0, 1, 0, 0, 0], [0, 1, 1, 0, 1]) == {"accuracy": 60.0}
 
 
-@pytest.mark.parametrize("prediction,golds,expected", [
-    ("", ["the", "cat"], 0.0),   # "the" normalises to nothing and is dropped: "" vs "cat"
-    ("cat", ["the", "cat"], 100.0),
-    ("", ["the", "an"], 100.0),  # no gold left: the question is unanswerable, "" matches
-    ("a cat", ["the"], 0.0),
-    ("", [], 100.0),
-])
+@pytest.mark.parametrize(
+    "prediction,golds,expected",
+    [
+        ("", ["the", "cat"], 0.0),  # "the" normalises to nothing and is dropped: "" vs "cat"
+        ("cat", ["the", "cat"], 100.0),
+        ("", ["the", "an"], 100.0),  # no gold left: the question is unanswerable, "" matches
+        ("a cat", ["the"], 0.0),
+        ("", [], 100.0),
+    ],
+)
 def test_squad_v2_drops_golds_that_normalise_to_nothing(prediction, golds, expected):
     scores = squad_v2({"q": prediction}, {"q": golds})
     assert scores["exact_match"] == expected and scores["f1"] == expected
@@ -45,8 +55,9 @@ GOLD = {("de-1", "en-1"), ("de-2", "en-2"), ("de-4", "en-3")}
 def _mine(duplicates, gold=GOLD):
     src_texts, src_ids = unique_texts([i for i, _ in SRC_LINES], [t for _, t in SRC_LINES], duplicates)
     trg_texts, trg_ids = unique_texts([i for i, _ in TRG_LINES], [t for _, t in TRG_LINES], duplicates)
-    found = margin_candidates(np.array([SRC[t] for t in src_texts], np.float32),
-                              np.array([TRG[t] for t in trg_texts], np.float32), k=2)
+    found = margin_candidates(
+        np.array([SRC[t] for t in src_texts], np.float32), np.array([TRG[t] for t in trg_texts], np.float32), k=2
+    )
     cands = expand_to_ids(found, src_ids, trg_ids)
     threshold = choose_threshold(cands, gold)
     return cands, threshold, prf(mined_pairs(cands, threshold), gold)

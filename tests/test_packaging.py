@@ -45,8 +45,9 @@ def test_readme_names_exactly_the_two_setup_commands_and_ci_runs_the_test_one():
 
 def make_install_commands(tmp_path, *args: str) -> subprocess.CompletedProcess:
     """What `make install` would run for a fresh environment (make -n: nothing runs)."""
-    return subprocess.run(["make", "-n", "install", f"VENV={tmp_path / 'venv'}", *args], cwd=REPO,
-                          capture_output=True, text=True)
+    return subprocess.run(
+        ["make", "-n", "install", f"VENV={tmp_path / 'venv'}", *args], cwd=REPO, capture_output=True, text=True
+    )
 
 
 def test_torch_cpu_option_installs_from_pytorchs_cpu_index_and_the_default_from_pypi(tmp_path):
@@ -57,10 +58,16 @@ def test_torch_cpu_option_installs_from_pytorchs_cpu_index_and_the_default_from_
     cpu = make_install_commands(tmp_path, "TORCH=cpu")
     assert cpu.returncode == 0, cpu.stderr
     torch_line = next(l for l in cpu.stdout.splitlines() if "torch==" in l)
-    assert torch_line.split()[3:] == ["install", "--quiet", "--index-url", "https://download.pytorch.org/whl/cpu",
-                                      "torch==2.13.0"]
+    assert torch_line.split()[3:] == [
+        "install",
+        "--quiet",
+        "--index-url",
+        "https://download.pytorch.org/whl/cpu",
+        "torch==2.13.0",
+    ]
     # The rest of the install is the same: requirements-test.txt from the configured index.
-    assert [l for l in cpu.stdout.splitlines() if "torch==" not in l] == \
-        [l for l in default.stdout.splitlines() if "torch==" not in l]
+    assert [l for l in cpu.stdout.splitlines() if "torch==" not in l] == [
+        l for l in default.stdout.splitlines() if "torch==" not in l
+    ]
     wrong = make_install_commands(tmp_path, "TORCH=gpu")
     assert wrong.returncode != 0 and "TORCH=cpu" in wrong.stderr

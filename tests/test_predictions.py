@@ -33,19 +33,25 @@ def test_tags_one_per_line_and_a_blank_line_after_each_sentence(tmp_path):
 
 
 def test_qa_answers_keyed_by_the_dataset_ids(tmp_path):
-    predictions.write_predictions("xquad", {"de": {"56be4db0acb8001400a502ec-de": "Denver Broncos", "q2-de": ""}},
-                                  tmp_path / "xquad")
-    assert json.loads((tmp_path / "xquad/test-de.json").read_text()) == {"56be4db0acb8001400a502ec": "Denver Broncos",
-                                                                          "q2": ""}
+    predictions.write_predictions(
+        "xquad", {"de": {"56be4db0acb8001400a502ec-de": "Denver Broncos", "q2-de": ""}}, tmp_path / "xquad"
+    )
+    assert json.loads((tmp_path / "xquad/test-de.json").read_text()) == {
+        "56be4db0acb8001400a502ec": "Denver Broncos",
+        "q2": "",
+    }
     predictions.write_predictions("tydiqa", {"sw": {"swahili-123-0": "Nairobi"}}, tmp_path / "tydiqa")
     assert json.loads((tmp_path / "tydiqa/test-sw.json").read_text()) == {"swahili-123-0": "Nairobi"}
 
 
 def test_retrieval_files(tmp_path):
-    predictions.write_predictions("bucc", {"de": [("de-000000004", "en-000000075"), ("de-1", "en-2")]},
-                                  tmp_path / "bucc")
-    assert [tuple(l.split("\t")) for l in read_label_file(tmp_path / "bucc/test-de.tsv")] == \
-        [("de-000000004", "en-000000075"), ("de-1", "en-2")]
+    predictions.write_predictions(
+        "bucc", {"de": [("de-000000004", "en-000000075"), ("de-1", "en-2")]}, tmp_path / "bucc"
+    )
+    assert [tuple(l.split("\t")) for l in read_label_file(tmp_path / "bucc/test-de.tsv")] == [
+        ("de-000000004", "en-000000075"),
+        ("de-1", "en-2"),
+    ]
     predictions.write_predictions("tatoeba", {"sw": [3, 0, 1]}, tmp_path / "tatoeba")
     assert read_label_file(tmp_path / "tatoeba/test-sw.tsv") == ["3", "0", "1"]
 
@@ -58,13 +64,17 @@ def test_collect_takes_the_best_run_per_target_and_names_it(tmp_path):
             predictions.write_predictions(target, {"de": value}, folder)
             runs[f"{config}/{target}/seed{seed}"] = folder
     best = tmp_path / "best.csv"
-    pd.DataFrame([("xnli", "mnli", 2, "accuracy", 70.0), ("bucc", "mnli", 1, "f1", 40.0)],
-                 columns=["target", "intermediate", "seed", "metric", "value"]).to_csv(best, index=False)
+    pd.DataFrame(
+        [("xnli", "mnli", 2, "accuracy", 70.0), ("bucc", "mnli", 1, "f1", 40.0)],
+        columns=["target", "intermediate", "seed", "metric", "value"],
+    ).to_csv(best, index=False)
     manifest = submission.collect(best, ["xnli", "bucc", "tatoeba", "xquad"], runs, tmp_path / "submission")
     out = tmp_path / "submission"
     assert sorted(p.name for p in out.iterdir()) == ["bucc2018", "manifest.json", "tatoeba", "xnli"]
     assert manifest["tasks"]["xnli"]["source"] == str(runs["mnli/xnli/seed2"])
-    assert manifest["tasks"]["tatoeba"]["seed"] == 1 and "best model for bucc" in manifest["tasks"]["tatoeba"]["chosen_by"]
+    assert (
+        manifest["tasks"]["tatoeba"]["seed"] == 1 and "best model for bucc" in manifest["tasks"]["tatoeba"]["chosen_by"]
+    )
     assert read_label_file(out / "tatoeba/test-de.tsv") == ["1"]
     assert manifest["missing"] == ["xquad"]
     assert json.loads((out / "manifest.json").read_text()) == manifest
@@ -91,8 +101,9 @@ def test_a_retrieval_target_without_dev_and_without_a_donor_takes_the_baseline(t
 
 def test_collect_refuses_a_best_run_without_predictions(tmp_path):
     best = tmp_path / "best.csv"
-    pd.DataFrame([("xnli", "mnli", 2, "accuracy", 70.0)],
-                 columns=["target", "intermediate", "seed", "metric", "value"]).to_csv(best, index=False)
+    pd.DataFrame(
+        [("xnli", "mnli", 2, "accuracy", 70.0)], columns=["target", "intermediate", "seed", "metric", "value"]
+    ).to_csv(best, index=False)
     with pytest.raises(InputError, match="no prediction folder for the best xnli run mnli/xnli/seed2"):
         submission.collect(best, ["xnli"], {}, tmp_path / "submission")
     assert not (tmp_path / "submission").exists(), "nothing half-written"
@@ -128,12 +139,15 @@ def test_ranking_targets_one_json_object_of_ranked_candidate_ids(tmp_path, targe
     assert map_at_k(read, gold, 20, MEWSLIX) == {"map_at_20": pytest.approx(50.0)}  # (1/2 + 0 + 1) / 3
 
 
-@pytest.mark.parametrize("bad,message", [
-    ({"data": ["Q1"]}, "a query id 'data' cannot be written"),
-    ({"q1": "Q1"}, "query 'q1': expected a list of candidate ids"),
-    ({"q1": [1, 2]}, "query 'q1': expected a list of candidate ids"),
-    ([["Q1"]], "ranking predictions must map query ids"),
-])
+@pytest.mark.parametrize(
+    "bad,message",
+    [
+        ({"data": ["Q1"]}, "a query id 'data' cannot be written"),
+        ({"q1": "Q1"}, "query 'q1': expected a list of candidate ids"),
+        ({"q1": [1, 2]}, "query 'q1': expected a list of candidate ids"),
+        ([["Q1"]], "ranking predictions must map query ids"),
+    ],
+)
 def test_ranking_predictions_the_official_reader_would_misread_are_refused(tmp_path, bad, message):
     with pytest.raises(InputError, match=message):
         predictions.write_predictions("mewslix", {"ar": bad}, tmp_path / "mewslix")
@@ -147,8 +161,10 @@ def test_collect_names_folders_as_the_benchmarks_leaderboard(tmp_path):
         predictions.write_predictions(target, {"tr": value}, folder)
         runs[f"mnli/{target}/seed1"] = folder
     best = tmp_path / "best.csv"
-    pd.DataFrame([("xcopa", "mnli", 1, "accuracy", 60.0), ("mewslix", "mnli", 1, "map_at_20", 40.0)],
-                 columns=["target", "intermediate", "seed", "metric", "value"]).to_csv(best, index=False)
+    pd.DataFrame(
+        [("xcopa", "mnli", 1, "accuracy", 60.0), ("mewslix", "mnli", 1, "map_at_20", 40.0)],
+        columns=["target", "intermediate", "seed", "metric", "value"],
+    ).to_csv(best, index=False)
     out = tmp_path / "submission" / "xtreme_r"
     manifest = submission.collect(best, ["xcopa", "mewslix", "lareqa"], runs, out, bench="xtreme_r")
     assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "mewslix", "xcopa"]

@@ -17,15 +17,23 @@ from conftest import copy_repo
 def run_preflight(repo: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     import os
 
-    return subprocess.run([sys.executable, "-m", "workflow_scripts.workflow.preflight", *args], cwd=repo,
-                          env={**os.environ, "PYTHONPATH": str(repo), **(env or {})}, capture_output=True, text=True,
-                          timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "workflow_scripts.workflow.preflight", *args],
+        cwd=repo,
+        env={**os.environ, "PYTHONPATH": str(repo), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def rows(report: str) -> list[list[str]]:
     """The report's table rows as cells (check, subject, status, detail, fix)."""
-    return [[c.strip() for c in line.strip("|").split(" | ")] for line in report.splitlines()
-            if line.startswith("| ") and not line.startswith("| check")]
+    return [
+        [c.strip() for c in line.strip("|").split(" | ")]
+        for line in report.splitlines()
+        if line.startswith("| ") and not line.startswith("| check")
+    ]
 
 
 @pytest.mark.integration
@@ -72,18 +80,25 @@ def test_a_few_optimizer_steps_on_the_real_weights(demo_encoder_dir, method):
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("preset, missing", [
-    ("paper", ["model FacebookAI/xlm-roberta-large@main", "dataset google/xtreme@main", "tasks.ccg.options.path"]),
-    ("xtreme_r", ["dataset izhx/mewsli-x@main", "dataset rajpurkar/squad@main", "dataset unimelb-nlp/wikiann@main"]),
-    ("multimodal", ["model openai/clip-vit-base-patch32@main", "tasks.snli_ve.images"]),
-])
+@pytest.mark.parametrize(
+    "preset, missing",
+    [
+        ("paper", ["model FacebookAI/xlm-roberta-large@main", "dataset google/xtreme@main", "tasks.ccg.options.path"]),
+        (
+            "xtreme_r",
+            ["dataset izhx/mewsli-x@main", "dataset rajpurkar/squad@main", "dataset unimelb-nlp/wikiann@main"],
+        ),
+        ("multimodal", ["model openai/clip-vit-base-patch32@main", "tasks.snli_ve.images"]),
+    ],
+)
 def test_presets_offline_name_what_is_missing(preset, missing):
     """Where no Hub answers, every repository of a preset is a blocker naming itself, and so
     is every local folder it lacks; the GPU plan is still made."""
     from conftest import REPO
 
-    proc = run_preflight(REPO, "--configfile", f"config/{preset}.yaml",
-                         env={"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_OFFLINE": "0"})
+    proc = run_preflight(
+        REPO, "--configfile", f"config/{preset}.yaml", env={"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_OFFLINE": "0"}
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     table = rows(proc.stdout)
     blockers = {r[1]: r for r in table if r[2] == "BLOCKER"}

@@ -4,7 +4,6 @@ carries that specification itself, and nothing in it reads files outside the rep
 import re
 
 import pytest
-import yaml
 
 from conftest import REPO
 from workflow_scripts.data.loaders.udpos import UD_LANGUAGE_NAMES
@@ -16,11 +15,29 @@ from workflow_scripts.workflow.grid import intermediate_settings, target_setting
 pytestmark = pytest.mark.unit
 
 PROTOCOL = REPO / "docs" / "protocol.md"
-TABLE_NAMES = {"XNLI": "xnli", "PAWS-X": "pawsx", "UD-POS": "udpos", "PAN-X": "panx", "XQuAD": "xquad",
-               "MLQA": "mlqa", "TyDiQA-GoldP": "tydiqa", "BUCC 2018": "bucc", "Tatoeba": "tatoeba"}
-XTREME_R_TABLE_NAMES = {"XNLI": "xnli", "XCOPA": "xcopa", "UD-POS": "udpos", "WikiANN NER": "panx",
-                        "XQuAD": "xquad", "MLQA": "mlqa", "TyDiQA-GoldP": "tydiqa", "Tatoeba": "tatoeba",
-                        "Mewsli-X": "mewslix", "LAReQA": "lareqa"}
+TABLE_NAMES = {
+    "XNLI": "xnli",
+    "PAWS-X": "pawsx",
+    "UD-POS": "udpos",
+    "PAN-X": "panx",
+    "XQuAD": "xquad",
+    "MLQA": "mlqa",
+    "TyDiQA-GoldP": "tydiqa",
+    "BUCC 2018": "bucc",
+    "Tatoeba": "tatoeba",
+}
+XTREME_R_TABLE_NAMES = {
+    "XNLI": "xnli",
+    "XCOPA": "xcopa",
+    "UD-POS": "udpos",
+    "WikiANN NER": "panx",
+    "XQuAD": "xquad",
+    "MLQA": "mlqa",
+    "TyDiQA-GoldP": "tydiqa",
+    "Tatoeba": "tatoeba",
+    "Mewsli-X": "mewslix",
+    "LAReQA": "lareqa",
+}
 
 
 def section(number: int) -> str:
@@ -81,25 +98,51 @@ def test_paper_preset_has_every_language_of_every_target():
 
 def test_paper_hyperparameters():
     config = paper()
-    batch_epochs = {"anli_plus": (24, 2), "mnli": (24, 2), "qqp": (24, 3), "squad": (8, 3), "squad_v2": (8, 3),
-                    "hellaswag": (24, 7), "ccg": (24, 15), "cosmosqa": (4, 15), "commonsenseqa": (4, 10),
-                    "mlm": (8, 1), "xnli": (4, 2), "pawsx": (32, 5), "udpos": (32, 10), "panx": (32, 10),
-                    "xquad": (16, 2), "mlqa": (16, 2), "tydiqa": (16, 2)}
+    batch_epochs = {
+        "anli_plus": (24, 2),
+        "mnli": (24, 2),
+        "qqp": (24, 3),
+        "squad": (8, 3),
+        "squad_v2": (8, 3),
+        "hellaswag": (24, 7),
+        "ccg": (24, 15),
+        "cosmosqa": (4, 15),
+        "commonsenseqa": (4, 10),
+        "mlm": (8, 1),
+        "xnli": (4, 2),
+        "pawsx": (32, 5),
+        "udpos": (32, 10),
+        "panx": (32, 10),
+        "xquad": (16, 2),
+        "mlqa": (16, 2),
+        "tydiqa": (16, 2),
+    }
     for task, (batch, epochs) in batch_epochs.items():
         assert (config["tasks"][task]["batch_size"], config["tasks"][task]["epochs"]) == (batch, epochs), task
     assert intermediate_settings(config, "xlmr_large", "mnli")["learning_rate"] == 1e-5
     assert intermediate_settings(config, "xlmr_large", "mnli_mlm")["learning_rate"] == 5e-6
     assert target_settings(config, "xlmr_large", "xnli")["learning_rate"] == 3e-6
     for phase in ("intermediate", "target"):
-        s = (intermediate_settings(config, "xlmr_large", "mnli") if phase == "intermediate"
-             else target_settings(config, "xlmr_large", "xnli"))
-        assert (s["warmup_ratio"], s["patience"], s["dev_examples"], s["multitask_cap"]) == (0.1, 30, 500, 2 ** 17)
+        s = (
+            intermediate_settings(config, "xlmr_large", "mnli")
+            if phase == "intermediate"
+            else target_settings(config, "xlmr_large", "xnli")
+        )
+        assert (s["warmup_ratio"], s["patience"], s["dev_examples"], s["multitask_cap"]) == (0.1, 30, 500, 2**17)
     assert config["retrieval"]["layer"] == 13 and config["retrieval"]["bucc_k"] == 4
     assert config["backbones"]["xlmr_large"]["hub_id"] == "FacebookAI/xlm-roberta-large"
-    assert (config["backbones"]["xlmr_large"]["family"], config["backbones"]["xlmr_large"]["method"]) == ("encoder", "full")
+    assert (config["backbones"]["xlmr_large"]["family"], config["backbones"]["xlmr_large"]["method"]) == (
+        "encoder",
+        "full",
+    )
     qa = config["tasks"]["xquad"]
     assert (qa["max_length"], qa["doc_stride"], qa["max_query_length"], qa["n_best"], qa["max_answer_length"]) == (
-        384, 128, 64, 20, 30)
+        384,
+        128,
+        64,
+        20,
+        30,
+    )
     assert {get_task(t).train_from for t in ("xquad", "mlqa")} == {"squad"}
 
 
@@ -135,10 +178,16 @@ def test_every_cited_section_exists():
 
 
 # Built from pieces so that this file does not match itself.
-OUTSIDE = [re.compile(p) for p in (re.escape("../" + "shared"), re.escape("shared/" + "PROTOCOL"),
-                                   re.escape("/work/" + "shared"),
-                                   r"""["']shared["']\s*/\s*["']PROTOCOL""",
-                                   r"REPO\.parent\s*/")]
+OUTSIDE = [
+    re.compile(p)
+    for p in (
+        re.escape("../" + "shared"),
+        re.escape("shared/" + "PROTOCOL"),
+        re.escape("/work/" + "shared"),
+        r"""["']shared["']\s*/\s*["']PROTOCOL""",
+        r"REPO\.parent\s*/",
+    )
+]
 
 
 def test_tests_and_code_read_nothing_outside_the_repository():

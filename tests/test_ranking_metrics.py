@@ -13,8 +13,14 @@ from __future__ import annotations
 import pytest
 
 from workflow_scripts.common import InputError
-from workflow_scripts.evaluation.ranking import (LAREQA, MEWSLIX, average_precision_at_k, convention_of, map_at_k,
-                                                 metric_key)
+from workflow_scripts.evaluation.ranking import (
+    LAREQA,
+    MEWSLIX,
+    average_precision_at_k,
+    convention_of,
+    map_at_k,
+    metric_key,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -25,8 +31,13 @@ G11 = [f"g{i}" for i in range(11)]  # LAReQA: 11 gold answers per question
 CASES = {
     "perfect": (["g"] + X[:19], ["g"], 20, 1.0, 1.0),
     "gold at rank 3": (X[:2] + ["g"] + X[2:19], ["g"], 20, 1 / 3, 1 / 3),
-    "3 of 4 golds, at ranks 1, 3, 6": (["g1", "x0", "g2", "x1", "x2", "g3"] + X[3:17], ["g1", "g2", "g3", "g4"], 20,
-                                       0.5416666666666666, 1.0),
+    "3 of 4 golds, at ranks 1, 3, 6": (
+        ["g1", "x0", "g2", "x1", "x2", "g3"] + X[3:17],
+        ["g1", "g2", "g3", "g4"],
+        20,
+        0.5416666666666666,
+        1.0,
+    ),
     "gold at rank 21": (X[:20] + ["g"], ["g"], 20, 0.0, 0.0),
     "gold at rank 6, k 5": (X[:5] + ["g"], ["g"], 5, 0.0, 0.0),
     "11 golds, k 5, top 5 all gold": (G11[:5] + X[:15], G11, 5, 1.0, 1.0),
@@ -75,9 +86,11 @@ def test_lareqa_map_matches_mean_avg_prec_at_k_on_a_pooled_candidate_set():
     # candidates with hand-made encodings, ranked these candidates (argsort()[::-1] of the
     # dot products) and printed "sentences_and_contexts: 0.4166666666666667" for k = 2 and
     # "sentences_and_contexts: 0.6777777777777777" for k = 20.
-    ranked = {"a_en": ["c0_0", "c4_0", "c2_0", "c1_0", "c3_0"],
-              "a_de": ["c1_0", "c4_0", "c3_0", "c2_0", "c0_0"],
-              "b_en": ["c4_0", "c2_0", "c3_0", "c1_0", "c0_0"]}
+    ranked = {
+        "a_en": ["c0_0", "c4_0", "c2_0", "c1_0", "c3_0"],
+        "a_de": ["c1_0", "c4_0", "c3_0", "c2_0", "c0_0"],
+        "b_en": ["c4_0", "c2_0", "c3_0", "c1_0", "c0_0"],
+    }
     gold = {"a_en": {"c0_0", "c1_0"}, "a_de": {"c0_0", "c1_0"}, "b_en": {"c2_0", "c3_0"}}
     assert map_at_k(ranked, gold, k=2) == {"map_at_2": pytest.approx(41.66666666666667)}
     assert map_at_k(ranked, gold) == {"map_at_20": pytest.approx(67.77777777777777)}
@@ -92,16 +105,19 @@ def test_metric_key_and_target_conventions():
         convention_of("xnli")
 
 
-@pytest.mark.parametrize("ranked,gold,k,convention,message", [
-    ({"q": ["g"]}, {"q": []}, 20, LAREQA, "query 'q': a query without gold ids"),
-    ({"q": ["g"]}, {"q": []}, 20, MEWSLIX, "query 'q': a query without gold ids"),
-    ({"q": ["g"]}, {"q": "g"}, 20, LAREQA, "gold ids must be a collection of ids"),
-    ({"q": "g"}, {"q": ["g"]}, 20, LAREQA, "the ranking must be a sequence of candidate ids"),
-    ({"q": ["g"]}, {"q": {"g", "h"}}, 20, MEWSLIX, "first gold id only"),
-    ({"q": ["g"]}, {"q": ["g"]}, 0, LAREQA, "k must be a positive integer"),
-    ({"q": ["g"]}, {"q": ["g"]}, 20, "trec", "unknown mAP convention 'trec'"),
-    ({}, {}, 20, LAREQA, "no queries to score"),
-])
+@pytest.mark.parametrize(
+    "ranked,gold,k,convention,message",
+    [
+        ({"q": ["g"]}, {"q": []}, 20, LAREQA, "query 'q': a query without gold ids"),
+        ({"q": ["g"]}, {"q": []}, 20, MEWSLIX, "query 'q': a query without gold ids"),
+        ({"q": ["g"]}, {"q": "g"}, 20, LAREQA, "gold ids must be a collection of ids"),
+        ({"q": "g"}, {"q": ["g"]}, 20, LAREQA, "the ranking must be a sequence of candidate ids"),
+        ({"q": ["g"]}, {"q": {"g", "h"}}, 20, MEWSLIX, "first gold id only"),
+        ({"q": ["g"]}, {"q": ["g"]}, 0, LAREQA, "k must be a positive integer"),
+        ({"q": ["g"]}, {"q": ["g"]}, 20, "trec", "unknown mAP convention 'trec'"),
+        ({}, {}, 20, LAREQA, "no queries to score"),
+    ],
+)
 def test_bad_input_is_refused_naming_it(ranked, gold, k, convention, message):
     with pytest.raises(InputError, match=message):
         map_at_k(ranked, gold, k, convention)

@@ -14,6 +14,7 @@ import json
 import tarfile
 from collections import Counter
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -43,10 +44,16 @@ def hub_rows(doc: dict):
     for article in doc["data"]:
         for para in article["paragraphs"]:
             for qa in para["qas"]:
-                yield {"id": qa["id"], "title": article.get("title", "").strip(), "context": para["context"].strip(),
-                       "question": qa["question"].strip(),
-                       "answers": {"answer_start": [a["answer_start"] for a in qa["answers"]],
-                                   "text": [a["text"].strip() for a in qa["answers"]]}}
+                yield {
+                    "id": qa["id"],
+                    "title": article.get("title", "").strip(),
+                    "context": para["context"].strip(),
+                    "question": qa["question"].strip(),
+                    "answers": {
+                        "answer_start": [a["answer_start"] for a in qa["answers"]],
+                        "text": [a["text"].strip() for a in qa["answers"]],
+                    },
+                }
 
 
 def write_mirror(root: Path, config: str, split: str, rows) -> None:
@@ -63,8 +70,12 @@ def xquad_table(tmp_path_factory):
     for lang in XQUAD_LANGS:
         write_mirror(root, f"XQuAD.{lang}", "validation", hub_rows(release(lang)))
     out = root / "xquad.parquet"
-    prepare("xquad", "test", {"source": "local", "local_root": str(root), "hub": {"path": "google/xtreme"},
-                              "languages": XQUAD_LANGS}, out)
+    prepare(
+        "xquad",
+        "test",
+        {"source": "local", "local_root": str(root), "hub": {"path": "google/xtreme"}, "languages": XQUAD_LANGS},
+        out,
+    )
     return out
 
 
@@ -75,15 +86,19 @@ def test_stripped_hub_xquad_loads_in_every_language_with_answers_relocated(xquad
     rows = read_table(xquad_table).to_pylist()
     # No question is lost, and each answer is found where the release itself puts it.
     for lang in XQUAD_LANGS:
-        original = {f"{qa['id']}-{lang}": (para["context"], qa["answers"][0])
-                    for a in release(lang)["data"] for para in a["paragraphs"] for qa in para["qas"]}
+        original = {
+            f"{qa['id']}-{lang}": (para["context"], qa["answers"][0])
+            for a in release(lang)["data"]
+            for para in a["paragraphs"]
+            for qa in para["qas"]
+        }
         mine = {r["id"]: r for r in rows if r["lang"] == lang}
         assert set(mine) == set(original) and repair[lang]["questions"] == len(original)
         for uid, (context, answer) in original.items():
             stripped = len(context) - len(context.lstrip())
             r = mine[uid]
             assert r["answer_starts"][0] == answer["answer_start"] - stripped
-            assert r["context"][r["answer_starts"][0]:][:len(r["answer_texts"][0])] == r["answer_texts"][0]
+            assert r["context"][r["answer_starts"][0] :][: len(r["answer_texts"][0])] == r["answer_texts"][0]
     # The row that used to abort the whole split.
     zh = next(r for r in rows if r["id"] == "57096b66200fba1400367fa7-zh")
     assert zh["answer_texts"] == ["2007年2月8日"] and zh["context"].startswith("2007年2月8日")
@@ -121,15 +136,25 @@ def test_a_row_that_is_not_a_span_row_names_file_and_row(tmp_path):
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({"id": "q1", "context": "c", "question": "q"}) + "\n")
     with pytest.raises(InputError, match=r"rajpurkar/squad plain_text train row 0: question q1 is not a span row"):
-        prepare("squad", "train", {"source": "local", "local_root": str(tmp_path), "hub": {"path": "rajpurkar/squad"}},
-                tmp_path / "out.parquet")
+        prepare(
+            "squad",
+            "train",
+            {"source": "local", "local_root": str(tmp_path), "hub": {"path": "rajpurkar/squad"}},
+            tmp_path / "out.parquet",
+        )
 
 
 def strip_like_the_hub(row: dict) -> dict:
     """What google/xtreme's builder does to a SQuAD-format row: strip every string, keep offsets."""
-    return {**row, "context": row["context"].strip(), "question": row["question"].strip(),
-            "answers": {"answer_start": list(row["answers"]["answer_start"]),
-                        "text": [t.strip() for t in row["answers"]["text"]]}}
+    return {
+        **row,
+        "context": row["context"].strip(),
+        "question": row["question"].strip(),
+        "answers": {
+            "answer_start": list(row["answers"]["answer_start"]),
+            "text": [t.strip() for t in row["answers"]["text"]],
+        },
+    }
 
 
 def test_stripped_hub_mlqa_and_tydiqa_samples_load_without_loss(tmp_path):
@@ -137,8 +162,12 @@ def test_stripped_hub_mlqa_and_tydiqa_samples_load_without_loss(tmp_path):
     mlqa = [json.loads(line) for line in (REAL / "mlqa" / "mlqa.de.de.validation.jsonl").open(encoding="utf-8")]
     write_mirror(tmp_path, "MLQA.de.de", "validation", (strip_like_the_hub(r) for r in mlqa))
     out = tmp_path / "mlqa.parquet"
-    prepare("mlqa", "dev", {"source": "local", "local_root": str(tmp_path), "hub": {"path": "google/xtreme"},
-                            "languages": ["de"]}, out)
+    prepare(
+        "mlqa",
+        "dev",
+        {"source": "local", "local_root": str(tmp_path), "hub": {"path": "google/xtreme"}, "languages": ["de"]},
+        out,
+    )
     assert [r["id"] for r in read_table(out).to_pylist()] == [f"{r['id']}-de" for r in mlqa]
     assert provenance(out)["report"]["answer_repair"]["de"].get("answers_unresolvable", 0) == 0
     # TyDiQA-GoldP: the real dev (Arabic) and train (Finnish) paragraphs. Train keeps English
@@ -150,8 +179,12 @@ def test_stripped_hub_mlqa_and_tydiqa_samples_load_without_loss(tmp_path):
         tydi += list(hub_rows(doc))
     write_mirror(tmp_path, "tydiqa", "validation", tydi)
     out = tmp_path / "tydiqa.parquet"
-    prepare("tydiqa", "test", {"source": "local", "local_root": str(tmp_path), "hub": {"path": "google/xtreme"},
-                               "languages": ["ar", "fi"]}, out)
+    prepare(
+        "tydiqa",
+        "test",
+        {"source": "local", "local_root": str(tmp_path), "hub": {"path": "google/xtreme"}, "languages": ["ar", "fi"]},
+        out,
+    )
     rows = {r["id"]: r for r in read_table(out).to_pylist()}
     assert set(rows) == {r["id"] for r in tydi}
     altruism = rows["finnish-8742325368463988542-0"]
@@ -164,22 +197,39 @@ def test_stripped_hub_mlqa_and_tydiqa_samples_load_without_loss(tmp_path):
 # ----- UD-POS -------------------------------------------------------------------------------
 
 UD_EXPECTED = {  # (split, lang): (sentences, words) of XTREME's preprocessing on the excerpts
-    ("test", "de"): (26, 417), ("test", "es"): (20, 473), ("test", "ar"): (15, 341), ("test", "he"): (15, 274),
-    ("test", "el"): (15, 449), ("test", "zh"): (15, 395), ("test", "en"): (10, 233),
-    ("dev", "el"): (10, 312), ("train", "en"): (30, 476),
+    ("test", "de"): (26, 417),
+    ("test", "es"): (20, 473),
+    ("test", "ar"): (15, 341),
+    ("test", "he"): (15, 274),
+    ("test", "el"): (15, 449),
+    ("test", "zh"): (15, 395),
+    ("test", "en"): (10, 233),
+    ("dev", "el"): (10, 312),
+    ("train", "en"): (30, 476),
 }
 
 
 def reference(split: str, lang: str) -> list[list[tuple[str, str]]]:
     text = (REAL / "xtreme_udpos_reference" / f"{split}-{lang}.tsv").read_text(encoding="utf-8")
-    return [[tuple(line.split("\t")) for line in block.split("\n") if line] for block in text.split("\n\n")
-            if block.strip()]
+    return [
+        [tuple(line.split("\t")) for line in block.split("\n") if line] for block in text.split("\n\n") if block.strip()
+    ]
 
 
 def load_udpos(tmp_path: Path, split: str, langs: list[str], release_path: Path = UD_RELEASE) -> Path:
     out = tmp_path / f"udpos-{split}.parquet"
-    prepare("udpos", split, {"source": "local", "local_root": str(tmp_path), "hub": {"path": "google/xtreme"},
-                             "languages": langs, "options": {"ud_release": str(release_path)}}, out)
+    prepare(
+        "udpos",
+        split,
+        {
+            "source": "local",
+            "local_root": str(tmp_path),
+            "hub": {"path": "google/xtreme"},
+            "languages": langs,
+            "options": {"ud_release": str(release_path)},
+        },
+        out,
+    )
     return out
 
 
@@ -195,9 +245,11 @@ def test_udpos_from_the_release_matches_xtreme_preprocessing(tmp_path, split):
     report = provenance(out)["report"]
     assert report["udpos_source"] == "ud_release"
     if split == "train":  # every English treebank's train file; ESL ships without text
-        assert report["udpos_files"]["en"] == ["UD_English-ESL/en_esl-ud-train.conllu",
-                                               "UD_English-GUM/en_gum-ud-train.conllu",
-                                               "UD_English-ParTUT/en_partut-ud-train.conllu"]
+        assert report["udpos_files"]["en"] == [
+            "UD_English-ESL/en_esl-ud-train.conllu",
+            "UD_English-GUM/en_gum-ud-train.conllu",
+            "UD_English-ParTUT/en_partut-ud-train.conllu",
+        ]
         assert report["udpos_counts"]["en"]["sentences_without_text"] == 5
 
 
@@ -230,17 +282,27 @@ def test_udpos_reads_the_release_archive_as_well_as_its_directory(tmp_path):
 
 def test_tatoeba_loses_no_line(tmp_path):
     codes = {"de": "deu", "ru": "rus", "zh": "cmn", "sw": "swh"}
-    for lang, code in codes.items():
+    for code in codes.values():
         src = (REAL / "tatoeba" / f"tatoeba.{code}-eng.{code}").read_text(encoding="utf-8").splitlines(keepends=True)
         eng = (REAL / "tatoeba" / f"tatoeba.{code}-eng.eng").read_text(encoding="utf-8").splitlines(keepends=True)
         assert len(src) == len(eng) > 0
         # The Hub copy keeps each file line with its newline, as LASER's files do.
-        write_mirror(tmp_path, f"tatoeba.{code}", "validation",
-                     ({"source_sentence": s, "target_sentence": e, "source_lang": code, "target_lang": "eng"}
-                      for s, e in zip(src, eng)))
+        write_mirror(
+            tmp_path,
+            f"tatoeba.{code}",
+            "validation",
+            (
+                {"source_sentence": s, "target_sentence": e, "source_lang": code, "target_lang": "eng"}
+                for s, e in zip(src, eng)
+            ),
+        )
     out = tmp_path / "tatoeba.parquet"
-    prepare("tatoeba", "test", {"source": "local", "local_root": str(tmp_path), "hub": {"path": "google/xtreme"},
-                                "languages": list(codes)}, out)
+    prepare(
+        "tatoeba",
+        "test",
+        {"source": "local", "local_root": str(tmp_path), "hub": {"path": "google/xtreme"}, "languages": list(codes)},
+        out,
+    )
     rows = read_table(out).to_pylist()
     for lang, code in codes.items():
         mine = [(r["source"], r["target"]) for r in rows if r["lang"] == lang]
@@ -260,10 +322,18 @@ def real_tokenizer():
 
     from workflow_scripts.models.demo_models import train_unigram_vocab
 
-    texts = [p["context"] + " " + qa["question"] for lang in XQUAD_LANGS for a in release(lang)["data"]
-             for p in a["paragraphs"] for qa in p["qas"]]
-    texts += [" ".join(w for w, _ in s) for f in (REAL / "xtreme_udpos_reference").glob("*.tsv")
-              for s in reference(*f.stem.split("-"))]
+    texts = [
+        p["context"] + " " + qa["question"]
+        for lang in XQUAD_LANGS
+        for a in release(lang)["data"]
+        for p in a["paragraphs"]
+        for qa in p["qas"]
+    ]
+    texts += [
+        " ".join(w for w, _ in s)
+        for f in (REAL / "xtreme_udpos_reference").glob("*.tsv")
+        for s in reference(*f.stem.split("-"))
+    ]
     return XLMRobertaTokenizer(vocab=train_unigram_vocab(texts, 3000))
 
 
@@ -280,8 +350,9 @@ def test_span_oracle_gold_spans_decode_to_f1_100(xquad_table, real_tokenizer):
     for f in encoded.features:
         if f["start_positions"]:
             row = rows[f["example"]]
-            gold_span[row["id"]] = row["context"][f["offsets"][f["start_positions"]][0]:
-                                                  f["offsets"][f["end_positions"]][1]]
+            gold_span[row["id"]] = row["context"][
+                f["offsets"][f["start_positions"]][0] : f["offsets"][f["end_positions"]][1]
+            ]
             if f["end_positions"] - f["start_positions"] + 1 > opts["max_answer_length"]:
                 too_long.add(row["id"])
     assert set(gold_span) == {r["id"] for r in rows}  # every answer lies whole inside some window
@@ -333,7 +404,7 @@ def test_release_archives_are_downloaded_once_into_the_cache(tmp_path, monkeypat
     calls = []
 
     class Response(io.BytesIO):  # the LINDAT server's answer, played by a local file
-        headers = {"Content-Length": str(archive.stat().st_size)}
+        headers: ClassVar[dict[str, str]] = {"Content-Length": str(archive.stat().st_size)}
 
     def fake_urlopen(url):
         calls.append(url)
@@ -381,13 +452,26 @@ def test_bucc_and_ud_releases_in_hub_mode_never_ask_the_hub(tmp_path, monkeypatc
             for suffix in ("de", "en", "gold"):
                 tar.add(demo / f"de-en.{bucc_set}.{suffix}", arcname=f"bucc2018/de-en.{bucc_set}.{suffix}")
     out = tmp_path / "bucc.parquet"
-    prepare("bucc", "test", {"source": "hub", "hub": {"path": "bucc2018"}, "languages": ["de"],
-                             "options": {"archives": str(archives)}}, out)
+    prepare(
+        "bucc",
+        "test",
+        {"source": "hub", "hub": {"path": "bucc2018"}, "languages": ["de"], "options": {"archives": str(archives)}},
+        out,
+    )
     rows = read_table(out).to_pylist()
     assert {r["side"] for r in rows} == {"source", "en"} and any(r["gold"] for r in rows)
     meta = provenance(out)
     assert meta["resolved_sha"] is None and meta["report"]["release"]["name"] == "BUCC 2018"
     ud = tmp_path / "ud.parquet"
-    prepare("udpos", "dev", {"source": "hub", "hub": {"path": "google/xtreme"}, "languages": ["el"],
-                             "options": {"ud_release": str(UD_RELEASE)}}, ud)
+    prepare(
+        "udpos",
+        "dev",
+        {
+            "source": "hub",
+            "hub": {"path": "google/xtreme"},
+            "languages": ["el"],
+            "options": {"ud_release": str(UD_RELEASE)},
+        },
+        ud,
+    )
     assert provenance(ud)["report"]["release"]["name"] == "UD v2.5"

@@ -22,16 +22,44 @@ from workflow_scripts.workflow import logs
 
 pytestmark = pytest.mark.integration
 
-SETTINGS = {"dropout": 0.1, "dev_examples": 60, "eval_batch_size": 32, "eval_every": 15, "learning_rate": 5e-4,
-            "max_grad_norm": 1.0, "max_micro_batch": 4, "multitask_cap": 131072, "multitask_epochs": 1,
-            "patience": 30, "warmup_ratio": 0.1, "weight_decay": 0.0,
-            "tasks": {"xnli": {"batch_size": 8, "epochs": 5, "max_length": 48, "select_language": "en"}}}
+SETTINGS = {
+    "dropout": 0.1,
+    "dev_examples": 60,
+    "eval_batch_size": 32,
+    "eval_every": 15,
+    "learning_rate": 5e-4,
+    "max_grad_norm": 1.0,
+    "max_micro_batch": 4,
+    "multitask_cap": 131072,
+    "multitask_epochs": 1,
+    "patience": 30,
+    "warmup_ratio": 0.1,
+    "weight_decay": 0.0,
+    "tasks": {"xnli": {"batch_size": 8, "epochs": 5, "max_length": 48, "select_language": "en"}},
+}
 
 
 def train_cmd(encoder, data, output, checkpoints, settings=SETTINGS):
-    return [sys.executable, "-m", "workflow_scripts.training.train", "target", "--encoder", str(encoder),
-            "--data", json.dumps(data), "--settings", json.dumps(settings), "--seed", "4",
-            "--output", str(output), "--checkpoint-dir", str(checkpoints), "--checkpoint-every", "10"]
+    return [
+        sys.executable,
+        "-m",
+        "workflow_scripts.training.train",
+        "target",
+        "--encoder",
+        str(encoder),
+        "--data",
+        json.dumps(data),
+        "--settings",
+        json.dumps(settings),
+        "--seed",
+        "4",
+        "--output",
+        str(output),
+        "--checkpoint-dir",
+        str(checkpoints),
+        "--checkpoint-every",
+        "10",
+    ]
 
 
 # The demo encoder as the evaluate_target rule describes a demo backbone (backbone_grid.provenance).
@@ -39,11 +67,32 @@ PROVENANCE = {"name": "xlmr_tiny", "family": "encoder", "source": "demo", "metho
 
 
 def evaluate(model: Path, xnli_dev: Path, out: Path, backbone: Path) -> dict:
-    subprocess.run([sys.executable, "-m", "workflow_scripts.evaluation.metric_file", "--target", "xnli",
-                    "--model", str(model), "--data", f"dev={xnli_dev}", f"test={xnli_dev}", "--seed", "4",
-                    "--output", str(out), "--backbone", str(backbone), "--backbone-settings", json.dumps(PROVENANCE),
-                    "--settings", json.dumps({"languages": ["en", "de", "ru", "sw"], "max_length": 48,
-                                              "eval_batch_size": 32})], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "workflow_scripts.evaluation.metric_file",
+            "--target",
+            "xnli",
+            "--model",
+            str(model),
+            "--data",
+            f"dev={xnli_dev}",
+            f"test={xnli_dev}",
+            "--seed",
+            "4",
+            "--output",
+            str(out),
+            "--backbone",
+            str(backbone),
+            "--backbone-settings",
+            json.dumps(PROVENANCE),
+            "--settings",
+            json.dumps({"languages": ["en", "de", "ru", "sw"], "max_length": 48, "eval_batch_size": 32}),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return comparable_metrics(json.loads(out.read_text()))
 
 
@@ -79,8 +128,11 @@ def test_a_metric_file_says_how_its_backbone_was_trained(reference, demo_encoder
     assert metrics["backbone"] == {**PROVENANCE, "built_locally": True, "weights_sha256": digest.hexdigest()}
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGUSR1, signal.SIGINT],
-                         ids=["SIGKILL", "SIGTERM", "SIGUSR1", "SIGINT"])
+@pytest.mark.parametrize(
+    "sig",
+    [signal.SIGKILL, signal.SIGTERM, signal.SIGUSR1, signal.SIGINT],
+    ids=["SIGKILL", "SIGTERM", "SIGUSR1", "SIGINT"],
+)
 def test_interrupted_run_resumes_to_the_same_metric_file(tmp_path, reference, demo_data, demo_encoder_dir, sig):
     data, expected = reference
     cmd = train_cmd(demo_encoder_dir, data, tmp_path / "model", tmp_path / "ckpt")
@@ -121,8 +173,11 @@ def test_a_checkpoint_of_another_run_is_discarded(tmp_path, demo_data, demo_enco
 def test_diverging_loss_stops_without_output(tmp_path, demo_data, demo_encoder_dir):
     data = {"xnli": {"train": str(demo_data["mnli.train"]), "dev": str(demo_data["xnli.dev"])}}
     diverging = {**SETTINGS, "learning_rate": 1e30, "max_grad_norm": 1e30, "warmup_ratio": 0.0}
-    proc = subprocess.run(train_cmd(demo_encoder_dir, data, tmp_path / "model", tmp_path / "ckpt", diverging),
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        train_cmd(demo_encoder_dir, data, tmp_path / "model", tmp_path / "ckpt", diverging),
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode != 0
     assert "training diverged: non-finite loss" in proc.stderr
     assert not (tmp_path / "model").exists()
@@ -131,8 +186,11 @@ def test_diverging_loss_stops_without_output(tmp_path, demo_data, demo_encoder_d
 def test_checkpoints_can_be_kept(tmp_path, demo_data, demo_encoder_dir):
     data = {"xnli": {"train": str(demo_data["mnli.train"]), "dev": str(demo_data["xnli.dev"])}}
     short = {**SETTINGS, "max_steps": 25}
-    subprocess.run(train_cmd(demo_encoder_dir, data, tmp_path / "model", tmp_path / "ckpt", short)
-                   + ["--keep-checkpoints", "1"], check=True, capture_output=True)
+    subprocess.run(
+        train_cmd(demo_encoder_dir, data, tmp_path / "model", tmp_path / "ckpt", short) + ["--keep-checkpoints", "1"],
+        check=True,
+        capture_output=True,
+    )
     assert (tmp_path / "model/heads.pt").is_file()
     assert checkpoint_step(tmp_path / "ckpt") == 20
 
@@ -144,8 +202,13 @@ def one_training_job(repo: Path) -> Path:
     config = yaml.safe_load((repo / "config.yaml").read_text())
     encoder = config["backbones"]["xlmr_tiny"]
     encoder["demo"]["pretraining"]["steps"] = 20
-    config.update(seeds=[1], backbones={"xlmr_tiny": encoder}, intermediate={"none": {"tasks": []}}, targets=["xnli"],
-                  resources={"default": {"checkpoint_every": 10}})
+    config.update(
+        seeds=[1],
+        backbones={"xlmr_tiny": encoder},
+        intermediate={"none": {"tasks": []}},
+        targets=["xnli"],
+        resources={"default": {"checkpoint_every": 10}},
+    )
     config.pop("transfer")
     config["translation"].pop("datasets")
     config["tasks"] = {name: spec for name, spec in config["tasks"].items() if name in ("mnli", "xnli")}
@@ -169,8 +232,14 @@ def test_ctrl_c_on_snakemake_checkpoints_and_the_rerun_resumes_keeping_the_inter
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     with open(tmp_path / "interrupted.out", "w") as out:
         # its own process group, like a terminal's foreground job
-        proc = subprocess.Popen([sys.executable, "-m", "snakemake", *args], cwd=repo, env=env, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "snakemake", *args],
+            cwd=repo,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         deadline, meta = time.time() + 300, None
         while meta is None or checkpoint_step(meta.parent.parent) < 20:

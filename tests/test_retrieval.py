@@ -4,8 +4,15 @@ import numpy as np
 import pytest
 
 from workflow_scripts.common import InputError
-from workflow_scripts.evaluation.retrieval import (choose_threshold, expand_to_ids, margin_candidates, mined_pairs, prf,
-                                                   tatoeba_accuracy, unique_texts)
+from workflow_scripts.evaluation.retrieval import (
+    choose_threshold,
+    expand_to_ids,
+    margin_candidates,
+    mined_pairs,
+    prf,
+    tatoeba_accuracy,
+    unique_texts,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -49,8 +56,13 @@ def test_margin_candidates_are_one_to_one_and_scored_by_ratio_margin():
 
 def test_threshold_is_the_midpoint_at_best_f1_and_applies_to_test():
     gold = {("s1", "e1"), ("s2", "e2"), ("s3", "e3")}
-    cands = [(1.30, ("s1", "e1")), (1.20, ("s2", "e2")), (1.10, ("s9", "e9")), (1.05, ("s3", "e3")),
-             (0.90, ("s8", "e8"))]
+    cands = [
+        (1.30, ("s1", "e1")),
+        (1.20, ("s2", "e2")),
+        (1.10, ("s9", "e9")),
+        (1.05, ("s3", "e3")),
+        (0.90, ("s8", "e8")),
+    ]
     # F1 after each candidate: 0.5, 0.8, 0.667, 0.857, 0.75 -> best after the 4th (1.05).
     assert choose_threshold(cands, gold) == pytest.approx((1.05 + 0.90) / 2)
     predicted = mined_pairs(cands, choose_threshold(cands, gold))
@@ -60,7 +72,11 @@ def test_threshold_is_the_midpoint_at_best_f1_and_applies_to_test():
 def test_duplicate_texts_expand_to_all_their_ids():
     cands = [(1.2, 0, 1)]
     assert expand_to_ids(cands, [["s1", "s4"]], [["e0"], ["e1", "e7"]]) == [
-        (1.2, ("s1", "e1")), (1.2, ("s1", "e7")), (1.2, ("s4", "e1")), (1.2, ("s4", "e7"))]
+        (1.2, ("s1", "e1")),
+        (1.2, ("s1", "e7")),
+        (1.2, ("s4", "e1")),
+        (1.2, ("s4", "e7")),
+    ]
 
 
 def test_mining_scores_and_threshold_are_plain_floats():

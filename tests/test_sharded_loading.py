@@ -34,19 +34,53 @@ ADAPTER_HEADS = {"nli": ("classification", 3)}
 
 
 def _save_backbones(root):
-    from transformers import (LlamaConfig, LlamaForCausalLM, MT5Config, MT5ForConditionalGeneration,
-                              XLMRobertaConfig, XLMRobertaForMaskedLM)
+    from transformers import (
+        LlamaConfig,
+        LlamaForCausalLM,
+        MT5Config,
+        MT5ForConditionalGeneration,
+        XLMRobertaConfig,
+        XLMRobertaForMaskedLM,
+    )
 
     torch.manual_seed(0)
-    XLMRobertaForMaskedLM(XLMRobertaConfig(
-        vocab_size=101, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-        max_position_embeddings=40, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)).save_pretrained(root / "enc")
-    LlamaForCausalLM(LlamaConfig(
-        vocab_size=103, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64)).save_pretrained(root / "dec", max_shard_size="12KB")
-    MT5ForConditionalGeneration(MT5Config(
-        vocab_size=107, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, decoder_start_token_id=0,
-        pad_token_id=0, eos_token_id=1, dropout_rate=0.0)).save_pretrained(root / "t5")
+    XLMRobertaForMaskedLM(
+        XLMRobertaConfig(
+            vocab_size=101,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=40,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+        )
+    ).save_pretrained(root / "enc")
+    LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=103,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+        )
+    ).save_pretrained(root / "dec", max_shard_size="12KB")
+    MT5ForConditionalGeneration(
+        MT5Config(
+            vocab_size=107,
+            d_model=32,
+            d_kv=8,
+            d_ff=64,
+            num_layers=2,
+            num_heads=4,
+            decoder_start_token_id=0,
+            pad_token_id=0,
+            eos_token_id=1,
+            dropout_rate=0.0,
+        )
+    ).save_pretrained(root / "t5")
     # the decoder in bf16 (config dtype bfloat16: from_pretrained loads it so, also on CPU), and
     # that copy without a config dtype (from_pretrained then takes the weights' dtype)
     LlamaForCausalLM.from_pretrained(root / "dec", dtype=torch.bfloat16).save_pretrained(root / "dec_bf16")
@@ -76,9 +110,14 @@ def _save_adapter(model_dir, out, seed: int):
     peft_model.save_pretrained(str(out / "adapter"))
     found = lineage(model_dir)
     shutil.copyfile(os.path.join(found.base, "config.json"), out / "config.json")
-    manifest = {"family": family.name, "method": {"name": "lora", "rank": 4, "alpha": 8}, "base": found.base,
-                "merged": list(found.with_own()), "own": True,
-                "heads": {name: list(spec) for name, spec in ADAPTER_HEADS.items()}}
+    manifest = {
+        "family": family.name,
+        "method": {"name": "lora", "rank": 4, "alpha": 8},
+        "base": found.base,
+        "merged": list(found.with_own()),
+        "own": True,
+        "heads": {name: list(spec) for name, spec in ADAPTER_HEADS.items()},
+    }
     (out / "xstilts_backbone.json").write_text(json.dumps(manifest))
     return out
 
@@ -116,9 +155,19 @@ def models(tmp_path_factory):
     t5_a1 = _save_adapter(dirs["t5"], root / "t5_a1", seed=4)
     dec_bf16_a1 = _save_adapter(dirs["dec_bf16"], root / "dec_bf16_a1", seed=5)  # an fp32 adapter on a bf16 base
     missing, dropped, stray, reshaped = _broken_copies({k: root / k for k in dirs}, root)
-    return {**dirs, "enc_a1": str(enc_a1), "dec_a1": str(dec_a1), "dec_a2": str(dec_a2), "t5_a1": str(t5_a1), "dec_bf16_a1": str(dec_bf16_a1),
-            "dec_missing": str(missing), "dropped": dropped, "enc_stray": str(stray), "enc_reshaped": str(reshaped),
-            "root": root}
+    return {
+        **dirs,
+        "enc_a1": str(enc_a1),
+        "dec_a1": str(dec_a1),
+        "dec_a2": str(dec_a2),
+        "t5_a1": str(t5_a1),
+        "dec_bf16_a1": str(dec_bf16_a1),
+        "dec_missing": str(missing),
+        "dropped": dropped,
+        "enc_stray": str(stray),
+        "enc_reshaped": str(reshaped),
+        "root": root,
+    }
 
 
 SCENARIOS = [
@@ -136,21 +185,31 @@ SCENARIOS = [
     ("decoder_bf16_lora_merged", "dec_bf16_a1", "lora", {"forward": False}),
 ]
 FORWARD = [s[0] for s in SCENARIOS if s[3].get("forward", True)]
-ERRORS = [("missing_key", "dec_missing", "full"), ("unexpected_key", "enc_stray", "full"),
-          ("wrong_shape", "enc_reshaped", "lora"), ("qlora", "dec", "qlora")]
+ERRORS = [
+    ("missing_key", "dec_missing", "full"),
+    ("unexpected_key", "enc_stray", "full"),
+    ("wrong_shape", "enc_reshaped", "lora"),
+    ("qlora", "dec", "qlora"),
+]
 
 
 @pytest.fixture(scope="module")
 def runs(models):
     root = models["root"]
-    scenarios = [{"name": n, "dir": models[d], "method": m, "seed": 17 + i, **extra}
-                 for i, (n, d, m, extra) in enumerate(SCENARIOS)]
+    scenarios = [
+        {"name": n, "dir": models[d], "method": m, "seed": 17 + i, **extra}
+        for i, (n, d, m, extra) in enumerate(SCENARIOS)
+    ]
     scenarios += [{"name": n, "dir": models[d], "method": m, "seed": 1, "expect_error": True} for n, d, m in ERRORS]
     (root / "scenarios.json").write_text(json.dumps(scenarios))
     out = root / "results.pt"
     command = D.launch_command([WORKER, "--scenarios", str(root / "scenarios.json"), "--out", str(out)], 1, WORLD)
     command[:1] = [sys.executable, "-m", "torch.distributed.run"]
-    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+    }
     env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     proc = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-5000:]
@@ -158,7 +217,7 @@ def runs(models):
 
 
 def _differences(a: dict, b: dict) -> list[str]:
-    assert sorted(a) == sorted(b), (sorted(set(a) ^ set(b)))
+    assert sorted(a) == sorted(b), sorted(set(a) ^ set(b))
     return [k for k in a if a[k].dtype != b[k].dtype or not torch.equal(a[k], b[k])]
 
 
@@ -173,8 +232,9 @@ def test_sharded_loading_builds_the_existing_paths_model_tensor_for_tensor(runs,
         assert {t.dtype for t in found["sharded"].values()} == {torch.bfloat16, torch.float32}
     if name == "encoder_full_mlm":  # the MLM head predicts with the (sharded, loaded) input embeddings
         assert all(s["ties"] == [True] for s in found["stats"])
-        assert torch.equal(found["sharded"]["heads.mlm.decoder.weight"],
-                           found["sharded"]["encoder.embeddings.word_embeddings.weight"])
+        assert torch.equal(
+            found["sharded"]["heads.mlm.decoder.weight"], found["sharded"]["encoder.embeddings.word_embeddings.weight"]
+        )
     assert _differences(found["reference"], found["sharded"]) == []
     if "lora" in name:  # the new adapter and the heads' trained copies are there
         assert any("lora_A" in k for k in found["sharded"]) and any("modules_to_save" in k for k in found["sharded"])
@@ -228,9 +288,11 @@ def test_each_rank_materialises_and_reads_about_its_share(runs, name):
     assert all(s["total_param_bytes"] == total for s in stats)
     assert sum(s["local_param_bytes"] for s in stats) == total
     for s in stats:
-        print(f"{name} rank {s['rank']}: {s['local_param_bytes']} of {total} parameter bytes "
-              f"({s['local_param_bytes'] / total:.3f}), storage {s['storage_bytes']}, read {s['read_bytes']} "
-              f"(largest slice {s['largest_read']}), adapters {s['adapter_read_bytes']}")
+        print(
+            f"{name} rank {s['rank']}: {s['local_param_bytes']} of {total} parameter bytes "
+            f"({s['local_param_bytes'] / total:.3f}), storage {s['storage_bytes']}, read {s['read_bytes']} "
+            f"(largest slice {s['largest_read']}), adapters {s['adapter_read_bytes']}"
+        )
         assert abs(s["local_param_bytes"] - total / WORLD) <= 0.05 * total / WORLD
         assert s["read_bytes"] <= s["local_param_bytes"]
         assert s["storage_bytes"] <= 1.05 * total / WORLD  # FSDP2's padded shards
@@ -289,9 +351,13 @@ def test_without_a_process_group_the_existing_path_runs(models):
     ctx = D.Context(0, 1, 0, torch.device("cpu"), None, True)
     method = Method(name="lora", rank=4, alpha=8, dropout=0.0)
     torch.manual_seed(5)
-    built = S.load_sharded_model(models["dec_a1"], method,
-                                 lambda encoder: {"xnli": make_head("classification", encoder.config.hidden_size, 3, 0.0, 0.02)},
-                                 ctx, head_formats={"xnli": ("classification", 3)})
+    built = S.load_sharded_model(
+        models["dec_a1"],
+        method,
+        lambda encoder: {"xnli": make_head("classification", encoder.config.hidden_size, 3, 0.0, 0.02)},
+        ctx,
+        head_formats={"xnli": ("classification", 3)},
+    )
     torch.manual_seed(5)
     encoder = load_backbone(models["dec_a1"], method)
     expected = MultiHeadModel(encoder, {"xnli": make_head("classification", 32, 3, 0.0, 0.02)}, "decoder")
@@ -315,8 +381,13 @@ def test_the_broadcast_of_small_tensors_keeps_mixed_dtypes_and_odd_sizes(tmp_pat
     to int64 and bool ones must come back whole (a one-process gloo group)."""
     import torch.distributed as dist
 
-    tensors = [torch.arange(3, dtype=torch.float32), torch.arange(5, dtype=torch.int64),
-               torch.tensor([True, False, True]), torch.arange(7, dtype=torch.bfloat16), torch.tensor(2.5)]
+    tensors = [
+        torch.arange(3, dtype=torch.float32),
+        torch.arange(5, dtype=torch.int64),
+        torch.tensor([True, False, True]),
+        torch.arange(7, dtype=torch.bfloat16),
+        torch.tensor(2.5),
+    ]
     expected = [t.clone() for t in tensors]
     dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
     try:
@@ -337,7 +408,8 @@ def test_empty_backbone_holds_no_weights_and_names_every_parameter(models):
         assert all(p.is_meta for p in meta.parameters())
         assert type(meta) is type(real) and meta.config.to_dict() == real.config.to_dict()
         assert meta.training == real.training
-        assert [(n, p.shape, p.dtype) for n, p in meta.named_parameters()] == \
-               [(n, p.shape, p.dtype) for n, p in real.named_parameters()]
+        assert [(n, p.shape, p.dtype) for n, p in meta.named_parameters()] == [
+            (n, p.shape, p.dtype) for n, p in real.named_parameters()
+        ]
         for (n, b), (_, c) in zip(meta.named_buffers(), real.named_buffers()):
             assert torch.equal(b, c), n  # position ids, rotary frequencies: computed, not meta

@@ -25,10 +25,22 @@ pytestmark = pytest.mark.multiprocess
 # different order than one process sums them (measured: losses within 2e-6 on the
 # distributed component's own test; here a whole training run with AdamW).
 LOSS_TOLERANCE = 1e-4
-SETTINGS = {"dropout": 0.0, "dev_examples": 40, "eval_batch_size": 32, "eval_every": 5, "learning_rate": 1e-3,
-            "max_grad_norm": 1.0, "max_micro_batch": 4, "multitask_cap": 131072, "multitask_epochs": 1,
-            "patience": 30, "warmup_ratio": 0.1, "weight_decay": 0.0, "max_steps": 20,
-            "tasks": {"xnli": {"batch_size": 7, "epochs": 1, "max_length": 48}}}
+SETTINGS = {
+    "dropout": 0.0,
+    "dev_examples": 40,
+    "eval_batch_size": 32,
+    "eval_every": 5,
+    "learning_rate": 1e-3,
+    "max_grad_norm": 1.0,
+    "max_micro_batch": 4,
+    "multitask_cap": 131072,
+    "multitask_epochs": 1,
+    "patience": 30,
+    "warmup_ratio": 0.1,
+    "weight_decay": 0.0,
+    "max_steps": 20,
+    "tasks": {"xnli": {"batch_size": 7, "epochs": 1, "max_length": 48}},
+}
 
 
 @pytest.fixture(scope="module")
@@ -44,18 +56,51 @@ def encoder(tmp_path_factory, demo_encoder_dir) -> Path:
 
 
 def data_map(demo_data) -> dict:
-    return {"xnli": {"train": [{"path": str(demo_data["mnli.train"]), "languages": ["en"]}],
-                     "dev": [{"path": str(demo_data["xnli.dev"]), "languages": ["en"]}]}}
+    return {
+        "xnli": {
+            "train": [{"path": str(demo_data["mnli.train"]), "languages": ["en"]}],
+            "dev": [{"path": str(demo_data["xnli.dev"]), "languages": ["en"]}],
+        }
+    }
 
 
-def train_cmd(encoder: Path, data: dict, settings: dict, output: Path, checkpoints: Path, processes: int,
-              checkpoint_every: int = 1000) -> list[str]:
+def train_cmd(
+    encoder: Path,
+    data: dict,
+    settings: dict,
+    output: Path,
+    checkpoints: Path,
+    processes: int,
+    checkpoint_every: int = 1000,
+) -> list[str]:
     # the training rules' torchrun options (distributed.launch_command), with this interpreter
-    launcher = ([sys.executable, "-m", "torch.distributed.run", *launch_command([], 1, processes)[1:]]
-                if processes > 1 else [sys.executable])
-    return [*launcher, "-m", "workflow_scripts.training.train", "target", "--encoder", str(encoder), "--data", json.dumps(data),
-            "--settings", json.dumps(settings), "--seed", "3", "--threads", "1", "--output", str(output),
-            "--checkpoint-dir", str(checkpoints), "--checkpoint-every", str(checkpoint_every)]
+    launcher = (
+        [sys.executable, "-m", "torch.distributed.run", *launch_command([], 1, processes)[1:]]
+        if processes > 1
+        else [sys.executable]
+    )
+    return [
+        *launcher,
+        "-m",
+        "workflow_scripts.training.train",
+        "target",
+        "--encoder",
+        str(encoder),
+        "--data",
+        json.dumps(data),
+        "--settings",
+        json.dumps(settings),
+        "--seed",
+        "3",
+        "--threads",
+        "1",
+        "--output",
+        str(output),
+        "--checkpoint-dir",
+        str(checkpoints),
+        "--checkpoint-every",
+        str(checkpoint_every),
+    ]
 
 
 def run(cmd: list[str], timeout: int = 300) -> subprocess.CompletedProcess:
@@ -111,11 +156,13 @@ def test_a_sharded_run_stopped_by_a_signal_resumes_to_the_same_result(tmp_path, 
     in a session of its own). Either way torchrun forwards the signal to both ranks, which
     checkpoint at the same step and exit."""
     settings = {**SETTINGS, "method": {"name": "full"}}
-    cmd = train_cmd(encoder, data_map(demo_data), settings, tmp_path / "model", tmp_path / "ckpt", 2,
-                    checkpoint_every=4)
+    cmd = train_cmd(
+        encoder, data_map(demo_data), settings, tmp_path / "model", tmp_path / "ckpt", 2, checkpoint_every=4
+    )
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)  # its own process group, like a terminal's foreground job
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
+    )  # its own process group, like a terminal's foreground job
     deadline = time.time() + 300
     while (read_extra(tmp_path / "ckpt" / "checkpoint") or {}).get("step", 0) < 4:
         assert proc.poll() is None, proc.stderr.read()[-4000:]
@@ -147,17 +194,20 @@ def test_a_rank_that_dies_ends_the_job(tmp_path, encoder, demo_data):
     """A rank killed mid-run: torchrun (--max-restarts 0) ends the other and fails the job
     within seconds, instead of leaving it waiting in a collective until the time limit."""
     settings = {**SETTINGS, "max_steps": 400, "method": {"name": "full"}}
-    cmd = train_cmd(encoder, data_map(demo_data), settings, tmp_path / "model", tmp_path / "ckpt", 2,
-                    checkpoint_every=2)
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    cmd = train_cmd(
+        encoder, data_map(demo_data), settings, tmp_path / "model", tmp_path / "ckpt", 2, checkpoint_every=2
+    )
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
     deadline = time.time() + 300
     while (read_extra(tmp_path / "ckpt" / "checkpoint") or {}).get("step", 0) < 2:
         assert proc.poll() is None, proc.stderr.read()[-4000:]
         assert time.time() < deadline
         time.sleep(0.05)
-    workers = subprocess.run(["pgrep", "-f", "-P", str(proc.pid), "workflow_scripts.training.train"], capture_output=True,
-                             text=True).stdout.split()
+    workers = subprocess.run(
+        ["pgrep", "-f", "-P", str(proc.pid), "workflow_scripts.training.train"], capture_output=True, text=True
+    ).stdout.split()
     assert len(workers) == 2, workers
     killed_at = time.time()
     os.kill(int(workers[-1]), signal.SIGKILL)

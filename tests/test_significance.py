@@ -10,8 +10,13 @@ from workflow_scripts.reporting.tables import main_table, render_main
 
 pytestmark = pytest.mark.unit
 
-SETTINGS = {"baseline": "none", "intermediate": ["none", "mnli", "noisy"], "targets": ["xnli"], "seeds": [1, 2, 3],
-            "decimals": 1}
+SETTINGS = {
+    "baseline": "none",
+    "intermediate": ["none", "mnli", "noisy"],
+    "targets": ["xnli"],
+    "seeds": [1, 2, 3],
+    "decimals": 1,
+}
 LANGS = ("en", "de", "ru", "sw")
 
 
@@ -22,18 +27,21 @@ def runs_frame(scores: dict[str, dict[int, list[float]]]):
         for seed, values in by_seed.items():
             rows += [(config, "xnli", seed, "test", lang, "accuracy", v) for lang, v in zip(LANGS, values)]
             rows.append((config, "xnli", seed, "test", "avg", "accuracy", sum(values) / len(values)))
-    return pd.DataFrame.from_records(rows, columns=["intermediate", "target", "seed", "split", "language", "metric",
-                                                    "value"])
+    return pd.DataFrame.from_records(
+        rows, columns=["intermediate", "target", "seed", "split", "language", "metric", "value"]
+    )
 
 
 BASE = {1: [80.0, 70.0, 65.0, 60.0], 2: [81.0, 69.0, 66.0, 58.0], 3: [79.0, 71.0, 64.0, 61.0]}
-RUNS = runs_frame({
-    "none": BASE,
-    # +3 everywhere, +-0.5 jitter: a real improvement
-    "mnli": {s: [v + 3 + (0.5 if k % 2 else -0.5) for k, v in enumerate(vals)] for s, vals in BASE.items()},
-    # differences of both signs around 0: noise
-    "noisy": {s: [v + d for v, d in zip(vals, (2.0, -2.5, 1.5, -1.0))] for s, vals in BASE.items()},
-})
+RUNS = runs_frame(
+    {
+        "none": BASE,
+        # +3 everywhere, +-0.5 jitter: a real improvement
+        "mnli": {s: [v + 3 + (0.5 if k % 2 else -0.5) for k, v in enumerate(vals)] for s, vals in BASE.items()},
+        # differences of both signs around 0: noise
+        "noisy": {s: [v + d for v, d in zip(vals, (2.0, -2.5, 1.5, -1.0))] for s, vals in BASE.items()},
+    }
+)
 
 
 def test_differences_are_paired_by_seed_and_language():
@@ -44,7 +52,9 @@ def test_differences_are_paired_by_seed_and_language():
 
 def test_a_consistent_gain_is_marked_and_noise_is_not():
     table = significance.significance(RUNS, SETTINGS, "zero_shot").set_index("intermediate")
-    assert (table.loc["mnli", "seeds"], table.loc["mnli", "languages"]) == (3, 4) and table.loc["mnli", "mean_difference"] == pytest.approx(3.0)
+    assert (table.loc["mnli", "seeds"], table.loc["mnli", "languages"]) == (3, 4) and table.loc[
+        "mnli", "mean_difference"
+    ] == pytest.approx(3.0)
     assert table.loc["mnli", "ci_low"] > 2 and table.loc["mnli", "excludes_zero"]
     assert table.loc["noisy", "ci_low"] < 0 < table.loc["noisy", "ci_high"] and not table.loc["noisy", "excludes_zero"]
     again = significance.significance(RUNS, SETTINGS, "zero_shot").set_index("intermediate")

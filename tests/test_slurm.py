@@ -34,8 +34,12 @@ pytestmark = [pytest.mark.cluster, pytest.mark.skipif(REASON is not None, reason
 
 # (backbone, target) -> how its running training job is interrupted once it has a checkpoint.
 SHARDED = "sharded_tiny"  # the 2-rank backbone; no name here is a prefix of another plus "_"
-INTERRUPTIONS = {("xlmr_tiny", "xnli"): "usr1", ("xlmr_tiny", "udpos"): "scancel", ("xlmr_tiny", "panx"): "requeue",
-                 (SHARDED, "xnli"): "usr1"}
+INTERRUPTIONS = {
+    ("xlmr_tiny", "xnli"): "usr1",
+    ("xlmr_tiny", "udpos"): "scancel",
+    ("xlmr_tiny", "panx"): "requeue",
+    (SHARDED, "xnli"): "usr1",
+}
 TARGETS = sorted({target for _, target in INTERRUPTIONS})
 AFTER_STEP = 20
 RUN_TIMEOUT = int(os.environ.get("XSTILTS_SLURM_TIMEOUT", "900"))
@@ -48,15 +52,19 @@ def reduced_config(path: Path) -> Path:
     config = yaml.safe_load((REPO / "config.yaml").read_text())
     config["seeds"] = [1]
     tiny = config["backbones"]["xlmr_tiny"]
-    config["backbones"] = {"xlmr_tiny": tiny,
-                           SHARDED: {**tiny, "gpus": {"per_node": 2, "launcher": "srun"},
-                                     "grid": {"intermediate": ["none"], "targets": ["xnli"], "settings": ["zero_shot"]}}}
+    config["backbones"] = {
+        "xlmr_tiny": tiny,
+        SHARDED: {
+            **tiny,
+            "gpus": {"per_node": 2, "launcher": "srun"},
+            "grid": {"intermediate": ["none"], "targets": ["xnli"], "settings": ["zero_shot"]},
+        },
+    }
     config["intermediate"] = {"none": {"tasks": []}}
     config["targets"] = TARGETS
     config.pop("transfer")
     config["translation"].pop("datasets")
-    config["tasks"] = {name: spec for name, spec in config["tasks"].items()
-                       if name in {"mnli", *TARGETS}}
+    config["tasks"] = {name: spec for name, spec in config["tasks"].items() if name in {"mnli", *TARGETS}}
     config["models"]["demo_pretraining"]["text"] = {"mnli": ["train"], **{t: ["dev"] for t in TARGETS}}
     for target in TARGETS:
         # ~15 s of training (760 steps at ~60 steps/s on 2 cores): the test's poll, which sees
@@ -87,16 +95,33 @@ def queue(cluster: Cluster) -> list[tuple[str, str, str]]:
 
 def accounting(cluster: Cluster) -> list[dict[str, str]]:
     """Every job record of the cluster's accounting, requeued runs included."""
-    out = cluster.run("sacct", "--noheader", "--parsable2", "--duplicates", "--allusers", "-X",
-                      "--starttime", "now-1days", "--format=JobIDRaw,State,ExitCode,Comment").stdout
+    out = cluster.run(
+        "sacct",
+        "--noheader",
+        "--parsable2",
+        "--duplicates",
+        "--allusers",
+        "-X",
+        "--starttime",
+        "now-1days",
+        "--format=JobIDRaw,State,ExitCode,Comment",
+    ).stdout
     keys = ("id", "state", "exit", "comment")
     return [dict(zip(keys, line.split("|", 3))) for line in out.splitlines() if line]
 
 
 def step_records(cluster: Cluster) -> list[tuple[str, str]]:
     """(step id, number of tasks) of every job step the accounting holds."""
-    out = cluster.run("sacct", "--noheader", "--parsable2", "--duplicates", "--allusers",
-                      "--starttime", "now-1days", "--format=JobIDRaw,NTasks").stdout
+    out = cluster.run(
+        "sacct",
+        "--noheader",
+        "--parsable2",
+        "--duplicates",
+        "--allusers",
+        "--starttime",
+        "now-1days",
+        "--format=JobIDRaw,NTasks",
+    ).stdout
     return [tuple(line.split("|", 1)) for line in out.splitlines() if line.count("|") == 1]
 
 
@@ -134,21 +159,37 @@ def slurm_run(tmp_path_factory, cluster, reference):
     config = reduced_config(workdir / "slurm_test.yaml")
     # A job holding every CPU keeps the workflow's first jobs pending, so one can be
     # cancelled while it waits; it is cancelled itself once that is done.
-    blocker = cluster.run("sbatch", "--parsable", f"--cpus-per-task={os.cpu_count()}",
-                          "--output=/dev/null", "--wrap", "sleep 600").stdout.strip()
+    blocker = cluster.run(
+        "sbatch", "--parsable", f"--cpus-per-task={os.cpu_count()}", "--output=/dev/null", "--wrap", "sleep 600"
+    ).stdout.strip()
     env = {**cluster.env, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     # Status checks every few seconds instead of the profile's (cluster-friendly) cadence.
     log_path = workdir / "snakemake.log"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "snakemake", "--profile", "slurm", "--configfile", str(config),
-         "--slurm-init-seconds-before-status-checks", "2"],
-        cwd=workdir, env=env, stdout=log_path.open("w"), stderr=subprocess.STDOUT, text=True)
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "--profile",
+            "slurm",
+            "--configfile",
+            str(config),
+            "--slurm-init-seconds-before-status-checks",
+            "2",
+        ],
+        cwd=workdir,
+        env=env,
+        stdout=log_path.open("w"),
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     events = {"pending_cancelled": None, "interrupted": {}}
     deadline = time.monotonic() + RUN_TIMEOUT
     try:
         while proc.poll() is None:
-            assert time.monotonic() < deadline, \
+            assert time.monotonic() < deadline, (
                 f"the workflow did not finish: it hangs; {events}\n{log_path.read_text()[-3000:]}"
+            )
             jobs = queue(cluster)
             if events["pending_cancelled"] is None:
                 pending = [(i, c) for i, state, c in jobs if state == "PENDING" and c.startswith("rule_")]
@@ -158,10 +199,20 @@ def slurm_run(tmp_path_factory, cluster, reference):
                     events["pending_cancelled"] = pending[0]
                     cluster.run("scancel", blocker)
             for job_id, state, comment in jobs:
-                run = next((r for r in INTERRUPTIONS if comment.startswith("rule_train_target")
-                            and f"_{r[0]}_" in comment and f"_{r[1]}_" in comment), None)
-                if (run is None or run in events["interrupted"] or state != "RUNNING"
-                        or checkpoint_step(target_checkpoints(workdir, *run)) < AFTER_STEP):
+                run = next(
+                    (
+                        r
+                        for r in INTERRUPTIONS
+                        if comment.startswith("rule_train_target") and f"_{r[0]}_" in comment and f"_{r[1]}_" in comment
+                    ),
+                    None,
+                )
+                if (
+                    run is None
+                    or run in events["interrupted"]
+                    or state != "RUNNING"
+                    or checkpoint_step(target_checkpoints(workdir, *run)) < AFTER_STEP
+                ):
                     continue
                 how = INTERRUPTIONS[run]
                 if how == "usr1":
@@ -170,15 +221,24 @@ def slurm_run(tmp_path_factory, cluster, reference):
                     cluster.run("scancel", job_id)
                 else:
                     cluster.run("scontrol", "requeue", job_id)
-                events["interrupted"][run] = {"job": job_id, "at_step": checkpoint_step(target_checkpoints(workdir, *run))}
+                events["interrupted"][run] = {
+                    "job": job_id,
+                    "at_step": checkpoint_step(target_checkpoints(workdir, *run)),
+                }
             time.sleep(0.5)
     finally:
         if proc.poll() is None:
             proc.kill()
         cluster.run("scancel", blocker, check=False)
     log = log_path.read_text()
-    return {"workdir": workdir, "returncode": proc.returncode, "log": log, "events": events,
-            "accounting": accounting(cluster), "accounting_steps": step_records(cluster)}
+    return {
+        "workdir": workdir,
+        "returncode": proc.returncode,
+        "log": log,
+        "events": events,
+        "accounting": accounting(cluster),
+        "accounting_steps": step_records(cluster),
+    }
 
 
 def test_interrupted_workflow_finishes_by_itself(slurm_run):
@@ -215,16 +275,24 @@ def test_interrupted_training_resumes_to_the_same_metric_file(slurm_run, referen
     assert any(r["state"].startswith(expected_state) for r in records), records
     if how == "usr1":  # the training process stopped on the signal itself: 128 + SIGUSR1
         assert any(r["exit"] == "1:0" for r in records), records
-    train_log = json.loads((workdir / "results/slurm_test/target" / backbone / "none" / target / "en.dev-en/seed1/model/train_log.json").read_text())
-    assert train_log["resumed_at_step"] is not None and train_log["resumed_at_step"] >= event["at_step"], \
-        (train_log["resumed_at_step"], event)
+    train_log = json.loads(
+        (
+            workdir / "results/slurm_test/target" / backbone / "none" / target / "en.dev-en/seed1/model/train_log.json"
+        ).read_text()
+    )
+    assert train_log["resumed_at_step"] is not None and train_log["resumed_at_step"] >= event["at_step"], (
+        train_log["resumed_at_step"],
+        event,
+    )
     if backbone == SHARDED:  # both ranks trained, started by srun as Slurm tasks
         assert train_log["throughput"]["processes"] == 2, train_log["throughput"]
         steps = cluster_steps(slurm_run["accounting_steps"], event["job"])
         assert any(tasks == "2" for _, tasks in steps), steps
     name = f"results/slurm_test/metrics/{backbone}/zero_shot/none/{target}/seed1.json"
     assert metric_files(workdir)[name] == reference[name]
-    assert checkpoint_step(target_checkpoints(workdir, backbone, target)) == 0, "checkpoints are removed once the model exists"
+    assert checkpoint_step(target_checkpoints(workdir, backbone, target)) == 0, (
+        "checkpoints are removed once the model exists"
+    )
 
 
 def test_preflight_checks_the_profile_against_the_cluster(cluster, tmp_path):
@@ -235,21 +303,48 @@ def test_preflight_checks_the_profile_against_the_cluster(cluster, tmp_path):
     workdir = copy_repo(tmp_path / "repo")
     profile = workdir / "site_profile"
     profile.mkdir()
-    (profile / "config.yaml").write_text(yaml.safe_dump({
-        "executor": "slurm",
-        "default-resources": {"slurm_partition": "debug", "slurm_account": "no_such_account"},
-        "set-resources": {"train_target": {"slurm_partition": "gpu_a100"}}}))
+    (profile / "config.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "executor": "slurm",
+                "default-resources": {"slurm_partition": "debug", "slurm_account": "no_such_account"},
+                "set-resources": {"train_target": {"slurm_partition": "gpu_a100"}},
+            }
+        )
+    )
     config = yaml.safe_load((workdir / "config.yaml").read_text())
     config["backbones"]["xlmr_tiny"]["gpus"] = {"per_node": GPUS + 2}
     (workdir / "wide.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    env = {**cluster.env, "PYTHONPATH": str(workdir),
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    proc = subprocess.run([sys.executable, "-m", "workflow_scripts.workflow.preflight", "--configfile", "wide.yaml",
-                           "--profile", "site_profile"], cwd=workdir, env=env, capture_output=True, text=True,
-                          timeout=600)
+    env = {
+        **cluster.env,
+        "PYTHONPATH": str(workdir),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "workflow_scripts.workflow.preflight",
+            "--configfile",
+            "wide.yaml",
+            "--profile",
+            "site_profile",
+        ],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    status = {(r[0], r[1]): r[2] for r in (
-        [c.strip() for c in line.strip("|").split(" | ")] for line in proc.stdout.splitlines() if line.startswith("| "))}
+    status = {
+        (r[0], r[1]): r[2]
+        for r in (
+            [c.strip() for c in line.strip("|").split(" | ")]
+            for line in proc.stdout.splitlines()
+            if line.startswith("| ")
+        )
+    }
     assert status[("slurm", "partition debug")] == "ok"
     assert status[("slurm", "partition gpu_a100")] == "BLOCKER"
     assert status[("slurm", "account no_such_account")] == "BLOCKER"

@@ -95,7 +95,7 @@ def test_install_wraps_a_loaded_plugin_once(monkeypatch):
     monkeypatch.setitem(sys.modules, slurm.PLUGIN_MODULE, plugin)
     assert slurm.install() and slurm.install()
     wrapped = plugin.query_job_status
-    assert wrapped is not query and getattr(wrapped, "xstilts_normalised")
+    assert wrapped is not query and wrapped.xstilts_normalised
     slurm.install()
     assert plugin.query_job_status is wrapped
 
@@ -124,13 +124,16 @@ def test_usr1_is_left_to_the_job_inside_slurm_only(monkeypatch):
         signal.signal(signal.SIGUSR1, previous)
 
 
-@pytest.mark.parametrize(("expected", "runtime", "lead", "allocations"), [
-    (100, 240, 600, 1),    # fits one allocation
-    (225, 240, 600, 1),    # exactly one allocation of training time: 240 - 5 - 10
-    (226, 240, 600, 2),
-    (360, 240, 600, 2),
-    (1440, 120, 300, 14),  # 24 h in 2 h allocations: 120 - 5 - 5 = 110 min each
-])
+@pytest.mark.parametrize(
+    ("expected", "runtime", "lead", "allocations"),
+    [
+        (100, 240, 600, 1),  # fits one allocation
+        (225, 240, 600, 1),  # exactly one allocation of training time: 240 - 5 - 10
+        (226, 240, 600, 2),
+        (360, 240, 600, 2),
+        (1440, 120, 300, 14),  # 24 h in 2 h allocations: 120 - 5 - 5 = 110 min each
+    ],
+)
 def test_allocations_needed(expected, runtime, lead, allocations):
     assert slurm.allocations_needed(expected, runtime, lead) == allocations
 
@@ -139,8 +142,7 @@ def test_training_retries():
     assert slurm.training_retries({"runtime": 240}) is None  # Snakemake's --retries applies
     assert slurm.training_retries({"runtime": 240, "retries": 1}) == 1
     assert slurm.training_retries({"runtime": 240, "expected_runtime": 360}) == 1 + slurm.DEFAULT_FAILURE_RETRIES
-    assert slurm.training_retries({"runtime": 120, "expected_runtime": 1440, "signal_lead": 300,
-                                   "retries": 0}) == 13
+    assert slurm.training_retries({"runtime": 120, "expected_runtime": 1440, "signal_lead": 300, "retries": 0}) == 13
 
 
 def test_runtime_too_short_for_the_signal_is_a_config_error():
@@ -159,9 +161,14 @@ class _Resources(dict):
     __getattr__ = dict.__getitem__
 
 
-GEOMETRIES = {"one process": (1, 0, "torchrun"), "one node": (1, 8, "torchrun"), "two nodes": (2, 8, "torchrun"),
-              "srun ranks, one node": (1, 2, "srun"), "srun ranks, two nodes": (2, 8, "srun"),
-              "srun, one GPU per node": (2, 1, "srun")}
+GEOMETRIES = {
+    "one process": (1, 0, "torchrun"),
+    "one node": (1, 8, "torchrun"),
+    "two nodes": (2, 8, "torchrun"),
+    "srun ranks, one node": (1, 2, "srun"),
+    "srun ranks, two nodes": (2, 8, "srun"),
+    "srun, one GPU per node": (2, 1, "srun"),
+}
 
 
 @pytest.mark.parametrize("nodes,per_node,launcher", GEOMETRIES.values(), ids=GEOMETRIES.keys())
@@ -178,12 +185,27 @@ def test_training_resources_give_the_sbatch_geometry_of_their_launcher(nodes, pe
 
     asked = {"nodes": nodes, "per_node": per_node, "launcher": launcher}
     own = slurm.steps_its_own_ranks(asked)
-    resources = _Resources(runtime=60, mem_mb=4000, **slurm.training_geometry(asked),
-                           gpu=slurm.training_gpu_total(asked, 0), slurm_extra="", cpus_per_task=2, _cores=2, threads=2)
-    job = SimpleNamespace(resources=resources, threads=2, is_group=lambda: False, name="train_target",
-                          wildcards={}, jobid=1)
-    params = {"run_uuid": "u", "slurm_logfile": "log", "comment_str": "c", "account": "", "partition": "",
-              "workdir": "."}
+    resources = _Resources(
+        runtime=60,
+        mem_mb=4000,
+        **slurm.training_geometry(asked),
+        gpu=slurm.training_gpu_total(asked, 0),
+        slurm_extra="",
+        cpus_per_task=2,
+        _cores=2,
+        threads=2,
+    )
+    job = SimpleNamespace(
+        resources=resources, threads=2, is_group=lambda: False, name="train_target", wildcards={}, jobid=1
+    )
+    params = {
+        "run_uuid": "u",
+        "slurm_logfile": "log",
+        "comment_str": "c",
+        "account": "",
+        "partition": "",
+        "workdir": ".",
+    }
     try:
         call = get_submit_command(job, params)
     except (AttributeError, TypeError) as err:  # the plugin reads another job attribute: name it

@@ -13,8 +13,10 @@ def test_summary_names_the_outputs_and_shows_each_backbones_baseline_setting_tab
     for backbone, cell in (("xlmr", "a"), ("llama", "c"), ("other", "z")):
         tables = results / "tables" / backbone
         tables.mkdir(parents=True)
-        (tables / "main.md").write_text(f"# Intermediate-task results\n\n## zero_shot (baseline setting)\n\n| {cell} |\n"
-                                        "\n## translate_train\n\n| b |\n")
+        (tables / "main.md").write_text(
+            f"# Intermediate-task results\n\n## zero_shot (baseline setting)\n\n| {cell} |\n"
+            "\n## translate_train\n\n| b |\n"
+        )
     (results / "tables/backbones.md").write_text("# Across backbones\n")
     (results / "figures/xlmr/per_language").mkdir(parents=True)
     (results / "figures/xlmr/per_language/xnli.png").write_bytes(b"")

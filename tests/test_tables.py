@@ -9,16 +9,26 @@ from workflow_scripts.reporting.tables import best_models, load_runs, main_table
 
 pytestmark = pytest.mark.unit
 
-SETTINGS = {"baseline": "none", "decimals": 1, "targets": ["xnli", "xquad"], "intermediate": ["none", "mnli", "mnli_de"],
-            "seeds": [1, 2, 3], "target_languages": {"xnli": ["en", "de"], "xquad": ["en", "de"]},
-            "translated": {"mnli_de": {"language": "de", "english": "mnli"}}}
+SETTINGS = {
+    "baseline": "none",
+    "decimals": 1,
+    "targets": ["xnli", "xquad"],
+    "intermediate": ["none", "mnli", "mnli_de"],
+    "seeds": [1, 2, 3],
+    "target_languages": {"xnli": ["en", "de"], "xquad": ["en", "de"]},
+    "translated": {"mnli_de": {"language": "de", "english": "mnli"}},
+}
 
 
 def metric_file(tmp_path, inter, target, seed, per_lang, selection):
-    m = {"run": {"intermediate": inter, "target": target, "seed": seed},
-         "scores": {"test": per_lang}, "average": {"test": {k: sum(v[k] for v in per_lang.values()) / len(per_lang)
-                                                           for k in next(iter(per_lang.values()))}},
-         "selection": {"score": selection}}
+    m = {
+        "run": {"intermediate": inter, "target": target, "seed": seed},
+        "scores": {"test": per_lang},
+        "average": {
+            "test": {k: sum(v[k] for v in per_lang.values()) / len(per_lang) for k in next(iter(per_lang.values()))}
+        },
+        "selection": {"score": selection},
+    }
     path = tmp_path / f"{inter}-{target}-{seed}.json"
     path.write_text(json.dumps(m))
     return str(path)
@@ -30,11 +40,21 @@ def runs(tmp_path):
     acc = {"none": (60, 62, 70), "mnli": (64, 66, 90), "mnli_de": (65, 61, 63)}  # en scores per seed
     for inter, values in acc.items():
         for seed, v in zip((1, 2, 3), values):
-            files.append(metric_file(tmp_path, inter, "xnli", seed, {"en": {"accuracy": v}, "de": {"accuracy": v - 10}},
-                                     selection=v))
-            files.append(metric_file(tmp_path, inter, "xquad", seed,
-                                     {"en": {"f1": v, "exact_match": v - 20}, "de": {"f1": v - 4, "exact_match": v - 24}},
-                                     selection=v))
+            files.append(
+                metric_file(
+                    tmp_path, inter, "xnli", seed, {"en": {"accuracy": v}, "de": {"accuracy": v - 10}}, selection=v
+                )
+            )
+            files.append(
+                metric_file(
+                    tmp_path,
+                    inter,
+                    "xquad",
+                    seed,
+                    {"en": {"f1": v, "exact_match": v - 20}, "de": {"f1": v - 4, "exact_match": v - 24}},
+                    selection=v,
+                )
+            )
     return load_runs(files)
 
 
@@ -71,19 +91,32 @@ def test_translated_table_compares_in_the_translation_language(runs):
 # ----- benchmarks: XTREME-R categories and overall score, footnotes ------------------------
 
 XTREME_R_SCORES = {  # baseline "none"; config "mnli" adds 2 everywhere, 5 on LAReQA
-    "xnli": {"accuracy": 80}, "xcopa": {"accuracy": 60}, "udpos": {"f1": 75}, "panx": {"f1": 65},
-    "xquad": {"f1": 70, "exact_match": 50}, "mlqa": {"f1": 60, "exact_match": 40},
-    "tydiqa": {"f1": 55, "exact_match": 45}, "tatoeba": {"accuracy": 90}, "mewslix": {"map_at_20": 40},
-    "lareqa": {"map_at_20": 20}}
+    "xnli": {"accuracy": 80},
+    "xcopa": {"accuracy": 60},
+    "udpos": {"f1": 75},
+    "panx": {"f1": 65},
+    "xquad": {"f1": 70, "exact_match": 50},
+    "mlqa": {"f1": 60, "exact_match": 40},
+    "tydiqa": {"f1": 55, "exact_match": 45},
+    "tatoeba": {"accuracy": 90},
+    "mewslix": {"map_at_20": 40},
+    "lareqa": {"map_at_20": 20},
+}
 
 
 def xtreme_r_settings(targets, languages=None):
     from workflow_scripts.workflow import benchmark
 
     official = benchmark.XTREME_R.languages
-    return {"baseline": "none", "decimals": 1, "targets": list(targets), "intermediate": ["none", "mnli"],
-            "seeds": [1], "target_languages": {t: list((languages or {}).get(t, official[t])) for t in targets},
-            "benchmark": benchmark.XTREME_R.describe()}
+    return {
+        "baseline": "none",
+        "decimals": 1,
+        "targets": list(targets),
+        "intermediate": ["none", "mnli"],
+        "seeds": [1],
+        "target_languages": {t: list((languages or {}).get(t, official[t])) for t in targets},
+        "benchmark": benchmark.XTREME_R.describe(),
+    }
 
 
 @pytest.fixture
@@ -110,12 +143,18 @@ def test_xtreme_r_category_averages_and_overall_score(xtreme_r_runs):
     assert (mnli["classification"], mnli["question answering"]) == (2, 2)
     assert mnli["retrieval"] == pytest.approx(3) and mnli["overall"] == pytest.approx(2.3)
     text = render_main(shown, settings)
-    assert ("| Intermediate task | xnli | xcopa | udpos | panx | xquad | mlqa | tydiqa | tatoeba | mewslix | lareqa "
-            "| Avg | Classification | Struct. pred. | QA | Retrieval | Overall |") in text
-    assert "| none | 80.0 | 60.0 | 75.0 | 65.0 | 70.0 / 50.0 | 60.0 / 40.0 | 55.0 / 45.0 | 90.0 | 40.0 | 20.0 " \
-           "| 59.0 | 70.0 | 70.0 | 53.3 | 50.0 | 59.0 |" in text
-    assert "| mnli | +2.0 | +2.0 | +2.0 | +2.0 | +2.0 / +2.0 | +2.0 / +2.0 | +2.0 / +2.0 | +2.0 | +2.0 | +5.0 " \
-           "| +2.3 | +2.0 | +2.0 | +2.0 | +3.0 | +2.3 |" in text
+    assert (
+        "| Intermediate task | xnli | xcopa | udpos | panx | xquad | mlqa | tydiqa | tatoeba | mewslix | lareqa "
+        "| Avg | Classification | Struct. pred. | QA | Retrieval | Overall |"
+    ) in text
+    assert (
+        "| none | 80.0 | 60.0 | 75.0 | 65.0 | 70.0 / 50.0 | 60.0 / 40.0 | 55.0 / 45.0 | 90.0 | 40.0 | 20.0 "
+        "| 59.0 | 70.0 | 70.0 | 53.3 | 50.0 | 59.0 |" in text
+    )
+    assert (
+        "| mnli | +2.0 | +2.0 | +2.0 | +2.0 | +2.0 / +2.0 | +2.0 / +2.0 | +2.0 / +2.0 | +2.0 | +2.0 | +5.0 "
+        "| +2.3 | +2.0 | +2.0 | +2.0 | +3.0 | +2.3 |" in text
+    )
     assert "QA counts (F1 + EM) / 2 in the averages." in text
     # the benchmark's notes for the targets shown (Mewsli-X's data version, LAReQA's mAP@20)
     assert "mewslix: Mewsli-X data version 20220518_6 was re-sampled" in text
@@ -133,8 +172,10 @@ def test_a_category_without_all_its_targets_is_left_empty_with_a_footnote(xtreme
     text = render_main(shown, settings, best_models(xtreme_r_runs, settings))
     assert "| none | 80.0 | 60.0 | 70.0 / 50.0 | 40.0 | 60.0 | 70.0 | – | – | – | – |" in text
     assert "| mnli | +2.0 | +2.0 | +2.0 / +2.0 | +2.0 | +2.0 | +2.0 | – | – | – | – |" in text
-    assert ("– in Struct. pred., QA, Retrieval, Overall: this grid lacks tasks of theirs (Struct. pred.: udpos, "
-            "panx; QA: mlqa, tydiqa; Retrieval: tatoeba, lareqa)") in text
+    assert (
+        "– in Struct. pred., QA, Retrieval, Overall: this grid lacks tasks of theirs (Struct. pred.: udpos, "
+        "panx; QA: mlqa, tydiqa; Retrieval: tatoeba, lareqa)"
+    ) in text
     best_row = next(line for line in text.splitlines() if line.startswith("| best models"))
     assert best_row.count("|") == text.splitlines()[0].count("|"), "one cell per column"
     assert "lareqa:" not in text, "notes only for the targets shown"
@@ -145,8 +186,10 @@ def test_a_target_on_fewer_languages_than_the_benchmark_is_footnoted(xtreme_r_ru
     _, shown = main_table(xtreme_r_runs, settings)
     text = render_main(shown, settings)
     assert "xnli: averaged over 2 of 15 languages: not comparable with published XTREME-R scores." in text
-    assert ("mewslix: averaged over 2 of 11 languages and over fr, which XTREME-R does not evaluate mewslix in: not "
-            "comparable with published XTREME-R scores.") in text
+    assert (
+        "mewslix: averaged over 2 of 11 languages and over fr, which XTREME-R does not evaluate mewslix in: not "
+        "comparable with published XTREME-R scores."
+    ) in text
 
 
 def test_ranking_targets_show_map_at_20(xtreme_r_runs):
@@ -168,19 +211,29 @@ def test_xtreme_tables_keep_their_layout():
 
     from workflow_scripts.workflow import benchmark
 
-    full = {**SETTINGS, "target_languages": {t: list(benchmark.XTREME.languages[t]) for t in SETTINGS["targets"]},
-            "benchmark": benchmark.XTREME.describe()}
-    shown = pd.DataFrame({"xnli": [57.0, 4.0], "xquad.f1": [60.0, 4.0], "xquad.exact_match": [40.0, 4.0],
-                          "avg": [53.5, 4.0]}, index=["none", "mnli"])
+    full = {
+        **SETTINGS,
+        "target_languages": {t: list(benchmark.XTREME.languages[t]) for t in SETTINGS["targets"]},
+        "benchmark": benchmark.XTREME.describe(),
+    }
+    shown = pd.DataFrame(
+        {"xnli": [57.0, 4.0], "xquad.f1": [60.0, 4.0], "xquad.exact_match": [40.0, 4.0], "avg": [53.5, 4.0]},
+        index=["none", "mnli"],
+    )
     text = render_main(shown, full)
-    assert text.splitlines()[:4] == ["| Intermediate task | xnli | xquad | Avg |", "|---|---:|---:|---:|",
-                                     "| none | 57.0 | 60.0 / 40.0 | 53.5 |", "| mnli | +4.0 | +4.0 / +4.0 | +4.0 |"]
+    assert text.splitlines()[:4] == [
+        "| Intermediate task | xnli | xquad | Avg |",
+        "|---|---:|---:|---:|",
+        "| none | 57.0 | 60.0 / 40.0 | 53.5 |",
+        "| mnli | +4.0 | +4.0 / +4.0 | +4.0 |",
+    ]
     assert text.rstrip("\n").endswith("F1 for QA."), "no benchmark notes"
     subset = render_main(shown, {**full, "target_languages": SETTINGS["target_languages"]})
     assert subset.splitlines()[:4] == text.splitlines()[:4]
     assert subset.splitlines()[-2:] == [
         "xnli: averaged over 2 of 15 languages: not comparable with published XTREME scores.",
-        "xquad: averaged over 2 of 11 languages: not comparable with published XTREME scores."]
+        "xquad: averaged over 2 of 11 languages: not comparable with published XTREME scores.",
+    ]
 
 
 def test_xtreme_main_table_has_no_category_columns(runs):

@@ -30,15 +30,18 @@ def test_every_built_in_task_is_an_entry_of_the_catalogue_folder():
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("edit, message", [
-    (lambda e: e.update(colour="red"), "unknown keys ['colour']"),
-    (lambda e: e.update(format="regression"), "format 'regression' is not one of"),
-    (lambda e: e.update(metric="bleu"), "metric 'bleu' is not one of"),
-    (lambda e: e.update(name="snli2"), "name 'snli2' differs from the file name 'snli'"),
-    (lambda e: e.update(splits=["train", "validation"]), "splits ['validation'] are not splits"),
-    (lambda e: e.pop("converter"), "key 'converter' is required"),
-    (lambda e: e.update(map_convention="mrr"), "map_convention 'mrr' is not one of lareqa, mewslix"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda e: e.update(colour="red"), "unknown keys ['colour']"),
+        (lambda e: e.update(format="regression"), "format 'regression' is not one of"),
+        (lambda e: e.update(metric="bleu"), "metric 'bleu' is not one of"),
+        (lambda e: e.update(name="snli2"), "name 'snli2' differs from the file name 'snli'"),
+        (lambda e: e.update(splits=["train", "validation"]), "splits ['validation'] are not splits"),
+        (lambda e: e.pop("converter"), "key 'converter' is required"),
+        (lambda e: e.update(map_convention="mrr"), "map_convention 'mrr' is not one of lareqa, mewslix"),
+    ],
+)
 def test_a_bad_entry_is_refused_naming_its_file_and_key(tmp_path, edit, message):
     entry = yaml.safe_load((EXAMPLE / "snli.yaml").read_text())
     edit(entry)
@@ -79,11 +82,25 @@ def _touch_every_output(repo: Path, configfile: str) -> None:
     """A finished grid without running it: every output of the grid exists and Snakemake
     records every job's params as if it had run (`--touch --forceall`; the touch executor's
     0.1 s pause per job is dropped, the outputs are made in the DAG's order)."""
-    summary = subprocess.run([sys.executable, "-m", "snakemake", "--configfile", configfile, "--summary"], cwd=repo,
-                             capture_output=True, text=True, check=True).stdout.splitlines()[1:]
-    directory_rules = {"prepare_backbone", "prepare_translator", "prepare_translator_to_english", "convert_translator",
-                       "prepare_vision_encoder", "embed_images", "train_intermediate", "train_target",
-                       "train_target_stage", "collect_submission"}
+    summary = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--configfile", configfile, "--summary"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()[1:]
+    directory_rules = {
+        "prepare_backbone",
+        "prepare_translator",
+        "prepare_translator_to_english",
+        "convert_translator",
+        "prepare_vision_encoder",
+        "embed_images",
+        "train_intermediate",
+        "train_target",
+        "train_target_stage",
+        "collect_submission",
+    }
     for line in summary:
         path, _, rule, *_ = line.split("\t")
         target = repo / path
@@ -92,10 +109,17 @@ def _touch_every_output(repo: Path, configfile: str) -> None:
         else:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.touch()
-    code = ("import sys, snakemake.executors.touch as touch; touch.Executor.SLEEPING_TIME = 0;"
-            " from snakemake.cli import main; sys.argv[0] = 'snakemake'; main()")
-    proc = subprocess.run([sys.executable, "-c", code, "--touch", "--forceall", "--cores", "1", "--configfile",
-                           configfile], cwd=repo, capture_output=True, text=True, timeout=900)
+    code = (
+        "import sys, snakemake.executors.touch as touch; touch.Executor.SLEEPING_TIME = 0;"
+        " from snakemake.cli import main; sys.argv[0] = 'snakemake'; main()"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "--touch", "--forceall", "--cores", "1", "--configfile", configfile],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert planned_jobs(repo, "--configfile", configfile) == set()
 
@@ -151,8 +175,10 @@ def test_further_hub_sources_declare_the_languages_their_converters_read_from_th
     from workflow_scripts.data.tasks import get_task
     from workflow_scripts.workflow import grid
 
-    declared = {(t, s): set(get_task(t).hub_source(s).languages)
-                for t, s in (("panx", "wikiann"), ("xquad", "xquad"), ("tatoeba", "tatoeba"))}
+    declared = {
+        (t, s): set(get_task(t).hub_source(s).languages)
+        for t, s in (("panx", "wikiann"), ("xquad", "xquad"), ("tatoeba", "tatoeba"))
+    }
     assert declared[("panx", "wikiann")] == set(grid.target_languages("panx")) - xtreme.PANX_XTREME_LANGUAGES
     assert declared[("xquad", "xquad")] == set(grid.target_languages("xquad")) - spans.XQUAD_XTREME_LANGUAGES
     assert declared[("tatoeba", "tatoeba")] == set(xtreme.TATOEBA_EXTRA_CODES)

@@ -12,25 +12,48 @@ from workflow_scripts.training.train import train_phase
 
 pytestmark = pytest.mark.unit
 
-PHASE = {"dropout": 0.1, "dev_examples": 40, "eval_batch_size": 32, "eval_every": 4, "learning_rate": 1e-3,
-         "max_grad_norm": 1.0, "max_micro_batch": 4, "multitask_cap": 131072, "multitask_epochs": 1,
-         "patience": 30, "warmup_ratio": 0.1, "weight_decay": 0.0, "max_steps": 12}
+PHASE = {
+    "dropout": 0.1,
+    "dev_examples": 40,
+    "eval_batch_size": 32,
+    "eval_every": 4,
+    "learning_rate": 1e-3,
+    "max_grad_norm": 1.0,
+    "max_micro_batch": 4,
+    "multitask_cap": 131072,
+    "multitask_epochs": 1,
+    "patience": 30,
+    "warmup_ratio": 0.1,
+    "weight_decay": 0.0,
+    "max_steps": 12,
+}
 
 
 @pytest.fixture(scope="module")
 def mlm_data(tmp_path_factory):
     out = tmp_path_factory.mktemp("mlm") / "train.parquet"
-    prepare("mlm", "train", {**local_settings("wikimedia/wikipedia", ["en", "de"]),
-                             "options": {"sentences": 60, "alpha": 0.3}}, out)
+    prepare(
+        "mlm",
+        "train",
+        {**local_settings("wikimedia/wikipedia", ["en", "de"]), "options": {"sentences": 60, "alpha": 0.3}},
+        out,
+    )
     return out
 
 
 def test_multitask_with_mlm_trains_and_saves_the_encoder(tmp_path, demo_data, demo_encoder_dir, mlm_data):
-    settings = {**PHASE, "language": "en", "tasks": {
-        "mnli": {"batch_size": 8, "epochs": 1, "max_length": 48, "select_language": "en"},
-        "mlm": {"batch_size": 8, "epochs": 1, "max_length": 48}}}
-    data = {"mnli": {"train": str(demo_data["mnli.train"]), "dev": str(demo_data["mnli.train"])},
-            "mlm": {"train": str(mlm_data)}}
+    settings = {
+        **PHASE,
+        "language": "en",
+        "tasks": {
+            "mnli": {"batch_size": 8, "epochs": 1, "max_length": 48, "select_language": "en"},
+            "mlm": {"batch_size": 8, "epochs": 1, "max_length": 48},
+        },
+    }
+    data = {
+        "mnli": {"train": str(demo_data["mnli.train"]), "dev": str(demo_data["mnli.train"])},
+        "mlm": {"train": str(mlm_data)},
+    }
     log = train_phase("intermediate", demo_encoder_dir, data, settings, seed=5, threads=1, output=tmp_path / "enc")
     assert set(log["task_probabilities"]) == {"mnli", "mlm"}
     assert log["total_steps"] == 12 and log["history"][-1]["step"] == 12
@@ -47,8 +70,9 @@ def test_multitask_with_mlm_trains_and_saves_the_encoder(tmp_path, demo_data, de
     assert speed["examples_per_s"] > 0 and log["padding_share"] == 1 - speed["tokens"] / speed["padded_tokens"]
 
 
-def test_a_non_finite_loss_stops_training_before_anything_is_written(tmp_path, demo_data, demo_encoder_dir,
-                                                                     monkeypatch):
+def test_a_non_finite_loss_stops_training_before_anything_is_written(
+    tmp_path, demo_data, demo_encoder_dir, monkeypatch
+):
     import torch
 
     from workflow_scripts.training import train
@@ -60,48 +84,69 @@ def test_a_non_finite_loss_stops_training_before_anything_is_written(tmp_path, d
         return logits, loss * torch.tensor(float("nan"))
 
     monkeypatch.setattr(train, "forward", diverging)
-    settings = {**PHASE, "eval_every": 100, "tasks": {"xnli": {"batch_size": 8, "epochs": 1, "max_length": 48,
-                                                               "select_language": "en"}}}
+    settings = {
+        **PHASE,
+        "eval_every": 100,
+        "tasks": {"xnli": {"batch_size": 8, "epochs": 1, "max_length": 48, "select_language": "en"}},
+    }
     data = {"xnli": {"train": str(demo_data["mnli.train"]), "dev": str(demo_data["xnli.dev"])}}
     with pytest.raises(FloatingPointError, match="non-finite loss between steps 1 and 12"):
-        train_phase("target", demo_encoder_dir, data, settings, seed=1, threads=1, output=tmp_path / "nan",
-                    checkpoint_dir=tmp_path / "ckpt", checkpoint_every=100)
+        train_phase(
+            "target",
+            demo_encoder_dir,
+            data,
+            settings,
+            seed=1,
+            threads=1,
+            output=tmp_path / "nan",
+            checkpoint_dir=tmp_path / "ckpt",
+            checkpoint_every=100,
+        )
     assert not (tmp_path / "nan").exists() and not (tmp_path / "ckpt" / "checkpoint").exists()
 
 
 def test_same_seed_same_result(tmp_path, demo_data, demo_encoder_dir):
-    settings = {**PHASE, "tasks": {"xnli": {"batch_size": 8, "epochs": 1, "max_length": 48,
-                                            "select_language": "en"}}}
+    settings = {**PHASE, "tasks": {"xnli": {"batch_size": 8, "epochs": 1, "max_length": 48, "select_language": "en"}}}
     data = {"xnli": {"train": str(demo_data["mnli.train"]), "dev": str(demo_data["xnli.dev"])}}
-    logs = [train_phase("target", demo_encoder_dir, data, settings, seed=2, threads=1, output=tmp_path / f"m{k}")
-            for k in range(2)]
+    logs = [
+        train_phase("target", demo_encoder_dir, data, settings, seed=2, threads=1, output=tmp_path / f"m{k}")
+        for k in range(2)
+    ]
     assert [h["loss"] for h in logs[0]["history"]] == [h["loss"] for h in logs[1]["history"]]
     assert logs[0]["best"] == logs[1]["best"]
     assert (tmp_path / "m0/heads.pt").read_bytes() == (tmp_path / "m1/heads.pt").read_bytes()
 
 
 def test_training_without_examples_in_the_phase_language_is_refused(tmp_path, demo_data, demo_encoder_dir):
-    settings = {**PHASE, "language": "de", "tasks": {"mnli": {"batch_size": 8, "epochs": 1, "max_length": 48,
-                                                              "select_language": "de"}}}
+    settings = {
+        **PHASE,
+        "language": "de",
+        "tasks": {"mnli": {"batch_size": 8, "epochs": 1, "max_length": 48, "select_language": "de"}},
+    }
     data = {"mnli": {"train": str(demo_data["mnli.train"]), "dev": str(demo_data["mnli.train"])}}
     with pytest.raises(InputError, match="no de dev examples|no de training examples"):
         train_phase("intermediate", demo_encoder_dir, data, settings, seed=1, threads=1, output=tmp_path / "x")
     assert not (tmp_path / "x").exists()
 
 
-def test_early_stopping_restores_the_best_weights_and_lr_follows_the_schedule(tmp_path, demo_data,
-                                                                            demo_encoder_dir):
-    from workflow_scripts.data.prepare import read_table
-    from workflow_scripts.evaluation.evaluate import score_rows
-    from workflow_scripts.models.heads import MultiHeadModel, load_encoder, load_tokenizer, make_head
-    from workflow_scripts.data.tasks import get_task
-    from workflow_scripts.training.train import linear_schedule
-
+def test_early_stopping_restores_the_best_weights_and_lr_follows_the_schedule(tmp_path, demo_data, demo_encoder_dir):
     import torch
 
-    settings = {**PHASE, "learning_rate": 1e-2, "eval_every": 2, "patience": 3, "max_steps": 60,
-                "dev_examples": 40, "tasks": {"xnli": {"batch_size": 8, "epochs": 3, "max_length": 48,
-                                                       "select_language": "en"}}}
+    from workflow_scripts.data.prepare import read_table
+    from workflow_scripts.data.tasks import get_task
+    from workflow_scripts.evaluation.evaluate import score_rows
+    from workflow_scripts.models.heads import MultiHeadModel, load_encoder, load_tokenizer, make_head
+    from workflow_scripts.training.train import linear_schedule
+
+    settings = {
+        **PHASE,
+        "learning_rate": 1e-2,
+        "eval_every": 2,
+        "patience": 3,
+        "max_steps": 60,
+        "dev_examples": 40,
+        "tasks": {"xnli": {"batch_size": 8, "epochs": 3, "max_length": 48, "select_language": "en"}},
+    }
     data = {"xnli": {"train": str(demo_data["mnli.train"]), "dev": str(demo_data["xnli.dev"])}}
 
     def got_worse(log):
@@ -123,8 +168,14 @@ def test_early_stopping_restores_the_best_weights_and_lr_follows_the_schedule(tm
     model = MultiHeadModel(encoder, {"xnli": make_head("classification", encoder.config.hidden_size, 3, 0.0, 0.02)})
     model.heads.load_state_dict(torch.load(tmp_path / "m/heads.pt", weights_only=True))
     rows = [r for r in read_table(demo_data["xnli.dev"]).to_pylist() if r["lang"] == "en"][:40]
-    rescored = score_rows(model, get_task("xnli"), load_tokenizer(tmp_path / "m"), rows,
-                          {"max_length": 48, "eval_batch_size": 32}, torch.device("cpu"))
+    rescored = score_rows(
+        model,
+        get_task("xnli"),
+        load_tokenizer(tmp_path / "m"),
+        rows,
+        {"max_length": 48, "eval_batch_size": 32},
+        torch.device("cpu"),
+    )
     assert rescored == log["best"]["scores"]["xnli"]
     # Learning rate at each evaluation: linear warmup then linear decay.
     for h in history:

@@ -11,7 +11,7 @@ pytestmark = pytest.mark.unit
 
 
 def test_sampler_matches_capped_proportions():
-    cap = 2 ** 17
+    cap = 2**17
     sizes = {"big": 400_000, "mid": 60_000, "small": 9_000}  # "big" is above K
     sampler = TaskSampler(sizes, cap, seed=3)
     capped = {n: min(e, cap) for n, e in sizes.items()}
@@ -26,8 +26,8 @@ def test_sampler_matches_capped_proportions():
 
 def test_sampler_sequence_is_a_function_of_the_seed():
     sizes = {"a": 10, "b": 20, "c": 30}
-    first = [TaskSampler(sizes, 2 ** 17, seed=7).next() for _ in range(1)]
-    s1, s2, s3 = (TaskSampler(sizes, 2 ** 17, seed=s) for s in (7, 7, 8))
+    first = [TaskSampler(sizes, 2**17, seed=7).next() for _ in range(1)]
+    s1, s2, s3 = (TaskSampler(sizes, 2**17, seed=s) for s in (7, 7, 8))
     seq1 = [s1.next() for _ in range(200)]
     assert seq1 == [s2.next() for _ in range(200)]
     assert seq1 != [s3.next() for _ in range(200)]
@@ -49,9 +49,11 @@ def test_configure_torch_turns_on_deterministic_kernels_without_importing_the_co
     import subprocess
     import sys
 
-    probe = ("import sys, torch; from workflow_scripts.common import configure_torch; configure_torch(1); "
-             "print(torch.are_deterministic_algorithms_enabled(), "
-             "torch.is_deterministic_algorithms_warn_only_enabled(), torch.get_num_threads(), "
-             "'torch._inductor' in sys.modules)")
+    probe = (
+        "import sys, torch; from workflow_scripts.common import configure_torch; configure_torch(1); "
+        "print(torch.are_deterministic_algorithms_enabled(), "
+        "torch.is_deterministic_algorithms_warn_only_enabled(), torch.get_num_threads(), "
+        "'torch._inductor' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["True", "True", "1", "False"]

@@ -51,7 +51,9 @@ def test_zero_shot_trains_on_english_and_selects_on_english_dev(config):
     assert set(p.models) == {"en", "de", "ru", "sw"} and len(p.recipes()) == 1
     (recipe,) = p.recipes()
     assert recipe.name == "en.dev-en"
-    assert [(r.path, r.languages, r.kind) for r in recipe.train] == [("results/demo/data/mnli/train.parquet", ("en",), "english")]
+    assert [(r.path, r.languages, r.kind) for r in recipe.train] == [
+        ("results/demo/data/mnli/train.parquet", ("en",), "english")
+    ]
     assert [(r.path, r.languages) for r in recipe.dev] == [("results/demo/data/xnli/dev.parquet", ("en",))]
     assert p.eval_data["test"][0].languages == ("en", "de", "ru", "sw")
 
@@ -60,8 +62,9 @@ def test_translate_train_uses_published_translations_and_target_dev(config):
     de = recipe_of(config, "translate_train", "xnli", "de")
     assert de.name == "mt-de.dev-de"
     # XNLI's own machine-translated MNLI, not our MT; selected on XNLI's human de dev.
-    assert [(r.path, r.languages, r.kind) for r in de.train] == [("results/demo/data/xnli_mt/train.parquet", ("de",),
-                                                                  "published_mt")]
+    assert [(r.path, r.languages, r.kind) for r in de.train] == [
+        ("results/demo/data/xnli_mt/train.parquet", ("de",), "published_mt")
+    ]
     assert [(r.path, r.languages, r.kind) for r in de.dev] == [("results/demo/data/xnli/dev.parquet", ("de",), "human")]
     # English keeps the English model; only the chosen languages are scored.
     p = transfer.plan(config, "translate_train", "xnli")
@@ -86,7 +89,9 @@ def test_translate_train_all_trains_one_model_on_english_and_every_translation(c
     (recipe,) = transfer.plan(config, "translate_train_all", "xnli").recipes()
     assert recipe.name == "mt-all.dev-all"
     assert [(r.path, r.languages) for r in recipe.train] == [
-        ("results/demo/data/mnli/train.parquet", ("en",)), ("results/demo/data/xnli_mt/train.parquet", ("de",))]
+        ("results/demo/data/mnli/train.parquet", ("en",)),
+        ("results/demo/data/xnli_mt/train.parquet", ("de",)),
+    ]
     # One selection file holding both languages: the selection score averages them.
     assert [(r.path, r.languages) for r in recipe.dev] == [("results/demo/data/xnli/dev.parquet", ("en", "de"))]
 
@@ -94,10 +99,13 @@ def test_translate_train_all_trains_one_model_on_english_and_every_translation(c
 def test_in_language_settings_train_on_the_targets_own_data(config):
     de = recipe_of(config, "in_language", "panx", "de")
     assert de.name == "il-de.dev-de"
-    assert [(r.path, r.languages, r.kind) for r in de.train] == [("results/demo/data/panx/train.parquet", ("de",),
-                                                                  "in_language")]
+    assert [(r.path, r.languages, r.kind) for r in de.train] == [
+        ("results/demo/data/panx/train.parquet", ("de",), "in_language")
+    ]
     (everything,) = transfer.plan(config, "in_language_all", "panx").recipes()
-    assert [(r.path, r.languages) for r in everything.train] == [("results/demo/data/panx/train.parquet", ("en", "de", "ru"))]
+    assert [(r.path, r.languages) for r in everything.train] == [
+        ("results/demo/data/panx/train.parquet", ("en", "de", "ru"))
+    ]
 
 
 def test_translate_test_scores_translated_test_data_with_the_english_model(config):
@@ -106,7 +114,8 @@ def test_translate_test_scores_translated_test_data_with_the_english_model(confi
     assert list(p.eval_data) == ["test"]
     assert [(r.path, r.languages, r.kind) for r in p.eval_data["test"]] == [
         ("results/demo/data/xnli/test.parquet", ("en",), "human"),
-        ("results/demo/translate_test/xnli/de/test.parquet", ("de",), "translate_test")]
+        ("results/demo/translate_test/xnli/de/test.parquet", ("de",), "translate_test"),
+    ]
 
 
 def test_a_setting_may_run_a_subset_of_the_seeds(config):
@@ -114,7 +123,9 @@ def test_a_setting_may_run_a_subset_of_the_seeds(config):
     assert transfer.plan(config, "source:de", "xnli").seeds == (2,)
     assert transfer.plan(config, "zero_shot", "xnli").seeds == tuple(config["seeds"])
     config["transfer"]["settings"]["source:de"]["seeds"] = [7]
-    with pytest.raises(ConfigError, match=r"transfer.settings.source:de.seeds\[0\]: 7 is not one of the config's seeds"):
+    with pytest.raises(
+        ConfigError, match=r"transfer.settings.source:de.seeds\[0\]: 7 is not one of the config's seeds"
+    ):
         check_config(config)
 
 
@@ -124,7 +135,9 @@ def test_a_language_without_dev_data_selects_on_english_and_says_so(config, monk
     config["transfer"]["settings"]["in_language"]["targets"] = ["udpos"]
     de = recipe_of(config, "in_language", "udpos", "de")
     assert de.name == "il-de.dev-en"
-    assert [(r.path, r.languages, r.kind) for r in de.dev] == [("results/demo/data/udpos/dev.parquet", ("en",), "english")]
+    assert [(r.path, r.languages, r.kind) for r in de.dev] == [
+        ("results/demo/data/udpos/dev.parquet", ("en",), "english")
+    ]
 
 
 def test_model_selection_option_changes_the_recipe(config):
@@ -154,18 +167,36 @@ def test_settings_apply_to_the_targets_they_can_by_default(config):
 
 BAD = [
     ("unknown setting", {"translate_tset": {}}, "transfer.settings.translate_tset: unknown transfer setting"),
-    ("tagging target under translate-train", {"translate_train": {"targets": ["udpos"]}},
-     "transfer.settings.translate_train.targets[0]: translate_train does not apply to udpos"),
-    ("retrieval target under a source language", {"source:de": {"targets": ["bucc"]}},
-     "transfer.settings.source:de.targets[0]: source:de does not apply to bucc"),
-    ("language the target has no data in", {"in_language": {"targets": ["panx"], "languages": ["sw"]}},
-     "transfer.settings.in_language.languages[0]: panx is not evaluated in 'sw'"),
-    ("source language without a published translation", {"source:ru": {"targets": ["xnli"]}},
-     "no published xnli training translation in 'ru': tasks.xnli_mt.languages lacks it"),
-    ("translate-train without a translator", {"translate_train": {"targets": ["xquad"], "languages": ["ru"]}},
-     "xquad in 'ru' needs a translator: models.translators has no 'ru'"),
-    ("unknown intermediate config", {"source:de": {"intermediate": ["mnlii"]}},
-     "transfer.settings.source:de.intermediate[0]: 'mnlii' is not an intermediate config"),
+    (
+        "tagging target under translate-train",
+        {"translate_train": {"targets": ["udpos"]}},
+        "transfer.settings.translate_train.targets[0]: translate_train does not apply to udpos",
+    ),
+    (
+        "retrieval target under a source language",
+        {"source:de": {"targets": ["bucc"]}},
+        "transfer.settings.source:de.targets[0]: source:de does not apply to bucc",
+    ),
+    (
+        "language the target has no data in",
+        {"in_language": {"targets": ["panx"], "languages": ["sw"]}},
+        "transfer.settings.in_language.languages[0]: panx is not evaluated in 'sw'",
+    ),
+    (
+        "source language without a published translation",
+        {"source:ru": {"targets": ["xnli"]}},
+        "no published xnli training translation in 'ru': tasks.xnli_mt.languages lacks it",
+    ),
+    (
+        "translate-train without a translator",
+        {"translate_train": {"targets": ["xquad"], "languages": ["ru"]}},
+        "xquad in 'ru' needs a translator: models.translators has no 'ru'",
+    ),
+    (
+        "unknown intermediate config",
+        {"source:de": {"intermediate": ["mnlii"]}},
+        "transfer.settings.source:de.intermediate[0]: 'mnlii' is not an intermediate config",
+    ),
 ]
 
 
@@ -181,7 +212,9 @@ def test_translate_test_needs_a_translator_into_english(config):
     config["models"]["translators_to_en"] = {}
     with pytest.raises(ConfigError) as err:
         check_config(config)
-    assert "transfer.settings.translate_test: xnli in 'de' needs a translator: models.translators_to_en" in str(err.value)
+    assert "transfer.settings.translate_test: xnli in 'de' needs a translator: models.translators_to_en" in str(
+        err.value
+    )
 
 
 def test_baseline_setting_must_be_one_of_the_settings(config):
@@ -208,20 +241,42 @@ def test_evaluate_cli_maps_languages_to_models_and_files():
     assert parse_models(["m"]) == {"*": Path("m")}
     assert parse_models(["en=a", "de=b"]) == {"en": Path("a"), "de": Path("b")}
     assert parse_data(["test:en=x.parquet", "test:de,ru=y.parquet", "dev=z.parquet"]) == {
-        "test": [("x.parquet", ["en"]), ("y.parquet", ["de", "ru"])], "dev": [("z.parquet", None)]}
+        "test": [("x.parquet", ["en"]), ("y.parquet", ["de", "ru"])],
+        "dev": [("z.parquet", None)],
+    }
 
 
 # ----- tables -----------------------------------------------------------------------------
 
 # Test accuracies per (setting, seed, language): E(M^S, T) for the Turc et al. table.
 SCORES = {
-    "zero_shot": {1: {"en": 80, "de": 70, "ru": 60}, 2: {"en": 84, "de": 72, "ru": 64}, 3: {"en": 82, "de": 71, "ru": 62}},
-    "source:de": {1: {"en": 74, "de": 76, "ru": 63}, 2: {"en": 76, "de": 78, "ru": 65}, 3: {"en": 75, "de": 80, "ru": 61}},
-    "translate_train": {1: {"en": 80, "de": 76, "ru": 66}, 2: {"en": 84, "de": 78, "ru": 68}, 3: {"en": 82, "de": 80, "ru": 70}},
+    "zero_shot": {
+        1: {"en": 80, "de": 70, "ru": 60},
+        2: {"en": 84, "de": 72, "ru": 64},
+        3: {"en": 82, "de": 71, "ru": 62},
+    },
+    "source:de": {
+        1: {"en": 74, "de": 76, "ru": 63},
+        2: {"en": 76, "de": 78, "ru": 65},
+        3: {"en": 75, "de": 80, "ru": 61},
+    },
+    "translate_train": {
+        1: {"en": 80, "de": 76, "ru": 66},
+        2: {"en": 84, "de": 78, "ru": 68},
+        3: {"en": 82, "de": 80, "ru": 70},
+    },
 }
-TABLE_SETTINGS = {"baseline": "none", "decimals": 1, "targets": ["xnli"], "intermediate": ["none"], "seeds": [1, 2, 3],
-                  "target_languages": {"xnli": ["en", "de", "ru"]}, "translated": {},
-                  "settings": ["zero_shot", "translate_train", "source:de"], "baseline_setting": "zero_shot"}
+TABLE_SETTINGS = {
+    "baseline": "none",
+    "decimals": 1,
+    "targets": ["xnli"],
+    "intermediate": ["none"],
+    "seeds": [1, 2, 3],
+    "target_languages": {"xnli": ["en", "de", "ru"]},
+    "translated": {},
+    "settings": ["zero_shot", "translate_train", "source:de"],
+    "baseline_setting": "zero_shot",
+}
 
 
 @pytest.fixture
@@ -230,9 +285,11 @@ def transfer_runs(tmp_path):
     for setting, seeds in SCORES.items():
         for seed, per_lang in seeds.items():
             scores = {lang: {"accuracy": float(v)} for lang, v in per_lang.items()}
-            m = {"run": {"setting": setting, "intermediate": "none", "target": "xnli", "seed": seed},
-                 "scores": {"test": scores},
-                 "average": {"test": {"accuracy": sum(per_lang.values()) / len(per_lang)}}}
+            m = {
+                "run": {"setting": setting, "intermediate": "none", "target": "xnli", "seed": seed},
+                "scores": {"test": scores},
+                "average": {"test": {"accuracy": sum(per_lang.values()) / len(per_lang)}},
+            }
             path = tmp_path / f"{transfer.path_token(setting)}-{seed}.json"
             path.write_text(json.dumps(m))
             files.append(str(path))
@@ -245,11 +302,20 @@ def median(values):
 
 def test_turc_z_and_advantage_match_a_hand_computation(transfer_runs):
     md, frame = source_language_table(transfer_runs, TABLE_SETTINGS)
-    e = {(src, lang): median([SCORES[setting][s][lang] for s in (1, 2, 3)])
-         for setting, src in (("zero_shot", "en"), ("source:de", "de")) for lang in ("en", "de", "ru")}
+    e = {
+        (src, lang): median([SCORES[setting][s][lang] for s in (1, 2, 3)])
+        for setting, src in (("zero_shot", "en"), ("source:de", "de"))
+        for lang in ("en", "de", "ru")
+    }
     # By hand: E(en, en) = 82, E(en, de) = 71, E(en, ru) = 62; E(de, en) = 75, E(de, de) = 78, E(de, ru) = 63.
-    assert e == {("en", "en"): 82, ("en", "de"): 71, ("en", "ru"): 62, ("de", "en"): 75, ("de", "de"): 78,
-                 ("de", "ru"): 63}
+    assert e == {
+        ("en", "en"): 82,
+        ("en", "de"): 71,
+        ("en", "ru"): 62,
+        ("de", "en"): 75,
+        ("de", "de"): 78,
+        ("de", "ru"): 63,
+    }
     z = frame.set_index(["source", "language"])["z"]
     assert z[("en", "en")] == pytest.approx(100) and z[("de", "de")] == pytest.approx(100)
     assert z[("de", "en")] == pytest.approx(100 * 75 / 82)  # Z(de -> en) = E(de, en) / E(en, en)
@@ -275,8 +341,9 @@ def test_settings_table_lists_every_setting_with_the_xtreme_average(transfer_run
     # Per-seed language means: zero_shot 70, 73.33, 71.67 -> 71.67; translate_train 74, 76.67, 77.33 -> 76.67.
     assert avg["zero_shot"] == pytest.approx(215 / 3) and avg["translate_train"] == pytest.approx(230 / 3)
     lines = md.splitlines()
-    assert lines.index(next(l for l in lines if l.startswith("| zero_shot"))) < \
-        lines.index(next(l for l in lines if l.startswith("| translate_train")))
+    assert lines.index(next(l for l in lines if l.startswith("| zero_shot"))) < lines.index(
+        next(l for l in lines if l.startswith("| translate_train"))
+    )
     assert f"| translate_train | 1,2,3 | {230 / 3:.1f} | {230 / 3:.1f} | +5.0 |" in md
 
 
@@ -284,17 +351,60 @@ def test_results_tables_have_a_block_per_setting(tmp_path, transfer_runs):
     from workflow_scripts.reporting.tables import main
 
     files = sorted(str(p) for p in tmp_path.glob("*.json"))
-    out = {name: tmp_path / "tables" / name for name in
-           ("main.md", "main.csv", "best.csv", "pl.md", "pl.csv", "tr.md", "tr.csv", "runs.csv", "settings.md",
-            "settings.csv", "source.md", "source.csv", "significance.csv")}
+    out = {
+        name: tmp_path / "tables" / name
+        for name in (
+            "main.md",
+            "main.csv",
+            "best.csv",
+            "pl.md",
+            "pl.csv",
+            "tr.md",
+            "tr.csv",
+            "runs.csv",
+            "settings.md",
+            "settings.csv",
+            "source.md",
+            "source.csv",
+            "significance.csv",
+        )
+    }
     settings = {**TABLE_SETTINGS, "target_languages": {"xnli": ["en", "de", "ru", "sw"]}}
-    main(["results", "--settings", json.dumps(settings), "--metrics", *files,
-          "--main-md", str(out["main.md"]), "--main-csv", str(out["main.csv"]), "--best-csv", str(out["best.csv"]),
-          "--per-language-md", str(out["pl.md"]), "--per-language-csv", str(out["pl.csv"]),
-          "--translated-md", str(out["tr.md"]), "--translated-csv", str(out["tr.csv"]), "--runs-csv", str(out["runs.csv"]),
-          "--settings-md", str(out["settings.md"]), "--settings-csv", str(out["settings.csv"]),
-          "--source-md", str(out["source.md"]), "--source-csv", str(out["source.csv"]),
-          "--significance-csv", str(out["significance.csv"])])
+    main(
+        [
+            "results",
+            "--settings",
+            json.dumps(settings),
+            "--metrics",
+            *files,
+            "--main-md",
+            str(out["main.md"]),
+            "--main-csv",
+            str(out["main.csv"]),
+            "--best-csv",
+            str(out["best.csv"]),
+            "--per-language-md",
+            str(out["pl.md"]),
+            "--per-language-csv",
+            str(out["pl.csv"]),
+            "--translated-md",
+            str(out["tr.md"]),
+            "--translated-csv",
+            str(out["tr.csv"]),
+            "--runs-csv",
+            str(out["runs.csv"]),
+            "--settings-md",
+            str(out["settings.md"]),
+            "--settings-csv",
+            str(out["settings.csv"]),
+            "--source-md",
+            str(out["source.md"]),
+            "--source-csv",
+            str(out["source.csv"]),
+            "--significance-csv",
+            str(out["significance.csv"]),
+        ]
+    )
     main_md = out["main.md"].read_text()
     blocks = [line for line in main_md.splitlines() if line.startswith("## ")]
     assert blocks == ["## zero_shot (baseline setting)", "## translate_train", "## source:de"]
@@ -313,9 +423,11 @@ def test_settings_table_compares_a_row_with_the_baseline_over_the_same_languages
         for seed, per_lang in seeds.items():
             if setting == "translate_train":  # scored in en and de only
                 per_lang = {k: v for k, v in per_lang.items() if k != "ru"}
-            m = {"run": {"setting": setting, "intermediate": "none", "target": "xnli", "seed": seed},
-                 "scores": {"test": {lang: {"accuracy": float(v)} for lang, v in per_lang.items()}},
-                 "average": {"test": {"accuracy": sum(per_lang.values()) / len(per_lang)}}}
+            m = {
+                "run": {"setting": setting, "intermediate": "none", "target": "xnli", "seed": seed},
+                "scores": {"test": {lang: {"accuracy": float(v)} for lang, v in per_lang.items()}},
+                "average": {"test": {"accuracy": sum(per_lang.values()) / len(per_lang)}},
+            }
             path = tmp_path / f"{transfer.path_token(setting)}-{seed}.json"
             path.write_text(json.dumps(m))
             files.append(str(path))

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.unit
 def test_read_marked_cleans_context_and_points_at_answer():
     ctx, start, ans = read_marked("Er kaufte <b> das Buch </b>gestern.")
     assert ans == "das Buch"
-    assert ctx[start:start + len(ans)] == ans
+    assert ctx[start : start + len(ans)] == ans
     assert OPEN not in ctx and CLOSE not in ctx
     assert read_marked("Er kaufte das Buch.") is None
     assert read_marked("Er <b>kaufte <b>das</b> Buch.") is None
@@ -51,15 +51,15 @@ def perturbing_translator(lost_share: int):
         if OPEN in out and b < lost_share:
             kind = b % 3
             if kind == 0:
-                out = out.replace(OPEN, "").replace(CLOSE, "")          # markers dropped
+                out = out.replace(OPEN, "").replace(CLOSE, "")  # markers dropped
             elif kind == 1:
-                out = out.replace(OPEN, "< b >").replace(CLOSE, "")      # one marker lost, one re-spaced
+                out = out.replace(OPEN, "< b >").replace(CLOSE, "")  # one marker lost, one re-spaced
             else:
-                out = out.replace(OPEN, "").replace(CLOSE, OPEN)         # moved / malformed
+                out = out.replace(OPEN, "").replace(CLOSE, OPEN)  # moved / malformed
         elif OPEN in out and b % 5 == 0:
-            out = out.replace(OPEN, "<B>").replace(CLOSE, "</B>")        # re-cased, still usable
+            out = out.replace(OPEN, "<B>").replace(CLOSE, "</B>")  # re-cased, still usable
         if b % 4 == 0:
-            out = out.replace("market", "markets")                     # inflection
+            out = out.replace("market", "markets")  # inflection
         return out
 
     return lambda texts: [translate_one(t) for t in texts]
@@ -72,7 +72,7 @@ def test_every_kept_span_is_exact_and_stats_add_up(demo_data):
     out, stats = translate_spans(rows, perturbing_translator(lost_share=30), max_distance=10)
     for r in out:
         s, t = r["answer_starts"][0], r["answer_texts"][0]
-        assert t and r["context"][s:s + len(t)] == t
+        assert t and r["context"][s : s + len(t)] == t
     assert stats["kept"] == len(out)
     assert stats["recovered_by_markers"] + stats["recovered_by_fuzzy_match"] == stats["kept"]
     dropped = stats["dropped_no_answer_in_source"] + stats["dropped_unaligned"]
@@ -90,7 +90,7 @@ def test_recovery_rate_when_markers_survive_ninety_percent(demo_data):
 
 def test_classification_and_choices_keep_labels(demo_data):
     rows = read_table(demo_data["mnli.train"]).to_pylist()[:20]
-    out, stats = translate_rows("classification", rows, lambda ts: [t.upper() for t in ts], "de", 10)
+    out, _stats = translate_rows("classification", rows, lambda ts: [t.upper() for t in ts], "de", 10)
     assert [r["label"] for r in out] == [r["label"] for r in rows]
     assert all(r["lang"] == "de" and r["text_a"] == src["text_a"].upper() for r, src in zip(out, rows))
     mc = [{"id": "1", "lang": "en", "context": "c", "choices": ["a", "b", "", "d"], "label": 2}]
@@ -117,8 +117,12 @@ def translator_dir(tmp_path_factory, demo_data):
     from workflow_scripts.models.demo_models import build_demo_translator
 
     out = tmp_path_factory.mktemp("mt") / "de"
-    build_demo_translator({"vocab_size": 800, "d_model": 16, "layers": 1, "heads": 2, "ffn_dim": 32,
-                           "max_position_embeddings": 64}, [str(p) for p in demo_data.values()], "de", out)
+    build_demo_translator(
+        {"vocab_size": 800, "d_model": 16, "layers": 1, "heads": 2, "ffn_dim": 32, "max_position_embeddings": 64},
+        [str(p) for p in demo_data.values()],
+        "de",
+        out,
+    )
     return out
 
 
@@ -169,14 +173,23 @@ def test_ctranslate2_and_transformers_give_the_same_greedy_translations(translat
     texts = [r["text_a"] for r in read_table(demo_data["xnli.dev"]).to_pylist()[:40]]
     hf = MarianTranslator(translator_dir, {**MT_SETTINGS, "backend": "transformers"}, torch.device("cpu"))
     for threads in (1, 2):  # batches run in parallel with 2 threads: same strings, same order
-        ct2 = MarianTranslator(translator_dir, {**MT_SETTINGS, "backend": "ctranslate2", "compute_type": "float32"},
-                               torch.device("cpu"), converted=converted_dir, threads=threads)
+        ct2 = MarianTranslator(
+            translator_dir,
+            {**MT_SETTINGS, "backend": "ctranslate2", "compute_type": "float32"},
+            torch.device("cpu"),
+            converted=converted_dir,
+            threads=threads,
+        )
         assert ct2(texts) == hf(texts)
     assert ct2.describe()["backend"] == "ctranslate2" and ct2.describe()["precision"] == "float32"
     # The engine and its precision are part of the cache key.
     assert ct2.cache.model_key != hf.cache.model_key
-    int8 = MarianTranslator(translator_dir, {**MT_SETTINGS, "backend": "ctranslate2", "compute_type": "int8"},
-                            torch.device("cpu"), converted=converted_dir)
+    int8 = MarianTranslator(
+        translator_dir,
+        {**MT_SETTINGS, "backend": "ctranslate2", "compute_type": "int8"},
+        torch.device("cpu"),
+        converted=converted_dir,
+    )
     assert int8.cache.model_key != ct2.cache.model_key
 
 
@@ -200,10 +213,26 @@ def test_ctranslate2_backend_refuses_a_missing_or_stale_conversion(tmp_path, tra
 
 
 def test_random_translator_drops_spans_without_crashing(tmp_path, translator_dir, demo_data):
-    cmd = [sys.executable, "-m", "workflow_scripts.translation.translate", "data", "--task", "squad", "--lang", "de",
-           "--model", str(translator_dir), "--input", str(demo_data["squad.train"]),
-           "--settings", json.dumps(MT_SETTINGS), "--output", str(tmp_path / "out.parquet"),
-           "--stats", str(tmp_path / "stats.json")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "workflow_scripts.translation.translate",
+        "data",
+        "--task",
+        "squad",
+        "--lang",
+        "de",
+        "--model",
+        str(translator_dir),
+        "--input",
+        str(demo_data["squad.train"]),
+        "--settings",
+        json.dumps(MT_SETTINGS),
+        "--output",
+        str(tmp_path / "out.parquet"),
+        "--stats",
+        str(tmp_path / "stats.json"),
+    ]
     subprocess.run(cmd, check=True, capture_output=True)
     stats = json.loads((tmp_path / "stats.json").read_text())
     out = read_table(tmp_path / "out.parquet").to_pylist()
@@ -211,12 +240,13 @@ def test_random_translator_drops_spans_without_crashing(tmp_path, translator_dir
     assert stats["kept"] + stats["dropped_unaligned"] + stats["dropped_no_answer_in_source"] == stats["examples"]
     for r in out:
         s, t = r["answer_starts"][0], r["answer_texts"][0]
-        assert r["context"][s:s + len(t)] == t
+        assert r["context"][s : s + len(t)] == t
 
 
 def test_quality_against_references():
-    perfect = translation_quality(lambda xs: list(xs), ["Der Hund schläft.", "Ein Haus."],
-                                  ["Der Hund schläft.", "Ein Haus."])
+    perfect = translation_quality(
+        lambda xs: list(xs), ["Der Hund schläft.", "Ein Haus."], ["Der Hund schläft.", "Ein Haus."]
+    )
     assert perfect["bleu"] == pytest.approx(100) and perfect["chrf"] == pytest.approx(100)
     worse = translation_quality(lambda xs: ["Die Katze." for _ in xs], ["a", "b"], ["Der Hund schläft.", "Ein Haus."])
     assert worse["bleu"] < 10 and worse["chrf"] < perfect["chrf"]
@@ -229,19 +259,51 @@ def test_translation_tables(tmp_path):
     from workflow_scripts.reporting.tables import translation_tables
 
     stats = tmp_path / "train.stats.json"
-    stats.write_text(json.dumps({"task": "squad", "language": "de", "examples": 10, "kept": 8,
-                                 "recovered_by_markers": 6, "recovered_by_fuzzy_match": 2,
-                                 "segments_requested": 20, "segments_from_cache": 5}))
+    stats.write_text(
+        json.dumps(
+            {
+                "task": "squad",
+                "language": "de",
+                "examples": 10,
+                "kept": 8,
+                "recovered_by_markers": 6,
+                "recovered_by_fuzzy_match": 2,
+                "segments_requested": 20,
+                "segments_from_cache": 5,
+            }
+        )
+    )
     quality = tmp_path / "de.json"
-    quality.write_text(json.dumps({"language": "de", "splits": {"dev": {"bleu": 30.0, "chrf": 55.0, "sentences": 4,
-                                                                        "bleu_signature": "B", "chrf_signature": "C"}}}))
+    quality.write_text(
+        json.dumps(
+            {
+                "language": "de",
+                "splits": {
+                    "dev": {"bleu": 30.0, "chrf": 55.0, "sentences": 4, "bleu_signature": "B", "chrf_signature": "C"}
+                },
+            }
+        )
+    )
     run = tmp_path / "results/demo/intermediate/xlmr_tiny/qqp_de/seed1/encoder"
     run.mkdir(parents=True)
-    (run / "train_log.json").write_text(json.dumps({"best": {"scores": {"qqp": {"accuracy": 71.5}}},
-                                                    "settings": {"language": "de"}}))
+    (run / "train_log.json").write_text(
+        json.dumps({"best": {"scores": {"qqp": {"accuracy": 71.5}}}, "settings": {"language": "de"}})
+    )
     test = tmp_path / "test.stats.json"  # translate-test: xnli de test into English
-    test.write_text(json.dumps({"task": "xnli", "language": "en", "source_language": "de", "direction": "de-en",
-                                "examples": 5, "kept": 5, "segments_requested": 10, "segments_from_cache": 0}))
+    test.write_text(
+        json.dumps(
+            {
+                "task": "xnli",
+                "language": "en",
+                "source_language": "de",
+                "direction": "de-en",
+                "examples": 5,
+                "kept": 5,
+                "segments_requested": 10,
+                "segments_from_cache": 0,
+            }
+        )
+    )
     md, frame = translation_tables([str(stats), str(test)], [str(quality)], [str(run)])
     assert list(frame[frame["kind"] == "data"]["direction"]) == ["en-de", "de-en"]
     dev = frame[frame["kind"] == "intermediate_dev"].iloc[0]
@@ -260,12 +322,28 @@ def test_quality_pairs_xnli_sentences_in_either_direction(tmp_path, translator_d
     from workflow_scripts.translation.translate import main
 
     out = tmp_path / "quality.json"
-    main(["quality", "--from-lang", source, "--lang", target, "--model", str(translator_dir),
-          "--data", f"dev={demo_data['xnli.dev']}", "--settings", json.dumps(MT_SETTINGS), "--output", str(out)])
+    main(
+        [
+            "quality",
+            "--from-lang",
+            source,
+            "--lang",
+            target,
+            "--model",
+            str(translator_dir),
+            "--data",
+            f"dev={demo_data['xnli.dev']}",
+            "--settings",
+            json.dumps(MT_SETTINGS),
+            "--output",
+            str(out),
+        ]
+    )
     result = json.loads(out.read_text())
     rows = read_table(demo_data["xnli.dev"]).to_pylist()
-    pairs = {r["id"].replace("-de-", "-") for r in rows if r["lang"] == "de"} & \
-        {r["id"].replace("-en-", "-") for r in rows if r["lang"] == "en"}
+    pairs = {r["id"].replace("-de-", "-") for r in rows if r["lang"] == "de"} & {
+        r["id"].replace("-en-", "-") for r in rows if r["lang"] == "en"
+    }
     assert result["direction"] == f"{source}-{target}" and result["splits"]["dev"]["sentences"] == 2 * len(pairs) > 0
     assert result["reference"] == ("XNLI human translations" if source == "en" else "XNLI English originals")
 
@@ -296,8 +374,10 @@ def test_a_multi_target_translator_needs_its_target_token(tmp_path, multi_target
     with pytest.raises(InputError, match="'>>cmn_Hans<<' is not one of its language tokens"):
         MarianTranslator(multi_target_dir, {**MT_SETTINGS, "target_token": ">>cmn_Hans<<"}, torch.device("cpu"))
 
-    mt = MarianTranslator(multi_target_dir, {**MT_SETTINGS, "target_token": ">>arz<<"}, torch.device("cpu"),
-                          tmp_path / "c.sqlite")
+    mt = MarianTranslator(
+        multi_target_dir, {**MT_SETTINGS, "target_token": ">>arz<<"}, torch.device("cpu"), tmp_path / "c.sqlite"
+    )
+
     class Recording:  # the engine, noting what it is asked to translate
         def __init__(self, engine) -> None:
             self.engine, self.batches_per_call, self.tokens_generated = engine, engine.batches_per_call, 0

@@ -13,7 +13,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import copy_repo, paper_with_larger_backbones, paper_with_transfer_block, planned_jobs, read_label_file, read_tag_file, snakemake
+from conftest import (
+    paper_with_larger_backbones,
+    paper_with_transfer_block,
+    planned_jobs,
+    read_label_file,
+    read_tag_file,
+    snakemake,
+)
 from workflow_scripts.data.tasks import get_task
 from workflow_scripts.reporting import predictions
 from workflow_scripts.workflow import backbone_grid, benchmark, codehash, config_layers, transfer
@@ -21,14 +28,25 @@ from workflow_scripts.workflow import backbone_grid, benchmark, codehash, config
 pytestmark = pytest.mark.integration
 
 RULE_MODULES = {  # the CLI module each rule runs
-    "prepare_task_data": "data.prepare", "prepare_backbone": "models.prepare", "prepare_translator": "models.prepare",
-    "translate_task_data": "translation.translate", "train_intermediate": "training.train",
-    "train_target": "training.train", "evaluate_target": "evaluation.metric_file", "aggregate_tables": "reporting.tables",
-    "score_translation_quality": "translation.translate", "tabulate_translation": "reporting.tables",
-    "translate_test_data": "translation.translate", "prepare_translator_to_english": "models.prepare",
-    "score_translation_quality_to_english": "translation.translate", "convert_translator": "translation.translators",
-    "tabulate_cost": "workflow.cost", "plot_results": "reporting.plots", "plot_translation": "reporting.plots",
-    "typeset_tables": "reporting.latex", "collect_submission": "reporting.submission",
+    "prepare_task_data": "data.prepare",
+    "prepare_backbone": "models.prepare",
+    "prepare_translator": "models.prepare",
+    "translate_task_data": "translation.translate",
+    "train_intermediate": "training.train",
+    "train_target": "training.train",
+    "evaluate_target": "evaluation.metric_file",
+    "aggregate_tables": "reporting.tables",
+    "score_translation_quality": "translation.translate",
+    "tabulate_translation": "reporting.tables",
+    "translate_test_data": "translation.translate",
+    "prepare_translator_to_english": "models.prepare",
+    "score_translation_quality_to_english": "translation.translate",
+    "convert_translator": "translation.translators",
+    "tabulate_cost": "workflow.cost",
+    "plot_results": "reporting.plots",
+    "plot_translation": "reporting.plots",
+    "typeset_tables": "reporting.latex",
+    "collect_submission": "reporting.submission",
     "compare_backbones": "reporting.compare_backbones",
 }
 COST_TABLE = ("tabulate_cost", "results/demo/tables/cost.md")  # follows the tables: it sums every job's record
@@ -41,11 +59,13 @@ def after_metrics(*backbones: str) -> set[tuple[str, str]]:
     table."""
     jobs = {COST_TABLE, ("compare_backbones", "results/demo/tables/backbones.md"), ("all", "")}
     for b in backbones:
-        jobs |= {("aggregate_tables", f"results/demo/tables/{b}/main.md"),
-                 ("plot_results", f"results/demo/figures/{b}/main_deltas.png"),
-                 ("typeset_tables", f"results/demo/tables/{b}/latex/main.tex"),
-                 ("collect_submission", f"results/demo/submission/{b}/xtreme"),
-                 ("tabulate_modality", f"results/demo/tables/{b}/modality.md")}
+        jobs |= {
+            ("aggregate_tables", f"results/demo/tables/{b}/main.md"),
+            ("plot_results", f"results/demo/figures/{b}/main_deltas.png"),
+            ("typeset_tables", f"results/demo/tables/{b}/latex/main.tex"),
+            ("collect_submission", f"results/demo/submission/{b}/xtreme"),
+            ("tabulate_modality", f"results/demo/tables/{b}/modality.md"),
+        }
     return jobs
 
 
@@ -80,9 +100,19 @@ def backbone_jobs(config: dict, backbone: str, inter: str) -> set[tuple[str, str
             if inter not in plan.intermediate or seed not in plan.seeds:
                 continue
             for recipe in plan.recipes():
-                jobs.add(("train_target", f"results/demo/target/{backbone}/{inter}/{plan.target}/{recipe.name}/seed{seed}/model"))
-            jobs.add(("evaluate_target", f"results/demo/metrics/{backbone}/{transfer.path_token(plan.setting)}/{inter}/"
-                                         f"{plan.target}/seed{seed}.json"))
+                jobs.add(
+                    (
+                        "train_target",
+                        f"results/demo/target/{backbone}/{inter}/{plan.target}/{recipe.name}/seed{seed}/model",
+                    )
+                )
+            jobs.add(
+                (
+                    "evaluate_target",
+                    f"results/demo/metrics/{backbone}/{transfer.path_token(plan.setting)}/{inter}/"
+                    f"{plan.target}/seed{seed}.json",
+                )
+            )
     return jobs
 
 
@@ -111,10 +141,18 @@ def test_demo_writes_tables_and_complete_metric_files(demo):
         for inter in part["intermediate"]:
             for target in part["targets"]:
                 for seed in part["seeds"]:
-                    m = json.loads((demo / f"results/demo/metrics/{backbone}/zero_shot/{inter}/{target}/seed{seed}.json")
-                                   .read_text())
-                    assert m["run"] == {"backbone": backbone, "setting": "zero_shot", "intermediate": inter,
-                                        "target": target, "seed": seed}
+                    m = json.loads(
+                        (
+                            demo / f"results/demo/metrics/{backbone}/zero_shot/{inter}/{target}/seed{seed}.json"
+                        ).read_text()
+                    )
+                    assert m["run"] == {
+                        "backbone": backbone,
+                        "setting": "zero_shot",
+                        "intermediate": inter,
+                        "target": target,
+                        "seed": seed,
+                    }
                     assert m["languages"] == config["tasks"][target]["languages"]
                     assert set(m["scores"]) == set(get_task(target).eval_splits)
                     for split in m["scores"]:
@@ -124,8 +162,9 @@ def test_demo_writes_tables_and_complete_metric_files(demo):
                     if get_task(target).is_retrieval:
                         assert m["retrieval"]["layer"] == retrieval["layer"]
                         family_pooling = {"encoder": "mean", "decoder": "last"}[config["backbones"][backbone]["family"]]
-                        assert m["retrieval"]["pooling"] == (family_pooling if retrieval["pooling"] == "family"
-                                                             else retrieval["pooling"])
+                        assert m["retrieval"]["pooling"] == (
+                            family_pooling if retrieval["pooling"] == "family" else retrieval["pooling"]
+                        )
                         assert "hidden_states index" in m["retrieval"]["layer_convention"]
                     else:
                         assert m["retrieval"] is None and "score" in m["selection"]
@@ -165,17 +204,25 @@ def test_demo_writes_tables_and_complete_metric_files(demo):
     # Translation ran on the default backend, converted once per translator; search was exact.
     assert quality["engine"]["backend"] == "ctranslate2" and squad["engine"]["precision"]
     assert (demo / "results/demo/models/ctranslate2/translator/de/model.bin").is_file()
-    assert json.loads((demo / f"results/demo/metrics/{ENCODER}/zero_shot/none/bucc/seed1.json").read_text()
-                      )["retrieval"]["index"] == "exact"
+    assert (
+        json.loads((demo / f"results/demo/metrics/{ENCODER}/zero_shot/none/bucc/seed1.json").read_text())["retrieval"][
+            "index"
+        ]
+        == "exact"
+    )
     # Every rule that does work left a benchmark record, and the cost table sums them.
-    recorded = {p.relative_to(demo / "results/demo/benchmarks").parts[0].removesuffix(".tsv")
-                for p in (demo / "results/demo/benchmarks").rglob("*.tsv")}
+    recorded = {
+        p.relative_to(demo / "results/demo/benchmarks").parts[0].removesuffix(".tsv")
+        for p in (demo / "results/demo/benchmarks").rglob("*.tsv")
+    }
     assert set(RULE_MODULES) - {"tabulate_cost", "collect_submission"} <= recorded  # both only copy or sum
     cost = (demo / "results/demo/tables/cost.csv").read_text().splitlines()
     assert cost[0] == "rule,jobs,wall_h,mean_min_per_job,max_rss_gb,gpus_per_job,gpu_h,cpu_h"
     trainings = next(line for line in cost if line.startswith("train_target,")).split(",")
     assert int(trainings[1]) == len(list((demo / "results/demo/benchmarks/train_target").rglob("*.tsv"))) > 0
-    assert not (demo / "results/demo/checkpoints").exists() or not any((demo / "results/demo/checkpoints").rglob("state.pt"))
+    assert not (demo / "results/demo/checkpoints").exists() or not any(
+        (demo / "results/demo/checkpoints").rglob("state.pt")
+    )
 
 
 # Issue 13: what the demo must show. Floors are far below what it reaches (see the README's
@@ -216,14 +263,22 @@ def test_demo_models_learn_translate_and_align(demo):
         for target in ("xnli", "udpos"):
             majority, key = _majority_score(demo, target), "accuracy" if target == "xnli" else "f1"
             for inter in part["intermediate"]:
-                dev = [json.loads((demo / f"results/demo/metrics/{backbone}/zero_shot/{inter}/{target}/seed{seed}.json")
-                                  .read_text())["scores"]["dev"]["en"][key] for seed in part["seeds"]]
+                dev = [
+                    json.loads(
+                        (
+                            demo / f"results/demo/metrics/{backbone}/zero_shot/{inter}/{target}/seed{seed}.json"
+                        ).read_text()
+                    )["scores"]["dev"]["en"][key]
+                    for seed in part["seeds"]
+                ]
                 assert median(dev) >= majority + MIN_GAIN_OVER_MAJORITY, (backbone, target, inter, dev, majority)
         # Retrieval with the pre-trained backbone: far above chance (1 / candidates).
         tatoeba = json.loads((demo / f"results/demo/metrics/{backbone}/zero_shot/none/tatoeba/seed1.json").read_text())
         for lang, score in tatoeba["scores"]["test"].items():
             assert score["accuracy"] >= 50.0, (backbone, lang, score)
-        log = json.loads((demo / f"results/demo/models/backbones/{backbone}/xstilts_demo.json").read_text())["pretraining"]
+        log = json.loads((demo / f"results/demo/models/backbones/{backbone}/xstilts_demo.json").read_text())[
+            "pretraining"
+        ]
         assert log["steps"] == config["backbones"][backbone]["demo"]["pretraining"]["steps"]
         assert log["loss_curve"][-1] < log["loss_curve"][0]
     for direction in ("de", "de-en"):
@@ -243,7 +298,10 @@ def test_every_transfer_setting_runs_and_writes_its_tables(demo):
     assert len(settings) == 7
     for plan in transfer.plans(config):
         for seed in plan.seeds:
-            path = demo / f"results/demo/metrics/{ENCODER}/{transfer.path_token(plan.setting)}/none/{plan.target}/seed{seed}.json"
+            path = (
+                demo
+                / f"results/demo/metrics/{ENCODER}/{transfer.path_token(plan.setting)}/none/{plan.target}/seed{seed}.json"
+            )
             m = json.loads(path.read_text())
             assert m["setting"] == m["run"]["setting"] == plan.setting
             assert set(m["scores"]) == set(plan.eval_data) and set(m["languages"]) == set(plan.languages)
@@ -254,8 +312,9 @@ def test_every_transfer_setting_runs_and_writes_its_tables(demo):
                 assert m["models"][lang]["path"].endswith(f"/{recipe.name}/seed{seed}/model")
     # XQuAD has no German dev set: the German model selects on the pipeline's SQuAD dev in German.
     m = json.loads((demo / f"results/demo/metrics/{ENCODER}/translate_train/none/xquad/seed1.json").read_text())
-    assert m["models"]["de"]["dev"] == [{"path": "results/demo/data_mt/squad/de/dev.parquet", "languages": ["de"],
-                                         "kind": "pipeline_mt"}]
+    assert m["models"]["de"]["dev"] == [
+        {"path": "results/demo/data_mt/squad/de/dev.parquet", "languages": ["de"], "kind": "pipeline_mt"}
+    ]
     assert m["models"]["en"]["recipe"] == "en.dev-en" and "selection" not in m  # two models, two selections
     m = json.loads((demo / f"results/demo/metrics/{ENCODER}/translate_test/none/xnli/seed1.json").read_text())
     assert m["splits"] == ["test"] and m["settings"]["transfer"]["text_language"] == "en"
@@ -287,7 +346,9 @@ def test_changing_one_settings_option_reruns_only_that_setting(demo):
     for seed in config["transfer"]["settings"]["translate_train"]["seeds"]:
         for target in config["transfer"]["settings"]["translate_train"]["targets"]:
             expected.add(("train_target", f"results/demo/target/{ENCODER}/none/{target}/mt-de.dev-en/seed{seed}/model"))
-            expected.add(("evaluate_target", f"results/demo/metrics/{ENCODER}/translate_train/none/{target}/seed{seed}.json"))
+            expected.add(
+                ("evaluate_target", f"results/demo/metrics/{ENCODER}/translate_train/none/{target}/seed{seed}.json")
+            )
     assert planned_jobs(demo, "--configfile", str(path)) == expected
 
 
@@ -321,22 +382,28 @@ def test_table_only_option_reruns_only_the_tables(demo):
 
 def test_operational_options_rerun_nothing(demo):
     """Translation's batch size and a rule's resources change speed and scheduling, not results."""
+
     def edit(config):
         config["translation"]["batch_size"] = 7
         config.setdefault("resources", {}).setdefault("train_target", {}).update(
-            checkpoint_every=11, threads=1, mem_mb=3000, runtime=50)
+            checkpoint_every=11, threads=1, mem_mb=3000, runtime=50
+        )
 
     path = with_config(demo, edit, "operational")
     assert planned_jobs(demo, "--configfile", str(path)) == set()
 
 
 def _rules_using(module: str) -> set[str]:
-    return {rule for rule, cli in RULE_MODULES.items()
-            if f"workflow_scripts.{module}" in codehash.import_closure(f"workflow_scripts.{cli}")}
+    return {
+        rule
+        for rule, cli in RULE_MODULES.items()
+        if f"workflow_scripts.{module}" in codehash.import_closure(f"workflow_scripts.{cli}")
+    }
 
 
-@pytest.mark.parametrize("module", ["reporting.tables", "evaluation.metrics", "translation.translate", "reporting.plots",
-                                    "reporting.latex"])
+@pytest.mark.parametrize(
+    "module", ["reporting.tables", "evaluation.metrics", "translation.translate", "reporting.plots", "reporting.latex"]
+)
 def test_editing_a_module_reruns_the_rules_that_import_it(demo, module):
     source = demo / "workflow_scripts" / f"{module.replace('.', '/')}.py"
     original = source.read_text()
@@ -349,16 +416,35 @@ def test_editing_a_module_reruns_the_rules_that_import_it(demo, module):
     assert users, module
     # The rules importing it rerun (their downstream jobs follow); nothing upstream does.
     assert users <= rules
-    upstream = {"prepare_task_data", "prepare_backbone", "prepare_translator", "translate_task_data",
-                "score_translation_quality", "prepare_translator_to_english", "translate_test_data",
-                "score_translation_quality_to_english"} - users
+    upstream = {
+        "prepare_task_data",
+        "prepare_backbone",
+        "prepare_translator",
+        "translate_task_data",
+        "score_translation_quality",
+        "prepare_translator_to_english",
+        "translate_test_data",
+        "score_translation_quality_to_english",
+    } - users
     assert not rules & upstream
     if module == "tables":  # and what draws figures and LaTeX from the tables
-        assert rules == {"aggregate_tables", "tabulate_translation", "tabulate_cost", "plot_results", "plot_translation",
-                         "typeset_tables", "collect_submission", "compare_backbones", "tabulate_modality"}
+        assert rules == {
+            "aggregate_tables",
+            "tabulate_translation",
+            "tabulate_cost",
+            "plot_results",
+            "plot_translation",
+            "typeset_tables",
+            "collect_submission",
+            "compare_backbones",
+            "tabulate_modality",
+        }
     if module in ("plots", "latex"):  # the figures or the LaTeX alone: nothing reads them
-        own = ({"plot_results", "plot_translation", "compare_backbones", "tabulate_modality"} if module == "plots"
-               else {"typeset_tables"})
+        own = (
+            {"plot_results", "plot_translation", "compare_backbones", "tabulate_modality"}
+            if module == "plots"
+            else {"typeset_tables"}
+        )
         assert rules == own | {"tabulate_cost"}  # the cost table follows every job that writes a record
     assert planned_jobs(demo) == set(), "restoring the module restores the up-to-date state"
 
@@ -388,8 +474,9 @@ def test_report_holds_every_table_and_figure_with_its_caption(demo):
     text = re.sub(r"<[^>]+>", "", page)
     for caption in sorted((demo / "report").glob("*.rst")):
         first_words = " ".join(caption.read_text().replace("``", "").split()[:6])
-        assert "{" in first_words or first_words in text or json.dumps(first_words)[1:-1] in text, \
+        assert "{" in first_words or first_words in text or json.dumps(first_words)[1:-1] in text, (
             f"caption {caption.name} is not in the report"
+        )
     seeds = ", ".join(str(seed) for seed in config["seeds"])
     assert f"seeds: {seeds} (tables and figures show medians over them)" in page
     assert f"the median over seeds {seeds}" in page, "Jinja in the captions is rendered"
@@ -454,8 +541,11 @@ def test_paper_preset_builds_the_full_grid_offline(demo):
     out = proc.stdout + proc.stderr
     n_inter, n_seeds = len(config["intermediate"]), len(config["seeds"])
     trained = [t for t in config["targets"] if get_task(t).trains]
-    counts = {line.split()[0]: int(line.split()[1]) for line in out.split("Job stats:")[1].splitlines()[3:]
-              if len(line.split()) == 2 and line.split()[1].isdigit()}
+    counts = {
+        line.split()[0]: int(line.split()[1])
+        for line in out.split("Job stats:")[1].splitlines()[3:]
+        if len(line.split()) == 2 and line.split()[1].isdigit()
+    }
     assert n_inter == 31 and len(config["targets"]) == 9 and n_seeds == 3
     assert counts["evaluate_target"] == n_inter * 9 * n_seeds
     assert counts["train_target"] == n_inter * len(trained) * n_seeds
@@ -471,17 +561,32 @@ def test_paper_preset_with_its_transfer_block_builds_offline(demo):
     proc = snakemake(demo, "-n", "--configfile", str(path), timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout + proc.stderr
-    counts = {line.split()[0]: int(line.split()[1]) for line in out.split("Job stats:")[1].splitlines()[3:]
-              if len(line.split()) == 2 and line.split()[1].isdigit()}
+    counts = {
+        line.split()[0]: int(line.split()[1])
+        for line in out.split("Job stats:")[1].splitlines()[3:]
+        if len(line.split()) == 2 and line.split()[1].isdigit()
+    }
     rows = {row["setting"]: row for row in transfer.summary(config)}
-    assert len(rows) == 22 and set(rows) >= {"zero_shot", "translate_train", "translate_train_all", "translate_test",
-                                             "in_language", "in_language_all", "source:de", "source:zh"}
+    assert len(rows) == 22 and set(rows) >= {
+        "zero_shot",
+        "translate_train",
+        "translate_train_all",
+        "translate_test",
+        "in_language",
+        "in_language_all",
+        "source:de",
+        "source:zh",
+    }
     assert counts["evaluate_target"] == sum(r["metric_files"] for r in rows.values())
     assert counts["train_target"] == sum(r["target_trainings"] for r in rows.values())
     # Turc et al.'s source languages reuse the translate-train models: evaluations only.
     assert all(rows[s]["target_trainings"] == 0 for s in rows if s.startswith("source:"))
-    for token in ("translate_train/mnli/xquad", "source-zh/none/pawsx", "in_language_all/none/udpos",
-                  "translate_test/mnli/tydiqa"):
+    for token in (
+        "translate_train/mnli/xquad",
+        "source-zh/none/pawsx",
+        "in_language_all/none/udpos",
+        "translate_test/mnli/tydiqa",
+    ):
         assert f"results/paper_transfer/metrics/xlmr_large/{token}/seed3.json" in out
     assert "results/paper_transfer/translate_test/xnli/th/test.parquet" in out  # translate-test data, translated once
     assert "results/paper_transfer/data_mt/squad/vi/train.parquet" in out  # SQuAD translated for translate-train
@@ -511,10 +616,14 @@ def test_paper_preset_with_its_larger_backbones_builds_offline(demo):
     proc = snakemake(demo, "-n", "--configfile", str(path), timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout + proc.stderr
-    counts = {line.split()[0]: int(line.split()[1]) for line in out.split("Job stats:")[1].splitlines()[3:]
-              if len(line.split()) == 2 and line.split()[1].isdigit()}
-    evaluations = sum(len(p.intermediate) * len(p.seeds) for b in config["backbones"]
-                      for p in backbone_grid.plans(config, b))
+    counts = {
+        line.split()[0]: int(line.split()[1])
+        for line in out.split("Job stats:")[1].splitlines()[3:]
+        if len(line.split()) == 2 and line.split()[1].isdigit()
+    }
+    evaluations = sum(
+        len(p.intermediate) * len(p.seeds) for b in config["backbones"] for p in backbone_grid.plans(config, b)
+    )
     assert counts["evaluate_target"] == evaluations
     assert counts["prepare_backbone"] == 5 and counts["aggregate_tables"] == 5 and counts["compare_backbones"] == 1
     assert "results/paper_backbones/target/bloomz_176b/mnli/xnli/en.dev-en/seed1/model" in out
@@ -533,8 +642,16 @@ def test_corrupt_data_file_fails_its_rule_naming_the_file(demo):
     try:
         data.write_bytes(b"garbage")
         # Targets first: --forcerun and --allowed-rules take several values.
-        proc = snakemake(demo, f"results/demo/metrics/{ENCODER}/zero_shot/none/xnli/seed1.json", "--cores", "1",
-                         "--forcerun", "evaluate_target", "--allowed-rules", "evaluate_target")
+        proc = snakemake(
+            demo,
+            f"results/demo/metrics/{ENCODER}/zero_shot/none/xnli/seed1.json",
+            "--cores",
+            "1",
+            "--forcerun",
+            "evaluate_target",
+            "--allowed-rules",
+            "evaluate_target",
+        )
         assert proc.returncode != 0
         log = (demo / f"logs/demo/evaluate_target/{ENCODER}/zero_shot/none/xnli/seed1.log").read_text()
         assert "corrupt data file results/demo/data/xnli/test.parquet" in log

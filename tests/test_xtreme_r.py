@@ -66,25 +66,44 @@ def write_config(repo: Path, name: str, edit) -> str:
     return f"{name}.yaml"
 
 
-@pytest.mark.parametrize("name, edit, message", [
-    ("xtreme_target", lambda c: c.update(targets=c["targets"] + ["pawsx"]),
-     "targets[10]: 'pawsx' is not a XTREME-R target"),
-    ("tatoeba_without_xquad", lambda c: c.update(targets=[t for t in c["targets"] if t != "xquad"]),
-     "retrieval.encoders.tatoeba: tatoeba embeds with the model of target 'xquad'"),
-    ("stage_of_another_format", lambda c: c["tasks"]["xcopa"].update(stages=["mnli"]),
-     "tasks.xcopa.stages[0]: a stage must be a multiple_choice task"),
-    ("setting_on_a_ranking_target", lambda c: c.update(transfer={"settings": {
-        "zero_shot": {}, "translate_train": {"targets": ["mewslix"]}}}),
-     "translate_train does not apply to mewslix: mewslix trains on English data only"),
-])
+@pytest.mark.parametrize(
+    "name, edit, message",
+    [
+        (
+            "xtreme_target",
+            lambda c: c.update(targets=c["targets"] + ["pawsx"]),
+            "targets[10]: 'pawsx' is not a XTREME-R target",
+        ),
+        (
+            "tatoeba_without_xquad",
+            lambda c: c.update(targets=[t for t in c["targets"] if t != "xquad"]),
+            "retrieval.encoders.tatoeba: tatoeba embeds with the model of target 'xquad'",
+        ),
+        (
+            "stage_of_another_format",
+            lambda c: c["tasks"]["xcopa"].update(stages=["mnli"]),
+            "tasks.xcopa.stages[0]: a stage must be a multiple_choice task",
+        ),
+        (
+            "setting_on_a_ranking_target",
+            lambda c: c.update(transfer={"settings": {"zero_shot": {}, "translate_train": {"targets": ["mewslix"]}}}),
+            "translate_train does not apply to mewslix: mewslix trains on English data only",
+        ),
+    ],
+)
 def test_an_impossible_xtreme_r_config_stops_before_any_job(repo, name, edit, message):
     proc = snakemake(repo, "-n", "--configfile", write_config(repo, name, edit), timeout=300)
     assert proc.returncode != 0 and message in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
 
 
 def test_switching_xcopa_stages_off_trains_it_from_the_intermediate_encoder(repo):
-    proc = snakemake(repo, "-n", "--configfile",
-                     write_config(repo, "no_stages", lambda c: c["tasks"]["xcopa"].update(stages=[])), timeout=300)
+    proc = snakemake(
+        repo,
+        "-n",
+        "--configfile",
+        write_config(repo, "no_stages", lambda c: c["tasks"]["xcopa"].update(stages=[])),
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "train_target_stage" not in job_counts(proc.stdout + proc.stderr)
 
@@ -116,7 +135,9 @@ def test_two_demos_in_one_checkout_keep_their_own_outputs_and_switching_back_pla
         assert (demo_run / f"results/{experiment}/tables/xlmr_tiny/main.md").is_file()
     assert (demo_run / "results/demo/tables/llama_tiny/main.md").is_file()
     assert not (demo_run / "results/xtreme_r_demo/tables/llama_tiny").exists(), "the XTREME-R demo has one backbone"
-    summary = (demo_run / "xtreme_r_demo_stdout.txt").read_text().split("xstilts: results of experiment xtreme_r_demo")[1]
+    summary = (
+        (demo_run / "xtreme_r_demo_stdout.txt").read_text().split("xstilts: results of experiment xtreme_r_demo")[1]
+    )
     assert "llama_tiny" not in summary and "results/demo/" not in summary, "the summary shows this experiment only"
     assert planned_jobs(demo_run) == set()
     assert planned_jobs(demo_run, "--configfile", DEMO_CONFIG) == set()
@@ -143,8 +164,15 @@ def test_the_xtreme_r_demo_writes_the_xtreme_r_table_with_categories_and_overall
     table = (demo_run / "results/xtreme_r_demo/tables/xlmr_tiny/main.md").read_text()
     header = next(line for line in table.splitlines() if line.startswith("| Intermediate task"))
     columns = [c.strip() for c in header.strip("|").split("|")]
-    assert columns[1:] == [*benchmark.XTREME_R.targets, "Avg", "Classification", "Struct. pred.", "QA", "Retrieval",
-                           "Overall"]
+    assert columns[1:] == [
+        *benchmark.XTREME_R.targets,
+        "Avg",
+        "Classification",
+        "Struct. pred.",
+        "QA",
+        "Retrieval",
+        "Overall",
+    ]
     baseline = next(line for line in table.splitlines() if line.startswith("| none"))
     cells = [c.strip() for c in baseline.strip("|").split("|")]
     assert all(cell not in ("", "–") for cell in cells[-5:]), baseline  # every category and the overall score
@@ -160,7 +188,11 @@ def test_the_xtreme_r_demo_retrieval_targets_score_above_chance(demo_run):
         golds = max(len(r["gold"]) for r in rows if r["side"] == "query")
         chance = chance_map_at_20(pool, golds)
         for config in ("none", "mnli"):
-            m = json.loads((demo_run / f"results/xtreme_r_demo/metrics/xlmr_tiny/zero_shot/{config}/{target}/seed1.json").read_text())
+            m = json.loads(
+                (
+                    demo_run / f"results/xtreme_r_demo/metrics/xlmr_tiny/zero_shot/{config}/{target}/seed1.json"
+                ).read_text()
+            )
             assert m["metric"] == "map_at_20" and set(m["scores"]["test"]) == {"en", "de", "ru"}
             assert m["average"]["test"]["map_at_20"] > 3 * chance, (target, config, m["average"], chance)
 

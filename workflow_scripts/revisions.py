@@ -88,15 +88,20 @@ def resolve(repo: HubRepo) -> str:
             for ref in known:
                 if ref.ref == repo.revision:
                     return ref.target_commit
-            raise RevisionError(f"Hub {repo.repo_type} {repo.repo_id} has no ref {repo.revision!r} "
-                                f"(it has {', '.join(sorted(r.ref for r in known)) or 'none'}){_where(repo)}")
+            raise RevisionError(
+                f"Hub {repo.repo_type} {repo.repo_id} has no ref {repo.revision!r} "
+                f"(it has {', '.join(sorted(r.ref for r in known)) or 'none'}){_where(repo)}"
+            )
         return api.repo_info(repo.repo_id, repo_type=repo.repo_type, revision=repo.revision).sha
     except RevisionNotFoundError:
-        raise RevisionError(f"Hub {repo.repo_type} {repo.repo_id} has no revision {repo.revision!r}"
-                            f"{_where(repo)}") from None
+        raise RevisionError(
+            f"Hub {repo.repo_type} {repo.repo_id} has no revision {repo.revision!r}{_where(repo)}"
+        ) from None
     except RepositoryNotFoundError:
-        raise RevisionError(f"Hub {repo.repo_type} {repo.repo_id} not found at {endpoint()} (private, gated "
-                            f"without a token, or misspelt){_where(repo)}") from None
+        raise RevisionError(
+            f"Hub {repo.repo_type} {repo.repo_id} not found at {endpoint()} (private, gated "
+            f"without a token, or misspelt){_where(repo)}"
+        ) from None
     except _connection_errors() as err:
         raise HubUnreachable(f"cannot reach the Hub at {endpoint()} for {repo}: {err}") from None
     except HfHubHTTPError as err:
@@ -137,9 +142,9 @@ def read_lock(path: str | os.PathLike[str]) -> dict[str, dict[str, str]]:
     except json.JSONDecodeError as err:
         raise RevisionError(f"lock file {path} is not valid JSON ({err}); fix it or delete it to re-lock") from None
     if not isinstance(entries, dict) or not all(
-            isinstance(v, dict) and all(isinstance(c, str) and is_commit(c) for c in v.values())
-            for v in entries.values()):
-        raise RevisionError(f"lock file {path}: expected {{\"<type>s/<repo>\": {{\"<revision>\": \"<commit>\"}}}}")
+        isinstance(v, dict) and all(isinstance(c, str) and is_commit(c) for c in v.values()) for v in entries.values()
+    ):
+        raise RevisionError(f'lock file {path}: expected {{"<type>s/<repo>": {{"<revision>": "<commit>"}}}}')
     return entries
 
 
@@ -182,7 +187,8 @@ def locked_commit(repo: HubRepo, lock: str | os.PathLike[str] | None = None) -> 
                     f"{current} now, {path} locked it at {pinned[repo.revision]} when this experiment first read it. "
                     f"To keep the results comparable, pin the locked commit in the config "
                     f"(revision: {pinned[repo.revision]}); to move on, delete the entry {repo.lock_key!r} from "
-                    f"{path} and rerun what reads it")
+                    f"{path} and rerun what reads it"
+                )
             return pinned[repo.revision]
         if current is None:
             raise HubUnreachable(f"cannot reach the Hub at {endpoint()} for {repo}, and {path} holds no commit for it")
@@ -208,5 +214,6 @@ def lock_disagreements(repos: Iterable[HubRepo], lock: str | os.PathLike[str]) -
                 problems.append(
                     f"config key {repo.key}: reads {repo.repo_type} {repo.repo_id} at revision {repo.revision!r}, "
                     f"but {lock} locks it at {locked}, which this experiment's results were computed on. "
-                    f"Put the revision back, or delete the entry {key!r} from {lock} (and rerun what reads it)")
+                    f"Put the revision back, or delete the entry {key!r} from {lock} (and rerun what reads it)"
+                )
     return problems

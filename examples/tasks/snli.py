@@ -16,6 +16,11 @@ def snli_rows(source, split, languages, options, report):
         if row["label"] == -1:  # no annotator consensus: no gold label
             dropped += 1
             continue
-        yield {"id": f"snli-{split}-{i}", "lang": "en", "text_a": row["premise"], "text_b": row["hypothesis"],
-               "label": label_index(task, row["label"], f"snli {split} row {i}")}
+        yield {
+            "id": f"snli-{split}-{i}",
+            "lang": "en",
+            "text_a": row["premise"],
+            "text_b": row["hypothesis"],
+            "label": label_index(task, row["label"], f"snli {split} row {i}"),
+        }
     report["dropped_without_consensus"] = dropped

@@ -20,8 +20,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workflow_scripts.data import ranking_inputs
-from workflow_scripts.data.tasks import (CLASSIFICATION, MLM, MULTIPLE_CHOICE, RANKING, SPAN, TAGGING, VISUAL_ANSWER,
-                                         VISUAL_CLASSIFICATION, VISUAL_RETRIEVAL, Task)
+from workflow_scripts.data.tasks import (
+    CLASSIFICATION,
+    MLM,
+    MULTIPLE_CHOICE,
+    RANKING,
+    SPAN,
+    TAGGING,
+    VISUAL_ANSWER,
+    VISUAL_CLASSIFICATION,
+    VISUAL_RETRIEVAL,
+    Task,
+)
 from workflow_scripts.formats import get_format, head_kind
 from workflow_scripts.formats import names as format_names
 
@@ -53,7 +63,7 @@ class FeatureStore(Sequence):
             self.lengths = pc.list_value_length(ids).to_numpy(zero_copy_only=False)
 
     @classmethod
-    def from_chunks(cls, chunks) -> "FeatureStore":
+    def from_chunks(cls, chunks) -> FeatureStore:
         import pyarrow as pa
 
         tables = [_compact(pa.Table.from_pylist(chunk)) for chunk in chunks if chunk]
@@ -90,8 +100,11 @@ def _compact(table):
             return pa.list_(shrink(t.value_type))
         return pa.int32() if pa.types.is_integer(t) else t
 
-    cols = {name: table.column(name).cast(shrink(table.column(name).type))
-            for name in table.column_names if name in ("input_ids", "labels", "candidate_ids")}
+    cols = {
+        name: table.column(name).cast(shrink(table.column(name).type))
+        for name in table.column_names
+        if name in ("input_ids", "labels", "candidate_ids")
+    }
     for name, col in cols.items():
         table = table.set_column(table.column_names.index(name), name, col)
     return table
@@ -120,7 +133,7 @@ def encode(task: Task, tokenizer, rows, opts: dict[str, Any], train: bool) -> En
 
     def row_chunks():
         if isinstance(rows, list):
-            yield from (rows[start:start + ENCODE_CHUNK] for start in range(0, len(rows), ENCODE_CHUNK))
+            yield from (rows[start : start + ENCODE_CHUNK] for start in range(0, len(rows), ENCODE_CHUNK))
         else:
             yield from (batch.to_pylist() for batch in rows.to_batches(max_chunksize=ENCODE_CHUNK))
 
@@ -137,19 +150,24 @@ def encode(task: Task, tokenizer, rows, opts: dict[str, Any], train: bool) -> En
     return Encoded(FeatureStore.from_chunks(chunks()), rows)
 
 
-def _encode_chunk(task: Task, tokenizer, rows: list[dict[str, Any]], opts: dict[str, Any], train: bool
-                  ) -> list[Feature]:
+def _encode_chunk(
+    task: Task, tokenizer, rows: list[dict[str, Any]], opts: dict[str, Any], train: bool
+) -> list[Feature]:
     max_length = int(opts["max_length"])
     if task.format == CLASSIFICATION:
         return _encode_pairs(tokenizer, rows, max_length)
     if task.format == VISUAL_RETRIEVAL:  # a caption and its image
         enc = tokenizer([r["text_a"] for r in rows], truncation=True, max_length=max_length)
-        return [{"input_ids": ids, "image_index": r["image_index"], "example": i}
-                for i, (ids, r) in enumerate(zip(enc["input_ids"], rows))]
+        return [
+            {"input_ids": ids, "image_index": r["image_index"], "example": i}
+            for i, (ids, r) in enumerate(zip(enc["input_ids"], rows))
+        ]
     if task.format == VISUAL_CLASSIFICATION:  # the text; the image is a row of the task's feature bank
         enc = tokenizer([r["text_a"] for r in rows], truncation=True, max_length=max_length)
-        return [{"input_ids": ids, "labels": r["label"], "image_index": r["image_index"], "example": i}
-                for i, (ids, r) in enumerate(zip(enc["input_ids"], rows))]
+        return [
+            {"input_ids": ids, "labels": r["label"], "image_index": r["image_index"], "example": i}
+            for i, (ids, r) in enumerate(zip(enc["input_ids"], rows))
+        ]
     if task.format == VISUAL_ANSWER:  # soft targets over the task's answer vocabulary (multimodal/vqa.py)
         from workflow_scripts.multimodal.vqa import soft_targets
 
@@ -158,8 +176,15 @@ def _encode_chunk(task: Task, tokenizer, rows: list[dict[str, Any]], opts: dict[
         feats = []
         for i, (ids, r) in enumerate(zip(enc["input_ids"], rows)):
             answer_ids, scores = soft_targets(list(r["answers"]), index)
-            feats.append({"input_ids": ids, "image_index": r["image_index"], "answer_ids": answer_ids,
-                          "answer_scores": scores, "example": i})
+            feats.append(
+                {
+                    "input_ids": ids,
+                    "image_index": r["image_index"],
+                    "answer_ids": answer_ids,
+                    "answer_scores": scores,
+                    "example": i,
+                }
+            )
         return feats
     if task.format == MULTIPLE_CHOICE:
         return _encode_choices(tokenizer, rows, max_length)
@@ -182,15 +207,15 @@ def _encode_pairs(tokenizer, rows, max_length) -> list[Feature]:
     a = [r["text_a"] for r in rows]
     b = [r["text_b"] for r in rows]
     enc = tokenizer(a, b if any(b) else None, truncation=True, max_length=max_length)
-    return [{"input_ids": ids, "labels": r["label"], "example": i}
-            for i, (ids, r) in enumerate(zip(enc["input_ids"], rows))]
+    return [
+        {"input_ids": ids, "labels": r["label"], "example": i} for i, (ids, r) in enumerate(zip(enc["input_ids"], rows))
+    ]
 
 
 def _encode_choices(tokenizer, rows, max_length) -> list[Feature]:
     feats = []
     for i, r in enumerate(rows):
-        enc = tokenizer([r["context"]] * len(r["choices"]), list(r["choices"]), truncation=True,
-                        max_length=max_length)
+        enc = tokenizer([r["context"]] * len(r["choices"]), list(r["choices"]), truncation=True, max_length=max_length)
         feats.append({"input_ids": enc["input_ids"], "labels": r["label"], "example": i})
     return feats
 
@@ -220,8 +245,15 @@ def _encode_spans(tokenizer, rows, opts, train: bool) -> list[Feature]:
         if room < 1:
             raise ValueError(f"example {row['id']}: max_length {max_length} leaves no room for the context")
         overlap = min(max(room - step, 0), room - 1)
-        enc = tokenizer(question, row["context"], truncation="only_second", max_length=max_length,
-                        stride=overlap, return_overflowing_tokens=True, return_offsets_mapping=True)
+        enc = tokenizer(
+            question,
+            row["context"],
+            truncation="only_second",
+            max_length=max_length,
+            stride=overlap,
+            return_overflowing_tokens=True,
+            return_offsets_mapping=True,
+        )
         for j, ids in enumerate(enc["input_ids"]):
             seq_ids = enc.sequence_ids(j)
             offsets = [tuple(o) if s == 1 else None for o, s in zip(enc["offset_mapping"][j], seq_ids)]
@@ -271,7 +303,7 @@ def decode_spans(encoded: Encoded, start_logits, end_logits, opts: dict[str, Any
                         continue
                     score = float(s_log[s] + e_log[e])
                     if score > best_score:
-                        best_score, best_text = score, row["context"][offsets[s][0]:offsets[e][1]]
+                        best_score, best_text = score, row["context"][offsets[s][0] : offsets[e][1]]
         if allow_null and null_score > best_score:
             best_text = ""
         preds[row["id"]] = best_text
@@ -307,8 +339,15 @@ def _encode_tags(tokenizer, rows, labels: Sequence[str], max_length: int) -> lis
                     if tag not in label_ids:
                         raise ValueError(f"example {row['id']}: tag {tag!r} not in the label set")
                     tags.append(label_ids[tag])
-            feats.append({"input_ids": enc["input_ids"], "labels": tags, "example": i, "word_start": start,
-                          "n_words": end - start})
+            feats.append(
+                {
+                    "input_ids": enc["input_ids"],
+                    "labels": tags,
+                    "example": i,
+                    "word_start": start,
+                    "n_words": end - start,
+                }
+            )
             start = end
     return feats
 
@@ -331,11 +370,12 @@ def words_need_spaces(tokenizer) -> bool:
         return cached
     text = tokenizer(" ".join(_SPACING_PROBE), add_special_tokens=False)["input_ids"]
     plain = tokenizer(list(_SPACING_PROBE), is_split_into_words=True, add_special_tokens=False)["input_ids"]
-    spaced = tokenizer([" " + w for w in _SPACING_PROBE], is_split_into_words=True,
-                       add_special_tokens=False)["input_ids"]
+    spaced = tokenizer([" " + w for w in _SPACING_PROBE], is_split_into_words=True, add_special_tokens=False)[
+        "input_ids"
+    ]
     # Texts that start without a space tokenise their first word bare: compare from the second.
     first = len(tokenizer(_SPACING_PROBE[0], add_special_tokens=False)["input_ids"])
-    need = plain[first:] != text[first:] and spaced[-len(text[first:]):] == text[first:]
+    need = plain[first:] != text[first:] and spaced[-len(text[first:]) :] == text[first:]
     try:
         tokenizer._xstilts_words_need_spaces = need
     except AttributeError:  # a tokenizer that takes no new attributes is probed again next time
@@ -365,12 +405,17 @@ def merge_tags(encoded: Encoded, logits_per_feature: list[Any], labels: Sequence
 def feature_lengths(features: Sequence[Feature]) -> Sequence[int]:
     if isinstance(features, FeatureStore):
         return features.lengths
-    return [max(len(x) for x in f["input_ids"]) if f["input_ids"] and isinstance(f["input_ids"][0], list)
-            else len(f["input_ids"]) for f in features]
+    return [
+        max(len(x) for x in f["input_ids"])
+        if f["input_ids"] and isinstance(f["input_ids"][0], list)
+        else len(f["input_ids"])
+        for f in features
+    ]
 
 
-def length_grouped_batches(features: Sequence[Feature], batch_size: int, rng: random.Random,
-                           group: int = 50) -> list[list[int]]:
+def length_grouped_batches(
+    features: Sequence[Feature], batch_size: int, rng: random.Random, group: int = 50
+) -> list[list[int]]:
     """Shuffled batches of similar length: less padding, still random order (seeded).
 
     The batch with the most padded tokens comes first: a run that does not fit in memory
@@ -382,8 +427,8 @@ def length_grouped_batches(features: Sequence[Feature], batch_size: int, rng: ra
     rng.shuffle(order)
     batches = []
     for g in range(0, len(order), batch_size * group):
-        chunk = sorted(order[g:g + batch_size * group], key=lambda k: int(lengths[k]))
-        batches += [chunk[b:b + batch_size] for b in range(0, len(chunk), batch_size)]
+        chunk = sorted(order[g : g + batch_size * group], key=lambda k: int(lengths[k]))
+        batches += [chunk[b : b + batch_size] for b in range(0, len(chunk), batch_size)]
     rng.shuffle(batches)
     if batches:
         largest = max(range(len(batches)), key=lambda b: len(batches[b]) * max(int(lengths[k]) for k in batches[b]))
@@ -394,7 +439,7 @@ def length_grouped_batches(features: Sequence[Feature], batch_size: int, rng: ra
 def sorted_batches(features: Sequence[Feature], batch_size: int) -> list[list[int]]:
     lengths = feature_lengths(features)
     order = sorted(range(len(features)), key=lambda k: int(lengths[k]))
-    return [order[b:b + batch_size] for b in range(0, len(order), batch_size)]
+    return [order[b : b + batch_size] for b in range(0, len(order), batch_size)]
 
 
 def collate(features: Sequence[Feature], fmt: str, pad_id: int, mlm: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -428,8 +473,9 @@ def collate(features: Sequence[Feature], fmt: str, pad_id: int, mlm: dict[str, A
     if "answer_ids" in first:  # sparse soft targets, padded (-1 / 0); the loss makes them dense
         most = max(1, max(len(f["answer_ids"]) for f in features))
         batch["answer_ids"] = torch.tensor([f["answer_ids"] + [-1] * (most - len(f["answer_ids"])) for f in features])
-        batch["answer_scores"] = torch.tensor([f["answer_scores"] + [0.0] * (most - len(f["answer_scores"]))
-                                               for f in features], dtype=torch.float32)
+        batch["answer_scores"] = torch.tensor(
+            [f["answer_scores"] + [0.0] * (most - len(f["answer_scores"])) for f in features], dtype=torch.float32
+        )
     if "start_positions" in first:
         batch["start_positions"] = torch.tensor([f["start_positions"] for f in features])
         batch["end_positions"] = torch.tensor([f["end_positions"] for f in features])
@@ -438,8 +484,15 @@ def collate(features: Sequence[Feature], fmt: str, pad_id: int, mlm: dict[str, A
     return batch
 
 
-def mask_tokens(input_ids, attention_mask, mask_id: int, vocab_size: int, special_ids: list[int],
-                generator, probability: float = 0.15):
+def mask_tokens(
+    input_ids,
+    attention_mask,
+    mask_id: int,
+    vocab_size: int,
+    special_ids: list[int],
+    generator,
+    probability: float = 0.15,
+):
     """BERT-style dynamic masking with a seeded torch generator."""
     import torch
 

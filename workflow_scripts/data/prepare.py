@@ -50,10 +50,13 @@ SCHEMAS: dict[str, dict[str, str]] = {name: dict(get_format(name).columns) for n
 def to_table(task: Task, rows: Iterable[Row]):
     import pyarrow as pa
 
-    types = {"string": pa.string(), "int64": pa.int64(), "list<string>": pa.list_(pa.string()),
-             "list<int64>": pa.list_(pa.int64())}
-    fields = [("id", pa.string()), ("lang", pa.string())] + [
-        (col, types[t]) for col, t in SCHEMAS[task.format].items()]
+    types = {
+        "string": pa.string(),
+        "int64": pa.int64(),
+        "list<string>": pa.list_(pa.string()),
+        "list<int64>": pa.list_(pa.int64()),
+    }
+    fields = [("id", pa.string()), ("lang", pa.string())] + [(col, types[t]) for col, t in SCHEMAS[task.format].items()]
     schema = pa.schema(fields)
     rows = list(rows)
     return pa.Table.from_pylist(rows, schema=schema)
@@ -86,11 +89,16 @@ def prepare(task_name: str, split: str, settings: dict[str, Any], output: str | 
         raise InputError(f"task {task_name} has no split {split!r} (has {list(task.splits)})")
     convert = load_converter(task)
     root = settings.get("local_root")
-    src = Source(settings["source"], settings["hub"]["path"], settings["hub"].get("revision", "main"),
-                 str(repo_path(root)) if root else None)
+    src = Source(
+        settings["source"],
+        settings["hub"]["path"],
+        settings["hub"].get("revision", "main"),
+        str(repo_path(root)) if root else None,
+    )
     report: Report = {}
-    table = to_table(task, convert(src, split, list(settings.get("languages", ["en"])),
-                                                 settings.get("options", {}), report))
+    table = to_table(
+        task, convert(src, split, list(settings.get("languages", ["en"])), settings.get("options", {}), report)
+    )
     if table.num_rows == 0:
         raise InputError(f"task {task_name} split {split}: no examples loaded from {settings['hub']['path']}")
     # Provenance travels with the data: where it came from, from the Hub which commit, and
@@ -98,9 +106,15 @@ def prepare(task_name: str, split: str, settings: dict[str, Any], output: str | 
     # A converter that reads an original release (UD, BUCC, CCGbank files) names it in
     # report["release"]; the Hub is asked for a commit only when its data was read.
     reads_hub = "release" not in report
-    provenance = {"task": task_name, "split": split, "source": src.kind, "path": src.path if reads_hub else None,
-                  "revision": src.revision if reads_hub else None,
-                  "resolved_sha": src.resolved_sha() if reads_hub else None, "report": report}
+    provenance = {
+        "task": task_name,
+        "split": split,
+        "source": src.kind,
+        "path": src.path if reads_hub else None,
+        "revision": src.revision if reads_hub else None,
+        "resolved_sha": src.resolved_sha() if reads_hub else None,
+        "report": report,
+    }
     table = table.replace_schema_metadata({"xstilts": json.dumps(provenance, sort_keys=True)})
     with atomic_path(output) as tmp:
         pq.write_table(table, tmp)

@@ -53,8 +53,10 @@ def encode(tokenizer, rows, opts: dict[str, Any], train: bool) -> list[Feature]:
     queries = [r for r in rows if r["side"] == QUERY]
     for r in queries:
         if len(r["gold"]) != 1 or r["gold"][0] not in by_id:
-            raise InputError(f"ranking training query {r['id']!r}: needs one gold candidate present in the file, "
-                             f"has {list(r['gold'])}")
+            raise InputError(
+                f"ranking training query {r['id']!r}: needs one gold candidate present in the file, "
+                f"has {list(r['gold'])}"
+            )
     query_ids = ids([query_text(r, opts) for r in queries], max_query)
     gold_ids = ids([candidate_text(by_id[r["gold"][0]], opts) for r in queries], max_length)
     return [{"input_ids": q, "candidate_ids": c, "example": i} for i, (q, c) in enumerate(zip(query_ids, gold_ids))]
@@ -66,8 +68,10 @@ def collate(features: Sequence[Feature], pad_id: int) -> dict[str, Any]:
 
     def padded(seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(len(s) for s in seqs)
-        return (torch.tensor([s + [pad_id] * (width - len(s)) for s in seqs]),
-                torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in seqs]))
+        return (
+            torch.tensor([s + [pad_id] * (width - len(s)) for s in seqs]),
+            torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in seqs]),
+        )
 
     batch: dict[str, Any] = {}
     batch["input_ids"], batch["attention_mask"] = padded([f["input_ids"] for f in features])

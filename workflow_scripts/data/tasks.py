@@ -44,6 +44,7 @@ VISUAL_RETRIEVAL = "visual_retrieval"
 FORMATS = format_names()
 VISUAL_FORMATS = tuple(f for f in FORMATS if get_format(f).visual)
 
+
 @dataclass(frozen=True)
 class HubSource:
     """A further Hub dataset a task's converter reads (``Task.hub_sources``)."""
@@ -164,14 +165,24 @@ class Task:
         return len(self.labels)
 
 
-
 BUILTIN_CATALOGUE = Path(__file__).resolve().parents[2] / "tasks"
 # The folders of a run's own task entries, for job processes (the Snakefile exports it).
 CATALOGUE_ENV = "XSTILTS_TASK_CATALOGUES"
 # The mAP@k conventions of the ranking targets' official scorers (evaluation/ranking.py).
 MAP_CONVENTIONS = ("lareqa", "mewslix")
-METRICS = ("accuracy", "squad_v1", "squad_v2", "mlqa", "seqeval_f1", "bucc_f1", "tatoeba_accuracy", "mlm_loss",
-           "map_at_20", "recall_at_1", "vqa_accuracy")
+METRICS = (
+    "accuracy",
+    "squad_v1",
+    "squad_v2",
+    "mlqa",
+    "seqeval_f1",
+    "bucc_f1",
+    "tatoeba_accuracy",
+    "mlm_loss",
+    "map_at_20",
+    "recall_at_1",
+    "vqa_accuracy",
+)
 SPLITS = ("train", "dev", "test")
 _TUPLES = ("splits", "labels", "eval_splits", "stages", "controls", "languages", "release_options")
 _REQUIRED = ("name", "format", "metric", "splits", "converter")
@@ -209,8 +220,9 @@ def read_entry(path: Path) -> Task:
         if bad:
             raise CatalogueError(f"task entry {path}: {key} {bad} are not splits ({', '.join(SPLITS)})")
     if entry.get("map_convention", MAP_CONVENTIONS[0]) not in MAP_CONVENTIONS:
-        raise CatalogueError(f"task entry {path}: map_convention {entry['map_convention']!r} is not one of "
-                             f"{', '.join(MAP_CONVENTIONS)}")
+        raise CatalogueError(
+            f"task entry {path}: map_convention {entry['map_convention']!r} is not one of {', '.join(MAP_CONVENTIONS)}"
+        )
     values: dict[str, Any] = {k: tuple(str(x) for x in v) if k in _TUPLES else v for k, v in entry.items()}
     values["hub_sources"] = _hub_sources(path, entry.get("hub_sources", {}))
     if entry.get("release_required") and not entry.get("release_options"):
@@ -230,10 +242,18 @@ def _hub_sources(path: Path, sources: Any) -> tuple[HubSource, ...]:
         spec = {"path": spec} if isinstance(spec, str) else spec
         known = {"path", "languages", "only_when_set"}
         if not isinstance(spec, dict) or not isinstance(spec.get("path"), str) or set(spec) - known:
-            raise CatalogueError(f"task entry {path}: hub_sources.{name}: a Hub id, or a mapping of {sorted(known)} "
-                                 f"with a path, got {spec!r}")
-        found.append(HubSource(name=str(name), path=spec["path"], languages=tuple(spec.get("languages", ())),
-                               only_when_set=bool(spec.get("only_when_set", False))))
+            raise CatalogueError(
+                f"task entry {path}: hub_sources.{name}: a Hub id, or a mapping of {sorted(known)} "
+                f"with a path, got {spec!r}"
+            )
+        found.append(
+            HubSource(
+                name=str(name),
+                path=spec["path"],
+                languages=tuple(spec.get("languages", ())),
+                only_when_set=bool(spec.get("only_when_set", False)),
+            )
+        )
     return tuple(found)
 
 
@@ -295,6 +315,13 @@ def qa_answer_score(metric: str, scores: dict[str, float]) -> float:
 
 
 def primary_metric(metric: str) -> str:
-    return {"squad_v1": "f1", "squad_v2": "f1", "mlqa": "f1", "seqeval_f1": "f1",
-            "bucc_f1": "f1", "mlm_loss": "loss", "map_at_20": "map_at_20",
-            "recall_at_1": "recall_at_1"}.get(metric, "accuracy")
+    return {
+        "squad_v1": "f1",
+        "squad_v2": "f1",
+        "mlqa": "f1",
+        "seqeval_f1": "f1",
+        "bucc_f1": "f1",
+        "mlm_loss": "loss",
+        "map_at_20": "map_at_20",
+        "recall_at_1": "recall_at_1",
+    }.get(metric, "accuracy")

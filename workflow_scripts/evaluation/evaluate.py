@@ -20,27 +20,56 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.common import (InputError, autocast, configure_torch, device, read_json, seed_everything,
-                                     settings_hash)
-from workflow_scripts.data.features import Encoded, decode_spans, encode, merge_tags, sorted_batches, collate
+from workflow_scripts.common import (
+    InputError,
+    autocast,
+    configure_torch,
+    device,
+    read_json,
+    seed_everything,
+    settings_hash,
+)
+from workflow_scripts.data.features import Encoded, collate, decode_spans, encode, merge_tags, sorted_batches
 from workflow_scripts.data.prepare import provenance, read_table
-from workflow_scripts.data.tasks import (CLASSIFICATION, VISUAL_ANSWER, VISUAL_RETRIEVAL, RANKING, RETRIEVAL, SPAN,
-                                         TAGGING, Task, get_task, primary_metric, qa_answer_score)
-from workflow_scripts.formats import get_format, head_kind
+from workflow_scripts.data.tasks import (
+    CLASSIFICATION,
+    RANKING,
+    RETRIEVAL,
+    SPAN,
+    TAGGING,
+    VISUAL_ANSWER,
+    VISUAL_RETRIEVAL,
+    Task,
+    get_task,
+    primary_metric,
+    qa_answer_score,
+)
+from workflow_scripts.evaluation import pool_ranking
 from workflow_scripts.evaluation.metrics import accuracy, mean, mlqa, seqeval_f1, seqeval_version, squad_v1, squad_v2
 from workflow_scripts.evaluation.neighbours import EXACT
-from workflow_scripts.evaluation.retrieval import (BUCC_DUPLICATES, LAYER_CONVENTION, choose_threshold, embed,
-                                                   expand_to_ids, margin_candidates, mined_pairs, prf, tatoeba_nearest,
-                                                   tatoeba_score, unique_texts)
-from workflow_scripts.evaluation import pool_ranking
+from workflow_scripts.evaluation.retrieval import (
+    BUCC_DUPLICATES,
+    LAYER_CONVENTION,
+    choose_threshold,
+    embed,
+    expand_to_ids,
+    margin_candidates,
+    mined_pairs,
+    prf,
+    tatoeba_nearest,
+    tatoeba_score,
+    unique_texts,
+)
+from workflow_scripts.formats import get_format, head_kind
 from workflow_scripts.models import dual_encoder
 from workflow_scripts.models.adapters import has_adapter, load_adapter_model, load_backbone, method_of
 from workflow_scripts.models.backbones import family_of
 from workflow_scripts.models.heads import MultiHeadModel, forward, load_encoder, load_tokenizer, make_head
 
-
-TASK_SCORE_CONVENTION = {True: "(F1 + EM) / 2 of the language averages, as XTREME and XTREME-R average QA",
-                         False: "the primary metric's language average"}
+TASK_SCORE_CONVENTION = {
+    True: "(F1 + EM) / 2 of the language averages, as XTREME and XTREME-R average QA",
+    False: "the primary metric's language average",
+}
 
 
 def predict_logits(model, task: Task, encoded: Encoded, batch_size: int, pad_id: int, dev) -> list[Any]:
@@ -54,8 +83,11 @@ def predict_logits(model, task: Task, encoded: Encoded, batch_size: int, pad_id:
     with torch.inference_mode():
         for idx in tqdm(sorted_batches(encoded.features, batch_size), desc=f"predict {task.name}", mininterval=5):
             feats = encoded.features.take(idx)
-            batch = {k: v.to(dev) for k, v in collate(feats, task.format, pad_id).items()
-                     if k in ("input_ids", "attention_mask", "image_index")}
+            batch = {
+                k: v.to(dev)
+                for k, v in collate(feats, task.format, pad_id).items()
+                if k in ("input_ids", "attention_mask", "image_index")
+            }
             with autocast(dev):
                 logits, _ = forward(model, task.format, task.name, batch)
             logits = logits.float().cpu().numpy()
@@ -65,27 +97,32 @@ def predict_logits(model, task: Task, encoded: Encoded, batch_size: int, pad_id:
     return out
 
 
-def score_rows(model, task: Task, tokenizer, rows: list[dict[str, Any]], opts: dict[str, Any], dev,
-               metric: str | None = None) -> dict[str, float]:
+def score_rows(
+    model, task: Task, tokenizer, rows: list[dict[str, Any]], opts: dict[str, Any], dev, metric: str | None = None
+) -> dict[str, float]:
     """Score one set of rows (one language of one split) with the task's metric."""
     return predict_and_score_rows(model, task, tokenizer, rows, opts, dev, metric)[0]
 
 
-def predict_and_score_rows(model, task: Task, tokenizer, rows: list[dict[str, Any]], opts: dict[str, Any], dev,
-                           metric: str | None = None) -> tuple[dict[str, float], Any]:
+def predict_and_score_rows(
+    model, task: Task, tokenizer, rows: list[dict[str, Any]], opts: dict[str, Any], dev, metric: str | None = None
+) -> tuple[dict[str, float], Any]:
     """score_rows, with the predictions (see predict_and_score)."""
-    return predict_and_score(model, task, encode(task, tokenizer, rows, opts, train=False), tokenizer.pad_token_id,
-                             opts, dev, metric)
+    return predict_and_score(
+        model, task, encode(task, tokenizer, rows, opts, train=False), tokenizer.pad_token_id, opts, dev, metric
+    )
 
 
-def score_encoded(model, task: Task, encoded: Encoded, pad_id: int, opts: dict[str, Any], dev,
-                  metric: str | None = None) -> dict[str, float]:
+def score_encoded(
+    model, task: Task, encoded: Encoded, pad_id: int, opts: dict[str, Any], dev, metric: str | None = None
+) -> dict[str, float]:
     """score_rows on rows already encoded (training re-scores one dev subset many times)."""
     return predict_and_score(model, task, encoded, pad_id, opts, dev, metric)[0]
 
 
-def predict_and_score(model, task: Task, encoded: Encoded, pad_id: int, opts: dict[str, Any], dev,
-                      metric: str | None = None) -> tuple[dict[str, float], Any]:
+def predict_and_score(
+    model, task: Task, encoded: Encoded, pad_id: int, opts: dict[str, Any], dev, metric: str | None = None
+) -> tuple[dict[str, float], Any]:
     """(scores, predictions): label indices (classification), {id: answer} (QA), or tags per
     sentence (tagging), in the rows' order."""
     metric = metric or task.metric
@@ -118,8 +155,9 @@ def predict_and_score(model, task: Task, encoded: Encoded, pad_id: int, opts: di
         labels = [int(l.argmax()) for l in logits]
         return accuracy(labels, [r["label"] for r in rows]), labels
     if scorer == SPAN:
-        preds = decode_spans(encoded, [l[:, 0] for l in logits], [l[:, 1] for l in logits], opts,
-                             allow_null=(metric == "squad_v2"))
+        preds = decode_spans(
+            encoded, [l[:, 0] for l in logits], [l[:, 1] for l in logits], opts, allow_null=(metric == "squad_v2")
+        )
         golds = {r["id"]: list(r["answer_texts"]) for r in rows}
         if metric == "mlqa":  # translate-test rows keep their language label but hold English text
             return mlqa(preds, golds, opts.get("text_language") or rows[0]["lang"]), preds
@@ -155,8 +193,9 @@ def average(per_lang: dict[str, dict[str, float]]) -> dict[str, float]:
 Sources = dict[str, list[tuple[str, list[str] | None]]]  # split -> (file, languages taken or None: all)
 
 
-def evaluate_run(target: str, models: dict[str, Path], data: Sources, settings: dict[str, Any], seed: int,
-                 threads: int) -> tuple[dict[str, Any], dict[str, Any]]:
+def evaluate_run(
+    target: str, models: dict[str, Path], data: Sources, settings: dict[str, Any], seed: int, threads: int
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """Score every (split, language) of ``data`` with the model ``models`` maps the language
     to (key "*": every language): (metric file content, test predictions per language)."""
     started = time.time()
@@ -176,7 +215,9 @@ def evaluate_run(target: str, models: dict[str, Path], data: Sources, settings: 
         splits[split] = {}
         for path, langs in sources:
             langs = langs or [l for l in configured if split != "dev" or l not in task.dev_missing]
-            if get_format(task.format).scorer == RANKING:  # each language's queries with the file's whole candidate pool
+            if (
+                get_format(task.format).scorer == RANKING
+            ):  # each language's queries with the file's whole candidate pool
                 rows = read_table(path, task.format).to_pylist()
                 splits[split].update(pool_ranking.rows_by_language(rows, langs, str(path)))
             else:
@@ -195,8 +236,9 @@ def evaluate_run(target: str, models: dict[str, Path], data: Sources, settings: 
         # the backbone the intermediate phase left (adapters merged in memory)
         encoder = load_backbone(model_dir, method_of(model_dir)).to(dev)
         settings = with_family_pooling(settings, model_dir)
-        scores, extra, predictions = evaluate_retrieval(task, encoder, load_tokenizer(model_dir), splits, settings,
-                                                        dev, seed)
+        scores, extra, predictions = evaluate_retrieval(
+            task, encoder, load_tokenizer(model_dir), splits, settings, dev, seed
+        )
         extra["retrieval"]["encoder_path"] = str(model_dir)  # the intermediate phase's, or a target model's
     else:
         selections = {}
@@ -209,7 +251,11 @@ def evaluate_run(target: str, models: dict[str, Path], data: Sources, settings: 
             if train_log.get("intermediate_visual"):  # trained after an image task: text-only, and how
                 extra["intermediate_visual"] = train_log["intermediate_visual"]
             # ranking: the candidate pool is embedded once, not once per language
-            pool = pool_ranking.PoolScorer(model, task, tokenizer, opts, dev) if get_format(task.format).scorer == RANKING else None
+            pool = (
+                pool_ranking.PoolScorer(model, task, tokenizer, opts, dev)
+                if get_format(task.format).scorer == RANKING
+                else None
+            )
             for split, by_lang in splits.items():
                 for lang, rows in by_lang.items():
                     if model_of[lang] != model_dir:
@@ -222,30 +268,46 @@ def evaluate_run(target: str, models: dict[str, Path], data: Sources, settings: 
                         predictions[lang] = found
             del model
         # Which model (and so which training and selection data) scored each language.
-        extra["models"] = {lang: {"path": str(m), "selection": selections[str(m)],
-                                  **{k: v for k, v in transfer.get("models", {}).get(lang, {}).items()
-                                     if k in ("recipe", "train", "dev")}}
-                           for lang, m in model_of.items()}
+        extra["models"] = {
+            lang: {
+                "path": str(m),
+                "selection": selections[str(m)],
+                **{
+                    k: v for k, v in transfer.get("models", {}).get(lang, {}).items() if k in ("recipe", "train", "dev")
+                },
+            }
+            for lang, m in model_of.items()
+        }
         if len(selections) == 1:
             extra["selection"] = next(iter(selections.values()))
     scores = {split: {l: per[l] for l in languages if l in per} for split, per in scores.items()}
     # Every metric file names the scorer versions and retrieval settings (null: not a retrieval target).
     extra.setdefault("retrieval", None)
     return {
-        "target": target, "metric": task.metric, "primary": primary_metric(task.metric),
-        "languages": languages, "splits": list(splits), "setting": transfer.get("setting", "zero_shot"),
-        "scores": scores, "average": {split: average(per) for split, per in scores.items()},
+        "target": target,
+        "metric": task.metric,
+        "primary": primary_metric(task.metric),
+        "languages": languages,
+        "splits": list(splits),
+        "setting": transfer.get("setting", "zero_shot"),
+        "scores": scores,
+        "average": {split: average(per) for split, per in scores.items()},
         # The one number per split the benchmark averages (tasks.qa_answer_score), and how.
         "task_score": {split: qa_answer_score(task.metric, average(per)) for split, per in scores.items() if per},
         "task_score_convention": TASK_SCORE_CONVENTION[task.format == SPAN],
         # Where each evaluation file came from (e.g. UD-POS from the UD v2.5 release or the
         # Hub) and what its loader repaired, as recorded in the data file.
-        "data_provenance": {split: [{"path": str(path), "languages": langs, "provenance": provenance(path)}
-                                    for path, langs in sources] for split, sources in data.items()},
-        "seed": seed, "settings": settings, "settings_hash": settings_hash(settings),
+        "data_provenance": {
+            split: [{"path": str(path), "languages": langs, "provenance": provenance(path)} for path, langs in sources]
+            for split, sources in data.items()
+        },
+        "seed": seed,
+        "settings": settings,
+        "settings_hash": settings_hash(settings),
         "seqeval_version": seqeval_version(),
         "versions": {p: version(p) for p in ("torch", "transformers", "seqeval", "faiss-cpu", "numpy")},
-        "wall_time_s": round(time.time() - started, 3), **extra,
+        "wall_time_s": round(time.time() - started, 3),
+        **extra,
     }, {lang: predictions[lang] for lang in languages if lang in predictions}
 
 
@@ -273,8 +335,15 @@ def _load_target_model(task: Task, model_dir: Path, dev):
     return model.to(dev), load_tokenizer(model_dir)
 
 
-def evaluate_retrieval(task: Task, encoder, tokenizer, splits: dict[str, dict[str, list[dict[str, Any]]]],
-                       settings: dict[str, Any], dev, seed: int) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+def evaluate_retrieval(
+    task: Task,
+    encoder,
+    tokenizer,
+    splits: dict[str, dict[str, list[dict[str, Any]]]],
+    settings: dict[str, Any],
+    dev,
+    seed: int,
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """Tatoeba: 1-NN accuracy per language. BUCC: margin mining; the threshold is chosen on
     each language's dev gold and applied to its test candidates. Also returns the test
     predictions: Tatoeba's nearest foreign index per English sentence, BUCC's mined pairs."""
@@ -282,8 +351,14 @@ def evaluate_retrieval(task: Task, encoder, tokenizer, splits: dict[str, dict[st
     args = (ret["layer"], ret["pooling"], int(settings["eval_batch_size"]), int(settings["max_length"]), dev)
     # Exact search unless the config names a faiss index; the metric file says which.
     search = {"index": ret.get("index", EXACT), "nprobe": int(ret.get("nprobe", 1)), "dev": dev, "seed": seed}
-    extra: dict[str, Any] = {"retrieval": {"layer": ret["layer"], "pooling": ret["pooling"],
-                                           "layer_convention": LAYER_CONVENTION, "index": search["index"]}}
+    extra: dict[str, Any] = {
+        "retrieval": {
+            "layer": ret["layer"],
+            "pooling": ret["pooling"],
+            "layer_convention": LAYER_CONVENTION,
+            "index": search["index"],
+        }
+    }
     if search["index"] != EXACT:
         extra["retrieval"]["nprobe"] = search["nprobe"]
     scores: dict[str, dict[str, dict[str, float]]] = {split: {} for split in splits}
@@ -308,10 +383,12 @@ def evaluate_retrieval(task: Task, encoder, tokenizer, splits: dict[str, dict[st
             eng = [r for r in rows if r["side"] == "en"]
             src_texts, src_ids = unique_texts([r["id"] for r in src], [r["text"] for r in src], duplicates)
             eng_texts, eng_ids = unique_texts([r["id"] for r in eng], [r["text"] for r in eng], duplicates)
-            repeated[split][lang] = {side: len(rs) - len(texts) for side, rs, texts in
-                                     (("source", src, src_texts), ("en", eng, eng_texts))}
-            found = margin_candidates(embed(encoder, tokenizer, src_texts, *args),
-                                      embed(encoder, tokenizer, eng_texts, *args), k, **search)
+            repeated[split][lang] = {
+                side: len(rs) - len(texts) for side, rs, texts in (("source", src, src_texts), ("en", eng, eng_texts))
+            }
+            found = margin_candidates(
+                embed(encoder, tokenizer, src_texts, *args), embed(encoder, tokenizer, eng_texts, *args), k, **search
+            )
             gold = {(r["id"], e) for r in src for e in r["gold"]}
             candidates[split][lang] = (expand_to_ids(found, src_ids, eng_ids), gold)
     thresholds = {}
@@ -324,9 +401,15 @@ def evaluate_retrieval(task: Task, encoder, tokenizer, splits: dict[str, dict[st
             if split == "test":
                 predictions[lang] = sorted(mined)
     # Every BUCC metric file states the duplicate convention and how many sentences it touched.
-    extra["retrieval"].update({"bucc_k": k, "thresholds_from_dev": thresholds, "bucc_duplicates": duplicates,
-                               "bucc_duplicates_convention": BUCC_DUPLICATES[duplicates],
-                               "bucc_repeated_sentences": repeated})
+    extra["retrieval"].update(
+        {
+            "bucc_k": k,
+            "thresholds_from_dev": thresholds,
+            "bucc_duplicates": duplicates,
+            "bucc_duplicates_convention": BUCC_DUPLICATES[duplicates],
+            "bucc_repeated_sentences": repeated,
+        }
+    )
     return scores, extra, predictions
 
 

@@ -69,8 +69,10 @@ def backbone_record(provenance: dict[str, Any], backbone_dir: Path) -> dict[str,
 
         lora = record["lora"]
         method = Method(name=record["method"], target_modules=tuple(lora.get("target_modules") or ()))
-        record["lora"] = {**lora, "target_modules": target_modules(method, record["family"],
-                                                                   AutoConfig.from_pretrained(backbone_dir))}
+        record["lora"] = {
+            **lora,
+            "target_modules": target_modules(method, record["family"], AutoConfig.from_pretrained(backbone_dir)),
+        }
     return record
 
 
@@ -101,12 +103,19 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="Evaluate one run on every language of its target.")
     ap.add_argument("--target", required=True)
     ap.add_argument("--model", nargs="+", required=True, help="DIR, or LANG=DIR per language")
-    ap.add_argument("--data", nargs="+", required=True,
-                    help="SPLIT=FILE, or SPLIT:LANG,LANG=FILE for the languages taken from a file")
+    ap.add_argument(
+        "--data",
+        nargs="+",
+        required=True,
+        help="SPLIT=FILE, or SPLIT:LANG,LANG=FILE for the languages taken from a file",
+    )
     ap.add_argument("--settings", required=True)
     ap.add_argument("--backbone", required=True, type=Path, help="the prepared backbone directory")
-    ap.add_argument("--backbone-settings", required=True,
-                    help="JSON: the backbone's provenance as the config gives it (backbone_grid.provenance)")
+    ap.add_argument(
+        "--backbone-settings",
+        required=True,
+        help="JSON: the backbone's provenance as the config gives it (backbone_grid.provenance)",
+    )
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--run", default="{}", help="JSON identifying the run (config name, ...)")
@@ -115,8 +124,14 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     try:
         backbone = backbone_record(load_settings(args.backbone_settings), args.backbone)
-        result, predictions = evaluate_run(args.target, parse_models(args.model), parse_data(args.data),
-                                           load_settings(args.settings), args.seed, args.threads)
+        result, predictions = evaluate_run(
+            args.target,
+            parse_models(args.model),
+            parse_data(args.data),
+            load_settings(args.settings),
+            args.seed,
+            args.threads,
+        )
         result["run"] = json.loads(args.run)
         result["backbone"] = backbone
     except InputError as err:

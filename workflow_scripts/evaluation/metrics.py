@@ -52,7 +52,9 @@ def _f1(pred_tokens: list[str], gold_tokens: list[str], empty_matches: bool) -> 
     return 2 * precision * recall / (precision + recall)
 
 
-def _qa_scores(predictions: Mapping[str, str], golds: Mapping[str, Sequence[str]], tokens, v2: bool) -> dict[str, float]:
+def _qa_scores(
+    predictions: Mapping[str, str], golds: Mapping[str, Sequence[str]], tokens, v2: bool
+) -> dict[str, float]:
     missing = [qid for qid in golds if qid not in predictions]
     if missing:
         raise InputError(f"predictions lack {len(missing)} question ids, e.g. {missing[:3]}")
@@ -81,7 +83,6 @@ def squad_v2(predictions: Mapping[str, str], golds: Mapping[str, Sequence[str]])
 
 
 # ----- MLQA -----------------------------------------------------------------------------
-
 
 
 @cache

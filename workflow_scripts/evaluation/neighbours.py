@@ -70,8 +70,16 @@ _KEY_TILE = 4096
 _GROUP = 8
 
 
-def knn(queries: np.ndarray, keys: np.ndarray, k: int, dev: Any = None, index: str = EXACT, nprobe: int = 1,
-        block_bytes: int | None = None, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def knn(
+    queries: np.ndarray,
+    keys: np.ndarray,
+    k: int,
+    dev: Any = None,
+    index: str = EXACT,
+    nprobe: int = 1,
+    block_bytes: int | None = None,
+    seed: int = 0,
+) -> tuple[np.ndarray, np.ndarray]:
     """The k best keys of each query by inner product: (scores, key indices), each of shape
     (len(queries), min(k, len(keys))), best first, ties in faiss's order. Exact search runs
     on ``dev`` when it is a GPU (``device_knn``), else on CPU with faiss (``flat_knn``);
@@ -89,8 +97,9 @@ def knn(queries: np.ndarray, keys: np.ndarray, k: int, dev: Any = None, index: s
     return device_knn(queries, keys, k, dev, block_bytes)
 
 
-def flat_knn(queries: np.ndarray, keys: np.ndarray, k: int, key_block: int | None = None
-             ) -> tuple[np.ndarray, np.ndarray]:
+def flat_knn(
+    queries: np.ndarray, keys: np.ndarray, k: int, key_block: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """faiss's exact search, bit for bit as ``IndexFlatIP(d).add(keys); search(queries, k)``
     gives it, without the index's copy of the keys; ``key_block`` keys per GEMM (by default
     ``flat_key_block``'s), taken only where the block cannot change the result."""
@@ -126,8 +135,9 @@ def _faiss_keeps_heaps(k: int) -> bool:
     return 1 < k < faiss.cvar.distance_compute_min_k_reservoir
 
 
-def device_knn(queries: np.ndarray, keys: np.ndarray, k: int, dev: Any = None, block_bytes: int | None = None
-               ) -> tuple[np.ndarray, np.ndarray]:
+def device_knn(
+    queries: np.ndarray, keys: np.ndarray, k: int, dev: Any = None, block_bytes: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """The own tiled search on ``dev`` (any torch device), in faiss's tie order. Bit-identical
     key vectors are searched once and expanded to all their indices: their scores are then
     equal by construction, where a blocked GEMM could give two copies scores 1 ulp apart
@@ -161,7 +171,7 @@ def faiss_kept(values: np.ndarray, indices: np.ndarray, k: int) -> np.ndarray:
         tied = tied[np.argsort(indices[tied], kind="stable")]
         as_high = np.sort(indices[values >= kth])
         entered = tied[np.searchsorted(as_high, indices[tied]) < k]
-        by_rank = np.concatenate([above, entered[len(entered) - (k - len(above)):]])
+        by_rank = np.concatenate([above, entered[len(entered) - (k - len(above)) :]])
     return by_rank[np.lexsort((-indices[by_rank], -values[by_rank]))]
 
 
@@ -176,7 +186,9 @@ def duplicate_groups(keys: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]] | 
     hashes = np.empty(len(keys), dtype=np.uint64)
     for b in range(0, len(keys), 1 << 14):  # in slices: a uint64 copy of 1M x 1024 keys would be 8 GB
         with np.errstate(over="ignore"):
-            hashes[b:b + (1 << 14)] = (keys[b:b + (1 << 14)].view(np.uint32).astype(np.uint64) * multipliers).sum(axis=1)
+            hashes[b : b + (1 << 14)] = (keys[b : b + (1 << 14)].view(np.uint32).astype(np.uint64) * multipliers).sum(
+                axis=1
+            )
     if len(np.unique(hashes)) == len(keys):
         return None
     rows = np.ascontiguousarray(keys).view(np.dtype((np.void, keys.dtype.itemsize * keys.shape[1]))).ravel()
@@ -193,23 +205,26 @@ def duplicate_groups(keys: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]] | 
     return first[order], [np.array(m, dtype=np.int64) for m in members]
 
 
-def _expanded(scores: np.ndarray, found: np.ndarray, members: list[np.ndarray], k: int
-              ) -> tuple[np.ndarray, np.ndarray]:
+def _expanded(
+    scores: np.ndarray, found: np.ndarray, members: list[np.ndarray], k: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Results over distinct vectors expanded to every index carrying them, the k faiss keeps
     in faiss's order (``faiss_kept``)."""
     out_scores = np.empty((len(found), k), dtype=np.float32)
     out_found = np.empty((len(found), k), dtype=np.int64)
     for row in range(len(found)):
         indices = np.concatenate([members[g] for g in found[row]])
-        values = np.concatenate([np.full(len(members[g]), scores[row, j], dtype=np.float32)
-                                 for j, g in enumerate(found[row])])
+        values = np.concatenate(
+            [np.full(len(members[g]), scores[row, j], dtype=np.float32) for j, g in enumerate(found[row])]
+        )
         kept = faiss_kept(values, indices, k)
         out_scores[row], out_found[row] = values[kept], indices[kept]
     return out_scores, out_found
 
 
-def tiled_knn(queries: np.ndarray, keys: np.ndarray, k: int, dev: Any = None,
-              block_bytes: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def tiled_knn(
+    queries: np.ndarray, keys: np.ndarray, k: int, dev: Any = None, block_bytes: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Exact search tile by tile on a torch device (CPU by default): a tile is (query rows) x
     (key columns) of float32 scores, at most ``block_bytes``. The first tile of a query
     block gives each row its best ``k + slack``; every later tile only adds the scores that
@@ -231,22 +246,25 @@ def tiled_knn(queries: np.ndarray, keys: np.ndarray, k: int, dev: Any = None,
     return _rescored(queries, keys, values, found, k)
 
 
-def _score_tiles(queries: np.ndarray, keys: np.ndarray, rows: int, cols: int, dev: Any) -> Iterator[tuple[int, int, Any]]:
+def _score_tiles(
+    queries: np.ndarray, keys: np.ndarray, rows: int, cols: int, dev: Any
+) -> Iterator[tuple[int, int, Any]]:
     """(first key index, query block index, score tile) for every tile, key tiles outermost so
     that each key tile is moved once; the products in full fp32 (TF32 off on a GPU)."""
     import torch
 
     with _full_fp32_matmul():
-        blocks = [torch.from_numpy(queries[a:a + rows]).to(dev) for a in range(0, len(queries), rows)]
+        blocks = [torch.from_numpy(queries[a : a + rows]).to(dev) for a in range(0, len(queries), rows)]
         keys_d = torch.from_numpy(keys).to(dev)
         for j in range(0, len(keys), cols):
-            tile_keys = keys_d[j:j + cols].T
+            tile_keys = keys_d[j : j + cols].T
             for b, block in enumerate(blocks):
                 yield j, b, block @ tile_keys
 
 
-def _rescored(queries: np.ndarray, keys: np.ndarray, values: np.ndarray, found: np.ndarray, k: int
-              ) -> tuple[np.ndarray, np.ndarray]:
+def _rescored(
+    queries: np.ndarray, keys: np.ndarray, values: np.ndarray, found: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray]:
     """The k best of each row's kept candidates, by score descending then key index.
 
     Where two of a row's first k + 1 float32 scores lie within twice the worst-case error of
@@ -257,12 +275,14 @@ def _rescored(queries: np.ndarray, keys: np.ndarray, values: np.ndarray, found: 
     order = np.lexsort((found, -values), axis=1)
     values, found = np.take_along_axis(values, order, 1), np.take_along_axis(found, order, 1)
     first = min(k + 1, found.shape[1])
-    key_norm = max(float(np.sqrt(np.einsum("ij,ij->i", keys[b:b + 65536], keys[b:b + 65536]).max()))
-                   for b in range(0, len(keys), 65536))
+    key_norm = max(
+        float(np.sqrt(np.einsum("ij,ij->i", keys[b : b + 65536], keys[b : b + 65536]).max()))
+        for b in range(0, len(keys), 65536)
+    )
     error = (keys.shape[1] + 2) * 2.0**-24 * np.linalg.norm(queries, axis=1) * key_norm
-    unsure = np.flatnonzero((values[:, :first - 1] - values[:, 1:first] <= 2 * error[:, None]).any(axis=1))
+    unsure = np.flatnonzero((values[:, : first - 1] - values[:, 1:first] <= 2 * error[:, None]).any(axis=1))
     for a in range(0, len(unsure), 1024):
-        rows = unsure[a:a + 1024]
+        rows = unsure[a : a + 1024]
         exact = np.matmul(keys[found[rows]].astype(np.float64), queries[rows, :, None].astype(np.float64))[..., 0]
         order = np.lexsort((found[rows], -exact), axis=1)
         values[rows] = np.take_along_axis(exact, order, 1)
@@ -298,8 +318,9 @@ def _tile_best(tile: Any, width: int) -> tuple[Any, Any]:
     return _merged(empty, empty.long(), tile, 0, floor, width)
 
 
-def _merged(values: Any, found: Any, tile: Any, offset: int, floor: Any = None, width: int | None = None
-            ) -> tuple[Any, Any]:
+def _merged(
+    values: Any, found: Any, tile: Any, offset: int, floor: Any = None, width: int | None = None
+) -> tuple[Any, Any]:
     """Each row's kept (values, key indices) updated with the scores of ``tile`` (whose first
     column is key ``offset``) that reach the row's floor (by default its lowest kept score),
     keeping the best ``width`` (by default as many as now).
@@ -319,8 +340,9 @@ def _merged(values: Any, found: Any, tile: Any, offset: int, floor: Any = None, 
         if len(hits) == 0:
             return values, found
         rows = hits // n_groups
-        members = ((hits + rows * (n_cols - n_groups)).unsqueeze(1)
-                   + torch.arange(0, n_cols, n_groups, device=tile.device)).view(-1)  # flat tile positions
+        members = (
+            (hits + rows * (n_cols - n_groups)).unsqueeze(1) + torch.arange(0, n_cols, n_groups, device=tile.device)
+        ).view(-1)  # flat tile positions
         scores = torch.take(tile, members)
         rows = rows.repeat_interleave(_GROUP)
         keep = torch.nonzero(scores >= floor.view(-1)[rows]).squeeze(1)
@@ -334,7 +356,9 @@ def _merged(values: Any, found: Any, tile: Any, offset: int, floor: Any = None, 
     # Rows with new scores: their kept entries and new ones side by side (padded with -inf),
     # the best ``width`` of them kept. ``rows`` comes sorted (nonzero is row-major).
     touched, counts = torch.unique_consecutive(rows, return_counts=True)
-    slot = torch.arange(len(rows), device=tile.device) - torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
+    slot = torch.arange(len(rows), device=tile.device) - torch.repeat_interleave(
+        torch.cumsum(counts, 0) - counts, counts
+    )
     slot_row = torch.repeat_interleave(torch.arange(len(touched), device=tile.device), counts)
     new_values = torch.full((len(touched), int(counts.max())), -torch.inf, dtype=values.dtype, device=values.device)
     new_found = torch.zeros(new_values.shape, dtype=found.dtype, device=found.device)
@@ -349,8 +373,9 @@ def _merged(values: Any, found: Any, tile: Any, offset: int, floor: Any = None, 
     return values, found
 
 
-def faiss_knn(queries: np.ndarray, keys: np.ndarray, k: int, factory: str, nprobe: int, seed: int
-              ) -> tuple[np.ndarray, np.ndarray]:
+def faiss_knn(
+    queries: np.ndarray, keys: np.ndarray, k: int, factory: str, nprobe: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Approximate search with a faiss index built from ``factory`` (inner-product metric)."""
     import faiss
 

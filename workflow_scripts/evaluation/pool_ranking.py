@@ -19,7 +19,9 @@ import numpy as np
 import torch
 
 from workflow_scripts.common import InputError, autocast
-from workflow_scripts.data.features import collate as collate_task, encode as encode_task, sorted_batches
+from workflow_scripts.data.features import collate as collate_task
+from workflow_scripts.data.features import encode as encode_task
+from workflow_scripts.data.features import sorted_batches
 from workflow_scripts.data.ranking_inputs import CANDIDATE, QUERY
 from workflow_scripts.evaluation.neighbours import knn
 from workflow_scripts.evaluation.ranking import convention_of, map_at_k
@@ -37,24 +39,40 @@ def rank(query_vectors, candidate_vectors, candidate_ids: list[str], k: int, dev
         raise InputError("ranking needs candidates; the file holds none")
     if not len(query_vectors):
         return []
-    _, found = knn(np.asarray(query_vectors, dtype=np.float32), np.asarray(candidate_vectors, dtype=np.float32),
-                   k, dev=dev)
+    _, found = knn(
+        np.asarray(query_vectors, dtype=np.float32), np.asarray(candidate_vectors, dtype=np.float32), k, dev=dev
+    )
     return [[candidate_ids[j] for j in row] for row in found]
 
 
-def score(rows: list[dict[str, Any]], vectors: Sequence[Any], target: str, k: int = TOP_K, dev=None
-          ) -> tuple[dict[str, float], dict[str, list[str]]]:
+def score(
+    rows: list[dict[str, Any]], vectors: Sequence[Any], target: str, k: int = TOP_K, dev=None
+) -> tuple[dict[str, float], dict[str, list[str]]]:
     """mAP@k of the queries among ``rows`` ranked in the pool of its candidates (the
     official convention of ``target``: ranking.py), with each query's ranked candidate ids.
     ``vectors``: one embedding per row."""
     queries = [i for i, r in enumerate(rows) if r["side"] == QUERY]
     candidates = [i for i, r in enumerate(rows) if r["side"] == CANDIDATE]
-    return _scored([rows[i] for i in queries], [vectors[i] for i in queries], [rows[i] for i in candidates],
-                   [vectors[i] for i in candidates], target, k, dev)
+    return _scored(
+        [rows[i] for i in queries],
+        [vectors[i] for i in queries],
+        [rows[i] for i in candidates],
+        [vectors[i] for i in candidates],
+        target,
+        k,
+        dev,
+    )
 
 
-def _scored(queries: list[dict[str, Any]], query_vectors, candidates: list[dict[str, Any]], candidate_vectors,
-            target: str, k: int, dev) -> tuple[dict[str, float], dict[str, list[str]]]:
+def _scored(
+    queries: list[dict[str, Any]],
+    query_vectors,
+    candidates: list[dict[str, Any]],
+    candidate_vectors,
+    target: str,
+    k: int,
+    dev,
+) -> tuple[dict[str, float], dict[str, list[str]]]:
     """mAP@k of ``queries`` ranked among ``candidates``, and each query's ranked ids."""
     ranked = rank(query_vectors, candidate_vectors, [r["id"] for r in candidates], k, dev)
     predictions = {r["id"]: found for r, found in zip(queries, ranked)}

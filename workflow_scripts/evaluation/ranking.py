@@ -77,16 +77,19 @@ def _gold_ids(gold: Collection[str], convention: str) -> list[str]:
         if isinstance(gold, Sequence):
             return [str(gold[0]).strip()]  # the official scorer keeps labels[0].strip() only
         if len(gold) > 1:
-            raise InputError(f"the Mewsli-X convention scores the first gold id only; {len(gold)} unordered gold "
-                             f"ids ({sorted(map(str, gold))[:3]}...) have no first one: pass a sequence")
+            raise InputError(
+                f"the Mewsli-X convention scores the first gold id only; {len(gold)} unordered gold "
+                f"ids ({sorted(map(str, gold))[:3]}...) have no first one: pass a sequence"
+            )
         return [str(next(iter(gold))).strip()]
     if convention == LAREQA:
         return list(dict.fromkeys(gold))  # the official code scores a set of gold candidates
     raise InputError(f"unknown mAP convention {convention!r}; known: {', '.join(CONVENTIONS)}")
 
 
-def average_precision_at_k(ranked: Sequence[str], gold: Collection[str], k: int = TOP_K,
-                           convention: str = LAREQA) -> float:
+def average_precision_at_k(
+    ranked: Sequence[str], gold: Collection[str], k: int = TOP_K, convention: str = LAREQA
+) -> float:
     """AP@k of one query in [0, 1] (see the module docstring for the two conventions)."""
     k = _check_k(k)
     if isinstance(ranked, (str, bytes)):
@@ -108,8 +111,13 @@ def average_precision_at_k(ranked: Sequence[str], gold: Collection[str], k: int 
     return total / min(len(wanted), k)
 
 
-def map_at_k(ranked_by_query: Mapping[str, Sequence[str]], gold_by_query: Mapping[str, Collection[str]],
-             k: int = TOP_K, convention: str = LAREQA, strict: bool = True) -> dict[str, float]:
+def map_at_k(
+    ranked_by_query: Mapping[str, Sequence[str]],
+    gold_by_query: Mapping[str, Collection[str]],
+    k: int = TOP_K,
+    convention: str = LAREQA,
+    strict: bool = True,
+) -> dict[str, float]:
     """``{"map_at_<k>": 100 x mean AP@k}`` over the queries of ``gold_by_query``.
 
     ``ranked_by_query``: query id -> candidate ids, best first (at least the top k).

@@ -22,8 +22,9 @@ from workflow_scripts.models.backbones.family import POOLINGS, pool
 LAYER_CONVENTION = "hidden_states index; 0 = embedding output, i = output of transformer layer i"
 
 
-def embed(model, tokenizer, sentences: Sequence[str], layer: int, pooling: str, batch_size: int,
-          max_length: int, dev) -> np.ndarray:
+def embed(
+    model, tokenizer, sentences: Sequence[str], layer: int, pooling: str, batch_size: int, max_length: int, dev
+) -> np.ndarray:
     import torch
     from tqdm import tqdm
 
@@ -37,9 +38,10 @@ def embed(model, tokenizer, sentences: Sequence[str], layer: int, pooling: str, 
     model.eval()
     with torch.inference_mode():
         for b in tqdm(range(0, len(order), batch_size), desc="embed", mininterval=5):
-            idx = order[b:b + batch_size]
-            enc = tokenizer([sentences[k] for k in idx], truncation=True, max_length=max_length,
-                            padding=True, return_tensors="pt").to(dev)
+            idx = order[b : b + batch_size]
+            enc = tokenizer(
+                [sentences[k] for k in idx], truncation=True, max_length=max_length, padding=True, return_tensors="pt"
+            ).to(dev)
             # token_type_ids only where the model takes them (decoders do not)
             enc = {k: v for k, v in enc.items() if k in ("input_ids", "attention_mask")}
             with autocast(dev):
@@ -81,13 +83,14 @@ def tatoeba_accuracy(foreign: np.ndarray, english: np.ndarray, **search: Any) ->
 
 BUCC_DUPLICATES = {
     "drop": "official (XTREME utils_retrieve.read_sent2id): a text occurring more than once on a side maps to no "
-            "sentence id, so candidates and gold pairs involving it are never found",
+    "sentence id, so candidates and gold pairs involving it are never found",
     "all_ids": "a text occurring more than once on a side is credited to every sentence id carrying it",
 }
 
 
-def unique_texts(ids: Sequence[str], texts: Sequence[str], duplicates: str = "drop"
-                 ) -> tuple[list[str], list[list[str]]]:
+def unique_texts(
+    ids: Sequence[str], texts: Sequence[str], duplicates: str = "drop"
+) -> tuple[list[str], list[list[str]]]:
     """Deduplicated texts (all of them are embedded and mined) and, for each, the sentence
     ids a candidate with that text counts for: none for a repeated text under ``drop``."""
     if duplicates not in BUCC_DUPLICATES:
@@ -135,8 +138,9 @@ def margin_candidates(src: np.ndarray, trg: np.ndarray, k: int = 4, **search: An
     return kept
 
 
-def expand_to_ids(candidates: list[tuple[float, int, int]], src_ids: list[list[str]], trg_ids: list[list[str]]
-                  ) -> list[tuple[float, tuple[str, str]]]:
+def expand_to_ids(
+    candidates: list[tuple[float, int, int]], src_ids: list[list[str]], trg_ids: list[list[str]]
+) -> list[tuple[float, tuple[str, str]]]:
     """Text-level candidates -> (score, (source id, English id)) for the ids the texts count for."""
     return [(s, (a, b)) for s, i, j in candidates for a in src_ids[i] for b in trg_ids[j]]
 

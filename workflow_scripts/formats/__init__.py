@@ -27,8 +27,19 @@ from typing import Any
 
 # The built-in formats, in the order the catalogue's messages and docs list them; a format
 # module added beside them follows, by name.
-BUILTIN = ("classification", "multiple_choice", "span", "tagging", "retrieval", "mining", "ranking", "mlm",
-           "visual_classification", "visual_answer", "visual_retrieval")
+BUILTIN = (
+    "classification",
+    "multiple_choice",
+    "span",
+    "tagging",
+    "retrieval",
+    "mining",
+    "ranking",
+    "mlm",
+    "visual_classification",
+    "visual_answer",
+    "visual_retrieval",
+)
 # Arrow types a canonical column may have (data/prepare.py builds the schema from them).
 COLUMN_TYPES = ("string", "int64", "list<string>", "list<int64>")
 
@@ -74,8 +85,10 @@ class TaskFormat:
         kinds = (*BUILTIN, self.name)
         for key in ("head", "scorer"):
             if getattr(self, key) not in (*kinds, None):
-                raise ValueError(f"format {self.name}: {key} {getattr(self, key)!r} is none of {', '.join(BUILTIN)} "
-                                 f"(or {self.name!r}, or None)")
+                raise ValueError(
+                    f"format {self.name}: {key} {getattr(self, key)!r} is none of {', '.join(BUILTIN)} "
+                    f"(or {self.name!r}, or None)"
+                )
 
 
 @cache

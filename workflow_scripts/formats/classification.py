@@ -5,5 +5,11 @@ leaderboard predictions: reporting/predictions.py."""
 
 from workflow_scripts.formats import TaskFormat
 
-FORMAT = TaskFormat(name="classification", columns={"text_a": "string", "text_b": "string", "label": "int64"},
-                    head="classification", scorer="classification", translatable=True, translate_test=True)
+FORMAT = TaskFormat(
+    name="classification",
+    columns={"text_a": "string", "text_b": "string", "label": "int64"},
+    head="classification",
+    scorer="classification",
+    translatable=True,
+    translate_test=True,
+)

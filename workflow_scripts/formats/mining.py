@@ -4,5 +4,10 @@ No head and no training: evaluation/evaluate.py's retrieval path (evaluation/ret
 
 from workflow_scripts.formats import TaskFormat
 
-FORMAT = TaskFormat(name="mining", columns={"side": "string", "text": "string", "gold": "list<string>"},
-                    head=None, scorer=None, retrieval=True)
+FORMAT = TaskFormat(
+    name="mining",
+    columns={"side": "string", "text": "string", "gold": "list<string>"},
+    head=None,
+    scorer=None,
+    retrieval=True,
+)

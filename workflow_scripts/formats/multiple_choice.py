@@ -4,5 +4,10 @@ Features: data/features.py ``_encode_choices``; scored as classification (the be
 
 from workflow_scripts.formats import TaskFormat
 
-FORMAT = TaskFormat(name="multiple_choice", columns={"context": "string", "choices": "list<string>", "label": "int64"},
-                    head="multiple_choice", scorer="classification", translatable=True)
+FORMAT = TaskFormat(
+    name="multiple_choice",
+    columns={"context": "string", "choices": "list<string>", "label": "int64"},
+    head="multiple_choice",
+    scorer="classification",
+    translatable=True,
+)

@@ -5,6 +5,10 @@ data/ranking_inputs.py, head models/dual_encoder.py, scoring evaluation/pool_ran
 
 from workflow_scripts.formats import TaskFormat
 
-FORMAT = TaskFormat(name="ranking", columns={"side": "string", "text": "string", "context": "string",
-                                             "gold": "list<string>"},
-                    head="ranking", scorer="ranking", options=("max_query_length", "lowercase", "pooling"))
+FORMAT = TaskFormat(
+    name="ranking",
+    columns={"side": "string", "text": "string", "context": "string", "gold": "list<string>"},
+    head="ranking",
+    scorer="ranking",
+    options=("max_query_length", "lowercase", "pooling"),
+)

@@ -5,5 +5,6 @@ No head and no training: evaluation/evaluate.py's retrieval path embeds both sid
 
 from workflow_scripts.formats import TaskFormat
 
-FORMAT = TaskFormat(name="retrieval", columns={"source": "string", "target": "string"},
-                    head=None, scorer=None, retrieval=True)
+FORMAT = TaskFormat(
+    name="retrieval", columns={"source": "string", "target": "string"}, head=None, scorer=None, retrieval=True
+)

@@ -6,7 +6,13 @@ Features: data/features.py ``_encode_spans`` (windows over long contexts); scori
 
 from workflow_scripts.formats import TaskFormat
 
-FORMAT = TaskFormat(name="span", columns={"context": "string", "question": "string", "answer_texts": "list<string>",
-                                          "answer_starts": "list<int64>"},
-                    head="span", scorer="span", translatable=True, translate_test=True, per_token=True,
-                    options=("doc_stride", "max_query_length", "n_best", "max_answer_length"))
+FORMAT = TaskFormat(
+    name="span",
+    columns={"context": "string", "question": "string", "answer_texts": "list<string>", "answer_starts": "list<int64>"},
+    head="span",
+    scorer="span",
+    translatable=True,
+    translate_test=True,
+    per_token=True,
+    options=("doc_stride", "max_query_length", "n_best", "max_answer_length"),
+)

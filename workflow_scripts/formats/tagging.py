@@ -5,5 +5,10 @@ merges sub-tokens back to words (``merge_tags``) for seqeval F1 or per-word accu
 
 from workflow_scripts.formats import TaskFormat
 
-FORMAT = TaskFormat(name="tagging", columns={"tokens": "list<string>", "tags": "list<string>"},
-                    head="tagging", scorer="tagging", per_token=True)
+FORMAT = TaskFormat(
+    name="tagging",
+    columns={"tokens": "list<string>", "tags": "list<string>"},
+    head="tagging",
+    scorer="tagging",
+    per_token=True,
+)

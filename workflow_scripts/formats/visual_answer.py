@@ -3,6 +3,10 @@ multimodal/vqa.py). The vocabulary comes from the training split, as CCG's tag s
 
 from workflow_scripts.formats import TaskFormat
 
-FORMAT = TaskFormat(name="visual_answer", columns={"text_a": "string", "images": "list<string>",
-                                                   "answers": "list<string>"},
-                    head="visual_answer", scorer="visual_answer", visual=True)
+FORMAT = TaskFormat(
+    name="visual_answer",
+    columns={"text_a": "string", "images": "list<string>", "answers": "list<string>"},
+    head="visual_answer",
+    scorer="visual_answer",
+    visual=True,
+)

@@ -3,6 +3,10 @@ visual prefix (multimodal/prefix.py); intermediate tasks only."""
 
 from workflow_scripts.formats import TaskFormat
 
-FORMAT = TaskFormat(name="visual_classification",
-                    columns={"text_a": "string", "images": "list<string>", "label": "int64"},
-                    head="visual_classification", scorer="classification", visual=True)
+FORMAT = TaskFormat(
+    name="visual_classification",
+    columns={"text_a": "string", "images": "list<string>", "label": "int64"},
+    head="visual_classification",
+    scorer="classification",
+    visual=True,
+)

@@ -3,5 +3,10 @@ image (multimodal/prefix.py), the batch's other images as negatives; scored by r
 
 from workflow_scripts.formats import TaskFormat
 
-FORMAT = TaskFormat(name="visual_retrieval", columns={"text_a": "string", "images": "list<string>"},
-                    head="visual_retrieval", scorer="visual_retrieval", visual=True)
+FORMAT = TaskFormat(
+    name="visual_retrieval",
+    columns={"text_a": "string", "images": "list<string>"},
+    head="visual_retrieval",
+    scorer="visual_retrieval",
+    visual=True,
+)

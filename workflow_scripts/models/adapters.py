@@ -28,8 +28,13 @@ from typing import Any
 from workflow_scripts.common import InputError
 from workflow_scripts.data.tasks import VISUAL_FORMATS
 from workflow_scripts.models.backbones import ADAPTER_DIR, MANIFEST, family_of, get_family
-from workflow_scripts.workflow.schema import (DEFAULT_ACTIVATION_CHECKPOINTING, DEFAULT_METHOD,
-                                               DEFAULT_PRECISION, LORA_DEFAULTS, METHODS)
+from workflow_scripts.workflow.schema import (
+    DEFAULT_ACTIVATION_CHECKPOINTING,
+    DEFAULT_METHOD,
+    DEFAULT_PRECISION,
+    LORA_DEFAULTS,
+    METHODS,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,7 +56,7 @@ class Method:
         return self.name != "full"
 
     @classmethod
-    def from_settings(cls, settings: dict[str, Any] | None) -> "Method":
+    def from_settings(cls, settings: dict[str, Any] | None) -> Method:
         """A phase's ``method`` setting (absent: full fine-tuning, the 2020 protocol), or a
         manifest's. A key that is no field stops the job: ignoring it would train with the
         default in its place."""
@@ -73,13 +78,17 @@ def check_available(method: Method, dev) -> None:
     if method.name != "qlora":
         return
     if dev.type != "cuda":
-        raise InputError("method qlora needs a CUDA GPU (bitsandbytes' 4-bit kernels); this job has none. "
-                         "Use method lora on CPU, or give the job a GPU")
+        raise InputError(
+            "method qlora needs a CUDA GPU (bitsandbytes' 4-bit kernels); this job has none. "
+            "Use method lora on CPU, or give the job a GPU"
+        )
     try:
         import bitsandbytes  # noqa: F401
     except ImportError:
-        raise InputError("method qlora needs the bitsandbytes package; install it in the training "
-                         "environment (pip install bitsandbytes)") from None
+        raise InputError(
+            "method qlora needs the bitsandbytes package; install it in the training "
+            "environment (pip install bitsandbytes)"
+        ) from None
 
 
 def quantisation_kwargs(method: Method) -> dict[str, Any]:
@@ -95,9 +104,14 @@ def quantisation_kwargs(method: Method) -> dict[str, Any]:
         return {}
     from transformers import BitsAndBytesConfig
 
-    return {"quantization_config": BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
-                                                      bnb_4bit_use_double_quant=True,
-                                                      bnb_4bit_compute_dtype=torch.bfloat16)}
+    return {
+        "quantization_config": BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_quant_type="nf4",
+            bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=torch.bfloat16,
+        )
+    }
 
 
 # ----- lineage: which base and adapters a directory stands for ---------------------------
@@ -125,9 +139,13 @@ def lineage(model_dir: str | Path) -> Lineage:
     info = json.loads(manifest.read_text()) if manifest.is_file() else {}
     if "base" not in info:
         return Lineage(base=str(model_dir), directory=str(model_dir))
-    return Lineage(base=info["base"], merged=tuple(info.get("merged", ())), own=bool(info.get("own")),
-                   heads={k: (v[0], int(v[1])) for k, v in info.get("heads", {}).items()},
-                   directory=str(model_dir))
+    return Lineage(
+        base=info["base"],
+        merged=tuple(info.get("merged", ())),
+        own=bool(info.get("own")),
+        heads={k: (v[0], int(v[1])) for k, v in info.get("heads", {}).items()},
+        directory=str(model_dir),
+    )
 
 
 def load_backbone(model_dir: str | Path, method: Method, with_own: bool = True):
@@ -138,7 +156,7 @@ def load_backbone(model_dir: str | Path, method: Method, with_own: bool = True):
     found = lineage(model_dir)
     _require_complete(found)
     encoder = load_encoder(found.base, **quantisation_kwargs(method))
-    for adapter_dir in (found.with_own() if with_own else found.merged):
+    for adapter_dir in found.with_own() if with_own else found.merged:
         encoder = merge_adapter(encoder, adapter_dir)
     return encoder
 
@@ -146,7 +164,9 @@ def load_backbone(model_dir: str | Path, method: Method, with_own: bool = True):
 def _require_complete(found: Lineage) -> None:
     for path in (found.base, *found.merged, *((found.directory,) if found.own else ())):
         if path != found.base and not (Path(path) / ADAPTER_DIR / "adapter_config.json").is_file():
-            raise InputError(f"adapter directory {path} has no {ADAPTER_DIR}/adapter_config.json (missing or incomplete)")
+            raise InputError(
+                f"adapter directory {path} has no {ADAPTER_DIR}/adapter_config.json (missing or incomplete)"
+            )
     if not (Path(found.base) / "config.json").is_file():
         raise InputError(f"base model directory {found.base} has no config.json (missing or incomplete)")
 
@@ -208,8 +228,13 @@ def attach(model, method: Method, head_formats: dict[str, tuple[str, int]]):
     from peft import LoraConfig, get_peft_model
 
     targets = target_modules(method, model.family, model.encoder.config)
-    config = LoraConfig(r=method.rank, lora_alpha=method.alpha, lora_dropout=method.dropout,
-                        target_modules=targets, modules_to_save=[f"heads.{name}" for name in head_formats])
+    config = LoraConfig(
+        r=method.rank,
+        lora_alpha=method.alpha,
+        lora_dropout=method.dropout,
+        target_modules=targets,
+        modules_to_save=[f"heads.{name}" for name in head_formats],
+    )
     if method.name == "qlora":
         from peft import prepare_model_for_kbit_training
 
@@ -255,11 +280,23 @@ def _fused_lora_forward(layer, x, *args, **kwargs):
 
     active = [name for name in layer.active_adapters if name in layer.lora_A.keys()]
     base = layer.get_base_layer()
-    if (args or kwargs or layer.disable_adapters or layer.merged or torch.is_autocast_enabled(x.device.type)
-            or any(name in layer.lora_variant or layer.lora_B[name].bias is not None
-                   or layer.lora_A[name].weight.dtype != x.dtype or layer.lora_B[name].weight.dtype != x.dtype
-                   for name in active)
-            or base.weight.dtype != x.dtype or base._forward_hooks or base._forward_pre_hooks):
+    if (
+        args
+        or kwargs
+        or layer.disable_adapters
+        or layer.merged
+        or torch.is_autocast_enabled(x.device.type)
+        or any(
+            name in layer.lora_variant
+            or layer.lora_B[name].bias is not None
+            or layer.lora_A[name].weight.dtype != x.dtype
+            or layer.lora_B[name].weight.dtype != x.dtype
+            for name in active
+        )
+        or base.weight.dtype != x.dtype
+        or base._forward_hooks
+        or base._forward_pre_hooks
+    ):
         return type(layer).forward(layer, x, *args, **kwargs)
     flat = x.reshape(-1, x.shape[-1])
     result = F.linear(flat, base.weight, base.bias)  # a fresh (rows, out) tensor, as nn.Linear computes it
@@ -286,8 +323,16 @@ def trained_state(model, method: Method) -> dict[str, Any]:
     return {k: v for k, v in state.items() if k in trainable}
 
 
-def save_adapter_phase(peft_model, tokenizer, output: Path, encoder_dir: Path, head_formats: dict[str, tuple[str, int]],
-                       method: Method, family: str, full: dict[str, Any] | None = None) -> None:
+def save_adapter_phase(
+    peft_model,
+    tokenizer,
+    output: Path,
+    encoder_dir: Path,
+    head_formats: dict[str, tuple[str, int]],
+    method: Method,
+    family: str,
+    full: dict[str, Any] | None = None,
+) -> None:
     """Write a phase's adapter directory (into ``output``, a temporary path the caller
     renames): the adapter with its heads, the tokenizer, the base's config.json and the
     manifest naming the base and the adapters merged before this one. ``full``: a sharded
@@ -296,13 +341,19 @@ def save_adapter_phase(peft_model, tokenizer, output: Path, encoder_dir: Path, h
     if full is None:
         peft_model.save_pretrained(str(output / ADAPTER_DIR))
     else:  # peft picks the adapter's and the heads' tensors out of the wrapper's full state
-        peft_model.save_pretrained(str(output / ADAPTER_DIR),
-                                   state_dict={f"base_model.model.{k}": v for k, v in full.items()})
+        peft_model.save_pretrained(
+            str(output / ADAPTER_DIR), state_dict={f"base_model.model.{k}": v for k, v in full.items()}
+        )
     tokenizer.save_pretrained(str(output))
     shutil.copyfile(Path(found.base) / "config.json", output / "config.json")
-    manifest = {"family": family, "method": dataclasses.asdict(method), "base": found.base,
-                "merged": list(found.with_own()), "own": True,
-                "heads": {name: list(spec) for name, spec in head_formats.items()}}
+    manifest = {
+        "family": family,
+        "method": dataclasses.asdict(method),
+        "base": found.base,
+        "merged": list(found.with_own()),
+        "own": True,
+        "heads": {name: list(spec) for name, spec in head_formats.items()},
+    }
     (output / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
 
@@ -321,8 +372,7 @@ def load_adapter_model(model_dir: str | Path, dev):
     encoder = load_backbone(model_dir, method, with_own=False)
     family = family_of(model_dir)
     heads = stand_in_heads(found.heads, encoder.config.hidden_size, model_dir)
-    wrapped = PeftModel.from_pretrained(MultiHeadModel(encoder, heads, family.name),
-                                        str(Path(model_dir) / ADAPTER_DIR))
+    wrapped = PeftModel.from_pretrained(MultiHeadModel(encoder, heads, family.name), str(Path(model_dir) / ADAPTER_DIR))
     return inner(wrapped)
 
 

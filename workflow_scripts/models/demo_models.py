@@ -64,7 +64,9 @@ def read_parallel(path: str | Path, source: str, target: str) -> list[tuple[str,
             try:
                 row = json.loads(line)["translation"]
             except (json.JSONDecodeError, KeyError, TypeError) as err:
-                raise InputError(f"{path}:{line_no}: not a parallel-corpus row with a 'translation' object ({err})")
+                raise InputError(
+                    f"{path}:{line_no}: not a parallel-corpus row with a 'translation' object ({err})"
+                ) from None
             src, tgt = row.get(source), row.get(target)
             if not (isinstance(src, str) and src.strip() and isinstance(tgt, str) and tgt.strip()):
                 skipped += 1
@@ -94,12 +96,14 @@ def train_unigram_vocab(texts: list[str], vocab_size: int) -> list[tuple[str, fl
     tok = Tokenizer(models.Unigram())
     tok.normalizer = normalizers.NFKC()
     tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")])
-    trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
-                                      unk_token="<unk>", show_progress=False)
+        [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")]
+    )
+    trainer = trainers.UnigramTrainer(
+        vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, unk_token="<unk>", show_progress=False
+    )
     tok.train_from_iterator(texts, trainer)
     vocab = json.loads(tok.to_str())["model"]["vocab"]
-    if [p for p, _ in vocab[:len(SPECIAL_TOKENS)]] != SPECIAL_TOKENS:
+    if [p for p, _ in vocab[: len(SPECIAL_TOKENS)]] != SPECIAL_TOKENS:
         raise RuntimeError("unigram trainer did not put the special tokens first")
     return canonical_vocab([(piece, float(score)) for piece, score in vocab], texts)
 
@@ -125,20 +129,25 @@ def canonical_vocab(vocab: list[tuple[str, float]], texts: Iterable[str]) -> lis
     import unicodedata
     from collections import Counter
 
-    head, body = vocab[:len(SPECIAL_TOKENS)], vocab[len(SPECIAL_TOKENS):]
+    head, body = vocab[: len(SPECIAL_TOKENS)], vocab[len(SPECIAL_TOKENS) :]
     if not body:
         return list(vocab)
     low = min(score for _, score in body)
-    added = [piece for piece, score in body if len(piece) == 1
-             and abs((score - low) / REQUIRED_CHAR_STEP - round((score - low) / REQUIRED_CHAR_STEP)) < 1e-6]
+    added = [
+        piece
+        for piece, score in body
+        if len(piece) == 1
+        and abs((score - low) / REQUIRED_CHAR_STEP - round((score - low) / REQUIRED_CHAR_STEP)) < 1e-6
+    ]
     scores = dict(body)
     if len(added) > 1:
         counts = Counter(ch for text in texts for ch in unicodedata.normalize("NFKC", text))
         values = sorted((scores[p] for p in added), reverse=True)
         for piece, value in zip(sorted(added, key=lambda p: (-counts[p], p)), values):
             scores[piece] = value
-    rounded = sorted(((piece, round(score, SCORE_DECIMALS)) for piece, score in scores.items()),
-                     key=lambda item: (-item[1], item[0]))
+    rounded = sorted(
+        ((piece, round(score, SCORE_DECIMALS)) for piece, score in scores.items()), key=lambda item: (-item[1], item[0])
+    )
     return list(head) + rounded
 
 
@@ -146,8 +155,9 @@ def canonical_vocab(vocab: list[tuple[str, float]], texts: Iterable[str]) -> lis
 # A small seeded training loop shared by both pre-trainings.
 
 
-def _optimise(model, batches: Iterator[Any], loss_of: Callable[[Any], Any], opts: dict[str, Any], what: str
-              ) -> dict[str, Any]:
+def _optimise(
+    model, batches: Iterator[Any], loss_of: Callable[[Any], Any], opts: dict[str, Any], what: str
+) -> dict[str, Any]:
     """AdamW with linear warm-up and decay for ``opts["steps"]`` steps; returns the loss
     curve (mean loss per tenth of the run), which the build log and metadata keep."""
     import torch
@@ -157,7 +167,8 @@ def _optimise(model, batches: Iterator[Any], loss_of: Callable[[Any], Any], opts
     optimizer = torch.optim.AdamW(model.parameters(), lr=float(opts["learning_rate"]), weight_decay=0.01)
     warmup = max(1, steps // 10)
     schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min((s + 1) / warmup, max(0.0, (steps - s) / max(1, steps - warmup))))
+        optimizer, lambda s: min((s + 1) / warmup, max(0.0, (steps - s) / max(1, steps - warmup)))
+    )
     model.train()
     curve, window, started = [], [], time.time()
     for step in tqdm(range(steps), desc=what, mininterval=10):
@@ -184,7 +195,7 @@ def _batches(n: int, batch_size: int, rng: random.Random) -> Iterator[list[int]]
         order = list(range(n))
         rng.shuffle(order)
         for k in range(0, n - batch_size + 1 if n >= batch_size else 1, batch_size):
-            yield order[k:k + batch_size]
+            yield order[k : k + batch_size]
 
 
 # ---------------------------------------------------------------------------------------
@@ -208,12 +219,13 @@ def _padded(rows: Sequence[Sequence[int]], value: int):
 
     out = torch.full((len(rows), max(len(r) for r in rows)), value)
     for k, r in enumerate(rows):
-        out[k, :len(r)] = torch.tensor(r)
+        out[k, : len(r)] = torch.tensor(r)
     return out
 
 
-def pretrain_encoder(model, tokenizer, corpora: Sequence[str | Path], opts: dict[str, Any], seed: int
-                     ) -> dict[str, Any]:
+def pretrain_encoder(
+    model, tokenizer, corpora: Sequence[str | Path], opts: dict[str, Any], seed: int
+) -> dict[str, Any]:
     """InfoXLM-style pre-training (Chi et al. 2021), seeded: masked LM on single sentences
     and on translation pairs (both sides in one input, in random order: TLM), plus a
     cross-lingual contrastive loss that pulls the mean-pooled states of a sentence and its
@@ -235,8 +247,9 @@ def pretrain_encoder(model, tokenizer, corpora: Sequence[str | Path], opts: dict
     sides = [[encoded[position[pair[k]]] for pair in pairs] for k in (0, 1)]
     swapped = [(b, a) if rng.random() < 0.5 else (a, b) for a, b in pairs]
     if swapped:
-        encoded += tokenizer([a for a, _ in swapped], [b for _, b in swapped], truncation=True,
-                             max_length=max_length)["input_ids"]
+        encoded += tokenizer([a for a, _ in swapped], [b for _, b in swapped], truncation=True, max_length=max_length)[
+            "input_ids"
+        ]
     generator = torch.Generator().manual_seed(seed)
     special = [tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS]
     pad = tokenizer.pad_token_id
@@ -247,8 +260,15 @@ def pretrain_encoder(model, tokenizer, corpora: Sequence[str | Path], opts: dict
         for ids in _batches(len(encoded), batch_size, rng):
             input_ids = _padded([encoded[i] for i in ids], pad)
             attention_mask = (input_ids != pad).long()
-            masked, labels = mask_tokens(input_ids, attention_mask, tokenizer.mask_token_id, len(tokenizer),
-                                         special, generator, float(opts["mlm_probability"]))
+            masked, labels = mask_tokens(
+                input_ids,
+                attention_mask,
+                tokenizer.mask_token_id,
+                len(tokenizer),
+                special,
+                generator,
+                float(opts["mlm_probability"]),
+            )
             mlm = {"input_ids": masked, "attention_mask": attention_mask, "labels": labels}
             chosen = next(pair_batches) if pair_batches else []
             yield mlm, [_padded([side[i] for i in chosen], pad) for side in sides] if chosen else []
@@ -271,8 +291,9 @@ def pretrain_encoder(model, tokenizer, corpora: Sequence[str | Path], opts: dict
     return {**log, "sentences": len(sentences), "pairs": len(pairs)}
 
 
-def build_demo_encoder(settings: dict[str, Any], text_files: list[str], output: Path,
-                       corpora: Sequence[str | Path] = (), threads: int = 1) -> None:
+def build_demo_encoder(
+    settings: dict[str, Any], text_files: list[str], output: Path, corpora: Sequence[str | Path] = (), threads: int = 1
+) -> None:
     """A tiny XLM-R (with its MLM head) and a unigram tokenizer on the demo text; pre-trained
     on ``corpora`` when given and ``settings["pretraining"]["steps"]`` > 0."""
     from transformers import XLMRobertaConfig, XLMRobertaForMaskedLM, XLMRobertaTokenizer
@@ -287,19 +308,31 @@ def build_demo_encoder(settings: dict[str, Any], text_files: list[str], output: 
     tokenizer = XLMRobertaTokenizer(vocab=vocab)
     tokenizer.model_max_length = int(settings["max_position_embeddings"]) - 2
     config = XLMRobertaConfig(
-        vocab_size=len(vocab), hidden_size=settings["hidden_size"],
-        num_hidden_layers=settings["num_hidden_layers"], num_attention_heads=settings["num_attention_heads"],
+        vocab_size=len(vocab),
+        hidden_size=settings["hidden_size"],
+        num_hidden_layers=settings["num_hidden_layers"],
+        num_attention_heads=settings["num_attention_heads"],
         intermediate_size=settings["intermediate_size"],
-        max_position_embeddings=settings["max_position_embeddings"], type_vocab_size=1,
-        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id)
+        max_position_embeddings=settings["max_position_embeddings"],
+        type_vocab_size=1,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
     model = XLMRobertaForMaskedLM(config)
     _pretrain_and_save(model, tokenizer, pretrain_encoder, settings, corpora, seed, output)
     LOG.info("demo encoder: vocab %d, %d parameters -> %s", len(vocab), model.num_parameters(), output)
 
 
-def _pretrain_and_save(model, tokenizer, pretrain: Callable[..., dict[str, Any]], settings: dict[str, Any],
-                       corpora: Sequence[str | Path], seed: int, output: Path) -> None:
+def _pretrain_and_save(
+    model,
+    tokenizer,
+    pretrain: Callable[..., dict[str, Any]],
+    settings: dict[str, Any],
+    corpora: Sequence[str | Path],
+    seed: int,
+    output: Path,
+) -> None:
     """Pre-train a demo backbone on ``corpora`` when its settings ask for steps, then write it
     in its Hub layout with the pre-training log (``xstilts_demo.json``), in one piece."""
     opts = settings.get("pretraining", {})
@@ -316,8 +349,7 @@ def _pretrain_and_save(model, tokenizer, pretrain: Callable[..., dict[str, Any]]
 # Translators.
 
 
-def train_translator(model, tokenizer, pairs: list[tuple[str, str]], opts: dict[str, Any], seed: int
-                     ) -> dict[str, Any]:
+def train_translator(model, tokenizer, pairs: list[tuple[str, str]], opts: dict[str, Any], seed: int) -> dict[str, Any]:
     """Teacher-forced cross-entropy on the corpus pairs, through MarianMTModel's own loss."""
 
     rng = random.Random(seed)
@@ -329,15 +361,25 @@ def train_translator(model, tokenizer, pairs: list[tuple[str, str]], opts: dict[
     def batches() -> Iterator[dict[str, Any]]:
         for ids in _batches(len(pairs), int(opts["batch_size"]), rng):
             input_ids = _padded([sources[i] for i in ids], pad)
-            yield {"input_ids": input_ids, "attention_mask": (input_ids != pad).long(),
-                   "labels": _padded([targets[i] for i in ids], -100)}
+            yield {
+                "input_ids": input_ids,
+                "attention_mask": (input_ids != pad).long(),
+                "labels": _padded([targets[i] for i in ids], -100),
+            }
 
     log = _optimise(model, batches(), lambda batch: model(**batch).loss, opts, "translator training")
     return {**log, "pairs": len(pairs)}
 
 
-def build_demo_translator(settings: dict[str, Any], text_files: list[str], lang: str, output: Path,
-                          source_lang: str = "en", corpus: str | Path | None = None, threads: int = 1) -> None:
+def build_demo_translator(
+    settings: dict[str, Any],
+    text_files: list[str],
+    lang: str,
+    output: Path,
+    source_lang: str = "en",
+    corpus: str | Path | None = None,
+    threads: int = 1,
+) -> None:
     """A tiny MarianMT model with SentencePiece models trained on the demo text (and the
     corpus); trained on ``corpus`` when given and ``settings["training"]["steps"]`` > 0."""
     import sentencepiece as spm
@@ -351,8 +393,10 @@ def build_demo_translator(settings: dict[str, Any], text_files: list[str], lang:
     pairs: list[tuple[str, str]] = []
     if corpus:
         if set(corpus_languages(corpus)) != {source_lang, lang}:
-            raise InputError(f"{corpus}: a {source_lang}-{lang} translator trains on a parallel corpus"
-                             f" named {source_lang}-{lang}.jsonl or {lang}-{source_lang}.jsonl")
+            raise InputError(
+                f"{corpus}: a {source_lang}-{lang} translator trains on a parallel corpus"
+                f" named {source_lang}-{lang}.jsonl or {lang}-{source_lang}.jsonl"
+            )
         pairs = read_parallel(corpus, source_lang, lang)
         texts += [s for pair in pairs for s in pair]
     if not texts:
@@ -363,9 +407,19 @@ def build_demo_translator(settings: dict[str, Any], text_files: list[str], lang:
         for side in ("source", "target"):
             buf = io.BytesIO()
             spm.SentencePieceTrainer.train(
-                sentence_iterator=iter(texts), model_writer=buf, vocab_size=int(settings["vocab_size"]),
-                model_type="unigram", character_coverage=1.0, num_threads=1,
-                bos_id=-1, eos_id=2, unk_id=1, pad_id=-1, hard_vocab_limit=False, minloglevel=2)
+                sentence_iterator=iter(texts),
+                model_writer=buf,
+                vocab_size=int(settings["vocab_size"]),
+                model_type="unigram",
+                character_coverage=1.0,
+                num_threads=1,
+                bos_id=-1,
+                eos_id=2,
+                unk_id=1,
+                pad_id=-1,
+                hard_vocab_limit=False,
+                minloglevel=2,
+            )
             (tmp / f"{side}.spm").write_bytes(buf.getvalue())
             proc = spm.SentencePieceProcessor(model_proto=buf.getvalue())
             pieces.update((proc.id_to_piece(i), None) for i in range(proc.get_piece_size()))
@@ -373,17 +427,32 @@ def build_demo_translator(settings: dict[str, Any], text_files: list[str], lang:
         ordered = ["</s>", "<unk>"] + [p for p in pieces if p not in ("</s>", "<unk>", "<s>", "<pad>")] + ["<pad>"]
         vocab = {p: i for i, p in enumerate(ordered)}
         (tmp / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
-        tokenizer = MarianTokenizer(source_spm=str(tmp / "source.spm"), target_spm=str(tmp / "target.spm"),
-                                    vocab=str(tmp / "vocab.json"), source_lang=source_lang, target_lang=lang,
-                                    model_max_length=int(settings["max_position_embeddings"]))
+        tokenizer = MarianTokenizer(
+            source_spm=str(tmp / "source.spm"),
+            target_spm=str(tmp / "target.spm"),
+            vocab=str(tmp / "vocab.json"),
+            source_lang=source_lang,
+            target_lang=lang,
+            model_max_length=int(settings["max_position_embeddings"]),
+        )
         pad = vocab["<pad>"]
         config = MarianConfig(
-            vocab_size=len(vocab), d_model=settings["d_model"], encoder_layers=settings["layers"],
-            decoder_layers=settings["layers"], encoder_attention_heads=settings["heads"],
-            decoder_attention_heads=settings["heads"], encoder_ffn_dim=settings["ffn_dim"],
-            decoder_ffn_dim=settings["ffn_dim"], max_position_embeddings=settings["max_position_embeddings"],
-            pad_token_id=pad, eos_token_id=0, decoder_start_token_id=pad, forced_eos_token_id=0,
-            scale_embedding=True, share_encoder_decoder_embeddings=True)
+            vocab_size=len(vocab),
+            d_model=settings["d_model"],
+            encoder_layers=settings["layers"],
+            decoder_layers=settings["layers"],
+            encoder_attention_heads=settings["heads"],
+            decoder_attention_heads=settings["heads"],
+            encoder_ffn_dim=settings["ffn_dim"],
+            decoder_ffn_dim=settings["ffn_dim"],
+            max_position_embeddings=settings["max_position_embeddings"],
+            pad_token_id=pad,
+            eos_token_id=0,
+            decoder_start_token_id=pad,
+            forced_eos_token_id=0,
+            scale_embedding=True,
+            share_encoder_decoder_embeddings=True,
+        )
         model = MarianMTModel(config)
         # As in OPUS-MT, the decoder starts from a zero vector: Marian's <pad> embedding is zero
         # and <pad> is never generated. CTranslate2 relies on it (it drops that row and starts
@@ -437,17 +506,21 @@ def train_byte_level_bpe(texts: list[str], vocab_size: int):  # -> tokenizers.To
 
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True, use_regex=True)
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=DECODER_SPECIAL_TOKENS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=DECODER_SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(texts, trainer)
     bos, eos = tok.token_to_id("<s>"), tok.token_to_id("</s>")
     # "<s> $A </s>": the last token of an input is always </s>, which has attended to all of
     # it (last-token pooling reads it); pairs close each side with </s>, as the decoder's
     # pre-training on translation pairs saw them.
     template = processors.TemplateProcessing(
-        single="<s> $A </s>", pair="<s> $A </s> $B </s>", special_tokens=[("<s>", bos), ("</s>", eos)])
-    tok.post_processor = processors.Sequence([processors.ByteLevel(trim_offsets=True, add_prefix_space=True),
-                                              template])
+        single="<s> $A </s>", pair="<s> $A </s> $B </s>", special_tokens=[("<s>", bos), ("</s>", eos)]
+    )
+    tok.post_processor = processors.Sequence([processors.ByteLevel(trim_offsets=True, add_prefix_space=True), template])
     # Drop the prefix space again when decoding, so decode(encode(text)) gives back the text.
     tok.decoder = decoders.Sequence([decoders.ByteLevel(), decoders.Fuse(), decoders.Strip(" ", 1, 0)])
     return tok
@@ -458,15 +531,23 @@ def decoder_tokenizer(backend, model_max_length: int):  # -> transformers.PreTra
     from transformers import PreTrainedTokenizerFast
 
     return PreTrainedTokenizerFast(
-        tokenizer_object=backend, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<pad>",
+        tokenizer_object=backend,
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        pad_token="<pad>",
         # Recorded for readers of tokenizer_config.json; the pre-tokenizer is what applies it.
-        add_prefix_space=True, padding_side="right", model_max_length=model_max_length,
+        add_prefix_space=True,
+        padding_side="right",
+        model_max_length=model_max_length,
         # Llama has no segment embeddings: nothing would read token type ids.
-        model_input_names=["input_ids", "attention_mask"])
+        model_input_names=["input_ids", "attention_mask"],
+    )
 
 
-def decoder_pretraining_ids(tokenizer, corpora: Sequence[str | Path], max_length: int, rng: random.Random
-                            ) -> tuple[list[list[int]], list[str], list[tuple[str, str]]]:
+def decoder_pretraining_ids(
+    tokenizer, corpora: Sequence[str | Path], max_length: int, rng: random.Random
+) -> tuple[list[list[int]], list[str], list[tuple[str, str]]]:
     """Token ids of every sentence alone ("<s> s </s>"), then of every translation pair in one
     sequence ("<s> a </s> b </s>", the sides in random order): next-token prediction over a
     pair is the decoder's translation language modelling, where each language is predicted
@@ -476,8 +557,9 @@ def decoder_pretraining_ids(tokenizer, corpora: Sequence[str | Path], max_length
     encoded = tokenizer(sentences, truncation=True, max_length=max_length)["input_ids"] if sentences else []
     swapped = [(b, a) if rng.random() < 0.5 else (a, b) for a, b in pairs]
     if swapped:
-        encoded += tokenizer([a for a, _ in swapped], [b for _, b in swapped], truncation=True,
-                             max_length=max_length)["input_ids"]
+        encoded += tokenizer([a for a, _ in swapped], [b for _, b in swapped], truncation=True, max_length=max_length)[
+            "input_ids"
+        ]
     return encoded, sentences, pairs
 
 
@@ -492,8 +574,9 @@ def translation_contrast(source, target, temperature: float):
     return (F.cross_entropy(similarity, gold) + F.cross_entropy(similarity.T, gold)) / 2
 
 
-def pretrain_decoder(model, tokenizer, corpora: Sequence[str | Path], opts: dict[str, Any], seed: int
-                     ) -> dict[str, Any]:
+def pretrain_decoder(
+    model, tokenizer, corpora: Sequence[str | Path], opts: dict[str, Any], seed: int
+) -> dict[str, Any]:
     """Causal LM pre-training, seeded, on the corpora's sentences and translation pairs, plus,
     when ``opts["contrastive_weight"]`` > 0, the encoder's cross-lingual contrastive loss on
     the last-token states of a sentence and its translation (``pretrain_encoder`` says why;
@@ -521,15 +604,20 @@ def pretrain_decoder(model, tokenizer, corpora: Sequence[str | Path], opts: dict
         input_ids = _padded(rows, pad)
         # Padding is masked out of attention and of the loss; </s> stays a label, so the
         # model learns where a text ends.
-        return {"input_ids": input_ids, "attention_mask": (input_ids != pad).long(),
-                "labels": input_ids.masked_fill(input_ids == pad, -100)}
+        return {
+            "input_ids": input_ids,
+            "attention_mask": (input_ids != pad).long(),
+            "labels": input_ids.masked_fill(input_ids == pad, -100),
+        }
 
     def batches() -> Iterator[tuple[dict[str, Any], list[Any]]]:
         pair_batches = _batches(len(pairs), batch_size, rng) if weight > 0 else None
         for ids in _batches(len(encoded), batch_size, rng):
             chosen = next(pair_batches) if pair_batches else []
-            yield lm_batch([encoded[i] for i in ids]), [_padded([side[i] for i in chosen], pad)
-                                                        for side in sides] if chosen else []
+            yield (
+                lm_batch([encoded[i] for i in ids]),
+                [_padded([side[i] for i in chosen], pad) for side in sides] if chosen else [],
+            )
 
     def embed(input_ids):
         attention_mask = (input_ids != pad).long()
@@ -544,8 +632,9 @@ def pretrain_decoder(model, tokenizer, corpora: Sequence[str | Path], opts: dict
             loss = loss + weight * translation_contrast(embed(translation[0]), embed(translation[1]), temperature)
         return loss
 
-    probe = lm_batch([encoded[i] for i in random.Random(seed + 1).sample(range(len(encoded)),
-                                                                         min(len(encoded), 4 * batch_size))])
+    probe = lm_batch(
+        [encoded[i] for i in random.Random(seed + 1).sample(range(len(encoded)), min(len(encoded), 4 * batch_size))]
+    )
 
     def probe_loss() -> float:
         model.eval()
@@ -559,8 +648,9 @@ def pretrain_decoder(model, tokenizer, corpora: Sequence[str | Path], opts: dict
     return {**log, "loss_start": start, "loss_end": probe_loss(), "sentences": len(sentences), "pairs": len(pairs)}
 
 
-def build_demo_decoder(settings: dict[str, Any], text_files: list[str], output: Path,
-                       corpora: Sequence[str | Path] = (), threads: int = 1) -> None:
+def build_demo_decoder(
+    settings: dict[str, Any], text_files: list[str], output: Path, corpora: Sequence[str | Path] = (), threads: int = 1
+) -> None:
     """A tiny Llama (LlamaForCausalLM) and a byte-level BPE tokenizer on the demo text,
     pre-trained on ``corpora`` when given and ``settings["pretraining"]["steps"]`` > 0; saved
     like a Hub Llama snapshot (AutoTokenizer, AutoModel, AutoModelForCausalLM load it).
@@ -582,14 +672,20 @@ def build_demo_decoder(settings: dict[str, Any], text_files: list[str], output: 
     tokenizer = decoder_tokenizer(backend, max_positions)
     heads = int(settings["num_attention_heads"])
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=settings["hidden_size"],
-        num_hidden_layers=settings["num_hidden_layers"], num_attention_heads=heads,
+        vocab_size=len(tokenizer),
+        hidden_size=settings["hidden_size"],
+        num_hidden_layers=settings["num_hidden_layers"],
+        num_attention_heads=heads,
         num_key_value_heads=int(settings.get("num_key_value_heads") or heads),
-        intermediate_size=settings["intermediate_size"], max_position_embeddings=max_positions,
+        intermediate_size=settings["intermediate_size"],
+        max_position_embeddings=max_positions,
         # Tied input and output embeddings, as small Llamas (3.2 1B/3B) have: at this size the
         # output layer would otherwise hold most of the parameters.
-        tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id)
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
     model = LlamaForCausalLM(config)
     _pretrain_and_save(model, tokenizer, pretrain_decoder, settings, corpora, seed, output)
     LOG.info("demo decoder: vocab %d, %d parameters -> %s", len(tokenizer), model.num_parameters(), output)

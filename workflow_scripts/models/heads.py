@@ -15,13 +15,21 @@ import torch
 from torch import nn
 
 from workflow_scripts.common import InputError
-from workflow_scripts.data.tasks import (CLASSIFICATION, MLM, MULTIPLE_CHOICE, RANKING, SPAN, TAGGING, VISUAL_ANSWER,
-                                         VISUAL_CLASSIFICATION, VISUAL_RETRIEVAL)
+from workflow_scripts.data.tasks import (
+    CLASSIFICATION,
+    MLM,
+    MULTIPLE_CHOICE,
+    RANKING,
+    SPAN,
+    TAGGING,
+    VISUAL_ANSWER,
+    VISUAL_CLASSIFICATION,
+    VISUAL_RETRIEVAL,
+)
 from workflow_scripts.formats import head_kind
 from workflow_scripts.models import dual_encoder
 from workflow_scripts.models.backbones import ADAPTER_DIR, family_of, get_family
 from workflow_scripts.models.backbones.family import pool
-
 
 # ---------------------------------------------------------------------------------------
 # Encoder + heads used by training and evaluation.
@@ -61,13 +69,17 @@ def load_mlm_head(model_dir: str | Path, encoder: nn.Module):
 
     family = family_of(model_dir)
     if not family.has_mlm:
-        raise InputError(f"{model_dir}: a {family.name} backbone has no masked-LM head; MLM (intermediate "
-                         "configs with 'mlm: true') needs an encoder-family backbone")
+        raise InputError(
+            f"{model_dir}: a {family.name} backbone has no masked-LM head; MLM (intermediate "
+            "configs with 'mlm: true') needs an encoder-family backbone"
+        )
     mlm = AutoModelForMaskedLM.from_pretrained(str(model_dir))
     output, embeddings = mlm.get_output_embeddings(), encoder.get_input_embeddings()
     if output is None or output.weight.shape != embeddings.weight.shape:
-        raise InputError(f"{model_dir}: the masked-LM output layer does not match the encoder's input embeddings "
-                         f"({None if output is None else tuple(output.weight.shape)} vs {tuple(embeddings.weight.shape)})")
+        raise InputError(
+            f"{model_dir}: the masked-LM output layer does not match the encoder's input embeddings "
+            f"({None if output is None else tuple(output.weight.shape)} vs {tuple(embeddings.weight.shape)})"
+        )
     output.weight = embeddings.weight
     return mlm.lm_head if hasattr(mlm, "lm_head") else output
 
@@ -79,11 +91,17 @@ def make_head(fmt: str, hidden: int, num_labels: int, dropout: float, init_std: 
     if fmt == RANKING:
         return dual_encoder.RankingHead(hidden, init_std).to(torch.float32)
     if fmt == CLASSIFICATION:
-        head = nn.Sequential(nn.Dropout(dropout), nn.Linear(hidden, hidden), nn.Tanh(),
-                             nn.Dropout(dropout), nn.Linear(hidden, num_labels))
+        head = nn.Sequential(
+            nn.Dropout(dropout),
+            nn.Linear(hidden, hidden),
+            nn.Tanh(),
+            nn.Dropout(dropout),
+            nn.Linear(hidden, num_labels),
+        )
     elif fmt == MULTIPLE_CHOICE:
-        head = nn.Sequential(nn.Dropout(dropout), nn.Linear(hidden, hidden), nn.Tanh(),
-                             nn.Dropout(dropout), nn.Linear(hidden, 1))
+        head = nn.Sequential(
+            nn.Dropout(dropout), nn.Linear(hidden, hidden), nn.Tanh(), nn.Dropout(dropout), nn.Linear(hidden, 1)
+        )
     elif fmt == SPAN:
         head = nn.Linear(hidden, 2)
     elif fmt == TAGGING:
@@ -121,7 +139,9 @@ def load_saved_heads(model_dir: str | Path) -> dict[str, dict[str, torch.Tensor]
         return found
     adapter = model_dir / ADAPTER_DIR / "adapter_model.safetensors"
     if not adapter.is_file():
-        raise InputError(f"{model_dir} holds no trained heads (no heads.pt, no {ADAPTER_DIR}/adapter_model.safetensors)")
+        raise InputError(
+            f"{model_dir} holds no trained heads (no heads.pt, no {ADAPTER_DIR}/adapter_model.safetensors)"
+        )
     from safetensors.torch import load_file
 
     for key, value in load_file(str(adapter)).items():

@@ -62,7 +62,9 @@ def prepare_vision_encoder(settings: dict, output: Path, images: str | None, cap
     from workflow_scripts.multimodal.demo_vision import build_demo_vision_tower, caption_pairs
 
     if not images or not captions:
-        raise InputError("the demo vision encoder is pre-trained on (image, caption) pairs: give --images and --captions")
+        raise InputError(
+            "the demo vision encoder is pre-trained on (image, caption) pairs: give --images and --captions"
+        )
     pictures, texts = caption_pairs(Path(captions), Path(images))
     with atomic_path(output) as tmp:
         build_demo_vision_tower(settings["demo"], pictures, texts, tmp, seed=int(settings.get("seed", 0)))
@@ -77,8 +79,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--lang", help="target language of the translator")
     ap.add_argument("--from-lang", default="en", help="source language of the translator (default en)")
     ap.add_argument("--text", nargs="*", default=[], help="canonical data files to train demo vocabularies on")
-    ap.add_argument("--corpus", nargs="*", default=[],
-                    help="demo parallel corpora: a demo backbone's pre-training data, the translator's training data")
+    ap.add_argument(
+        "--corpus",
+        nargs="*",
+        default=[],
+        help="demo parallel corpora: a demo backbone's pre-training data, the translator's training data",
+    )
     ap.add_argument("--images", help="the demo vision encoder's images")
     ap.add_argument("--captions", help="the demo vision encoder's captions (SNLI-VE rows naming the images)")
     ap.add_argument("--threads", type=int, default=1)
@@ -103,8 +109,15 @@ def main(argv: list[str] | None = None) -> None:
             raise InputError("--lang is required for a translator")
         if len(args.corpus) > 1:
             raise InputError(f"a translator trains on one parallel corpus, got {args.corpus}")
-        build_demo_translator(settings["demo"], args.text, args.lang, args.output, args.from_lang,
-                              args.corpus[0] if args.corpus else None, args.threads)
+        build_demo_translator(
+            settings["demo"],
+            args.text,
+            args.lang,
+            args.output,
+            args.from_lang,
+            args.corpus[0] if args.corpus else None,
+            args.threads,
+        )
     except InputError as err:
         raise SystemExit(f"error: {err}") from None
 

@@ -33,7 +33,7 @@ class FeatureBank:
     report: dict[str, Any]
 
     @classmethod
-    def load(cls, directory: str | Path) -> "FeatureBank":
+    def load(cls, directory: str | Path) -> FeatureBank:
         directory = Path(directory)
         missing = [n for n in (FEATURES, NAMES, REPORT) if not (directory / n).is_file()]
         if missing:
@@ -66,8 +66,15 @@ class FeatureBank:
         dropped = len(index) - sum(found)
         if dropped:
             lost = sorted({n for row, i in zip(names, index) for n, k in zip(row, i) if k < 0})
-            LOG.warning("%s: %d of %d rows dropped: their image has no features (%d images, e.g. %s; "
-                        "the embed step's report says why)", where, dropped, len(index), len(lost), ", ".join(lost[:5]))
+            LOG.warning(
+                "%s: %d of %d rows dropped: their image has no features (%d images, e.g. %s; "
+                "the embed step's report says why)",
+                where,
+                dropped,
+                len(index),
+                len(lost),
+                ", ".join(lost[:5]),
+            )
         if dropped == len(index):
             raise InputError(f"{where}: none of the {len(index)} rows has its images' features")
         with_index = table.append_column("image_index", pa.array(index, type=pa.list_(pa.int64())))
@@ -87,7 +94,9 @@ def write_bank(directory: str | Path, features: Mapping[str, np.ndarray], report
         stacked = stacked[:, None, :]
     np.save(directory / FEATURES, stacked)
     (directory / NAMES).write_text(json.dumps(names) + "\n")
-    (directory / REPORT).write_text(json.dumps({**report, "shape": list(stacked.shape)}, indent=2, sort_keys=True) + "\n")
+    (directory / REPORT).write_text(
+        json.dumps({**report, "shape": list(stacked.shape)}, indent=2, sort_keys=True) + "\n"
+    )
 
 
 def bank_bytes(directory: str | Path) -> int:

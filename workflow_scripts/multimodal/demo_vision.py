@@ -26,23 +26,31 @@ def build_vision_tower(settings: dict[str, Any], seed: int = 0):
 
     torch.manual_seed(seed)
     size = int(settings["image_size"])
-    config = CLIPVisionConfig(hidden_size=int(settings["hidden_size"]), intermediate_size=int(settings["intermediate_size"]),
-                              num_hidden_layers=int(settings["num_hidden_layers"]),
-                              num_attention_heads=int(settings["num_attention_heads"]), image_size=size,
-                              patch_size=int(settings["patch_size"]), projection_dim=int(settings["hidden_size"]))
+    config = CLIPVisionConfig(
+        hidden_size=int(settings["hidden_size"]),
+        intermediate_size=int(settings["intermediate_size"]),
+        num_hidden_layers=int(settings["num_hidden_layers"]),
+        num_attention_heads=int(settings["num_attention_heads"]),
+        image_size=size,
+        patch_size=int(settings["patch_size"]),
+        projection_dim=int(settings["hidden_size"]),
+    )
     processor = CLIPImageProcessor(size={"shortest_edge": size}, crop_size={"height": size, "width": size})
     return CLIPVisionModel(config), processor
 
 
-def pretrain_vision_tower(model, processor, images: Sequence[np.ndarray], captions: Sequence[str],
-                          opts: dict[str, Any], seed: int) -> dict[str, Any]:
+def pretrain_vision_tower(
+    model, processor, images: Sequence[np.ndarray], captions: Sequence[str], opts: dict[str, Any], seed: int
+) -> dict[str, Any]:
     """Contrastive pre-training on (image, caption) pairs, seeded; returns the loss log."""
     import torch
     import torch.nn.functional as F
     from tqdm import tqdm
 
     if len(images) != len(captions) or len(images) < 2:
-        raise InputError(f"vision pre-training needs matching images and captions, got {len(images)} and {len(captions)}")
+        raise InputError(
+            f"vision pre-training needs matching images and captions, got {len(images)} and {len(captions)}"
+        )
     torch.manual_seed(seed)
     rng = random.Random(seed)
     words = sorted({w for c in captions for w in _words(c)})
@@ -109,14 +117,20 @@ def caption_pairs(rows_file: Path, image_dir: Path) -> tuple[list[np.ndarray], l
     return [found.pixels[n] for n in names], [captions[n] for n in names]
 
 
-def build_demo_vision_tower(settings: dict[str, Any], images: Sequence[np.ndarray], captions: Sequence[str],
-                            output: Path, seed: int = 0) -> dict[str, Any]:
+def build_demo_vision_tower(
+    settings: dict[str, Any], images: Sequence[np.ndarray], captions: Sequence[str], output: Path, seed: int = 0
+) -> dict[str, Any]:
     """Build, pre-train and save the demo's vision tower (and its processor) to ``output``."""
     model, processor = build_vision_tower(settings, seed)
     log = pretrain_vision_tower(model, processor, images, captions, settings["pretraining"], seed)
     output.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(output)
     processor.save_pretrained(output)
-    LOG.info("demo vision tower: %d parameters, contrastive loss %.3f -> %.3f -> %s",
-             model.num_parameters(), log["first_loss"], log["last_loss"], output)
+    LOG.info(
+        "demo vision tower: %d parameters, contrastive loss %.3f -> %.3f -> %s",
+        model.num_parameters(),
+        log["first_loss"],
+        log["last_loss"],
+        output,
+    )
     return log

@@ -47,14 +47,22 @@ def _images_column(path: str | Path) -> list[list[str]]:
     return table.column("images").to_pylist()
 
 
-def embed_task_images(data: Sequence[str | Path], image_dir: str | Path, encoder: str | Path, kind: str,
-                      cache: str | Path, output: str | Path, batch_size: int = 64) -> dict[str, Any]:
+def embed_task_images(
+    data: Sequence[str | Path],
+    image_dir: str | Path,
+    encoder: str | Path,
+    kind: str,
+    cache: str | Path,
+    output: str | Path,
+    batch_size: int = 64,
+) -> dict[str, Any]:
     if kind not in KINDS:
         raise InputError(f"image feature kind {kind!r} is not one of {', '.join(KINDS)}")
     image_dir = Path(image_dir)
     if not image_dir.is_dir():
-        raise InputError(f"image directory {image_dir} does not exist (set the task's 'images' to where its "
-                         "images were downloaded)")
+        raise InputError(
+            f"image directory {image_dir} does not exist (set the task's 'images' to where its images were downloaded)"
+        )
     images_of = {str(path): _images_column(path) for path in data}
     names_by_split = {path: [n for row in rows for n in row] for path, rows in images_of.items()}
     wanted = [n for names in names_by_split.values() for n in names]
@@ -63,14 +71,26 @@ def embed_task_images(data: Sequence[str | Path], image_dir: str | Path, encoder
 
     dev = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     features, counts = embed_images(found.pixels, found.digests, encoder, cache, kind, batch_size, dev)
-    rows_dropped = {path: sum(any(n not in found.pixels for n in row) for row in rows) for path, rows in images_of.items()}
-    report = {"encoder": str(encoder), "kind": kind, **counts, **found.report(),
-              "rows": {path: len(rows) for path, rows in images_of.items()},
-              "rows_without_image": rows_dropped}
+    rows_dropped = {
+        path: sum(any(n not in found.pixels for n in row) for row in rows) for path, rows in images_of.items()
+    }
+    report = {
+        "encoder": str(encoder),
+        "kind": kind,
+        **counts,
+        **found.report(),
+        "rows": {path: len(rows) for path, rows in images_of.items()},
+        "rows_without_image": rows_dropped,
+    }
     with atomic_path(output) as tmp:
         bank.write_bank(tmp, features, report)
-    LOG.info("%d images embedded now, %d from the cache, %d dropped -> %s", counts["embedded"], counts["from_cache"],
-             sum(found.dropped.values()), output)
+    LOG.info(
+        "%d images embedded now, %d from the cache, %d dropped -> %s",
+        counts["embedded"],
+        counts["from_cache"],
+        sum(found.dropped.values()),
+        output,
+    )
     return report
 
 
@@ -86,8 +106,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batch-size", type=int, default=64)
     args = ap.parse_args(argv)
     try:
-        report = embed_task_images(args.data, args.images, args.encoder, args.kind, args.cache, args.output,
-                                   args.batch_size)
+        report = embed_task_images(
+            args.data, args.images, args.encoder, args.kind, args.cache, args.output, args.batch_size
+        )
     except InputError as err:
         raise SystemExit(f"error: {err}") from None
     LOG.info("report: %s", json.dumps(report, sort_keys=True))

@@ -78,9 +78,15 @@ class FeatureCache:
         partial.replace(path)
 
 
-def embed_images(pixels: Mapping[str, np.ndarray], digests: Mapping[str, str], encoder_dir: str | Path,
-                 cache_root: str | Path, kind: str = POOLED, batch_size: int = 64, dev: Any = None
-                 ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+def embed_images(
+    pixels: Mapping[str, np.ndarray],
+    digests: Mapping[str, str],
+    encoder_dir: str | Path,
+    cache_root: str | Path,
+    kind: str = POOLED,
+    batch_size: int = 64,
+    dev: Any = None,
+) -> tuple[dict[str, np.ndarray], dict[str, int]]:
     """Features of every named image (name -> array) and counts of what was embedded now and
     what came from the cache. Images with the same bytes are embedded once."""
     import torch
@@ -102,7 +108,7 @@ def embed_images(pixels: Mapping[str, np.ndarray], digests: Mapping[str, str], e
         vision, processor = load_vision_tower(encoder_dir, dev)
         pending = list(todo.items())
         for start in tqdm(range(0, len(pending), batch_size), desc="embedding images", unit="batch"):
-            batch = pending[start:start + batch_size]
+            batch = pending[start : start + batch_size]
             inputs = processor(images=[pixels[name] for _, name in batch], return_tensors="pt")
             with torch.inference_mode():
                 out = vision(pixel_values=inputs["pixel_values"].to(next(vision.parameters()).device))
@@ -114,9 +120,11 @@ def embed_images(pixels: Mapping[str, np.ndarray], digests: Mapping[str, str], e
     return features, {"embedded": len(todo), "from_cache": reused, "images": len(features)}
 
 
-def write_manifest(path: str | Path, features: Mapping[str, np.ndarray], counts: Mapping[str, int],
-                   encoder_dir: str | Path, kind: str) -> None:
+def write_manifest(
+    path: str | Path, features: Mapping[str, np.ndarray], counts: Mapping[str, int], encoder_dir: str | Path, kind: str
+) -> None:
     """What the feature step produced, for the rule's output and the load report."""
     shapes = sorted({tuple(v.shape) for v in features.values()})
-    Path(path).write_text(json.dumps({"encoder": str(encoder_dir), "kind": kind, "shapes": shapes,
-                                      **counts}, indent=2) + "\n")
+    Path(path).write_text(
+        json.dumps({"encoder": str(encoder_dir), "kind": kind, "shapes": shapes, **counts}, indent=2) + "\n"
+    )

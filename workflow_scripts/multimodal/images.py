@@ -36,8 +36,11 @@ class ImageSet:
     dropped_names: dict[str, str] = field(default_factory=dict)  # name -> kind
 
     def report(self) -> dict[str, object]:
-        return {"images": len(self.pixels), "images_dropped": dict(self.dropped),
-                "images_dropped_examples": dict(list(self.dropped_names.items())[:20])}
+        return {
+            "images": len(self.pixels),
+            "images_dropped": dict(self.dropped),
+            "images_dropped_examples": dict(list(self.dropped_names.items())[:20]),
+        }
 
 
 def digest(data: bytes) -> str:
@@ -58,8 +61,9 @@ def decode(data: bytes) -> np.ndarray:
         raise ValueError(str(err) or type(err).__name__) from None
 
 
-def read_images(root: str | Path, names: Iterable[str], checksums: Mapping[str, str] | None = None,
-                what: str = "images") -> ImageSet:
+def read_images(
+    root: str | Path, names: Iterable[str], checksums: Mapping[str, str] | None = None, what: str = "images"
+) -> ImageSet:
     """Every named image under ``root``; the ones that cannot be used are dropped, counted
     and logged by name and reason."""
     root = Path(root)
@@ -84,12 +88,18 @@ def read_images(root: str | Path, names: Iterable[str], checksums: Mapping[str, 
             continue
         out.digests[name] = sha
     if not out.pixels and out.dropped:
-        raise InputError(f"{what}: none of the {sum(out.dropped.values())} images under {root} can be used "
-                         f"({', '.join(f'{k}: {v}' for k, v in sorted(out.dropped.items()))})")
+        raise InputError(
+            f"{what}: none of the {sum(out.dropped.values())} images under {root} can be used "
+            f"({', '.join(f'{k}: {v}' for k, v in sorted(out.dropped.items()))})"
+        )
     if out.dropped:
-        LOG.warning("%s: %d of %d images dropped (%s)", what, sum(out.dropped.values()),
-                    len(out.pixels) + sum(out.dropped.values()),
-                    ", ".join(f"{k}: {v}" for k, v in sorted(out.dropped.items())))
+        LOG.warning(
+            "%s: %d of %d images dropped (%s)",
+            what,
+            sum(out.dropped.values()),
+            len(out.pixels) + sum(out.dropped.values()),
+            ", ".join(f"{k}: {v}" for k, v in sorted(out.dropped.items())),
+        )
     return out
 
 
@@ -97,4 +107,3 @@ def _drop(out: ImageSet, name: str, kind: str, message: str) -> None:
     out.dropped[kind] += 1
     out.dropped_names[name] = kind
     LOG.warning("%s; its rows are dropped", message)
-

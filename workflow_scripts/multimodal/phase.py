@@ -39,9 +39,13 @@ class ImageTask:
 
     def describe(self, images_dir: str, head) -> dict[str, Any]:
         """What the phase's log records of the visual branch."""
-        return {"images": images_dir, "encoder": self.bank.report.get("encoder"), "kind": self.bank.report.get("kind"),
-                "visual_tokens": head.visual_tokens * self.images_per_row,
-                "projector_parameters": sum(p.numel() for p in head.projector.parameters())}
+        return {
+            "images": images_dir,
+            "encoder": self.bank.report.get("encoder"),
+            "kind": self.bank.report.get("kind"),
+            "visual_tokens": head.visual_tokens * self.images_per_row,
+            "projector_parameters": sum(p.numel() for p in head.projector.parameters()),
+        }
 
 
 def prepare_image_task(task: Task, train, data_entry: dict[str, Any], opts: dict[str, Any]) -> ImageTask:
@@ -51,16 +55,20 @@ def prepare_image_task(task: Task, train, data_entry: dict[str, Any], opts: dict
     train = bank.attach(train, f"{task.name} train")
     found = len(train.column("images")[0].as_py())
     if found != task.images_per_example:
-        raise InputError(f"task {task.name}: its training rows have {found} images each, the task reads "
-                         f"{task.images_per_example} (check the data's 'images' column)")
+        raise InputError(
+            f"task {task.name}: its training rows have {found} images each, the task reads "
+            f"{task.images_per_example} (check the data's 'images' column)"
+        )
     if task.format == VISUAL_ANSWER:  # the answer vocabulary comes from the training split
         from workflow_scripts.multimodal.vqa import answer_vocabulary
 
         least = int(opts.get("min_answer_count", 9))
         vocabulary = answer_vocabulary(train.column("answers").to_pylist(), least)
         if not vocabulary:
-            raise InputError(f"task {task.name}: no answer given {least} times in its training split "
-                             f"(tasks.{task.name}.min_answer_count)")
+            raise InputError(
+                f"task {task.name}: no answer given {least} times in its training split "
+                f"(tasks.{task.name}.min_answer_count)"
+            )
         task = dataclasses.replace(task, labels=vocabulary)
         LOG.info("%s: %d answers in the vocabulary", task.name, len(vocabulary))
     return ImageTask(task, train, bank)

@@ -42,8 +42,9 @@ class VisualClassificationHead(nn.Module):
     module, called through its own ``__call__`` both times, so a peft wrapper of the head
     (which trains a copy) runs the copy in both roles."""
 
-    def __init__(self, bank: torch.Tensor, hidden: int, classifier: nn.Module, init_std: float,
-                 images_per_row: int = 1) -> None:
+    def __init__(
+        self, bank: torch.Tensor, hidden: int, classifier: nn.Module, init_std: float, images_per_row: int = 1
+    ) -> None:
         super().__init__()
         if bank.dim() == 2:  # pooled features: one visual token per image
             bank = bank[:, None, :]
@@ -75,8 +76,9 @@ class VisualClassificationHead(nn.Module):
         return self.classifier(pooled)
 
 
-def join(embeds: torch.Tensor, mask: torch.Tensor, visual: torch.Tensor, placement: str
-         ) -> tuple[torch.Tensor, torch.Tensor]:
+def join(
+    embeds: torch.Tensor, mask: torch.Tensor, visual: torch.Tensor, placement: str
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(embeddings, attention mask) of each text with its visual tokens placed as ``placement``
     says. ``embeds`` (batch, width, hidden) are right-padded texts, ``mask`` their mask,
     ``visual`` (batch, tokens, hidden)."""

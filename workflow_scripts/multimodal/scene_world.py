@@ -62,8 +62,9 @@ def random_scene(rng: random.Random, max_things: int = 1) -> Scene:
     count = rng.choice(tuple(range(1, max_things + 1)))
     shapes = rng.sample(SHAPES, count)
     sides = rng.sample(SIDES, count)
-    return Scene(tuple(Thing(shape, rng.choice(tuple(COLOURS)), rng.choice(SIZES), side)
-                       for shape, side in zip(shapes, sides)))
+    return Scene(
+        tuple(Thing(shape, rng.choice(tuple(COLOURS)), rng.choice(SIZES), side) for shape, side in zip(shapes, sides))
+    )
 
 
 def hypothesis(scene: Scene, label: str, rng: random.Random) -> str:
@@ -104,7 +105,7 @@ def render(scene: Scene, rng: random.Random, size: int = 32, noise: float = 0.0)
         cx = (0.5 if thing.side == "left" else 1.5) * half + rng.uniform(-0.1, 0.1) * half
         cy = size / 2 + rng.uniform(-0.25, 0.25) * half
         if thing.shape == "ball":
-            mask = (xx - cx) ** 2 + (yy - cy) ** 2 <= radius ** 2
+            mask = (xx - cx) ** 2 + (yy - cy) ** 2 <= radius**2
         elif thing.shape == "box":
             mask = (np.abs(xx - cx) <= radius * 0.9) & (np.abs(yy - cy) <= radius * 0.9)
         else:  # an upright triangle: the half-width grows from the apex to the base
@@ -112,7 +113,9 @@ def render(scene: Scene, rng: random.Random, size: int = 32, noise: float = 0.0)
             mask = (yy >= top) & (yy <= bottom) & (np.abs(xx - cx) <= (yy - top) / 2 * 1.1)
         image[mask] = COLOURS[thing.colour]
     if noise:
-        image += np.asarray([rng.gauss(0, noise) for _ in range(size * size * 3)], dtype=np.float32).reshape(image.shape)
+        image += np.asarray([rng.gauss(0, noise) for _ in range(size * size * 3)], dtype=np.float32).reshape(
+            image.shape
+        )
     return np.clip(np.rint(image), 0, 255).astype(np.uint8)
 
 

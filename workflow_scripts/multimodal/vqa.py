@@ -18,14 +18,46 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-_NUMBERS = {"none": "0", "zero": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5",
-            "six": "6", "seven": "7", "eight": "8", "nine": "9", "ten": "10"}
+_NUMBERS = {
+    "none": "0",
+    "zero": "0",
+    "one": "1",
+    "two": "2",
+    "three": "3",
+    "four": "4",
+    "five": "5",
+    "six": "6",
+    "seven": "7",
+    "eight": "8",
+    "nine": "9",
+    "ten": "10",
+}
 _ARTICLES = {"a", "an", "the"}
-_CONTRACTIONS = {"arent": "aren't", "cant": "can't", "couldnt": "couldn't", "didnt": "didn't", "doesnt": "doesn't",
-                 "dont": "don't", "hasnt": "hasn't", "havent": "haven't", "isnt": "isn't", "its": "it's",
-                 "shouldnt": "shouldn't", "thats": "that's", "theres": "there's", "theyre": "they're",
-                 "wasnt": "wasn't", "werent": "weren't", "whats": "what's", "wont": "won't", "wouldnt": "wouldn't",
-                 "youre": "you're", "im": "i'm", "ive": "i've", "lets": "let's"}
+_CONTRACTIONS = {
+    "arent": "aren't",
+    "cant": "can't",
+    "couldnt": "couldn't",
+    "didnt": "didn't",
+    "doesnt": "doesn't",
+    "dont": "don't",
+    "hasnt": "hasn't",
+    "havent": "haven't",
+    "isnt": "isn't",
+    "its": "it's",
+    "shouldnt": "shouldn't",
+    "thats": "that's",
+    "theres": "there's",
+    "theyre": "they're",
+    "wasnt": "wasn't",
+    "werent": "weren't",
+    "whats": "what's",
+    "wont": "won't",
+    "wouldnt": "wouldn't",
+    "youre": "you're",
+    "im": "i'm",
+    "ive": "i've",
+    "lets": "let's",
+}
 _PUNCTUATION = ";/[]\"{}()=+\\_-><@`,?!*#%^&$~|:'"
 _PERIOD_OUTSIDE_NUMBER = re.compile(r"(?!<=\d)(\.)(?!\d)")
 _COMMA_IN_NUMBER = re.compile(r"(\d)(,)(\d)")
@@ -72,6 +104,6 @@ def vqa_accuracy(predicted: str, answers: Sequence[str]) -> float:
         return 0.0
     scores = []
     for left_out in range(len(answers)):
-        others = answers[:left_out] + answers[left_out + 1:]
+        others = answers[:left_out] + answers[left_out + 1 :]
         scores.append(min(1.0, sum(a == predicted for a in others) / 3))
     return sum(scores) / len(scores)

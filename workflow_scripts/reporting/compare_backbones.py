@@ -39,8 +39,10 @@ def safetensors_parameters(model_dir: Path) -> int:
     total = 0
     files = sorted(model_dir.glob("*.safetensors"))
     if not files:
-        raise InputError(f"{model_dir}: no safetensors weights to count parameters from "
-                         "(give backbones.<name>.parameters in the config)")
+        raise InputError(
+            f"{model_dir}: no safetensors weights to count parameters from "
+            "(give backbones.<name>.parameters in the config)"
+        )
     for file in files:
         with open(file, "rb") as f:
             (length,) = struct.unpack("<Q", f.read(8))
@@ -77,13 +79,35 @@ def comparison(settings: dict[str, Any], tables: Path, models: Path):
             kind = "absolute" if config == baseline else "difference"
             for target in settings["targets"]:
                 if _column(target) in main.columns:  # else a target this backbone's grid leaves out
-                    records.append((name, backbone["family"], backbone["method"], params, target, config,
-                                    float(main.loc[config, _column(target)]), kind, target in contaminated))
+                    records.append(
+                        (
+                            name,
+                            backbone["family"],
+                            backbone["method"],
+                            params,
+                            target,
+                            config,
+                            float(main.loc[config, _column(target)]),
+                            kind,
+                            target in contaminated,
+                        )
+                    )
             # Avg over the targets every backbone ran: Avgs over different targets do not compare.
             # (A difference of means is the mean of the differences the table holds.)
             scores = [_task_score(main, config, target) for target in shared]
-            records.append((name, backbone["family"], backbone["method"], params, "avg", config,
-                            sum(scores) / len(scores) if scores else math.nan, kind, bool(contaminated & set(shared))))
+            records.append(
+                (
+                    name,
+                    backbone["family"],
+                    backbone["method"],
+                    params,
+                    "avg",
+                    config,
+                    sum(scores) / len(scores) if scores else math.nan,
+                    kind,
+                    bool(contaminated & set(shared)),
+                )
+            )
     frame = pd.DataFrame.from_records(records, columns=COLUMNS)
     return frame.sort_values(["parameters", "backbone"], kind="stable").reset_index(drop=True), shared
 
@@ -119,11 +143,18 @@ def render(frame, settings: dict[str, Any], shared: list[str]) -> str:
         sub = frame[frame["target"] == target]
         if sub.empty:
             continue
-        metric = (f"Avg over the targets every backbone ran ({', '.join(shared)}; QA as (F1 + EM) / 2)"
-                  if target == "avg" else f"{target} ({'F1' if len(metrics_shown(target)) > 1 else metrics_shown(target)[0]})")
+        metric = (
+            f"Avg over the targets every backbone ran ({', '.join(shared)}; QA as (F1 + EM) / 2)"
+            if target == "avg"
+            else f"{target} ({'F1' if len(metrics_shown(target)) > 1 else metrics_shown(target)[0]})"
+        )
         header = ["backbone", "family", "method", "parameters", baseline] + [f"Δ {c}" for c in configs if c != baseline]
-        lines = [f"## {metric}", "", "| " + " | ".join(header) + " |",
-                 "|" + "|".join(["---"] * 4 + ["---:"] * (len(header) - 4)) + "|"]
+        lines = [
+            f"## {metric}",
+            "",
+            "| " + " | ".join(header) + " |",
+            "|" + "|".join(["---"] * 4 + ["---:"] * (len(header) - 4)) + "|",
+        ]
         for name in dict.fromkeys(sub["backbone"]):
             rows = sub[sub["backbone"] == name].set_index("intermediate")
             first = rows.iloc[0]
@@ -137,11 +168,15 @@ def render(frame, settings: dict[str, Any], shared: list[str]) -> str:
                 cells.append(f"{value:.{decimals}f}" if config == baseline else f"{value:+.{decimals}f}")
             lines.append("| " + " | ".join(cells) + " |")
         parts.append("\n".join(lines) + "\n")
-    note = (f"Setting {settings['baseline_setting']}, test scores, medians over each backbone's seeds: `{baseline}` "
-            "absolute, Δ the config's difference to it (QA: F1). Backbones ordered by parameter count.")
+    note = (
+        f"Setting {settings['baseline_setting']}, test scores, medians over each backbone's seeds: `{baseline}` "
+        "absolute, Δ the config's difference to it (QA: F1). Backbones ordered by parameter count."
+    )
     if frame["contaminated"].any():
-        note += (f" {CONTAMINATED}: the backbone's training mixture holds this target's data (e.g. xP3 holds XNLI and "
-                 "XCOPA): not zero-shot.")
+        note += (
+            f" {CONTAMINATED}: the backbone's training mixture holds this target's data (e.g. xP3 holds XNLI and "
+            "XCOPA): not zero-shot."
+        )
     return "# Across backbones\n\n" + "\n".join(parts) + "\n" + note + "\n"
 
 
@@ -160,12 +195,17 @@ def delta_figure(frame, settings: dict[str, Any], shared: list[str], stem: Path)
     ax.axhline(0, color="grey", linewidth=0.8)
     ax.set_xscale("log")
     ax.minorticks_off()
-    ax.set_xticks(list(ticks["parameters"]),
-                  [f"{b}\n{_params_text(int(n))}" for b, n in zip(ticks["backbone"], ticks["parameters"])], fontsize=7)
+    ax.set_xticks(
+        list(ticks["parameters"]),
+        [f"{b}\n{_params_text(int(n))}" for b, n in zip(ticks["backbone"], ticks["parameters"])],
+        fontsize=7,
+    )
     ax.set_xlabel("backbone (parameters, log scale)")
     ax.set_ylabel(f"Avg minus `{settings['baseline']}`")
-    ax.set_title(f"Intermediate-task gain against backbone size\n(Avg over {', '.join(shared) or 'no shared target'})",
-                 fontsize=10)
+    ax.set_title(
+        f"Intermediate-task gain against backbone size\n(Avg over {', '.join(shared) or 'no shared target'})",
+        fontsize=10,
+    )
     if not avg.empty:
         ax.legend(fontsize=7)
     fig.tight_layout()

@@ -20,12 +20,27 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.common import InputError, load_settings, read_result_table, setup_logging
-from workflow_scripts.reporting.tables import (benchmark_notes, category_columns, category_header, metrics_shown,
-                                               write_text)
+from workflow_scripts.reporting.tables import (
+    benchmark_notes,
+    category_columns,
+    category_header,
+    metrics_shown,
+    write_text,
+)
 from workflow_scripts.workflow.transfer import ZERO_SHOT
 
-_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
-            "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+_SPECIAL = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+}
 
 
 def escape(text: str) -> str:
@@ -44,8 +59,12 @@ def number(value: float, decimals: int, signed: bool, bold: bool = False) -> str
 
 
 def tabular(header: list[str], rows: list[list[str]]) -> str:
-    lines = [r"\begin{tabular}{l" + "r" * (len(header) - 1) + "}", r"\toprule",
-             " & ".join(header) + r" \\", r"\midrule"]
+    lines = [
+        r"\begin{tabular}{l" + "r" * (len(header) - 1) + "}",
+        r"\toprule",
+        " & ".join(header) + r" \\",
+        r"\midrule",
+    ]
     lines += [" & ".join(row) + r" \\" for row in rows]
     lines += [r"\bottomrule", r"\end{tabular}", ""]
     return "\n".join(lines)
@@ -59,20 +78,29 @@ def _best(absolute: dict[str, float]) -> set[str]:
     return {k for k, v in finite.items() if v == top}
 
 
-def delta_rows(shown: dict[str, dict[str, float]], baseline: str, columns: list[list[str]], decimals: int,
-               marks: set[tuple[str, str]], mark_keys: list[str | None]) -> list[list[str]]:
+def delta_rows(
+    shown: dict[str, dict[str, float]],
+    baseline: str,
+    columns: list[list[str]],
+    decimals: int,
+    marks: set[tuple[str, str]],
+    mark_keys: list[str | None],
+) -> list[list[str]]:
     """Rows of cells: ``shown[config][column]`` (baseline absolute, others differences);
     each cell joins its ``columns`` group with " / "; bold marks the best absolute value of
     each column; ``mark_keys`` names the significance key of each group (None: no marker)."""
-    absolute = {c: {col: v + (0.0 if c == baseline else shown[baseline].get(col, math.nan)) for col, v in vals.items()}
-                for c, vals in shown.items()}
+    absolute = {
+        c: {col: v + (0.0 if c == baseline else shown[baseline].get(col, math.nan)) for col, v in vals.items()}
+        for c, vals in shown.items()
+    }
     best = {col: _best({c: absolute[c].get(col, math.nan) for c in shown}) for group in columns for col in group}
     rows = []
     for config, values in shown.items():
         cells = [escape(config)]
         for group, key in zip(columns, mark_keys):
-            text = " / ".join(number(values.get(col, math.nan), decimals, config != baseline, config in best[col])
-                              for col in group)
+            text = " / ".join(
+                number(values.get(col, math.nan), decimals, config != baseline, config in best[col]) for col in group
+            )
             if key is not None and (config, key) in marks:
                 text += r"\textsuperscript{\dag}"  # the Markdown tables' marker
             cells.append(text)
@@ -98,18 +126,22 @@ def main_tex(main, significance, settings: dict[str, Any]) -> str:
     keys.append(None)
     for column in category_columns(settings):  # XTREME-R: category averages and overall score
         if column not in block.columns:
-            raise InputError(f"main.csv: no column {column!r} (written by a version of the tables without "
-                             "category averages?)")
+            raise InputError(
+                f"main.csv: no column {column!r} (written by a version of the tables without category averages?)"
+            )
         groups.append([column])
         header.append(escape(category_header(column)))
         keys.append(None)
     shown = {c: {col: float(block.loc[c, col]) for g in groups for col in g} for c in configs}
-    marks = {(r.intermediate, r.target) for r in significance.itertuples()
-             if r.setting == setting and bool(r.excludes_zero)}
+    marks = {
+        (r.intermediate, r.target) for r in significance.itertuples() if r.setting == setting and bool(r.excludes_zero)
+    }
     rows = delta_rows(shown, baseline, groups, int(settings["decimals"]), marks, keys)
-    comment = (f"% xstilts main table, setting {setting}: median test scores over seeds "
-               f"{', '.join(map(str, settings['seeds']))}; row {baseline} absolute, other rows differences to it;\n"
-               f"% bold: best config per column; \\dag: 95% paired bootstrap interval of the difference excludes 0.\n")
+    comment = (
+        f"% xstilts main table, setting {setting}: median test scores over seeds "
+        f"{', '.join(map(str, settings['seeds']))}; row {baseline} absolute, other rows differences to it;\n"
+        f"% bold: best config per column; \\dag: 95% paired bootstrap interval of the difference excludes 0.\n"
+    )
     comment += "".join(f"% {note}\n" for note in benchmark_notes(settings))
     return comment + tabular(header, rows)
 
@@ -125,12 +157,15 @@ def per_language_tex(per_language, settings: dict[str, Any], target: str) -> str
     languages = [l for l in settings["target_languages"][target] if l in block.columns] + ["avg"]
     base = {l: float(block.loc[baseline, l]) for l in languages}
     shown = {c: {l: float(block.loc[c, l]) - (0.0 if c == baseline else base[l]) for l in languages} for c in configs}
-    rows = delta_rows(shown, baseline, [[l] for l in languages], int(settings["decimals"]), set(),
-                      [None] * len(languages))
+    rows = delta_rows(
+        shown, baseline, [[l] for l in languages], int(settings["decimals"]), set(), [None] * len(languages)
+    )
     metric = block["metric"].iloc[0]
-    comment = (f"% xstilts {target} ({metric}) per language, setting {setting}: median test scores over seeds "
-               f"{', '.join(map(str, settings['seeds']))}; row {baseline} absolute, other rows differences to it;"
-               " bold: best config per column.\n")
+    comment = (
+        f"% xstilts {target} ({metric}) per language, setting {setting}: median test scores over seeds "
+        f"{', '.join(map(str, settings['seeds']))}; row {baseline} absolute, other rows differences to it;"
+        " bold: best config per column.\n"
+    )
     return comment + tabular(["Intermediate task"] + [escape(l) for l in languages[:-1]] + ["Avg"], rows)
 
 
@@ -149,9 +184,11 @@ def main(argv: list[str] | None = None) -> None:
         outputs = {args.output / "main.tex": main_tex(main_frame, significance, settings)}
         for target in settings.get("output_targets", settings["targets"]):
             outputs[args.output / "per_language" / f"{target}.tex"] = (
-                per_language_tex(per_language, settings, target) if target in settings["targets"] else
-                f"% xstilts: backbone {settings.get('backbone', {}).get('name')} does not run target {target}"
-                " (its grid leaves it out)\n")
+                per_language_tex(per_language, settings, target)
+                if target in settings["targets"]
+                else f"% xstilts: backbone {settings.get('backbone', {}).get('name')} does not run target {target}"
+                " (its grid leaves it out)\n"
+            )
     except InputError as err:
         raise SystemExit(f"error: {err}") from None
     for path, text in outputs.items():

@@ -27,8 +27,20 @@ from workflow_scripts.data.tasks import get_task, primary_metric
 from workflow_scripts.reporting import significance
 from workflow_scripts.workflow.transfer import ZERO_SHOT
 
-COLUMNS = ["visual", "control", "control_kind", "target", "metric", "group", "languages", "seeds",
-           "mean_difference", "ci_low", "ci_high", "excludes_zero"]
+COLUMNS = [
+    "visual",
+    "control",
+    "control_kind",
+    "target",
+    "metric",
+    "group",
+    "languages",
+    "seeds",
+    "mean_difference",
+    "ci_low",
+    "ci_high",
+    "excludes_zero",
+]
 GROUPS = ("en", "zero-shot", "all")
 CONTROL_KINDS = {"snli_caption": "caption premise", "hypothesis_only": "no premise"}
 
@@ -50,8 +62,13 @@ def modality_table(runs, settings: dict[str, Any]):
     for p, pair in enumerate(settings["pairs"]):
         for t, target in enumerate(settings["targets"]):
             metric = primary_metric(get_task(target).metric)
-            languages = sorted(set(runs[(runs["target"] == target) & (runs["split"] == "test")
-                                        & (runs["language"] != "avg")]["language"]))
+            languages = sorted(
+                set(
+                    runs[(runs["target"] == target) & (runs["split"] == "test") & (runs["language"] != "avg")][
+                        "language"
+                    ]
+                )
+            )
             for g, group in enumerate(GROUPS):
                 chosen = _languages(group, languages)
                 if not chosen:
@@ -63,9 +80,22 @@ def modality_table(runs, settings: dict[str, Any]):
                 mean, low, high = significance.bootstrap_interval(diffs, seed=1000 * p + 10 * t + g)
                 if diffs.size < 2:  # one seed, one language: a point, not an interval
                     low = high = float("nan")
-                rows.append((pair["visual"], pair["control"], CONTROL_KINDS.get(pair["control_task"], pair["control_task"]),
-                             target, metric, group, diffs.shape[1], diffs.shape[0], mean, low, high,
-                             bool(low > 0 or high < 0)))  # NaN compares False: never marked
+                rows.append(
+                    (
+                        pair["visual"],
+                        pair["control"],
+                        CONTROL_KINDS.get(pair["control_task"], pair["control_task"]),
+                        target,
+                        metric,
+                        group,
+                        diffs.shape[1],
+                        diffs.shape[0],
+                        mean,
+                        low,
+                        high,
+                        bool(low > 0 or high < 0),
+                    )
+                )  # NaN compares False: never marked
     return pd.DataFrame.from_records(rows, columns=COLUMNS)
 
 
@@ -73,24 +103,35 @@ def render(table, settings: dict[str, Any]) -> str:
     decimals = int(settings.get("decimals", 1))
     lines = ["# Image premise minus text premise (zero-shot test scores)", ""]
     if table.empty:
-        lines.append("No pair of configs differing only by an image task and one of its text-only controls has "
-                     "test scores in both arms.")
+        lines.append(
+            "No pair of configs differing only by an image task and one of its text-only controls has "
+            "test scores in both arms."
+        )
         return "\n".join(lines) + "\n"
-    lines += ["| image config | minus | control | target | languages | Δ | 95% interval |",
-              "|---|---|---|---|---|---|---|"]
+    lines += [
+        "| image config | minus | control | target | languages | Δ | 95% interval |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in table.itertuples():
         mark = f" {significance.MARKER}" if r.excludes_zero else ""
         group = {"en": "en", "zero-shot": f"other {r.languages}", "all": f"all {r.languages}"}[r.group]
-        interval = ("– (one paired score)" if r.ci_low != r.ci_low
-                    else f"[{r.ci_low:+.{decimals}f}, {r.ci_high:+.{decimals}f}]")
-        lines.append(f"| {r.visual} | {r.control} | {r.control_kind} | {r.target} ({r.metric}) | {group} | "
-                     f"{r.mean_difference:+.{decimals}f}{mark} | {interval} |")
-    lines += ["", f"Seeds: {', '.join(map(str, settings['seeds']))}. Δ: the mean over seeds and languages of the image "
-              "config's test score minus the control's, paired by seed and language. "
-              + significance.METHOD.replace("to the baseline ", ""),
-              "", "The arms train on the same SNLI-VE rows, ids and image-disjoint splits; only the premise differs "
-              "(the image through a projected visual prefix, the SNLI caption it replaced, or none). The image "
-              "arm's projector is dropped after intermediate training: every target model is text-only."]
+        interval = (
+            "– (one paired score)" if r.ci_low != r.ci_low else f"[{r.ci_low:+.{decimals}f}, {r.ci_high:+.{decimals}f}]"
+        )
+        lines.append(
+            f"| {r.visual} | {r.control} | {r.control_kind} | {r.target} ({r.metric}) | {group} | "
+            f"{r.mean_difference:+.{decimals}f}{mark} | {interval} |"
+        )
+    lines += [
+        "",
+        f"Seeds: {', '.join(map(str, settings['seeds']))}. Δ: the mean over seeds and languages of the image "
+        "config's test score minus the control's, paired by seed and language. "
+        + significance.METHOD.replace("to the baseline ", ""),
+        "",
+        "The arms train on the same SNLI-VE rows, ids and image-disjoint splits; only the premise differs "
+        "(the image through a projected visual prefix, the SNLI caption it replaced, or none). The image "
+        "arm's projector is dropped after intermediate training: every target model is text-only.",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -100,8 +141,12 @@ def figure(table, settings: dict[str, Any], stem: Path) -> None:
 
     plt = _pyplot()
     targets = [t for t in settings["targets"] if t in set(table["target"])] if not table.empty else []
-    fig, axes = plt.subplots(1, max(1, len(targets)), figsize=(4.2 * max(1, len(targets)), 0.45 * max(3, len(table) // max(1, len(targets))) + 1.2),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        1,
+        max(1, len(targets)),
+        figsize=(4.2 * max(1, len(targets)), 0.45 * max(3, len(table) // max(1, len(targets))) + 1.2),
+        squeeze=False,
+    )
     if not targets:
         axes[0][0].set_axis_off()
         axes[0][0].text(0.5, 0.5, "no image / text-control pair with test scores", ha="center", va="center")
@@ -109,9 +154,18 @@ def figure(table, settings: dict[str, Any], stem: Path) -> None:
         sub = table[table["target"] == target].reset_index(drop=True)
         labels = [f"{r.visual} − {r.control} ({r.group})" for r in sub.itertuples()]
         y = range(len(sub))
-        ax.errorbar(sub["mean_difference"], list(y), xerr=[(sub["mean_difference"] - sub["ci_low"]).fillna(0),
-                                                           (sub["ci_high"] - sub["mean_difference"]).fillna(0)],
-                    fmt="o", color="black", ecolor="grey", capsize=3)
+        ax.errorbar(
+            sub["mean_difference"],
+            list(y),
+            xerr=[
+                (sub["mean_difference"] - sub["ci_low"]).fillna(0),
+                (sub["ci_high"] - sub["mean_difference"]).fillna(0),
+            ],
+            fmt="o",
+            color="black",
+            ecolor="grey",
+            capsize=3,
+        )
         ax.axvline(0, color="grey", linewidth=0.8, linestyle="--")
         ax.set_yticks(list(y), labels)
         ax.invert_yaxis()

@@ -58,8 +58,12 @@ def delta_heatmap(ax, values, rows: list[str], columns: list[str], title: str, l
     finite = data[np.isfinite(data)]
     span = limit or max(1.0, float(np.abs(finite).max()) if finite.size else 1.0)
     image = ax.imshow(np.ma.masked_invalid(data), cmap="RdBu", vmin=-span, vmax=span, aspect="auto")
-    ax.set_xticks(range(len(columns)), [c.replace(".exact_match", " EM").replace(".f1", " F1") for c in columns],
-                  rotation=30 if len(columns) > 6 else 0, ha="right" if len(columns) > 6 else "center")
+    ax.set_xticks(
+        range(len(columns)),
+        [c.replace(".exact_match", " EM").replace(".f1", " F1") for c in columns],
+        rotation=30 if len(columns) > 6 else 0,
+        ha="right" if len(columns) > 6 else "center",
+    )
     ax.set_yticks(range(len(rows)), rows)
     ax.set_title(title)
     for i in range(data.shape[0]):
@@ -95,8 +99,9 @@ def main_deltas(main, settings: dict[str, Any], output: Path) -> None:
 def per_language_deltas(per_language, settings: dict[str, Any], target: str, output: Path) -> None:
     plt = _pyplot()
     baseline = settings["baseline"]
-    sub = per_language[(per_language["setting"] == settings.get("baseline_setting", ZERO_SHOT))
-                       & (per_language["target"] == target)].set_index("intermediate")
+    sub = per_language[
+        (per_language["setting"] == settings.get("baseline_setting", ZERO_SHOT)) & (per_language["target"] == target)
+    ].set_index("intermediate")
     columns = list(settings["target_languages"][target]) + ["avg"]
     configs = [c for c in settings["intermediate"] if c != baseline and c in sub.index]
     metric = primary_metric(get_task(target).metric)
@@ -116,12 +121,18 @@ def seed_spread(runs, settings: dict[str, Any], output: Path) -> None:
     targets = settings["targets"]
     configs = settings["intermediate"]
     cols = min(3, len(targets))
-    fig, axes = plt.subplots(math.ceil(len(targets) / cols), cols, squeeze=False,
-                             figsize=(4.2 * cols, 3.0 * math.ceil(len(targets) / cols)))
+    fig, axes = plt.subplots(
+        math.ceil(len(targets) / cols), cols, squeeze=False, figsize=(4.2 * cols, 3.0 * math.ceil(len(targets) / cols))
+    )
     for ax, target in zip(axes.flat, targets):
         metric = primary_metric(get_task(target).metric)
-        sub = runs[(runs["setting"] == setting) & (runs["target"] == target) & (runs["split"] == "test")
-                   & (runs["language"] == "avg") & (runs["metric"] == metric)]
+        sub = runs[
+            (runs["setting"] == setting)
+            & (runs["target"] == target)
+            & (runs["split"] == "test")
+            & (runs["language"] == "avg")
+            & (runs["metric"] == metric)
+        ]
         for x, config in enumerate(configs):
             values = sub[sub["intermediate"] == config].sort_values("seed")
             if values.empty:
@@ -131,7 +142,7 @@ def seed_spread(runs, settings: dict[str, Any], output: Path) -> None:
         ax.set_xticks(range(len(configs)), configs, rotation=30, ha="right")
         ax.set_title(f"{target} ({metric})")
         ax.grid(axis="y", alpha=0.3)
-    for ax in list(axes.flat)[len(targets):]:
+    for ax in list(axes.flat)[len(targets) :]:
         ax.set_axis_off()
     fig.suptitle(f"{setting}: each seed's mean over languages (points) and the median (bar)")
     fig.tight_layout()
@@ -146,19 +157,26 @@ def setting_deltas(per_language, settings: dict[str, Any], setting: str, output:
     rows_of = per_language[per_language["setting"] == setting]
     configs = [c for c in settings["intermediate"] if c in set(rows_of["intermediate"])]
     languages = list(dict.fromkeys(l for t in settings["targets"] for l in settings["target_languages"][t]))
-    fig, axes = plt.subplots(max(1, len(configs)), 1, squeeze=False,
-                             figsize=(0.8 * len(languages) + 3, 2.2 * max(1, len(configs))))
+    fig, axes = plt.subplots(
+        max(1, len(configs)), 1, squeeze=False, figsize=(0.8 * len(languages) + 3, 2.2 * max(1, len(configs)))
+    )
     for ax, config in zip(axes.flat, configs or [None]):
         title = f"{setting} minus {reference}" + (f", config `{config}`" if config else "")
         if config is None:
             _empty(ax, title, "this setting has no results")
             continue
         mine = rows_of[rows_of["intermediate"] == config].set_index("target")
-        base = per_language[(per_language["setting"] == reference)
-                            & (per_language["intermediate"] == config)].set_index("target")
+        base = per_language[
+            (per_language["setting"] == reference) & (per_language["intermediate"] == config)
+        ].set_index("target")
         targets = [t for t in settings["targets"] if t in mine.index]
-        deltas = [[float(mine.loc[t, l]) - float(base.loc[t, l]) if t in base.index and l in mine.columns
-                   else math.nan for l in languages] for t in targets]
+        deltas = [
+            [
+                float(mine.loc[t, l]) - float(base.loc[t, l]) if t in base.index and l in mine.columns else math.nan
+                for l in languages
+            ]
+            for t in targets
+        ]
         delta_heatmap(ax, deltas, targets, languages, title)
     fig.tight_layout()
     save(fig, output / "settings" / path_token(setting))

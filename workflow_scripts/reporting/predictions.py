@@ -36,8 +36,16 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.common import InputError, atomic_path
-from workflow_scripts.data.tasks import (CLASSIFICATION, MINING, MULTIPLE_CHOICE, RANKING, RETRIEVAL, SPAN, TAGGING,
-                                         get_task)
+from workflow_scripts.data.tasks import (
+    CLASSIFICATION,
+    MINING,
+    MULTIPLE_CHOICE,
+    RANKING,
+    RETRIEVAL,
+    SPAN,
+    TAGGING,
+    get_task,
+)
 
 # Where a target's files differ from its canonical rows is on its task entry
 # (Task.submission_label_ids: PAWS-X's label files hold class indices; Task.language_suffixed_ids:
@@ -55,16 +63,21 @@ def suffix(target: str) -> str:
 def _ranking_json(target: str, predicted: Any, lang: str) -> str:
     """``{query id: [candidate ids]}``, one query per line (a valid JSON object)."""
     if not isinstance(predicted, dict):
-        raise InputError(f"{target} {lang}: ranking predictions must map query ids to ranked candidate ids, "
-                         f"got {type(predicted).__name__}")
+        raise InputError(
+            f"{target} {lang}: ranking predictions must map query ids to ranked candidate ids, "
+            f"got {type(predicted).__name__}"
+        )
     lines = []
     for query, ranked in predicted.items():
         if query == "data":  # read_squad would return this key's value instead of the object
-            raise InputError(f"{target} {lang}: a query id 'data' cannot be written (the official reader takes the "
-                             "'data' key of the file as the whole dataset)")
+            raise InputError(
+                f"{target} {lang}: a query id 'data' cannot be written (the official reader takes the "
+                "'data' key of the file as the whole dataset)"
+            )
         if isinstance(ranked, (str, bytes)) or not all(isinstance(c, str) for c in ranked):
-            raise InputError(f"{target} {lang}: query {query!r}: expected a list of candidate ids (strings), "
-                             f"got {ranked!r}"[:300])
+            raise InputError(
+                f"{target} {lang}: query {query!r}: expected a list of candidate ids (strings), got {ranked!r}"[:300]
+            )
         lines.append(f"{json.dumps(str(query), ensure_ascii=False)}: {json.dumps(list(ranked), ensure_ascii=False)}")
     return "{\n" + ",\n".join(lines) + "\n}\n" if lines else "{}\n"
 
@@ -81,14 +94,18 @@ def render(target: str, predicted: Any, lang: str) -> str:
             out.append(json.dumps({"label": int(i)}) + "\n")
         return "".join(out)
     if task.format == CLASSIFICATION:
-        names = [str(i) for i in range(task.num_labels)] if task.submission_label_ids or not task.labels \
+        names = (
+            [str(i) for i in range(task.num_labels)]
+            if task.submission_label_ids or not task.labels
             else list(task.labels)
+        )
         return "".join(f"{names[int(i)]}\n" for i in predicted)
     if task.format == TAGGING:
         return "".join("".join(f"{tag}\n" for tag in sentence) + "\n" for sentence in predicted)
     if task.format == SPAN:
-        answers = {qid.removesuffix(f"-{lang}") if task.language_suffixed_ids else qid: text
-                   for qid, text in predicted.items()}
+        answers = {
+            qid.removesuffix(f"-{lang}") if task.language_suffixed_ids else qid: text for qid, text in predicted.items()
+        }
         return json.dumps(answers, ensure_ascii=False, indent=1) + "\n"
     if task.format == RANKING:
         return _ranking_json(target, predicted, lang)

@@ -22,11 +22,23 @@ from workflow_scripts.data.tasks import get_task, primary_metric
 RESAMPLES = 10_000
 LEVEL = 0.95
 MARKER = "†"
-METHOD = (f"{MARKER}: the {LEVEL:.0%} paired bootstrap interval of the difference to the baseline "
-          f"excludes 0 (test scores paired by seed and language; {RESAMPLES:,} resamples of the seeds, then of "
-          "the languages within each seed; seeded).")
-COLUMNS = ["setting", "intermediate", "target", "metric", "seeds", "languages", "mean_difference", "ci_low", "ci_high",
-           "excludes_zero"]
+METHOD = (
+    f"{MARKER}: the {LEVEL:.0%} paired bootstrap interval of the difference to the baseline "
+    f"excludes 0 (test scores paired by seed and language; {RESAMPLES:,} resamples of the seeds, then of "
+    "the languages within each seed; seeded)."
+)
+COLUMNS = [
+    "setting",
+    "intermediate",
+    "target",
+    "metric",
+    "seeds",
+    "languages",
+    "mean_difference",
+    "ci_low",
+    "ci_high",
+    "excludes_zero",
+]
 
 
 def paired_differences(runs, config: str, baseline: str, target: str, metric: str):
@@ -34,10 +46,15 @@ def paired_differences(runs, config: str, baseline: str, target: str, metric: st
     languages both have for every pairing (empty when none)."""
     import numpy as np
 
-    sub = runs[(runs["split"] == "test") & (runs["target"] == target) & (runs["metric"] == metric)
-               & (runs["language"] != "avg")]
+    sub = runs[
+        (runs["split"] == "test")
+        & (runs["target"] == target)
+        & (runs["metric"] == metric)
+        & (runs["language"] != "avg")
+    ]
     table = sub[sub["intermediate"].isin([config, baseline])].pivot_table(
-        index=["seed", "language"], columns="intermediate", values="value", aggfunc="first")
+        index=["seed", "language"], columns="intermediate", values="value", aggfunc="first"
+    )
     if config not in table or baseline not in table:
         return np.empty((0, 0))
     diffs = (table[config] - table[baseline]).unstack("language").dropna(axis=1, how="any")
@@ -75,8 +92,20 @@ def significance(runs, settings: dict[str, Any], setting: str):
             if not diffs.size:
                 continue
             mean, low, high = bootstrap_interval(diffs, seed=k)
-            rows.append((setting, config, target, metric, diffs.shape[0], diffs.shape[1], mean, low, high,
-                         bool(low > 0 or high < 0)))
+            rows.append(
+                (
+                    setting,
+                    config,
+                    target,
+                    metric,
+                    diffs.shape[0],
+                    diffs.shape[1],
+                    mean,
+                    low,
+                    high,
+                    bool(low > 0 or high < 0),
+                )
+            )
     return pd.DataFrame.from_records(rows, columns=COLUMNS)
 
 

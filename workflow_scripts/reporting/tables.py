@@ -78,8 +78,13 @@ def of_setting(runs, setting: str):
 
 
 OVERALL = "overall"
-CATEGORY_HEADERS = {benchmark.CLASSIFICATION: "Classification", benchmark.STRUCTURED: "Struct. pred.",
-                    benchmark.QA: "QA", benchmark.RETRIEVAL: "Retrieval", OVERALL: "Overall"}
+CATEGORY_HEADERS = {
+    benchmark.CLASSIFICATION: "Classification",
+    benchmark.STRUCTURED: "Struct. pred.",
+    benchmark.QA: "QA",
+    benchmark.RETRIEVAL: "Retrieval",
+    OVERALL: "Overall",
+}
 QA_CONVENTION = "QA counts (F1 + EM) / 2 in the averages."
 
 
@@ -113,15 +118,19 @@ def benchmark_notes(settings: dict[str, Any]) -> list[str]:
     if columns:
         cats = "; ".join(f"{category_header(c)}: {', '.join(ts)}" for c, ts in bench["categories"].items())
         all_targets = [t for ts in bench["categories"].values() for t in ts]
-        notes.append(f"{title} categories ({cats}): the mean of their task scores; Overall: the mean of all "
-                     f"{len(all_targets)} task scores; {QA_CONVENTION}")
+        notes.append(
+            f"{title} categories ({cats}): the mean of their task scores; Overall: the mean of all "
+            f"{len(all_targets)} task scores; {QA_CONVENTION}"
+        )
         missing = {c: [t for t in ts if t not in targets] for c, ts in bench["categories"].items()}
         empty = [c for c, m in missing.items() if m]
         if empty:
             gaps = "; ".join(f"{category_header(c)}: {', '.join(missing[c])}" for c in empty)
-            notes.append(f"– in {', '.join(category_header(c) for c in [*empty, OVERALL])}: this grid lacks tasks "
-                         f"of theirs ({gaps}); a category is averaged over all its tasks or left empty, as the "
-                         "official scorer does.")
+            notes.append(
+                f"– in {', '.join(category_header(c) for c in [*empty, OVERALL])}: this grid lacks tasks "
+                f"of theirs ({gaps}); a category is averaged over all its tasks or left empty, as the "
+                "official scorer does."
+            )
     for target in targets:
         if target in bench.get("notes", {}):
             notes.append(f"{target}: {bench['notes'][target]}.")
@@ -168,15 +177,15 @@ def main_table(runs, settings: dict[str, Any]):
         metric = get_task(target).metric
         task_scores[target] = [
             qa_answer_score(metric, {m: med.get((c, target, "avg", m), float("nan")) for m in metrics_shown(target)})
-            for c in configs]
+            for c in configs
+        ]
     absolute["avg"] = task_scores.mean(axis=1, skipna=False)
     columns = category_columns(settings)
     if columns:
         bench = benchmark.get(benchmark_of(settings)["name"])
         # None: a task of the category is not in the grid; a target of the grid without a
         # score (NaN) leaves its category NaN too.
-        found = [benchmark.category_scores({t: float(task_scores.loc[c, t]) for t in targets}, bench)
-                 for c in configs]
+        found = [benchmark.category_scores({t: float(task_scores.loc[c, t]) for t in targets}, bench) for c in configs]
         for column in columns:
             absolute[column] = [float("nan") if f[column] is None else f[column] for f in found]
     shown = absolute.copy()
@@ -202,15 +211,22 @@ def best_models(runs, settings: dict[str, Any]):
         sub = runs[runs["target"] == target]
         dev = sub[sub["split"] == "selection"]
         if dev.empty:
-            dev = sub[(sub["split"] == "dev") & (sub["language"] == "avg")
-                      & (sub["metric"] == primary_metric(get_task(target).metric))]
+            dev = sub[
+                (sub["split"] == "dev")
+                & (sub["language"] == "avg")
+                & (sub["metric"] == primary_metric(get_task(target).metric))
+            ]
         if dev.empty:
             continue
         per_run = dev.set_index(["intermediate", "seed"])["value"]
         best_config = per_run.groupby(level=0).median().idxmax()
         best_seed = per_run.loc[best_config].idxmax()
-        test = sub[(sub["split"] == "test") & (sub["language"] == "avg") & (sub["intermediate"] == best_config)
-                   & (sub["seed"] == best_seed)]
+        test = sub[
+            (sub["split"] == "test")
+            & (sub["language"] == "avg")
+            & (sub["intermediate"] == best_config)
+            & (sub["seed"] == best_seed)
+        ]
         for metric in metrics_shown(target):
             value = test.loc[test["metric"] == metric, "value"]
             rows.append((target, best_config, int(best_seed), metric, float(value.iloc[0])))
@@ -236,8 +252,12 @@ def render_main(shown, settings: dict[str, Any], best=None, marks: set[tuple[str
     decimals, baseline = int(settings["decimals"]), settings["baseline"]
     contaminated = set(settings.get("backbone", {}).get("contaminated_targets", [])) & set(settings["targets"])
     categories = category_columns(settings)
-    header = ["Intermediate task"] + [t + (f" {CONTAMINATED}" if t in contaminated else "")
-                                      for t in settings["targets"]] + ["Avg"] + [category_header(c) for c in categories]
+    header = (
+        ["Intermediate task"]
+        + [t + (f" {CONTAMINATED}" if t in contaminated else "") for t in settings["targets"]]
+        + ["Avg"]
+        + [category_header(c) for c in categories]
+    )
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
     for c in shown.index:
         sign = "" if c == baseline or baseline is None else "+"
@@ -245,24 +265,35 @@ def render_main(shown, settings: dict[str, Any], best=None, marks: set[tuple[str
         for target in settings["targets"]:
             metrics = metrics_shown(target)
             cols = [f"{target}.{m}" for m in metrics] if len(metrics) > 1 else [target]
-            cells.append(" / ".join(_fmt(shown.loc[c, col], decimals, sign) for col in cols)
-                         + (f" {significance.MARKER}" if (c, target) in marks else ""))
+            cells.append(
+                " / ".join(_fmt(shown.loc[c, col], decimals, sign) for col in cols)
+                + (f" {significance.MARKER}" if (c, target) in marks else "")
+            )
         cells += [_fmt(shown.loc[c, col], decimals, sign) for col in ["avg", *categories]]
         lines.append(f"| {c} | " + " | ".join(cells) + " |")
-    rows = (f"Row `{baseline}` is absolute; the other rows are differences to it." if baseline is not None
-            else "Every row is absolute (this setting was not run with the baseline config).")
-    note = (f"\nTest scores: median over seeds {settings['seeds']} of each run's mean over the target's languages. "
-            f"{rows} QA cells: F1 / EM. Avg: mean over the targets shown, QA as (F1 + EM) / 2.\n")
+    rows = (
+        f"Row `{baseline}` is absolute; the other rows are differences to it."
+        if baseline is not None
+        else "Every row is absolute (this setting was not run with the baseline config)."
+    )
+    note = (
+        f"\nTest scores: median over seeds {settings['seeds']} of each run's mean over the target's languages. "
+        f"{rows} QA cells: F1 / EM. Avg: mean over the targets shown, QA as (F1 + EM) / 2.\n"
+    )
     if baseline is not None and len(shown.index) > 1:
         note += significance.METHOD + " F1 for QA.\n"
     if contaminated:
         source = settings["backbone"].get("contamination_source") or "its training mixture"
-        note += (f"{CONTAMINATED} {', '.join(sorted(contaminated))}: backbone {settings['backbone']['name']} saw this "
-                 f"target's data in {source}; its scores are not zero-shot.\n")
+        note += (
+            f"{CONTAMINATED} {', '.join(sorted(contaminated))}: backbone {settings['backbone']['name']} saw this "
+            f"target's data in {source}; its scores are not zero-shot.\n"
+        )
     if best is not None:
         lines.append(render_best(best, settings).rstrip("\n") + " |" * len(categories))
-        note += ("Best models: per target, the config with the best median (English) dev score and its best "
-                 "seed by dev score, absolute test score; – where the target has no dev data.\n")
+        note += (
+            "Best models: per target, the config with the best median (English) dev score and its best "
+            "seed by dev score, absolute test score; – where the target has no dev data.\n"
+        )
     note += "".join(f"{n}\n" for n in benchmark_notes(settings))
     return "\n".join(lines) + "\n" + note
 
@@ -286,8 +317,11 @@ def per_language(runs, settings: dict[str, Any]) -> tuple[str, Any]:
         langs = [l for l in sub.columns if l != "avg"] + ["avg"]
         sub = sub.reindex(index=[c for c in settings["intermediate"] if c in sub.index], columns=langs)
         frames.append(sub.assign(target=target, metric=metric))
-        parts.append(f"## {target} ({metric}, test, median over seeds)\n\n"
-                     + sub.rename(columns={"avg": "Avg"}).to_markdown(floatfmt=f".{decimals}f") + "\n")
+        parts.append(
+            f"## {target} ({metric}, test, median over seeds)\n\n"
+            + sub.rename(columns={"avg": "Avg"}).to_markdown(floatfmt=f".{decimals}f")
+            + "\n"
+        )
     long = pd.concat(frames).reset_index(names="intermediate")
     return "\n".join(parts), long
 
@@ -316,8 +350,11 @@ def translated_table(runs, settings: dict[str, Any]) -> tuple[str, Any]:
         by_lang.setdefault(info["language"], []).append((name, info["english"]))
     for lang, pairs in sorted(by_lang.items()):
         targets = [t for t in settings["targets"] if lang in settings["target_languages"][t]]
-        lines = [f"## {lang}\n", "| config | data | " + " | ".join(targets) + " |",
-                 "|---|---|" + "---:|" * len(targets)]
+        lines = [
+            f"## {lang}\n",
+            "| config | data | " + " | ".join(targets) + " |",
+            "|---|---|" + "---:|" * len(targets),
+        ]
         for name, english in pairs:
             for config, data in ((english, "en"), (name, lang)):
                 if config is None:
@@ -330,10 +367,13 @@ def translated_table(runs, settings: dict[str, Any]) -> tuple[str, Any]:
                     cells.append(" / ".join(_fmt(v, decimals, "") for v in values))
                 lines.append(f"| {config} | {data} | " + " | ".join(cells) + " |")
         parts.append("\n".join(lines) + "\n")
-    frame = pd.DataFrame.from_records(records, columns=["language", "intermediate", "data", "target", "metric",
-                                                        "median"])
-    note = ("Test scores in the translation's language only, median over seeds; `data` is the language of the "
-            "intermediate-task training data.\n")
+    frame = pd.DataFrame.from_records(
+        records, columns=["language", "intermediate", "data", "target", "metric", "median"]
+    )
+    note = (
+        "Test scores in the translation's language only, median over seeds; `data` is the language of the "
+        "intermediate-task training data.\n"
+    )
     return ("\n".join(parts) + "\n" + note) if parts else "No translated intermediate configs in this grid.\n", frame
 
 
@@ -342,9 +382,13 @@ def setting_view(runs, settings: dict[str, Any], setting: str) -> tuple[Any, dic
     sub = of_setting(runs, setting)
     present = set(sub["intermediate"])
     configs = [c for c in settings["intermediate"] if c in present]
-    view = {**settings, "intermediate": configs, "seeds": sorted(int(x) for x in set(sub["seed"])),
-            "targets": [t for t in settings["targets"] if t in set(sub["target"])],
-            "baseline": settings["baseline"] if settings["baseline"] in present else None}
+    view = {
+        **settings,
+        "intermediate": configs,
+        "seeds": sorted(int(x) for x in set(sub["seed"])),
+        "targets": [t for t in settings["targets"] if t in set(sub["target"])],
+        "baseline": settings["baseline"] if settings["baseline"] in present else None,
+    }
     return sub, view
 
 
@@ -357,8 +401,10 @@ def setting_notes(sub, view: dict[str, Any], setting: str) -> str:
         if scored != list(view["target_languages"][target]):
             notes.append(f"{target} is scored in {', '.join(scored)} only, so its average is over those languages.")
     if setting == "translate_test" and any(get_task(t).format == "span" for t in view["targets"]):
-        notes.append("translate_test QA is scored on the English side against re-aligned gold answers, and drops "
-                     "questions lost in translation (XTREME); it is not directly comparable with other settings.")
+        notes.append(
+            "translate_test QA is scored on the English side against re-aligned gold answers, and drops "
+            "questions lost in translation (XTREME); it is not directly comparable with other settings."
+        )
     return "".join(f"{n}\n" for n in notes)
 
 
@@ -402,8 +448,11 @@ def settings_table(runs, settings: dict[str, Any]) -> tuple[str, Any]:
                 subs[setting] = sub
         if len(subs) < 2:
             continue
-        lines = [f"## {config}\n", "| setting | seeds | " + " | ".join(settings["targets"]) + " | Avg | Δ Avg |",
-                 "|---|---|" + "---:|" * (len(settings["targets"]) + 2)]
+        lines = [
+            f"## {config}\n",
+            "| setting | seeds | " + " | ".join(settings["targets"]) + " | Avg | Δ Avg |",
+            "|---|---|" + "---:|" * (len(settings["targets"]) + 2),
+        ]
         for setting, sub in subs.items():
             cells, scores, base_scores = [], [], []
             for target in settings["targets"]:
@@ -417,22 +466,30 @@ def settings_table(runs, settings: dict[str, Any]) -> tuple[str, Any]:
                 cells.append(" / ".join(_fmt(v, decimals, "") for v in values.values()))
                 scores.append(qa_answer_score(get_task(target).metric, values))
                 if reference in subs:
-                    base_scores.append(qa_answer_score(get_task(target).metric,
-                                                       _score_over(subs[reference], target, langs)))
+                    base_scores.append(
+                        qa_answer_score(get_task(target).metric, _score_over(subs[reference], target, langs))
+                    )
             avg = sum(scores) / len(scores)
-            delta = (avg - sum(base_scores) / len(base_scores)
-                     if setting != reference and len(base_scores) == len(scores) else float("nan"))
+            delta = (
+                avg - sum(base_scores) / len(base_scores)
+                if setting != reference and len(base_scores) == len(scores)
+                else float("nan")
+            )
             records.append((config, setting, "avg", "xtreme_score", avg))
             seeds = ",".join(str(x) for x in sorted(set(sub["seed"])))
-            lines.append(f"| {setting} | {seeds} | " + " | ".join(cells) + f" | {_fmt(avg, decimals, '')} "
-                         f"| {_fmt(delta, decimals, '+') if setting != reference else ''} |")
+            lines.append(
+                f"| {setting} | {seeds} | " + " | ".join(cells) + f" | {_fmt(avg, decimals, '')} "
+                f"| {_fmt(delta, decimals, '+') if setting != reference else ''} |"
+            )
         parts.append("\n".join(lines) + "\n")
     frame = pd.DataFrame.from_records(records, columns=["intermediate", "setting", "target", "metric", "median"])
-    note = ("Absolute test scores, median over the row's seeds of each run's mean over the languages it scores; QA "
-            "cells F1 / EM; – where a setting does not apply to a target. Avg: the XTREME score over the targets "
-            f"the row has (QA as (F1 + EM) / 2). Δ Avg: the row's Avg minus the `{reference}` row's over the same "
-            "targets and languages (– when the reference lacks one). translate_test QA is scored on the English "
-            "side and drops questions lost in translation, so it is not directly comparable.\n")
+    note = (
+        "Absolute test scores, median over the row's seeds of each run's mean over the languages it scores; QA "
+        "cells F1 / EM; – where a setting does not apply to a target. Avg: the XTREME score over the targets "
+        f"the row has (QA as (F1 + EM) / 2). Δ Avg: the row's Avg minus the `{reference}` row's over the same "
+        "targets and languages (– when the reference lacks one). translate_test QA is scored on the English "
+        "side and drops questions lost in translation, so it is not directly comparable.\n"
+    )
     if not parts:
         return "Only one transfer setting in this grid.\n", frame
     return "\n".join(parts) + "\n" + note, frame
@@ -458,8 +515,14 @@ def source_language_table(runs, settings: dict[str, Any]) -> tuple[str, Any]:
             metric = primary_metric(get_task(target).metric)
             score: dict[tuple[str, str], float] = {}
             for setting, source in sources_of.items():
-                sub = runs[(runs["setting"] == setting) & (runs["intermediate"] == config) & (runs["target"] == target)
-                           & (runs["split"] == "test") & (runs["metric"] == metric) & (runs["language"] != "avg")]
+                sub = runs[
+                    (runs["setting"] == setting)
+                    & (runs["intermediate"] == config)
+                    & (runs["target"] == target)
+                    & (runs["split"] == "test")
+                    & (runs["metric"] == metric)
+                    & (runs["language"] != "avg")
+                ]
                 for lang, value in sub.groupby("language")["value"].median().items():
                     score[(source, lang)] = float(value)
             sources = sorted({s for s, _ in score}, key=lambda s: (s != "en", s))
@@ -478,18 +541,40 @@ def source_language_table(runs, settings: dict[str, Any]) -> tuple[str, Any]:
             for s in sources:
                 row = [z[(s, t)] for t in langs if (s, t) in z]
                 if len(row) == len(langs):
-                    records.append((config, target, s, "avg", metric, float("nan"), sum(row) / len(row),
-                                    all(score.get((t, t)) for t in langs)))
+                    records.append(
+                        (
+                            config,
+                            target,
+                            s,
+                            "avg",
+                            metric,
+                            float("nan"),
+                            sum(row) / len(row),
+                            all(score.get((t, t)) for t in langs),
+                        )
+                    )
             frame_z = {(r[2], r[3]): r[6] for r in records if r[:2] == (config, target)}
-            lines = [f"## {config} · {target} ({metric}, test)\n", "Z(S -> T), x100:\n",
-                     "| source | " + " | ".join(langs) + " | Avg |", "|---|" + "---:|" * (len(langs) + 1)]
+            lines = [
+                f"## {config} · {target} ({metric}, test)\n",
+                "Z(S -> T), x100:\n",
+                "| source | " + " | ".join(langs) + " | Avg |",
+                "|---|" + "---:|" * (len(langs) + 1),
+            ]
             for s in sources:
-                cells = [_fmt(frame_z.get((s, t), float("nan")), decimals, "") + ("" if score.get((t, t)) else "*")
-                         if (s, t) in frame_z else "–" for t in langs + ["avg"]]
+                cells = [
+                    _fmt(frame_z.get((s, t), float("nan")), decimals, "") + ("" if score.get((t, t)) else "*")
+                    if (s, t) in frame_z
+                    else "–"
+                    for t in langs + ["avg"]
+                ]
                 lines.append(f"| {s} | " + " | ".join(cells) + " |")
             if "en" in sources:
-                lines += ["", "Advantage over English, Z(S -> T) - Z(en -> T):\n",
-                          "| source | " + " | ".join(langs) + " | Avg |", "|---|" + "---:|" * (len(langs) + 1)]
+                lines += [
+                    "",
+                    "Advantage over English, Z(S -> T) - Z(en -> T):\n",
+                    "| source | " + " | ".join(langs) + " | Avg |",
+                    "|---|" + "---:|" * (len(langs) + 1),
+                ]
                 for s in sources:
                     if s == "en":
                         continue
@@ -499,16 +584,21 @@ def source_language_table(runs, settings: dict[str, Any]) -> tuple[str, Any]:
                         cells.append(_fmt(frame_z[(s, t)] - frame_z[("en", t)], decimals, "+") if ok else "–")
                     lines.append(f"| {s} | " + " | ".join(cells) + " |")
             parts.append("\n".join(lines) + "\n")
-    frame = pd.DataFrame.from_records(records, columns=["intermediate", "target", "source", "language", "metric",
-                                                        "score", "z", "normalised"])
+    frame = pd.DataFrame.from_records(
+        records, columns=["intermediate", "target", "source", "language", "metric", "score", "z", "normalised"]
+    )
     if not frame.empty:
         english = frame[frame["source"] == "en"].set_index(["intermediate", "target", "language"])["z"]
-        frame["advantage"] = [z - english.get((c, t, l), float("nan")) for c, t, l, z in
-                              zip(frame["intermediate"], frame["target"], frame["language"], frame["z"])]
-    note = ("E(S, T): median over seeds of the test score in language T of the model trained on source language "
-            "S (S = en: the zero_shot setting; others: source:S), selected on S's dev set. Z(S -> T) = 100 E(S, T) / "
-            "E(T, T); * marks cells where no model was trained on T, which show the unnormalised E(S, T) "
-            "(Turc et al. 2021). Avg: the mean over the target's languages.\n")
+        frame["advantage"] = [
+            z - english.get((c, t, l), float("nan"))
+            for c, t, l, z in zip(frame["intermediate"], frame["target"], frame["language"], frame["z"])
+        ]
+    note = (
+        "E(S, T): median over seeds of the test score in language T of the model trained on source language "
+        "S (S = en: the zero_shot setting; others: source:S), selected on S's dev set. Z(S -> T) = 100 E(S, T) / "
+        "E(T, T); * marks cells where no model was trained on T, which show the unnormalised E(S, T) "
+        "(Turc et al. 2021). Avg: the mean over the target's languages.\n"
+    )
     if not parts:
         return "No source-language settings in this grid.\n", frame
     return "\n".join(parts) + "\n" + note, frame
@@ -522,20 +612,24 @@ def intermediate_dev_scores(model_dirs: list[str]):
     for model_dir in model_dirs:
         m = re.search(r"intermediate/(?:[^/]+/)?([^/]+)/seed(\d+)/encoder/?$", str(model_dir))
         if not m:
-            raise InputError(f"{model_dir}: not an intermediate model directory "
-                             "(…/intermediate/[BACKBONE/]CONFIG/seedN/encoder)")
+            raise InputError(
+                f"{model_dir}: not an intermediate model directory (…/intermediate/[BACKBONE/]CONFIG/seedN/encoder)"
+            )
         log = read_json(Path(model_dir) / "train_log.json")
         for task, scores in log["best"]["scores"].items():
             for metric, value in scores.items():
-                records.append((m.group(1), int(m.group(2)), log["settings"].get("language", "en"), task, metric, value))
+                records.append(
+                    (m.group(1), int(m.group(2)), log["settings"].get("language", "en"), task, metric, value)
+                )
     frame = pd.DataFrame.from_records(records, columns=["intermediate", "seed", "data", "task", "metric", "value"])
     if frame.empty:
         return frame
     return frame.groupby(["intermediate", "data", "task", "metric"], sort=False)["value"].median().reset_index()
 
 
-def translation_tables(stats_files: list[str], quality_files: list[str],
-                       model_dirs: list[str] | None = None) -> tuple[str, Any]:
+def translation_tables(
+    stats_files: list[str], quality_files: list[str], model_dirs: list[str] | None = None
+) -> tuple[str, Any]:
     """Span recovery and data survival per (task, direction, split); BLEU / chrF per language;
     the intermediate-task dev score of models trained on translated data."""
     import pandas as pd
@@ -545,30 +639,58 @@ def translation_tables(stats_files: list[str], quality_files: list[str],
         st = read_json(path)
         split = Path(path).name.split(".")[0]
         # translate-test stats (into English) name their direction, e.g. de-en.
-        records.append({"task": st["task"], "direction": st.get("direction", f"en-{st['language']}"), "split": split,
-                        "examples": st["examples"], "kept": st["kept"],
-                        "by_markers": st.get("recovered_by_markers"), "by_fuzzy_match": st.get("recovered_by_fuzzy_match"),
-                        "dropped": st["examples"] - st["kept"],
-                        "cache_hit_rate": st["segments_from_cache"] / max(1, st["segments_requested"])})
+        records.append(
+            {
+                "task": st["task"],
+                "direction": st.get("direction", f"en-{st['language']}"),
+                "split": split,
+                "examples": st["examples"],
+                "kept": st["kept"],
+                "by_markers": st.get("recovered_by_markers"),
+                "by_fuzzy_match": st.get("recovered_by_fuzzy_match"),
+                "dropped": st["examples"] - st["kept"],
+                "cache_hit_rate": st["segments_from_cache"] / max(1, st["segments_requested"]),
+            }
+        )
     data = pd.DataFrame.from_records(records)
     quality = pd.DataFrame.from_records(
-        [{"direction": q.get("direction", f"en-{q['language']}"), "split": split, "bleu": v["bleu"], "chrf": v["chrf"],
-          "sentences": v["sentences"]}
-         for q in map(read_json, quality_files) for split, v in q["splits"].items()])
+        [
+            {
+                "direction": q.get("direction", f"en-{q['language']}"),
+                "split": split,
+                "bleu": v["bleu"],
+                "chrf": v["chrf"],
+                "sentences": v["sentences"],
+            }
+            for q in map(read_json, quality_files)
+            for split, v in q["splits"].items()
+        ]
+    )
     md = "# Machine-translated data\n\n## Survival and span re-alignment\n\n"
     md += (data.to_markdown(index=False, floatfmt=".3f") if not data.empty else "No translations.") + "\n\n"
-    md += ("## Translation quality (sacrebleu; en -> X against XNLI's human translations, X -> en against "
-           "its English originals)\n\n")
-    md += (quality.to_markdown(index=False, floatfmt=".1f") if not quality.empty
-           else "No language with XNLI references in this grid.") + "\n"
+    md += (
+        "## Translation quality (sacrebleu; en -> X against XNLI's human translations, X -> en against "
+        "its English originals)\n\n"
+    )
+    md += (
+        quality.to_markdown(index=False, floatfmt=".1f")
+        if not quality.empty
+        else "No language with XNLI references in this grid."
+    ) + "\n"
     if not quality.empty:
         first = next(iter(read_json(quality_files[0])["splits"].values()))
         md += f"\nSignatures: {first['bleu_signature']}; {first['chrf_signature']}\n"
     dev = intermediate_dev_scores(model_dirs or [])
     md += "\n## Intermediate-task dev score (median over seeds; translated configs on translated dev)\n\n"
     md += (dev.to_markdown(index=False, floatfmt=".1f") if not dev.empty else "No translated configs.") + "\n"
-    both = pd.concat([data.assign(kind="data"), quality.assign(kind="quality"),
-                      dev.rename(columns={"value": "median"}).assign(kind="intermediate_dev")], ignore_index=True)
+    both = pd.concat(
+        [
+            data.assign(kind="data"),
+            quality.assign(kind="quality"),
+            dev.rename(columns={"value": "median"}).assign(kind="intermediate_dev"),
+        ],
+        ignore_index=True,
+    )
     return md, both
 
 
@@ -579,8 +701,21 @@ def main(argv: list[str] | None = None) -> None:
     results = sub.add_parser("results", help="median-over-seeds result tables from the metric files")
     results.add_argument("--settings", required=True)
     results.add_argument("--metrics", nargs="+", required=True)
-    for name in ("main-md", "main-csv", "best-csv", "per-language-md", "per-language-csv", "translated-md",
-                 "translated-csv", "runs-csv", "settings-md", "settings-csv", "source-md", "source-csv", "significance-csv"):
+    for name in (
+        "main-md",
+        "main-csv",
+        "best-csv",
+        "per-language-md",
+        "per-language-csv",
+        "translated-md",
+        "translated-csv",
+        "runs-csv",
+        "settings-md",
+        "settings-csv",
+        "source-md",
+        "source-csv",
+        "significance-csv",
+    ):
         results.add_argument(f"--{name}", required=True)
     translation = sub.add_parser("translation", help="translation statistics and quality")
     translation.add_argument("--stats", nargs="*", default=[])
@@ -610,9 +745,11 @@ def main(argv: list[str] | None = None) -> None:
             if best is not None:
                 best_table = best
             title = f"## {setting}" + (" (baseline setting)" if setting == order[0] and len(order) > 1 else "")
-            blocks.append((title + "\n\n" if len(order) > 1 else "") + render_main(shown, view, best,
-                                                                             significance.marked(tested) if tested is not None else set())
-                          + setting_notes(sub, view, setting))
+            blocks.append(
+                (title + "\n\n" if len(order) > 1 else "")
+                + render_main(shown, view, best, significance.marked(tested) if tested is not None else set())
+                + setting_notes(sub, view, setting)
+            )
             mains.append(shown.rename_axis("intermediate").reset_index().assign(setting=setting))
             md, frame = per_language(sub, view)
             per_lang_parts.append((f"# {setting}\n\n" if len(order) > 1 else "") + md)
@@ -626,18 +763,29 @@ def main(argv: list[str] | None = None) -> None:
 
     backbone = settings.get("backbone", {}).get("name")
     # every row of the long table names the backbone that produced it
-    write_csv(args.runs_csv, runs if backbone is None else runs.assign(backbone=backbone)[["backbone", *RUN_COLUMNS]],
-              index=False)
+    write_csv(
+        args.runs_csv,
+        runs if backbone is None else runs.assign(backbone=backbone)[["backbone", *RUN_COLUMNS]],
+        index=False,
+    )
     main_csv = pd.concat(mains, ignore_index=True)
     write_csv(args.main_csv, main_csv[["setting"] + [c for c in main_csv.columns if c != "setting"]], index=False)
     write_csv(args.best_csv, best_table, index=False)
-    write_csv(args.significance_csv, pd.concat(significance_frames, ignore_index=True) if significance_frames
-              else pd.DataFrame(columns=significance.COLUMNS), index=False)
-    main_md = "# Intermediate-task results" + (f": backbone {backbone}" if backbone else "") + "\n\n" + "\n".join(blocks)
+    write_csv(
+        args.significance_csv,
+        pd.concat(significance_frames, ignore_index=True)
+        if significance_frames
+        else pd.DataFrame(columns=significance.COLUMNS),
+        index=False,
+    )
+    main_md = (
+        "# Intermediate-task results" + (f": backbone {backbone}" if backbone else "") + "\n\n" + "\n".join(blocks)
+    )
     write_text(args.main_md, main_md)
     per_lang = pd.concat(per_lang_frames, ignore_index=True)
-    write_csv(args.per_language_csv, per_lang[["setting"] + [c for c in per_lang.columns if c != "setting"]],
-              index=False)
+    write_csv(
+        args.per_language_csv, per_lang[["setting"] + [c for c in per_lang.columns if c != "setting"]], index=False
+    )
     write_text(args.per_language_md, "# Per-language results\n\n" + "\n".join(per_lang_parts))
     write_csv(args.translated_csv, translated, index=False)
     write_text(args.translated_md, "# Translated intermediate-task data\n\n" + translated_md)

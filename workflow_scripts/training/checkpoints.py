@@ -20,13 +20,24 @@ import random
 import shutil
 import signal
 import struct
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 from workflow_scripts.common import LOG, InputError, atomic_path
 
-_DTYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64": "F64", "int64": "I64",
-           "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8", "bool": "BOOL"}
+_DTYPES = {
+    "float32": "F32",
+    "float16": "F16",
+    "bfloat16": "BF16",
+    "float64": "F64",
+    "int64": "I64",
+    "int32": "I32",
+    "int16": "I16",
+    "int8": "I8",
+    "uint8": "U8",
+    "bool": "BOOL",
+}
 
 
 # Signals on which training writes a checkpoint at the end of the current step and stops
@@ -63,8 +74,11 @@ def save_weights(state: dict[str, Any], path: Path) -> None:
     offset = 0
     for name, tensor in state.items():
         size = tensor.numel() * tensor.element_size()
-        header[name] = {"dtype": _DTYPES[str(tensor.dtype).removeprefix("torch.")], "shape": list(tensor.shape),
-                        "data_offsets": [offset, offset + size]}
+        header[name] = {
+            "dtype": _DTYPES[str(tensor.dtype).removeprefix("torch.")],
+            "shape": list(tensor.shape),
+            "data_offsets": [offset, offset + size],
+        }
         offset += size
     encoded = json.dumps(header, separators=(",", ":")).encode()
     encoded += b" " * (-len(encoded) % 8)  # the format aligns the data to 8 bytes
@@ -93,12 +107,20 @@ def load_weights_into(module, path: Path, targets: dict[str, Any] | None = None)
         start = 8 + length
         for name, meta in header.items():
             target = targets[name]
-            if list(target.shape) != meta["shape"] or _DTYPES[str(target.dtype).removeprefix("torch.")] != meta["dtype"]:
-                raise InputError(f"{path}: {name} is {meta['dtype']} {meta['shape']}, "
-                                 f"the model's is {target.dtype} {list(target.shape)}")
+            if (
+                list(target.shape) != meta["shape"]
+                or _DTYPES[str(target.dtype).removeprefix("torch.")] != meta["dtype"]
+            ):
+                raise InputError(
+                    f"{path}: {name} is {meta['dtype']} {meta['shape']}, "
+                    f"the model's is {target.dtype} {list(target.shape)}"
+                )
             src.seek(start + meta["data_offsets"][0])
-            staging = target if target.device.type == "cpu" and target.is_contiguous() else \
-                torch.empty(target.shape, dtype=target.dtype)
+            staging = (
+                target
+                if target.device.type == "cpu" and target.is_contiguous()
+                else torch.empty(target.shape, dtype=target.dtype)
+            )
             if src.readinto(_byte_view(staging)) != meta["data_offsets"][1] - meta["data_offsets"][0]:
                 raise InputError(f"{path}: truncated at tensor {name}")
             if staging is not target:
@@ -167,15 +189,23 @@ class Checkpointer:
         if self.path is None or not (self.path / "state.pt").is_file():
             return None
         meta = json.loads((self.path / "meta.json").read_text())
-        differ = sorted(k for k in set(meta["fingerprint"]) | set(self.fingerprint)
-                        if meta["fingerprint"].get(k) != self.fingerprint.get(k))
+        differ = sorted(
+            k
+            for k in set(meta["fingerprint"]) | set(self.fingerprint)
+            if meta["fingerprint"].get(k) != self.fingerprint.get(k)
+        )
         if differ:
             # Snakemake reruns a job whose settings, code or inputs changed; the checkpoint of the
             # job as it was would continue the old run under the new one's name.
-            details = "; ".join(f"{k}: checkpoint {meta['fingerprint'].get(k)!r} vs run {self.fingerprint.get(k)!r}"
-                                for k in differ)
-            LOG.warning("discarding checkpoint %s at step %d: written by a different run (%s); starting from scratch",
-                        self.path, meta["step"], details)
+            details = "; ".join(
+                f"{k}: checkpoint {meta['fingerprint'].get(k)!r} vs run {self.fingerprint.get(k)!r}" for k in differ
+            )
+            LOG.warning(
+                "discarding checkpoint %s at step %d: written by a different run (%s); starting from scratch",
+                self.path,
+                meta["step"],
+                details,
+            )
             self.remove()
             return None
         LOG.info("resuming from %s at step %d", self.path, meta["step"])
@@ -190,8 +220,9 @@ class Checkpointer:
         with atomic_path(self.path) as tmp:
             tmp.mkdir()
             torch.save(state, tmp / "state.pt")
-            (tmp / "meta.json").write_text(json.dumps({"fingerprint": self.fingerprint, "step": state["step"]},
-                                                      sort_keys=True) + "\n")
+            (tmp / "meta.json").write_text(
+                json.dumps({"fingerprint": self.fingerprint, "step": state["step"]}, sort_keys=True) + "\n"
+            )
 
     def remove(self) -> None:
         if self.directory is not None and self.directory.exists():
@@ -299,15 +330,21 @@ class ShardedCheckpointer:
         extra = read_extra(self.path) if self.ctx.is_main else None
         differ = None
         if extra is not None:
-            differ = sorted(k for k in set(extra["fingerprint"]) | set(self.fingerprint)
-                            if extra["fingerprint"].get(k) != self.fingerprint.get(k))
+            differ = sorted(
+                k
+                for k in set(extra["fingerprint"]) | set(self.fingerprint)
+                if extra["fingerprint"].get(k) != self.fingerprint.get(k)
+            )
         differ = from_rank0(differ, self.ctx)
         if differ is None:
             return None
         if differ:
             if self.ctx.is_main:
-                LOG.warning("discarding checkpoint %s: written by a different run (%s differ); starting from scratch",
-                            self.path, ", ".join(differ))
+                LOG.warning(
+                    "discarding checkpoint %s: written by a different run (%s differ); starting from scratch",
+                    self.path,
+                    ", ".join(differ),
+                )
                 self.remove()
             return None
         resumed = load_checkpoint(self.path, model, optimizer, self.ctx)

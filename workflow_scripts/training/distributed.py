@@ -62,7 +62,7 @@ class Context:
     rank: int
     world_size: int
     local_rank: int
-    device: "torch.device"
+    device: torch.device
     backend: str | None
     is_main: bool
 
@@ -83,8 +83,11 @@ def init_from_env(timeout_minutes: float = 30.0) -> Context:
 
     if "WORLD_SIZE" not in os.environ and os.environ.get(RANKS_FROM) == "slurm":
         # Started by `srun` as one task per rank (launcher "srun"): Slurm numbers the ranks.
-        os.environ.update(RANK=os.environ["SLURM_PROCID"], WORLD_SIZE=os.environ["SLURM_NTASKS"],
-                          LOCAL_RANK=os.environ["SLURM_LOCALID"])
+        os.environ.update(
+            RANK=os.environ["SLURM_PROCID"],
+            WORLD_SIZE=os.environ["SLURM_NTASKS"],
+            LOCAL_RANK=os.environ["SLURM_LOCALID"],
+        )
     if "WORLD_SIZE" not in os.environ:
         dev = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
         return Context(0, 1, 0, dev, None, True)
@@ -97,8 +100,7 @@ def init_from_env(timeout_minutes: float = 30.0) -> Context:
         kwargs["device_id"] = dev  # binds NCCL to this rank's GPU (no guessing from the rank)
     else:
         dev, backend = torch.device("cpu"), "gloo"
-    dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(minutes=timeout_minutes),
-                            **kwargs)
+    dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(minutes=timeout_minutes), **kwargs)
     return Context(rank, world, local, dev, backend, rank == 0)
 
 
@@ -111,6 +113,7 @@ def shutdown(ctx: Context) -> None:
 
 
 # --- data: the same global batches, split over the ranks ---------------------------------------
+
 
 def _bounds(n: int, parts: int, index: int) -> tuple[int, int]:
     """Part ``index`` of ``n`` items cut into ``parts`` contiguous runs whose sizes differ by at most 1."""
@@ -131,8 +134,9 @@ def accumulation_steps(global_batch_size: int, world_size: int, max_micro_batch:
     """Micro-steps per optimiser step, the same on every rank: the largest share
     (ceil(n / W) examples) cut into micro-batches of at most ``max_micro_batch``."""
     if global_batch_size < 1 or world_size < 1 or max_micro_batch < 1:
-        raise ValueError(f"need positive sizes, got batch {global_batch_size}, world {world_size}, "
-                         f"micro-batch {max_micro_batch}")
+        raise ValueError(
+            f"need positive sizes, got batch {global_batch_size}, world {world_size}, micro-batch {max_micro_batch}"
+        )
     return math.ceil(math.ceil(global_batch_size / world_size) / max_micro_batch)
 
 
@@ -165,6 +169,7 @@ def micro_batches(global_batch: list, ctx: Context, max_micro_batch: int) -> lis
 
 
 # --- agreement between ranks -------------------------------------------------------------------
+
 
 def any_rank(flag: bool, ctx: Context) -> bool:
     """True on every rank if ``flag`` is true on any. A signal reaches the ranks at different
@@ -200,7 +205,7 @@ def barrier(ctx: Context) -> None:
         dist.barrier()
 
 
-def sum_over_ranks(tensor: "torch.Tensor", ctx: Context) -> "torch.Tensor":
+def sum_over_ranks(tensor: torch.Tensor, ctx: Context) -> torch.Tensor:
     """The sum of ``tensor`` over ranks, in place (e.g. each rank's weighted loss, giving the
     global batch's mean loss; token counts for throughput)."""
     if ctx.distributed:
@@ -212,8 +217,16 @@ def sum_over_ranks(tensor: "torch.Tensor", ctx: Context) -> "torch.Tensor":
 
 # --- the model ---------------------------------------------------------------------------------
 
-def shard_model(model, block_classes: tuple[type, ...], ctx: Context, bf16: bool,
-                activation_checkpointing: bool, *, sync_module_states: bool = True):
+
+def shard_model(
+    model,
+    block_classes: tuple[type, ...],
+    ctx: Context,
+    bf16: bool,
+    activation_checkpointing: bool,
+    *,
+    sync_module_states: bool = True,
+):
     """Shard ``model`` with FSDP2: ``fully_shard`` on every module whose class is in
     ``block_classes`` (XLM-R: ``XLMRobertaLayer``), then on the root, which takes the rest
     (embeddings, heads; weights tied between them stay tied). Returns the same object.
@@ -256,8 +269,9 @@ def shard_model(model, block_classes: tuple[type, ...], ctx: Context, bf16: bool
             for tensor in [*model.parameters(), *model.buffers()]:
                 dist.broadcast(tensor.data, src=0)
     mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
-    policy = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16
-              else MixedPrecisionPolicy())
+    policy = (
+        MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else MixedPrecisionPolicy()
+    )
     for block in blocks:
         fully_shard(block, mesh=mesh, mp_policy=policy)
     fully_shard(model, mesh=mesh, mp_policy=policy)
@@ -274,6 +288,7 @@ def full_state_dict(model, ctx: Context) -> dict[str, Any]:
 
 
 # --- checkpoints -------------------------------------------------------------------------------
+
 
 def _rng_states(dev) -> dict[str, Any]:
     import numpy as np
@@ -325,8 +340,9 @@ def _state(model, optimizer) -> dict[str, Any]:
     return {"model": model_state, "optim": optim_state}
 
 
-def save_checkpoint(path: str | os.PathLike[str], model, optimizer, extra: dict[str, Any], ctx: Context,
-                    *, rng: bool = True) -> None:
+def save_checkpoint(
+    path: str | os.PathLike[str], model, optimizer, extra: dict[str, Any], ctx: Context, *, rng: bool = True
+) -> None:
     """Write model and optimiser shards (torch.distributed.checkpoint) plus ``extra`` to
     directory ``path``. Collective: every rank calls it at the same step.
 
@@ -412,8 +428,10 @@ def load_checkpoint(path: str | os.PathLike[str], model, optimizer, ctx: Context
     if not found:
         return None
     if version is None:
-        raise RuntimeError(f"rank {ctx.rank}: rank 0 sees a checkpoint under {path}, this rank does not "
-                           "(checkpoints need a file system shared by all nodes)")
+        raise RuntimeError(
+            f"rank {ctx.rank}: rank 0 sees a checkpoint under {path}, this rank does not "
+            "(checkpoints need a file system shared by all nodes)"
+        )
     state = _state(model, optimizer)
     with _quiet_single_process(ctx):
         dcp.load(state, checkpoint_id=version)
@@ -426,16 +444,29 @@ def load_checkpoint(path: str | os.PathLike[str], model, optimizer, ctx: Context
         if payload["world_size"] == ctx.world_size:
             _set_rng_states(payload["rng"][ctx.rank], ctx.device)
         elif ctx.is_main:
-            LOG.warning("checkpoint %s was written by %d processes, this run has %d: weights and optimiser "
-                        "resharded, random states not restored", version, payload["world_size"], ctx.world_size)
+            LOG.warning(
+                "checkpoint %s was written by %d processes, this run has %d: weights and optimiser "
+                "resharded, random states not restored",
+                version,
+                payload["world_size"],
+                ctx.world_size,
+            )
     return payload["extra"]
 
 
 # --- launching ---------------------------------------------------------------------------------
 
-def launch_command(argv: list[str], nodes: int, gpus_per_node: int, port: int | None = None,
-                   *, launcher: str = "torchrun", cpus_per_rank: int = 1,
-                   shutdown_timeout: int = 120) -> list[str] | str:
+
+def launch_command(
+    argv: list[str],
+    nodes: int,
+    gpus_per_node: int,
+    port: int | None = None,
+    *,
+    launcher: str = "torchrun",
+    cpus_per_rank: int = 1,
+    shutdown_timeout: int = 120,
+) -> list[str] | str:
     """The command that starts ``python <argv>`` (e.g. ``["-m", "workflow_scripts.training.train", ...]``)
     on ``nodes`` x ``gpus_per_node`` processes.
 
@@ -472,21 +503,27 @@ def launch_command(argv: list[str], nodes: int, gpus_per_node: int, port: int | 
     if nodes == 1 and gpus_per_node == 1:
         return ["python", *argv]
     if launcher == "srun":
-        return f"{_srun_prefix(nodes, gpus_per_node, port, cpus_per_rank, shutdown_timeout)} {shlex.join(argv)}".rstrip()
+        return (
+            f"{_srun_prefix(nodes, gpus_per_node, port, cpus_per_rank, shutdown_timeout)} {shlex.join(argv)}".rstrip()
+        )
     common = _torchrun_options(gpus_per_node, shutdown_timeout)
     if nodes == 1:
         return ["torchrun", "--standalone", "--nnodes", "1", *common, *argv]
-    return (f'{_HEAD} && '
-            f"srun --nodes {nodes} --ntasks {nodes} --ntasks-per-node 1 --cpus-per-task {cpus_per_rank * gpus_per_node} "
-            "--kill-on-bad-exit=1 "
-            f"torchrun --nnodes {nodes} {shlex.join(common)} --rdzv-backend c10d "
-            f'--rdzv-endpoint "$HEAD:{_port(port)}" --rdzv-id "$SLURM_JOB_ID" {shlex.join(argv)}')
+    return (
+        f"{_HEAD} && "
+        f"srun --nodes {nodes} --ntasks {nodes} --ntasks-per-node 1 --cpus-per-task {cpus_per_rank * gpus_per_node} "
+        "--kill-on-bad-exit=1 "
+        f"torchrun --nnodes {nodes} {shlex.join(common)} --rdzv-backend c10d "
+        f'--rdzv-endpoint "$HEAD:{_port(port)}" --rdzv-id "$SLURM_JOB_ID" {shlex.join(argv)}'
+    )
 
 
 LAUNCHERS = ("torchrun", "srun")
 # The allocation's first host: where the ranks (or torchruns) of a Slurm job meet.
-_HEAD = ('HEAD=$(scontrol show hostnames "${SLURM_JOB_NODELIST:-$(squeue --noheader --jobs "$SLURM_JOB_ID" '
-         '--format %N)}" | head -n1)')
+_HEAD = (
+    'HEAD=$(scontrol show hostnames "${SLURM_JOB_NODELIST:-$(squeue --noheader --jobs "$SLURM_JOB_ID" '
+    '--format %N)}" | head -n1)'
+)
 
 
 def _port(port: int | None) -> str:
@@ -494,19 +531,30 @@ def _port(port: int | None) -> str:
 
 
 def _torchrun_options(gpus_per_node: int, shutdown_timeout: int) -> list[str]:
-    return ["--nproc-per-node", str(gpus_per_node), "--max-restarts", "0",
-            "--signals-to-handle", FORWARDED_SIGNALS, "--shutdown-timeout", str(shutdown_timeout)]
+    return [
+        "--nproc-per-node",
+        str(gpus_per_node),
+        "--max-restarts",
+        "0",
+        "--signals-to-handle",
+        FORWARDED_SIGNALS,
+        "--shutdown-timeout",
+        str(shutdown_timeout),
+    ]
 
 
 def _srun_prefix(nodes: int, per_node: int, port: int | None, cpus_per_rank: int, shutdown_timeout: int) -> str:
     """Shell words that run ``"$@" <python args>``: srun's tasks inside a Slurm job, torchrun
     outside one (one node only: several nodes need an allocation)."""
-    inside = (f'{_HEAD} && export MASTER_ADDR="$HEAD" MASTER_PORT={_port(port)} {RANKS_FROM}=slurm && '
-              f"set -- srun --nodes {nodes} --ntasks {nodes * per_node} --ntasks-per-node {per_node} "
-              f"--cpus-per-task {cpus_per_rank} --kill-on-bad-exit=1 python")
+    inside = (
+        f'{_HEAD} && export MASTER_ADDR="$HEAD" MASTER_PORT={_port(port)} {RANKS_FROM}=slurm && '
+        f"set -- srun --nodes {nodes} --ntasks {nodes * per_node} --ntasks-per-node {per_node} "
+        f"--cpus-per-task {cpus_per_rank} --kill-on-bad-exit=1 python"
+    )
     if nodes == 1:
-        outside = shlex.join(["set", "--", "torchrun", "--standalone", "--nnodes", "1",
-                              *_torchrun_options(per_node, shutdown_timeout)])
+        outside = shlex.join(
+            ["set", "--", "torchrun", "--standalone", "--nnodes", "1", *_torchrun_options(per_node, shutdown_timeout)]
+        )
     else:
         outside = f"echo 'a {nodes}-node training job runs inside a Slurm allocation only' >&2 && exit 2"
     return f'if [ -n "${{SLURM_JOB_ID:-}}" ]; then {inside}; else {outside}; fi && exec "$@"'

@@ -18,16 +18,29 @@ recipes apart from their components:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from workflow_scripts.common import InputError, device
 from workflow_scripts.models.adapters import Method, attach, inner, load_backbone, trained_state
 from workflow_scripts.models.heads import MultiHeadModel, load_mlm_head
-from workflow_scripts.training.checkpoints import (BestWeights, Checkpointer, ShardedBestWeights, ShardedCheckpointer,
-                                                   rng_state, set_rng_state)
-from workflow_scripts.training.distributed import (Context, barrier, full_state_dict, init_from_env, micro_batches,
-                                                   shutdown)
+from workflow_scripts.training.checkpoints import (
+    BestWeights,
+    Checkpointer,
+    ShardedBestWeights,
+    ShardedCheckpointer,
+    rng_state,
+    set_rng_state,
+)
+from workflow_scripts.training.distributed import (
+    Context,
+    barrier,
+    full_state_dict,
+    init_from_env,
+    micro_batches,
+    shutdown,
+)
 from workflow_scripts.training.sharded_loading import empty_backbone, empty_mlm_head, load_sharded_model
 
 MicroBatches = list[tuple[list[dict[str, Any]], "float | None"]]
@@ -78,13 +91,19 @@ class SingleProcess:
         return resumed
 
     def save(self, checkpointer: Checkpointer, model, optimizer, state: dict[str, Any]) -> None:
-        checkpointer.save({**state, "model": trained_state(model, self.method), "optimizer": optimizer.state_dict(),
-                           "rng": rng_state(self.device)})
+        checkpointer.save(
+            {
+                **state,
+                "model": trained_state(model, self.method),
+                "optimizer": optimizer.state_dict(),
+                "rng": rng_state(self.device),
+            }
+        )
 
     # --- steps and output ------------------------------------------------------------------
 
     def micro_batches(self, feats: list[dict[str, Any]], micro: int) -> MicroBatches:
-        return [(feats[k:k + micro], None) for k in range(0, len(feats), micro)]
+        return [(feats[k : k + micro], None) for k in range(0, len(feats), micro)]
 
     def gathered_state(self, model) -> dict[str, Any] | None:
         """The whole model's weights for the output when they are not the model's own (None)."""
@@ -114,9 +133,16 @@ class ShardedRank(SingleProcess):
 
     def build(self, encoder_dir: Path, encoder, heads: dict, family: str, head_formats: dict[str, tuple[str, int]]):
         # every transformer block one FSDP unit, the rest (embeddings, heads) the root's
-        built = load_sharded_model(encoder_dir, self.method, heads, self.ctx, encoder=encoder,
-                                   head_formats=head_formats, bf16=self.device.type == "cuda",
-                                   activation_checkpointing=self.method.activation_checkpointing)
+        built = load_sharded_model(
+            encoder_dir,
+            self.method,
+            heads,
+            self.ctx,
+            encoder=encoder,
+            head_formats=head_formats,
+            bf16=self.device.type == "cuda",
+            activation_checkpointing=self.method.activation_checkpointing,
+        )
         return built.model, built.peft_model
 
     def checkpointer(self, directory: Path | None, fingerprint: dict[str, Any], every: int) -> ShardedCheckpointer:
@@ -159,6 +185,8 @@ def _load_trained_state(model, state: dict[str, Any], method: Method) -> None:
         return
     expected = set(trained_state(model, method))
     if set(state) != expected:
-        raise InputError(f"checkpoint holds other trainable tensors than the model "
-                         f"(missing {sorted(expected - set(state))[:3]}, unexpected {sorted(set(state) - expected)[:3]})")
+        raise InputError(
+            f"checkpoint holds other trainable tensors than the model "
+            f"(missing {sorted(expected - set(state))[:3]}, unexpected {sorted(set(state) - expected)[:3]})"
+        )
     model.load_state_dict(state, strict=False)

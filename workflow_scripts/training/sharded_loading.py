@@ -54,13 +54,20 @@ import re
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 from workflow_scripts.common import LOG, InputError
-from workflow_scripts.models.adapters import (ADAPTER_DIR, Method, attach, inner, lineage, load_backbone, merge_adapter,
-                                              quantisation_kwargs)
-from workflow_scripts.models.backbones import family_of
-from workflow_scripts.models.backbones import seq2seq_encoder
+from workflow_scripts.models.adapters import (
+    ADAPTER_DIR,
+    Method,
+    attach,
+    inner,
+    lineage,
+    load_backbone,
+    merge_adapter,
+    quantisation_kwargs,
+)
+from workflow_scripts.models.backbones import family_of, seq2seq_encoder
 from workflow_scripts.training.distributed import shard_model
 
 if TYPE_CHECKING:
@@ -69,7 +76,7 @@ if TYPE_CHECKING:
 
     from workflow_scripts.training.distributed import Context
 
-    Heads = Union[dict[str, nn.Module], Callable[[nn.Module], dict[str, nn.Module]]]
+    Heads = dict[str, nn.Module] | Callable[[nn.Module], dict[str, nn.Module]]
 
 SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
@@ -111,9 +118,11 @@ class CheckpointMismatch(InputError):
 
 def _refuse(method: Method) -> None:
     if method.name == "qlora":
-        raise InputError("sharded loading supports methods full and lora, not qlora: bitsandbytes quantises "
-                         "each 4-bit weight whole in every process, so the base cannot be read shard by shard. "
-                         "Train qlora on one process (one GPU), or use lora on several")
+        raise InputError(
+            "sharded loading supports methods full and lora, not qlora: bitsandbytes quantises "
+            "each 4-bit weight whole in every process, so the base cannot be read shard by shard. "
+            "Train qlora on one process (one GPU), or use lora on several"
+        )
 
 
 def _model_class(family_name: str, config) -> tuple[type, dict[str, Any]]:
@@ -145,12 +154,14 @@ class _Checkpoint:
             from safetensors import safe_open
 
             with safe_open(str(single), "pt") as f:
-                self.files = {key: single for key in f.keys()}
+                self.files = dict.fromkeys(f.keys(), single)
             self.metadata = {}
             self.where = str(single)
         else:
-            raise InputError(f"{self.dir}: sharded loading reads safetensors weights ({SAFETENSORS} or "
-                             f"{SAFETENSORS_INDEX}); found neither")
+            raise InputError(
+                f"{self.dir}: sharded loading reads safetensors weights ({SAFETENSORS} or "
+                f"{SAFETENSORS_INDEX}); found neither"
+            )
         # One file open at a time: safe_open maps the whole file, and the pages a rank touched
         # stay in its resident memory (as page cache) until the mapping goes.
         self._open: tuple[Path, Any] | None = None
@@ -158,7 +169,7 @@ class _Checkpoint:
         self.read_bytes = 0
         self.largest_read = 0
 
-    def __enter__(self) -> "_Checkpoint":
+    def __enter__(self) -> _Checkpoint:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -188,7 +199,7 @@ class _Checkpoint:
     def dtype_name(self, key: str) -> str:
         return self.slice(key).get_dtype()
 
-    def read(self, key: str, index: tuple[slice, ...] | None = None) -> "torch.Tensor":
+    def read(self, key: str, index: tuple[slice, ...] | None = None) -> torch.Tensor:
         """The tensor ``key``, or only ``index`` of it (one slice per dimension)."""
         tensor = self.slice(key)[index] if index else self.handle(key).get_tensor(key)
         size = tensor.numel() * tensor.element_size()
@@ -266,8 +277,9 @@ def empty_backbone(model_dir: str | Path, method: Method):
     with _Checkpoint(found.base) as checkpoint:
         from transformers import AutoConfig
 
-        dtype = _resolve_dtype(AutoConfig.from_pretrained(found.base), quantisation_kwargs(method).get("dtype"),
-                               checkpoint)
+        dtype = _resolve_dtype(
+            AutoConfig.from_pretrained(found.base), quantisation_kwargs(method).get("dtype"), checkpoint
+        )
     encoder = _meta_base(found.base, family.name, dtype)
     with _quiet():
         for adapter_dir in found.with_own():
@@ -285,8 +297,10 @@ def empty_mlm_head(model_dir: str | Path, encoder):
     base = lineage(model_dir).base
     family = family_of(model_dir)
     if not family.has_mlm:
-        raise InputError(f"{model_dir}: a {family.name} backbone has no masked-LM head; MLM (intermediate "
-                         "configs with 'mlm: true') needs an encoder-family backbone")
+        raise InputError(
+            f"{model_dir}: a {family.name} backbone has no masked-LM head; MLM (intermediate "
+            "configs with 'mlm: true') needs an encoder-family backbone"
+        )
     config = AutoConfig.from_pretrained(base)
     with _Checkpoint(base) as checkpoint:
         dtype = _resolve_dtype(config, None, checkpoint)
@@ -295,8 +309,10 @@ def empty_mlm_head(model_dir: str | Path, encoder):
     mlm.tie_weights()  # the head's own ties (XLM-R: decoder.bias is bias), broken by the meta context
     output, embeddings = mlm.get_output_embeddings(), encoder.get_input_embeddings()
     if output is None or output.weight.shape != embeddings.weight.shape:
-        raise InputError(f"{base}: the masked-LM output layer does not match the encoder's input embeddings "
-                         f"({None if output is None else tuple(output.weight.shape)} vs {tuple(embeddings.weight.shape)})")
+        raise InputError(
+            f"{base}: the masked-LM output layer does not match the encoder's input embeddings "
+            f"({None if output is None else tuple(output.weight.shape)} vs {tuple(embeddings.weight.shape)})"
+        )
     output.weight = embeddings.weight
     head = mlm.lm_head if hasattr(mlm, "lm_head") else output
     name = next(n for n, m in mlm.named_modules() if m is head)
@@ -323,8 +339,9 @@ def _stand_in_weights(model) -> Iterator[None]:
             if param is None or not param.is_meta:
                 continue
             if id(param) not in stand_ins:
-                stand_ins[id(param)] = nn.Parameter(torch.zeros((), dtype=param.dtype).expand(param.shape),
-                                                    requires_grad=param.requires_grad)
+                stand_ins[id(param)] = nn.Parameter(
+                    torch.zeros((), dtype=param.dtype).expand(param.shape), requires_grad=param.requires_grad
+                )
             module._parameters[name] = stand_ins[id(param)]
             swapped.append((module, name, param, stand_ins[id(param)]))
     try:
@@ -332,8 +349,10 @@ def _stand_in_weights(model) -> Iterator[None]:
     finally:
         for module, name, param, stand_in in swapped:
             if module._parameters.get(name) is not stand_in:
-                raise RuntimeError(f"peft replaced parameter {name} of {type(module).__name__}; sharded loading "
-                                   "cannot restore its meta parameter")
+                raise RuntimeError(
+                    f"peft replaced parameter {name} of {type(module).__name__}; sharded loading "
+                    "cannot restore its meta parameter"
+                )
             param.requires_grad_(stand_in.requires_grad)
             module._parameters[name] = param
 
@@ -341,7 +360,7 @@ def _stand_in_weights(model) -> Iterator[None]:
 # --- FSDP2 -------------------------------------------------------------------------------------
 
 
-def local_part(param) -> tuple["torch.Tensor", tuple[slice, ...]]:
+def local_part(param) -> tuple[torch.Tensor, tuple[slice, ...]]:
     """This rank's tensor of ``param`` (a DTensor's local shard, or the tensor itself) and the
     index of the global tensor it holds (FSDP2: a run of rows; the last ranks' may be short
     or empty)."""
@@ -354,7 +373,9 @@ def local_part(param) -> tuple["torch.Tensor", tuple[slice, ...]]:
     local = param.to_local()
     shape, offset = compute_local_shape_and_global_offset(param.shape, param.device_mesh, param.placements)
     if tuple(local.shape) != tuple(shape):
-        raise RuntimeError(f"local shard of shape {tuple(local.shape)}, expected {tuple(shape)} at offset {tuple(offset)}")
+        raise RuntimeError(
+            f"local shard of shape {tuple(local.shape)}, expected {tuple(shape)} at offset {tuple(offset)}"
+        )
     return local, tuple(slice(o, o + n) for o, n in zip(offset, shape))
 
 
@@ -382,16 +403,25 @@ class _Adapter:
         config = json.loads(self.config_path.read_text())
         if not self.path.is_file():
             raise InputError(f"adapter {adapter_dir}: no {self.path.name} (sharded loading reads safetensors adapters)")
-        problems = [f"{name}={config.get(name)!r}" for name, ok in (
-            ("peft_type", config.get("peft_type") == "LORA"), ("use_dora", not config.get("use_dora")),
-            ("lora_bias", not config.get("lora_bias")), ("rank_pattern", not config.get("rank_pattern")),
-            ("alpha_pattern", not config.get("alpha_pattern")), ("layer_replication", not config.get("layer_replication")),
-            ("trainable_token_indices", not config.get("trainable_token_indices")),
-            ("modules_to_save", all(m.startswith("heads.") for m in config.get("modules_to_save") or ())))
-            if not ok]
+        problems = [
+            f"{name}={config.get(name)!r}"
+            for name, ok in (
+                ("peft_type", config.get("peft_type") == "LORA"),
+                ("use_dora", not config.get("use_dora")),
+                ("lora_bias", not config.get("lora_bias")),
+                ("rank_pattern", not config.get("rank_pattern")),
+                ("alpha_pattern", not config.get("alpha_pattern")),
+                ("layer_replication", not config.get("layer_replication")),
+                ("trainable_token_indices", not config.get("trainable_token_indices")),
+                ("modules_to_save", all(m.startswith("heads.") for m in config.get("modules_to_save") or ())),
+            )
+            if not ok
+        ]
         if problems:
-            raise InputError(f"{self.config_path}: sharded loading merges plain LoRA adapters on linear layers "
-                             f"(heads as modules_to_save) only; this one has {', '.join(problems)}")
+            raise InputError(
+                f"{self.config_path}: sharded loading merges plain LoRA adapters on linear layers "
+                f"(heads as modules_to_save) only; this one has {', '.join(problems)}"
+            )
         r, alpha = int(config["r"]), float(config["lora_alpha"])
         scaling = alpha / math.sqrt(r) if config.get("use_rslora") else alpha / r
         self.r = r
@@ -406,15 +436,17 @@ class _Adapter:
                 continue  # the adapter's phase's heads: dropped by merge_adapter too
             match = _ADAPTER_KEY.match(key)
             if match is None:
-                raise CheckpointMismatch(f"{self.path}: key {key!r} is not a LoRA matrix of a backbone linear layer "
-                                         "(sharded loading merges lora_A / lora_B of linear layers only)")
+                raise CheckpointMismatch(
+                    f"{self.path}: key {key!r} is not a LoRA matrix of a backbone linear layer "
+                    "(sharded loading merges lora_A / lora_B of linear layers only)"
+                )
             found.setdefault(match["module"], {})[match["which"]] = key
         for module, pair in found.items():
             if set(pair) != {"A", "B"}:
                 raise CheckpointMismatch(f"{self.path}: module {module!r} has lora_{''.join(pair)} without its partner")
             self.modules[module] = _Lora(pair["A"], pair["B"], scaling, bool(config.get("fan_in_fan_out")))
 
-    def delta(self, module: str, index: tuple[slice, ...], dtype, stats: LoadStats) -> "torch.Tensor":
+    def delta(self, module: str, index: tuple[slice, ...], dtype, stats: LoadStats) -> torch.Tensor:
         """``index`` of the module's weight update, in ``dtype`` (what peft's get_delta_weight
         computes for the whole matrix: ``transpose(B @ A, fan_in_fan_out) * scaling``)."""
         from safetensors import safe_open
@@ -457,7 +489,7 @@ def _backbone_name(name: str) -> str | None:
     or None for a head's."""
     if not name.startswith("encoder."):
         return None
-    return name[len("encoder."):].replace(_BASE_LAYER + ".", ".")
+    return name[len("encoder.") :].replace(_BASE_LAYER + ".", ".")
 
 
 class _KeyMap:
@@ -482,7 +514,7 @@ class _KeyMap:
         for key in self.checkpoint.files:
             if self.prefix and not key.startswith(self.prefix):
                 continue  # another head of the checkpoint's model (lm_head, cls, score)
-            name = key[len(self.prefix):]
+            name = key[len(self.prefix) :]
             if name in known or name.split(".")[0] not in self.children or any(p.search(name) for p in self.ignore):
                 continue
             found.append(key)
@@ -522,25 +554,38 @@ def _sources(groups, heads_checkpoint_prefix: dict[str, str], keys: _KeyMap) -> 
             if backbone is not None:
                 candidates.append((keys.key(backbone), backbone))
             elif name.startswith("heads."):
-                head, _, rest = name[len("heads."):].partition(".")
+                head, _, rest = name[len("heads.") :].partition(".")
                 if head in heads_checkpoint_prefix:
                     candidates.append((heads_checkpoint_prefix[head] + rest, None))
         present = [c for c in candidates if c[0] in keys.checkpoint.files]
         if not present:
             wanted = candidates[0][0] if candidates else names[0]
-            raise CheckpointMismatch(f"missing key {wanted!r} in {keys.checkpoint.where} (parameter "
-                                     f"{' = '.join(names)} of the model; no weights to load it from)")
+            raise CheckpointMismatch(
+                f"missing key {wanted!r} in {keys.checkpoint.where} (parameter "
+                f"{' = '.join(names)} of the model; no weights to load it from)"
+            )
         shape = keys.checkpoint.shape(present[0][0])
         if shape != tuple(param.shape):
-            raise CheckpointMismatch(f"key {present[0][0]!r} in {keys.checkpoint.where} has shape {shape}, parameter "
-                                     f"{names[0]} {tuple(param.shape)}")
+            raise CheckpointMismatch(
+                f"key {present[0][0]!r} in {keys.checkpoint.where} has shape {shape}, parameter "
+                f"{names[0]} {tuple(param.shape)}"
+            )
         found[id(param)] = present[0]
     return found
 
 
-def load_sharded_model(model_dir: str | Path, method: Method, heads: "Heads", ctx: "Context", *,
-                       head_formats: dict[str, tuple[str, int]] | None = None, encoder=None, bf16: bool = False,
-                       activation_checkpointing: bool = False, sync_module_states: bool = True) -> ShardedModel:
+def load_sharded_model(
+    model_dir: str | Path,
+    method: Method,
+    heads: Heads,
+    ctx: Context,
+    *,
+    head_formats: dict[str, tuple[str, int]] | None = None,
+    encoder=None,
+    bf16: bool = False,
+    activation_checkpointing: bool = False,
+    sync_module_states: bool = True,
+) -> ShardedModel:
     """The training model of a phase on ``model_dir`` (its backbone, ``heads``, LoRA for
     ``lora``), FSDP2-sharded over ``ctx``'s ranks, each rank reading only its own rows of the
     base (and of the merged adapters' updates): the model ``load_backbone`` + ``MultiHeadModel``
@@ -570,8 +615,11 @@ def load_sharded_model(model_dir: str | Path, method: Method, heads: "Heads", ct
         raise ValueError("load_sharded_model: encoder must come from empty_backbone (parameters on the meta device)")
     built_heads = _build_heads(heads, encoder)
     model = MultiHeadModel(encoder, built_heads, family.name)
-    head_prefixes = {name: getattr(head, CHECKPOINT_PREFIX_ATTR) for name, head in built_heads.items()
-                     if hasattr(head, CHECKPOINT_PREFIX_ATTR)}
+    head_prefixes = {
+        name: getattr(head, CHECKPOINT_PREFIX_ATTR)
+        for name, head in built_heads.items()
+        if hasattr(head, CHECKPOINT_PREFIX_ATTR)
+    }
     stats = LoadStats()
     with _Checkpoint(found.base) as checkpoint:
         keys = _KeyMap(encoder, checkpoint)
@@ -582,19 +630,23 @@ def load_sharded_model(model_dir: str | Path, method: Method, heads: "Heads", ct
             known |= {n for n, _ in encoder.named_buffers(remove_duplicate=False)}
             unexpected = keys.unexpected(known)
             if unexpected:
-                raise CheckpointMismatch(f"unexpected key {unexpected[0]!r} in {checkpoint.where}: inside the backbone's "
-                                         f"modules but no parameter of {type(encoder).__name__} has that name"
-                                         + (f" ({len(unexpected) - 1} more)" if len(unexpected) > 1 else ""))
+                raise CheckpointMismatch(
+                    f"unexpected key {unexpected[0]!r} in {checkpoint.where}: inside the backbone's "
+                    f"modules but no parameter of {type(encoder).__name__} has that name"
+                    + (f" ({len(unexpected) - 1} more)" if len(unexpected) > 1 else "")
+                )
             for adapter in merges:
                 for module in adapter.modules:
                     if f"{module}.weight" not in known:
-                        raise CheckpointMismatch(f"{adapter.path}: LoRA key {adapter.modules[module].a_key!r} names "
-                                                 f"module {module!r}, which the backbone does not have")
+                        raise CheckpointMismatch(
+                            f"{adapter.path}: LoRA key {adapter.modules[module].a_key!r} names "
+                            f"module {module!r}, which the backbone does not have"
+                        )
             sources = _sources(_param_groups(model), head_prefixes, keys)
 
             peft_model = None
             if method.adapters:
-                trained = head_formats if head_formats is not None else {n: ("", 0) for n in built_heads}
+                trained = head_formats if head_formats is not None else dict.fromkeys(built_heads, ("", 0))
                 with _stand_in_weights(model):
                     peft_model = attach(model, method, trained)
                 model = inner(peft_model)
@@ -604,17 +656,29 @@ def load_sharded_model(model_dir: str | Path, method: Method, heads: "Heads", ct
             # (peft keeps the base layers, and _stand_in_weights put their meta parameters back)
             strays = [names[0] for p, names, _ in groups if p.is_meta and id(p) not in sources]
             if strays:
-                raise RuntimeError(f"parameters {strays[:3]} are on the meta device but neither built for real nor "
-                                   "in the checkpoint (did peft create adapter weights on the meta device?)")
+                raise RuntimeError(
+                    f"parameters {strays[:3]} are on the meta device but neither built for real nor "
+                    "in the checkpoint (did peft create adapter weights on the meta device?)"
+                )
             meta_sources = {id(p): sources[id(p)] for p, _, _ in groups if p.is_meta}
-            buffers = [(module, attr, buffer.detach().clone()) for module in model.modules()
-                       for attr, buffer in module._buffers.items() if buffer is not None]
+            buffers = [
+                (module, attr, buffer.detach().clone())
+                for module in model.modules()
+                for attr, buffer in module._buffers.items()
+                if buffer is not None
+            ]
             order = [(id(p), names, places) for p, names, places in groups]
             if sync_module_states:
                 _broadcast([*keep.values(), *(b for _, _, b in buffers)])
 
-            shard_model(model, tuple({type(b) for b in family.blocks(model.encoder)}), ctx, bf16,
-                        activation_checkpointing, sync_module_states=False)
+            shard_model(
+                model,
+                tuple({type(b) for b in family.blocks(model.encoder)}),
+                ctx,
+                bf16,
+                activation_checkpointing,
+                sync_module_states=False,
+            )
             model.to_empty(device=ctx.device)
             _retie(model, order)
             _fill(model, order, keep, meta_sources, merges, checkpoint, stats)
@@ -625,9 +689,16 @@ def load_sharded_model(model_dir: str | Path, method: Method, heads: "Heads", ct
             for adapter in merges:
                 adapter.close()
         stats.read_bytes, stats.largest_read = checkpoint.read_bytes, checkpoint.largest_read
-    LOG.info("rank %d: sharded loading of %s: %.1f MB of %.1f MB of parameters materialised here, %.1f MB read "
-             "(largest slice %.1f MB)", ctx.rank, model_dir, stats.local_param_bytes / 2**20,
-             stats.total_param_bytes / 2**20, stats.read_bytes / 2**20, stats.largest_read / 2**20)
+    LOG.info(
+        "rank %d: sharded loading of %s: %.1f MB of %.1f MB of parameters materialised here, %.1f MB read "
+        "(largest slice %.1f MB)",
+        ctx.rank,
+        model_dir,
+        stats.local_param_bytes / 2**20,
+        stats.total_param_bytes / 2**20,
+        stats.read_bytes / 2**20,
+        stats.largest_read / 2**20,
+    )
     return ShardedModel(model, peft_model, stats)
 
 
@@ -645,7 +716,7 @@ def _broadcast(tensors: list) -> None:
     offset = 0
     for t in tensors:
         size = t.numel() * t.element_size()
-        t.copy_(flat[offset:offset + size].view(t.dtype).view(t.shape))
+        t.copy_(flat[offset : offset + size].view(t.dtype).view(t.shape))
         offset += size
 
 
@@ -668,17 +739,20 @@ def _retie(model, order) -> None:
                 other._parameters[other_attr] = shared
 
 
-def _fill(model, order, keep, meta_sources, merges: list[_Adapter], checkpoint: _Checkpoint,
-          stats: LoadStats) -> None:
+def _fill(model, order, keep, meta_sources, merges: list[_Adapter], checkpoint: _Checkpoint, stats: LoadStats) -> None:
     """Copy each parameter's local rows in: kept tensors' rows, or the checkpoint's with the
     adapters' updates of those rows merged in, lineage order."""
     import torch
 
     # file by file (then key by key), so that each file is opened once
-    order = sorted(order, key=lambda item: ("", "") if item[0] in keep else
-                   (str(checkpoint.files[meta_sources[item[0]][0]]), meta_sources[item[0]][0]))
+    order = sorted(
+        order,
+        key=lambda item: (
+            ("", "") if item[0] in keep else (str(checkpoint.files[meta_sources[item[0]][0]]), meta_sources[item[0]][0])
+        ),
+    )
     with torch.no_grad():
-        for old_id, names, places in order:
+        for old_id, _names, places in order:
             module, attr = places[0]
             param = module._parameters[attr]
             local, index = local_part(param)
@@ -728,12 +802,19 @@ def _unsharded(model_dir, method, heads, ctx, family, head_formats, activation_c
     model = MultiHeadModel(encoder, built_heads, family.name).to(ctx.device)
     peft_model = None
     if method.adapters:
-        trained = head_formats if head_formats is not None else {n: ("", 0) for n in built_heads}
+        trained = head_formats if head_formats is not None else dict.fromkeys(built_heads, ("", 0))
         peft_model = attach(model, method, trained)
         model = inner(peft_model)
     size = sum(p.numel() * p.element_size() for p in model.parameters())
     return ShardedModel(model, peft_model, LoadStats(local_param_bytes=size, total_param_bytes=size))
 
 
-__all__ = ["CheckpointMismatch", "LoadStats", "ShardedModel", "empty_backbone", "empty_mlm_head", "load_sharded_model",
-           "local_part"]
+__all__ = [
+    "CheckpointMismatch",
+    "LoadStats",
+    "ShardedModel",
+    "empty_backbone",
+    "empty_mlm_head",
+    "load_sharded_model",
+    "local_part",
+]

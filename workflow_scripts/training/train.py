@@ -43,17 +43,27 @@ import time
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.common import (LOG, InputError, atomic_path, autocast, canonical_json, configure_torch,
-                                     load_settings, seed_everything, settings_hash, setup_logging)
+from workflow_scripts.common import (
+    LOG,
+    InputError,
+    atomic_path,
+    autocast,
+    canonical_json,
+    configure_torch,
+    load_settings,
+    seed_everything,
+    settings_hash,
+    setup_logging,
+)
 from workflow_scripts.data.features import Encoded, collate, encode, length_grouped_batches
 from workflow_scripts.data.prepare import read_table
-from workflow_scripts.data.tasks import MLM, RANKING, TAGGING, Task, get_task, primary_metric
-from workflow_scripts.formats import get_format, head_kind
-from workflow_scripts.evaluation.evaluate import score_encoded
 from workflow_scripts.data.ranking_inputs import CANDIDATE
+from workflow_scripts.data.tasks import MLM, RANKING, TAGGING, Task, get_task, primary_metric
 from workflow_scripts.evaluation import pool_ranking
+from workflow_scripts.evaluation.evaluate import score_encoded
+from workflow_scripts.formats import get_format, head_kind
 from workflow_scripts.models import dual_encoder
-from workflow_scripts.models.adapters import Method, lineage, check_available, save_adapter_phase
+from workflow_scripts.models.adapters import Method, check_available, lineage, save_adapter_phase
 from workflow_scripts.models.backbones import family_of
 from workflow_scripts.models.heads import forward, load_mlm_head, load_saved_heads, load_tokenizer, make_head
 from workflow_scripts.training import runtime as training_runtime
@@ -117,8 +127,14 @@ class PhaseData:
     visual: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
 
-def load_phase_data(encoder_dir: Path, encoder, tokenizer, data: dict[str, dict[str, Any]],
-                    settings: dict[str, Any], mlm_head=load_mlm_head) -> PhaseData:
+def load_phase_data(
+    encoder_dir: Path,
+    encoder,
+    tokenizer,
+    data: dict[str, dict[str, Any]],
+    settings: dict[str, Any],
+    mlm_head=load_mlm_head,
+) -> PhaseData:
     """``mlm_head``: how the masked-LM head is built from the base directory and the encoder
     (``sharded_loading.empty_mlm_head`` for a backbone on the meta device)."""
     import pyarrow as pa
@@ -136,8 +152,10 @@ def load_phase_data(encoder_dir: Path, encoder, tokenizer, data: dict[str, dict[
         # languages: keep those the data map (or the phase's language) names.
         language = settings.get("language", "en")
         sources = data_sources(data[name]["train"], None if head_kind(task.format) == MLM else [language])
-        train = pa.concat_tables([_table_in(read_table(path, task.format), langs, task.format) for path, langs in sources],
-                                 promote_options="permissive")
+        train = pa.concat_tables(
+            [_table_in(read_table(path, task.format), langs, task.format) for path, langs in sources],
+            promote_options="permissive",
+        )
         image_task = None
         if task.visual:  # rows meet their images' features (multimodal/phase.py)
             from workflow_scripts.multimodal.phase import prepare_image_task
@@ -168,14 +186,20 @@ def load_phase_data(encoder_dir: Path, encoder, tokenizer, data: dict[str, dict[
             heads[name] = image_task.head(encoder.config, float(settings["dropout"]), initializer_range(encoder.config))
             visual[name] = image_task.describe(data[name]["images"], heads[name])
         else:
-            heads[name] = make_head(task.format, encoder.config.hidden_size, task.num_labels,
-                                    float(settings["dropout"]), initializer_range(encoder.config))
+            heads[name] = make_head(
+                task.format,
+                encoder.config.hidden_size,
+                task.num_labels,
+                float(settings["dropout"]),
+                initializer_range(encoder.config),
+            )
             if head_kind(task.format) == RANKING:
                 dual_encoder.configure_head(heads[name], opts)
     # The selection subsets never change: encode them once, not at every evaluation.
     dev_opts = {n: {**task_opts[n], "eval_batch_size": settings["eval_batch_size"]} for n in tasks}
-    dev_sets = {key: encode(tasks[key[0]], tokenizer, rows, dev_opts[key[0]], train=False)
-                for key, rows in dev_rows.items()}
+    dev_sets = {
+        key: encode(tasks[key[0]], tokenizer, rows, dev_opts[key[0]], train=False) for key, rows in dev_rows.items()
+    }
     return PhaseData(tasks, train_sets, heads, dev_sets, dev_opts, visual)
 
 
@@ -188,11 +212,14 @@ def total_steps(settings: dict[str, Any], train_sets: dict[str, Encoded]) -> int
     task_opts = settings["tasks"]
     if len(train_sets) == 1:
         (name,) = train_sets
-        total = int(task_opts[name]["epochs"]) * math.ceil(len(train_sets[name].features) / int(task_opts[name]["batch_size"]))
+        total = int(task_opts[name]["epochs"]) * math.ceil(
+            len(train_sets[name].features) / int(task_opts[name]["batch_size"])
+        )
     else:
         cap = int(settings["multitask_cap"])
         total = int(settings["multitask_epochs"]) * sum(
-            math.ceil(min(len(s.features), cap) / int(task_opts[n]["batch_size"])) for n, s in train_sets.items())
+            math.ceil(min(len(s.features), cap) / int(task_opts[n]["batch_size"])) for n, s in train_sets.items()
+        )
     if settings.get("max_steps"):
         total = min(total, int(settings["max_steps"]))
     return total
@@ -221,7 +248,9 @@ class StepMeter:
             return dict(self.counts)
         import torch
 
-        summed = sum_over_ranks(torch.tensor([self.counts[k] for k in sorted(self.counts)], dtype=torch.int64), self.ctx)
+        summed = sum_over_ranks(
+            torch.tensor([self.counts[k] for k in sorted(self.counts)], dtype=torch.int64), self.ctx
+        )
         return {k: int(v) for k, v in zip(sorted(self.counts), summed.tolist())}
 
     def add_batch(self, cpu_batch: dict[str, Any], examples: int) -> None:
@@ -243,8 +272,9 @@ class StepMeter:
         if self.ctx is not None:
             finite = not any_rank(not finite, self.ctx)
         if not finite:
-            raise FloatingPointError(f"non-finite loss between steps {self.checked_up_to + 1} and {step} "
-                                     f"(last task sampled: {task})")
+            raise FloatingPointError(
+                f"non-finite loss between steps {self.checked_up_to + 1} and {step} (last task sampled: {task})"
+            )
         self.checked_up_to = step
 
     def mean_loss(self) -> float:
@@ -262,19 +292,43 @@ def _to_device(batch: dict[str, Any], dev) -> dict[str, Any]:
     return batch
 
 
-def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], settings: dict[str, Any],
-                seed: int, threads: int, output: Path, checkpoint_dir: Path | None = None,
-                checkpoint_every: int = 1000, keep_checkpoints: bool = False) -> dict[str, Any]:
+def train_phase(
+    phase: str,
+    encoder_dir: Path,
+    data: dict[str, dict[str, Any]],
+    settings: dict[str, Any],
+    seed: int,
+    threads: int,
+    output: Path,
+    checkpoint_dir: Path | None = None,
+    checkpoint_every: int = 1000,
+    keep_checkpoints: bool = False,
+) -> dict[str, Any]:
     import torch
     from tqdm import tqdm
 
     started = time.time()
-    inputs = [encoder_dir, *(path for entry in data.values() for split in ("train", "dev") if split in entry
-                             for path, _ in data_sources(entry[split], None)),
-              *(Path(entry["images"]) / "features.npy" for entry in data.values() if "images" in entry)]
+    inputs = [
+        encoder_dir,
+        *(
+            path
+            for entry in data.values()
+            for split in ("train", "dev")
+            if split in entry
+            for path, _ in data_sources(entry[split], None)
+        ),
+        *(Path(entry["images"]) / "features.npy" for entry in data.values() if "images" in entry),
+    ]
     # What this run is: a checkpoint of any other (settings, code, or an input rebuilt since) is discarded.
-    fingerprint = {"phase": phase, "seed": seed, "settings_hash": settings_hash(settings), "encoder": str(encoder_dir),
-                   "data": canonical_json(data), "code": module_digest("training.train"), "inputs": files_stamp(inputs)}
+    fingerprint = {
+        "phase": phase,
+        "seed": seed,
+        "settings_hash": settings_hash(settings),
+        "encoder": str(encoder_dir),
+        "data": canonical_json(data),
+        "code": module_digest("training.train"),
+        "inputs": files_stamp(inputs),
+    }
     configure_torch(threads)
     seed_everything(seed)  # the same on every rank: each builds the same model and global batches
     method = Method.from_settings(settings.get("method"))
@@ -301,26 +355,37 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
     model, peft_model = runtime.build(encoder_dir, encoder, phase_data.heads, family.name, head_formats)
     total = total_steps(settings, phase_data.train_sets)
     warmup = int(float(settings["warmup_ratio"]) * total)
-    sampler = TaskSampler({n: len(s.features) for n, s in phase_data.train_sets.items()},
-                          int(settings["multitask_cap"]), seed)
+    sampler = TaskSampler(
+        {n: len(s.features) for n, s in phase_data.train_sets.items()}, int(settings["multitask_cap"]), seed
+    )
     streams = {n: TaskStream(tasks[n], phase_data.train_sets[n], int(task_opts[n]["batch_size"]), seed) for n in tasks}
 
     # Fused AdamW: one kernel for all parameters, on GPUs and (PyTorch >= 2.4) on CPU, where it
     # is ~6x the per-tensor loop for a base-size model.
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=float(settings["learning_rate"]),
-                                  weight_decay=float(settings["weight_decay"]), fused=True)
+    optimizer = torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad],
+        lr=float(settings["learning_rate"]),
+        weight_decay=float(settings["weight_decay"]),
+        fused=True,
+    )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: linear_schedule(s, total, warmup))
-    mlm_args = {"mask_id": tokenizer.mask_token_id, "vocab_size": len(tokenizer),
-                "special_ids": list(tokenizer.all_special_ids),
-                "generator": torch.Generator().manual_seed(seed)}
+    mlm_args = {
+        "mask_id": tokenizer.mask_token_id,
+        "vocab_size": len(tokenizer),
+        "special_ids": list(tokenizer.all_special_ids),
+        "generator": torch.Generator().manual_seed(seed),
+    }
     micro = int(settings["max_micro_batch"])
     eval_every = int(settings["eval_every"])
     meter = StepMeter(dev, ctx=ctx)
     best = {"score": -math.inf, "step": 0, "scores": {}}
     # Without a checkpoint directory the best weights live in a scratch directory under $TMPDIR
     # (node-local on clusters; a killed process's leftovers are the system's to clean).
-    scratch = None if checkpoint_dir else Path(from_rank0(
-        tempfile.mkdtemp(prefix="xstilts-best-weights-") if ctx.is_main else None, ctx))
+    scratch = (
+        None
+        if checkpoint_dir
+        else Path(from_rank0(tempfile.mkdtemp(prefix="xstilts-best-weights-") if ctx.is_main else None, ctx))
+    )
     best_dir = checkpoint_dir / "best" if checkpoint_dir else scratch
     best_weights = runtime.best_weights(best_dir)
     history, bad_evals, start, elapsed, train_seconds = [], 0, 0, 0.0, 0.0
@@ -343,13 +408,21 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
         train_seconds = resumed.get("train_seconds", 0.0)
 
     def state(next_step: int) -> dict[str, Any]:
-        return {"step": next_step, "scheduler": scheduler.state_dict(), "sampler": sampler.rng.getstate(),
-                 "streams": {n: {"rng": st.rng.getstate(), "batches": st.batches, "passes": st.passes}
-                             for n, st in streams.items()},
-                 "mlm_generator": mlm_args["generator"].get_state(), "best": best,
-                 "bad_evals": bad_evals, "history": history, "counts": meter.counts,
-                 "train_seconds": train_seconds + time.time() - loop_started - eval_seconds,
-                 "elapsed": elapsed + time.time() - started}
+        return {
+            "step": next_step,
+            "scheduler": scheduler.state_dict(),
+            "sampler": sampler.rng.getstate(),
+            "streams": {
+                n: {"rng": st.rng.getstate(), "batches": st.batches, "passes": st.passes} for n, st in streams.items()
+            },
+            "mlm_generator": mlm_args["generator"].get_state(),
+            "best": best,
+            "bad_evals": bad_evals,
+            "history": history,
+            "counts": meter.counts,
+            "train_seconds": train_seconds + time.time() - loop_started - eval_seconds,
+            "elapsed": elapsed + time.time() - started,
+        }
 
     # A stop signal (STOP_SIGNALS): checkpoint at the end of the current step, then stop.
     stop_signal: list[int] = []
@@ -357,15 +430,23 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
     loop_started, eval_seconds = time.time(), 0.0
     try:
         step = start
-        for step in tqdm(range(start, total), desc=f"{phase} training", mininterval=10, initial=start, total=total,
-                         disable=not ctx.is_main):
+        for step in tqdm(
+            range(start, total),
+            desc=f"{phase} training",
+            mininterval=10,
+            initial=start,
+            total=total,
+            disable=not ctx.is_main,
+        ):
             model.train()
             name = sampler.next()
             task = tasks[name]
             feats = streams[name].next()
             step_loss = torch.zeros((), device=dev)
             for chunk, weight in runtime.micro_batches(feats, micro):
-                cpu_batch = collate(chunk, task.format, tokenizer.pad_token_id, mlm_args if head_kind(task.format) == MLM else None)
+                cpu_batch = collate(
+                    chunk, task.format, tokenizer.pad_token_id, mlm_args if head_kind(task.format) == MLM else None
+                )
                 if weight != 0.0:  # not a stand-in that only keeps this rank in step with the others
                     meter.add_batch(cpu_batch, len(chunk))
                 with autocast(dev):
@@ -391,15 +472,23 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
                 meter.check(step + 1, name)  # never evaluate or checkpoint diverged weights
             if evaluate_now:
                 eval_started = time.time()
-                by_language = {key: score_encoded(model, tasks[key[0]], enc, tokenizer.pad_token_id,
-                                                  phase_data.dev_opts[key[0]], dev)
-                               for key, enc in phase_data.dev_sets.items()}
+                by_language = {
+                    key: score_encoded(
+                        model, tasks[key[0]], enc, tokenizer.pad_token_id, phase_data.dev_opts[key[0]], dev
+                    )
+                    for key, enc in phase_data.dev_sets.items()
+                }
                 by_language = from_rank0(by_language, ctx)  # every rank takes the same early-stopping decisions
                 scores = _task_scores(by_language)
                 loss_value = meter.mean_loss()
                 score = _selection_score(tasks, scores) if scores else -loss_value
-                entry = {"step": step + 1, "loss": loss_value, "score": score, "scores": scores,
-                         "lr": scheduler.get_last_lr()[0]}
+                entry = {
+                    "step": step + 1,
+                    "loss": loss_value,
+                    "score": score,
+                    "scores": scores,
+                    "lr": scheduler.get_last_lr()[0],
+                }
                 if len(by_language) > len(scores):  # several selection languages: keep each one's score
                     entry["scores_by_language"] = {f"{n}:{lang}": v for (n, lang), v in by_language.items()}
                 history.append(entry)
@@ -417,8 +506,13 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
             if stopping:  # (a rank that saw no signal itself stops on another's)
                 signum = stop_signal[0] if stop_signal else signal.SIGTERM
                 if ctx.is_main:
-                    LOG.warning("%s: writing a checkpoint at step %d, then stopping", f"{signal.Signals(signum).name} received"
-                                if stop_signal else "another rank received a stop signal", step + 1)
+                    LOG.warning(
+                        "%s: writing a checkpoint at step %d, then stopping",
+                        f"{signal.Signals(signum).name} received"
+                        if stop_signal
+                        else "another rank received a stop signal",
+                        step + 1,
+                    )
             if saving:
                 runtime.save(checkpointer, model, optimizer, state(step + 1))
                 best_weights.checkpointed(best["step"] or None)
@@ -433,24 +527,40 @@ def train_phase(phase: str, encoder_dir: Path, data: dict[str, dict[str, Any]], 
             shutil.rmtree(scratch, ignore_errors=True)
     train_seconds += time.time() - loop_started - eval_seconds
     counts = meter.totals()
-    log = {"phase": phase, "seed": seed, "total_steps": total, "warmup_steps": warmup, "best": best,
-           "history": history, "task_probabilities": sampler.probabilities,
-           "padding_share": 1 - counts["tokens"] / max(1, counts["padded_tokens"]),
-           "throughput": {**counts, "train_seconds": round(train_seconds, 3),
-                          "examples_per_s": counts["examples"] / max(train_seconds, 1e-9),
-                          "tokens_per_s": counts["tokens"] / max(train_seconds, 1e-9),
-                          "device": dev.type, "attention": encoder.config._attn_implementation,
-                          "processes": ctx.world_size},
-           "backbone": {"family": family.name, "method": dataclasses.asdict(method),
-                        "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
-                        "parameters": sum(p.numel() for p in model.parameters())},
-           "settings": settings, "settings_hash": settings_hash(settings), "resumed_at_step": start or None,
-           # An image task's visual branch (projector, feature bank) is not in the saved model:
-           # what follows this phase is text-only.
-           "visual": {"tasks": phase_data.visual, "saved": False} if phase_data.visual else None,
-           # A model trained after an image task says so, down to the metric file (evaluate.py).
-           "intermediate_visual": _visual_lineage(encoder_dir),
-           "wall_time_s": round(elapsed + time.time() - started, 3)}
+    log = {
+        "phase": phase,
+        "seed": seed,
+        "total_steps": total,
+        "warmup_steps": warmup,
+        "best": best,
+        "history": history,
+        "task_probabilities": sampler.probabilities,
+        "padding_share": 1 - counts["tokens"] / max(1, counts["padded_tokens"]),
+        "throughput": {
+            **counts,
+            "train_seconds": round(train_seconds, 3),
+            "examples_per_s": counts["examples"] / max(train_seconds, 1e-9),
+            "tokens_per_s": counts["tokens"] / max(train_seconds, 1e-9),
+            "device": dev.type,
+            "attention": encoder.config._attn_implementation,
+            "processes": ctx.world_size,
+        },
+        "backbone": {
+            "family": family.name,
+            "method": dataclasses.asdict(method),
+            "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
+            "parameters": sum(p.numel() for p in model.parameters()),
+        },
+        "settings": settings,
+        "settings_hash": settings_hash(settings),
+        "resumed_at_step": start or None,
+        # An image task's visual branch (projector, feature bank) is not in the saved model:
+        # what follows this phase is text-only.
+        "visual": {"tasks": phase_data.visual, "saved": False} if phase_data.visual else None,
+        # A model trained after an image task says so, down to the metric file (evaluate.py).
+        "intermediate_visual": _visual_lineage(encoder_dir),
+        "wall_time_s": round(elapsed + time.time() - started, 3),
+    }
     # A sharded model is gathered whole on rank 0, which alone writes the output.
     full = runtime.gathered_state(model)
     if ctx.is_main and peft_model is not None:
@@ -476,8 +586,11 @@ def _visual_lineage(encoder_dir: Path) -> dict[str, Any] | None:
     found = earlier.get("intermediate_visual") or earlier.get("visual")
     if not found:
         return None
-    return {"tasks": found["tasks"], "text_only": True,
-            "how": "the intermediate phase's backbone weights; its projector and feature bank were dropped with its heads"}
+    return {
+        "tasks": found["tasks"],
+        "text_only": True,
+        "how": "the intermediate phase's backbone weights; its projector and feature bank were dropped with its heads",
+    }
 
 
 def carry_head(model_dir: Path, heads: dict[str, Any], carried: dict[str, str]) -> None:
@@ -494,8 +607,9 @@ def carry_head(model_dir: Path, heads: dict[str, Any], carried: dict[str, str]) 
     LOG.info("head %s continues from %s's in %s", target, source, model_dir)
 
 
-def data_sources(spec: str | list[dict[str, Any]], default_languages: list[str] | None
-                 ) -> list[tuple[str, list[str] | None]]:
+def data_sources(
+    spec: str | list[dict[str, Any]], default_languages: list[str] | None
+) -> list[tuple[str, list[str] | None]]:
     """(file, languages kept) of one data map entry: a path (the phase's language) or a list
     of {"path", "languages"} (a transfer setting's recipe, transfer.py)."""
     if isinstance(spec, str):
@@ -544,7 +658,7 @@ def _save(model, tokenizer, phase: str, log: dict[str, Any], output: Path, full:
     import torch
 
     def part(prefix: str) -> dict[str, Any]:
-        return {k[len(prefix):]: v for k, v in full.items() if k.startswith(prefix)}
+        return {k[len(prefix) :]: v for k, v in full.items() if k.startswith(prefix)}
 
     with atomic_path(output) as tmp:
         if full is None:
@@ -571,13 +685,27 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--output", required=True, type=Path)
     ap.add_argument("--checkpoint-dir", type=Path, help="where resumable checkpoints live (none: no checkpoints)")
     ap.add_argument("--checkpoint-every", type=int, default=1000, help="steps between checkpoints")
-    ap.add_argument("--keep-checkpoints", type=int, choices=[0, 1], default=0,
-                    help="1: keep the checkpoint once the output exists (default: delete it)")
+    ap.add_argument(
+        "--keep-checkpoints",
+        type=int,
+        choices=[0, 1],
+        default=0,
+        help="1: keep the checkpoint once the output exists (default: delete it)",
+    )
     args = ap.parse_args(argv)
     try:
-        train_phase(args.phase, args.encoder, json.loads(args.data), load_settings(args.settings),
-                    args.seed, args.threads, args.output, args.checkpoint_dir, args.checkpoint_every,
-                    bool(args.keep_checkpoints))
+        train_phase(
+            args.phase,
+            args.encoder,
+            json.loads(args.data),
+            load_settings(args.settings),
+            args.seed,
+            args.threads,
+            args.output,
+            args.checkpoint_dir,
+            args.checkpoint_every,
+            bool(args.keep_checkpoints),
+        )
     except InputError as err:
         raise SystemExit(f"error: {err}") from None
     except FloatingPointError as err:
@@ -586,8 +714,10 @@ def main(argv: list[str] | None = None) -> None:
         LOG.warning("%s", err)
         raise SystemExit(128 + err.signum) from None
     except KeyboardInterrupt:  # Ctrl-C outside the training steps (loading, writing the output)
-        LOG.warning("stopped by SIGINT outside the training steps: no checkpoint written now; "
-                    "a rerun resumes from the last one, if there is one")
+        LOG.warning(
+            "stopped by SIGINT outside the training steps: no checkpoint written now; "
+            "a rerun resumes from the last one, if there is one"
+        )
         raise SystemExit(128 + signal.SIGINT) from None
 
 

@@ -38,8 +38,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.common import (LOG, InputError, atomic_path, configure_torch, device, load_settings,
-                                     setup_logging, write_json)
+from workflow_scripts.common import (
+    LOG,
+    InputError,
+    atomic_path,
+    configure_torch,
+    device,
+    load_settings,
+    setup_logging,
+    write_json,
+)
 from workflow_scripts.data.prepare import read_table, to_table
 from workflow_scripts.data.tasks import CLASSIFICATION, MULTIPLE_CHOICE, SPAN, get_task
 from workflow_scripts.translation.translators import MarianTranslator
@@ -56,10 +64,17 @@ def translation_quality(translate: Translator, sources: Sequence[str], reference
         raise InputError(f"quality needs as many references as sources, got {len(sources)} and {len(references)}")
     hypotheses = translate(sources)
     bleu, chrf = BLEU(), CHRF()
-    out = {"bleu": bleu.corpus_score(hypotheses, [list(references)]).score,
-           "chrf": chrf.corpus_score(hypotheses, [list(references)]).score}
-    out.update({"bleu_signature": str(bleu.get_signature()), "chrf_signature": str(chrf.get_signature()),
-                "sentences": len(sources)})
+    out = {
+        "bleu": bleu.corpus_score(hypotheses, [list(references)]).score,
+        "chrf": chrf.corpus_score(hypotheses, [list(references)]).score,
+    }
+    out.update(
+        {
+            "bleu_signature": str(bleu.get_signature()),
+            "chrf_signature": str(chrf.get_signature()),
+            "sentences": len(sources),
+        }
+    )
     return out
 
 
@@ -67,7 +82,7 @@ def translation_quality(translate: Translator, sources: Sequence[str], reference
 
 
 def mark_answer(context: str, start: int, text: str) -> str:
-    return f"{context[:start]}{OPEN}{text}{CLOSE}{context[start + len(text):]}"
+    return f"{context[:start]}{OPEN}{text}{CLOSE}{context[start + len(text) :]}"
 
 
 # MT re-cases and re-spaces tags ("<B>", "< b >", "</ b>"): such markers still count.
@@ -80,9 +95,9 @@ def read_marked(translated: str) -> tuple[str, int, str] | None:
     opens, closes = list(_OPEN_RE.finditer(translated)), list(_CLOSE_RE.finditer(translated))
     if len(opens) != 1 or len(closes) != 1 or closes[0].start() < opens[0].end():
         return None
-    before = translated[:opens[0].start()]
-    answer = translated[opens[0].end():closes[0].start()].strip()
-    after = translated[closes[0].end():]
+    before = translated[: opens[0].start()]
+    answer = translated[opens[0].end() : closes[0].start()].strip()
+    after = translated[closes[0].end() :]
     if not answer:
         return None
     before = before.rstrip() + " " if before.strip() else ""
@@ -106,7 +121,7 @@ def fuzzy_find(answer: str, context: str, max_distance: int) -> tuple[int, str] 
     best: tuple[float, int, str] | None = None
     for i in range(len(words)):
         for j in range(i, min(len(words), i + n + 2)):
-            cand = context[words[i][0]:words[j][1]]
+            cand = context[words[i][0] : words[j][1]]
             for trimmed in {cand, cand.strip(".,;:!?\"'()[]«»„“”")}:
                 if not trimmed:
                     continue
@@ -116,15 +131,24 @@ def fuzzy_find(answer: str, context: str, max_distance: int) -> tuple[int, str] 
     return None if best is None else (best[1], best[2])
 
 
-def translate_spans(rows: list[dict[str, Any]], translate: Translator, max_distance: int
-                    ) -> tuple[list[dict[str, Any]], dict[str, int]]:
-    stats = {"examples": len(rows), "recovered_by_markers": 0, "recovered_by_fuzzy_match": 0,
-             "dropped_no_answer_in_source": 0, "dropped_unaligned": 0}
+def translate_spans(
+    rows: list[dict[str, Any]], translate: Translator, max_distance: int
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    stats = {
+        "examples": len(rows),
+        "recovered_by_markers": 0,
+        "recovered_by_fuzzy_match": 0,
+        "dropped_no_answer_in_source": 0,
+        "dropped_unaligned": 0,
+    }
     usable = []
     for r in rows:
         # Evaluation splits keep answers their loader could not locate, with start -1.
-        if (not r["answer_texts"] or r["answer_starts"][0] < 0
-                or r["context"][r["answer_starts"][0]:][:len(r["answer_texts"][0])] != r["answer_texts"][0]):
+        if (
+            not r["answer_texts"]
+            or r["answer_starts"][0] < 0
+            or r["context"][r["answer_starts"][0] :][: len(r["answer_texts"][0])] != r["answer_texts"][0]
+        ):
             stats["dropped_no_answer_in_source"] += 1
         else:
             usable.append(r)
@@ -152,13 +176,14 @@ def translate_spans(rows: list[dict[str, Any]], translate: Translator, max_dista
                 stats["dropped_unaligned"] += 1
     for r in out:  # the invariant every consumer relies on
         s, t = r["answer_starts"][0], r["answer_texts"][0]
-        assert r["context"][s:s + len(t)] == t, (r["id"], s, t)
+        assert r["context"][s : s + len(t)] == t, (r["id"], s, t)
     stats["kept"] = len(out)
     return out, stats
 
 
-def translate_rows(fmt: str, rows: list[dict[str, Any]], translate: Translator, lang: str | None, max_distance: int
-                   ) -> tuple[list[dict[str, Any]], dict[str, int]]:
+def translate_rows(
+    fmt: str, rows: list[dict[str, Any]], translate: Translator, lang: str | None, max_distance: int
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """Translated rows, labelled ``lang`` (None: each row keeps its own label)."""
     if fmt == CLASSIFICATION:
         a, b = translate([r["text_a"] for r in rows]), translate([r["text_b"] or "" for r in rows])
@@ -170,7 +195,7 @@ def translate_rows(fmt: str, rows: list[dict[str, Any]], translate: Translator, 
         out, k = [], 0
         for r, ctx in zip(rows, contexts):
             n = len(r["choices"])
-            out.append({**r, "context": ctx, "choices": flat[k:k + n]})
+            out.append({**r, "context": ctx, "choices": flat[k : k + n]})
             k += n
         stats = {"examples": len(rows), "kept": len(out)}
     elif fmt == SPAN:
@@ -185,8 +210,10 @@ def translation_run_settings(args) -> dict[str, Any]:
     if args.batch_size is not None:
         settings["batch_size"] = args.batch_size
     if int(settings.get("batch_size") or 0) < 1:
-        raise InputError(f"translation needs a batch size of at least 1 (--batch-size or the settings' batch_size), "
-                         f"got {settings.get('batch_size')!r}")
+        raise InputError(
+            f"translation needs a batch size of at least 1 (--batch-size or the settings' batch_size), "
+            f"got {settings.get('batch_size')!r}"
+        )
     return settings
 
 
@@ -208,9 +235,17 @@ def translate_task(args) -> None:
         LOG.warning("no %s example survived translation %s -> %s: %s", args.task, args.from_lang, args.lang, stats)
     with atomic_path(args.output) as tmp:
         pq.write_table(to_table(task, out), tmp)
-    stats.update({"task": args.task, "language": args.lang, "source_language": args.from_lang,
-                  "direction": f"{args.from_lang}-{args.lang}", "wall_time_s": round(time.time() - started, 3),
-                  "engine": translator.describe(), **translator.counts})
+    stats.update(
+        {
+            "task": args.task,
+            "language": args.lang,
+            "source_language": args.from_lang,
+            "direction": f"{args.from_lang}-{args.lang}",
+            "wall_time_s": round(time.time() - started, 3),
+            "engine": translator.describe(),
+            **translator.counts,
+        }
+    )
     write_json(args.stats, stats)
     LOG.info("%s -> %s: %s", args.input, args.output, stats)
 
@@ -223,14 +258,20 @@ def score_quality(args) -> None:
     translator = MarianTranslator(args.model, settings, device(), args.cache, args.converted, args.threads)
     source, target = args.from_lang, args.lang
     reference = "XNLI human translations" if source == "en" else "XNLI English originals"
-    result: dict[str, Any] = {"language": target, "source_language": source, "direction": f"{source}-{target}",
-                              "reference": reference, "splits": {}}
+    result: dict[str, Any] = {
+        "language": target,
+        "source_language": source,
+        "direction": f"{source}-{target}",
+        "reference": reference,
+        "splits": {},
+    }
     for item in args.data:
         split, path = item.split("=", 1)
         rows = read_table(path, "classification").to_pylist()
         # XNLI ids differ only by their language part: xnli-dev-de-17 <-> xnli-dev-en-17.
-        by_lang = {lang: {r["id"].replace(f"-{lang}-", "-"): r for r in rows if r["lang"] == lang}
-                   for lang in (source, target)}
+        by_lang = {
+            lang: {r["id"].replace(f"-{lang}-", "-"): r for r in rows if r["lang"] == lang} for lang in (source, target)
+        }
         ids = [k for k in by_lang[source] if k in by_lang[target]]
         if not ids:
             raise InputError(f"{path}: no parallel {source}/{target} XNLI pairs to score translation quality")

@@ -56,15 +56,17 @@ class TranslationCache:
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             self.db = sqlite3.connect(path, timeout=600)
-            self.db.execute("CREATE TABLE IF NOT EXISTS translation (model TEXT, source TEXT, target TEXT, "
-                            "PRIMARY KEY (model, source))")
+            self.db.execute(
+                "CREATE TABLE IF NOT EXISTS translation (model TEXT, source TEXT, target TEXT, "
+                "PRIMARY KEY (model, source))"
+            )
 
     def get_many(self, sources: Sequence[str]) -> dict[str, str]:
         found = {s: self.memory[s] for s in sources if s in self.memory}
         missing = [s for s in sources if s not in found]
         if self.db is not None:
             for k in range(0, len(missing), 500):
-                chunk = missing[k:k + 500]
+                chunk = missing[k : k + 500]
                 marks = ",".join("?" * len(chunk))
                 query = f"SELECT source, target FROM translation WHERE model = ? AND source IN ({marks})"
                 found.update(self.db.execute(query, [self.model_key, *chunk]).fetchall())
@@ -75,8 +77,10 @@ class TranslationCache:
         self.memory.update(pairs)
         if self.db is not None and pairs:
             with self.db:  # one transaction
-                self.db.executemany("INSERT OR REPLACE INTO translation VALUES (?, ?, ?)",
-                                    [(self.model_key, s, t) for s, t in pairs.items()])
+                self.db.executemany(
+                    "INSERT OR REPLACE INTO translation VALUES (?, ?, ?)",
+                    [(self.model_key, s, t) for s, t in pairs.items()],
+                )
 
 
 def weights_digest(model_dir: Path) -> str:
@@ -108,41 +112,52 @@ class TransformersEngine:
         self.model = MarianMTModel.from_pretrained(str(model_dir)).to(dev).eval()
         self.tokenizer, self.settings, self.dev, self.limit = tokenizer, settings, dev, limit
         bf16 = dev.type == "cuda" and torch.cuda.is_bf16_supported()
-        self.description = {"backend": "transformers", "precision": "bfloat16-autocast" if bf16 else "float32",
-                            "version": version("transformers")}
+        self.description = {
+            "backend": "transformers",
+            "precision": "bfloat16-autocast" if bf16 else "float32",
+            "version": version("transformers"),
+        }
         self.batches_per_call, self.tokens_generated = 1, 0
 
     def __call__(self, segments: list[str]) -> list[str]:
         import torch
 
-        enc = self.tokenizer(segments, return_tensors="pt", padding=True, truncation=True,
-                             max_length=self.limit).to(self.dev)
+        enc = self.tokenizer(segments, return_tensors="pt", padding=True, truncation=True, max_length=self.limit).to(
+            self.dev
+        )
         with torch.inference_mode(), autocast(self.dev):
-            out = self.model.generate(**enc, num_beams=int(self.settings["num_beams"]),
-                                      max_new_tokens=int(self.settings["max_new_tokens"]))
+            out = self.model.generate(
+                **enc, num_beams=int(self.settings["num_beams"]), max_new_tokens=int(self.settings["max_new_tokens"])
+            )
         special = torch.tensor(self.tokenizer.all_special_ids, device=out.device)
         self.tokens_generated += int((~torch.isin(out, special)).sum())
         return [hyp.strip() for hyp in self.tokenizer.batch_decode(out, skip_special_tokens=True)]
 
 
 class CTranslate2Engine:
-    def __init__(self, converted: Path, model_dir: Path, tokenizer, settings: dict[str, Any], dev, limit: int,
-                 threads: int) -> None:
+    def __init__(
+        self, converted: Path, model_dir: Path, tokenizer, settings: dict[str, Any], dev, limit: int, threads: int
+    ) -> None:
         import ctranslate2
         from transformers import GenerationConfig
 
         record = read_json(converted / CONVERSION_RECORD) if (converted / CONVERSION_RECORD).is_file() else None
         if record is None:
-            raise InputError(f"{converted} is not a converted translator (no {CONVERSION_RECORD}); "
-                             f"run the convert_translator rule")
+            raise InputError(
+                f"{converted} is not a converted translator (no {CONVERSION_RECORD}); run the convert_translator rule"
+            )
         if record["source_digest"] != weights_digest(model_dir):
             raise InputError(f"{converted} was converted from other weights than {model_dir}; reconvert it")
         on_gpu = dev.type == "cuda"
         # CPU: one thread per batch, batches in parallel; GPU: one stream.
         self.translator = ctranslate2.Translator(
-            str(converted), device="cuda" if on_gpu else "cpu", device_index=dev.index or 0,
+            str(converted),
+            device="cuda" if on_gpu else "cpu",
+            device_index=dev.index or 0,
             compute_type=settings.get("compute_type", "auto"),
-            inter_threads=1 if on_gpu else max(1, threads), intra_threads=1)
+            inter_threads=1 if on_gpu else max(1, threads),
+            intra_threads=1,
+        )
         self.batches_per_call = _BATCHES_PER_CALL * (1 if on_gpu else max(1, threads))
         self.tokenizer, self.settings, self.limit = tokenizer, settings, limit
         generation = GenerationConfig.from_pretrained(str(model_dir))
@@ -153,21 +168,34 @@ class CTranslate2Engine:
         # generated), so OPUS-MT's ban on it holds already and cannot be passed on: only bans
         # on tokens the converted model has are.
         known = _converted_vocabulary(converted)
-        self.suppress = [seq for seq in (tokenizer.convert_ids_to_tokens(ids) for ids in generation.bad_words_ids or [])
-                         if all(token in known for token in seq)]
-        self.description = {"backend": "ctranslate2", "precision": self.translator.compute_type,
-                            "version": ctranslate2.__version__}
+        self.suppress = [
+            seq
+            for seq in (tokenizer.convert_ids_to_tokens(ids) for ids in generation.bad_words_ids or [])
+            if all(token in known for token in seq)
+        ]
+        self.description = {
+            "backend": "ctranslate2",
+            "precision": self.translator.compute_type,
+            "version": ctranslate2.__version__,
+        }
         self.tokens_generated = 0
 
     def __call__(self, segments: list[str]) -> list[str]:
         ids = self.tokenizer(segments, truncation=True, max_length=self.limit)["input_ids"]
         results = self.translator.translate_batch(
-            [self.tokenizer.convert_ids_to_tokens(x) for x in ids], max_batch_size=int(self.settings["batch_size"]),
-            beam_size=int(self.settings["num_beams"]), max_decoding_length=max(1, self.max_decoding_length),
-            suppress_sequences=self.suppress or None)
+            [self.tokenizer.convert_ids_to_tokens(x) for x in ids],
+            max_batch_size=int(self.settings["batch_size"]),
+            beam_size=int(self.settings["num_beams"]),
+            max_decoding_length=max(1, self.max_decoding_length),
+            suppress_sequences=self.suppress or None,
+        )
         self.tokens_generated += sum(len(r.hypotheses[0]) for r in results)
-        return [self.tokenizer.decode(self.tokenizer.convert_tokens_to_ids(r.hypotheses[0]),
-                                      skip_special_tokens=True).strip() for r in results]
+        return [
+            self.tokenizer.decode(
+                self.tokenizer.convert_tokens_to_ids(r.hypotheses[0]), skip_special_tokens=True
+            ).strip()
+            for r in results
+        ]
 
 
 class MarianTranslator:
@@ -176,8 +204,15 @@ class MarianTranslator:
     ``converted``: the CTranslate2 model of ``model_dir`` (needed by that backend only).
     """
 
-    def __init__(self, model_dir: Path, settings: dict[str, Any], dev, cache_path: Path | None = None,
-                 converted: Path | None = None, threads: int = 1) -> None:
+    def __init__(
+        self,
+        model_dir: Path,
+        settings: dict[str, Any],
+        dev,
+        cache_path: Path | None = None,
+        converted: Path | None = None,
+        threads: int = 1,
+    ) -> None:
         from transformers import MarianConfig, MarianTokenizer
 
         if not (model_dir / "config.json").is_file():
@@ -186,8 +221,9 @@ class MarianTranslator:
         if backend not in BACKENDS:
             raise InputError(f"translation.backend {backend!r}: expected one of {list(BACKENDS)}")
         self.tokenizer = MarianTokenizer.from_pretrained(str(model_dir))
-        self.target_token = target_language_token(model_dir, self.tokenizer.supported_language_codes,
-                                                  settings.get("target_token"))
+        self.target_token = target_language_token(
+            model_dir, self.tokenizer.supported_language_codes, settings.get("target_token")
+        )
         positions = MarianConfig.from_pretrained(str(model_dir)).max_position_embeddings
         # The target-language token, where there is one, takes a position of every segment.
         self.limit = min(self.tokenizer.model_max_length, positions) - 1 - bool(self.target_token)
@@ -196,12 +232,17 @@ class MarianTranslator:
             if converted is None:
                 raise InputError("translation.backend ctranslate2 needs the converted model (--converted DIR)")
             self.engine: TransformersEngine | CTranslate2Engine = CTranslate2Engine(
-                converted, model_dir, self.tokenizer, settings, dev, self.limit, threads)
+                converted, model_dir, self.tokenizer, settings, dev, self.limit, threads
+            )
         else:
             self.engine = TransformersEngine(model_dir, self.tokenizer, settings, dev, self.limit)
         self.cache = TranslationCache(cache_path, model_key(model_dir, settings, self.engine.description))
-        self.counts = {"segments_requested": 0, "segments_from_cache": 0, "segments_translated": 0,
-                       "tokens_generated": 0}
+        self.counts = {
+            "segments_requested": 0,
+            "segments_from_cache": 0,
+            "segments_translated": 0,
+            "tokens_generated": 0,
+        }
 
     def _segments(self, text: str) -> list[str]:
         """Sentences, further cut at word boundaries when one alone exceeds the model limit."""
@@ -233,7 +274,7 @@ class MarianTranslator:
         self.counts["segments_translated"] += len(todo)
         step = int(self.settings["batch_size"]) * self.engine.batches_per_call
         for b in tqdm(range(0, len(todo), step), desc="translate", mininterval=10):
-            chunk = todo[b:b + step]  # length-sorted: little padding per batch
+            chunk = todo[b : b + step]  # length-sorted: little padding per batch
             inputs = [f"{self.target_token} {s}" for s in chunk] if self.target_token else chunk
             translated = dict(zip(chunk, self.engine(inputs)))
             self.cache.put_many(translated)
@@ -251,12 +292,16 @@ def target_language_token(model_dir: Path, codes: Sequence[str], configured: str
     Without it such a model picks a language by itself; a single-target model has none."""
     if configured:
         if configured not in codes:
-            raise InputError(f"translator {model_dir}: target_token {configured!r} is not one of its language "
-                             f"tokens ({', '.join(codes[:20]) or 'none: a single-target model'})")
+            raise InputError(
+                f"translator {model_dir}: target_token {configured!r} is not one of its language "
+                f"tokens ({', '.join(codes[:20]) or 'none: a single-target model'})"
+            )
         return configured
     if len(codes) > 1:
-        raise InputError(f"translator {model_dir} translates into several languages ({', '.join(codes[:20])}): "
-                         f"set its target_token in models.translators (the model card names the right one)")
+        raise InputError(
+            f"translator {model_dir} translates into several languages ({', '.join(codes[:20])}): "
+            f"set its target_token in models.translators (the model card names the right one)"
+        )
     return codes[0] if codes else None
 
 
@@ -280,8 +325,12 @@ def convert_to_ctranslate2(model_dir: Path, output: Path) -> None:
         raise InputError(f"translator directory {model_dir} has no config.json")
     with atomic_path(output) as tmp:
         TransformersConverter(str(model_dir)).convert(str(tmp), force=True)
-        record = {"source": str(model_dir), "source_digest": weights_digest(model_dir),
-                  "ctranslate2": ctranslate2.__version__, "transformers": version("transformers")}
+        record = {
+            "source": str(model_dir),
+            "source_digest": weights_digest(model_dir),
+            "ctranslate2": ctranslate2.__version__,
+            "transformers": version("transformers"),
+        }
         (tmp / CONVERSION_RECORD).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     LOG.info("converted %s -> %s (CTranslate2 %s)", model_dir, output, ctranslate2.__version__)
 

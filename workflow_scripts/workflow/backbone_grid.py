@@ -21,8 +21,15 @@ from typing import Any
 from workflow_scripts.data.tasks import TASKS, get_task
 from workflow_scripts.models.backbones import get_family
 from workflow_scripts.workflow import paths, transfer
-from workflow_scripts.workflow.schema import (DEFAULT_ACTIVATION_CHECKPOINTING, DEFAULT_METHOD,
-                                               DEFAULT_PRECISION, FAMILIES, LORA_KEYS, METHODS, lora_settings)
+from workflow_scripts.workflow.schema import (
+    DEFAULT_ACTIVATION_CHECKPOINTING,
+    DEFAULT_METHOD,
+    DEFAULT_PRECISION,
+    FAMILIES,
+    LORA_KEYS,
+    METHODS,
+    lora_settings,
+)
 
 DEMO_FAMILIES = ("encoder", "decoder")  # the families the demo can build (demo_models.py)
 GRID_KEYS = ("intermediate", "targets", "seeds", "settings")
@@ -50,8 +57,12 @@ def first(config: dict[str, Any]) -> str:
 
 def whole_grid(config: dict[str, Any]) -> dict[str, list[Any]]:
     """The config's intermediate configs, targets, seeds and transfer settings."""
-    return {"intermediate": list(config["intermediate"]), "targets": list(config["targets"]),
-            "seeds": list(config["seeds"]), "settings": list(transfer.configured(config))}
+    return {
+        "intermediate": list(config["intermediate"]),
+        "targets": list(config["targets"]),
+        "seeds": list(config["seeds"]),
+        "settings": list(transfer.configured(config)),
+    }
 
 
 def grid_of(config: dict[str, Any], backbone: str) -> dict[str, list[Any]]:
@@ -143,8 +154,11 @@ def gpus(config: dict[str, Any], backbone: str) -> dict[str, Any]:
     """GPUs per node, nodes and launcher (torchrun or srun) a training job of the backbone
     asks for (no per_node: the rule's own `resources` decide, one process)."""
     asked = config["backbones"][backbone].get("gpus") or {}
-    return {"per_node": int(asked.get("per_node", 0)), "nodes": int(asked.get("nodes", 1)),
-            "launcher": asked.get("launcher", "torchrun")}
+    return {
+        "per_node": int(asked.get("per_node", 0)),
+        "nodes": int(asked.get("nodes", 1)),
+        "launcher": asked.get("launcher", "torchrun"),
+    }
 
 
 def provenance(config: dict[str, Any], backbone: str) -> dict[str, Any]:
@@ -154,8 +168,13 @@ def provenance(config: dict[str, Any], backbone: str) -> dict[str, Any]:
     says: the commit a Hub revision resolved to, or the demo model's weights digest."""
     entry = config["backbones"][backbone]
     method = method_settings(config, backbone)
-    out = {"name": backbone, "family": entry["family"], "source": config["models"]["source"],
-           "method": method.pop("name"), "precision": method.pop("precision")}
+    out = {
+        "name": backbone,
+        "family": entry["family"],
+        "source": config["models"]["source"],
+        "method": method.pop("name"),
+        "precision": method.pop("precision"),
+    }
     if config["models"]["source"] == "hub":
         out.update({"hub_id": entry["hub_id"], "revision": entry["revision"]})
     lora = {key: method.pop(key) for key in LORA_KEYS if key in method}
@@ -183,8 +202,10 @@ def check(config: dict[str, Any]) -> None:
     mode, a demo builder in demo mode, a grid within the config's, MLM only where the family
     has a masked-LM head."""
     if not config.get("backbones"):
-        raise BackboneError("config key backbones: name at least one backbone (the 2020 grid: "
-                            "xlmr_large: {hub_id: FacebookAI/xlm-roberta-large, family: encoder})")
+        raise BackboneError(
+            "config key backbones: name at least one backbone (the 2020 grid: "
+            "xlmr_large: {hub_id: FacebookAI/xlm-roberta-large, family: encoder})"
+        )
     baseline = config.get("tables", {}).get("baseline", "none")
     for name, entry in config["backbones"].items():
         key = f"backbones.{name}"
@@ -199,18 +220,22 @@ def check(config: dict[str, Any]) -> None:
                 if not entry.get(field):
                     raise BackboneError(f"config key {key}.{field}: required when models.source is hub")
         elif family not in DEMO_FAMILIES:
-            raise BackboneError(f"config key {key}.family: the demo builds {' and '.join(DEMO_FAMILIES)} backbones, "
-                                f"not {family} (use models.source: hub)")
+            raise BackboneError(
+                f"config key {key}.family: the demo builds {' and '.join(DEMO_FAMILIES)} backbones, "
+                f"not {family} (use models.source: hub)"
+            )
         if method == "qlora" and config["models"]["source"] == "demo":
-            raise BackboneError(f"config key {key}.method: qlora needs a CUDA GPU and a Hub backbone; "
-                                "the demo runs on CPU (use lora)")
+            raise BackboneError(
+                f"config key {key}.method: qlora needs a CUDA GPU and a Hub backbone; the demo runs on CPU (use lora)"
+            )
         asked = gpus(config, name)
         if method == "qlora" and asked["per_node"] * asked["nodes"] > 1:
             raise BackboneError(
                 f"config key {key}.gpus: qlora trains on one GPU; across {asked['per_node'] * asked['nodes']} GPUs "
                 "each rank would have to quantise and hold the whole 4-bit base (sharded loading reads bf16/fp32 "
                 "rows, which bitsandbytes' 4-bit blocks are not). Use method lora (bf16 base, sharded) for "
-                "several GPUs, or one GPU with qlora")
+                "several GPUs, or one GPU with qlora"
+            )
         narrowed, full = entry.get("grid") or {}, whole_grid(config)
         for part, values in narrowed.items():
             unknown = [v for v in values if v not in full[part]]
@@ -218,16 +243,20 @@ def check(config: dict[str, Any]) -> None:
                 raise BackboneError(f"config key {key}.grid.{part}: {unknown} not in the config's {part} {full[part]}")
         part = grid_of(config, name)
         if baseline not in part["intermediate"]:
-            raise BackboneError(f"config key {key}.grid.intermediate: lacks the baseline config {baseline!r}, "
-                                "which every table compares with")
+            raise BackboneError(
+                f"config key {key}.grid.intermediate: lacks the baseline config {baseline!r}, "
+                "which every table compares with"
+            )
         baseline_setting = transfer.baseline_setting(config)
         if baseline_setting not in part["settings"]:
             raise BackboneError(f"config key {key}.grid.settings: lacks the baseline setting {baseline_setting!r}")
         if not get_family(family).has_mlm:  # backbones/: Family.has_mlm
             for inter in part["intermediate"]:
                 if config["intermediate"][inter].get("mlm"):
-                    raise BackboneError(f"config key {key}.grid.intermediate: {inter!r} mixes in MLM, and a {family} "
-                                        "backbone has no masked-LM head; leave it out of this backbone's grid")
+                    raise BackboneError(
+                        f"config key {key}.grid.intermediate: {inter!r} mixes in MLM, and a {family} "
+                        "backbone has no masked-LM head; leave it out of this backbone's grid"
+                    )
         for i, target in enumerate(entry.get("contaminated_targets") or []):
             if target not in TASKS or not get_task(target).is_target:
                 raise BackboneError(f"config key {key}.contaminated_targets[{i}]: {target!r} is not a target task")

@@ -27,12 +27,14 @@ def _langs(text: str) -> tuple[str, ...]:
 
 
 _XNLI = _langs("ar bg de el en es fr hi ru sw th tr ur vi zh")
-_UDPOS = _langs("af ar bg de el en es et eu fa fi fr he hi hu id it ja kk ko mr nl pt ru ta te th tl tr ur "
-                "vi yo zh")
-_PANX = _langs("af ar bg bn de el en es et eu fa fi fr he hi hu id it ja jv ka kk ko ml mr ms my nl pt ru "
-               "sw ta te th tl tr ur vi yo zh")
-_TATOEBA = _langs("af ar bg bn de el es et eu fa fi fr he hi hu id it ja jv ka kk ko ml mr nl pt ru sw ta te "
-                  "th tl tr ur vi zh")
+_UDPOS = _langs("af ar bg de el en es et eu fa fi fr he hi hu id it ja kk ko mr nl pt ru ta te th tl tr ur vi yo zh")
+_PANX = _langs(
+    "af ar bg bn de el en es et eu fa fi fr he hi hu id it ja jv ka kk ko ml mr ms my nl pt ru "
+    "sw ta te th tl tr ur vi yo zh"
+)
+_TATOEBA = _langs(
+    "af ar bg bn de el es et eu fa fi fr he hi hu id it ja jv ka kk ko ml mr nl pt ru sw ta te th tl tr ur vi zh"
+)
 _XQUAD = _langs("ar de el en es hi ru th tr vi zh")
 _MLQA = _langs("ar de en es hi vi zh")
 _TYDIQA = _langs("ar bn en fi id ko ru sw te")
@@ -70,35 +72,64 @@ class Benchmark:
         return [lang for lang in self.languages[target] if lang not in languages]
 
     def describe(self) -> dict[str, object]:
-        return {"name": self.name, "title": self.title, "categories": {c: list(t) for c, t in self.categories.items()},
-                "languages": {t: list(l) for t, l in self.languages.items()}, "notes": dict(self.notes),
-                "leaderboard_names": dict(self.leaderboard_names), "retrieval_encoders": dict(self.retrieval_encoders)}
+        return {
+            "name": self.name,
+            "title": self.title,
+            "categories": {c: list(t) for c, t in self.categories.items()},
+            "languages": {t: list(l) for t, l in self.languages.items()},
+            "notes": dict(self.notes),
+            "leaderboard_names": dict(self.leaderboard_names),
+            "retrieval_encoders": dict(self.retrieval_encoders),
+        }
 
 
 XTREME = Benchmark(
-    name="xtreme", title="XTREME",
-    categories={CLASSIFICATION: ("xnli", "pawsx"), STRUCTURED: ("udpos", "panx"), QA: ("xquad", "mlqa", "tydiqa"),
-                RETRIEVAL: ("bucc", "tatoeba")},
-    languages={"xnli": _XNLI, "pawsx": _langs("de en es fr ja ko zh"), "udpos": _UDPOS, "panx": _PANX,
-               "xquad": _XQUAD, "mlqa": _MLQA, "tydiqa": _TYDIQA, "bucc": _langs("de fr ru zh"),
-               "tatoeba": _TATOEBA},
+    name="xtreme",
+    title="XTREME",
+    categories={
+        CLASSIFICATION: ("xnli", "pawsx"),
+        STRUCTURED: ("udpos", "panx"),
+        QA: ("xquad", "mlqa", "tydiqa"),
+        RETRIEVAL: ("bucc", "tatoeba"),
+    },
+    languages={
+        "xnli": _XNLI,
+        "pawsx": _langs("de en es fr ja ko zh"),
+        "udpos": _UDPOS,
+        "panx": _PANX,
+        "xquad": _XQUAD,
+        "mlqa": _MLQA,
+        "tydiqa": _TYDIQA,
+        "bucc": _langs("de fr ru zh"),
+        "tatoeba": _TATOEBA,
+    },
     leaderboard_names={"bucc": "bucc2018"},
 )
 
 XTREME_R = Benchmark(
-    name="xtreme_r", title="XTREME-R",
-    categories={CLASSIFICATION: ("xnli", "xcopa"), STRUCTURED: ("udpos", "panx"), QA: ("xquad", "mlqa", "tydiqa"),
-                RETRIEVAL: ("tatoeba", "mewslix", "lareqa")},
-    languages={"xnli": _XNLI, "xcopa": _langs("et ht id it qu sw ta th tr vi zh"),
-               "udpos": tuple(sorted(_UDPOS + _langs("lt pl uk wo ro"))),
-               "panx": tuple(sorted(_PANX + _langs("qu pl uk az lt pa gu ro"))),
-               "xquad": tuple(sorted(_XQUAD + ("ro",))), "mlqa": _MLQA, "tydiqa": _TYDIQA,
-               "tatoeba": tuple(sorted(_TATOEBA + _langs("az lt pl uk ro"))),
-               "mewslix": _langs("ar de en es fa ja pl ro ta tr uk"),
-               "lareqa": _langs("ar de el en es hi ru th tr vi zh")},
+    name="xtreme_r",
+    title="XTREME-R",
+    categories={
+        CLASSIFICATION: ("xnli", "xcopa"),
+        STRUCTURED: ("udpos", "panx"),
+        QA: ("xquad", "mlqa", "tydiqa"),
+        RETRIEVAL: ("tatoeba", "mewslix", "lareqa"),
+    },
+    languages={
+        "xnli": _XNLI,
+        "xcopa": _langs("et ht id it qu sw ta th tr vi zh"),
+        "udpos": tuple(sorted(_UDPOS + _langs("lt pl uk wo ro"))),
+        "panx": tuple(sorted(_PANX + _langs("qu pl uk az lt pa gu ro"))),
+        "xquad": tuple(sorted(_XQUAD + ("ro",))),
+        "mlqa": _MLQA,
+        "tydiqa": _TYDIQA,
+        "tatoeba": tuple(sorted(_TATOEBA + _langs("az lt pl uk ro"))),
+        "mewslix": _langs("ar de en es fa ja pl ro ta tr uk"),
+        "lareqa": _langs("ar de el en es hi ru th tr vi zh"),
+    },
     notes={
         "mewslix": "Mewsli-X data version 20220518_6 was re-sampled after the XTREME-R paper: its published "
-                   "numbers are not comparable with scores on the released data",
+        "numbers are not comparable with scores on the released data",
         "lareqa": "mAP@20 as XTREME-R's code scores it (the LAReQA paper reports full mAP)",
         "xcopa": "trained on SIQA, then on English COPA (XTREME-R's recipe) unless tasks.xcopa.stages is []",
         "tatoeba": "embedded with the encoder of the run's XQuAD model (fine-tuned on SQuAD), as XTREME-R's code does",
@@ -122,11 +153,16 @@ def register(bench: Benchmark) -> Benchmark:
     if len(set(bench.targets)) != len(bench.targets):
         raise ValueError(f"benchmark {bench.name}: a target is in two categories ({', '.join(bench.targets)})")
     if set(bench.languages) != set(bench.targets):
-        raise ValueError(f"benchmark {bench.name}: languages must list exactly its targets "
-                         f"(missing {sorted(set(bench.targets) - set(bench.languages))}, "
-                         f"extra {sorted(set(bench.languages) - set(bench.targets))})")
-    for kind, keys in (("leaderboard_names", bench.leaderboard_names), ("notes", bench.notes),
-                       ("retrieval_encoders", bench.retrieval_encoders)):
+        raise ValueError(
+            f"benchmark {bench.name}: languages must list exactly its targets "
+            f"(missing {sorted(set(bench.targets) - set(bench.languages))}, "
+            f"extra {sorted(set(bench.languages) - set(bench.targets))})"
+        )
+    for kind, keys in (
+        ("leaderboard_names", bench.leaderboard_names),
+        ("notes", bench.notes),
+        ("retrieval_encoders", bench.retrieval_encoders),
+    ):
         extra = sorted(set(keys) - set(bench.targets))
         if extra:
             raise ValueError(f"benchmark {bench.name}: {kind} names {extra}, which are not its targets")

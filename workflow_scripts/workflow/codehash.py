@@ -36,7 +36,7 @@ def _is_package(name: str) -> bool:
 def _resolve(name: str, level: int, module: str | None) -> str:
     """The absolute name of ``from <level dots><module> import ...`` written in ``name``."""
     parts = name.split(".") if _is_package(name) else name.split(".")[:-1]
-    parts = parts[:len(parts) - (level - 1)]
+    parts = parts[: len(parts) - (level - 1)]
     return ".".join(parts + ([module] if module else []))
 
 

@@ -19,8 +19,14 @@ from workflow_scripts.workflow import config_layers, grid, hub_sources, paths
 
 SCHEMA = REPO_ROOT / "schemas" / "config.schema.yaml"
 # What a config that cannot run raises (each message names the key).
-CONFIG_ERRORS = (config_layers.ConfigLayerError, grid.ConfigError, paths.ExperimentNameError,
-                 task_catalogue.CatalogueError, hub_sources.HubSourceError, revisions.RevisionError)
+CONFIG_ERRORS = (
+    config_layers.ConfigLayerError,
+    grid.ConfigError,
+    paths.ExperimentNameError,
+    task_catalogue.CatalogueError,
+    hub_sources.HubSourceError,
+    revisions.RevisionError,
+)
 
 
 def check(config: dict[str, Any], configfiles: Sequence[str | Path], catalogues: Sequence[str]) -> str:

@@ -92,8 +92,10 @@ def bases(config: Mapping[str, Any], path: Path) -> list[Path]:
     if isinstance(given, str):
         given = [given]
     if not isinstance(given, list) or not all(isinstance(p, str) and p for p in given):
-        raise ConfigLayerError(f"config file {path}: key {EXTENDS}: {given!r} is neither a path nor a list of"
-                               " paths (relative to the repository)")
+        raise ConfigLayerError(
+            f"config file {path}: key {EXTENDS}: {given!r} is neither a path nor a list of"
+            " paths (relative to the repository)"
+        )
     return [repo_path(p) for p in given]
 
 
@@ -104,7 +106,7 @@ def resolve_file(path: str | Path, _chain: tuple[Path, ...] = (), _named_by: str
     path = Path(path)
     here = path.resolve()
     if here in _chain:
-        cycle = " -> ".join(str(p) for p in (*_chain[_chain.index(here):], here))
+        cycle = " -> ".join(str(p) for p in (*_chain[_chain.index(here) :], here))
         raise ConfigLayerError(f"config file {_chain[-1]}: key {EXTENDS}: a cycle: {cycle}")
     layer = _read(path, _named_by or "config")
     resolved: dict[str, Any] = {}
@@ -125,8 +127,9 @@ def load(configfiles: Sequence[str | Path] = (), overrides: Mapping[str, Any] | 
     return override(config, overrides or {})
 
 
-def resolve_in_place(config: dict[str, Any], configfiles: Sequence[str | Path],
-                     overrides: Mapping[str, Any] | None = None) -> None:
+def resolve_in_place(
+    config: dict[str, Any], configfiles: Sequence[str | Path], overrides: Mapping[str, Any] | None = None
+) -> None:
     """Replace the contents of Snakemake's ``config`` (the files merged without their layers)
     by the resolved config."""
     resolved = load(configfiles, overrides)

@@ -144,8 +144,15 @@ def _prose(text: str) -> str:
     return _cell(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("*", "\\*")
 
 
-def _rows(path: str, node: Schema, root: Schema, required: bool, note: str, stack: tuple[str, ...],
-          out: list[tuple[str, str, str, str]]) -> None:
+def _rows(
+    path: str,
+    node: Schema,
+    root: Schema,
+    required: bool,
+    note: str,
+    stack: tuple[str, ...],
+    out: list[tuple[str, str, str, str]],
+) -> None:
     """Append the rows of ``node`` at ``path`` and of everything under it."""
     ref = node.get("$ref", "")
     if ref and ref in stack:  # a recursive definition: name it, do not unfold it again
@@ -212,8 +219,10 @@ def render(schema: Schema) -> str:
         rows: list[tuple[str, str, str, str]] = []
         _rows(name, node, schema, name in needed, "", (), rows)
         lines += [f"## `{name}`", "", "| key | type | default | description |", "|---|---|---|---|"]
-        lines += [f"| `{_cell(path)}` | {_cell(kind)} | {_cell(default)} | {_prose(text)} |"
-                  for path, kind, default, text in rows]
+        lines += [
+            f"| `{_cell(path)}` | {_cell(kind)} | {_cell(default)} | {_prose(text)} |"
+            for path, kind, default, text in rows
+        ]
         lines.append("")
     return "\n".join(lines)
 

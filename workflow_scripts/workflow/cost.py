@@ -62,14 +62,29 @@ def measured_table(records: list[dict[str, Any]], resources: dict[str, dict[str,
         res = resources.get(rule, {})
         gpus, threads = float(res.get("gpu", 0) or 0), float(res.get("threads", 1) or 1)
         wall_h = group["s"].sum() / 3600
-        rows.append({"rule": rule, "jobs": len(group), "wall_h": wall_h,
-                     "mean_min_per_job": group["s"].mean() / 60,
-                     "max_rss_gb": group["max_rss"].max() / 1024 if group["max_rss"].notna().any() else math.nan,
-                     "gpus_per_job": gpus, "gpu_h": wall_h * gpus, "cpu_h": wall_h * threads})
+        rows.append(
+            {
+                "rule": rule,
+                "jobs": len(group),
+                "wall_h": wall_h,
+                "mean_min_per_job": group["s"].mean() / 60,
+                "max_rss_gb": group["max_rss"].max() / 1024 if group["max_rss"].notna().any() else math.nan,
+                "gpus_per_job": gpus,
+                "gpu_h": wall_h * gpus,
+                "cpu_h": wall_h * threads,
+            }
+        )
     table = pd.DataFrame(rows, columns=COLUMNS)
-    total = {"rule": "total", "jobs": table["jobs"].sum(), "wall_h": table["wall_h"].sum(),
-             "mean_min_per_job": math.nan, "max_rss_gb": table["max_rss_gb"].max(), "gpus_per_job": math.nan,
-             "gpu_h": table["gpu_h"].sum(), "cpu_h": table["cpu_h"].sum()}
+    total = {
+        "rule": "total",
+        "jobs": table["jobs"].sum(),
+        "wall_h": table["wall_h"].sum(),
+        "mean_min_per_job": math.nan,
+        "max_rss_gb": table["max_rss_gb"].max(),
+        "gpus_per_job": math.nan,
+        "gpu_h": table["gpu_h"].sum(),
+        "cpu_h": table["cpu_h"].sum(),
+    }
     return pd.concat([table, pd.DataFrame([total])], ignore_index=True)
 
 
@@ -90,7 +105,7 @@ def dry_run_jobs(configfiles: str | Sequence[str], workdir: Path) -> list[dict[s
         elif jobs and (m := re.fullmatch(r"threads: (\d+)", line.strip())):
             jobs[-1]["threads"] = int(m.group(1))
         elif jobs and line.strip().startswith("resources: "):
-            pairs = (item.split("=", 1) for item in line.strip()[len("resources: "):].split(", ") if "=" in item)
+            pairs = (item.split("=", 1) for item in line.strip()[len("resources: ") :].split(", ") if "=" in item)
             jobs[-1].update({k: float(v) for k, v in pairs if re.fullmatch(r"[\d.]+", v)})
     jobs = [j for j in jobs if j["rule"] != "all"]
     if not jobs:
@@ -113,10 +128,17 @@ def plan_table(jobs: list[dict[str, Any]], expected: dict[str, float]):
     for rule, group in frame.groupby("rule", sort=True):
         minutes = expected.get(rule)
         per_job = minutes if minutes else group["runtime"]
-        rows.append({"rule": rule, "jobs": len(group), "gpus_per_job": group["gpu"].max(),
-                     "runtime_limit_min": group["runtime"].max(), "expected_runtime_min": minutes or math.nan,
-                     "gpu_h": float((group["gpu"] * per_job).sum() / 60),
-                     "gpu_h_basis": "expected_runtime" if minutes else "time limit (upper bound)"})
+        rows.append(
+            {
+                "rule": rule,
+                "jobs": len(group),
+                "gpus_per_job": group["gpu"].max(),
+                "runtime_limit_min": group["runtime"].max(),
+                "expected_runtime_min": minutes or math.nan,
+                "gpu_h": float((group["gpu"] * per_job).sum() / 60),
+                "gpu_h_basis": "expected_runtime" if minutes else "time limit (upper bound)",
+            }
+        )
     table = pd.DataFrame(rows)
     table = table[(table["gpu_h"] > 0)]  # CPU-only rules cost no GPU time
     total = {"rule": "total", "jobs": table["jobs"].sum(), "gpu_h": table["gpu_h"].sum(), "gpu_h_basis": ""}
@@ -163,17 +185,24 @@ def main(argv: list[str] | None = None) -> None:
     try:
         if args.command == "measured":
             table = measured_table(read_records(args.benchmarks), json.loads(args.resources))
-            title = ("Cost per rule family, measured (Snakemake benchmark records; GPU-hours = wall time x GPUs "
-                     "requested; a retried job counts its last attempt)")
+            title = (
+                "Cost per rule family, measured (Snakemake benchmark records; GPU-hours = wall time x GPUs "
+                "requested; a retried job counts its last attempt)"
+            )
         else:
             from workflow_scripts.workflow import config_layers
 
             config = config_layers.load([args.configfile])
-            expected = {rule: float(res["expected_runtime"]) for rule, res in config.get("resources", {}).items()
-                        if isinstance(res, dict) and res.get("expected_runtime")}
+            expected = {
+                rule: float(res["expected_runtime"])
+                for rule, res in config.get("resources", {}).items()
+                if isinstance(res, dict) and res.get("expected_runtime")
+            }
             table = plan_table(dry_run_jobs(args.configfile, Path.cwd()), expected)
-            title = (f"Planned GPU cost of {args.configfile} (rules that request a GPU): GPU-hours at the config's "
-                     "expected_runtime where it gives one (an estimate), else at the time limit (an upper bound)")
+            title = (
+                f"Planned GPU cost of {args.configfile} (rules that request a GPU): GPU-hours at the config's "
+                "expected_runtime where it gives one (an estimate), else at the time limit (an upper bound)"
+            )
     except InputError as err:
         raise SystemExit(f"error: {err}") from None
     _write(table, args.md, args.csv, title)

@@ -11,15 +11,26 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.common import REPO_ROOT, is_url, repo_path
-from workflow_scripts.data.tasks import (CONTROLS, MLM, PROVIDED_TRANSLATIONS, TASKS,
-                                         TRANSLATABLE_FORMATS, get_task)
+from workflow_scripts.data.tasks import CONTROLS, MLM, PROVIDED_TRANSLATIONS, TASKS, TRANSLATABLE_FORMATS, get_task
 from workflow_scripts.formats import get_format
 from workflow_scripts.workflow import backbone_grid, benchmark, memory_plan, paths, slurm, transfer
 from workflow_scripts.workflow.transfer import data_path, translate_test_path, translated_path
 
-PHASE_KEYS = ("learning_rate", "warmup_ratio", "weight_decay", "max_grad_norm", "dropout", "eval_every",
-              "patience", "dev_examples", "eval_batch_size", "max_micro_batch", "multitask_cap",
-              "multitask_epochs", "max_steps")
+PHASE_KEYS = (
+    "learning_rate",
+    "warmup_ratio",
+    "weight_decay",
+    "max_grad_norm",
+    "dropout",
+    "eval_every",
+    "patience",
+    "dev_examples",
+    "eval_batch_size",
+    "max_micro_batch",
+    "multitask_cap",
+    "multitask_epochs",
+    "max_steps",
+)
 # The languages of the embedded demo data (demo/hub, demo/parallel): demo/make_demo_data.py
 # writes synthetic rows in them for every multilingual task (XCOPA and Mewsli-X too).
 DEMO_LANGUAGES = ("en", "de", "ru", "sw")
@@ -52,8 +63,9 @@ def check_config(config: dict[str, Any]) -> None:
     tasks_cfg = config["tasks"]
     # Checked here, not by a schema enum: a benchmark is declared in one place (benchmark.py).
     if config.get("benchmark", benchmark.DEFAULT) not in benchmark.BENCHMARKS:
-        raise ConfigError(f"config key benchmark: unknown benchmark {config['benchmark']!r}; "
-                          f"known: {', '.join(benchmark.BENCHMARKS)}")
+        raise ConfigError(
+            f"config key benchmark: unknown benchmark {config['benchmark']!r}; known: {', '.join(benchmark.BENCHMARKS)}"
+        )
 
     def need_task(name: str, key: str) -> None:
         if name not in TASKS:
@@ -66,9 +78,11 @@ def check_config(config: dict[str, Any]) -> None:
             raise ConfigError(f"config key tasks.{key}: unknown task; known tasks: {', '.join(TASKS)}")
         for option, release in local_releases(tasks_cfg[key]).items():
             if not release.exists():
-                raise ConfigError(f"config key tasks.{key}.options.{option}: {_release_option(tasks_cfg[key], option)!r} "
-                                  "is neither a URL nor "
-                                  "an existing archive or directory")
+                raise ConfigError(
+                    f"config key tasks.{key}.options.{option}: {_release_option(tasks_cfg[key], option)!r} "
+                    "is neither a URL nor "
+                    "an existing archive or directory"
+                )
     if config["models"]["source"] == "demo":
         _check_demo_pretraining(config)
     check_languages(config)
@@ -86,7 +100,9 @@ def check_config(config: dict[str, Any]) -> None:
         if not inter["tasks"] and not inter.get("mlm"):
             baselines.append(name)
             if "language" in inter or "learning_rate" in inter:
-                raise ConfigError(f"config key intermediate.{name}: the baseline (no tasks) takes no language or learning_rate")
+                raise ConfigError(
+                    f"config key intermediate.{name}: the baseline (no tasks) takes no language or learning_rate"
+                )
         lang = inter.get("language")
         if lang and lang != "en":
             for task in inter["tasks"]:
@@ -94,26 +110,34 @@ def check_config(config: dict[str, Any]) -> None:
                     provided = PROVIDED_TRANSLATIONS[task]
                     need_task(provided, f"intermediate.{name}.language (translated {task} is read from {provided!r})")
                     if lang not in tasks_cfg[provided].get("languages", []):
-                        raise ConfigError(f"config key tasks.{provided}.languages: lacks {lang!r} "
-                                          f"needed by intermediate.{name}")
+                        raise ConfigError(
+                            f"config key tasks.{provided}.languages: lacks {lang!r} needed by intermediate.{name}"
+                        )
                     continue
                 if lang not in config["models"].get("translators", {}):
-                    raise ConfigError(f"config key intermediate.{name}.language: no translator for {lang!r} "
-                                      "under models.translators")
+                    raise ConfigError(
+                        f"config key intermediate.{name}.language: no translator for {lang!r} under models.translators"
+                    )
                 if get_task(task).visual:
-                    raise ConfigError(f"config key intermediate.{name}.language: image task {task!r} trains in "
-                                      "English only (its hypotheses are not machine-translated yet)")
+                    raise ConfigError(
+                        f"config key intermediate.{name}.language: image task {task!r} trains in "
+                        "English only (its hypotheses are not machine-translated yet)"
+                    )
                 if get_task(task).format not in TRANSLATABLE_FORMATS:
-                    raise ConfigError(f"config key intermediate.{name}.language: task {task!r} "
-                                      f"({get_task(task).format}) cannot be machine-translated")
+                    raise ConfigError(
+                        f"config key intermediate.{name}.language: task {task!r} "
+                        f"({get_task(task).format}) cannot be machine-translated"
+                    )
     for task in visual_tasks(config):
         image_dir(config, task)  # raises when the images have no known place
     bench = benchmark.of_config(config)
     for i, target in enumerate(config["targets"]):
         key = f"targets[{i}]"
         if target in TASKS and get_task(target).is_target and target not in bench.targets:
-            raise ConfigError(f"config key {key}: {target!r} is not a {bench.title} target (benchmark: {bench.name}; "
-                              f"its targets: {', '.join(bench.targets)})")
+            raise ConfigError(
+                f"config key {key}: {target!r} is not a {bench.title} target (benchmark: {bench.name}; "
+                f"its targets: {', '.join(bench.targets)})"
+            )
         need_task(target, key)
         task = get_task(target)
         if not task.is_target:
@@ -121,15 +145,19 @@ def check_config(config: dict[str, Any]) -> None:
         if task.is_retrieval:
             source = retrieval_encoder_source(config, target)
             if source != "intermediate" and (source not in config["targets"] or get_task(source).is_retrieval):
-                raise ConfigError(f"config key retrieval.encoders.{target}: {target} embeds with the model of target "
-                                  f"{source!r} ({bench.title}'s protocol), which is not a trained target of the grid: "
-                                  f"add it to targets or set retrieval.encoders.{target}: intermediate")
+                raise ConfigError(
+                    f"config key retrieval.encoders.{target}: {target} embeds with the model of target "
+                    f"{source!r} ({bench.title}'s protocol), which is not a trained target of the grid: "
+                    f"add it to targets or set retrieval.encoders.{target}: intermediate"
+                )
         for j, stage in enumerate(target_stages(config, target)):
             stage_key = f"tasks.{target}.stages[{j}]"
             need_task(stage, stage_key)
             if get_task(stage).is_target or get_task(stage).format != task.format:
-                raise ConfigError(f"config key {stage_key}: a stage must be a {task.format} task that is not a "
-                                  f"target (its head carries over to {target}), got {stage!r}")
+                raise ConfigError(
+                    f"config key {stage_key}: a stage must be a {task.format} task that is not a "
+                    f"target (its head carries over to {target}), got {stage!r}"
+                )
         if "languages" not in tasks_cfg[target]:
             raise ConfigError(f"config key tasks.{target}.languages: a target needs its evaluation languages")
         for dep in {task.train_from, task.select_from} - {None, target}:
@@ -137,12 +165,14 @@ def check_config(config: dict[str, Any]) -> None:
     for task, langs in config.get("translation", {}).get("datasets", {}).items():
         need_task(task, f"translation.datasets.{task}")
         if get_task(task).format not in TRANSLATABLE_FORMATS:
-            raise ConfigError(f"config key translation.datasets.{task}: {get_task(task).format} data cannot be "
-                              "machine-translated")
+            raise ConfigError(
+                f"config key translation.datasets.{task}: {get_task(task).format} data cannot be machine-translated"
+            )
         for lang in langs:
             if lang not in config["models"].get("translators", {}):
-                raise ConfigError(f"config key translation.datasets.{task}: no translator for {lang!r} "
-                                  "under models.translators")
+                raise ConfigError(
+                    f"config key translation.datasets.{task}: no translator for {lang!r} under models.translators"
+                )
     baseline = config.get("tables", {}).get("baseline", "none")
     if baseline not in config["intermediate"]:
         raise ConfigError(f"config key tables.baseline: {baseline!r} is not an intermediate config")
@@ -167,8 +197,10 @@ def check_config(config: dict[str, Any]) -> None:
 def _check_demo_pretraining(config: dict[str, Any]) -> None:
     declared = config["models"].get("demo_pretraining")
     if not declared:
-        raise ConfigError("config key models.demo_pretraining: models.source demo needs the text and languages its"
-                          " models are pre-trained on (e.g. {text: {mnli: [train]}, languages: [de]})")
+        raise ConfigError(
+            "config key models.demo_pretraining: models.source demo needs the text and languages its"
+            " models are pre-trained on (e.g. {text: {mnli: [train]}, languages: [de]})"
+        )
     for task, splits in declared["text"].items():
         key = f"models.demo_pretraining.text.{task}"
         if task not in TASKS:
@@ -177,13 +209,17 @@ def _check_demo_pretraining(config: dict[str, Any]) -> None:
             raise ConfigError(f"config key {key}: task {task!r} has no entry under 'tasks' (its data source)")
         unknown = [s for s in splits if s not in TASKS[task].splits]
         if unknown:
-            raise ConfigError(f"config key {key}: {task} has no split {', '.join(map(repr, unknown))};"
-                              f" its splits: {', '.join(TASKS[task].splits)}")
+            raise ConfigError(
+                f"config key {key}: {task} has no split {', '.join(map(repr, unknown))};"
+                f" its splits: {', '.join(TASKS[task].splits)}"
+            )
     corpora = repo_path(config["models"]["demo_corpora"])
     for lang in declared["languages"]:
         if not (corpora / f"en-{lang}.jsonl").is_file():
-            raise ConfigError(f"config key models.demo_pretraining.languages: no parallel corpus for {lang!r}"
-                              f" ({corpora / f'en-{lang}.jsonl'} does not exist)")
+            raise ConfigError(
+                f"config key models.demo_pretraining.languages: no parallel corpus for {lang!r}"
+                f" ({corpora / f'en-{lang}.jsonl'} does not exist)"
+            )
 
 
 def target_languages(target: str) -> tuple[str, ...]:
@@ -196,8 +232,9 @@ def target_languages(target: str) -> tuple[str, ...]:
 
 # Every language of the benchmarks' targets: those the translators, the translated
 # intermediate configs and the source-language settings may name.
-LANGUAGES = tuple(sorted({lang for b in benchmark.BENCHMARKS.values() for langs in b.languages.values()
-                          for lang in langs}))
+LANGUAGES = tuple(
+    sorted({lang for b in benchmark.BENCHMARKS.values() for langs in b.languages.values() for lang in langs})
+)
 
 
 def task_languages(config: dict[str, Any], task: str) -> tuple[str, ...]:
@@ -223,6 +260,7 @@ def task_languages(config: dict[str, Any], task: str) -> tuple[str, ...]:
 def check_languages(config: dict[str, Any]) -> None:
     """Every language code the config names is one its data (or a translator) can have: a
     misspelt one stops here, naming the key, instead of failing a job later."""
+
     def check(key: str, lang: str, known: tuple[str, ...], of: str = "") -> None:
         if lang not in known:
             raise ConfigError(f"config key {key}: unknown language {lang!r}{of}; known: {', '.join(known)}")
@@ -255,15 +293,20 @@ def _release_options(task_cfg: dict[str, Any]) -> dict[str, str | None]:
     (``ud_release_extra.release``), XQuAD-R (``xquad_r_path``)."""
     options = task_cfg.get("options", {})
     extra = options.get("ud_release_extra")
-    return {"ud_release": options.get("ud_release"),
-            "ud_release_extra.release": extra.get("release") if isinstance(extra, dict) else None,
-            "xquad_r_path": options.get("xquad_r_path")}
+    return {
+        "ud_release": options.get("ud_release"),
+        "ud_release_extra.release": extra.get("release") if isinstance(extra, dict) else None,
+        "xquad_r_path": options.get("xquad_r_path"),
+    }
 
 
 def local_releases(task_cfg: dict[str, Any]) -> dict[str, Path]:
     """The local paths of a task's releases by option; URLs are not local."""
-    return {key: REPO_ROOT / release for key, release in _release_options(task_cfg).items()  # absolute stays absolute
-            if release and not is_url(release)}
+    return {
+        key: REPO_ROOT / release
+        for key, release in _release_options(task_cfg).items()  # absolute stays absolute
+        if release and not is_url(release)
+    }
 
 
 def reads_hub_data(task_cfg: dict[str, Any]) -> bool:
@@ -303,12 +346,13 @@ def stage_model(backbone: str, name: str, target: str, stage: str, seed: int | s
     return f"{paths.results()}/target/{backbone}/{name}/{target}/stages/{stage}/seed{seed}/model"
 
 
-def target_start(config: dict[str, Any], backbone: str, name: str, target: str, seed: int | str,
-                 before: str | None = None) -> str:
+def target_start(
+    config: dict[str, Any], backbone: str, name: str, target: str, seed: int | str, before: str | None = None
+) -> str:
     """The model a target's training (or, with ``before``, that stage's) starts from: the
     previous stage's, else the backbone the intermediate phase left."""
     stages = target_stages(config, target)
-    earlier = stages[:stages.index(before)] if before is not None else stages
+    earlier = stages[: stages.index(before)] if before is not None else stages
     if earlier:
         return stage_model(backbone, name, target, earlier[-1], seed)
     return intermediate_encoder(config, backbone, name, seed)
@@ -320,7 +364,7 @@ def stage_data(config: dict[str, Any], stage: str) -> dict[str, dict[str, str]]:
 
 
 def retrieval_encoder_source(config: dict[str, Any], target: str) -> str:
-    """"intermediate", or the trained target whose encoder a retrieval target embeds with."""
+    """ "intermediate", or the trained target whose encoder a retrieval target embeds with."""
     configured = config.get("retrieval", {}).get("encoders", {})
     return configured.get(target, benchmark.of_config(config).retrieval_encoders.get(target, "intermediate"))
 
@@ -381,8 +425,10 @@ def image_dir(config: dict[str, Any], task: str) -> str:
         return task_cfg["images"]
     if config["data"]["source"] == "local":
         return f"{config['data']['local_root'].rstrip('/')}/{task_cfg['hub']['path']}/images"
-    raise ConfigError(f"config key tasks.{task}.images: the directory of {task}'s images is needed with data "
-                      "from the Hub (SNLI-VE: Flickr30k's flickr30k-images, distributed on request)")
+    raise ConfigError(
+        f"config key tasks.{task}.images: the directory of {task}'s images is needed with data "
+        "from the Hub (SNLI-VE: Flickr30k's flickr30k-images, distributed on request)"
+    )
 
 
 def vision_settings(config: dict[str, Any]) -> dict[str, Any]:
@@ -390,8 +436,11 @@ def vision_settings(config: dict[str, Any]) -> dict[str, Any]:
     vision = config.get("vision", {})
     if config["models"]["source"] == "demo":
         return {"source": "demo", "demo": vision.get("demo", {}), "seed": vision.get("demo", {}).get("seed", 0)}
-    return {"source": "hub", "hub_id": vision.get("hub_id", "openai/clip-vit-base-patch32"),
-            "revision": vision.get("revision", "main")}
+    return {
+        "source": "hub",
+        "hub_id": vision.get("hub_id", "openai/clip-vit-base-patch32"),
+        "revision": vision.get("revision", "main"),
+    }
 
 
 def target_data(config: dict[str, Any], target: str, recipe: str) -> dict[str, dict[str, list[dict[str, Any]]]]:
@@ -405,8 +454,9 @@ def target_data_files(config: dict[str, Any], target: str, recipe: str) -> list[
     return sorted({r.path for r in found.train + found.dev})
 
 
-def evaluation(config: dict[str, Any], backbone: str, setting_token: str, name: str, target: str, seed: int | str
-               ) -> dict[str, Any]:
+def evaluation(
+    config: dict[str, Any], backbone: str, setting_token: str, name: str, target: str, seed: int | str
+) -> dict[str, Any]:
     """One metric file's inputs: the model scoring each language and the data of each split."""
     plan = backbone_grid.find_plan(config, backbone, setting_token, target)
     if get_task(target).is_retrieval:  # the intermediate phase's encoder, or a trained target's (XTREME-R's Tatoeba)
@@ -453,8 +503,13 @@ def translation_jobs(config: dict[str, Any]) -> list[tuple[str, str, str]]:
     """(task, language, split) of every machine translation out of English: the data the
     translated configs train and select on, the extra datasets of `translation.datasets`,
     and what the transfer settings train and select on."""
-    pairs = {(task, inter["language"]) for inter in config["intermediate"].values()
-             if inter.get("language", "en") != "en" for task in inter["tasks"] if task not in PROVIDED_TRANSLATIONS}
+    pairs = {
+        (task, inter["language"])
+        for inter in config["intermediate"].values()
+        if inter.get("language", "en") != "en"
+        for task in inter["tasks"]
+        if task not in PROVIDED_TRANSLATIONS
+    }
     pairs |= {(task, lang) for task, langs in config["translation"].get("datasets", {}).items() for lang in langs}
     jobs = {(task, lang, split) for task, lang in pairs for split in ("train", "dev")}
     jobs |= set(transfer.pipeline_translations(config))
@@ -462,10 +517,14 @@ def translation_jobs(config: dict[str, Any]) -> list[tuple[str, str, str]]:
 
 
 def translation_stats_files(config: dict[str, Any]) -> list[str]:
-    files = [translated_path(task, lang, split).replace(".parquet", ".stats.json")
-             for task, lang, split in translation_jobs(config)]
-    files += [translate_test_path(task, lang).replace(".parquet", ".stats.json")
-              for task, lang in transfer.test_translations(config)]
+    files = [
+        translated_path(task, lang, split).replace(".parquet", ".stats.json")
+        for task, lang, split in translation_jobs(config)
+    ]
+    files += [
+        translate_test_path(task, lang).replace(".parquet", ".stats.json")
+        for task, lang in transfer.test_translations(config)
+    ]
     return files
 
 
@@ -475,8 +534,9 @@ def translated_intermediate_models(config: dict[str, Any]) -> list[str]:
     the translated config)."""
     found = []
     for name, info in translated_counterparts(config).items():
-        backbone = next((b for b in backbone_grid.names(config)
-                         if name in backbone_grid.grid_of(config, b)["intermediate"]), None)
+        backbone = next(
+            (b for b in backbone_grid.names(config) if name in backbone_grid.grid_of(config, b)["intermediate"]), None
+        )
         if backbone is None:
             continue
         part = backbone_grid.grid_of(config, backbone)
@@ -502,8 +562,12 @@ def quality_file(lang: str, into: str | None = None) -> str:
 
 def metric_files(config: dict[str, Any], backbone: str) -> list[str]:
     """Every run's metric file of a backbone: (setting, intermediate config, target, seed)."""
-    return [metric_file(backbone, plan.setting, name, plan.target, seed) for plan in backbone_grid.plans(config, backbone)
-            for name in plan.intermediate for seed in plan.seeds]
+    return [
+        metric_file(backbone, plan.setting, name, plan.target, seed)
+        for plan in backbone_grid.plans(config, backbone)
+        for name in plan.intermediate
+        for seed in plan.seeds
+    ]
 
 
 def all_metric_files(config: dict[str, Any]) -> list[str]:
@@ -511,13 +575,19 @@ def all_metric_files(config: dict[str, Any]) -> list[str]:
 
 
 def submission_predictions(config: dict[str, Any], backbone: str) -> dict[str, str]:
-    """"<config>/<target>/seed<N>" -> prediction folder, for every run of the baseline setting
+    """ "<config>/<target>/seed<N>" -> prediction folder, for every run of the baseline setting
     (the best models of the main table are chosen among them)."""
     baseline = transfer.baseline_setting(config)
-    return {f"{name}/{plan.target}/seed{seed}": metric_file(backbone, plan.setting, name, plan.target, seed)
-            .removesuffix(".json") + ".predictions"
-            for plan in backbone_grid.plans(config, backbone) if plan.setting == baseline
-            for name in plan.intermediate for seed in plan.seeds}
+    return {
+        f"{name}/{plan.target}/seed{seed}": metric_file(backbone, plan.setting, name, plan.target, seed).removesuffix(
+            ".json"
+        )
+        + ".predictions"
+        for plan in backbone_grid.plans(config, backbone)
+        if plan.setting == baseline
+        for name in plan.intermediate
+        for seed in plan.seeds
+    }
 
 
 # ----- settings ---------------------------------------------------------------------------
@@ -539,8 +609,12 @@ def data_settings(config: dict[str, Any], task: str, split: str) -> dict[str, An
         # changing a setting then never rewrites the data the zero-shot runs train on.
         missing = get_task(task).train_missing
         languages = ["en"] + [l for l in languages if l != "en" and l not in missing]
-    settings = {"source": config["data"]["source"], "hub": cfg["hub"], "options": cfg.get("options", {}),
-                "languages": languages}
+    settings = {
+        "source": config["data"]["source"],
+        "hub": cfg["hub"],
+        "options": cfg.get("options", {}),
+        "languages": languages,
+    }
     if settings["source"] == "local":
         settings["local_root"] = config["data"]["local_root"]
     return settings
@@ -603,7 +677,7 @@ def target_settings(config: dict[str, Any], backbone: str, target: str, stage: s
     if "learning_rate" in config["tasks"][trained]:
         settings["learning_rate"] = config["tasks"][trained]["learning_rate"]
     stages = target_stages(config, target)
-    earlier = stages[:stages.index(stage)] if stage is not None else stages
+    earlier = stages[: stages.index(stage)] if stage is not None else stages
     if earlier:
         settings["continue_head"] = {"from": earlier[-1], "to": trained}
     return settings
@@ -613,17 +687,25 @@ def stage_settings(config: dict[str, Any], backbone: str, target: str, stage: st
     return target_settings(config, backbone, target, stage)
 
 
-def eval_settings(config: dict[str, Any], backbone: str, target: str, setting_token: str | None = None
-                  ) -> dict[str, Any]:
+def eval_settings(
+    config: dict[str, Any], backbone: str, target: str, setting_token: str | None = None
+) -> dict[str, Any]:
     """How one (setting, target) is scored; its models and data files are the rule's inputs."""
     cfg = config["tasks"][target]
-    settings: dict[str, Any] = {"languages": cfg["languages"], "max_length": cfg["max_length"],
-                                "eval_batch_size": config["training"]["target"]["eval_batch_size"]}
+    settings: dict[str, Any] = {
+        "languages": cfg["languages"],
+        "max_length": cfg["max_length"],
+        "eval_batch_size": config["training"]["target"]["eval_batch_size"],
+    }
     settings.update({k: cfg[k] for k in get_format(get_task(target).format).options})
     if get_task(target).is_retrieval:
         ret = backbone_grid.retrieval_settings(config, backbone)
-        settings["retrieval"] = {"layer": ret["layer"], "pooling": ret["pooling"], "index": ret["index"],
-                                 "encoder": retrieval_encoder_source(config, target)}
+        settings["retrieval"] = {
+            "layer": ret["layer"],
+            "pooling": ret["pooling"],
+            "index": ret["index"],
+            "encoder": retrieval_encoder_source(config, target),
+        }
         if ret["index"] != "exact":
             settings["retrieval"]["nprobe"] = ret["nprobe"]
         if get_task(target).format == "mining":
@@ -640,22 +722,30 @@ def table_settings(config: dict[str, Any], backbone: str) -> dict[str, Any]:
     contaminated targets are footnoted: not zero-shot)."""
     part = backbone_grid.grid_of(config, backbone)
     translated = {n: info for n, info in translated_counterparts(config).items() if n in part["intermediate"]}
-    return {**config["tables"], "targets": part["targets"], "intermediate": part["intermediate"],
-            "seeds": part["seeds"], "translated": translated, "settings": part["settings"],
-            "baseline_setting": transfer.baseline_setting(config),
-            "target_languages": {t: config["tasks"][t]["languages"] for t in config["targets"]},
-            "backbone": backbone_grid.describe(config, backbone),
-            # The benchmark whose categories and overall score the tables report (benchmark.py).
-            "benchmark": benchmark.of_config(config).describe(),
-            # Figures and LaTeX files are written for every target and setting of the config
-            # (the rules' outputs are the same for each backbone); those a backbone does not
-            # run say so.
-            "output_targets": list(config["targets"]), "output_settings": list(transfer.configured(config))}
+    return {
+        **config["tables"],
+        "targets": part["targets"],
+        "intermediate": part["intermediate"],
+        "seeds": part["seeds"],
+        "translated": translated,
+        "settings": part["settings"],
+        "baseline_setting": transfer.baseline_setting(config),
+        "target_languages": {t: config["tasks"][t]["languages"] for t in config["targets"]},
+        "backbone": backbone_grid.describe(config, backbone),
+        # The benchmark whose categories and overall score the tables report (benchmark.py).
+        "benchmark": benchmark.of_config(config).describe(),
+        # Figures and LaTeX files are written for every target and setting of the config
+        # (the rules' outputs are the same for each backbone); those a backbone does not
+        # run say so.
+        "output_targets": list(config["targets"]),
+        "output_settings": list(transfer.configured(config)),
+    }
 
 
 def arm_pairs(intermediate: dict[str, dict[str, Any]]) -> list[dict[str, str]]:
     """(visual config, control config, the image task, its control) for every pair of configs
     that differ by one image task replaced by one of its controls."""
+
     def key(spec: dict[str, Any], tasks) -> tuple:
         return (tuple(sorted(tasks)), bool(spec.get("mlm")), spec.get("language", "en"))
 
@@ -676,16 +766,24 @@ def modality_settings(config: dict[str, Any], backbone: str) -> dict[str, Any]:
     that differ only by an image task and one of its text-only controls."""
     part = backbone_grid.grid_of(config, backbone)
     chosen = {n: config["intermediate"][n] for n in part["intermediate"]}
-    return {"targets": part["targets"], "seeds": part["seeds"], "decimals": config["tables"].get("decimals", 1),
-            "pairs": arm_pairs(chosen)}
+    return {
+        "targets": part["targets"],
+        "seeds": part["seeds"],
+        "decimals": config["tables"].get("decimals", 1),
+        "pairs": arm_pairs(chosen),
+    }
 
 
 def comparison_settings(config: dict[str, Any]) -> dict[str, Any]:
     """What the cross-backbone table and figure show."""
-    return {"decimals": config["tables"]["decimals"], "baseline": config["tables"].get("baseline", "none"),
-            "baseline_setting": transfer.baseline_setting(config), "targets": config["targets"],
-            "intermediate": list(config["intermediate"]),
-            "backbones": {b: backbone_grid.describe(config, b) for b in backbone_grid.names(config)}}
+    return {
+        "decimals": config["tables"]["decimals"],
+        "baseline": config["tables"].get("baseline", "none"),
+        "baseline_setting": transfer.baseline_setting(config),
+        "targets": config["targets"],
+        "intermediate": list(config["intermediate"]),
+        "backbones": {b: backbone_grid.describe(config, b) for b in backbone_grid.names(config)},
+    }
 
 
 def translated_counterparts(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -696,15 +794,22 @@ def translated_counterparts(config: dict[str, Any]) -> dict[str, dict[str, Any]]
     for name, inter in inters.items():
         if inter.get("language", "en") == "en":
             continue
-        english = next((n for n, i in inters.items() if i.get("language", "en") == "en"
-                        and sorted(i["tasks"]) == sorted(inter["tasks"]) and i.get("mlm") == inter.get("mlm")), None)
+        english = next(
+            (
+                n
+                for n, i in inters.items()
+                if i.get("language", "en") == "en"
+                and sorted(i["tasks"]) == sorted(inter["tasks"])
+                and i.get("mlm") == inter.get("mlm")
+            ),
+            None,
+        )
         out[name] = {"language": inter["language"], "english": english}
     return out
 
 
 def resources(config: dict[str, Any], rule: str) -> dict[str, Any]:
-    res = {"threads": 1, "mem_mb": 4000, "runtime": 60, "gpu": 0, "checkpoint_every": 1000,
-           "keep_checkpoints": 0}
+    res = {"threads": 1, "mem_mb": 4000, "runtime": 60, "gpu": 0, "checkpoint_every": 1000, "keep_checkpoints": 0}
     res.update(config.get("resources", {}).get("default", {}))
     res.update(config.get("resources", {}).get(rule, {}))
     return res
@@ -712,4 +817,3 @@ def resources(config: dict[str, Any], rule: str) -> dict[str, Any]:
 
 def uses_mlm(config: dict[str, Any]) -> bool:
     return any(inter.get("mlm") for inter in config["intermediate"].values())
-

@@ -28,8 +28,9 @@ def read_tasks(config: dict[str, Any]) -> list[str]:
     data = transfer.data_path("{task}", "").split("{task}")[0]
     for plan in transfer.plans(config):
         for recipe in plan.models.values():
-            found |= {ref.path[len(data):].split("/")[0] for ref in (*recipe.train, *recipe.dev)
-                      if ref.path.startswith(data)}
+            found |= {
+                ref.path[len(data) :].split("/")[0] for ref in (*recipe.train, *recipe.dev) if ref.path.startswith(data)
+            }
     if grid.uses_mlm(config):
         found.add("mlm")
     if config["models"]["source"] == "demo":
@@ -50,13 +51,20 @@ def dataset_repos(config: dict[str, Any]) -> list[HubRepo]:
     for task in read_tasks(config):
         cfg = config["tasks"][task]
         if release_set(config, task) is None:
-            repos.append(HubRepo("dataset", cfg["hub"]["path"], cfg["hub"].get("revision", "main"), f"tasks.{task}.hub"))
+            repos.append(
+                HubRepo("dataset", cfg["hub"]["path"], cfg["hub"].get("revision", "main"), f"tasks.{task}.hub")
+            )
         options = cfg.get("options") or {}
         for source in get_task(task).hub_sources:
             if source.is_read(list(cfg.get("languages", ["en"])), options):
-                repos.append(HubRepo("dataset", str(options.get(f"{source.name}_path", source.path)),
-                                     str(options.get(f"{source.name}_revision", "main")),
-                                     f"tasks.{task}.options.{source.name}_path"))
+                repos.append(
+                    HubRepo(
+                        "dataset",
+                        str(options.get(f"{source.name}_path", source.path)),
+                        str(options.get(f"{source.name}_revision", "main")),
+                        f"tasks.{task}.options.{source.name}_path",
+                    )
+                )
     return repos
 
 
@@ -94,4 +102,5 @@ def check_releases(config: dict[str, Any]) -> None:
             raise HubSourceError(
                 f"config key tasks.{task}.options.{entry.release_options[0]}: {task} is read from its original "
                 f"release with data.source hub (the Hub holds no faithful copy); set it to the release "
-                f"(a URL or a local folder)")
+                f"(a URL or a local folder)"
+            )

@@ -35,17 +35,28 @@ def rule_layout(repo: Path = REPO_ROOT) -> list[dict]:
     from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings, StorageSettings
 
     with SnakemakeApi(OutputSettings()) as api:
-        workflow = api.workflow(resource_settings=ResourceSettings(), config_settings=ConfigSettings(),
-                                storage_settings=StorageSettings(), snakefile=repo / "Snakefile", workdir=repo)._workflow
+        workflow = api.workflow(
+            resource_settings=ResourceSettings(),
+            config_settings=ConfigSettings(),
+            storage_settings=StorageSettings(),
+            snakefile=repo / "Snakefile",
+            workdir=repo,
+        )._workflow
         experiment = paths.experiment()
         found = []
         for rule in workflow.rules:
             if rule.name == "all":
                 continue
             outputs = list(dict.fromkeys(_pattern(o, experiment) for o in rule.output))
-            found.append({"rule": rule.name, "doc": " ".join((rule.docstring or "").split()), "outputs": outputs,
-                          "log": [_pattern(x, experiment) for x in rule.log],
-                          "benchmark": _pattern(rule.benchmark, experiment) if rule.benchmark else None})
+            found.append(
+                {
+                    "rule": rule.name,
+                    "doc": " ".join((rule.docstring or "").split()),
+                    "outputs": outputs,
+                    "log": [_pattern(x, experiment) for x in rule.log],
+                    "benchmark": _pattern(rule.benchmark, experiment) if rule.benchmark else None,
+                }
+            )
     return found
 
 

@@ -63,8 +63,11 @@ def fresh(log: str | os.PathLike[str], keep: int = KEEP) -> Path:
     try:
         os.link(log, latest)
     except OSError as err:
-        print(f"warning: {log}: no hard link {latest.name} ({err.strerror}); the next attempt "
-              "keeps this log only if Snakemake leaves it in place", file=sys.stderr)
+        print(
+            f"warning: {log}: no hard link {latest.name} ({err.strerror}); the next attempt "
+            "keeps this log only if Snakemake leaves it in place",
+            file=sys.stderr,
+        )
     return log
 
 

@@ -68,13 +68,32 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from workflow_scripts.data.tasks import (CLASSIFICATION, MLM, MULTIPLE_CHOICE, RANKING, SPAN, TAGGING, TASKS,
-                                         VISUAL_ANSWER, VISUAL_CLASSIFICATION, VISUAL_FORMATS)
+from workflow_scripts.data.tasks import (
+    CLASSIFICATION,
+    MLM,
+    MULTIPLE_CHOICE,
+    RANKING,
+    SPAN,
+    TAGGING,
+    TASKS,
+    VISUAL_ANSWER,
+    VISUAL_CLASSIFICATION,
+    VISUAL_FORMATS,
+)
 from workflow_scripts.formats import head_kind
 from workflow_scripts.models.backbones import get_family
-from workflow_scripts.workflow.schema import (DEFAULT_ACTIVATION_CHECKPOINTING, DEFAULT_METHOD, DEFAULT_PRECISION,
-                                              FAMILIES, LORA_DEFAULTS, LORA_KEYS, METHODS, PRECISIONS, default,
-                                              lora_settings)
+from workflow_scripts.workflow.schema import (
+    DEFAULT_ACTIVATION_CHECKPOINTING,
+    DEFAULT_METHOD,
+    DEFAULT_PRECISION,
+    FAMILIES,
+    LORA_DEFAULTS,
+    LORA_KEYS,
+    METHODS,
+    PRECISIONS,
+    default,
+    lora_settings,
+)
 
 GB = 1e9
 PHASES = ("intermediate", "target")
@@ -119,17 +138,37 @@ FUSED_QKV = (4, 0)  # hidden -> 3 x hidden (BLOOM's query_key_value)
 MLP = (1, 1)  # hidden -> intermediate, or back
 MODULE_SHAPES: dict[str, tuple[int, int]] = {
     # encoder: XLM-R, mBERT, RemBERT; DeBERTa-v2/v3 names its q, k, v projections *_proj
-    "query": ATTENTION, "key": ATTENTION, "value": ATTENTION, "attention.output.dense": ATTENTION,
-    "query_proj": ATTENTION, "key_proj": ATTENTION, "value_proj": ATTENTION, "intermediate.dense": MLP,
+    "query": ATTENTION,
+    "key": ATTENTION,
+    "value": ATTENTION,
+    "attention.output.dense": ATTENTION,
+    "query_proj": ATTENTION,
+    "key_proj": ATTENTION,
+    "value_proj": ATTENTION,
+    "intermediate.dense": MLP,
     "output.dense": (3, 1),  # also a suffix of attention.output.dense: both layers of a block
     # seq2seq_encoder: mT5, mT0, Aya-101 (gated MLP wi_0, wi_1; T5 v1.0 wi)
-    "q": ATTENTION, "k": ATTENTION, "v": ATTENTION, "o": ATTENTION,
-    "wi": MLP, "wi_0": MLP, "wi_1": MLP, "wo": MLP,
+    "q": ATTENTION,
+    "k": ATTENTION,
+    "v": ATTENTION,
+    "o": ATTENTION,
+    "wi": MLP,
+    "wi_0": MLP,
+    "wi_1": MLP,
+    "wo": MLP,
     # decoder: Llama, Qwen, Gemma, Cohere (gated MLP; grouped-query k and v counted at full
     # width, on the safe side); BLOOM
-    "q_proj": ATTENTION, "k_proj": ATTENTION, "v_proj": ATTENTION, "o_proj": ATTENTION,
-    "gate_proj": MLP, "up_proj": MLP, "down_proj": MLP,
-    "query_key_value": FUSED_QKV, "self_attention.dense": ATTENTION, "dense_h_to_4h": MLP, "dense_4h_to_h": MLP,
+    "q_proj": ATTENTION,
+    "k_proj": ATTENTION,
+    "v_proj": ATTENTION,
+    "o_proj": ATTENTION,
+    "gate_proj": MLP,
+    "up_proj": MLP,
+    "down_proj": MLP,
+    "query_key_value": FUSED_QKV,
+    "self_attention.dense": ATTENTION,
+    "dense_h_to_4h": MLP,
+    "dense_4h_to_h": MLP,
 }
 # CCG's supertag set comes from the user's files; an upper guess for its tagging head.
 UNKNOWN_TAGSET = 1024
@@ -287,10 +326,13 @@ def _architecture(arch: Mapping[str, Any], where: str) -> Architecture:
             raise PlanError(f"config key {where}.{key}: missing (needed for the activation estimate)")
         return 0
 
-    return Architecture(hidden_size=get("hidden_size"), num_layers=get("num_layers"),
-                        num_attention_heads=get("num_attention_heads"),
-                        vocab_size=get("vocab_size", required=False),
-                        intermediate_size=get("intermediate_size", required=False))
+    return Architecture(
+        hidden_size=get("hidden_size"),
+        num_layers=get("num_layers"),
+        num_attention_heads=get("num_attention_heads"),
+        vocab_size=get("vocab_size", required=False),
+        intermediate_size=get("intermediate_size", required=False),
+    )
 
 
 def _target_modules(family: str, lora: Mapping[str, Any], where: str) -> tuple[str, ...]:
@@ -299,9 +341,11 @@ def _target_modules(family: str, lora: Mapping[str, Any], where: str) -> tuple[s
     configured = tuple(lora.get("target_modules") or ())
     for i, module in enumerate(configured):
         if module not in MODULE_SHAPES:
-            raise PlanError(f"config key {where}.lora.target_modules[{i}]: the memory planner cannot size LoRA "
-                            f"on {module!r}; it knows {', '.join(MODULE_SHAPES)} (or leave out {where}.parameters "
-                            "to skip the memory check)")
+            raise PlanError(
+                f"config key {where}.lora.target_modules[{i}]: the memory planner cannot size LoRA "
+                f"on {module!r}; it knows {', '.join(MODULE_SHAPES)} (or leave out {where}.parameters "
+                "to skip the memory check)"
+            )
     return configured or tuple(get_family(family).lora_targets(None))  # no model config: no model type
 
 
@@ -327,7 +371,9 @@ def parse_backbone(name: str, entry: Mapping[str, Any]) -> Backbone:
     lora = lora_settings(entry)
     count, memory = _gpus(entry, where)
     return Backbone(
-        name=name, family=family, method=method,
+        name=name,
+        family=family,
+        method=method,
         precision=_choice(entry, "precision", PRECISIONS, DEFAULT_PRECISION, where),
         parameters=_positive(entry["parameters"], f"{where}.parameters"),
         architecture=_architecture(entry["architecture"], f"{where}.architecture"),
@@ -335,7 +381,9 @@ def parse_backbone(name: str, entry: Mapping[str, Any]) -> Backbone:
         # full fine-tuning adapts nothing: its lora block is never read by training either
         target_modules=() if method == "full" else _target_modules(family, lora, where),
         activation_checkpointing=bool(entry.get("activation_checkpointing", DEFAULT_ACTIVATION_CHECKPOINTING)),
-        gpus=count, memory_gb=memory)
+        gpus=count,
+        memory_gb=memory,
+    )
 
 
 def _as_backbone(backbone: Backbone | Mapping[str, Any]) -> Backbone:
@@ -398,7 +446,7 @@ def task_head_parameters(task: str, arch: Architecture) -> float:
 
 def default_head_parameters(arch: Architecture) -> float:
     """One three-way classification head (NLI), the usual single-task job."""
-    return float(arch.hidden_size ** 2 + arch.hidden_size + 3 * (arch.hidden_size + 1))
+    return float(arch.hidden_size**2 + arch.hidden_size + 3 * (arch.hidden_size + 1))
 
 
 def trainable_parameters(bb: Backbone, heads: float) -> float:
@@ -425,8 +473,9 @@ def state_bytes(bb: Backbone, heads: float) -> TrainableBytes:
     """Weights, gradients and optimizer state of the whole model, before sharding."""
     per = TRAINABLE_BYTES[bb.precision]
     n = trainable_parameters(bb, heads)
-    return TrainableBytes(weights=frozen_base_bytes(bb) + n * per.weights,
-                          gradients=n * per.gradients, optimizer=n * per.optimizer)
+    return TrainableBytes(
+        weights=frozen_base_bytes(bb) + n * per.weights, gradients=n * per.gradients, optimizer=n * per.optimizer
+    )
 
 
 def buffer_bytes(bb: Backbone, gpus: int) -> float:
@@ -461,8 +510,14 @@ def activation_bytes(bb: Backbone, seq_len: int, micro_batch: int, with_mlm_logi
     return layers + logits
 
 
-def estimate(backbone: Backbone | Mapping[str, Any], seq_len: int, micro_batch: int, gpus: int,
-             with_mlm_logits: bool = False, head_parameters: float | None = None) -> MemoryEstimate:
+def estimate(
+    backbone: Backbone | Mapping[str, Any],
+    seq_len: int,
+    micro_batch: int,
+    gpus: int,
+    with_mlm_logits: bool = False,
+    head_parameters: float | None = None,
+) -> MemoryEstimate:
     """Bytes per device when the backbone trains on ``gpus`` devices (FSDP full shard when
     more than one). ``head_parameters`` defaults to one classification head."""
     bb = _as_backbone(backbone)
@@ -471,20 +526,30 @@ def estimate(backbone: Backbone | Mapping[str, Any], seq_len: int, micro_batch: 
     heads = default_head_parameters(bb.architecture) if head_parameters is None else head_parameters
     state = state_bytes(bb, heads)
     return MemoryEstimate(
-        gpus=gpus, trainable_parameters=trainable_parameters(bb, heads),
-        weights=state.weights / gpus, gradients=state.gradients / gpus, optimizer=state.optimizer / gpus,
+        gpus=gpus,
+        trainable_parameters=trainable_parameters(bb, heads),
+        weights=state.weights / gpus,
+        gradients=state.gradients / gpus,
+        optimizer=state.optimizer / gpus,
         buffers=buffer_bytes(bb, gpus),
         activations=activation_bytes(bb, seq_len, micro_batch, with_mlm_logits),
-        reserve=RESERVE_BYTES)
+        reserve=RESERVE_BYTES,
+    )
 
 
 def usable_bytes(memory_gb: float) -> float:
     return memory_gb * GB * USABLE_FRACTION
 
 
-def min_gpus(backbone: Backbone | Mapping[str, Any], seq_len: int, micro_batch: int, gpu_memory_gb: float,
-             with_mlm_logits: bool = False, head_parameters: float | None = None,
-             max_gpus: int = MAX_GPUS) -> int | None:
+def min_gpus(
+    backbone: Backbone | Mapping[str, Any],
+    seq_len: int,
+    micro_batch: int,
+    gpu_memory_gb: float,
+    with_mlm_logits: bool = False,
+    head_parameters: float | None = None,
+    max_gpus: int = MAX_GPUS,
+) -> int | None:
     """The smallest GPU count whose per-device estimate fits, or None when no count up to
     ``max_gpus`` does (what is not sharded, activations above all, exceeds a device). QLoRA
     runs on one GPU only: the engine shards bf16/fp32 rows (sharded_loading), not 4-bit blocks."""
@@ -548,8 +613,10 @@ def visual_tokens(config: Mapping[str, Any]) -> int:
     hub_id = vision.get("hub_id", default("vision", "hub_id"))
     found = re.search(r"patch(\d+)(?:-(\d+))?", hub_id)
     if not found:
-        raise PlanError(f"config key vision.visual_tokens: the number of tokens {hub_id} gives one image cannot be "
-                        "read from its Hub id (no patch size in it); set it")
+        raise PlanError(
+            f"config key vision.visual_tokens: the number of tokens {hub_id} gives one image cannot be "
+            "read from its Hub id (no patch size in it); set it"
+        )
     patch, size = int(found.group(1)), int(found.group(2) or DEFAULT_IMAGE_SIZE)
     return (size // patch) ** 2 + (0 if "siglip" in hub_id.lower() else 1)
 
@@ -576,10 +643,14 @@ def phase_shape(config: Mapping[str, Any], phase: str, seq_len: int | None = Non
         visual = 0
         if kind in (VISUAL_CLASSIFICATION, VISUAL_ANSWER):  # the images' tokens join the text
             visual = spec.images_per_example * visual_tokens(config)
-        workloads.append(Workload(
-            task=name, seq_len=(seq_len or int(entry.get("max_length", max_length))) + visual,
-            micro_batch=min(cap, int(entry.get("batch_size", batch_size))) * choices,
-            with_mlm_logits=kind == MLM))
+        workloads.append(
+            Workload(
+                task=name,
+                seq_len=(seq_len or int(entry.get("max_length", max_length))) + visual,
+                micro_batch=min(cap, int(entry.get("batch_size", batch_size))) * choices,
+                with_mlm_logits=kind == MLM,
+            )
+        )
     return PhaseShape(workloads=tuple(workloads), jobs=tuple(jobs))
 
 
@@ -603,15 +674,27 @@ def plan_phase(bb: Backbone, phase: str, shape: PhaseShape, gpu_memory_gb: float
     est = estimate(bb, peak.seq_len, peak.micro_batch, bb.gpus, peak.with_mlm_logits, heads)
     memory = gpu_memory_gb or bb.memory_gb
     return PhasePlan(
-        backbone=bb.name, phase=phase, method=bb.method, precision=bb.precision, parameters=bb.parameters,
-        task=peak.task, seq_len=peak.seq_len, micro_batch=peak.micro_batch,
-        with_mlm_logits=peak.with_mlm_logits, gpus_asked=bb.gpus, memory_gb=bb.memory_gb, estimate=est,
+        backbone=bb.name,
+        phase=phase,
+        method=bb.method,
+        precision=bb.precision,
+        parameters=bb.parameters,
+        task=peak.task,
+        seq_len=peak.seq_len,
+        micro_batch=peak.micro_batch,
+        with_mlm_logits=peak.with_mlm_logits,
+        gpus_asked=bb.gpus,
+        memory_gb=bb.memory_gb,
+        estimate=est,
         min_gpus=min_gpus(bb, peak.seq_len, peak.micro_batch, memory, peak.with_mlm_logits, heads),
-        min_gpus_memory_gb=memory, fits=est.total <= usable_bytes(bb.memory_gb))
+        min_gpus_memory_gb=memory,
+        fits=est.total <= usable_bytes(bb.memory_gb),
+    )
 
 
-def plan_config(config: Mapping[str, Any], gpu_memory_gb: float | None = None,
-                seq_len: int | None = None) -> list[PhasePlan]:
+def plan_config(
+    config: Mapping[str, Any], gpu_memory_gb: float | None = None, seq_len: int | None = None
+) -> list[PhasePlan]:
     """One plan per backbone and phase. ``gpu_memory_gb`` sets the GPUs the smallest count is
     sought on (default: each backbone's own ``gpus.memory_gb``); ``fits`` is always judged
     on the GPUs the backbone asks for."""
@@ -630,8 +713,16 @@ def plan_config(config: Mapping[str, Any], gpu_memory_gb: float | None = None,
         bb = parse_backbone(name, entry)
         for phase, shape in shapes.items():
             if shape is None:
-                plans.append(PhasePlan(backbone=name, phase=phase, method=bb.method, precision=bb.precision,
-                                       parameters=bb.parameters, skipped="no task trains in this phase"))
+                plans.append(
+                    PhasePlan(
+                        backbone=name,
+                        phase=phase,
+                        method=bb.method,
+                        precision=bb.precision,
+                        parameters=bb.parameters,
+                        skipped="no task trains in this phase",
+                    )
+                )
             else:
                 plans.append(plan_phase(bb, phase, shape, gpu_memory_gb))
     return plans
@@ -642,18 +733,22 @@ def misfit_message(plan: PhasePlan) -> str:
     est = plan.estimate
     assert est is not None
     key = f"backbones.{plan.backbone}.gpus"
-    needed = (f"{METHOD_NAMES[plan.method]} of {format_count(plan.parameters or 0)} parameters needs "
-              f"{est.total / GB:.1f} GB per GPU on {plan.gpus_asked} x {plan.memory_gb:g} GB "
-              f"({usable_bytes(plan.memory_gb) / GB:.1f} GB usable each) in the {plan.phase} phase "
-              f"(peak task {plan.task}: seq len {plan.seq_len}, {plan.micro_batch} sequences per micro-batch"
-              f"{', MLM logits' if plan.with_mlm_logits else ''})")
+    needed = (
+        f"{METHOD_NAMES[plan.method]} of {format_count(plan.parameters or 0)} parameters needs "
+        f"{est.total / GB:.1f} GB per GPU on {plan.gpus_asked} x {plan.memory_gb:g} GB "
+        f"({usable_bytes(plan.memory_gb) / GB:.1f} GB usable each) in the {plan.phase} phase "
+        f"(peak task {plan.task}: seq len {plan.seq_len}, {plan.micro_batch} sequences per micro-batch"
+        f"{', MLM logits' if plan.with_mlm_logits else ''})"
+    )
     if plan.min_gpus is not None:
         fix = f"smallest count that fits on {plan.min_gpus_memory_gb:g} GB GPUs: {plan.min_gpus}"
     else:
-        fix = (f"no count up to {MAX_GPUS} fits: more GPUs shrink only the sharded state, and the "
-               f"activations alone need {est.activations / GB:.1f} GB per GPU; set "
-               f"backbones.{plan.backbone}.activation_checkpointing: true or lower "
-               f"training.{plan.phase}.max_micro_batch")
+        fix = (
+            f"no count up to {MAX_GPUS} fits: more GPUs shrink only the sharded state, and the "
+            f"activations alone need {est.activations / GB:.1f} GB per GPU; set "
+            f"backbones.{plan.backbone}.activation_checkpointing: true or lower "
+            f"training.{plan.phase}.max_micro_batch"
+        )
     return f"config key {key}: {needed}; {fix}"
 
 
@@ -679,27 +774,65 @@ def _row(cells: Iterable[Any]) -> str:
 def plan_markdown(plans: list[PhasePlan], gpu_memory_gb: float | None = None) -> str:
     """The CLI's table: one row per backbone and phase, at the phase's peak task."""
     memory = f"on {gpu_memory_gb:g} GB GPUs" if gpu_memory_gb else "on the GPUs asked"
-    head = ["backbone", "phase", "params", "method", "precision", "peak task", "seq len", "micro-batch",
-            "GPUs asked", "GB/GPU at asked", f"smallest count {memory}", "fits"]
+    head = [
+        "backbone",
+        "phase",
+        "params",
+        "method",
+        "precision",
+        "peak task",
+        "seq len",
+        "micro-batch",
+        "GPUs asked",
+        "GB/GPU at asked",
+        f"smallest count {memory}",
+        "fits",
+    ]
     lines = [_row(head), _row(["---"] * 6 + ["---:"] * 5 + ["---"])]
     for p in plans:
         if p.skipped is not None or p.estimate is None:
-            lines.append(_row([p.backbone, p.phase, format_count(p.parameters) if p.parameters else "–",
-                               p.method or "–", p.precision or "–"] + ["–"] * 6 + [f"skipped: {p.skipped}"]))
+            lines.append(
+                _row(
+                    [
+                        p.backbone,
+                        p.phase,
+                        format_count(p.parameters) if p.parameters else "–",
+                        p.method or "–",
+                        p.precision or "–",
+                    ]
+                    + ["–"] * 6
+                    + [f"skipped: {p.skipped}"]
+                )
+            )
             continue
         micro = f"{p.micro_batch}{' + MLM logits' if p.with_mlm_logits else ''}"
-        lines.append(_row([p.backbone, p.phase, format_count(p.parameters or 0), p.method, p.precision, p.task,
-                           p.seq_len, micro, f"{p.gpus_asked} x {p.memory_gb:g} GB",
-                           f"{p.estimate.total / GB:.1f}", p.min_gpus if p.min_gpus is not None else "none",
-                           "yes" if p.fits else "**no**"]))
+        lines.append(
+            _row(
+                [
+                    p.backbone,
+                    p.phase,
+                    format_count(p.parameters or 0),
+                    p.method,
+                    p.precision,
+                    p.task,
+                    p.seq_len,
+                    micro,
+                    f"{p.gpus_asked} x {p.memory_gb:g} GB",
+                    f"{p.estimate.total / GB:.1f}",
+                    p.min_gpus if p.min_gpus is not None else "none",
+                    "yes" if p.fits else "**no**",
+                ]
+            )
+        )
     return "\n".join(lines)
 
 
 # ----- reference backbones (README) -----------------------------------------------------
 
 
-def t5_encoder_parameters(d_model: int, d_ff: int, num_layers: int, num_heads: int, d_kv: int,
-                          vocab_size: int, relative_buckets: int = 32) -> int:
+def t5_encoder_parameters(
+    d_model: int, d_ff: int, num_layers: int, num_heads: int, d_kv: int, vocab_size: int, relative_buckets: int = 32
+) -> int:
     """A T5 v1.1 / mT5 encoder: shared embedding, per layer self-attention (q, k, v, o: no
     biases) and a gated-GELU MLP (wi_0, wi_1, wo), two RMS norms, plus the final norm and
     the first layer's relative position bias. The encoder is what our heads sit on."""
@@ -709,25 +842,70 @@ def t5_encoder_parameters(d_model: int, d_ff: int, num_layers: int, num_heads: i
 
 
 MT5_XXL_ENCODER_PARAMETERS = t5_encoder_parameters(
-    d_model=4096, d_ff=10240, num_layers=24, num_heads=64, d_kv=64, vocab_size=250112)
+    d_model=4096, d_ff=10240, num_layers=24, num_heads=64, d_kv=64, vocab_size=250112
+)
 
 REFERENCE_BACKBONES: dict[str, dict[str, Any]] = {
-    "xlmr_large": {"hub_id": "FacebookAI/xlm-roberta-large", "family": "encoder", "parameters": 5.6e8,
-                   "architecture": {"hidden_size": 1024, "num_layers": 24, "num_attention_heads": 16,
-                                    "vocab_size": 250002, "intermediate_size": 4096}},
-    "xlmr_xl": {"hub_id": "facebook/xlm-roberta-xl", "family": "encoder", "parameters": 3.5e9,
-                "architecture": {"hidden_size": 2560, "num_layers": 36, "num_attention_heads": 32,
-                                 "vocab_size": 250880, "intermediate_size": 10240}},
-    "xlmr_xxl": {"hub_id": "facebook/xlm-roberta-xxl", "family": "encoder", "parameters": 10.7e9,
-                 "architecture": {"hidden_size": 4096, "num_layers": 48, "num_attention_heads": 32,
-                                  "vocab_size": 250880, "intermediate_size": 16384}},
-    "mt5_xxl_encoder": {"hub_id": "google/mt5-xxl", "family": "seq2seq_encoder",
-                        "parameters": float(MT5_XXL_ENCODER_PARAMETERS),
-                        "architecture": {"hidden_size": 4096, "num_layers": 24, "num_attention_heads": 64,
-                                         "vocab_size": 250112, "intermediate_size": 10240}},
-    "bloomz_176b": {"hub_id": "bigscience/bloomz", "family": "decoder", "parameters": 176.2e9,
-                    "architecture": {"hidden_size": 14336, "num_layers": 70, "num_attention_heads": 112,
-                                     "vocab_size": 250880, "intermediate_size": 57344}},
+    "xlmr_large": {
+        "hub_id": "FacebookAI/xlm-roberta-large",
+        "family": "encoder",
+        "parameters": 5.6e8,
+        "architecture": {
+            "hidden_size": 1024,
+            "num_layers": 24,
+            "num_attention_heads": 16,
+            "vocab_size": 250002,
+            "intermediate_size": 4096,
+        },
+    },
+    "xlmr_xl": {
+        "hub_id": "facebook/xlm-roberta-xl",
+        "family": "encoder",
+        "parameters": 3.5e9,
+        "architecture": {
+            "hidden_size": 2560,
+            "num_layers": 36,
+            "num_attention_heads": 32,
+            "vocab_size": 250880,
+            "intermediate_size": 10240,
+        },
+    },
+    "xlmr_xxl": {
+        "hub_id": "facebook/xlm-roberta-xxl",
+        "family": "encoder",
+        "parameters": 10.7e9,
+        "architecture": {
+            "hidden_size": 4096,
+            "num_layers": 48,
+            "num_attention_heads": 32,
+            "vocab_size": 250880,
+            "intermediate_size": 16384,
+        },
+    },
+    "mt5_xxl_encoder": {
+        "hub_id": "google/mt5-xxl",
+        "family": "seq2seq_encoder",
+        "parameters": float(MT5_XXL_ENCODER_PARAMETERS),
+        "architecture": {
+            "hidden_size": 4096,
+            "num_layers": 24,
+            "num_attention_heads": 64,
+            "vocab_size": 250112,
+            "intermediate_size": 10240,
+        },
+    },
+    "bloomz_176b": {
+        "hub_id": "bigscience/bloomz",
+        "family": "decoder",
+        "parameters": 176.2e9,
+        "architecture": {
+            "hidden_size": 14336,
+            "num_layers": 70,
+            "num_attention_heads": 112,
+            "vocab_size": 250880,
+            "intermediate_size": 57344,
+        },
+    },
 }
 
 
@@ -741,9 +919,21 @@ def reference_plan_markdown(seq_len: int = 256, micro_batch: int = 8, gpu_memory
         f"LoRA/QLoRA rank {LORA_DEFAULTS['rank']} on q, k, v, o; {gpu_memory_gb:g} GB GPUs "
         f"({capacity:.1f} GB usable); FSDP full shard when more than one GPU.",
         "",
-        _row(["backbone", "params", "method", "trainable", "state, all GPUs (GB)",
-              "activations/GPU (GB)", "GPUs", "GB/GPU",
-              "activations/GPU, checkpointing (GB)", "GPUs, checkpointing", "GB/GPU, checkpointing"]),
+        _row(
+            [
+                "backbone",
+                "params",
+                "method",
+                "trainable",
+                "state, all GPUs (GB)",
+                "activations/GPU (GB)",
+                "GPUs",
+                "GB/GPU",
+                "activations/GPU, checkpointing (GB)",
+                "GPUs, checkpointing",
+                "GB/GPU, checkpointing",
+            ]
+        ),
         _row(["---", "---:", "---"] + ["---:"] * 8),
     ]
     for name, entry in REFERENCE_BACKBONES.items():
@@ -757,8 +947,11 @@ def reference_plan_markdown(seq_len: int = 256, micro_batch: int = 8, gpu_memory
                 if not checkpointing:
                     cells += [format_count(one.trainable_parameters), f"{one.state / GB:.1f}"]
                 at_count = estimate(variant, seq_len, micro_batch, count).total / GB if count else None
-                cells += [f"{one.activations / GB:.1f}", count if count else "none",
-                          f"{at_count:.1f}" if at_count is not None else "–"]
+                cells += [
+                    f"{one.activations / GB:.1f}",
+                    count if count else "none",
+                    f"{at_count:.1f}" if at_count is not None else "–",
+                ]
             lines.append(_row(cells))
     return "\n".join(lines)
 
@@ -767,13 +960,17 @@ def reference_plan_markdown(seq_len: int = 256, micro_batch: int = 8, gpu_memory
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("config", nargs="?", help="a workflow config (YAML) with a `backbones` section")
-    parser.add_argument("--gpu-memory-gb", type=float, default=None,
-                        help="GPU memory the smallest count is sought on (default: each backbone's gpus.memory_gb)")
-    parser.add_argument("--reference", action="store_true",
-                        help="print the reference backbones' plan (README) instead")
+    parser.add_argument(
+        "--gpu-memory-gb",
+        type=float,
+        default=None,
+        help="GPU memory the smallest count is sought on (default: each backbone's gpus.memory_gb)",
+    )
+    parser.add_argument("--reference", action="store_true", help="print the reference backbones' plan (README) instead")
     args = parser.parse_args(argv)
     if args.reference:
         print(reference_plan_markdown(gpu_memory_gb=args.gpu_memory_gb or 80))

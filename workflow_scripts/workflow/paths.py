@@ -49,7 +49,8 @@ def experiment_name(config: dict[str, Any], configfiles: Sequence[str | Path] = 
     if not NAME_PATTERN.match(str(name)) or name in RESERVED:
         raise ExperimentNameError(
             f"{key}: {name!r} is not a usable experiment name (a folder under {RESULTS}/: letters, digits,"
-            f" '.', '_', '-'; not {', '.join(sorted(RESERVED))}); set `experiment:` in the config")
+            f" '.', '_', '-'; not {', '.join(sorted(RESERVED))}); set `experiment:` in the config"
+        )
     return str(name)
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
-import json
 import shutil
 import subprocess
 import sys
@@ -35,9 +34,18 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.common import REPO_ROOT, InputError, repo_path
-from workflow_scripts.revisions import HubRepo, HubUnreachable, RevisionError, read_lock, resolve
 from workflow_scripts.models.prepare import HUB_PATTERNS
-from workflow_scripts.workflow import backbone_grid, config_check, config_layers, cost, grid, hub_sources, memory_plan, paths
+from workflow_scripts.revisions import HubRepo, HubUnreachable, RevisionError, read_lock, resolve
+from workflow_scripts.workflow import (
+    backbone_grid,
+    config_check,
+    config_layers,
+    cost,
+    grid,
+    hub_sources,
+    memory_plan,
+    paths,
+)
 
 OK, WARNING, BLOCKER, SKIPPED = "ok", "warning", "blocker", "skipped"
 MARKS = {OK: "ok", WARNING: "WARNING", BLOCKER: "BLOCKER", SKIPPED: "skipped"}
@@ -84,20 +92,40 @@ def check_hub(config: dict[str, Any], lock: Path) -> tuple[list[Finding], dict[H
         try:
             commit = resolve(HubRepo(repo_type, repo_id, revision))
         except HubUnreachable as err:
-            findings.append(Finding("hub", subject, BLOCKER, f"{err} (config keys {keys})",
-                                    "run the preflight where the Hub answers, or set HF_ENDPOINT to your Hub mirror"))
+            findings.append(
+                Finding(
+                    "hub",
+                    subject,
+                    BLOCKER,
+                    f"{err} (config keys {keys})",
+                    "run the preflight where the Hub answers, or set HF_ENDPOINT to your Hub mirror",
+                )
+            )
             continue
         except RevisionError as err:
-            findings.append(Finding("hub", subject, BLOCKER, f"{err} (config keys {keys})",
-                                    "check the id and revision in the config, and HF_TOKEN for gated repositories"))
+            findings.append(
+                Finding(
+                    "hub",
+                    subject,
+                    BLOCKER,
+                    f"{err} (config keys {keys})",
+                    "check the id and revision in the config, and HF_TOKEN for gated repositories",
+                )
+            )
             continue
         resolved[repo] = commit
         locked = (pinned.get(repo.lock_key) or {}).get(revision)
         if locked and locked != commit:
-            findings.append(Finding("hub", subject, BLOCKER,
-                                    f"now commit {commit}, locked at {locked} in {lock} (config keys {keys})",
-                                    f"pin revision {locked} in the config, or delete the entry {repo.lock_key!r} "
-                                    f"from {lock} to move on"))
+            findings.append(
+                Finding(
+                    "hub",
+                    subject,
+                    BLOCKER,
+                    f"now commit {commit}, locked at {locked} in {lock} (config keys {keys})",
+                    f"pin revision {locked} in the config, or delete the entry {repo.lock_key!r} "
+                    f"from {lock} to move on",
+                )
+            )
         else:
             findings.append(Finding("hub", subject, OK, f"commit {commit}" + (" (locked)" if locked else "")))
     if not by_repo:
@@ -146,19 +174,35 @@ def check_local_data(config: dict[str, Any]) -> list[Finding]:
             if local is not None:
                 folder(f"tasks.{task}.options.{option}", local, "download the release there, or give its URL")
         elif config["data"]["source"] == "local":
-            folder(f"tasks.{task}.hub.path", repo_path(config["data"]["local_root"]) / cfg["hub"]["path"],
-                   "lay the task's rows out as <local_root>/<hub path>/<config>/<split>.jsonl")
+            folder(
+                f"tasks.{task}.hub.path",
+                repo_path(config["data"]["local_root"]) / cfg["hub"]["path"],
+                "lay the task's rows out as <local_root>/<hub path>/<config>/<split>.jsonl",
+            )
     for task in grid.visual_tasks(config):
         images = repo_path(grid.image_dir(config, task))
         if not images.is_dir():
-            findings.append(Finding("data", f"tasks.{task}.images", BLOCKER, f"{images} does not exist",
-                                    "put the task's images there (docs: multimodal)"))
+            findings.append(
+                Finding(
+                    "data",
+                    f"tasks.{task}.images",
+                    BLOCKER,
+                    f"{images} does not exist",
+                    "put the task's images there (docs: multimodal)",
+                )
+            )
             continue
         count = sum(1 for p in images.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
         sums = images / "SHA256SUMS"
-        findings.append(Finding("data", f"tasks.{task}.images", OK if sums.is_file() else BLOCKER,
-                                f"{images}: {count} images" + ("" if sums.is_file() else ", no SHA256SUMS"),
-                                "" if sums.is_file() else f"cd {images} && sha256sum *.jpg > SHA256SUMS"))
+        findings.append(
+            Finding(
+                "data",
+                f"tasks.{task}.images",
+                OK if sums.is_file() else BLOCKER,
+                f"{images}: {count} images" + ("" if sums.is_file() else ", no SHA256SUMS"),
+                "" if sums.is_file() else f"cd {images} && sha256sum *.jpg > SHA256SUMS",
+            )
+        )
     if config["models"]["source"] == "demo":
         folder("models.demo_corpora", repo_path(config["models"]["demo_corpora"]), "the demo's parallel corpora")
     return findings
@@ -209,14 +253,19 @@ def check_disk(config: dict[str, Any], configfiles: list[str], resolved: dict[Hu
         planned["trained models"] = jobs * max(per_model)
     free = shutil.disk_usage(repo_path(paths.RESULTS) if repo_path(paths.RESULTS).exists() else REPO_ROOT).free
     need = sum(planned.values())
-    detail = (", ".join(f"{k} {_size(v)}" for k, v in planned.items()) +
-              f" ({jobs} trained models); {_size(free)} free under {paths.RESULTS}/")
+    detail = (
+        ", ".join(f"{k} {_size(v)}" for k, v in planned.items())
+        + f" ({jobs} trained models); {_size(free)} free under {paths.RESULTS}/"
+    )
     if unknown:
         detail += f"; not counted: {'; '.join(unknown)}"
     status = BLOCKER if need > free else WARNING if unknown else OK
-    fixes = {BLOCKER: "free space, or point results/ at a larger disk (a symlink)",
-             WARNING: "for the full estimate, run the preflight where the Hub answers and give each backbone "
-                      "its parameters and architecture", OK: ""}
+    fixes = {
+        BLOCKER: "free space, or point results/ at a larger disk (a symlink)",
+        WARNING: "for the full estimate, run the preflight where the Hub answers and give each backbone "
+        "its parameters and architecture",
+        OK: "",
+    }
     return [Finding("disk", "results", status, detail, fixes[status])]
 
 
@@ -235,8 +284,10 @@ def local_gpus() -> list[tuple[str, float]]:
         return []
     if not torch.cuda.is_available():
         return []
-    return [(torch.cuda.get_device_name(i), torch.cuda.get_device_properties(i).total_memory / GB)
-            for i in range(torch.cuda.device_count())]
+    return [
+        (torch.cuda.get_device_name(i), torch.cuda.get_device_properties(i).total_memory / GB)
+        for i in range(torch.cuda.device_count())
+    ]
 
 
 def slurm_gpus(partitions: Iterable[str]) -> dict[str, int]:
@@ -262,22 +313,38 @@ def check_gpus(config: dict[str, Any], partitions: list[str]) -> list[Finding]:
         asked = backbone_grid.gpus(config, name)
         per_node = max(1, asked["per_node"])
         if offered and max(offered.values()) < per_node:
-            findings.append(Finding("gpus", name, BLOCKER, f"asks for {per_node} GPUs per node; no partition offers as "
-                                    f"many ({', '.join(f'{p}: {g}' for p, g in offered.items())})",
-                                    f"set backbones.{name}.gpus.per_node to what a node has, or name a partition "
-                                    "with larger nodes in the profile"))
+            findings.append(
+                Finding(
+                    "gpus",
+                    name,
+                    BLOCKER,
+                    f"asks for {per_node} GPUs per node; no partition offers as "
+                    f"many ({', '.join(f'{p}: {g}' for p, g in offered.items())})",
+                    f"set backbones.{name}.gpus.per_node to what a node has, or name a partition "
+                    "with larger nodes in the profile",
+                )
+            )
     try:
         plans = memory_plan.plan_config(config)
     except memory_plan.PlanError as err:
-        return findings + [Finding("gpus", "memory plan", BLOCKER, str(err), "fix the backbone entry the message names")]
+        return findings + [
+            Finding("gpus", "memory plan", BLOCKER, str(err), "fix the backbone entry the message names")
+        ]
     for plan in plans:
         subject = f"{plan.backbone} {plan.phase}"
         if plan.skipped or plan.estimate is None:
             findings.append(Finding("gpus", subject, SKIPPED, f"no memory plan: {plan.skipped or 'no estimate'}"))
             continue
         if not plan.fits:
-            findings.append(Finding("gpus", subject, BLOCKER, memory_plan.misfit_message(plan),
-                                    "ask for more or larger GPUs, or switch the method"))
+            findings.append(
+                Finding(
+                    "gpus",
+                    subject,
+                    BLOCKER,
+                    memory_plan.misfit_message(plan),
+                    "ask for more or larger GPUs, or switch the method",
+                )
+            )
             continue
         detail = f"{plan.estimate.total / GB:.1f} GB per GPU on {plan.gpus_asked} x {plan.memory_gb:g} GB asked"
         problems = []
@@ -287,13 +354,25 @@ def check_gpus(config: dict[str, Any], partitions: list[str]) -> list[Finding]:
                 problems.append(f"this machine's GPUs have {smallest:.0f} GB")
             if len(devices) < plan.gpus_asked and not partitions:
                 problems.append(f"this machine has {len(devices)} GPUs")
-        findings.append(Finding("gpus", subject, BLOCKER if problems else OK,
-                                detail + ("; " + "; ".join(problems) if problems else ""),
-                                f"set backbones.{plan.backbone}.gpus to what the machine has" if problems else ""))
+        findings.append(
+            Finding(
+                "gpus",
+                subject,
+                BLOCKER if problems else OK,
+                detail + ("; " + "; ".join(problems) if problems else ""),
+                f"set backbones.{plan.backbone}.gpus to what the machine has" if problems else "",
+            )
+        )
     if not devices:
-        findings.append(Finding("gpus", "this machine", SKIPPED if partitions else WARNING,
-                                "no CUDA device here" + ("; training runs on the cluster" if partitions else ""),
-                                "" if partitions else "run the grid where GPUs are, or on Slurm (--profile)"))
+        findings.append(
+            Finding(
+                "gpus",
+                "this machine",
+                SKIPPED if partitions else WARNING,
+                "no CUDA device here" + ("; training runs on the cluster" if partitions else ""),
+                "" if partitions else "run the grid where GPUs are, or on Slurm (--profile)",
+            )
+        )
     return findings
 
 
@@ -308,8 +387,11 @@ def profile_settings(profile: Path) -> dict[str, Any]:
 
 def profile_partitions_and_accounts(profile: dict[str, Any], config: dict[str, Any]) -> tuple[set[str], set[str]]:
     """Every slurm_partition and slurm_account the profile and the config's resources name."""
-    groups = [profile.get("default-resources") or {}, *(profile.get("set-resources") or {}).values(),
-              *(config.get("resources") or {}).values()]
+    groups = [
+        profile.get("default-resources") or {},
+        *(profile.get("set-resources") or {}).values(),
+        *(config.get("resources") or {}).values(),
+    ]
     partitions = {str(g["slurm_partition"]) for g in groups if isinstance(g, dict) and g.get("slurm_partition")}
     accounts = {str(g["slurm_account"]) for g in groups if isinstance(g, dict) and g.get("slurm_account")}
     return partitions, accounts
@@ -317,35 +399,66 @@ def profile_partitions_and_accounts(profile: dict[str, Any], config: dict[str, A
 
 def check_slurm(partitions: set[str], accounts: set[str]) -> list[Finding]:
     if not shutil.which("sinfo"):
-        return [Finding("slurm", "sinfo", BLOCKER, "the Slurm client commands are not on PATH",
-                        "run the preflight on the cluster's submit host")]
+        return [
+            Finding(
+                "slurm",
+                "sinfo",
+                BLOCKER,
+                "the Slurm client commands are not on PATH",
+                "run the preflight on the cluster's submit host",
+            )
+        ]
     findings = []
     known = set(subprocess.run(["sinfo", "-h", "-o", "%R"], capture_output=True, text=True).stdout.split())
     for partition in sorted(partitions):
-        findings.append(Finding("slurm", f"partition {partition}", OK if partition in known else BLOCKER,
-                                "exists" if partition in known else f"not a partition (known: {', '.join(sorted(known))})",
-                                "" if partition in known else "set slurm_partition in the profile to one of them"))
+        findings.append(
+            Finding(
+                "slurm",
+                f"partition {partition}",
+                OK if partition in known else BLOCKER,
+                "exists" if partition in known else f"not a partition (known: {', '.join(sorted(known))})",
+                "" if partition in known else "set slurm_partition in the profile to one of them",
+            )
+        )
     if not partitions:
-        findings.append(Finding("slurm", "partition", WARNING, "the profile names no partition: the default one is used",
-                                "set default-resources.slurm_partition in the profile"))
+        findings.append(
+            Finding(
+                "slurm",
+                "partition",
+                WARNING,
+                "the profile names no partition: the default one is used",
+                "set default-resources.slurm_partition in the profile",
+            )
+        )
     for account in sorted(accounts):
-        proc = subprocess.run(["sacctmgr", "-n", "-P", "show", "account", account, "format=account"],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            ["sacctmgr", "-n", "-P", "show", "account", account, "format=account"], capture_output=True, text=True
+        )
         if proc.returncode != 0:
-            findings.append(Finding("slurm", f"account {account}", WARNING, f"sacctmgr cannot tell: {proc.stderr.strip()}"))
+            findings.append(
+                Finding("slurm", f"account {account}", WARNING, f"sacctmgr cannot tell: {proc.stderr.strip()}")
+            )
         elif account in proc.stdout.split():
             findings.append(Finding("slurm", f"account {account}", OK, "exists"))
         else:
-            findings.append(Finding("slurm", f"account {account}", BLOCKER, "no such account",
-                                    "set slurm_account in the profile to one of `sacctmgr show account`"))
+            findings.append(
+                Finding(
+                    "slurm",
+                    f"account {account}",
+                    BLOCKER,
+                    "no such account",
+                    "set slurm_account in the profile to one of `sacctmgr show account`",
+                )
+            )
     return findings
 
 
 # ----- a few optimizer steps ---------------------------------------------------------------
 
 
-def smoke_steps(model_dir: Path, family: str, method_settings: dict[str, Any], device: str, steps: int = SMOKE_STEPS
-                ) -> list[float]:
+def smoke_steps(
+    model_dir: Path, family: str, method_settings: dict[str, Any], device: str, steps: int = SMOKE_STEPS
+) -> list[float]:
     """Losses of a few optimizer steps of a classification head on the backbone's real
     weights, with its training method; raises if a loss is not finite."""
     import torch
@@ -357,13 +470,18 @@ def smoke_steps(model_dir: Path, family: str, method_settings: dict[str, Any], d
     method = Method.from_settings(method_settings)
     tokenizer = load_tokenizer(model_dir)
     encoder = load_backbone(model_dir, method)
-    model = MultiHeadModel(encoder, {"nli": make_head("classification", encoder.config.hidden_size, 3, 0.0, 0.02)},
-                           family)
+    model = MultiHeadModel(
+        encoder, {"nli": make_head("classification", encoder.config.hidden_size, 3, 0.0, 0.02)}, family
+    )
     trained = attach(model, method, {"nli": ("classification", 3)}) if method.adapters else model
     trained.to(device)
     run = inner(trained)
-    batch = tokenizer(["A man plays a guitar on stage.", "Two dogs run in the snow."],
-                      ["Someone makes music.", "The animals are asleep."], return_tensors="pt", padding=True)
+    batch = tokenizer(
+        ["A man plays a guitar on stage.", "Two dogs run in the snow."],
+        ["Someone makes music.", "The animals are asleep."],
+        return_tensors="pt",
+        padding=True,
+    )
     batch = {k: v.to(device) for k, v in batch.items()} | {"labels": torch.tensor([0, 2], device=device)}
     optimizer = torch.optim.AdamW([p for p in trained.parameters() if p.requires_grad], lr=1e-5)
     losses = []
@@ -385,17 +503,34 @@ def check_steps(config: dict[str, Any]) -> list[Finding]:
     for name in backbone_grid.names(config):
         model_dir = repo_path(backbone_grid.base_dir(name))
         if not model_dir.is_dir():
-            findings.append(Finding("steps", name, SKIPPED, f"{model_dir} not prepared yet",
-                                    f"snakemake --until prepare_backbone --configfile ... (then rerun the preflight)"))
+            findings.append(
+                Finding(
+                    "steps",
+                    name,
+                    SKIPPED,
+                    f"{model_dir} not prepared yet",
+                    "snakemake --until prepare_backbone --configfile ... (then rerun the preflight)",
+                )
+            )
             continue
         try:
-            losses = smoke_steps(model_dir, config["backbones"][name]["family"],
-                                 backbone_grid.method_settings(config, name), "cuda")
+            losses = smoke_steps(
+                model_dir, config["backbones"][name]["family"], backbone_grid.method_settings(config, name), "cuda"
+            )
         except Exception as err:  # any failure here is what the preflight exists to show
-            findings.append(Finding("steps", name, BLOCKER, f"{type(err).__name__}: {err}",
-                                    "see the error; the training jobs would fail the same way"))
+            findings.append(
+                Finding(
+                    "steps",
+                    name,
+                    BLOCKER,
+                    f"{type(err).__name__}: {err}",
+                    "see the error; the training jobs would fail the same way",
+                )
+            )
             continue
-        findings.append(Finding("steps", name, OK, f"{len(losses)} steps, losses {', '.join(f'{l:.3f}' for l in losses)}"))
+        findings.append(
+            Finding("steps", name, OK, f"{len(losses)} steps, losses {', '.join(f'{l:.3f}' for l in losses)}")
+        )
     return findings
 
 
@@ -416,11 +551,15 @@ def run(configfiles: list[str], profile: Path | None) -> list[Finding]:
     try:
         config = load_config(configfiles)
     except Exception as err:  # the config check's own errors name the key (and snakemake's the file)
-        return [Finding("config", ", ".join(configfiles) or "config.yaml", BLOCKER, str(err),
-                        "fix the key the message names")]
+        return [
+            Finding(
+                "config", ", ".join(configfiles) or "config.yaml", BLOCKER, str(err), "fix the key the message names"
+            )
+        ]
     lock = Path(config_check.hub_lock())
-    findings = [Finding("config", ", ".join(configfiles) or "config.yaml", OK,
-                        f"experiment {paths.experiment()}, lock {lock}")]
+    findings = [
+        Finding("config", ", ".join(configfiles) or "config.yaml", OK, f"experiment {paths.experiment()}, lock {lock}")
+    ]
     hub, resolved = check_hub(config, lock)
     findings += hub
     findings += check_local_data(config)

@@ -39,7 +39,7 @@ def setting(*keys: str, definition: str | None = None) -> dict[str, Any]:
         try:
             node = node["properties"][key]
         except KeyError:
-            raise KeyError(f"{SCHEMA_FILE.name} declares no setting {_name(keys[:i + 1], definition)}") from None
+            raise KeyError(f"{SCHEMA_FILE.name} declares no setting {_name(keys[: i + 1], definition)}") from None
     return node
 
 
@@ -62,8 +62,11 @@ DEFAULT_ACTIVATION_CHECKPOINTING: bool = default("activation_checkpointing", def
 # The keys of a backbone's `lora` block, and the defaults of those that have one (rank, alpha,
 # dropout; without target_modules LoRA adapts the family's attention projections).
 LORA_KEYS: tuple[str, ...] = tuple(setting("lora", definition="backbone")["properties"])
-LORA_DEFAULTS: dict[str, Any] = {key: spec["default"] for key, spec in
-                                 setting("lora", definition="backbone")["properties"].items() if "default" in spec}
+LORA_DEFAULTS: dict[str, Any] = {
+    key: spec["default"]
+    for key, spec in setting("lora", definition="backbone")["properties"].items()
+    if "default" in spec
+}
 
 
 def lora_settings(entry: Mapping[str, Any]) -> dict[str, Any]:

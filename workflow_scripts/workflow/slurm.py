@@ -48,13 +48,28 @@ LOG = logging.getLogger(__name__)
 
 PLUGIN_MODULE = "snakemake_executor_plugin_slurm"
 # End states the plugin reports as failures (then Snakemake retries), as it spells them.
-FAILURE_STATES = frozenset({"BOOT_FAIL", "CANCELLED", "DEADLINE", "FAILED", "NODE_FAIL",
-                            "OUT_OF_MEMORY", "TIMEOUT", "ERROR"})
+FAILURE_STATES = frozenset(
+    {"BOOT_FAIL", "CANCELLED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "TIMEOUT", "ERROR"}
+)
 # States in which the controller holds a job that is still ending (COMPLETING: its processes
 # may be writing a checkpoint) or waiting or running again (requeued).
-LIVE_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "CONFIGURING",
-                         "RUNNING", "COMPLETING", "RESIZING", "SUSPENDED", "STAGE_OUT",
-                         "SIGNALING", "RESV_DEL_HOLD", "SPECIAL_EXIT"})
+LIVE_STATES = frozenset(
+    {
+        "PENDING",
+        "REQUEUED",
+        "REQUEUE_FED",
+        "REQUEUE_HOLD",
+        "CONFIGURING",
+        "RUNNING",
+        "COMPLETING",
+        "RESIZING",
+        "SUSPENDED",
+        "STAGE_OUT",
+        "SIGNALING",
+        "RESV_DEL_HOLD",
+        "SPECIAL_EXIT",
+    }
+)
 
 
 def _as_ended(state: str) -> str:
@@ -96,10 +111,16 @@ async def _controller_states() -> dict[str, str]:
     """Every job the controller still holds for this user, with its state."""
     try:
         process = await asyncio.create_subprocess_exec(
-            "squeue", "--me", "--states=all", "--noheader", "--format=%i|%T",
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            "squeue",
+            "--me",
+            "--states=all",
+            "--noheader",
+            "--format=%i|%T",
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
         out, _ = await asyncio.wait_for(process.communicate(), timeout=60)
-    except (OSError, asyncio.TimeoutError):
+    except (TimeoutError, OSError):
         return {}
     return parse_squeue(out.decode()) if process.returncode == 0 else {}
 
@@ -107,10 +128,11 @@ async def _controller_states() -> dict[str, str]:
 QueryFunction = Callable[..., Awaitable[tuple]]
 
 
-def wrap_query(query: QueryFunction,
-               controller_states: Callable[[], Awaitable[dict[str, str]]] = _controller_states
-               ) -> QueryFunction:
+def wrap_query(
+    query: QueryFunction, controller_states: Callable[[], Awaitable[dict[str, str]]] = _controller_states
+) -> QueryFunction:
     """The plugin's `query_job_status(command, logger)`, returning normalised states."""
+
     async def query_job_status(command: str, logger, *args, **kwargs):
         states, duration = await query(command, logger, *args, **kwargs)
         if not states or not needs_controller(states):
@@ -118,8 +140,10 @@ def wrap_query(query: QueryFunction,
         normalised = normalise_states(states, await controller_states())
         for job_id, state in states.items():
             if state == "PREEMPTED" and normalised[job_id] == "CANCELLED":
-                logger.warning(f"Slurm job {job_id} was preempted and not requeued: reporting it "
-                               "as ended (CANCELLED) so that Snakemake retries it")
+                logger.warning(
+                    f"Slurm job {job_id} was preempted and not requeued: reporting it "
+                    "as ended (CANCELLED) so that Snakemake retries it"
+                )
         return normalised, duration
 
     query_job_status.xstilts_normalised = True
@@ -136,8 +160,11 @@ def install() -> bool:
     query = getattr(plugin, "query_job_status", None)
     if query is None:
         if plugin is not None:
-            LOG.warning("%s has no query_job_status: cancelled or preempted jobs may not be "
-                        "seen as ended (see workflow_scripts/workflow/slurm.py)", PLUGIN_MODULE)
+            LOG.warning(
+                "%s has no query_job_status: cancelled or preempted jobs may not be "
+                "seen as ended (see workflow_scripts/workflow/slurm.py)",
+                PLUGIN_MODULE,
+            )
         return False
     if not getattr(query, "xstilts_normalised", False):
         plugin.query_job_status = wrap_query(query)
@@ -181,9 +208,11 @@ def allocations_needed(expected_runtime: int, runtime: int, lead_seconds: int) -
     """Allocations of `runtime` minutes a training of `expected_runtime` minutes needs."""
     per_allocation = training_minutes_per_allocation(runtime, lead_seconds)
     if per_allocation < 1:
-        raise ValueError(f"runtime {runtime} min leaves no time to train after "
-                         f"{STARTUP_MINUTES} min start-up and the checkpoint signal "
-                         f"{lead_seconds} s before the limit")
+        raise ValueError(
+            f"runtime {runtime} min leaves no time to train after "
+            f"{STARTUP_MINUTES} min start-up and the checkpoint signal "
+            f"{lead_seconds} s before the limit"
+        )
     return -(-expected_runtime // per_allocation)
 
 
@@ -198,8 +227,12 @@ def training_retries(resources: Mapping[str, object]) -> int | None:
         return None
     continuations = 0
     if expected is not None:
-        continuations = allocations_needed(int(expected), int(resources["runtime"]),
-                                           int(resources.get("signal_lead", DEFAULT_SIGNAL_LEAD))) - 1
+        continuations = (
+            allocations_needed(
+                int(expected), int(resources["runtime"]), int(resources.get("signal_lead", DEFAULT_SIGNAL_LEAD))
+            )
+            - 1
+        )
     return continuations + int(DEFAULT_FAILURE_RETRIES if failures is None else failures)
 
 
@@ -233,10 +266,15 @@ def training_geometry(asked: dict[str, Any]) -> dict[str, Any]:
         tasks_per_node = per_node
     elif srun_ranks or (own and nodes > 1):
         tasks = nodes if not srun_ranks else nodes * per_node
-    return {"nodes": nodes, "tasks": tasks, "tasks_per_node": tasks_per_node, "tasks_per_gpu": 0,
-            # GPUs per node (Slurm's gres is per node; the `gpu` resource is a job total)
-            "gres": f"gpu:{per_node}" if own and nodes > 1 else "",
-            "mpi": "srun" if own else ""}
+    return {
+        "nodes": nodes,
+        "tasks": tasks,
+        "tasks_per_node": tasks_per_node,
+        "tasks_per_gpu": 0,
+        # GPUs per node (Slurm's gres is per node; the `gpu` resource is a job total)
+        "gres": f"gpu:{per_node}" if own and nodes > 1 else "",
+        "mpi": "srun" if own else "",
+    }
 
 
 def training_gpu_total(asked: dict[str, Any], default: int) -> int:

@@ -41,8 +41,7 @@ from workflow_scripts.workflow import paths
 
 ZERO_SHOT = "zero_shot"
 PER_LANGUAGE = ("translate_train", "translate_test", "in_language")
-SETTINGS = (ZERO_SHOT, "translate_train", "translate_train_all", "translate_test", "in_language",
-            "in_language_all")
+SETTINGS = (ZERO_SHOT, "translate_train", "translate_train_all", "translate_test", "in_language", "in_language_all")
 SOURCE_PREFIX = "source:"
 # What a target's training data has besides English is on its task entry: published
 # translations (Task.train_translations, docs/protocol.md §7), in-language training splits
@@ -100,9 +99,13 @@ class Plan:
 
     def describe(self) -> dict[str, Any]:
         """What the metric file records (and what makes its evaluation rerun when it changes)."""
-        return {"setting": self.setting, "text_language": self.text_language, "notes": list(self.notes),
-                "models": {lang: recipe.describe() for lang, recipe in sorted(self.models.items())},
-                "data": {split: [r.as_dict() for r in refs] for split, refs in self.eval_data.items()}}
+        return {
+            "setting": self.setting,
+            "text_language": self.text_language,
+            "notes": list(self.notes),
+            "models": {lang: recipe.describe() for lang, recipe in sorted(self.models.items())},
+            "data": {split: [r.as_dict() for r in refs] for split, refs in self.eval_data.items()},
+        }
 
 
 # ----- names ------------------------------------------------------------------------------
@@ -114,7 +117,7 @@ def path_token(setting: str) -> str:
 
 
 def source_language(setting: str) -> str | None:
-    return setting[len(SOURCE_PREFIX):] if setting.startswith(SOURCE_PREFIX) else None
+    return setting[len(SOURCE_PREFIX) :] if setting.startswith(SOURCE_PREFIX) else None
 
 
 def configured(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -154,8 +157,9 @@ class _Resolver:
         return TransferError(f"config key {self.key}: {message}")
 
     def has_own_train(self, lang: str) -> bool:
-        return (lang == "en" or (self.task.in_language_train and lang in self.languages
-                                 and lang not in self.task.train_missing))
+        return lang == "en" or (
+            self.task.in_language_train and lang in self.languages and lang not in self.task.train_missing
+        )
 
     def mt_train(self, lang: str) -> DataRef:
         train_from = self.task.train_from
@@ -163,15 +167,20 @@ class _Resolver:
         if published:
             cfg = self.config["tasks"].get(published)
             if cfg is None:
-                raise self.fail(f"{self.target} in {lang!r} trains on the published translations of task "
-                                f"{published!r}, which has no entry under 'tasks'")
+                raise self.fail(
+                    f"{self.target} in {lang!r} trains on the published translations of task "
+                    f"{published!r}, which has no entry under 'tasks'"
+                )
             if lang not in cfg.get("languages", []):
-                raise self.fail(f"no published {self.target} training translation in {lang!r}: "
-                                f"tasks.{published}.languages lacks it")
+                raise self.fail(
+                    f"no published {self.target} training translation in {lang!r}: tasks.{published}.languages lacks it"
+                )
             return DataRef(data_path(published, "train"), (lang,), "published_mt")
         if not get_format(self.task.format).translatable or get_task(train_from).format not in TRANSLATABLE_FORMATS:
-            raise self.fail(f"{self.target} ({self.task.format}) training data cannot be machine-translated "
-                            "(label projection is out of scope)")
+            raise self.fail(
+                f"{self.target} ({self.task.format}) training data cannot be machine-translated "
+                "(label projection is out of scope)"
+            )
         self.need_translator(lang)
         return DataRef(translated_path(train_from, lang, "train"), (lang,), "pipeline_mt")
 
@@ -196,8 +205,11 @@ class _Resolver:
         own_langs = self.config["tasks"].get(select, {}).get("languages", [])
         if select_task.is_target and lang in own_langs and lang not in select_task.dev_missing:
             return DataRef(data_path(select, "dev"), (lang,), "human")
-        if "dev" in select_task.splits and select_task.format in TRANSLATABLE_FORMATS \
-                and lang in self.config["models"].get("translators", {}):
+        if (
+            "dev" in select_task.splits
+            and select_task.format in TRANSLATABLE_FORMATS
+            and lang in self.config["models"].get("translators", {})
+        ):
             return DataRef(translated_path(select, lang, "dev"), (lang,), "pipeline_mt")
         return DataRef(data_path(select, "dev"), ("en",), "english")
 
@@ -273,7 +285,7 @@ def plan(config: dict[str, Any], setting: str, target: str) -> Plan:
         return [ref], "-".join(ref.languages)
 
     if setting == ZERO_SHOT or source == "en":
-        models = {lang: english for lang in r.languages}
+        models = dict.fromkeys(r.languages, english)
         return Plan(setting, target, intermediate, seeds, models, {s: own_data(s, r.languages) for s in splits})
     if source:
         # S need not be an evaluation language: Turc et al. also train on MT-only languages.
@@ -281,7 +293,7 @@ def plan(config: dict[str, Any], setting: str, target: str) -> Plan:
         dev, dev_key = per_language_dev(source)
         kind = "il" if train.kind == "in_language" else "mt"
         recipe = _recipe([train], dev, f"{kind}-{source}", dev_key)
-        models = {lang: recipe for lang in r.languages}
+        models = dict.fromkeys(r.languages, recipe)
         return Plan(setting, target, intermediate, seeds, models, {s: own_data(s, r.languages) for s in splits})
     if setting == "translate_train" or setting == "in_language":
         in_language = setting == "in_language"
@@ -296,10 +308,22 @@ def plan(config: dict[str, Any], setting: str, target: str) -> Plan:
             dev, dev_key = per_language_dev(lang)
             models[lang] = _recipe([train], dev, f"{'il' if in_language else 'mt'}-{lang}", dev_key)
         langs = ["en"] + others if "en" in r.languages else others
-        notes = () if len(langs) == len(r.languages) else (
-            f"evaluated on {langs} only (the languages with {'training data' if in_language else 'a translation'})",)
-        return Plan(setting, target, intermediate, seeds, {l: models[l] for l in langs},
-                    {s: own_data(s, langs) for s in splits}, notes=notes)
+        notes = (
+            ()
+            if len(langs) == len(r.languages)
+            else (
+                f"evaluated on {langs} only (the languages with {'training data' if in_language else 'a translation'})",
+            )
+        )
+        return Plan(
+            setting,
+            target,
+            intermediate,
+            seeds,
+            {l: models[l] for l in langs},
+            {s: own_data(s, langs) for s in splits},
+            notes=notes,
+        )
     if setting in ("translate_train_all", "in_language_all"):
         in_language = setting == "in_language_all"
         if in_language:
@@ -308,21 +332,32 @@ def plan(config: dict[str, Any], setting: str, target: str) -> Plan:
         train_langs = ["en"] + others
         dev, dev_key = ([r.dev("en")], "en") if selection == "en" else ([r.dev(l) for l in train_langs], "all")
         recipe = _recipe(_merge(train), _merge(dev), "il-all" if in_language else "mt-all", dev_key)
-        models = {lang: recipe for lang in r.languages}
+        models = dict.fromkeys(r.languages, recipe)
         return Plan(setting, target, intermediate, seeds, models, {s: own_data(s, r.languages) for s in splits})
     if setting == "translate_test":
         for lang in others:
             r.need_translator(lang, to_english=True)
         langs = (["en"] if "en" in r.languages else []) + others
         test = ([DataRef(data_path(target, "test"), ("en",), "human")] if "en" in langs else []) + [
-            DataRef(translate_test_path(target, lang), (lang,), "translate_test") for lang in others]
+            DataRef(translate_test_path(target, lang), (lang,), "translate_test") for lang in others
+        ]
         notes = ("test data machine-translated into English and scored by the English model",)
         if task.format == SPAN:
-            notes += ("QA answers are scored on the English side against the re-aligned gold answers "
-                      "(XTREME); questions lost in translation are dropped, so scores are not directly "
-                      "comparable with the other settings",)
-        return Plan(setting, target, intermediate, seeds, {l: english for l in langs}, {"test": tuple(test)},
-                    text_language="en", notes=notes)
+            notes += (
+                "QA answers are scored on the English side against the re-aligned gold answers "
+                "(XTREME); questions lost in translation are dropped, so scores are not directly "
+                "comparable with the other settings",
+            )
+        return Plan(
+            setting,
+            target,
+            intermediate,
+            seeds,
+            dict.fromkeys(langs, english),
+            {"test": tuple(test)},
+            text_language="en",
+            notes=notes,
+        )
     raise TransferError(f"config key {key}: unknown transfer setting {setting!r}")
 
 
@@ -336,8 +371,9 @@ def check(config: dict[str, Any]) -> None:
         key = f"transfer.settings.{setting}"
         source = source_language(setting)
         if setting not in SETTINGS and source is None:
-            raise TransferError(f"config key {key}: unknown transfer setting; known: "
-                                f"{', '.join(SETTINGS)}, {SOURCE_PREFIX}<lang>")
+            raise TransferError(
+                f"config key {key}: unknown transfer setting; known: {', '.join(SETTINGS)}, {SOURCE_PREFIX}<lang>"
+            )
         for i, seed in enumerate(opts.get("seeds") or []):
             if seed not in config["seeds"]:
                 raise TransferError(f"config key {key}.seeds[{i}]: {seed} is not one of the config's seeds")
@@ -350,7 +386,10 @@ def check(config: dict[str, Any]) -> None:
             reason = _applies(setting, target)
             if reason:
                 raise TransferError(f"config key {key}.targets[{i}]: {setting} does not apply to {target}: {reason}")
-        if opts.get("languages") is not None and setting not in PER_LANGUAGE + ("translate_train_all", "in_language_all"):
+        if opts.get("languages") is not None and setting not in PER_LANGUAGE + (
+            "translate_train_all",
+            "in_language_all",
+        ):
             raise TransferError(f"config key {key}.languages: only per-language and *_all settings take languages")
         if source is not None and opts.get("languages") is not None:
             raise TransferError(f"config key {key}.languages: a source setting evaluates every language")
@@ -364,8 +403,10 @@ def check(config: dict[str, Any]) -> None:
             covered = {l for t in scope for l in config["tasks"][t].get("languages", [])}
             for i, lang in enumerate(langs):
                 if lang not in covered:
-                    raise TransferError(f"config key {where}[{i}]: {' / '.join(scope)} is not evaluated in "
-                                        f"{lang!r}; known (tasks.<target>.languages): {', '.join(sorted(covered))}")
+                    raise TransferError(
+                        f"config key {where}[{i}]: {' / '.join(scope)} is not evaluated in "
+                        f"{lang!r}; known (tasks.<target>.languages): {', '.join(sorted(covered))}"
+                    )
         for target in targets(config, setting):
             plan(config, setting, target)
     baseline = baseline_setting(config)
@@ -384,12 +425,16 @@ def targets(config: dict[str, Any], setting: str) -> list[str]:
 def plans(config: dict[str, Any]) -> list[Plan]:
     """Every (setting, target) plan. Input functions ask for them several times per job, so
     they are computed once per distinct config, keyed by the (small) part a plan reads."""
-    view = {"transfer": config.get("transfer"), "targets": config["targets"], "seeds": config["seeds"],
-            "intermediate": {name: None for name in config["intermediate"]},
-            "tasks": {name: {"languages": cfg["languages"]} if "languages" in cfg else {}
-                      for name, cfg in config["tasks"].items()},
-            "models": {key: {lang: None for lang in config["models"].get(key, {})}
-                       for key in ("translators", "translators_to_en")}}
+    view = {
+        "transfer": config.get("transfer"),
+        "targets": config["targets"],
+        "seeds": config["seeds"],
+        "intermediate": dict.fromkeys(config["intermediate"]),
+        "tasks": {
+            name: {"languages": cfg["languages"]} if "languages" in cfg else {} for name, cfg in config["tasks"].items()
+        },
+        "models": {key: dict.fromkeys(config["models"].get(key, {})) for key in ("translators", "translators_to_en")},
+    }
     return list(_plans(json.dumps(view, sort_keys=True)))
 
 
@@ -429,8 +474,15 @@ def pipeline_translations(config: dict[str, Any]) -> list[tuple[str, str, str]]:
 
 def test_translations(config: dict[str, Any]) -> list[tuple[str, str]]:
     """(target, language) of every test set translated into English."""
-    return sorted({(p.target, lang) for p in plans(config) for ref in p.eval_data.get("test", ())
-                   if ref.kind == "translate_test" for lang in ref.languages})
+    return sorted(
+        {
+            (p.target, lang)
+            for p in plans(config)
+            for ref in p.eval_data.get("test", ())
+            if ref.kind == "translate_test"
+            for lang in ref.languages
+        }
+    )
 
 
 # ----- what a grid costs ------------------------------------------------------------------
@@ -455,8 +507,15 @@ def summary(config: dict[str, Any]) -> list[dict[str, Any]]:
                         trained.add((name, p.target, recipe.name, seed))
                         new_jobs += 1
                         units += sum(len(r.languages) for r in recipe.train)
-        rows.append({"setting": setting, "targets": targets(config, setting), "metric_files": metric_files,
-                     "target_trainings": new_jobs, "training_units": units})
+        rows.append(
+            {
+                "setting": setting,
+                "targets": targets(config, setting),
+                "metric_files": metric_files,
+                "target_trainings": new_jobs,
+                "training_units": units,
+            }
+        )
     return rows
 
 
@@ -476,8 +535,10 @@ def main(argv: list[str] | None = None) -> None:
     print("| setting | targets | metric files | target trainings added | training data (English-set units) |")
     print("|---|---|---:|---:|---:|")
     for row in summary(config):
-        print(f"| {row['setting']} | {', '.join(row['targets'])} | {row['metric_files']} | "
-              f"{row['target_trainings']} | {row['training_units']} |")
+        print(
+            f"| {row['setting']} | {', '.join(row['targets'])} | {row['metric_files']} | "
+            f"{row['target_trainings']} | {row['training_units']} |"
+        )
 
 
 if __name__ == "__main__":

@@ -12,15 +12,16 @@ from workflow_scripts.data.loaders.source import Source, fetch_archive, is_url
 
 
 @converter("bucc")
-def _bucc(src: Source, split: str, langs: list[str], opts: dict[str, Any],
-          report: Report) -> Iterable[Row]:
+def _bucc(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
     """BUCC 2018 from the original archives (the Hub copies hold only the gold pairs, not the
     corpora mining needs). As in XTREME, the "sample" set is dev and the "training" set, whose
     gold is public, is test. Files: ``{lang}-en.{set}.{lang|en}`` (``id<TAB>sentence``) and
     ``{lang}-en.{set}.gold`` (``source id<TAB>English id``)."""
     bucc_set = {"dev": "sample", "test": "training"}[split]
-    report["release"] = {"name": "BUCC 2018", "location": opts.get("archives") if src.kind == "hub" else
-                         str(src.local_root / src.path)}
+    report["release"] = {
+        "name": "BUCC 2018",
+        "location": opts.get("archives") if src.kind == "hub" else str(src.local_root / src.path),
+    }
     for lang in langs:
         files = _bucc_files(src, opts, lang, bucc_set)
         sentences = {side: _bucc_sentences(text, name) for side, (name, text) in files.items() if side != "gold"}
@@ -85,5 +86,3 @@ def _bucc_files(src: Source, opts: dict[str, Any], lang: str, bucc_set: str) -> 
     except tarfile.TarError as err:
         raise InputError(f"BUCC archive {local} is not a readable tar.bz2 archive: {err}") from err
     return out
-
-

@@ -10,7 +10,6 @@ from workflow_scripts.common import LOG, InputError
 from workflow_scripts.data.loaders.registry import Report, Row, converter
 from workflow_scripts.data.loaders.source import Source
 
-
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？।])")
 
 
@@ -24,8 +23,7 @@ def split_sentences(text: str) -> list[str]:
 
 
 @converter("mlm")
-def _mlm(src: Source, split: str, langs: list[str], opts: dict[str, Any],
-         report: Report) -> Iterable[Row]:
+def _mlm(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
     """Multilingual Wikipedia sentences for MLM, as in XLM: language i gets a share
     q_i = p_i^alpha / sum_j p_j^alpha of the `sentences` total, p_i being its share of
     articles. Articles are read in a seeded shuffled order until the quota is filled."""
@@ -49,5 +47,3 @@ def _mlm(src: Source, split: str, langs: list[str], opts: dict[str, Any],
                 break
         if n < quota:
             LOG.warning("mlm: %s has %d sentences, fewer than its quota %d", lang, n, quota)
-
-

@@ -38,9 +38,11 @@ def release_rows(directory: str, split: str) -> Iterator[dict[str, Any]]:
     the files necla-ml/SNLI-VE's generator writes from SNLI 1.0 and Flickr30k."""
     file = repo_path(directory) / RELEASE_FILES[split]
     if not file.is_file():
-        raise InputError(f"SNLI-VE release file {file} does not exist: build it with necla-ml/SNLI-VE's "
-                         "data/snli_ve_generator.py (SNLI 1.0 + Flickr30k) and point tasks.<task>.options.path "
-                         "at its folder")
+        raise InputError(
+            f"SNLI-VE release file {file} does not exist: build it with necla-ml/SNLI-VE's "
+            "data/snli_ve_generator.py (SNLI 1.0 + Flickr30k) and point tasks.<task>.options.path "
+            "at its folder"
+        )
     with file.open(encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
@@ -51,8 +53,9 @@ def release_rows(directory: str, split: str) -> Iterator[dict[str, Any]]:
                 raise InputError(f"{file} line {number}: not JSON ({err})") from None
 
 
-def snli_ve_rows(src: Source, split: str, config: str | None, counts: Counter, release: str | None = None
-                 ) -> Iterator[dict[str, Any]]:
+def snli_ve_rows(
+    src: Source, split: str, config: str | None, counts: Counter, release: str | None = None
+) -> Iterator[dict[str, Any]]:
     """(id, image, premise caption, hypothesis, label) of every labelled SNLI-VE row, from
     the source (the Hub's schema, or a local mirror) or a release folder."""
     task = get_task("snli_caption")
@@ -66,8 +69,10 @@ def snli_ve_rows(src: Source, split: str, config: str | None, counts: Counter, r
             label, uid = r.get("label"), f"snli_ve-{split}-{i}"
             image, premise, hypothesis = r.get("filename"), r.get("premise"), r["hypothesis"]
         else:
-            raise InputError(f"{where}: neither the release's fields (sentence1, sentence2, gold_label) "
-                             f"nor the Hub's (premise, hypothesis, label); has {sorted(r)}")
+            raise InputError(
+                f"{where}: neither the release's fields (sentence1, sentence2, gold_label) "
+                f"nor the Hub's (premise, hypothesis, label); has {sorted(r)}"
+            )
         if label in ("-", "", None, -1):
             counts["no_gold_label"] += 1
             continue
@@ -75,8 +80,13 @@ def snli_ve_rows(src: Source, split: str, config: str | None, counts: Counter, r
             counts["empty_text"] += 1
             LOG.warning("%s (%s): empty premise or hypothesis; dropped", where, uid)
             continue
-        yield {"id": uid, "image": image, "premise": premise, "hypothesis": hypothesis,
-               "label": label_index(task, label, where)}
+        yield {
+            "id": uid,
+            "image": image,
+            "premise": premise,
+            "hypothesis": hypothesis,
+            "label": label_index(task, label, where),
+        }
 
 
 def _arm_rows(name: str, src: Source, split: str, opts: dict[str, Any], report: Report) -> Iterator[Row]:
@@ -88,8 +98,13 @@ def _arm_rows(name: str, src: Source, split: str, opts: dict[str, Any], report: 
             yield {"id": r["id"], "lang": "en", "text_a": r["hypothesis"], "images": [r["image"]], "label": r["label"]}
         else:
             with_premise = name == "snli_caption"
-            yield {"id": r["id"], "lang": "en", "text_a": r["premise"] if with_premise else r["hypothesis"],
-                   "text_b": r["hypothesis"] if with_premise else None, "label": r["label"]}
+            yield {
+                "id": r["id"],
+                "lang": "en",
+                "text_a": r["premise"] if with_premise else r["hypothesis"],
+                "text_b": r["hypothesis"] if with_premise else None,
+                "label": r["label"],
+            }
         counts[NLI_LABELS[r["label"]]] += 1
     report["load_counts"] = dict(counts)
 
@@ -131,8 +146,9 @@ def _nlvr2(src: Source, split: str, langs: list[str], opts: dict[str, Any], repo
     """Statement, left and right image, True/False. Read from the release's folder (option
     ``path``): the Hub has no copy with a dev split (the_cauldron's nlvr2 is train only)."""
     if not opts.get("path"):
-        raise InputError("nlvr2: set tasks.nlvr2.options.path to the folder of lil-lab/nlvr's nlvr2/data "
-                         "(train.json, dev.json)")
+        raise InputError(
+            "nlvr2: set tasks.nlvr2.options.path to the folder of lil-lab/nlvr's nlvr2/data (train.json, dev.json)"
+        )
     file = repo_path(opts["path"]) / NLVR2_FILES[split]
     report["release"] = {"path": str(opts["path"]), "file": NLVR2_FILES[split]}
     task = get_task("nlvr2")
@@ -140,7 +156,9 @@ def _nlvr2(src: Source, split: str, langs: list[str], opts: dict[str, Any], repo
 
     def rows() -> Iterator[Row]:
         if not file.is_file():
-            raise InputError(f"NLVR2 release file {file} does not exist (lil-lab/nlvr: nlvr2/data/{NLVR2_FILES[split]})")
+            raise InputError(
+                f"NLVR2 release file {file} does not exist (lil-lab/nlvr: nlvr2/data/{NLVR2_FILES[split]})"
+            )
         with file.open(encoding="utf-8") as f:
             for number, line in enumerate(f, 1):
                 if not line.strip():
@@ -152,12 +170,18 @@ def _nlvr2(src: Source, split: str, langs: list[str], opts: dict[str, Any], repo
                     raise InputError(f"{where}: not JSON ({err})") from None
                 if r.get("label") not in task.labels or not (r.get("sentence") or "").strip():
                     counts["no_label_or_sentence"] += 1
-                    LOG.warning("%s (%s): label %r or an empty sentence; dropped", where, r.get("identifier"),
-                                r.get("label"))
+                    LOG.warning(
+                        "%s (%s): label %r or an empty sentence; dropped", where, r.get("identifier"), r.get("label")
+                    )
                     continue
                 counts[r["label"]] += 1
-                yield {"id": r["identifier"], "lang": "en", "text_a": r["sentence"].strip(),
-                       "images": nlvr2_images(r, where), "label": task.labels.index(r["label"])}
+                yield {
+                    "id": r["identifier"],
+                    "lang": "en",
+                    "text_a": r["sentence"].strip(),
+                    "images": nlvr2_images(r, where),
+                    "label": task.labels.index(r["label"]),
+                }
         report["load_counts"] = dict(counts)
 
     return rows()
@@ -176,12 +200,16 @@ def _vqa_v2(src: Source, split: str, langs: list[str], opts: dict[str, Any], rep
     from workflow_scripts.multimodal.vqa import normalize_answer
 
     if not opts.get("path"):
-        raise InputError("vqa_v2: set tasks.vqa_v2.options.path to the folder of VQA v2's question and annotation "
-                         "files (v2_OpenEnded_mscoco_<subset>_questions.json, v2_mscoco_<subset>_annotations.json)")
+        raise InputError(
+            "vqa_v2: set tasks.vqa_v2.options.path to the folder of VQA v2's question and annotation "
+            "files (v2_OpenEnded_mscoco_<subset>_questions.json, v2_mscoco_<subset>_annotations.json)"
+        )
     subset = VQA_SUBSETS[split]
     folder = repo_path(opts["path"])
-    files = {"questions": folder / f"v2_OpenEnded_mscoco_{subset}_questions.json",
-             "annotations": folder / f"v2_mscoco_{subset}_annotations.json"}
+    files = {
+        "questions": folder / f"v2_OpenEnded_mscoco_{subset}_questions.json",
+        "annotations": folder / f"v2_mscoco_{subset}_annotations.json",
+    }
     for kind, file in files.items():
         if not file.is_file():
             raise InputError(f"VQA v2 {kind} file {file} does not exist (visualqa.org, 'VQA v2' downloads)")
@@ -190,8 +218,10 @@ def _vqa_v2(src: Source, split: str, langs: list[str], opts: dict[str, Any], rep
         questions = json.loads(files["questions"].read_text(encoding="utf-8"))["questions"]
         annotations = json.loads(files["annotations"].read_text(encoding="utf-8"))["annotations"]
     except (json.JSONDecodeError, KeyError) as err:
-        raise InputError(f"VQA v2 {subset}: {files['questions'].name} or {files['annotations'].name} is not the "
-                         f"release's JSON ({err})") from None
+        raise InputError(
+            f"VQA v2 {subset}: {files['questions'].name} or {files['annotations'].name} is not the "
+            f"release's JSON ({err})"
+        ) from None
     answers_of = {a["question_id"]: [normalize_answer(x["answer"]) for x in a.get("answers", [])] for a in annotations}
     counts: Counter = Counter()
     for q in questions:
@@ -200,8 +230,13 @@ def _vqa_v2(src: Source, split: str, langs: list[str], opts: dict[str, Any], rep
             counts["no_answers_or_question"] += 1
             continue
         counts["questions"] += 1
-        yield {"id": str(q["question_id"]), "lang": "en", "text_a": q["question"].strip(),
-               "images": [f"{subset}/COCO_{subset}_{int(q['image_id']):012d}.jpg"], "answers": answers}
+        yield {
+            "id": str(q["question_id"]),
+            "lang": "en",
+            "text_a": q["question"].strip(),
+            "images": [f"{subset}/COCO_{subset}_{int(q['image_id']):012d}.jpg"],
+            "answers": answers,
+        }
     if counts["no_answers_or_question"]:
         LOG.warning("vqa_v2 %s: %d questions without answers or text dropped", split, counts["no_answers_or_question"])
     report["load_counts"] = dict(counts)
@@ -218,10 +253,14 @@ def _flickr30k(src: Source, split: str, langs: list[str], opts: dict[str, Any], 
     """One row per caption: the caption and its image. Read from Karpathy's split file in the
     folder the option ``path`` names (the Hub's nlphuji/flickr30k carries the images inline)."""
     if not opts.get("path"):
-        raise InputError("flickr30k: set tasks.flickr30k.options.path to the folder of Karpathy's dataset_flickr30k.json")
+        raise InputError(
+            "flickr30k: set tasks.flickr30k.options.path to the folder of Karpathy's dataset_flickr30k.json"
+        )
     file = repo_path(opts["path"]) / "dataset_flickr30k.json"
     if not file.is_file():
-        raise InputError(f"Flickr30k split file {file} does not exist (Karpathy's caption_datasets: dataset_flickr30k.json)")
+        raise InputError(
+            f"Flickr30k split file {file} does not exist (Karpathy's caption_datasets: dataset_flickr30k.json)"
+        )
     try:
         records = json.loads(file.read_text(encoding="utf-8"))["images"]
     except (json.JSONDecodeError, KeyError) as err:

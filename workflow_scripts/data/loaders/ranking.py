@@ -103,15 +103,19 @@ def mention_query(context: dict[str, Any], mention: dict[str, Any]) -> str | Non
     an empty text that Google's ``restore_text.py`` fills from WikiNews first."""
     span = mention["mention_span"]
     if not context["text"]:
-        raise InputError(f"mention {mention.get('example_id')}: its context has no text (the release's "
-                         f"_no_text files must be restored with mewsli_x/restore_text.py first)")
-    if context["text"][span["start"]:span["end"]] != span["text"]:
-        raise SpanMismatch(f"mention {mention.get('example_id')}: text[{span['start']}:{span['end']}] is "
-                           f"{context['text'][span['start']:span['end']]!r}, its span says {span['text']!r}")
+        raise InputError(
+            f"mention {mention.get('example_id')}: its context has no text (the release's "
+            f"_no_text files must be restored with mewsli_x/restore_text.py first)"
+        )
+    if context["text"][span["start"] : span["end"]] != span["text"]:
+        raise SpanMismatch(
+            f"mention {mention.get('example_id')}: text[{span['start']}:{span['end']}] is "
+            f"{context['text'][span['start'] : span['end']]!r}, its span says {span['text']!r}"
+        )
     found = sentence_of(context, span["start"], span["end"])
     if found is None:
         return None
-    text = context["text"][found[0]:found[1]]
+    text = context["text"][found[0] : found[1]]
     start, end = span["start"] - found[0], span["end"] - found[0]
     left, right = _BRACES.sub(r"(\1)", text[:start]), _BRACES.sub(r"(\1)", text[end:])
     return _normalise(f"{span['text']}: {left} {{ {span['text']} }} {right}")
@@ -120,12 +124,13 @@ def mention_query(context: dict[str, Any], mention: dict[str, Any]) -> str | Non
 def entity_text(entity: dict[str, Any]) -> str:
     description = entity["description"]
     spans = entity.get("sentence_spans") or [{"start": 0, "end": len(description)}]
-    return _normalise(" ".join(description[s["start"]:s["end"]] for s in spans))
+    return _normalise(" ".join(description[s["start"] : s["end"]] for s in spans))
 
 
 def _entity_row(entity: dict[str, Any]) -> Row:
-    return _candidate({"id": entity["entity_id"], "lang": entity.get("description_language") or "und",
-                       "text": entity_text(entity)})
+    return _candidate(
+        {"id": entity["entity_id"], "lang": entity.get("description_language") or "und", "text": entity_text(entity)}
+    )
 
 
 @converter("mewslix")
@@ -151,8 +156,9 @@ def _mewslix(src: Source, split: str, langs: list[str], opts: dict[str, Any], re
                 continue
             entities.setdefault(entity["entity_id"], _entity_row(entity))
             counts["queries"] += 1
-            yield _query({"id": cm["mention"]["example_id"], "lang": "en", "text": text,
-                          "gold": [cm["mention"]["entity_id"]]})
+            yield _query(
+                {"id": cm["mention"]["example_id"], "lang": "en", "text": text, "gold": [cm["mention"]["entity_id"]]}
+            )
         yield from entities.values()
         report["load_counts"] = dict(counts)
         return
@@ -160,15 +166,21 @@ def _mewslix(src: Source, split: str, langs: list[str], opts: dict[str, Any], re
     pool = {}
     for e in src.rows("candidate_entities", opts.get("candidates_split", "test")):
         pool.setdefault(e["entity_id"], _entity_row(e))
-    per_lang = {lang: 0 for lang in langs}
+    per_lang = dict.fromkeys(langs, 0)
     for lang in langs:
         for i, row in enumerate(src.rows(lang, hub_split)):
             mentions = row.get("mentions") or ([row["mention"]] if "mention" in row else [])
             for mention in mentions:
                 if mention["entity_id"] not in pool:
                     counts["gold_not_in_pool"] += 1
-                    LOG.warning("mewslix %s %s row %d: entity %s of mention %s is not a candidate; dropped",
-                                lang, hub_split, i, mention["entity_id"], mention["example_id"])
+                    LOG.warning(
+                        "mewslix %s %s row %d: entity %s of mention %s is not a candidate; dropped",
+                        lang,
+                        hub_split,
+                        i,
+                        mention["entity_id"],
+                        mention["example_id"],
+                    )
                     continue
                 try:
                     text = mention_query(row["context"], mention)
@@ -245,8 +257,10 @@ def _release_breaks(paragraph: dict[str, Any], where: str) -> list[tuple[int, in
         except (TypeError, ValueError):
             raise InputError(f"{where}: sentence_breaks[{k}] is {pair!r}, not a [start, end] pair") from None
         if not 0 <= start <= end <= len(paragraph["context"]):
-            raise InputError(f"{where}: sentence_breaks[{k}] {[start, end]} lies outside its context of "
-                             f"{len(paragraph['context'])} characters")
+            raise InputError(
+                f"{where}: sentence_breaks[{k}] {[start, end]} lies outside its context of "
+                f"{len(paragraph['context'])} characters"
+            )
         breaks.append((start, end))
     return breaks
 
@@ -271,8 +285,11 @@ def release_paragraphs(data: dict[str, Any], lang: str, name: str, counts: Count
             if "sentences" in paragraph and paragraph["sentences"] != [context[s:e] for s, e in breaks]:
                 # The reference reads the breaks; so do we. Counted: such candidates are cut off-sentence.
                 counts["paragraphs_breaks_differ_from_sentences"] += 1
-                LOG.warning("%s: its sentence_breaks do not cut its 'sentences' out of its context; the breaks "
-                            "are used, as the reference uses them", where)
+                LOG.warning(
+                    "%s: its sentence_breaks do not cut its 'sentences' out of its context; the breaks "
+                    "are used, as the reference uses them",
+                    where,
+                )
             found = Paragraph(f"{lang}_{number}", lang, context, breaks)
             found.questions = [_release_question(qa, f"{where}.qas[{q}]") for q, qa in enumerate(qas)]
             yield found
@@ -321,17 +338,21 @@ def lareqa_pool(paragraphs: Iterable[Paragraph], counts: Counter) -> tuple[list[
         if not kept:
             counts["paragraphs_without_questions"] += 1
             continue
-        candidates += [_candidate({"id": f"{para.pid}_{k}", "lang": para.lang, "text": text, "context": para.context})
-                       for k, text in enumerate(sentences)]
-    queries = [{k: v for k, v in q.items() if k != "xling"} | {"gold": sorted(golds[q["xling"]])}
-               for q in questions.values()]
+        candidates += [
+            _candidate({"id": f"{para.pid}_{k}", "lang": para.lang, "text": text, "context": para.context})
+            for k, text in enumerate(sentences)
+        ]
+    queries = [
+        {k: v for k, v in q.items() if k != "xling"} | {"gold": sorted(golds[q["xling"]])} for q in questions.values()
+    ]
     return queries, candidates
 
 
 def lareqa_rows(by_lang: dict[str, Iterable[dict[str, Any]]], counts: Counter) -> Iterator[Row]:
     """Queries, then the pooled candidates, of Hub-schema SQuAD rows per language."""
-    queries, candidates = lareqa_pool((p for lang, rows in by_lang.items() for p in hub_paragraphs(rows, lang, counts)),
-                                      counts)
+    queries, candidates = lareqa_pool(
+        (p for lang, rows in by_lang.items() for p in hub_paragraphs(rows, lang, counts)), counts
+    )
     yield from queries
     yield from candidates
 
@@ -345,12 +366,15 @@ def xquad_r_file(location: str, lang: str) -> Path:
         try:
             return fetch_archive(f"{base}/{lang}.json", name=f"xquad-r-{tag}-{lang}.json")
         except OSError as err:  # urllib's errors (HTTP 404, no network) are OSErrors
-            raise InputError(f"lareqa: cannot download {base}/{lang}.json ({err}); options.xquad_r_path names the "
-                             f"URL or directory of the release's xquad-r/ files") from None
+            raise InputError(
+                f"lareqa: cannot download {base}/{lang}.json ({err}); options.xquad_r_path names the "
+                f"URL or directory of the release's xquad-r/ files"
+            ) from None
     file = fetch_archive(location) / f"{lang}.json"
     if not file.is_file():
-        raise InputError(f"lareqa: {file} does not exist (options.xquad_r_path names the directory of XQuAD-R's "
-                         f"<lang>.json files)")
+        raise InputError(
+            f"lareqa: {file} does not exist (options.xquad_r_path names the directory of XQuAD-R's <lang>.json files)"
+        )
     return file
 
 
@@ -368,27 +392,38 @@ def _refuse_hub_xquad_r(src: Source) -> None:
             f"context without shifting answer_start), so LAReQA's candidate sentences and golds cannot be rebuilt "
             f"from it. Read the release github.com/google-research-datasets/lareqa instead: set hub.path to the "
             f"SQuAD v1.1 the training pairs come from (rajpurkar/squad) and options.xquad_r_path to the release's "
-            f"xquad-r/ URL or directory (default {XQUAD_R_URL})")
+            f"xquad-r/ URL or directory (default {XQUAD_R_URL})"
+        )
 
 
 def release_pool(location: str, langs: list[str], counts: Counter, report: Report) -> tuple[list[Row], list[Row]]:
     """(queries, candidates) of XQuAD-R's release files in ``langs``; the files' sha256 go
     into the report's ``release``."""
     files = {lang: xquad_r_file(location, lang) for lang in langs}
-    report["release"] = {"name": "XQuAD-R", "location": location,
-                         "sha256": {lang: file_sha256(f) for lang, f in files.items()}}
-    names = {lang: f"{location.rstrip('/')}/{lang}.json" if is_url(location) else str(f)
-             for lang, f in files.items()}
-    return lareqa_pool((p for lang, f in files.items()
-                        for p in release_paragraphs(read_release(f, names[lang]), lang, names[lang], counts)), counts)
+    report["release"] = {
+        "name": "XQuAD-R",
+        "location": location,
+        "sha256": {lang: file_sha256(f) for lang, f in files.items()},
+    }
+    names = {lang: f"{location.rstrip('/')}/{lang}.json" if is_url(location) else str(f) for lang, f in files.items()}
+    return lareqa_pool(
+        (
+            p
+            for lang, f in files.items()
+            for p in release_paragraphs(read_release(f, names[lang]), lang, names[lang], counts)
+        ),
+        counts,
+    )
 
 
 @converter("lareqa")
 def _lareqa(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
     _refuse_hub_xquad_r(src)
     if "squad_path" in opts:
-        raise InputError("tasks.lareqa.options.squad_path: LAReQA's training SQuAD is the task's hub.path "
-                         "(e.g. rajpurkar/squad); remove the option")
+        raise InputError(
+            "tasks.lareqa.options.squad_path: LAReQA's training SQuAD is the task's hub.path "
+            "(e.g. rajpurkar/squad); remove the option"
+        )
     counts: Counter = Counter()
     if split in ("train", "dev"):
         name, hub_split = opts.get("squad_name", "plain_text"), {"train": "train", "dev": "validation"}[split]
@@ -396,7 +431,9 @@ def _lareqa(src: Source, split: str, langs: list[str], opts: dict[str, Any], rep
     else:
         queries, candidates = release_pool(str(opts.get("xquad_r_path", XQUAD_R_URL)), langs, counts, report)
         require_languages("lareqa", split, {lang: sum(q["lang"] == lang for q in queries) for lang in langs})
-    report["load_counts"] = dict(counts) | {"queries": dict(Counter(q["lang"] for q in queries)),
-                                            "candidates": dict(Counter(c["lang"] for c in candidates))}
+    report["load_counts"] = dict(counts) | {
+        "queries": dict(Counter(q["lang"] for q in queries)),
+        "candidates": dict(Counter(c["lang"] for c in candidates)),
+    }
     yield from queries
     yield from candidates

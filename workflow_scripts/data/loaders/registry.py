@@ -31,6 +31,7 @@ def converter(*names: str) -> Callable[[Converter], Converter]:
         for n in names:
             CONVERTERS[n] = fn
         return fn
+
     return register
 
 
@@ -52,11 +53,14 @@ def load_converter(task: Task) -> Converter:
             try:
                 importlib.import_module(task.converter)
             except ModuleNotFoundError as err:
-                raise InputError(f"task entry {task.entry_file}: converter module {task.converter!r} not found"
-                                 f" ({err})") from None
+                raise InputError(
+                    f"task entry {task.entry_file}: converter module {task.converter!r} not found ({err})"
+                ) from None
     if task.name not in CONVERTERS:
-        raise InputError(f"task entry {task.entry_file}: converter {task.converter!r} registers no converter for"
-                         f" {task.name!r} (decorate a function with @converter({task.name!r}))")
+        raise InputError(
+            f"task entry {task.entry_file}: converter {task.converter!r} registers no converter for"
+            f" {task.name!r} (decorate a function with @converter({task.name!r}))"
+        )
     return CONVERTERS[task.name]
 
 
@@ -86,8 +90,9 @@ def require_languages(task: str, split: str, counts: dict[str, int]) -> None:
         raise InputError(f"{task} {split}: no examples for languages {missing}; refusing to shrink the average")
 
 
-def per_language(task: str, src: Source, config_of: Callable[[str], str], split: str, hub_split: str,
-                 langs: list[str]) -> Iterator[tuple[str, int, Row]]:
+def per_language(
+    task: str, src: Source, config_of: Callable[[str], str], split: str, hub_split: str, langs: list[str]
+) -> Iterator[tuple[str, int, Row]]:
     """(language, index, row) from each language's own Hub config (train: the languages the
     grid asks for, English unless a transfer setting trains on others); a language without
     rows fails loudly."""

@@ -62,7 +62,8 @@ class Source:
                 f"Hub dataset {self.path} at revision {self.revision!r} holds a loading script ({script}), "
                 f"which the datasets library no longer runs. Read the Hub's Parquet export of it instead: set "
                 f"the task's hub.revision (or options.<source>_revision) to {PARQUET_EXPORT!r}, or point the "
-                f"path at a Parquet copy with the same columns")
+                f"path at a Parquet copy with the same columns"
+            )
 
     def _selection(self, name: str | None) -> dict[str, Any]:
         """How load_dataset names a config: by name, or in the Parquet export by its folder."""
@@ -123,8 +124,12 @@ def extra_source(src: Source, opts: dict[str, Any], task: str, name: str) -> Sou
     from workflow_scripts.data.tasks import get_task
 
     default = get_task(task).hub_source(name).path
-    return Source(src.kind, str(opts.get(f"{name}_path", default)), str(opts.get(f"{name}_revision", "main")),
-                  str(src.local_root) if src.local_root else None)
+    return Source(
+        src.kind,
+        str(opts.get(f"{name}_path", default)),
+        str(opts.get(f"{name}_revision", "main")),
+        str(src.local_root) if src.local_root else None,
+    )
 
 
 def fetch_archive(location: str, name: str | None = None, cache_dir: str | Path = DOWNLOAD_CACHE) -> Path:
@@ -151,8 +156,10 @@ def fetch_archive(location: str, name: str | None = None, cache_dir: str | Path 
             LOG.info("downloading %s -> %s", location, target)
             with atomic_path(target) as tmp, urllib.request.urlopen(location) as response:
                 total = int(response.headers.get("Content-Length") or 0) or None
-                with tmp.open("wb") as out, tqdm(total=total, unit="B", unit_scale=True, desc=target.name,
-                                                 mininterval=5) as bar:
+                with (
+                    tmp.open("wb") as out,
+                    tqdm(total=total, unit="B", unit_scale=True, desc=target.name, mininterval=5) as bar,
+                ):
                     while chunk := response.read(1 << 20):
                         out.write(chunk)
                         bar.update(len(chunk))

@@ -27,8 +27,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workflow_scripts.common import LOG, InputError
-from workflow_scripts.data.loaders.registry import (XTREME_SPLITS, Report, Row, converter, per_language,
-                                                    require_languages)
+from workflow_scripts.data.loaders.registry import (
+    XTREME_SPLITS,
+    Report,
+    Row,
+    converter,
+    per_language,
+    require_languages,
+)
 from workflow_scripts.data.loaders.source import Source, extra_source
 from workflow_scripts.data.loaders.xtreme import record_sources
 
@@ -98,8 +104,14 @@ class SpanRepair:
             if self.training and not kept_texts:
                 c["questions_dropped"] += 1
                 return None
-        return {"id": uid, "lang": lang, "context": context, "question": question.strip(),
-                "answer_texts": kept_texts, "answer_starts": kept_starts}
+        return {
+            "id": uid,
+            "lang": lang,
+            "context": context,
+            "question": question.strip(),
+            "answer_texts": kept_texts,
+            "answer_starts": kept_starts,
+        }
 
     def finish(self, report: Report) -> None:
         """Write the counts into the load report and name what could not be located."""
@@ -107,15 +119,28 @@ class SpanRepair:
         for lang, c in sorted(self.counts.items()):
             moved = c["answers_prefix"] + c["answers_nearest"]
             if moved or c["answers_unresolvable"]:
-                LOG.warning("%s %s %s: %d of %d questions had an answer re-located (%d after a stripped prefix, "
-                            "%d nearest the given start); %d answers appear nowhere in their context%s",
-                            self.task, self.split, lang, c["questions_relocated"], c["questions"],
-                            c["answers_prefix"], c["answers_nearest"], c["answers_unresolvable"],
-                            f"; {c['questions_dropped']} questions dropped from training" if self.training else
-                            " (kept for evaluation: only answer texts are scored)")
+                LOG.warning(
+                    "%s %s %s: %d of %d questions had an answer re-located (%d after a stripped prefix, "
+                    "%d nearest the given start); %d answers appear nowhere in their context%s",
+                    self.task,
+                    self.split,
+                    lang,
+                    c["questions_relocated"],
+                    c["questions"],
+                    c["answers_prefix"],
+                    c["answers_nearest"],
+                    c["answers_unresolvable"],
+                    f"; {c['questions_dropped']} questions dropped from training"
+                    if self.training
+                    else " (kept for evaluation: only answer texts are scored)",
+                )
         if self.unresolved:
-            LOG.warning("%s %s: questions with an answer not found in their context: %s", self.task, self.split,
-                        ", ".join(self.unresolved))
+            LOG.warning(
+                "%s %s: questions with an answer not found in their context: %s",
+                self.task,
+                self.split,
+                ", ".join(self.unresolved),
+            )
 
 
 @converter("squad", "squad_v2")
@@ -140,8 +165,9 @@ def _xquad(src: Source, split: str, langs: list[str], opts: dict[str, Any], repo
     from ``options.xquad_path`` (default ``google/xquad``, revision ``options.xquad_revision``),
     configs ``xquad.<lang>``, split ``validation``, the same columns."""
     xquad = extra_source(src, opts, "xquad", "xquad")
-    sources = {lang: (src, f"XQuAD.{lang}") if lang in XQUAD_XTREME_LANGUAGES else (xquad, f"xquad.{lang}")
-               for lang in langs}
+    sources = {
+        lang: (src, f"XQuAD.{lang}") if lang in XQUAD_XTREME_LANGUAGES else (xquad, f"xquad.{lang}") for lang in langs
+    }
     repair = SpanRepair("xquad", split)
     for lang in langs:
         source, config = sources[lang]
@@ -167,8 +193,17 @@ def _mlqa(src: Source, split: str, langs: list[str], opts: dict[str, Any], repor
     repair.finish(report)
 
 
-TYDIQA_LANGUAGES = {"arabic": "ar", "bengali": "bn", "english": "en", "finnish": "fi", "indonesian": "id",
-                    "korean": "ko", "russian": "ru", "swahili": "sw", "telugu": "te"}
+TYDIQA_LANGUAGES = {
+    "arabic": "ar",
+    "bengali": "bn",
+    "english": "en",
+    "finnish": "fi",
+    "indonesian": "id",
+    "korean": "ko",
+    "russian": "ru",
+    "swahili": "sw",
+    "telugu": "te",
+}
 
 
 @converter("tydiqa")
@@ -178,7 +213,7 @@ def _tydiqa(src: Source, split: str, langs: list[str], opts: dict[str, Any], rep
     docs/protocol.md §3, §7); the GoldP dev set is the test set."""
     hub_split = {"train": "train", "test": "validation"}[split]
     name = opts.get("hub_name", "tydiqa")
-    counts = {lang: 0 for lang in langs}
+    counts = dict.fromkeys(langs, 0)
     repair = SpanRepair("tydiqa", split)
     for i, r in enumerate(src.rows(name, hub_split)):
         prefix = r["id"].split("-", 1)[0]

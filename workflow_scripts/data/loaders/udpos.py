@@ -54,17 +54,59 @@ UD_V27_URL = "https://lindat.mff.cuni.cz/repository/xmlui/bitstream/handle/11234
 XTREME_R_UD27_LANGUAGES = ("lt", "pl", "uk", "wo", "ro")
 # XTREME names udpos configs on the Hub by language name.
 UD_LANGUAGE_NAMES = {
-    "af": "Afrikaans", "ar": "Arabic", "bg": "Bulgarian", "de": "German", "el": "Greek",
-    "en": "English", "es": "Spanish", "et": "Estonian", "eu": "Basque", "fa": "Persian",
-    "fi": "Finnish", "fr": "French", "he": "Hebrew", "hi": "Hindi", "hu": "Hungarian",
-    "id": "Indonesian", "it": "Italian", "ja": "Japanese", "kk": "Kazakh", "ko": "Korean",
-    "mr": "Marathi", "nl": "Dutch", "pt": "Portuguese", "ru": "Russian", "ta": "Tamil",
-    "te": "Telugu", "th": "Thai", "tl": "Tagalog", "tr": "Turkish", "ur": "Urdu",
-    "vi": "Vietnamese", "yo": "Yoruba", "zh": "Chinese",
+    "af": "Afrikaans",
+    "ar": "Arabic",
+    "bg": "Bulgarian",
+    "de": "German",
+    "el": "Greek",
+    "en": "English",
+    "es": "Spanish",
+    "et": "Estonian",
+    "eu": "Basque",
+    "fa": "Persian",
+    "fi": "Finnish",
+    "fr": "French",
+    "he": "Hebrew",
+    "hi": "Hindi",
+    "hu": "Hungarian",
+    "id": "Indonesian",
+    "it": "Italian",
+    "ja": "Japanese",
+    "kk": "Kazakh",
+    "ko": "Korean",
+    "mr": "Marathi",
+    "nl": "Dutch",
+    "pt": "Portuguese",
+    "ru": "Russian",
+    "ta": "Tamil",
+    "te": "Telugu",
+    "th": "Thai",
+    "tl": "Tagalog",
+    "tr": "Turkish",
+    "ur": "Urdu",
+    "vi": "Vietnamese",
+    "yo": "Yoruba",
+    "zh": "Chinese",
 }
 # ud-conversion-tools' head precedence among tied words of a multiword token, per language.
-_DEFAULT_PRECEDENCE = ("VERB", "NOUN", "PROPN", "PRON", "ADJ", "NUM", "ADV", "INTJ", "AUX", "ADP", "DET", "PART",
-                       "CCONJ", "SCONJ", "X", "PUNCT")
+_DEFAULT_PRECEDENCE = (
+    "VERB",
+    "NOUN",
+    "PROPN",
+    "PRON",
+    "ADJ",
+    "NUM",
+    "ADV",
+    "INTJ",
+    "AUX",
+    "ADP",
+    "DET",
+    "PART",
+    "CCONJ",
+    "SCONJ",
+    "X",
+    "PUNCT",
+)
 POS_PRECEDENCE = {
     "es": ("VERB", "AUX", "PRON", "ADP", "DET"),
     "fr": ("VERB", "AUX", "PRON", "NOUN", "ADJ", "ADV", "ADP", "DET", "PART", "SCONJ", "CONJ"),
@@ -93,8 +135,7 @@ def _ancestors(parents: dict[Any, set[Any]], node: Any) -> int:
     return len(seen)
 
 
-def _span_head(span: list[int], upos: dict[int, str], parents: dict[Any, set[Any]], lang: str,
-               counts: Counter) -> int:
+def _span_head(span: list[int], upos: dict[int, str], parents: dict[Any, set[Any]], lang: str, counts: Counter) -> int:
     depth = [_ancestors(parents, w) for w in span]
     highest = [w for w, d in zip(span, depth) if d == min(depth)]
     if len(highest) == 1:
@@ -198,8 +239,10 @@ def release_files(root: Path, lang: str, split: str) -> Iterator[tuple[str, Text
         return
     try:
         with tarfile.open(root, "r:*") as tar:
-            members = sorted((m for m in tar if m.isfile() and _matches(Path(m.name).name, lang, split)),
-                             key=lambda m: Path(m.name).name)
+            members = sorted(
+                (m for m in tar if m.isfile() and _matches(Path(m.name).name, lang, split)),
+                key=lambda m: Path(m.name).name,
+            )
             for m in members:
                 with io.TextIOWrapper(tar.extractfile(m), encoding="utf-8") as f:
                     yield f"{root.name}:{m.name}", f
@@ -222,8 +265,10 @@ def _udpos(src: Source, split: str, langs: list[str], opts: dict[str, Any], repo
     task = get_task("udpos")
     wanted = [lang for lang in langs if not (split == "dev" and lang in task.dev_missing)]
     if split == "dev" and set(langs) & task.dev_missing:
-        LOG.warning("udpos: %s have no dev split in UD v2.5 (XTREME); dev scores leave them out",
-                    sorted(set(langs) & task.dev_missing))
+        LOG.warning(
+            "udpos: %s have no dev split in UD v2.5 (XTREME); dev scores leave them out",
+            sorted(set(langs) & task.dev_missing),
+        )
     extra = extra_release(opts)
     extra_langs = [lang for lang in wanted if extra is not None and lang in extra["languages"]]
     main_langs = [lang for lang in wanted if lang not in extra_langs]
@@ -238,21 +283,28 @@ def _udpos(src: Source, split: str, langs: list[str], opts: dict[str, Any], repo
         location = str(opts["ud_release"])
         root = fetch_archive(location)
         report["udpos_source"] = "ud_release"
-        report["release"] = {"name": "UD v2.5", "location": location,
-                             "sha256": file_sha256(root) if root.is_file() else None}
+        report["release"] = {
+            "name": "UD v2.5",
+            "location": location,
+            "sha256": file_sha256(root) if root.is_file() else None,
+        }
         yield from _release_rows(root, split, main_langs, files, per_lang)
-        sources.update({lang: f"UD v2.5 release {location}" for lang in main_langs})
+        sources.update(dict.fromkeys(main_langs, f"UD v2.5 release {location}"))
         if is_url(location):
             LOG.info("UD release %s cached at %s", location, root)
     if extra_langs:
         root = fetch_archive(extra["release"])
-        report["release_extra"] = {"name": extra["name"], "location": extra["release"], "languages": extra_langs,
-                                   "sha256": file_sha256(root) if root.is_file() else None}
+        report["release_extra"] = {
+            "name": extra["name"],
+            "location": extra["release"],
+            "languages": extra_langs,
+            "sha256": file_sha256(root) if root.is_file() else None,
+        }
         if not main_langs:  # no Hub data read: the provenance is the release's
             report["release"] = report["release_extra"]
             report["udpos_source"] = "ud_release_extra"
         yield from _release_rows(root, split, extra_langs, files, per_lang)
-        sources.update({lang: f"{extra['name']} release {extra['release']}" for lang in extra_langs})
+        sources.update(dict.fromkeys(extra_langs, f"{extra['name']} release {extra['release']}"))
     if files:
         report["udpos_files"] = files
         report["udpos_counts"] = per_lang
@@ -268,17 +320,21 @@ def extra_release(opts: dict[str, Any]) -> dict[str, Any] | None:
     if not extra:
         return None
     if not isinstance(extra, dict) or not extra.get("release"):
-        raise InputError("udpos: options.ud_release_extra must be a mapping with 'release' (the URL, archive or "
-                         f"directory of the second UD release) and optionally 'languages' and 'name'; got {extra!r}")
+        raise InputError(
+            "udpos: options.ud_release_extra must be a mapping with 'release' (the URL, archive or "
+            f"directory of the second UD release) and optionally 'languages' and 'name'; got {extra!r}"
+        )
     languages = extra.get("languages", XTREME_R_UD27_LANGUAGES)
     if isinstance(languages, str) or not all(isinstance(lang, str) for lang in languages):
-        raise InputError(f"udpos: options.ud_release_extra.languages must be a list of language codes, got "
-                         f"{languages!r}")
+        raise InputError(
+            f"udpos: options.ud_release_extra.languages must be a list of language codes, got {languages!r}"
+        )
     return {"release": str(extra["release"]), "languages": list(languages), "name": str(extra.get("name", "UD v2.7"))}
 
 
-def _release_rows(root: Path, split: str, langs: list[str], files: dict[str, list[str]],
-                  per_lang: dict[str, dict[str, int]]) -> Iterator[Row]:
+def _release_rows(
+    root: Path, split: str, langs: list[str], files: dict[str, list[str]], per_lang: dict[str, dict[str, int]]
+) -> Iterator[Row]:
     """Canonical rows of ``langs`` from one UD release (archive or directory), every file of
     each language converted as XTREME's preprocessing does; files and counts per language
     go into ``files`` and ``per_lang``."""
@@ -295,16 +351,31 @@ def _release_rows(root: Path, split: str, langs: list[str], files: dict[str, lis
                     counts["sentences_bad_tag"] += 1
                     LOG.warning("udpos %s: sentence dropped: %s", split, err)
                     continue
-                yield {"id": f"udpos-{split}-{lang}-{counts['sentences']}", "lang": lang, "tokens": sentence.words,
-                       "tags": tags}
+                yield {
+                    "id": f"udpos-{split}-{lang}-{counts['sentences']}",
+                    "lang": lang,
+                    "tokens": sentence.words,
+                    "tags": tags,
+                }
                 counts["sentences"] += 1
                 counts["words"] += len(sentence.words)
         per_lang[lang] = dict(sorted(counts.items()))
-        LOG.info("udpos %s %s: %d sentences, %d words from %s", split, lang, counts["sentences"], counts["words"],
-                 files[lang] or "no files")
+        LOG.info(
+            "udpos %s %s: %d sentences, %d words from %s",
+            split,
+            lang,
+            counts["sentences"],
+            counts["words"],
+            files[lang] or "no files",
+        )
         if counts["fused_head_fallback"]:
-            LOG.warning("udpos %s %s: %d multiword tokens tie on UPOS outside the converter's precedence list; "
-                        "the first tied word gives the tag", split, lang, counts["fused_head_fallback"])
+            LOG.warning(
+                "udpos %s %s: %d multiword tokens tie on UPOS outside the converter's precedence list; "
+                "the first tied word gives the tag",
+                split,
+                lang,
+                counts["fused_head_fallback"],
+            )
 
 
 def _udpos_hub(src: Source, split: str, langs: list[str]) -> Iterator[Row]:
@@ -312,8 +383,12 @@ def _udpos_hub(src: Source, split: str, langs: list[str]) -> Iterator[Row]:
     hub_split = {"train": "train", "dev": "validation", "test": "test"}[split]
     for lang in langs:
         if lang not in UD_LANGUAGE_NAMES:
-            hint = (" (google/xtreme has udpos configs for XTREME's languages only; XTREME-R reads this one from "
-                    "UD v2.7: set options.ud_release_extra)" if lang in XTREME_R_UD27_LANGUAGES else "")
+            hint = (
+                " (google/xtreme has udpos configs for XTREME's languages only; XTREME-R reads this one from "
+                "UD v2.7: set options.ud_release_extra)"
+                if lang in XTREME_R_UD27_LANGUAGES
+                else ""
+            )
             raise InputError(f"udpos: no UD language name known for {lang!r}{hint}")
         for i, r in enumerate(src.rows(f"udpos.{UD_LANGUAGE_NAMES[lang]}", hub_split)):
             tags = [task.labels[label_index(task, t, f"udpos {lang} {split}")] for t in r["pos_tags"]]

@@ -91,8 +91,9 @@ def copa_row(r: Row, where: str, counts: Counter) -> tuple[str, str, list[str], 
         premise, question, label = r["premise"], r["question"], r["label"]
         choices = [r["choice1"], r["choice2"]]
     except (KeyError, TypeError) as err:
-        raise InputError(f"{where}: not a COPA row (columns premise, choice1, choice2, question, label): "
-                         f"missing {err}") from None
+        raise InputError(
+            f"{where}: not a COPA row (columns premise, choice1, choice2, question, label): missing {err}"
+        ) from None
     if _unlabeled(label):
         counts["unlabeled"] += 1
         return None
@@ -117,8 +118,15 @@ def _finish(task: str, split: str, per_lang: dict[str, Counter], report: Report)
     for lang, c in sorted(per_lang.items()):
         dropped = sum(v for k, v in c.items() if k.startswith("dropped_"))
         if dropped or c["question_normalised"]:
-            LOG.warning("%s %s %s: %d of %d rows dropped, %d question words normalised", task, split, lang,
-                        dropped, c["rows"], c["question_normalised"])
+            LOG.warning(
+                "%s %s %s: %d of %d rows dropped, %d question words normalised",
+                task,
+                split,
+                lang,
+                dropped,
+                c["rows"],
+                c["question_normalised"],
+            )
 
 
 # ----- COPA (English) --------------------------------------------------------------------------
@@ -136,8 +144,13 @@ def _copa(src: Source, split: str, langs: list[str], opts: dict[str, Any], repor
             continue
         premise, word, choices, label = parsed
         counts["examples"] += 1
-        yield {"id": f"copa-{split}-{r.get('idx', i)}", "lang": "en", "context": copa_context(premise, word),
-               "choices": choices, "label": label}
+        yield {
+            "id": f"copa-{split}-{r.get('idx', i)}",
+            "lang": "en",
+            "context": copa_context(premise, word),
+            "choices": choices,
+            "label": label,
+        }
     _finish("copa", split, {"en": counts}, report)
 
 
@@ -156,8 +169,10 @@ def _siqa(src: Source, split: str, langs: list[str], opts: dict[str, Any], repor
             context, question, label = r["context"], r["question"], r["label"]
             choices = [r[k] for k in SIQA_ANSWERS]
         except (KeyError, TypeError) as err:
-            raise InputError(f"{where}: not a Social IQa row (columns context, question, answerA, answerB, "
-                             f"answerC, label): missing {err}") from None
+            raise InputError(
+                f"{where}: not a Social IQa row (columns context, question, answerA, answerB, "
+                f"answerC, label): missing {err}"
+            ) from None
         if _unlabeled(label):
             counts["unlabeled"] += 1
             continue
@@ -169,8 +184,13 @@ def _siqa(src: Source, split: str, langs: list[str], opts: dict[str, Any], repor
             _drop(counts, "empty_text", where, [context, question, *choices])
             continue
         counts["examples"] += 1
-        yield {"id": f"siqa-{split}-{i}", "lang": "en", "context": siqa_context(context, question),
-               "choices": choices, "label": index}
+        yield {
+            "id": f"siqa-{split}-{i}",
+            "lang": "en",
+            "context": siqa_context(context, question),
+            "choices": choices,
+            "label": index,
+        }
     _finish("siqa", split, {"en": counts}, report)
 
 
@@ -201,8 +221,9 @@ def _xcopa(src: Source, split: str, langs: list[str], opts: dict[str, Any], repo
     if src.kind == "hub":
         unknown = [lang for lang in langs if lang not in XCOPA_LANGUAGES]
         if unknown:
-            raise InputError(f"xcopa: {src.path} has no language {unknown}; XCOPA's languages are "
-                             f"{' '.join(XCOPA_LANGUAGES)}")
+            raise InputError(
+                f"xcopa: {src.path} has no language {unknown}; XCOPA's languages are {' '.join(XCOPA_LANGUAGES)}"
+            )
     # Every language is read before any row is written: the question check compares them.
     per_lang: dict[str, Counter] = {}
     parsed: dict[str, list[tuple[Any, str, str, list[str], int]]] = {}
@@ -226,13 +247,18 @@ def _xcopa(src: Source, split: str, langs: list[str], opts: dict[str, Any], repo
     require_languages("xcopa", split, {lang: len(parsed[lang]) for lang in langs})
     majority: dict[Any, str] = {}
     if len(langs) >= 3:
-        majority = majority_questions({lang: {idx: (word, label) for idx, _, word, _, label in rows}
-                                       for lang, rows in parsed.items()})
-        report["question_check"] = {"languages": sorted(langs), "items_with_majority": len(majority),
-                                    "repair": repair or "none"}
+        majority = majority_questions(
+            {lang: {idx: (word, label) for idx, _, word, _, label in rows} for lang, rows in parsed.items()}
+        )
+        report["question_check"] = {
+            "languages": sorted(langs),
+            "items_with_majority": len(majority),
+            "repair": repair or "none",
+        }
     elif repair == "majority":
-        raise InputError(f"xcopa: options.question_repair 'majority' compares three or more languages; "
-                         f"this split loads {langs}")
+        raise InputError(
+            f"xcopa: options.question_repair 'majority' compares three or more languages; this split loads {langs}"
+        )
     for lang in langs:
         counts, disagree = per_lang[lang], []
         for idx, premise, word, choices, label in parsed[lang]:
@@ -242,12 +268,20 @@ def _xcopa(src: Source, split: str, langs: list[str], opts: dict[str, Any], repo
                 if repair == "majority":
                     counts["question_repaired"] += 1
                     word = majority[idx]
-            yield {"id": f"xcopa-{split}-{lang}-{idx}", "lang": lang, "context": copa_context(premise, word),
-                   "choices": choices, "label": label}
+            yield {
+                "id": f"xcopa-{split}-{lang}-{idx}",
+                "lang": lang,
+                "context": copa_context(premise, word),
+                "choices": choices,
+                "label": label,
+            }
         if disagree:
-            LOG.warning("xcopa %s %s: %d items' question disagrees with the other languages' majority (%s): "
-                        "idx %s", split, lang, len(disagree),
-                        "replaced" if repair == "majority" else "kept, as XTREME-R's code does",
-                        ", ".join(map(str, disagree[:20])) + (" ..." if len(disagree) > 20 else ""))
+            LOG.warning(
+                "xcopa %s %s: %d items' question disagrees with the other languages' majority (%s): idx %s",
+                split,
+                lang,
+                len(disagree),
+                "replaced" if repair == "majority" else "kept, as XTREME-R's code does",
+                ", ".join(map(str, disagree[:20])) + (" ..." if len(disagree) > 20 else ""),
+            )
     _finish("xcopa", split, per_lang, report)
-

@@ -28,22 +28,52 @@ from collections.abc import Iterable
 from typing import Any
 
 from workflow_scripts.common import InputError
-from workflow_scripts.data.loaders.registry import (XTREME_SPLITS, Report, Row, converter, label_index,
-                                                    require_languages)
+from workflow_scripts.data.loaders.registry import XTREME_SPLITS, Report, Row, converter, label_index, require_languages
 from workflow_scripts.data.loaders.source import Source, extra_source
 from workflow_scripts.data.tasks import get_task
 
 # The languages of google/xtreme's PAN-X.<lang> configs (XTREME's 40).
 PANX_XTREME_LANGUAGES = frozenset(
     "af ar bg bn de el en es et eu fa fi fr he hi hu id it ja jv ka kk ko ml mr ms my nl pt ru sw ta te th "
-    "tl tr ur vi yo zh".split())
+    "tl tr ur vi yo zh".split()
+)
 
 TATOEBA_CODES = {
-    "af": "afr", "ar": "ara", "bg": "bul", "bn": "ben", "de": "deu", "el": "ell", "es": "spa",
-    "et": "est", "eu": "eus", "fa": "pes", "fi": "fin", "fr": "fra", "he": "heb", "hi": "hin",
-    "hu": "hun", "id": "ind", "it": "ita", "ja": "jpn", "jv": "jav", "ka": "kat", "kk": "kaz",
-    "ko": "kor", "ml": "mal", "mr": "mar", "nl": "nld", "pt": "por", "ru": "rus", "sw": "swh",
-    "ta": "tam", "te": "tel", "th": "tha", "tl": "tgl", "tr": "tur", "ur": "urd", "vi": "vie",
+    "af": "afr",
+    "ar": "ara",
+    "bg": "bul",
+    "bn": "ben",
+    "de": "deu",
+    "el": "ell",
+    "es": "spa",
+    "et": "est",
+    "eu": "eus",
+    "fa": "pes",
+    "fi": "fin",
+    "fr": "fra",
+    "he": "heb",
+    "hi": "hin",
+    "hu": "hun",
+    "id": "ind",
+    "it": "ita",
+    "ja": "jpn",
+    "jv": "jav",
+    "ka": "kat",
+    "kk": "kaz",
+    "ko": "kor",
+    "ml": "mal",
+    "mr": "mar",
+    "nl": "nld",
+    "pt": "por",
+    "ru": "rus",
+    "sw": "swh",
+    "ta": "tam",
+    "te": "tel",
+    "th": "tha",
+    "tl": "tgl",
+    "tr": "tur",
+    "ur": "urd",
+    "vi": "vie",
     "zh": "cmn",
 }
 # XTREME-R's five more (the codes of LASER's file names, as XTREME-R's utils_preprocess.py
@@ -57,12 +87,12 @@ def record_sources(report: Report, sources: dict[str, tuple[Source, str]], extra
     report["sources"] = {lang: f"{s.path} {config}" for lang, (s, config) in sorted(sources.items())}
     used = {s.path for s, _ in sources.values()}
     report["extra_sources"] = {
-        s.path: {"revision": s.revision, "resolved_sha": s.resolved_sha()} for s in extras if s.path in used}
+        s.path: {"revision": s.revision, "resolved_sha": s.resolved_sha()} for s in extras if s.path in used
+    }
 
 
 @converter("pawsx")
-def _pawsx(src: Source, split: str, langs: list[str], opts: dict[str, Any],
-           report: Report) -> Iterable[Row]:
+def _pawsx(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
     """PAWS-X from ``options.pawsx_path`` when given (``google-research-datasets/paws-x``:
     config = language, the release's TSV rows read without CSV quoting, all 2,000 dev and test
     rows of every language), else from google/xtreme's ``PAWS-X.<lang>`` configs, whose
@@ -78,15 +108,19 @@ def _pawsx(src: Source, split: str, langs: list[str], opts: dict[str, Any],
         for i, r in enumerate(source.rows(config, XTREME_SPLITS[split])):
             n += 1
             label = int(r["label"])  # a string "0"/"1" in google/xtreme, an int in paws-x
-            yield {"id": f"pawsx-{split}-{lang}-{i}", "lang": lang, "text_a": r["sentence1"].strip(),
-                   "text_b": r["sentence2"].strip(), "label": label_index(task, label, f"pawsx {lang} {split}")}
+            yield {
+                "id": f"pawsx-{split}-{lang}-{i}",
+                "lang": lang,
+                "text_a": r["sentence1"].strip(),
+                "text_b": r["sentence2"].strip(),
+                "label": label_index(task, label, f"pawsx {lang} {split}"),
+            }
         require_languages("pawsx", split, {lang: n})
     record_sources(report, sources, [pawsx])
 
 
 @converter("panx")
-def _panx(src: Source, split: str, langs: list[str], opts: dict[str, Any],
-          report: Report) -> Iterable[Row]:
+def _panx(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
     """XTREME's 40 languages from google/xtreme's PAN-X configs, the others (XTREME-R's
     qu pl uk az lt pa gu ro) from WikiANN's per-language configs (module docstring)."""
     task = get_task("panx")
@@ -106,26 +140,29 @@ def _panx(src: Source, split: str, langs: list[str], opts: dict[str, Any],
 
 
 @converter("xnli")
-def _xnli(src: Source, split: str, langs: list[str], opts: dict[str, Any],
-          report: Report) -> Iterable[Row]:
+def _xnli(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
     task = get_task("xnli")
     hub_split = {"dev": "validation", "test": "test"}[split]
-    counts = {lang: 0 for lang in langs}
-    for i, r in enumerate(src.rows("XNLI", hub_split)):
+    counts = dict.fromkeys(langs, 0)
+    for r in src.rows("XNLI", hub_split):
         lang = r["language"]
         if lang not in counts:
             continue
         counts[lang] += 1
         # Raw XNLI spells one label "contradictory"; XTREME's preprocessing maps it.
         gold = "contradiction" if r["gold_label"] == "contradictory" else r["gold_label"]
-        yield {"id": f"xnli-{split}-{lang}-{counts[lang]}", "lang": lang, "text_a": r["sentence1"],
-               "text_b": r["sentence2"], "label": label_index(task, gold, f"xnli {split}")}
+        yield {
+            "id": f"xnli-{split}-{lang}-{counts[lang]}",
+            "lang": lang,
+            "text_a": r["sentence1"],
+            "text_b": r["sentence2"],
+            "label": label_index(task, gold, f"xnli {split}"),
+        }
     require_languages("xnli", split, counts)
 
 
 @converter("tatoeba")
-def _tatoeba(src: Source, split: str, langs: list[str], opts: dict[str, Any],
-             report: Report) -> Iterable[Row]:
+def _tatoeba(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
     """XTREME's 36 languages from google/xtreme (split ``validation``), XTREME-R's five more
     (az lt pl uk ro) from ``options.tatoeba_path`` (split ``test``; module docstring)."""
     extra = extra_source(src, opts, "tatoeba", "tatoeba")
@@ -136,21 +173,26 @@ def _tatoeba(src: Source, split: str, langs: list[str], opts: dict[str, Any],
         elif lang in TATOEBA_EXTRA_CODES:
             sources[lang] = (extra, f"{TATOEBA_EXTRA_CODES[lang]}-eng")
         else:
-            raise InputError(f"tatoeba: no Tatoeba code known for {lang!r} (known: "
-                             f"{' '.join(sorted({**TATOEBA_CODES, **TATOEBA_EXTRA_CODES}))})")
+            raise InputError(
+                f"tatoeba: no Tatoeba code known for {lang!r} (known: "
+                f"{' '.join(sorted({**TATOEBA_CODES, **TATOEBA_EXTRA_CODES}))})"
+            )
     for lang in langs:
         source, config = sources[lang]
         columns = ("source_sentence", "target_sentence") if source is src else ("sentence1", "sentence2")
         n = 0
         for i, r in enumerate(source.rows(config, "validation" if source is src else "test")):
             if not all(c in r for c in columns):
-                raise InputError(f"tatoeba {lang}: {source.path} {config} row {i} lacks columns {list(columns)} "
-                                 f"(has {sorted(r)})")
+                raise InputError(
+                    f"tatoeba {lang}: {source.path} {config} row {i} lacks columns {list(columns)} (has {sorted(r)})"
+                )
             n += 1
             # The XTREME copy keeps the files' trailing newlines; they are not part of the text.
-            yield {"id": f"tatoeba-{lang}-{i}", "lang": lang, "source": r[columns[0]].strip(),
-                   "target": r[columns[1]].strip()}
+            yield {
+                "id": f"tatoeba-{lang}-{i}",
+                "lang": lang,
+                "source": r[columns[0]].strip(),
+                "target": r[columns[1]].strip(),
+            }
         require_languages("tatoeba", split, {lang: n})
     record_sources(report, sources, [extra])
-
-

@@ -25,7 +25,10 @@ from workflow_scripts.common import InputError
 from workflow_scripts.models.backbones import decoder, encoder, seq2seq_encoder
 from workflow_scripts.models.backbones.family import ADAPTER_DIR, MANIFEST, Family
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (encoder.FAMILY, seq2seq_encoder.FAMILY, decoder.FAMILY)}
+# The registered families (docs/guides/new_backbone_family.md adds one here), in the order
+# errors list them.
+REGISTERED = (encoder.FAMILY, seq2seq_encoder.FAMILY, decoder.FAMILY)
+FAMILIES: dict[str, Family] = {f.name: f for f in REGISTERED}
 
 
 def get_family(name: str) -> Family:
@@ -60,4 +63,4 @@ def infer_family(config: dict) -> Family:
     return encoder.FAMILY
 
 
-__all__ = ["ADAPTER_DIR", "FAMILIES", "Family", "MANIFEST", "family_of", "get_family", "infer_family"]
+__all__ = ["ADAPTER_DIR", "FAMILIES", "MANIFEST", "Family", "family_of", "get_family", "infer_family"]

@@ -12,8 +12,25 @@ from typing import Any
 
 from workflow_scripts.models.backbones.family import Family
 
-MODEL_TYPES = frozenset({"bloom", "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text",
-                         "cohere", "cohere2", "gpt2", "gpt_neox", "olmo", "olmo2", "phi3"})
+MODEL_TYPES = frozenset(
+    {
+        "bloom",
+        "llama",
+        "mistral",
+        "qwen2",
+        "qwen3",
+        "gemma",
+        "gemma2",
+        "gemma3_text",
+        "cohere",
+        "cohere2",
+        "gpt2",
+        "gpt_neox",
+        "olmo",
+        "olmo2",
+        "phi3",
+    }
+)
 
 
 def load(model_dir: Path, **kwargs):
@@ -51,5 +68,13 @@ def prepare_tokenizer(tokenizer):
     return tokenizer
 
 
-FAMILY = Family(name="decoder", pooling="last", retrieval_pooling="last", has_mlm=False, load=load,
-                blocks=blocks, lora_targets=lora_targets, prepare_tokenizer=prepare_tokenizer)
+FAMILY = Family(
+    name="decoder",
+    pooling="last",
+    retrieval_pooling="last",
+    has_mlm=False,
+    load=load,
+    blocks=blocks,
+    lora_targets=lora_targets,
+    prepare_tokenizer=prepare_tokenizer,
+)

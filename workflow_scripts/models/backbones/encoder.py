@@ -19,7 +19,11 @@ def load(model_dir: Path, **kwargs):
     model_class = AutoModel._model_mapping[type(config)]
     # The pooler (BERT's next-sentence head) is never used: not loading it saves its weights
     # and the "unused weights" warning. Only some architectures have one (DeBERTa has none).
-    extra = {"add_pooling_layer": False} if "add_pooling_layer" in inspect.signature(model_class.__init__).parameters else {}
+    extra = (
+        {"add_pooling_layer": False}
+        if "add_pooling_layer" in inspect.signature(model_class.__init__).parameters
+        else {}
+    )
     # SDPA: PyTorch's fused attention kernels (flash / memory-efficient on GPUs).
     return AutoModel.from_pretrained(str(model_dir), attn_implementation="sdpa", **extra, **kwargs)
 
@@ -37,5 +41,12 @@ def lora_targets(config) -> list[str]:
     return ["query", "key", "value", "attention.output.dense"]
 
 
-FAMILY = Family(name="encoder", pooling="first", retrieval_pooling="mean", has_mlm=True, load=load,
-                blocks=blocks, lora_targets=lora_targets)
+FAMILY = Family(
+    name="encoder",
+    pooling="first",
+    retrieval_pooling="mean",
+    has_mlm=True,
+    load=load,
+    blocks=blocks,
+    lora_targets=lora_targets,
+)

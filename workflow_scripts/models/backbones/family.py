@@ -60,4 +60,3 @@ def last_token(hidden, attention_mask):
     positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)
     last = (attention_mask.long() * positions).argmax(dim=1)
     return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
-

@@ -32,5 +32,12 @@ def lora_targets(config) -> list[str]:
     return ["q", "k", "v", "o"]
 
 
-FAMILY = Family(name="seq2seq_encoder", pooling="mean", retrieval_pooling="mean", has_mlm=False, load=load,
-                blocks=blocks, lora_targets=lora_targets)
+FAMILY = Family(
+    name="seq2seq_encoder",
+    pooling="mean",
+    retrieval_pooling="mean",
+    has_mlm=False,
+    load=load,
+    blocks=blocks,
+    lora_targets=lora_targets,
+)

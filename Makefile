@@ -51,7 +51,7 @@ lint: install
 # server), multiprocess (spawned workers), cluster (a throwaway Slurm cluster). `test` runs
 # them all, each test once.
 test: lint
-	$(BIN)/python -m pytest -q -rs tests
+	$(BIN)/python -m pytest -q -rs --durations=25 tests
 
 # Meant to stay under two minutes on two cores: it names its ten slowest steps, so that a
 # slow test is seen (and moved to another tier) when it comes.

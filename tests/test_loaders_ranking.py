@@ -200,7 +200,7 @@ def test_hindi_and_thai_paragraphs_are_several_sentences_which_the_punctuation_r
         for p in paragraphs:
             context = p["context"].strip()
             assert [context[s:e] for s, e in sentence_breaks(context)] != p["sentences"]
-    # the old way: the Hub's rows (contexts stripped, offsets kept) split by rule
+    # what the Hub path would give: the Hub's rows (contexts stripped, offsets kept) split by rule
     hub = {
         lang: [
             {

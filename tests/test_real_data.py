@@ -99,7 +99,7 @@ def test_stripped_hub_xquad_loads_in_every_language_with_answers_relocated(xquad
             r = mine[uid]
             assert r["answer_starts"][0] == answer["answer_start"] - stripped
             assert r["context"][r["answer_starts"][0] :][: len(r["answer_texts"][0])] == r["answer_texts"][0]
-    # The row that used to abort the whole split.
+    # A row that must not abort the whole split.
     zh = next(r for r in rows if r["id"] == "57096b66200fba1400367fa7-zh")
     assert zh["answer_texts"] == ["2007年2月8日"] and zh["context"].startswith("2007年2月8日")
 

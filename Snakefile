@@ -38,6 +38,7 @@ rule all:
         # the image-vs-text comparison (docs/protocol.md §9); a grid without an image task and its
         # controls gets a table saying so, as the other tables do for what a grid lacks
         expand(rules.tabulate_modality.output, backbone=BACKBONES),
+        rules.compare_modality.output,
     default_target: True
 
 

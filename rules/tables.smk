@@ -114,3 +114,41 @@ rule tabulate_modality:
     shell:
         "python -m workflow_scripts.reporting.modality --settings {params.settings:q} --runs {input.runs}"
         " --md {output.md} --csv {output.csv} --figure {params.stem} > $(fresh_log {log:q}) 2>&1"
+
+
+rule compare_modality:
+    """The image-vs-text differences of every backbone against its size."""
+    input:
+        modality=expand(rules.tabulate_modality.output.csv, backbone=BACKBONES),
+        backbones=expand(f"{RESULTS}/models/backbones/{{backbone}}", backbone=BACKBONES),
+    output:
+        md=f"{RESULTS}/tables/modality_scaling.md",
+        csv=report(
+            f"{RESULTS}/tables/modality_scaling.csv",
+            caption="../report/modality_scaling.rst",
+            category="Modality",
+            labels={"backbone": "all", "table": "image minus text premise, by backbone size"},
+        ),
+        png=report(
+            f"{RESULTS}/figures/modality_scaling.png",
+            caption="../report/modality_scaling.rst",
+            category="Modality",
+            labels={"backbone": "all", "figure": "image minus text premise, by backbone size"},
+        ),
+        svg=f"{RESULTS}/figures/modality_scaling.svg",
+    log:
+        f"{LOGS}/compare_modality.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/compare_modality.tsv"
+    params:
+        settings=lambda wildcards: canonical_json(grid.modality_scaling_settings(config)),
+        tables=lambda wildcards, output: os.path.dirname(output.md),
+        models=lambda wildcards, input: os.path.dirname(input.backbones[0]),
+        figure=lambda wildcards, output: os.path.splitext(output.png)[0],
+        code=module_digest("reporting.modality_scaling"),
+    conda:
+        "../envs/data.yaml"
+    shell:
+        "python -m workflow_scripts.reporting.modality_scaling --settings {params.settings:q}"
+        " --tables {params.tables} --models {params.models} --md {output.md} --csv {output.csv}"
+        " --figure {params.figure} > $(fresh_log {log:q}) 2>&1"

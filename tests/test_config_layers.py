@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from conftest import REPO, paper_with_larger_backbones, paper_with_transfer_block, snakemake
+from workflow_scripts.data import tasks
 from workflow_scripts.workflow import config_check, config_layers, grid, paths
 
 FROZEN = REPO / "tests" / "frozen_presets.json"
@@ -124,7 +125,7 @@ def test_extends_of_a_wrong_type_names_the_file_and_the_key(tmp_path, value):
 
 @pytest.mark.parametrize("preset", PRESETS)
 @pytest.mark.unit
-def test_every_preset_resolves_to_its_frozen_config_and_validates(preset):
+def test_every_preset_resolves_to_its_frozen_config_and_validates(preset, monkeypatch):
     """Each preset resolves to the config it held when written out in full: the schema, the
     checks and every rule see what they saw, so its DAG and rerun rules are unchanged. A
     deliberate change to a preset updates tests/frozen_presets.json with it."""
@@ -137,6 +138,9 @@ def test_every_preset_resolves_to_its_frozen_config_and_validates(preset):
     )
     grid.check_schema(config, str(config_check.SCHEMA))
     validate(config, str(config_check.SCHEMA))
+    for directory in config.get("task_catalogues", []):  # the preset's own catalogues, for this test only
+        for name, task in tasks.read_catalogue(REPO / directory).items():
+            monkeypatch.setitem(tasks.TASKS, name, task)
     grid.check_config(config)
 
 

@@ -94,6 +94,7 @@ REPORTS = {
     "compare_backbones",
     "tabulate_cost",
     "tabulate_modality",
+    "compare_modality",
     "tabulate_translation",
     "plot_translation",
 }

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import copy_repo, planned_jobs, snakemake
+from conftest import copy_repo, job_counts, planned_jobs, snakemake
 from workflow_scripts.workflow import config_layers
 
 pytestmark = pytest.mark.integration
@@ -53,6 +53,22 @@ def test_the_paper_multimodal_preset_builds_its_grid_offline(repo):
     assert counts["train_intermediate"] == (len(config["intermediate"]) - 1) * 3
     assert counts["evaluate_target"] == len(config["intermediate"]) * 10 * 3  # every XTREME-R target
     assert "results/multimodal/intermediate/xlmr_large/snli_ve/seed3/encoder" in out
+
+
+def test_the_modality_by_size_preset_builds_its_grid_offline(repo):
+    proc = snakemake(repo, "-n", "--configfile", "config/modality_scaling.yaml", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    counts = job_counts(proc.stdout + proc.stderr)
+    config = config_layers.load([repo / "config/modality_scaling.yaml"])
+    configs = {
+        name: (entry.get("grid") or {}).get("intermediate") or list(config["intermediate"])
+        for name, entry in config["backbones"].items()
+    }
+    # every backbone trains each of its configs but the baseline, per seed, and evaluates each on every target
+    assert counts["train_intermediate"] == sum(len(c) - 1 for c in configs.values()) * len(config["seeds"])
+    assert counts["evaluate_target"] == sum(len(c) for c in configs.values()) * len(config["seeds"]) * 10
+    assert counts["prepare_backbone"] == len(config["backbones"]) and counts["embed_images"] == 1
+    assert counts["compare_modality"] == 1 and counts["tabulate_modality"] == len(config["backbones"])
 
 
 def test_an_image_task_read_from_the_hub_needs_its_image_folder(repo):
@@ -128,6 +144,30 @@ def test_the_modality_table_and_figure_pair_the_image_arm_with_each_control(demo
     assert row["mean_difference"] == pytest.approx(expected, abs=1e-3) and len(by_config) == 5
     assert (demo_run / "results/multimodal_demo/figures/xlmr_tiny/modality.png").stat().st_size > 1000
     assert "caption premise" in (demo_run / "results/multimodal_demo/tables/xlmr_tiny/modality.md").read_text()
+
+
+def test_the_table_across_backbones_holds_each_backbones_differences_with_intervals(demo_run):
+    """Two backbones of two families (the demo encoder, the demo decoder with LoRA): the table
+    across sizes repeats each backbone's own modality rows, beside its size."""
+    results = demo_run / "results/multimodal_demo"
+    scaling = pd.read_csv(results / "tables/modality_scaling.csv")
+    assert list(dict.fromkeys(scaling["backbone"])) == ["xlmr_tiny", "llama_tiny"]
+    assert dict(zip(scaling["backbone"], scaling["family"])) == {"xlmr_tiny": "encoder", "llama_tiny": "decoder"}
+    for backbone in ("xlmr_tiny", "llama_tiny"):
+        own = pd.read_csv(results / f"tables/{backbone}/modality.csv")
+        mine = scaling[scaling["backbone"] == backbone].reset_index(drop=True)
+        assert len(mine) == len(own) == 6  # two controls x three language groups
+        pd.testing.assert_series_equal(mine["mean_difference"], own["mean_difference"], check_exact=False, atol=1e-3)
+        assert (mine["parameters"] > 0).all()
+        # three other languages: a point with an interval around it
+        other = mine[mine["group"] == "zero-shot"]
+        assert other["ci_low"].notna().all() and (other["ci_low"] <= other["mean_difference"]).all()
+        assert (other["mean_difference"] <= other["ci_high"]).all()
+    text = (results / "tables/modality_scaling.md").read_text()
+    header = next(line for line in text.splitlines() if line.startswith("| image config"))
+    assert header.index("xlmr_tiny (encoder") < header.index("llama_tiny (decoder")
+    assert (results / "figures/modality_scaling.png").stat().st_size > 1000
+    assert (results / "figures/modality_scaling.svg").is_file()
 
 
 def test_nothing_reruns_after_the_multimodal_demo(demo_run):

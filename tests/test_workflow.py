@@ -57,7 +57,12 @@ def after_metrics(*backbones: str) -> set[tuple[str, str]]:
     """What a change of a backbone's metric files reruns: its tables, the figures and LaTeX
     drawn from them, its submission (best models); the comparison across backbones; the cost
     table."""
-    jobs = {COST_TABLE, ("compare_backbones", "results/demo/tables/backbones.md"), ("all", "")}
+    jobs = {
+        COST_TABLE,
+        ("compare_backbones", "results/demo/tables/backbones.md"),
+        ("compare_modality", "results/demo/tables/modality_scaling.md"),
+        ("all", ""),
+    }
     for b in backbones:
         jobs |= {
             ("aggregate_tables", f"results/demo/tables/{b}/main.md"),
@@ -438,10 +443,11 @@ def test_editing_a_module_reruns_the_rules_that_import_it(demo, module):
             "collect_submission",
             "compare_backbones",
             "tabulate_modality",
+            "compare_modality",
         }
     if module in ("plots", "latex"):  # the figures or the LaTeX alone: nothing reads them
         own = (
-            {"plot_results", "plot_translation", "compare_backbones", "tabulate_modality"}
+            {"plot_results", "plot_translation", "compare_backbones", "tabulate_modality", "compare_modality"}
             if module == "plots"
             else {"typeset_tables"}
         )
@@ -463,9 +469,9 @@ def test_report_holds_every_table_and_figure_with_its_caption(demo):
     config = load_config(demo)
     # per backbone: main deltas, seed spread, the modality figure (empty here: no image task),
     # one per target and per setting besides the baseline; then the translation figure and
-    # the one across backbones
+    # the two across backbones (intermediate-task gains, image minus text)
     per_backbone = 3 + len(config["targets"]) + len(config["transfer"]["settings"]) - 1
-    assert len(figures) == len(config["backbones"]) * per_backbone + 2
+    assert len(figures) == len(config["backbones"]) * per_backbone + 3
     assert {p.stem for p in tables} >= {"main", "per_language", "runs", "settings", "cost", "translation", "backbones"}
     for item in figures + tables:
         assert f'"{item.name}"' in page or f"{item.name}" in page, f"{item} is not in the report"

@@ -774,6 +774,18 @@ def modality_settings(config: dict[str, Any], backbone: str) -> dict[str, Any]:
     }
 
 
+def modality_scaling_settings(config: dict[str, Any]) -> dict[str, Any]:
+    """What the image-vs-text table across backbone sizes shows (modality_scaling.py)."""
+    return {
+        "decimals": config["tables"].get("decimals", 1),
+        "targets": config["targets"],
+        "seeds": config["seeds"],
+        "backbones": {b: backbone_grid.describe(config, b) for b in backbone_grid.names(config)},
+        # the config's order of backbones (the settings' JSON sorts keys): families appear in it
+        "order": backbone_grid.names(config),
+    }
+
+
 def comparison_settings(config: dict[str, Any]) -> dict[str, Any]:
     """What the cross-backbone table and figure show."""
     return {

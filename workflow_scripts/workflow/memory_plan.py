@@ -692,6 +692,20 @@ def plan_phase(bb: Backbone, phase: str, shape: PhaseShape, gpu_memory_gb: float
     )
 
 
+def backbone_part(config: Mapping[str, Any], entry: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The config as one backbone runs it: its ``grid`` may narrow the intermediate configs
+    and targets (a decoder runs no MLM config), and only those are planned for it."""
+    narrowed = entry.get("grid") or {}
+    part = dict(config)
+    if narrowed.get("intermediate") is not None and isinstance(config.get("intermediate"), Mapping):
+        part["intermediate"] = {
+            n: config["intermediate"][n] for n in narrowed["intermediate"] if n in config["intermediate"]
+        }
+    if narrowed.get("targets") is not None and config.get("targets") is not None:
+        part["targets"] = [t for t in config["targets"] if t in narrowed["targets"]]
+    return part
+
+
 def plan_config(
     config: Mapping[str, Any], gpu_memory_gb: float | None = None, seq_len: int | None = None
 ) -> list[PhasePlan]:
@@ -701,7 +715,6 @@ def plan_config(
     backbones = config.get("backbones") or {}
     if not isinstance(backbones, Mapping):
         raise PlanError("config key backbones: expected a mapping of backbone name -> settings")
-    shapes = {phase: phase_shape(config, phase, seq_len) for phase in PHASES}
     plans = []
     for name, entry in backbones.items():
         if not isinstance(entry, Mapping):
@@ -711,6 +724,8 @@ def plan_config(
             plans += [PhasePlan(backbone=name, phase=p, skipped=reason) for p in PHASES]
             continue
         bb = parse_backbone(name, entry)
+        part = backbone_part(config, entry)
+        shapes = {phase: phase_shape(part, phase, seq_len) for phase in PHASES}
         for phase, shape in shapes.items():
             if shape is None:
                 plans.append(

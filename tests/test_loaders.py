@@ -43,6 +43,12 @@ SOURCES = {
     "flickr30k": ("karpathy/flickr30k", None, {"path": "demo/hub/karpathy/flickr30k"}),
     "snli_caption": ("HuggingFaceM4/SNLI-VE", None, {}),
     "hypothesis_only": ("HuggingFaceM4/SNLI-VE", None, {}),
+    # IGLUE's targets: samples of the release's own files (tests/real_data, see its README)
+    "xvnli": ("floschne/xvnli", ["en", "ar", "ru"], {"path": "tests/real_data/xvnli"}),
+    "xvnli_caption": ("floschne/xvnli", ["en", "ar", "ru"], {"path": "tests/real_data/xvnli"}),
+    "xvnli_hypothesis_only": ("floschne/xvnli", ["en", "ar", "ru"], {"path": "tests/real_data/xvnli"}),
+    "marvl": ("floschne/marvl", ["id", "sw", "zh"], {"path": "tests/real_data/marvl"}),
+    "xflickrco": ("floschne/xflickrco", ["en", "de", "ja"], {"path": "tests/real_data/xflickrco"}),
 }
 CASES = [(t, s) for t in TASKS for s in TASKS[t].splits]
 

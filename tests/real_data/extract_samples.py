@@ -5,8 +5,9 @@ repository, revision and licence):
 
     python tests/real_data/extract_samples.py --mirrors /path/to/mirrors
 
-where ``<mirrors>/<owner>+<name>/repo`` is a bare clone. Each sample keeps the files' own
-bytes: whole sentences (CoNLL-U), whole paragraphs (XQuAD and XQuAD-R JSON), whole lines (Tatoeba).
+where ``<mirrors>/<owner>+<name>/repo`` is a bare clone; ``--only iglue`` cuts one family of
+samples. Each sample keeps the files' own bytes: whole sentences (CoNLL-U), whole paragraphs
+(XQuAD and XQuAD-R JSON), whole lines (Tatoeba, IGLUE's JSON Lines).
 """
 
 from __future__ import annotations
@@ -42,6 +43,15 @@ XQUAD_R_REVISION = "9bc8c7fb6dd8d01d72a05a93c2cb96882b0d299c"
 XQUAD_R_PARAGRAPHS = [(0, 0), (0, 1), (9, 3), (14, 0)]
 TATOEBA = ["deu", "rus", "cmn", "swh"]
 TATOEBA_LINES = 25
+# IGLUE (e-bug/iglue): (release folder, file pattern, languages, 0-based line ranges kept).
+# xFlickr&CO's test files list 1,000 Flickr30k images, then 1,000 COCO images, in the same
+# order in every language: the sample keeps 20 of each.
+IGLUE_REVISION = "43cbac91513388d40b2c6d93925f00ca9fc08a98"
+IGLUE_SAMPLES = {
+    "xvnli": ("datasets/XVNLI/annotations", "{lang}/test.jsonl", ["en", "ar", "es", "fr", "ru"], [(0, 30)]),
+    "marvl": ("datasets/marvl/zero_shot/annotations", "marvl-{lang}.jsonl", ["id", "sw", "ta", "tr", "zh"], [(0, 20)]),
+    "xflickrco": ("datasets/xFlickrCO/annotations", "{lang}/test.jsonl", ["en", "de", "ja", "zh"], [(0, 20), (1000, 1020)]),
+}
 
 
 def git_show(mirrors: Path, repo: str, rev: str, path: str) -> bytes:
@@ -111,14 +121,28 @@ def tatoeba(mirrors: Path) -> None:
             (out / name).write_text("".join(lines.splitlines(keepends=True)[:TATOEBA_LINES]), encoding="utf-8")
 
 
+def iglue(mirrors: Path) -> None:
+    """Whole lines of IGLUE's XVNLI, MaRVL and xFlickr&CO test files, in the release's layout."""
+    for name, (folder, pattern, langs, ranges) in IGLUE_SAMPLES.items():
+        for lang in langs:
+            rel = pattern.format(lang=lang)
+            lines = git_show(mirrors, "e-bug+iglue", IGLUE_REVISION, f"{folder}/{rel}").splitlines(keepends=True)
+            out = HERE / name / rel
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_bytes(b"".join(line for start, stop in ranges for line in lines[start:stop]))
+
+
+SAMPLES = {"xquad": xquad, "xquad_r": xquad_r, "ud": ud, "tatoeba": tatoeba, "iglue": iglue}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mirrors", type=Path, required=True)
+    ap.add_argument("--only", choices=sorted(SAMPLES), help="cut only this family of samples")
     args = ap.parse_args()
-    xquad(args.mirrors)
-    xquad_r(args.mirrors)
-    ud(args.mirrors)
-    tatoeba(args.mirrors)
+    for name, cut in SAMPLES.items():
+        if args.only in (None, name):
+            cut(args.mirrors)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,9 @@
   gold then match (F1 1), an empty one against a non-empty one scores 0.
 - MLQA: the official MLQA normalisation (Unicode punctuation, per-language articles,
   Chinese split into characters).
+- IGLUE (XVNLI, MaRVL): accuracy over every row of the release; XVNLI's rows without a gold
+  label, which the loader drops, count as wrong answers, as IGLUE's scorer counts them
+  (``iglue_accuracy``). IGLUE's averages leave English out (``average_without_english``).
 - seqeval F1 (POS, NER): entity-level micro F1, default (non-strict) mode. seqeval is pinned
   to 0.0.12, the version XTREME's reference numbers were produced with: 0.0.x takes the whole
   POS tag as the chunk type, 1.x strips its first character, which changes POS scores. The
@@ -144,6 +147,29 @@ def accuracy(predictions: Sequence[int], labels: Sequence[int]) -> dict[str, flo
     if not labels:
         raise InputError("no examples to score")
     return {"accuracy": 100.0 * sum(int(p == y) for p, y in zip(predictions, labels)) / len(labels)}
+
+
+def iglue_accuracy(predictions: Sequence[int], labels: Sequence[int], unlabelled: int = 0) -> dict[str, float]:
+    """IGLUE's accuracy: the share of correct answers among every row of the release, the
+    ``unlabelled`` rows without a gold label (XVNLI's ``-``, dropped by the loader and
+    counted in its report) included as wrong answers: IGLUE gives such a row no target."""
+    if len(predictions) != len(labels):
+        raise InputError(f"{len(predictions)} predictions for {len(labels)} labels")
+    if unlabelled < 0:
+        raise InputError(f"unlabelled rows: {unlabelled} < 0")
+    total = len(labels) + unlabelled
+    if not total:
+        raise InputError("no examples to score")
+    return {"accuracy": 100.0 * sum(int(p == y) for p, y in zip(predictions, labels)) / total}
+
+
+def average_without_english(scores: Mapping[str, float]) -> float:
+    """IGLUE's cross-language average: the mean over the languages other than English
+    (English is scored and reported beside it)."""
+    others = [v for lang, v in scores.items() if lang != "en"]
+    if not others:
+        raise InputError(f"no language other than English to average (have {sorted(scores)})")
+    return mean(others)
 
 
 def seqeval_version() -> str:

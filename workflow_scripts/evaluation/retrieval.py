@@ -1,4 +1,5 @@
-"""Sentence retrieval without training data: Tatoeba 1-NN accuracy and BUCC margin mining.
+"""Sentence retrieval without training data: Tatoeba 1-NN accuracy and BUCC margin mining;
+and image-text retrieval's Recall@k in both directions (IGLUE's xFlickr&CO).
 
 Sentence embedding = one hidden layer pooled over the sequence: by default the mean over all
 token positions (special tokens included, padding excluded), as XTREME does for XLM-R;
@@ -179,3 +180,59 @@ def choose_threshold(candidates: list[tuple[float, tuple[str, str]]], gold: set[
 
 def mined_pairs(candidates: list[tuple[float, tuple[str, str]]], threshold: float) -> set[tuple[str, str]]:
     return {pair for score, pair in candidates if score >= threshold}
+
+
+# ----- image-text retrieval (IGLUE's xFlickr&CO) ------------------------------------------------
+#
+# IGLUE's scorer fills a captions x images score matrix. The images are the distinct images of
+# the test file in the order of their first row; each caption's one gold image is its row's.
+# Text to image ("IR"): a caption's rank is the position of its gold image among all images
+# sorted by score. Image to text ("TR"): an image's rank is the best position any of its gold
+# captions takes among all captions sorted by score. Recall@k is the share of ranks below k,
+# x 100. Ties are broken towards the lower index (a stable sort); IGLUE's sort leaves their
+# order unspecified.
+
+
+def caption_image_index(images_of_rows: Sequence[str]) -> tuple[list[str], np.ndarray]:
+    """(the distinct images in the order of their first row, each row's gold image index)."""
+    first: dict[str, int] = {}
+    for name in images_of_rows:
+        first.setdefault(name, len(first))
+    return list(first), np.array([first[name] for name in images_of_rows], dtype=np.int64)
+
+
+def retrieval_ranks(similarity: np.ndarray, gold: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """(each caption's rank of its gold image, each image's best rank of its gold captions),
+    0-based, from a captions x images similarity matrix and each caption's gold image."""
+    similarity = np.asarray(similarity, dtype=np.float64)
+    gold = np.asarray(gold, dtype=np.int64)
+    if similarity.ndim != 2 or similarity.shape[0] != len(gold) or not similarity.size:
+        raise InputError(f"similarity {similarity.shape} does not match {len(gold)} captions")
+    n_captions, n_images = similarity.shape
+    if gold.min() < 0 or gold.max() >= n_images:
+        raise InputError(f"gold image indices outside 0..{n_images - 1}")
+    if len(set(gold.tolist())) != n_images:
+        raise InputError("an image without a caption: every image needs at least one gold caption")
+    # position of each column (row) in its row's (column's) descending stable order
+    by_caption = np.argsort(-similarity, axis=1, kind="stable")
+    text_to_image = np.argmax(by_caption == gold[:, None], axis=1)
+    by_image = np.argsort(-similarity, axis=0, kind="stable")  # [position, image] -> caption
+    position = np.empty_like(by_image)
+    position[by_image, np.arange(n_images)[None, :]] = np.arange(n_captions)[:, None]
+    image_to_text = np.full(n_images, n_captions, dtype=np.int64)
+    np.minimum.at(image_to_text, gold, position[np.arange(n_captions), gold])
+    return text_to_image, image_to_text
+
+
+def image_text_recall(similarity: np.ndarray, gold: Sequence[int], ks: Sequence[int] = (1,)) -> dict[str, float]:
+    """Recall@k text to image (``ir_recall_at_k``) and image to text (``tr_recall_at_k``),
+    x 100, as IGLUE scores xFlickr&CO; ``recall_at_1`` is text to image, the direction the
+    flickr30k task's model selection uses."""
+    text_to_image, image_to_text = retrieval_ranks(similarity, gold)
+    scores = {}
+    for k in ks:
+        scores[f"ir_recall_at_{k}"] = 100.0 * float((text_to_image < k).mean())
+        scores[f"tr_recall_at_{k}"] = 100.0 * float((image_to_text < k).mean())
+    if 1 in ks:
+        scores["recall_at_1"] = scores["ir_recall_at_1"]
+    return scores

@@ -133,6 +133,17 @@ def check_config(config: dict[str, Any]) -> None:
     bench = benchmark.of_config(config)
     for i, target in enumerate(config["targets"]):
         key = f"targets[{i}]"
+        multimodal = multimodal_target(target)
+        if multimodal == target:
+            raise ConfigError(
+                f"config key {key}: {target} is a multimodal target; the target phase with a visual prefix "
+                "is not built yet (docs/multimodal.md)"
+            )
+        if multimodal:
+            raise ConfigError(
+                f"config key {key}: {target} is a text control of the multimodal target {multimodal}, scored "
+                "with it; the target phase with a visual prefix is not built yet (docs/multimodal.md)"
+            )
         if target in TASKS and get_task(target).is_target and target not in bench.targets:
             raise ConfigError(
                 f"config key {key}: {target!r} is not a {bench.title} target (benchmark: {bench.name}; "
@@ -411,6 +422,16 @@ def image_features_path(task: str) -> str:
 
 def vision_encoder_dir() -> str:
     return f"{paths.results()}/models/vision_encoder"
+
+
+def multimodal_target(name: str) -> str | None:
+    """The multimodal target a target belongs to (IGLUE's: tasks/xvnli.yaml): itself if it
+    reads images, the image target whose text control it is, else None."""
+    if name not in TASKS or not get_task(name).is_target:
+        return None
+    if get_task(name).visual:
+        return name
+    return next((t.name for t in TASKS.values() if t.is_target and t.visual and name in t.controls), None)
 
 
 def visual_tasks(config: dict[str, Any]) -> list[str]:

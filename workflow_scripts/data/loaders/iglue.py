@@ -1,0 +1,207 @@
+"""IGLUE's multimodal targets (Bugliarello et al. 2022), read from the release's JSON Lines
+(github.com/e-bug/iglue, ``datasets/``) in the folder the option ``path`` names:
+
+- ``xvnli``: XVNLI, SNLI-VE test pairs in ar, es, fr, ru and English
+  (``datasets/XVNLI/annotations/<lang>/test.jsonl``, 1,164 rows per language, the same
+  ``pairID`` order in every language). Each row carries SNLI's fields with the caption
+  (``sentence1``) and hypothesis (``sentence2``) in its language, and the Flickr30k image
+  (``Flikr30kID``, the release's spelling). One test set gives the three arms of SNLI-VE
+  (docs/protocol.md §9), per language: ``xvnli`` (the hypothesis, the image as premise),
+  ``xvnli_caption`` (the translated caption, then the hypothesis) and
+  ``xvnli_hypothesis_only``. They share ids and labels and differ in the premise only.
+  Rows without a gold label (``-``; 14 per language) are dropped and counted: IGLUE scores
+  them as wrong answers (evaluation/metrics.py: ``iglue_accuracy``).
+- ``marvl``: MaRVL, NLVR2-style statements about a left and a right image in id, sw, ta, tr,
+  zh (``datasets/marvl/zero_shot/annotations/marvl-<lang>.jsonl``; labels ``true``/``false``,
+  mapped onto NLVR2's ``False``/``True`` so NLVR2's head carries over). Images are named as in
+  MaRVL's image release, ``<lang>/images/<concept>/<file>``.
+- ``xflickrco``: xFlickr&CO, image-text retrieval in de, es, id, ja, ru, tr, zh and English
+  (``datasets/xFlickrCO/annotations/<lang>/test.jsonl``: 1,000 Flickr30k images, then 1,000
+  COCO val2014 images, one caption each, the same image order in every language). One row per
+  caption, as Flickr30k's rows; images are named under one root holding both releases'
+  folders: ``flickr30k-images/<file>`` and ``coco-images/val2014/<file>``.
+
+The Hub's parquet copies (``floschne/xvnli``, ``floschne/marvl``, ``floschne/xflickrco``) have
+not been checked against the release, so the release files are required.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from workflow_scripts.common import LOG, InputError
+from workflow_scripts.data.loaders.registry import Report, Row, converter, label_index, require_languages
+from workflow_scripts.data.loaders.source import Source, repo_path
+from workflow_scripts.data.tasks import get_task
+
+# Each task's file of one language's test split, relative to its release folder.
+RELEASE = {
+    "xvnli": ("datasets/XVNLI/annotations", "{lang}/test.jsonl"),
+    "marvl": ("datasets/marvl/zero_shot/annotations", "marvl-{lang}.jsonl"),
+    "xflickrco": ("datasets/xFlickrCO/annotations", "{lang}/test.jsonl"),
+}
+# xFlickr&CO's images under one image root: Flickr30k's JPEGs and COCO's val2014.
+FLICKR30K_FOLDER = "flickr30k-images"
+COCO_VAL_FOLDER = "coco-images/val2014"
+
+
+def release_rows(task: str, opts: dict[str, Any], lang: str, report: Report) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(where, row) for every row of one language's release file of ``task`` (its text
+    variant: XVNLI's arms read XVNLI's files)."""
+    folder_in_repo, pattern = RELEASE[task]
+    if not opts.get("path"):
+        raise InputError(
+            f"{task}: set tasks.<task>.options.path to the folder of e-bug/iglue's {folder_in_repo} "
+            f"(files {pattern.format(lang='<lang>')})"
+        )
+    file = repo_path(opts["path"]) / pattern.format(lang=lang)
+    report.setdefault("release", {"path": str(opts["path"]), "files": []})["files"].append(pattern.format(lang=lang))
+    if not file.is_file():
+        raise InputError(f"{task} release file {file} does not exist (e-bug/iglue: {folder_in_repo}/{file.name})")
+    with file.open(encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{file} line {number}"
+            try:
+                yield where, json.loads(line)
+            except json.JSONDecodeError as err:
+                raise InputError(f"{where}: not JSON ({err})") from None
+
+
+def _test_only(task: str, split: str) -> None:
+    if split != "test":
+        raise InputError(f"{task}: IGLUE's release has a test split only, not {split!r}")
+
+
+# ----- XVNLI and its text arms -------------------------------------------------------------
+
+
+def xvnli_rows(split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterator[dict[str, Any]]:
+    """(id, lang, image, caption, hypothesis, label index) of every labelled XVNLI row."""
+    _test_only("xvnli", split)
+    task = get_task("xvnli")
+    counts: Counter = Counter()
+    per_lang = dict.fromkeys(langs, 0)
+    for lang in langs:
+        for where, r in release_rows("xvnli", opts, lang, report):
+            missing = [k for k in ("sentence1", "sentence2", "gold_label", "pairID", "Flikr30kID") if k not in r]
+            if missing:
+                raise InputError(f"{where}: lacks XVNLI's fields {missing}; has {sorted(r)}")
+            if r["gold_label"] in ("-", "", None):
+                counts[f"{lang}:no_gold_label"] += 1
+                continue
+            if not str(r["sentence1"]).strip() or not str(r["sentence2"]).strip():
+                counts[f"{lang}:empty_text"] += 1
+                LOG.warning("%s (%s): empty caption or hypothesis; dropped", where, r["pairID"])
+                continue
+            per_lang[lang] += 1
+            counts[f"{lang}:{r['gold_label']}"] += 1
+            yield {
+                "id": f"{lang}-{r['pairID']}",
+                "lang": lang,
+                "image": f"{str(r['Flikr30kID']).split('.')[0]}.jpg",
+                "caption": r["sentence1"].strip(),
+                "hypothesis": r["sentence2"].strip(),
+                "label": label_index(task, r["gold_label"], where),
+            }
+    require_languages("xvnli", split, per_lang)
+    report["load_counts"] = dict(sorted(counts.items()))
+
+
+@converter("xvnli")
+def _xvnli(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
+    for r in xvnli_rows(split, langs, opts, report):
+        yield {"id": r["id"], "lang": r["lang"], "text_a": r["hypothesis"], "images": [r["image"]], "label": r["label"]}
+
+
+@converter("xvnli_caption")
+def _xvnli_caption(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
+    for r in xvnli_rows(split, langs, opts, report):
+        yield {"id": r["id"], "lang": r["lang"], "text_a": r["caption"], "text_b": r["hypothesis"], "label": r["label"]}
+
+
+@converter("xvnli_hypothesis_only")
+def _xvnli_hypothesis_only(
+    src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report
+) -> Iterable[Row]:
+    for r in xvnli_rows(split, langs, opts, report):
+        yield {"id": r["id"], "lang": r["lang"], "text_a": r["hypothesis"], "text_b": None, "label": r["label"]}
+
+
+# ----- MaRVL --------------------------------------------------------------------------------
+
+
+def marvl_images(row: dict[str, Any], lang: str) -> list[str]:
+    """The left and right image of a MaRVL row, as MaRVL's image release lays them out."""
+    return [f"{lang}/images/{row['concept']}/{row[side]}" for side in ("left_img", "right_img")]
+
+
+@converter("marvl")
+def _marvl(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
+    """Statement, left and right image, True/False (NLVR2's label names)."""
+    _test_only("marvl", split)
+    task = get_task("marvl")
+    counts: Counter = Counter()
+    per_lang = dict.fromkeys(langs, 0)
+    for lang in langs:
+        for where, r in release_rows("marvl", opts, lang, report):
+            missing = [k for k in ("id", "caption", "concept", "left_img", "right_img", "label") if k not in r]
+            if missing:
+                raise InputError(f"{where}: lacks MaRVL's fields {missing}; has {sorted(r)}")
+            if r.get("language", lang) != lang:
+                raise InputError(f"{where}: a {r['language']!r} row in the {lang!r} file")
+            if not isinstance(r["label"], bool) or not str(r["caption"]).strip():
+                counts[f"{lang}:no_label_or_caption"] += 1
+                LOG.warning("%s (%s): label %r or an empty caption; dropped", where, r["id"], r["label"])
+                continue
+            per_lang[lang] += 1
+            counts[f"{lang}:{r['label']}"] += 1
+            yield {
+                "id": str(r["id"]),
+                "lang": lang,
+                "text_a": r["caption"].strip(),
+                "images": marvl_images(r, lang),
+                "label": label_index(task, str(r["label"]), where),
+            }
+    require_languages("marvl", split, per_lang)
+    report["load_counts"] = dict(sorted(counts.items()))
+
+
+# ----- xFlickr&CO ---------------------------------------------------------------------------
+
+
+def xflickrco_image(img_path: str) -> str:
+    """An xFlickr&CO image under the image root: COCO's val2014 or Flickr30k's folder."""
+    name = img_path.split("/")[-1]
+    return f"{COCO_VAL_FOLDER if name.startswith('COCO_') else FLICKR30K_FOLDER}/{name}"
+
+
+@converter("xflickrco")
+def _xflickrco(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
+    """One row per caption with its image, in the release's order: IGLUE's retrieval ranks the
+    images in the order of their first row (evaluation/retrieval.py: ``caption_image_index``)."""
+    _test_only("xflickrco", split)
+    counts: Counter = Counter()
+    per_lang = dict.fromkeys(langs, 0)
+    for lang in langs:
+        images: set[str] = set()
+        for where, r in release_rows("xflickrco", opts, lang, report):
+            if not isinstance(r.get("sentences"), list) or not r.get("img_path"):
+                raise InputError(f"{where}: lacks xFlickr&CO's fields (sentences: a list, img_path); has {sorted(r)}")
+            image = xflickrco_image(str(r["img_path"]))
+            images.add(image)
+            for k, sentence in enumerate(r["sentences"]):
+                text = str(sentence).strip()
+                if not text:
+                    counts[f"{lang}:empty_caption"] += 1
+                    continue
+                per_lang[lang] += 1
+                yield {"id": f"{lang}-{r['img_path']}#{k}", "lang": lang, "text_a": text, "images": [image]}
+        counts[f"{lang}:images"] = len(images)
+        counts[f"{lang}:captions"] = per_lang[lang]
+    require_languages("xflickrco", split, per_lang)
+    report["load_counts"] = dict(sorted(counts.items()))

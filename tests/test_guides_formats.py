@@ -196,7 +196,14 @@ def test_every_format_declares_its_facts_and_a_misnamed_kind_is_refused():
     from workflow_scripts.formats import BUILTIN, TaskFormat, get_format
 
     assert FORMATS == BUILTIN and set(SCHEMAS) == set(FORMATS)
-    assert TRANSLATABLE_FORMATS == ("classification", "multiple_choice", "span")
+    assert TRANSLATABLE_FORMATS == (
+        "classification",
+        "multiple_choice",
+        "span",
+        "visual_classification",
+        "visual_answer",
+        "visual_retrieval",
+    )
     assert VISUAL_FORMATS == ("visual_classification", "visual_answer", "visual_retrieval")
     assert [f for f in FORMATS if get_format(f).retrieval] == ["retrieval", "mining"]
     assert [f for f in FORMATS if get_format(f).translate_test] == ["classification", "span"]

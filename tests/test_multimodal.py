@@ -39,6 +39,44 @@ def test_the_multimodal_demo_config_plans_the_image_arm_and_both_controls_from_t
     assert ("tabulate_modality", "results/multimodal_demo/tables/xlmr_tiny/modality.md") in jobs
 
 
+def test_an_image_task_trains_on_its_machine_translated_rows(repo):
+    """``language: de`` on an image task: the translate step translates SNLI-VE's hypotheses
+    into German and the translated config trains on them, with the English rows' image bank."""
+    from workflow_scripts.workflow import grid
+
+    layer = {
+        "extends": CONFIG,
+        "experiment": "snli_ve_de",
+        "models": {
+            "translators": {"de": {"hub_id": "Helsinki-NLP/opus-mt-en-de", "revision": "main"}},
+            # the default demo's translator (config.yaml); the demo layer names none
+            "translator_demo": yaml.safe_load((repo / "config.yaml").read_text())["models"]["translator_demo"],
+        },
+        "intermediate": {"snli_ve_de": {"tasks": ["snli_ve"], "language": "de"}},
+    }
+    (repo / "snli_ve_de.yaml").write_text(yaml.safe_dump(layer, sort_keys=False))
+    config = config_layers.load([repo / "snli_ve_de.yaml"])
+    grid.check_config(config)
+    proc = snakemake(repo, "-n", "--configfile", "snli_ve_de.yaml", "--printshellcmds", timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    results = "results/snli_ve_de"
+    translated = {split: f"{results}/data_mt/snli_ve/de/{split}.parquet" for split in ("train", "dev")}
+    shells = [line for line in out.splitlines() if "python -m workflow_scripts." in line]
+    for split, path in translated.items():
+        assert any(
+            "translation.translate data --task snli_ve --lang de" in cmd
+            and f"--input {results}/data/snli_ve/{split}.parquet" in cmd
+            and f"--output {path}" in cmd
+            for cmd in shells
+        ), split
+    training = [cmd for cmd in shells if "training.train" in cmd and "/snli_ve_de/seed1/" in cmd]
+    assert training, "no intermediate training of snli_ve_de"
+    assert all(path in training[0] for path in translated.values()) and '"language":"de"' in training[0]
+    assert f"{results}/data/images/snli_ve" in training[0]  # the English rows' feature bank
+    assert "translate_task_data" in job_counts(out)
+
+
 def test_the_paper_multimodal_preset_builds_its_grid_offline(repo):
     proc = snakemake(repo, "-n", "--configfile", "config/multimodal.yaml", timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

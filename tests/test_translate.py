@@ -404,3 +404,115 @@ def test_a_single_target_translator_takes_no_target_token(translator_dir):
     with pytest.raises(InputError, match="none: a single-target model"):
         MarianTranslator(translator_dir, {**MT_SETTINGS, "target_token": ">>deu<<"}, torch.device("cpu"))
     assert MarianTranslator(translator_dir, MT_SETTINGS, torch.device("cpu")).target_token is None
+
+
+# ----- image tasks: the text is translated, the images and labels carry over ----------------
+
+# The demo image world's mirrors (demo/hub/) and the release folders the loaders read.
+IMAGE_TASK_SOURCES = {
+    "snli_ve": ("HuggingFaceM4/SNLI-VE", {}),
+    "hypothesis_only": ("HuggingFaceM4/SNLI-VE", {}),
+    "snli_caption": ("HuggingFaceM4/SNLI-VE", {}),
+    "vqa_v2": ("visualqa/vqa_v2", {"path": "demo/hub/visualqa/vqa_v2"}),
+    "nlvr2": ("lil-lab/nlvr2", {"path": "demo/hub/lil-lab/nlvr2"}),
+    "flickr30k": ("karpathy/flickr30k", {"path": "demo/hub/karpathy/flickr30k"}),
+}
+
+
+@pytest.fixture(scope="module")
+def image_task_rows(tmp_path_factory) -> dict[str, list[dict]]:
+    """The first rows of each image task's (and its text controls') demo dev split, read
+    through the real loaders."""
+    from conftest import local_settings
+    from workflow_scripts.data.prepare import prepare
+
+    out = tmp_path_factory.mktemp("image-data")
+    rows = {}
+    for task, (path, options) in IMAGE_TASK_SOURCES.items():
+        prepare(task, "dev", {**local_settings(path), "options": options}, out / f"{task}.parquet")
+        rows[task] = read_table(out / f"{task}.parquet").to_pylist()[:6]
+    return rows
+
+
+def test_image_tasks_translate_their_text_and_keep_images_labels_and_ids(tmp_path, translator_dir, image_task_rows):
+    import torch
+
+    from workflow_scripts.data.prepare import to_table
+    from workflow_scripts.data.tasks import get_task
+    from workflow_scripts.formats import get_format
+
+    mt = MarianTranslator(translator_dir, MT_SETTINGS, torch.device("cpu"), tmp_path / "de.sqlite")
+    expected = {
+        "snli_ve": ["text_a"],
+        "hypothesis_only": ["text_a", "text_b"],
+        "snli_caption": ["text_a", "text_b"],
+        "vqa_v2": ["text_a"],  # the question; the answers are the label vocabulary and stay English
+        "nlvr2": ["text_a"],
+        "flickr30k": ["text_a"],
+    }
+    for task, rows in image_task_rows.items():
+        fmt = get_task(task).format
+        out, stats = translate_rows(fmt, rows, mt, "de", 10)
+        assert stats == {"examples": len(rows), "kept": len(rows), "translated_columns": expected[task]}
+        assert len(out) == len(rows) > 0
+        text = set(get_format(fmt).translated_columns)
+        for r, src in zip(out, rows):
+            assert r["lang"] == "de"
+            assert r["text_a"] != src["text_a"], task
+            if src.get("text_b"):  # the caption premise (snli_caption)
+                assert r["text_b"] != src["text_b"]
+            untouched = {c for c in src if c not in text | {"lang"}}
+            assert {c: r[c] for c in untouched} == {c: src[c] for c in untouched}, task
+            if task == "hypothesis_only":
+                assert r["text_b"] is None  # no premise stays no premise
+        to_table(get_task(task), out)  # the canonical schema holds
+    # the arms share their hypotheses: hypothesis_only's come from the cache snli_ve filled
+    first = MarianTranslator(translator_dir, MT_SETTINGS, torch.device("cpu"), tmp_path / "shared.sqlite")
+    translate_rows("visual_classification", image_task_rows["snli_ve"], first, "de", 10)
+    again = MarianTranslator(translator_dir, MT_SETTINGS, torch.device("cpu"), tmp_path / "shared.sqlite")
+    translate_rows("classification", image_task_rows["hypothesis_only"], again, "de", 10)
+    assert again.counts["segments_translated"] == 0 and again.counts["segments_from_cache"] > 0
+
+
+def test_the_translate_step_writes_an_image_task_and_its_statistics(tmp_path, translator_dir, image_task_rows):
+    import pyarrow.parquet as pq
+
+    from workflow_scripts.data.prepare import to_table
+    from workflow_scripts.data.tasks import get_task
+    from workflow_scripts.reporting.tables import translation_tables
+    from workflow_scripts.translation.translate import main
+
+    source = tmp_path / "dev.parquet"
+    rows = image_task_rows["vqa_v2"]
+    pq.write_table(to_table(get_task("vqa_v2"), rows), source)
+    out, stats = tmp_path / "de" / "dev.parquet", tmp_path / "de" / "dev.stats.json"
+    out.parent.mkdir()
+    main(
+        ["data", "--task", "vqa_v2", "--lang", "de", "--model", str(translator_dir), "--input", str(source)]
+        + ["--settings", json.dumps(MT_SETTINGS), "--output", str(out), "--stats", str(stats)]
+    )
+    translated = read_table(out, "visual_answer").to_pylist()
+    assert [(r["id"], r["images"], r["answers"]) for r in translated] == [
+        (r["id"], r["images"], r["answers"]) for r in rows
+    ]
+    assert all(r["lang"] == "de" for r in translated)
+    _, frame = translation_tables([str(stats)], [])
+    row = frame[frame["kind"] == "data"].iloc[0]
+    assert (row["task"], row["direction"], row["examples"], row["dropped"]) == ("vqa_v2", "en-de", len(rows), 0)
+
+
+def test_a_format_declares_its_translated_text_columns():
+    from workflow_scripts.formats import TaskFormat, get_format
+
+    assert get_format("visual_answer").translated_columns == ("text_a",)  # not the answers
+    assert get_format("tagging").translatable is False
+    with pytest.raises(ValueError, match=r"translated_columns \['label'\]"):
+        TaskFormat(
+            name="x",
+            columns={"text": "string", "label": "int64"},
+            head=None,
+            scorer=None,
+            translated_columns=("label",),
+        )
+    with pytest.raises(InputError, match="cannot be machine-translated"):
+        translate_rows("mining", [], lambda ts: ts, "de", 10)

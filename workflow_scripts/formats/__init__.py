@@ -2,7 +2,7 @@
 
 Each module declares ``FORMAT = TaskFormat(...)``: the canonical columns a converter yields,
 the head the format trains, the scorer that reads its outputs, and the facts the grid asks
-(is it retrieval, does it read images, can the translation step translate it). The code
+(is it retrieval, does it read images, which columns the translation step translates). The code
 paths that are long (span decoding, ranking pools, visual prefixes) stay in their modules;
 a kind named here routes to them, so a new format that reads like an existing one names
 that one's kinds and adds only what differs (``encode_chunk``). docs/guides/new_task_format.md
@@ -60,8 +60,10 @@ class TaskFormat:
     retrieval: bool = False
     # Reads images (through the cached features of a frozen vision encoder).
     visual: bool = False
-    # The translation step can translate its rows (labels carry over, spans are re-aligned).
-    translatable: bool = False
+    # The text columns the translation step translates (string or list<string>; a null stays
+    # null). Every other column (labels, image names, answer lists, ids) carries over unchanged,
+    # so translated rows keep their labels and images. Empty: not translatable.
+    translated_columns: tuple[str, ...] = ()
     # Its test data can be machine-translated into English and scored by the English model
     # (the translate_test setting, workflow/transfer.py).
     translate_test: bool = False
@@ -81,6 +83,12 @@ class TaskFormat:
             raise ValueError(f"format {self.name}: column types {bad} are not among {', '.join(COLUMN_TYPES)}")
         if {"id", "lang"} & set(self.columns):
             raise ValueError(f"format {self.name}: every row has id and lang; columns lists the others")
+        text = ("string", "list<string>")
+        wrong = [c for c in self.translated_columns if self.columns.get(c) not in text]
+        if wrong:
+            raise ValueError(
+                f"format {self.name}: translated_columns {wrong} are not among its {' or '.join(text)} columns"
+            )
         # A kind is a built-in format's, or the format's own (code added for it beside the built-in kinds).
         kinds = (*BUILTIN, self.name)
         for key in ("head", "scorer"):
@@ -89,6 +97,11 @@ class TaskFormat:
                     f"format {self.name}: {key} {getattr(self, key)!r} is none of {', '.join(BUILTIN)} "
                     f"(or {self.name!r}, or None)"
                 )
+
+    @property
+    def translatable(self) -> bool:
+        """The translation step can translate its rows (translation/translate.py)."""
+        return bool(self.translated_columns)
 
 
 @cache

@@ -10,6 +10,6 @@ FORMAT = TaskFormat(
     columns={"text_a": "string", "text_b": "string", "label": "int64"},
     head="classification",
     scorer="classification",
-    translatable=True,
+    translated_columns=("text_a", "text_b"),
     translate_test=True,
 )

@@ -9,5 +9,5 @@ FORMAT = TaskFormat(
     columns={"context": "string", "choices": "list<string>", "label": "int64"},
     head="multiple_choice",
     scorer="classification",
-    translatable=True,
+    translated_columns=("context", "choices"),
 )

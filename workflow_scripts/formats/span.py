@@ -11,7 +11,8 @@ FORMAT = TaskFormat(
     columns={"context": "string", "question": "string", "answer_texts": "list<string>", "answer_starts": "list<int64>"},
     head="span",
     scorer="span",
-    translatable=True,
+    # answer_texts are translated and re-aligned, answer_starts recomputed (translation/translate.py)
+    translated_columns=("context", "question", "answer_texts"),
     translate_test=True,
     per_token=True,
     options=("doc_stride", "max_query_length", "n_best", "max_answer_length"),

@@ -9,4 +9,7 @@ FORMAT = TaskFormat(
     head="visual_answer",
     scorer="visual_answer",
     visual=True,
+    # the question only: the answers are the label vocabulary (built from the train split and
+    # scored by the official English normalisation), so they stay English
+    translated_columns=("text_a",),
 )

@@ -9,4 +9,6 @@ FORMAT = TaskFormat(
     head="visual_classification",
     scorer="classification",
     visual=True,
+    # the hypothesis (SNLI-VE) or statement (NLVR2); image names and label carry over
+    translated_columns=("text_a",),
 )

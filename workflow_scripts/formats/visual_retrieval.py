@@ -9,4 +9,6 @@ FORMAT = TaskFormat(
     head="visual_retrieval",
     scorer="visual_retrieval",
     visual=True,
+    # the caption; the image it describes carries over
+    translated_columns=("text_a",),
 )

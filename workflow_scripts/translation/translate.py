@@ -4,7 +4,10 @@ English training and dev data is translated into other languages (translated int
 configs, translate-train); a target's test data is translated into English (translate-test:
 rows keep their language label, since they still stand for that language's test set).
 
-Every text field is translated and labels carry over; ``translators.MarianTranslator``
+The columns a format declares text (``TaskFormat.translated_columns``, formats/) are
+translated; every other column carries over unchanged: labels, and for image tasks the image
+names, so translated rows point at the same images and feature bank (VQA's answers stay
+English: they are the label vocabulary). ``translators.MarianTranslator``
 deduplicates strings (SQuAD contexts repeat across questions), splits long texts into
 sentences that fit the model, caches, and runs the configured engine (CTranslate2 or
 transformers).
@@ -49,7 +52,9 @@ from workflow_scripts.common import (
     write_json,
 )
 from workflow_scripts.data.prepare import read_table, to_table
-from workflow_scripts.data.tasks import CLASSIFICATION, MULTIPLE_CHOICE, SPAN, get_task
+from workflow_scripts.data.tasks import SPAN, get_task
+from workflow_scripts.formats import get_format
+from workflow_scripts.formats import names as format_names
 from workflow_scripts.translation.translators import MarianTranslator
 
 OPEN, CLOSE = "<b>", "</b>"
@@ -133,8 +138,8 @@ def fuzzy_find(answer: str, context: str, max_distance: int) -> tuple[int, str] 
 
 def translate_spans(
     rows: list[dict[str, Any]], translate: Translator, max_distance: int
-) -> tuple[list[dict[str, Any]], dict[str, int]]:
-    stats = {
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    stats: dict[str, Any] = {
         "examples": len(rows),
         "recovered_by_markers": 0,
         "recovered_by_fuzzy_match": 0,
@@ -181,27 +186,52 @@ def translate_spans(
     return out, stats
 
 
+def translate_columns(
+    rows: list[dict[str, Any]], columns: Sequence[str], translate: Translator
+) -> list[dict[str, Any]]:
+    """Each row with its ``columns`` translated (a string, or every string of a list; a null
+    stays null) and every other column as it was: labels, image names, answer lists, ids.
+    All the rows' texts go to the translator in one call, so text repeated across columns
+    and rows is translated once."""
+    sources: list[str] = []
+    for r in rows:
+        for c in columns:
+            value = r[c]
+            if isinstance(value, list):
+                sources.extend(value)
+            elif value is not None:
+                sources.append(value)
+    translations = translate(sources)
+    if len(translations) != len(sources):
+        raise InputError(f"the translator returned {len(translations)} texts for {len(sources)}")
+    done = iter(translations)
+    out = []
+    for r in rows:
+        translated = {}
+        for c in columns:
+            value = r[c]
+            if isinstance(value, list):
+                translated[c] = [next(done) for _ in value]
+            else:
+                translated[c] = None if value is None else next(done)
+        out.append({**r, **translated})
+    return out
+
+
 def translate_rows(
     fmt: str, rows: list[dict[str, Any]], translate: Translator, lang: str | None, max_distance: int
-) -> tuple[list[dict[str, Any]], dict[str, int]]:
-    """Translated rows, labelled ``lang`` (None: each row keeps its own label)."""
-    if fmt == CLASSIFICATION:
-        a, b = translate([r["text_a"] for r in rows]), translate([r["text_b"] or "" for r in rows])
-        out = [{**r, "text_a": x, "text_b": y} for r, x, y in zip(rows, a, b)]
-        stats = {"examples": len(rows), "kept": len(out)}
-    elif fmt == MULTIPLE_CHOICE:
-        contexts = translate([r["context"] for r in rows])
-        flat = translate([c for r in rows for c in r["choices"]])
-        out, k = [], 0
-        for r, ctx in zip(rows, contexts):
-            n = len(r["choices"])
-            out.append({**r, "context": ctx, "choices": flat[k : k + n]})
-            k += n
-        stats = {"examples": len(rows), "kept": len(out)}
-    elif fmt == SPAN:
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Translated rows, labelled ``lang`` (None: each row keeps its own label). The format's
+    ``translated_columns`` (formats/) are translated; span answers are re-aligned."""
+    columns = get_format(fmt).translated_columns if fmt in format_names() else ()
+    if not columns:
+        raise InputError(f"format {fmt!r} cannot be machine-translated")
+    if fmt == SPAN:
         out, stats = translate_spans(rows, translate, max_distance)
     else:
-        raise InputError(f"format {fmt!r} cannot be machine-translated")
+        out = translate_columns(rows, columns, translate)
+        stats = {"examples": len(rows), "kept": len(out)}
+    stats["translated_columns"] = list(columns)
     return [{**r, "lang": lang or r["lang"]} for r in out], stats
 
 

@@ -118,11 +118,6 @@ def check_config(config: dict[str, Any]) -> None:
                     raise ConfigError(
                         f"config key intermediate.{name}.language: no translator for {lang!r} under models.translators"
                     )
-                if get_task(task).visual:
-                    raise ConfigError(
-                        f"config key intermediate.{name}.language: image task {task!r} trains in "
-                        "English only (its hypotheses are not machine-translated yet)"
-                    )
                 if get_task(task).format not in TRANSLATABLE_FORMATS:
                     raise ConfigError(
                         f"config key intermediate.{name}.language: task {task!r} "

@@ -55,3 +55,27 @@ rule embed_images:
         "python -m workflow_scripts.multimodal.embed --data {input.data} --images {params.images:q}"
         " --encoder {input.encoder} --kind {params.kind} --cache {params.cache:q}"
         " --batch-size {params.batch_size} --output {output.features} > $(fresh_log {log:q}) 2>&1"
+
+
+rule check_leakage:
+    """What an intermediate task's rows share with a multimodal target's test rows (images, texts)."""
+    input:
+        intermediate=lambda wildcards: grid.leakage_inputs(wildcards.task, wildcards.target)["intermediate"],
+        target=lambda wildcards: grid.leakage_inputs(wildcards.task, wildcards.target)["target"],
+    output:
+        report=f"{RESULTS}/data/leakage/{{task}}/{{target}}.json",
+    log:
+        f"{LOGS}/check_leakage/{{task}}/{{target}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/check_leakage/{{task}}/{{target}}.tsv"
+    params:
+        settings=lambda wildcards: canonical_json(grid.leakage_settings(config)),
+        code=module_digest("data.leakage"),
+        # the catalogue entries and converters of the tasks this job reads, and no other
+        tasks=job_tasks(lambda w: [w.task, w.target]),
+    conda:
+        "../envs/data.yaml"
+    shell:
+        "python -m workflow_scripts.data.leakage --task {wildcards.task} --target {wildcards.target}"
+        " --intermediate-data {input.intermediate} --target-data {input.target} --settings {params.settings:q}"
+        " --output {output.report} > $(fresh_log {log:q}) 2>&1"

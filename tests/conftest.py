@@ -138,6 +138,16 @@ def checkpoint_step(checkpoints: Path) -> int:
     return extra["step"] if extra else 0
 
 
+def use_config_catalogues(config: dict, monkeypatch) -> None:
+    """Register the task entries of a config's ``task_catalogues`` for one test only (the
+    Snakefile registers them for its run)."""
+    from workflow_scripts.data import tasks
+
+    for directory in config.get("task_catalogues", []):
+        for name, task in tasks.read_catalogue(REPO / directory).items():
+            monkeypatch.setitem(tasks.TASKS, name, task)
+
+
 # ----- running the workflow ------------------------------------------------------------------
 
 

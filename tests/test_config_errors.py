@@ -14,7 +14,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, copy_repo, paper_with_larger_backbones, paper_with_transfer_block, snakemake
+from conftest import (
+    REPO,
+    copy_repo,
+    paper_with_larger_backbones,
+    paper_with_transfer_block,
+    snakemake,
+    use_config_catalogues,
+)
 from workflow_scripts.common import atomic_path
 from workflow_scripts.workflow import config_layers, grid
 
@@ -209,7 +216,7 @@ def presets(repo: Path) -> list[Path]:
 
 
 @pytest.mark.unit
-def test_every_preset_passes_the_config_check(repo):
+def test_every_preset_passes_the_config_check(repo, monkeypatch):
     from snakemake.utils import validate
 
     schema = str(repo / "schemas" / "config.schema.yaml")
@@ -218,6 +225,7 @@ def test_every_preset_passes_the_config_check(repo):
         config = config_layers.load([path])  # its layers (`extends`) resolved, as the Snakefile does
         grid.check_schema(config, schema)
         validate(config, schema)  # fills in the defaults, as the Snakefile does
+        use_config_catalogues(config, monkeypatch)
         grid.check_config(config)
         checked.append(path.name)
     assert {

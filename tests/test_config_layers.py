@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, paper_with_larger_backbones, paper_with_transfer_block, snakemake
-from workflow_scripts.data import tasks
+from conftest import REPO, paper_with_larger_backbones, paper_with_transfer_block, snakemake, use_config_catalogues
 from workflow_scripts.workflow import config_check, config_layers, grid, paths
 
 FROZEN = REPO / "tests" / "frozen_presets.json"
@@ -138,9 +137,7 @@ def test_every_preset_resolves_to_its_frozen_config_and_validates(preset, monkey
     )
     grid.check_schema(config, str(config_check.SCHEMA))
     validate(config, str(config_check.SCHEMA))
-    for directory in config.get("task_catalogues", []):  # the preset's own catalogues, for this test only
-        for name, task in tasks.read_catalogue(REPO / directory).items():
-            monkeypatch.setitem(tasks.TASKS, name, task)
+    use_config_catalogues(config, monkeypatch)
     grid.check_config(config)
 
 

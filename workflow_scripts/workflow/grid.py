@@ -429,6 +429,33 @@ def multimodal_target(name: str) -> str | None:
     return next((t.name for t in TASKS.values() if t.is_target and t.visual and name in t.controls), None)
 
 
+def leakage_path(task: str, target: str) -> str:
+    return f"{paths.results()}/data/leakage/{task}/{target}.json"
+
+
+def leakage_inputs(task: str, target: str) -> dict[str, list[str]]:
+    """The files the check between an intermediate task and a target compares: the task's
+    English training and dev rows (a translated config's images are the same; its texts are
+    compared in English), the target's scored splits."""
+    task_spec, target_spec = get_task(task), get_task(target)
+    return {
+        "intermediate": [data_path(task, s) for s in ("train", "dev") if s in task_spec.splits],
+        "target": [data_path(target, s) for s in (target_spec.eval_splits or ("test",))],
+    }
+
+
+def leakage_reports(config: dict[str, Any], name: str, target: str) -> list[str]:
+    """The checks a target model trained after intermediate config ``name`` waits for: one per
+    task of the config, when the target is multimodal (IGLUE's; its text arms included)."""
+    if multimodal_target(target) is None:
+        return []
+    return [leakage_path(task, target) for task in config["intermediate"][name]["tasks"]]
+
+
+def leakage_settings(config: dict[str, Any]) -> dict[str, Any]:
+    return dict(config["leakage"])
+
+
 def visual_tasks(config: dict[str, Any]) -> list[str]:
     """The image tasks any intermediate config of the grid trains."""
     return sorted({t for inter in config["intermediate"].values() for t in inter["tasks"] if get_task(t).visual})

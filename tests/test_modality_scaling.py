@@ -136,3 +136,31 @@ def test_the_modality_by_size_preset_crosses_the_arms_with_two_backbone_ladders(
     assert config["seeds"] == [1, 2, 3] and config["benchmark"] == "xtreme_r"
     # BLOOM, not BLOOMZ (xP3 holds XNLI and XCOPA)
     assert all("bloomz" not in e.get("hub_id", "") for e in config["backbones"].values())
+
+
+@pytest.mark.unit
+def test_a_backbones_own_training_settings_win_over_the_phase_config_and_task_rates(monkeypatch):
+    """LoRA backbones train every task at their adapter rate; the others keep the config's
+    rates, XCOPA's own 3e-5 included."""
+    from snakemake.utils import validate
+
+    from conftest import use_config_catalogues
+    from workflow_scripts.workflow import config_check, grid
+
+    config = config_layers.load(["config/modality_scaling.yaml"])
+    validate(config, str(config_check.SCHEMA))
+    use_config_catalogues(config, monkeypatch)
+    phase = config["training"]["intermediate"]
+    assert grid.intermediate_settings(config, "xlmr_large", "snli_ve")["learning_rate"] == phase["learning_rate"]
+    assert (
+        grid.intermediate_settings(config, "xlmr_large", "snli_ve_mlm")["learning_rate"]
+        == (phase["learning_rate_with_mlm"])
+    )
+    for lora in ("xlmr_xl", "bloom_7b1", "bloom_176b"):
+        assert config["backbones"][lora]["method"] == "lora"
+        assert grid.intermediate_settings(config, lora, "snli_ve")["learning_rate"] == 2.0e-4
+        assert grid.target_settings(config, lora, "xcopa", "siqa")["learning_rate"] == 2.0e-4
+    assert grid.intermediate_settings(config, "xlmr_xl", "snli_ve_mlm")["learning_rate"] == 2.0e-4
+    assert grid.target_settings(config, "xlmr_large", "xcopa", "siqa")["learning_rate"] == 3.0e-5
+    # the other settings stay the phase's
+    assert grid.intermediate_settings(config, "xlmr_xl", "snli_ve")["eval_every"] == phase["eval_every"]

@@ -692,6 +692,16 @@ def _phase(config: dict[str, Any], phase: str) -> dict[str, Any]:
     return {k: cfg[k] for k in PHASE_KEYS if k in cfg}
 
 
+def _backbone_phase(config: dict[str, Any], backbone: str, phase: str, mlm: bool = False) -> dict[str, Any]:
+    """The backbone's own settings of a phase (``backbones.<name>.training``), its MLM
+    learning rate in place of its learning rate for a config with MLM."""
+    own = dict(((config["backbones"][backbone].get("training") or {}).get(phase)) or {})
+    with_mlm = own.pop("learning_rate_with_mlm", None)
+    if mlm and with_mlm is not None:
+        own["learning_rate"] = with_mlm
+    return own
+
+
 def intermediate_settings(config: dict[str, Any], backbone: str, name: str) -> dict[str, Any]:
     inter = config["intermediate"][name]
     settings = _phase(config, "intermediate")
@@ -700,6 +710,7 @@ def intermediate_settings(config: dict[str, Any], backbone: str, name: str) -> d
         settings["learning_rate"] = config["training"]["intermediate"]["learning_rate_with_mlm"]
     if "learning_rate" in inter:
         settings["learning_rate"] = inter["learning_rate"]
+    settings.update(_backbone_phase(config, backbone, "intermediate", mlm=bool(inter.get("mlm"))))
     lang = inter.get("language", "en")
     # Translated configs select on their own (translated) dev data.
     settings["tasks"] = {t: {**_task_opts(config, t), "select_language": lang} for t in inter["tasks"]}
@@ -719,6 +730,7 @@ def target_settings(config: dict[str, Any], backbone: str, target: str, stage: s
     settings["tasks"] = {trained: _task_opts(config, trained)}
     if "learning_rate" in config["tasks"][trained]:
         settings["learning_rate"] = config["tasks"][trained]["learning_rate"]
+    settings.update(_backbone_phase(config, backbone, "target"))
     stages = target_stages(config, target)
     earlier = stages[: stages.index(stage)] if stage is not None else stages
     if earlier:

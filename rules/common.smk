@@ -262,6 +262,9 @@ def target_inputs(wildcards):
             config, wildcards.backbone, wildcards.intermediate, wildcards.target, wildcards.seed
         ),
         "data": grid.target_data_files(config, wildcards.target, wildcards.recipe),
+        # the checks between the config's tasks and a multimodal target: with
+        # leakage.on_overlap refuse, a failed check keeps the model from training
+        "leakage": grid.leakage_reports(config, wildcards.intermediate, wildcards.target),
     }
 
 
@@ -301,6 +304,7 @@ def evaluate_inputs(wildcards):
     return {
         "models": sorted(set(run["models"].values())),
         "data": sorted({ref["path"] for refs in run["data"].values() for ref in refs}),
+        "leakage": grid.leakage_reports(config, wildcards.intermediate, wildcards.target),
     }
 
 
@@ -331,6 +335,13 @@ def run_id(wildcards):
             "intermediate": wildcards.intermediate,
             "target": wildcards.target,
             "seed": int(wildcards.seed),
+            # the run's checks between stages (metric_file records what they found); a
+            # target without images has none, and no key
+            **(
+                {"leakage_reports": reports}
+                if (reports := grid.leakage_reports(config, wildcards.intermediate, wildcards.target))
+                else {}
+            ),
         }
     )
 

@@ -241,3 +241,31 @@ def test_xtreme_main_table_has_no_category_columns(runs):
 
     absolute, _ = main_table(runs, {**SETTINGS, "benchmark": benchmark.XTREME.describe()})
     assert list(absolute.columns) == ["xnli", "xquad.f1", "xquad.exact_match", "avg"]
+
+
+def test_a_run_whose_intermediate_data_overlap_the_targets_test_data_is_flagged_in_its_cell(tmp_path):
+    files = []
+    for inter in ("none", "mnli"):
+        for seed in (1, 2, 3):
+            files.append(metric_file(tmp_path, inter, "xnli", seed, {"en": {"accuracy": 60 + seed}}, selection=60))
+            files.append(
+                metric_file(tmp_path, inter, "xquad", seed, {"en": {"f1": 50.0, "exact_match": 40.0}}, selection=50)
+            )
+    path = next(f for f in files if f.endswith("mnli-xnli-1.json"))
+    leaky = json.loads(open(path).read())
+    assert leaky["run"] == {"intermediate": "mnli", "target": "xnli", "seed": 1}
+    leaky["leakage"] = [
+        {"task": "mnli", "target": "xnli", "images": 0, "texts": 7, "rows_affected": 9, "target_rows": 120}
+    ]
+    open(path, "w").write(json.dumps(leaky))
+    from workflow_scripts.reporting.tables import LEAKED, leaked_runs
+
+    leaked = leaked_runs(files)
+    assert list(leaked) == [("zero_shot", "mnli", "xnli")]
+    _, shown = main_table(load_runs(files), {**SETTINGS, "intermediate": ["none", "mnli"]})
+    text = render_main(shown, SETTINGS, leaked={("mnli", "xnli"): leaked[("zero_shot", "mnli", "xnli")]})
+    row = next(line for line in text.splitlines() if line.startswith("| mnli |"))
+    cells = row.split("|")
+    assert LEAKED in cells[2] and LEAKED not in cells[3]  # its xnli cell, not its xquad cell
+    assert LEAKED not in next(line for line in text.splitlines() if line.startswith("| none |"))
+    assert "mnli on xnli: mnli shares 0 images and 7 texts (9 of 120 test rows)" in text

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.common import LOG, InputError, load_settings, read_json, setup_logging, write_json
+from workflow_scripts.data import leakage
 from workflow_scripts.evaluation.evaluate import Sources, evaluate_run
 from workflow_scripts.reporting.predictions import write_predictions
 
@@ -132,8 +133,12 @@ def main(argv: list[str] | None = None) -> None:
             args.seed,
             args.threads,
         )
-        result["run"] = json.loads(args.run)
+        run = json.loads(args.run)
+        reports = run.pop("leakage_reports", [])
+        result["run"] = run
         result["backbone"] = backbone
+        if reports:  # what the run's intermediate tasks share with the target's test data
+            result["leakage"] = leakage.summary(leakage.read_reports(reports))
     except InputError as err:
         raise SystemExit(f"error: {err}") from None
     if args.predictions:  # first: the metric file is what marks the run complete

@@ -73,6 +73,41 @@ def load_runs(files: list[str]):
     return pd.DataFrame.from_records(records, columns=RUN_COLUMNS)
 
 
+LEAKED = "§"  # a run whose intermediate data hold the target's test images or texts (data/leakage.py)
+
+
+def leaked_runs(files: list[str]) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
+    """(setting, config, target) -> what its runs' intermediate tasks share with the target's
+    test data, from the metric files that record an overlap."""
+    out: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for path in files:
+        m = read_json(path)
+        if m.get("leakage"):
+            run = m["run"]
+            key = (run.get("setting", ZERO_SHOT), run["intermediate"], run["target"])
+            found = out.setdefault(key, [])
+            found += [item for item in m["leakage"] if item not in found]
+    return out
+
+
+def leakage_note(leaked: dict[tuple[str, str], list[dict[str, Any]]]) -> str:
+    if not leaked:
+        return ""
+    pairs = "; ".join(
+        f"{config} on {target}: "
+        + ", ".join(
+            f"{item['task']} shares {item['images']} images and {item['texts']} texts "
+            f"({item['rows_affected']} of {item['target_rows']} test rows)"
+            for item in items
+        )
+        for (config, target), items in sorted(leaked.items())
+    )
+    return (
+        f"{LEAKED} the config's intermediate data hold test images or texts of the target, so its score there is "
+        f"not zero-shot (data/leakage/): {pairs}.\n"
+    )
+
+
 def of_setting(runs, setting: str):
     return runs[runs["setting"] == setting].drop(columns="setting")
 
@@ -246,9 +281,17 @@ def render_best(best, settings: dict[str, Any]) -> str:
     return "| best models | " + " | ".join(cells) + " | |\n"
 
 
-def render_main(shown, settings: dict[str, Any], best=None, marks: set[tuple[str, str]] = frozenset()) -> str:
+def render_main(
+    shown,
+    settings: dict[str, Any],
+    best=None,
+    marks: set[tuple[str, str]] = frozenset(),
+    leaked: dict[tuple[str, str], list[dict[str, Any]]] | None = None,
+) -> str:
     """The main table in Markdown; ``marks``: (config, target) cells whose difference to the
-    baseline is marked significant (significance.py)."""
+    baseline is marked significant (significance.py); ``leaked``: (config, target) cells whose
+    intermediate data overlap the target's test data (leaked_runs)."""
+    leaked = leaked or {}
     decimals, baseline = int(settings["decimals"]), settings["baseline"]
     contaminated = set(settings.get("backbone", {}).get("contaminated_targets", [])) & set(settings["targets"])
     categories = category_columns(settings)
@@ -268,6 +311,7 @@ def render_main(shown, settings: dict[str, Any], best=None, marks: set[tuple[str
             cells.append(
                 " / ".join(_fmt(shown.loc[c, col], decimals, sign) for col in cols)
                 + (f" {significance.MARKER}" if (c, target) in marks else "")
+                + (f" {LEAKED}" if (c, target) in leaked else "")
             )
         cells += [_fmt(shown.loc[c, col], decimals, sign) for col in ["avg", *categories]]
         lines.append(f"| {c} | " + " | ".join(cells) + " |")
@@ -294,6 +338,7 @@ def render_main(shown, settings: dict[str, Any], best=None, marks: set[tuple[str
             "Best models: per target, the config with the best median (English) dev score and its best "
             "seed by dev score, absolute test score; – where the target has no dev data.\n"
         )
+    note += leakage_note({k: v for k, v in leaked.items() if k[0] in set(shown.index)})
     note += "".join(f"{n}\n" for n in benchmark_notes(settings))
     return "\n".join(lines) + "\n" + note
 
@@ -733,6 +778,7 @@ def main(argv: list[str] | None = None) -> None:
             return
         settings = load_settings(args.settings)
         runs = load_runs(args.metrics)
+        leaked = leaked_runs(args.metrics)
         order = ordered_settings(runs, settings)
         blocks, mains, per_lang_parts, per_lang_frames, significance_frames = [], [], [], [], []
         for setting in order:
@@ -747,7 +793,13 @@ def main(argv: list[str] | None = None) -> None:
             title = f"## {setting}" + (" (baseline setting)" if setting == order[0] and len(order) > 1 else "")
             blocks.append(
                 (title + "\n\n" if len(order) > 1 else "")
-                + render_main(shown, view, best, significance.marked(tested) if tested is not None else set())
+                + render_main(
+                    shown,
+                    view,
+                    best,
+                    significance.marked(tested) if tested is not None else set(),
+                    {(c, t): items for (s_, c, t), items in leaked.items() if s_ == setting},
+                )
                 + setting_notes(sub, view, setting)
             )
             mains.append(shown.rename_axis("intermediate").reset_index().assign(setting=setting))

@@ -212,20 +212,31 @@ def delta_figure(frame, settings: dict[str, Any], shared: list[str], stem: Path)
     save(fig, stem)
 
 
-def main(argv: list[str] | None = None) -> None:
-    setup_logging()
-    ap = argparse.ArgumentParser(description="Compare intermediate-task gains across backbones.")
+def cross_backbone_args(description: str, argv: list[str] | None) -> argparse.Namespace:
+    """The command line of a table across backbones (this one, modality_scaling.py)."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--settings", required=True)
     ap.add_argument("--tables", required=True, type=Path, help="results/<experiment>/tables (one folder per backbone)")
     ap.add_argument("--models", required=True, type=Path, help="results/<experiment>/models/backbones")
     ap.add_argument("--md", required=True)
     ap.add_argument("--csv", required=True)
     ap.add_argument("--figure", required=True, type=Path, help="figure path without suffix (PNG and SVG)")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def backbone_settings(text: str) -> dict[str, Any]:
+    """The settings JSON with each backbone's record named (the JSON's keys are the names)."""
+    settings = load_settings(text)
+    for name, backbone in settings["backbones"].items():
+        backbone.setdefault("name", name)
+    return settings
+
+
+def main(argv: list[str] | None = None) -> None:
+    setup_logging()
+    args = cross_backbone_args("Compare intermediate-task gains across backbones.", argv)
     try:
-        settings = load_settings(args.settings)
-        for name, backbone in settings["backbones"].items():
-            backbone.setdefault("name", name)
+        settings = backbone_settings(args.settings)
         frame, shared = comparison(settings, args.tables, args.models)
         text = render(frame, settings, shared)
     except InputError as err:

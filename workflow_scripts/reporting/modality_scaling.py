@@ -19,13 +19,18 @@ CLI: ``python -m workflow_scripts.reporting.modality_scaling --settings JSON --t
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.common import InputError, load_settings, setup_logging
+from workflow_scripts.common import InputError, setup_logging
 from workflow_scripts.reporting import significance
-from workflow_scripts.reporting.compare_backbones import CONTAMINATED, _params_text, parameter_count
+from workflow_scripts.reporting.compare_backbones import (
+    CONTAMINATED,
+    _params_text,
+    backbone_settings,
+    cross_backbone_args,
+    parameter_count,
+)
 from workflow_scripts.reporting.modality import COLUMNS as MODALITY_COLUMNS
 from workflow_scripts.reporting.modality import GROUPS
 from workflow_scripts.reporting.tables import write_csv, write_text
@@ -195,18 +200,9 @@ def figure(frame, settings: dict[str, Any], stem: Path) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     setup_logging()
-    ap = argparse.ArgumentParser(description="The image-vs-text differences across backbone sizes.")
-    ap.add_argument("--settings", required=True)
-    ap.add_argument("--tables", required=True, type=Path, help="results/<experiment>/tables (one folder per backbone)")
-    ap.add_argument("--models", required=True, type=Path, help="results/<experiment>/models/backbones")
-    ap.add_argument("--md", required=True)
-    ap.add_argument("--csv", required=True)
-    ap.add_argument("--figure", required=True, type=Path, help="figure path without suffix (PNG and SVG)")
-    args = ap.parse_args(argv)
+    args = cross_backbone_args("The image-vs-text differences across backbone sizes.", argv)
     try:
-        settings = load_settings(args.settings)
-        for name, backbone in settings["backbones"].items():
-            backbone.setdefault("name", name)
+        settings = backbone_settings(args.settings)
         frame = scaling_frame(settings, args.tables, args.models)
         text = render(frame, settings)
     except InputError as err:

@@ -27,14 +27,13 @@ not been checked against the release, so the release files are required.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from workflow_scripts.common import LOG, InputError
 from workflow_scripts.data.loaders.registry import Report, Row, converter, label_index, require_languages
-from workflow_scripts.data.loaders.source import Source, repo_path
+from workflow_scripts.data.loaders.source import Source, jsonl_records, repo_path
 from workflow_scripts.data.tasks import get_task
 
 # Each task's file of one language's test split, relative to its release folder.
@@ -61,15 +60,7 @@ def release_rows(task: str, opts: dict[str, Any], lang: str, report: Report) -> 
     report.setdefault("release", {"path": str(opts["path"]), "files": []})["files"].append(pattern.format(lang=lang))
     if not file.is_file():
         raise InputError(f"{task} release file {file} does not exist (e-bug/iglue: {folder_in_repo}/{file.name})")
-    with file.open(encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{file} line {number}"
-            try:
-                yield where, json.loads(line)
-            except json.JSONDecodeError as err:
-                raise InputError(f"{where}: not JSON ({err})") from None
+    yield from jsonl_records(file)
 
 
 def _test_only(task: str, split: str) -> None:

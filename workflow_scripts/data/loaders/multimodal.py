@@ -24,7 +24,7 @@ from typing import Any
 
 from workflow_scripts.common import LOG, InputError
 from workflow_scripts.data.loaders.registry import Report, Row, converter, label_index
-from workflow_scripts.data.loaders.source import Source, repo_path
+from workflow_scripts.data.loaders.source import Source, jsonl_records, repo_path
 from workflow_scripts.data.tasks import NLI_LABELS, get_task
 
 HUB_SPLITS = {"train": "train", "dev": "validation", "test": "test"}
@@ -43,14 +43,8 @@ def release_rows(directory: str, split: str) -> Iterator[dict[str, Any]]:
             "data/snli_ve_generator.py (SNLI 1.0 + Flickr30k) and point tasks.<task>.options.path "
             "at its folder"
         )
-    with file.open(encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                yield json.loads(line)
-            except json.JSONDecodeError as err:
-                raise InputError(f"{file} line {number}: not JSON ({err})") from None
+    for _, record in jsonl_records(file):
+        yield record
 
 
 def snli_ve_rows(
@@ -159,29 +153,21 @@ def _nlvr2(src: Source, split: str, langs: list[str], opts: dict[str, Any], repo
             raise InputError(
                 f"NLVR2 release file {file} does not exist (lil-lab/nlvr: nlvr2/data/{NLVR2_FILES[split]})"
             )
-        with file.open(encoding="utf-8") as f:
-            for number, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                where = f"{file} line {number}"
-                try:
-                    r = json.loads(line)
-                except json.JSONDecodeError as err:
-                    raise InputError(f"{where}: not JSON ({err})") from None
-                if r.get("label") not in task.labels or not (r.get("sentence") or "").strip():
-                    counts["no_label_or_sentence"] += 1
-                    LOG.warning(
-                        "%s (%s): label %r or an empty sentence; dropped", where, r.get("identifier"), r.get("label")
-                    )
-                    continue
-                counts[r["label"]] += 1
-                yield {
-                    "id": r["identifier"],
-                    "lang": "en",
-                    "text_a": r["sentence"].strip(),
-                    "images": nlvr2_images(r, where),
-                    "label": task.labels.index(r["label"]),
-                }
+        for where, r in jsonl_records(file):
+            if r.get("label") not in task.labels or not (r.get("sentence") or "").strip():
+                counts["no_label_or_sentence"] += 1
+                LOG.warning(
+                    "%s (%s): label %r or an empty sentence; dropped", where, r.get("identifier"), r.get("label")
+                )
+                continue
+            counts[r["label"]] += 1
+            yield {
+                "id": r["identifier"],
+                "lang": "en",
+                "text_a": r["sentence"].strip(),
+                "images": nlvr2_images(r, where),
+                "label": task.labels.index(r["label"]),
+            }
         report["load_counts"] = dict(counts)
 
     return rows()

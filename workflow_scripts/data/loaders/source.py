@@ -25,6 +25,21 @@ DOWNLOAD_CACHE = Path(paths.shared_cache("downloads"))
 PARQUET_EXPORT = "refs/convert/parquet"
 
 
+def jsonl_records(file: Path) -> Iterator[tuple[str, Any]]:
+    """(where, record) of every non-blank line of a JSON Lines file; a line that is not JSON
+    stops the read, naming the file and line."""
+    with file.open(encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{file}, line {number}"
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise InputError(f"corrupt data file {where}: not JSON ({err})") from None
+            yield where, record
+
+
 class Source:
     """Where Hub-schema rows come from: the Hub itself or a local mirror directory.
 
@@ -94,15 +109,7 @@ class Source:
         seed the Hub is streamed, so a corpus is never downloaded whole."""
         if self.kind == "local":
             file = self._local_file(name, split)
-            rows = []
-            with file.open(encoding="utf-8") as f:
-                for lineno, line in enumerate(f, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        rows.append(json.loads(line))
-                    except json.JSONDecodeError as err:
-                        raise InputError(f"corrupt data file {file}, line {lineno}: {err}") from err
+            rows = [record for _, record in jsonl_records(file)]
             if shuffle_seed is not None:
                 random.Random(shuffle_seed).shuffle(rows)
             yield from rows

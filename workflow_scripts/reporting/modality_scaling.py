@@ -19,6 +19,7 @@ CLI: ``python -m workflow_scripts.reporting.modality_scaling --settings JSON --t
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +139,8 @@ def figure(frame, settings: dict[str, Any], stem: Path) -> None:
     from workflow_scripts.reporting.plots import _pyplot, save
 
     plt = _pyplot()
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
     targets = [t for t in settings["targets"] if not frame.empty and t in set(frame["target"])]
     groups = [g for g in GROUPS if not frame.empty and g in set(frame["group"])]
     fig, axes = plt.subplots(
@@ -155,9 +158,11 @@ def figure(frame, settings: dict[str, Any], stem: Path) -> None:
     contrasts = list(dict.fromkeys(_contrast(r) for r in frame.itertuples()))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     markers, styles = "osD^v<>", ["-", "--", ":", "-."]
-    # Points of different lines at one size are spread sideways (in log space) so that
-    # their intervals do not hide each other.
+    # Points of different lines at one size are spread sideways (in log space, by a share of
+    # the axis' span) so that their intervals do not hide each other.
     lines_total = len(families) * len(contrasts)
+    decades = max(0.5, math.log10(frame["parameters"].max() / frame["parameters"].min()))
+    step = 10 ** (0.012 * decades)
     for i, target in enumerate(targets):
         for j, group in enumerate(groups):
             ax = axes[i][j]
@@ -169,7 +174,7 @@ def figure(frame, settings: dict[str, Any], stem: Path) -> None:
                         continue
                     line = line.sort_values("parameters")
                     k = f * len(contrasts) + c
-                    shift = 1.06 ** (k - (lines_total - 1) / 2)
+                    shift = step ** (k - (lines_total - 1) / 2)
                     ax.errorbar(
                         line["parameters"] * shift,
                         line["mean_difference"],
@@ -185,6 +190,9 @@ def figure(frame, settings: dict[str, Any], stem: Path) -> None:
                     )
             ax.axhline(0, color="grey", linewidth=0.8)
             ax.set_xscale("log")
+            ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: _params_text(round(value))))
+            ax.xaxis.set_minor_formatter(NullFormatter())
             if not sub.empty:
                 ax.set_ylabel(f"{sub['metric'].iloc[0]} difference (points)", fontsize=8)
             ax.set_title(f"{target}, {GROUP_NAMES[group]}", fontsize=9)

@@ -256,13 +256,17 @@ def intermediate_inputs(wildcards):
 
 
 def target_inputs(wildcards):
-    return {
+    found = {
         # the intermediate phase's backbone, or the model of the target's last stage
         "encoder": grid.target_start(
             config, wildcards.backbone, wildcards.intermediate, wildcards.target, wildcards.seed
         ),
         "data": grid.target_data_files(config, wildcards.target, wildcards.recipe),
     }
+    images = grid.visual_target_images(config, wildcards.target)
+    if images:  # an image target: the features of the image task it trains on
+        found["images"] = images
+    return found
 
 
 def stage_inputs(wildcards):
@@ -298,10 +302,18 @@ def evaluation(wildcards):
 
 def evaluate_inputs(wildcards):
     run = evaluation(wildcards)
-    return {
+    found = {
         "models": sorted(set(run["models"].values())),
         "data": sorted({ref["path"] for refs in run["data"].values() for ref in refs}),
     }
+    if run.get("images"):  # an image target: its test images' features
+        found["images"] = run["images"]
+    return found
+
+
+def images_arg(wildcards, input):
+    """--images DIR for an image target (its test images' feature bank), else nothing."""
+    return f"--images {shlex.quote(input.images)}" if input.get("images") else ""
 
 
 def model_args(wildcards):

@@ -406,7 +406,7 @@ def visual_record(task: Task, model_dir: Path, train_log: dict[str, Any], bank, 
         "bank_images": len(bank.index),
         "rows_with_images": {split: {lang: len(rows) for lang, rows in by.items()} for split, by in splits.items()},
         "trained_on": trained.get("images"),
-        "branch": str(model_dir / "heads.pt"),
+        "branch": (train_log.get("visual") or {}).get("where"),
     }
 
 
@@ -436,11 +436,23 @@ def _load_visual_target_model(task: Task, model_dir: Path, dev, bank):
 
     if bank is None:
         raise InputError(f"{task.name} reads images: its evaluation needs its test images' features")
-    if has_adapter(model_dir):
-        raise InputError(f"{model_dir}: an image target is trained with full fine-tuning only (found an adapter)")
     train_log = read_json(model_dir / "train_log.json")
     if not (train_log.get("visual") or {}).get("saved"):
         raise InputError(f"{model_dir}: its training saved no visual branch for {task.name} (train_log.json: visual)")
+    if has_adapter(model_dir):  # the branch was saved with the adapter (modules_to_save) over a placeholder bank
+        model = load_adapter_model(model_dir, dev)
+        if task.name not in model.heads:
+            raise InputError(f"{model_dir}: the adapter holds no head for {task.name} (heads: {sorted(model.heads)})")
+        features = bank.tensor()
+        for module in model.heads[task.name].modules():  # peft's wrapper holds the trained copy
+            if isinstance(module, VisualClassificationHead):
+                if module.projector[0].in_features != features.shape[-1]:
+                    raise InputError(
+                        f"{model_dir}: its visual branch reads features of width "
+                        f"{module.projector[0].in_features}, the test images' have {features.shape[-1]}"
+                    )
+                module.bank = features if features.dim() == 3 else features[:, None, :]
+        return model.to(dev), load_tokenizer(model_dir)
     encoder = load_encoder(model_dir)
     hidden = encoder.config.hidden_size
     classifier = visual_classifier(task.format, hidden, task.num_labels, 0.0, 0.02)

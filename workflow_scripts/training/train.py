@@ -559,7 +559,7 @@ def train_phase(
         # model (what follows is text-only); an image target saves its projector and classifier
         # in heads.pt, and evaluation reads them with the test images' features (the feature
         # bank itself is never saved).
-        "visual": _visual_record(phase, phase_data.visual),
+        "visual": _visual_record(phase, phase_data.visual, method.adapters),
         # A model trained after an image task says so, down to the metric file (evaluate.py).
         "intermediate_visual": _visual_lineage(encoder_dir),
         "wall_time_s": round(elapsed + time.time() - started, 3),
@@ -579,14 +579,16 @@ def train_phase(
     return log
 
 
-def _visual_record(phase: str, visual: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+def _visual_record(phase: str, visual: dict[str, dict[str, Any]], adapters: bool) -> dict[str, Any] | None:
     """The train log's ``visual``: the phase's image tasks and whether their visual branch
-    (projector and classifier, not the feature bank) is saved with the model."""
+    (projector, slot vectors and classifier, not the feature bank) is saved with the model:
+    in heads.pt, or with an adapter as one of its heads (modules_to_save)."""
     if not visual:
         return None
     if phase != "target":
         return {"tasks": visual, "saved": False}
-    return {"tasks": visual, "saved": True, "where": "heads.pt (projector, slot vectors, classifier)"}
+    where = "the adapter's heads (modules_to_save)" if adapters else "heads.pt"
+    return {"tasks": visual, "saved": True, "where": f"{where}: projector, slot vectors, classifier"}
 
 
 def _visual_lineage(encoder_dir: Path) -> dict[str, Any] | None:

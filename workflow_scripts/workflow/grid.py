@@ -215,9 +215,8 @@ def check_visual_target(config: dict[str, Any], target: str, key: str) -> None:
     """A target that reads images (XVNLI): trained on its ``train_from`` task's English rows
     with that task's image features, selected on ``select_from``'s English dev split, and
     scored with its own test images' features. Both image folders must be known, the task it
-    trains from must read the same number of images per row, and the backbone method must be
-    full fine-tuning (the saved visual branch is loaded beside a full model's heads). Only
-    zero-shot applies (transfer._applies)."""
+    trains from must read the same number of images per row. Only zero-shot applies
+    (transfer._applies)."""
     task = get_task(target)
     for dep in (task.train_from, task.select_from):
         if dep is None or not get_task(dep).visual or get_task(dep).format != task.format:
@@ -232,15 +231,6 @@ def check_visual_target(config: dict[str, Any], target: str, key: str) -> None:
             )
     for task_name in (target, task.train_from):
         image_dir(config, task_name)  # raises, naming tasks.<task>.images, when unknown
-    for backbone in backbone_grid.names(config):
-        if target not in backbone_grid.grid_of(config, backbone)["targets"]:
-            continue
-        method = backbone_grid.method_settings(config, backbone)["name"]
-        if method != "full":
-            raise ConfigError(
-                f"config key backbones.{backbone}.method: {method}; the image target {target} is trained with "
-                "full fine-tuning only (its visual branch is saved with the heads of a full model)"
-            )
 
 
 def _check_demo_pretraining(config: dict[str, Any]) -> None:

@@ -62,9 +62,9 @@ def test_the_xvnli_config_trains_on_snli_ve_features_and_scores_with_the_targets
     "change, key, message",
     [
         (
-            lambda c: c["targets"].append("marvl"),
+            lambda c: c["targets"].append("xflickrco"),
             "targets[3]",
-            "marvl is a multimodal target; its target phase is not built yet",
+            "xflickrco is a multimodal target; its target phase is not built yet",
         ),
         (lambda c: c.update(benchmark="xtreme"), "targets[0]", "'xvnli' is not a XTREME target"),
     ],
@@ -73,10 +73,9 @@ def test_the_config_check_names_what_keeps_an_image_target_from_running(change, 
     from workflow_scripts.workflow import grid
 
     config = xvnli_config()
-    if "marvl" in message:
-        config["tasks"]["marvl"] = {"hub": {"path": "floschne/marvl"}, "languages": ["sw"], "options": {}}
-        config["tasks"]["marvl"].update({k: 16 if k == "batch_size" else 1 for k in ("batch_size", "epochs")})
-        config["tasks"]["marvl"]["max_length"] = 48
+    if "xflickrco" in message:
+        config["tasks"]["xflickrco"] = {"hub": {"path": "floschne/xflickrco"}, "languages": ["de"], "options": {}}
+        config["tasks"]["xflickrco"].update({"batch_size": 16, "epochs": 1, "max_length": 48})
     change(config)
     with pytest.raises(grid.ConfigError) as err:
         grid.check_config(config)
@@ -96,15 +95,11 @@ def test_only_zero_shot_applies_to_an_image_target():
 # ----- evaluation on the real rows -------------------------------------------------------------
 
 
-def real_rows(tmp_path: Path, langs: list[str]) -> Path:
-    out = tmp_path / "xvnli_test.parquet"
-    settings = {
-        "source": "local",
-        "hub": {"path": "floschne/xvnli"},
-        "languages": langs,
-        "options": {"path": str(REAL)},
-    }
-    prepare("xvnli", "test", settings, out)
+def real_rows(tmp_path: Path, langs: list[str], task: str = "xvnli") -> Path:
+    out = tmp_path / f"{task}_test.parquet"
+    options = {"path": str(REAL.parent / task)}
+    settings = {"source": "local", "hub": {"path": f"floschne/{task}"}, "languages": langs, "options": options}
+    prepare(task, "test", settings, out)
     return out
 
 
@@ -119,7 +114,7 @@ def fake_bank(tmp_path: Path, names: list[str]) -> Path:
     return out
 
 
-def visual_target_model(tmp_path: Path, encoder_dir: Path) -> Path:
+def visual_target_model(tmp_path: Path, encoder_dir: Path, target: str = "xvnli") -> Path:
     """A target model as train_target writes one for an image target: the backbone, its
     tokenizer, heads.pt holding the visual branch, and a train log saying it was saved."""
     from workflow_scripts.data.tasks import get_task
@@ -130,18 +125,19 @@ def visual_target_model(tmp_path: Path, encoder_dir: Path) -> Path:
     shutil.copytree(encoder_dir, model_dir)
     hidden = load_encoder(model_dir).config.hidden_size
     torch.manual_seed(0)
-    task = get_task("xvnli")
+    task = get_task(target)
     head = VisualClassificationHead(
         torch.zeros(1, VISUAL_TOKENS, FEATURE_WIDTH),
         hidden,
         visual_classifier(task.format, hidden, task.num_labels, 0.0, 0.02),
         0.02,
+        task.images_per_example,
     )
-    torch.save(torch.nn.ModuleDict({"xvnli": head}).state_dict(), model_dir / "heads.pt")
+    torch.save(torch.nn.ModuleDict({target: head}).state_dict(), model_dir / "heads.pt")
     log = {
         "best": {"score": 50.0, "step": 10},
         "visual": {
-            "tasks": {"xvnli": {"images": "results/x/data/images/snli_ve"}},
+            "tasks": {target: {"images": f"results/x/data/images/{task.train_from}"}},
             "saved": True,
             "where": "heads.pt: projector, slot vectors, classifier",
         },
@@ -192,3 +188,27 @@ def test_an_image_target_refuses_to_score_rows_whose_image_has_no_features(tmp_p
         )
     with pytest.raises(InputError, match="--images must name its test images' features"):
         evaluate_run("xvnli", {"*": model}, {"test": [(str(data), None)]}, settings, 1, 1, None)
+
+
+@pytest.mark.unit
+def test_the_real_marvl_rows_are_scored_with_both_their_images(tmp_path, demo_encoder_dir):
+    from workflow_scripts.evaluation.evaluate import evaluate_run
+
+    langs = ["sw", "zh"]
+    data = real_rows(tmp_path, langs, "marvl")
+    rows = read_table(data).to_pylist()
+    assert {len(r["images"]) for r in rows} == {2}  # the left and the right image
+    names = sorted({n for r in rows for n in r["images"]})
+    model = visual_target_model(tmp_path, demo_encoder_dir, "marvl")
+    settings = {"languages": langs, "max_length": 64, "eval_batch_size": 8, "average_excludes": ["en"]}
+    result, predictions = evaluate_run(
+        "marvl", {"*": model}, {"test": [(str(data), None)]}, settings, 1, 1, fake_bank(tmp_path, names)
+    )
+    assert result["visual"]["rows_with_images"]["test"] == {
+        lang: sum(r["lang"] == lang for r in rows) for lang in langs
+    }
+    assert "unlabelled_rows" not in result  # MaRVL's accuracy is the plain one
+    for lang in langs:
+        gold = [r["label"] for r in rows if r["lang"] == lang]
+        correct = sum(int(p == g) for p, g in zip(predictions[lang], gold))
+        assert result["scores"]["test"][lang]["accuracy"] == pytest.approx(100 * correct / len(gold))

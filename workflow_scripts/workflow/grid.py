@@ -137,7 +137,7 @@ def check_config(config: dict[str, Any]) -> None:
         if multimodal in UNBUILT_MULTIMODAL_TARGETS:
             raise ConfigError(
                 f"config key {key}: {target} is a multimodal target; its target phase is not built yet: "
-                f"{UNBUILT_MULTIMODAL_TARGETS[multimodal]} (docs/multimodal.md; XVNLI's is)"
+                f"{UNBUILT_MULTIMODAL_TARGETS[multimodal]} (docs/multimodal.md; XVNLI's and MaRVL's are)"
             )
         if target in TASKS and get_task(target).is_target and target not in bench.targets:
             raise ConfigError(
@@ -204,15 +204,13 @@ def check_config(config: dict[str, Any]) -> None:
 
 # Multimodal targets whose target phase is not built, with what it lacks.
 UNBUILT_MULTIMODAL_TARGETS = {
-    "marvl": "MaRVL trains from NLVR2's two-image rows, and its images (MaRVL's own release) are not embedded "
-    "by the grid",
     "xflickrco": "xFlickr&CO is scored by image-text retrieval over a similarity matrix, which the evaluation of a "
     "trained target does not compute",
 }
 
 
 def check_visual_target(config: dict[str, Any], target: str, key: str) -> None:
-    """A target that reads images (XVNLI): trained on its ``train_from`` task's English rows
+    """A target that reads images (XVNLI, MaRVL): trained on its ``train_from`` task's English rows
     with that task's image features, selected on ``select_from``'s English dev split, and
     scored with its own test images' features. Both image folders must be known, the task it
     trains from must read the same number of images per row. Only zero-shot applies

@@ -1,4 +1,5 @@
-"""Generate the demo's XVNLI release (run once; the output is committed under demo/hub/e-bug/iglue/).
+"""Generate the demo's IGLUE releases, XVNLI and MaRVL (run once; the output is committed under
+demo/hub/e-bug/iglue/).
 
 IGLUE's XVNLI is SNLI-VE test pairs with the caption and hypothesis translated, one file per
 language (e-bug/iglue ``datasets/XVNLI/annotations/<lang>/test.jsonl``: ``gold_label``,
@@ -13,7 +14,16 @@ language has the same rows in the same order, and one row per language has no go
 by a made-up Flickr30k-style numeric id, with a ``SHA256SUMS`` file beside the images.
 Deterministic (seed "xvnli").
 
-    python demo/make_xvnli_demo.py       # rewrites demo/hub/e-bug/iglue/
+MaRVL (e-bug/iglue ``datasets/marvl/zero_shot/annotations/marvl-<lang>.jsonl``: ``id``,
+``language``, ``concept``, ``caption``, ``left_img``, ``right_img``, ``label`` a boolean)
+is a statement about a pair of images, true or false, in languages NLVR2 has no data in,
+over images of each language's own (MaRVL's image release: ``<lang>/images/<concept>/<file>``).
+The demo's version has 12 pairs of new scenes per demo language other than English (de, ru,
+sw), two statements each, one true and one false, written with the templates of the demo's
+NLVR2 (make_demo_data.py) in the language; the images are JPEGs under
+``marvl-images/<lang>/images/<concept>/`` with a ``SHA256SUMS`` file. Deterministic (seed "marvl").
+
+    python demo/make_iglue_demo.py       # rewrites demo/hub/e-bug/iglue/
 """
 
 from __future__ import annotations
@@ -24,7 +34,10 @@ import json
 import random
 import re
 import shutil
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository, run as a script
 
 HUB = Path(__file__).resolve().parent / "hub"
 SNLI_VE = HUB / "HuggingFaceM4/SNLI-VE"
@@ -144,7 +157,119 @@ def translate_hypothesis(text: str, lang: str) -> str:
     raise ValueError(f"not a scene-world hypothesis: {text!r}")
 
 
-def main() -> None:
+MARVL_ANNOTATIONS = ROOT / "datasets/marvl/zero_shot/annotations"
+MARVL_IMAGES = ROOT / "marvl-images"
+MARVL_LANGS = ("de", "ru", "sw")
+MARVL_PAIRS = 12
+# The concept folder each language's pictures are filed under (MaRVL's concepts are
+# culture-specific; the demo's are the scene world's things).
+MARVL_CONCEPTS = {"de": "1-Spielzeug", "ru": "1-Игрушки", "sw": "1-Vitu"}
+SIDE_IMAGE = {
+    "de": {"left": "Das linke Bild", "right": "Das rechte Bild"},
+    "ru": {"left": "На левой картинке", "right": "На правой картинке"},
+    "sw": {"left": "Picha ya kushoto", "right": "Picha ya kulia"},
+}
+
+
+def marvl_statements(lang: str, left, right, rng: random.Random) -> list[tuple[str, bool]]:
+    """NLVR2's demo statements (make_demo_data.py: make_nlvr2) about a pair of scenes, in ``lang``."""
+    from workflow_scripts.multimodal import scene_world
+
+    a, b = left.things[0], right.things[0]
+    colour, shape = rng.choice(tuple(scene_world.COLOURS)), rng.choice(scene_world.SHAPES)
+    size = rng.choice(scene_world.SIZES)
+
+    def shows(side: str, what: str) -> str:
+        if lang == "de":
+            return f"{SIDE_IMAGE['de'][side]} zeigt {what}."
+        if lang == "ru":
+            return f"{SIDE_IMAGE['ru'][side]} {what}."
+        return f"{SIDE_IMAGE['sw'][side]} inaonyesha {what}."
+
+    def thing(colour_: str, shape_: str) -> str:
+        if lang == "de":
+            _, noun, gender = SHAPES["de"][shape_]
+            return f"einen {DE_ADJ[colour_]}n {noun}" if gender == "m" else f"eine {DE_ADJ[colour_]} {noun}"
+        if lang == "ru":
+            noun, gender = SHAPES["ru"][shape_]
+            return f"{RU_ADJ[colour_][gender == 'f']} {noun}"
+        return f"{SHAPES['sw'][shape_]} {SW_ADJ[colour_]}"
+
+    def sized(size_: str) -> str:
+        return {"de": f"etwas {DE_PREDICATE[size_].capitalize()}es", "ru": f"{RU_ADJ[size_][0]} предмет"}.get(
+            lang, f"kitu {SW_ADJ[size_]}"
+        )
+
+    both = {
+        "de": f"Beide Bilder zeigen {'einen' if SHAPES['de'][shape][2] == 'm' else 'eine'} {SHAPES['de'][shape][1]}.",
+        "ru": f"На обеих картинках {SHAPES['ru'][shape][0]}.",
+        "sw": f"Picha zote mbili zinaonyesha {SHAPES['sw'][shape]}.",
+    }[lang]
+    coloured = {"red": ("rotes", "красный", "chekundu"), "green": ("grünes", "зелёный", "cha kijani")}[colour]
+    exactly_one = {
+        "de": f"Genau ein Bild zeigt etwas {coloured[0].capitalize()}.",
+        "ru": f"Ровно на одной картинке {coloured[1]} предмет.",
+        "sw": f"Picha moja tu inaonyesha kitu {coloured[2]}.",
+    }[lang]
+    return [
+        (shows("left", thing(colour, shape)), a.colour == colour and a.shape == shape),
+        (shows("right", thing(colour, shape)), b.colour == colour and b.shape == shape),
+        (both, a.shape == b.shape == shape),
+        (exactly_one, (a.colour == colour) != (b.colour == colour)),
+        (shows("left", sized(size)), a.size == size),
+        (shows("right", sized(size)), b.size == size),
+    ]
+
+
+def make_marvl() -> None:
+    """MaRVL's release layout over new pairs of scenes (see the module's docstring)."""
+    from PIL import Image
+
+    from workflow_scripts.multimodal import scene_world
+
+    rng = random.Random("marvl")
+    sums = []
+    for lang in MARVL_LANGS:
+        concept = MARVL_CONCEPTS[lang]
+        folder = MARVL_IMAGES / lang / "images" / concept
+        folder.mkdir(parents=True)
+        rows = []
+        for n in range(MARVL_PAIRS):
+            left, right = scene_world.random_scene(rng), scene_world.random_scene(rng)
+            names = []
+            for k, scene in enumerate((left, right)):
+                name = f"1-{2 * n + k + 1}.jpg"
+                buffer = io.BytesIO()
+                Image.fromarray(scene_world.render(scene, rng)).save(buffer, format="JPEG", quality=95)
+                (folder / name).write_bytes(buffer.getvalue())
+                sums.append(f"{hashlib.sha256(buffer.getvalue()).hexdigest()}  {lang}/images/{concept}/{name}")
+                names.append(name)
+            options = marvl_statements(lang, left, right, rng)
+            while all(t for _, t in options) or not any(t for _, t in options):  # redraw the values
+                options = marvl_statements(lang, left, right, rng)
+            true = rng.choice([c for c, t in options if t])
+            false = rng.choice([c for c, t in options if not t])
+            for caption_, label in rng.sample([(true, True), (false, False)], 2):
+                rows.append(
+                    {
+                        "concept": concept,
+                        "language": lang,
+                        "caption": caption_,
+                        "left_img": names[0],
+                        "right_img": names[1],
+                        "chapter": "Demo",
+                        "id": f"{lang}-{len(rows)}",
+                        "label": label,
+                    }
+                )
+        path = MARVL_ANNOTATIONS / f"marvl-{lang}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    (MARVL_IMAGES / "SHA256SUMS").write_text("\n".join(sums) + "\n")
+    print(f"wrote MaRVL rows and images in {', '.join(MARVL_LANGS)} under {MARVL_ANNOTATIONS} and {MARVL_IMAGES}")
+
+
+def make_xvnli() -> None:
     from PIL import Image
 
     rng = random.Random("xvnli")
@@ -189,6 +314,11 @@ def main() -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in out), encoding="utf-8")
     print(f"wrote {len(chosen)} images under {IMAGES} and XVNLI rows in {', '.join(LANGS)} under {ANNOTATIONS}")
+
+
+def main() -> None:
+    make_xvnli()
+    make_marvl()
 
 
 if __name__ == "__main__":

@@ -256,7 +256,7 @@ def intermediate_inputs(wildcards):
 
 
 def target_inputs(wildcards):
-    return {
+    found = {
         # the intermediate phase's backbone, or the model of the target's last stage
         "encoder": grid.target_start(
             config, wildcards.backbone, wildcards.intermediate, wildcards.target, wildcards.seed
@@ -266,6 +266,10 @@ def target_inputs(wildcards):
         # leakage.on_overlap refuse, a failed check keeps the model from training
         "leakage": grid.leakage_reports(config, wildcards.intermediate, wildcards.target),
     }
+    images = grid.visual_target_images(config, wildcards.target)
+    if images:  # an image target: the features of the image task it trains on
+        found["images"] = images
+    return found
 
 
 def stage_inputs(wildcards):
@@ -301,11 +305,19 @@ def evaluation(wildcards):
 
 def evaluate_inputs(wildcards):
     run = evaluation(wildcards)
-    return {
+    found = {
         "models": sorted(set(run["models"].values())),
         "data": sorted({ref["path"] for refs in run["data"].values() for ref in refs}),
         "leakage": grid.leakage_reports(config, wildcards.intermediate, wildcards.target),
     }
+    if run.get("images"):  # an image target: its test images' features
+        found["images"] = run["images"]
+    return found
+
+
+def images_arg(wildcards, input):
+    """--images DIR for an image target (its test images' feature bank), else nothing."""
+    return f"--images {shlex.quote(input.images)}" if input.get("images") else ""
 
 
 def model_args(wildcards):

@@ -19,6 +19,7 @@ rule evaluate_target:
         settings=settings(grid.eval_settings, "backbone", "target", "setting"),
         models=model_args,
         data=data_args,
+        images=images_arg,
         run=run_id,
         backbone=settings(backbone_grid.provenance, "backbone"),
         code=module_digest("evaluation.metric_file"),
@@ -35,5 +36,5 @@ rule evaluate_target:
         "python -m workflow_scripts.evaluation.metric_file --target {wildcards.target} --model {params.models}"
         " --data {params.data} --settings {params.settings:q} --run {params.run:q}"
         " --backbone {input.backbone} --backbone-settings {params.backbone:q}"
-        " --seed {wildcards.seed} --threads {threads} --output {output.metrics}"
+        " --seed {wildcards.seed} --threads {threads} --output {output.metrics} {params.images}"
         " --predictions {output.predictions} > $(fresh_log {log:q}) 2>&1"

@@ -1,7 +1,7 @@
 """IGLUE's multimodal targets (loaders/iglue.py) on samples of the release's own files
 (tests/real_data/{xvnli,marvl,xflickrco}, see its README), their official scores
-(evaluation/metrics.py, evaluation/retrieval.py), and the config check that keeps them out of
-the grid until the target phase carries the visual prefix."""
+(evaluation/metrics.py, evaluation/retrieval.py), and the config check that keeps xFlickr&CO
+out of the grid until its target phase is built."""
 
 from __future__ import annotations
 
@@ -254,9 +254,11 @@ def demo_config(extra_target: str) -> dict:
 @pytest.mark.parametrize(
     "target, message",
     [
-        ("xvnli", "xvnli is a multimodal target; the target phase with a visual prefix is not built yet"),
-        ("xflickrco", "xflickrco is a multimodal target; the target phase with a visual prefix is not built yet"),
-        ("xvnli_caption", "xvnli_caption is a text control of the multimodal target xvnli"),
+        ("xflickrco", "xflickrco is a multimodal target; its target phase is not built yet: xFlickr&CO is scored"),
+        # XVNLI, its arms and MaRVL run as targets of the IGLUE benchmark (tests/test_xvnli_target.py)
+        ("xvnli", "'xvnli' is not a XTREME target (benchmark: xtreme"),
+        ("marvl", "'marvl' is not a XTREME target"),
+        ("xvnli_caption", "'xvnli_caption' is not a XTREME target"),
     ],
 )
 def test_the_config_check_refuses_iglue_targets_naming_the_key(target, message):

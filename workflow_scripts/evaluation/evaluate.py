@@ -45,7 +45,16 @@ from workflow_scripts.data.tasks import (
     qa_answer_score,
 )
 from workflow_scripts.evaluation import pool_ranking
-from workflow_scripts.evaluation.metrics import accuracy, mean, mlqa, seqeval_f1, seqeval_version, squad_v1, squad_v2
+from workflow_scripts.evaluation.metrics import (
+    accuracy,
+    iglue_accuracy,
+    mean,
+    mlqa,
+    seqeval_f1,
+    seqeval_version,
+    squad_v1,
+    squad_v2,
+)
 from workflow_scripts.evaluation.neighbours import EXACT
 from workflow_scripts.evaluation.retrieval import (
     BUCC_DUPLICATES,
@@ -153,6 +162,8 @@ def predict_and_score(
         return {"accuracy": 100.0 * score}, answers
     if scorer == CLASSIFICATION:  # the argmax's accuracy (multiple choice: the best choice's)
         labels = [int(l.argmax()) for l in logits]
+        if metric == "iglue_accuracy":  # the release's rows without a gold label count as wrong
+            return iglue_accuracy(labels, [r["label"] for r in rows], int(opts.get("unlabelled", 0))), labels
         return accuracy(labels, [r["label"] for r in rows]), labels
     if scorer == SPAN:
         preds = decode_spans(
@@ -185,19 +196,54 @@ def rows_by_language(path: str | Path, fmt: str, languages: list[str]) -> dict[s
     return grouped
 
 
-def average(per_lang: dict[str, dict[str, float]]) -> dict[str, float]:
-    keys = next(iter(per_lang.values())).keys()
-    return {k: mean(scores[k] for scores in per_lang.values()) for k in keys}
+def average(per_lang: dict[str, dict[str, float]], excludes: tuple[str, ...] | list[str] = ()) -> dict[str, float]:
+    """The unweighted mean over languages, leaving out ``excludes`` (IGLUE's English) unless
+    nothing else is left."""
+    kept = {lang: scores for lang, scores in per_lang.items() if lang not in excludes} or per_lang
+    keys = next(iter(kept.values())).keys()
+    return {k: mean(scores[k] for scores in kept.values()) for k in keys}
+
+
+def unlabelled_rows(path: str | Path) -> dict[str, int]:
+    """Rows per language the loader dropped for want of a gold label (XVNLI's ``-``), from the
+    data file's load report: IGLUE's accuracy counts them as wrong answers."""
+    counts = provenance(path).get("report", {}).get("load_counts", {})
+    return {key.split(":", 1)[0]: int(value) for key, value in counts.items() if key.endswith(":no_gold_label")}
+
+
+def attach_images(rows: list[dict[str, Any]], bank, where: str) -> list[dict[str, Any]]:
+    """Rows of an image target with the rows of the feature bank their images are in
+    (``image_index``). Every row must have its images: a test row left out would change the
+    score, so a missing image fails the evaluation, naming it."""
+    import pyarrow as pa
+
+    table = pa.Table.from_pylist(rows)
+    attached = bank.attach(table, where)
+    if attached.num_rows != table.num_rows:
+        missing = sorted({n for r in rows for n in r["images"] if n not in bank.index})
+        raise InputError(
+            f"{where}: {table.num_rows - attached.num_rows} rows have no image features "
+            f"({len(missing)} images, e.g. {', '.join(missing[:5])}; the embed step's report says why)"
+        )
+    return attached.to_pylist()
 
 
 Sources = dict[str, list[tuple[str, list[str] | None]]]  # split -> (file, languages taken or None: all)
 
 
 def evaluate_run(
-    target: str, models: dict[str, Path], data: Sources, settings: dict[str, Any], seed: int, threads: int
+    target: str,
+    models: dict[str, Path],
+    data: Sources,
+    settings: dict[str, Any],
+    seed: int,
+    threads: int,
+    images: Path | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Score every (split, language) of ``data`` with the model ``models`` maps the language
-    to (key "*": every language): (metric file content, test predictions per language)."""
+    to (key "*": every language): (metric file content, test predictions per language).
+    An image target (XVNLI) reads each row's images from ``images``, the feature bank of its
+    own test images, through the visual branch its target phase saved."""
     started = time.time()
     configure_torch(threads)
     seed_everything(seed)
@@ -222,6 +268,22 @@ def evaluate_run(
                 splits[split].update(pool_ranking.rows_by_language(rows, langs, str(path)))
             else:
                 splits[split].update(rows_by_language(path, task.format, langs))
+    bank = None
+    unlabelled: dict[str, dict[str, int]] = {}
+    if task.visual:
+        from workflow_scripts.multimodal.bank import FeatureBank
+
+        if images is None:
+            raise InputError(f"{target} reads images: --images must name its test images' features (embed_images)")
+        bank = FeatureBank.load(images)
+        splits = {
+            split: {lang: attach_images(rows, bank, f"{target} {split} {lang}") for lang, rows in by_lang.items()}
+            for split, by_lang in splits.items()
+        }
+    if task.metric == "iglue_accuracy":
+        for split, sources in data.items():
+            for path, _ in sources:
+                unlabelled.setdefault(split, {}).update(unlabelled_rows(path))
     languages = [l for l in configured if any(l in by_lang for by_lang in splits.values())]
     model_of = {lang: models.get(lang, models.get("*")) for lang in languages}
     unassigned = [lang for lang, m in model_of.items() if m is None]
@@ -243,13 +305,15 @@ def evaluate_run(
     else:
         selections = {}
         for model_dir in sorted(set(model_of.values())):
-            model, tokenizer = _load_target_model(task, model_dir, dev)
+            model, tokenizer = _load_target_model(task, model_dir, dev, bank)
             if head_kind(task.format) == RANKING:  # read sequences as training did
                 dual_encoder.configure_head(model.heads[task.name], settings)
             train_log = read_json(model_dir / "train_log.json")
             selections[str(model_dir)] = train_log["best"]
             if train_log.get("intermediate_visual"):  # trained after an image task: text-only, and how
                 extra["intermediate_visual"] = train_log["intermediate_visual"]
+            if bank is not None:  # what scored the images: the saved branch and the test features
+                extra["visual"] = visual_record(task, model_dir, train_log, bank, images, splits)
             # ranking: the candidate pool is embedded once, not once per language
             pool = (
                 pool_ranking.PoolScorer(model, task, tokenizer, opts, dev)
@@ -263,7 +327,10 @@ def evaluate_run(
                     if pool is not None:
                         scores[split][lang], found = pool.score(rows)
                     else:
-                        scores[split][lang], found = predict_and_score_rows(model, task, tokenizer, rows, opts, dev)
+                        lang_opts = {**opts, "unlabelled": unlabelled.get(split, {}).get(lang, 0)}
+                        scores[split][lang], found = predict_and_score_rows(
+                            model, task, tokenizer, rows, lang_opts, dev
+                        )
                     if split == "test":
                         predictions[lang] = found
             del model
@@ -281,6 +348,11 @@ def evaluate_run(
         if len(selections) == 1:
             extra["selection"] = next(iter(selections.values()))
     scores = {split: {l: per[l] for l in languages if l in per} for split, per in scores.items()}
+    excluded = tuple(settings.get("average_excludes") or ())
+    if excluded:  # the benchmark's convention (IGLUE: English scored, not averaged)
+        extra["average_excludes"] = list(excluded)
+    if unlabelled:
+        extra["unlabelled_rows"] = unlabelled
     # Every metric file names the scorer versions and retrieval settings (null: not a retrieval target).
     extra.setdefault("retrieval", None)
     return {
@@ -291,9 +363,11 @@ def evaluate_run(
         "splits": list(splits),
         "setting": transfer.get("setting", "zero_shot"),
         "scores": scores,
-        "average": {split: average(per) for split, per in scores.items()},
+        "average": {split: average(per, excluded) for split, per in scores.items()},
         # The one number per split the benchmark averages (tasks.qa_answer_score), and how.
-        "task_score": {split: qa_answer_score(task.metric, average(per)) for split, per in scores.items() if per},
+        "task_score": {
+            split: qa_answer_score(task.metric, average(per, excluded)) for split, per in scores.items() if per
+        },
         "task_score_convention": TASK_SCORE_CONVENTION[task.format == SPAN],
         # Where each evaluation file came from (e.g. UD-POS from the UD v2.5 release or the
         # Hub) and what its loader repaired, as recorded in the data file.
@@ -320,9 +394,29 @@ def with_family_pooling(settings: dict[str, Any], model_dir: Path) -> dict[str, 
     return {**settings, "retrieval": {**ret, "pooling": family_of(model_dir).retrieval_pooling}}
 
 
-def _load_target_model(task: Task, model_dir: Path, dev):
+def visual_record(task: Task, model_dir: Path, train_log: dict[str, Any], bank, images, splits) -> dict[str, Any]:
+    """The metric file's ``visual``: the test images' feature bank (encoder, feature kind),
+    the rows scored with their images per split and language, and the visual branch the
+    target phase trained (on which task's features) and saved with the model."""
+    trained = (train_log.get("visual") or {}).get("tasks", {}).get(task.name, {})
+    return {
+        "images": str(images),
+        "encoder": bank.report.get("encoder"),
+        "kind": bank.report.get("kind"),
+        "bank_images": len(bank.index),
+        "rows_with_images": {split: {lang: len(rows) for lang, rows in by.items()} for split, by in splits.items()},
+        "trained_on": trained.get("images"),
+        "branch": (train_log.get("visual") or {}).get("where"),
+    }
+
+
+def _load_target_model(task: Task, model_dir: Path, dev, bank=None):
     """The target model a training phase wrote: a full backbone with heads.pt, or (adapters)
-    the base with its adapters and the heads saved with its own (adapters.py)."""
+    the base with its adapters and the heads saved with its own (adapters.py). An image
+    target's head is its visual branch (projector and classifier) over ``bank``, the test
+    images' features."""
+    if task.visual:
+        return _load_visual_target_model(task, model_dir, dev, bank)
     if has_adapter(model_dir):
         model = load_adapter_model(model_dir, dev)
         if task.name not in model.heads:
@@ -332,6 +426,45 @@ def _load_target_model(task: Task, model_dir: Path, dev):
     head = make_head(task.format, encoder.config.hidden_size, task.num_labels, 0.0, 0.02)
     model = MultiHeadModel(encoder, {task.name: head}, family_of(model_dir).name)
     model.heads.load_state_dict(_load_heads(model_dir))
+    return model.to(dev), load_tokenizer(model_dir)
+
+
+def _load_visual_target_model(task: Task, model_dir: Path, dev, bank):
+    """A full backbone with the visual branch heads.pt holds, reading ``bank``'s features."""
+    from workflow_scripts.models.heads import visual_classifier
+    from workflow_scripts.multimodal.prefix import VisualClassificationHead
+
+    if bank is None:
+        raise InputError(f"{task.name} reads images: its evaluation needs its test images' features")
+    train_log = read_json(model_dir / "train_log.json")
+    if not (train_log.get("visual") or {}).get("saved"):
+        raise InputError(f"{model_dir}: its training saved no visual branch for {task.name} (train_log.json: visual)")
+    if has_adapter(model_dir):  # the branch was saved with the adapter (modules_to_save) over a placeholder bank
+        model = load_adapter_model(model_dir, dev)
+        if task.name not in model.heads:
+            raise InputError(f"{model_dir}: the adapter holds no head for {task.name} (heads: {sorted(model.heads)})")
+        features = bank.tensor()
+        for module in model.heads[task.name].modules():  # peft's wrapper holds the trained copy
+            if isinstance(module, VisualClassificationHead):
+                if module.projector[0].in_features != features.shape[-1]:
+                    raise InputError(
+                        f"{model_dir}: its visual branch reads features of width "
+                        f"{module.projector[0].in_features}, the test images' have {features.shape[-1]}"
+                    )
+                module.bank = features if features.dim() == 3 else features[:, None, :]
+        return model.to(dev), load_tokenizer(model_dir)
+    encoder = load_encoder(model_dir)
+    hidden = encoder.config.hidden_size
+    classifier = visual_classifier(task.format, hidden, task.num_labels, 0.0, 0.02)
+    head = VisualClassificationHead(bank.tensor(), hidden, classifier, 0.02, task.images_per_example)
+    model = MultiHeadModel(encoder, {task.name: head}, family_of(model_dir).name)
+    try:
+        model.heads.load_state_dict(_load_heads(model_dir))  # the bank is not saved (a non-persistent buffer)
+    except RuntimeError as err:
+        raise InputError(
+            f"{model_dir}: its visual branch does not fit the test images' features "
+            f"({bank.features.shape[1]} tokens of width {bank.features.shape[2]}): {err}"
+        ) from None
     return model.to(dev), load_tokenizer(model_dir)
 
 

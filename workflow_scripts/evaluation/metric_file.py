@@ -15,7 +15,7 @@ trainings (codehash.py reruns the rules whose modules changed).
 
 CLI: ``python -m workflow_scripts.evaluation.metric_file --target T --model DIR|LANG=DIR ...
 --data SPLIT=FILE|SPLIT:LANG,LANG=FILE ... --settings JSON --backbone DIR --backbone-settings JSON
---seed N --output FILE [--predictions DIR] [--run JSON]``.
+--seed N --output FILE [--predictions DIR] [--run JSON] [--images DIR]``.
 """
 
 from __future__ import annotations
@@ -122,6 +122,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--run", default="{}", help="JSON identifying the run (config name, ...)")
     ap.add_argument("--output", required=True)
     ap.add_argument("--predictions", type=Path, help="folder for the test predictions in the XTREME leaderboard layout")
+    ap.add_argument(
+        "--images", type=Path, help="an image target's test images' features (the embed_images step's folder)"
+    )
     args = ap.parse_args(argv)
     try:
         backbone = backbone_record(load_settings(args.backbone_settings), args.backbone)
@@ -132,6 +135,7 @@ def main(argv: list[str] | None = None) -> None:
             load_settings(args.settings),
             args.seed,
             args.threads,
+            args.images,
         )
         run = json.loads(args.run)
         reports = run.pop("leakage_reports", [])

@@ -44,6 +44,7 @@ from workflow_scripts.data.tasks import (
     RETRIEVAL,
     SPAN,
     TAGGING,
+    VISUAL_CLASSIFICATION,
     get_task,
 )
 
@@ -93,7 +94,9 @@ def render(target: str, predicted: Any, lang: str) -> str:
                 raise InputError(f"{target} {lang}: choice index {i!r} outside 0..{task.num_choices - 1}")
             out.append(json.dumps({"label": int(i)}) + "\n")
         return "".join(out)
-    if task.format == CLASSIFICATION:
+    # IGLUE has no leaderboard files: an image target's predictions are written as a text
+    # classification target's, one label name per line in the release's row order.
+    if task.format in (CLASSIFICATION, VISUAL_CLASSIFICATION):
         names = (
             [str(i) for i in range(task.num_labels)]
             if task.submission_label_ids or not task.labels

@@ -169,6 +169,11 @@ def benchmark_notes(settings: dict[str, Any]) -> list[str]:
     for target in targets:
         if target in bench.get("notes", {}):
             notes.append(f"{target}: {bench['notes'][target]}.")
+    if bench.get("average_excludes"):  # IGLUE's convention: scored, shown per language, not averaged
+        left_out = ", ".join(bench["average_excludes"])
+        notes.append(
+            f"Every average leaves out {left_out}, as {title} averages (its scores are in the per-language table)."
+        )
     for target in targets:
         official = bench["languages"].get(target)
         ran = settings.get("target_languages", {}).get(target)

@@ -123,7 +123,8 @@ class PhaseData:
     dev_sets: dict[tuple[str, str], Encoded]
     dev_opts: dict[str, dict[str, Any]]
     # Visual tasks: where their images' features came from and the projector's size. The
-    # projector is part of the task's head, so it is dropped with the heads after this phase.
+    # projector is part of the task's head: dropped with the heads after the intermediate
+    # phase, saved with them (heads.pt) by the target phase of an image target (XVNLI).
     visual: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
 
@@ -554,9 +555,11 @@ def train_phase(
         "settings": settings,
         "settings_hash": settings_hash(settings),
         "resumed_at_step": start or None,
-        # An image task's visual branch (projector, feature bank) is not in the saved model:
-        # what follows this phase is text-only.
-        "visual": {"tasks": phase_data.visual, "saved": False} if phase_data.visual else None,
+        # An image task's visual branch: after the intermediate phase it is not in the saved
+        # model (what follows is text-only); an image target saves its projector and classifier
+        # in heads.pt, and evaluation reads them with the test images' features (the feature
+        # bank itself is never saved).
+        "visual": _visual_record(phase, phase_data.visual, method.adapters),
         # A model trained after an image task says so, down to the metric file (evaluate.py).
         "intermediate_visual": _visual_lineage(encoder_dir),
         "wall_time_s": round(elapsed + time.time() - started, 3),
@@ -574,6 +577,18 @@ def train_phase(
         checkpointer.remove()
     runtime.finish()
     return log
+
+
+def _visual_record(phase: str, visual: dict[str, dict[str, Any]], adapters: bool) -> dict[str, Any] | None:
+    """The train log's ``visual``: the phase's image tasks and whether their visual branch
+    (projector, slot vectors and classifier, not the feature bank) is saved with the model:
+    in heads.pt, or with an adapter as one of its heads (modules_to_save)."""
+    if not visual:
+        return None
+    if phase != "target":
+        return {"tasks": visual, "saved": False}
+    where = "the adapter's heads (modules_to_save)" if adapters else "heads.pt"
+    return {"tasks": visual, "saved": True, "where": f"{where}: projector, slot vectors, classifier"}
 
 
 def _visual_lineage(encoder_dir: Path) -> dict[str, Any] | None:

@@ -1,5 +1,6 @@
-"""The benchmarks a grid can be scored as: XTREME (Hu et al. 2020) and XTREME-R (Ruder et al.
-2021), each a registry of its targets, their categories and official language lists.
+"""The benchmarks a grid can be scored as: XTREME (Hu et al. 2020), XTREME-R (Ruder et al.
+2021) and IGLUE (Bugliarello et al. 2022), each a registry of its targets, their categories
+and official language lists.
 
 ``benchmark`` in the config picks one. Its targets are the only ones the config may list;
 its categories give the tables their category averages and overall score: the mean of the
@@ -55,6 +56,9 @@ class Benchmark:
     # The main table follows Avg with the category averages and the overall score, as the
     # benchmark's paper reports them (XTREME-R's); XTREME's paper reports the tasks and Avg.
     category_layout: bool = False
+    # Languages scored and reported but left out of every cross-language average (IGLUE's
+    # tables average the languages other than English: metrics.average_without_english).
+    average_excludes: tuple[str, ...] = ()
 
     @property
     def targets(self) -> tuple[str, ...]:
@@ -72,7 +76,7 @@ class Benchmark:
         return [lang for lang in self.languages[target] if lang not in languages]
 
     def describe(self) -> dict[str, object]:
-        return {
+        found: dict[str, object] = {
             "name": self.name,
             "title": self.title,
             "categories": {c: list(t) for c, t in self.categories.items()},
@@ -81,6 +85,9 @@ class Benchmark:
             "leaderboard_names": dict(self.leaderboard_names),
             "retrieval_encoders": dict(self.retrieval_encoders),
         }
+        if self.average_excludes:  # (absent for the others: their tables' settings stay as they were)
+            found["average_excludes"] = list(self.average_excludes)
+        return found
 
 
 XTREME = Benchmark(
@@ -138,6 +145,35 @@ XTREME_R = Benchmark(
     category_layout=True,
 )
 
+_XVNLI = _langs("ar en es fr ru")
+
+# IGLUE's multimodal targets. XVNLI's caption and hypothesis-only arms (the same test rows
+# with the translated caption, or nothing, as premise; docs/protocol.md §9) are scored beside
+# it. MaRVL is trained from NLVR2 and scored on its own images; xFlickr&CO is declared with
+# its official languages, and the config check refuses it until its target phase is built
+# (docs/multimodal.md).
+IGLUE = Benchmark(
+    name="iglue",
+    title="IGLUE",
+    categories={
+        CLASSIFICATION: ("xvnli", "xvnli_caption", "xvnli_hypothesis_only", "marvl"),
+        RETRIEVAL: ("xflickrco",),
+    },
+    languages={
+        "xvnli": _XVNLI,
+        "xvnli_caption": _XVNLI,
+        "xvnli_hypothesis_only": _XVNLI,
+        "marvl": _langs("id sw ta tr zh"),
+        "xflickrco": _langs("de en es id ja ru tr zh"),
+    },
+    notes={
+        "xvnli": "IGLUE's accuracy: the release's rows without a gold label count as wrong (all three arms)",
+        "xvnli_caption": "XVNLI's text control (the translated caption as premise), not an IGLUE task",
+        "xvnli_hypothesis_only": "XVNLI's text control without a premise, not an IGLUE task",
+    },
+    average_excludes=("en",),
+)
+
 BENCHMARKS: dict[str, Benchmark] = {}
 DEFAULT = XTREME.name
 
@@ -172,6 +208,7 @@ def register(bench: Benchmark) -> Benchmark:
 
 register(XTREME)
 register(XTREME_R)
+register(IGLUE)
 
 
 def get(name: str) -> Benchmark:

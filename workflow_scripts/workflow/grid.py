@@ -129,15 +129,10 @@ def check_config(config: dict[str, Any]) -> None:
     for i, target in enumerate(config["targets"]):
         key = f"targets[{i}]"
         multimodal = multimodal_target(target)
-        if multimodal == target:
+        if multimodal in UNBUILT_MULTIMODAL_TARGETS:
             raise ConfigError(
-                f"config key {key}: {target} is a multimodal target; the target phase with a visual prefix "
-                "is not built yet (docs/multimodal.md)"
-            )
-        if multimodal:
-            raise ConfigError(
-                f"config key {key}: {target} is a text control of the multimodal target {multimodal}, scored "
-                "with it; the target phase with a visual prefix is not built yet (docs/multimodal.md)"
+                f"config key {key}: {target} is a multimodal target; its target phase is not built yet: "
+                f"{UNBUILT_MULTIMODAL_TARGETS[multimodal]} (docs/multimodal.md; XVNLI's and MaRVL's are)"
             )
         if target in TASKS and get_task(target).is_target and target not in bench.targets:
             raise ConfigError(
@@ -168,6 +163,8 @@ def check_config(config: dict[str, Any]) -> None:
             raise ConfigError(f"config key tasks.{target}.languages: a target needs its evaluation languages")
         for dep in {task.train_from, task.select_from} - {None, target}:
             need_task(dep, f"{key} (trains on / selects with {dep!r})")
+        if task.visual:
+            check_visual_target(config, target, key)
     for task, langs in config.get("translation", {}).get("datasets", {}).items():
         need_task(task, f"translation.datasets.{task}")
         if get_task(task).format not in TRANSLATABLE_FORMATS:
@@ -198,6 +195,35 @@ def check_config(config: dict[str, Any]) -> None:
         memory_plan.check_fits(config)
     except (transfer.TransferError, backbone_grid.BackboneError, memory_plan.PlanError) as err:
         raise ConfigError(str(err)) from None
+
+
+# Multimodal targets whose target phase is not built, with what it lacks.
+UNBUILT_MULTIMODAL_TARGETS = {
+    "xflickrco": "xFlickr&CO is scored by image-text retrieval over a similarity matrix, which the evaluation of a "
+    "trained target does not compute",
+}
+
+
+def check_visual_target(config: dict[str, Any], target: str, key: str) -> None:
+    """A target that reads images (XVNLI, MaRVL): trained on its ``train_from`` task's English rows
+    with that task's image features, selected on ``select_from``'s English dev split, and
+    scored with its own test images' features. Both image folders must be known, the task it
+    trains from must read the same number of images per row. Only zero-shot applies
+    (transfer._applies)."""
+    task = get_task(target)
+    for dep in (task.train_from, task.select_from):
+        if dep is None or not get_task(dep).visual or get_task(dep).format != task.format:
+            raise ConfigError(
+                f"config key {key}: {target} reads images ({task.format}); the task it trains on or selects "
+                f"with must be an image task of the same format, got {dep!r} (tasks/{target}.yaml)"
+            )
+        if get_task(dep).images_per_example != task.images_per_example:
+            raise ConfigError(
+                f"config key {key}: {target} reads {task.images_per_example} image(s) per row, {dep} "
+                f"{get_task(dep).images_per_example}"
+            )
+    for task_name in (target, task.train_from):
+        image_dir(config, task_name)  # raises, naming tasks.<task>.images, when unknown
 
 
 def _check_demo_pretraining(config: dict[str, Any]) -> None:
@@ -457,8 +483,27 @@ def leakage_settings(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def visual_tasks(config: dict[str, Any]) -> list[str]:
-    """The image tasks any intermediate config of the grid trains."""
-    return sorted({t for inter in config["intermediate"].values() for t in inter["tasks"] if get_task(t).visual})
+    """The tasks whose images the grid embeds: the image tasks any intermediate config trains,
+    each image target (its own test images, for evaluation) and the image task it trains on
+    and selects with."""
+    found = {t for inter in config["intermediate"].values() for t in inter["tasks"] if get_task(t).visual}
+    for target in config["targets"]:
+        task = get_task(target) if target in TASKS else None
+        if task is None or not task.is_target or not task.visual or target in UNBUILT_MULTIMODAL_TARGETS:
+            continue
+        # (a task missing from `tasks` is named by the config check's need_task)
+        found |= {t for t in (target, task.train_from, task.select_from) if t in config["tasks"] and get_task(t).visual}
+    return sorted(found)
+
+
+def visual_target_images(config: dict[str, Any], target: str) -> str | None:
+    """The feature bank an image target's training reads (its ``train_from`` task's; the
+    ``select_from`` dev rows are matched to the same bank when both are the same task), or
+    None for a text target."""
+    task = get_task(target)
+    if not task.visual:
+        return None
+    return image_features_path(task.train_from or target)
 
 
 def image_dir(config: dict[str, Any], task: str) -> str:
@@ -489,7 +534,11 @@ def vision_settings(config: dict[str, Any]) -> dict[str, Any]:
 def target_data(config: dict[str, Any], target: str, recipe: str) -> dict[str, dict[str, list[dict[str, Any]]]]:
     """The training phase's data map of one target model: each file with the languages kept."""
     found = transfer.find_recipe(config, target, recipe)
-    return {target: {"train": [r.as_dict() for r in found.train], "dev": [r.as_dict() for r in found.dev]}}
+    entry: dict[str, Any] = {"train": [r.as_dict() for r in found.train], "dev": [r.as_dict() for r in found.dev]}
+    images = visual_target_images(config, target)
+    if images:  # the image features of the task it trains on (the embed_images step)
+        entry["images"] = images
+    return {target: entry}
 
 
 def target_data_files(config: dict[str, Any], target: str, recipe: str) -> list[str]:
@@ -507,7 +556,10 @@ def evaluation(
     else:
         models = {lang: target_model(backbone, name, target, recipe.name, seed) for lang, recipe in plan.models.items()}
     data = {split: [r.as_dict() for r in refs] for split, refs in plan.eval_data.items()}
-    return {"models": models, "data": data}
+    found: dict[str, Any] = {"models": models, "data": data}
+    if get_task(target).visual:  # the features of the target's own test images
+        found["images"] = image_features_path(target)
+    return found
 
 
 def target_tasks(config: dict[str, Any], target: str) -> list[str]:
@@ -769,6 +821,9 @@ def eval_settings(
         settings["max_length"] = min(cfg["max_length"], ret["max_length"])
     if setting_token is not None:
         settings["transfer"] = transfer.find_plan(config, setting_token, target).describe()
+    excluded = benchmark.of_config(config).average_excludes
+    if excluded:  # IGLUE's averages leave English out
+        settings["average_excludes"] = list(excluded)
     return settings
 
 

@@ -240,6 +240,8 @@ def _applies(setting: str, target: str) -> str | None:
     task = get_task(target)
     if task.is_retrieval:
         return "retrieval targets are not trained; only zero_shot applies"
+    if setting != ZERO_SHOT and task.visual:
+        return f"{target} reads images and trains on its English image task only; only zero_shot applies"
     if setting != ZERO_SHOT and (task.format == RANKING or task.stages):
         # XTREME-R defines these on English training data only; their other-language data
         # (translated SIQA, COPA, Wikipedia pairs) is not part of the benchmark.

@@ -1,0 +1,79 @@
+"""XVNLI's three arms as zero-shot targets end to end (tests/configs/xvnli_demo.yaml): the demo
+encoder trained on SNLI-VE's English arms, the image arm with its visual branch saved and
+scored on the demo's XVNLI release with its own images, in every demo language."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import copy_repo, snakemake
+
+pytestmark = pytest.mark.integration
+
+CONFIG = "tests/configs/xvnli_demo.yaml"
+RESULTS = "results/xvnli_demo"
+LANGS = ["en", "de", "ru", "sw"]
+ARMS = ["xvnli", "xvnli_caption", "xvnli_hypothesis_only"]
+CONFIGS = ["none", "snli_ve", "snli_caption"]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    repo = copy_repo(tmp_path_factory.mktemp("repo"))
+    started = time.time()
+    proc = snakemake(repo, "--cores", "2", "--configfile", CONFIG)
+    print(f"\nxvnli demo from scratch: {time.time() - started:.0f} s wall")
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    return repo / RESULTS
+
+
+def test_every_arm_has_a_metric_file_scoring_every_language(run):
+    for name in CONFIGS:
+        for arm in ARMS:
+            metrics = json.loads((run / f"metrics/xlmr_tiny/zero_shot/{name}/{arm}/seed1.json").read_text())
+            assert metrics["languages"] == LANGS and sorted(metrics["scores"]["test"]) == sorted(LANGS)
+            # one row per language has no gold label: IGLUE scores it as wrong
+            assert metrics["unlabelled_rows"] == {"test": dict.fromkeys(LANGS, 1)}
+            for scores in metrics["scores"]["test"].values():
+                assert (scores["accuracy"] * 58 / 100) == pytest.approx(round(scores["accuracy"] * 58 / 100))
+            # IGLUE's average leaves English out
+            others = [metrics["scores"]["test"][lang]["accuracy"] for lang in LANGS if lang != "en"]
+            assert metrics["average"]["test"]["accuracy"] == pytest.approx(sum(others) / len(others))
+            assert ("visual" in metrics) == (arm == "xvnli")
+
+
+def test_the_image_arm_saves_its_visual_branch_and_evaluation_reads_the_test_images(run):
+    for name in CONFIGS:
+        model = run / f"target/xlmr_tiny/{name}/xvnli/en.dev-en/seed1/model"
+        log = json.loads((model / "train_log.json").read_text())
+        assert log["visual"]["saved"] is True
+        assert log["visual"]["tasks"]["xvnli"]["images"] == f"{RESULTS}/data/images/snli_ve"
+        heads = torch.load(model / "heads.pt", weights_only=True)
+        assert any(key.startswith("xvnli.projector.") for key in heads)
+        assert not any("bank" in key for key in heads)  # the features are never saved
+        visual = json.loads((run / f"metrics/xlmr_tiny/zero_shot/{name}/xvnli/seed1.json").read_text())["visual"]
+        assert visual["images"] == f"{RESULTS}/data/images/xvnli" and visual["bank_images"] == 19
+        assert visual["rows_with_images"] == {"test": dict.fromkeys(LANGS, 57)}
+        assert visual["trained_on"] == f"{RESULTS}/data/images/snli_ve"
+    # the text arms are text-only: no visual branch in their models
+    log = json.loads((run / "target/xlmr_tiny/snli_ve/xvnli_caption/en.dev-en/seed1/model/train_log.json").read_text())
+    assert log["visual"] is None and log["intermediate_visual"]["text_only"] is True
+
+
+def test_the_tables_have_the_xvnli_columns_and_say_english_is_not_averaged(run):
+    main = (run / "tables/xlmr_tiny/main.md").read_text()
+    header = next(line for line in main.splitlines() if line.startswith("| Intermediate task"))
+    assert [c.strip() for c in header.strip("|").split("|")][1:] == [*ARMS, "Avg"]
+    assert "Every average leaves out en, as IGLUE averages" in main
+    per_language = (run / "tables/xlmr_tiny/per_language.md").read_text()
+    for arm in ARMS:
+        assert f"## {arm} (accuracy, test" in per_language
+    assert (run / "submission/xlmr_tiny/iglue").is_dir()
+    # the image-vs-text comparison pairs SNLI-VE's image and caption arms on XVNLI's arms
+    modality = (run / "tables/xlmr_tiny/modality.md").read_text()
+    assert "| snli_ve | snli_caption |" in modality

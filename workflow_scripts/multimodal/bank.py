@@ -48,7 +48,8 @@ class FeatureBank:
         """All features as one torch tensor (float16: half the memory of float32)."""
         import torch
 
-        return torch.from_numpy(np.ascontiguousarray(self.features))
+        # a writable copy in memory: the bank is memory-mapped read-only, which torch cannot wrap safely
+        return torch.from_numpy(np.array(self.features, order="C"))
 
     def attach(self, table, where: str):
         """``table`` (Arrow) with an ``image_index`` column (each row's images' rows of the

@@ -77,3 +77,33 @@ def test_the_tables_have_the_xvnli_columns_and_say_english_is_not_averaged(run):
     # the image-vs-text comparison pairs SNLI-VE's image and caption arms on XVNLI's arms
     modality = (run / "tables/xlmr_tiny/modality.md").read_text()
     assert "| snli_ve | snli_caption |" in modality
+
+
+def test_the_leakage_check_flags_the_demo_worlds_shared_english_sentences(run):
+    """The demo world writes every scene's sentences from the same templates (scene_world.py),
+    so XVNLI's English test sentences recur in SNLI-VE's training rows, while its images and
+    its translated rows do not: the check between stages finds exactly that, and the tables
+    and metric files carry it."""
+    for task in ("snli_ve", "snli_caption"):
+        for arm in ARMS:
+            report = json.loads((run / f"data/leakage/{task}/{arm}.json").read_text())
+            assert report["overlap"] and report["images"]["shared"] == 0 and report["texts"]["shared"] > 0
+            affected = report["rows_affected_by_language"]
+            assert affected["en"] > 0 and all(affected[lang] == 0 for lang in ("de", "ru", "sw"))
+            metric = json.loads((run / f"metrics/xlmr_tiny/zero_shot/{task}/{arm}/seed1.json").read_text())
+            assert metric["leakage"] == [
+                {
+                    "task": task,
+                    "target": arm,
+                    "images": 0,
+                    "texts": report["texts"]["shared"],
+                    "rows_affected": report["rows_affected"],
+                    "target_rows": report["target_rows"],
+                }
+            ]
+    baseline = json.loads((run / "metrics/xlmr_tiny/zero_shot/none/xvnli/seed1.json").read_text())
+    assert "leakage" not in baseline  # no intermediate task, nothing to share
+    main = (run / "tables/xlmr_tiny/main.md").read_text()
+    rows = {line.split("|")[1].strip(): line for line in main.splitlines() if line.startswith("| ")}
+    assert rows["snli_ve"].count("§") == 3 and "§" not in rows["none"]
+    assert "snli_ve on xvnli: snli_ve shares 0 images and" in main

@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> None:
     with atomic_path(args.md) as tmp:
         tmp.write_text(render(table, settings))
     with atomic_path(args.csv) as tmp:
-        table.to_csv(tmp, index=False, float_format="%.4f")
+        table.to_csv(tmp, index=False)  # full precision: the table across sizes re-renders these values
     figure(table, settings, Path(args.figure))
 
 

@@ -188,6 +188,19 @@ def demo_checkout(tmp_path_factory) -> Path:
     return repo
 
 
+def run_config_from_scratch(tmp_path_factory, configfile: str) -> Path:
+    """A fresh copy of the repository after `snakemake --cores 2 --configfile CONFIG` ran
+    there (its wall time printed); the run must succeed."""
+    import time
+
+    repo = copy_repo(tmp_path_factory.mktemp("repo"))
+    started = time.time()
+    proc = snakemake(repo, "--cores", "2", "--configfile", configfile)
+    print(f"\n{configfile} from scratch: {time.time() - started:.0f} s wall")
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    return repo
+
+
 def file_digests(folder: Path) -> dict[str, str]:
     """sha256 of every file under a folder, by relative path."""
     import hashlib

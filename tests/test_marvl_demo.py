@@ -5,13 +5,12 @@ scored on the demo's MaRVL release in de, ru and sw, each language with its own 
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import copy_repo, snakemake
+from conftest import run_config_from_scratch
 
 pytestmark = pytest.mark.integration
 
@@ -22,12 +21,7 @@ LANGS = ["de", "ru", "sw"]
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
-    repo = copy_repo(tmp_path_factory.mktemp("repo"))
-    started = time.time()
-    proc = snakemake(repo, "--cores", "2", "--configfile", CONFIG)
-    print(f"\nmarvl demo from scratch: {time.time() - started:.0f} s wall")
-    assert proc.returncode == 0, proc.stderr[-5000:]
-    return repo / RESULTS
+    return run_config_from_scratch(tmp_path_factory, CONFIG) / RESULTS
 
 
 def test_marvl_is_trained_on_nlvr2_pairs_and_scored_with_each_languages_images(run):

@@ -5,13 +5,12 @@ scored on the demo's XVNLI release with its own images, in every demo language."
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import copy_repo, snakemake
+from conftest import run_config_from_scratch
 
 pytestmark = pytest.mark.integration
 
@@ -24,12 +23,7 @@ CONFIGS = ["none", "snli_ve", "snli_caption"]
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
-    repo = copy_repo(tmp_path_factory.mktemp("repo"))
-    started = time.time()
-    proc = snakemake(repo, "--cores", "2", "--configfile", CONFIG)
-    print(f"\nxvnli demo from scratch: {time.time() - started:.0f} s wall")
-    assert proc.returncode == 0, proc.stderr[-5000:]
-    return repo / RESULTS
+    return run_config_from_scratch(tmp_path_factory, CONFIG) / RESULTS
 
 
 def test_every_arm_has_a_metric_file_scoring_every_language(run):

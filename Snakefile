@@ -39,6 +39,8 @@ rule all:
         # controls gets a table saying so, as the other tables do for what a grid lacks
         expand(rules.tabulate_modality.output, backbone=BACKBONES),
         rules.compare_modality.output,
+        # how every run trained: curves per config, and the runs that diverged or never learnt
+        expand(rules.plot_training.output, backbone=BACKBONES),
     default_target: True
 
 

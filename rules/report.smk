@@ -1,7 +1,7 @@
 # What is built from the finished grid: figures, LaTeX tables, the leaderboard submission and
 # the cost table, per backbone, and the comparison across backbones; the captions
 # `snakemake --report report.html` shows with them and with the tables (categories: Results,
-# Transfer settings, Translation, Backbones, Cost).
+# Transfer settings, Translation, Backbones, Training, Cost).
 
 
 rule plot_results:
@@ -141,6 +141,44 @@ rule collect_submission:
         " --output {output.submission} > $(fresh_log {log:q}) 2>&1"
 
 
+rule plot_training:
+    """A backbone's training curves, one figure per config, and the runs that went wrong."""
+    input:
+        runs=lambda wildcards: grid.training_outputs(config, wildcards.backbone),
+    output:
+        figures=[
+            report(
+                f"{RESULTS}/figures/{{backbone}}/training/{name}.png",
+                caption="../report/training_curves.rst",
+                category="Training",
+                labels={"backbone": "{backbone}", "figure": "training curves", "config": name},
+            )
+            for name in INTERMEDIATE
+        ],
+        figures_svg=[f"{RESULTS}/figures/{{backbone}}/training/{name}.svg" for name in INTERMEDIATE],
+        md=f"{RESULTS}/tables/{{backbone}}/training.md",
+        csv=report(
+            f"{RESULTS}/tables/{{backbone}}/training.csv",
+            caption="../report/training_table.rst",
+            category="Training",
+            labels={"backbone": "{backbone}", "table": "runs to look at", "config": "all"},
+        ),
+    log:
+        f"{LOGS}/plot_training/{{backbone}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/plot_training/{{backbone}}.tsv"
+    params:
+        figures=lambda wildcards: f"{RESULTS}/figures/{wildcards.backbone}/training",
+        configs=" ".join(shlex.quote(name) for name in INTERMEDIATE),
+        code=module_digest("reporting.training_curves"),
+    conda:
+        "../envs/data.yaml"
+    shell:
+        "python -m workflow_scripts.reporting.training_curves --backbone {wildcards.backbone} --runs {input.runs}"
+        " --configs {params.configs} --figures {params.figures} --md {output.md} --csv {output.csv}"
+        " > $(fresh_log {log:q}) 2>&1"
+
+
 rule compare_backbones:
     """The table and figure across backbones."""
     input:
@@ -192,6 +230,7 @@ rule tabulate_cost:
         figures=expand(f"{RESULTS}/figures/{{backbone}}/main_deltas.png", backbone=BACKBONES),
         latex=expand(f"{RESULTS}/tables/{{backbone}}/latex/main.tex", backbone=BACKBONES),
         comparison=rules.compare_backbones.output.csv,
+        training=expand(f"{RESULTS}/tables/{{backbone}}/training.md", backbone=BACKBONES),
         translation_figure=lambda wildcards: (
             rules.plot_translation.output.png if grid.translation_stats_files(config) else []
         ),

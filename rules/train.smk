@@ -30,6 +30,8 @@ rule train_intermediate:
         # Checkpointing is operational: resources, so changing it reruns nothing.
         checkpoint_every=res("train_intermediate", "checkpoint_every"),
         keep_checkpoints=res("train_intermediate", "keep_checkpoints"),
+        # Rows of the curve (curve.csv): operational too.
+        log_every=res("train_intermediate", "log_every"),
     conda:
         "../envs/training.yaml"
     shell:
@@ -37,7 +39,7 @@ rule train_intermediate:
         "{resources.launcher} -m workflow_scripts.training.train intermediate --encoder {input.encoder}"
         " --data {params.data:q} --settings {params.settings:q} --seed {wildcards.seed}"
         " --threads {threads} --output {output.model} --checkpoint-dir {params.checkpoints}"
-        " --checkpoint-every {resources.checkpoint_every}"
+        " --checkpoint-every {resources.checkpoint_every} --log-every {resources.log_every}"
         " --keep-checkpoints {resources.keep_checkpoints} > $(fresh_log {log:q}) 2>&1"
 
 
@@ -73,6 +75,8 @@ rule train_target:
         # Checkpointing is operational: resources, so changing it reruns nothing.
         checkpoint_every=res("train_target", "checkpoint_every"),
         keep_checkpoints=res("train_target", "keep_checkpoints"),
+        # Rows of the curve (curve.csv): operational too.
+        log_every=res("train_target", "log_every"),
     conda:
         "../envs/training.yaml"
     shell:
@@ -80,7 +84,7 @@ rule train_target:
         "{resources.launcher} -m workflow_scripts.training.train target --encoder {input.encoder}"
         " --data {params.data:q} --settings {params.settings:q} --seed {wildcards.seed}"
         " --threads {threads} --output {output.model} --checkpoint-dir {params.checkpoints}"
-        " --checkpoint-every {resources.checkpoint_every}"
+        " --checkpoint-every {resources.checkpoint_every} --log-every {resources.log_every}"
         " --keep-checkpoints {resources.keep_checkpoints} > $(fresh_log {log:q}) 2>&1"
 
 

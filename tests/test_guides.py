@@ -97,6 +97,7 @@ REPORTS = {
     "compare_modality",
     "tabulate_translation",
     "plot_translation",
+    "plot_training",
 }
 
 

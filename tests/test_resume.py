@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -18,6 +19,7 @@ import pytest
 import yaml
 
 from conftest import checkpoint_step, comparable_metrics, copy_repo, snakemake
+from workflow_scripts.training.curves import CURVE_FILE, TIMING_QUANTITIES, read_curve
 from workflow_scripts.workflow import logs
 
 pytestmark = pytest.mark.integration
@@ -116,14 +118,20 @@ def reference(tmp_path_factory, demo_data, demo_encoder_dir):
     assert not (tmp / "ckpt").exists(), "checkpoints are removed once the output exists"
     log = json.loads((tmp / "model/train_log.json").read_text())
     assert log["total_steps"] > 100 and log["resumed_at_step"] is None
-    return data, evaluate(tmp / "model", demo_data["xnli.dev"], tmp / "metrics.json", demo_encoder_dir)
+    metrics = evaluate(tmp / "model", demo_data["xnli.dev"], tmp / "metrics.json", demo_encoder_dir)
+    return data, metrics, training_curve(tmp / "model")
+
+
+def training_curve(model: Path) -> list[dict]:
+    """The curve's rows but the timing quantities (a measurement of the machine, not of the run)."""
+    return [r for r in read_curve(model / CURVE_FILE) if r["quantity"] not in TIMING_QUANTITIES]
 
 
 def test_a_metric_file_says_how_its_backbone_was_trained(reference, demo_encoder_dir):
     """Read on its own, a metric file names the backbone, its family, method and precision,
     and which model it was: a demo model built locally, by the digest of its weights (a Hub
     backbone: its id, revision and resolved commit, tests/test_metric_file.py)."""
-    _, metrics = reference
+    metrics = reference[1]
     digest = hashlib.sha256(b"model.safetensors\0" + (demo_encoder_dir / "model.safetensors").read_bytes())
     assert metrics["backbone"] == {**PROVENANCE, "built_locally": True, "weights_sha256": digest.hexdigest()}
 
@@ -134,7 +142,7 @@ def test_a_metric_file_says_how_its_backbone_was_trained(reference, demo_encoder
     ids=["SIGKILL", "SIGTERM", "SIGUSR1", "SIGINT"],
 )
 def test_interrupted_run_resumes_to_the_same_metric_file(tmp_path, reference, demo_data, demo_encoder_dir, sig):
-    data, expected = reference
+    data, expected, expected_curve = reference
     cmd = train_cmd(demo_encoder_dir, data, tmp_path / "model", tmp_path / "ckpt")
     code = interrupt(cmd, tmp_path / "ckpt", sig, after_step=30)
     assert code == (-sig if sig == signal.SIGKILL else 128 + sig)
@@ -146,13 +154,15 @@ def test_interrupted_run_resumes_to_the_same_metric_file(tmp_path, reference, de
     assert log["resumed_at_step"] == stopped_at
     assert evaluate(tmp_path / "model", demo_data["xnli.dev"], tmp_path / "metrics.json", demo_encoder_dir) == expected
     assert not (tmp_path / "ckpt").exists()
+    # The curve resumed with the run: the same rows, value for value, as the uninterrupted run's.
+    assert training_curve(tmp_path / "model") == expected_curve
 
 
 @pytest.mark.parametrize("change", ["settings", "encoder rebuilt"])
 def test_a_checkpoint_of_another_run_is_discarded(tmp_path, demo_data, demo_encoder_dir, reference, change):
     """Snakemake reruns a training whose settings, code or inputs changed: the old run's
     checkpoint must not carry on under the new run's name."""
-    data, _ = reference
+    data = reference[0]
     encoder = tmp_path / "encoder"
     shutil.copytree(demo_encoder_dir, encoder)
     cmd = train_cmd(encoder, data, tmp_path / "model", tmp_path / "ckpt")
@@ -173,14 +183,24 @@ def test_a_checkpoint_of_another_run_is_discarded(tmp_path, demo_data, demo_enco
 def test_diverging_loss_stops_without_output(tmp_path, demo_data, demo_encoder_dir):
     data = {"xnli": {"train": str(demo_data["mnli.train"]), "dev": str(demo_data["xnli.dev"])}}
     diverging = {**SETTINGS, "learning_rate": 1e30, "max_grad_norm": 1e30, "warmup_ratio": 0.0}
+    run = {"backbone": "xlmr_tiny", "intermediate": "baseline", "target": "xnli", "seed": 4}
     proc = subprocess.run(
-        train_cmd(demo_encoder_dir, data, tmp_path / "model", tmp_path / "ckpt", diverging),
+        [
+            *train_cmd(demo_encoder_dir, data, tmp_path / "model", tmp_path / "ckpt", diverging),
+            *("--run", json.dumps(run), "--log-every", "5"),
+        ],
         capture_output=True,
         text=True,
     )
     assert proc.returncode != 0
-    assert "training diverged: non-finite loss" in proc.stderr
-    assert not (tmp_path / "model").exists()
+    # The error names the run, the first step whose loss was not finite, and its task.
+    error = re.search(r"error: run (.*): training diverged: the loss of task (\w+) at step (\d+) is (\S+),", proc.stderr)
+    assert error, proc.stderr[-2000:]
+    assert error[1] == "backbone=xlmr_tiny, intermediate=baseline, target=xnli, seed=4"
+    assert error[2] == "xnli" and error[4] in ("nan", "inf", "-inf")
+    # No checkpoint kept weights trained past it (test_training.py: how soon it stops).
+    assert "learning rate 1e+30" in proc.stderr
+    assert not (tmp_path / "model").exists() and checkpoint_step(tmp_path / "ckpt") < int(error[3])
 
 
 def test_checkpoints_can_be_kept(tmp_path, demo_data, demo_encoder_dir):

@@ -3,11 +3,13 @@
 import json
 import shutil
 
+import pandas as pd
 import pytest
 
 from conftest import local_settings
 from workflow_scripts.common import InputError
 from workflow_scripts.data.prepare import prepare
+from workflow_scripts.training.curves import CURVE_FILE
 from workflow_scripts.training.train import train_phase
 
 pytestmark = pytest.mark.unit
@@ -63,6 +65,17 @@ def test_multitask_with_mlm_trains_and_saves_the_encoder(tmp_path, demo_data, de
     saved = tmp_path / "enc"
     assert (saved / "config.json").is_file() and not (saved / "heads.pt").exists()
     assert json.loads((saved / "train_log.json").read_text())["seed"] == 5
+    # The curve beside the model: train rows every log_every (10) steps and at the last step,
+    # each sampled task's loss among them; eval rows before the first step and at each evaluation.
+    curve = pd.read_csv(saved / CURVE_FILE, keep_default_na=False)
+    train_rows, eval_rows = curve[curve.event == "train"], curve[curve.event == "eval"]
+    assert sorted(set(train_rows.step)) == [10, 12] and sorted(set(eval_rows.step)) == [0, 4, 8, 12]
+    assert set(train_rows[train_rows.quantity == "loss"].task) == {"", "mnli", "mlm"}
+    assert set(train_rows.quantity) == {"loss", "lr", "grad_norm", "tokens_per_s", "peak_memory_mb"}
+    assert (train_rows.value > 0).all() and set(eval_rows.task) == {"", "mnli"}
+    selection = eval_rows[eval_rows.quantity == "score"].set_index("step").value
+    assert [selection[h["step"]] for h in log["history"]] == [h["score"] for h in log["history"]]
+    assert log["curve"] == {"file": CURVE_FILE, "log_every": 10, "rows": len(curve)}
     # The encoder ran with SDPA attention; throughput counts the steps' real tokens.
     speed = log["throughput"]
     assert speed["attention"] == "sdpa" and speed["device"] in ("cpu", "cuda")
@@ -70,27 +83,31 @@ def test_multitask_with_mlm_trains_and_saves_the_encoder(tmp_path, demo_data, de
     assert speed["examples_per_s"] > 0 and log["padding_share"] == 1 - speed["tokens"] / speed["padded_tokens"]
 
 
-def test_a_non_finite_loss_stops_training_before_anything_is_written(
+def test_a_non_finite_loss_stops_training_at_once_naming_its_step_and_task(
     tmp_path, demo_data, demo_encoder_dir, monkeypatch
 ):
     import torch
 
     from workflow_scripts.training import train
+    from workflow_scripts.training.curves import Diverged
 
     real_forward = train.forward
+    steps_run = []
 
-    def diverging(model, fmt, name, batch):
+    def diverging(model, fmt, name, batch):  # finite for six steps, then NaN
         logits, loss = real_forward(model, fmt, name, batch)
-        return logits, loss * torch.tensor(float("nan"))
+        steps_run.append(1)
+        return logits, (loss * torch.tensor(float("nan")) if len(steps_run) > 6 else loss)
 
     monkeypatch.setattr(train, "forward", diverging)
     settings = {
         **PHASE,
         "eval_every": 100,
+        "max_micro_batch": 8,  # one forward per step
         "tasks": {"xnli": {"batch_size": 8, "epochs": 1, "max_length": 48, "select_language": "en"}},
     }
     data = {"xnli": {"train": str(demo_data["mnli.train"]), "dev": str(demo_data["xnli.dev"])}}
-    with pytest.raises(FloatingPointError, match="non-finite loss between steps 1 and 12"):
+    with pytest.raises(Diverged, match="the loss of task xnli at step 7 is nan") as raised:
         train_phase(
             "target",
             demo_encoder_dir,
@@ -101,7 +118,11 @@ def test_a_non_finite_loss_stops_training_before_anything_is_written(
             output=tmp_path / "nan",
             checkpoint_dir=tmp_path / "ckpt",
             checkpoint_every=100,
+            log_every=4,
         )
+    assert (raised.value.step, raised.value.task) == (7, "xnli")
+    # Read at the end of its window (steps 5-8): not one step more was trained.
+    assert len(steps_run) == 8
     assert not (tmp_path / "nan").exists() and not (tmp_path / "ckpt" / "checkpoint").exists()
 
 

@@ -48,6 +48,7 @@ RULE_MODULES = {  # the CLI module each rule runs
     "typeset_tables": "reporting.latex",
     "collect_submission": "reporting.submission",
     "compare_backbones": "reporting.compare_backbones",
+    "plot_training": "reporting.training_curves",
 }
 COST_TABLE = ("tabulate_cost", "results/demo/tables/cost.md")  # follows the tables: it sums every job's record
 ENCODER, DECODER = "xlmr_tiny", "llama_tiny"  # the demo's backbones
@@ -81,6 +82,12 @@ def demo(demo_checkout) -> Path:
 
 def load_config(repo: Path) -> dict:
     return yaml.safe_load((repo / "config.yaml").read_text())
+
+
+def after_training(config: dict, *backbones: str) -> set[tuple[str, str]]:
+    """What a retrained model reruns besides its evaluation: its backbone's training curves."""
+    first = next(iter(config["intermediate"]))  # the job's first output: the first config's figure
+    return {("plot_training", f"results/demo/figures/{b}/training/{first}.png") for b in backbones}
 
 
 def with_config(repo: Path, edit, name: str) -> Path:
@@ -124,7 +131,7 @@ def backbone_jobs(config: dict, backbone: str, inter: str) -> set[tuple[str, str
 def run_outputs(config: dict, inter: str) -> set[tuple[str, str]]:
     """Every job downstream of intermediate config `inter`, on every backbone that runs it."""
     backbones = [b for b in config["backbones"] if inter in backbone_grid.grid_of(config, b)["intermediate"]]
-    jobs = after_metrics(*backbones)  # first output of each job
+    jobs = after_metrics(*backbones) | after_training(config, *backbones)  # first output of each job
     for backbone in backbones:
         jobs |= backbone_jobs(config, backbone, inter)
     return jobs
@@ -347,7 +354,7 @@ def test_changing_one_settings_option_reruns_only_that_setting(demo):
 
     path = with_config(demo, edit, "selection")
     config = load_config(demo)
-    expected = after_metrics(ENCODER)  # the decoder's grid leaves translate_train out
+    expected = after_metrics(ENCODER) | after_training(config, ENCODER)  # the decoder's grid leaves translate_train out
     for seed in config["transfer"]["settings"]["translate_train"]["seeds"]:
         for target in config["transfer"]["settings"]["translate_train"]["targets"]:
             expected.add(("train_target", f"results/demo/target/{ENCODER}/none/{target}/mt-de.dev-en/seed{seed}/model"))
@@ -447,7 +454,14 @@ def test_editing_a_module_reruns_the_rules_that_import_it(demo, module):
         }
     if module in ("plots", "latex"):  # the figures or the LaTeX alone: nothing reads them
         own = (
-            {"plot_results", "plot_translation", "compare_backbones", "tabulate_modality", "compare_modality"}
+            {
+                "plot_results",
+                "plot_translation",
+                "compare_backbones",
+                "tabulate_modality",
+                "compare_modality",
+                "plot_training",
+            }
             if module == "plots"
             else {"typeset_tables"}
         )
@@ -468,11 +482,21 @@ def test_report_holds_every_table_and_figure_with_its_caption(demo):
     tables = sorted((demo / "results/demo/tables").rglob("*.csv"))
     config = load_config(demo)
     # per backbone: main deltas, seed spread, the modality figure (empty here: no image task),
-    # one per target and per setting besides the baseline; then the translation figure and
-    # the two across backbones (intermediate-task gains, image minus text)
-    per_backbone = 3 + len(config["targets"]) + len(config["transfer"]["settings"]) - 1
+    # one per target and per setting besides the baseline, the training curves of each config;
+    # then the translation figure and the two across backbones (intermediate-task gains, image
+    # minus text)
+    per_backbone = 3 + len(config["targets"]) + len(config["transfer"]["settings"]) - 1 + len(config["intermediate"])
     assert len(figures) == len(config["backbones"]) * per_backbone + 3
-    assert {p.stem for p in tables} >= {"main", "per_language", "runs", "settings", "cost", "translation", "backbones"}
+    assert {p.stem for p in tables} >= {
+        "main",
+        "per_language",
+        "runs",
+        "settings",
+        "cost",
+        "translation",
+        "backbones",
+        "training",
+    }
     for item in figures + tables:
         assert f'"{item.name}"' in page or f"{item.name}" in page, f"{item} is not in the report"
     # Captions are embedded as rendered HTML inside JSON strings: compare their text without

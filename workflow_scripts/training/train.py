@@ -68,6 +68,7 @@ from workflow_scripts.models.backbones import family_of
 from workflow_scripts.models.heads import forward, load_mlm_head, load_saved_heads, load_tokenizer, make_head
 from workflow_scripts.training import runtime as training_runtime
 from workflow_scripts.training.checkpoints import STOP_SIGNALS, Preempted, files_stamp, save_weights
+from workflow_scripts.training.curves import CURVE_FILE, CurveMeter, Diverged, tracker_values, write_curve
 from workflow_scripts.training.distributed import any_rank, from_rank0, sum_over_ranks
 from workflow_scripts.workflow.codehash import module_digest
 
@@ -304,7 +305,10 @@ def train_phase(
     checkpoint_dir: Path | None = None,
     checkpoint_every: int = 1000,
     keep_checkpoints: bool = False,
+    log_every: int = 10,
+    trackers=None,
 ) -> dict[str, Any]:
+    """``trackers``: the job's experiment trackers (tracking.py), or None (tracking off)."""
     import torch
     from tqdm import tqdm
 
@@ -379,6 +383,8 @@ def train_phase(
     micro = int(settings["max_micro_batch"])
     eval_every = int(settings["eval_every"])
     meter = StepMeter(dev, ctx=ctx)
+    curve = CurveMeter(log_every, dev, ctx)
+    trackers = trackers if ctx.is_main else None  # one record of a sharded run: rank 0's
     best = {"score": -math.inf, "step": 0, "scores": {}}
     # Without a checkpoint directory the best weights live in a scratch directory under $TMPDIR
     # (node-local on clusters; a killed process's leftovers are the system's to clean).
@@ -407,6 +413,7 @@ def train_phase(
         # (checkpoints written before throughput was counted resume with fresh counts)
         meter.counts = resumed.get("counts", meter.counts)
         train_seconds = resumed.get("train_seconds", 0.0)
+        curve.load_state(resumed["curve"])
 
     def state(next_step: int) -> dict[str, Any]:
         return {
@@ -420,15 +427,35 @@ def train_phase(
             "best": best,
             "bad_evals": bad_evals,
             "history": history,
+            "curve": curve.state(),
             "counts": meter.counts,
             "train_seconds": train_seconds + time.time() - loop_started - eval_seconds,
             "elapsed": elapsed + time.time() - started,
         }
 
+    def evaluate() -> tuple[dict[tuple[str, str], dict[str, float]], dict[str, dict[str, float]]]:
+        by_language = {
+            key: score_encoded(model, tasks[key[0]], enc, tokenizer.pad_token_id, phase_data.dev_opts[key[0]], dev)
+            for key, enc in phase_data.dev_sets.items()
+        }
+        by_language = from_rank0(by_language, ctx)  # every rank takes the same early-stopping decisions
+        return by_language, _task_scores(by_language)
+
+    def record(rows: list[dict[str, Any]], step: int) -> None:
+        if trackers is not None and rows:
+            trackers.log(step, tracker_values(rows))
+
+    if start == 0 and phase_data.dev_sets:
+        # The dev score before any training: the curve's first point, and what a run that
+        # never learnt is measured against (reporting/training_curves.py).
+        _, initial_scores = evaluate()
+        record(curve.eval_rows(0, initial_scores, _selection_score(tasks, initial_scores)), 0)
+
     # A stop signal (STOP_SIGNALS): checkpoint at the end of the current step, then stop.
     stop_signal: list[int] = []
     previous = {sig: signal.signal(sig, lambda signum, frame: stop_signal.append(signum)) for sig in STOP_SIGNALS}
     loop_started, eval_seconds = time.time(), 0.0
+    stopped_early = False
     try:
         step = start
         for step in tqdm(
@@ -460,7 +487,8 @@ def train_phase(
                     step_loss += loss.detach() / ctx.world_size
                 loss.backward()
             meter.add_step(step_loss)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), float(settings["max_grad_norm"]))
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), float(settings["max_grad_norm"]))
+            curve.add_step(step + 1, name, step_loss, grad_norm, optimizer.param_groups[0]["lr"])
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
@@ -469,18 +497,14 @@ def train_phase(
             # a signal reaches the ranks at different steps: they stop together at the first that saw one
             stopping = any_rank(bool(stop_signal), ctx)
             saving = stopping or ((step + 1) % checkpointer.every == 0 and step + 1 < total)
+            if curve.row_due(step + 1):  # reads the window: raises Diverged at a NaN loss
+                record(curve.train_row(step + 1, meter.totals()["tokens"]), step + 1)
             if evaluate_now or saving or (step + 1) % meter.check_every == 0:
-                meter.check(step + 1, name)  # never evaluate or checkpoint diverged weights
+                curve.check()  # never evaluate or checkpoint diverged weights
+                meter.check(step + 1, name)
             if evaluate_now:
                 eval_started = time.time()
-                by_language = {
-                    key: score_encoded(
-                        model, tasks[key[0]], enc, tokenizer.pad_token_id, phase_data.dev_opts[key[0]], dev
-                    )
-                    for key, enc in phase_data.dev_sets.items()
-                }
-                by_language = from_rank0(by_language, ctx)  # every rank takes the same early-stopping decisions
-                scores = _task_scores(by_language)
+                by_language, scores = evaluate()
                 loss_value = meter.mean_loss()
                 score = _selection_score(tasks, scores) if scores else -loss_value
                 entry = {
@@ -493,6 +517,8 @@ def train_phase(
                 if len(by_language) > len(scores):  # several selection languages: keep each one's score
                     entry["scores_by_language"] = {f"{n}:{lang}": v for (n, lang), v in by_language.items()}
                 history.append(entry)
+                if scores:
+                    record(curve.eval_rows(step + 1, scores, score), step + 1)
                 LOG.info("step %d/%d: loss %.4f, dev score %.3f", step + 1, total, loss_value, score)
                 if score > best["score"]:
                     best = {k: v for k, v in entry.items() if k not in ("loss", "lr")}
@@ -501,8 +527,10 @@ def train_phase(
                 else:
                     bad_evals += 1
                 eval_seconds += time.time() - eval_started
+                curve.excluded_seconds += time.time() - eval_started
                 if bad_evals >= int(settings["patience"]):
                     LOG.info("early stopping at step %d (best step %d)", step + 1, best["step"])
+                    stopped_early = True
                     break
             if stopping:  # (a rank that saw no signal itself stops on another's)
                 signum = stop_signal[0] if stop_signal else signal.SIGTERM
@@ -515,10 +543,14 @@ def train_phase(
                         step + 1,
                     )
             if saving:
+                saving_started = time.time()
                 runtime.save(checkpointer, model, optimizer, state(step + 1))
+                curve.excluded_seconds += time.time() - saving_started
                 best_weights.checkpointed(best["step"] or None)
             if stopping:
                 raise Preempted(signum, step + 1, checkpointer.path)
+        if total > start:  # the last steps since the last row (an early stop's, or the final window)
+            record(curve.train_row(step + 1, meter.totals()["tokens"]), step + 1)
         if best["step"]:
             best_weights.restore(model, best["step"])
     finally:
@@ -555,6 +587,8 @@ def train_phase(
         "settings": settings,
         "settings_hash": settings_hash(settings),
         "resumed_at_step": start or None,
+        "stopped_early": stopped_early,
+        "curve": {"file": CURVE_FILE, "log_every": log_every, "rows": len(curve.rows)},
         # An image task's visual branch: after the intermediate phase it is not in the saved
         # model (what follows is text-only); an image target saves its projector and classifier
         # in heads.pt, and evaluation reads them with the test images' features (the feature
@@ -571,8 +605,11 @@ def train_phase(
             tmp.mkdir()
             save_adapter_phase(peft_model, tokenizer, tmp, encoder_dir, head_formats, method, family.name, full)
             (tmp / "train_log.json").write_text(json.dumps(log, indent=2, sort_keys=True) + "\n")
+            write_curve(curve.rows, tmp / CURVE_FILE)
     elif ctx.is_main:
-        _save(model, tokenizer, phase, log, output, full)
+        _save(model, tokenizer, phase, log, output, full, curve.rows)
+    if trackers is not None:
+        trackers.finish(_final_metrics(log))
     if not keep_checkpoints:  # XLM-R large checkpoints are several GB each
         checkpointer.remove()
     runtime.finish()
@@ -668,7 +705,27 @@ def _selection_score(tasks: dict[str, Task], scores: dict[str, dict[str, float]]
     return sum(scores[n][primary_metric(tasks[n].metric)] for n in scores) / len(scores)
 
 
-def _save(model, tokenizer, phase: str, log: dict[str, Any], output: Path, full: dict[str, Any] | None = None) -> None:
+def _final_metrics(log: dict[str, Any]) -> dict[str, float]:
+    """A training job's final values for its tracker run."""
+    return {
+        "best/score": float(log["best"]["score"]),
+        "best/step": float(log["best"]["step"]),
+        "steps": float(log["history"][-1]["step"] if log["history"] else log["total_steps"]),
+        "total_steps": float(log["total_steps"]),
+        "stopped_early": float(log["stopped_early"]),
+        "wall_time_s": float(log["wall_time_s"]),
+    }
+
+
+def _save(
+    model,
+    tokenizer,
+    phase: str,
+    log: dict[str, Any],
+    output: Path,
+    full: dict[str, Any] | None = None,
+    curve_rows: list[dict[str, Any]] | None = None,
+) -> None:
     """The phase's output directory; ``full``: a sharded model's weights gathered whole."""
     import torch
 
@@ -684,6 +741,7 @@ def _save(model, tokenizer, phase: str, log: dict[str, Any], output: Path, full:
         if phase == "target":  # the intermediate phase's heads are discarded by design
             torch.save(model.heads.state_dict() if full is None else part("heads."), tmp / "heads.pt")
         (tmp / "train_log.json").write_text(json.dumps(log, indent=2, sort_keys=True) + "\n")
+        write_curve(curve_rows or [], tmp / CURVE_FILE)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -707,33 +765,76 @@ def main(argv: list[str] | None = None) -> None:
         default=0,
         help="1: keep the checkpoint once the output exists (default: delete it)",
     )
+    ap.add_argument("--log-every", type=int, default=10, help="steps between the rows of the curve (curve.csv)")
+    ap.add_argument("--tracking", default="off", help='the trackers to log to, e.g. "tensorboard+mlflow" (tracking.py)')
+    ap.add_argument("--tracking-dir", type=Path, help="where the trackers write (results/<experiment>/tracking)")
+    ap.add_argument("--run", help="the run's identity (JSON: backbone, setting, config, target, seed, ...)")
     args = ap.parse_args(argv)
+    settings = load_settings(args.settings)
+    # Named in every error: the run's identity when the workflow gives it, else its output.
+    run_name = _run_name(args.run, args.output)
+    trackers = None
     try:
+        trackers = _open_trackers(args, settings)
         train_phase(
             args.phase,
             args.encoder,
             json.loads(args.data),
-            load_settings(args.settings),
+            settings,
             args.seed,
             args.threads,
             args.output,
             args.checkpoint_dir,
             args.checkpoint_every,
             bool(args.keep_checkpoints),
+            args.log_every,
+            trackers,
         )
     except InputError as err:
+        _finish_failed(trackers, "FAILED")
         raise SystemExit(f"error: {err}") from None
+    except Diverged as err:
+        _finish_failed(trackers, "FAILED")
+        raise SystemExit(
+            f"error: {run_name}: training diverged: {err}, with learning rate {settings['learning_rate']};"
+            " the phase stopped there and no model was written (a lower learning rate, or a smaller"
+            " max_grad_norm, is the usual remedy)"
+        ) from None
     except FloatingPointError as err:
-        raise SystemExit(f"error: training diverged: {err}; no model was written") from None
+        _finish_failed(trackers, "FAILED")
+        raise SystemExit(f"error: {run_name}: training diverged: {err}; no model was written") from None
     except Preempted as err:
+        _finish_failed(trackers, "KILLED")
         LOG.warning("%s", err)
         raise SystemExit(128 + err.signum) from None
     except KeyboardInterrupt:  # Ctrl-C outside the training steps (loading, writing the output)
+        _finish_failed(trackers, "KILLED")
         LOG.warning(
             "stopped by SIGINT outside the training steps: no checkpoint written now; "
             "a rerun resumes from the last one, if there is one"
         )
         raise SystemExit(128 + signal.SIGINT) from None
+
+
+def _run_name(run_json: str | None, output: Path) -> str:
+    if not run_json:
+        return str(output)
+    run = json.loads(run_json)
+    return "run " + ", ".join(f"{k}={v}" for k, v in run.items() if not isinstance(v, dict | list))
+
+
+def _open_trackers(args: argparse.Namespace, settings: dict[str, Any]):
+    """The job's trackers, or None: with tracking off no tracker library is even imported."""
+    if args.tracking in (None, "", "off") or int(os.environ.get("RANK", "0")) != 0:
+        return None  # (a sharded run's trackers are rank 0's)
+    from workflow_scripts.training.tracking import open_trackers
+
+    return open_trackers(args.tracking, args.tracking_dir, args.run, settings, job=args.phase)
+
+
+def _finish_failed(trackers, status: str) -> None:
+    if trackers is not None:
+        trackers.finish({}, status=status)
 
 
 if __name__ == "__main__":

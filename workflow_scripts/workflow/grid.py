@@ -665,6 +665,24 @@ def metric_files(config: dict[str, Any], backbone: str) -> list[str]:
     ]
 
 
+def training_outputs(config: dict[str, Any], backbone: str) -> list[str]:
+    """Every trained model of a backbone's runs (each with its curve, training/curves.py):
+    the intermediate encoders, the targets' stages and the targets' models."""
+    found: dict[str, None] = {}
+    for plan in backbone_grid.plans(config, backbone):
+        for name in plan.intermediate:
+            for seed in plan.seeds:
+                if not is_baseline(config, name):
+                    found[intermediate_encoder(config, backbone, name, seed)] = None
+                for stage in target_stages(config, plan.target):
+                    found[stage_model(backbone, name, plan.target, stage, seed)] = None
+                run = evaluation(config, backbone, transfer.path_token(plan.setting), name, plan.target, seed)
+                for model in run["models"].values():
+                    if model != backbone_grid.base_dir(backbone):  # a retrieval target of the baseline
+                        found[model] = None
+    return list(found)
+
+
 def all_metric_files(config: dict[str, Any]) -> list[str]:
     return [f for backbone in backbone_grid.names(config) for f in metric_files(config, backbone)]
 
@@ -931,7 +949,15 @@ def translated_counterparts(config: dict[str, Any]) -> dict[str, dict[str, Any]]
 
 
 def resources(config: dict[str, Any], rule: str) -> dict[str, Any]:
-    res = {"threads": 1, "mem_mb": 4000, "runtime": 60, "gpu": 0, "checkpoint_every": 1000, "keep_checkpoints": 0}
+    res = {
+        "threads": 1,
+        "mem_mb": 4000,
+        "runtime": 60,
+        "gpu": 0,
+        "checkpoint_every": 1000,
+        "keep_checkpoints": 0,
+        "log_every": 10,
+    }
     res.update(config.get("resources", {}).get("default", {}))
     res.update(config.get("resources", {}).get(rule, {}))
     return res

@@ -185,3 +185,13 @@ def test_query_chunks_are_whole_blocks_searched_as_one_search_would(n_queries, d
         assert start % block == 0
         if n_queries * dim >= threshold:  # faiss's BLAS search for all: for every chunk too
             assert (end - start) * dim >= threshold
+
+
+def test_a_long_description_keeps_the_counts_in_the_line(log_file, monkeypatch):
+    read_log = log_file()
+    monkeypatch.delenv(INTERVAL_VARIABLE, raising=False)
+    desc = "reading images of " + "/very/long/image/directory" * 4
+    with progress(total=12345, desc=desc, unit="image") as bar:
+        bar.update(12345)
+    last = read_log().splitlines()[-1]
+    assert last.startswith(desc) and "12345/12345" in last and last.endswith("image/s]")

@@ -7,7 +7,7 @@ bar writes one plain line per update instead, at most every ``XSTILTS_PROGRESS_I
 seconds (default 30), plus its first and final lines, so a two-hour step adds a few hundred
 lines to its log::
 
-    tokenising xnli: 100%|##########| 392702/392702 [01:53<00:00, 3468.20example/s]
+    tokenising mnli:  55%|##################1              | 49500/90000 [00:08<00:07, 5737.60example/s]
 
 The bars only observe: they never change what a loop yields or in which order.
 """
@@ -26,6 +26,9 @@ from workflow_scripts.common import InputError
 INTERVAL_VARIABLE = "XSTILTS_PROGRESS_INTERVAL"
 DEFAULT_LOG_INTERVAL = 30.0  # seconds between lines in a log file
 LOG_WIDTH = 100  # characters of a log line: a bar of fixed width, whatever the terminal that launched the job
+# Room kept after a long description for the percentage, counts, times and rate: tqdm cuts a
+# line at its width, and the counts come last.
+STATS_WIDTH = 80
 
 T = TypeVar("T")
 
@@ -100,6 +103,6 @@ def progress(
         unit_scale=unit_scale,
         file=stream,
         mininterval=log_interval(),
-        ncols=LOG_WIDTH,
+        ncols=max(LOG_WIDTH, len(desc) + STATS_WIDTH),
         ascii=True,
     )

@@ -195,3 +195,24 @@ def test_a_long_description_keeps_the_counts_in_the_line(log_file, monkeypatch):
         bar.update(12345)
     last = read_log().splitlines()[-1]
     assert last.startswith(desc) and "12345/12345" in last and last.endswith("image/s]")
+
+
+def test_library_bars_stay_out_of_a_log_file_but_not_off_a_terminal(tmp_path, monkeypatch):
+    from workflow_scripts.progress import LIBRARY_BARS_VARIABLE, quiet_library_bars
+
+    monkeypatch.setenv(LIBRARY_BARS_VARIABLE, "0")  # restored after the test
+    monkeypatch.delenv(LIBRARY_BARS_VARIABLE)
+    with (tmp_path / "job.log").open("w") as log:
+        monkeypatch.setattr(sys, "stderr", log)
+        quiet_library_bars()
+    assert os.environ[LIBRARY_BARS_VARIABLE] == "1"
+    monkeypatch.setenv(LIBRARY_BARS_VARIABLE, "0")  # an explicit choice is kept
+    quiet_library_bars()
+    assert os.environ[LIBRARY_BARS_VARIABLE] == "0"
+    monkeypatch.delenv(LIBRARY_BARS_VARIABLE)
+    master, slave = pty.openpty()
+    with os.fdopen(slave, "w") as terminal:
+        monkeypatch.setattr(sys, "stderr", terminal)
+        quiet_library_bars()
+    os.close(master)
+    assert LIBRARY_BARS_VARIABLE not in os.environ

@@ -24,6 +24,7 @@ from tqdm import tqdm
 from workflow_scripts.common import InputError
 
 INTERVAL_VARIABLE = "XSTILTS_PROGRESS_INTERVAL"
+LIBRARY_BARS_VARIABLE = "HF_HUB_DISABLE_PROGRESS_BARS"  # transformers' and the Hub client's bars
 DEFAULT_LOG_INTERVAL = 30.0  # seconds between lines in a log file
 LOG_WIDTH = 100  # characters of a log line: a bar of fixed width, whatever the terminal that launched the job
 # Room kept after a long description for the percentage, counts, times and rate: tqdm cuts a
@@ -58,6 +59,15 @@ class LogLines(tqdm):
                 self.display()
         self.leave = False  # tqdm's own close then writes nothing more (display("") above)
         super().close()
+
+
+def quiet_library_bars() -> None:
+    """Keeps the libraries' own bars (transformers loading weights, Hub file downloads) out of
+    a job's log: they redraw every 0.1 s with carriage returns. Their switch is read when they
+    are imported, so a step calls this first (``common.setup_logging`` does); an explicit
+    ``HF_HUB_DISABLE_PROGRESS_BARS`` is kept, and a terminal keeps them."""
+    if not _is_terminal(sys.stderr):
+        os.environ.setdefault(LIBRARY_BARS_VARIABLE, "1")
 
 
 def log_interval() -> float:

@@ -70,6 +70,21 @@ def test_the_environment_sets_the_interval_between_lines(log_file, monkeypatch):
     assert lines[-1].startswith("predicting xnli: 100%") and "50/50" in lines[-1]
 
 
+def test_a_step_that_slows_down_still_reports_every_interval(log_file, monkeypatch):
+    import time
+
+    read_log = log_file()
+    monkeypatch.setenv(INTERVAL_VARIABLE, "0.05")
+    with progress(total=10_005, desc="embedding candidate pool", unit="row") as bar:
+        for _ in range(10_000):  # a fast start
+            bar.update(1)
+        for _ in range(5):  # then slow items, one per interval
+            time.sleep(0.06)
+            bar.update(1)
+    lines = read_log().splitlines()
+    assert sum(f"{n}/10005" in line for line in lines for n in range(10_001, 10_006)) >= 4
+
+
 @pytest.mark.parametrize("value", ["soon", "-1", "nan"])
 def test_a_bad_interval_names_the_variable(monkeypatch, value):
     monkeypatch.setenv(INTERVAL_VARIABLE, value)

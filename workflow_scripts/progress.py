@@ -113,6 +113,9 @@ def progress(
         unit_scale=unit_scale,
         file=stream,
         mininterval=log_interval(),
+        # The clock is read at every item: tqdm's own estimate of how many items to skip between
+        # reads, kept from a fast start, would silence a step that slows down for hours.
+        miniters=1,
         ncols=max(LOG_WIDTH, len(desc) + STATS_WIDTH),
         ascii=True,
     )

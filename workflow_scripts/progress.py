@@ -37,7 +37,8 @@ T = TypeVar("T")
 class LogLines(tqdm):
     """A tqdm bar that writes each update as its own line (no carriage return), for a file.
 
-    tqdm's monitor thread is off: it would force redraws more often than the interval asks."""
+    tqdm's monitor thread, which forces a redraw when its estimate of items to skip runs
+    long, has nothing to do: a log bar reads the clock at every item (``miniters=1``)."""
 
     monitor_interval = 0
 

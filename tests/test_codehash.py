@@ -100,6 +100,7 @@ def test_relative_imports_resolve_against_the_importing_module(package_copy):
         "workflow_scripts.stage.leaf",
         "workflow_scripts.stage.sibling",
         "workflow_scripts.common",
+        "workflow_scripts.progress",  # common's setup_logging imports it
     }
     before = codehash.module_digest("stage")
     (stage / "sibling.py").write_text("x = 2\n")

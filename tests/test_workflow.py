@@ -213,6 +213,11 @@ def test_demo_writes_tables_and_complete_metric_files(demo):
     assert "squad_de" in (demo / f"results/demo/tables/{ENCODER}/translated.md").read_text()
     assert "squad_de" in translation.split("Intermediate-task dev score")[1]
     assert list((demo / "logs/demo").rglob("*.log")), "every rule logs under logs/<experiment>/"
+    # Long steps report progress in their job's log as plain lines, never carriage returns.
+    evaluation_log = (demo / f"logs/demo/evaluate_target/{ENCODER}/zero_shot/none/xnli/seed1.log").read_bytes().decode()
+    assert "\r" not in evaluation_log  # read as bytes: text mode would turn "\r" into "\n"
+    assert re.search(r"^tokenising xnli: 100%\|#+\| (\d+)/\1 ", evaluation_log, re.M)
+    assert re.search(r"^predicting xnli: 100%\|#+\| (\d+)/\1 ", evaluation_log, re.M)
     # Translation ran on the default backend, converted once per translator; search was exact.
     assert quality["engine"]["backend"] == "ctranslate2" and squad["engine"]["precision"]
     assert (demo / "results/demo/models/ctranslate2/translator/de/model.bin").is_file()

@@ -33,6 +33,9 @@ def setup_logging() -> None:
     # One line per HTTP request of the Hub client would bury the job's own log.
     for chatty in ("httpx", "httpx2", "httpcore"):
         logging.getLogger(chatty).setLevel(logging.WARNING)
+    from workflow_scripts.progress import quiet_library_bars  # progress.py imports this module
+
+    quiet_library_bars()
 
 
 def repo_path(path: str | os.PathLike[str]) -> Path:

@@ -34,6 +34,7 @@ from workflow_scripts.data.tasks import (
 )
 from workflow_scripts.formats import get_format, head_kind
 from workflow_scripts.formats import names as format_names
+from workflow_scripts.progress import progress
 
 Feature = dict[str, Any]
 IGNORE = -100
@@ -128,26 +129,31 @@ def encode(task: Task, tokenizer, rows, opts: dict[str, Any], train: bool) -> En
     time, so a 1M-example task never exists as Python objects) in batches with the fast
     tokenizer, which spreads each batch over its own threads. A ranking file trains whole:
     a query's gold candidate may be anywhere in it (its scoring rows encode one by one)."""
-    if task.format == RANKING and train:
-        return Encoded(FeatureStore.from_chunks([ranking_inputs.encode(tokenizer, rows, opts, train)]), rows)
+    n_rows = len(rows) if isinstance(rows, list) else rows.num_rows
+    with progress(total=n_rows, desc=f"tokenising {task.name}", unit="example") as bar:
+        if task.format == RANKING and train:
+            features = FeatureStore.from_chunks([ranking_inputs.encode(tokenizer, rows, opts, train)])
+            bar.update(n_rows)
+            return Encoded(features, rows)
 
-    def row_chunks():
-        if isinstance(rows, list):
-            yield from (rows[start : start + ENCODE_CHUNK] for start in range(0, len(rows), ENCODE_CHUNK))
-        else:
-            yield from (batch.to_pylist() for batch in rows.to_batches(max_chunksize=ENCODE_CHUNK))
+        def row_chunks():
+            if isinstance(rows, list):
+                yield from (rows[start : start + ENCODE_CHUNK] for start in range(0, len(rows), ENCODE_CHUNK))
+            else:
+                yield from (batch.to_pylist() for batch in rows.to_batches(max_chunksize=ENCODE_CHUNK))
 
-    def chunks():
-        start = 0
-        for chunk in row_chunks():
-            feats = _encode_chunk(task, tokenizer, chunk, opts, train)
-            for f in feats:
-                if "example" in f:
-                    f["example"] += start
-            start += len(chunk)
-            yield feats
+        def chunks():
+            start = 0
+            for chunk in row_chunks():
+                feats = _encode_chunk(task, tokenizer, chunk, opts, train)
+                for f in feats:
+                    if "example" in f:
+                        f["example"] += start
+                start += len(chunk)
+                bar.update(len(chunk))
+                yield feats
 
-    return Encoded(FeatureStore.from_chunks(chunks()), rows)
+        return Encoded(FeatureStore.from_chunks(chunks()), rows)
 
 
 def _encode_chunk(

@@ -74,6 +74,7 @@ from workflow_scripts.models import dual_encoder
 from workflow_scripts.models.adapters import has_adapter, load_adapter_model, load_backbone, method_of
 from workflow_scripts.models.backbones import family_of
 from workflow_scripts.models.heads import MultiHeadModel, forward, load_encoder, load_tokenizer, make_head
+from workflow_scripts.progress import progress
 
 TASK_SCORE_CONVENTION = {
     True: "(F1 + EM) / 2 of the language averages, as XTREME and XTREME-R average QA",
@@ -84,25 +85,26 @@ TASK_SCORE_CONVENTION = {
 def predict_logits(model, task: Task, encoded: Encoded, batch_size: int, pad_id: int, dev) -> list[Any]:
     """Logits per feature, in feature order; batches sorted by length to minimise padding."""
     import torch
-    from tqdm import tqdm
 
     out: list[Any] = [None] * len(encoded.features)
     per_token = get_format(task.format).per_token
     model.eval()
     with torch.inference_mode():
-        for idx in tqdm(sorted_batches(encoded.features, batch_size), desc=f"predict {task.name}", mininterval=5):
-            feats = encoded.features.take(idx)
-            batch = {
-                k: v.to(dev)
-                for k, v in collate(feats, task.format, pad_id).items()
-                if k in ("input_ids", "attention_mask", "image_index")
-            }
-            with autocast(dev):
-                logits, _ = forward(model, task.format, task.name, batch)
-            logits = logits.float().cpu().numpy()
-            for k, f, row in zip(idx, feats, logits):
-                n = len(f["input_ids"]) if per_token else None
-                out[k] = row[:n] if n is not None else row
+        with progress(total=len(encoded.features), desc=f"predicting {task.name}", unit="feature") as bar:
+            for idx in sorted_batches(encoded.features, batch_size):
+                feats = encoded.features.take(idx)
+                batch = {
+                    k: v.to(dev)
+                    for k, v in collate(feats, task.format, pad_id).items()
+                    if k in ("input_ids", "attention_mask", "image_index")
+                }
+                with autocast(dev):
+                    logits, _ = forward(model, task.format, task.name, batch)
+                logits = logits.float().cpu().numpy()
+                for k, f, row in zip(idx, feats, logits):
+                    n = len(f["input_ids"]) if per_token else None
+                    out[k] = row[:n] if n is not None else row
+                bar.update(len(idx))
     return out
 
 
@@ -499,8 +501,10 @@ def evaluate_retrieval(
     if task.format == RETRIEVAL:
         for split, by_lang in splits.items():
             for lang, rows in by_lang.items():
-                foreign = embed(encoder, tokenizer, [r["source"] for r in rows], *args)
-                english = embed(encoder, tokenizer, [r["target"] for r in rows], *args)
+                foreign = embed(
+                    encoder, tokenizer, [r["source"] for r in rows], *args, what=f"{split} {lang} sentences"
+                )
+                english = embed(encoder, tokenizer, [r["target"] for r in rows], *args, what=f"{split} en sentences")
                 nearest = tatoeba_nearest(foreign, english, **search)
                 scores[split][lang] = tatoeba_score(nearest)
                 if split == "test":
@@ -520,7 +524,10 @@ def evaluate_retrieval(
                 side: len(rs) - len(texts) for side, rs, texts in (("source", src, src_texts), ("en", eng, eng_texts))
             }
             found = margin_candidates(
-                embed(encoder, tokenizer, src_texts, *args), embed(encoder, tokenizer, eng_texts, *args), k, **search
+                embed(encoder, tokenizer, src_texts, *args, what=f"{split} {lang} sentences"),
+                embed(encoder, tokenizer, eng_texts, *args, what=f"{split} en sentences"),
+                k,
+                **search,
             )
             gold = {(r["id"], e) for r in src for e in r["gold"]}
             candidates[split][lang] = (expand_to_ids(found, src_ids, eng_ids), gold)

@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from workflow_scripts.common import InputError
+from workflow_scripts.progress import progress
 
 EXACT = "exact"
 # Scores per GEMM block of faiss's CPU search (queries of one block x keys of one block), at
@@ -108,9 +109,35 @@ def flat_knn(
     k = min(k, len(keys))
     if key_block is None or not _faiss_keeps_heaps(k):
         key_block = flat_key_block(len(queries), k)
-    with _faiss_key_block(key_block):
-        scores, found = faiss.knn(queries, keys, k, faiss.METRIC_INNER_PRODUCT)
+    scores = np.empty((len(queries), k), dtype=np.float32)
+    found = np.empty((len(queries), k), dtype=np.int64)
+    with _faiss_key_block(key_block), _search_progress(len(queries), len(keys)) as bar:
+        for start, end in query_chunks(len(queries), queries.shape[1]):
+            scores[start:end], found[start:end] = faiss.knn(queries[start:end], keys, k, faiss.METRIC_INNER_PRODUCT)
+            bar.update(end - start)
     return scores, found
+
+
+def query_chunks(n_queries: int, dimension: int) -> list[tuple[int, int]]:
+    """(start, end) of the query chunks a CPU search takes one by one, for its progress lines.
+
+    A chunk is whole faiss query blocks (``distance_compute_blas_query_bs`` queries), and a
+    chunk is never smaller than faiss's threshold for its BLAS search (queries x dimension),
+    unless the whole search is: faiss then runs the same GEMMs on the same blocks as for all
+    queries at once, so every score, neighbour and tie comes out as from one search."""
+    import faiss
+
+    block = faiss.cvar.distance_compute_blas_query_bs
+    threshold = faiss.cvar.distance_compute_blas_threshold
+    size = block * max(1, -(-threshold // (block * max(1, dimension))))
+    starts = list(range(0, n_queries, size))
+    if len(starts) > 1 and (n_queries - starts[-1]) * dimension < threshold:
+        starts.pop()  # a short last chunk would take faiss's sequential scan: it joins the one before
+    return list(zip(starts, [*starts[1:], n_queries]))
+
+
+def _search_progress(n_queries: int, n_keys: int):
+    return progress(total=n_queries, desc=f"searching {n_keys} keys", unit="query")
 
 
 def flat_key_block(n_queries: int, k: int) -> int:
@@ -239,7 +266,13 @@ def tiled_knn(
     width = min(len(keys), k + _TIE_SLACK)
     rows, cols = tile_shape(len(queries), len(keys), block_bytes, width)
     kept: list[Any] = [None] * -(-len(queries) // rows)
-    for offset, block, tile in _score_tiles(queries, keys, rows, cols, dev):
+    tiles = progress(
+        _score_tiles(queries, keys, rows, cols, dev),
+        total=len(kept) * -(-len(keys) // cols),
+        desc=f"searching {len(keys)} keys for {len(queries)} queries",
+        unit="tile",
+    )
+    for offset, block, tile in tiles:
         kept[block] = _tile_best(tile, width) if kept[block] is None else _merged(*kept[block], tile, offset)
     values = torch.cat([values for values, _ in kept]).cpu().numpy()
     found = torch.cat([found for _, found in kept]).cpu().numpy()
@@ -390,8 +423,13 @@ def faiss_knn(
     index.add(keys)
     with contextlib.suppress(RuntimeError):  # indexes without probes ignore nprobe
         faiss.ParameterSpace().set_index_parameter(index, "nprobe", nprobe)
-    scores, indices = index.search(queries, k)
-    return scores, indices.astype(np.int64)
+    scores = np.empty((len(queries), k), dtype=np.float32)
+    indices = np.empty((len(queries), k), dtype=np.int64)
+    with _search_progress(len(queries), len(keys)) as bar:
+        for start, end in query_chunks(len(queries), queries.shape[1]):
+            scores[start:end], indices[start:end] = index.search(queries[start:end], k)
+            bar.update(end - start)
+    return scores, indices
 
 
 def l2_normalize(x: np.ndarray) -> np.ndarray:

@@ -26,6 +26,7 @@ from workflow_scripts.data.ranking_inputs import CANDIDATE, QUERY
 from workflow_scripts.evaluation.neighbours import knn
 from workflow_scripts.evaluation.ranking import convention_of, map_at_k
 from workflow_scripts.models.heads import forward
+from workflow_scripts.progress import progress
 
 TOP_K = 20
 
@@ -108,8 +109,9 @@ def rows_by_language(rows: list[dict[str, Any]], languages: list[str], path: str
     return {lang: found + candidates for lang, found in queries.items()}
 
 
-def embed_rows(model, task, tokenizer, rows: list[dict[str, Any]], opts: dict[str, Any], dev):
-    """One L2-normalised vector per row (queries and candidates alike), as a float32 matrix."""
+def embed_rows(model, task, tokenizer, rows: list[dict[str, Any]], opts: dict[str, Any], dev, what: str = "rows"):
+    """One L2-normalised vector per row (queries and candidates alike), as a float32 matrix;
+    ``what`` names the rows in progress lines."""
     # Its own loop, not evaluate.predict_logits: evaluate imports this module.
     if not rows:
         return np.zeros((0, 0), dtype=np.float32)
@@ -117,11 +119,13 @@ def embed_rows(model, task, tokenizer, rows: list[dict[str, Any]], opts: dict[st
     out = np.zeros((len(encoded.features), model.encoder.config.hidden_size), dtype=np.float32)
     model.eval()
     with torch.inference_mode():
-        for idx in sorted_batches(encoded.features, int(opts["eval_batch_size"])):
-            batch = collate_task(encoded.features.take(idx), task.format, tokenizer.pad_token_id)
-            with autocast(dev):
-                vectors, _ = forward(model, task.format, task.name, {k: v.to(dev) for k, v in batch.items()})
-            out[idx] = vectors.float().cpu().numpy()
+        with progress(total=len(encoded.features), desc=f"embedding {task.name} {what}", unit="row") as bar:
+            for idx in sorted_batches(encoded.features, int(opts["eval_batch_size"])):
+                batch = collate_task(encoded.features.take(idx), task.format, tokenizer.pad_token_id)
+                with autocast(dev):
+                    vectors, _ = forward(model, task.format, task.name, {k: v.to(dev) for k, v in batch.items()})
+                out[idx] = vectors.float().cpu().numpy()
+                bar.update(len(idx))
     return out
 
 
@@ -138,11 +142,13 @@ class PoolScorer:
         candidates = [r for r in rows if r["side"] == CANDIDATE]
         key = pool_fingerprint(candidates)
         if key not in self.pools:
-            self.pools = {key: self._embed(candidates)}  # one pool held at a time (1M x 1024 floats: 4 GB)
-        return _scored(queries, self._embed(queries), candidates, self.pools[key], self.task.name, self.k, self.dev)
+            # one pool held at a time (1M x 1024 floats: 4 GB)
+            self.pools = {key: self._embed(candidates, "candidate pool")}
+        query_vectors = self._embed(queries, " ".join([*sorted({r["lang"] for r in queries}), "queries"]))
+        return _scored(queries, query_vectors, candidates, self.pools[key], self.task.name, self.k, self.dev)
 
-    def _embed(self, rows: list[dict[str, Any]]):
-        return embed_rows(self.model, self.task, self.tokenizer, rows, self.opts, self.dev)
+    def _embed(self, rows: list[dict[str, Any]], what: str):
+        return embed_rows(self.model, self.task, self.tokenizer, rows, self.opts, self.dev, what)
 
 
 def pool_fingerprint(candidates: list[dict[str, Any]]) -> str:

@@ -19,15 +19,24 @@ import numpy as np
 from workflow_scripts.common import InputError, autocast
 from workflow_scripts.evaluation.neighbours import knn, l2_normalize
 from workflow_scripts.models.backbones.family import POOLINGS, pool
+from workflow_scripts.progress import progress
 
 LAYER_CONVENTION = "hidden_states index; 0 = embedding output, i = output of transformer layer i"
 
 
 def embed(
-    model, tokenizer, sentences: Sequence[str], layer: int, pooling: str, batch_size: int, max_length: int, dev
+    model,
+    tokenizer,
+    sentences: Sequence[str],
+    layer: int,
+    pooling: str,
+    batch_size: int,
+    max_length: int,
+    dev,
+    what: str = "sentences",
 ) -> np.ndarray:
+    """One pooled hidden state per sentence; ``what`` names the sentences in progress lines."""
     import torch
-    from tqdm import tqdm
 
     n_layers = model.config.num_hidden_layers
     if not 0 <= layer <= n_layers:
@@ -38,16 +47,22 @@ def embed(
     out = np.zeros((len(sentences), model.config.hidden_size), dtype=np.float32)
     model.eval()
     with torch.inference_mode():
-        for b in tqdm(range(0, len(order), batch_size), desc="embed", mininterval=5):
-            idx = order[b : b + batch_size]
-            enc = tokenizer(
-                [sentences[k] for k in idx], truncation=True, max_length=max_length, padding=True, return_tensors="pt"
-            ).to(dev)
-            # token_type_ids only where the model takes them (decoders do not)
-            enc = {k: v for k, v in enc.items() if k in ("input_ids", "attention_mask")}
-            with autocast(dev):
-                hidden = model(**enc, output_hidden_states=True).hidden_states[layer].float()
-            out[idx] = pool(pooling, hidden, enc["attention_mask"]).cpu().numpy()
+        with progress(total=len(order), desc=f"embedding {what}", unit="sentence") as bar:
+            for b in range(0, len(order), batch_size):
+                idx = order[b : b + batch_size]
+                enc = tokenizer(
+                    [sentences[k] for k in idx],
+                    truncation=True,
+                    max_length=max_length,
+                    padding=True,
+                    return_tensors="pt",
+                ).to(dev)
+                # token_type_ids only where the model takes them (decoders do not)
+                enc = {k: v for k, v in enc.items() if k in ("input_ids", "attention_mask")}
+                with autocast(dev):
+                    hidden = model(**enc, output_hidden_states=True).hidden_states[layer].float()
+                out[idx] = pool(pooling, hidden, enc["attention_mask"]).cpu().numpy()
+                bar.update(len(idx))
     return out
 
 

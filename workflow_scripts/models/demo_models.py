@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.common import LOG, InputError, atomic_path, configure_torch, seed_everything
+from workflow_scripts.progress import progress
 
 SPECIAL_TOKENS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 _MARKER_RE = re.compile(r"</?b>")
@@ -161,7 +162,6 @@ def _optimise(
     """AdamW with linear warm-up and decay for ``opts["steps"]`` steps; returns the loss
     curve (mean loss per tenth of the run), which the build log and metadata keep."""
     import torch
-    from tqdm import tqdm
 
     steps = int(opts["steps"])
     optimizer = torch.optim.AdamW(model.parameters(), lr=float(opts["learning_rate"]), weight_decay=0.01)
@@ -171,7 +171,7 @@ def _optimise(
     )
     model.train()
     curve, window, started = [], [], time.time()
-    for step in tqdm(range(steps), desc=what, mininterval=10):
+    for step in progress(range(steps), desc=what, unit="step"):
         loss = loss_of(next(batches))
         if not torch.isfinite(loss):
             raise RuntimeError(f"{what}: non-finite loss at step {step}")

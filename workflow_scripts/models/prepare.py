@@ -15,7 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
-from workflow_scripts.common import InputError, atomic_path, load_settings, setup_logging
+from workflow_scripts.common import LOG, InputError, atomic_path, load_settings, setup_logging
 
 # Only what loading needs: skips TF/Flax/ONNX duplicates of multi-GB checkpoints.
 HUB_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.spm", "*.txt", "sentencepiece*"]
@@ -28,8 +28,12 @@ def fetch_hub_model(hub_id: str, revision: str, output: Path) -> None:
     from workflow_scripts.revisions import HubRepo, locked_commit
 
     sha = locked_commit(HubRepo("model", hub_id, revision))
+    # The Hub client's own bars stay out of job logs (progress.quiet_library_bars): these two
+    # lines say when the download started and ended.
+    LOG.info("downloading %s at %s", hub_id, sha)
     with atomic_path(output) as tmp:
         snapshot_download(repo_id=hub_id, revision=sha, local_dir=tmp, allow_patterns=HUB_PATTERNS)
+        LOG.info("downloaded %s", hub_id)
         source = {"hub_id": hub_id, "revision": revision, "resolved_sha": sha}
         (tmp / "xstilts_source.json").write_text(json.dumps(source) + "\n")
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from workflow_scripts.common import LOG, InputError
+from workflow_scripts.progress import progress
 
 
 def build_vision_tower(settings: dict[str, Any], seed: int = 0):
@@ -45,7 +46,6 @@ def pretrain_vision_tower(
     """Contrastive pre-training on (image, caption) pairs, seeded; returns the loss log."""
     import torch
     import torch.nn.functional as F
-    from tqdm import tqdm
 
     if len(images) != len(captions) or len(images) < 2:
         raise InputError(
@@ -67,7 +67,7 @@ def pretrain_vision_tower(
     steps, batch_size = int(opts["steps"]), int(opts["batch_size"])
     model.train()
     losses = []
-    for _ in tqdm(range(steps), desc="vision pre-training", unit="step"):
+    for _ in progress(range(steps), desc="vision pre-training", unit="step"):
         chosen = rng.sample(range(len(images)), min(batch_size, len(images)))
         image_vectors = F.normalize(model(pixel_values=pixels[chosen]).pooler_output, dim=-1)
         offsets = torch.tensor([0, *np.cumsum([len(ids[i]) for i in chosen])[:-1]])

@@ -23,6 +23,7 @@ import numpy as np
 
 from workflow_scripts.common import InputError, settings_hash
 from workflow_scripts.data.loaders.source import file_sha256
+from workflow_scripts.progress import progress
 
 POOLED = "pooled"
 PATCHES = "patches"
@@ -90,7 +91,6 @@ def embed_images(
     """Features of every named image (name -> array) and counts of what was embedded now and
     what came from the cache. Images with the same bytes are embedded once."""
     import torch
-    from tqdm import tqdm
 
     cache = FeatureCache(cache_root, encoder_key(encoder_dir, kind))
     by_digest: dict[str, np.ndarray] = {}
@@ -107,15 +107,17 @@ def embed_images(
     if todo:
         vision, processor = load_vision_tower(encoder_dir, dev)
         pending = list(todo.items())
-        for start in tqdm(range(0, len(pending), batch_size), desc="embedding images", unit="batch"):
-            batch = pending[start : start + batch_size]
-            inputs = processor(images=[pixels[name] for _, name in batch], return_tensors="pt")
-            with torch.inference_mode():
-                out = vision(pixel_values=inputs["pixel_values"].to(next(vision.parameters()).device))
-            values = out.pooler_output if kind == POOLED else out.last_hidden_state
-            for (sha, _), value in zip(batch, values.float().cpu().numpy()):
-                cache.put(sha, value)
-                by_digest[sha] = value
+        with progress(total=len(pending), desc="embedding images", unit="image") as bar:
+            for start in range(0, len(pending), batch_size):
+                batch = pending[start : start + batch_size]
+                inputs = processor(images=[pixels[name] for _, name in batch], return_tensors="pt")
+                with torch.inference_mode():
+                    out = vision(pixel_values=inputs["pixel_values"].to(next(vision.parameters()).device))
+                values = out.pooler_output if kind == POOLED else out.last_hidden_state
+                for (sha, _), value in zip(batch, values.float().cpu().numpy()):
+                    cache.put(sha, value)
+                    by_digest[sha] = value
+                bar.update(len(batch))
     features = {name: by_digest[sha] for name, sha in digests.items()}
     return features, {"embedded": len(todo), "from_cache": reused, "images": len(features)}
 

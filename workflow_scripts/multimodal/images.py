@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from workflow_scripts.common import LOG, InputError
+from workflow_scripts.progress import progress
 
 MISSING = "missing"
 UNDECODABLE = "undecodable"  # truncated files included: PIL cannot read them to the end
@@ -69,7 +70,8 @@ def read_images(
     root = Path(root)
     checksums = checksums or {}
     out = ImageSet()
-    for name in dict.fromkeys(names):  # each image once, in first-seen order
+    distinct = list(dict.fromkeys(names))  # each image once, in first-seen order
+    for name in progress(distinct, desc=f"reading {what}", unit="image"):
         path = root / name
         try:
             data = path.read_bytes()

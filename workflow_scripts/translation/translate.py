@@ -55,6 +55,7 @@ from workflow_scripts.data.prepare import read_table, to_table
 from workflow_scripts.data.tasks import SPAN, get_task
 from workflow_scripts.formats import get_format
 from workflow_scripts.formats import names as format_names
+from workflow_scripts.progress import progress
 from workflow_scripts.translation.translators import MarianTranslator
 
 OPEN, CLOSE = "<b>", "</b>"
@@ -171,7 +172,8 @@ def translate_spans(
     if pending:
         plain = translate([r["context"] for r, _ in pending])
         answers = translate([r["answer_texts"][0] for r, _ in pending])
-        for (r, q), ctx, ans in zip(pending, plain, answers):
+        aligning = progress(zip(pending, plain, answers), total=len(pending), desc="aligning answers", unit="example")
+        for (r, q), ctx, ans in aligning:
             hit = fuzzy_find(ans, ctx, max_distance)
             if hit:
                 start, text = hit

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.common import LOG, InputError, atomic_path, autocast, read_json, setup_logging
+from workflow_scripts.progress import progress
 
 BACKENDS = ("ctranslate2", "transformers")
 CONVERSION_RECORD = "xstilts_conversion.json"
@@ -220,6 +221,7 @@ class MarianTranslator:
         backend = settings.get("backend", "transformers")
         if backend not in BACKENDS:
             raise InputError(f"translation.backend {backend!r}: expected one of {list(BACKENDS)}")
+        self.model_name = model_dir.name  # names the model in progress lines
         self.tokenizer = MarianTokenizer.from_pretrained(str(model_dir))
         self.target_token = target_language_token(
             model_dir, self.tokenizer.supported_language_codes, settings.get("target_token")
@@ -263,9 +265,8 @@ class MarianTranslator:
         return [s for s in out if s]
 
     def __call__(self, texts: Sequence[str]) -> list[str]:
-        from tqdm import tqdm
-
-        segmented = {t: self._segments(t) for t in set(texts) if t.strip()}
+        distinct = [t for t in set(texts) if t.strip()]
+        segmented = {t: self._segments(t) for t in progress(distinct, desc="splitting into segments", unit="text")}
         unique = sorted({s for segs in segmented.values() for s in segs}, key=len)
         done = self.cache.get_many(unique)
         todo = [s for s in unique if s not in done]
@@ -273,12 +274,14 @@ class MarianTranslator:
         self.counts["segments_from_cache"] += len(unique) - len(todo)
         self.counts["segments_translated"] += len(todo)
         step = int(self.settings["batch_size"]) * self.engine.batches_per_call
-        for b in tqdm(range(0, len(todo), step), desc="translate", mininterval=10):
-            chunk = todo[b : b + step]  # length-sorted: little padding per batch
-            inputs = [f"{self.target_token} {s}" for s in chunk] if self.target_token else chunk
-            translated = dict(zip(chunk, self.engine(inputs)))
-            self.cache.put_many(translated)
-            done.update(translated)
+        with progress(total=len(todo), desc=f"translating with {self.model_name}", unit="segment") as bar:
+            for b in range(0, len(todo), step):
+                chunk = todo[b : b + step]  # length-sorted: little padding per batch
+                inputs = [f"{self.target_token} {s}" for s in chunk] if self.target_token else chunk
+                translated = dict(zip(chunk, self.engine(inputs)))
+                self.cache.put_many(translated)
+                done.update(translated)
+                bar.update(len(chunk))
         self.counts["tokens_generated"] = self.engine.tokens_generated
         return [" ".join(done[s] for s in segmented[t]) if t.strip() else "" for t in texts]
 

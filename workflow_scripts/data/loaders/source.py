@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.common import LOG, InputError, atomic_path, is_url, repo_path
+from workflow_scripts.progress import progress
 from workflow_scripts.workflow import paths
 
 Row = dict[str, Any]
@@ -158,14 +159,12 @@ def fetch_archive(location: str, name: str | None = None, cache_dir: str | Path 
         if not target.is_file():
             import urllib.request
 
-            from tqdm import tqdm
-
             LOG.info("downloading %s -> %s", location, target)
             with atomic_path(target) as tmp, urllib.request.urlopen(location) as response:
                 total = int(response.headers.get("Content-Length") or 0) or None
                 with (
                     tmp.open("wb") as out,
-                    tqdm(total=total, unit="B", unit_scale=True, desc=target.name, mininterval=5) as bar,
+                    progress(total=total, desc=f"downloading {target.name}", unit="B", unit_scale=True) as bar,
                 ):
                     while chunk := response.read(1 << 20):
                         out.write(chunk)

@@ -194,7 +194,9 @@ def test_diverging_loss_stops_without_output(tmp_path, demo_data, demo_encoder_d
     )
     assert proc.returncode != 0
     # The error names the run, the first step whose loss was not finite, and its task.
-    error = re.search(r"error: run (.*): training diverged: the loss of task (\w+) at step (\d+) is (\S+),", proc.stderr)
+    error = re.search(
+        r"error: run (.*): training diverged: the loss of task (\w+) at step (\d+) is (\S+),", proc.stderr
+    )
     assert error, proc.stderr[-2000:]
     assert error[1] == "backbone=xlmr_tiny, intermediate=baseline, target=xnli, seed=4"
     assert error[2] == "xnli" and error[4] in ("nan", "inf", "-inf")

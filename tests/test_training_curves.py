@@ -34,7 +34,9 @@ def rows(losses: list[float], scores: list[float]) -> list[dict]:
         {"step": 10 * (i + 1), "event": "train", "task": "", "quantity": "loss", "value": v}
         for i, v in enumerate(losses)
     ]
-    found += [{"step": 10 * i, "event": "eval", "task": "", "quantity": "score", "value": v} for i, v in enumerate(scores)]
+    found += [
+        {"step": 10 * i, "event": "eval", "task": "", "quantity": "score", "value": v} for i, v in enumerate(scores)
+    ]
     return found
 
 

@@ -99,13 +99,27 @@ def progress(
     desc: str,
     unit: str = "it",
     unit_scale: bool = False,
+    initial: int = 0,
+    disable: bool = False,
 ) -> tqdm:
     """A progress bar on stderr over ``iterable`` (or updated by hand with ``total``): redrawn
     in place on a terminal, one line at most every ``log_interval()`` seconds otherwise.
-    ``desc`` says what is counted ("tokenising xnli"), ``unit`` one item ("example")."""
+    ``desc`` says what is counted ("tokenising xnli"), ``unit`` one item ("example");
+    ``initial``: items already done (a resumed training's steps); ``disable``: no bar (a
+    sharded run's ranks but the first)."""
     stream = sys.stderr
     if _is_terminal(stream):
-        return tqdm(iterable, total=total, desc=desc, unit=unit, unit_scale=unit_scale, file=stream, dynamic_ncols=True)
+        return tqdm(
+            iterable,
+            total=total,
+            desc=desc,
+            unit=unit,
+            unit_scale=unit_scale,
+            file=stream,
+            dynamic_ncols=True,
+            initial=initial,
+            disable=disable,
+        )
     return LogLines(
         iterable,
         total=total,
@@ -119,4 +133,6 @@ def progress(
         miniters=1,
         ncols=max(LOG_WIDTH, len(desc) + STATS_WIDTH),
         ascii=True,
+        initial=initial,
+        disable=disable,
     )

@@ -188,10 +188,21 @@ def figure(config: str, runs: list[TrainingRun], curves: dict[Path, tuple[list, 
         for run in (r for r in mine if r.panel == panel):
             rows, _ = curves[run.path]
             for ax, event, quantity in ((loss_ax, TRAIN, "loss"), (score_ax, EVAL, SELECTION)):
-                points = [(r["step"], r["value"]) for r in rows if (r["event"], r["quantity"], r["task"]) == (event, quantity, "")]
+                points = [
+                    (r["step"], r["value"])
+                    for r in rows
+                    if (r["event"], r["quantity"], r["task"]) == (event, quantity, "")
+                ]
                 if points:
                     steps, values = zip(*points)
-                    ax.plot(steps, values, color=colours[run.seed], lw=1.2, marker="." if len(points) < 30 else None, label=f"seed {run.seed}")
+                    ax.plot(
+                        steps,
+                        values,
+                        color=colours[run.seed],
+                        lw=1.2,
+                        marker="." if len(points) < 30 else None,
+                        label=f"seed {run.seed}",
+                    )
         loss_ax.set_title(f"{panel}: training loss", fontsize=9)
         score_ax.set_title(f"{panel}: dev score", fontsize=9)
         for ax in row:
@@ -200,7 +211,9 @@ def figure(config: str, runs: list[TrainingRun], curves: dict[Path, tuple[list, 
         if score_ax.lines:
             score_ax.legend(fontsize=7, loc="lower right")
         else:
-            score_ax.text(0.5, 0.5, "no dev evaluation (MLM only)", ha="center", va="center", transform=score_ax.transAxes)
+            score_ax.text(
+                0.5, 0.5, "no dev evaluation (MLM only)", ha="center", va="center", transform=score_ax.transAxes
+            )
     fig.suptitle(f"{config}: training curves", fontsize=10)
     fig.tight_layout()
     save(fig, stem)

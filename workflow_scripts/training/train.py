@@ -66,6 +66,7 @@ from workflow_scripts.models import dual_encoder
 from workflow_scripts.models.adapters import Method, check_available, lineage, save_adapter_phase
 from workflow_scripts.models.backbones import family_of
 from workflow_scripts.models.heads import forward, load_mlm_head, load_saved_heads, load_tokenizer, make_head
+from workflow_scripts.progress import progress
 from workflow_scripts.training import runtime as training_runtime
 from workflow_scripts.training.checkpoints import STOP_SIGNALS, Preempted, files_stamp, save_weights
 from workflow_scripts.training.curves import CURVE_FILE, CurveMeter, Diverged, tracker_values, write_curve
@@ -310,7 +311,6 @@ def train_phase(
 ) -> dict[str, Any]:
     """``trackers``: the job's experiment trackers (tracking.py), or None (tracking off)."""
     import torch
-    from tqdm import tqdm
 
     started = time.time()
     inputs = [
@@ -458,10 +458,10 @@ def train_phase(
     stopped_early = False
     try:
         step = start
-        for step in tqdm(
+        for step in progress(
             range(start, total),
             desc=f"{phase} training",
-            mininterval=10,
+            unit="step",
             initial=start,
             total=total,
             disable=not ctx.is_main,

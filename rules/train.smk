@@ -16,6 +16,8 @@ rule train_intermediate:
         code=module_digest("training.train"),
         # the catalogue entries and converters of the tasks this job reads, and no other
         tasks=job_tasks(lambda w: grid.intermediate_data(config, w.intermediate)),
+        # the job's identity in the experiment trackers
+        run=training_run_id("intermediate"),
     threads: res("train_intermediate", "threads")
     # Each retry resumes from the checkpoint: enough for the expected training time in
     # allocations of `runtime` minutes, plus retries for failures (slurm.training_retries).
@@ -30,6 +32,8 @@ rule train_intermediate:
         # Checkpointing is operational: resources, so changing it reruns nothing.
         checkpoint_every=res("train_intermediate", "checkpoint_every"),
         keep_checkpoints=res("train_intermediate", "keep_checkpoints"),
+        # Tracking is operational too (common.smk: TRACKING).
+        tracking=TRACKING,
     conda:
         "../envs/training.yaml"
     shell:
@@ -38,7 +42,9 @@ rule train_intermediate:
         " --data {params.data:q} --settings {params.settings:q} --seed {wildcards.seed}"
         " --threads {threads} --output {output.model} --checkpoint-dir {params.checkpoints}"
         " --checkpoint-every {resources.checkpoint_every}"
-        " --keep-checkpoints {resources.keep_checkpoints} > $(fresh_log {log:q}) 2>&1"
+        " --keep-checkpoints {resources.keep_checkpoints}"
+        f" --tracking {{resources.tracking}} --tracking-dir {shlex.quote(TRACKING_DIR)} --run {{params.run:q}}"
+        " > $(fresh_log {log:q}) 2>&1"
 
 
 rule train_target:
@@ -59,6 +65,8 @@ rule train_target:
         code=module_digest("training.train"),
         # the catalogue entries and converters of the tasks this job reads, and no other
         tasks=job_tasks(lambda w: grid.target_tasks(config, w.target)),
+        # the job's identity in the experiment trackers
+        run=training_run_id("target"),
     threads: res("train_target", "threads")
     # Each retry resumes from the checkpoint: enough for the expected training time in
     # allocations of `runtime` minutes, plus retries for failures (slurm.training_retries).
@@ -73,6 +81,8 @@ rule train_target:
         # Checkpointing is operational: resources, so changing it reruns nothing.
         checkpoint_every=res("train_target", "checkpoint_every"),
         keep_checkpoints=res("train_target", "keep_checkpoints"),
+        # Tracking is operational too (common.smk: TRACKING).
+        tracking=TRACKING,
     conda:
         "../envs/training.yaml"
     shell:
@@ -81,7 +91,9 @@ rule train_target:
         " --data {params.data:q} --settings {params.settings:q} --seed {wildcards.seed}"
         " --threads {threads} --output {output.model} --checkpoint-dir {params.checkpoints}"
         " --checkpoint-every {resources.checkpoint_every}"
-        " --keep-checkpoints {resources.keep_checkpoints} > $(fresh_log {log:q}) 2>&1"
+        " --keep-checkpoints {resources.keep_checkpoints}"
+        f" --tracking {{resources.tracking}} --tracking-dir {shlex.quote(TRACKING_DIR)} --run {{params.run:q}}"
+        " > $(fresh_log {log:q}) 2>&1"
 
 
 # A target's stages (XTREME-R's XCOPA: SIQA, then COPA): each trains on the stage task's
@@ -108,3 +120,4 @@ use rule train_target as train_target_stage with:
         checkpoints=f"{RESULTS}/checkpoints/target/{{backbone}}/{{intermediate}}/{{target}}/stages/{{stage}}/seed{{seed}}",
         # the catalogue entries and converters of the tasks this job reads, and no other
         tasks=job_tasks(lambda w: [w.stage, *grid.target_tasks(config, w.target)]),
+        run=training_run_id("stage"),

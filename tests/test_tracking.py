@@ -250,7 +250,7 @@ def test_config_check_names_the_tracking_key(monkeypatch):
 @pytest.mark.unit
 def test_evaluation_final_metrics_from_a_metric_file():
     result = {
-        "scores": {"test": {"de": {"accuracy": 0.5}, "sw": {"accuracy": 0.7}}},
+        "scores": {"test": {"de": {"accuracy": 0.5, "by_length": {"short": 0.4}}, "sw": {"accuracy": 0.7}}},
         "average": {"test": {"accuracy": 0.6}},
         "task_score": {"test": 0.6},
         "wall_time_s": 3.0,

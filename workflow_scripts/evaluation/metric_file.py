@@ -35,7 +35,7 @@ from workflow_scripts.common import LOG, InputError, load_settings, read_json, s
 from workflow_scripts.data import leakage
 from workflow_scripts.evaluation.evaluate import Sources, evaluate_run
 from workflow_scripts.reporting.predictions import write_predictions
-from workflow_scripts.training.tracking import open_trackers
+from workflow_scripts.training.tracking import TrackingError, open_trackers
 
 # What models/prepare.py writes into a Hub snapshot it fetched: the Hub id, the revision
 # asked for and the commit it resolved to (``resolved_sha``).
@@ -107,19 +107,24 @@ def parse_data(items: list[str]) -> Sources:
 
 def final_metrics(result: dict[str, Any]) -> dict[str, float]:
     """A metric file's scores as tracker metrics: per language, the language average and the
-    task score of each split, and the evaluation's wall time."""
+    task score of each split, and the evaluation's wall time (numbers only)."""
+
+    def numbers(tree: Any) -> dict[str, Any]:
+        return {k: v for k, v in tree.items() if _is_number(v)} if isinstance(tree, dict) else {}
+
     out: dict[str, float] = {}
     for split, langs in result.get("scores", {}).items():
-        for lang, metrics in langs.items():
-            out.update({f"{split}/{lang}/{m}": v for m, v in metrics.items() if isinstance(v, (int, float))})
+        for lang, metrics in (langs if isinstance(langs, dict) else {}).items():
+            out.update({f"{split}/{lang}/{m}": v for m, v in numbers(metrics).items()})
     for split, metrics in result.get("average", {}).items():
-        out.update({f"{split}/avg/{m}": v for m, v in metrics.items() if isinstance(v, (int, float))})
-    for split, score in (result.get("task_score") or {}).items():
-        if isinstance(score, (int, float)):
-            out[f"{split}/score"] = score
-    if isinstance(result.get("wall_time_s"), (int, float)):
-        out["wall_time_s"] = result["wall_time_s"]
+        out.update({f"{split}/avg/{m}": v for m, v in numbers(metrics).items()})
+    out.update({f"{split}/score": v for split, v in numbers(result.get("task_score")).items()})
+    out.update(numbers({"wall_time_s": result.get("wall_time_s")}))
     return out
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -160,9 +165,10 @@ def main(argv: list[str] | None = None) -> None:
     # opened first: a tracker that cannot open stops the job before the evaluation's work
     try:
         settings = {"settings": load_settings(args.settings), "backbone": load_settings(args.backbone_settings)}
-    except InputError as err:
+        trackers = open_trackers(args.tracking, args.tracking_dir, args.run, settings, job="evaluate")
+    except (InputError, TrackingError) as err:
         raise SystemExit(f"error: {err}") from None
-    with open_trackers(args.tracking, args.tracking_dir, args.run, settings, job="evaluate") as trackers:
+    with trackers:
         result = _evaluate(args)
         trackers.finish(final_metrics(result))
 

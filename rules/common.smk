@@ -11,7 +11,7 @@ min_version("9.0")
 # wherever the working directory is.
 sys.path.insert(0, workflow.basedir)
 
-from workflow_scripts.training import distributed
+from workflow_scripts.training import distributed, tracking
 from workflow_scripts.workflow import backbone_grid, config_check, config_layers, grid, logs, paths, slurm, transfer
 from workflow_scripts import revisions
 from workflow_scripts.workflow.codehash import module_digest, task_fingerprint
@@ -54,6 +54,13 @@ shell.prefix(
     f" export {revisions.LOCK_ENV}={shlex.quote(HUB_LOCK)};"
     f" {logs.SHELL_FUNCTION} "
 )
+
+
+# The experiment trackers (workflow_scripts/training/tracking.py): a resource token ("off",
+# "tensorboard+mlflow", ...), not a param, so switching them reruns nothing. Every record
+# lands in the experiment's own folder.
+TRACKING = tracking.token(config.get("tracking"))
+TRACKING_DIR = f"{RESULTS}/tracking"
 
 
 BACKBONES = backbone_grid.names(config)
@@ -336,6 +343,25 @@ def data_args(wildcards):
         for split, refs in data.items()
         for ref in refs
     )
+
+
+def training_run_id(job):
+    """A params function: the identity JSON of a training job's tracker run (its wildcards,
+    so it never changes for an output)."""
+
+    def identity(wildcards):
+        found = {
+            "job": job,
+            "backbone": wildcards.backbone,
+            "config": wildcards.intermediate,
+            "seed": int(wildcards.seed),
+        }
+        for key in ("target", "recipe", "stage"):
+            if wildcards.get(key) is not None:
+                found[key] = wildcards.get(key)
+        return canonical_json(found)
+
+    return identity
 
 
 def run_id(wildcards):

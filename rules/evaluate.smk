@@ -30,6 +30,8 @@ rule evaluate_target:
         mem_mb=res("evaluate_target", "mem_mb"),
         runtime=res("evaluate_target", "runtime"),
         gpu=res("evaluate_target", "gpu"),
+        # Tracking is operational: a resource, so switching it reruns nothing (common.smk).
+        tracking=TRACKING,
     conda:
         "../envs/training.yaml"
     shell:
@@ -37,4 +39,6 @@ rule evaluate_target:
         " --data {params.data} --settings {params.settings:q} --run {params.run:q}"
         " --backbone {input.backbone} --backbone-settings {params.backbone:q}"
         " --seed {wildcards.seed} --threads {threads} --output {output.metrics} {params.images}"
-        " --predictions {output.predictions} > $(fresh_log {log:q}) 2>&1"
+        " --predictions {output.predictions}"
+        f" --tracking {{resources.tracking}} --tracking-dir {shlex.quote(TRACKING_DIR)}"
+        " > $(fresh_log {log:q}) 2>&1"

@@ -16,6 +16,8 @@ rule train_intermediate:
         code=module_digest("training.train"),
         # the catalogue entries and converters of the tasks this job reads, and no other
         tasks=job_tasks(lambda w: grid.intermediate_data(config, w.intermediate)),
+        # the job's identity in the experiment trackers
+        run=training_run_id("intermediate"),
     threads: res("train_intermediate", "threads")
     # Each retry resumes from the checkpoint: enough for the expected training time in
     # allocations of `runtime` minutes, plus retries for failures (slurm.training_retries).
@@ -32,6 +34,8 @@ rule train_intermediate:
         keep_checkpoints=res("train_intermediate", "keep_checkpoints"),
         # Rows of the curve (curve.csv): operational too.
         log_every=res("train_intermediate", "log_every"),
+        # Tracking is operational too (common.smk: TRACKING).
+        tracking=TRACKING,
     conda:
         "../envs/training.yaml"
     shell:
@@ -40,7 +44,9 @@ rule train_intermediate:
         " --data {params.data:q} --settings {params.settings:q} --seed {wildcards.seed}"
         " --threads {threads} --output {output.model} --checkpoint-dir {params.checkpoints}"
         " --checkpoint-every {resources.checkpoint_every} --log-every {resources.log_every}"
-        " --keep-checkpoints {resources.keep_checkpoints} > $(fresh_log {log:q}) 2>&1"
+        " --keep-checkpoints {resources.keep_checkpoints}"
+        f" --tracking {{resources.tracking}} --tracking-dir {shlex.quote(TRACKING_DIR)} --run {{params.run:q}}"
+        " > $(fresh_log {log:q}) 2>&1"
 
 
 rule train_target:
@@ -61,6 +67,8 @@ rule train_target:
         code=module_digest("training.train"),
         # the catalogue entries and converters of the tasks this job reads, and no other
         tasks=job_tasks(lambda w: grid.target_tasks(config, w.target)),
+        # the job's identity in the experiment trackers
+        run=training_run_id("target"),
     threads: res("train_target", "threads")
     # Each retry resumes from the checkpoint: enough for the expected training time in
     # allocations of `runtime` minutes, plus retries for failures (slurm.training_retries).
@@ -77,6 +85,8 @@ rule train_target:
         keep_checkpoints=res("train_target", "keep_checkpoints"),
         # Rows of the curve (curve.csv): operational too.
         log_every=res("train_target", "log_every"),
+        # Tracking is operational too (common.smk: TRACKING).
+        tracking=TRACKING,
     conda:
         "../envs/training.yaml"
     shell:
@@ -85,7 +95,9 @@ rule train_target:
         " --data {params.data:q} --settings {params.settings:q} --seed {wildcards.seed}"
         " --threads {threads} --output {output.model} --checkpoint-dir {params.checkpoints}"
         " --checkpoint-every {resources.checkpoint_every} --log-every {resources.log_every}"
-        " --keep-checkpoints {resources.keep_checkpoints} > $(fresh_log {log:q}) 2>&1"
+        " --keep-checkpoints {resources.keep_checkpoints}"
+        f" --tracking {{resources.tracking}} --tracking-dir {shlex.quote(TRACKING_DIR)} --run {{params.run:q}}"
+        " > $(fresh_log {log:q}) 2>&1"
 
 
 # A target's stages (XTREME-R's XCOPA: SIQA, then COPA): each trains on the stage task's
@@ -112,3 +124,4 @@ use rule train_target as train_target_stage with:
         checkpoints=f"{RESULTS}/checkpoints/target/{{backbone}}/{{intermediate}}/{{target}}/stages/{{stage}}/seed{{seed}}",
         # the catalogue entries and converters of the tasks this job reads, and no other
         tasks=job_tasks(lambda w: [w.stage, *grid.target_tasks(config, w.target)]),
+        run=training_run_id("stage"),

@@ -99,10 +99,20 @@ def test_relative_imports_resolve_against_the_importing_module(package_copy):
         "workflow_scripts.stage",
         "workflow_scripts.stage.leaf",
         "workflow_scripts.stage.sibling",
-        "workflow_scripts.common",
-        "workflow_scripts.progress",  # common's setup_logging imports it
+        "workflow_scripts.common",  # (and its progress bars, which no closure holds: below)
     }
     before = codehash.module_digest("stage")
     (stage / "sibling.py").write_text("x = 2\n")
     codehash._imports.cache_clear()
     assert codehash.module_digest("stage") != before
+
+
+def test_modules_that_only_watch_a_job_rerun_nothing():
+    """Progress bars and trackers observe a job without changing what it writes: editing them
+    must not rerun the training grid, any more than switching tracking on does."""
+    train = codehash.import_closure("workflow_scripts.training.train")
+    assert "workflow_scripts.training.curves" in train  # the curve is an output: it counts
+    assert not set(train) & codehash.OBSERVERS
+    for observer in codehash.OBSERVERS:  # each is really imported by a step, and exists
+        assert codehash._module_file(observer) is not None
+    assert "workflow_scripts.progress" in codehash._imports("workflow_scripts.common")

@@ -15,7 +15,12 @@ trainings (codehash.py reruns the rules whose modules changed).
 
 CLI: ``python -m workflow_scripts.evaluation.metric_file --target T --model DIR|LANG=DIR ...
 --data SPLIT=FILE|SPLIT:LANG,LANG=FILE ... --settings JSON --backbone DIR --backbone-settings JSON
---seed N --output FILE [--predictions DIR] [--run JSON] [--images DIR]``.
+--seed N --output FILE [--predictions DIR] [--run JSON] [--images DIR]
+[--tracking off|TRACKERS --tracking-dir DIR]``.
+
+With trackers on (training/tracking.py) the job is one tracker run: the run's identity, its
+settings, and the metric file's scores as final metrics (``test/<lang>/<metric>``,
+``test/avg/<metric>``, ``test/score``; the same for dev when scored).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from workflow_scripts.common import LOG, InputError, load_settings, read_json, s
 from workflow_scripts.data import leakage
 from workflow_scripts.evaluation.evaluate import Sources, evaluate_run
 from workflow_scripts.reporting.predictions import write_predictions
+from workflow_scripts.training.tracking import TrackingError, open_trackers
 
 # What models/prepare.py writes into a Hub snapshot it fetched: the Hub id, the revision
 # asked for and the commit it resolved to (``resolved_sha``).
@@ -99,6 +105,28 @@ def parse_data(items: list[str]) -> Sources:
     return out
 
 
+def final_metrics(result: dict[str, Any]) -> dict[str, float]:
+    """A metric file's scores as tracker metrics: per language, the language average and the
+    task score of each split, and the evaluation's wall time (numbers only)."""
+
+    def numbers(tree: Any) -> dict[str, Any]:
+        return {k: v for k, v in tree.items() if _is_number(v)} if isinstance(tree, dict) else {}
+
+    out: dict[str, float] = {}
+    for split, langs in result.get("scores", {}).items():
+        for lang, metrics in (langs if isinstance(langs, dict) else {}).items():
+            out.update({f"{split}/{lang}/{m}": v for m, v in numbers(metrics).items()})
+    for split, metrics in result.get("average", {}).items():
+        out.update({f"{split}/avg/{m}": v for m, v in numbers(metrics).items()})
+    out.update({f"{split}/score": v for split, v in numbers(result.get("task_score")).items()})
+    out.update(numbers({"wall_time_s": result.get("wall_time_s")}))
+    return out
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def main(argv: list[str] | None = None) -> None:
     setup_logging()
     ap = argparse.ArgumentParser(description="Evaluate one run on every language of its target.")
@@ -125,7 +153,28 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--images", type=Path, help="an image target's test images' features (the embed_images step's folder)"
     )
+    ap.add_argument(
+        "--tracking",
+        default="off",
+        help="off, or the trackers joined by + (tensorboard+mlflow+wandb); docs/tracking.md",
+    )
+    ap.add_argument(
+        "--tracking-dir", type=Path, help="the experiment's tracking folder (results/<experiment>/tracking)"
+    )
     args = ap.parse_args(argv)
+    # opened first: a tracker that cannot open stops the job before the evaluation's work
+    try:
+        settings = {"settings": load_settings(args.settings), "backbone": load_settings(args.backbone_settings)}
+        trackers = open_trackers(args.tracking, args.tracking_dir, args.run, settings, job="evaluate")
+    except (InputError, TrackingError) as err:
+        raise SystemExit(f"error: {err}") from None
+    with trackers:
+        result = _evaluate(args)
+        trackers.finish(final_metrics(result))
+
+
+def _evaluate(args: argparse.Namespace) -> dict[str, Any]:
+    """The metric file (and the predictions) of the run ``args`` name; returns its record."""
     try:
         backbone = backbone_record(load_settings(args.backbone_settings), args.backbone)
         result, predictions = evaluate_run(
@@ -149,6 +198,7 @@ def main(argv: list[str] | None = None) -> None:
         write_predictions(args.target, predictions, args.predictions)
     write_json(args.output, result)
     LOG.info("%s: %s", args.output, json.dumps(result["average"]))
+    return result
 
 
 if __name__ == "__main__":

@@ -549,8 +549,10 @@ def train_phase(
                 best_weights.checkpointed(best["step"] or None)
             if stopping:
                 raise Preempted(signum, step + 1, checkpointer.path)
-        if total > start:  # the last steps since the last row (an early stop's, or the final window)
-            record(curve.train_row(step + 1, meter.totals()["tokens"]), step + 1)
+        # The steps since the last row (an early stop's window, the final one, or those a
+        # checkpoint taken at the very last step kept): their row.
+        last_step = step + 1 if total > start else start
+        record(curve.train_row(last_step, meter.totals()["tokens"]), last_step)
         if best["step"]:
             best_weights.restore(model, best["step"])
     finally:

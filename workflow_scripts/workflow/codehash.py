@@ -15,6 +15,10 @@ from pathlib import Path
 
 PACKAGE = "workflow_scripts"
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
+# Modules that watch a job without changing what it writes: progress bars and the experiment
+# trackers. They are left out of every closure, so editing them reruns nothing (as switching
+# tracking on or off reruns nothing: a `resources:` setting).
+OBSERVERS = frozenset({f"{PACKAGE}.progress", f"{PACKAGE}.training.tracking"})
 
 
 def _module_file(name: str) -> Path | None:
@@ -76,7 +80,7 @@ def _closure(names) -> list[str]:
     stack = list(names)
     while stack:
         mod = stack.pop()
-        if mod in seen:
+        if mod in seen or mod in OBSERVERS:
             continue
         seen.add(mod)
         stack.extend(_imports(mod))

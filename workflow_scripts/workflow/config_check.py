@@ -15,6 +15,7 @@ from typing import Any
 from workflow_scripts import revisions
 from workflow_scripts.common import REPO_ROOT
 from workflow_scripts.data import tasks as task_catalogue
+from workflow_scripts.training import tracking
 from workflow_scripts.workflow import config_layers, grid, hub_sources, paths
 
 SCHEMA = REPO_ROOT / "schemas" / "config.schema.yaml"
@@ -39,6 +40,7 @@ def check(config: dict[str, Any], configfiles: Sequence[str | Path], catalogues:
     grid.check_schema(config, str(SCHEMA))
     validate(config, str(SCHEMA))
     grid.check_config(config)
+    check_tracking(config)
     experiment = paths.experiment_name(config, configfiles)
     # Named before anything builds a path (the grid's plans are cached).
     paths.use_experiment(experiment)
@@ -49,6 +51,20 @@ def check(config: dict[str, Any], configfiles: Sequence[str | Path], catalogues:
     if disagreements:
         raise revisions.RevisionError("\n".join(disagreements))
     return experiment
+
+
+def check_tracking(config: dict[str, Any]) -> None:
+    """The enabled trackers' libraries are installed (found, not imported: a library that
+    is installed but fails to import stops the job that opens it, naming the tracker)."""
+    missing = tracking.missing_modules(config.get("tracking"))
+    if missing:
+        raise grid.ConfigError(
+            "\n".join(
+                f"config key tracking.{name}: {', '.join(modules)} not installed "
+                f"(pip install -r requirements.txt, or set tracking.{name}: false)"
+                for name, modules in missing.items()
+            )
+        )
 
 
 def hub_lock() -> str:

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from conftest import run_config_from_scratch, snakemake
+from workflow_scripts.training.curves import CURVE_FILE, read_curve
 
 pytestmark = pytest.mark.integration
 
@@ -83,15 +84,20 @@ def test_tracking_records_of_the_evaluation_job_read_back(run):
 
 
 def test_tracking_records_of_the_training_job_read_back(run):
-    """(Needs train.py to log through workflow_scripts/training/tracking.py.)"""
+    """Every row of the job's curve reached the trackers as it was written, step for step."""
     client, runs = mlflow_runs(run)
     training = runs["target"]
     assert training.info.status == "FINISHED" and training.info.run_name == TRAINING_RUN
     assert {k: training.data.tags[k] for k in IDENTITY} == IDENTITY
     assert training.data.tags["setting"] == "en.dev-en"
-    history = client.get_metric_history(training.info.run_id, "train/loss")
-    assert len(history) >= 1 and [m.step for m in history] == sorted(m.step for m in history)
-    assert client.get_metric_history(training.info.run_id, "dev/score")
+    curve = read_curve(run / "target/xlmr_tiny/none/marvl/en.dev-en/seed1/model" / CURVE_FILE)
+    for key, (event, quantity) in {"train/loss": ("train", "loss"), "dev/score": ("eval", "score")}.items():
+        history = sorted(client.get_metric_history(training.info.run_id, key), key=lambda m: m.step)
+        expected = [
+            (r["step"], r["value"]) for r in curve if (r["event"], r["quantity"], r["task"]) == (event, quantity, "")
+        ]
+        assert len(expected) > 1 and [(m.step, m.value) for m in history] == pytest.approx(expected)
+    assert expected[0][0] == 0, "the dev score before the first step is logged too"
     log = json.loads((run / "target/xlmr_tiny/none/marvl/en.dev-en/seed1/model/train_log.json").read_text())
     assert training.data.metrics["best/score"] == pytest.approx(log["best"]["score"])
     events = scalars(run / "tracking/tensorboard" / TRAINING_RUN)

@@ -203,3 +203,10 @@ def test_cli_json_matches_collect(finished_run):
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["rules"] == status.collect(finished_run)["rules"]
+
+
+@pytest.mark.integration
+def test_watch_on_an_ended_run_prints_once_and_returns(finished_run, capsys):
+    status.main(["--directory", str(finished_run), "--watch", "0.1", "--json"])
+    [line] = capsys.readouterr().out.splitlines()  # one JSON line a refresh
+    assert json.loads(line)["state"] == "failed"

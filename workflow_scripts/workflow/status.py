@@ -296,6 +296,8 @@ def estimate(
         "seconds": None if seconds_left is None else round(seconds_left, 1),
         "parallelism": parallelism,
         "parallelism_unit": unit,
+        "jobs_left": sum(left.values()),
+        "jobs_estimated": sum(measured.values()),  # the jobs left whose rule has a record
         "median_s": {rule: round(medians[rule], 2) for rule in sorted(medians)},
         "rules_without_records": without,
     }
@@ -403,9 +405,14 @@ def render(status: dict[str, Any]) -> str:
     elif eta["seconds"] is None:
         out.append("ETA: unknown (no finished job of the rules left has a benchmark record yet)")
     else:
+        covered = (
+            "all jobs left"
+            if eta["jobs_estimated"] == eta["jobs_left"]
+            else f"{eta['jobs_estimated']} of {eta['jobs_left']} jobs left"
+        )
         out.append(
-            f"ETA: {duration(eta['seconds'])} left at {eta['parallelism']} {eta['parallelism_unit']} "
-            "(median benchmark seconds per job x jobs left)"
+            f"ETA: {duration(eta['seconds'])} for {covered}, at {eta['parallelism']} {eta['parallelism_unit']} "
+            "(median benchmark seconds per job of each rule x its jobs left)"
         )
     if eta["rules_without_records"]:
         out.append(f"  left out (no benchmark record yet): {', '.join(eta['rules_without_records'])}")

@@ -685,11 +685,11 @@ def test_corrupt_data_file_fails_its_rule_naming_the_file(demo):
         assert found["state"] == "failed" and found["totals"]["failed"] == 1, found["totals"]
         [failed] = found["failed_jobs"]
         assert failed["rule"] == "evaluate_target"
-        assert failed["outputs"] == [f"results/demo/metrics/{ENCODER}/zero_shot/none/xnli/seed1.json"]
-        [log] = failed["logs"]
-        assert log["path"] == f"logs/demo/evaluate_target/{ENCODER}/zero_shot/none/xnli/seed1.log"
-        assert any("corrupt data file results/demo/data/xnli/test.parquet" in line for line in log["last_lines"])
-        assert f"log {log['path']} (last" in status.render(found)
+        assert failed["outputs"][0] == f"results/demo/metrics/{ENCODER}/zero_shot/none/xnli/seed1.json"
+        [failed_log] = failed["logs"]
+        assert failed_log["path"] == f"logs/demo/evaluate_target/{ENCODER}/zero_shot/none/xnli/seed1.log"
+        assert any("corrupt data file results/demo/data/xnli/test.parquet" in line for line in failed_log["last_lines"])
+        assert f"log {failed_log['path']} (last" in status.render(found)
     finally:
         shutil.copy2(backup, data)
         snakemake(demo, f"results/demo/metrics/{ENCODER}/zero_shot/none/xnli/seed1.json", "--cores", "1")

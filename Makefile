@@ -19,7 +19,7 @@ endif
 # Rules call `python -m workflow_scripts...`: the environment's python must come first.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: demo test install preflight lint test-fast test-integration test-multiprocess test-cluster
+.PHONY: demo test install preflight status lint test-fast test-integration test-multiprocess test-cluster
 
 install: $(VENV)/.installed
 
@@ -67,3 +67,9 @@ CONFIG ?=
 PROFILE ?=
 preflight: install
 	$(BIN)/python -m workflow_scripts.workflow.preflight $(if $(CONFIG),--configfile $(CONFIG)) $(if $(PROFILE),--profile $(PROFILE))
+
+# Progress of the running (or last) snakemake in this checkout, redrawn every WATCH seconds
+# until it ends (docs/slurm.md, "Watching a run"):  make status   make status WATCH=30
+WATCH ?= 10
+status:
+	$(BIN)/python -m workflow_scripts.workflow.status --watch $(WATCH)

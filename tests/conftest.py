@@ -174,16 +174,68 @@ def snakemake(
     )
 
 
+def snakemake_watched(
+    cwd: Path, *args: str, every: float = 5.0, timeout: int = 1800
+) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    """`snakemake` as snakemake() runs it, with the progress view (workflow/status.py) read
+    every ``every`` seconds while it runs and once after: the run's result and what each look
+    saw (state, counts per rule, totals, ETA, failed jobs)."""
+    import contextlib
+    import tempfile
+    import time
+
+    from workflow_scripts.workflow import status
+
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    seen = []
+    with tempfile.TemporaryDirectory() as tmp:
+        out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
+        with out.open("w") as stdout, err.open("w") as stderr:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "snakemake", *args], cwd=cwd, env=env, stdout=stdout, stderr=stderr, text=True
+            )
+            deadline = time.monotonic() + timeout
+            try:
+                while True:
+                    try:
+                        proc.wait(timeout=every)
+                        break
+                    except subprocess.TimeoutExpired:
+                        if time.monotonic() > deadline:
+                            raise
+                    try:
+                        found = status.collect(cwd)
+                    except status.StatusError:  # before Snakemake wrote its log
+                        continue
+                    seen.append({k: found[k] for k in ("state", "rules", "totals", "eta", "failed_jobs")})
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+        with contextlib.suppress(status.StatusError):  # the look after the run ended
+            found = status.collect(cwd)
+            seen.append({k: found[k] for k in ("state", "rules", "totals", "eta", "failed_jobs")})
+        result = subprocess.CompletedProcess(proc.args, proc.returncode, out.read_text(), err.read_text())
+    return result, seen
+
+
+def demo_progress_file(tmp_path_factory) -> Path:
+    """Where demo_checkout keeps what the progress view saw while the demo ran."""
+    return tmp_path_factory.getbasetemp() / "demo_progress.json"
+
+
 @pytest.fixture(scope="session")
 def demo_checkout(tmp_path_factory) -> Path:
     """A copy of the repository after `snakemake --cores 2` ran the default demo: shared by
-    the workflow tests and by the XTREME-R demo, which runs beside it in the same checkout."""
+    the workflow tests and by the XTREME-R demo, which runs beside it in the same checkout.
+    The progress view is read every few seconds while it runs (demo_progress_file)."""
     import time
 
     repo = copy_repo(tmp_path_factory.mktemp("repo"))
     started = time.time()
-    proc = snakemake(repo, "--cores", "2")
+    proc, seen = snakemake_watched(repo, "--cores", "2")
     print(f"\ndemo run from scratch: {time.time() - started:.0f} s wall")
+    demo_progress_file(tmp_path_factory).write_text(json.dumps(seen))
     assert proc.returncode == 0, proc.stderr[-5000:]
     return repo
 

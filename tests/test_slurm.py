@@ -16,6 +16,7 @@ listed in tests/slurm_cluster.py; CI installs them).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -28,6 +29,7 @@ import yaml
 
 from conftest import REPO, checkpoint_step, comparable_metrics, copy_repo, snakemake
 from slurm_cluster import Cluster, unavailable_reason
+from workflow_scripts.workflow import status
 
 REASON = unavailable_reason()
 pytestmark = [pytest.mark.cluster, pytest.mark.skipif(REASON is not None, reason=REASON or "")]
@@ -184,9 +186,14 @@ def slurm_run(tmp_path_factory, cluster, reference):
         text=True,
     )
     events = {"pending_cancelled": None, "interrupted": {}}
+    status_looks, next_look = [], time.monotonic()
     deadline = time.monotonic() + RUN_TIMEOUT
     try:
         while proc.poll() is None:
+            if time.monotonic() >= next_look:  # the progress view, as a user would open it
+                next_look = time.monotonic() + 5
+                with contextlib.suppress(status.StatusError):  # before Snakemake wrote its log
+                    status_looks.append(status.collect(workdir))
             assert time.monotonic() < deadline, (
                 f"the workflow did not finish: it hangs; {events}\n{log_path.read_text()[-3000:]}"
             )
@@ -233,6 +240,8 @@ def slurm_run(tmp_path_factory, cluster, reference):
     log = log_path.read_text()
     return {
         "workdir": workdir,
+        "status_looks": status_looks,
+        "status": status.collect(workdir),
         "returncode": proc.returncode,
         "log": log,
         "events": events,
@@ -245,6 +254,22 @@ def test_interrupted_workflow_finishes_by_itself(slurm_run):
     assert slurm_run["returncode"] == 0, slurm_run["log"][-6000:]
     assert slurm_run["events"]["pending_cancelled"] is not None, "no job was ever pending"
     assert set(slurm_run["events"]["interrupted"]) == set(INTERRUPTIONS), slurm_run["events"]
+
+
+def test_progress_view_follows_the_slurm_run(slurm_run):
+    """The progress view read the Slurm executor's main log every 5 s while the run went
+    on, and once it ended: every rule done, the interrupted jobs' retries included."""
+    final = slurm_run["status"]
+    assert final["state"] == "finished" and final["executor"] == "cluster", final["state"]
+    assert final["rules"] and all(
+        c["done"] == c["total"] and c["failed"] == c["running"] == c["pending"] == 0 for c in final["rules"].values()
+    ), final["rules"]
+    assert final["eta"]["parallelism"] == yaml.safe_load((REPO / "slurm/config.yaml").read_text())["jobs"]
+    running = [look for look in slurm_run["status_looks"] if look["state"] == "running"]
+    assert any(look["totals"]["running"] >= 1 for look in running), "no look saw a job running"
+    for look in running:
+        for rule, counts in look["rules"].items():
+            assert sum(counts[k] for k in status.COUNTS) == counts["total"], (rule, counts)
 
 
 def test_every_job_ends_completed(slurm_run):

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from conftest import (
+    demo_progress_file,
     paper_with_larger_backbones,
     paper_with_transfer_block,
     planned_jobs,
@@ -23,7 +24,7 @@ from conftest import (
 )
 from workflow_scripts.data.tasks import get_task
 from workflow_scripts.reporting import predictions
-from workflow_scripts.workflow import backbone_grid, benchmark, codehash, config_layers, transfer
+from workflow_scripts.workflow import backbone_grid, benchmark, codehash, config_layers, status, transfer
 
 pytestmark = pytest.mark.integration
 
@@ -665,6 +666,23 @@ def test_paper_preset_with_its_larger_backbones_builds_offline(demo):
     assert "results/paper_backbones/intermediate/mt5_xxl_encoder/mlm/" not in out  # T5 has no MLM head: not in its grid
 
 
+def test_progress_view_showed_the_demo_running(demo, tmp_path_factory):
+    """What the progress view saw every few seconds while the demo ran (demo_checkout)."""
+    seen = json.loads(demo_progress_file(tmp_path_factory).read_text())
+    running = [look for look in seen if look["state"] == "running"]
+    assert running, f"no look saw the run running ({len(seen)} looks)"
+    planned = running[0]["totals"]["total"]
+    for look in running:
+        for rule, counts in look["rules"].items():
+            assert sum(counts[k] for k in ("done", "running", "failed", "pending")) == counts["total"], (rule, counts)
+        assert look["totals"]["total"] == planned and look["totals"]["failed"] == 0, look["totals"]
+    assert any(look["totals"]["running"] >= 1 for look in running), "no look saw a job running"
+    assert any(look["eta"]["seconds"] is not None for look in running), "no look had an ETA"
+    assert max(look["totals"]["done"] for look in running) > min(look["totals"]["done"] for look in running)
+    # The look after the run ended: every planned job done.
+    assert seen[-1]["state"] == "finished" and seen[-1]["totals"]["done"] == planned, seen[-1]["totals"]
+
+
 def test_slurm_profile_resolves_from_the_repository_root(demo):
     proc = snakemake(demo, "--profile", "slurm", "-n", "--configfile", "config/paper.yaml", timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -691,6 +709,16 @@ def test_corrupt_data_file_fails_its_rule_naming_the_file(demo):
         log = (demo / f"logs/demo/evaluate_target/{ENCODER}/zero_shot/none/xnli/seed1.log").read_text()
         assert "corrupt data file results/demo/data/xnli/test.parquet" in log
         assert not (demo / f"results/demo/metrics/{ENCODER}/zero_shot/none/xnli/seed1.json").exists()
+        # The progress view names the failed job and shows its log's last lines.
+        found = status.collect(demo, log_lines=5)
+        assert found["state"] == "failed" and found["totals"]["failed"] == 1, found["totals"]
+        [failed] = found["failed_jobs"]
+        assert failed["rule"] == "evaluate_target"
+        assert failed["outputs"][0] == f"results/demo/metrics/{ENCODER}/zero_shot/none/xnli/seed1.json"
+        [failed_log] = failed["logs"]
+        assert failed_log["path"] == f"logs/demo/evaluate_target/{ENCODER}/zero_shot/none/xnli/seed1.log"
+        assert any("corrupt data file results/demo/data/xnli/test.parquet" in line for line in failed_log["last_lines"])
+        assert f"log {failed_log['path']} (last" in status.render(found)
     finally:
         shutil.copy2(backup, data)
         snakemake(demo, f"results/demo/metrics/{ENCODER}/zero_shot/none/xnli/seed1.json", "--cores", "1")

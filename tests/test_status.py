@@ -210,3 +210,17 @@ def test_watch_on_an_ended_run_prints_once_and_returns(finished_run, capsys):
     status.main(["--directory", str(finished_run), "--watch", "0.1", "--json"])
     [line] = capsys.readouterr().out.splitlines()  # one JSON line a refresh
     assert json.loads(line)["state"] == "failed"
+
+
+@pytest.mark.integration
+def test_a_report_written_after_the_run_does_not_hide_it(finished_run):
+    """`snakemake --report` (or --unlock) writes a main log of its own that ran no job: the
+    view reads the newest log of a run instead."""
+    run_log = status.newest_main_log(finished_run)
+    proc = snakemake(finished_run, "--unlock", timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    logs = sorted((finished_run / ".snakemake" / "log").glob("*.snakemake.log"))
+    if logs[-1] == run_log:
+        pytest.skip("this Snakemake wrote no main log for --unlock")
+    assert status.newest_main_log(finished_run) == run_log
+    assert status.collect(finished_run)["state"] == "failed"

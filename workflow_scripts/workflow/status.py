@@ -105,7 +105,15 @@ def newest_main_log(directory: Path) -> Path:
         raise StatusError(
             f"no Snakemake run found in {directory}: {log_dir} holds no *.snakemake.log (run snakemake there first)"
         )
-    return logs[-1]  # names start with the start time, ISO-like: the last sorts newest
+    # Names start with the start time, ISO-like: the last sorts newest. `snakemake --report`
+    # and other invocations that run no job write a main log too: the newest *run* is wanted.
+    for log in reversed(logs):
+        if parse_main_log(log).started is not None:
+            return log
+    raise StatusError(
+        f"no Snakemake run found in {directory}: the logs in {log_dir} are of invocations that ran no job"
+        " (a report, an unlock); run snakemake there first"
+    )
 
 
 def _fields(block: list[str]) -> dict[str, str]:

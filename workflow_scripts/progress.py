@@ -108,31 +108,24 @@ def progress(
     ``initial``: items already done (a resumed training's steps); ``disable``: no bar (a
     sharded run's ranks but the first)."""
     stream = sys.stderr
+    common = {
+        "total": total,
+        "desc": desc,
+        "unit": unit,
+        "unit_scale": unit_scale,
+        "file": stream,
+        "initial": initial,
+        "disable": disable,
+    }
     if _is_terminal(stream):
-        return tqdm(
-            iterable,
-            total=total,
-            desc=desc,
-            unit=unit,
-            unit_scale=unit_scale,
-            file=stream,
-            dynamic_ncols=True,
-            initial=initial,
-            disable=disable,
-        )
+        return tqdm(iterable, dynamic_ncols=True, **common)
     return LogLines(
         iterable,
-        total=total,
-        desc=desc,
-        unit=unit,
-        unit_scale=unit_scale,
-        file=stream,
         mininterval=log_interval(),
         # The clock is read at every item: tqdm's own estimate of how many items to skip between
         # reads, kept from a fast start, would silence a step that slows down for hours.
         miniters=1,
         ncols=max(LOG_WIDTH, len(desc) + STATS_WIDTH),
         ascii=True,
-        initial=initial,
-        disable=disable,
+        **common,
     )

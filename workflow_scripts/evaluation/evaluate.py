@@ -89,7 +89,10 @@ def predict_logits(model, task: Task, encoded: Encoded, batch_size: int, pad_id:
     out: list[Any] = [None] * len(encoded.features)
     per_token = get_format(task.format).per_token
     model.eval()
-    with torch.inference_mode():
+    # no_grad, not inference_mode: a sharded (FSDP2) model allocates its gathered parameters
+    # at its first forward, which is the dev evaluation before the first training step; made
+    # in inference mode they could not take part in the training forwards that follow.
+    with torch.no_grad():
         with progress(total=len(encoded.features), desc=f"predicting {task.name}", unit="feature") as bar:
             for idx in sorted_batches(encoded.features, batch_size):
                 feats = encoded.features.take(idx)

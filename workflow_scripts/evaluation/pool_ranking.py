@@ -118,7 +118,10 @@ def embed_rows(model, task, tokenizer, rows: list[dict[str, Any]], opts: dict[st
     encoded = encode_task(task, tokenizer, rows, opts, train=False)
     out = np.zeros((len(encoded.features), model.encoder.config.hidden_size), dtype=np.float32)
     model.eval()
-    with torch.inference_mode():
+    # no_grad, not inference_mode: a sharded (FSDP2) model allocates its gathered parameters
+    # at its first forward, which is the dev evaluation before the first training step; made
+    # in inference mode they could not take part in the training forwards that follow.
+    with torch.no_grad():
         with progress(total=len(encoded.features), desc=f"embedding {task.name} {what}", unit="row") as bar:
             for idx in sorted_batches(encoded.features, int(opts["eval_batch_size"])):
                 batch = collate_task(encoded.features.take(idx), task.format, tokenizer.pad_token_id)

@@ -637,7 +637,8 @@ def test_adding_a_backbone_to_a_finished_grid_plans_only_its_jobs_and_the_tables
 
     path = with_config(demo, edit, "more_backbones")
     config = yaml.safe_load(path.read_text())
-    expected = after_metrics(new) | {("prepare_backbone", f"results/demo/models/backbones/{new}")}
+    expected = after_metrics(new) | after_training(config, new)
+    expected.add(("prepare_backbone", f"results/demo/models/backbones/{new}"))
     for inter in backbone_grid.grid_of(config, new)["intermediate"]:
         expected |= backbone_jobs(config, new, inter)
     assert planned_jobs(demo, "--configfile", str(path)) == expected

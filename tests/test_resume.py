@@ -136,11 +136,10 @@ def test_a_metric_file_says_how_its_backbone_was_trained(reference, demo_encoder
     assert metrics["backbone"] == {**PROVENANCE, "built_locally": True, "weights_sha256": digest.hexdigest()}
 
 
-@pytest.mark.parametrize(
-    "sig",
-    [signal.SIGKILL, signal.SIGTERM, signal.SIGUSR1, signal.SIGINT],
-    ids=["SIGKILL", "SIGTERM", "SIGUSR1", "SIGINT"],
-)
+# A kill without warning, and a stop signal. SIGTERM and SIGINT take the same handler as
+# SIGUSR1 (checkpoints.STOP_SIGNALS); they are sent for real by the Ctrl-C test below, the
+# sharded runs' (tests/test_sharded_training.py) and Slurm's scancel (tests/test_slurm.py).
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGUSR1], ids=["SIGKILL", "SIGUSR1"])
 def test_interrupted_run_resumes_to_the_same_metric_file(tmp_path, reference, demo_data, demo_encoder_dir, sig):
     data, expected, expected_curve = reference
     cmd = train_cmd(demo_encoder_dir, data, tmp_path / "model", tmp_path / "ckpt")

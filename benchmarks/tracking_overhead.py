@@ -87,7 +87,7 @@ def run(variant: str, work: Path, steps: int, attempt: int) -> tuple[float, floa
     if variant == "on":
         run_identity = {"backbone": "small", "intermediate": "mnli", "seed": 1, "grid": "benchmark"}
         cmd += ["--tracking", "tensorboard+mlflow+wandb", "--tracking-dir", str(work / "tracking")]
-        cmd += ["--run", json.dumps(run_identity)]
+        cmd += ["--run-identity", json.dumps(run_identity)]
     started = time.perf_counter()
     subprocess.run(cmd, check=True, capture_output=True, cwd=REPO)
     wall = time.perf_counter() - started

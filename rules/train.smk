@@ -45,7 +45,7 @@ rule train_intermediate:
         " --threads {threads} --output {output.model} --checkpoint-dir {params.checkpoints}"
         " --checkpoint-every {resources.checkpoint_every} --log-every {resources.log_every}"
         " --keep-checkpoints {resources.keep_checkpoints}"
-        f" --tracking {{resources.tracking}} --tracking-dir {shlex.quote(TRACKING_DIR)} --run {{params.run:q}}"
+        f" --tracking {{resources.tracking}} --tracking-dir {shlex.quote(TRACKING_DIR)} --run-identity {{params.run:q}}"
         " > $(fresh_log {log:q}) 2>&1"
 
 
@@ -96,7 +96,7 @@ rule train_target:
         " --threads {threads} --output {output.model} --checkpoint-dir {params.checkpoints}"
         " --checkpoint-every {resources.checkpoint_every} --log-every {resources.log_every}"
         " --keep-checkpoints {resources.keep_checkpoints}"
-        f" --tracking {{resources.tracking}} --tracking-dir {shlex.quote(TRACKING_DIR)} --run {{params.run:q}}"
+        f" --tracking {{resources.tracking}} --tracking-dir {shlex.quote(TRACKING_DIR)} --run-identity {{params.run:q}}"
         " > $(fresh_log {log:q}) 2>&1"
 
 

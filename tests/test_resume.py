@@ -186,7 +186,7 @@ def test_diverging_loss_stops_without_output(tmp_path, demo_data, demo_encoder_d
     proc = subprocess.run(
         [
             *train_cmd(demo_encoder_dir, data, tmp_path / "model", tmp_path / "ckpt", diverging),
-            *("--run", json.dumps(run), "--log-every", "5"),
+            *("--run-identity", json.dumps(run), "--log-every", "5"),
         ],
         capture_output=True,
         text=True,

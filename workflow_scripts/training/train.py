@@ -770,11 +770,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--log-every", type=int, default=10, help="steps between the rows of the curve (curve.csv)")
     ap.add_argument("--tracking", default="off", help='the trackers to log to, e.g. "tensorboard+mlflow" (tracking.py)')
     ap.add_argument("--tracking-dir", type=Path, help="where the trackers write (results/<experiment>/tracking)")
-    ap.add_argument("--run", help="the run's identity (JSON: backbone, setting, config, target, seed, ...)")
+    # (not --run: under torchrun, whose own --run-path it would abbreviate, it is refused as ambiguous)
+    ap.add_argument("--run-identity", help="the run's identity (JSON: backbone, setting, config, target, seed, ...)")
     args = ap.parse_args(argv)
     settings = load_settings(args.settings)
     # Named in every error: the run's identity when the workflow gives it, else its output.
-    run_name = _run_name(args.run, args.output)
+    run_name = _run_name(args.run_identity, args.output)
     trackers = None
     try:
         trackers = _open_trackers(args, settings)
@@ -831,7 +832,7 @@ def _open_trackers(args: argparse.Namespace, settings: dict[str, Any]):
         return None  # (a sharded run's trackers are rank 0's)
     from workflow_scripts.training.tracking import open_trackers
 
-    return open_trackers(args.tracking, args.tracking_dir, args.run, settings, job=args.phase)
+    return open_trackers(args.tracking, args.tracking_dir, args.run_identity, settings, job=args.phase)
 
 
 def _finish_failed(trackers, status: str) -> None:

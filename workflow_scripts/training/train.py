@@ -773,11 +773,11 @@ def main(argv: list[str] | None = None) -> None:
     # (not --run: under torchrun, whose own --run-path it would abbreviate, it is refused as ambiguous)
     ap.add_argument("--run-identity", help="the run's identity (JSON: backbone, setting, config, target, seed, ...)")
     args = ap.parse_args(argv)
-    settings = load_settings(args.settings)
     # Named in every error: the run's identity when the workflow gives it, else its output.
     run_name = _run_name(args.run_identity, args.output)
     trackers = None
     try:
+        settings = load_settings(args.settings)  # (a bad settings file: an InputError, below)
         trackers = _open_trackers(args, settings)
         train_phase(
             args.phase,

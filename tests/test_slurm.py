@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, checkpoint_step, comparable_metrics, copy_repo, snakemake
+from conftest import REPO, checkpoint_step, comparable_metrics, copy_repo
 from slurm_cluster import Cluster, unavailable_reason
 from workflow_scripts.workflow import status
 
@@ -141,20 +141,63 @@ def cluster(tmp_path_factory):
         assert all(proc.poll() is not None for proc in cluster.processes.values())
 
 
+def metric_file_name(backbone: str, target: str) -> str:
+    return f"results/slurm_test/metrics/{backbone}/zero_shot/none/{target}/seed1.json"
+
+
+class LocalRun:
+    """The uninterrupted local run of the reduced config (its metric files only), started at
+    once and waited for when its result is first needed: it runs while the cluster starts
+    and while the cluster run waits on its queue, which leaves the CPUs idle much of the time."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        config = reduced_config(workdir / "slurm_test.yaml")
+        targets = [metric_file_name(*run) for run in INTERRUPTIONS]
+        self.log = (workdir / "snakemake.log").open("w")
+        env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "snakemake", *targets, "--cores", "2", "--configfile", str(config)],
+            cwd=workdir,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        self._metrics: dict[str, dict] | None = None
+
+    def metrics(self) -> dict[str, dict]:
+        if self._metrics is None:
+            returncode = self.proc.wait(timeout=RUN_TIMEOUT)
+            self.log.close()
+            assert returncode == 0, (self.workdir / "snakemake.log").read_text()[-4000:]
+            self._metrics = metric_files(self.workdir)
+            assert len(self._metrics) == len(INTERRUPTIONS)
+        return self._metrics
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
+def local_run(tmp_path_factory):
+    run = LocalRun(copy_repo(tmp_path_factory.mktemp("local")))
+    try:
+        yield run
+    finally:
+        run.stop()
+
+
+@pytest.fixture(scope="module")
+def reference(local_run):
     """Metric files of an uninterrupted local run of the reduced config."""
-    workdir = copy_repo(tmp_path_factory.mktemp("local"))
-    config = reduced_config(workdir / "slurm_test.yaml")
-    proc = snakemake(workdir, "--cores", "2", "--configfile", str(config))
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    metrics = metric_files(workdir)
-    assert len(metrics) == len(INTERRUPTIONS)
-    return metrics
+    return local_run.metrics()
 
 
 @pytest.fixture(scope="module")
-def slurm_run(tmp_path_factory, cluster, reference):
+def slurm_run(tmp_path_factory, local_run, cluster):
     """The reduced demo under `--profile slurm`, interrupted as INTERRUPTIONS says and with
     one pending job cancelled; returns what happened."""
     workdir = copy_repo(tmp_path_factory.mktemp("cluster"))
@@ -177,6 +220,8 @@ def slurm_run(tmp_path_factory, cluster, reference):
             "--configfile",
             str(config),
             "--slurm-init-seconds-before-status-checks",
+            "2",
+            "--seconds-between-status-checks",
             "2",
         ],
         cwd=workdir,
@@ -313,7 +358,7 @@ def test_interrupted_training_resumes_to_the_same_metric_file(slurm_run, referen
         assert train_log["throughput"]["processes"] == 2, train_log["throughput"]
         steps = cluster_steps(slurm_run["accounting_steps"], event["job"])
         assert any(tasks == "2" for _, tasks in steps), steps
-    name = f"results/slurm_test/metrics/{backbone}/zero_shot/none/{target}/seed1.json"
+    name = metric_file_name(backbone, target)
     assert metric_files(workdir)[name] == reference[name]
     assert checkpoint_step(target_checkpoints(workdir, backbone, target)) == 0, (
         "checkpoints are removed once the model exists"

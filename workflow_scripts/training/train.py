@@ -16,8 +16,10 @@ and the best weights (kept on disk, not in memory: checkpoints.py) are restored.
 
 GPU: bf16 autocast, fused AdamW, SDPA attention (the encoder is loaded with it and the log
 says which attention ran). The step never waits for the GPU: token counts come from the CPU
-batch, and the loss (the history's ``loss`` is the mean since the previous evaluation) and
-its finiteness are read every 50 steps, at evaluations and before checkpoints. The log's
+batch, the loss (the history's ``loss`` is the mean since the previous evaluation) is read
+at evaluations, and each step's loss goes into the curve's window, read every ``log_every``
+steps, before evaluations and before checkpoints, which stops the phase at a non-finite
+loss (curves.py). The log's
 ``throughput`` gives examples/s and real (unpadded) tokens/s of the training steps alone.
 
 Data: ``--data`` maps each task to its train and dev files, either as paths (the phase's
@@ -230,19 +232,17 @@ def total_steps(settings: dict[str, Any], train_sets: dict[str, Encoded]) -> int
 
 class StepMeter:
     """Loss and throughput counted without waiting for the GPU: token counts come from the
-    CPU batch, the loss and its finiteness accumulate on the device and are read only every
-    ``check_every`` steps and at evaluations (each read is one host-device synchronisation)."""
+    CPU batch, the loss accumulates on the device and is read only at evaluations (one
+    host-device synchronisation). Divergence is the curve's check (curves.CurveMeter)."""
 
-    def __init__(self, dev, check_every: int = 50, ctx=None) -> None:
+    def __init__(self, dev, ctx=None) -> None:
         import torch
 
         # ctx: a sharded run's context; each rank holds its share of every loss and count,
         # and every read of them is agreed over the ranks (distributed.py)
         self.ctx = ctx if ctx is not None and ctx.distributed else None
-        self.check_every = check_every
         self.loss_sum = torch.zeros((), device=dev)
-        self.finite = torch.ones((), dtype=torch.bool, device=dev)
-        self.steps_since_read, self.checked_up_to = 0, 0
+        self.steps_since_read = 0
         self.counts = {"examples": 0, "tokens": 0, "padded_tokens": 0}
 
     def totals(self) -> dict[str, int]:
@@ -263,22 +263,8 @@ class StepMeter:
         self.counts["padded_tokens"] += mask.numel()
 
     def add_step(self, step_loss) -> None:
-        import torch
-
         self.loss_sum += step_loss
-        self.finite &= torch.isfinite(step_loss)
         self.steps_since_read += 1
-
-    def check(self, step: int, task: str) -> None:
-        """Raise if any loss since the last check was not finite (one synchronisation)."""
-        finite = bool(self.finite)
-        if self.ctx is not None:
-            finite = not any_rank(not finite, self.ctx)
-        if not finite:
-            raise FloatingPointError(
-                f"non-finite loss between steps {self.checked_up_to + 1} and {step} (last task sampled: {task})"
-            )
-        self.checked_up_to = step
 
     def mean_loss(self) -> float:
         """The mean training loss since the last call (one synchronisation)."""
@@ -499,9 +485,8 @@ def train_phase(
             saving = stopping or ((step + 1) % checkpointer.every == 0 and step + 1 < total)
             if curve.row_due(step + 1):  # reads the window: raises Diverged at a NaN loss
                 record(curve.train_row(step + 1, meter.totals()["tokens"]), step + 1)
-            if evaluate_now or saving or (step + 1) % meter.check_every == 0:
+            if evaluate_now or saving:
                 curve.check()  # never evaluate or checkpoint diverged weights
-                meter.check(step + 1, name)
             if evaluate_now:
                 eval_started = time.time()
                 by_language, scores = evaluate()

@@ -49,9 +49,12 @@ lint: install
 # Test tiers (pytest markers, pyproject.toml; tests/conftest.py requires exactly one per test):
 # unit (in-process), integration (snakemake or a CLI end to end in subprocesses, the local Hub
 # server), multiprocess (spawned workers), cluster (a throwaway Slurm cluster). `test` runs
-# them all, each test once.
+# them all, each test once, on TEST_WORKERS pytest-xdist workers: most tests keep one core
+# busy, the workflow runs two; each module stays on one worker with its fixtures
+# (tests/conftest.py, in_worker_groups). TEST_WORKERS=0 runs them in this process.
+TEST_WORKERS ?= 2
 test: lint
-	$(BIN)/python -m pytest -q -rs --durations=25 tests
+	$(BIN)/python -m pytest -q -rs --durations=25 -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder tests
 
 # Meant to stay under two minutes on two cores: it names its ten slowest steps, so that a
 # slow test is seen (and moved to another tier) when it comes.

@@ -44,6 +44,40 @@ def pytest_collection_modifyitems(config, items):
             f"each test needs exactly one tier marker of {', '.join(TIERS)} "
             f"(pytestmark = pytest.mark.unit in the module, or on the test):\n  " + "\n  ".join(problems)
         )
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker (`make test` runs two)
+        items[:] = in_worker_groups(items)
+
+
+# ----- two workers (pytest-xdist, --dist loadgroup) ----------------------------------------
+
+# The suite's expensive fixtures are module-scoped (a demo run per module) or session-scoped
+# (demo_checkout, shared by several modules): a module split over two workers would run its
+# fixture twice. So each module is one group, and the modules using demo_checkout one group
+# together. Groups are handed out in the order of the items, a new one to whichever worker
+# is free: the longest go first (the shared demo, then by the module's costliest tier in
+# LONGEST_FIRST order), so that both workers finish near the same time.
+SHARED_DEMO = "demo_checkout"
+LONGEST_FIRST = ("cluster", "integration", "multiprocess", "unit")
+
+
+def in_worker_groups(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The items, each marked with its xdist group, ordered longest group first."""
+    modules: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(item.module.__name__, []).append(item)
+    group_of = {
+        module: SHARED_DEMO if any(SHARED_DEMO in i.fixturenames for i in tests) else module
+        for module, tests in modules.items()
+    }
+    rank: dict[str, int] = {}
+    for module, tests in modules.items():
+        group = group_of[module]
+        heaviest = min(LONGEST_FIRST.index(m.name) for i in tests for m in i.iter_markers() if m.name in TIERS)
+        cost = -1 if group == SHARED_DEMO else heaviest
+        rank[group] = min(rank.get(group, cost), cost)
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(group_of[item.module.__name__]))
+    return sorted(items, key=lambda i: rank[group_of[i.module.__name__]])  # stable: module order kept
 
 
 def local_settings(path: str, languages: list[str] | None = None) -> dict:

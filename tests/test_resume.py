@@ -274,8 +274,10 @@ def test_ctrl_c_on_snakemake_checkpoints_and_the_rerun_resumes_keeping_the_inter
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     said = (tmp_path / "interrupted.out").read_text()
-    # Snakemake waited for the job, which exited by itself: 128 + SIGINT
-    assert "Terminating processes on user request" in said and "non-zero exit status 130" in said, said[-3000:]
+    # Snakemake waited for the job, which exited by itself: 128 + SIGINT. (Whether Snakemake
+    # also says "Terminating processes on user request" depends on whether it handles its own
+    # SIGINT before it sees the job's exit: both come from the same Ctrl-C.)
+    assert "non-zero exit status 130" in said, said[-3000:]
     checkpoints = meta.parent.parent
     stopped_at = checkpoint_step(checkpoints)
     assert stopped_at >= 20

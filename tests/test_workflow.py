@@ -682,6 +682,9 @@ def test_progress_view_showed_the_demo_running(demo, tmp_path_factory):
     assert max(look["totals"]["done"] for look in running) > min(look["totals"]["done"] for look in running)
     # The look after the run ended: every planned job done.
     assert seen[-1]["state"] == "finished" and seen[-1]["totals"]["done"] == planned, seen[-1]["totals"]
+    # ... as many as the README and the getting-started page say the demo runs
+    assert f"{planned} jobs with `all`" in (demo / "README.md").read_text()
+    assert f"The demo runs {planned} jobs (`all` included)" in (demo / "docs/index.md").read_text()
 
 
 def test_slurm_profile_resolves_from_the_repository_root(demo):

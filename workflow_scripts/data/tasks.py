@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from workflow_scripts.common import load_yaml
 from workflow_scripts.formats import get_format
 from workflow_scripts.formats import names as format_names
 
@@ -199,7 +200,7 @@ def read_entry(path: Path) -> Task:
     import yaml
 
     try:
-        entry = yaml.safe_load(path.read_text(encoding="utf-8"))
+        entry = load_yaml(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as err:
         raise CatalogueError(f"task entry {path}: not valid YAML: {err}") from None
     if not isinstance(entry, dict):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.common import REPO_ROOT, is_url, repo_path
+from workflow_scripts.common import REPO_ROOT, is_url, load_yaml, repo_path
 from workflow_scripts.data.tasks import CONTROLS, MLM, PROVIDED_TRANSLATIONS, TASKS, TRANSLATABLE_FORMATS, get_task
 from workflow_scripts.formats import get_format
 from workflow_scripts.workflow import backbone_grid, benchmark, memory_plan, paths, slurm, transfer
@@ -46,10 +46,8 @@ class ConfigError(ValueError):
 def check_schema(config: dict[str, Any], schema_file: str) -> None:
     """JSON-schema errors as one line per problem, each naming the config key."""
     import jsonschema
-    import yaml
 
-    with open(schema_file, encoding="utf-8") as f:
-        schema = yaml.safe_load(f)
+    schema = load_yaml(Path(schema_file).read_text(encoding="utf-8"))
     validator = jsonschema.Draft202012Validator(schema)
     problems = []
     for err in sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path))):

@@ -14,17 +14,14 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
-from workflow_scripts.common import REPO_ROOT
+from workflow_scripts.common import REPO_ROOT, load_yaml
 
 SCHEMA_FILE = REPO_ROOT / "schemas" / "config.schema.yaml"
 
 
 @functools.cache
 def config_schema() -> dict[str, Any]:
-    import yaml
-
-    with open(SCHEMA_FILE, encoding="utf-8") as f:
-        return yaml.safe_load(f)
+    return load_yaml(SCHEMA_FILE.read_text(encoding="utf-8"))
 
 
 def _name(keys: tuple[str, ...], definition: str | None) -> str:

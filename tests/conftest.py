@@ -198,13 +198,24 @@ def copy_repo(dest: Path) -> Path:
     return dest
 
 
+def workflow_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """This environment (plus ``env``) with the test's python first on PATH: the rules call
+    `python -m workflow_scripts...`."""
+    env = {**os.environ, **(env or {})}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
 def snakemake(
     cwd: Path, *args: str, timeout: int = 1800, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:
-    env = {**os.environ, **(env or {})}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     return subprocess.run(
-        [sys.executable, "-m", "snakemake", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "snakemake", *args],
+        cwd=cwd,
+        env=workflow_env(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -220,7 +231,7 @@ def snakemake_watched(
 
     from workflow_scripts.workflow import status
 
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env = workflow_env()
     seen = []
     with tempfile.TemporaryDirectory() as tmp:
         out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, checkpoint_step, comparable_metrics, copy_repo
+from conftest import REPO, checkpoint_step, comparable_metrics, copy_repo, workflow_env
 from slurm_cluster import Cluster, unavailable_reason
 from workflow_scripts.workflow import status
 
@@ -155,11 +155,10 @@ class LocalRun:
         config = reduced_config(workdir / "slurm_test.yaml")
         targets = [metric_file_name(*run) for run in INTERRUPTIONS]
         self.log = (workdir / "snakemake.log").open("w")
-        env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "snakemake", *targets, "--cores", "2", "--configfile", str(config)],
             cwd=workdir,
-            env=env,
+            env=workflow_env(),
             stdout=self.log,
             stderr=subprocess.STDOUT,
         )

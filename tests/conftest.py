@@ -22,6 +22,10 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_HUB = REPO / "demo" / "hub"
+# For the environment of processes that start training ranks: the multiprocess tests test the
+# gloo/CPU path, which a GPU workstation's ranks would otherwise leave for NCCL on its GPUs
+# (and, with one GPU, put two ranks on it).
+HIDDEN_GPUS = {"CUDA_VISIBLE_DEVICES": ""}
 
 
 # ----- test tiers ----------------------------------------------------------------------------

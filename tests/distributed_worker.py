@@ -110,8 +110,10 @@ def main() -> None:
 
     ctx = D.init_from_env()
     torch.manual_seed(0)  # the same initial weights on every rank (and in a single process)
+    # On this process's device before sharding: a single process (the GPU test's reference)
+    # is not sharded, and shard_model moves only what it shards.
     model = D.shard_model(
-        Tiny(dropout=args.dropout),
+        Tiny(dropout=args.dropout).to(ctx.device),
         (Block,),
         ctx,
         bf16=args.bf16,

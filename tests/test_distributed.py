@@ -1,5 +1,5 @@
 """Sharded training (workflow_scripts/training/distributed.py): the data split and loss weights, the
-launch commands, and real torchrun runs of a tiny model on CPU (gloo, FSDP2, DCP).
+launch commands, each rank's device, and real torchrun runs of a tiny model on CPU (gloo, FSDP2, DCP).
 
 The runs (tests/distributed_worker.py, ~6 s each on 2 cores) check that 2 processes train
 like 1 on the same global batches, that a SIGTERM'd run resumes from its sharded checkpoint
@@ -18,10 +18,9 @@ import time
 import pytest
 import torch
 
-from conftest import REPO
+from conftest import HIDDEN_GPUS, REPO
+from workflow_scripts.common import InputError
 from workflow_scripts.training import distributed as D
-
-pytestmark = pytest.mark.multiprocess
 
 WORKER = str(REPO / "tests" / "distributed_worker.py")
 STEPS = 10
@@ -30,24 +29,29 @@ STEPS = 10
 FP32_LOSS_ATOL, FP32_WEIGHT_ATOL, BF16_LOSS_RTOL = 1e-5, 1e-5, 2e-2
 
 
-def _env() -> dict[str, str]:
+def _env(gpus: bool = False) -> dict[str, str]:
+    """This environment without a launcher's variables; without GPUs unless ``gpus``: the
+    ranks run the gloo/CPU path also on a GPU workstation."""
     env = {
         k: v
         for k, v in os.environ.items()
         if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
     }
     env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    if not gpus:
+        env.update(HIDDEN_GPUS)
     return env
 
 
-def run(tmp_path, name: str, *args: str, nproc: int = 2, check: bool = True, timeout: float = 120):
-    """Run the worker on ``nproc`` processes (1: plain python, no process group)."""
+def run(tmp_path, name: str, *args: str, nproc: int = 2, check: bool = True, timeout: float = 120, gpus: bool = False):
+    """Run the worker on ``nproc`` processes (1: plain python, no process group), on the CPU
+    unless ``gpus``."""
     out = tmp_path / f"{name}.json"
     # the launch command a rule would run, with this interpreter for `python` and `torchrun`
     command = D.launch_command([WORKER, "--out", str(out), "--steps", str(STEPS), *args], 1, nproc)
     command[:1] = [sys.executable] if command[0] == "python" else [sys.executable, "-m", "torch.distributed.run"]
     started = time.monotonic()
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=_env(), cwd=REPO)
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=_env(gpus), cwd=REPO)
     proc.seconds = time.monotonic() - started
     if check:
         assert proc.returncode == 0, proc.stderr[-3000:]
@@ -87,6 +91,7 @@ def ctx(rank: int, world: int) -> D.Context:
     return D.Context(rank, world, rank, torch.device("cpu"), "gloo" if world > 1 else None, rank == 0)
 
 
+@pytest.mark.multiprocess
 def test_rank_shares_are_contiguous_balanced_and_cover_the_batch_once():
     batch = list(range(7))
     assert [D.rank_share(batch, ctx(r, 2)) for r in range(2)] == [[0, 1, 2], [3, 4, 5, 6]]
@@ -95,6 +100,7 @@ def test_rank_shares_are_contiguous_balanced_and_cover_the_batch_once():
     assert [D.rank_share([0, 1], ctx(r, 4)) for r in range(4)] == [[], [0], [], [1]]
 
 
+@pytest.mark.multiprocess
 def test_accumulation_steps_keep_the_global_batch_whatever_the_world_size():
     assert D.accumulation_steps(32, 1, 8) == 4
     assert D.accumulation_steps(32, 4, 8) == 1
@@ -105,6 +111,7 @@ def test_accumulation_steps_keep_the_global_batch_whatever_the_world_size():
         D.accumulation_steps(0, 2, 2)
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("size, world, micro", [(7, 2, 2), (32, 4, 8), (33, 4, 8), (5, 2, 1), (3, 4, 2), (10, 1, 3)])
 def test_micro_batches_same_count_on_every_rank_and_weights_give_the_global_mean(size, world, micro):
     batch = list(range(size))
@@ -123,6 +130,7 @@ def test_micro_batches_same_count_on_every_rank_and_weights_give_the_global_mean
         assert any(w == 0.0 for m in per_rank for _, w in m)  # stand-ins for ranks with nothing left
 
 
+@pytest.mark.multiprocess
 def test_single_process_helpers_are_no_ops():
     one = ctx(0, 1)
     assert D.any_rank(True, one) and not D.any_rank(False, one)
@@ -130,6 +138,7 @@ def test_single_process_helpers_are_no_ops():
     assert D.sum_over_ranks(torch.tensor(2.0), one).item() == 2.0
 
 
+@pytest.mark.multiprocess
 def test_launch_command_single_process_and_one_node():
     argv = ["-m", "workflow_scripts.training.train", "target", "--seed", "1"]
     assert D.launch_command(argv, 1, 1) == ["python", *argv]
@@ -142,6 +151,7 @@ def test_launch_command_single_process_and_one_node():
         D.launch_command(argv, 0, 1)
 
 
+@pytest.mark.multiprocess
 def test_launch_command_two_nodes_runs_one_torchrun_per_node_at_the_first_host(tmp_path):
     """The shell string, run by bash with stand-ins for scontrol and srun that print their arguments."""
     argv = ["-m", "workflow_scripts.training.train", "target", "--data", '{"xnli": "a b.parquet"}']
@@ -216,6 +226,7 @@ def _stand_ins(tmp_path) -> dict[str, str]:
     return {**_env(), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
 
 
+@pytest.mark.multiprocess
 def test_srun_launcher_starts_one_task_per_rank_inside_slurm_and_torchrun_outside(tmp_path):
     argv = ["-m", "workflow_scripts.training.train", "target", "--data", '{"xnli": "a b.parquet"}']
     env = _stand_ins(tmp_path)
@@ -253,6 +264,7 @@ def test_srun_launcher_starts_one_task_per_rank_inside_slurm_and_torchrun_outsid
         D.launch_command(argv, 1, 2, launcher="mpirun")
 
 
+@pytest.mark.multiprocess
 def test_ranks_numbered_by_slurm_train_like_one_process(tmp_path, single):
     """Two processes given only what srun gives its tasks (SLURM_PROCID, SLURM_NTASKS,
     SLURM_LOCALID) plus the launcher's MASTER_ADDR/PORT and marker: the same process group,
@@ -297,9 +309,99 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+# --- each rank's device ------------------------------------------------------------------------
+
+
+@pytest.mark.unit
+def test_torchrun_with_every_gpu_visible_gives_each_rank_the_gpu_of_its_local_rank():
+    for local in range(4):
+        env = {"LOCAL_RANK": str(local), "LOCAL_WORLD_SIZE": "4", "RANK": str(4 + local), "WORLD_SIZE": "8"}
+        assert D.local_device(local, 4, env) == torch.device("cuda", local)
+    # more GPUs than ranks (a node shared with another job step): still one each
+    assert D.local_device(1, 8, {"LOCAL_WORLD_SIZE": "2"}) == torch.device("cuda", 1)
+
+
+@pytest.mark.unit
+def test_srun_with_gpus_per_node_gives_each_task_the_gpu_of_its_local_id():
+    env = {"SLURM_LOCALID": "3", "SLURM_STEP_TASKS_PER_NODE": "4(x2)", "SLURM_STEP_GPUS": "0,1,2,3"}
+    assert D.local_device(3, 4, env) == torch.device("cuda", 3)
+
+
+@pytest.mark.unit
+def test_slurm_gpus_per_task_gives_every_task_its_only_gpu():
+    """srun --gpus-per-task=1: task 3 sees one GPU (physical 3) as device 0, not cuda:3."""
+    for local in range(4):
+        env = {
+            "SLURM_LOCALID": str(local),
+            "SLURM_NTASKS_PER_NODE": "4",
+            "SLURM_GPUS_PER_TASK": "1",
+            "SLURM_STEP_GPUS": "0,1,2,3",
+            "CUDA_VISIBLE_DEVICES": str(local),
+        }
+        assert D.local_device(local, 1, env) == torch.device("cuda", 0)
+
+
+@pytest.mark.unit
+def test_cuda_visible_devices_alone_naming_one_gpu_gives_cuda_0():
+    assert D.local_device(0, 1, {"CUDA_VISIBLE_DEVICES": "3"}) == torch.device("cuda", 0)
+    assert D.local_device(1, 1, {"CUDA_VISIBLE_DEVICES": "3", "LOCAL_RANK": "1"}) == torch.device("cuda", 0)
+
+
+@pytest.mark.unit
+def test_no_visible_gpu_gives_the_cpu():
+    assert D.local_device(1, 0, {"LOCAL_WORLD_SIZE": "2", "CUDA_VISIBLE_DEVICES": ""}) == torch.device("cpu")
+
+
+@pytest.mark.unit
+def test_fewer_gpus_than_local_ranks_is_an_error_naming_counts_variables_and_fixes():
+    env = {"SLURM_LOCALID": "3", "SLURM_NTASKS_PER_NODE": "4", "CUDA_VISIBLE_DEVICES": "0,1"}
+    with pytest.raises(InputError) as error:
+        D.local_device(3, 2, env)
+    message = str(error.value)
+    for part in ("local rank 3", "2 GPU(s)", "4 ranks", "SLURM_NTASKS_PER_NODE='4'", "CUDA_VISIBLE_DEVICES='0,1'"):
+        assert part in message, message
+    assert "--gpus-per-task=1" in message and "--gpus-per-node=N" in message
+
+
+@pytest.mark.unit
+def test_torchrun_workers_sharing_one_visible_gpu_is_an_error():
+    """torchrun's workers inherit one environment: one visible GPU is the same GPU for all."""
+    with pytest.raises(InputError, match="LOCAL_WORLD_SIZE='2'"):
+        D.local_device(0, 1, {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "CUDA_VISIBLE_DEVICES": "0"})
+
+
+@pytest.mark.unit
+def test_a_second_srun_task_seeing_one_gpu_joins_the_group_on_cuda_0(monkeypatch):
+    """init_from_env's choice where the launcher is srun with --gpus-per-task=1: Slurm's
+    variables only, one visible GPU (simulated), the process group's start stubbed."""
+    import torch.distributed as dist
+
+    slurm = {
+        D.RANKS_FROM: "slurm",
+        "SLURM_PROCID": "1",
+        "SLURM_NTASKS": "2",
+        "SLURM_LOCALID": "1",
+        "SLURM_NTASKS_PER_NODE": "2",
+        "SLURM_GPUS_PER_TASK": "1",
+        "CUDA_VISIBLE_DEVICES": "1",
+    }
+    # a process environment of these alone (init_from_env adds RANK, WORLD_SIZE, LOCAL_RANK to it)
+    monkeypatch.setattr(os, "environ", slurm)
+    chosen, started = [], []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
+    monkeypatch.setattr(dist, "init_process_group", lambda backend, **kwargs: started.append((backend, kwargs)))
+    context = D.init_from_env()
+    assert (context.rank, context.world_size, context.local_rank) == (1, 2, 1)
+    assert context.device == torch.device("cuda", 0) and chosen == [torch.device("cuda", 0)]
+    assert started[0][0] == "cpu:gloo,cuda:nccl" and started[0][1]["device_id"] == torch.device("cuda", 0)
+
+
 # --- torchrun runs -----------------------------------------------------------------------------
 
 
+@pytest.mark.multiprocess
 def test_two_processes_fsdp2_give_the_single_process_loss_curve(tmp_path, single):
     """FSDP2 per block + activation checkpointing on 2 gloo ranks vs 1 plain process, fp32,
     global batches of 7 (shares 3 + 4) in micro-batches of 2, tied LM head, clipping, AdamW."""
@@ -314,6 +416,7 @@ def test_two_processes_fsdp2_give_the_single_process_loss_curve(tmp_path, single
     assert two["tied"] and torch.equal(two_weights["lm.weight"], two_weights["embeddings.weight"])
 
 
+@pytest.mark.multiprocess
 def test_sigterm_to_torchrun_checkpoints_and_the_rerun_ends_as_the_uninterrupted_run(tmp_path, dropout_reference):
     """Rank 0 sends SIGTERM to torchrun after step 3; torchrun forwards it to both workers,
     which agree on a step boundary, write a sharded checkpoint and exit. With dropout, so
@@ -342,6 +445,7 @@ def test_sigterm_to_torchrun_checkpoints_and_the_rerun_ends_as_the_uninterrupted
     assert _max_weight_diff(weights, reference_weights) <= 1e-6
 
 
+@pytest.mark.multiprocess
 def test_a_dead_rank_ends_the_job_and_a_single_process_resumes_its_last_checkpoint(tmp_path, single):
     """Rank 1 exits with code 3 at step 5: torchrun must stop rank 0 (blocked in a collective)
     and fail, not hang. The periodic checkpoint of step 3 (2 shards) then loads into one
@@ -360,6 +464,7 @@ def test_a_dead_rank_ends_the_job_and_a_single_process_resumes_its_last_checkpoi
     assert _max_weight_diff(one_weights, weights) <= FP32_WEIGHT_ATOL
 
 
+@pytest.mark.multiprocess
 def test_an_interrupted_save_never_looks_complete(tmp_path):
     """A version directory still under its temporary name, or without its extra state, is ignored."""
     model = torch.nn.Linear(2, 2)
@@ -381,11 +486,12 @@ def test_an_interrupted_save_never_looks_complete(tmp_path):
     assert D.read_extra(tmp_path / "c") is None
 
 
+@pytest.mark.multiprocess
 @pytest.mark.skipif(
     torch.cuda.device_count() < 2,
     reason="needs 2 GPUs: FSDP2 with NCCL and bf16 on CUDA (the CPU tests above cover FSDP2 with gloo)",
 )
 def test_two_gpus_bf16_fsdp2_match_one_gpu(tmp_path):
-    one, _ = run(tmp_path, "gpu1", nproc=1)  # one process: unsharded fp32
-    two, _ = run(tmp_path, "gpu2", "--bf16", "--activation-checkpointing")
+    one, _ = run(tmp_path, "gpu1", nproc=1, gpus=True)  # one process on cuda:0: unsharded fp32
+    two, _ = run(tmp_path, "gpu2", "--bf16", "--activation-checkpointing", gpus=True)
     assert max(abs(a - b) / abs(a) for a, b in zip(one["losses"], two["losses"])) <= BF16_LOSS_RTOL

@@ -20,7 +20,7 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO
+from conftest import HIDDEN_GPUS, REPO
 from workflow_scripts.common import InputError
 from workflow_scripts.models.adapters import Method, attach, lineage, load_backbone
 from workflow_scripts.models.backbones import family_of
@@ -210,7 +210,7 @@ def runs(models):
         for k, v in os.environ.items()
         if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
     }
-    env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", **HIDDEN_GPUS)
     proc = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-5000:]
     return torch.load(out, weights_only=False)

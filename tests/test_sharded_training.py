@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import HIDDEN_GPUS
 from workflow_scripts.training.distributed import launch_command, read_extra
 
 pytestmark = pytest.mark.multiprocess
@@ -104,7 +105,7 @@ def train_cmd(
 
 
 def run(cmd: list[str], timeout: int = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **HIDDEN_GPUS}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return proc
@@ -159,7 +160,7 @@ def test_a_sharded_run_stopped_by_a_signal_resumes_to_the_same_result(tmp_path, 
     cmd = train_cmd(
         encoder, data_map(demo_data), settings, tmp_path / "model", tmp_path / "ckpt", 2, checkpoint_every=4
     )
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **HIDDEN_GPUS}
     proc = subprocess.Popen(
         cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
     )  # its own process group, like a terminal's foreground job
@@ -198,7 +199,11 @@ def test_a_rank_that_dies_ends_the_job(tmp_path, encoder, demo_data):
         encoder, data_map(demo_data), settings, tmp_path / "model", tmp_path / "ckpt", 2, checkpoint_every=2
     )
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}
+        cmd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1", **HIDDEN_GPUS},
     )
     deadline = time.time() + 300
     while (read_extra(tmp_path / "ckpt" / "checkpoint") or {}).get("step", 0) < 2:

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, checkpoint_step, comparable_metrics, copy_repo, workflow_env
+from conftest import HIDDEN_GPUS, REPO, checkpoint_step, comparable_metrics, copy_repo, workflow_env
 from slurm_cluster import Cluster, unavailable_reason
 from workflow_scripts.workflow import status
 
@@ -158,7 +158,7 @@ class LocalRun:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "snakemake", *targets, "--cores", "2", "--configfile", str(config)],
             cwd=workdir,
-            env=workflow_env(),
+            env=workflow_env(HIDDEN_GPUS),  # the sharded job's 2 ranks train on CPU (gloo) on any host
             stdout=self.log,
             stderr=subprocess.STDOUT,
         )

@@ -35,12 +35,13 @@ import random
 import shlex
 import shutil
 import warnings
+from collections.abc import Mapping
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from workflow_scripts.common import LOG
+from workflow_scripts.common import LOG, InputError
 
 if TYPE_CHECKING:
     import torch
@@ -94,7 +95,7 @@ def init_from_env(timeout_minutes: float = 30.0) -> Context:
     rank, world, local = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"])
     kwargs: dict[str, Any] = {}
     if torch.cuda.is_available():
-        dev = torch.device("cuda", local)
+        dev = local_device(local, torch.cuda.device_count(), os.environ)
         torch.cuda.set_device(dev)
         backend = "cpu:gloo,cuda:nccl"
         kwargs["device_id"] = dev  # binds NCCL to this rank's GPU (no guessing from the rank)
@@ -102,6 +103,74 @@ def init_from_env(timeout_minutes: float = 30.0) -> Context:
         dev, backend = torch.device("cpu"), "gloo"
     dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(minutes=timeout_minutes), **kwargs)
     return Context(rank, world, local, dev, backend, rank == 0)
+
+
+def local_world_size(env: Mapping[str, str]) -> tuple[int | None, str]:
+    """How many ranks run on this node, and the variable that says so: torchrun's
+    LOCAL_WORLD_SIZE first (a torchrun started by a one-task-per-node srun also sees Slurm's
+    task counts, which count the torchruns, not the ranks), then srun's. (None, "") if neither."""
+    if "LOCAL_WORLD_SIZE" in env:
+        return int(env["LOCAL_WORLD_SIZE"]), "LOCAL_WORLD_SIZE"
+    if env.get("SLURM_NTASKS_PER_NODE", "").isdigit():
+        return int(env["SLURM_NTASKS_PER_NODE"]), "SLURM_NTASKS_PER_NODE"
+    # srun's own count for the step, "4" or "4(x2)"; a step with other counts on other nodes
+    # ("4,2(x3)") does not say which is this node's
+    per_node = env.get("SLURM_STEP_TASKS_PER_NODE", "").removesuffix(")").split("(x")[0]
+    if per_node.isdigit() and "," not in env["SLURM_STEP_TASKS_PER_NODE"]:
+        return int(per_node), "SLURM_STEP_TASKS_PER_NODE"
+    return None, ""
+
+
+def local_device(local_rank: int, visible_count: int, env: Mapping[str, str]) -> torch.device:
+    """The device of the rank numbered ``local_rank`` on its node, which sees
+    ``visible_count`` CUDA devices (``torch.cuda.device_count()``, after CUDA_VISIBLE_DEVICES).
+
+    - no GPU visible: the CPU;
+    - every GPU of the node visible to every rank (torchrun's workers; srun with
+      ``--gpus-per-node``): ``cuda:LOCAL_RANK``;
+    - one GPU visible (srun ``--gpus-per-task=1``, or a CUDA_VISIBLE_DEVICES set per task):
+      ``cuda:0``, whatever physical GPU that is. Not for torchrun's workers: they all inherit
+      one environment, so one visible GPU is one GPU they would all share;
+    - anything else (2 GPUs for 4 ranks): an error naming the counts and the fix, rather than
+      rank 2 failing on ``cuda:2`` or two ranks meeting on one GPU, where NCCL stops."""
+    import torch
+
+    if visible_count < 1:
+        return torch.device("cpu")
+    local_world, world_from = local_world_size(env)
+    if local_world is not None and visible_count >= local_world:
+        return torch.device("cuda", local_rank)
+    if visible_count == 1 and world_from != "LOCAL_WORLD_SIZE":
+        return torch.device("cuda", 0)
+    if local_world is None and local_rank < visible_count:
+        return torch.device("cuda", local_rank)  # no count of local ranks to check against
+    raise InputError(_binding_problem(local_rank, visible_count, local_world, world_from, env))
+
+
+def _binding_problem(
+    local_rank: int, visible_count: int, local_world: int | None, world_from: str, env: Mapping[str, str]
+) -> str:
+    said = {
+        name: env[name]
+        for name in (
+            "LOCAL_RANK",
+            "SLURM_LOCALID",
+            world_from,
+            "CUDA_VISIBLE_DEVICES",
+            "SLURM_GPUS_PER_TASK",
+            "SLURM_STEP_GPUS",
+        )
+        if name and name in env
+    }
+    ranks = f"{local_world} ranks on this node" if local_world is not None else "an unknown number of ranks"
+    return (
+        f"local rank {local_rank} sees {visible_count} GPU(s) (torch.cuda.device_count()) for {ranks}: "
+        f"{', '.join(f'{k}={v!r}' for k, v in said.items()) or 'no launcher variables'}. "
+        "Each rank needs a GPU of its own: either every rank sees all of the node's GPUs "
+        "(torchrun, or srun --gpus-per-node=N with one task per GPU, N = ranks per node), or each "
+        "Slurm task sees exactly one (srun --gpus-per-task=1). A CUDA_VISIBLE_DEVICES set for the "
+        "whole job must list at least as many GPUs as there are ranks per node."
+    )
 
 
 def shutdown(ctx: Context) -> None:
@@ -485,10 +554,11 @@ def launch_command(
       local ``snakemake --cores N``) the same one-node job falls back to
       ``torchrun --standalone``.
 
-    Srun's steps get every GPU of the job (each rank takes ``cuda:LOCAL_RANK``) but only the
-    CPUs they ask for: one per task unless told, hence ``--cpus-per-task``. The allocation's
-    hosts come from ``squeue``, not ``SLURM_JOB_NODELIST``: the Slurm executor's job step
-    removes every SLURM_* variable but the job id before it runs a job's command.
+    Srun's steps get every GPU of the job (each rank takes ``cuda:LOCAL_RANK``; with one GPU per
+    task, ``cuda:0``: ``local_device``) but only the CPUs they ask for: one per task unless
+    told, hence ``--cpus-per-task``. The allocation's hosts come from ``squeue``, not
+    ``SLURM_JOB_NODELIST``: the Slurm executor's job step removes every SLURM_* variable but
+    the job id before it runs a job's command.
 
     A dead rank ends the whole job: with ``--max-restarts 0`` torchrun, when any worker exits
     non-zero, sends SIGTERM to the others, SIGKILLs them after 30 s and exits non-zero itself;

@@ -107,3 +107,52 @@ def test_presets_offline_name_what_is_missing(preset, missing):
     hub = [r for r in table if r[0] == "hub"]
     assert hub and all(r[2] == "BLOCKER" and "cannot reach the Hub" in r[3] for r in hub)
     assert any(r[0] == "gpus" and r[2] == "ok" for r in table), proc.stdout
+
+
+@pytest.fixture(scope="module")
+def demo_config() -> dict:
+    """The demo's config, which translates (squad_de, translate-test XNLI) with CTranslate2."""
+    from workflow_scripts.workflow.preflight import load_config
+
+    return load_config([])
+
+
+@pytest.mark.unit
+def test_translation_check_runs_where_a_gpu_is_and_names_the_fix(demo_config, monkeypatch):
+    from workflow_scripts.translation import translators
+    from workflow_scripts.workflow import preflight
+
+    def unloadable(name_or_path: str) -> None:
+        raise OSError(f"{name_or_path}: cannot open shared object file")
+
+    monkeypatch.setattr(preflight, "local_gpus", lambda: [("NVIDIA H100 80GB HBM3", 79.2)])
+    monkeypatch.setattr(translators, "find_packaged_cublas12", lambda search_path=None: None)
+    monkeypatch.setattr(translators, "load_shared_library", unloadable)
+    [blocker] = preflight.check_translation(demo_config)
+    assert (blocker.check, blocker.subject, blocker.status) == ("translation", "ctranslate2", preflight.BLOCKER)
+    assert "libcublas.so.12" in blocker.detail
+    assert f"pip install {translators.CUBLAS_12_PACKAGE}" in blocker.fix
+    assert "LD_LIBRARY_PATH" in blocker.fix and "translation.backend: transformers" in blocker.fix
+
+    monkeypatch.setattr(translators, "load_shared_library", lambda name_or_path: None)
+    [ok] = preflight.check_translation(demo_config)
+    assert ok.status == preflight.OK and "libcublas.so.12" in ok.detail
+
+
+@pytest.mark.unit
+def test_translation_check_is_skipped_without_a_gpu_another_backend_or_anything_to_translate(demo_config, monkeypatch):
+    from workflow_scripts.workflow import grid, preflight, transfer
+
+    monkeypatch.setattr(preflight, "local_gpus", lambda: [])
+    [no_gpu] = preflight.check_translation(demo_config)
+    assert no_gpu.status == preflight.SKIPPED and "no CUDA device here" in no_gpu.detail
+
+    monkeypatch.setattr(preflight, "local_gpus", lambda: [("NVIDIA H100 80GB HBM3", 79.2)])
+    transformers = {**demo_config, "translation": {**demo_config["translation"], "backend": "transformers"}}
+    [other] = preflight.check_translation(transformers)
+    assert other.status == preflight.SKIPPED and "transformers" in other.detail
+
+    monkeypatch.setattr(grid, "translation_jobs", lambda config: [])
+    monkeypatch.setattr(transfer, "test_translations", lambda config: [])
+    [nothing] = preflight.check_translation(demo_config)
+    assert nothing.status == preflight.SKIPPED and "translates nothing" in nothing.detail

@@ -2,9 +2,11 @@
 
 import hashlib
 import shutil
+from pathlib import Path
 
 import pytest
 
+from conftest import REPO
 from workflow_scripts.common import InputError
 from workflow_scripts.data.prepare import read_table
 from workflow_scripts.translation.translate import CLOSE, OPEN, fuzzy_find, read_marked, translate_rows, translate_spans
@@ -210,6 +212,131 @@ def test_ctranslate2_backend_refuses_a_missing_or_stale_conversion(tmp_path, tra
         MarianTranslator(translator_dir, settings, torch.device("cpu"), converted=translator_dir)
     with pytest.raises(InputError, match="translation.backend"):
         MarianTranslator(translator_dir, {**MT_SETTINGS, "backend": "fairseq"}, torch.device("cpu"))
+
+
+# --- CTranslate2's CUDA 12 cuBLAS -----------------------------------------------------------------
+
+
+def _unloadable(loaded: list[str], loads: set[str] = frozenset()):
+    """A stand-in for translators.load_shared_library: records each name or path asked for,
+    loads those in ``loads`` and fails on the others as dlopen does."""
+
+    def load(name_or_path: str) -> None:
+        loaded.append(name_or_path)
+        if name_or_path not in loads:
+            raise OSError(f"{name_or_path}: cannot open shared object file: No such file or directory")
+
+    return load
+
+
+def _cublas_package(site: Path) -> Path:
+    """A fake nvidia-cublas-cu12 installation under ``site`` (empty files: found, not loadable)."""
+    lib = site / "nvidia" / "cublas" / "lib"
+    lib.mkdir(parents=True)
+    (lib / "libcublasLt.so.12").touch()
+    (lib / "libcublas.so.12").touch()
+    return lib / "libcublas.so.12"
+
+
+def test_no_cuda12_cublas_anywhere_is_an_error_naming_the_package_the_variable_and_the_other_backend(
+    tmp_path, monkeypatch
+):
+    from workflow_scripts.translation import translators as T
+
+    loaded: list[str] = []
+    monkeypatch.setattr(T, "load_shared_library", _unloadable(loaded))
+    assert T.find_packaged_cublas12([str(tmp_path)]) is None
+    with pytest.raises(InputError) as error:
+        T.ensure_cublas12([str(tmp_path)])
+    message = str(error.value)
+    assert f"pip install {T.CUBLAS_12_PACKAGE}" in message and T.CUBLAS_12_PACKAGE.startswith("nvidia-cublas-cu12==12.")
+    assert "LD_LIBRARY_PATH" in message and "lib64" in message
+    assert "translation.backend: transformers" in message
+    assert loaded == ["libcublas.so.12"]
+
+
+def test_cuda12_cublas_of_an_installed_package_is_found_and_preloaded(tmp_path, monkeypatch):
+    from workflow_scripts.translation import translators as T
+
+    library = _cublas_package(tmp_path / "site-packages")
+    assert T.find_packaged_cublas12([str(tmp_path / "elsewhere"), str(tmp_path / "site-packages")]) == library
+    loaded: list[str] = []
+    lt = str(library.with_name("libcublasLt.so.12"))
+    monkeypatch.setattr(T, "load_shared_library", _unloadable(loaded, {lt, str(library)}))
+    where = T.ensure_cublas12([str(tmp_path / "site-packages")])
+    assert str(library) in where
+    # the loader's own search first, then the package's cublasLt (libcublas needs it), then libcublas
+    assert loaded == ["libcublas.so.12", lt, str(library)]
+
+
+def test_cuda12_cublas_on_the_loader_path_is_used_as_it_is(tmp_path, monkeypatch):
+    from workflow_scripts.translation import translators as T
+
+    _cublas_package(tmp_path)
+    loaded: list[str] = []
+    monkeypatch.setattr(T, "load_shared_library", _unloadable(loaded, {"libcublas.so.12"}))
+    assert "dynamic loader" in T.ensure_cublas12([str(tmp_path)])
+    assert loaded == ["libcublas.so.12"]
+
+
+def test_a_packaged_cublas_that_does_not_load_is_an_error_naming_it(tmp_path, monkeypatch):
+    from workflow_scripts.translation import translators as T
+
+    library = _cublas_package(tmp_path)
+    monkeypatch.setattr(T, "load_shared_library", _unloadable([]))
+    with pytest.raises(InputError, match="does not load") as error:
+        T.ensure_cublas12([str(tmp_path)])
+    assert str(library) in str(error.value) and "--force-reinstall" in str(error.value)
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler to build a stand-in libcublas.so.12")
+def test_a_preloaded_library_serves_a_later_dlopen_of_its_bare_soname(tmp_path):
+    """What the preload rests on, with a real shared library: once loaded from the package
+    folder, dlopen("libcublas.so.12"), as ctranslate2 calls it, gets that copy. In a
+    subprocess: a loaded library cannot be unloaded from the test process."""
+    import subprocess
+    import sys
+
+    library = _cublas_package(tmp_path)
+    library.unlink()
+    library.with_name("libcublasLt.so.12").unlink()
+    source = tmp_path / "stand_in.c"
+    source.write_text("int stand_in_version(void) { return 12; }\n")
+    subprocess.run(
+        ["cc", "-shared", "-fPIC", "-Wl,-soname,libcublas.so.12", "-o", str(library), str(source)], check=True
+    )
+    script = (
+        "import ctypes, sys\n"
+        "from workflow_scripts.translation import translators as T\n"
+        "try:\n"
+        "    ctypes.CDLL('libcublas.so.12')\n"
+        "    sys.exit(3)  # this system has one: nothing to show\n"
+        "except OSError:\n"
+        "    pass\n"
+        f"print(T.ensure_cublas12([{str(tmp_path)!r}]))\n"
+        "print(ctypes.CDLL('libcublas.so.12').stand_in_version())\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO)
+    if proc.returncode == 3:
+        pytest.skip("this system's loader finds a libcublas.so.12 of its own")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [f"{library} (nvidia-cublas-cu12, preloaded)", "12"]
+
+
+def test_ctranslate2_on_a_gpu_checks_for_cublas_before_building_its_translator(tmp_path, monkeypatch):
+    import torch
+
+    from workflow_scripts.translation import translators as T
+
+    def missing() -> str:
+        raise InputError("no CUDA 12 cuBLAS (stand-in)")
+
+    monkeypatch.setattr(T, "ensure_cublas12", missing)
+    with pytest.raises(InputError, match="stand-in"):
+        T.CTranslate2Engine(tmp_path, tmp_path, None, {}, torch.device("cuda", 0), 10, 1)
+    # on the CPU it is not asked: the next check (the conversion record) speaks
+    with pytest.raises(InputError, match="not a converted translator"):
+        T.CTranslate2Engine(tmp_path, tmp_path, None, {}, torch.device("cpu"), 10, 1)
 
 
 def test_random_translator_drops_spans_without_crashing(tmp_path, translator_dir, demo_data):

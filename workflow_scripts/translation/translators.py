@@ -23,9 +23,11 @@ CLI: ``python -m workflow_scripts.translation.translators convert --model DIR --
 from __future__ import annotations
 
 import argparse
+import ctypes
 import hashlib
 import json
 import re
+import sys
 from collections.abc import Sequence
 from importlib.metadata import version
 from pathlib import Path
@@ -39,6 +41,19 @@ CONVERSION_RECORD = "xstilts_conversion.json"
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 # Batches handed to the engine per call (and per cache write, per progress-bar tick).
 _BATCHES_PER_CALL = 8
+
+# ctranslate2's Linux wheel is a CUDA 12 build: on a GPU it dlopens this library by name at
+# its first CUDA call (cuDNN is not needed for translation). torch's CUDA 13 wheels bring
+# libcublas.so.13 only, and ctranslate2 does not look into pip's nvidia-* packages, so it is
+# found only through LD_LIBRARY_PATH or the system's loader cache unless preloaded.
+CUBLAS_12 = "libcublas.so.12"
+CUBLAS_LT_12 = "libcublasLt.so.12"  # libcublas.so.12's own dependency, in the same folder
+# Where the nvidia-cublas-cu12 package puts it, under a site-packages folder. Not in
+# requirements.txt: several hundred MB that only GPU users of this backend need. Any 12.x
+# cuBLAS serves ctranslate2's CUDA 12 build; this one is on PyPI (checked with `pip index
+# versions nvidia-cublas-cu12`).
+CUBLAS_12_PACKAGE_DIR = Path("nvidia", "cublas", "lib")
+CUBLAS_12_PACKAGE = "nvidia-cublas-cu12==12.9.1.4"
 
 
 class TranslationCache:
@@ -135,10 +150,64 @@ class TransformersEngine:
         return [hyp.strip() for hyp in self.tokenizer.batch_decode(out, skip_special_tokens=True)]
 
 
+def find_packaged_cublas12(search_path: Sequence[str] | None = None) -> Path | None:
+    """The libcublas.so.12 of an installed nvidia-cublas-cu12 package: the first
+    ``nvidia/cublas/lib`` holding it under a folder of ``search_path`` (default ``sys.path``,
+    where pip's site-packages are)."""
+    for folder in sys.path if search_path is None else search_path:
+        candidate = Path(folder or ".") / CUBLAS_12_PACKAGE_DIR / CUBLAS_12
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_shared_library(name_or_path: str) -> None:
+    """dlopen it for the whole process (RTLD_GLOBAL). A later dlopen by its bare soname, as
+    ctranslate2's, then gets this copy instead of searching. Raises OSError when it cannot load."""
+    ctypes.CDLL(name_or_path, mode=ctypes.RTLD_GLOBAL)
+
+
+def ensure_cublas12(search_path: Sequence[str] | None = None) -> str:
+    """Make sure ctranslate2's CUDA build will find libcublas.so.12, before it is put on a GPU
+    (it would otherwise fail at its first batch). Returns where the library came from.
+
+    The dynamic loader's own search first (LD_LIBRARY_PATH, the loader cache: what
+    ctranslate2 itself would find), then an installed nvidia-cublas-cu12 package, which is
+    preloaded. An InputError names the ways to provide it where neither has it."""
+    try:
+        load_shared_library(CUBLAS_12)
+        return f"{CUBLAS_12} from the dynamic loader's search path"
+    except OSError as err:
+        not_found = str(err)
+    packaged = find_packaged_cublas12(search_path)
+    if packaged is None:
+        raise InputError(
+            f"translation.backend ctranslate2 on a GPU needs the CUDA 12 cuBLAS ({CUBLAS_12}), which is "
+            f"neither on the loader's path ({not_found}) nor in an installed nvidia-cublas-cu12 package. "
+            f"Install it into this environment (`pip install {CUBLAS_12_PACKAGE}`, found and preloaded "
+            f"here), or set LD_LIBRARY_PATH to a CUDA 12 toolkit's lib64 folder (`module load cuda/12...` "
+            f"on many clusters), or set `translation.backend: transformers`, which runs on torch's own CUDA."
+        )
+    try:
+        lt = packaged.with_name(CUBLAS_LT_12)
+        if lt.is_file():
+            load_shared_library(str(lt))
+        load_shared_library(str(packaged))
+    except OSError as err:
+        raise InputError(
+            f"translation.backend ctranslate2: {packaged} (nvidia-cublas-cu12) does not load: {err}. "
+            f"Reinstall it (`pip install --force-reinstall {CUBLAS_12_PACKAGE}`), or set LD_LIBRARY_PATH "
+            f"to a CUDA 12 toolkit's lib64 folder, or set `translation.backend: transformers`."
+        ) from None
+    return f"{packaged} (nvidia-cublas-cu12, preloaded)"
+
+
 class CTranslate2Engine:
     def __init__(
         self, converted: Path, model_dir: Path, tokenizer, settings: dict[str, Any], dev, limit: int, threads: int
     ) -> None:
+        if dev.type == "cuda":
+            LOG.info("CTranslate2 on %s: %s", dev, ensure_cublas12())
         import ctranslate2
         from transformers import GenerationConfig
 

@@ -14,6 +14,8 @@ check found a blocker. It checks:
 - gpus: the memory plan of every backbone on the GPUs it asks for, against the GPUs this
   machine has and those the Slurm partitions offer;
 - slurm: the partitions and accounts a Snakemake profile names exist;
+- translation: on a machine with a CUDA GPU, where the grid translates with CTranslate2,
+  that its CUDA 12 cuBLAS loads;
 - steps: on a machine with a CUDA GPU, a few optimizer steps of every backbone on its real
   weights (prepared by ``snakemake --until prepare_backbone``).
 
@@ -453,6 +455,48 @@ def check_slurm(partitions: set[str], accounts: set[str]) -> list[Finding]:
     return findings
 
 
+# ----- translation ------------------------------------------------------------------------
+
+
+def check_translation(config: dict[str, Any]) -> list[Finding]:
+    """CTranslate2 on a GPU needs the CUDA 12 cuBLAS, which torch's CUDA 13 wheels do not
+    bring (translators.ensure_cublas12): checked where the grid translates with that backend
+    and this machine has a CUDA GPU, since the translation jobs run where the GPUs are."""
+    from workflow_scripts.translation.translators import CUBLAS_12_PACKAGE, ensure_cublas12
+    from workflow_scripts.workflow import transfer
+
+    backend = config["translation"].get("backend", "ctranslate2")
+    translates = bool(grid.translation_jobs(config) or transfer.test_translations(config))
+    if not translates:
+        return [Finding("translation", "ctranslate2", SKIPPED, "the grid translates nothing")]
+    if backend != "ctranslate2":
+        return [Finding("translation", backend, SKIPPED, f"translation.backend {backend}: runs on torch's own CUDA")]
+    if not local_gpus():
+        return [
+            Finding(
+                "translation",
+                "ctranslate2",
+                SKIPPED,
+                "no CUDA device here: on the CPU CTranslate2 needs no CUDA library; rerun the preflight on a "
+                "GPU node to check its CUDA 12 cuBLAS",
+            )
+        ]
+    try:
+        where = ensure_cublas12()
+    except InputError as err:
+        return [
+            Finding(
+                "translation",
+                "ctranslate2",
+                BLOCKER,
+                str(err),
+                f"pip install {CUBLAS_12_PACKAGE}; or LD_LIBRARY_PATH=<a CUDA 12 toolkit>/lib64; "
+                "or translation.backend: transformers",
+            )
+        ]
+    return [Finding("translation", "ctranslate2", OK, where)]
+
+
 # ----- a few optimizer steps ---------------------------------------------------------------
 
 
@@ -569,6 +613,7 @@ def run(configfiles: list[str], profile: Path | None) -> list[Finding]:
         partitions, accounts = profile_partitions_and_accounts(profile_settings(profile), config)
         findings += check_slurm(partitions, accounts)
     findings += check_gpus(config, sorted(partitions))
+    findings += check_translation(config)
     findings += check_steps(config)
     return findings
 

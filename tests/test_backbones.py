@@ -20,6 +20,7 @@ from workflow_scripts.models import adapters
 from workflow_scripts.models.adapters import Method
 from workflow_scripts.models.backbones import family_of
 from workflow_scripts.models.backbones.family import last_token, pool
+from workflow_scripts.precision import Precision
 from workflow_scripts.models.heads import (
     MultiHeadModel,
     forward,
@@ -168,6 +169,7 @@ ROWS = {
 OPTS = {
     "max_length": 48,
     "eval_batch_size": 4,
+    "precision": "fp32",
     "doc_stride": 16,
     "max_query_length": 12,
     "n_best": 5,
@@ -278,9 +280,20 @@ def test_mlm_is_refused_by_families_without_a_masked_lm_head(family, backbone_di
         load_mlm_head(backbone_dir, load_encoder(backbone_dir))
 
 
-def test_qlora_is_refused_on_cpu_before_loading_anything():
-    with pytest.raises(InputError, match="qlora needs a CUDA GPU"):
+def test_qlora_without_bitsandbytes_is_named_before_loading_anything(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_bitsandbytes(name, *args, **kwargs):
+        if name == "bitsandbytes":
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_bitsandbytes)
+    with pytest.raises(InputError, match="qlora needs the bitsandbytes package"):
         adapters.check_available(Method(name="qlora"), torch.device("cpu"))
+    adapters.check_available(Method(name="lora"), torch.device("cpu"))  # no 4-bit base, no need
 
 
 def test_an_unknown_method_is_named():
@@ -369,17 +382,21 @@ PHASE = {
 }
 
 
-@pytest.mark.parametrize("family", ["encoder", "decoder"])
-def test_lora_intermediate_then_target_chains_adapters_without_copying_the_base(
-    family, backbone_dirs, demo_data, tmp_path
+CHAINS = [("encoder", "lora", "bf16"), ("decoder", "lora", "bf16"), ("encoder", "qlora", "fp32"), ("decoder", "qlora", "bf16")]
+
+
+@pytest.mark.parametrize("family,method_name,precision", CHAINS)
+def test_adapter_intermediate_then_target_chains_adapters_without_copying_the_base(
+    family, method_name, precision, backbone_dirs, demo_data, tmp_path
 ):
-    """mnli with LoRA, then xnli from base + the mnli adapter merged in memory with a fresh
-    adapter: the target directory names the chain, evaluation rebuilds it, and the reloaded
+    """mnli with LoRA or QLoRA, then xnli from base + the mnli adapter (merged in memory for
+    LoRA, stacked frozen on the 4-bit base for QLoRA) with a fresh adapter: the target
+    directory names the chain and how it is applied, evaluation rebuilds it, and the reloaded
     model scores the selection subset exactly as training's best step did."""
     from workflow_scripts.evaluation.evaluate import score_rows
 
     backbone_dir = backbone_dirs[family]
-    method = {"name": "lora", "rank": 4, "alpha": 8, "dropout": 0.0}
+    method = {"name": method_name, "precision": precision, "rank": 4, "alpha": 8, "dropout": 0.0}
     mnli = str(demo_data["mnli.train"])
     inter = train_phase(
         "intermediate",
@@ -409,18 +426,52 @@ def test_lora_intermediate_then_target_chains_adapters_without_copying_the_base(
     )
     manifest = json.loads((tmp_path / "target" / "xstilts_backbone.json").read_text())
     assert manifest["base"] == str(backbone_dir) and manifest["merged"] == [str(tmp_path / "inter")]
+    assert manifest["lineage_adapters"] == adapters.LINEAGE_ADAPTERS[method_name]
+    record = target["backbone"]["precision"]
+    assert record["precision"] == precision and record["trained_weights"] == "float32"
     assert not list((tmp_path / "target").glob("model*.safetensors"))
-    # the merged intermediate adapter changed the backbone the target phase started from
-    merged = adapters.load_backbone(tmp_path / "inter", Method(**method))
-    base = load_encoder(backbone_dir)
-    assert any(not torch.equal(a, b) for a, b in zip(merged.state_dict().values(), base.state_dict().values()))
+    # the intermediate adapter changed the backbone the target phase started from
+    ids = load_tokenizer(backbone_dir)(TEXTS[:2], return_tensors="pt", padding=True)
+    chained = adapters.load_backbone(tmp_path / "inter", Method(**method)).eval()
+    plain = adapters.load_backbone(backbone_dir, Method(**method)).eval()
+    with torch.no_grad(), Precision(precision).autocast(torch.device("cpu")):
+        after, before = (m(**ids).last_hidden_state.float() for m in (chained, plain))
+    assert not torch.allclose(after, before)
     task = get_task("xnli")
     model, tokenizer = _load_target_model(task, tmp_path / "target", torch.device("cpu"))
     dev_rows = [r for r in read_table(xnli, "classification").to_pylist() if r["lang"] == "en"][: PHASE["dev_examples"]]
-    rescored = score_rows(
-        model, task, tokenizer, dev_rows, {"max_length": 48, "eval_batch_size": 16}, torch.device("cpu")
-    )
+    opts = {"max_length": 48, "eval_batch_size": 16, "precision": precision}
+    rescored = score_rows(model, task, tokenizer, dev_rows, opts, torch.device("cpu"))
     assert rescored["accuracy"] == target["best"]["scores"]["xnli"]["accuracy"]
+    if method_name == "qlora":  # the base stayed 4-bit: no weight of it can take a gradient
+        assert any(p.dtype == torch.uint8 for p in model.encoder.parameters())
+
+
+def test_a_stacked_qlora_adapter_computes_what_peft_computed_with_it(backbone_dirs, tmp_path):
+    """The NF4 base with a saved adapter stacked on it (frozen, unmerged) gives the hidden
+    states of peft's own LoRA model with that adapter, to float rounding."""
+    from peft import PeftModel
+
+    backbone_dir = backbone_dirs["decoder"]
+    method = Method(name="qlora", precision="fp32", rank=4, alpha=8, dropout=0.0)
+    base = adapters.load_backbone(backbone_dir, method)
+    model = MultiHeadModel(base, {"nli": make_head("classification", base.config.hidden_size, 3, 0.0, 0.02)}, "decoder")
+    peft_model = adapters.attach(model, method, {"nli": ("classification", 3)})
+    torch.manual_seed(0)
+    for name, parameter in peft_model.named_parameters():
+        if "lora_B" in name:  # peft starts B at zero: a stacked zero update would prove nothing
+            torch.nn.init.normal_(parameter, std=0.5)
+    adapters.save_adapter_phase(
+        peft_model, load_tokenizer(backbone_dir), tmp_path, backbone_dir, {"nli": ("classification", 3)}, method, "decoder"
+    )
+    ids = load_tokenizer(backbone_dir)(TEXTS[:3], return_tensors="pt", padding=True)
+    peft_model.eval()
+    with torch.no_grad():
+        expected = adapters.inner(peft_model).encoder(**ids).last_hidden_state
+        stacked = adapters.load_backbone(tmp_path, method).eval()
+        assert sum(1 for name, _ in stacked.named_modules() if name.endswith("xstilts_stacked_0")) > 0
+        got = stacked(**ids).last_hidden_state
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("family", ["encoder", "decoder"])

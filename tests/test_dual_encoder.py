@@ -21,6 +21,7 @@ PHASE = {
     "dropout": 0.0,
     "dev_examples": 30,
     "eval_batch_size": 32,
+    "precision": "fp32",
     "eval_every": 10,
     "learning_rate": 2e-3,
     "max_grad_norm": 1.0,

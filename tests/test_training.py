@@ -194,7 +194,7 @@ def test_early_stopping_restores_the_best_weights_and_lr_follows_the_schedule(tm
         get_task("xnli"),
         load_tokenizer(tmp_path / "m"),
         rows,
-        {"max_length": 48, "eval_batch_size": 32},
+        {"max_length": 48, "eval_batch_size": 32, "precision": "bf16"},
         torch.device("cpu"),
     )
     assert rescored == log["best"]["scores"]["xnli"]

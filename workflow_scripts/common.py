@@ -147,12 +147,3 @@ def device():  # -> torch.device
     import torch
 
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def autocast(dev):
-    """bf16 autocast on GPUs that support it; a no-op context on CPU."""
-    import torch
-
-    if dev.type == "cuda" and torch.cuda.is_bf16_supported():
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()

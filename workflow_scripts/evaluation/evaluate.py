@@ -22,7 +22,6 @@ from typing import Any
 
 from workflow_scripts.common import (
     InputError,
-    autocast,
     configure_torch,
     device,
     read_json,
@@ -74,6 +73,7 @@ from workflow_scripts.models import dual_encoder
 from workflow_scripts.models.adapters import has_adapter, load_adapter_model, load_backbone, method_of
 from workflow_scripts.models.backbones import family_of
 from workflow_scripts.models.heads import MultiHeadModel, forward, load_encoder, load_tokenizer, make_head
+from workflow_scripts.precision import Precision
 from workflow_scripts.progress import progress
 
 TASK_SCORE_CONVENTION = {
@@ -82,8 +82,11 @@ TASK_SCORE_CONVENTION = {
 }
 
 
-def predict_logits(model, task: Task, encoded: Encoded, batch_size: int, pad_id: int, dev) -> list[Any]:
-    """Logits per feature, in feature order; batches sorted by length to minimise padding."""
+def predict_logits(
+    model, task: Task, encoded: Encoded, batch_size: int, pad_id: int, dev, precision: Precision
+) -> list[Any]:
+    """Logits per feature, in feature order; batches sorted by length to minimise padding;
+    computed as the backbone's precision policy says."""
     import torch
 
     out: list[Any] = [None] * len(encoded.features)
@@ -101,7 +104,7 @@ def predict_logits(model, task: Task, encoded: Encoded, batch_size: int, pad_id:
                     for k, v in collate(feats, task.format, pad_id).items()
                     if k in ("input_ids", "attention_mask", "image_index")
                 }
-                with autocast(dev):
+                with precision.autocast(dev):
                     logits, _ = forward(model, task.format, task.name, batch)
                 logits = logits.float().cpu().numpy()
                 for k, f, row in zip(idx, feats, logits):
@@ -141,7 +144,9 @@ def predict_and_score(
     sentence (tagging), in the rows' order."""
     metric = metric or task.metric
     rows = encoded.rows
-    logits = predict_logits(model, task, encoded, int(opts["eval_batch_size"]), pad_id, dev)
+    logits = predict_logits(
+        model, task, encoded, int(opts["eval_batch_size"]), pad_id, dev, Precision(opts["precision"])
+    )
     scorer = get_format(task.format).scorer  # formats/: TaskFormat.scorer
     if scorer == RANKING:  # one embedding per row (pool_ranking.py)
         return pool_ranking.score(rows, logits, task.name, dev=dev)
@@ -254,6 +259,8 @@ def evaluate_run(
     seed_everything(seed)
     task = get_task(target)
     dev = device()
+    precision = Precision(settings["precision"])
+    precision.check_device(dev, f"evaluating {target}")
     configured = list(settings["languages"])
     transfer = settings.get("transfer") or {}
     # Every split is read (and checked) before any prediction work starts.
@@ -294,8 +301,9 @@ def evaluate_run(
     unassigned = [lang for lang, m in model_of.items() if m is None]
     if unassigned:
         raise InputError(f"--model names no model for languages {unassigned}")
+    # The precision policy that ran (every model of one evaluation has its backbone's method).
+    extra: dict[str, Any] = {"precision": precision.record(dev, method_of(next(iter(model_of.values()))).name)}
     scores: dict[str, dict[str, dict[str, float]]] = {split: {} for split in splits}
-    extra: dict[str, Any] = {}
     predictions: dict[str, Any] = {}  # test predictions per language, for the leaderboard files
     opts = {**settings, "text_language": transfer.get("text_language")}
     if task.is_retrieval:
@@ -420,6 +428,8 @@ def _load_target_model(task: Task, model_dir: Path, dev, bank=None):
     the base with its adapters and the heads saved with its own (adapters.py). An image
     target's head is its visual branch (projector and classifier) over ``bank``, the test
     images' features."""
+    import torch
+
     if task.visual:
         return _load_visual_target_model(task, model_dir, dev, bank)
     if has_adapter(model_dir):
@@ -427,7 +437,7 @@ def _load_target_model(task: Task, model_dir: Path, dev, bank=None):
         if task.name not in model.heads:
             raise InputError(f"{model_dir}: the adapter holds no head for {task.name} (heads: {sorted(model.heads)})")
         return model.to(dev), load_tokenizer(model_dir)
-    encoder = load_encoder(model_dir)
+    encoder = load_encoder(model_dir, dtype=torch.float32)  # full fine-tuning's fp32 weights (precision.py)
     head = make_head(task.format, encoder.config.hidden_size, task.num_labels, 0.0, 0.02)
     model = MultiHeadModel(encoder, {task.name: head}, family_of(model_dir).name)
     model.heads.load_state_dict(_load_heads(model_dir))
@@ -436,6 +446,8 @@ def _load_target_model(task: Task, model_dir: Path, dev, bank=None):
 
 def _load_visual_target_model(task: Task, model_dir: Path, dev, bank):
     """A full backbone with the visual branch heads.pt holds, reading ``bank``'s features."""
+    import torch
+
     from workflow_scripts.models.heads import visual_classifier
     from workflow_scripts.multimodal.prefix import VisualClassificationHead
 
@@ -458,7 +470,7 @@ def _load_visual_target_model(task: Task, model_dir: Path, dev, bank):
                     )
                 module.bank = features if features.dim() == 3 else features[:, None, :]
         return model.to(dev), load_tokenizer(model_dir)
-    encoder = load_encoder(model_dir)
+    encoder = load_encoder(model_dir, dtype=torch.float32)  # full fine-tuning's fp32 weights (precision.py)
     hidden = encoder.config.hidden_size
     classifier = visual_classifier(task.format, hidden, task.num_labels, 0.0, 0.02)
     head = VisualClassificationHead(bank.tensor(), hidden, classifier, 0.02, task.images_per_example)
@@ -486,7 +498,14 @@ def evaluate_retrieval(
     each language's dev gold and applied to its test candidates. Also returns the test
     predictions: Tatoeba's nearest foreign index per English sentence, BUCC's mined pairs."""
     ret = settings["retrieval"]
-    args = (ret["layer"], ret["pooling"], int(settings["eval_batch_size"]), int(settings["max_length"]), dev)
+    args = (
+        ret["layer"],
+        ret["pooling"],
+        int(settings["eval_batch_size"]),
+        int(settings["max_length"]),
+        dev,
+        Precision(settings["precision"]),
+    )
     # Exact search unless the config names a faiss index; the metric file says which.
     search = {"index": ret.get("index", EXACT), "nprobe": int(ret.get("nprobe", 1)), "dev": dev, "seed": seed}
     extra: dict[str, Any] = {

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from workflow_scripts.common import InputError, autocast
+from workflow_scripts.common import InputError
 from workflow_scripts.data.features import collate as collate_task
 from workflow_scripts.data.features import encode as encode_task
 from workflow_scripts.data.features import sorted_batches
@@ -26,6 +26,7 @@ from workflow_scripts.data.ranking_inputs import CANDIDATE, QUERY
 from workflow_scripts.evaluation.neighbours import knn
 from workflow_scripts.evaluation.ranking import convention_of, map_at_k
 from workflow_scripts.models.heads import forward
+from workflow_scripts.precision import Precision
 from workflow_scripts.progress import progress
 
 TOP_K = 20
@@ -125,7 +126,7 @@ def embed_rows(model, task, tokenizer, rows: list[dict[str, Any]], opts: dict[st
         with progress(total=len(encoded.features), desc=f"embedding {task.name} {what}", unit="row") as bar:
             for idx in sorted_batches(encoded.features, int(opts["eval_batch_size"])):
                 batch = collate_task(encoded.features.take(idx), task.format, tokenizer.pad_token_id)
-                with autocast(dev):
+                with Precision(opts["precision"]).autocast(dev):
                     vectors, _ = forward(model, task.format, task.name, {k: v.to(dev) for k, v in batch.items()})
                 out[idx] = vectors.float().cpu().numpy()
                 bar.update(len(idx))

@@ -16,9 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from workflow_scripts.common import InputError, autocast
+from workflow_scripts.common import InputError
 from workflow_scripts.evaluation.neighbours import knn, l2_normalize
 from workflow_scripts.models.backbones.family import POOLINGS, pool
+from workflow_scripts.precision import Precision
 from workflow_scripts.progress import progress
 
 LAYER_CONVENTION = "hidden_states index; 0 = embedding output, i = output of transformer layer i"
@@ -33,9 +34,12 @@ def embed(
     batch_size: int,
     max_length: int,
     dev,
+    precision: Precision,
     what: str = "sentences",
 ) -> np.ndarray:
-    """One pooled hidden state per sentence; ``what`` names the sentences in progress lines."""
+    """One pooled hidden state per sentence, computed as the backbone's precision policy says
+    (the same dtype on a CPU and a GPU) and pooled in fp32; ``what`` names the sentences in
+    progress lines."""
     import torch
 
     n_layers = model.config.num_hidden_layers
@@ -59,7 +63,7 @@ def embed(
                 ).to(dev)
                 # token_type_ids only where the model takes them (decoders do not)
                 enc = {k: v for k, v in enc.items() if k in ("input_ids", "attention_mask")}
-                with autocast(dev):
+                with precision.autocast(dev):
                     hidden = model(**enc, output_hidden_states=True).hidden_states[layer].float()
                 out[idx] = pool(pooling, hidden, enc["attention_mask"]).cpu().numpy()
                 bar.update(len(idx))

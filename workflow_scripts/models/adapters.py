@@ -8,26 +8,34 @@
   pipelines, cannot happen silently (tests/test_backbones.py reloads every family). In
   training, each adapter's output is added into its base layer's output in place
   (``fuse_adapter_sums``), not through peft's three activation-sized temporaries.
-- ``qlora``: ``lora`` on a 4-bit NF4 base with bf16 compute (bitsandbytes, CUDA only).
+- ``qlora``: ``lora`` on a 4-bit NF4 base computing in the precision's dtype (bitsandbytes;
+  its NF4 kernels run on CUDA GPUs and on CPUs).
 
 A phase trained with adapters writes no copy of the base model: its directory holds the
 adapter, the tokenizer, the base's config.json and ``xstilts_backbone.json``, which names
 the base and the adapters merged into it before this one. The next phase (intermediate ->
-target) loads the base, merges each adapter of that chain in memory and trains a fresh
-adapter and head on top; evaluation rebuilds the same model the same way.
+target) loads the base, merges each adapter of that chain in memory (QLoRA: stacks it, frozen
+and unmerged, on the 4-bit base; LINEAGE_ADAPTERS says why) and trains a fresh adapter and head
+on top; evaluation rebuilds the same model the same way.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import re
 import shutil
 from pathlib import Path
 from typing import Any
 
+from safetensors.torch import load_file
+from torch import nn
+
 from workflow_scripts.common import InputError
 from workflow_scripts.data.tasks import VISUAL_FORMATS
 from workflow_scripts.models.backbones import ADAPTER_DIR, MANIFEST, family_of, get_family
+from workflow_scripts.precision import Precision
 from workflow_scripts.workflow.schema import (
     DEFAULT_ACTIVATION_CHECKPOINTING,
     DEFAULT_METHOD,
@@ -47,7 +55,7 @@ class Method:
     alpha: int = LORA_DEFAULTS["alpha"]
     dropout: float = LORA_DEFAULTS["dropout"]
     target_modules: tuple[str, ...] = ()  # empty: the family's attention projections
-    precision: str = DEFAULT_PRECISION  # bf16: a frozen base is held in bf16 on GPUs (half the memory)
+    precision: str = DEFAULT_PRECISION  # the precision policy's name (precision.py)
     # Recompute each block's activations in the backward pass instead of keeping them.
     activation_checkpointing: bool = DEFAULT_ACTIVATION_CHECKPOINTING
 
@@ -73,35 +81,30 @@ class Method:
 
 
 def check_available(method: Method, dev) -> None:
-    """QLoRA's 4-bit kernels exist only on CUDA GPUs with bitsandbytes installed: say so
-    before any model is loaded, not with a stack trace from inside the quantiser."""
+    """What a method and precision need of this device, said before any model is loaded,
+    not with a stack trace from inside the quantiser: bitsandbytes for QLoRA (0.50 runs its
+    NF4 kernels on CPUs and CUDA GPUs), native bf16 for bf16 (precision.check_device)."""
+    Precision(method.precision).check_device(dev, f"method {method.name}")
     if method.name != "qlora":
         return
-    if dev.type != "cuda":
-        raise InputError(
-            "method qlora needs a CUDA GPU (bitsandbytes' 4-bit kernels); this job has none. "
-            "Use method lora on CPU, or give the job a GPU"
-        )
     try:
         import bitsandbytes  # noqa: F401
     except ImportError:
         raise InputError(
             "method qlora needs the bitsandbytes package; install it in the training "
-            "environment (pip install bitsandbytes)"
+            "environment (pip install -r requirements.txt)"
         ) from None
 
 
-def quantisation_kwargs(method: Method) -> dict[str, Any]:
-    """from_pretrained arguments of the base: for QLoRA NF4 weights, double-quantised
-    constants, bf16 compute (Dettmers et al. 2023's recipe); for LoRA in bf16 on a GPU, bf16
-    weights (the frozen base needs no fp32 master copy). On CPU a base stays fp32: bf16
-    matrix products there are emulated and slower."""
-    import torch
-
-    if method.name == "lora" and method.precision == "bf16" and torch.cuda.is_available():
-        return {"dtype": torch.bfloat16}
+def load_kwargs(method: Method) -> dict[str, Any]:
+    """from_pretrained arguments of the base, by the precision policy (precision.py): fp32
+    master weights for full fine-tuning, the compute dtype for a frozen LoRA base, and for
+    QLoRA NF4 weights with double-quantised constants and the compute dtype for its products
+    (Dettmers et al. 2023's recipe). The dtype is always explicit: transformers 5 would
+    otherwise load a checkpoint in the dtype it is stored in."""
+    precision = Precision(method.precision)
     if method.name != "qlora":
-        return {}
+        return {"dtype": precision.base_dtype(method.name)}
     from transformers import BitsAndBytesConfig
 
     return {
@@ -109,7 +112,7 @@ def quantisation_kwargs(method: Method) -> dict[str, Any]:
             load_in_4bit=True,
             bnb_4bit_quant_type="nf4",
             bnb_4bit_use_double_quant=True,
-            bnb_4bit_compute_dtype=torch.bfloat16,
+            bnb_4bit_compute_dtype=precision.compute_dtype,
         )
     }
 
@@ -148,17 +151,99 @@ def lineage(model_dir: str | Path) -> Lineage:
     )
 
 
+# How a directory's lineage adapters reach the next phase. LoRA merges them into the 16-bit
+# base: the rounding of W + BA to bf16 is below the base's own, and the next phase runs at the
+# cost of one adapter. QLoRA stacks them, frozen and unmerged, on the NF4 base: merging would
+# re-quantise W + BA to 4 bits, whose step (~1/16 of a block's range) is far larger than the
+# adapter's update, so the next phase would start from another function than the one the
+# previous phase trained and evaluated. Stacked, the base stays 4-bit and the function is exact.
+LINEAGE_ADAPTERS = {"full": "merged", "lora": "merged", "qlora": "stacked"}
+
+
 def load_backbone(model_dir: str | Path, method: Method, with_own: bool = True):
     """The backbone a directory stands for, every adapter of its lineage merged in memory
-    (``with_own=False``: all but the directory's own adapter, which the caller attaches)."""
+    (QLoRA: stacked, see LINEAGE_ADAPTERS); ``with_own=False``: all but the directory's own
+    adapter, which the caller attaches."""
     from workflow_scripts.models.heads import load_encoder
 
     found = lineage(model_dir)
     _require_complete(found)
-    encoder = load_encoder(found.base, **quantisation_kwargs(method))
-    for adapter_dir in found.with_own() if with_own else found.merged:
+    encoder = load_encoder(found.base, **load_kwargs(method))
+    if method.name == "qlora":
+        keep_cpu_4bit_layout(encoder)
+    chain = found.with_own() if with_own else found.merged
+    if LINEAGE_ADAPTERS[method.name] == "stacked":
+        for index, adapter_dir in enumerate(chain):
+            stack_adapter(encoder, adapter_dir, index)
+        return encoder
+    for adapter_dir in chain:
         encoder = merge_adapter(encoder, adapter_dir)
     return encoder
+
+
+class FrozenLowRank(nn.Module):
+    """A saved LoRA adapter's update of one layer, ``B(A(x)) * scaling``, frozen (buffers, not
+    parameters: never trained, never in a state dict; the adapter stays in its own directory)."""
+
+    def __init__(self, lora_a, lora_b, scaling: float) -> None:
+        super().__init__()
+        self.register_buffer("lora_a", lora_a.float(), persistent=False)
+        self.register_buffer("lora_b", lora_b.float(), persistent=False)
+        self.scaling = scaling
+
+    def forward(self, x):
+        import torch.nn.functional as F
+
+        return F.linear(F.linear(x.to(self.lora_a.dtype), self.lora_a), self.lora_b) * self.scaling
+
+
+def _add_update(update: FrozenLowRank):
+    def hook(module, args, output):
+        return output + update(args[0]).to(output.dtype)
+
+    return hook
+
+
+def stack_adapter(encoder, adapter_dir: str | Path, index: int) -> int:
+    """Add the LoRA adapter of ``adapter_dir`` to ``encoder``'s layers, frozen and unmerged:
+    each adapted layer's output gains the adapter's update (a forward hook, so a LoRA layer
+    peft puts on the same layer later adds its own on top). Returns the layers changed."""
+    folder = Path(adapter_dir) / ADAPTER_DIR
+    config = json.loads((folder / "adapter_config.json").read_text())
+    rank, alpha = int(config["r"]), float(config["lora_alpha"])
+    scaling = alpha / (math.sqrt(rank) if config.get("use_rslora") else rank)
+    pairs: dict[str, dict[str, Any]] = {}
+    for key, tensor in load_file(str(folder / "adapter_model.safetensors")).items():
+        found = re.fullmatch(r"base_model\.model\.encoder\.(.+)\.lora_([AB])\.weight", key)
+        if found:
+            pairs.setdefault(found.group(1), {})[found.group(2)] = tensor
+    modules = dict(encoder.named_modules())
+    if not pairs or any(name not in modules or set(ab) != {"A", "B"} for name, ab in pairs.items()):
+        missing = sorted(name for name in pairs if name not in modules)[:3]
+        raise InputError(
+            f"adapter {folder}: its LoRA tensors do not fit the base's layers "
+            f"({'none found' if not pairs else f'unknown layers {missing}' if missing else 'an A or B matrix missing'})"
+        )
+    device = next(encoder.parameters()).device
+    for name, ab in pairs.items():
+        update = FrozenLowRank(ab["A"], ab["B"], scaling).to(device)
+        modules[name].add_module(f"xstilts_stacked_{index}", update)
+        modules[name].register_forward_hook(_add_update(update))
+    return len(pairs)
+
+
+def keep_cpu_4bit_layout(encoder) -> int:
+    """Keep bitsandbytes' 4-bit layers on their one NF4 path on CPUs. In evaluation,
+    bitsandbytes 0.50 repacks a layer's weights for CPUs with AVX512-BF16 and then computes in
+    bf16 whatever the compute dtype (and fails for layers narrower than its 64-weight block):
+    the same config would give other numbers on another CPU, and fp32 would not be fp32.
+    Returns the layers set."""
+    changed = 0
+    for module in encoder.modules():
+        if getattr(module, "support_avx512bf16_for_cpu", False):
+            module.support_avx512bf16_for_cpu = False
+            changed += 1
+    return changed
 
 
 def _require_complete(found: Lineage) -> None:
@@ -207,8 +292,10 @@ def merge_adapter(encoder, adapter_dir: str | Path):
     encoder = wrapped.merge_and_unload().encoder
     # peft froze the base and merge_and_unload leaves it frozen: without this, full fine-tuning
     # of a backbone with adapters in its lineage would silently train only the heads
-    # (attach() freezes it again for LoRA).
-    encoder.requires_grad_(True)
+    # (attach() freezes it again for LoRA). Only floating-point tensors can take gradients.
+    for parameter in encoder.parameters():
+        if parameter.is_floating_point():
+            parameter.requires_grad_(True)
     return encoder
 
 
@@ -351,6 +438,7 @@ def save_adapter_phase(
         "method": dataclasses.asdict(method),
         "base": found.base,
         "merged": list(found.with_own()),
+        "lineage_adapters": LINEAGE_ADAPTERS[method.name],
         "own": True,
         "heads": {name: list(spec) for name, spec in head_formats.items()},
     }

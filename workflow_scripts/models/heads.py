@@ -73,8 +73,10 @@ def load_mlm_head(model_dir: str | Path, encoder: nn.Module):
             f"{model_dir}: a {family.name} backbone has no masked-LM head; MLM (intermediate "
             "configs with 'mlm: true') needs an encoder-family backbone"
         )
-    mlm = AutoModelForMaskedLM.from_pretrained(str(model_dir))
-    output, embeddings = mlm.get_output_embeddings(), encoder.get_input_embeddings()
+    embeddings = encoder.get_input_embeddings()
+    # the encoder's dtype (fp32 master weights, or a frozen base's 16 bits), not the checkpoint's
+    mlm = AutoModelForMaskedLM.from_pretrained(str(model_dir), dtype=embeddings.weight.dtype)
+    output = mlm.get_output_embeddings()
     if output is None or output.weight.shape != embeddings.weight.shape:
         raise InputError(
             f"{model_dir}: the masked-LM output layer does not match the encoder's input embeddings "

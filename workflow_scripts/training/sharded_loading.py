@@ -64,8 +64,8 @@ from workflow_scripts.models.adapters import (
     inner,
     lineage,
     load_backbone,
+    load_kwargs,
     merge_adapter,
-    quantisation_kwargs,
 )
 from workflow_scripts.models.backbones import family_of, seq2seq_encoder
 from workflow_scripts.training.distributed import shard_model
@@ -278,7 +278,7 @@ def empty_backbone(model_dir: str | Path, method: Method):
         from transformers import AutoConfig
 
         dtype = _resolve_dtype(
-            AutoConfig.from_pretrained(found.base), quantisation_kwargs(method).get("dtype"), checkpoint
+            AutoConfig.from_pretrained(found.base), load_kwargs(method).get("dtype"), checkpoint
         )
     encoder = _meta_base(found.base, family.name, dtype)
     with _quiet():

@@ -14,7 +14,9 @@ its languages and the selection score the mean over tasks (an MLM-only phase: mi
 mean training loss). After ``patience`` evaluations without improvement training stops,
 and the best weights (kept on disk, not in memory: checkpoints.py) are restored.
 
-GPU: bf16 autocast, fused AdamW, SDPA attention (the encoder is loaded with it and the log
+Precision: the backbone's policy (precision.py) on every device: its autocast around the
+forward, fp16's loss scaling around the backward and the step (step.py), fp32 master weights
+for full fine-tuning. GPU: fused AdamW, SDPA attention (the encoder is loaded with it and the log
 says which attention ran). The step never waits for the GPU: token counts come from the CPU
 batch, the loss (the history's ``loss`` is the mean since the previous evaluation) is read
 at evaluations, and each step's loss goes into the curve's window, read every ``log_every``
@@ -49,7 +51,6 @@ from workflow_scripts.common import (
     LOG,
     InputError,
     atomic_path,
-    autocast,
     canonical_json,
     configure_torch,
     load_settings,
@@ -68,8 +69,10 @@ from workflow_scripts.models import dual_encoder
 from workflow_scripts.models.adapters import Method, check_available, lineage, save_adapter_phase
 from workflow_scripts.models.backbones import family_of
 from workflow_scripts.models.heads import forward, load_mlm_head, load_saved_heads, load_tokenizer, make_head
+from workflow_scripts.precision import Precision
 from workflow_scripts.progress import progress
 from workflow_scripts.training import runtime as training_runtime
+from workflow_scripts.training import step as step_
 from workflow_scripts.training.checkpoints import STOP_SIGNALS, Preempted, files_stamp, save_weights
 from workflow_scripts.training.curves import CURVE_FILE, CurveMeter, Diverged, tracker_values, write_curve
 from workflow_scripts.training.distributed import any_rank, from_rank0, sum_over_ranks
@@ -201,7 +204,10 @@ def load_phase_data(
             if head_kind(task.format) == RANKING:
                 dual_encoder.configure_head(heads[name], opts)
     # The selection subsets never change: encode them once, not at every evaluation.
-    dev_opts = {n: {**task_opts[n], "eval_batch_size": settings["eval_batch_size"]} for n in tasks}
+    precision = Method.from_settings(settings.get("method")).precision  # the dev scores' compute dtype too
+    dev_opts = {
+        n: {**task_opts[n], "eval_batch_size": settings["eval_batch_size"], "precision": precision} for n in tasks
+    }
     dev_sets = {
         key: encode(tasks[key[0]], tokenizer, rows, dev_opts[key[0]], train=False) for key, rows in dev_rows.items()
     }
@@ -323,9 +329,12 @@ def train_phase(
     configure_torch(threads)
     seed_everything(seed)  # the same on every rank: each builds the same model and global batches
     method = Method.from_settings(settings.get("method"))
+    precision = Precision(method.precision)
     # Under torchrun or srun: one rank of a sharded run (FSDP2); otherwise the single process.
     runtime = training_runtime.start(method)
     ctx, dev = runtime.ctx, runtime.device
+    if ctx.distributed and precision.loss_scaling:  # also refused by the config check (backbone_grid)
+        raise InputError("precision fp16 is not supported with sharded training (its loss scale is per rank); use bf16")
     checkpointer = runtime.checkpointer(checkpoint_dir, fingerprint, checkpoint_every)
     check_available(method, dev)
     tokenizer = load_tokenizer(encoder_dir)
@@ -351,14 +360,8 @@ def train_phase(
     )
     streams = {n: TaskStream(tasks[n], phase_data.train_sets[n], int(task_opts[n]["batch_size"]), seed) for n in tasks}
 
-    # Fused AdamW: one kernel for all parameters, on GPUs and (PyTorch >= 2.4) on CPU, where it
-    # is ~6x the per-tensor loop for a base-size model.
-    optimizer = torch.optim.AdamW(
-        [p for p in model.parameters() if p.requires_grad],
-        lr=float(settings["learning_rate"]),
-        weight_decay=float(settings["weight_decay"]),
-        fused=True,
-    )
+    optimizer = step_.make_optimizer(model, float(settings["learning_rate"]), float(settings["weight_decay"]))
+    scaler = precision.grad_scaler(dev)  # fp16's loss scaling; a pass-through otherwise
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: linear_schedule(s, total, warmup))
     mlm_args = {
         "mask_id": tokenizer.mask_token_id,
@@ -386,6 +389,7 @@ def train_phase(
     resumed = runtime.resume(checkpointer, model, optimizer)  # model, optimiser and RNG restored
     if resumed is not None:
         scheduler.load_state_dict(resumed["scheduler"])
+        scaler.load_state_dict(resumed["scaler"])
         sampler.rng.setstate(resumed["sampler"])
         for n, st in resumed["streams"].items():
             streams[n].rng.setstate(st["rng"])
@@ -405,6 +409,7 @@ def train_phase(
         return {
             "step": next_step,
             "scheduler": scheduler.state_dict(),
+            "scaler": scaler.state_dict(),
             "sampler": sampler.rng.getstate(),
             "streams": {
                 n: {"rng": st.rng.getstate(), "batches": st.batches, "passes": st.passes} for n, st in streams.items()
@@ -463,7 +468,7 @@ def train_phase(
                 )
                 if weight != 0.0:  # not a stand-in that only keeps this rank in step with the others
                     meter.add_batch(cpu_batch, len(chunk))
-                with autocast(dev):
+                with precision.autocast(dev):
                     _, loss = forward(model, task.format, name, _to_device(cpu_batch, dev))
                 if weight is None:  # one process: the chunk's share of the batch
                     loss = loss * len(chunk) / len(feats)
@@ -471,11 +476,11 @@ def train_phase(
                 else:  # a rank: its share of the global batch, averaged over the ranks (distributed.loss_weight)
                     loss = loss * weight
                     step_loss += loss.detach() / ctx.world_size
-                loss.backward()
+                step_.backward(loss, scaler)
             meter.add_step(step_loss)
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), float(settings["max_grad_norm"]))
-            curve.add_step(step + 1, name, step_loss, grad_norm, optimizer.param_groups[0]["lr"])
-            optimizer.step()
+            lr = optimizer.param_groups[0]["lr"]
+            grad_norm = step_.optimizer_step(model, optimizer, scaler, float(settings["max_grad_norm"]))
+            curve.add_step(step + 1, name, step_loss, grad_norm, lr)
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
 
@@ -568,6 +573,7 @@ def train_phase(
         "backbone": {
             "family": family.name,
             "method": dataclasses.asdict(method),
+            "precision": precision.record(dev, method.name),
             "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
             "parameters": sum(p.numel() for p in model.parameters()),
         },

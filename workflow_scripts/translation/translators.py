@@ -9,7 +9,8 @@ new, length-sorted, to its engine:
   at load time ("auto": int8 on CPU, the fastest supported type on a GPU). On CPU the
   job's threads run whole batches in parallel (one thread each), which beat intra-op
   threads in benchmarks/translation_throughput.py.
-- ``transformers``: ``MarianMTModel.generate`` (bf16 autocast on GPUs that support it).
+- ``transformers``: ``MarianMTModel.generate`` in ``translation.precision`` (fp32, or bf16 / fp16
+  autocast, on any device: precision.py).
 
 Both decode with the model's own generation config: its banned tokens (OPUS-MT bans <pad>)
 and, when it forces </s> at the length limit, the same number of real tokens. With greedy
@@ -33,8 +34,10 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.common import LOG, InputError, atomic_path, autocast, read_json, setup_logging
+from workflow_scripts.common import LOG, InputError, atomic_path, read_json, setup_logging
+from workflow_scripts.precision import DTYPE_NAMES, Precision
 from workflow_scripts.progress import progress
+from workflow_scripts.workflow.schema import TRANSLATION_PRECISION
 
 BACKENDS = ("ctranslate2", "transformers")
 CONVERSION_RECORD = "xstilts_conversion.json"
@@ -125,12 +128,14 @@ class TransformersEngine:
         import torch
         from transformers import MarianMTModel
 
-        self.model = MarianMTModel.from_pretrained(str(model_dir)).to(dev).eval()
+        # fp32 weights, the forward under the precision policy's autocast (precision.py), as a backbone's
+        self.model = MarianMTModel.from_pretrained(str(model_dir), dtype=torch.float32).to(dev).eval()
         self.tokenizer, self.settings, self.dev, self.limit = tokenizer, settings, dev, limit
-        bf16 = dev.type == "cuda" and torch.cuda.is_bf16_supported()
+        self.precision = Precision(settings.get("precision", TRANSLATION_PRECISION))
+        self.precision.check_device(dev, "translation.precision")
         self.description = {
             "backend": "transformers",
-            "precision": "bfloat16-autocast" if bf16 else "float32",
+            "precision": f"{DTYPE_NAMES[self.precision.name]}-autocast" if self.precision.mixed else "float32",
             "version": version("transformers"),
         }
         self.batches_per_call, self.tokens_generated = 1, 0
@@ -141,7 +146,7 @@ class TransformersEngine:
         enc = self.tokenizer(segments, return_tensors="pt", padding=True, truncation=True, max_length=self.limit).to(
             self.dev
         )
-        with torch.inference_mode(), autocast(self.dev):
+        with torch.inference_mode(), self.precision.autocast(self.dev):
             out = self.model.generate(
                 **enc, num_beams=int(self.settings["num_beams"]), max_new_tokens=int(self.settings["max_new_tokens"])
             )

@@ -224,11 +224,12 @@ def check(config: dict[str, Any]) -> None:
                 f"config key {key}.family: the demo builds {' and '.join(DEMO_FAMILIES)} backbones, "
                 f"not {family} (use models.source: hub)"
             )
-        if method == "qlora" and config["models"]["source"] == "demo":
-            raise BackboneError(
-                f"config key {key}.method: qlora needs a CUDA GPU and a Hub backbone; the demo runs on CPU (use lora)"
-            )
         asked = gpus(config, name)
+        if entry.get("precision", DEFAULT_PRECISION) == "fp16" and asked["per_node"] * asked["nodes"] > 1:
+            raise BackboneError(
+                f"config key {key}.precision: fp16 needs loss scaling, which sharded training does not run "
+                "(a per-rank scale would let the ranks skip different steps); use bf16 on several GPUs"
+            )
         if method == "qlora" and asked["per_node"] * asked["nodes"] > 1:
             raise BackboneError(
                 f"config key {key}.gpus: qlora trains on one GPU; across {asked['per_node'] * asked['nodes']} GPUs "

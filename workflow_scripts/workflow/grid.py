@@ -748,7 +748,9 @@ def translation_settings(config: dict[str, Any], task: str | None = None, lang: 
     target-language token its model needs. Not among them: the list of extra datasets, and
     the batch size, which changes only speed (a resource of the rule, so editing it reruns
     nothing)."""
-    settings = {k: v for k, v in config["translation"].items() if k not in ("datasets", "batch_size")}
+    # precision only for the engine that reads it, so that it reruns nothing else
+    unread = ("datasets", "batch_size", *(("precision",) if config["translation"].get("backend") != "transformers" else ()))
+    settings = {k: v for k, v in config["translation"].items() if k not in unread}
     token = config["models"]["translators"].get(lang, {}).get("target_token") if lang else None
     if token:
         settings["target_token"] = token
@@ -819,6 +821,8 @@ def eval_settings(
         "languages": cfg["languages"],
         "max_length": cfg["max_length"],
         "eval_batch_size": config["training"]["target"]["eval_batch_size"],
+        # the backbone's precision policy decides the evaluation's compute dtype too (precision.py)
+        "precision": backbone_grid.method_settings(config, backbone)["precision"],
     }
     settings.update({k: cfg[k] for k in get_format(get_task(target).format).options})
     if get_task(target).is_retrieval:

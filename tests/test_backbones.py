@@ -20,7 +20,6 @@ from workflow_scripts.models import adapters
 from workflow_scripts.models.adapters import Method
 from workflow_scripts.models.backbones import family_of
 from workflow_scripts.models.backbones.family import last_token, pool
-from workflow_scripts.precision import Precision
 from workflow_scripts.models.heads import (
     MultiHeadModel,
     forward,
@@ -29,6 +28,7 @@ from workflow_scripts.models.heads import (
     load_tokenizer,
     make_head,
 )
+from workflow_scripts.precision import Precision
 from workflow_scripts.training.train import train_phase
 
 pytestmark = pytest.mark.unit
@@ -382,7 +382,12 @@ PHASE = {
 }
 
 
-CHAINS = [("encoder", "lora", "bf16"), ("decoder", "lora", "bf16"), ("encoder", "qlora", "fp32"), ("decoder", "qlora", "bf16")]
+CHAINS = [
+    ("encoder", "lora", "bf16"),
+    ("decoder", "lora", "bf16"),
+    ("encoder", "qlora", "fp32"),
+    ("decoder", "qlora", "bf16"),
+]
 
 
 @pytest.mark.parametrize("family,method_name,precision", CHAINS)
@@ -450,7 +455,6 @@ def test_adapter_intermediate_then_target_chains_adapters_without_copying_the_ba
 def test_a_stacked_qlora_adapter_computes_what_peft_computed_with_it(backbone_dirs, tmp_path):
     """The NF4 base with a saved adapter stacked on it (frozen, unmerged) gives the hidden
     states of peft's own LoRA model with that adapter, to float rounding."""
-    from peft import PeftModel
 
     backbone_dir = backbone_dirs["decoder"]
     method = Method(name="qlora", precision="fp32", rank=4, alpha=8, dropout=0.0)
@@ -462,7 +466,13 @@ def test_a_stacked_qlora_adapter_computes_what_peft_computed_with_it(backbone_di
         if "lora_B" in name:  # peft starts B at zero: a stacked zero update would prove nothing
             torch.nn.init.normal_(parameter, std=0.5)
     adapters.save_adapter_phase(
-        peft_model, load_tokenizer(backbone_dir), tmp_path, backbone_dir, {"nli": ("classification", 3)}, method, "decoder"
+        peft_model,
+        load_tokenizer(backbone_dir),
+        tmp_path,
+        backbone_dir,
+        {"nli": ("classification", 3)},
+        method,
+        "decoder",
     )
     ids = load_tokenizer(backbone_dir)(TEXTS[:3], return_tensors="pt", padding=True)
     peft_model.eval()

@@ -90,7 +90,9 @@ def evaluate(model: Path, xnli_dev: Path, out: Path, backbone: Path) -> dict:
             "--backbone-settings",
             json.dumps(PROVENANCE),
             "--settings",
-            json.dumps({"languages": ["en", "de", "ru", "sw"], "max_length": 48, "eval_batch_size": 32, "precision": "bf16"}),
+            json.dumps(
+                {"languages": ["en", "de", "ru", "sw"], "max_length": 48, "eval_batch_size": 32, "precision": "bf16"}
+            ),
         ],
         check=True,
         capture_output=True,

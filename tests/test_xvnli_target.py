@@ -156,7 +156,13 @@ def test_the_real_xvnli_rows_are_scored_with_their_images_and_iglues_accuracy(tm
     names = sorted({n for r in rows for n in r["images"]})
     bank = fake_bank(tmp_path, names)
     model = visual_target_model(tmp_path, demo_encoder_dir)
-    settings = {"languages": langs, "max_length": 64, "eval_batch_size": 8, "precision": "fp32", "average_excludes": ["en"]}
+    settings = {
+        "languages": langs,
+        "max_length": 64,
+        "eval_batch_size": 8,
+        "precision": "fp32",
+        "average_excludes": ["en"],
+    }
     result, predictions = evaluate_run("xvnli", {"*": model}, {"test": [(str(data), None)]}, settings, 1, 1, bank)
 
     visual = result["visual"]
@@ -200,7 +206,13 @@ def test_the_real_marvl_rows_are_scored_with_both_their_images(tmp_path, demo_en
     assert {len(r["images"]) for r in rows} == {2}  # the left and the right image
     names = sorted({n for r in rows for n in r["images"]})
     model = visual_target_model(tmp_path, demo_encoder_dir, "marvl")
-    settings = {"languages": langs, "max_length": 64, "eval_batch_size": 8, "precision": "fp32", "average_excludes": ["en"]}
+    settings = {
+        "languages": langs,
+        "max_length": 64,
+        "eval_batch_size": 8,
+        "precision": "fp32",
+        "average_excludes": ["en"],
+    }
     result, predictions = evaluate_run(
         "marvl", {"*": model}, {"test": [(str(data), None)]}, settings, 1, 1, fake_bank(tmp_path, names)
     )

@@ -277,9 +277,7 @@ def empty_backbone(model_dir: str | Path, method: Method):
     with _Checkpoint(found.base) as checkpoint:
         from transformers import AutoConfig
 
-        dtype = _resolve_dtype(
-            AutoConfig.from_pretrained(found.base), load_kwargs(method).get("dtype"), checkpoint
-        )
+        dtype = _resolve_dtype(AutoConfig.from_pretrained(found.base), load_kwargs(method).get("dtype"), checkpoint)
     encoder = _meta_base(found.base, family.name, dtype)
     with _quiet():
         for adapter_dir in found.with_own():

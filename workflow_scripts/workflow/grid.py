@@ -749,7 +749,11 @@ def translation_settings(config: dict[str, Any], task: str | None = None, lang: 
     the batch size, which changes only speed (a resource of the rule, so editing it reruns
     nothing)."""
     # precision only for the engine that reads it, so that it reruns nothing else
-    unread = ("datasets", "batch_size", *(("precision",) if config["translation"].get("backend") != "transformers" else ()))
+    unread = (
+        "datasets",
+        "batch_size",
+        *(("precision",) if config["translation"].get("backend") != "transformers" else ()),
+    )
     settings = {k: v for k, v in config["translation"].items() if k not in unread}
     token = config["models"]["translators"].get(lang, {}).get("target_token") if lang else None
     if token:

@@ -19,7 +19,7 @@ endif
 # Rules call `python -m workflow_scripts...`: the environment's python must come first.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: demo test install preflight status lint test-fast test-integration test-multiprocess test-cluster
+.PHONY: demo test install preflight status lint test-fast test-integration test-multiprocess test-cluster gpu-check gpu-check-smoke
 
 install: $(VENV)/.installed
 
@@ -76,3 +76,19 @@ preflight: install
 WATCH ?= 10
 status:
 	$(BIN)/python -m workflow_scripts.workflow.status --watch $(WATCH)
+
+# One GPU, minutes, no network needed (docs/benchmarks.md, "gpu-check"): the GPU tests, training
+# tokens/s and MFU at real shapes, a torchrun/FSDP2 stop and resume, the GPU search against
+# faiss, CTranslate2 on CUDA, measured peak memory beside the planner's; writes
+# results/gpu_check/summary.md and summary.json. It runs with the environment's python (this
+# checkout's .venv, else the machine's python3, as on a GPU image that brings torch); the
+# wheels of .gpu-wheels/ (bash benchmarks/gpu_wheels.sh) are installed into a private folder.
+GPU_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
+gpu-check:
+	@if ls .gpu-wheels/*.whl > /dev/null 2>&1; then \
+		$(GPU_PYTHON) -m pip install -q --no-index --no-deps --no-compile --upgrade --target .gpu-wheels/site .gpu-wheels/*.whl; fi
+	PYTHONUNBUFFERED=1 PYTHONPATH=$(CURDIR)/.gpu-wheels/site:$(CURDIR) $(GPU_PYTHON) benchmarks/gpu_check.py
+
+# The same parts at tiny shapes on the CPU (make test runs it: tests/test_gpu_check.py).
+gpu-check-smoke: install
+	$(BIN)/python benchmarks/gpu_check.py --cpu-smoke

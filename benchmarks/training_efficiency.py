@@ -49,8 +49,8 @@ LOG_EVERY = 5
 ENGINES = ("xstilts", "trainer", "trainer_group_by_length")
 
 
-def build_inputs(workdir: Path, examples: int) -> None:
-    """The NLI-shaped pairs (train and a small dev file) and the base-size encoder."""
+def build_inputs(workdir: Path, examples: int, build_encoder: bool = True) -> None:
+    """The NLI-shaped pairs (train and a small dev file) and (``build_encoder``) the base-size encoder."""
     import pyarrow.parquet as pq
 
     from workflow_scripts.data.prepare import to_table
@@ -75,7 +75,8 @@ def build_inputs(workdir: Path, examples: int) -> None:
     task = get_task("mnli")
     pq.write_table(to_table(task, rows), workdir / "train.parquet")
     pq.write_table(to_table(task, rows[:16]), workdir / "dev.parquet")
-    build_demo_encoder({**BASE, "seed": 0}, [str(workdir / "train.parquet")], workdir / "encoder")
+    if build_encoder:
+        build_demo_encoder({**BASE, "seed": 0}, [str(workdir / "train.parquet")], workdir / "encoder")
 
 
 def peak_memory_mb(dev) -> float:

@@ -47,7 +47,7 @@ def test_paths_and_settings_name_the_backbone(config):
     assert set(evaluation["models"].values()) == {"results/demo/target/llama_tiny/mnli/xnli/en.dev-en/seed2/model"}
     assert grid.target_settings(config, "llama_tiny", "xnli")["method"] == {
         "name": "lora",
-        "precision": "bf16",
+        "precision": "fp32",
         "rank": 8,
         "alpha": 16,
         "dropout": 0.0,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from workflow_scripts.common import InputError
+from workflow_scripts.common import InputError, device
 from workflow_scripts.data.features import collate, encode, words_need_spaces
 from workflow_scripts.data.prepare import read_table
 from workflow_scripts.data.tasks import get_task
@@ -443,10 +443,10 @@ def test_adapter_intermediate_then_target_chains_adapters_without_copying_the_ba
         after, before = (m(**ids).last_hidden_state.float() for m in (chained, plain))
     assert not torch.allclose(after, before)
     task = get_task("xnli")
-    model, tokenizer = _load_target_model(task, tmp_path / "target", torch.device("cpu"))
+    model, tokenizer = _load_target_model(task, tmp_path / "target", device())  # where training scored it
     dev_rows = [r for r in read_table(xnli, "classification").to_pylist() if r["lang"] == "en"][: PHASE["dev_examples"]]
     opts = {"max_length": 48, "eval_batch_size": 16, "precision": precision}
-    rescored = score_rows(model, task, tokenizer, dev_rows, opts, torch.device("cpu"))
+    rescored = score_rows(model, task, tokenizer, dev_rows, opts, device())
     assert rescored["accuracy"] == target["best"]["scores"]["xnli"]["accuracy"]
     if method_name == "qlora":  # the base stayed 4-bit: no weight of it can take a gradient
         assert any(p.dtype == torch.uint8 for p in model.encoder.parameters())

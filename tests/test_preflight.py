@@ -67,10 +67,25 @@ def test_a_missing_folder_and_a_bad_config_are_blockers(tmp_path):
     assert rows(proc.stdout)[0][:3] == ["config", "bad.yaml", "BLOCKER"], proc.stdout
 
 
+LORA = {"rank": 4, "alpha": 8, "dropout": 0.0}
+
+
 @pytest.mark.unit
-@pytest.mark.parametrize("method", [{"name": "full"}, {"name": "lora", "rank": 4, "alpha": 8, "dropout": 0.0}])
+@pytest.mark.parametrize(
+    "method",
+    [
+        {"name": "full", "precision": "fp32"},
+        {"name": "full", "precision": "bf16"},
+        {"name": "full", "precision": "fp16"},
+        # a bf16 base feeding fp32 heads: only training's autocast makes the dtypes meet
+        {"name": "lora", "precision": "bf16", **LORA},
+        {"name": "qlora", "precision": "bf16", **LORA},
+    ],
+    ids=lambda m: f"{m['name']}-{m['precision']}",
+)
 def test_a_few_optimizer_steps_on_the_real_weights(demo_encoder_dir, method):
-    """What the preflight runs on each backbone where a GPU is, here on CPU."""
+    """What the preflight runs on each backbone where a GPU is, here on CPU, with each
+    precision and method as training runs them."""
     from workflow_scripts.workflow.preflight import SMOKE_STEPS, smoke_steps
 
     losses = smoke_steps(demo_encoder_dir, "encoder", method, "cpu")

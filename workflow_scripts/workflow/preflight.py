@@ -504,39 +504,49 @@ def smoke_steps(
     model_dir: Path, family: str, method_settings: dict[str, Any], device: str, steps: int = SMOKE_STEPS
 ) -> list[float]:
     """Losses of a few optimizer steps of a classification head on the backbone's real
-    weights, with its training method; raises if a loss is not finite."""
+    weights, taken as training takes them: the model built by training's runtime (load dtypes,
+    adapters, heads), the forward under the precision policy's autocast, the backward and
+    step of training/step.py (fp16's loss scaling included). Raises if a loss is not finite."""
     import torch
 
-    from workflow_scripts.models.adapters import Method, attach, inner, load_backbone
-    from workflow_scripts.models.heads import MultiHeadModel, forward, load_tokenizer, make_head
+    from workflow_scripts.models.adapters import Method, check_available
+    from workflow_scripts.models.heads import forward, load_tokenizer, make_head
+    from workflow_scripts.precision import Precision
+    from workflow_scripts.training import step
+    from workflow_scripts.training.distributed import Context
+    from workflow_scripts.training.runtime import SingleProcess
 
     torch.manual_seed(0)
-    method = Method.from_settings(method_settings)
+    dev, method = torch.device(device), Method.from_settings(method_settings)
+    check_available(method, dev)
+    precision = Precision(method.precision)
+    runtime = SingleProcess(Context(0, 1, 0, dev, None, True), method)
+    runtime.device = dev
     tokenizer = load_tokenizer(model_dir)
-    encoder = load_backbone(model_dir, method)
-    model = MultiHeadModel(
-        encoder, {"nli": make_head("classification", encoder.config.hidden_size, 3, 0.0, 0.02)}, family
-    )
-    trained = attach(model, method, {"nli": ("classification", 3)}) if method.adapters else model
-    trained.to(device)
-    run = inner(trained)
+    encoder = runtime.load_backbone(model_dir)
+    if hasattr(encoder.config, "use_cache"):  # as training: no KV cache
+        encoder.config.use_cache = False
+    heads = {"nli": make_head("classification", encoder.config.hidden_size, 3, 0.0, 0.02)}
+    model, _ = runtime.build(model_dir, encoder, heads, family, {"nli": ("classification", 3)})
     batch = tokenizer(
         ["A man plays a guitar on stage.", "Two dogs run in the snow."],
         ["Someone makes music.", "The animals are asleep."],
         return_tensors="pt",
         padding=True,
     )
-    batch = {k: v.to(device) for k, v in batch.items()} | {"labels": torch.tensor([0, 2], device=device)}
-    optimizer = torch.optim.AdamW([p for p in trained.parameters() if p.requires_grad], lr=1e-5)
+    batch = {k: v.to(dev) for k, v in batch.items()} | {"labels": torch.tensor([0, 2], device=dev)}
+    optimizer, scaler = step.make_optimizer(model, 1e-5, 0.0), precision.grad_scaler(dev)
     losses = []
-    for step in range(steps):
-        _, loss = forward(run, "classification", "nli", batch)
+    model.train()
+    for index in range(steps):
+        with precision.autocast(dev):
+            _, loss = forward(model, "classification", "nli", batch)
         if not torch.isfinite(loss):
-            raise RuntimeError(f"{model_dir}: loss {loss.item()} at step {step}")
+            raise RuntimeError(f"{model_dir}: loss {loss.item()} at step {index}")
         losses.append(float(loss.detach()))
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
+        step.backward(loss, scaler)
+        step.optimizer_step(model, optimizer, scaler, 1.0)
+        optimizer.zero_grad(set_to_none=True)
     return losses
 
 

@@ -1,0 +1,482 @@
+"""`make gpu-check`: what a GPU run of xstilts depends on, checked and measured on one GPU in
+minutes, written to ``results/gpu_check/summary.md`` and ``summary.json``.
+
+- **GPU tests**: the suite's tests that run on the GPU when there is one (the adapter chains,
+  QLoRA among them, the stacked adapter, the preflight's steps, the GPU search), by pytest.
+- **Training throughput**: real tokens/s and MFU of the training engine's own step (the model
+  built by training's runtime with the precision policy's dtypes, autocast, training/step.py)
+  for an XLM-R-large-shaped encoder trained in full at seq 128 and 384, and a decoder of 7B
+  width (Llama-2-7B's layer, 4 layers deep: the time per layer is what scales) with LoRA, full
+  fine-tuning and QLoRA. MFU is against the card's dense bf16 peak (vendor datasheet); FLOPs
+  per token are 6 N (full) or 4 N (a frozen base computes no weight gradients) over the
+  non-embedding parameters, plus attention's 12 L s d. Checkpoints are saved in bf16, so full
+  fine-tuning also shows its fp32 master weights.
+- **Sharded runtime**: a world-size-1 torchrun (NCCL on a GPU) trains a small encoder with
+  FSDP2 in bf16, is stopped by SIGTERM after a checkpoint, and resumes from it.
+- **Retrieval**: the GPU exact search against faiss on the CPU (or, without faiss, an fp64
+  reference): the same neighbours in the same order, scores to float rounding.
+- **CTranslate2 on CUDA**: whether the CUDA 12 cuBLAS that ctranslate2 loads can be found.
+- **Memory**: every measured peak beside the memory planner's estimate.
+
+``--cpu-smoke`` runs every part at tiny shapes on the CPU (no GPU tests, no MFU), so that the
+command cannot rot: ``make test`` runs it. On a GPU machine without network, the wheels it
+needs beyond torch, transformers and peft come from ``bash benchmarks/gpu_wheels.sh``
+(docs/benchmarks.md says how to carry them).
+
+    python benchmarks/gpu_check.py [--cpu-smoke] [--out results/gpu_check]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+# Dense bf16 peak of each card, TFLOP/s (vendor datasheets, SXM parts, no sparsity).
+BF16_PEAK_TFLOPS = {"H100": 989.4, "H200": 989.4, "A100": 312.0, "L40S": 362.1, "A6000": 154.8}
+XLMR_LARGE = {"vocab_size": 250002, "hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16,
+              "intermediate_size": 4096, "max_position_embeddings": 514}  # fmt: skip
+DECODER_7B_WIDTH = {"vocab_size": 32000, "hidden_size": 4096, "num_hidden_layers": 4, "num_attention_heads": 32,
+                    "num_key_value_heads": 32, "intermediate_size": 11008, "max_position_embeddings": 4096}  # fmt: skip
+TINY_ENCODER = {**XLMR_LARGE, "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                "intermediate_size": 128}  # fmt: skip
+TINY_DECODER = {**DECODER_7B_WIDTH, "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2,
+                "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 128}  # fmt: skip
+LORA = {"rank": 16, "alpha": 32, "dropout": 0.0}
+
+
+def throughput_cases(smoke: bool) -> list[dict[str, Any]]:
+    """(label, family, shape, method, seq_len, micro_batch) of each throughput run."""
+    enc, dec = (TINY_ENCODER, TINY_DECODER) if smoke else (XLMR_LARGE, DECODER_7B_WIDTH)
+    scale = (lambda s, b: (32, 2)) if smoke else (lambda s, b: (s, b))
+    cases = [
+        ("XLM-R large, full, seq 128", "encoder", enc, "full", *scale(128, 32)),
+        ("XLM-R large, full, seq 384", "encoder", enc, "full", *scale(384, 16)),
+        ("decoder 7B width (4 layers), LoRA", "decoder", dec, "lora", *scale(512, 8)),
+        ("decoder 7B width (4 layers), full", "decoder", dec, "full", *scale(512, 8)),
+        ("decoder 7B width (4 layers), QLoRA", "decoder", dec, "qlora", *scale(512, 8)),
+    ]
+    keys = ("label", "family", "shape", "method", "seq_len", "micro_batch")
+    return [dict(zip(keys, case)) for case in cases]
+
+
+# ----- the environment -----------------------------------------------------------------------
+
+
+def environment() -> dict[str, Any]:
+    import torch
+
+    versions = {}
+    for name in ("torch", "transformers", "peft", "bitsandbytes", "ctranslate2", "faiss"):
+        try:
+            versions[name] = __import__(name).__version__
+        except Exception as err:  # a missing package is a finding, not a crash
+            versions[name] = f"missing ({type(err).__name__})"
+    env = {"date": datetime.date.today().isoformat(), "host": platform.node(), "versions": versions}
+    if torch.cuda.is_available():
+        env["gpu"] = torch.cuda.get_device_name(0)
+        env["cuda"] = torch.version.cuda
+        env["capability"] = ".".join(map(str, torch.cuda.get_device_capability(0)))
+        query = ["nvidia-smi", "--query-gpu=driver_version,memory.total", "--format=csv,noheader"]
+        try:
+            env["driver"], env["memory"] = subprocess.run(query, capture_output=True, text=True).stdout.strip().split(", ")
+        except (OSError, ValueError):
+            env["driver"] = env["memory"] = "unknown"
+    else:
+        env["gpu"] = None
+    return env
+
+
+def peak_tflops(gpu: str | None) -> float | None:
+    return next((peak for name, peak in BF16_PEAK_TFLOPS.items() if gpu and name in gpu), None)
+
+
+# ----- one training step, as training takes it ----------------------------------------------
+
+
+def save_backbone(family: str, shape: dict[str, Any], out: Path, dev) -> int:
+    """A random-init backbone of ``shape``, saved in bf16 (a 16-bit checkpoint, as Hub models
+    are stored). Returns its parameter count."""
+    import torch
+    from transformers import LlamaConfig, LlamaModel, XLMRobertaConfig, XLMRobertaModel
+
+    torch.manual_seed(0)
+    config_class, model_class = (
+        (XLMRobertaConfig, XLMRobertaModel) if family == "encoder" else (LlamaConfig, LlamaModel)
+    )
+    extra = {"add_pooling_layer": False} if family == "encoder" else {}
+    with torch.device(dev):
+        model = model_class(config_class(**shape), **extra).to(torch.bfloat16)
+    model.save_pretrained(out)
+    count = sum(p.numel() for p in model.parameters())
+    del model
+    return count
+
+
+def build_model(model_dir: Path, family: str, method_settings: dict[str, Any], dev):
+    """The MultiHeadModel training's runtime builds: load dtypes, adapters, one NLI head."""
+    from workflow_scripts.models.adapters import Method, check_available
+    from workflow_scripts.models.heads import make_head
+    from workflow_scripts.training.distributed import Context
+    from workflow_scripts.training.runtime import SingleProcess
+
+    method = Method.from_settings(method_settings)
+    check_available(method, dev)
+    runtime = SingleProcess(Context(0, 1, 0, dev, None, True), method)
+    runtime.device = dev
+    encoder = runtime.load_backbone(model_dir)
+    if hasattr(encoder.config, "use_cache"):
+        encoder.config.use_cache = False
+    heads = {"nli": make_head("classification", encoder.config.hidden_size, 3, 0.0, 0.02)}
+    model, _ = runtime.build(model_dir, encoder, heads, family, {"nli": ("classification", 3)})
+    return model, method
+
+
+def synthetic_batch(vocab: int, seq_len: int, micro_batch: int, dev) -> dict[str, Any]:
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    batch = {
+        "input_ids": torch.randint(5, vocab, (micro_batch, seq_len), generator=g),
+        "attention_mask": torch.ones(micro_batch, seq_len, dtype=torch.long),
+        "labels": torch.randint(0, 3, (micro_batch,), generator=g),
+    }
+    return {k: v.to(dev) for k, v in batch.items()}
+
+
+def timed_steps(model, method, batch: dict[str, Any], dev, warmup: int, steps: int) -> float:
+    """Seconds of ``steps`` optimizer steps after ``warmup`` untimed ones."""
+    import torch
+
+    from workflow_scripts.models.heads import forward
+    from workflow_scripts.precision import Precision
+    from workflow_scripts.training import step
+
+    precision = Precision(method.precision)
+    optimizer, scaler = step.make_optimizer(model, 1e-5, 0.0), precision.grad_scaler(dev)
+    model.train()
+    started = 0.0
+    for index in range(warmup + steps):
+        if index == warmup:
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+            started = time.perf_counter()
+        with precision.autocast(dev):
+            _, loss = forward(model, "classification", "nli", batch)
+        step.backward(loss, scaler)
+        step.optimizer_step(model, optimizer, scaler, 1.0)
+        optimizer.zero_grad(set_to_none=True)
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    if not torch.isfinite(loss):
+        raise RuntimeError(f"loss {loss.item()}")
+    return time.perf_counter() - started
+
+
+def flops_per_token(family: str, shape: dict[str, Any], parameters: int, method: str, seq_len: int) -> float:
+    layers, width = shape["num_hidden_layers"], shape["hidden_size"]
+    embeddings = (shape["vocab_size"] + (shape["max_position_embeddings"] if family == "encoder" else 0)) * width
+    non_embedding = parameters - embeddings
+    return (6 if method == "full" else 4) * non_embedding + 12 * layers * seq_len * width
+
+
+def planned_bytes(case: dict[str, Any], parameters: int, precision: str) -> float:
+    """The memory planner's estimate for this step, without its fixed reserve."""
+    from workflow_scripts.workflow import memory_plan
+
+    shape = case["shape"]
+    entry = {
+        "family": case["family"],
+        "method": case["method"],
+        "precision": precision,
+        "parameters": parameters,
+        "architecture": {
+            "hidden_size": shape["hidden_size"],
+            "num_layers": shape["num_hidden_layers"],
+            "num_attention_heads": shape["num_attention_heads"],
+            "vocab_size": shape["vocab_size"],
+            "intermediate_size": shape["intermediate_size"],
+        },
+    }
+    plan = memory_plan.estimate(entry, case["seq_len"], case["micro_batch"], 1)
+    return plan.total - plan.reserve
+
+
+def peak_bytes(dev) -> float:
+    import resource
+
+    import torch
+
+    if dev.type == "cuda":
+        return float(torch.cuda.max_memory_allocated(dev))
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0
+
+
+def run_throughput(case: dict[str, Any], workdir: Path, dev, smoke: bool, peak: float | None) -> dict[str, Any]:
+    import torch
+
+    precision = "bf16"
+    model_dir = workdir / case["label"].replace(" ", "_").replace(",", "").replace("(", "").replace(")", "")
+    parameters = save_backbone(case["family"], case["shape"], model_dir, dev)
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(dev)
+    method_settings = {"name": case["method"], "precision": precision, **(LORA if case["method"] != "full" else {})}
+    model, method = build_model(model_dir, case["family"], method_settings, dev)
+    dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in model.parameters() if p.requires_grad})
+    batch = synthetic_batch(case["shape"]["vocab_size"], case["seq_len"], case["micro_batch"], dev)
+    seconds = timed_steps(model, method, batch, dev, warmup=1 if smoke else 3, steps=2 if smoke else 10)
+    steps = 2 if smoke else 10
+    tokens_per_s = case["seq_len"] * case["micro_batch"] * steps / seconds
+    flops = flops_per_token(case["family"], case["shape"], parameters, case["method"], case["seq_len"])
+    measured = peak_bytes(dev)
+    planned = planned_bytes(case, parameters, precision)
+    del model, batch
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+    return {
+        "label": case["label"],
+        "method": case["method"],
+        "precision": precision,
+        "seq_len": case["seq_len"],
+        "micro_batch": case["micro_batch"],
+        "parameters": parameters,
+        "trained_dtypes": dtypes,
+        "tokens_per_s": tokens_per_s,
+        "tflops": tokens_per_s * flops / 1e12,
+        "mfu": tokens_per_s * flops / (peak * 1e12) if peak else None,
+        "peak_gib": measured / 2**30,
+        "planned_gib": planned / 2**30,
+        "measured_over_planned": measured / planned,
+    }
+
+
+# ----- the sharded runtime: torchrun, FSDP2, a stop and a resume ------------------------------
+
+
+def small_encoder(workdir: Path, smoke: bool) -> tuple[Path, dict[str, Any]]:
+    """A small demo encoder (tokenizer included) and NLI-shaped pairs cut from the XQuAD sample."""
+    import pyarrow.parquet as pq
+
+    from benchmarks.training_efficiency import build_inputs
+    from workflow_scripts.models.demo_models import build_demo_encoder
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    build_inputs(workdir, 400, build_encoder=False)
+    size = {"hidden_size": 64, "num_hidden_layers": 2} if smoke else {"hidden_size": 512, "num_hidden_layers": 8}
+    settings = {"vocab_size": 2000, "num_attention_heads": 8, "intermediate_size": 4 * size["hidden_size"],
+                "max_position_embeddings": 258, "seed": 0, **size}  # fmt: skip
+    build_demo_encoder(settings, [str(workdir / "train.parquet")], workdir / "encoder")
+    assert pq.read_metadata(workdir / "train.parquet").num_rows == 400
+    data = {"mnli": {"train": str(workdir / "train.parquet"), "dev": str(workdir / "dev.parquet")}}
+    return workdir / "encoder", data
+
+
+def run_sharded_resume(workdir: Path, dev, smoke: bool) -> dict[str, Any]:
+    from benchmarks.training_efficiency import xstilts_settings
+    from workflow_scripts.training.distributed import read_extra
+
+    encoder, data = small_encoder(workdir, smoke)
+    steps = 12 if smoke else 40
+    args = argparse.Namespace(steps=steps, batch_size=8, max_length=64, lr=5e-5)
+    settings = {**xstilts_settings(args), "eval_every": steps // 2, "method": {"name": "full", "precision": "bf16"}}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1",
+           "-m", "workflow_scripts.training.train", "intermediate", "--encoder", str(encoder),
+           "--data", json.dumps(data), "--settings", json.dumps(settings), "--seed", "1",
+           "--output", str(workdir / "model"), "--checkpoint-dir", str(workdir / "ckpt"),
+           "--checkpoint-every", "5"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.time() + 240
+    while (read_extra(workdir / "ckpt" / "checkpoint") or {}).get("step", 0) < 5:
+        if proc.poll() is not None or time.time() > deadline:
+            proc.kill()
+            raise RuntimeError(f"no checkpoint was written: {proc.stderr.read()[-3000:]}")
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=180)
+    stopped_at = read_extra(workdir / "ckpt" / "checkpoint")["step"]
+    if proc.returncode == 0 or (workdir / "model").exists():
+        raise RuntimeError(f"SIGTERM did not stop the run: {stderr[-2000:]}")
+    again = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    if again.returncode != 0:
+        raise RuntimeError(f"the resumed run failed: {again.stderr[-3000:]}")
+    log = json.loads((workdir / "model" / "train_log.json").read_text())
+    if log["resumed_at_step"] != stopped_at:
+        raise RuntimeError(f"resumed at {log['resumed_at_step']}, checkpointed at {stopped_at}")
+    return {
+        "processes": log["throughput"]["processes"],
+        "backend": "nccl" if dev.type == "cuda" else "gloo",
+        "stopped_at_step": stopped_at,
+        "resumed_at_step": log["resumed_at_step"],
+        "steps": log["total_steps"],
+        "precision": log["backbone"]["precision"],
+        "best_score": log["best"]["score"],
+    }
+
+
+# ----- retrieval and CTranslate2 -------------------------------------------------------------
+
+
+def run_retrieval(dev, smoke: bool) -> dict[str, Any]:
+    import numpy as np
+    import torch
+
+    from workflow_scripts.evaluation.neighbours import knn
+
+    rng = np.random.default_rng(0)
+    n_queries, n_keys, dim = (64, 200, 32) if smoke else (1024, 50_000, 1024)
+    queries = rng.standard_normal((n_queries, dim)).astype(np.float32)
+    keys = rng.standard_normal((n_keys, dim)).astype(np.float32)
+    started = time.perf_counter()
+    scores, found = knn(queries, keys, 10, dev=dev)
+    seconds = time.perf_counter() - started
+    try:
+        import faiss
+
+        index = faiss.IndexFlatIP(dim)
+        index.add(keys)
+        ref_scores, ref_found = index.search(queries, 10)
+        reference = f"faiss {faiss.__version__} IndexFlatIP (CPU)"
+    except ImportError:
+        exact = torch.from_numpy(queries).double() @ torch.from_numpy(keys).double().T
+        ref_scores, ref_found = (t.numpy() for t in exact.topk(10, dim=1))
+        reference = "fp64 matrix product on the CPU (faiss not installed here)"
+    return {
+        "device": dev.type,
+        "queries": n_queries,
+        "keys": n_keys,
+        "dim": dim,
+        "seconds": seconds,
+        "reference": reference,
+        "same_neighbours": float(np.mean(np.all(found == ref_found, axis=1))),
+        "max_score_difference": float(np.abs(scores - ref_scores).max()),
+    }
+
+
+def run_ctranslate2(dev) -> dict[str, Any]:
+    import ctranslate2
+
+    from workflow_scripts.translation.translators import ensure_cublas12
+
+    if dev.type != "cuda":
+        return {"cuda": False, "note": "no GPU: CTranslate2 runs on the CPU (the demo's translations)"}
+    ensure_cublas12()  # raises InputError naming the package and the path that fix it
+    return {"cuda": True, "devices": ctranslate2.get_cuda_device_count(), "cublas12": "found and loaded"}
+
+
+def run_gpu_tests(out: Path) -> dict[str, Any]:
+    selection = [
+        "tests/test_backbones.py",
+        "tests/test_neighbours.py",
+        "tests/test_preflight.py",
+        "-k",
+        "chain or stacked or optimizer or gpu or device",
+    ]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "-rs", *selection]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=300)
+    (out / "gpu_tests.log").write_text(proc.stdout + proc.stderr)
+    last = [line for line in proc.stdout.splitlines() if " passed" in line or " failed" in line or " error" in line]
+    return {"returncode": proc.returncode, "summary": last[-1] if last else proc.stdout[-300:], "log": "gpu_tests.log"}
+
+
+# ----- the run and its report ----------------------------------------------------------------
+
+
+def attempt(name: str, results: dict[str, Any], work: Callable[[], Any]) -> None:
+    """Run one part; its failure is recorded and the others still run."""
+    print(f"gpu-check: {name} ...", flush=True)
+    started = time.perf_counter()
+    try:
+        results[name] = {"ok": True, "result": work()}
+    except Exception as err:
+        results[name] = {"ok": False, "error": f"{type(err).__name__}: {err}", "trace": traceback.format_exc()[-4000:]}
+    results[name]["seconds"] = round(time.perf_counter() - started, 1)
+    print(f"gpu-check: {name}: {'ok' if results[name]['ok'] else results[name]['error'][:300]}", flush=True)
+
+
+def summary_markdown(env: dict[str, Any], results: dict[str, Any], smoke: bool) -> str:
+    gpu = env.get("gpu") or "no GPU (CPU)"
+    lines = [
+        "# gpu-check",
+        "",
+        f"- machine: {gpu}; driver {env.get('driver', '–')}; CUDA {env.get('cuda', '–')}; host {env['host']}",
+        f"- date: {env['date']}; versions: " + ", ".join(f"{k} {v}" for k, v in env["versions"].items()),
+        f"- mode: {'--cpu-smoke (tiny shapes)' if smoke else 'real shapes'}",
+        "",
+        "| part | status | seconds |",
+        "|---|---|---:|",
+    ]
+    for name, part in results.items():
+        status = "ok" if part["ok"] else f"FAILED: {part['error'][:200]}".replace("|", "/").replace("\n", " ")
+        lines.append(f"| {name} | {status} | {part['seconds']} |")
+    cases = [p["result"] for n, p in results.items() if n.startswith("throughput") and p["ok"]]
+    if cases:
+        lines += [
+            "",
+            "| run | seq x batch | tokens/s | TFLOP/s | MFU | peak GiB | planned GiB | measured / planned |",
+            "|---|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        for c in cases:
+            mfu = f"{100 * c['mfu']:.1f}%" if c["mfu"] is not None else "–"
+            lines.append(
+                f"| {c['label']} | {c['seq_len']} x {c['micro_batch']} | {c['tokens_per_s']:,.0f} | {c['tflops']:.1f} "
+                f"| {mfu} | {c['peak_gib']:.2f} | {c['planned_gib']:.2f} | {c['measured_over_planned']:.2f} |"
+            )
+    for name in ("sharded resume", "retrieval", "ctranslate2", "gpu tests"):
+        part = results.get(name)
+        if part and part["ok"]:
+            lines += ["", f"**{name}**: " + ", ".join(f"{k} {v}" for k, v in part["result"].items())]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cpu-smoke", action="store_true", help="tiny shapes on the CPU (what make test runs)")
+    ap.add_argument("--out", type=Path, default=REPO / "results" / "gpu_check")
+    ap.add_argument("--only", help="run only the parts whose name contains this")
+    args = ap.parse_args(argv)
+    import torch
+
+    dev = torch.device("cuda" if torch.cuda.is_available() and not args.cpu_smoke else "cpu")
+    if dev.type != "cuda" and not args.cpu_smoke:
+        raise SystemExit("gpu-check: no CUDA GPU here; run `make gpu-check-smoke` (--cpu-smoke) on a CPU")
+    args.out.mkdir(parents=True, exist_ok=True)
+    env, results = environment(), {}
+    peak = peak_tflops(env.get("gpu"))
+    parts: list[tuple[str, Callable[[], Any]]] = []
+    with tempfile.TemporaryDirectory(prefix="xstilts-gpu-check-") as tmp:
+        if not args.cpu_smoke:
+            parts.append(("gpu tests", lambda: run_gpu_tests(args.out)))
+        for case in throughput_cases(args.cpu_smoke):
+            parts.append((f"throughput: {case['label']}", lambda c=case: run_throughput(c, Path(tmp), dev, args.cpu_smoke, peak)))
+        parts += [
+            ("sharded resume", lambda: run_sharded_resume(Path(tmp) / "sharded", dev, args.cpu_smoke)),
+            ("retrieval", lambda: run_retrieval(dev, args.cpu_smoke)),
+            ("ctranslate2", lambda: run_ctranslate2(dev)),
+        ]
+        for name, work in parts:
+            if args.only is None or args.only in name:
+                attempt(name, results, work)
+    (args.out / "summary.json").write_text(json.dumps({"environment": env, "results": results}, indent=2) + "\n")
+    (args.out / "summary.md").write_text(summary_markdown(env, results, args.cpu_smoke))
+    print((args.out / "summary.md").read_text())
+    return 0 if all(part["ok"] for part in results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

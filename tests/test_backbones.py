@@ -439,8 +439,9 @@ def test_adapter_intermediate_then_target_chains_adapters_without_copying_the_ba
     ids = load_tokenizer(backbone_dir)(TEXTS[:2], return_tensors="pt", padding=True)
     chained = adapters.load_backbone(tmp_path / "inter", Method(**method)).eval()
     plain = adapters.load_backbone(backbone_dir, Method(**method)).eval()
-    with torch.no_grad(), Precision(precision).autocast(torch.device("cpu")):
-        after, before = (m(**ids).last_hidden_state.float() for m in (chained, plain))
+    at = next(chained.parameters()).device  # a 4-bit base is put on the GPU where there is one
+    with torch.no_grad(), Precision(precision).autocast(at):
+        after, before = (m(**ids.to(at)).last_hidden_state.float() for m in (chained, plain))
     assert not torch.allclose(after, before)
     task = get_task("xnli")
     model, tokenizer = _load_target_model(task, tmp_path / "target", device())  # where training scored it
@@ -474,7 +475,7 @@ def test_a_stacked_qlora_adapter_computes_what_peft_computed_with_it(backbone_di
         method,
         "decoder",
     )
-    ids = load_tokenizer(backbone_dir)(TEXTS[:3], return_tensors="pt", padding=True)
+    ids = load_tokenizer(backbone_dir)(TEXTS[:3], return_tensors="pt", padding=True).to(next(base.parameters()).device)
     peft_model.eval()
     with torch.no_grad():
         expected = adapters.inner(peft_model).encoder(**ids).last_hidden_state

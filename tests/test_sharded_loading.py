@@ -27,6 +27,7 @@ from workflow_scripts.common import InputError
 from workflow_scripts.models.adapters import Method, attach, lineage, load_backbone
 from workflow_scripts.models.backbones import family_of
 from workflow_scripts.models.heads import MultiHeadModel, make_head
+from workflow_scripts.precision import Precision
 from workflow_scripts.training import distributed as D
 from workflow_scripts.training import sharded_loading as S
 
@@ -412,6 +413,9 @@ def test_without_a_process_group_the_existing_path_runs(models):
         S.load_sharded_model(models["dec"], Method(name="qlora"), {}, two)
     with pytest.raises(InputError, match="full and lora"):
         S.empty_backbone(models["dec"], Method(name="qlora"))
+    # a policy other than the method's (whose dtype the meta backbone has): refused, also before any collective
+    with pytest.raises(ValueError, match="precision bf16, but the method's is fp32"):
+        S.load_sharded_model(models["dec"], Method(name="full", precision="fp32"), {}, two, precision=Precision("bf16"))
 
 
 @pytest.mark.unit

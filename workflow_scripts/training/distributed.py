@@ -21,8 +21,8 @@ left runs a stand-in with weight 0), and every decision that ends or branches th
 
 On CPU (tests, laptops) the process group uses gloo; on GPUs NCCL for CUDA tensors and gloo
 for CPU tensors (``any_rank`` agrees on a CPU flag without waiting for the GPU). torch 2.13's
-FSDP2 (``fully_shard``), its mixed precision (bf16 or fp16 weights gathered from fp32 shards),
-activation checkpointing and DCP run on CPU with gloo as on GPUs with NCCL, so the sharded
+FSDP2 (``fully_shard``), its mixed precision (weights gathered in bf16 or fp16, gradients
+reduced in fp32), activation checkpointing and DCP run on CPU with gloo as on GPUs with NCCL, so the sharded
 path is the one the CPU tests exercise.
 """
 
@@ -304,9 +304,10 @@ def shard_model(
 
     One block's weights are gathered at a time, so memory holds the shards plus one full
     block. ``precision`` bf16 or fp16: weights are gathered and computed in that dtype,
-    gradients reduced in fp32 (``mixed_precision_policy``). Activation checkpointing recomputes each block's
-    activations in backward instead of storing them (composable ``checkpoint``: the
-    parameter names, hence state dicts and ``save_pretrained``, are unchanged).
+    gradients reduced in fp32 (``mixed_precision_policy``). Activation checkpointing
+    recomputes each block's activations in backward instead of storing them (composable
+    ``checkpoint``: the parameter names, hence state dicts and ``save_pretrained``, are
+    unchanged).
 
     The root's ``forward`` must be the entry point of every forward pass: FSDP gathers the
     root's own weights in its pre-forward hook, so calling ``model.encoder(...)`` directly

@@ -269,9 +269,11 @@ def empty_backbone(model_dir: str | Path, method: Method):
 def empty_mlm_head(model_dir: str | Path, encoder):
     """``models.load_mlm_head`` on the meta device: the base's masked-LM head, its output layer
     tied to ``encoder``'s input embeddings; ``load_sharded_model`` reads its own weights from
-    the base checkpoint (under the head's name there, e.g. ``lm_head.``). In ``encoder``'s
-    dtype (the precision policy's): under full fine-tuning it trains in the same FSDP2 unit
-    as the embeddings it is tied to, which needs one dtype for every trainable parameter."""
+    the base checkpoint (under the head's name there, e.g. ``lm_head.``). Its own weights are
+    fp32 whatever the checkpoint stores, as the policy trains heads (and FSDP2 needs one dtype
+    for the trainable parameters of the root unit it shares with the other heads); its output
+    layer is the embedding matrix, in the backbone's dtype."""
+    import torch
     from accelerate import init_empty_weights
     from transformers import AutoConfig, AutoModelForMaskedLM
 
@@ -284,7 +286,7 @@ def empty_mlm_head(model_dir: str | Path, encoder):
         )
     config = AutoConfig.from_pretrained(base)
     with init_empty_weights(include_buffers=False):
-        mlm = AutoModelForMaskedLM.from_config(config, dtype=encoder.get_input_embeddings().weight.dtype)
+        mlm = AutoModelForMaskedLM.from_config(config, dtype=torch.float32)
     mlm.tie_weights()  # the head's own ties (XLM-R: decoder.bias is bias), broken by the meta context
     output, embeddings = mlm.get_output_embeddings(), encoder.get_input_embeddings()
     if output is None or output.weight.shape != embeddings.weight.shape:

@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch
 from torch import nn
 
+from workflow_scripts.precision import Precision
 from workflow_scripts.training import distributed as D
 
 VOCAB, LENGTH, EXAMPLES = 40, 6, 45
@@ -116,7 +117,7 @@ def main() -> None:
         Tiny(dropout=args.dropout).to(ctx.device),
         (Block,),
         ctx,
-        bf16=args.bf16,
+        precision=Precision("bf16" if args.bf16 else "fp32"),
         activation_checkpointing=args.activation_checkpointing,
     )
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01, fused=True)

@@ -27,6 +27,7 @@ from workflow_scripts.common import seed_everything
 from workflow_scripts.models.adapters import Method, attach, inner, lineage, load_backbone
 from workflow_scripts.models.backbones import family_of
 from workflow_scripts.models.heads import MultiHeadModel, load_mlm_head, make_head
+from workflow_scripts.precision import Precision
 from workflow_scripts.training import distributed as D
 from workflow_scripts.training import sharded_loading as S
 
@@ -47,16 +48,18 @@ def make_heads(encoder, model_dir: str, mlm: str | None) -> dict:
 
 
 def method_of(scenario: dict) -> Method:
-    return Method(name=scenario["method"], rank=4, alpha=8, dropout=0.0)
+    return Method(name=scenario["method"], rank=4, alpha=8, dropout=0.0, precision=scenario.get("precision", "fp32"))
 
 
 def reference(scenario: dict, ctx: D.Context):
-    """train.py's path today."""
+    """train.py's path today, on ``reference_dir`` when the scenario names one (the fp32 copy
+    of a 16-bit checkpoint: the weights full fine-tuning of the checkpoint starts from)."""
     method = method_of(scenario)
+    model_dir = scenario.get("reference_dir", scenario["dir"])
     seed_everything(scenario["seed"])
-    encoder = load_backbone(scenario["dir"], method)
-    heads = make_heads(encoder, scenario["dir"], "reference" if scenario.get("mlm") else None)
-    family = family_of(scenario["dir"])
+    encoder = load_backbone(model_dir, method)
+    heads = make_heads(encoder, model_dir, "reference" if scenario.get("mlm") else None)
+    family = family_of(model_dir)
     model = MultiHeadModel(encoder, heads, family.name).to(ctx.device)
     peft_model = attach(model, method, dict(HEADS)) if method.adapters else None
     model = inner(peft_model) if peft_model is not None else model
@@ -64,7 +67,7 @@ def reference(scenario: dict, ctx: D.Context):
         model,
         tuple({type(b) for b in family.blocks(model.encoder)}),
         ctx,
-        bf16=False,
+        precision=Precision(method.precision),
         activation_checkpointing=bool(scenario.get("activation_checkpointing")),
     )
     return model
@@ -166,8 +169,15 @@ def main() -> None:
             "reference_trainable": sorted(n for n, p in ref.named_parameters() if p.requires_grad),
             "ties": ties(model),
             "reference_ties": ties(ref),
+            # this rank's shards: what the optimiser would update (fp32 master weights for full)
+            "dtypes": sorted({str(p.to_local().dtype) for p in model.parameters()}),
+            "trainable_dtypes": sorted({str(p.to_local().dtype) for p in model.parameters() if p.requires_grad}),
         }
-        found = {"reference": D.full_state_dict(ref, ctx), "sharded": D.full_state_dict(model, ctx)}
+        found = {
+            "reference": D.full_state_dict(ref, ctx),
+            "sharded": D.full_state_dict(model, ctx),
+            "trainable": D.trainable_state_dict(model, ctx),  # what an adapter phase gathers
+        }
         if scenario.get("forward", True):  # (a bf16 backbone under fp32 heads runs under GPU autocast only)
             found.update(reference_logits=logits(ref, vocab), sharded_logits=logits(model, vocab))
             ref_grads, grads = gradients(ref, vocab), gradients(model, vocab)

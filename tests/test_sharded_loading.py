@@ -6,7 +6,9 @@ scenario, both models from the same seed and saves their gathered state dicts, t
 one batch and each rank's load statistics; the tests below compare them. Backbones: a tiny
 XLM-R encoder (one safetensors file, saved with its MLM head), a tiny Llama decoder (sharded
 into several files with an index) and a tiny mT5 encoder (saved with its decoder, which is not
-read). Vocabulary sizes are odd, so the embedding shards are uneven.
+read). Vocabulary sizes are odd, so the embedding shards are uneven. Precision fp32 unless a
+scenario says otherwise; a LoRA scenario's precision is its checkpoint's dtype, the dtype
+its frozen base is held in by both paths.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from workflow_scripts.common import InputError
 from workflow_scripts.models.adapters import Method, attach, lineage, load_backbone
 from workflow_scripts.models.backbones import family_of
 from workflow_scripts.models.heads import MultiHeadModel, make_head
+from workflow_scripts.precision import Precision
 from workflow_scripts.training import distributed as D
 from workflow_scripts.training import sharded_loading as S
 
@@ -89,7 +92,10 @@ def _save_backbones(root):
     config.pop("dtype", None)
     config.pop("torch_dtype", None)
     (root / "dec_bf16_no_dtype" / "config.json").write_text(json.dumps(config))
-    return {name: root / name for name in ("enc", "dec", "t5", "dec_bf16", "dec_bf16_no_dtype")}
+    # the bf16 decoder's values in fp32: the weights full fine-tuning of dec_bf16 starts from
+    LlamaForCausalLM.from_pretrained(root / "dec_bf16", dtype=torch.float32).save_pretrained(root / "dec_bf16_as_fp32")
+    names = ("enc", "dec", "t5", "dec_bf16", "dec_bf16_no_dtype", "dec_bf16_as_fp32")
+    return {name: root / name for name in names}
 
 
 def _save_adapter(model_dir, out, seed: int):
@@ -181,8 +187,12 @@ SCENARIOS = [
     ("decoder_lora", "dec", "lora", {}),
     ("seq2seq_full", "t5", "full", {}),
     ("seq2seq_lora_merged", "t5_a1", "lora", {}),
-    # bf16 weights: the state only (a bf16 backbone under fp32 heads runs under GPU autocast only)
-    ("decoder_bf16_lora_merged", "dec_bf16_a1", "lora", {"forward": False}),
+    # a bf16 frozen base, fp32 LoRA and heads in the same FSDP2 units, gathered in bf16
+    ("decoder_bf16_lora_merged", "dec_bf16_a1", "lora", {"precision": "bf16"}),
+    # full fine-tuning of a bf16 checkpoint: fp32 master weights, the model its fp32 copy gives;
+    # in fp32, and in bf16 (FSDP2's mixed precision: gathered and computed in bf16)
+    ("decoder_bf16_full", "dec_bf16", "full", {"reference_dir": "dec_bf16_as_fp32"}),
+    ("decoder_bf16_full_mixed", "dec_bf16", "full", {"reference_dir": "dec_bf16_as_fp32", "precision": "bf16"}),
 ]
 FORWARD = [s[0] for s in SCENARIOS if s[3].get("forward", True)]
 ERRORS = [
@@ -200,6 +210,9 @@ def runs(models):
         {"name": n, "dir": models[d], "method": m, "seed": 17 + i, **extra}
         for i, (n, d, m, extra) in enumerate(SCENARIOS)
     ]
+    for scenario in scenarios:
+        if "reference_dir" in scenario:
+            scenario["reference_dir"] = models[scenario["reference_dir"]]
     scenarios += [{"name": n, "dir": models[d], "method": m, "seed": 1, "expect_error": True} for n, d, m in ERRORS]
     (root / "scenarios.json").write_text(json.dumps(scenarios))
     out = root / "results.pt"
@@ -260,6 +273,33 @@ def test_sharded_model_gives_the_existing_paths_logits_and_gradients(runs, name)
             assert stats["gradients"] > 20
         # (decoder_full_two_merged: load_backbone leaves a backbone with merged adapters frozen,
         # requires_grad False as peft's merge_and_unload returns it; the sharded path does the same)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("name", ["decoder_bf16_full", "decoder_bf16_full_mixed"])
+def test_full_fine_tuning_of_a_bf16_checkpoint_holds_fp32_master_weights_on_every_rank(runs, models, name):
+    """A checkpoint stored in bf16: every rank's shards are fp32 (FSDP2 needs one dtype for a
+    unit's trainable parameters, and the heads are fp32), holding the stored values exactly,
+    also when the forward runs in bf16 (the mixed policy casts the gathered copy, not the shards)."""
+    with S._Checkpoint(models["dec_bf16"]) as checkpoint:
+        assert {checkpoint.slice(key).get_dtype() for key in checkpoint.files} == {"BF16"}
+    for stats in runs[name]["stats"]:
+        assert stats["dtypes"] == stats["trainable_dtypes"] == ["torch.float32"], stats["rank"]
+    assert {t.dtype for t in runs[name]["sharded"].values()} == {torch.float32}
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("name", [s[0] for s in SCENARIOS if s[2] == "lora"])
+def test_an_adapter_phase_gathers_only_the_trainable_tensors(runs, name):
+    """What rank 0 receives for writing an adapter phase: the LoRA matrices and the heads'
+    trained copies (``requires_grad``), each whole and equal to the full gather's, and not
+    one tensor of the frozen base."""
+    found = runs[name]
+    assert sorted(found["trainable"]) == found["stats"][0]["trainable"]
+    assert len(found["trainable"]) < len(found["sharded"]) / 2
+    for key, value in found["trainable"].items():
+        assert value.dtype == torch.float32 and torch.equal(value, found["sharded"][key]), key
+    assert not any(k.endswith("base_layer.weight") or "original_module" in k for k in found["trainable"])
 
 
 @pytest.mark.multiprocess
@@ -373,6 +413,9 @@ def test_without_a_process_group_the_existing_path_runs(models):
         S.load_sharded_model(models["dec"], Method(name="qlora"), {}, two)
     with pytest.raises(InputError, match="full and lora"):
         S.empty_backbone(models["dec"], Method(name="qlora"))
+    # a policy other than the method's (whose dtype the meta backbone has): refused, also before any collective
+    with pytest.raises(ValueError, match="precision bf16, but the method's is fp32"):
+        S.load_sharded_model(models["dec"], Method(name="full", precision="fp32"), {}, two, precision=Precision("bf16"))
 
 
 @pytest.mark.unit
@@ -401,8 +444,9 @@ def test_the_broadcast_of_small_tensors_keeps_mixed_dtypes_and_odd_sizes(tmp_pat
 def test_empty_backbone_holds_no_weights_and_names_every_parameter(models):
     """Class, parameter names, shapes, dtypes (config's or checkpoint's, as from_pretrained
     chooses them), ties and computed buffers of the model load_backbone gives, weights on meta."""
-    method = Method(name="lora")
     for key in ("enc_a1", "dec_a2", "t5_a1", "dec_bf16_a1", "dec_bf16_no_dtype"):
+        # a frozen LoRA base in the compute dtype: the checkpoint's, for both paths to agree
+        method = Method(name="lora", precision="bf16" if "bf16" in key else "fp32")
         meta = S.empty_backbone(models[key], method)
         real = load_backbone(models[key], method)
         assert all(p.is_meta for p in meta.parameters())

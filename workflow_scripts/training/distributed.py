@@ -21,9 +21,9 @@ left runs a stand-in with weight 0), and every decision that ends or branches th
 
 On CPU (tests, laptops) the process group uses gloo; on GPUs NCCL for CUDA tensors and gloo
 for CPU tensors (``any_rank`` agrees on a CPU flag without waiting for the GPU). torch 2.13's
-FSDP2 (``fully_shard``), activation checkpointing and DCP run on CPU with gloo, so the sharded
-path is the one the CPU tests exercise; bf16 mixed precision is used on GPUs only (on CPU a
-gloo rank once aborted inside torch with it, and training never asks for it there).
+FSDP2 (``fully_shard``), its mixed precision (weights gathered in bf16 or fp16, gradients
+reduced in fp32), activation checkpointing and DCP run on CPU with gloo as on GPUs with NCCL, so the sharded
+path is the one the CPU tests exercise.
 """
 
 from __future__ import annotations
@@ -42,9 +42,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workflow_scripts.common import LOG, InputError
+from workflow_scripts.precision import FP32, Precision
 
 if TYPE_CHECKING:
     import torch
+    from torch.distributed.fsdp import MixedPrecisionPolicy
 
 LATEST = "LATEST"  # names the complete checkpoint version; replaced atomically
 EXTRA = "extra.pt"
@@ -291,8 +293,8 @@ def shard_model(
     model,
     block_classes: tuple[type, ...],
     ctx: Context,
-    bf16: bool,
-    activation_checkpointing: bool,
+    precision: Precision = FP32,
+    activation_checkpointing: bool = False,
     *,
     sync_module_states: bool = True,
 ):
@@ -301,15 +303,16 @@ def shard_model(
     (embeddings, heads; weights tied between them stay tied). Returns the same object.
 
     One block's weights are gathered at a time, so memory holds the shards plus one full
-    block. bf16: weights are gathered and computed in bf16, gradients reduced in fp32 and the
-    optimiser updates fp32 shards. Activation checkpointing recomputes each block's
-    activations in backward instead of storing them (composable ``checkpoint``: the
-    parameter names, hence state dicts and ``save_pretrained``, are unchanged).
+    block. ``precision`` bf16 or fp16: weights are gathered and computed in that dtype,
+    gradients reduced in fp32 (``mixed_precision_policy``). Activation checkpointing
+    recomputes each block's activations in backward instead of storing them (composable
+    ``checkpoint``: the parameter names, hence state dicts and ``save_pretrained``, are
+    unchanged).
 
     The root's ``forward`` must be the entry point of every forward pass: FSDP gathers the
     root's own weights in its pre-forward hook, so calling ``model.encoder(...)`` directly
     fails with "mixed torch.Tensor and DTensor". Without a process group nothing is sharded
-    (bf16 then stays with autocast); only activation checkpointing is applied.
+    (the precision is then autocast's alone); only activation checkpointing is applied.
 
     ``sync_module_states`` copies rank 0's weights to all ranks first: the shards of
     differently initialised ranks (a head drawn from an unseeded RNG) would silently form a
@@ -329,7 +332,7 @@ def shard_model(
         return model
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import fully_shard
 
     if not any(p.is_meta for p in model.parameters()):  # a meta base is materialised after sharding
         model.to(ctx.device)
@@ -338,13 +341,25 @@ def shard_model(
             for tensor in [*model.parameters(), *model.buffers()]:
                 dist.broadcast(tensor.data, src=0)
     mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
-    policy = (
-        MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else MixedPrecisionPolicy()
-    )
+    policy = mixed_precision_policy(precision)
     for block in blocks:
         fully_shard(block, mesh=mesh, mp_policy=policy)
     fully_shard(model, mesh=mesh, mp_policy=policy)
     return model
+
+
+def mixed_precision_policy(precision: Precision) -> MixedPrecisionPolicy:
+    """FSDP2's casts for ``precision``. bf16 / fp16: each unit's weights are all-gathered in
+    the compute dtype (half the bytes of fp32 on the wire and in the gathered copy) and the
+    forward runs in it; gradients are reduced in fp32 into the shards' own dtype, the fp32
+    master weights and adapters the optimiser updates. A weight already in the compute dtype
+    (a frozen 16-bit LoRA base) is gathered as it is. fp32: no casts."""
+    import torch
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    if not precision.mixed:
+        return MixedPrecisionPolicy()
+    return MixedPrecisionPolicy(param_dtype=precision.compute_dtype, reduce_dtype=torch.float32)
 
 
 def full_state_dict(model, ctx: Context) -> dict[str, Any]:
@@ -354,6 +369,35 @@ def full_state_dict(model, ctx: Context) -> dict[str, Any]:
 
     state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     return state if ctx.is_main else {}
+
+
+def trainable_state_dict(model, ctx: Context) -> dict[str, torch.Tensor]:
+    """The parameters that train (``requires_grad``: LoRA matrices, heads), each gathered
+    whole to CPU on rank 0 (``{}`` elsewhere), under every name the model gives it: what an
+    adapter phase writes (``adapters.trained_state``'s keys), without gathering the frozen
+    base (``full_state_dict`` of a 176B backbone would put all of it in rank 0's host
+    memory). Buffers are not included: the heads have no persistent ones. Collective: every
+    rank must call it (the ranks walk the same parameters in the same order)."""
+    import torch
+    from torch.distributed.tensor import DTensor
+
+    names: dict[int, list[str]] = {}
+    params: dict[int, torch.nn.Parameter] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        if param.requires_grad:
+            names.setdefault(id(param), []).append(name)
+            params[id(param)] = param
+    state: dict[str, torch.Tensor] = {}
+    with torch.no_grad():
+        for key, param in params.items():
+            # full_tensor: an all-gather of this one tensor (every rank holds it whole briefly;
+            # adapter tensors are small)
+            whole = param.full_tensor() if isinstance(param, DTensor) else param.detach()
+            if ctx.is_main:
+                value = whole.to("cpu", copy=True)
+                state.update(dict.fromkeys(names[key], value))
+            del whole
+    return state
 
 
 # --- checkpoints -------------------------------------------------------------------------------

@@ -13,7 +13,8 @@ recipes apart from their components:
   ``BestWeights``), or DCP shards that also restore each rank's RNG (``Sharded*``);
 - micro-batches: chunks of the step's batch (weight None: the caller weighs each chunk by its
   share), or this rank's part of the global batch with its loss weight;
-- the output: the model as it is, or gathered whole on rank 0, which alone writes it.
+- the output: the model as it is, or gathered on rank 0, which alone writes it: the whole
+  model after full fine-tuning, only the trainable tensors (adapter and heads) after LoRA.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.common import InputError, device
+from workflow_scripts.common import LOG, InputError, device
 from workflow_scripts.models.adapters import Method, attach, inner, load_backbone, trained_state
 from workflow_scripts.models.heads import MultiHeadModel, load_mlm_head
+from workflow_scripts.precision import Precision
 from workflow_scripts.training.checkpoints import (
     BestWeights,
     Checkpointer,
@@ -40,6 +42,7 @@ from workflow_scripts.training.distributed import (
     init_from_env,
     micro_batches,
     shutdown,
+    trainable_state_dict,
 )
 from workflow_scripts.training.sharded_loading import empty_backbone, empty_mlm_head, load_sharded_model
 
@@ -132,7 +135,9 @@ class ShardedRank(SingleProcess):
         return empty_mlm_head
 
     def build(self, encoder_dir: Path, encoder, heads: dict, family: str, head_formats: dict[str, tuple[str, int]]):
-        # every transformer block one FSDP unit, the rest (embeddings, heads) the root's
+        # every transformer block one FSDP unit, the rest (embeddings, heads) the root's; fp32
+        # master weights (full) or a frozen base in the compute dtype (lora), gathered for the
+        # forward in the compute dtype (sharded_loading, "Dtypes")
         built = load_sharded_model(
             encoder_dir,
             self.method,
@@ -140,7 +145,7 @@ class ShardedRank(SingleProcess):
             self.ctx,
             encoder=encoder,
             head_formats=head_formats,
-            bf16=self.device.type == "cuda",
+            precision=Precision(self.method.precision),
             activation_checkpointing=self.method.activation_checkpointing,
         )
         return built.model, built.peft_model
@@ -162,8 +167,17 @@ class ShardedRank(SingleProcess):
         return micro_batches(feats, self.ctx, micro)
 
     def gathered_state(self, model) -> dict[str, Any]:
-        # collective: every rank takes part; rank 0 gets the weights, the others {}
-        return full_state_dict(model, self.ctx)
+        """What the output needs, on rank 0 (``{}`` on the others; collective): the whole model
+        after full fine-tuning; after LoRA only the trainable tensors, which are all that
+        ``adapters.save_adapter_phase`` writes, so the frozen base (352 GB for BLOOM 176B)
+        never has to fit in rank 0's host memory."""
+        if not self.method.adapters:
+            return full_state_dict(model, self.ctx)
+        state = trainable_state_dict(model, self.ctx)
+        if self.ctx.is_main:
+            size = sum(t.numel() * t.element_size() for t in state.values())
+            LOG.info("gathered the %d trainable tensors on rank 0 (%.1f MB)", len(state), size / 2**20)
+        return state
 
     def finish(self) -> None:
         barrier(self.ctx)  # the output exists before any rank reports success

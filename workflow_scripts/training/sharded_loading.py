@@ -7,7 +7,7 @@ same model, parameter for parameter, in four steps:
 
 1. the backbone from its ``config.json`` with parameters on the meta device (no memory;
    buffers such as ``position_ids`` or rotary ``inv_freq`` are computed for real), with the
-   class and dtype its family's ``load`` would give (``empty_backbone``);
+   class its family's ``load`` would give and the precision policy's dtype (``empty_backbone``);
 2. the heads (real, small) and, for ``lora``, peft's adapters, initialised exactly as the
    unsharded path initialises them from the same seed (see *Random numbers* below);
 3. FSDP2 ``fully_shard`` per transformer block and on the root, without broadcasting (there
@@ -16,6 +16,17 @@ same model, parameter for parameter, in four steps:
    (``safe_open(...).get_slice(key)[start:end]``), merges the lineage's LoRA adapters into
    those rows as it goes (``W[rows] += scaling * B[rows] @ A``, what peft's
    ``merge_and_unload`` does to the whole matrix), and copies them into its shard.
+
+Dtypes (``precision.py``). Full fine-tuning: every rank builds its shards in fp32 and casts
+the stored rows (bf16, fp16 or fp32) into them: fp32 master weights, as one process loads
+them, whatever the checkpoint's dtype. FSDP2 requires one dtype for the *trainable*
+parameters of a unit (their gradients are reduce-scattered in one buffer), and the heads are
+fp32. LoRA: the frozen base in the compute dtype, the adapters and heads fp32, in the same
+units. FSDP2 accepts that mix: the frozen parameters are outside the uniform-dtype check and
+receive no gradients, and a unit whose weights differ in dtype is all-gathered as bytes. Under
+bf16 or fp16 the mixed-precision policy gathers the fp32 adapters and heads in the compute
+dtype and reduces their gradients in fp32 (``distributed.mixed_precision_policy``), so a rank
+holds its share of the base in 16 bits and never an fp32 copy of it.
 
 A rank's memory therefore peaks at its shards plus one slice being read (plus the small heads,
 adapters and buffers, which every rank holds whole, as in the unsharded path). safe_open maps
@@ -64,10 +75,10 @@ from workflow_scripts.models.adapters import (
     inner,
     lineage,
     load_backbone,
-    load_kwargs,
     merge_adapter,
 )
 from workflow_scripts.models.backbones import family_of, seq2seq_encoder
+from workflow_scripts.precision import Precision
 from workflow_scripts.training.distributed import shard_model
 
 if TYPE_CHECKING:
@@ -148,14 +159,12 @@ class _Checkpoint:
         if index.is_file():
             info = json.loads(index.read_text())
             self.files = {key: self.dir / name for key, name in info["weight_map"].items()}
-            self.metadata = info.get("metadata") or {}
             self.where = str(index)
         elif single.is_file():
             from safetensors import safe_open
 
             with safe_open(str(single), "pt") as f:
                 self.files = dict.fromkeys(f.keys(), single)
-            self.metadata = {}
             self.where = str(single)
         else:
             raise InputError(
@@ -196,9 +205,6 @@ class _Checkpoint:
     def shape(self, key: str) -> tuple[int, ...]:
         return tuple(self.slice(key).get_shape())
 
-    def dtype_name(self, key: str) -> str:
-        return self.slice(key).get_dtype()
-
     def read(self, key: str, index: tuple[slice, ...] | None = None) -> torch.Tensor:
         """The tensor ``key``, or only ``index`` of it (one slice per dimension)."""
         tensor = self.slice(key)[index] if index else self.handle(key).get_tensor(key)
@@ -206,30 +212,6 @@ class _Checkpoint:
         self.read_bytes += size
         self.largest_read = max(self.largest_read, size)
         return tensor
-
-
-_SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16"}
-
-
-def _resolve_dtype(config, explicit, checkpoint: _Checkpoint):
-    """The dtype ``from_pretrained`` (transformers 5, ``dtype="auto"``) gives the weights:
-    the one asked for, else the config's, else the checkpoint's first floating tensor's."""
-    import torch
-
-    if explicit is not None:
-        return explicit
-    found = getattr(config, "dtype", None)
-    if found is None and checkpoint.metadata.get("dtype"):
-        found = checkpoint.metadata["dtype"]
-    if found is None:
-        for key in checkpoint.files:
-            name = _SAFETENSORS_DTYPES.get(checkpoint.dtype_name(key))
-            if name:
-                found = name
-                break
-    if isinstance(found, str):
-        found = getattr(torch, found.removeprefix("torch."))
-    return found or torch.get_default_dtype()
 
 
 def _meta_base(base_dir: str | Path, family_name: str, dtype):
@@ -265,20 +247,19 @@ def _quiet() -> Iterator[None]:
 
 def empty_backbone(model_dir: str | Path, method: Method):
     """The backbone ``model_dir`` stands for (``adapters.load_backbone``) with every parameter on
-    the meta device: same class, dtype, module names, config; no weights read. The lineage's
-    adapters are merged on the meta model, which replays the random draws their loading makes
-    in ``load_backbone`` (so heads drawn next get the unsharded path's values) and checks them."""
+    the meta device: same class, module names, config; no weights read. Its dtype is the
+    precision policy's whatever the checkpoint stores (``Precision.base_dtype``): fp32 master
+    weights for full fine-tuning, the compute dtype for a frozen LoRA base; ``_fill`` casts the
+    stored rows to it. The lineage's adapters are merged on the meta model, which replays the
+    random draws their loading makes in ``load_backbone`` (so heads drawn next get the
+    unsharded path's values) and checks them."""
     from workflow_scripts.models.adapters import _require_complete
 
     _refuse(method)
     found = lineage(model_dir)
     _require_complete(found)
     family = family_of(model_dir)
-    with _Checkpoint(found.base) as checkpoint:
-        from transformers import AutoConfig
-
-        dtype = _resolve_dtype(AutoConfig.from_pretrained(found.base), load_kwargs(method).get("dtype"), checkpoint)
-    encoder = _meta_base(found.base, family.name, dtype)
+    encoder = _meta_base(found.base, family.name, Precision(method.precision).base_dtype(method.name))
     with _quiet():
         for adapter_dir in found.with_own():
             encoder = merge_adapter(encoder, adapter_dir)
@@ -288,7 +269,11 @@ def empty_backbone(model_dir: str | Path, method: Method):
 def empty_mlm_head(model_dir: str | Path, encoder):
     """``models.load_mlm_head`` on the meta device: the base's masked-LM head, its output layer
     tied to ``encoder``'s input embeddings; ``load_sharded_model`` reads its own weights from
-    the base checkpoint (under the head's name there, e.g. ``lm_head.``)."""
+    the base checkpoint (under the head's name there, e.g. ``lm_head.``). Its own weights are
+    fp32 whatever the checkpoint stores, as the policy trains heads (and FSDP2 needs one dtype
+    for the trainable parameters of the root unit it shares with the other heads); its output
+    layer is the embedding matrix, in the backbone's dtype."""
+    import torch
     from accelerate import init_empty_weights
     from transformers import AutoConfig, AutoModelForMaskedLM
 
@@ -300,10 +285,8 @@ def empty_mlm_head(model_dir: str | Path, encoder):
             "configs with 'mlm: true') needs an encoder-family backbone"
         )
     config = AutoConfig.from_pretrained(base)
-    with _Checkpoint(base) as checkpoint:
-        dtype = _resolve_dtype(config, None, checkpoint)
     with init_empty_weights(include_buffers=False):
-        mlm = AutoModelForMaskedLM.from_config(config, dtype=dtype)
+        mlm = AutoModelForMaskedLM.from_config(config, dtype=torch.float32)
     mlm.tie_weights()  # the head's own ties (XLM-R: decoder.bias is bias), broken by the meta context
     output, embeddings = mlm.get_output_embeddings(), encoder.get_input_embeddings()
     if output is None or output.weight.shape != embeddings.weight.shape:
@@ -580,7 +563,7 @@ def load_sharded_model(
     *,
     head_formats: dict[str, tuple[str, int]] | None = None,
     encoder=None,
-    bf16: bool = False,
+    precision: Precision | None = None,
     activation_checkpointing: bool = False,
     sync_module_states: bool = True,
 ) -> ShardedModel:
@@ -593,7 +576,9 @@ def load_sharded_model(
     (meta) backbone returning them, called after the merges' random draws, where the
     unsharded path draws its heads. ``head_formats``: the heads LoRA trains and saves whole
     (peft ``modules_to_save``; default all). ``encoder``: a backbone from ``empty_backbone``
-    (when the caller needed it to build the heads), else built here. ``bf16`` and
+    (when the caller needed it to build the heads), else built here. ``precision``: the
+    policy (default the method's) whose ``base_dtype`` the backbone has (``empty_backbone``)
+    and whose compute dtype FSDP2 gathers weights in (``distributed.mixed_precision_policy``);
     ``activation_checkpointing`` as in ``distributed.shard_model``; ``sync_module_states``:
     the heads, new adapters and buffers (every rank builds them; the base is read, never
     broadcast) are rank 0's everywhere, one broadcast of their bytes, as ``shard_model`` does.
@@ -606,6 +591,11 @@ def load_sharded_model(
     if not ctx.distributed:
         return _unsharded(model_dir, method, heads, ctx, family, head_formats, activation_checkpointing, encoder)
     _refuse(method)
+    precision = precision or Precision(method.precision)
+    if precision.name != method.precision:
+        # empty_backbone gives the method's precision's dtype; another policy here would
+        # gather and compute in a dtype the weights were not chosen for
+        raise ValueError(f"load_sharded_model: precision {precision.name}, but the method's is {method.precision}")
     found = lineage(model_dir)
     if encoder is None:
         encoder = empty_backbone(model_dir, method)
@@ -673,7 +663,7 @@ def load_sharded_model(
                 model,
                 tuple({type(b) for b in family.blocks(model.encoder)}),
                 ctx,
-                bf16,
+                precision,
                 activation_checkpointing,
                 sync_module_states=False,
             )

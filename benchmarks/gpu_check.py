@@ -93,7 +93,9 @@ def environment() -> dict[str, Any]:
         env["capability"] = ".".join(map(str, torch.cuda.get_device_capability(0)))
         query = ["nvidia-smi", "--query-gpu=driver_version,memory.total", "--format=csv,noheader"]
         try:
-            env["driver"], env["memory"] = subprocess.run(query, capture_output=True, text=True).stdout.strip().split(", ")
+            env["driver"], env["memory"] = (
+                subprocess.run(query, capture_output=True, text=True).stdout.strip().split(", ")
+            )
         except (OSError, ValueError):
             env["driver"] = env["memory"] = "unknown"
     else:
@@ -463,7 +465,9 @@ def main(argv: list[str] | None = None) -> int:
         if not args.cpu_smoke:
             parts.append(("gpu tests", lambda: run_gpu_tests(args.out)))
         for case in throughput_cases(args.cpu_smoke):
-            parts.append((f"throughput: {case['label']}", lambda c=case: run_throughput(c, Path(tmp), dev, args.cpu_smoke, peak)))
+            parts.append(
+                (f"throughput: {case['label']}", lambda c=case: run_throughput(c, Path(tmp), dev, args.cpu_smoke, peak))
+            )
         parts += [
             ("sharded resume", lambda: run_sharded_resume(Path(tmp) / "sharded", dev, args.cpu_smoke)),
             ("retrieval", lambda: run_retrieval(dev, args.cpu_smoke)),

@@ -52,7 +52,7 @@ def test_paths_and_settings_name_the_backbone(config):
         "alpha": 16,
         "dropout": 0.0,
     }
-    assert grid.intermediate_settings(config, "xlmr_tiny", "mnli")["method"] == {"name": "full", "precision": "bf16"}
+    assert grid.intermediate_settings(config, "xlmr_tiny", "mnli")["method"] == {"name": "full", "precision": "fp32"}
     # retrieval: the decoder's own layer and pooling, the encoder the top-level ones
     assert grid.eval_settings(config, "llama_tiny", "tatoeba")["retrieval"]["pooling"] == "family"
     assert grid.eval_settings(config, "xlmr_tiny", "tatoeba")["retrieval"]["pooling"] == config["retrieval"]["pooling"]
@@ -69,7 +69,7 @@ def test_a_backbones_provenance_is_what_its_metric_files_and_tables_record(confi
         "family": "encoder",
         "source": "demo",
         "method": "full",
-        "precision": "bf16",
+        "precision": "fp32",
     }
     method = grid.target_settings(config, "llama_tiny", "xnli")["method"]
     provenance = backbone_grid.provenance(config, "llama_tiny")

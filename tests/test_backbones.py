@@ -328,7 +328,7 @@ def test_a_lora_target_model_reloads_to_identical_predictions_heads_included(
     backbone_dir = backbone_dirs[family]
     task = get_task(task_name)
     model = _model(backbone_dir, task_name)
-    method = Method(name="lora", rank=4, alpha=8, dropout=0.0)
+    method = Method(name="lora", precision="fp32", rank=4, alpha=8, dropout=0.0)  # the fp32 model _model built
     peft_model = adapters.attach(model, method, {task_name: (task.format, task.num_labels)})
     trained = adapters.inner(peft_model)
     _perturb(trained)

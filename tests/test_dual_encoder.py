@@ -21,7 +21,6 @@ PHASE = {
     "dropout": 0.0,
     "dev_examples": 30,
     "eval_batch_size": 32,
-    "precision": "fp32",
     "eval_every": 10,
     "learning_rate": 2e-3,
     "max_grad_norm": 1.0,
@@ -141,7 +140,9 @@ def test_a_dual_encoder_learns_to_rank_and_scores_every_language_against_one_poo
     embedded = []
     real_embed = pool_ranking.embed_rows
     monkeypatch.setattr(pool_ranking, "embed_rows", lambda *a: embedded.append(len(a[3])) or real_embed(*a))
-    scorer = pool_ranking.PoolScorer(model, get_task("mewslix"), tokenizer, {**OPTS, "eval_batch_size": 16}, device())
+    scorer = pool_ranking.PoolScorer(
+        model, get_task("mewslix"), tokenizer, {**OPTS, "eval_batch_size": 16, "precision": "bf16"}, device()
+    )
     en, en_ranked = scorer.score(by_lang["en"])
     sw, _ = scorer.score(by_lang["sw"])
     # the 40-candidate pool is embedded once for both languages; then each language's 40 queries
@@ -151,7 +152,14 @@ def test_a_dual_encoder_learns_to_rank_and_scores_every_language_against_one_poo
     # the same as embedding everything together
     direct, _ = pool_ranking.score(
         by_lang["en"],
-        real_embed(model, get_task("mewslix"), tokenizer, by_lang["en"], {**OPTS, "eval_batch_size": 16}, device()),
+        real_embed(
+            model,
+            get_task("mewslix"),
+            tokenizer,
+            by_lang["en"],
+            {**OPTS, "eval_batch_size": 16, "precision": "bf16"},
+            device(),
+        ),
         "mewslix",
     )
     assert direct == pytest.approx(en)

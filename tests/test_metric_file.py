@@ -71,7 +71,7 @@ def test_a_lora_backbone_records_its_settings_and_the_modules_it_adapts(demo_enc
         "family": "encoder",
         "source": "demo",
         "method": "lora",
-        "precision": "bf16",
+        "precision": "fp32",
         "lora": {"rank": 8, "alpha": 16, "dropout": 0.0},
     }
     record = backbone_record(provenance, demo_encoder_dir)

@@ -389,7 +389,7 @@ def test_qlora_is_refused(runs):
 def test_without_a_process_group_the_existing_path_runs(models):
     """One process: load_backbone + heads + attach, as train.py does (nothing to shard)."""
     ctx = D.Context(0, 1, 0, torch.device("cpu"), None, True)
-    method = Method(name="lora", rank=4, alpha=8, dropout=0.0)
+    method = Method(name="lora", precision="fp32", rank=4, alpha=8, dropout=0.0)
     torch.manual_seed(5)
     built = S.load_sharded_model(
         models["dec_a1"],

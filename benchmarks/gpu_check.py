@@ -393,7 +393,10 @@ def run_gpu_tests(out: Path) -> dict[str, Any]:
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=300)
     (out / "gpu_tests.log").write_text(proc.stdout + proc.stderr)
     last = [line for line in proc.stdout.splitlines() if " passed" in line or " failed" in line or " error" in line]
-    return {"returncode": proc.returncode, "summary": last[-1] if last else proc.stdout[-300:], "log": "gpu_tests.log"}
+    summary = last[-1] if last else proc.stdout[-300:]
+    if proc.returncode != 0:
+        raise RuntimeError(f"pytest: {summary} (gpu_tests.log)")
+    return {"summary": summary, "log": "gpu_tests.log"}
 
 
 # ----- the run and its report ----------------------------------------------------------------

@@ -113,17 +113,36 @@ class TrainableBytes:
         return self.weights + self.gradients + self.optimizer
 
 
-# bf16: bf16 weights and gradients, fp32 master copy and two fp32 AdamW moments (ZeRO's 16).
-# fp32: no master copy is needed, so the same 16 bytes: 4 + 4 + two moments.
-TRAINABLE_BYTES = {"bf16": TrainableBytes(2, 2, 4 + 4 + 4), "fp32": TrainableBytes(4, 4, 4 + 4)}
-COMPUTE_BYTES = {"bf16": 2, "fp32": 4}
+# Full fine-tuning keeps fp32 master weights whatever the checkpoint's dtype: fp32 weights,
+# fp32 gradients and two fp32 AdamW moments, 16 bytes; bf16/fp16 change the activations
+# (autocast), not the state.
+MASTER = TrainableBytes(4, 4, 4 + 4)
+TRAINABLE_BYTES = {"fp32": MASTER, "bf16": MASTER, "fp16": MASTER}
+COMPUTE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+# What peft's prepare_model_for_kbit_training leaves the unquantised weights of a QLoRA base
+# in (it upcasts every 16-bit parameter: embeddings, norms, biases).
+UPCAST_BYTES = 4
 NF4_BITS = 4.0
 # Double quantisation (Dettmers et al. 2023): an 8-bit absmax per block of 64 weights, and
 # one fp32 constant per 256 such blocks.
 NF4_CONSTANT_BITS = 8 / 64 + 32 / (64 * 256)
 NF4_BYTES = (NF4_BITS + NF4_CONSTANT_BITS) / 8
-# Cross-entropy over MLM logits keeps fp32 log-probabilities for its backward pass.
+# Cross-entropy over MLM logits (heads.task_logits: ``logits.float()``) keeps fp32
+# log-probabilities for its backward pass, whose start holds two more fp32 logit-sized
+# tensors (the gradient of the log-softmax and of its input).
 LOSS_BYTES = 4
+LOSS_BACKWARD_BYTES = 8
+# Activations a transformer block keeps for its backward pass, per token, in bytes at 16-bit
+# compute: ACTIVATION_HIDDEN x hidden + ACTIVATION_FFN x intermediate. Measured with torch's
+# MemTracker on one training step under bf16 autocast with SDPA attention
+# (benchmarks/memory_plan_vs_tracker.py): XLM-R large's blocks keep 100.3 bytes per token
+# and hidden unit (post-LN with dropout: the residual stream in fp32, each projection's input
+# cast to bf16 separately), Llama-2-7B's 56.4 (pre-RMSNorm, gated MLP, no dropout); the FFN
+# share is the MLP's saved bf16 tensors (4 per intermediate unit with GELU, 8 gated). SDPA
+# keeps no attention scores, so there is no a*s*s term. seq2seq_encoder (T5: RMSNorm, gated
+# MLP) takes the decoder's constants, unmeasured.
+ACTIVATION_HIDDEN = {"encoder": 84.3, "decoder": 34.9, "seq2seq_encoder": 34.9}
+ACTIVATION_FFN = {"encoder": 4.0, "decoder": 8.0, "seq2seq_encoder": 8.0}
 RESERVE_BYTES = 2.0 * GB
 USABLE_FRACTION = 0.95
 MAX_GPUS = 1024
@@ -237,14 +256,29 @@ class MemoryEstimate:
     buffers: float
     activations: float
     reserve: float
+    autocast_copies: float = 0.0
 
     @property
     def state(self) -> float:
         return self.weights + self.gradients + self.optimizer
 
     @property
+    def tensors(self) -> float:
+        """The peak of tensor memory: the backward pass frees activations (and autocast's
+        copies) layer by layer as it writes the gradients, so the two peak at opposite ends
+        of it and only the larger counts."""
+        return (
+            self.weights + self.optimizer + self.buffers + max(self.activations + self.autocast_copies, self.gradients)
+        )
+
+    @property
+    def unsharded(self) -> float:
+        """What more GPUs do not shrink."""
+        return self.buffers + self.activations + self.autocast_copies + self.reserve
+
+    @property
     def total(self) -> float:
-        return self.state + self.buffers + self.activations + self.reserve
+        return self.tensors + self.reserve
 
 
 @dataclass(frozen=True)
@@ -462,7 +496,7 @@ def frozen_base_bytes(bb: Backbone) -> float:
         return bb.parameters * compute
     if bb.method == "qlora":
         embedding = embedding_parameters(bb.architecture)
-        return max(bb.parameters - embedding, 0.0) * NF4_BYTES + embedding * compute
+        return max(bb.parameters - embedding, 0.0) * NF4_BYTES + embedding * UPCAST_BYTES
     return 0.0
 
 
@@ -478,26 +512,36 @@ def state_bytes(bb: Backbone, heads: float) -> TrainableBytes:
     )
 
 
-def buffer_bytes(bb: Backbone, gpus: int) -> float:
+def buffer_bytes(bb: Backbone, gpus: int, bank_bytes: float = 0.0) -> float:
     """Unsharded copies a device holds besides its shard (see the module docstring)."""
     arch, compute = bb.architecture, COMPUTE_BYTES[bb.precision]
-    total = 0.0
+    # peft's modules_to_save keeps the head it wraps beside the trained copy: two banks
+    total = bank_bytes * (1 if bb.method == "full" else 2)
     if bb.method == "qlora":
         total += arch.hidden_size * max(arch.ffn_size, arch.hidden_size) * compute
-    if gpus > 1:
-        stored = {"full": TRAINABLE_BYTES[bb.precision].weights, "lora": compute, "qlora": NF4_BYTES}[bb.method]
+    if gpus > 1:  # FSDP2 gathers blocks in the compute dtype (MixedPrecisionPolicy param_dtype)
+        stored = NF4_BYTES if bb.method == "qlora" else compute
         total += embedding_parameters(arch) * compute + 2 * block_parameters(bb) * stored
-        if bb.method == "full":
-            total += block_parameters(bb) * TRAINABLE_BYTES[bb.precision].gradients
+        if bb.method == "full":  # one block's gradients, and their fp32 copy for the reduce-scatter
+            total += block_parameters(bb) * (compute + 4)
     return total
 
 
+def autocast_copy_bytes(bb: Backbone, gpus: int) -> float:
+    """16-bit copies of the fp32 weights that autocast makes for the matmuls of full
+    fine-tuning on one device, kept from the forward to each layer's backward (the embedding
+    is looked up uncast). Sharded, FSDP gathers the 16-bit weights itself."""
+    if bb.method != "full" or gpus > 1 or COMPUTE_BYTES[bb.precision] == 4:
+        return 0.0
+    return (bb.parameters - embedding_parameters(bb.architecture)) * COMPUTE_BYTES[bb.precision]
+
+
 def activation_bytes(bb: Backbone, seq_len: int, micro_batch: int, with_mlm_logits: bool = False) -> float:
-    """Activations kept for the backward pass on one device (Korthikanti et al. 2022)."""
+    """Activations kept for the backward pass on one device (ACTIVATION_HIDDEN/FFN)."""
     arch = bb.architecture
-    s, b, h, a = seq_len, micro_batch, arch.hidden_size, arch.num_attention_heads
-    scale = COMPUTE_BYTES[bb.precision] / 2  # the formula counts 16-bit activations
-    one_layer = s * b * h * (34 + 5 * a * s / h) * scale
+    s, b, h, f = seq_len, micro_batch, arch.hidden_size, arch.ffn_size
+    scale = COMPUTE_BYTES[bb.precision] / 2  # the constants count 16-bit activations
+    one_layer = s * b * (ACTIVATION_HIDDEN[bb.family] * h + ACTIVATION_FFN[bb.family] * f) * scale
     if bb.activation_checkpointing:
         layers = arch.num_layers * 2 * s * b * h * scale + one_layer
     else:
@@ -506,7 +550,7 @@ def activation_bytes(bb: Backbone, seq_len: int, micro_batch: int, with_mlm_logi
     if with_mlm_logits:
         if not arch.vocab_size:
             raise PlanError(f"config key {bb.key}.architecture.vocab_size: needed for the MLM logits")
-        logits = s * b * arch.vocab_size * (COMPUTE_BYTES[bb.precision] + LOSS_BYTES)
+        logits = s * b * arch.vocab_size * (COMPUTE_BYTES[bb.precision] + LOSS_BYTES + LOSS_BACKWARD_BYTES)
     return layers + logits
 
 
@@ -517,9 +561,11 @@ def estimate(
     gpus: int,
     with_mlm_logits: bool = False,
     head_parameters: float | None = None,
+    bank_bytes: float = 0.0,
 ) -> MemoryEstimate:
     """Bytes per device when the backbone trains on ``gpus`` devices (FSDP full shard when
-    more than one). ``head_parameters`` defaults to one classification head."""
+    more than one). ``head_parameters`` defaults to one classification head; ``bank_bytes``:
+    an image task's feature bank (multimodal/bank.py), which rides on the GPU with its head."""
     bb = _as_backbone(backbone)
     if gpus < 1 or seq_len < 1 or micro_batch < 1:
         raise ValueError(f"gpus, seq_len and micro_batch must be >= 1, got {gpus}, {seq_len}, {micro_batch}")
@@ -531,8 +577,9 @@ def estimate(
         weights=state.weights / gpus,
         gradients=state.gradients / gpus,
         optimizer=state.optimizer / gpus,
-        buffers=buffer_bytes(bb, gpus),
+        buffers=buffer_bytes(bb, gpus, bank_bytes),
         activations=activation_bytes(bb, seq_len, micro_batch, with_mlm_logits),
+        autocast_copies=autocast_copy_bytes(bb, gpus),
         reserve=RESERVE_BYTES,
     )
 
@@ -561,7 +608,7 @@ def min_gpus(
         est = estimate(bb, seq_len, micro_batch, gpus, with_mlm_logits, head_parameters)
         if est.total <= capacity:
             return gpus
-        if gpus > 1 and est.total - est.state >= capacity:
+        if gpus > 1 and est.unsharded >= capacity:
             return None  # from 2 GPUs on only the shard shrinks; the rest already overflows
     return None
 

@@ -44,11 +44,10 @@ Run: ``python benchmarks/memory_plan_vs_tracker.py [--json rows.json] [--only xl
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -59,10 +58,9 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workflow_scripts.models import adapters  # noqa: E402
-from workflow_scripts.models.backbones import get_family  # noqa: E402
-from workflow_scripts.models.heads import MultiHeadModel, forward, make_head, visual_classifier  # noqa: E402
-from workflow_scripts.workflow import memory_plan as mp  # noqa: E402
+from workflow_scripts.models import adapters
+from workflow_scripts.models.heads import MultiHeadModel, forward, make_head, visual_classifier
+from workflow_scripts.workflow import memory_plan as mp
 
 GIB = 2**30
 PROBE_LAYERS = (2, 3)
@@ -463,7 +461,9 @@ def markdown(rows: list[Row]) -> str:
     for r in rows:
         parts = ", ".join(f"{k} {v:g}" for k, v in r.breakdown_gib.items())
         flag = "" if abs(r.ratio - 1) <= TOLERANCE else " **outside 15%**"
-        lines.append(f"| {r.case} | {r.planner_gib:.2f} | {r.tracker_gib:.2f} | {r.ratio:.2f}{flag} | {parts} | {r.note} |")
+        lines.append(
+            f"| {r.case} | {r.planner_gib:.2f} | {r.tracker_gib:.2f} | {r.ratio:.2f}{flag} | {parts} | {r.note} |"
+        )
     return "\n".join(lines)
 
 

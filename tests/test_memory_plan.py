@@ -493,7 +493,9 @@ def test_image_heads_count_their_projector_and_vqa_its_answer_vocabulary():
 def tracker_benchmark():
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("memory_plan_vs_tracker", f"{REPO}/benchmarks/memory_plan_vs_tracker.py")
+    spec = importlib.util.spec_from_file_location(
+        "memory_plan_vs_tracker", f"{REPO}/benchmarks/memory_plan_vs_tracker.py"
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses resolve their annotations through it
     spec.loader.exec_module(module)
@@ -505,23 +507,23 @@ def small_encoder_config(layers: int):
 
     return XLMRobertaConfig(
         vocab_size=8000,
-        hidden_size=256,
+        hidden_size=512,
         num_hidden_layers=layers,
-        num_attention_heads=4,
-        intermediate_size=1024,
+        num_attention_heads=8,
+        intermediate_size=2048,
         max_position_embeddings=130,
         type_vocab_size=1,
         pad_token_id=1,
     )
 
 
-@pytest.mark.parametrize(("method", "task"), [("full", "mnli"), ("lora", "mnli"), ("qlora", "mnli"), ("full", "mlm")])
+@pytest.mark.parametrize(("method", "task"), [("full", "mnli"), ("qlora", "mnli"), ("full", "mlm")])
 def test_the_plan_agrees_with_torchs_memory_tracker_on_a_small_encoder(method, task, monkeypatch):
     """One training step of a small XLM-R under FakeTensorMode and torch's MemTracker, as the
     benchmark runs the real shapes: the planner's tensor peak within the benchmark's 15%."""
     bench = tracker_benchmark()
     monkeypatch.setattr(bench, "SEQ_LEN", 128)
     monkeypatch.setattr(bench, "MICRO_BATCH", 4)
-    shape = bench.Shape("small", "encoder", 4, 4, 256, 1024, 8000, small_encoder_config, "XLMRobertaLayer")
+    shape = bench.Shape("small", "encoder", 4, 8, 512, 2048, 8000, small_encoder_config, "XLMRobertaLayer")
     row = bench.compare(bench.Case(shape, method, task))
     assert abs(row.ratio - 1) <= bench.TOLERANCE, row

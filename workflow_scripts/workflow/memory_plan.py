@@ -7,34 +7,45 @@ the queue wait and the model download, one job at a time. The Snakefile calls
 The model follows docs/protocol.md §10 ("Training state per parameter"); every constant below
 is a documented estimate, not a measurement. Per device, in bytes:
 
-- Training state of a trainable parameter (ZeRO's accounting, Rajbhandari et al. 2020):
-  bf16 mixed precision AdamW = 2 (bf16 weights) + 2 (bf16 gradients) + 12 (fp32 master
-  copy 4 + first and second moment 4 + 4) = 16; fp32 = 4 (weights) + 4 (gradients) +
-  8 (moments) = 16 as well: fp32 costs memory in activations, not in state.
+- Training state of a trainable parameter: fp32 master weights 4 + fp32 gradients 4 + two
+  fp32 AdamW moments 8 = 16 bytes whatever the precision (fp32, bf16, fp16): 16-bit precision
+  changes activations (autocast), not state. Full fine-tuning in bf16/fp16 on one device also
+  holds autocast's 16-bit copy of every weight but the embedding from the forward to its
+  layer's backward (``autocast_copies``).
 - Full fine-tuning: every parameter trains. LoRA: the frozen base at the compute precision's
-  bytes (bf16 2, fp32 4) plus the adapter and the task heads at 16. QLoRA: the base's
+  bytes (bf16/fp16 2, fp32 4) plus the adapter and the task heads at 16. QLoRA: the base's
   linear layers in 4-bit NF4 (0.5 bytes) plus double-quantisation constants (one 8-bit
   absmax per 64 weights and one fp32 constant per 256 of those: 0.127 bits per parameter),
-  so 0.516 bytes; the token embedding stays in the compute precision (bitsandbytes
-  quantises linear layers only), then the adapter and heads at 16.
+  so 0.516 bytes; the token embedding in fp32 (bitsandbytes quantises linear layers only and
+  peft's prepare_model_for_kbit_training upcasts every 16-bit parameter), then the adapter
+  and heads at 16.
 - LoRA adapter: per layer and targeted module r x (d_in + d_out), the modules being
   ``lora.target_modules`` or, without it, the family's attention projections; each name is
   sized by ``MODULE_SHAPES`` (an attention projection hidden x hidden, an MLP layer hidden x
   intermediate). Heads: one per task of the job, sized by format.
 - FSDP full shard over N GPUs divides weights, gradients and optimizer state by N,
   including QLoRA's frozen 4-bit base (as FSDP+QLoRA stores it in a shardable dtype). With
-  N > 1 each device also holds gathered buffers: the embedding (root module, gathered for
-  the whole step), two transformer blocks of unsharded weights (current + prefetched), and
-  for full fine-tuning one block of unsharded gradients before its reduce-scatter. QLoRA
-  dequantises one projection at a time into a compute-precision copy.
+  N > 1 each device also holds gathered buffers in the compute dtype (MixedPrecisionPolicy's
+  param_dtype): the embedding (root module, gathered for the whole step), two transformer
+  blocks (current + prefetched), and for full fine-tuning one block of gradients in the
+  compute dtype and in fp32 for the reduce-scatter. QLoRA dequantises one projection at a
+  time into a compute-precision copy.
 - Activations are per device (micro-batch is per device; FSDP does not shard them): per
-  layer s*b*h*(34 + 5*a*s/h) bytes in 16-bit without recomputation (Korthikanti et al.
-  2022, eager attention; FlashAttention does not keep the a*s*s scores, so this bounds it
-  from above), doubled for fp32; with activation checkpointing 2*s*b*h per layer (the layer
-  inputs) plus one layer's full activations. LoRA keeps the same activations (the backward
-  pass still runs through every frozen layer). Classification, tagging and span heads have
-  small outputs (s*b*labels), ignored; MLM's vocabulary logits are not: s*b*V*(compute
-  bytes + 4), the logits plus the fp32 log-probabilities cross-entropy keeps.
+  layer and token ACTIVATION_HIDDEN x h + ACTIVATION_FFN x intermediate bytes at 16-bit
+  compute, doubled for fp32, measured with torch's MemTracker under bf16 autocast and SDPA
+  attention (benchmarks/memory_plan_vs_tracker.py); with activation checkpointing 2*s*b*h
+  per layer (the layer inputs) plus one layer's full activations. LoRA keeps the same
+  activations (the backward pass still runs through every frozen layer). Classification,
+  tagging and span heads have small outputs (s*b*labels), ignored; MLM's vocabulary logits
+  are not: s*b*V*(compute bytes + 4 + 8), the logits, the fp32 log-probabilities
+  cross-entropy keeps and the two fp32 logit-sized gradients at the start of the backward.
+- The peak: the backward pass frees activations layer by layer while it writes gradients,
+  so weights + optimizer state + buffers + the larger of (activations + autocast copies)
+  and gradients (``MemoryEstimate.tensors``).
+- An image task's feature bank rides on the GPU with its head (multimodal/prefix.py);
+  ``estimate(bank_bytes=...)`` counts it, twice under LoRA/QLoRA (peft's modules_to_save
+  keeps the original head beside its trained copy). A config's plan does not know the
+  bank's size (the embed step writes it), so ``plan_config`` counts none.
 - Image tasks (docs/protocol.md §9) lengthen the backbone's sequence by their visual tokens:
   per image, ``vision.visual_tokens``, else 1 with pooled features, else the tower's patch
   grid at the resolution its Hub id names (224 px when it names none), plus CLIP's class
@@ -702,8 +713,7 @@ def phase_shape(config: Mapping[str, Any], phase: str, seq_len: int | None = Non
 
 
 def peak_workload(bb: Backbone, shape: PhaseShape) -> Workload:
-    """The task whose activations are largest on this backbone (the a*s*s term makes the
-    answer depend on the architecture, not only on s x b)."""
+    """The task whose activations are largest on this backbone (s x b, MLM's vocabulary logits)."""
     return max(shape.workloads, key=lambda w: activation_bytes(bb, w.seq_len, w.micro_batch, w.with_mlm_logits))
 
 

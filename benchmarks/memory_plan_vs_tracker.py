@@ -353,6 +353,12 @@ def category(key: Any) -> str:
     )
 
 
+def base_parameters(encoder: nn.Module) -> float:
+    """The backbone's parameter count, a packed NF4 weight counted as the weights it stands for."""
+    packed = {id(m.weight): m.in_features * m.out_features for m in encoder.modules() if isinstance(m, PackedNF4Linear)}
+    return float(sum(packed.get(id(p), p.numel()) for p in encoder.parameters()))
+
+
 def tracked_peak(case: Case, layers: int) -> tuple[dict[str, float], float]:
     """The second step's peak snapshot (bytes per category) and the model's parameter count."""
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -360,7 +366,7 @@ def tracked_peak(case: Case, layers: int) -> tuple[dict[str, float], float]:
     from torch.distributed._tools.mem_tracker import MemTracker
 
     model = build_model(case, layers)
-    parameters = float(sum(p.numel() for p in model.encoder.parameters()))
+    parameters = base_parameters(model.encoder)
     with FakeTensorMode(allow_non_fake_inputs=True):
         model.to_empty(device="cpu")
         if case.task == "mlm":  # to_empty gives each module its own tensor: tie them again

@@ -21,10 +21,8 @@ group), and its peak is printed beside the planner's:
   and CPU autocast (bf16) for CUDA's. Both autocasts run linear layers, matmuls and SDPA in
   bf16 and keep layer norm and the loss in fp32; the tracker rounds CUDA allocations up to
   512 bytes, which is below the table's precision;
-- layers: each model is built with 2 and 3 transformer blocks and every category of the
-  peak snapshot (and the parameter count given to the planner) is extrapolated linearly to
-  the real depth: value(L) = value(2) + (L - 2) x (value(3) - value(2)). Per-block terms
-  scale, the rest (embeddings, heads, logits, bank) does not;
+- layers: each model is built at its full depth (fake tensors allocate nothing; a row takes
+  15 s to 2.5 min on two cores);
 - QLoRA: bitsandbytes' 4-bit weights cannot be faked, so each ``nn.Linear`` of the base is
   replaced by ``PackedNF4Linear``: a uint8 weight of the exact packed size (0.5 byte per
   parameter), the double-quantised constants (an 8-bit absmax per 64 weights as uint8 and an
@@ -63,8 +61,6 @@ from workflow_scripts.models.heads import MultiHeadModel, forward, make_head, vi
 from workflow_scripts.workflow import memory_plan as mp
 
 GIB = 2**30
-PROBE_LAYERS = (2, 3)
-FULL_DEPTH = True
 SEQ_LEN = 256
 MICRO_BATCH = 8
 WORLD = 16
@@ -389,19 +385,6 @@ def tracked_peak(case: Case, layers: int) -> tuple[dict[str, float], float]:
     return found, parameters
 
 
-def extrapolate(low: float, high: float, layers: int) -> float:
-    lo, hi = PROBE_LAYERS
-    return low + (layers - lo) * (high - low) / (hi - lo)
-
-
-def tracked(case: Case) -> tuple[dict[str, float], float]:
-    """The peak at the real depth, each category extrapolated from the two probe depths."""
-    (low, params_low), (high, params_high) = (tracked_peak(case, n) for n in PROBE_LAYERS)
-    layers = case.shape.layers
-    peak = {k: extrapolate(low.get(k, 0.0), high.get(k, 0.0), layers) for k in {*low, *high}}
-    return peak, extrapolate(params_low, params_high, layers)
-
-
 # ----- the planner's side and the table ----------------------------------------------------
 
 
@@ -438,10 +421,7 @@ NOTES = {
 
 def compare(case: Case) -> Row:
     started = time.time()
-    if FULL_DEPTH:
-        peak, parameters = tracked_peak(case, case.shape.layers)
-    else:
-        peak, parameters = tracked(case)
+    peak, parameters = tracked_peak(case, case.shape.layers)
     plan = planned(case, parameters)
     tracker = sum(peak.values())
     return Row(

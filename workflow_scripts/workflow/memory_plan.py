@@ -7,34 +7,45 @@ the queue wait and the model download, one job at a time. The Snakefile calls
 The model follows docs/protocol.md §10 ("Training state per parameter"); every constant below
 is a documented estimate, not a measurement. Per device, in bytes:
 
-- Training state of a trainable parameter (ZeRO's accounting, Rajbhandari et al. 2020):
-  bf16 mixed precision AdamW = 2 (bf16 weights) + 2 (bf16 gradients) + 12 (fp32 master
-  copy 4 + first and second moment 4 + 4) = 16; fp32 = 4 (weights) + 4 (gradients) +
-  8 (moments) = 16 as well: fp32 costs memory in activations, not in state.
+- Training state of a trainable parameter: fp32 master weights 4 + fp32 gradients 4 + two
+  fp32 AdamW moments 8 = 16 bytes whatever the precision (fp32, bf16, fp16): 16-bit precision
+  changes activations (autocast), not state. Full fine-tuning in bf16/fp16 on one device also
+  holds autocast's 16-bit copy of every weight but the embedding from the forward to its
+  layer's backward (``autocast_copies``).
 - Full fine-tuning: every parameter trains. LoRA: the frozen base at the compute precision's
-  bytes (bf16 2, fp32 4) plus the adapter and the task heads at 16. QLoRA: the base's
+  bytes (bf16/fp16 2, fp32 4) plus the adapter and the task heads at 16. QLoRA: the base's
   linear layers in 4-bit NF4 (0.5 bytes) plus double-quantisation constants (one 8-bit
   absmax per 64 weights and one fp32 constant per 256 of those: 0.127 bits per parameter),
-  so 0.516 bytes; the token embedding stays in the compute precision (bitsandbytes
-  quantises linear layers only), then the adapter and heads at 16.
+  so 0.516 bytes; the token embedding in fp32 (bitsandbytes quantises linear layers only and
+  peft's prepare_model_for_kbit_training upcasts every 16-bit parameter), then the adapter
+  and heads at 16.
 - LoRA adapter: per layer and targeted module r x (d_in + d_out), the modules being
   ``lora.target_modules`` or, without it, the family's attention projections; each name is
   sized by ``MODULE_SHAPES`` (an attention projection hidden x hidden, an MLP layer hidden x
   intermediate). Heads: one per task of the job, sized by format.
 - FSDP full shard over N GPUs divides weights, gradients and optimizer state by N,
   including QLoRA's frozen 4-bit base (as FSDP+QLoRA stores it in a shardable dtype). With
-  N > 1 each device also holds gathered buffers: the embedding (root module, gathered for
-  the whole step), two transformer blocks of unsharded weights (current + prefetched), and
-  for full fine-tuning one block of unsharded gradients before its reduce-scatter. QLoRA
-  dequantises one projection at a time into a compute-precision copy.
+  N > 1 each device also holds gathered buffers in the compute dtype (MixedPrecisionPolicy's
+  param_dtype): the embedding (root module, gathered for the whole step), two transformer
+  blocks (current + prefetched), and for full fine-tuning one block of gradients in the
+  compute dtype and in fp32 for the reduce-scatter. QLoRA dequantises one projection at a
+  time into a compute-precision copy.
 - Activations are per device (micro-batch is per device; FSDP does not shard them): per
-  layer s*b*h*(34 + 5*a*s/h) bytes in 16-bit without recomputation (Korthikanti et al.
-  2022, eager attention; FlashAttention does not keep the a*s*s scores, so this bounds it
-  from above), doubled for fp32; with activation checkpointing 2*s*b*h per layer (the layer
-  inputs) plus one layer's full activations. LoRA keeps the same activations (the backward
-  pass still runs through every frozen layer). Classification, tagging and span heads have
-  small outputs (s*b*labels), ignored; MLM's vocabulary logits are not: s*b*V*(compute
-  bytes + 4), the logits plus the fp32 log-probabilities cross-entropy keeps.
+  layer and token ACTIVATION_HIDDEN x h + ACTIVATION_FFN x intermediate bytes at 16-bit
+  compute, doubled for fp32, measured with torch's MemTracker under bf16 autocast and SDPA
+  attention (benchmarks/memory_plan_vs_tracker.py); with activation checkpointing 2*s*b*h
+  per layer (the layer inputs) plus one layer's full activations. LoRA keeps the same
+  activations (the backward pass still runs through every frozen layer). Classification,
+  tagging and span heads have small outputs (s*b*labels), ignored; MLM's vocabulary logits
+  are not: s*b*V*(compute bytes + 4 + 8), the logits, the fp32 log-probabilities
+  cross-entropy keeps and the two fp32 logit-sized gradients at the start of the backward.
+- The peak: the backward pass frees activations layer by layer while it writes gradients,
+  so weights + optimizer state + buffers + the larger of (activations + autocast copies)
+  and gradients (``MemoryEstimate.tensors``).
+- An image task's feature bank rides on the GPU with its head (multimodal/prefix.py);
+  ``estimate(bank_bytes=...)`` counts it, twice under LoRA/QLoRA (peft's modules_to_save
+  keeps the original head beside its trained copy). A config's plan does not know the
+  bank's size (the embed step writes it), so ``plan_config`` counts none.
 - Image tasks (docs/protocol.md §9) lengthen the backbone's sequence by their visual tokens:
   per image, ``vision.visual_tokens``, else 1 with pooled features, else the tower's patch
   grid at the resolution its Hub id names (224 px when it names none), plus CLIP's class
@@ -113,17 +124,36 @@ class TrainableBytes:
         return self.weights + self.gradients + self.optimizer
 
 
-# bf16: bf16 weights and gradients, fp32 master copy and two fp32 AdamW moments (ZeRO's 16).
-# fp32: no master copy is needed, so the same 16 bytes: 4 + 4 + two moments.
-TRAINABLE_BYTES = {"bf16": TrainableBytes(2, 2, 4 + 4 + 4), "fp32": TrainableBytes(4, 4, 4 + 4)}
-COMPUTE_BYTES = {"bf16": 2, "fp32": 4}
+# Full fine-tuning keeps fp32 master weights whatever the checkpoint's dtype: fp32 weights,
+# fp32 gradients and two fp32 AdamW moments, 16 bytes; bf16/fp16 change the activations
+# (autocast), not the state.
+MASTER = TrainableBytes(4, 4, 4 + 4)
+TRAINABLE_BYTES = {"fp32": MASTER, "bf16": MASTER, "fp16": MASTER}
+COMPUTE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+# What peft's prepare_model_for_kbit_training leaves the unquantised weights of a QLoRA base
+# in (it upcasts every 16-bit parameter: embeddings, norms, biases).
+UPCAST_BYTES = 4
 NF4_BITS = 4.0
 # Double quantisation (Dettmers et al. 2023): an 8-bit absmax per block of 64 weights, and
 # one fp32 constant per 256 such blocks.
 NF4_CONSTANT_BITS = 8 / 64 + 32 / (64 * 256)
 NF4_BYTES = (NF4_BITS + NF4_CONSTANT_BITS) / 8
-# Cross-entropy over MLM logits keeps fp32 log-probabilities for its backward pass.
+# Cross-entropy over MLM logits (heads.task_logits: ``logits.float()``) keeps fp32
+# log-probabilities for its backward pass, whose start holds two more fp32 logit-sized
+# tensors (the gradient of the log-softmax and of its input).
 LOSS_BYTES = 4
+LOSS_BACKWARD_BYTES = 8
+# Activations a transformer block keeps for its backward pass, per token, in bytes at 16-bit
+# compute: ACTIVATION_HIDDEN x hidden + ACTIVATION_FFN x intermediate. Measured with torch's
+# MemTracker on one training step under bf16 autocast with SDPA attention
+# (benchmarks/memory_plan_vs_tracker.py): XLM-R large's blocks keep 100.3 bytes per token
+# and hidden unit (post-LN with dropout: the residual stream in fp32, each projection's input
+# cast to bf16 separately), Llama-2-7B's 56.4 (pre-RMSNorm, gated MLP, no dropout); the FFN
+# share is the MLP's saved bf16 tensors (4 per intermediate unit with GELU, 8 gated). SDPA
+# keeps no attention scores, so there is no a*s*s term. seq2seq_encoder (T5: RMSNorm, gated
+# MLP) takes the decoder's constants, unmeasured.
+ACTIVATION_HIDDEN = {"encoder": 84.3, "decoder": 34.9, "seq2seq_encoder": 34.9}
+ACTIVATION_FFN = {"encoder": 4.0, "decoder": 8.0, "seq2seq_encoder": 8.0}
 RESERVE_BYTES = 2.0 * GB
 USABLE_FRACTION = 0.95
 MAX_GPUS = 1024
@@ -237,14 +267,29 @@ class MemoryEstimate:
     buffers: float
     activations: float
     reserve: float
+    autocast_copies: float = 0.0
 
     @property
     def state(self) -> float:
         return self.weights + self.gradients + self.optimizer
 
     @property
+    def tensors(self) -> float:
+        """The peak of tensor memory: the backward pass frees activations (and autocast's
+        copies) layer by layer as it writes the gradients, so the two peak at opposite ends
+        of it and only the larger counts."""
+        return (
+            self.weights + self.optimizer + self.buffers + max(self.activations + self.autocast_copies, self.gradients)
+        )
+
+    @property
+    def unsharded(self) -> float:
+        """What more GPUs do not shrink."""
+        return self.buffers + self.activations + self.autocast_copies + self.reserve
+
+    @property
     def total(self) -> float:
-        return self.state + self.buffers + self.activations + self.reserve
+        return self.tensors + self.reserve
 
 
 @dataclass(frozen=True)
@@ -462,7 +507,7 @@ def frozen_base_bytes(bb: Backbone) -> float:
         return bb.parameters * compute
     if bb.method == "qlora":
         embedding = embedding_parameters(bb.architecture)
-        return max(bb.parameters - embedding, 0.0) * NF4_BYTES + embedding * compute
+        return max(bb.parameters - embedding, 0.0) * NF4_BYTES + embedding * UPCAST_BYTES
     return 0.0
 
 
@@ -478,26 +523,36 @@ def state_bytes(bb: Backbone, heads: float) -> TrainableBytes:
     )
 
 
-def buffer_bytes(bb: Backbone, gpus: int) -> float:
+def buffer_bytes(bb: Backbone, gpus: int, bank_bytes: float = 0.0) -> float:
     """Unsharded copies a device holds besides its shard (see the module docstring)."""
     arch, compute = bb.architecture, COMPUTE_BYTES[bb.precision]
-    total = 0.0
+    # peft's modules_to_save keeps the head it wraps beside the trained copy: two banks
+    total = bank_bytes * (1 if bb.method == "full" else 2)
     if bb.method == "qlora":
         total += arch.hidden_size * max(arch.ffn_size, arch.hidden_size) * compute
-    if gpus > 1:
-        stored = {"full": TRAINABLE_BYTES[bb.precision].weights, "lora": compute, "qlora": NF4_BYTES}[bb.method]
+    if gpus > 1:  # FSDP2 gathers blocks in the compute dtype (MixedPrecisionPolicy param_dtype)
+        stored = NF4_BYTES if bb.method == "qlora" else compute
         total += embedding_parameters(arch) * compute + 2 * block_parameters(bb) * stored
-        if bb.method == "full":
-            total += block_parameters(bb) * TRAINABLE_BYTES[bb.precision].gradients
+        if bb.method == "full":  # one block's gradients, and their fp32 copy for the reduce-scatter
+            total += block_parameters(bb) * (compute + 4)
     return total
 
 
+def autocast_copy_bytes(bb: Backbone, gpus: int) -> float:
+    """16-bit copies of the fp32 weights that autocast makes for the matmuls of full
+    fine-tuning on one device, kept from the forward to each layer's backward (the embedding
+    is looked up uncast). Sharded, FSDP gathers the 16-bit weights itself."""
+    if bb.method != "full" or gpus > 1 or COMPUTE_BYTES[bb.precision] == 4:
+        return 0.0
+    return (bb.parameters - embedding_parameters(bb.architecture)) * COMPUTE_BYTES[bb.precision]
+
+
 def activation_bytes(bb: Backbone, seq_len: int, micro_batch: int, with_mlm_logits: bool = False) -> float:
-    """Activations kept for the backward pass on one device (Korthikanti et al. 2022)."""
+    """Activations kept for the backward pass on one device (ACTIVATION_HIDDEN/FFN)."""
     arch = bb.architecture
-    s, b, h, a = seq_len, micro_batch, arch.hidden_size, arch.num_attention_heads
-    scale = COMPUTE_BYTES[bb.precision] / 2  # the formula counts 16-bit activations
-    one_layer = s * b * h * (34 + 5 * a * s / h) * scale
+    s, b, h, f = seq_len, micro_batch, arch.hidden_size, arch.ffn_size
+    scale = COMPUTE_BYTES[bb.precision] / 2  # the constants count 16-bit activations
+    one_layer = s * b * (ACTIVATION_HIDDEN[bb.family] * h + ACTIVATION_FFN[bb.family] * f) * scale
     if bb.activation_checkpointing:
         layers = arch.num_layers * 2 * s * b * h * scale + one_layer
     else:
@@ -506,7 +561,7 @@ def activation_bytes(bb: Backbone, seq_len: int, micro_batch: int, with_mlm_logi
     if with_mlm_logits:
         if not arch.vocab_size:
             raise PlanError(f"config key {bb.key}.architecture.vocab_size: needed for the MLM logits")
-        logits = s * b * arch.vocab_size * (COMPUTE_BYTES[bb.precision] + LOSS_BYTES)
+        logits = s * b * arch.vocab_size * (COMPUTE_BYTES[bb.precision] + LOSS_BYTES + LOSS_BACKWARD_BYTES)
     return layers + logits
 
 
@@ -517,9 +572,11 @@ def estimate(
     gpus: int,
     with_mlm_logits: bool = False,
     head_parameters: float | None = None,
+    bank_bytes: float = 0.0,
 ) -> MemoryEstimate:
     """Bytes per device when the backbone trains on ``gpus`` devices (FSDP full shard when
-    more than one). ``head_parameters`` defaults to one classification head."""
+    more than one). ``head_parameters`` defaults to one classification head; ``bank_bytes``:
+    an image task's feature bank (multimodal/bank.py), which rides on the GPU with its head."""
     bb = _as_backbone(backbone)
     if gpus < 1 or seq_len < 1 or micro_batch < 1:
         raise ValueError(f"gpus, seq_len and micro_batch must be >= 1, got {gpus}, {seq_len}, {micro_batch}")
@@ -531,8 +588,9 @@ def estimate(
         weights=state.weights / gpus,
         gradients=state.gradients / gpus,
         optimizer=state.optimizer / gpus,
-        buffers=buffer_bytes(bb, gpus),
+        buffers=buffer_bytes(bb, gpus, bank_bytes),
         activations=activation_bytes(bb, seq_len, micro_batch, with_mlm_logits),
+        autocast_copies=autocast_copy_bytes(bb, gpus),
         reserve=RESERVE_BYTES,
     )
 
@@ -561,7 +619,7 @@ def min_gpus(
         est = estimate(bb, seq_len, micro_batch, gpus, with_mlm_logits, head_parameters)
         if est.total <= capacity:
             return gpus
-        if gpus > 1 and est.total - est.state >= capacity:
+        if gpus > 1 and est.unsharded >= capacity:
             return None  # from 2 GPUs on only the shard shrinks; the rest already overflows
     return None
 
@@ -655,8 +713,7 @@ def phase_shape(config: Mapping[str, Any], phase: str, seq_len: int | None = Non
 
 
 def peak_workload(bb: Backbone, shape: PhaseShape) -> Workload:
-    """The task whose activations are largest on this backbone (the a*s*s term makes the
-    answer depend on the architecture, not only on s x b)."""
+    """The task whose activations are largest on this backbone (s x b, MLM's vocabulary logits)."""
     return max(shape.workloads, key=lambda w: activation_bytes(bb, w.seq_len, w.micro_batch, w.with_mlm_logits))
 
 

@@ -624,7 +624,32 @@ def run(configfiles: list[str], profile: Path | None) -> list[Finding]:
         findings += check_slurm(partitions, accounts)
     findings += check_gpus(config, sorted(partitions))
     findings += check_translation(config)
+    findings += check_precision(config)
     findings += check_steps(config)
+    return findings
+
+
+def check_precision(config: dict[str, Any]) -> list[Finding]:
+    """Each backbone's precision against this machine's GPUs: bf16 needs native bf16
+    (precision.Precision.check_device), which cards before compute capability 8.0 lack."""
+    if not local_gpus():
+        return [Finding("precision", "every backbone", SKIPPED, "no CUDA device here: checked where a GPU is")]
+    import torch
+
+    from workflow_scripts.precision import Precision
+
+    findings = []
+    for name in backbone_grid.names(config):
+        precision = Precision(backbone_grid.method_settings(config, name)["precision"])
+        try:
+            for index in range(torch.cuda.device_count()):
+                precision.check_device(torch.device("cuda", index), f"backbones.{name}")
+        except InputError as err:
+            findings.append(
+                Finding("precision", name, BLOCKER, str(err), "set the backbone's precision to fp16 or fp32")
+            )
+            continue
+        findings.append(Finding("precision", name, OK, f"{precision.name} runs natively on every GPU here"))
     return findings
 
 

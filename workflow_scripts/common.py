@@ -141,6 +141,12 @@ def configure_torch(threads: int) -> None:
     # every job of the grid. So set the kernel flag alone (are_deterministic_algorithms_enabled
     # reads it; tests/test_training_units.py checks that it is on).
     torch._C._set_deterministic_algorithms(True, warn_only=True)
+    # No cuDNN attention in SDPA: it builds an execution graph for each new sequence length,
+    # milliseconds of host time per call, and length-grouped batches bring a new length at
+    # almost every step. Measured on an H200 (benchmarks/engine_host_overhead.py, base-size
+    # encoder, batch 32): 6.3x the steps/s with it off; flash and memory-efficient attention
+    # remain. A no-op on CPUs.
+    torch.backends.cuda.enable_cudnn_sdp(False)
 
 
 def device():  # -> torch.device

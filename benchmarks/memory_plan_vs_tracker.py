@@ -123,6 +123,9 @@ def xlmr_config(layers: int):
         max_position_embeddings=514,
         type_vocab_size=1,
         pad_token_id=1,
+        # CUDA's SDPA regenerates attention dropout in the backward pass; the CPU's keeps an
+        # s x s mask per head, which a GPU run never holds (memory_plan.ACTIVATION_HIDDEN)
+        attention_probs_dropout_prob=0.0,
     )
 
 

@@ -123,12 +123,6 @@ CASES = [
         "backbones.llama_tiny.grid.targets: ['pawsx'] not in the config's targets",
     ),
     (
-        "QLoRA in the CPU demo",
-        "backbones.llama_tiny.method",
-        "qlora",
-        "backbones.llama_tiny.method: qlora needs a CUDA GPU",
-    ),
-    (
         "a seq2seq backbone in the demo",
         "backbones.xlmr_tiny.family",
         "seq2seq_encoder",

@@ -514,6 +514,7 @@ def small_encoder_config(layers: int):
         max_position_embeddings=130,
         type_vocab_size=1,
         pad_token_id=1,
+        attention_probs_dropout_prob=0.0,  # as the benchmark: what CUDA's SDPA keeps
     )
 
 

@@ -144,15 +144,17 @@ NF4_BYTES = (NF4_BITS + NF4_CONSTANT_BITS) / 8
 LOSS_BYTES = 4
 LOSS_BACKWARD_BYTES = 8
 # Activations a transformer block keeps for its backward pass, per token, in bytes at 16-bit
-# compute: ACTIVATION_HIDDEN x hidden + ACTIVATION_FFN x intermediate. Measured with torch's
-# MemTracker on one training step under bf16 autocast with SDPA attention
-# (benchmarks/memory_plan_vs_tracker.py): XLM-R large's blocks keep 100.3 bytes per token
-# and hidden unit (post-LN with dropout: the residual stream in fp32, each projection's input
-# cast to bf16 separately), Llama-2-7B's 56.4 (pre-RMSNorm, gated MLP, no dropout); the FFN
-# share is the MLP's saved bf16 tensors (4 per intermediate unit with GELU, 8 gated). SDPA
-# keeps no attention scores, so there is no a*s*s term. seq2seq_encoder (T5: RMSNorm, gated
-# MLP) takes the decoder's constants, unmeasured.
-ACTIVATION_HIDDEN = {"encoder": 84.3, "decoder": 34.9, "seq2seq_encoder": 34.9}
+# compute: ACTIVATION_HIDDEN x hidden + ACTIVATION_FFN x intermediate. The encoder's is what an
+# H200 kept (gpu-check, XLM-R large trained in full under bf16 autocast at 128 x 32 and 384 x 16
+# tokens: 45.3 and 44.6 KB per token and block, docs/benchmarks.md): CUDA's SDPA kernels keep
+# no attention scores and regenerate attention dropout in the backward pass. torch's MemTracker
+# on fake CPU tensors (benchmarks/memory_plan_vs_tracker.py) agrees once attention dropout is
+# off; with it, the CPU's SDPA keeps an s x s dropout mask per head that CUDA does not.
+# Llama-2-7B's blocks keep 56.4 bytes per token and hidden unit (pre-RMSNorm, gated MLP, no
+# dropout; the tracker, and within 10% of the H200's LoRA and full runs); the FFN share is
+# the MLP's saved bf16 tensors (4 per intermediate unit with GELU, 8 gated). seq2seq_encoder
+# (T5: RMSNorm, gated MLP) takes the decoder's constants, unmeasured.
+ACTIVATION_HIDDEN = {"encoder": 27.9, "decoder": 34.9, "seq2seq_encoder": 34.9}
 ACTIVATION_FFN = {"encoder": 4.0, "decoder": 8.0, "seq2seq_encoder": 8.0}
 RESERVE_BYTES = 2.0 * GB
 USABLE_FRACTION = 0.95
@@ -547,12 +549,22 @@ def autocast_copy_bytes(bb: Backbone, gpus: int) -> float:
     return (bb.parameters - embedding_parameters(bb.architecture)) * COMPUTE_BYTES[bb.precision]
 
 
+def activation_constants(family: str) -> tuple[float, float]:
+    """(bytes per hidden unit, bytes per intermediate unit) a block keeps per token. A family
+    without its own measurement takes the largest measured ones: a plan that errs towards more
+    memory (docs/guides/new_backbone_family.md says how to measure a family's own)."""
+    if family in ACTIVATION_HIDDEN:
+        return ACTIVATION_HIDDEN[family], ACTIVATION_FFN[family]
+    return max(ACTIVATION_HIDDEN.values()), max(ACTIVATION_FFN.values())
+
+
 def activation_bytes(bb: Backbone, seq_len: int, micro_batch: int, with_mlm_logits: bool = False) -> float:
     """Activations kept for the backward pass on one device (ACTIVATION_HIDDEN/FFN)."""
     arch = bb.architecture
     s, b, h, f = seq_len, micro_batch, arch.hidden_size, arch.ffn_size
     scale = COMPUTE_BYTES[bb.precision] / 2  # the constants count 16-bit activations
-    one_layer = s * b * (ACTIVATION_HIDDEN[bb.family] * h + ACTIVATION_FFN[bb.family] * f) * scale
+    per_hidden, per_ffn = activation_constants(bb.family)
+    one_layer = s * b * (per_hidden * h + per_ffn * f) * scale
     if bb.activation_checkpointing:
         layers = arch.num_layers * 2 * s * b * h * scale + one_layer
     else:

@@ -131,21 +131,16 @@ def save_backbone(family: str, shape: dict[str, Any], out: Path, dev) -> int:
 
 def build_model(model_dir: Path, family: str, method_settings: dict[str, Any], dev):
     """The MultiHeadModel training's runtime builds: load dtypes, adapters, one NLI head."""
+    from transformers import AutoConfig
+
     from workflow_scripts.models.adapters import Method, check_available
     from workflow_scripts.models.heads import make_head
-    from workflow_scripts.training.distributed import Context
-    from workflow_scripts.training.runtime import SingleProcess
+    from workflow_scripts.training.runtime import build_on
 
     method = Method.from_settings(method_settings)
     check_available(method, dev)
-    runtime = SingleProcess(Context(0, 1, 0, dev, None, True), method)
-    runtime.device = dev
-    encoder = runtime.load_backbone(model_dir)
-    if hasattr(encoder.config, "use_cache"):
-        encoder.config.use_cache = False
-    heads = {"nli": make_head("classification", encoder.config.hidden_size, 3, 0.0, 0.02)}
-    model, _ = runtime.build(model_dir, encoder, heads, family, {"nli": ("classification", 3)})
-    return model, method
+    heads = {"nli": make_head("classification", AutoConfig.from_pretrained(model_dir).hidden_size, 3, 0.0, 0.02)}
+    return build_on(dev, model_dir, family, method, heads, {"nli": ("classification", 3)}), method
 
 
 def synthetic_batch(vocab: int, seq_len: int, micro_batch: int, dev) -> dict[str, Any]:

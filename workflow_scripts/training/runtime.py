@@ -184,6 +184,18 @@ class ShardedRank(SingleProcess):
         shutdown(self.ctx)
 
 
+def build_on(dev, model_dir: Path, family: str, method: Method, heads: dict, head_formats: dict[str, tuple[str, int]]):
+    """The model one process trains, built as ``train_phase`` builds it (load dtypes, lineage,
+    adapters, ``heads``) on ``dev``: what the preflight's steps and gpu-check run."""
+    runtime = SingleProcess(Context(0, 1, 0, dev, None, True), method)
+    runtime.device = dev
+    encoder = runtime.load_backbone(model_dir)
+    if hasattr(encoder.config, "use_cache"):  # as training: no KV cache
+        encoder.config.use_cache = False
+    model, _ = runtime.build(model_dir, encoder, heads, family, head_formats)
+    return model
+
+
 def start(method: Method) -> SingleProcess:
     """The runtime this process is: a rank when torchrun or srun started it as one
     (``distributed.init_from_env``), otherwise the single process."""

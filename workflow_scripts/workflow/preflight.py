@@ -508,26 +508,21 @@ def smoke_steps(
     adapters, heads), the forward under the precision policy's autocast, the backward and
     step of training/step.py (fp16's loss scaling included). Raises if a loss is not finite."""
     import torch
+    from transformers import AutoConfig
 
     from workflow_scripts.models.adapters import Method, check_available
     from workflow_scripts.models.heads import forward, load_tokenizer, make_head
     from workflow_scripts.precision import Precision
     from workflow_scripts.training import step
-    from workflow_scripts.training.distributed import Context
-    from workflow_scripts.training.runtime import SingleProcess
+    from workflow_scripts.training.runtime import build_on
 
     torch.manual_seed(0)
     dev, method = torch.device(device), Method.from_settings(method_settings)
     check_available(method, dev)
     precision = Precision(method.precision)
-    runtime = SingleProcess(Context(0, 1, 0, dev, None, True), method)
-    runtime.device = dev
     tokenizer = load_tokenizer(model_dir)
-    encoder = runtime.load_backbone(model_dir)
-    if hasattr(encoder.config, "use_cache"):  # as training: no KV cache
-        encoder.config.use_cache = False
-    heads = {"nli": make_head("classification", encoder.config.hidden_size, 3, 0.0, 0.02)}
-    model, _ = runtime.build(model_dir, encoder, heads, family, {"nli": ("classification", 3)})
+    heads = {"nli": make_head("classification", AutoConfig.from_pretrained(model_dir).hidden_size, 3, 0.0, 0.02)}
+    model = build_on(dev, model_dir, family, method, heads, {"nli": ("classification", 3)})
     batch = tokenizer(
         ["A man plays a guitar on stage.", "Two dogs run in the snow."],
         ["Someone makes music.", "The animals are asleep."],

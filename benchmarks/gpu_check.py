@@ -133,12 +133,11 @@ def build_model(model_dir: Path, family: str, method_settings: dict[str, Any], d
     """The MultiHeadModel training's runtime builds: load dtypes, adapters, one NLI head."""
     from transformers import AutoConfig
 
-    from workflow_scripts.models.adapters import Method, check_available
+    from workflow_scripts.models.adapters import Method
     from workflow_scripts.models.heads import make_head
     from workflow_scripts.training.runtime import build_on
 
     method = Method.from_settings(method_settings)
-    check_available(method, dev)
     heads = {"nli": make_head("classification", AutoConfig.from_pretrained(model_dir).hidden_size, 3, 0.0, 0.02)}
     return build_on(dev, model_dir, family, method, heads, {"nli": ("classification", 3)}), method
 
@@ -236,8 +235,8 @@ def run_throughput(case: dict[str, Any], workdir: Path, dev, smoke: bool, peak: 
     model, method = build_model(model_dir, case["family"], method_settings, dev)
     dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in model.parameters() if p.requires_grad})
     batch = synthetic_batch(case["shape"]["vocab_size"], case["seq_len"], case["micro_batch"], dev)
-    seconds = timed_steps(model, method, batch, dev, warmup=1 if smoke else 3, steps=2 if smoke else 10)
     steps = 2 if smoke else 10
+    seconds = timed_steps(model, method, batch, dev, warmup=1 if smoke else 3, steps=steps)
     tokens_per_s = case["seq_len"] * case["micro_batch"] * steps / seconds
     flops = flops_per_token(case["family"], case["shape"], parameters, case["method"], case["seq_len"])
     measured = peak_bytes(dev)

@@ -70,7 +70,14 @@ from workflow_scripts.evaluation.retrieval import (
 )
 from workflow_scripts.formats import get_format, head_kind
 from workflow_scripts.models import dual_encoder
-from workflow_scripts.models.adapters import has_adapter, load_adapter_model, load_backbone, method_of
+from workflow_scripts.models.adapters import (
+    Method,
+    has_adapter,
+    load_adapter_model,
+    load_backbone,
+    load_kwargs,
+    method_of,
+)
 from workflow_scripts.models.backbones import family_of
 from workflow_scripts.models.heads import MultiHeadModel, forward, load_encoder, load_tokenizer, make_head
 from workflow_scripts.precision import Precision
@@ -428,8 +435,6 @@ def _load_target_model(task: Task, model_dir: Path, dev, bank=None):
     the base with its adapters and the heads saved with its own (adapters.py). An image
     target's head is its visual branch (projector and classifier) over ``bank``, the test
     images' features."""
-    import torch
-
     if task.visual:
         return _load_visual_target_model(task, model_dir, dev, bank)
     if has_adapter(model_dir):
@@ -437,7 +442,7 @@ def _load_target_model(task: Task, model_dir: Path, dev, bank=None):
         if task.name not in model.heads:
             raise InputError(f"{model_dir}: the adapter holds no head for {task.name} (heads: {sorted(model.heads)})")
         return model.to(dev), load_tokenizer(model_dir)
-    encoder = load_encoder(model_dir, dtype=torch.float32)  # full fine-tuning's fp32 weights (precision.py)
+    encoder = load_encoder(model_dir, **load_kwargs(Method(name="full")))  # its fp32 weights (precision.py)
     head = make_head(task.format, encoder.config.hidden_size, task.num_labels, 0.0, 0.02)
     model = MultiHeadModel(encoder, {task.name: head}, family_of(model_dir).name)
     model.heads.load_state_dict(_load_heads(model_dir))
@@ -446,8 +451,6 @@ def _load_target_model(task: Task, model_dir: Path, dev, bank=None):
 
 def _load_visual_target_model(task: Task, model_dir: Path, dev, bank):
     """A full backbone with the visual branch heads.pt holds, reading ``bank``'s features."""
-    import torch
-
     from workflow_scripts.models.heads import visual_classifier
     from workflow_scripts.multimodal.prefix import VisualClassificationHead
 
@@ -470,7 +473,7 @@ def _load_visual_target_model(task: Task, model_dir: Path, dev, bank):
                     )
                 module.bank = features if features.dim() == 3 else features[:, None, :]
         return model.to(dev), load_tokenizer(model_dir)
-    encoder = load_encoder(model_dir, dtype=torch.float32)  # full fine-tuning's fp32 weights (precision.py)
+    encoder = load_encoder(model_dir, **load_kwargs(Method(name="full")))  # its fp32 weights (precision.py)
     hidden = encoder.config.hidden_size
     classifier = visual_classifier(task.format, hidden, task.num_labels, 0.0, 0.02)
     head = VisualClassificationHead(bank.tensor(), hidden, classifier, 0.02, task.images_per_example)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.common import LOG, InputError, device
-from workflow_scripts.models.adapters import Method, attach, inner, load_backbone, trained_state
+from workflow_scripts.models.adapters import Method, attach, check_available, inner, load_backbone, trained_state
 from workflow_scripts.models.heads import MultiHeadModel, load_mlm_head
 from workflow_scripts.precision import Precision
 from workflow_scripts.training.checkpoints import (
@@ -185,8 +185,10 @@ class ShardedRank(SingleProcess):
 
 
 def build_on(dev, model_dir: Path, family: str, method: Method, heads: dict, head_formats: dict[str, tuple[str, int]]):
-    """The model one process trains, built as ``train_phase`` builds it (load dtypes, lineage,
-    adapters, ``heads``) on ``dev``: what the preflight's steps and gpu-check run."""
+    """The model one process trains, built as ``train_phase`` builds it (the method's check of
+    the device, load dtypes, lineage, adapters, ``heads``) on ``dev``: what the preflight's
+    steps and gpu-check run."""
+    check_available(method, dev)
     runtime = SingleProcess(Context(0, 1, 0, dev, None, True), method)
     runtime.device = dev
     encoder = runtime.load_backbone(model_dir)

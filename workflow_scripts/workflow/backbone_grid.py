@@ -225,14 +225,15 @@ def check(config: dict[str, Any]) -> None:
                 f"not {family} (use models.source: hub)"
             )
         asked = gpus(config, name)
-        if entry.get("precision", DEFAULT_PRECISION) == "fp16" and asked["per_node"] * asked["nodes"] > 1:
+        gpu_count = asked["per_node"] * asked["nodes"]
+        if entry.get("precision", DEFAULT_PRECISION) == "fp16" and gpu_count > 1:
             raise BackboneError(
                 f"config key {key}.precision: fp16 needs loss scaling, which sharded training does not run "
                 "(a per-rank scale would let the ranks skip different steps); use bf16 on several GPUs"
             )
-        if method == "qlora" and asked["per_node"] * asked["nodes"] > 1:
+        if method == "qlora" and gpu_count > 1:
             raise BackboneError(
-                f"config key {key}.gpus: qlora trains on one GPU; across {asked['per_node'] * asked['nodes']} GPUs "
+                f"config key {key}.gpus: qlora trains on one GPU; across {gpu_count} GPUs "
                 "each rank would have to quantise and hold the whole 4-bit base (sharded loading reads bf16/fp32 "
                 "rows, which bitsandbytes' 4-bit blocks are not). Use method lora (bf16 base, sharded) for "
                 "several GPUs, or one GPU with qlora"

@@ -510,7 +510,7 @@ def smoke_steps(
     import torch
     from transformers import AutoConfig
 
-    from workflow_scripts.models.adapters import Method, check_available
+    from workflow_scripts.models.adapters import Method
     from workflow_scripts.models.heads import forward, load_tokenizer, make_head
     from workflow_scripts.precision import Precision
     from workflow_scripts.training import step
@@ -518,7 +518,6 @@ def smoke_steps(
 
     torch.manual_seed(0)
     dev, method = torch.device(device), Method.from_settings(method_settings)
-    check_available(method, dev)
     precision = Precision(method.precision)
     tokenizer = load_tokenizer(model_dir)
     heads = {"nli": make_head("classification", AutoConfig.from_pretrained(model_dir).hidden_size, 3, 0.0, 0.02)}

@@ -11,7 +11,7 @@ positions (as Mewsli-X's pool repeats entity descriptions), so their top k holds
 whose order faiss decides. On a machine with a CUDA GPU the GPU search is measured too.
 
     .venv/bin/python benchmarks/retrieval_speed.py [--queries 8000] [--keys 20000] [--dim 1024] [-k 4]
-        [--rounds 3] [--tied 64] [--key-blocks 1024,4096,16384] [--no-own]
+        [--rounds 3] [--tied 64] [--no-own]
 
 Shapes worth running: BUCC-like (the default), Tatoeba-like (``--queries 1000 --keys 1000
 -k 1``), LAReQA-like (``--queries 1190 --keys 13090 --dim 768 -k 20``) and Mewsli-X-like,
@@ -34,7 +34,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from workflow_scripts.evaluation.neighbours import device_knn, flat_key_block, flat_knn, knn, l2_normalize  # noqa: E402
+from workflow_scripts.evaluation.neighbours import device_knn, knn, l2_normalize  # noqa: E402
 
 Search = Callable[[], tuple[np.ndarray, np.ndarray]]
 
@@ -112,9 +112,6 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tied", type=int, default=64, help="queries whose top k holds four bit-identical keys")
     ap.add_argument("--no-own", action="store_true", help="leave the own tiled search on CPU out (slow at 1M keys)")
-    ap.add_argument(
-        "--key-blocks", default="", help="comma-separated faiss key block sizes to time beside the pipeline's"
-    )
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     queries = l2_normalize(rng.standard_normal((args.queries, args.dim), dtype=np.float32))
@@ -137,9 +134,6 @@ def main() -> None:
         reference: lambda: faiss_index_flat_ip(queries, keys, k),
         "pipeline: neighbours.knn, cpu": lambda: knn(queries, keys, k),
     }
-    print(f"pipeline's search on cpu: faiss.knn, {flat_key_block(args.queries, k)}-key blocks")
-    for block in (int(b) for b in args.key_blocks.split(",") if b):
-        methods[f"faiss.knn, {block}-key blocks, cpu"] = lambda block=block: flat_knn(queries, keys, k, block)
     if not args.no_own:
         methods["own tiled search (device_knn), cpu"] = lambda: device_knn(queries, keys, k, "cpu")
     if torch.cuda.is_available():

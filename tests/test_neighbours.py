@@ -3,6 +3,8 @@ faiss's own search (bit for bit), on a device the own tiled search (tested here 
 runs the same code) in faiss's tie order; expected orders come from faiss itself. A faiss
 index stays available as an option."""
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -39,21 +41,53 @@ def with_copies(keys, copies):
     return keys
 
 
-@pytest.mark.parametrize("n_queries, dim", [(50, 64), (200, 768)])  # faiss's per-pair path, then its BLAS path
-@pytest.mark.parametrize("key_block", [1024, 4096, 300])
-def test_cpu_search_is_faiss_flat_index_bit_for_bit(n_queries, dim, key_block):
-    """The pipeline's CPU search: IndexFlatIP's scores and neighbours exactly, whatever the
-    key block (copies put exact ties at every rank, the k-th included)."""
+@contextlib.contextmanager
+def job_threads(n: int):
+    """A job's thread count, as common.configure_torch sets it, and faiss's for the reference."""
+    import faiss
+
+    previous = faiss.omp_get_max_threads(), torch.get_num_threads()
+    faiss.omp_set_num_threads(n)
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(previous[0])
+        torch.set_num_threads(previous[1])
+
+
+@pytest.mark.parametrize("n_queries, dim", [(50, 64), (200, 768), (4200, 64)])  # per-pair path, BLAS path, 2 chunks
+@pytest.mark.parametrize("threads", [1, 2])
+def test_cpu_search_is_faiss_flat_index_bit_for_bit_at_any_thread_count(n_queries, dim, threads):
+    """The pipeline's CPU search: IndexFlatIP's scores and neighbours exactly at the same
+    thread count (copies put exact ties at every rank, the k-th included). Across thread
+    counts and CPUs faiss's own scores may differ in the last bit; that is not asserted."""
     queries, keys = embeddings(n_queries, 5000, dim=dim, seed=2)
     best = float64_ranking(queries[:10], keys, 3)
     keys = with_copies(
         keys, {int(j): [4999 - 7 * r - i, 2 * r + 1 + 13 * i] for r, row in enumerate(best) for i, j in enumerate(row)}
     )
-    for k in (1, 4, 20):
-        ref_scores, ref_found = faiss_reference(queries, keys, k)
-        scores, found = flat_knn(queries, keys, k, key_block)
-        assert np.array_equal(found, ref_found) and np.array_equal(scores, ref_scores)
-        assert np.array_equal(knn(queries, keys, k)[1], ref_found)
+    with job_threads(threads):
+        for k in (1, 4, 20, 120):  # faiss's three searches: top-1 scan, heaps, reservoirs
+            ref_scores, ref_found = faiss_reference(queries, keys, k)
+            scores, found = flat_knn(queries, keys, k)
+            assert np.array_equal(found, ref_found) and np.array_equal(scores, ref_scores)
+            assert np.array_equal(knn(queries, keys, k)[1], ref_found)
+
+
+def test_cpu_search_runs_faiss_on_the_jobs_threads_and_gives_faiss_back_its_own(monkeypatch):
+    import faiss
+
+    seen = []
+    real_knn = faiss.knn
+    monkeypatch.setattr(faiss, "knn", lambda *a: (seen.append(faiss.omp_get_max_threads()), real_knn(*a))[1])
+    queries, keys = embeddings(30, 200)
+    with job_threads(1):
+        faiss.omp_set_num_threads(2)
+        torch.set_num_threads(1)  # the job's threads, set last as configure_torch does
+        own = faiss.omp_get_max_threads()  # 2 where faiss loaded its own OpenMP runtime, else 1
+        flat_knn(queries, keys, 3)
+        assert seen == [1] and faiss.omp_get_max_threads() == own
 
 
 @pytest.mark.parametrize("block_bytes", [4 * 300, 4 * 300 * 7, 1 << 30])  # 1 query, 7 queries, all at once

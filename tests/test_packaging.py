@@ -1,5 +1,6 @@
 """The set-up promises of README.md: two commands, pinned environments that agree."""
 
+import os
 import re
 import subprocess
 
@@ -43,10 +44,21 @@ def test_readme_names_exactly_the_two_setup_commands_and_ci_runs_the_test_one():
     assert "snakemake --cores $(CORES)" in makefile and "CORES ?= 2" in makefile
 
 
+# What an outer `make test TORCH=cpu` hands its children: its variables travel in MAKEFLAGS
+# (and TORCH in the environment), and would set the inner make's TORCH whatever the test asks.
+OUTER_MAKE_VARIABLES = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "TORCH", "VENV")
+
+
 def make_install_commands(tmp_path, *args: str) -> subprocess.CompletedProcess:
-    """What `make install` would run for a fresh environment (make -n: nothing runs)."""
+    """What `make install` would run for a fresh environment (make -n: nothing runs), as a
+    fresh shell would run it, whatever make runs the tests."""
+    env = {name: value for name, value in os.environ.items() if name not in OUTER_MAKE_VARIABLES}
     return subprocess.run(
-        ["make", "-n", "install", f"VENV={tmp_path / 'venv'}", *args], cwd=REPO, capture_output=True, text=True
+        ["make", "-n", "install", f"VENV={tmp_path / 'venv'}", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=env,
     )
 
 

@@ -4,9 +4,14 @@ the ranking targets (Mewsli-X, LAReQA).
 On CPU, exact search is faiss's exhaustive inner-product search (``faiss.knn``), the function
 ``IndexFlatIP.search`` runs: XTREME-R's Mewsli-X evaluation and XTREME's BUCC miner search an
 ``IndexFlatIP``. It runs on the caller's arrays (an index would copy the keys: 4 GB at 1M x
-1,024), with wider key blocks than faiss's default for few queries, which changes the speed
-only: the products, and so the scores, neighbours and tie order, are faiss's, bit for bit
-(benchmarks/retrieval_speed.py checks it on every run; tests/test_neighbours.py too).
+1,024) with faiss's own GEMM blocks, so on one machine at one thread count the scores,
+neighbours and tie order are ``IndexFlatIP``'s, bit for bit (benchmarks/retrieval_speed.py
+checks it on every run; tests/test_neighbours.py too). The blocks are never widened: on some
+CPUs (AMD EPYC with AVX-512 is one) the BLAS kernel gives a product a different last bit
+depending on where its key falls in the block, and on the thread count, so a wider block
+would move scores by an ulp and swap near-tied neighbours. Across machines and thread counts
+faiss itself is exact only to that ulp; tables are reproducible on one machine at one
+thread count (the job's ``threads``).
 
 faiss's tie rule (faiss 1.15.1, 1 < k < 100; ``faiss_kept`` restates it): keys are read in
 index order; a key joins a query's best k only when its score is strictly above the lowest
@@ -47,14 +52,6 @@ from workflow_scripts.common import InputError
 from workflow_scripts.progress import progress
 
 EXACT = "exact"
-# Scores per GEMM block of faiss's CPU search (queries of one block x keys of one block), at
-# least. faiss takes 1,024 keys per block whatever the number of queries, so a few hundred
-# queries (a Mewsli-X language) make thousands of short products, each followed by its
-# threads waiting for each other, long when another process holds a core: on a loaded
-# 2-core machine 270 queries x 300,000 keys ran 2.8x faster with 8,192-key blocks, on a
-# quiet one the block size changed the time by under 10% (benchmarks/retrieval_speed.py
-# --key-blocks).
-FLAT_BLOCK_SCORES = 1 << 21
 # Bytes of float32 scores per tile of the own search: 16 MiB on CPU (the tile stays in the
 # last-level cache between the GEMM that writes it and the selection that reads it), more on
 # a GPU.
@@ -98,20 +95,15 @@ def knn(
     return device_knn(queries, keys, k, dev, block_bytes)
 
 
-def flat_knn(
-    queries: np.ndarray, keys: np.ndarray, k: int, key_block: int | None = None
-) -> tuple[np.ndarray, np.ndarray]:
+def flat_knn(queries: np.ndarray, keys: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """faiss's exact search, bit for bit as ``IndexFlatIP(d).add(keys); search(queries, k)``
-    gives it, without the index's copy of the keys; ``key_block`` keys per GEMM (by default
-    ``flat_key_block``'s), taken only where the block cannot change the result."""
+    gives it at the same thread count, without the index's copy of the keys."""
     import faiss
 
     k = min(k, len(keys))
-    if key_block is None or not _faiss_keeps_heaps(k):
-        key_block = flat_key_block(len(queries), k)
     scores = np.empty((len(queries), k), dtype=np.float32)
     found = np.empty((len(queries), k), dtype=np.int64)
-    with _faiss_key_block(key_block), _search_progress(len(queries), len(keys)) as bar:
+    with _faiss_threads_as_torchs(), _search_progress(len(queries), len(keys)) as bar:
         for start, end in query_chunks(len(queries), queries.shape[1]):
             scores[start:end], found[start:end] = faiss.knn(queries[start:end], keys, k, faiss.METRIC_INNER_PRODUCT)
             bar.update(end - start)
@@ -138,28 +130,6 @@ def query_chunks(n_queries: int, dimension: int) -> list[tuple[int, int]]:
 
 def _search_progress(n_queries: int, n_keys: int):
     return progress(total=n_queries, desc=f"searching {n_keys} keys", unit="query")
-
-
-def flat_key_block(n_queries: int, k: int) -> int:
-    """Keys per GEMM block of ``flat_knn``: ``FLAT_BLOCK_SCORES`` scores over the queries of
-    one faiss query block, never fewer keys than faiss's default, where faiss keeps a heap
-    per query (1 < k < 100; the heap reads the keys in index order whatever the block).
-    Otherwise faiss's default: at k = 1 its AVX2/AVX-512 scan settles exact ties by SIMD lane
-    within a block, and from k = 100 it keeps a reservoir."""
-    import faiss
-
-    default = faiss.cvar.distance_compute_blas_database_bs
-    if not _faiss_keeps_heaps(k):
-        return default
-    queries_per_block = max(1, min(n_queries, faiss.cvar.distance_compute_blas_query_bs))
-    # at most 2^15 keys: faiss allocates its score buffer for a full query block (4,096 rows)
-    return min(1 << 15, max(default, FLAT_BLOCK_SCORES // queries_per_block))
-
-
-def _faiss_keeps_heaps(k: int) -> bool:
-    import faiss
-
-    return 1 < k < faiss.cvar.distance_compute_min_k_reservoir
 
 
 def device_knn(
@@ -425,7 +395,7 @@ def faiss_knn(
         faiss.ParameterSpace().set_index_parameter(index, "nprobe", nprobe)
     scores = np.empty((len(queries), k), dtype=np.float32)
     indices = np.empty((len(queries), k), dtype=np.int64)
-    with _search_progress(len(queries), len(keys)) as bar:
+    with _faiss_threads_as_torchs(), _search_progress(len(queries), len(keys)) as bar:
         for start, end in query_chunks(len(queries), queries.shape[1]):
             scores[start:end], indices[start:end] = index.search(queries[start:end], k)
             bar.update(end - start)
@@ -451,16 +421,19 @@ def _is_cpu(dev: Any) -> bool:
 
 
 @contextlib.contextmanager
-def _faiss_key_block(keys_per_block: int):
-    """faiss's key block size (a process-wide setting) for the duration of one search."""
+def _faiss_threads_as_torchs():
+    """faiss's OpenMP threads (its own runtime, all the cores the process may use unless
+    told) set to torch's, the job's ``threads`` (common.configure_torch), for one search:
+    the thread count can change a score's last bit, so it is the job's, not the node's."""
     import faiss
+    import torch
 
-    previous = faiss.cvar.distance_compute_blas_database_bs
-    faiss.cvar.distance_compute_blas_database_bs = keys_per_block
+    previous = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(torch.get_num_threads())
     try:
         yield
     finally:
-        faiss.cvar.distance_compute_blas_database_bs = previous
+        faiss.omp_set_num_threads(previous)
 
 
 @contextlib.contextmanager

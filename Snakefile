@@ -41,6 +41,10 @@ rule all:
         rules.compare_modality.output,
         # how every run trained: curves per config, and the runs that diverged or never learnt
         expand(rules.plot_training.output, backbone=BACKBONES),
+        # disk.keep_target_models: best keeps each config's best seed's model (disk.py)
+        [m for b in BACKBONES for m in grid.kept_models(config, b)] if disk.keep_target_models(config) == "best" else [],
+        # which sweep point each run selected (sweep.py)
+        expand(rules.tabulate_sweep.output, backbone=BACKBONES) if sweep.sweeping(config) else [],
     default_target: True
 
 

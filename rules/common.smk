@@ -12,7 +12,18 @@ min_version("9.0")
 sys.path.insert(0, workflow.basedir)
 
 from workflow_scripts.training import distributed, tracking
-from workflow_scripts.workflow import backbone_grid, config_check, config_layers, grid, logs, paths, slurm, transfer
+from workflow_scripts.workflow import (
+    backbone_grid,
+    config_check,
+    config_layers,
+    disk,
+    grid,
+    logs,
+    paths,
+    slurm,
+    sweep,
+    transfer,
+)
 from workflow_scripts import revisions
 from workflow_scripts.workflow.codehash import module_digest, task_fingerprint
 from workflow_scripts.workflow.summary import run_summary
@@ -90,6 +101,7 @@ wildcard_constraints:
     intermediate="|".join(INTERMEDIATE),
     setting="|".join(SETTING_TOKENS),
     recipe=r"[a-z]+(-[a-z]+)?\.dev-[a-z]+",
+    point=r"[a-z]{2}[0-9a-z.+-]+(_[a-z]{2}[0-9a-z.+-]+)*",
     target="|".join(TARGETS),
     seed=r"\d+",
     task="|".join(TASKS),
@@ -114,6 +126,35 @@ def settings(fn, *keys):
     """A params function: the canonical JSON of what fn resolves for the rule's wildcards
     (a step's settings, or the map of a training phase's data files)."""
     return lambda wildcards: canonical_json(fn(config, *(getattr(wildcards, k) for k in keys)))
+
+
+def target_model_output(path):
+    """A target model (or a stage's) as an output: temp() unless the config keeps target
+    models (disk.py), so Snakemake deletes it once every job reading it has run."""
+    return temp(directory(path)) if disk.discards_target_models(config) else directory(path)
+
+
+def intermediate_model_output(path):
+    """An intermediate model as an output: temp() while the config discards intermediate
+    models once their targets are trained (disk.py)."""
+    return temp(directory(path)) if disk.discards_intermediate_models(config) else directory(path)
+
+
+def sweep_inputs(wildcards):
+    """The models of every sweep point of one recipe and seed."""
+    return grid.sweep_candidates(
+        config, wildcards.backbone, wildcards.intermediate, wildcards.target, wildcards.recipe, wildcards.seed
+    )
+
+
+def kept_model_inputs(wildcards):
+    return grid.kept_model_inputs(
+        config, wildcards.backbone, wildcards.intermediate, wildcards.target, wildcards.recipe
+    )
+
+
+def sweep_candidate_args(wildcards, input):
+    return " ".join(shlex.quote(f"--candidate={token}={input[token]}") for token in sweep_inputs(wildcards))
 
 
 def res(rule_name, key):
@@ -162,7 +203,7 @@ def rule_resources():
     backbone's jobs hold (GPUs per node times nodes)."""
 
     def gpus(rule):
-        if rule.name in ("train_intermediate", "train_target", "train_target_stage"):
+        if rule.name in ("train_intermediate", "train_target", "train_target_stage", "train_target_sweep_point"):
             asked = [backbone_grid.gpus(config, b) for b in BACKBONES]
             return max(a["per_node"] * a["nodes"] if a["per_node"] else res(rule.name, "gpu") for a in asked)
         return rule.resources.get("gpu").value or 0

@@ -26,6 +26,8 @@ rule evaluate_target:
         # the catalogue entries and converters of the tasks this job reads, and no other
         tasks=job_tasks(lambda w: grid.target_tasks(config, w.target)),
     threads: res("evaluate_target", "threads")
+    # evaluated before further training starts: a discarded model lives no longer than needed (disk.py)
+    priority: 10
     resources:
         mem_mb=res("evaluate_target", "mem_mb"),
         runtime=res("evaluate_target", "runtime"),

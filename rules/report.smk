@@ -144,7 +144,8 @@ rule collect_submission:
 rule plot_training:
     """A backbone's training curves, one figure per config, and the runs that went wrong."""
     input:
-        runs=lambda wildcards: grid.training_outputs(config, wildcards.backbone),
+        # the models' records, not the models: a discarded model stays discarded (disk.py)
+        records=lambda wildcards: grid.training_records(config, wildcards.backbone),
     output:
         figures=[
             report(
@@ -169,12 +170,13 @@ rule plot_training:
         f"{RESULTS}/benchmarks/plot_training/{{backbone}}.tsv"
     params:
         figures=lambda wildcards: f"{RESULTS}/figures/{wildcards.backbone}/training",
+        runs=lambda wildcards: " ".join(shlex.quote(m) for m in grid.training_outputs(config, wildcards.backbone)),
         configs=" ".join(shlex.quote(name) for name in INTERMEDIATE),
         code=module_digest("reporting.training_curves"),
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts.reporting.training_curves --backbone {wildcards.backbone} --runs {input.runs}"
+        "python -m workflow_scripts.reporting.training_curves --backbone {wildcards.backbone} --runs {params.runs}"
         " --configs {params.configs} --figures {params.figures} --md {output.md} --csv {output.csv}"
         " > $(fresh_log {log:q}) 2>&1"
 

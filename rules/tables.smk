@@ -152,3 +152,28 @@ rule compare_modality:
         "python -m workflow_scripts.reporting.modality_scaling --settings {params.settings:q}"
         " --tables {params.tables} --models {params.models} --md {output.md} --csv {output.csv}"
         " --figure {params.figure} > $(fresh_log {log:q}) 2>&1"
+
+
+if sweep.sweeping(config):
+
+    rule tabulate_sweep:
+        """A backbone's sweep: each seed's points, their dev scores and the point selected."""
+        input:
+            metrics=lambda wildcards: grid.metric_files(config, wildcards.backbone),
+        output:
+            md=f"{RESULTS}/tables/{{backbone}}/sweep.md",
+            csv=report(
+                f"{RESULTS}/tables/{{backbone}}/sweep.csv",
+                caption="../report/sweep_table.rst",
+                category="Results",
+                labels={"backbone": "{backbone}", "table": "hyperparameter sweep"},
+            ),
+        log:
+            f"{LOGS}/tabulate_sweep/{{backbone}}.log",
+        params:
+            code=module_digest("reporting.sweep_table"),
+        conda:
+            "../envs/data.yaml"
+        shell:
+            "python -m workflow_scripts.reporting.sweep_table --metrics {input.metrics}"
+            " --md {output.md} --csv {output.csv} > $(fresh_log {log:q}) 2>&1"

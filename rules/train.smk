@@ -3,7 +3,10 @@ rule train_intermediate:
     input:
         unpack(intermediate_inputs),
     output:
-        model=directory(f"{RESULTS}/intermediate/{{backbone}}/{{intermediate}}/seed{{seed}}/encoder"),
+        model=intermediate_model_output(f"{RESULTS}/intermediate/{{backbone}}/{{intermediate}}/seed{{seed}}/encoder"),
+        # the model's record, kept beside it (grid.training_record): the training figures read it
+        curve=f"{RESULTS}/intermediate/{{backbone}}/{{intermediate}}/seed{{seed}}/curve.csv",
+        train_log=f"{RESULTS}/intermediate/{{backbone}}/{{intermediate}}/seed{{seed}}/train_log.json",
     log:
         f"{LOGS}/train_intermediate/{{backbone}}/{{intermediate}}/seed{{seed}}.log",
     benchmark:
@@ -54,7 +57,12 @@ rule train_target:
     input:
         unpack(target_inputs),
     output:
-        model=directory(f"{RESULTS}/target/{{backbone}}/{{intermediate}}/{{target}}/{{recipe}}/seed{{seed}}/model"),
+        # deleted once evaluated unless the config keeps target models (disk.py)
+        model=target_model_output(
+            f"{RESULTS}/target/{{backbone}}/{{intermediate}}/{{target}}/{{recipe}}/seed{{seed}}/model"
+        ),
+        curve=f"{RESULTS}/target/{{backbone}}/{{intermediate}}/{{target}}/{{recipe}}/seed{{seed}}/curve.csv",
+        train_log=f"{RESULTS}/target/{{backbone}}/{{intermediate}}/{{target}}/{{recipe}}/seed{{seed}}/train_log.json",
     log:
         f"{LOGS}/train_target/{{backbone}}/{{intermediate}}/{{target}}/{{recipe}}/seed{{seed}}.log",
     benchmark:
@@ -70,6 +78,9 @@ rule train_target:
         # the job's identity in the experiment trackers
         run=training_run_id("target"),
     threads: res("train_target", "threads")
+    # before any further intermediate phase: an intermediate model is discarded once its
+    # targets are trained, so finishing them first keeps few on disk (disk.py)
+    priority: 5
     # Each retry resumes from the checkpoint: enough for the expected training time in
     # allocations of `runtime` minutes, plus retries for failures (slurm.training_retries).
     retries: training_retries("train_target")
@@ -111,9 +122,11 @@ use rule train_target as train_target_stage with:
     input:
         unpack(stage_inputs),
     output:
-        model=directory(
+        model=target_model_output(
             f"{RESULTS}/target/{{backbone}}/{{intermediate}}/{{target}}/stages/{{stage}}/seed{{seed}}/model"
         ),
+        curve=f"{RESULTS}/target/{{backbone}}/{{intermediate}}/{{target}}/stages/{{stage}}/seed{{seed}}/curve.csv",
+        train_log=f"{RESULTS}/target/{{backbone}}/{{intermediate}}/{{target}}/stages/{{stage}}/seed{{seed}}/train_log.json",
     log:
         f"{LOGS}/train_target_stage/{{backbone}}/{{intermediate}}/{{target}}/{{stage}}/seed{{seed}}.log",
     benchmark:
@@ -125,3 +138,75 @@ use rule train_target as train_target_stage with:
         # the catalogue entries and converters of the tasks this job reads, and no other
         tasks=job_tasks(lambda w: [w.stage, *grid.target_tasks(config, w.target)]),
         run=training_run_id("stage"),
+
+
+# A hyperparameter sweep (config `sweep`, sweep.py): each point trains as train_target does,
+# into its own folder; selection links the winner to the recipe's model path, where
+# evaluation reads it. Without a sweep these rules do not exist and the paths are as above.
+if sweep.sweeping(config):
+
+    use rule train_target as train_target_sweep_point with:
+        """One sweep point of a target's training."""
+        output:
+            model=target_model_output(
+                f"{RESULTS}/target/{{backbone}}/{{intermediate}}/{{target}}/{{recipe}}/seed{{seed}}/sweep/{{point}}/model"
+            ),
+            curve=f"{RESULTS}/target/{{backbone}}/{{intermediate}}/{{target}}/{{recipe}}/seed{{seed}}/sweep/{{point}}/curve.csv",
+            train_log=f"{RESULTS}/target/{{backbone}}/{{intermediate}}/{{target}}/{{recipe}}/seed{{seed}}/sweep/{{point}}/train_log.json",
+        log:
+            f"{LOGS}/train_target/{{backbone}}/{{intermediate}}/{{target}}/{{recipe}}/seed{{seed}}/{{point}}.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/train_target/{{backbone}}/{{intermediate}}/{{target}}/{{recipe}}/seed{{seed}}/{{point}}.tsv"
+        params:
+            settings=settings(grid.sweep_point_settings, "backbone", "target", "point"),
+            data=target_data_map,
+            checkpoints=f"{RESULTS}/checkpoints/target/{{backbone}}/{{intermediate}}/{{target}}/{{recipe}}/seed{{seed}}/{{point}}",
+            tasks=job_tasks(lambda w: grid.target_tasks(config, w.target)),
+            run=training_run_id("target"),
+
+    ruleorder: select_target_hyperparameters > train_target
+
+    rule select_target_hyperparameters:
+        """A seed's sweep point with the best score on the recipe's selection (English) dev
+        data, its model linked to the recipe's model path."""
+        input:
+            unpack(sweep_inputs),
+        output:
+            model=target_model_output(
+                f"{RESULTS}/target/{{backbone}}/{{intermediate}}/{{target}}/{{recipe}}/seed{{seed}}/model"
+            ),
+            curve=f"{RESULTS}/target/{{backbone}}/{{intermediate}}/{{target}}/{{recipe}}/seed{{seed}}/curve.csv",
+            train_log=f"{RESULTS}/target/{{backbone}}/{{intermediate}}/{{target}}/{{recipe}}/seed{{seed}}/train_log.json",
+        log:
+            f"{LOGS}/select_target_hyperparameters/{{backbone}}/{{intermediate}}/{{target}}/{{recipe}}/seed{{seed}}.log",
+        params:
+            candidates=sweep_candidate_args,
+            code=module_digest("workflow.sweep"),
+        # before further training, so unselected models are discarded early (disk.py)
+        priority: 10
+        conda:
+            "../envs/data.yaml"
+        shell:
+            "python -m workflow_scripts.workflow.sweep {params.candidates} --output {output.model}"
+            " > $(fresh_log {log:q}) 2>&1"
+            " && cp {output.model}/curve.csv {output.curve} && cp {output.model}/train_log.json {output.train_log}"
+
+
+# disk.keep_target_models: best keeps, of every config, target and recipe, the model of the
+# seed with the best selection score, linked (no second copy) under kept/.
+rule keep_best_target_model:
+    """The best seed's model of one config, target and recipe, kept."""
+    input:
+        unpack(kept_model_inputs),
+    output:
+        model=directory(f"{RESULTS}/kept/{{backbone}}/{{intermediate}}/{{target}}/{{recipe}}/model"),
+    log:
+        f"{LOGS}/keep_best_target_model/{{backbone}}/{{intermediate}}/{{target}}/{{recipe}}.log",
+    params:
+        candidates=lambda w, input: " ".join(shlex.quote(f"--candidate={seed}={input[seed]}") for seed in input.keys()),
+        code=module_digest("workflow.sweep"),
+    priority: 10
+    conda:
+        "../envs/data.yaml"
+    shell:
+        "python -m workflow_scripts.workflow.sweep {params.candidates} --output {output.model} > $(fresh_log {log:q}) 2>&1"

@@ -138,7 +138,10 @@ rule tabulate_translation:
     input:
         stats=lambda wildcards: grid.translation_stats_files(config),
         quality=lambda wildcards: grid.quality_files(config),
-        models=lambda wildcards: grid.translated_intermediate_models(config),
+        # the intermediate models' train logs, kept beside them (disk.py discards the models)
+        train_logs=lambda wildcards: [
+            grid.training_record(m)["train_log"] for m in grid.translated_intermediate_models(config)
+        ],
     output:
         md=f"{RESULTS}/tables/translation.md",
         csv=report(
@@ -155,8 +158,9 @@ rule tabulate_translation:
         code=module_digest("reporting.tables"),
         # the catalogue entries and converters of the tasks this job reads, and no other
         tasks=job_tasks(lambda w: grid.grid_tasks(config)),
+        models=lambda wildcards: " ".join(grid.translated_intermediate_models(config)),
     conda:
         "../envs/data.yaml"
     shell:
         "python -m workflow_scripts.reporting.tables translation --stats {input.stats} --quality {input.quality}"
-        " --intermediate {input.models} --md {output.md} --csv {output.csv} > $(fresh_log {log:q}) 2>&1"
+        " --intermediate {params.models} --md {output.md} --csv {output.csv} > $(fresh_log {log:q}) 2>&1"

@@ -3,6 +3,7 @@ and used in a new intermediate config: only its own jobs and the tables run."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -107,3 +108,38 @@ def test_the_workflow_runs_from_another_working_directory(small_experiment, tmp_
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "results/first/tables" in proc.stdout
+
+
+def test_a_sweep_selects_each_seeds_point_on_english_dev_and_discards_what_it_does_not_keep(small_experiment):
+    """Two learning rates, two seeds, the default disk policy: the metric files and the sweep
+    table name the point selected on dev; every target model is gone once evaluated, its
+    record stays; a rerun plans nothing."""
+    repo = small_experiment
+    config = yaml.safe_load((repo / "first.yaml").read_text())
+    config.update(
+        experiment="swept",
+        seeds=[1, 2],
+        intermediate={"none": {"tasks": []}},
+        sweep={"learning_rate": [2.0e-3, 1.0e-7]},
+        disk={"keep_target_models": "none", "keep_intermediate_models": "while_needed"},
+    )
+    (repo / "swept.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    proc = snakemake(repo, "--cores", "2", "--configfile", "swept.yaml")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    root = repo / "results/swept"
+    table = (root / f"tables/{BACKBONE}/sweep.md").read_text()
+    for seed in (1, 2):
+        (metric_file,) = root.glob(f"metrics/{BACKBONE}/*/none/xnli/seed{seed}.json")
+        (record,) = json.loads(metric_file.read_text())["sweep"].values()
+        run = root / f"target/{BACKBONE}/none/xnli/en.dev-en/seed{seed}"
+        for point in ("lr0.002", "lr1e-07"):  # each point's English dev score, as its training kept it
+            kept = json.loads((run / "sweep" / point / "train_log.json").read_text())["best"]["score"]
+            assert record["scores"][point] == kept
+        assert record["selected"] == max(record["scores"], key=record["scores"].get)
+        assert f"| {seed} | **{record['selected']}** |" in table
+        assert json.loads((run / "train_log.json").read_text())["settings"]["learning_rate"] == float(
+            record["selected"].removeprefix("lr")
+        )
+        assert not (run / "model").exists() and not list(run.glob("sweep/*/model")), "discarded once evaluated"
+        assert (run / "curve.csv").is_file() and metric_file.with_suffix(".predictions").is_dir()
+    assert planned_jobs(repo, "--configfile", "swept.yaml") == set(), "discarded models are not retrained"

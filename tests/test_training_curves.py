@@ -67,10 +67,11 @@ def test_a_phase_without_dev_evaluation_is_never_called_unlearnt():
 
 
 def write_run(root: Path, relative: str, losses: list[float], scores: list[float], stopped_early=False) -> Path:
+    """A trained model's record beside its path; the model itself discarded (disk.py)."""
     model = root / relative
-    model.mkdir(parents=True)
-    write_curve(rows(losses, scores), model / CURVE_FILE)
-    (model / "train_log.json").write_text(json.dumps({**LOG, "stopped_early": stopped_early}))
+    model.parent.mkdir(parents=True)
+    write_curve(rows(losses, scores), model.parent / CURVE_FILE)
+    (model.parent / "train_log.json").write_text(json.dumps({**LOG, "stopped_early": stopped_early}))
     return model
 
 
@@ -116,7 +117,7 @@ def test_the_report_step_writes_the_table_and_a_figure_per_config(tmp_path):
 def test_a_missing_curve_is_named(tmp_path, capsys):
     model = tmp_path / "intermediate/b/mnli/seed1/encoder"
     model.mkdir(parents=True)
-    with pytest.raises(SystemExit, match=r"encoder/curve.csv: missing"):
+    with pytest.raises(SystemExit, match=r"seed1/curve.csv: missing"):
         training_curves.main(
             ["--backbone", "b", "--runs", str(model), "--configs", "mnli"]
             + ["--figures", str(tmp_path), "--md", str(tmp_path / "a.md"), "--csv", str(tmp_path / "a.csv")]

@@ -82,6 +82,7 @@ from workflow_scripts.models.backbones import family_of
 from workflow_scripts.models.heads import MultiHeadModel, forward, load_encoder, load_tokenizer, make_head
 from workflow_scripts.precision import Precision
 from workflow_scripts.progress import progress
+from workflow_scripts.workflow import sweep
 
 TASK_SCORE_CONVENTION = {
     True: "(F1 + EM) / 2 of the language averages, as XTREME and XTREME-R average QA",
@@ -330,6 +331,8 @@ def evaluate_run(
                 dual_encoder.configure_head(model.heads[task.name], settings)
             train_log = read_json(model_dir / "train_log.json")
             selections[str(model_dir)] = train_log["best"]
+            if (model_dir / sweep.SELECTION_FILE).is_file():  # a sweep's winner: which point, among which
+                extra.setdefault("sweep", {})[str(model_dir)] = read_json(model_dir / sweep.SELECTION_FILE)
             if train_log.get("intermediate_visual"):  # trained after an image task: text-only, and how
                 extra["intermediate_visual"] = train_log["intermediate_visual"]
             if bank is not None:  # what scored the images: the saved branch and the test features

@@ -665,7 +665,7 @@ def intermediate_dev_scores(model_dirs: list[str]):
             raise InputError(
                 f"{model_dir}: not an intermediate model directory (…/intermediate/[BACKBONE/]CONFIG/seedN/encoder)"
             )
-        log = read_json(Path(model_dir) / "train_log.json")
+        log = read_json(Path(model_dir).parent / "train_log.json")  # the record beside the model (disk.py)
         for task, scores in log["best"]["scores"].items():
             for metric, value in scores.items():
                 records.append(

@@ -91,7 +91,9 @@ def _seed(part: str) -> int:
 
 
 def read_run(run: TrainingRun) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    curve_file, log_file = run.path / CURVE_FILE, run.path / "train_log.json"
+    """A run's curve and train log, from its record beside the model (which may have been
+    discarded: workflow/disk.py)."""
+    curve_file, log_file = run.path.parent / CURVE_FILE, run.path.parent / "train_log.json"
     for needed in (curve_file, log_file):
         if not needed.is_file():
             raise FileNotFoundError(f"{needed}: missing; was {run.path} written by the training step?")

@@ -25,10 +25,13 @@ from __future__ import annotations
 import csv
 import math
 import resource
+import shutil
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from workflow_scripts.common import atomic_path
 
 CURVE_FILE = "curve.csv"
 COLUMNS = ("step", "event", "task", "quantity", "value")
@@ -197,6 +200,17 @@ def write_curve(rows: Iterable[Row], path: Path) -> None:
         writer.writerow(COLUMNS)
         for row in rows:
             writer.writerow([row["step"], row["event"], row["task"], row["quantity"], repr(float(row["value"]))])
+
+
+RECORD_FILES = (CURVE_FILE, "train_log.json")
+
+
+def publish_record(model_dir: Path) -> None:
+    """The model's curve and train log, copied beside it (grid.training_record): the record
+    that stays when the model is discarded (workflow/disk.py)."""
+    for name in RECORD_FILES:
+        with atomic_path(model_dir.parent / name) as tmp:
+            shutil.copyfile(model_dir / name, tmp)
 
 
 def read_curve(path: Path) -> list[Row]:

@@ -74,7 +74,14 @@ from workflow_scripts.progress import progress
 from workflow_scripts.training import runtime as training_runtime
 from workflow_scripts.training import step as step_
 from workflow_scripts.training.checkpoints import STOP_SIGNALS, Preempted, files_stamp, save_weights
-from workflow_scripts.training.curves import CURVE_FILE, CurveMeter, Diverged, tracker_values, write_curve
+from workflow_scripts.training.curves import (
+    CURVE_FILE,
+    CurveMeter,
+    Diverged,
+    publish_record,
+    tracker_values,
+    write_curve,
+)
 from workflow_scripts.training.distributed import any_rank, from_rank0, sum_over_ranks
 from workflow_scripts.workflow.codehash import module_digest
 
@@ -601,6 +608,8 @@ def train_phase(
             write_curve(curve.rows, tmp / CURVE_FILE)
     elif ctx.is_main:
         _save(model, tokenizer, phase, log, output, full, curve.rows)
+    if ctx.is_main:
+        publish_record(output)
     if trackers is not None:
         trackers.finish(_final_metrics(log))
     if not keep_checkpoints:  # XLM-R large checkpoints are several GB each

@@ -13,7 +13,7 @@ from typing import Any
 from workflow_scripts.common import REPO_ROOT, is_url, load_yaml, repo_path
 from workflow_scripts.data.tasks import CONTROLS, MLM, PROVIDED_TRANSLATIONS, TASKS, TRANSLATABLE_FORMATS, get_task
 from workflow_scripts.formats import get_format
-from workflow_scripts.workflow import backbone_grid, benchmark, memory_plan, paths, slurm, transfer
+from workflow_scripts.workflow import backbone_grid, benchmark, memory_plan, paths, slurm, sweep, transfer
 from workflow_scripts.workflow.transfer import data_path, translate_test_path, translated_path
 
 PHASE_KEYS = (
@@ -411,6 +411,28 @@ def target_model(backbone: str, name: str, target: str, recipe: str, seed: int |
     return f"{paths.results()}/target/{backbone}/{name}/{target}/{recipe}/seed{seed}/model"
 
 
+def sweep_candidate(backbone: str, name: str, target: str, recipe: str, seed: int | str, point: str) -> str:
+    """One sweep point's model (sweep.py); the selected one is linked to ``target_model``."""
+    return f"{paths.results()}/target/{backbone}/{name}/{target}/{recipe}/seed{seed}/sweep/{point}/model"
+
+
+def sweep_candidates(config: dict[str, Any], backbone: str, name: str, target: str, recipe: str, seed) -> dict:
+    """TOKEN -> model of every sweep point of one recipe and seed, in the config's order."""
+    return {p.token: sweep_candidate(backbone, name, target, recipe, seed, p.token) for p in sweep.points(config)}
+
+
+def kept_model(backbone: str, name: str, target: str, recipe: str) -> str:
+    """Where ``disk.keep_target_models: best`` links the best seed's model (disk.py)."""
+    return f"{paths.results()}/kept/{backbone}/{name}/{target}/{recipe}/model"
+
+
+def training_record(model: str) -> dict[str, str]:
+    """A trained model's record, written beside it and kept when the model is discarded:
+    its curve and its train log (training/curves.py)."""
+    parent = model.rsplit("/", 1)[0]
+    return {"curve": f"{parent}/curve.csv", "train_log": f"{parent}/train_log.json"}
+
+
 def metric_file(backbone: str, setting: str, name: str, target: str, seed: int | str) -> str:
     return f"{paths.results()}/metrics/{backbone}/{transfer.path_token(setting)}/{name}/{target}/seed{seed}.json"
 
@@ -681,6 +703,34 @@ def training_outputs(config: dict[str, Any], backbone: str) -> list[str]:
     return list(found)
 
 
+def training_records(config: dict[str, Any], backbone: str) -> list[str]:
+    """The record (curve and train log) of every trained model of a backbone: what the
+    training figures read, so that they keep no discarded model alive (disk.py)."""
+    return [path for model in training_outputs(config, backbone) for path in training_record(model).values()]
+
+
+def target_recipes(config: dict[str, Any], backbone: str) -> dict[tuple[str, str, str], list[int]]:
+    """(intermediate config, target, recipe) -> seeds, of every target model a backbone's
+    grid trains."""
+    found: dict[tuple[str, str, str], set[int]] = {}
+    for plan in backbone_grid.plans(config, backbone):
+        for name in plan.intermediate:
+            for recipe in plan.models.values():
+                found.setdefault((name, plan.target, recipe.name), set()).update(plan.seeds)
+    return {key: sorted(seeds) for key, seeds in found.items()}
+
+
+def kept_model_inputs(config: dict[str, Any], backbone: str, name: str, target: str, recipe: str) -> dict[str, str]:
+    """seed<N> -> model, of the seeds ``keep_best_target_model`` chooses among."""
+    seeds = target_recipes(config, backbone)[(name, target, recipe)]
+    return {f"seed{seed}": target_model(backbone, name, target, recipe, seed) for seed in seeds}
+
+
+def kept_models(config: dict[str, Any], backbone: str) -> list[str]:
+    """The models ``disk.keep_target_models: best`` keeps: one per config, target and recipe."""
+    return [kept_model(backbone, *key) for key in target_recipes(config, backbone)]
+
+
 def all_metric_files(config: dict[str, Any]) -> list[str]:
     return [f for backbone in backbone_grid.names(config) for f in metric_files(config, backbone)]
 
@@ -810,6 +860,11 @@ def target_settings(config: dict[str, Any], backbone: str, target: str, stage: s
     if earlier:
         settings["continue_head"] = {"from": earlier[-1], "to": trained}
     return settings
+
+
+def sweep_point_settings(config: dict[str, Any], backbone: str, target: str, point: str) -> dict[str, Any]:
+    """A target's settings at one sweep point: the point's values replace the config's."""
+    return sweep.apply(target_settings(config, backbone, target), target, sweep.point(config, point).values)
 
 
 def stage_settings(config: dict[str, Any], backbone: str, target: str, stage: str) -> dict[str, Any]:

@@ -43,10 +43,12 @@ from workflow_scripts.workflow import (
     config_check,
     config_layers,
     cost,
+    disk,
     grid,
     hub_sources,
     memory_plan,
     paths,
+    sweep,
 )
 
 OK, WARNING, BLOCKER, SKIPPED = "ok", "warning", "blocker", "skipped"
@@ -225,7 +227,14 @@ def trained_model_bytes(config: dict[str, Any], backbone: str, snapshot: int | N
     return int(memory_plan.lora_adapter_parameters(bb) * 4)
 
 
-def check_disk(config: dict[str, Any], configfiles: list[str], resolved: dict[HubRepo, str]) -> list[Finding]:
+TARGET_TRAINING_RULES = ("train_target", "train_target_stage", "train_target_sweep_point")
+
+
+def check_disk(
+    config: dict[str, Any], configfiles: list[str], resolved: dict[HubRepo, str], jobs_at_once: int = 1
+) -> list[Finding]:
+    """Free space under results/ against the Hub downloads and the trained models the disk
+    policy keeps at the grid's peak (disk.py)."""
     planned: dict[str, int] = {}
     unknown: list[str] = []
     sizes: dict[HubRepo, int] = {}
@@ -240,10 +249,17 @@ def check_disk(config: dict[str, Any], configfiles: list[str], resolved: dict[Hu
             unknown.append(f"{repo} ({type(err).__name__})")
     planned["Hub downloads"] = sum(sizes.values())
     rules = [job["rule"] for job in cost.dry_run_jobs([str(Path(f).resolve()) for f in configfiles], REPO_ROOT)]
-    jobs = rules.count("train_intermediate") + rules.count("train_target")
-    backbones = backbone_grid.names(config)
+    counts = disk.ModelCounts(
+        intermediate=rules.count("train_intermediate"),
+        target=sum(rules.count(rule) for rule in TARGET_TRAINING_RULES),
+        kept_best=sum(len(grid.kept_models(config, b)) for b in backbone_grid.names(config)),
+        jobs_at_once=max(1, jobs_at_once),
+        points=max(1, len(sweep.points(config))),
+    )
+    policy = disk.keep_target_models(config)
+    models, how = disk.peak_models(counts, policy, not disk.discards_intermediate_models(config))
     per_model = []
-    for name in backbones:
+    for name in backbone_grid.names(config):
         snapshot = next((b for r, b in sizes.items() if r.key == f"backbones.{name}"), None)
         size = trained_model_bytes(config, name, snapshot)
         if size is None:
@@ -252,23 +268,35 @@ def check_disk(config: dict[str, Any], configfiles: list[str], resolved: dict[Hu
             per_model.append(size)
     if per_model:
         # Jobs are spread over the backbones; the largest model bounds them all.
-        planned["trained models"] = jobs * max(per_model)
+        planned["trained models"] = models * max(per_model)
     free = shutil.disk_usage(repo_path(paths.RESULTS) if repo_path(paths.RESULTS).exists() else REPO_ROOT).free
     need = sum(planned.values())
     detail = (
         ", ".join(f"{k} {_size(v)}" for k, v in planned.items())
-        + f" ({jobs} trained models); {_size(free)} free under {paths.RESULTS}/"
+        + f" (keep_target_models: {policy}: at the peak {models} of {counts.intermediate + counts.target} trained"
+        + f" models: {how}); {_size(free)} free under {paths.RESULTS}/"
     )
     if unknown:
         detail += f"; not counted: {'; '.join(unknown)}"
     status = BLOCKER if need > free else WARNING if unknown else OK
     fixes = {
-        BLOCKER: "free space, or point results/ at a larger disk (a symlink)",
+        BLOCKER: "free space, point results/ at a larger disk (a symlink), keep fewer target models "
+        "(disk.keep_target_models) or run fewer jobs at once",
         WARNING: "for the full estimate, run the preflight where the Hub answers and give each backbone "
         "its parameters and architecture",
         OK: "",
     }
     return [Finding("disk", "results", status, detail, fixes[status])]
+
+
+def jobs_at_once(profile: dict[str, Any] | None, asked: int | None) -> int:
+    """How many jobs the grid runs at once: as asked (--jobs), else the profile's `jobs`,
+    else one per local GPU (a workstation runs its GPU jobs one per GPU), else one."""
+    if asked:
+        return asked
+    if profile and profile.get("jobs"):
+        return int(profile["jobs"])
+    return max(1, len(local_gpus()))
 
 
 def _size(n: float) -> str:
@@ -595,7 +623,7 @@ def report_markdown(findings: list[Finding], title: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run(configfiles: list[str], profile: Path | None) -> list[Finding]:
+def run(configfiles: list[str], profile: Path | None, jobs: int | None = None) -> list[Finding]:
     try:
         config = load_config(configfiles)
     except Exception as err:  # the config check's own errors name the key (and snakemake's the file)
@@ -611,10 +639,11 @@ def run(configfiles: list[str], profile: Path | None) -> list[Finding]:
     hub, resolved = check_hub(config, lock)
     findings += hub
     findings += check_local_data(config)
-    findings += check_disk(config, configfiles, resolved)
+    profile_config = profile_settings(profile) if profile is not None else None
+    findings += check_disk(config, configfiles, resolved, jobs_at_once(profile_config, jobs))
     partitions: set[str] = set()
-    if profile is not None:
-        partitions, accounts = profile_partitions_and_accounts(profile_settings(profile), config)
+    if profile_config is not None:
+        partitions, accounts = profile_partitions_and_accounts(profile_config, config)
         findings += check_slurm(partitions, accounts)
     findings += check_gpus(config, sorted(partitions))
     findings += check_translation(config)
@@ -652,8 +681,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--configfile", nargs="*", default=[], help="the config files, as given to snakemake")
     ap.add_argument("--profile", type=Path, help="the Snakemake profile the grid runs with (e.g. slurm)")
     ap.add_argument("--output", type=Path, help="also write the report (Markdown) here")
+    ap.add_argument(
+        "--jobs",
+        type=int,
+        help="jobs the grid runs at once, for the disk plan (default: the profile's jobs, else 1 per GPU)",
+    )
     args = ap.parse_args(argv)
-    findings = run(args.configfile, args.profile)
+    findings = run(args.configfile, args.profile, args.jobs)
     text = report_markdown(findings, " ".join(args.configfile) or "config.yaml")
     print(text)
     if args.output:

@@ -110,4 +110,3 @@ def explain(repo: HubRepo, err: BaseException, known: Iterable[str] = ()) -> str
 def _reason(err: BaseException) -> str:
     cause = _client_error(err)
     return f"{type(cause).__name__}: {cause}" if cause is not err else str(err)
-

@@ -73,9 +73,12 @@ preflight: install
 
 # Progress of the running (or last) snakemake in this checkout, redrawn every WATCH seconds
 # until it ends (docs/slurm.md, "Watching a run"):  make status   make status WATCH=30
+# With several configs running in one checkout, EXPERIMENT picks the newest run of one:
+#   make status EXPERIMENT=paper
 WATCH ?= 10
+EXPERIMENT ?=
 status:
-	$(BIN)/python -m workflow_scripts.workflow.status --watch $(WATCH)
+	$(BIN)/python -m workflow_scripts.workflow.status --watch $(WATCH) $(if $(EXPERIMENT),--experiment $(EXPERIMENT))
 
 # One GPU, minutes, no network needed (docs/benchmarks.md, "gpu-check"): the GPU tests, training
 # tokens/s and MFU at real shapes, a torchrun/FSDP2 stop and resume, the GPU search against

@@ -50,12 +50,12 @@ CASES = [
         ["mnli", "hellaswg"],
         "intermediate.mnli.tasks[1]: unknown task 'hellaswg'",
     ),
-    ("unknown target", "targets", ["xnli", "xquadd"], "targets[1]: unknown task 'xquadd'"),
+    ("unknown target", "targets", ["xnli", "xquadd"], "targets[1]: unknown task 'xquadd' (did you mean 'xquad'"),
     (
         "unknown benchmark",
         "benchmark",
         "xtreme_rr",
-        "config key benchmark: unknown benchmark 'xtreme_rr'; known: xtreme, xtreme_r",
+        "config key benchmark: unknown benchmark 'xtreme_rr' (did you mean 'xtreme_r' or 'xtreme'?); known: xtreme, xtreme_r",
     ),
     (
         "misspelled key",

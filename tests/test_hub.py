@@ -116,6 +116,54 @@ def test_unknown_repositories_and_revisions_are_named(endpoint):
         resolve(HubRepo("dataset", SCRIPT_ONLY, "refs/convert/duckdb"))
 
 
+def test_the_preflight_tells_a_missing_repository_from_an_unreachable_hub(endpoint, tmp_path, monkeypatch):
+    """Each Hub id's row of the preflight: on a live Hub a misspelt id is not found (with the
+    closest id the config names), and a ref the repository lacks is named as such; where
+    nothing answers, every id could not be reached, whether it exists or not."""
+    from huggingface_hub import constants
+
+    from workflow_scripts.revisions import HubRepo
+    from workflow_scripts.workflow import hub_sources, preflight
+
+    asked = [
+        HubRepo("dataset", "nyu-mll/glue", "main", "tasks.mnli.hub"),
+        HubRepo("dataset", "nyu-mll/glu", "main", "tasks.qqp.hub"),
+        HubRepo("dataset", SCRIPT_ONLY, "refs/convert/duckdb", "tasks.xnli.hub"),
+    ]
+    monkeypatch.setattr(hub_sources, "config_repos", lambda config: asked)
+
+    def rows() -> dict[str, preflight.Finding]:
+        return {f.subject: f for f in preflight.check_hub({}, tmp_path / "hub.lock.json")[0]}
+
+    live = rows()
+    assert live["dataset nyu-mll/glue@main"].status == preflight.OK
+    typo = live["dataset nyu-mll/glu@main"]
+    assert typo.status == preflight.BLOCKER
+    assert typo.detail.startswith(
+        f"not found on the Hub at {endpoint.endpoint} (check the id: did you mean 'nyu-mll/glue'?"
+    )
+    assert "tasks.qqp.hub" in typo.detail and "correct the id" in typo.fix
+    revision = live[f"dataset {SCRIPT_ONLY}@refs/convert/duckdb"]
+    assert revision.status == preflight.BLOCKER, revision
+    assert revision.detail.startswith(f"dataset {SCRIPT_ONLY} exists; its revision 'refs/convert/duckdb' does not")
+
+    closed = f"http://127.0.0.1:{_closed_port()}"
+    monkeypatch.setattr(constants, "ENDPOINT", closed)
+    for subject, row in rows().items():
+        assert row.status == preflight.BLOCKER, subject
+        assert row.detail.startswith(f"could not reach {closed}: "), row.detail
+        assert "not found" not in row.detail and "HF_ENDPOINT" in row.fix
+
+
+def _closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def _prepare(
     hub: HubServer, task: str, split: str, settings: dict, output: Path, lock: Path
 ) -> subprocess.CompletedProcess:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, snakemake
+from conftest import REPO, copy_repo, snakemake
 from workflow_scripts.workflow import status
 
 # Three benchmarked jobs, one that depends on one of them, and one that fails on both of its
@@ -224,3 +224,102 @@ def test_a_report_written_after_the_run_does_not_hide_it(finished_run):
         pytest.skip("this Snakemake wrote no main log for --unlock")
     assert status.newest_main_log(finished_run) == run_log
     assert status.collect(finished_run)["state"] == "failed"
+
+
+# ----- experiments: several configs' runs in one checkout --------------------------------------
+
+MAIN_LOG = """Assuming unrestricted shared filesystem usage.
+
+SNAKEMAKE
+=========
+  Date: {date}
+  Config file(s): {config_files}
+
+Building DAG of jobs...
+Provided cores: 2
+Job stats:
+job                  count
+-----------------  -------
+prepare_task_data        1
+total                    1
+
+[Fri Nov 27 02:23:14 2026]
+localrule prepare_task_data:
+    output: results/{experiment}/data/mnli/train.parquet
+    log: logs/{experiment}/prepare_task_data/mnli/train.log
+    jobid: 1
+    wildcards: task=mnli, split=train
+"""
+
+
+def main_log(directory: Path, name: str, experiment: str, config_files: list[str], ended: bool) -> None:
+    logs = directory / ".snakemake" / "log"
+    logs.mkdir(parents=True, exist_ok=True)
+    date = f"2026-11-27 {name[11:13]}:{name[13:15]}:{name[15:17]}"
+    text = MAIN_LOG.format(date=date, config_files=config_files, experiment=experiment)
+    (logs / f"{name}.snakemake.log").write_text(text + ("Complete log(s): x\n" if ended else ""))
+
+
+@pytest.fixture
+def two_experiments(tmp_path) -> Path:
+    """An older run of `paper` that still runs (its lock names its outputs) beside a newer run
+    of `demo` that was killed (not ended, no lock of its own)."""
+    main_log(tmp_path, "2026-11-27T010000.000001", "paper", ["config.yaml", "config/paper.yaml"], ended=False)
+    main_log(tmp_path, "2026-11-27T020000.000001", "demo", ["config.yaml"], ended=False)
+    locks = tmp_path / ".snakemake" / "locks"
+    locks.mkdir()
+    (locks / "0.output.lock").write_text("results/paper/data/mnli/train.parquet\nresults/cache/downloads/x\n")
+    return tmp_path
+
+
+@pytest.mark.unit
+def test_the_view_names_the_experiment_and_picks_the_newest_run_of_one(two_experiments):
+    newest = status.collect(two_experiments)
+    assert newest["experiment"] == "demo" and newest["config_files"] == ["config.yaml"]
+    assert newest["state"] == "stopped", "the other experiment's lock does not make a killed run look running"
+    paper = status.collect(two_experiments, experiment="paper")
+    assert paper["experiment"] == "paper" and paper["config_files"] == ["config.yaml", "config/paper.yaml"]
+    assert paper["state"] == "running" and paper["rules"]["prepare_task_data"]["running"] == 1
+    assert paper["log"].endswith("2026-11-27T010000.000001.snakemake.log")
+    assert status.render(paper).startswith(f"Snakemake run of experiment paper in {two_experiments}: running")
+
+
+@pytest.mark.unit
+def test_an_unknown_experiment_lists_those_with_runs_and_the_closest(two_experiments, capsys):
+    with pytest.raises(status.StatusError, match=r"experiment 'papr' .*\(did you mean 'paper'\?\); .*: demo, paper$"):
+        status.collect(two_experiments, experiment="papr")
+    with pytest.raises(SystemExit, match="no Snakemake run of experiment 'xtreme'"):
+        status.main(["--directory", str(two_experiments), "--experiment", "xtreme"])
+
+
+@pytest.mark.unit
+def test_paths_outside_an_experiment_name_none():
+    assert status.experiment_of_path("results/paper/tables/main.md") == "paper"
+    assert status.experiment_of_path("logs/demo/x/y.log") == "demo"
+    assert status.experiment_of_path("results/cache/downloads/ud.tgz") is None
+    assert status.experiment_of_path("out/b.txt") is None
+
+
+@pytest.mark.integration
+def test_a_bad_data_row_is_named_on_the_console_and_each_experiments_run_can_be_watched(tmp_path):
+    """A job that fails on a corrupt row of the local mirror: Snakemake's console output (the
+    workflow profile's show-failed-logs) carries the job's log, which names the file and the
+    line. Two experiments fail on it in turn; the view picks either."""
+    repo = copy_repo(tmp_path / "repo")
+    mirror = repo / "demo/hub/nyu-mll/glue/mnli/train.jsonl"
+    lines = mirror.read_text().splitlines()
+    lines[2] = '{"premise": "a", "hyp'  # the third line: not JSON
+    mirror.write_text("\n".join(lines) + "\n")
+    (repo / "rival.yaml").write_text((repo / "config.yaml").read_text() + "\nexperiment: rival\n")
+    for experiment, extra in (("demo", ()), ("rival", ("--configfile", "rival.yaml"))):
+        proc = snakemake(repo, f"results/{experiment}/data/mnli/train.parquet", "--cores", "1", *extra, timeout=300)
+        assert proc.returncode != 0
+        console = proc.stdout + proc.stderr
+        assert f"Logfile logs/{experiment}/prepare_task_data/mnli/train.log:" in console, console[-3000:]
+        assert f"corrupt data file {mirror}, line 3: not JSON" in console, console[-3000:]
+    assert status.collect(repo)["experiment"] == "rival"
+    demo = status.collect(repo, experiment="demo")
+    assert demo["experiment"] == "demo" and demo["state"] == "failed"
+    [failed] = demo["failed_jobs"]
+    assert failed["outputs"] == ["results/demo/data/mnli/train.parquet"]
+    assert any(f"{mirror}, line 3" in line for line in failed["logs"][0]["last_lines"])

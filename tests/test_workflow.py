@@ -712,10 +712,15 @@ def test_corrupt_data_file_fails_its_rule_naming_the_file(demo):
         assert proc.returncode != 0
         log = (demo / f"logs/demo/evaluate_target/{ENCODER}/zero_shot/none/xnli/seed1.log").read_text()
         assert "corrupt data file results/demo/data/xnli/test.parquet" in log
+        # ... and the console says it too: the workflow profile shows a failed job's log.
+        console = proc.stdout + proc.stderr
+        assert f"Logfile logs/demo/evaluate_target/{ENCODER}/zero_shot/none/xnli/seed1.log:" in console
+        assert "corrupt data file results/demo/data/xnli/test.parquet" in console.split("Logfile ")[-1]
         assert not (demo / f"results/demo/metrics/{ENCODER}/zero_shot/none/xnli/seed1.json").exists()
         # The progress view names the failed job and shows its log's last lines.
         found = status.collect(demo, log_lines=5)
         assert found["state"] == "failed" and found["totals"]["failed"] == 1, found["totals"]
+        assert found["experiment"] == "demo"
         [failed] = found["failed_jobs"]
         assert failed["rule"] == "evaluate_target"
         assert failed["outputs"][0] == f"results/demo/metrics/{ENCODER}/zero_shot/none/xnli/seed1.json"

@@ -21,6 +21,7 @@ from typing import Any
 from workflow_scripts.common import load_yaml
 from workflow_scripts.formats import get_format
 from workflow_scripts.formats import names as format_names
+from workflow_scripts.suggest import did_you_mean
 
 CLASSIFICATION = "classification"
 MULTIPLE_CHOICE = "multiple_choice"
@@ -208,7 +209,8 @@ def read_entry(path: Path) -> Task:
     known = {f.name for f in fields(Task)} - {"entry_file"}
     unknown = sorted(set(entry) - known)
     if unknown:
-        raise CatalogueError(f"task entry {path}: unknown keys {unknown}; known keys: {sorted(known)}")
+        hints = "".join(did_you_mean(key, known) for key in unknown)
+        raise CatalogueError(f"task entry {path}: unknown keys {unknown}{hints}; known keys: {sorted(known)}")
     for key in _REQUIRED:
         if not entry.get(key):
             raise CatalogueError(f"task entry {path}: key {key!r} is required")
@@ -307,7 +309,7 @@ def get_task(name: str) -> Task:
     try:
         return TASKS[name]
     except KeyError:
-        raise KeyError(f"unknown task {name!r}; known tasks: {', '.join(TASKS)}") from None
+        raise KeyError(f"unknown task {name!r}{did_you_mean(name, TASKS)}; known tasks: {', '.join(TASKS)}") from None
 
 
 def qa_answer_score(metric: str, scores: dict[str, float]) -> float:

@@ -20,6 +20,7 @@ from typing import Any
 
 from workflow_scripts.data.tasks import TASKS, get_task
 from workflow_scripts.models.backbones import get_family
+from workflow_scripts.suggest import did_you_mean
 from workflow_scripts.workflow import paths, transfer
 from workflow_scripts.workflow.schema import (
     DEFAULT_ACTIVATION_CHECKPOINTING,
@@ -211,10 +212,14 @@ def check(config: dict[str, Any]) -> None:
         key = f"backbones.{name}"
         family = entry.get("family")
         if family not in FAMILIES:
-            raise BackboneError(f"config key {key}.family: {family!r}; known families: {', '.join(FAMILIES)}")
+            raise BackboneError(
+                f"config key {key}.family: {family!r}{did_you_mean(family, FAMILIES)}; known families: {', '.join(FAMILIES)}"
+            )
         method = entry.get("method", DEFAULT_METHOD)
         if method not in METHODS:
-            raise BackboneError(f"config key {key}.method: {method!r}; known methods: {', '.join(METHODS)}")
+            raise BackboneError(
+                f"config key {key}.method: {method!r}{did_you_mean(method, METHODS)}; known methods: {', '.join(METHODS)}"
+            )
         if config["models"]["source"] == "hub":
             for field in ("hub_id", "revision"):
                 if not entry.get(field):
@@ -242,7 +247,10 @@ def check(config: dict[str, Any]) -> None:
         for part, values in narrowed.items():
             unknown = [v for v in values if v not in full[part]]
             if unknown:
-                raise BackboneError(f"config key {key}.grid.{part}: {unknown} not in the config's {part} {full[part]}")
+                hints = "".join(did_you_mean(value, full[part]) for value in unknown)
+                raise BackboneError(
+                    f"config key {key}.grid.{part}: {unknown}{hints} not in the config's {part} {full[part]}"
+                )
         part = grid_of(config, name)
         if baseline not in part["intermediate"]:
             raise BackboneError(
@@ -261,7 +269,11 @@ def check(config: dict[str, Any]) -> None:
                     )
         for i, target in enumerate(entry.get("contaminated_targets") or []):
             if target not in TASKS or not get_task(target).is_target:
-                raise BackboneError(f"config key {key}.contaminated_targets[{i}]: {target!r} is not a target task")
+                targets = [t.name for t in TASKS.values() if t.is_target]
+                raise BackboneError(
+                    f"config key {key}.contaminated_targets[{i}]: {target!r} is not a target task"
+                    f"{did_you_mean(target, targets)}"
+                )
         pooling = (entry.get("retrieval") or {}).get("pooling")
         if pooling not in (None, "mean", "first", "last", "family"):
             raise BackboneError(f"config key {key}.retrieval.pooling: {pooling!r}")

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from workflow_scripts.suggest import did_you_mean
+
 CLASSIFICATION = "classification"
 STRUCTURED = "structured prediction"
 QA = "question answering"
@@ -215,7 +217,9 @@ def get(name: str) -> Benchmark:
     try:
         return BENCHMARKS[name]
     except KeyError:
-        raise KeyError(f"unknown benchmark {name!r}; known: {', '.join(BENCHMARKS)}") from None
+        raise KeyError(
+            f"unknown benchmark {name!r}{did_you_mean(name, BENCHMARKS)}; known: {', '.join(BENCHMARKS)}"
+        ) from None
 
 
 def of_config(config: dict) -> Benchmark:

@@ -13,7 +13,9 @@ from typing import Any
 from workflow_scripts.common import REPO_ROOT, is_url, load_yaml, repo_path
 from workflow_scripts.data.tasks import CONTROLS, MLM, PROVIDED_TRANSLATIONS, TASKS, TRANSLATABLE_FORMATS, get_task
 from workflow_scripts.formats import get_format
+from workflow_scripts.suggest import did_you_mean
 from workflow_scripts.workflow import backbone_grid, benchmark, memory_plan, paths, slurm, sweep, transfer
+from workflow_scripts.workflow.schema import error_hint
 from workflow_scripts.workflow.transfer import data_path, translate_test_path, translated_path
 
 PHASE_KEYS = (
@@ -52,7 +54,7 @@ def check_schema(config: dict[str, Any], schema_file: str) -> None:
     problems = []
     for err in sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path))):
         key = ".".join(str(p) if isinstance(p, str) else f"[{p}]" for p in err.absolute_path).replace(".[", "[")
-        problems.append(f"config key {key or '(top level)'}: {err.message}")
+        problems.append(f"config key {key or '(top level)'}: {err.message}{error_hint(err)}")
     if problems:
         raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
 
@@ -62,18 +64,23 @@ def check_config(config: dict[str, Any]) -> None:
     # Checked here, not by a schema enum: a benchmark is declared in one place (benchmark.py).
     if config.get("benchmark", benchmark.DEFAULT) not in benchmark.BENCHMARKS:
         raise ConfigError(
-            f"config key benchmark: unknown benchmark {config['benchmark']!r}; known: {', '.join(benchmark.BENCHMARKS)}"
+            f"config key benchmark: unknown benchmark {config['benchmark']!r}"
+            f"{did_you_mean(config['benchmark'], benchmark.BENCHMARKS)}; known: {', '.join(benchmark.BENCHMARKS)}"
         )
 
     def need_task(name: str, key: str) -> None:
         if name not in TASKS:
-            raise ConfigError(f"config key {key}: unknown task {name!r}; known tasks: {', '.join(TASKS)}")
+            raise ConfigError(
+                f"config key {key}: unknown task {name!r}{did_you_mean(name, TASKS)}; known tasks: {', '.join(TASKS)}"
+            )
         if name not in tasks_cfg:
             raise ConfigError(f"config key {key}: task {name!r} has no entry under 'tasks' (its data source)")
 
     for key in tasks_cfg:
         if key not in TASKS:
-            raise ConfigError(f"config key tasks.{key}: unknown task; known tasks: {', '.join(TASKS)}")
+            raise ConfigError(
+                f"config key tasks.{key}: unknown task{did_you_mean(key, TASKS)}; known tasks: {', '.join(TASKS)}"
+            )
         for option, release in local_releases(tasks_cfg[key]).items():
             if not release.exists():
                 raise ConfigError(
@@ -234,7 +241,9 @@ def _check_demo_pretraining(config: dict[str, Any]) -> None:
     for task, splits in declared["text"].items():
         key = f"models.demo_pretraining.text.{task}"
         if task not in TASKS:
-            raise ConfigError(f"config key {key}: unknown task; known tasks: {', '.join(TASKS)}")
+            raise ConfigError(
+                f"config key {key}: unknown task{did_you_mean(task, TASKS)}; known tasks: {', '.join(TASKS)}"
+            )
         if task not in config["tasks"]:
             raise ConfigError(f"config key {key}: task {task!r} has no entry under 'tasks' (its data source)")
         unknown = [s for s in splits if s not in TASKS[task].splits]
@@ -293,7 +302,9 @@ def check_languages(config: dict[str, Any]) -> None:
 
     def check(key: str, lang: str, known: tuple[str, ...], of: str = "") -> None:
         if lang not in known:
-            raise ConfigError(f"config key {key}: unknown language {lang!r}{of}; known: {', '.join(known)}")
+            raise ConfigError(
+                f"config key {key}: unknown language {lang!r}{of}{did_you_mean(lang, known)}; known: {', '.join(known)}"
+            )
 
     for task, cfg in config["tasks"].items():
         known = task_languages(config, task)

@@ -37,7 +37,7 @@ from typing import Any
 
 from workflow_scripts.common import REPO_ROOT, InputError, repo_path
 from workflow_scripts.models.prepare import HUB_PATTERNS
-from workflow_scripts.revisions import HubRepo, HubUnreachable, RevisionError, read_lock, resolve
+from workflow_scripts.revisions import HubRepo, RevisionError, read_lock, resolve
 from workflow_scripts.workflow import (
     backbone_grid,
     config_check,
@@ -45,6 +45,7 @@ from workflow_scripts.workflow import (
     cost,
     disk,
     grid,
+    hub_answers,
     hub_sources,
     memory_plan,
     paths,
@@ -95,27 +96,10 @@ def check_hub(config: dict[str, Any], lock: Path) -> tuple[list[Finding], dict[H
         subject = f"{repo_type} {repo_id}@{revision}"
         try:
             commit = resolve(HubRepo(repo_type, repo_id, revision))
-        except HubUnreachable as err:
-            findings.append(
-                Finding(
-                    "hub",
-                    subject,
-                    BLOCKER,
-                    f"{err} (config keys {keys})",
-                    "run the preflight where the Hub answers, or set HF_ENDPOINT to your Hub mirror",
-                )
-            )
-            continue
-        except RevisionError as err:
-            findings.append(
-                Finding(
-                    "hub",
-                    subject,
-                    BLOCKER,
-                    f"{err} (config keys {keys})",
-                    "check the id and revision in the config, and HF_TOKEN for gated repositories",
-                )
-            )
+        except RevisionError as err:  # not found, gated, no such revision, or no answer: hub_answers.py
+            detail = hub_answers.explain(repo, err, known=[r[1] for r in by_repo])
+            fix = hub_answers.FIXES[hub_answers.classify(err)]
+            findings.append(Finding("hub", subject, BLOCKER, f"{detail} (config keys {keys})", fix))
             continue
         resolved[repo] = commit
         locked = (pinned.get(repo.lock_key) or {}).get(revision)

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from workflow_scripts.common import REPO_ROOT, load_yaml
+from workflow_scripts.suggest import did_you_mean
 
 SCHEMA_FILE = REPO_ROOT / "schemas" / "config.schema.yaml"
 
@@ -71,3 +72,19 @@ LORA_DEFAULTS: dict[str, Any] = {
 def lora_settings(entry: Mapping[str, Any]) -> dict[str, Any]:
     """A backbone entry's ``lora`` block with the defaults of what it leaves out."""
     return {**LORA_DEFAULTS, **(entry.get("lora") or {})}
+
+
+# ----- errors -------------------------------------------------------------------------------
+
+
+def error_hint(err: Any) -> str:
+    """The 'did you mean' of a JSON-schema error (a ``jsonschema.ValidationError``): for a key
+    the schema does not declare, the declared keys closest to it; for a value outside an enum,
+    the closest allowed values. Empty for any other error, or when nothing is close."""
+    if err.validator == "additionalProperties" and isinstance(err.instance, dict):
+        declared = err.schema.get("properties", {})
+        extra = [key for key in err.instance if key not in declared]
+        return "".join(did_you_mean(key, declared) for key in extra)
+    if err.validator == "enum" and isinstance(err.instance, str):
+        return did_you_mean(err.instance, err.validator_value)
+    return ""

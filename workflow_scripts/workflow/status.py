@@ -13,10 +13,18 @@ The newest one describes the current (or last) invocation; this module reads it:
   counts by its latest state;
 - ``Job N has been submitted with SLURM jobid J (log: F).``: the Slurm executor's job id;
 - ``Provided cores: N`` (local) or ``Provided remote nodes: N`` (the profile's ``jobs:``);
-- ``Complete log(s):``: the invocation ended.
+- ``Complete log(s):``: the invocation ended;
+- ``Config file(s):``: the config files it was given (named in the view).
 
-While Snakemake runs it holds lock files in ``.snakemake/locks``; a log that has not ended
-without locks is an invocation that was killed.
+Its experiment (``paths.py``: every output under ``results/<experiment>/``, every log under
+``logs/<experiment>/``) is read from the paths of its jobs: the main log names no experiment,
+and the config files it names may set ``experiment:`` or have changed since. Several configs
+may run at once in one checkout; ``--experiment NAME`` picks the newest invocation of NAME. An
+invocation that has started no job yet belongs to no experiment until it does.
+
+While Snakemake runs it holds lock files in ``.snakemake/locks``, each listing the outputs it
+will write; a log that has not ended without a lock on its experiment's outputs is an
+invocation that was killed.
 
 The estimate of the time left: for each rule, the median wall seconds (column ``s``) of the
 ``benchmark:`` records of its finished jobs (this invocation's, else the newest earlier
@@ -28,8 +36,8 @@ and left out of it, never guessed.
 
 Standard library only: it runs beside a grid, without the job environment's imports.
 
-CLI: ``python -m workflow_scripts.workflow.status [--directory DIR] [--watch SECONDS] [--json] [--log-lines N]``
-(``make status``).
+CLI: ``python -m workflow_scripts.workflow.status [--directory DIR] [--experiment NAME] [--watch SECONDS]
+[--json] [--log-lines N]`` (``make status``, ``make status EXPERIMENT=NAME``).
 """
 
 from __future__ import annotations
@@ -47,6 +55,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from workflow_scripts.suggest import did_you_mean
+from workflow_scripts.workflow import paths
+
 COUNTS = ("done", "running", "failed", "pending")
 LOG_LINES = 20  # last lines shown of a failed job's log
 # The Snakefile's target rule only gathers the outputs: no work, no benchmark, no ETA share.
@@ -60,6 +71,7 @@ _SUBMITTED = re.compile(r"^Job (\d+) has been submitted with SLURM jobid (\S+) \
 _TIMESTAMP = re.compile(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]$")
 _FIELD = re.compile(r"^    (\w+): (.*)$")
 _LOG_SUFFIX = " (check log file(s) for error details)"
+_CONFIG_FILES = "  Config file(s): "
 
 
 class StatusError(ValueError):
@@ -94,9 +106,33 @@ class Invocation:
     planned: dict[str, int] = field(default_factory=dict)
     jobs: dict[int, Job] = field(default_factory=dict)
     ended: bool = False
+    config_files: list[str] = field(default_factory=list)
 
 
-def newest_main_log(directory: Path) -> Path:
+def experiment_of_path(path: str) -> str | None:
+    """The experiment whose folder holds ``path`` (``results/<experiment>/...`` or
+    ``logs/<experiment>/...``, relative to the checkout); None for the shared cache and
+    anything else."""
+    parts = Path(path).parts
+    if len(parts) > 2 and parts[0] in (paths.RESULTS, paths.LOGS) and f"{parts[0]}/{parts[1]}" != paths.SHARED_CACHE:
+        return parts[1]
+    return None
+
+
+def experiment_of(run: Invocation) -> str | None:
+    """The experiment most of an invocation's job outputs and logs belong to (one run writes
+    one experiment's folders, and caches shared by all); None before its first job."""
+    counts: dict[str, int] = {}
+    for job in run.jobs.values():
+        for path in (*job.outputs, *job.logs):
+            name = experiment_of_path(path)
+            if name is not None:
+                counts[name] = counts.get(name, 0) + 1
+    return max(counts, key=counts.__getitem__) if counts else None
+
+
+def main_logs(directory: Path) -> list[Path]:
+    """The main logs of the directory's invocations that ran jobs, newest first."""
     log_dir = directory / ".snakemake" / "log"
     if not directory.is_dir():
         raise StatusError(f"directory {directory} does not exist")
@@ -106,13 +142,31 @@ def newest_main_log(directory: Path) -> Path:
             f"no Snakemake run found in {directory}: {log_dir} holds no *.snakemake.log (run snakemake there first)"
         )
     # Names start with the start time, ISO-like: the last sorts newest. `snakemake --report`
-    # and other invocations that run no job write a main log too: the newest *run* is wanted.
-    for log in reversed(logs):
-        if parse_main_log(log).started is not None:
+    # and other invocations that run no job write a main log too: only *runs* are wanted.
+    runs = [log for log in reversed(logs) if parse_main_log(log).started is not None]
+    if not runs:
+        raise StatusError(
+            f"no Snakemake run found in {directory}: the logs in {log_dir} are of invocations that ran no job"
+            " (a report, an unlock); run snakemake there first"
+        )
+    return runs
+
+
+def newest_main_log(directory: Path, experiment: str | None = None) -> Path:
+    """The main log of the newest run in ``directory`` (of ``experiment`` only, if given)."""
+    logs = main_logs(directory)
+    if experiment is None:
+        return logs[0]
+    seen: list[str] = []
+    for log in logs:
+        name = experiment_of(parse_main_log(log))
+        if name == experiment:
             return log
+        if name is not None and name not in seen:
+            seen.append(name)
     raise StatusError(
-        f"no Snakemake run found in {directory}: the logs in {log_dir} are of invocations that ran no job"
-        " (a report, an unlock); run snakemake there first"
+        f"no Snakemake run of experiment {experiment!r} in {directory}{did_you_mean(experiment, seen)}; "
+        f"experiments with runs there: {', '.join(sorted(seen)) or 'none (no run has started a job yet)'}"
     )
 
 
@@ -209,14 +263,41 @@ def parse_main_log(path: Path) -> Invocation:
                 job.slurm_jobid, job.slurm_log = m.group(2), m.group(3)
         elif line.startswith("Complete log(s): "):
             run.ended = True
+        elif line.startswith(_CONFIG_FILES) and not run.config_files:
+            run.config_files = _quoted_list(line.removeprefix(_CONFIG_FILES))
         i += 1
     return run
 
 
-def is_running(directory: Path, run: Invocation) -> bool:
-    """Snakemake holds its locks while it runs; a log that ended is not running."""
+def _quoted_list(text: str) -> list[str]:
+    """The items of a Python list literal of strings as Snakemake prints it: ['a.yaml', 'b.yaml']."""
+    return re.findall(r"'((?:[^'\\]|\\.)*)'", text)
+
+
+def is_running(directory: Path, run: Invocation, experiment: str | None = None) -> bool:
+    """Snakemake holds its locks while it runs; a log that ended is not running. With two
+    runs in one checkout each holds its own: an invocation of a known experiment runs while
+    a lock lists an output of that experiment."""
     locks = directory / ".snakemake" / "locks"
-    return not run.ended and locks.is_dir() and any(locks.iterdir())
+    if run.ended or not locks.is_dir():
+        return False
+    for lock in locks.glob("*.lock"):
+        if experiment is None:
+            return True
+        try:
+            listed = lock.read_text(errors="replace").splitlines()
+        except OSError:  # released while read
+            continue
+        if any(experiment_of_path(_relative(directory, path)) == experiment for path in listed):
+            return True
+    return False
+
+
+def _relative(directory: Path, path: str) -> str:
+    """A path Snakemake printed, relative to the checkout where it lies inside it."""
+    if Path(path).is_absolute() and Path(path).is_relative_to(directory):
+        return str(Path(path).relative_to(directory))
+    return path
 
 
 def rule_counts(run: Invocation, running: bool) -> dict[str, dict[str, int]]:
@@ -258,15 +339,21 @@ def finished_seconds(directory: Path, run: Invocation, rules: set[str] | None = 
     return seconds
 
 
-def earlier_seconds(directory: Path, current: Path, rules: set[str]) -> dict[str, list[float]]:
+def earlier_seconds(
+    directory: Path, current: Path, rules: set[str], experiment: str | None = None
+) -> dict[str, list[float]]:
     """For rules whose jobs have no record in the current invocation: the benchmark seconds
-    of the newest earlier invocation in the directory that finished any of their jobs."""
+    of the newest earlier invocation in the directory that finished any of their jobs (of the
+    same experiment, when known: another config's jobs may be of another size)."""
     seconds: dict[str, list[float]] = {}
     for log in sorted((directory / ".snakemake" / "log").glob("*.snakemake.log"), reverse=True):
         if not rules - seconds.keys():
             break
-        if log != current:
-            for rule, values in finished_seconds(directory, parse_main_log(log), rules - seconds.keys()).items():
+        if log == current:
+            continue
+        run = parse_main_log(log)
+        if experiment is None or experiment_of(run) == experiment:
+            for rule, values in finished_seconds(directory, run, rules - seconds.keys()).items():
                 seconds[rule] = values
     return seconds
 
@@ -343,14 +430,18 @@ def failed_jobs(directory: Path, run: Invocation, log_lines: int) -> list[dict[s
     return found
 
 
-def collect(directory: Path, log_lines: int = LOG_LINES, now: datetime | None = None) -> dict[str, Any]:
-    """The progress of the newest invocation in ``directory``, as the JSON output gives it."""
+def collect(
+    directory: Path, log_lines: int = LOG_LINES, now: datetime | None = None, experiment: str | None = None
+) -> dict[str, Any]:
+    """The progress of the newest invocation in ``directory`` (of ``experiment`` only, if
+    given), as the JSON output gives it."""
     directory = directory.resolve()
-    log = newest_main_log(directory)
+    log = newest_main_log(directory, experiment)
     run = parse_main_log(log)
     if run.started is None:
         raise StatusError(f"{log} is not a Snakemake main log: it has no '  Date:' header line")
-    running = is_running(directory, run)
+    experiment = experiment_of(run)
+    running = is_running(directory, run, experiment)
     counts = rule_counts(run, running)
     seconds = finished_seconds(directory, run)
     unmeasured = {
@@ -359,7 +450,7 @@ def collect(directory: Path, log_lines: int = LOG_LINES, now: datetime | None = 
         if c["running"] + c["pending"] and rule not in seconds and rule not in TARGET_RULES
     }
     if running and unmeasured:
-        seconds.update(earlier_seconds(directory, log, unmeasured))
+        seconds.update(earlier_seconds(directory, log, unmeasured, experiment))
     end = (now or datetime.now()) if running else (run.last_timestamp or run.started)
     totals = {key: sum(c[key] for c in counts.values()) for key in ("total", *COUNTS)}
     if not running and run.ended:
@@ -368,6 +459,8 @@ def collect(directory: Path, log_lines: int = LOG_LINES, now: datetime | None = 
         state = "running" if running else "stopped"
     return {
         "directory": str(directory),
+        "experiment": experiment,
+        "config_files": run.config_files,
         "log": str(log),
         "state": state,
         "executor": "cluster" if run.remote else "local",
@@ -397,9 +490,11 @@ def render(status: dict[str, Any]) -> str:
         cells = [row[0].ljust(widths[0]), *(cell.rjust(w) for cell, w in zip(row[1:], widths[1:]))]
         return "| " + " | ".join(cells) + " |"
 
+    experiment = status["experiment"] or "not known yet (no job started)"
     out = [
-        f"Snakemake run in {status['directory']}: {status['state']} ({status['executor']}), "
-        f"started {status['started']}, elapsed {duration(status['elapsed_s'])}",
+        f"Snakemake run of experiment {experiment} in {status['directory']}: {status['state']} "
+        f"({status['executor']}), started {status['started']}, elapsed {duration(status['elapsed_s'])}",
+        f"config file(s): {', '.join(status['config_files']) or 'none named'}",
         f"log: {status['log']}",
         "",
         line(header),
@@ -447,6 +542,9 @@ def main(argv: list[str] | None = None) -> None:
         "failed jobs' logs, ETA from benchmark records."
     )
     ap.add_argument("--directory", type=Path, default=Path("."), help="the workflow's directory (default: .)")
+    ap.add_argument(
+        "--experiment", metavar="NAME", help="the newest run of this experiment (default: the newest run of any)"
+    )
     ap.add_argument("--watch", type=float, metavar="SECONDS", help="redraw every SECONDS until the run ends")
     ap.add_argument("--json", action="store_true", help="print JSON (with --watch: one line per refresh)")
     ap.add_argument("--log-lines", type=int, default=LOG_LINES, help=f"last lines of failed logs (default {LOG_LINES})")
@@ -455,7 +553,7 @@ def main(argv: list[str] | None = None) -> None:
         ap.error(f"--watch {args.watch}: give a positive number of seconds")
     while True:
         try:
-            status = collect(args.directory, args.log_lines)
+            status = collect(args.directory, args.log_lines, experiment=args.experiment)
         except StatusError as err:
             raise SystemExit(f"error: {err}") from None
         if args.json:

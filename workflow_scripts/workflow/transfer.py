@@ -37,6 +37,7 @@ from typing import Any
 
 from workflow_scripts.data.tasks import RANKING, SPAN, TRANSLATABLE_FORMATS, get_task
 from workflow_scripts.formats import get_format
+from workflow_scripts.suggest import did_you_mean
 from workflow_scripts.workflow import paths
 
 ZERO_SHOT = "zero_shot"
@@ -374,7 +375,8 @@ def check(config: dict[str, Any]) -> None:
         source = source_language(setting)
         if setting not in SETTINGS and source is None:
             raise TransferError(
-                f"config key {key}: unknown transfer setting; known: {', '.join(SETTINGS)}, {SOURCE_PREFIX}<lang>"
+                f"config key {key}: unknown transfer setting{did_you_mean(setting, SETTINGS)}; "
+                f"known: {', '.join(SETTINGS)}, {SOURCE_PREFIX}<lang>"
             )
         for i, seed in enumerate(opts.get("seeds") or []):
             if seed not in config["seeds"]:

@@ -24,6 +24,7 @@ from pathlib import Path
 from workflow_scripts.common import InputError
 from workflow_scripts.models.backbones import decoder, encoder, seq2seq_encoder
 from workflow_scripts.models.backbones.family import ADAPTER_DIR, MANIFEST, Family
+from workflow_scripts.suggest import did_you_mean
 
 # The registered families (docs/guides/new_backbone_family.md adds one here), in the order
 # errors list them.
@@ -35,7 +36,9 @@ def get_family(name: str) -> Family:
     try:
         return FAMILIES[name]
     except KeyError:
-        raise InputError(f"unknown backbone family {name!r}; known: {', '.join(FAMILIES)}") from None
+        raise InputError(
+            f"unknown backbone family {name!r}{did_you_mean(name, FAMILIES)}; known: {', '.join(FAMILIES)}"
+        ) from None
 
 
 def family_of(model_dir: str | Path) -> Family:

@@ -187,7 +187,7 @@ if sweep.sweeping(config):
         conda:
             "../envs/data.yaml"
         shell:
-            "python -m workflow_scripts.workflow.sweep {params.candidates} --output {output.model}"
+            "python -m workflow_scripts.workflow.sweep {params.candidates} --recipe {wildcards.recipe} --output {output.model}"
             " > $(fresh_log {log:q}) 2>&1"
             " && cp {output.model}/curve.csv {output.curve} && cp {output.model}/train_log.json {output.train_log}"
 
@@ -209,4 +209,4 @@ rule keep_best_target_model:
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts.workflow.sweep {params.candidates} --output {output.model} > $(fresh_log {log:q}) 2>&1"
+        "python -m workflow_scripts.workflow.sweep {params.candidates} --recipe {wildcards.recipe} --output {output.model} > $(fresh_log {log:q}) 2>&1"

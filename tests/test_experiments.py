@@ -136,6 +136,7 @@ def test_a_sweep_selects_each_seeds_point_on_english_dev_and_discards_what_it_do
             kept = json.loads((run / "sweep" / point / "train_log.json").read_text())["best"]["score"]
             assert record["scores"][point] == kept
         assert record["selected"] == max(record["scores"], key=record["scores"].get)
+        assert record["selected_on"] == "dev-en", "English dev: the zero-shot rule"
         assert f"| {seed} | **{record['selected']}** |" in table
         assert json.loads((run / "train_log.json").read_text())["settings"]["learning_rate"] == float(
             record["selected"].removeprefix("lr")

@@ -61,12 +61,15 @@ def test_the_selected_model_is_linked_not_copied_and_records_the_selection(tmp_p
     low, high = write_model(tmp_path, "lr1", 0.2), write_model(tmp_path, "lr2", 0.9)
     output = tmp_path / "seed1" / "model"
     output.parent.mkdir()
-    sweep.main(["--candidate", f"lr1={low}", "--candidate", f"lr2={high}", "--output", str(output)])
+    sweep.main(
+        ["--candidate", f"lr1={low}", "--candidate", f"lr2={high}", "--recipe", "mt-de.dev-en", "--output", str(output)]
+    )
     assert (output / "model.safetensors").read_bytes() == b"weights of lr2"
     assert (output / "model.safetensors").stat().st_ino == (high / "model.safetensors").stat().st_ino
     assert (output / "sub" / "heads.pt").is_file()
     record = json.loads((output / sweep.SELECTION_FILE).read_text())
     assert record["selected"] == "lr2" and record["scores"] == {"lr1": 0.2, "lr2": 0.9}
+    assert record["selected_on"] == "dev-en"
     assert record["candidates"] == {"lr1": str(low), "lr2": str(high)}
     assert not list(tmp_path.glob("seed1/*.linking")), "no half-written folder is left"
 
@@ -102,3 +105,30 @@ def test_jobs_at_once_come_from_the_option_then_the_profile_then_the_gpus(monkey
     assert preflight.jobs_at_once(None, None) == 1
     monkeypatch.setattr(preflight, "local_gpus", lambda: [("H100", 80.0)] * 8)
     assert preflight.jobs_at_once(None, None) == 8
+
+
+def test_the_sweep_table_lists_every_point_and_marks_the_selected_one(tmp_path):
+    from workflow_scripts.reporting import sweep_table
+
+    metrics = tmp_path / "metrics/b/zero_shot/mnli/xnli"
+    metrics.mkdir(parents=True)
+    record = {"selected": "lr2", "selected_on": "dev-en", "scores": {"lr1": 0.25, "lr2": 0.5}}
+    (metrics / "seed3.json").write_text(json.dumps({"sweep": {"target/m": record}}))
+    (metrics / "seed4.json").write_text(json.dumps({"scores": {}}))  # a run without a sweep: no rows
+    rows = sweep_table.sweep_rows([str(metrics / "seed3.json"), str(metrics / "seed4.json")])
+    assert [(r["seed"], r["point"], r["selected"]) for r in rows] == [(3, "lr1", False), (3, "lr2", True)]
+    text = sweep_table.render(rows)
+    assert "| zero_shot | mnli | xnli | 3 | **lr2** | 0.5000 | dev-en |" in text
+    assert "| 3 | lr1 | 0.2500 |" in text
+
+
+def test_keeping_the_best_of_selected_models_leaves_their_own_records_as_they_were(tmp_path):
+    """`keep_best_target_model` links a seed's model that a sweep selected (it holds its own
+    sweep_selection.json); the kept record is a new file, not written through the link."""
+    seed_model = write_model(tmp_path, "seed1", 0.5)
+    (seed_model / sweep.SELECTION_FILE).write_text('{"selected": "lr2"}')
+    kept = tmp_path / "kept" / "model"
+    kept.parent.mkdir()
+    sweep.main(["--candidate", f"seed1={seed_model}", "--output", str(kept)])
+    assert json.loads((seed_model / sweep.SELECTION_FILE).read_text()) == {"selected": "lr2"}
+    assert json.loads((kept / sweep.SELECTION_FILE).read_text())["selected"] == "seed1"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from workflow_scripts.common import InputError, atomic_path, read_json
 
-COLUMNS = ["setting", "config", "target", "seed", "point", "dev_score", "selected", "model"]
+COLUMNS = ["setting", "config", "target", "seed", "point", "dev_score", "selected_on", "selected", "model"]
 
 
 def sweep_rows(metric_files: list[str]) -> list[dict]:
@@ -35,6 +35,7 @@ def sweep_rows(metric_files: list[str]) -> list[dict]:
                         "seed": int(parts[-1].removeprefix("seed").removesuffix(".json")),
                         "point": point,
                         "dev_score": score,
+                        "selected_on": record.get("selected_on", ""),
                         "selected": point == record["selected"],
                         "model": model,
                     }
@@ -52,11 +53,12 @@ def render(rows: list[dict]) -> str:
     ]
     if not rows:
         return "\n".join([*lines, "No run of this backbone has a sweep."]) + "\n"
-    lines += ["| setting | config | target | seed | point | dev score |", "|---|---|---|---:|---|---:|"]
+    lines += ["| setting | config | target | seed | point | dev score | on |", "|---|---|---|---:|---|---:|---|"]
     for row in rows:
         point = f"**{row['point']}**" if row["selected"] else row["point"]
         lines.append(
-            f"| {row['setting']} | {row['config']} | {row['target']} | {row['seed']} | {point} | {row['dev_score']:.4f} |"
+            f"| {row['setting']} | {row['config']} | {row['target']} | {row['seed']} | {point} "
+            f"| {row['dev_score']:.4f} | {row['selected_on']} |"
         )
     return "\n".join(lines) + "\n"
 

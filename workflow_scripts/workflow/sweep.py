@@ -94,9 +94,10 @@ def selection_score(train_log: dict[str, Any]) -> float:
     return float(score)
 
 
-def select(candidates: dict[str, Path]) -> dict[str, Any]:
+def select(candidates: dict[str, Path], selected_on: str = "") -> dict[str, Any]:
     """The selection record: each point's selection score, and the winner (ties: the
-    point listed first, i.e. the config's order)."""
+    point listed first, i.e. the config's order); ``selected_on``: the dev data that scored
+    them (a recipe's ``dev-en``)."""
     scores = {}
     for token, model in candidates.items():
         log_file = model / "train_log.json"
@@ -104,7 +105,7 @@ def select(candidates: dict[str, Path]) -> dict[str, Any]:
             raise InputError(f"{log_file}: missing; was {model} written by the training step?")
         scores[token] = selection_score(json.loads(log_file.read_text()))
     best = max(scores, key=lambda t: (scores[t], -list(scores).index(t)))
-    return {"selected": best, "selected_on": "the recipe's selection dev data", "scores": scores}
+    return {"selected": best, "selected_on": selected_on, "scores": scores}
 
 
 def link_model(source: Path, output: Path) -> None:
@@ -130,12 +131,16 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="Select a target's sweep point on its dev data and link its model.")
     ap.add_argument("--candidate", action="append", required=True, help="TOKEN=MODEL_DIR, one per point")
     ap.add_argument("--output", required=True, type=Path, help="the recipe's model path (linked)")
+    ap.add_argument("--recipe", default="", help="the recipe (en.dev-en): its dev data scored the candidates")
     args = ap.parse_args(argv)
     candidates = dict(c.split("=", 1) for c in args.candidate)
-    record = select({t: Path(d) for t, d in candidates.items()})
+    selected_on = args.recipe.rsplit(".", 1)[-1] if args.recipe else ""  # en.dev-en -> dev-en
+    record = select({t: Path(d) for t, d in candidates.items()}, selected_on)
     record["candidates"] = candidates
     link_model(Path(candidates[record["selected"]]), args.output)
-    (args.output / SELECTION_FILE).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    written = args.output / SELECTION_FILE
+    written.unlink(missing_ok=True)  # a linked candidate's own record: writing through the link would change it
+    written.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     print(f"selected {record['selected']}: " + ", ".join(f"{t} {s:.4f}" for t, s in record["scores"].items()))
 
 

@@ -12,7 +12,17 @@ min_version("9.0")
 sys.path.insert(0, workflow.basedir)
 
 from workflow_scripts.training import distributed, tracking
-from workflow_scripts.workflow import backbone_grid, config_check, config_layers, grid, logs, paths, slurm, transfer
+from workflow_scripts.workflow import (
+    backbone_grid,
+    config_check,
+    config_layers,
+    grid,
+    local_data,
+    logs,
+    paths,
+    slurm,
+    transfer,
+)
 from workflow_scripts import revisions
 from workflow_scripts.workflow.codehash import module_digest, task_fingerprint
 from workflow_scripts.workflow.summary import run_summary
@@ -199,7 +209,8 @@ def local_source_files(wildcards):
             found.append(workdir_relative(release))
         else:
             found += [workdir_relative(os.path.join(d, f)) for d, _, files in os.walk(release) for f in files]
-    if not grid.reads_hub_data(task):
+    # a task with local files of its own reads nothing else (own_data_file)
+    if not grid.reads_hub_data(task) or local_data.spec(config, wildcards.task):
         return sorted(found)
     if "path" in options:
         source_dir = options["path"]
@@ -210,6 +221,13 @@ def local_source_files(wildcards):
     if not os.path.isabs(source_dir):
         source_dir = os.path.join(workflow.basedir, source_dir)
     return sorted(found + [workdir_relative(os.path.join(d, f)) for d, _, files in os.walk(source_dir) for f in files])
+
+
+def own_data_file(wildcards):
+    """The local file one split of a task reads (tasks.<name>.data), so editing it reruns that
+    split's preparation and what is trained or scored on it; none for a task read from the Hub."""
+    path = local_data.split_file(config, wildcards.task, wildcards.split)
+    return [workdir_relative(path)] if path else []
 
 
 def embed_inputs(wildcards):

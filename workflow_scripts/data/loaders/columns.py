@@ -72,7 +72,9 @@ def _value(task: Task, spec: LocalData, record: Row, column: str, kind: str, whe
     if value is None:
         raise InputError(f"{where}: no value for {named}; the row has {sorted(record)}")
     if column == "label" and task.labels:
-        return label_index(task, _label_name(task, value, repairs), f"{where}, {named}")
+        value = _label_name(task, value, repairs)
+        index = value if isinstance(value, str) else _integer(value, f"{where}, {named}", repairs)
+        return label_index(task, index, f"{where}, {named}")
     if kind == "int64":
         number = _integer(value, f"{where}, {named}", repairs)
         return choice_index(number, task.num_choices, f"{where}, {named}") if column == "label" else number

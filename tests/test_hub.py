@@ -348,7 +348,7 @@ def test_own_data_guide_reads_its_files_in_a_grid_read_from_the_hub(hub, tmp_pat
     assert train["sha256"] == hashlib.sha256(file.read_bytes()).hexdigest()
     assert train["report"] == {"file_rows": 6, "repairs": {"label_spelling": 1}}
     assert [r["label"] for r in _rows(repo / own[0])] == [0, 2, 0, 1, 2, 1]
-    assert [r["text_b"] for r in _rows(repo / own[1])][0] == "A woman is making music."
+    assert _rows(repo / own[1])[0]["text_b"] == "A woman is making music."
     assert provenance(repo / own[1])["file_type"] == "csv"
     # the Hub task beside it read the Hub, at the commit the lock holds; the local task is in no lock
     lock = json.loads((repo / "results" / "demo_hub" / "hub.lock.json").read_text())

@@ -113,6 +113,38 @@ def test_an_unrepairable_row_stops_the_job_naming_file_and_row(my_nli, tmp_path,
     assert not (tmp_path / "train.parquet").exists()
 
 
+def register(folder: Path, monkeypatch, **entry) -> None:
+    folder.mkdir(exist_ok=True)
+    (folder / f"{entry['name']}.yaml").write_text(yaml.safe_dump({"metric": "accuracy", **entry}))
+    monkeypatch.setattr(tasks, "TASKS", dict(tasks.TASKS))
+    tasks.use_catalogues([folder])
+
+
+def test_other_formats_map_their_columns_with_their_repairs(tmp_path, monkeypatch):
+    """A tagging task's lists written as CSV text, a span task's answer off its offset."""
+    from workflow_scripts.data.prepare import prepare, provenance, read_table
+
+    register(tmp_path / "t", monkeypatch, name="my_pos", format="tagging", splits=["test"], labels=["NOUN", "VERB"])
+    file = write(tmp_path / "pos.csv", [{"words": "dogs bark", "tags": "NOUN VERB"}], "csv")
+    data = {"files": {"test": str(file)}, "file_type": "csv", "columns": {"tokens": "words"}, "language": "en"}
+    prepare("my_pos", "test", {"source": "files", "data": data}, tmp_path / "pos.parquet")
+    row = read_table(tmp_path / "pos.parquet", "tagging").to_pylist()[0]
+    assert (row["tokens"], row["tags"]) == (["dogs", "bark"], ["NOUN", "VERB"])
+    assert provenance(tmp_path / "pos.parquet")["report"]["repairs"] == {"list_as_text": 2}
+
+    register(tmp_path / "t", monkeypatch, name="my_qa", format="span", metric="squad_v1", splits=["dev"])
+    context = "The cat sat on the mat."
+    qa = {"context": context, "question": "Where?", "answer_texts": ["the mat"], "answer_starts": [3]}
+    file = write(tmp_path / "qa.jsonl", [qa], "jsonl")
+    data = {"files": {"dev": str(file)}, "file_type": "jsonl", "columns": {}, "language": "en"}
+    prepare("my_qa", "dev", {"source": "files", "data": data}, tmp_path / "qa.parquet")
+    assert read_table(tmp_path / "qa.parquet").to_pylist()[0]["answer_starts"] == [context.index("the mat")]
+    assert provenance(tmp_path / "qa.parquet")["report"]["repairs"] == {"answer_relocated": 1}
+    write(file, [qa, {**qa, "answer_texts": ["the dog"]}], "jsonl")
+    with pytest.raises(InputError, match=f"{file}, row 2: answer 'the dog' is not at offset 3, and is not in"):
+        prepare("my_qa", "dev", {"source": "files", "data": data}, tmp_path / "qa.parquet")
+
+
 def test_a_line_that_is_no_json_is_named(my_nli, tmp_path):
     file = tmp_path / "train.jsonl"
     file.write_text(json.dumps(ROWS[0]) + "\n\n" + '{"premise": "A dog\n')

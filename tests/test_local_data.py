@@ -209,7 +209,7 @@ def refused(config: dict) -> str:
 
 
 def test_a_good_config_passes_and_each_split_reads_its_own_file(my_nli, tmp_path):
-    from workflow_scripts.workflow import grid, hub_sources, local_data
+    from workflow_scripts.workflow import grid, hub_sources, local_data, preflight
 
     config = task_config(tmp_path)
     local_data.check_config(config)
@@ -230,6 +230,12 @@ def test_a_good_config_passes_and_each_split_reads_its_own_file(my_nli, tmp_path
     assert "my_nli" in hub_sources.read_tasks(demo)
     keys = [repo.key for repo in hub_sources.dataset_repos(demo)]
     assert "tasks.mnli.hub" in keys and not [k for k in keys if "my_nli" in k]
+    findings = {
+        f.subject: f
+        for f in preflight.check_local_data({**demo, "data": {"source": "local", "local_root": "demo/hub"}})
+    }
+    assert findings["tasks.my_nli.data.files.dev"].status == preflight.OK and "tasks.my_nli.hub.path" not in findings
+    assert "tasks.mnli.hub.path" in findings
 
 
 def test_config_check_refusals_name_the_key_and_the_file(my_nli, tmp_path):

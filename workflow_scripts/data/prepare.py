@@ -124,10 +124,10 @@ def _source_rows(
     Hub, its local mirror or a release through the entry's converter."""
     languages = list(settings.get("languages", ["en"]))
     options = settings.get("options", {})
-    if settings["source"] == FileSource.kind:
+    if settings["source"] == local_data.SOURCE:
         spec = local_data.from_block(task.name, settings["data"])
         src = FileSource(spec.files[split], spec.type_of(split))
-        if spec.converter == "columns":
+        if spec.converter == local_data.BY_COLUMNS:
             return src, mapped_rows(task, spec, src, split, languages, report)
     else:
         root = settings.get("local_root")

@@ -723,7 +723,7 @@ def data_settings(config: dict[str, Any], task: str, split: str) -> dict[str, An
     settings: dict[str, Any] = {"options": cfg.get("options", {}), "languages": languages}
     own = local_data.spec(config, task)
     if own is not None:  # the task's own files, whatever data.source says for the others
-        return {**settings, "source": "files", "data": own.settings(split)}
+        return {**settings, "source": local_data.SOURCE, "data": own.settings(split)}
     settings.update(source=config["data"]["source"], hub=cfg["hub"])
     if settings["source"] == "local":
         settings["local_root"] = config["data"]["local_root"]

@@ -19,14 +19,17 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.common import repo_path
-from workflow_scripts.data.tasks import get_task
+from workflow_scripts.data.tasks import TASKS, get_task
 from workflow_scripts.formats import get_format
 
 # File types by suffix; tasks.<name>.data.file_type names one for a file with another suffix.
 FILE_TYPES = {".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet"}
+# The data source of a job reading a task's own files (its settings' "source"), beside
+# data.source's hub and local.
+SOURCE = "files"
 # columns: the format's columns from the files' columns; entry: the task entry's converter
 # reads the files' rows as it reads a Hub dataset's.
-CONVERTERS = ("columns", "entry")
+BY_COLUMNS, BY_ENTRY = CONVERTERS = ("columns", "entry")
 # Every canonical row has them besides the format's columns; both may be left to the default
 # (an id from the task, split and row; the language of tasks.<name>.data.language).
 ROW_COLUMNS = ("id", "lang")
@@ -92,7 +95,7 @@ def from_block(task: str, data: dict[str, Any]) -> LocalData:
         task=task,
         files=dict(data["files"]),
         file_type=data.get("file_type"),
-        converter=data.get("converter", CONVERTERS[0]),
+        converter=data.get("converter", BY_COLUMNS),
         columns=dict(data.get("columns") or {}),
         language=data.get("language", "en"),
     )
@@ -143,13 +146,15 @@ def file_columns(path: Path, file_type: str) -> list[str]:
 def check_config(config: dict[str, Any]) -> None:
     """Every task's local files, before any job runs: each error names the key and the file."""
     for task, cfg in config["tasks"].items():
+        if task not in TASKS:
+            continue  # grid.check_config names it
         if ("hub" in cfg) == ("data" in cfg):
             raise LocalDataError(
                 f"config key tasks.{task}: give hub (a Hub dataset) or data (local files), "
                 f"{'not both' if 'hub' in cfg else 'neither is given'}"
             )
         found = spec(config, task)
-        if not get_task(task).converter and (found is None or found.converter != "columns"):
+        if not get_task(task).converter and (found is None or found.converter != BY_COLUMNS):
             raise LocalDataError(
                 f"config key tasks.{task}: task {task}'s entry {get_task(task).entry_file} names no converter, "
                 f"so its rows come from local files mapped by their columns: give tasks.{task}.data "
@@ -171,7 +176,7 @@ def _check_splits(found: LocalData) -> None:
             f"config key {found.key}.files: {'; '.join(said)} (task {found.task}'s entry "
             f"{get_task(found.task).entry_file} lists splits {', '.join(splits)})"
         )
-    if found.converter == "columns":
+    if found.converter == BY_COLUMNS:
         known = format_columns(found.task)
         unknown = sorted(set(found.columns) - set(known))
         if unknown:
@@ -186,7 +191,7 @@ def _check_file(found: LocalData, split: str, languages: list[str]) -> None:
     if not path.is_file():
         raise LocalDataError(f"config key {key}: file {path} does not exist")
     file_type = found.type_of(split)
-    if found.converter != "columns":
+    if found.converter != BY_COLUMNS:
         return  # the entry's converter names the columns it needs
     try:
         columns = file_columns(path, file_type)

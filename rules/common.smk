@@ -18,6 +18,7 @@ from workflow_scripts.workflow import (
     config_layers,
     disk,
     grid,
+    local_data,
     logs,
     paths,
     slurm,
@@ -240,7 +241,8 @@ def local_source_files(wildcards):
             found.append(workdir_relative(release))
         else:
             found += [workdir_relative(os.path.join(d, f)) for d, _, files in os.walk(release) for f in files]
-    if not grid.reads_hub_data(task):
+    # a task with local files of its own reads nothing else (own_data_file)
+    if not grid.reads_hub_data(task) or local_data.spec(config, wildcards.task):
         return sorted(found)
     if "path" in options:
         source_dir = options["path"]
@@ -251,6 +253,13 @@ def local_source_files(wildcards):
     if not os.path.isabs(source_dir):
         source_dir = os.path.join(workflow.basedir, source_dir)
     return sorted(found + [workdir_relative(os.path.join(d, f)) for d, _, files in os.walk(source_dir) for f in files])
+
+
+def own_data_file(wildcards):
+    """The local file one split of a task reads (tasks.<name>.data), so editing it reruns that
+    split's preparation and what is trained or scored on it; none for a task read from the Hub."""
+    path = local_data.split_file(config, wildcards.task, wildcards.split)
+    return [workdir_relative(path)] if path else []
 
 
 def embed_inputs(wildcards):

@@ -7,6 +7,7 @@ rule prepare_task_data:
     """One split of one task as canonical Parquet rows (provenance and the converter's repair report in its metadata)."""
     input:
         mirror=local_source_files,
+        rows=own_data_file,
     output:
         data=f"{RESULTS}/data/{{task}}/{{split}}.parquet",
     log:

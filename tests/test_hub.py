@@ -6,11 +6,13 @@ demo's models as Hub repositories.
   disagrees with the lock stop with both revisions named;
 - ``refs/convert/parquet`` is read, a script-only revision is refused with the fix;
 - the demo grid's Hub-reading jobs, with ``data.source: hub`` and ``models.source: hub``,
-  prepare the local-folder demo's rows and model files: every later job reads only those.
+  prepare the local-folder demo's rows and model files: every later job reads only those;
+- a task of one's own read from local files in that grid (docs/guides/own_data.md).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -21,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import DEMO_HUB, REPO, file_digests, local_settings, snakemake
+from conftest import DEMO_HUB, REPO, copy_repo, file_digests, local_settings, planned_jobs, snakemake
 from hub_server import HubServer, config_splits, mirror_dataset, mirror_model, mirror_script_dataset, new_commit
 
 pytestmark = pytest.mark.integration
@@ -363,3 +365,54 @@ def test_demo_grid_through_the_hub_prepares_the_local_demos_data_and_models(hub,
     said = proc.stdout + proc.stderr
     assert "config key tasks.mnli.hub: reads dataset nyu-mll/glue at revision 'v2'" in said
     assert f"'main' = {hub.commits['nyu-mll/glue']}" in said
+
+
+# ----- a task of one's own, from local files, in the Hub grid ------------------------------------
+
+
+def test_own_data_guide_reads_its_files_in_a_grid_read_from_the_hub(hub, tmp_path):
+    """docs/guides/own_data.md followed in the demo grid read from the Hub: the task's splits
+    are prepared from its JSON Lines and CSV files (repairs counted, sha256 recorded) beside a
+    task read from the Hub; editing one file reruns that split's preparation only; a column
+    the mapping needs that a file lacks stops the config check, naming key, file and columns."""
+    from test_guides import follow
+
+    repo = copy_repo(tmp_path / "repo")
+    follow("own_data.md", repo)
+    config_path = hub_demo_config(repo)
+    env = hub.environment(hub.hf_home)
+    data = Path("results/demo_hub/data")
+    own = [str(data / "my_nli" / f"{split}.parquet") for split in ("train", "dev")]
+    targets = [*own, str(data / "mnli" / "train.parquet")]
+    # the targets before --configfile, which takes every file name that follows it
+    proc = snakemake(repo, "--cores", "2", *targets, "--configfile", config_path.name, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+
+    from workflow_scripts.data.prepare import provenance
+
+    train = provenance(repo / own[0])
+    file = repo / "my_data" / "my_nli" / "train.jsonl"
+    assert train["source"] == "files" and train["file"] == "my_data/my_nli/train.jsonl"
+    assert train["sha256"] == hashlib.sha256(file.read_bytes()).hexdigest()
+    assert train["report"] == {"file_rows": 6, "repairs": {"label_spelling": 1}}
+    assert [r["label"] for r in _rows(repo / own[0])] == [0, 2, 0, 1, 2, 1]
+    assert _rows(repo / own[1])[0]["text_b"] == "A woman is making music."
+    assert provenance(repo / own[1])["file_type"] == "csv"
+    # the Hub task beside it read the Hub, at the commit the lock holds; the local task is in no lock
+    lock = json.loads((repo / "results" / "demo_hub" / "hub.lock.json").read_text())
+    assert provenance(repo / targets[2])["resolved_sha"] == lock["datasets/nyu-mll/glue"]["main"]
+    assert not [repo_id for repo_id in lock if "my_nli" in repo_id]
+
+    # an edit of the training file reruns the training split's preparation and nothing else
+    file.write_text(file.read_text() + file.read_text().splitlines(keepends=True)[0])
+    jobs = planned_jobs(repo, *targets, "--configfile", config_path.name)
+    assert jobs == {("prepare_task_data", own[0])}, jobs
+
+    # a column the mapping needs that the file lacks stops the check before any job
+    config = yaml.safe_load(config_path.read_text())
+    config["tasks"]["my_nli"]["data"]["columns"]["label"] = "verdict"
+    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+    proc = snakemake(repo, "-n", *targets, "--configfile", config_path.name, env=env)
+    said = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "config key tasks.my_nli.data.files.train:" in said, said[-3000:]
+    assert "has no column 'verdict' (for label); its columns: premise, hypothesis, gold" in said

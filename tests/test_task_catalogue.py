@@ -38,7 +38,7 @@ def test_every_built_in_task_is_an_entry_of_the_catalogue_folder():
         (lambda e: e.update(metric="bleu"), "metric 'bleu' is not one of"),
         (lambda e: e.update(name="snli2"), "name 'snli2' differs from the file name 'snli'"),
         (lambda e: e.update(splits=["train", "validation"]), "splits ['validation'] are not splits"),
-        (lambda e: e.pop("converter"), "key 'converter' is required"),
+        (lambda e: e.pop("splits"), "key 'splits' is required"),
         (lambda e: e.update(map_convention="mrr"), "map_convention 'mrr' is not one of lareqa, mewslix"),
     ],
 )

@@ -23,7 +23,9 @@ An unresolvable span answer (evaluation splits only) has start ``-1``: scorers c
 
 ``source.kind == "hub"`` reads ``datasets.load_dataset(path, name, split, revision)``;
 ``"local"`` reads ``<root>/<path>/<name>/<split>.jsonl`` holding the same rows, which is how
-the embedded demo and the tests run the very same converters offline. The converters live
+the embedded demo and the tests run the very same converters offline. ``"files"`` is a task
+kept in local files of its own (``tasks.<name>.data``: JSON Lines, CSV or Parquet, one file
+per split), whatever the grid's other tasks read; its provenance is the file's sha256. The converters live
 in ``workflow_scripts.data.loaders``, the only package that touches the network; each file's
 Parquet metadata holds its provenance and the loader's report of what it repaired.
 
@@ -40,8 +42,11 @@ from typing import Any
 
 from workflow_scripts.common import LOG, InputError, atomic_path, load_settings, setup_logging
 from workflow_scripts.data.loaders import Report, Row, Source, load_converter, repo_path
+from workflow_scripts.data.loaders.columns import mapped_rows
+from workflow_scripts.data.loaders.local_files import FileSource
 from workflow_scripts.data.tasks import FORMATS, Task, get_task
 from workflow_scripts.formats import get_format
+from workflow_scripts.workflow import local_data
 
 # Each format's columns, declared by its module (workflow_scripts/formats/).
 SCHEMAS: dict[str, dict[str, str]] = {name: dict(get_format(name).columns) for name in FORMATS}
@@ -87,32 +92,18 @@ def prepare(task_name: str, split: str, settings: dict[str, Any], output: str | 
     task = get_task(task_name)
     if split not in task.splits:
         raise InputError(f"task {task_name} has no split {split!r} (has {list(task.splits)})")
-    convert = load_converter(task)
-    root = settings.get("local_root")
-    src = Source(
-        settings["source"],
-        settings["hub"]["path"],
-        settings["hub"].get("revision", "main"),
-        str(repo_path(root)) if root else None,
-    )
     report: Report = {}
-    table = to_table(
-        task, convert(src, split, list(settings.get("languages", ["en"])), settings.get("options", {}), report)
-    )
+    src, rows = _source_rows(task, split, settings, report)
+    table = to_table(task, rows)
     if table.num_rows == 0:
-        raise InputError(f"task {task_name} split {split}: no examples loaded from {settings['hub']['path']}")
-    # Provenance travels with the data: where it came from, from the Hub which commit, and
-    # what the loader repaired or dropped on the way (the load report).
-    # A converter that reads an original release (UD, BUCC, CCGbank files) names it in
-    # report["release"]; the Hub is asked for a commit only when its data was read.
-    reads_hub = "release" not in report
+        raise InputError(f"task {task_name} split {split}: no examples loaded from {src.path}")
+    # Provenance travels with the data: where it came from (from the Hub which commit, from
+    # a local file its sha256), and what the loader repaired or dropped on the way (the load report).
     provenance = {
         "task": task_name,
         "split": split,
         "source": src.kind,
-        "path": src.path if reads_hub else None,
-        "revision": src.revision if reads_hub else None,
-        "resolved_sha": src.resolved_sha() if reads_hub else None,
+        **_origin_record(src, report),
         "report": report,
     }
     table = table.replace_schema_metadata({"xstilts": json.dumps(provenance, sort_keys=True)})
@@ -123,6 +114,41 @@ def prepare(task_name: str, split: str, settings: dict[str, Any], output: str | 
     if report:
         LOG.info("load report: %s", json.dumps(report, sort_keys=True))
     return table.num_rows
+
+
+def _source_rows(
+    task: Task, split: str, settings: dict[str, Any], report: Report
+) -> tuple[Source | FileSource, Iterable[Row]]:
+    """Where the rows come from, and the converter's canonical rows: a task's own local file
+    (``tasks.<name>.data``, mapped by its columns or read by the entry's converter), else the
+    Hub, its local mirror or a release through the entry's converter."""
+    languages = list(settings.get("languages", ["en"]))
+    options = settings.get("options", {})
+    if settings["source"] == local_data.SOURCE:
+        spec = local_data.from_block(task.name, settings["data"])
+        src = FileSource(spec.files[split], spec.type_of(split))
+        if spec.converter == local_data.BY_COLUMNS:
+            return src, mapped_rows(task, spec, src, split, languages, report)
+    else:
+        root = settings.get("local_root")
+        hub = settings["hub"]
+        src = Source(
+            settings["source"], hub["path"], hub.get("revision", "main"), str(repo_path(root)) if root else None
+        )
+    return src, load_converter(task)(src, split, languages, options, report)
+
+
+def _origin_record(src: Source | FileSource, report: Report) -> dict[str, Any]:
+    if isinstance(src, FileSource):
+        return {"path": None, "revision": None, "resolved_sha": None, **src.provenance()}
+    # A converter that reads an original release (UD, BUCC, CCGbank files) names it in
+    # report["release"]; the Hub is asked for a commit only when its data was read.
+    reads_hub = "release" not in report
+    return {
+        "path": src.path if reads_hub else None,
+        "revision": src.revision if reads_hub else None,
+        "resolved_sha": src.resolved_sha() if reads_hub else None,
+    }
 
 
 def provenance(path: str | Path) -> dict[str, Any]:

@@ -120,7 +120,8 @@ class Task:
     # The Hub holds no faithful copy: with data from the Hub, one of release_options is required.
     release_required: bool = False
     # The module that converts its source rows: a dotted module name, or a .py file
-    # relative to the entry's folder (a user's converter).
+    # relative to the entry's folder (a user's converter). None: its rows come from local
+    # files only, mapped by their columns (workflow/local_data.py).
     converter: str = ""
     description: str = ""
     # The YAML file the entry was read from.
@@ -189,7 +190,8 @@ METRICS = (
 )
 SPLITS = ("train", "dev", "test")
 _TUPLES = ("splits", "labels", "eval_splits", "stages", "controls", "languages", "release_options")
-_REQUIRED = ("name", "format", "metric", "splits", "converter")
+# A task without a converter is read from local files only, by their columns (tasks.<name>.data).
+_REQUIRED = ("name", "format", "metric", "splits")
 
 
 class CatalogueError(ValueError):

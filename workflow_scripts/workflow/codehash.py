@@ -133,7 +133,10 @@ def task_fingerprint(names) -> dict[str, dict]:
     for name in sorted(set(names)):
         task = get_task(name)
         entry = {k: _plain(v) for k, v in vars(task).items() if k not in ("description", "entry_file")}
-        entry["converter"] = file_digest(task.converter_file) if task.converter_file else module_digest(task.converter)
+        if task.converter:  # none: local files mapped by their columns (data/prepare.py's own code)
+            entry["converter"] = (
+                file_digest(task.converter_file) if task.converter_file else module_digest(task.converter)
+            )
         entry["format_code"] = module_digest(module_name(task.format))
         found[name] = entry
     return found

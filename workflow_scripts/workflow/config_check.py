@@ -16,7 +16,7 @@ from workflow_scripts import revisions
 from workflow_scripts.common import REPO_ROOT
 from workflow_scripts.data import tasks as task_catalogue
 from workflow_scripts.training import tracking
-from workflow_scripts.workflow import config_layers, grid, hub_sources, paths
+from workflow_scripts.workflow import config_layers, grid, hub_sources, local_data, paths
 
 SCHEMA = REPO_ROOT / "schemas" / "config.schema.yaml"
 # What a config that cannot run raises (each message names the key).
@@ -26,6 +26,7 @@ CONFIG_ERRORS = (
     paths.ExperimentNameError,
     task_catalogue.CatalogueError,
     hub_sources.HubSourceError,
+    local_data.LocalDataError,
     revisions.RevisionError,
 )
 
@@ -39,6 +40,8 @@ def check(config: dict[str, Any], configfiles: Sequence[str | Path], catalogues:
     task_catalogue.use_catalogues(list(catalogues))
     grid.check_schema(config, str(SCHEMA))
     validate(config, str(SCHEMA))
+    # Before anything reads a task's hub key: a task has it or local files of its own.
+    local_data.check_config(config)
     grid.check_config(config)
     check_tracking(config)
     experiment = paths.experiment_name(config, configfiles)

@@ -14,7 +14,7 @@ from workflow_scripts.common import REPO_ROOT, is_url, load_yaml, repo_path
 from workflow_scripts.data.tasks import CONTROLS, MLM, PROVIDED_TRANSLATIONS, TASKS, TRANSLATABLE_FORMATS, get_task
 from workflow_scripts.formats import get_format
 from workflow_scripts.suggest import did_you_mean
-from workflow_scripts.workflow import backbone_grid, benchmark, memory_plan, paths, slurm, sweep, transfer
+from workflow_scripts.workflow import backbone_grid, benchmark, local_data, memory_plan, paths, slurm, sweep, transfer
 from workflow_scripts.workflow.schema import error_hint
 from workflow_scripts.workflow.transfer import data_path, translate_test_path, translated_path
 
@@ -542,7 +542,7 @@ def image_dir(config: dict[str, Any], task: str) -> str:
     task_cfg = config["tasks"][task]
     if "images" in task_cfg:
         return task_cfg["images"]
-    if config["data"]["source"] == "local":
+    if config["data"]["source"] == "local" and "hub" in task_cfg:
         return f"{config['data']['local_root'].rstrip('/')}/{task_cfg['hub']['path']}/images"
     raise ConfigError(
         f"config key tasks.{task}.images: the directory of {task}'s images is needed with data "
@@ -781,12 +781,11 @@ def data_settings(config: dict[str, Any], task: str, split: str) -> dict[str, An
         # changing a setting then never rewrites the data the zero-shot runs train on.
         missing = get_task(task).train_missing
         languages = ["en"] + [l for l in languages if l != "en" and l not in missing]
-    settings = {
-        "source": config["data"]["source"],
-        "hub": cfg["hub"],
-        "options": cfg.get("options", {}),
-        "languages": languages,
-    }
+    settings: dict[str, Any] = {"options": cfg.get("options", {}), "languages": languages}
+    own = local_data.spec(config, task)
+    if own is not None:  # the task's own files, whatever data.source says for the others
+        return {**settings, "source": local_data.SOURCE, "data": own.settings(split)}
+    settings.update(source=config["data"]["source"], hub=cfg["hub"])
     if settings["source"] == "local":
         settings["local_root"] = config["data"]["local_root"]
     return settings

@@ -13,7 +13,7 @@ from typing import Any
 
 from workflow_scripts.data.tasks import get_task
 from workflow_scripts.revisions import HubRepo
-from workflow_scripts.workflow import backbone_grid, grid, transfer
+from workflow_scripts.workflow import backbone_grid, grid, local_data, transfer
 
 
 class HubSourceError(ValueError):
@@ -50,6 +50,8 @@ def dataset_repos(config: dict[str, Any]) -> list[HubRepo]:
     repos = []
     for task in read_tasks(config):
         cfg = config["tasks"][task]
+        if local_data.spec(config, task) is not None:
+            continue  # its own local files (tasks.<name>.data)
         if release_set(config, task) is None:
             repos.append(
                 HubRepo("dataset", cfg["hub"]["path"], cfg["hub"].get("revision", "main"), f"tasks.{task}.hub")
@@ -98,7 +100,8 @@ def check_releases(config: dict[str, Any]) -> None:
         return
     for task in read_tasks(config):
         entry = get_task(task)
-        if entry.release_required and release_set(config, task) is None:
+        reads_hub = local_data.spec(config, task) is None
+        if reads_hub and entry.release_required and release_set(config, task) is None:
             raise HubSourceError(
                 f"config key tasks.{task}.options.{entry.release_options[0]}: {task} is read from its original "
                 f"release with data.source hub (the Hub holds no faithful copy); set it to the release "

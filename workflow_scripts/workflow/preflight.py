@@ -47,6 +47,7 @@ from workflow_scripts.workflow import (
     grid,
     hub_answers,
     hub_sources,
+    local_data,
     memory_plan,
     paths,
     sweep,
@@ -157,7 +158,11 @@ def check_local_data(config: dict[str, Any]) -> list[Finding]:
     for task in hub_sources.read_tasks(config):
         cfg = config["tasks"][task]
         option = hub_sources.release_set(config, task)
-        if option is not None:
+        own = local_data.spec(config, task)
+        if own is not None:  # the task's own files, whatever data.source says
+            for split in own.files:
+                folder(f"tasks.{task}.data.files.{split}", own.path(split), "put the split's rows there")
+        elif option is not None:
             local = _local(str(cfg["options"][option]))
             if local is not None:
                 folder(f"tasks.{task}.options.{option}", local, "download the release there, or give its URL")

@@ -39,6 +39,11 @@ def load_converter(task: Task) -> Converter:
     """The converter a task's entry names: its module is imported on demand (a dotted
     module name, or a .py file beside the entry), so a job imports its own task's converter
     and no other, and registers it under the task's name."""
+    if not task.converter:
+        raise InputError(
+            f"task entry {task.entry_file} names no converter: {task.name}'s rows come from local files "
+            f"mapped by their columns (tasks.{task.name}.data with converter: columns)"
+        )
     if task.name not in CONVERTERS:
         path = task.converter_file
         if path is not None:

@@ -406,7 +406,7 @@ def training_run_id(job):
             "config": wildcards.intermediate,
             "seed": int(wildcards.seed),
         }
-        for key in ("target", "recipe", "stage"):
+        for key in ("target", "recipe", "stage", "point"):
             if wildcards.get(key) is not None:
                 found[key] = wildcards.get(key)
         return canonical_json(found)

@@ -144,3 +144,25 @@ def test_a_sweep_selects_each_seeds_point_on_english_dev_and_discards_what_it_do
         assert not (run / "model").exists() and not list(run.glob("sweep/*/model")), "discarded once evaluated"
         assert (run / "curve.csv").is_file() and metric_file.with_suffix(".predictions").is_dir()
     assert planned_jobs(repo, "--configfile", "swept.yaml") == set(), "discarded models are not retrained"
+
+
+def test_keep_best_links_each_configs_best_seed_under_kept(small_experiment):
+    """`disk.keep_target_models: best` on a finished grid: only the `kept/` links run, each
+    the model of the seed with the best dev score, linked, not copied."""
+    repo = small_experiment
+    config = yaml.safe_load((repo / "first.yaml").read_text())
+    config.update(experiment="first", disk={"keep_target_models": "best", "keep_intermediate_models": "all"})
+    (repo / "first_best.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    kept = {f"results/first/kept/{BACKBONE}/{name}/xnli/en.dev-en/model" for name in ("none", "mnli")}
+    planned = planned_jobs(repo, "--configfile", "first_best.yaml")
+    assert planned == {("keep_best_target_model", path) for path in kept} | {("all", "")}
+    proc = snakemake(repo, "--cores", "2", "--configfile", "first_best.yaml")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    for path in kept:
+        record = json.loads((repo / path / "sweep_selection.json").read_text())
+        assert record["selected"] == "seed1" and record["selected_on"] == "dev-en"
+        weights = next((repo / path).glob("*.safetensors"))
+        source = repo / path.replace("kept/", "target/").replace("/model", "/seed1/train_log.json")
+        assert json.loads(source.read_text())["best"]["score"] == record["scores"]["seed1"]
+        assert weights.stat().st_nlink >= 1 and (repo / path / "heads.pt").is_file()
+    assert planned_jobs(repo, "--configfile", "first_best.yaml") == set()

@@ -132,3 +132,13 @@ def test_keeping_the_best_of_selected_models_leaves_their_own_records_as_they_we
     sweep.main(["--candidate", f"seed1={seed_model}", "--output", str(kept)])
     assert json.loads((seed_model / sweep.SELECTION_FILE).read_text()) == {"selected": "lr2"}
     assert json.loads((kept / sweep.SELECTION_FILE).read_text())["selected"] == "seed1"
+
+
+def test_each_sweep_point_is_its_own_tracker_run():
+    from workflow_scripts.training import tracking
+
+    base = {"job": "target", "backbone": "b", "config": "none", "target": "xnli", "recipe": "en.dev-en", "seed": 1}
+    names = {
+        tracking.run_name(tracking.identity_of({**base, "point": p}, None, "target")) for p in ("lr1e-05", "lr3e-06")
+    }
+    assert names == {"target/b/en.dev-en/none/xnli/lr1e-05/seed1", "target/b/en.dev-en/none/xnli/lr3e-06/seed1"}

@@ -39,7 +39,8 @@ REQUIRED_MODULES = {
     "wandb": ("wandb",),
 }
 # The identity keys of a run, in the order its name lists them.
-IDENTITY_KEYS = ("job", "backbone", "setting", "config", "target", "stage", "seed")
+# a sweep point (workflow/sweep.py) is one more run of the same seed: its own folder and name
+IDENTITY_KEYS = ("job", "backbone", "setting", "config", "target", "stage", "point", "seed")
 # MLflow's limits (mlflow.utils.validation): longer param values are cut, with a marker.
 MLFLOW_PARAM_KEY_MAX = 250
 MLFLOW_PARAM_VALUE_MAX = 6000
@@ -138,7 +139,7 @@ def identity_of(run_json: str | Mapping[str, Any] | None, root: Path | None, job
 
 
 def run_name(identity: Mapping[str, str]) -> str:
-    """job/backbone/setting/config/target[/stage]/seedN: readable, and one folder per run
+    """job/backbone/setting/config/target[/stage][/point]/seedN: readable, and one folder per run
     under TensorBoard's."""
     parts = [f"seed{identity[k]}" if k == "seed" else identity[k] for k in IDENTITY_KEYS if k in identity]
     return "/".join(p.replace(":", "-").replace("/", "-") for p in parts)

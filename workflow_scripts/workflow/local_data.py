@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.common import repo_path
-from workflow_scripts.data.tasks import TASKS, get_task
+from workflow_scripts.data import tasks as task_catalogue
+from workflow_scripts.data.tasks import get_task
 from workflow_scripts.formats import get_format
 
 # File types by suffix; tasks.<name>.data.file_type names one for a file with another suffix.
@@ -146,7 +147,7 @@ def file_columns(path: Path, file_type: str) -> list[str]:
 def check_config(config: dict[str, Any]) -> None:
     """Every task's local files, before any job runs: each error names the key and the file."""
     for task, cfg in config["tasks"].items():
-        if task not in TASKS:
+        if task not in task_catalogue.TASKS:  # read at call time: catalogues register tasks late
             continue  # grid.check_config names it
         if ("hub" in cfg) == ("data" in cfg):
             raise LocalDataError(

@@ -123,6 +123,7 @@ def test_a_sweep_selects_each_seeds_point_on_english_dev_and_discards_what_it_do
         sweep={"learning_rate": [2.0e-3, 1.0e-7]},
         disk={"keep_target_models": "none", "keep_intermediate_models": "while_needed"},
     )
+    config["tasks"]["xnli"]["epochs"] = 1  # four trainings: short ones
     (repo / "swept.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     proc = snakemake(repo, "--cores", "2", "--configfile", "swept.yaml")
     assert proc.returncode == 0, proc.stderr[-4000:]

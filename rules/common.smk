@@ -16,6 +16,7 @@ from workflow_scripts.workflow import backbone_grid, config_check, config_layers
 from workflow_scripts import revisions
 from workflow_scripts.workflow.codehash import module_digest, task_fingerprint
 from workflow_scripts.workflow.summary import run_summary
+from workflow_scripts.reporting import availability
 from workflow_scripts.common import canonical_json, repo_path
 from workflow_scripts.data import tasks as task_catalogue
 from workflow_scripts.data.tasks import TASKS
@@ -114,6 +115,23 @@ def settings(fn, *keys):
     """A params function: the canonical JSON of what fn resolves for the rule's wildcards
     (a step's settings, or the map of a training phase's data files)."""
     return lambda wildcards: canonical_json(fn(config, *(getattr(wildcards, k) for k in keys)))
+
+
+# Each table the report shows is an HTML page rendered from its Markdown or CSV
+# (reporting.html_page): the report draws HTML inline and offers other files only as downloads.
+
+
+def table_pages(decimals=None, **pages):
+    """A params function: html_page's arguments, PAGE=SOURCE from output names (page=source),
+    and the decimal places of CSV sources where a page has one."""
+    options = [] if decimals is None else ["--decimals", str(decimals)]
+    return lambda wildcards, output: " ".join(
+        options + [shlex.quote(f"{getattr(output, page)}={getattr(output, source)}") for page, source in pages.items()]
+    )
+
+
+# The command that renders a job's pages, after its own, into the same log.
+RENDER_PAGES = " && python -m workflow_scripts.reporting.html_page {params.pages} >> {log:q} 2>&1"
 
 
 def res(rule_name, key):

@@ -11,22 +11,10 @@ rule plot_results:
         per_language=rules.aggregate_tables.output.per_language_csv,
         runs=rules.aggregate_tables.output.runs_csv,
     output:
-        main_png=report(
-            f"{RESULTS}/figures/{{backbone}}/main_deltas.png",
-            caption="../report/main_deltas.rst",
-            category="Results",
-            labels={"backbone": "{backbone}", "figure": "main table, differences"},
-        ),
+        # The figures that can lack data are in the report through list_unavailable_figures.
+        main_png=f"{RESULTS}/figures/{{backbone}}/main_deltas.png",
         main_svg=f"{RESULTS}/figures/{{backbone}}/main_deltas.svg",
-        per_language_png=[
-            report(
-                f"{RESULTS}/figures/{{backbone}}/per_language/{target}.png",
-                caption="../report/per_language.rst",
-                category="Results",
-                labels={"backbone": "{backbone}", "figure": "per language", "target": target},
-            )
-            for target in config["targets"]
-        ],
+        per_language_png=[f"{RESULTS}/figures/{{backbone}}/per_language/{target}.png" for target in config["targets"]],
         per_language_svg=[f"{RESULTS}/figures/{{backbone}}/per_language/{target}.svg" for target in config["targets"]],
         seeds_png=report(
             f"{RESULTS}/figures/{{backbone}}/seed_spread.png",
@@ -35,15 +23,7 @@ rule plot_results:
             labels={"backbone": "{backbone}", "figure": "spread over seeds"},
         ),
         seeds_svg=f"{RESULTS}/figures/{{backbone}}/seed_spread.svg",
-        settings_png=[
-            report(
-                f"{RESULTS}/figures/{{backbone}}/settings/{token}.png",
-                caption="../report/setting_deltas.rst",
-                category="Transfer settings",
-                labels={"backbone": "{backbone}", "figure": "per language", "setting": token},
-            )
-            for token in other_setting_tokens()
-        ],
+        settings_png=[f"{RESULTS}/figures/{{backbone}}/settings/{token}.png" for token in other_setting_tokens()],
         settings_svg=[f"{RESULTS}/figures/{{backbone}}/settings/{token}.svg" for token in other_setting_tokens()],
     log:
         f"{LOGS}/plot_results/{{backbone}}.log",
@@ -146,19 +126,13 @@ rule plot_training:
     input:
         runs=lambda wildcards: grid.training_outputs(config, wildcards.backbone),
     output:
-        figures=[
-            report(
-                f"{RESULTS}/figures/{{backbone}}/training/{name}.png",
-                caption="../report/training_curves.rst",
-                category="Training",
-                labels={"backbone": "{backbone}", "figure": "training curves", "config": name},
-            )
-            for name in INTERMEDIATE
-        ],
+        # in the report through list_unavailable_figures: a config the grid leaves out has no run
+        figures=[f"{RESULTS}/figures/{{backbone}}/training/{name}.png" for name in INTERMEDIATE],
         figures_svg=[f"{RESULTS}/figures/{{backbone}}/training/{name}.svg" for name in INTERMEDIATE],
         md=f"{RESULTS}/tables/{{backbone}}/training.md",
-        csv=report(
-            f"{RESULTS}/tables/{{backbone}}/training.csv",
+        csv=f"{RESULTS}/tables/{{backbone}}/training.csv",
+        html=report(
+            f"{RESULTS}/tables/{{backbone}}/training.html",
             caption="../report/training_table.rst",
             category="Training",
             labels={"backbone": "{backbone}", "table": "runs to look at", "config": "all"},
@@ -171,12 +145,14 @@ rule plot_training:
         figures=lambda wildcards: f"{RESULTS}/figures/{wildcards.backbone}/training",
         configs=" ".join(shlex.quote(name) for name in INTERMEDIATE),
         code=module_digest("reporting.training_curves"),
+        pages=table_pages(html="md"),
+        page_code=module_digest("reporting.html_page"),
     conda:
         "../envs/data.yaml"
     shell:
         "python -m workflow_scripts.reporting.training_curves --backbone {wildcards.backbone} --runs {input.runs}"
         " --configs {params.configs} --figures {params.figures} --md {output.md} --csv {output.csv}"
-        " > $(fresh_log {log:q}) 2>&1"
+        " > $(fresh_log {log:q}) 2>&1" + RENDER_PAGES
 
 
 rule compare_backbones:
@@ -186,18 +162,15 @@ rule compare_backbones:
         backbones=expand(f"{RESULTS}/models/backbones/{{backbone}}", backbone=BACKBONES),
     output:
         md=f"{RESULTS}/tables/backbones.md",
-        csv=report(
-            f"{RESULTS}/tables/backbones.csv",
+        csv=f"{RESULTS}/tables/backbones.csv",
+        html=report(
+            f"{RESULTS}/tables/backbones.html",
             caption="../report/backbones_table.rst",
             category="Backbones",
             labels={"table": "across backbones"},
         ),
-        png=report(
-            f"{RESULTS}/figures/backbones_delta.png",
-            caption="../report/backbones_figure.rst",
-            category="Backbones",
-            labels={"figure": "delta against parameters"},
-        ),
+        # in the report through list_unavailable_figures: without a config besides the baseline it has no data
+        png=f"{RESULTS}/figures/backbones_delta.png",
         svg=f"{RESULTS}/figures/backbones_delta.svg",
     log:
         f"{LOGS}/compare_backbones.log",
@@ -211,12 +184,14 @@ rule compare_backbones:
         code=module_digest("reporting.compare_backbones"),
         # the catalogue entries and converters of the tasks this job reads, and no other
         tasks=job_tasks(lambda w: grid.grid_tasks(config)),
+        pages=table_pages(html="md"),
+        page_code=module_digest("reporting.html_page"),
     conda:
         "../envs/data.yaml"
     shell:
         "python -m workflow_scripts.reporting.compare_backbones --settings {params.settings:q} --tables {params.tables}"
         " --models {params.models} --md {output.md} --csv {output.csv}"
-        " --figure {params.figure} > $(fresh_log {log:q}) 2>&1"
+        " --figure {params.figure} > $(fresh_log {log:q}) 2>&1" + RENDER_PAGES
 
 
 rule tabulate_cost:
@@ -236,8 +211,9 @@ rule tabulate_cost:
         ),
     output:
         md=f"{RESULTS}/tables/cost.md",
-        csv=report(
-            f"{RESULTS}/tables/cost.csv",
+        csv=f"{RESULTS}/tables/cost.csv",
+        html=report(
+            f"{RESULTS}/tables/cost.html",
             caption="../report/cost_table.rst",
             category="Cost",
             labels={"table": "cost per rule"},
@@ -248,8 +224,123 @@ rule tabulate_cost:
         resources=lambda wildcards: canonical_json(rule_resources()),
         benchmarks=f"{RESULTS}/benchmarks",
         code=module_digest("workflow.cost"),
+        pages=table_pages(html="md"),
+        page_code=module_digest("reporting.html_page"),
     conda:
         "../envs/data.yaml"
     shell:
         "python -m workflow_scripts.workflow.cost measured --benchmarks {params.benchmarks} --resources {params.resources:q}"
-        " --md {output.md} --csv {output.csv} > $(fresh_log {log:q}) 2>&1"
+        " --md {output.md} --csv {output.csv} > $(fresh_log {log:q}) 2>&1" + RENDER_PAGES
+
+
+# The figures that can lack data (reporting/availability.py), each with its report entry. A rule
+# writes the same figures for every backbone, so a part of the grid a backbone leaves out is a
+# placeholder image; the report lists only the figures drawn from data and names the others on
+# one page, with the reason.
+
+
+def figure_entry(path, caption, category, labels, reason):
+    return {"figure": path, "caption": f"../report/{caption}.rst", "category": category, "labels": labels, "reason": reason}
+
+
+def backbone_figures(backbone):
+    """A backbone's figures that can lack data: differences (main, per language, per setting),
+    training curves, image minus text."""
+    settings = grid.table_settings(config, backbone)
+    path = lambda pattern: expand(pattern, backbone=backbone)[0]
+    labels = lambda **more: {"backbone": backbone, **more}
+    plots, baseline = rules.plot_results.output, transfer.baseline_setting(config)
+    entries = [
+        figure_entry(
+            path(plots.main_png),
+            "main_deltas",
+            "Results",
+            labels(figure="main table, differences"),
+            availability.main_deltas(settings),
+        )
+    ]
+    for target, pattern in zip(config["targets"], plots.per_language_png):
+        reason = availability.per_language(settings, target)
+        entries.append(
+            figure_entry(path(pattern), "per_language", "Results", labels(figure="per language", target=target), reason)
+        )
+    for setting, pattern in zip([s for s in transfer.configured(config) if s != baseline], plots.settings_png):
+        token, reason = transfer.path_token(setting), availability.setting_deltas(settings, setting)
+        entries.append(
+            figure_entry(
+                path(pattern), "setting_deltas", "Transfer settings", labels(figure="per language", setting=token), reason
+            )
+        )
+    for name, pattern in zip(INTERMEDIATE, rules.plot_training.output.figures):
+        reason = availability.training_curves(settings, name)
+        entries.append(
+            figure_entry(path(pattern), "training_curves", "Training", labels(figure="training curves", config=name), reason)
+        )
+    pairs = grid.modality_settings(config, backbone)["pairs"]
+    entries.append(
+        figure_entry(
+            path(rules.tabulate_modality.output.png),
+            "modality",
+            "Modality",
+            labels(figure="image minus text premise"),
+            availability.modality(pairs),
+        )
+    )
+    return entries
+
+
+def report_figures():
+    """Every figure of the grid that can lack data: each backbone's, then those across backbones."""
+    entries = [entry for backbone in BACKBONES for entry in backbone_figures(backbone)]
+    pairs = [pair for backbone in BACKBONES for pair in grid.modality_settings(config, backbone)["pairs"]]
+    entries.append(
+        figure_entry(
+            rules.compare_modality.output.png,
+            "modality_scaling",
+            "Modality",
+            {"backbone": "all", "figure": "image minus text premise, by backbone size"},
+            availability.modality(pairs),
+        )
+    )
+    entries.append(
+        figure_entry(
+            rules.compare_backbones.output.png,
+            "backbones_figure",
+            "Backbones",
+            {"figure": "delta against parameters, per family"},
+            availability.across_backbones(grid.comparison_settings(config)),
+        )
+    )
+    return entries
+
+
+FIGURES = report_figures()
+
+
+rule list_unavailable_figures:
+    """The report's figures that can lack data: those drawn from data are registered, with
+    their captions, as this rule's inputs; the others are named, with the reason, on its page."""
+    input:
+        # ancient: a redrawn figure changes nothing on the page, so it does not rerun this job
+        figures=[
+            ancient(report(entry["figure"], caption=entry["caption"], category=entry["category"], labels=entry["labels"]))
+            for entry in FIGURES
+            if entry["reason"] is None
+        ],
+    output:
+        html=report(
+            f"{RESULTS}/figures/not_available.html",
+            caption="../report/not_available.rst",
+            category="Not available",
+            labels={"page": "figures without data"},
+        ),
+    log:
+        f"{LOGS}/list_unavailable_figures.log",
+    params:
+        missing=canonical_json([{"figure": e["figure"], "reason": e["reason"]} for e in FIGURES if e["reason"]]),
+        code=module_digest("reporting.unavailable"),
+    conda:
+        "../envs/data.yaml"
+    shell:
+        "python -m workflow_scripts.reporting.unavailable --missing {params.missing:q} --html {output.html}"
+        " > $(fresh_log {log:q}) 2>&1"

@@ -7,8 +7,9 @@ backbone, ordered by parameter count; the same for the average over the targets 
 backbone ran (backbones may run different parts of the grid, and averages over different
 targets do not compare); and a figure of each config's average difference against the
 backbone's parameter count, one line per backbone family (a family's ladder of sizes: encoder,
-decoder, seq2seq), so that no line joins backbones that differ in architecture. Targets a backbone's training mixture contained are marked
-(‡: not zero-shot), as the per-backbone tables do.
+decoder, seq2seq), so that no line joins backbones that differ in architecture. Targets a
+backbone's training mixture contained are marked (‡: not zero-shot), as the per-backbone
+tables do.
 
 Parameter counts come from the config (``backbones.<name>.parameters``) or, when it names
 none (the demo's models), from the safetensors headers of the prepared backbone: shapes

@@ -103,12 +103,12 @@ def frame_html(frame, decimals: int) -> str:
     return re.sub(r"<td>([^<]*)</td>", lambda m: _cell("td", html.unescape(m.group(1))), body)
 
 
-def page(title: str, body: str, source: Path) -> str:
-    """A whole HTML document: the body, then the file it was rendered from."""
+def page(title: str, body: str, source: Path | None = None) -> str:
+    """A whole HTML document: the body, then the file it was rendered from (when there is one)."""
+    footer = f'<p class="source">Rendered from <code>{html.escape(str(source))}</code>.</p>\n' if source else ""
     return (
         f'<!DOCTYPE html>\n<html>\n<head>\n<meta charset="utf-8">\n<title>{html.escape(title)}</title>\n'
-        f"<style>{STYLE}</style>\n</head>\n<body>\n{body}\n"
-        f'<p class="source">Rendered from <code>{html.escape(str(source))}</code>.</p>\n</body>\n</html>\n'
+        f"<style>{STYLE}</style>\n</head>\n<body>\n{body}\n{footer}</body>\n</html>\n"
     )
 
 

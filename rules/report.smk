@@ -1,7 +1,7 @@
 # What is built from the finished grid: figures, LaTeX tables, the leaderboard submission and
 # the cost table, per backbone, and the comparison across backbones; the captions
-# `snakemake --report report.html` shows with them and with the tables (categories: Results,
-# Transfer settings, Translation, Backbones, Training, Cost).
+# `snakemake --report report.html` shows with them and with the tables' HTML pages (categories:
+# Results, Transfer settings, Translation, Backbones, Training, Cost, Modality, Not available).
 
 
 rule plot_results:
@@ -240,7 +240,13 @@ rule tabulate_cost:
 
 
 def figure_entry(path, caption, category, labels, reason):
-    return {"figure": path, "caption": f"../report/{caption}.rst", "category": category, "labels": labels, "reason": reason}
+    return {
+        "figure": path,
+        "caption": f"../report/{caption}.rst",
+        "category": category,
+        "labels": labels,
+        "reason": reason,
+    }
 
 
 def backbone_figures(backbone):
@@ -268,13 +274,19 @@ def backbone_figures(backbone):
         token, reason = transfer.path_token(setting), availability.setting_deltas(settings, setting)
         entries.append(
             figure_entry(
-                path(pattern), "setting_deltas", "Transfer settings", labels(figure="per language", setting=token), reason
+                path(pattern),
+                "setting_deltas",
+                "Transfer settings",
+                labels(figure="per language", setting=token),
+                reason,
             )
         )
     for name, pattern in zip(INTERMEDIATE, rules.plot_training.output.figures):
         reason = availability.training_curves(settings, name)
         entries.append(
-            figure_entry(path(pattern), "training_curves", "Training", labels(figure="training curves", config=name), reason)
+            figure_entry(
+                path(pattern), "training_curves", "Training", labels(figure="training curves", config=name), reason
+            )
         )
     pairs = grid.modality_settings(config, backbone)["pairs"]
     entries.append(
@@ -323,7 +335,9 @@ rule list_unavailable_figures:
     input:
         # ancient: a redrawn figure changes nothing on the page, so it does not rerun this job
         figures=[
-            ancient(report(entry["figure"], caption=entry["caption"], category=entry["category"], labels=entry["labels"]))
+            ancient(
+                report(entry["figure"], caption=entry["caption"], category=entry["category"], labels=entry["labels"])
+            )
             for entry in FIGURES
             if entry["reason"] is None
         ],

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -118,7 +117,9 @@ def test_plots_draw_a_placeholder_exactly_where_availability_has_a_reason(monkey
     plots.plot_results(tmp_path, settings, tmp_path)
     part = backbone_grid.grid_of(config, "llama_tiny")
     others = [s for s in transfer.configured(config) if s != transfer.baseline_setting(config)]
-    assert drawn == [t for t in config["targets"] if t in part["targets"]] + [s for s in others if s in part["settings"]]
+    assert drawn == [t for t in config["targets"] if t in part["targets"]] + [
+        s for s in others if s in part["settings"]
+    ]
     assert {name for name, _ in placeholders} == {t for t in config["targets"] if t not in part["targets"]} | {
         transfer.path_token(s) for s in others if s not in part["settings"]
     }
@@ -162,7 +163,9 @@ def test_the_across_backbones_figure_draws_those_lines_labelled_by_family(monkey
     settings = {"intermediate": ["none", "mnli"], "baseline": "none"}
     compare_backbones.delta_figure(_comparison_frame(), settings, ["xnli"], tmp_path / "backbones_delta")
     (ax,) = figures[0].axes
-    drawn = {line.get_label(): list(line.get_xdata()) for line in ax.get_lines() if not line.get_label().startswith("_")}
+    drawn = {
+        line.get_label(): list(line.get_xdata()) for line in ax.get_lines() if not line.get_label().startswith("_")
+    }
     assert drawn == {
         "encoder: mnli": [278_000_000, 560_000_000],
         "decoder: mnli": [560_000_000, 1_100_000_000],
@@ -192,7 +195,11 @@ def test_the_report_registers_figures_with_data_and_lists_the_others(tmp_path):
         for s in transfer.configured(config)
         if s not in part["settings"]
     }
-    expected |= {f"{figures}/llama_tiny/training/{c}.png" for c in config["intermediate"] if c not in part["intermediate"]}
+    expected |= {
+        f"{figures}/llama_tiny/training/{c}.png" for c in config["intermediate"] if c not in part["intermediate"]
+    }
     assert {m["figure"] for m in missing} == expected
     assert not registered & expected, "a placeholder is registered in the report"
-    assert f"{figures}/backbones_delta.png" in registered and f"{figures}/xlmr_tiny/per_language/xquad.png" in registered
+    assert (
+        f"{figures}/backbones_delta.png" in registered and f"{figures}/xlmr_tiny/per_language/xquad.png" in registered
+    )

@@ -97,7 +97,8 @@ rule aggregate_tables:
         " --translated-md {output.translated_md} --translated-csv {output.translated_csv}"
         " --runs-csv {output.runs_csv} --settings-md {output.settings_md} --settings-csv {output.settings_csv}"
         " --source-md {output.source_md} --source-csv {output.source_csv}"
-        " --significance-csv {output.significance_csv} > $(fresh_log {log:q}) 2>&1" + RENDER_PAGES
+        " --significance-csv {output.significance_csv} > $(fresh_log {log:q}) 2>&1"
+        " && python -m workflow_scripts.reporting.html_page {params.pages} >> {log:q} 2>&1"
 
 
 rule tabulate_modality:
@@ -132,7 +133,8 @@ rule tabulate_modality:
         "../envs/data.yaml"
     shell:
         "python -m workflow_scripts.reporting.modality --settings {params.settings:q} --runs {input.runs}"
-        " --md {output.md} --csv {output.csv} --figure {params.stem} > $(fresh_log {log:q}) 2>&1" + RENDER_PAGES
+        " --md {output.md} --csv {output.csv} --figure {params.stem} > $(fresh_log {log:q}) 2>&1"
+        " && python -m workflow_scripts.reporting.html_page {params.pages} >> {log:q} 2>&1"
 
 
 rule compare_modality:
@@ -169,4 +171,5 @@ rule compare_modality:
     shell:
         "python -m workflow_scripts.reporting.modality_scaling --settings {params.settings:q}"
         " --tables {params.tables} --models {params.models} --md {output.md} --csv {output.csv}"
-        " --figure {params.figure} > $(fresh_log {log:q}) 2>&1" + RENDER_PAGES
+        " --figure {params.figure} > $(fresh_log {log:q}) 2>&1"
+        " && python -m workflow_scripts.reporting.html_page {params.pages} >> {log:q} 2>&1"

@@ -162,4 +162,5 @@ rule tabulate_translation:
         "../envs/data.yaml"
     shell:
         "python -m workflow_scripts.reporting.tables translation --stats {input.stats} --quality {input.quality}"
-        " --intermediate {input.models} --md {output.md} --csv {output.csv} > $(fresh_log {log:q}) 2>&1" + RENDER_PAGES
+        " --intermediate {input.models} --md {output.md} --csv {output.csv} > $(fresh_log {log:q}) 2>&1"
+        " && python -m workflow_scripts.reporting.html_page {params.pages} >> {log:q} 2>&1"

@@ -488,10 +488,11 @@ def test_report_holds_every_table_and_figure_with_its_caption(demo):
     assert proc.returncode == 0, proc.stderr[-3000:]
     raw = (demo / "report.html").read_text()
     page = " ".join(html.unescape(raw).replace("\\n", " ").replace("\n", " ").split())
-    added = set(re.findall(r"^Adding (\S+) \(", proc.stdout + proc.stderr, re.M))  # each result the report holds
-    figures = sorted((demo / "results/demo/figures").rglob("*.png"))
+    # the report's results, keyed by path (Snakemake's html_reporter/data/results.py)
+    results = json.loads(re.search(r"var results = (\{.*?\});?\s*\n", raw).group(1))
+    figures = {str(p.relative_to(demo)) for p in (demo / "results/demo/figures").rglob("*.png")}
     missing = (demo / "results/demo/figures/not_available.html").read_text()
-    placeholders = {p for p in figures if f"<code>{p.relative_to(demo)}</code>" in missing}
+    placeholders = {p for p in figures if f"<code>{p}</code>" in missing}
     config = load_config(demo)
     # per backbone: main deltas, seed spread, the modality figure, one per target and per setting
     # besides the baseline, the training curves of each config; then the translation figure and
@@ -499,25 +500,18 @@ def test_report_holds_every_table_and_figure_with_its_caption(demo):
     per_backbone = 3 + len(config["targets"]) + len(config["transfer"]["settings"]) - 1 + len(config["intermediate"])
     assert len(figures) == len(config["backbones"]) * per_backbone + 3
     # the placeholders: the decoder's narrowed grid (2 targets, 6 settings, 1 config) and the
-    # image-vs-text figures (no image task in the demo)
+    # image-vs-text figures (no image task in the demo); the report shows every other figure
     assert len(placeholders) == 12
-    assert {p.name for p in figures if p not in placeholders} <= added
-    assert not {p.name for p in placeholders} - {p.name for p in figures if p not in placeholders} & added
-    tables = sorted((demo / "results/demo/tables").rglob("*.html"))
-    assert {p.stem for p in tables} >= {
-        "main",
-        "per_language",
-        "runs",
-        "settings",
-        "cost",
-        "translation",
-        "backbones",
-        "training",
-    }
-    assert {p.name for p in tables} <= added and "not_available.html" in added
-    assert not any(name.endswith(".csv") for name in added), "tables are pages, not CSV downloads"
-    for table in tables:
-        assert "<td" in table.read_text(), f"{table} has no table cell"
+    assert {path for path in results if path.endswith(".png")} == figures - placeholders
+    tables = {str(p.relative_to(demo)) for p in (demo / "results/demo/tables").rglob("*.html")}
+    assert {Path(p).stem for p in tables} >= {"training", "modality", "source_languages", "translated"}
+    assert set(results) == figures - placeholders | tables | {"results/demo/figures/not_available.html"}
+    assert all(results[table]["mime_type"] == "text/html" for table in tables), "shown inline, not as a download"
+    # the tables the demo fills (the others may say in a line that they have no row)
+    filled = {"main", "best", "per_language", "runs", "settings", "significance", "cost", "translation", "backbones"}
+    assert {Path(p).stem for p in tables} >= filled
+    for table in [t for t in tables if Path(t).stem in filled]:
+        assert "<td" in (demo / table).read_text(), f"{table} has no table cell"
     # Captions are embedded as rendered HTML inside JSON strings: compare their text without
     # the tags and RST literals, with non-ASCII characters either raw or \u-escaped.
     text = re.sub(r"<[^>]+>", "", page)

@@ -124,6 +124,9 @@ def test_plots_draw_a_placeholder_exactly_where_availability_has_a_reason(monkey
         transfer.path_token(s) for s in others if s not in part["settings"]
     }
     assert all("llama_tiny does not run" in reason for _, reason in placeholders)
+    placeholders.clear()
+    plots.plot_results(tmp_path, {**settings, "intermediate": [settings["baseline"]]}, tmp_path)
+    assert {"main_deltas", *part["targets"]} <= {name for name, _ in placeholders}, "no difference to draw"
 
 
 def _comparison_frame() -> pd.DataFrame:

@@ -24,7 +24,9 @@ def _backbone(settings: dict[str, Any]) -> str:
 def _no_other_config(settings: dict[str, Any]) -> str | None:
     """Differences to the baseline config need the baseline and one other config."""
     baseline, configs = settings["baseline"], settings["intermediate"]
-    if baseline not in configs or not [c for c in configs if c != baseline]:
+    if baseline not in configs:
+        return f"backbone {_backbone(settings)} does not run the baseline config `{baseline}` (its grid leaves it out)"
+    if not [c for c in configs if c != baseline]:
         return f"backbone {_backbone(settings)} runs no intermediate config besides the baseline `{baseline}`"
     return None
 

@@ -28,7 +28,8 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 p.source { color: #666; font-size: 12px; }
 """
 ALIGNMENT_CELL = re.compile(r"^:?-+:?$")
-NUMBER = re.compile(r"^[+\-−]?\d[\d.,]*(e[+\-]?\d+)?\s*[%†‡*]*$")
+# a number, signed or not, with its marks (†, ‡, §, *), or two of them as QA's "F1 / EM"
+NUMBER = re.compile(r"^[+\-−]?\d[\d.,]*(e[+\-]?\d+)?(\s*/\s*[+\-−]?\d[\d.,]*)?(\s*[%†‡§*])*$")
 
 
 def inline(text: str) -> str:

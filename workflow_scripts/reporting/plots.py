@@ -219,9 +219,12 @@ def plot_results(tables: Path, settings: dict[str, Any], output: Path) -> None:
     main = read_result_table(tables / "main.csv")
     per_language = read_result_table(tables / "per_language.csv")
     runs = read_result_table(tables / "runs.csv")
-    main_deltas(main, settings, output)
     # One figure per target and setting of the config; one without data (availability.py) is a
     # placeholder saying why, which the report leaves out of its results.
+    if (reason := availability.main_deltas(settings)) is None:
+        main_deltas(main, settings, output)
+    else:
+        placeholder("main table, differences", reason, output / "main_deltas")
     for target in settings.get("output_targets", settings["targets"]):
         stem = output / "per_language" / target
         if (reason := availability.per_language(settings, target)) is None:

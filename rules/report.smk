@@ -1,7 +1,7 @@
 # What is built from the finished grid: figures, LaTeX tables, the leaderboard submission and
 # the cost table, per backbone, and the comparison across backbones; the captions
-# `snakemake --report report.html` shows with them and with the tables (categories: Results,
-# Transfer settings, Translation, Backbones, Training, Cost).
+# `snakemake --report report.html` shows with them and with the tables' HTML pages (categories:
+# Results, Transfer settings, Translation, Backbones, Training, Cost, Modality, Not available).
 
 
 rule plot_results:
@@ -11,22 +11,10 @@ rule plot_results:
         per_language=rules.aggregate_tables.output.per_language_csv,
         runs=rules.aggregate_tables.output.runs_csv,
     output:
-        main_png=report(
-            f"{RESULTS}/figures/{{backbone}}/main_deltas.png",
-            caption="../report/main_deltas.rst",
-            category="Results",
-            labels={"backbone": "{backbone}", "figure": "main table, differences"},
-        ),
+        # The figures that can lack data are in the report through list_unavailable_figures.
+        main_png=f"{RESULTS}/figures/{{backbone}}/main_deltas.png",
         main_svg=f"{RESULTS}/figures/{{backbone}}/main_deltas.svg",
-        per_language_png=[
-            report(
-                f"{RESULTS}/figures/{{backbone}}/per_language/{target}.png",
-                caption="../report/per_language.rst",
-                category="Results",
-                labels={"backbone": "{backbone}", "figure": "per language", "target": target},
-            )
-            for target in config["targets"]
-        ],
+        per_language_png=[f"{RESULTS}/figures/{{backbone}}/per_language/{target}.png" for target in config["targets"]],
         per_language_svg=[f"{RESULTS}/figures/{{backbone}}/per_language/{target}.svg" for target in config["targets"]],
         seeds_png=report(
             f"{RESULTS}/figures/{{backbone}}/seed_spread.png",
@@ -35,15 +23,7 @@ rule plot_results:
             labels={"backbone": "{backbone}", "figure": "spread over seeds"},
         ),
         seeds_svg=f"{RESULTS}/figures/{{backbone}}/seed_spread.svg",
-        settings_png=[
-            report(
-                f"{RESULTS}/figures/{{backbone}}/settings/{token}.png",
-                caption="../report/setting_deltas.rst",
-                category="Transfer settings",
-                labels={"backbone": "{backbone}", "figure": "per language", "setting": token},
-            )
-            for token in other_setting_tokens()
-        ],
+        settings_png=[f"{RESULTS}/figures/{{backbone}}/settings/{token}.png" for token in other_setting_tokens()],
         settings_svg=[f"{RESULTS}/figures/{{backbone}}/settings/{token}.svg" for token in other_setting_tokens()],
     log:
         f"{LOGS}/plot_results/{{backbone}}.log",
@@ -147,19 +127,13 @@ rule plot_training:
         # the models' records, not the models: a discarded model stays discarded (disk.py)
         records=lambda wildcards: grid.training_records(config, wildcards.backbone),
     output:
-        figures=[
-            report(
-                f"{RESULTS}/figures/{{backbone}}/training/{name}.png",
-                caption="../report/training_curves.rst",
-                category="Training",
-                labels={"backbone": "{backbone}", "figure": "training curves", "config": name},
-            )
-            for name in INTERMEDIATE
-        ],
+        # in the report through list_unavailable_figures: a config the grid leaves out has no run
+        figures=[f"{RESULTS}/figures/{{backbone}}/training/{name}.png" for name in INTERMEDIATE],
         figures_svg=[f"{RESULTS}/figures/{{backbone}}/training/{name}.svg" for name in INTERMEDIATE],
         md=f"{RESULTS}/tables/{{backbone}}/training.md",
-        csv=report(
-            f"{RESULTS}/tables/{{backbone}}/training.csv",
+        csv=f"{RESULTS}/tables/{{backbone}}/training.csv",
+        html=report(
+            f"{RESULTS}/tables/{{backbone}}/training.html",
             caption="../report/training_table.rst",
             category="Training",
             labels={"backbone": "{backbone}", "table": "runs to look at", "config": "all"},
@@ -173,12 +147,15 @@ rule plot_training:
         runs=lambda wildcards: " ".join(shlex.quote(m) for m in grid.training_outputs(config, wildcards.backbone)),
         configs=" ".join(shlex.quote(name) for name in INTERMEDIATE),
         code=module_digest("reporting.training_curves"),
+        pages=table_pages(html="md"),
+        page_code=module_digest("reporting.html_page"),
     conda:
         "../envs/data.yaml"
     shell:
         "python -m workflow_scripts.reporting.training_curves --backbone {wildcards.backbone} --runs {params.runs}"
         " --configs {params.configs} --figures {params.figures} --md {output.md} --csv {output.csv}"
         " > $(fresh_log {log:q}) 2>&1"
+        " && python -m workflow_scripts.reporting.html_page {params.pages} >> {log:q} 2>&1"
 
 
 rule compare_backbones:
@@ -188,18 +165,15 @@ rule compare_backbones:
         backbones=expand(f"{RESULTS}/models/backbones/{{backbone}}", backbone=BACKBONES),
     output:
         md=f"{RESULTS}/tables/backbones.md",
-        csv=report(
-            f"{RESULTS}/tables/backbones.csv",
+        csv=f"{RESULTS}/tables/backbones.csv",
+        html=report(
+            f"{RESULTS}/tables/backbones.html",
             caption="../report/backbones_table.rst",
             category="Backbones",
             labels={"table": "across backbones"},
         ),
-        png=report(
-            f"{RESULTS}/figures/backbones_delta.png",
-            caption="../report/backbones_figure.rst",
-            category="Backbones",
-            labels={"figure": "delta against parameters"},
-        ),
+        # in the report through list_unavailable_figures: without a config besides the baseline it has no data
+        png=f"{RESULTS}/figures/backbones_delta.png",
         svg=f"{RESULTS}/figures/backbones_delta.svg",
     log:
         f"{LOGS}/compare_backbones.log",
@@ -213,12 +187,15 @@ rule compare_backbones:
         code=module_digest("reporting.compare_backbones"),
         # the catalogue entries and converters of the tasks this job reads, and no other
         tasks=job_tasks(lambda w: grid.grid_tasks(config)),
+        pages=table_pages(html="md"),
+        page_code=module_digest("reporting.html_page"),
     conda:
         "../envs/data.yaml"
     shell:
         "python -m workflow_scripts.reporting.compare_backbones --settings {params.settings:q} --tables {params.tables}"
         " --models {params.models} --md {output.md} --csv {output.csv}"
         " --figure {params.figure} > $(fresh_log {log:q}) 2>&1"
+        " && python -m workflow_scripts.reporting.html_page {params.pages} >> {log:q} 2>&1"
 
 
 rule tabulate_cost:
@@ -238,8 +215,9 @@ rule tabulate_cost:
         ),
     output:
         md=f"{RESULTS}/tables/cost.md",
-        csv=report(
-            f"{RESULTS}/tables/cost.csv",
+        csv=f"{RESULTS}/tables/cost.csv",
+        html=report(
+            f"{RESULTS}/tables/cost.html",
             caption="../report/cost_table.rst",
             category="Cost",
             labels={"table": "cost per rule"},
@@ -250,8 +228,46 @@ rule tabulate_cost:
         resources=lambda wildcards: canonical_json(rule_resources()),
         benchmarks=f"{RESULTS}/benchmarks",
         code=module_digest("workflow.cost"),
+        pages=table_pages(html="md"),
+        page_code=module_digest("reporting.html_page"),
     conda:
         "../envs/data.yaml"
     shell:
         "python -m workflow_scripts.workflow.cost measured --benchmarks {params.benchmarks} --resources {params.resources:q}"
         " --md {output.md} --csv {output.csv} > $(fresh_log {log:q}) 2>&1"
+        " && python -m workflow_scripts.reporting.html_page {params.pages} >> {log:q} 2>&1"
+
+
+# Every figure that can lack data, with its report entry and the reason it has none, if any.
+FIGURES = report_figures()
+
+
+rule list_unavailable_figures:
+    """The report's figures that can lack data: those drawn from data are registered, with
+    their captions, as this rule's inputs; the others are named, with the reason, on its page."""
+    input:
+        # ancient: a redrawn figure changes nothing on the page, so it does not rerun this job
+        figures=[
+            ancient(
+                report(entry["figure"], caption=entry["caption"], category=entry["category"], labels=entry["labels"])
+            )
+            for entry in FIGURES
+            if entry["reason"] is None
+        ],
+    output:
+        html=report(
+            f"{RESULTS}/figures/not_available.html",
+            caption="../report/not_available.rst",
+            category="Not available",
+            labels={"page": "figures without data"},
+        ),
+    log:
+        f"{LOGS}/list_unavailable_figures.log",
+    params:
+        missing=canonical_json([{"figure": e["figure"], "reason": e["reason"]} for e in FIGURES if e["reason"]]),
+        code=module_digest("reporting.unavailable"),
+    conda:
+        "../envs/data.yaml"
+    shell:
+        "python -m workflow_scripts.reporting.unavailable --missing {params.missing:q} --html {output.html}"
+        " > $(fresh_log {log:q}) 2>&1"

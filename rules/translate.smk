@@ -144,8 +144,9 @@ rule tabulate_translation:
         ],
     output:
         md=f"{RESULTS}/tables/translation.md",
-        csv=report(
-            f"{RESULTS}/tables/translation.csv",
+        csv=f"{RESULTS}/tables/translation.csv",
+        html=report(
+            f"{RESULTS}/tables/translation.html",
             caption="../report/translation_table.rst",
             category="Translation",
             labels={"table": "translation"},
@@ -159,8 +160,12 @@ rule tabulate_translation:
         # the catalogue entries and converters of the tasks this job reads, and no other
         tasks=job_tasks(lambda w: grid.grid_tasks(config)),
         models=lambda wildcards: " ".join(grid.translated_intermediate_models(config)),
+        pages=table_pages(html="md"),
+        page_code=module_digest("reporting.html_page"),
     conda:
         "../envs/data.yaml"
     shell:
         "python -m workflow_scripts.reporting.tables translation --stats {input.stats} --quality {input.quality}"
         " --intermediate {params.models} --md {output.md} --csv {output.csv} > $(fresh_log {log:q}) 2>&1"
+        " --intermediate {input.models} --md {output.md} --csv {output.csv} > $(fresh_log {log:q}) 2>&1"
+        " && python -m workflow_scripts.reporting.html_page {params.pages} >> {log:q} 2>&1"

@@ -98,6 +98,7 @@ REPORTS = {
     "tabulate_translation",
     "plot_translation",
     "plot_training",
+    "list_unavailable_figures",
 }
 
 

@@ -50,6 +50,7 @@ RULE_MODULES = {  # the CLI module each rule runs
     "collect_submission": "reporting.submission",
     "compare_backbones": "reporting.compare_backbones",
     "plot_training": "reporting.training_curves",
+    "list_unavailable_figures": "reporting.unavailable",
 }
 COST_TABLE = ("tabulate_cost", "results/demo/tables/cost.md")  # follows the tables: it sums every job's record
 ENCODER, DECODER = "xlmr_tiny", "llama_tiny"  # the demo's backbones
@@ -233,7 +234,8 @@ def test_demo_writes_tables_and_complete_metric_files(demo):
         p.relative_to(demo / "results/demo/benchmarks").parts[0].removesuffix(".tsv")
         for p in (demo / "results/demo/benchmarks").rglob("*.tsv")
     }
-    assert set(RULE_MODULES) - {"tabulate_cost", "collect_submission"} <= recorded  # both only copy or sum
+    # tabulate_cost and collect_submission only sum or copy; list_unavailable_figures writes one page
+    assert set(RULE_MODULES) - {"tabulate_cost", "collect_submission", "list_unavailable_figures"} <= recorded
     cost = (demo / "results/demo/tables/cost.csv").read_text().splitlines()
     assert cost[0] == "rule,jobs,wall_h,mean_min_per_job,max_rss_gb,gpus_per_job,gpu_h,cpu_h"
     trainings = next(line for line in cost if line.startswith("train_target,")).split(",")
@@ -476,35 +478,41 @@ def test_editing_a_module_reruns_the_rules_that_import_it(demo, module):
 
 
 def test_report_holds_every_table_and_figure_with_its_caption(demo):
-    """`snakemake --report` on the finished demo: each CSV table and each PNG figure is in it,
-    each caption is rendered (Jinja filled in), and the description summarises the config."""
+    """`snakemake --report` on the finished demo: each table is in it as an HTML page (with its
+    cells), each figure drawn from data is in it and no placeholder is, the placeholders are
+    named on the "not available" page, each caption is rendered (Jinja filled in), and the
+    description summarises the config."""
     import html
 
     proc = snakemake(demo, "--report", "report.html")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    page = html.unescape((demo / "report.html").read_text()).replace("\\n", " ").replace("\n", " ")
-    page = " ".join(page.split())
-    figures = sorted((demo / "results/demo/figures").rglob("*.png"))
-    tables = sorted((demo / "results/demo/tables").rglob("*.csv"))
+    raw = (demo / "report.html").read_text()
+    page = " ".join(html.unescape(raw).replace("\\n", " ").replace("\n", " ").split())
+    # the report's results, keyed by path (Snakemake's html_reporter/data/results.py)
+    results = json.loads(re.search(r"var results = (\{.*?\});?\s*\n", raw).group(1))
+    figures = {str(p.relative_to(demo)) for p in (demo / "results/demo/figures").rglob("*.png")}
+    missing = (demo / "results/demo/figures/not_available.html").read_text()
+    placeholders = {p for p in figures if f"<code>{p}</code>" in missing}
     config = load_config(demo)
-    # per backbone: main deltas, seed spread, the modality figure (empty here: no image task),
-    # one per target and per setting besides the baseline, the training curves of each config;
-    # then the translation figure and the two across backbones (intermediate-task gains, image
-    # minus text)
+    # per backbone: main deltas, seed spread, the modality figure, one per target and per setting
+    # besides the baseline, the training curves of each config; then the translation figure and
+    # the two across backbones (intermediate-task gains, image minus text)
     per_backbone = 3 + len(config["targets"]) + len(config["transfer"]["settings"]) - 1 + len(config["intermediate"])
     assert len(figures) == len(config["backbones"]) * per_backbone + 3
-    assert {p.stem for p in tables} >= {
-        "main",
-        "per_language",
-        "runs",
-        "settings",
-        "cost",
-        "translation",
-        "backbones",
-        "training",
-    }
-    for item in figures + tables:
-        assert f'"{item.name}"' in page or f"{item.name}" in page, f"{item} is not in the report"
+    # the placeholders: the decoder's narrowed grid (2 targets, 6 settings, 1 config) and the
+    # image-vs-text figures (no image task in the demo); the report shows every other figure
+    assert len(placeholders) == 12
+    assert {path for path in results if path.endswith(".png")} == figures - placeholders
+    tables = {str(p.relative_to(demo)) for p in (demo / "results/demo/tables").rglob("*.html")}
+    assert {Path(p).stem for p in tables} >= {"training", "modality", "source_languages", "translated"}
+    assert set(results) == figures - placeholders | tables | {"results/demo/figures/not_available.html"}
+    assert all(results[table]["mime_type"] == "text/html" for table in tables), "shown inline, not as a download"
+    # the tables the demo fills for every backbone, and the encoder's settings (the decoder runs
+    # zero-shot only); the others may say in a line that they have no row
+    filled = {"main", "best", "per_language", "runs", "significance", "cost", "translation", "backbones"}
+    assert {Path(p).stem for p in tables} >= filled
+    for table in [t for t in tables if Path(t).stem in filled] + [f"results/demo/tables/{ENCODER}/settings.html"]:
+        assert "<td" in (demo / table).read_text(), f"{table} has no table cell"
     # Captions are embedded as rendered HTML inside JSON strings: compare their text without
     # the tags and RST literals, with non-ASCII characters either raw or \u-escaped.
     text = re.sub(r"<[^>]+>", "", page)
@@ -639,6 +647,7 @@ def test_adding_a_backbone_to_a_finished_grid_plans_only_its_jobs_and_the_tables
     config = yaml.safe_load(path.read_text())
     expected = after_metrics(new) | after_training(config, new)
     expected.add(("prepare_backbone", f"results/demo/models/backbones/{new}"))
+    expected.add(("list_unavailable_figures", "results/demo/figures/not_available.html"))  # its figures
     for inter in backbone_grid.grid_of(config, new)["intermediate"]:
         expected |= backbone_jobs(config, new, inter)
     assert planned_jobs(demo, "--configfile", str(path)) == expected

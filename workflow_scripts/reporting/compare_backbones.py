@@ -6,8 +6,10 @@ baseline config's absolute score and every other config's difference to it, one 
 backbone, ordered by parameter count; the same for the average over the targets every
 backbone ran (backbones may run different parts of the grid, and averages over different
 targets do not compare); and a figure of each config's average difference against the
-backbone's parameter count. Targets a backbone's training mixture contained are marked
-(‡: not zero-shot), as the per-backbone tables do.
+backbone's parameter count, one line per backbone family (a family's ladder of sizes: encoder,
+decoder, seq2seq), so that no line joins backbones that differ in architecture. Targets a
+backbone's training mixture contained are marked (‡: not zero-shot), as the per-backbone
+tables do.
 
 Parameter counts come from the config (``backbones.<name>.parameters``) or, when it names
 none (the demo's models), from the safetensors headers of the prepared backbone: shapes
@@ -23,6 +25,7 @@ import argparse
 import json
 import math
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -180,17 +183,79 @@ def render(frame, settings: dict[str, Any], shared: list[str]) -> str:
     return "# Across backbones\n\n" + "\n".join(parts) + "\n" + note + "\n"
 
 
+@dataclass(frozen=True)
+class Ladder:
+    """One line of the figure: a config's Avg difference on the backbones of one family,
+    smallest first."""
+
+    family: str
+    config: str
+    backbones: tuple[str, ...]
+    parameters: tuple[int, ...]
+    values: tuple[float, ...]
+
+
+def ladders(frame, settings: dict[str, Any]) -> list[Ladder]:
+    """The figure's lines: one per family and config. Backbones of different families differ in
+    architecture and pre-training, not only in size, so no line joins them."""
+    avg = frame[(frame["target"] == "avg") & (frame["kind"] == "difference")].sort_values(
+        ["parameters", "backbone"], kind="stable"
+    )
+    lines = []
+    for family in dict.fromkeys(avg["family"]):
+        for config in [c for c in settings["intermediate"] if c in set(avg["intermediate"])]:
+            sub = avg[(avg["family"] == family) & (avg["intermediate"] == config)]
+            if not sub.empty:
+                lines.append(
+                    Ladder(
+                        family,
+                        config,
+                        tuple(sub["backbone"]),
+                        tuple(int(n) for n in sub["parameters"]),
+                        tuple(float(v) for v in sub["value"]),
+                    )
+                )
+    return lines
+
+
 def delta_figure(frame, settings: dict[str, Any], shared: list[str], stem: Path) -> None:
     """Each config's Avg difference to the baseline (over the shared targets) against the
-    backbone's parameter count; each backbone's tick names it."""
+    backbone's parameter count, one line per family ladder (ladders); each backbone's tick
+    names it."""
     from workflow_scripts.reporting.plots import _pyplot, save
 
     plt = _pyplot()
-    avg = frame[(frame["target"] == "avg") & (frame["kind"] == "difference")]
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
-    for config in [c for c in settings["intermediate"] if c in set(avg["intermediate"])]:
-        sub = avg[avg["intermediate"] == config].sort_values("parameters")
-        ax.plot(sub["parameters"], sub["value"], marker="o", label=config)
+    lines = ladders(frame, settings)
+    families = list(dict.fromkeys(line.family for line in lines))
+    configs = list(dict.fromkeys(line.config for line in lines))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    # colour: the config; marker and line style: the family (a one-backbone family is a point)
+    markers, styles = "osD^v", ["-", "--", ":", "-."]
+    for line in lines:
+        f, c = families.index(line.family), configs.index(line.config)
+        ax.plot(
+            line.parameters,
+            line.values,
+            color=colours[c % len(colours)],
+            marker=markers[f % len(markers)],
+            linestyle=styles[f % len(styles)],
+            label=f"{line.family}: {line.config}",
+        )
+    _size_axis(ax, frame)
+    ax.set_ylabel(f"Avg minus `{settings['baseline']}`")
+    ax.set_title(
+        f"Intermediate-task gain against backbone size, per family\n(Avg over {', '.join(shared) or 'no shared target'})",
+        fontsize=10,
+    )
+    if lines:
+        ax.legend(title="family: config", fontsize=7, title_fontsize=7)
+    fig.tight_layout()
+    save(fig, stem)
+
+
+def _size_axis(ax, frame) -> None:
+    """Parameters on a log scale, a tick per backbone naming it."""
     ticks = frame.drop_duplicates("backbone")[["backbone", "parameters"]]
     ax.axhline(0, color="grey", linewidth=0.8)
     ax.set_xscale("log")
@@ -201,15 +266,6 @@ def delta_figure(frame, settings: dict[str, Any], shared: list[str], stem: Path)
         fontsize=7,
     )
     ax.set_xlabel("backbone (parameters, log scale)")
-    ax.set_ylabel(f"Avg minus `{settings['baseline']}`")
-    ax.set_title(
-        f"Intermediate-task gain against backbone size\n(Avg over {', '.join(shared) or 'no shared target'})",
-        fontsize=10,
-    )
-    if not avg.empty:
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    save(fig, stem)
 
 
 def cross_backbone_args(description: str, argv: list[str] | None) -> argparse.Namespace:

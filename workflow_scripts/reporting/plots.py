@@ -27,6 +27,7 @@ from typing import Any
 
 from workflow_scripts.common import InputError, atomic_path, load_settings, read_result_table, setup_logging
 from workflow_scripts.data.tasks import get_task, primary_metric
+from workflow_scripts.reporting import availability
 from workflow_scripts.workflow.transfer import ZERO_SHOT, path_token
 
 FORMATS = ("png", "svg")
@@ -218,29 +219,34 @@ def plot_results(tables: Path, settings: dict[str, Any], output: Path) -> None:
     main = read_result_table(tables / "main.csv")
     per_language = read_result_table(tables / "per_language.csv")
     runs = read_result_table(tables / "runs.csv")
-    main_deltas(main, settings, output)
-    # One figure per target and setting of the config; a backbone that does not run one
-    # draws a figure saying so (figure_not_run).
+    # One figure per target and setting of the config; one without data (availability.py) is a
+    # placeholder saying why, which the report leaves out of its results.
+    if (reason := availability.main_deltas(settings)) is None:
+        main_deltas(main, settings, output)
+    else:
+        placeholder("main table, differences", reason, output / "main_deltas")
     for target in settings.get("output_targets", settings["targets"]):
-        if target in settings["targets"]:
+        stem = output / "per_language" / target
+        if (reason := availability.per_language(settings, target)) is None:
             per_language_deltas(per_language, settings, target, output)
         else:
-            figure_not_run(settings, f"target {target}", output / "per_language" / target)
+            placeholder(f"target {target}", reason, stem)
     seed_spread(runs, settings, output)
     for setting in settings.get("output_settings", settings["settings"]):
         if setting == settings.get("baseline_setting", ZERO_SHOT):
             continue
-        if setting in settings["settings"]:
+        stem = output / "settings" / path_token(setting)
+        if (reason := availability.setting_deltas(settings, setting)) is None:
             setting_deltas(per_language, settings, setting, output)
         else:
-            figure_not_run(settings, f"setting {setting}", output / "settings" / path_token(setting))
+            placeholder(f"setting {setting}", reason, stem)
 
 
-def figure_not_run(settings: dict[str, Any], what: str, stem: Path) -> None:
+def placeholder(title: str, reason: str, stem: Path) -> None:
+    """The image written in place of a figure without data: its title and the reason."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(5, 1.5))
-    backbone = settings.get("backbone", {}).get("name", "this backbone")
-    _empty(ax, what, f"backbone {backbone} does not run {what} (its grid leaves it out)")
+    _empty(ax, title, reason)
     save(fig, stem)
 
 

@@ -5,6 +5,7 @@ checks against the test cluster in tests/test_slurm.py."""
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -122,6 +123,10 @@ def test_presets_offline_name_what_is_missing(preset, missing):
     hub = [r for r in table if r[0] == "hub"]
     assert hub and all(r[2] == "BLOCKER" and r[3].startswith("could not reach http://127.0.0.1:9: ") for r in hub)
     assert any(r[0] == "gpus" and r[2] == "ok" for r in table), proc.stdout
+    if preset == "paper":  # the default disk policy, one job at once: the plan fits 100 GB
+        (disk,) = [r for r in table if r[0] == "disk"]
+        planned = re.search(r"trained models ([\d.]+) GB \(keep_target_models: none: at the peak (\d+) of", disk[3])
+        assert planned and float(planned.group(1)) < 100 and int(planned.group(2)) == 4, disk[3]
 
 
 @pytest.fixture(scope="module")

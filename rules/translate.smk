@@ -167,5 +167,4 @@ rule tabulate_translation:
     shell:
         "python -m workflow_scripts.reporting.tables translation --stats {input.stats} --quality {input.quality}"
         " --intermediate {params.models} --md {output.md} --csv {output.csv} > $(fresh_log {log:q}) 2>&1"
-        " --intermediate {input.models} --md {output.md} --csv {output.csv} > $(fresh_log {log:q}) 2>&1"
         " && python -m workflow_scripts.reporting.html_page {params.pages} >> {log:q} 2>&1"

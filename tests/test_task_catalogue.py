@@ -99,12 +99,17 @@ def _touch_every_output(repo: Path, configfile: str) -> None:
         "train_intermediate",
         "train_target",
         "train_target_stage",
+        "train_target_sweep_point",
+        "select_target_hyperparameters",
+        "keep_best_target_model",
         "collect_submission",
     }
+    # a trained model's record beside it (curve.csv, train_log.json) is a file
+    record = (".csv", ".json")
     for line in summary:
         path, _, rule, *_ = line.split("\t")
         target = repo / path
-        if rule in directory_rules or path.endswith(".predictions"):
+        if (rule in directory_rules and not path.endswith(record)) or path.endswith(".predictions"):
             target.mkdir(parents=True, exist_ok=True)
         else:
             target.parent.mkdir(parents=True, exist_ok=True)

@@ -323,3 +323,22 @@ def test_a_bad_data_row_is_named_on_the_console_and_each_experiments_run_can_be_
     [failed] = demo["failed_jobs"]
     assert failed["outputs"] == ["results/demo/data/mnli/train.parquet"]
     assert any(f"{mirror}, line 3" in line for line in failed["logs"][0]["last_lines"])
+
+
+@pytest.mark.unit
+def test_a_failed_jobs_shown_log_is_not_read_as_the_runs_own_lines(tmp_path):
+    """show-failed-logs prints a Slurm job's log, with its own Snakemake's header and
+    "Provided remote nodes: 1", under the job's error: the run's parallelism stays its own."""
+    shown = ["Logfile .snakemake/slurm_logs/rule_x/5.log:", "=" * 80]
+    shown += ["  Date: 2026-01-02 00:00:00", "Provided remote nodes: 1", "Provided cores: 2", "=" * 80]
+    log = tmp_path / "run.snakemake.log"
+    log.write_text("\n".join(["  Date: 2026-01-01 10:00:00", "Provided remote nodes: 100", *shown, "Done"]) + "\n")
+    run = status.parse_main_log(log)
+    assert run.remote and run.remote_jobs == 100 and run.cores is None
+    assert run.started.day == 1
+    assert status.without_shown_logs(log.read_text().splitlines()) == [
+        "  Date: 2026-01-01 10:00:00",
+        "Provided remote nodes: 100",
+        "Logfile .snakemake/slurm_logs/rule_x/5.log:",
+        "Done",
+    ]

@@ -26,6 +26,9 @@ from workflow_scripts.data.tasks import get_task
 from workflow_scripts.reporting import predictions
 from workflow_scripts.workflow import backbone_grid, benchmark, codehash, config_layers, status, transfer
 
+# Captions of rules a grid has only with a key the demo leaves out (sweep: tables/<b>/sweep)
+CAPTIONS_OF_OPTIONAL_RULES = {"sweep_table.rst"}
+
 pytestmark = pytest.mark.integration
 
 RULE_MODULES = {  # the CLI module each rule runs
@@ -517,6 +520,8 @@ def test_report_holds_every_table_and_figure_with_its_caption(demo):
     # the tags and RST literals, with non-ASCII characters either raw or \u-escaped.
     text = re.sub(r"<[^>]+>", "", page)
     for caption in sorted((demo / "report").glob("*.rst")):
+        if caption.name in CAPTIONS_OF_OPTIONAL_RULES:
+            continue
         first_words = " ".join(caption.read_text().replace("``", "").split()[:6])
         assert "{" in first_words or first_words in text or json.dumps(first_words)[1:-1] in text, (
             f"caption {caption.name} is not in the report"

@@ -217,17 +217,39 @@ def _job_failed(run: Invocation, rule: str, block: list[str]) -> None:
         job.logs = [*job.logs, job.slurm_log]
 
 
+def without_shown_logs(lines: list[str]) -> list[str]:
+    """The main log without the failed jobs' logs Snakemake prints under their errors
+    (show-failed-logs: ``Logfile PATH:``, then the log between two rules of "="): a Slurm
+    job's log holds its own Snakemake's lines, which are not the run's."""
+    kept, i = [], 0
+    while i < len(lines):
+        if lines[i].startswith("Logfile ") and lines[i].endswith(":") and i + 1 < len(lines) and _is_rule(lines[i + 1]):
+            end = next((j for j in range(i + 2, len(lines)) if _is_rule(lines[j])), len(lines) - 1)
+            kept.append(lines[i])
+            i = end + 1
+            continue
+        kept.append(lines[i])
+        i += 1
+    return kept
+
+
+def _is_rule(line: str) -> bool:
+    return len(line) >= 20 and set(line) == {"="}
+
+
 def parse_main_log(path: Path) -> Invocation:
     run = Invocation(log=path)
-    lines = path.read_text(errors="replace").splitlines()
+    lines = without_shown_logs(path.read_text(errors="replace").splitlines())
     i = 0
     while i < len(lines):
         line = lines[i]
         if line.startswith("  Date: ") and run.started is None:
             run.started = datetime.strptime(line.split(": ", 1)[1].strip(), "%Y-%m-%d %H:%M:%S")
-        elif line.startswith("Provided cores: "):
+        # the first only: a failed job's log shown under its error (show-failed-logs) can be a
+        # Slurm job's, with its own Snakemake's lines
+        elif line.startswith("Provided cores: ") and run.cores is None and not run.remote:
             run.cores = int(line.split()[2])
-        elif line.startswith("Provided remote nodes: "):
+        elif line.startswith("Provided remote nodes: ") and not run.remote and run.cores is None:
             run.remote = True
             value = line.split()[3]
             run.remote_jobs = int(value) if value.isdigit() else None

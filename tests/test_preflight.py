@@ -123,10 +123,11 @@ def test_presets_offline_name_what_is_missing(preset, missing):
     hub = [r for r in table if r[0] == "hub"]
     assert hub and all(r[2] == "BLOCKER" and r[3].startswith("could not reach http://127.0.0.1:9: ") for r in hub)
     assert any(r[0] == "gpus" and r[2] == "ok" for r in table), proc.stdout
-    if preset == "paper":  # the default disk policy, one job at once: the plan fits 100 GB
+    if preset == "paper":  # the default disk policy, one job at once (docs/sweeps_and_disk.md's table)
         (disk,) = [r for r in table if r[0] == "disk"]
-        planned = re.search(r"trained models ([\d.]+) GB \(keep_target_models: none: at the peak (\d+) of", disk[3])
-        assert planned and float(planned.group(1)) < 100 and int(planned.group(2)) == 4, disk[3]
+        planned = re.search(r"trained models ([\d.]+) GB \(keep_target_models: none: at the peak (\d+) of 741", disk[3])
+        assert planned and int(planned.group(2)) == 90 + 2, disk[3]
+        assert "90 intermediate kept, 2 target at once (1 jobs at once)" in disk[3]
 
 
 @pytest.fixture(scope="module")

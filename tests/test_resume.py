@@ -292,6 +292,8 @@ def test_ctrl_c_on_snakemake_checkpoints_and_the_rerun_resumes_keeping_the_inter
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert f"resuming from {checkpoints.relative_to(repo)}/checkpoint at step {stopped_at}" in log.read_text()
     assert logs.kept(log, 1).read_text() == interrupted
-    (train_log,) = [p for p in repo.rglob("train_log.json") if json.loads(p.read_text()).get("phase") == "target"]
+    (train_log,) = [  # the model's own (its record beside it is a copy)
+        p for p in repo.rglob("model/train_log.json") if json.loads(p.read_text()).get("phase") == "target"
+    ]
     assert json.loads(train_log.read_text())["resumed_at_step"] == stopped_at
     assert not checkpoints.exists(), "checkpoints are removed once the output exists"

@@ -6,9 +6,12 @@ once every job that reads it has run (its evaluations, a later stage, a sweep's 
 while its metric file, predictions and training record (``curve.csv`` and
 ``train_log.json`` beside the model) stay. ``best`` keeps, per backbone, intermediate config,
 target and recipe, the model of the seed with the best selection (dev) score, linked under
-``kept/``; ``all`` keeps every model. ``keep_intermediate_models: while_needed`` (the default)
-deletes an intermediate model once its targets are trained and its retrieval targets
-evaluated; ``all`` keeps them.
+``kept/``; ``all`` keeps every model. Intermediate models stay by default
+(``keep_intermediate_models: all``). ``while_needed`` deletes one once its targets are trained
+and its retrieval targets evaluated, but Snakemake regenerates a deleted ``temp()`` input for
+any job that needs it again and then reruns every job that reads it: one edited target task
+would retrain the intermediate phase and every target trained from it. Target models have
+few readers (their evaluations), so discarding them costs at most those.
 
 A discarded model comes back only when a job that reads it must rerun (an edited evaluation
 setting retrains the models it scores); with ``best``, adding a seed retrains the discarded
@@ -32,7 +35,7 @@ def discards_target_models(config: dict[str, Any]) -> bool:
 
 
 def discards_intermediate_models(config: dict[str, Any]) -> bool:
-    return config.get("disk", {}).get("keep_intermediate_models", "while_needed") != "all"
+    return config.get("disk", {}).get("keep_intermediate_models", "all") != "all"
 
 
 @dataclasses.dataclass(frozen=True)

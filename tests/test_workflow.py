@@ -26,6 +26,7 @@ from workflow_scripts.data.tasks import get_task
 from workflow_scripts.reporting import predictions
 from workflow_scripts.workflow import backbone_grid, benchmark, codehash, config_layers, status, transfer
 
+UNAVAILABLE_FIGURES = ("list_unavailable_figures", "results/demo/figures/not_available.html")
 # Captions of rules a grid has only with a key the demo leaves out (sweep: tables/<b>/sweep)
 CAPTIONS_OF_OPTIONAL_RULES = {"sweep_table.rst"}
 
@@ -62,9 +63,10 @@ ENCODER, DECODER = "xlmr_tiny", "llama_tiny"  # the demo's backbones
 def after_metrics(*backbones: str) -> set[tuple[str, str]]:
     """What a change of a backbone's metric files reruns: its tables, the figures and LaTeX
     drawn from them, its submission (best models); the comparison across backbones; the cost
-    table."""
+    table; the report's page of figures (its inputs are the figures drawn)."""
     jobs = {
         COST_TABLE,
+        UNAVAILABLE_FIGURES,
         ("compare_backbones", "results/demo/tables/backbones.md"),
         ("compare_modality", "results/demo/tables/modality_scaling.md"),
         ("all", ""),
@@ -90,9 +92,11 @@ def load_config(repo: Path) -> dict:
 
 
 def after_training(config: dict, *backbones: str) -> set[tuple[str, str]]:
-    """What a retrained model reruns besides its evaluation: its backbone's training curves."""
+    """What a retrained model reruns besides its evaluation: its backbone's training curves,
+    and the report's page of figures, which reads them."""
     first = next(iter(config["intermediate"]))  # the job's first output: the first config's figure
-    return {("plot_training", f"results/demo/figures/{b}/training/{first}.png") for b in backbones}
+    curves = {("plot_training", f"results/demo/figures/{b}/training/{first}.png") for b in backbones}
+    return curves | {UNAVAILABLE_FIGURES}
 
 
 def with_config(repo: Path, edit, name: str) -> Path:

@@ -54,8 +54,8 @@ def build_inputs(workdir: Path, examples: int, build_encoder: bool = True) -> No
     import pyarrow.parquet as pq
 
     from workflow_scripts.data.prepare import to_table
-    from workflow_scripts.data.tasks import get_task
     from workflow_scripts.models.demo_models import build_demo_encoder
+    from workflow_scripts.spec.tasks import get_task
 
     paragraphs = [
         p["context"]

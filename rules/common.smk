@@ -20,18 +20,19 @@ from workflow_scripts.workflow import (
     grid,
     local_data,
     logs,
-    paths,
     slurm,
     sweep,
     transfer,
 )
+from workflow_scripts.spec import paths
 from workflow_scripts import revisions
-from workflow_scripts.workflow.codehash import module_digest, task_fingerprint
+from workflow_scripts.spec.codehash import module_digest, task_fingerprint
 from workflow_scripts.workflow.summary import run_summary
 from workflow_scripts.reporting import availability
-from workflow_scripts.common import canonical_json, repo_path
-from workflow_scripts.data import tasks as task_catalogue
-from workflow_scripts.data.tasks import TASKS
+from workflow_scripts.spec.basics import canonical_json, repo_path
+from workflow_scripts.spec.record import settings_json
+from workflow_scripts.spec import tasks as task_catalogue
+from workflow_scripts.spec.tasks import TASKS
 
 # Under Slurm: cancelled and preempted jobs end in a retry, and SIGUSR1 is left to the
 # training process (workflow_scripts/workflow/slurm.py says why each is needed).
@@ -42,7 +43,7 @@ slurm.ignore_usr1_in_job_step()
 # Config errors stop the workflow before any job runs, naming the offending key
 # (workflow_scripts/workflow/config_check.py; the preflight runs the same checks). Every
 # output, log and benchmark record of this run then lives in the experiment's own folders
-# (workflow_scripts/workflow/paths.py), so two configs never overwrite each other.
+# (workflow_scripts/spec/paths.py), so two configs never overwrite each other.
 try:
     # Config files layered on others (`extends:`) resolved, --config over everything: the
     # schema, the checks and every rule see the resolved config (config_layers.py).
@@ -127,7 +128,7 @@ def job_tasks(names_of):
 def settings(fn, *keys):
     """A params function: the canonical JSON of what fn resolves for the rule's wildcards
     (a step's settings, or the map of a training phase's data files)."""
-    return lambda wildcards: canonical_json(fn(config, *(getattr(wildcards, k) for k in keys)))
+    return lambda wildcards: settings_json(fn(config, *(getattr(wildcards, k) for k in keys)))
 
 
 def target_model_output(path):
@@ -359,7 +360,7 @@ def stage_data_map(wildcards):
 
 
 def stage_settings(wildcards):
-    return canonical_json(grid.stage_settings(config, wildcards.backbone, wildcards.target, wildcards.stage))
+    return settings_json(grid.stage_settings(config, wildcards.backbone, wildcards.target, wildcards.stage))
 
 
 def target_data_map(wildcards):

@@ -70,7 +70,7 @@ rule check_leakage:
     benchmark:
         f"{RESULTS}/benchmarks/check_leakage/{{task}}/{{target}}.tsv"
     params:
-        settings=lambda wildcards: canonical_json(grid.leakage_settings(config)),
+        settings=lambda wildcards: settings_json(grid.leakage_settings(config)),
         code=module_digest("data.leakage"),
         # the catalogue entries and converters of the tasks this job reads, and no other
         tasks=job_tasks(lambda w: [w.task, w.target]),

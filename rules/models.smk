@@ -17,7 +17,7 @@ rule prepare_backbone:
     benchmark:
         f"{RESULTS}/benchmarks/prepare_backbone/{{backbone}}.tsv"
     params:
-        settings=lambda wildcards: canonical_json(backbone_grid.prepare_settings(config, wildcards.backbone)),
+        settings=lambda wildcards: settings_json(backbone_grid.prepare_settings(config, wildcards.backbone)),
         code=module_digest("models.prepare"),
     # The demo backbones' pre-training is on the critical path of the whole DAG.
     threads: 2
@@ -63,7 +63,7 @@ rule prepare_translator_to_english:
     benchmark:
         f"{RESULTS}/benchmarks/prepare_translator_to_english/{{lang}}.tsv"
     params:
-        settings=lambda wildcards: canonical_json(grid.translator_settings(config, wildcards.lang, to_english=True)),
+        settings=lambda wildcards: settings_json(grid.translator_settings(config, wildcards.lang, to_english=True)),
         code=module_digest("models.prepare"),
     conda:
         "../envs/training.yaml"
@@ -102,7 +102,7 @@ rule prepare_vision_encoder:
     benchmark:
         f"{RESULTS}/benchmarks/prepare_vision_encoder.tsv"
     params:
-        settings=lambda wildcards: canonical_json(grid.vision_settings(config)),
+        settings=lambda wildcards: settings_json(grid.vision_settings(config)),
         demo_args=demo_vision_args,
         code=module_digest("models.prepare"),
     threads: 2

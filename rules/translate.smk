@@ -79,7 +79,7 @@ rule score_translation_quality:
     benchmark:
         f"{RESULTS}/benchmarks/score_translation_quality/{{lang}}.tsv"
     params:
-        settings=lambda wildcards: canonical_json(grid.translation_settings(config, None, wildcards.lang)),
+        settings=lambda wildcards: settings_json(grid.translation_settings(config, None, wildcards.lang)),
         cache=f"{RESULTS}/cache/translation/{{lang}}.sqlite",
         converted=converted_arg,
         code=module_digest("translation.translate"),
@@ -113,7 +113,7 @@ rule score_translation_quality_to_english:
     benchmark:
         f"{RESULTS}/benchmarks/score_translation_quality_to_english/{{lang}}.tsv"
     params:
-        settings=lambda wildcards: canonical_json(grid.translation_settings(config)),
+        settings=lambda wildcards: settings_json(grid.translation_settings(config)),
         cache=f"{RESULTS}/cache/translation/{{lang}}-en.sqlite",
         converted=converted_arg,
         code=module_digest("translation.translate"),

@@ -179,7 +179,7 @@ def checkpoint_step(checkpoints: Path) -> int:
 def use_config_catalogues(config: dict, monkeypatch) -> None:
     """Register the task entries of a config's ``task_catalogues`` for one test only (the
     Snakefile registers them for its run)."""
-    from workflow_scripts.data import tasks
+    from workflow_scripts.spec import tasks
 
     for directory in config.get("task_catalogues", []):
         for name, task in tasks.read_catalogue(REPO / directory).items():

@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from workflow_scripts.common import InputError, device
+from workflow_scripts.common import device
 from workflow_scripts.data.features import collate, encode, words_need_spaces
 from workflow_scripts.data.prepare import read_table
-from workflow_scripts.data.tasks import get_task
 from workflow_scripts.evaluation.evaluate import _load_target_model, predict_and_score_rows
 from workflow_scripts.models import adapters
 from workflow_scripts.models.adapters import Method
@@ -29,6 +28,8 @@ from workflow_scripts.models.heads import (
     make_head,
 )
 from workflow_scripts.precision import Precision
+from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.tasks import get_task
 from workflow_scripts.training.train import train_phase
 
 pytestmark = pytest.mark.unit

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from workflow_scripts.common import InputError
+from workflow_scripts.spec.basics import InputError
 from workflow_scripts.training.checkpoints import BestWeights, load_weights_into, save_weights
 
 pytestmark = pytest.mark.unit

@@ -4,14 +4,14 @@ import shutil
 
 import pytest
 
-from workflow_scripts.workflow import codehash
+from workflow_scripts.spec import codehash
 
 pytestmark = pytest.mark.unit
 
 
 def test_import_closures_follow_the_package_imports():
     tables = codehash.import_closure("workflow_scripts.reporting.tables")
-    assert "workflow_scripts.data.tasks" in tables and "workflow_scripts.common" in tables
+    assert "workflow_scripts.spec.tasks" in tables and "workflow_scripts.common" in tables
     assert "workflow_scripts.training.train" not in tables
     train = codehash.import_closure("workflow_scripts.training.train")
     assert {
@@ -60,7 +60,7 @@ def test_a_subpackage_edit_reaches_its_importers_through_the_package_init(packag
         "workflow_scripts.data.loaders.registry",
         "workflow_scripts.data.loaders.source",
         "workflow_scripts.common",
-        "workflow_scripts.data.tasks",
+        "workflow_scripts.spec.tasks",
     } <= set(closure)
     before = {m: codehash.module_digest(m) for m in ("data.prepare", "training.train", "reporting.tables")}
     with (package_copy / "data" / "loaders" / "registry.py").open("a") as f:

@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from conftest import REPO, paper_with_larger_backbones, paper_with_transfer_block, snakemake, use_config_catalogues
-from workflow_scripts.workflow import config_check, config_layers, grid, paths
+from workflow_scripts.spec import paths
+from workflow_scripts.workflow import config_check, config_layers, grid
 
 FROZEN = REPO / "tests" / "frozen_presets.json"
 PRESETS = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "config").glob("*.yaml"))

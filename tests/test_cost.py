@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from workflow_scripts.common import InputError
+from workflow_scripts.spec.basics import InputError
 from workflow_scripts.workflow.cost import dry_run_jobs, measured_table, plan_table, read_records
 
 REPO = Path(__file__).resolve().parent.parent

@@ -6,9 +6,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import DEMO_HUB, local_settings
-from workflow_scripts.common import InputError
 from workflow_scripts.data.prepare import SCHEMAS, prepare, read_table
-from workflow_scripts.data.tasks import NLI_LABELS, get_task
+from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.tasks import NLI_LABELS, get_task
 
 pytestmark = pytest.mark.unit
 

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from workflow_scripts.common import InputError
 from workflow_scripts.models.backbones.family import mean_pooled
 from workflow_scripts.models.demo_models import (
     build_demo_encoder,
@@ -19,6 +18,7 @@ from workflow_scripts.models.demo_models import (
     pretraining_examples,
     read_parallel,
 )
+from workflow_scripts.spec.basics import InputError
 
 pytestmark = pytest.mark.unit
 

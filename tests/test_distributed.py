@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from conftest import HIDDEN_GPUS, REPO
-from workflow_scripts.common import InputError
+from workflow_scripts.spec.basics import InputError
 from workflow_scripts.training import distributed as D
 
 WORKER = str(REPO / "tests" / "distributed_worker.py")

@@ -8,11 +8,11 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from workflow_scripts.common import InputError
 from workflow_scripts.data import ranking_inputs
 from workflow_scripts.data.prepare import read_table, to_table
-from workflow_scripts.data.tasks import get_task
 from workflow_scripts.evaluation import pool_ranking
+from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.tasks import get_task
 from workflow_scripts.training.train import carry_head, train_phase
 
 pytestmark = pytest.mark.unit

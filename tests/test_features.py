@@ -7,9 +7,16 @@ import numpy as np
 import pytest
 
 from conftest import gold_span_logits
-from workflow_scripts.data.features import IGNORE, collate, decode_spans, encode, length_grouped_batches, merge_tags
+from workflow_scripts.data.features import (
+    IGNORE,
+    collate,
+    decode_spans,
+    encode,
+    length_grouped_batches,
+    merge_tags,
+)
 from workflow_scripts.data.prepare import read_table
-from workflow_scripts.data.tasks import get_task
+from workflow_scripts.spec.tasks import get_task
 
 pytestmark = pytest.mark.unit
 

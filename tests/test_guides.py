@@ -22,7 +22,7 @@ import yaml
 from test_task_catalogue import _touch_every_output
 
 from conftest import REPO, copy_repo, planned_jobs, snakemake
-from workflow_scripts.data.tasks import get_task
+from workflow_scripts.spec.tasks import get_task
 
 GUIDES = REPO / "docs" / "guides"
 DEMO_XNLI = REPO / "demo" / "hub" / "google" / "xtreme" / "XNLI"
@@ -245,7 +245,7 @@ DIGESTS = (
 
 def _digests(repo: Path) -> dict[str, str]:
     code = (
-        "from workflow_scripts.workflow.codehash import module_digest;"
+        "from workflow_scripts.spec.codehash import module_digest;"
         f"print(' '.join(module_digest(m) for m in {DIGESTS!r}))"
     )
     return dict(zip(DIGESTS, _run_python(repo, code).split()))
@@ -290,7 +290,7 @@ def test_new_benchmark_guide(finished_demo, tmp_path):
 
 @pytest.mark.unit
 def test_a_benchmark_record_is_checked_when_registered():
-    from workflow_scripts.workflow import benchmark
+    from workflow_scripts.spec import benchmark
 
     xtreme = benchmark.XTREME
     with pytest.raises(ValueError, match="declared twice"):

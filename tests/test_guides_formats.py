@@ -49,11 +49,11 @@ def run_in(tree: Path, script: str, env: dict[str, str] | None = None) -> dict:
 
 @pytest.mark.integration
 def test_new_task_format_guide(tmp_path, demo_encoder_dir):
-    from workflow_scripts.workflow import codehash
+    from workflow_scripts.spec import codehash
 
     blocks = guide_blocks("new_task_format.md")
     assert set(blocks) == {
-        "workflow_scripts/formats/sentence_label.py",
+        "workflow_scripts/spec/formats/sentence_label.py",
         "my_tasks/snli_hypothesis.yaml",
         "my_tasks/snli_hypothesis.py",
     }
@@ -65,9 +65,9 @@ def test_new_task_format_guide(tmp_path, demo_encoder_dir):
 import json
 from pathlib import Path
 from workflow_scripts.data.prepare import SCHEMAS, prepare, read_table
-from workflow_scripts.data.tasks import FORMATS, get_task
+from workflow_scripts.spec.tasks import FORMATS, get_task
 from workflow_scripts.training.train import train_phase
-from workflow_scripts.workflow import codehash
+from workflow_scripts.spec import codehash
 
 local = {{"source": "local", "local_root": {str(DEMO_HUB)!r}, "hub": {{"path": "stanfordnlp/snli"}}}}
 data = {{}}
@@ -106,9 +106,9 @@ print(json.dumps({{
 def test_format_modules_are_hashed_into_the_jobs_of_their_tasks_only(tmp_path, monkeypatch):
     """new_task_format.md §3: no module imports a format module by statement, so a format's
     module enters the fingerprint of its own tasks' jobs and no other code hash."""
-    from workflow_scripts.data.tasks import FORMATS, TASKS
-    from workflow_scripts.formats import module_name
-    from workflow_scripts.workflow import codehash
+    from workflow_scripts.spec import codehash
+    from workflow_scripts.spec.formats import module_name
+    from workflow_scripts.spec.tasks import FORMATS, TASKS
 
     package = codehash.PACKAGE_DIR
     importers = {
@@ -117,7 +117,7 @@ def test_format_modules_are_hashed_into_the_jobs_of_their_tasks_only(tmp_path, m
         for m in codehash._imports_in(p, "workflow_scripts._any")
         if m in {module_name(f) for f in FORMATS}
     }
-    assert importers <= {f"formats/{f}.py" for f in FORMATS}, importers
+    assert importers <= {f"spec/formats/{f}.py" for f in FORMATS}, importers
     dest = tmp_path / "workflow_scripts"
     shutil.copytree(package, dest, ignore=shutil.ignore_patterns("__pycache__"))
     monkeypatch.setattr(codehash, "PACKAGE_DIR", dest)
@@ -192,8 +192,8 @@ print(json.dumps({{"families": list(FAMILIES), "family": family_of({str(model)!r
 @pytest.mark.unit
 def test_every_format_declares_its_facts_and_a_misnamed_kind_is_refused():
     from workflow_scripts.data.prepare import SCHEMAS
-    from workflow_scripts.data.tasks import FORMATS, TRANSLATABLE_FORMATS, VISUAL_FORMATS
-    from workflow_scripts.formats import BUILTIN, TaskFormat, get_format
+    from workflow_scripts.spec.formats import BUILTIN, TaskFormat, get_format
+    from workflow_scripts.spec.tasks import FORMATS, TRANSLATABLE_FORMATS, VISUAL_FORMATS
 
     assert FORMATS == BUILTIN and set(SCHEMAS) == set(FORMATS)
     assert TRANSLATABLE_FORMATS == (
@@ -218,6 +218,6 @@ def test_the_families_the_schema_accepts_are_the_registered_ones():
     """new_backbone_family.md §2: a family is registered in backbones/__init__.py and in the
     config schema's enum; either alone is caught here."""
     from workflow_scripts.models.backbones import FAMILIES
-    from workflow_scripts.workflow import schema
+    from workflow_scripts.spec import schema
 
     assert set(schema.FAMILIES) == set(FAMILIES)

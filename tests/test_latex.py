@@ -8,8 +8,8 @@ import math
 import pandas as pd
 import pytest
 
-from workflow_scripts.common import InputError
 from workflow_scripts.reporting import latex
+from workflow_scripts.spec.basics import InputError
 
 pytestmark = pytest.mark.unit
 
@@ -131,7 +131,7 @@ def test_a_table_without_the_baseline_config_is_refused():
 
 
 def test_xtreme_r_main_table_has_the_category_and_overall_columns():
-    from workflow_scripts.workflow import benchmark
+    from workflow_scripts.spec import benchmark
 
     settings = {
         **SETTINGS,

@@ -3,10 +3,10 @@
 import pytest
 
 from conftest import REPO, local_settings
-from workflow_scripts.common import InputError
 from workflow_scripts.data.loaders import load_converter
 from workflow_scripts.data.prepare import SCHEMAS, prepare, provenance, read_table
-from workflow_scripts.data.tasks import TASKS, get_task
+from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.tasks import TASKS, get_task
 
 pytestmark = pytest.mark.unit
 

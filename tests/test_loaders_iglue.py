@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from conftest import REPO
-from workflow_scripts.common import InputError
 from workflow_scripts.data.prepare import prepare, provenance, read_table
-from workflow_scripts.data.tasks import NLI_LABELS, get_task
 from workflow_scripts.evaluation.metrics import average_without_english, iglue_accuracy
 from workflow_scripts.evaluation.retrieval import caption_image_index, image_text_recall, retrieval_ranks
+from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.tasks import NLI_LABELS, get_task
 
 REAL = REPO / "tests" / "real_data"
 XVNLI_LANGS = ["en", "ar", "es", "fr", "ru"]

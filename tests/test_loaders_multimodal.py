@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from workflow_scripts.common import InputError
 from workflow_scripts.data.prepare import prepare, provenance, read_table
-from workflow_scripts.data.tasks import NLI_LABELS
+from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.tasks import NLI_LABELS
 
 pytestmark = pytest.mark.unit
 

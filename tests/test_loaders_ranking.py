@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from workflow_scripts.common import InputError
 from workflow_scripts.data.loaders.ranking import lareqa_rows, mention_query, sentence_breaks
 from workflow_scripts.data.prepare import prepare, provenance, read_table
+from workflow_scripts.spec.basics import InputError
 
 pytestmark = pytest.mark.unit
 
@@ -374,7 +374,7 @@ def test_real_wikinews_mentions_load_as_the_reference_builds_them_and_the_oracle
 
 
 def test_released_no_text_mentions_stop_with_the_way_to_restore_them():
-    from workflow_scripts.common import InputError
+    from workflow_scripts.spec.basics import InputError
 
     article = json.loads((MEWSLIX_REAL / "example_mentions_no_text.jsonl").read_text("utf-8").splitlines()[0])
     with pytest.raises(InputError, match="restore_text"):

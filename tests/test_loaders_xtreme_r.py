@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from conftest import DEMO_HUB, local_settings
-from workflow_scripts.common import InputError
 from workflow_scripts.data.prepare import prepare, provenance, read_table
+from workflow_scripts.spec.basics import InputError
 
 pytestmark = pytest.mark.unit
 

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from conftest import REPO
-from workflow_scripts.common import InputError
-from workflow_scripts.data import tasks
+from workflow_scripts.spec import tasks
+from workflow_scripts.spec.basics import InputError
 
 pytestmark = pytest.mark.unit
 

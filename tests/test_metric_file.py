@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from conftest import REPO
-from workflow_scripts.common import InputError
 from workflow_scripts.evaluation.metric_file import SOURCE_RECORD, backbone_record, weights_sha256
+from workflow_scripts.spec.basics import InputError
 from workflow_scripts.workflow import backbone_grid
 
 pytestmark = pytest.mark.unit

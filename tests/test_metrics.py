@@ -2,7 +2,6 @@
 
 import pytest
 
-from workflow_scripts.common import InputError
 from workflow_scripts.evaluation.metrics import (
     accuracy,
     mlqa,
@@ -13,6 +12,7 @@ from workflow_scripts.evaluation.metrics import (
     squad_v1,
     squad_v2,
 )
+from workflow_scripts.spec.basics import InputError
 
 pytestmark = pytest.mark.unit
 

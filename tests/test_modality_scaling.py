@@ -7,9 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workflow_scripts.common import InputError
 from workflow_scripts.reporting import modality_scaling
 from workflow_scripts.reporting.modality import modality_table
+from workflow_scripts.spec.basics import InputError
 from workflow_scripts.workflow import config_layers, memory_plan
 
 PAIRS = [

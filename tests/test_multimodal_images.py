@@ -12,10 +12,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from workflow_scripts.common import InputError
 from workflow_scripts.multimodal import images, scene_world
 from workflow_scripts.multimodal.bank import FeatureBank
 from workflow_scripts.multimodal.scene_world import COLOURS, LABELS, Scene, Thing
+from workflow_scripts.spec.basics import InputError
 
 pytestmark = pytest.mark.unit
 

@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 import torch
 
-from workflow_scripts.common import InputError
 from workflow_scripts.multimodal import scene_world
 from workflow_scripts.multimodal.prefix import AFTER_TEXT, PREFIX, VisualClassificationHead, join
+from workflow_scripts.spec.basics import InputError
 
 pytestmark = pytest.mark.unit
 
@@ -60,8 +60,8 @@ def test_a_visual_prediction_does_not_depend_on_the_batch_it_is_in(tmp_path):
     would shift their positions with the batch)."""
     from transformers import XLMRobertaConfig, XLMRobertaModel
 
-    from workflow_scripts.data.tasks import CLASSIFICATION, VISUAL_CLASSIFICATION
     from workflow_scripts.models.heads import MultiHeadModel, forward, make_head
+    from workflow_scripts.spec.tasks import CLASSIFICATION, VISUAL_CLASSIFICATION
 
     torch.manual_seed(0)
     encoder = XLMRobertaModel(
@@ -255,8 +255,8 @@ def test_the_vqa_loss_is_binary_cross_entropy_against_the_soft_targets():
     from transformers import XLMRobertaConfig, XLMRobertaModel
 
     from workflow_scripts.data.features import collate
-    from workflow_scripts.data.tasks import CLASSIFICATION, VISUAL_ANSWER
     from workflow_scripts.models.heads import MultiHeadModel, forward, make_head
+    from workflow_scripts.spec.tasks import CLASSIFICATION, VISUAL_ANSWER
 
     torch.manual_seed(0)
     encoder = XLMRobertaModel(
@@ -291,10 +291,10 @@ def test_caption_image_retrieval_trains_captions_of_one_image_as_each_others_pos
     from transformers import XLMRobertaConfig, XLMRobertaModel
 
     from workflow_scripts.data.features import Encoded, FeatureStore, collate
-    from workflow_scripts.data.tasks import VISUAL_RETRIEVAL, get_task
     from workflow_scripts.evaluation.evaluate import predict_and_score
     from workflow_scripts.models.heads import MultiHeadModel, forward
     from workflow_scripts.multimodal.prefix import CONTRASTIVE_SCALE
+    from workflow_scripts.spec.tasks import VISUAL_RETRIEVAL, get_task
 
     torch.manual_seed(0)
     encoder = XLMRobertaModel(
@@ -357,10 +357,10 @@ def test_an_image_task_reads_as_many_images_per_row_as_it_declares(tmp_path, tas
     (NLVR2: a pair); rows with another count stop the phase, naming the task."""
     import pyarrow as pa
 
-    from workflow_scripts.common import InputError
-    from workflow_scripts.data.tasks import get_task
     from workflow_scripts.multimodal.bank import write_bank
     from workflow_scripts.multimodal.phase import prepare_image_task
+    from workflow_scripts.spec.basics import InputError
+    from workflow_scripts.spec.tasks import get_task
 
     write_bank(tmp_path / "bank", {n: np.ones((3, 4), dtype=np.float32) for n in ("a.png", "b.png")}, {})
     rows = pa.Table.from_pylist([{"id": "r0", "text_a": "x", "images": images[0], "label": 0}])

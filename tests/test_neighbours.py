@@ -8,8 +8,15 @@ import contextlib
 import numpy as np
 import pytest
 
-from workflow_scripts.common import InputError
-from workflow_scripts.evaluation.neighbours import device_knn, faiss_kept, flat_knn, knn, l2_normalize, tiled_knn
+from workflow_scripts.evaluation.neighbours import (
+    device_knn,
+    faiss_kept,
+    flat_knn,
+    knn,
+    l2_normalize,
+    tiled_knn,
+)
+from workflow_scripts.spec.basics import InputError
 
 pytestmark = pytest.mark.unit
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from workflow_scripts.common import InputError
 from workflow_scripts.models import adapters
 from workflow_scripts.models.adapters import Method
 from workflow_scripts.precision import Precision
+from workflow_scripts.spec.basics import InputError
 
 pytestmark = pytest.mark.unit
 CPU = torch.device("cpu")

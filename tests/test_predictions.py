@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 
 from conftest import read_label_file, read_tag_file
-from workflow_scripts.common import InputError
 from workflow_scripts.reporting import predictions, submission
-from workflow_scripts.workflow import benchmark
+from workflow_scripts.spec import benchmark
+from workflow_scripts.spec.basics import InputError
 
 pytestmark = pytest.mark.unit
 

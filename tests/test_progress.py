@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from workflow_scripts import progress as progress_module
-from workflow_scripts.common import InputError
 from workflow_scripts.progress import INTERVAL_VARIABLE, progress
+from workflow_scripts.spec.basics import InputError
 
 pytestmark = pytest.mark.unit
 
@@ -124,7 +124,7 @@ def test_encode_reports_tokenising_the_task_in_chunks(log_file, monkeypatch):
     from transformers import PreTrainedTokenizerFast
 
     from workflow_scripts.data import features
-    from workflow_scripts.data.tasks import get_task
+    from workflow_scripts.spec.tasks import get_task
 
     words = ["a", "cat", "sat", "on", "the", "mat", "dog", "ran"]
     vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", *words])}

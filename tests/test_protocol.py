@@ -8,8 +8,9 @@ import pytest
 from conftest import REPO
 from workflow_scripts.data.loaders.udpos import UD_LANGUAGE_NAMES
 from workflow_scripts.data.loaders.xtreme import TATOEBA_CODES
-from workflow_scripts.data.tasks import get_task
-from workflow_scripts.workflow import benchmark, config_layers
+from workflow_scripts.spec import benchmark
+from workflow_scripts.spec.tasks import get_task
+from workflow_scripts.workflow import config_layers
 from workflow_scripts.workflow.grid import intermediate_settings, target_settings
 
 pytestmark = pytest.mark.unit

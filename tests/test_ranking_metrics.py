@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import pytest
 
-from workflow_scripts.common import InputError
 from workflow_scripts.evaluation.ranking import (
     LAREQA,
     MEWSLIX,
@@ -21,6 +20,7 @@ from workflow_scripts.evaluation.ranking import (
     map_at_k,
     metric_key,
 )
+from workflow_scripts.spec.basics import InputError
 
 pytestmark = pytest.mark.unit
 

@@ -22,8 +22,8 @@ import pytest
 from conftest import gold_span_logits
 from workflow_scripts.data.features import IGNORE, decode_spans, encode, merge_tags
 from workflow_scripts.data.prepare import prepare, provenance, read_table
-from workflow_scripts.data.tasks import get_task
 from workflow_scripts.evaluation.metrics import seqeval_f1, squad_v1
+from workflow_scripts.spec.tasks import get_task
 
 pytestmark = pytest.mark.unit
 
@@ -130,7 +130,7 @@ def test_span_repair_keeps_unlocatable_answers_for_evaluation_only(tmp_path, cap
 
 
 def test_a_row_that_is_not_a_span_row_names_file_and_row(tmp_path):
-    from workflow_scripts.common import InputError
+    from workflow_scripts.spec.basics import InputError
 
     path = tmp_path / "rajpurkar" / "squad" / "plain_text" / "train.jsonl"
     path.parent.mkdir(parents=True)

@@ -3,7 +3,6 @@
 import numpy as np
 import pytest
 
-from workflow_scripts.common import InputError
 from workflow_scripts.evaluation.retrieval import (
     choose_threshold,
     expand_to_ids,
@@ -13,6 +12,7 @@ from workflow_scripts.evaluation.retrieval import (
     tatoeba_accuracy,
     unique_texts,
 )
+from workflow_scripts.spec.basics import InputError
 
 pytestmark = pytest.mark.unit
 

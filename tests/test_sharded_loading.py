@@ -23,11 +23,11 @@ import pytest
 import torch
 
 from conftest import HIDDEN_GPUS, REPO
-from workflow_scripts.common import InputError
 from workflow_scripts.models.adapters import Method, attach, lineage, load_backbone
 from workflow_scripts.models.backbones import family_of
 from workflow_scripts.models.heads import MultiHeadModel, make_head
 from workflow_scripts.precision import Precision
+from workflow_scripts.spec.basics import InputError
 from workflow_scripts.training import distributed as D
 from workflow_scripts.training import sharded_loading as S
 

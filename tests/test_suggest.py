@@ -1,4 +1,4 @@
-"""'Did you mean': the shared helper (workflow_scripts/suggest.py), the config checks that use
+"""'Did you mean': the shared helper (workflow_scripts/spec/suggest.py), the config checks that use
 it for unknown names and keys, and the Hub failures the preflight tells apart
 (workflow_scripts/workflow/hub_answers.py). The preflight's rows against a live and an
 unreachable Hub are in tests/test_hub.py."""
@@ -11,10 +11,11 @@ import pytest
 import yaml
 
 from conftest import REPO
-from workflow_scripts.data.tasks import TASKS, get_task
 from workflow_scripts.revisions import RevisionError
-from workflow_scripts.suggest import close_matches, did_you_mean
-from workflow_scripts.workflow import benchmark, config_check, hub_answers
+from workflow_scripts.spec import benchmark
+from workflow_scripts.spec.suggest import close_matches, did_you_mean
+from workflow_scripts.spec.tasks import TASKS, get_task
+from workflow_scripts.workflow import config_check, hub_answers
 
 pytestmark = pytest.mark.unit
 

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from workflow_scripts.common import InputError
+from workflow_scripts.spec.basics import InputError
 from workflow_scripts.workflow import disk, preflight, sweep
 
 pytestmark = pytest.mark.unit

@@ -5,7 +5,13 @@ import json
 
 import pytest
 
-from workflow_scripts.reporting.tables import best_models, load_runs, main_table, render_main, translated_table
+from workflow_scripts.reporting.tables import (
+    best_models,
+    load_runs,
+    main_table,
+    render_main,
+    translated_table,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -105,7 +111,7 @@ XTREME_R_SCORES = {  # baseline "none"; config "mnli" adds 2 everywhere, 5 on LA
 
 
 def xtreme_r_settings(targets, languages=None):
-    from workflow_scripts.workflow import benchmark
+    from workflow_scripts.spec import benchmark
 
     official = benchmark.XTREME_R.languages
     return {
@@ -209,7 +215,7 @@ def test_xtreme_tables_keep_their_layout():
     lists the notes are those of the tables before benchmarks; with fewer, one line each."""
     import pandas as pd
 
-    from workflow_scripts.workflow import benchmark
+    from workflow_scripts.spec import benchmark
 
     full = {
         **SETTINGS,
@@ -237,7 +243,7 @@ def test_xtreme_tables_keep_their_layout():
 
 
 def test_xtreme_main_table_has_no_category_columns(runs):
-    from workflow_scripts.workflow import benchmark
+    from workflow_scripts.spec import benchmark
 
     absolute, _ = main_table(runs, {**SETTINGS, "benchmark": benchmark.XTREME.describe()})
     assert list(absolute.columns) == ["xnli", "xquad.f1", "xquad.exact_match", "avg"]

@@ -12,11 +12,11 @@ import pytest
 import yaml
 
 from conftest import REPO, copy_repo, planned_jobs
-from workflow_scripts.data import tasks
 from workflow_scripts.data.loaders import load_converter
 from workflow_scripts.data.prepare import prepare, read_table
+from workflow_scripts.spec import tasks
+from workflow_scripts.spec.codehash import task_fingerprint
 from workflow_scripts.workflow import config_layers
-from workflow_scripts.workflow.codehash import task_fingerprint
 
 EXAMPLE = REPO / "examples" / "tasks"
 
@@ -177,7 +177,7 @@ def test_further_hub_sources_declare_the_languages_their_converters_read_from_th
     preflight go by) are those its converter sends there: the benchmark's languages its
     task's own Hub configs lack."""
     from workflow_scripts.data.loaders import spans, xtreme
-    from workflow_scripts.data.tasks import get_task
+    from workflow_scripts.spec.tasks import get_task
     from workflow_scripts.workflow import grid
 
     declared = {

@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from conftest import local_settings
-from workflow_scripts.common import InputError
 from workflow_scripts.data.prepare import prepare
+from workflow_scripts.spec.basics import InputError
 from workflow_scripts.training.curves import CURVE_FILE
 from workflow_scripts.training.train import train_phase
 
@@ -154,9 +154,9 @@ def test_early_stopping_restores_the_best_weights_and_lr_follows_the_schedule(tm
     import torch
 
     from workflow_scripts.data.prepare import read_table
-    from workflow_scripts.data.tasks import get_task
     from workflow_scripts.evaluation.evaluate import score_rows
     from workflow_scripts.models.heads import MultiHeadModel, load_encoder, load_tokenizer, make_head
+    from workflow_scripts.spec.tasks import get_task
     from workflow_scripts.training.train import linear_schedule
 
     settings = {

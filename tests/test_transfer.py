@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from workflow_scripts.data.tasks import TASKS
 from workflow_scripts.evaluation.metric_file import parse_data, parse_models
 from workflow_scripts.reporting.tables import load_runs, settings_table, source_language_table
+from workflow_scripts.spec.tasks import TASKS
 from workflow_scripts.workflow import transfer
 from workflow_scripts.workflow.grid import ConfigError, check_config
 

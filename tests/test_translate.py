@@ -7,9 +7,16 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from workflow_scripts.common import InputError
 from workflow_scripts.data.prepare import read_table
-from workflow_scripts.translation.translate import CLOSE, OPEN, fuzzy_find, read_marked, translate_rows, translate_spans
+from workflow_scripts.spec.basics import InputError
+from workflow_scripts.translation.translate import (
+    CLOSE,
+    OPEN,
+    fuzzy_find,
+    read_marked,
+    translate_rows,
+    translate_spans,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -565,8 +572,8 @@ def test_image_tasks_translate_their_text_and_keep_images_labels_and_ids(tmp_pat
     import torch
 
     from workflow_scripts.data.prepare import to_table
-    from workflow_scripts.data.tasks import get_task
-    from workflow_scripts.formats import get_format
+    from workflow_scripts.spec.formats import get_format
+    from workflow_scripts.spec.tasks import get_task
 
     mt = MarianTranslator(translator_dir, MT_SETTINGS, torch.device("cpu"), tmp_path / "de.sqlite")
     expected = {
@@ -605,8 +612,8 @@ def test_the_translate_step_writes_an_image_task_and_its_statistics(tmp_path, tr
     import pyarrow.parquet as pq
 
     from workflow_scripts.data.prepare import to_table
-    from workflow_scripts.data.tasks import get_task
     from workflow_scripts.reporting.tables import translation_tables
+    from workflow_scripts.spec.tasks import get_task
     from workflow_scripts.translation.translate import main
 
     source = tmp_path / "dev.parquet"
@@ -629,7 +636,7 @@ def test_the_translate_step_writes_an_image_task_and_its_statistics(tmp_path, tr
 
 
 def test_a_format_declares_its_translated_text_columns():
-    from workflow_scripts.formats import TaskFormat, get_format
+    from workflow_scripts.spec.formats import TaskFormat, get_format
 
     assert get_format("visual_answer").translated_columns == ("text_a",)  # not the answers
     assert get_format("tagging").translatable is False

@@ -22,9 +22,10 @@ from conftest import (
     read_tag_file,
     snakemake,
 )
-from workflow_scripts.data.tasks import get_task
 from workflow_scripts.reporting import predictions
-from workflow_scripts.workflow import backbone_grid, benchmark, codehash, config_layers, status, transfer
+from workflow_scripts.spec import benchmark, codehash
+from workflow_scripts.spec.tasks import get_task
+from workflow_scripts.workflow import backbone_grid, config_layers, status, transfer
 
 UNAVAILABLE_FIGURES = ("list_unavailable_figures", "results/demo/figures/not_available.html")
 # Captions of rules a grid has only with a key the demo leaves out (sweep: tables/<b>/sweep)

@@ -11,8 +11,9 @@ import pytest
 import yaml
 
 from conftest import copy_repo, file_digests, job_counts, planned_jobs, snakemake
-from workflow_scripts.data.tasks import get_task
-from workflow_scripts.workflow import benchmark, config_layers
+from workflow_scripts.spec import benchmark
+from workflow_scripts.spec.tasks import get_task
+from workflow_scripts.workflow import config_layers
 
 pytestmark = pytest.mark.integration
 

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from conftest import REPO
-from workflow_scripts.common import InputError
 from workflow_scripts.data.prepare import prepare, read_table
+from workflow_scripts.spec.basics import InputError
 
 REAL = REPO / "tests" / "real_data" / "xvnli"
 CONFIG = REPO / "tests" / "configs" / "xvnli_demo.yaml"
@@ -117,9 +117,9 @@ def fake_bank(tmp_path: Path, names: list[str]) -> Path:
 def visual_target_model(tmp_path: Path, encoder_dir: Path, target: str = "xvnli") -> Path:
     """A target model as train_target writes one for an image target: the backbone, its
     tokenizer, heads.pt holding the visual branch, and a train log saying it was saved."""
-    from workflow_scripts.data.tasks import get_task
     from workflow_scripts.models.heads import load_encoder, visual_classifier
     from workflow_scripts.multimodal.prefix import VisualClassificationHead
+    from workflow_scripts.spec.tasks import get_task
 
     model_dir = tmp_path / "model"
     shutil.copytree(encoder_dir, model_dir)

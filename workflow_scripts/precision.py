@@ -25,8 +25,8 @@ import contextlib
 import dataclasses
 from typing import Any
 
-from workflow_scripts.common import InputError
-from workflow_scripts.workflow.schema import DEFAULT_PRECISION, PRECISIONS
+from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.schema import DEFAULT_PRECISION, PRECISIONS
 
 DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 

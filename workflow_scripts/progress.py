@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from tqdm import tqdm
 
-from workflow_scripts.common import InputError
+from workflow_scripts.spec.basics import InputError
 
 INTERVAL_VARIABLE = "XSTILTS_PROGRESS_INTERVAL"
 LIBRARY_BARS_VARIABLE = "HF_HUB_DISABLE_PROGRESS_BARS"  # transformers' and the Hub client's bars

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from workflow_scripts.common import InputError
+from workflow_scripts.spec.basics import InputError
 
 LOCK_ENV = "XSTILTS_HUB_LOCK"
 LOCK_FILE = "hub.lock.json"

@@ -3,7 +3,7 @@ classification rows (``text_a``, ``text_b``, ``label``). A converter receives th
 the split, the languages, the task's ``options`` and a report it fills with what it dropped."""
 
 from workflow_scripts.data.loaders.registry import converter, label_index
-from workflow_scripts.data.tasks import get_task
+from workflow_scripts.spec.tasks import get_task
 
 HUB_SPLITS = {"train": "train", "dev": "validation"}
 

@@ -20,7 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workflow_scripts.data import ranking_inputs
-from workflow_scripts.data.tasks import (
+from workflow_scripts.progress import progress
+from workflow_scripts.spec.formats import get_format, head_kind
+from workflow_scripts.spec.formats import names as format_names
+from workflow_scripts.spec.tasks import (
     CLASSIFICATION,
     MLM,
     MULTIPLE_CHOICE,
@@ -32,9 +35,6 @@ from workflow_scripts.data.tasks import (
     VISUAL_RETRIEVAL,
     Task,
 )
-from workflow_scripts.formats import get_format, head_kind
-from workflow_scripts.formats import names as format_names
-from workflow_scripts.progress import progress
 
 Feature = dict[str, Any]
 IGNORE = -100
@@ -204,7 +204,7 @@ def _encode_chunk(
         enc = tokenizer([r["text"] for r in rows], truncation=True, max_length=max_length)
         return [{"input_ids": ids} for ids in enc["input_ids"]]
     declared = get_format(task.format).encode_chunk if task.format in format_names() else None
-    if declared is not None:  # a format with its own features (formats/<name>.py)
+    if declared is not None:  # a format with its own features (spec/formats/<name>.py)
         return declared(task, tokenizer, rows, opts, train)
     raise ValueError(f"cannot encode format {task.format!r}")
 
@@ -455,7 +455,7 @@ def collate(features: Sequence[Feature], fmt: str, pad_id: int, mlm: dict[str, A
     # The attention mask comes from each sequence's length, not from comparing ids with the
     # pad id: a decoder without a pad token pads with its end-of-sequence token, which may
     # also occur in the text (backbones/decoder.py).
-    fmt = head_kind(fmt)  # batches take the shape of the format's head (formats/: TaskFormat.head)
+    fmt = head_kind(fmt)  # batches take the shape of the format's head (spec/formats/: TaskFormat.head)
     if fmt == RANKING:
         return ranking_inputs.collate(features, pad_id)
     if fmt == MULTIPLE_CHOICE:

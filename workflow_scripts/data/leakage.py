@@ -36,7 +36,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.common import InputError, atomic_path, load_settings, setup_logging
+from workflow_scripts.common import atomic_path, load_settings, setup_logging
+from workflow_scripts.spec.basics import InputError
 
 IMAGE_COLUMN = "images"
 NOT_TEXT = {"id", "lang"}

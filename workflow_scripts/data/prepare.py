@@ -1,6 +1,6 @@
 """Load every task (from the Hub, a local mirror of it, or an original release) into canonical Parquet.
 
-One canonical schema per task format, declared by the format's module in workflow_scripts/formats/
+One canonical schema per task format, declared by the format's module in workflow_scripts/spec/formats/
 (every row also has ``id`` and ``lang``):
 
 - classification:  text_a, text_b, label (int, index into Task.labels)
@@ -40,15 +40,16 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.common import LOG, InputError, atomic_path, load_settings, setup_logging
+from workflow_scripts.common import LOG, atomic_path, load_settings, setup_logging
 from workflow_scripts.data.loaders import Report, Row, Source, load_converter, repo_path
 from workflow_scripts.data.loaders.columns import mapped_rows
 from workflow_scripts.data.loaders.local_files import FileSource
-from workflow_scripts.data.tasks import FORMATS, Task, get_task
-from workflow_scripts.formats import get_format
+from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.formats import get_format
+from workflow_scripts.spec.tasks import FORMATS, Task, get_task
 from workflow_scripts.workflow import local_data
 
-# Each format's columns, declared by its module (workflow_scripts/formats/).
+# Each format's columns, declared by its module (workflow_scripts/spec/formats/).
 SCHEMAS: dict[str, dict[str, str]] = {name: dict(get_format(name).columns) for name in FORMATS}
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from workflow_scripts.common import InputError
+from workflow_scripts.spec.basics import InputError
 
 QUERY, CANDIDATE = "query", "candidate"
 Feature = dict[str, Any]

@@ -20,29 +20,9 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.common import (
-    InputError,
-    configure_torch,
-    device,
-    read_json,
-    seed_everything,
-    settings_hash,
-)
+from workflow_scripts.common import configure_torch, device, read_json, seed_everything, settings_hash
 from workflow_scripts.data.features import Encoded, collate, decode_spans, encode, merge_tags, sorted_batches
 from workflow_scripts.data.prepare import provenance, read_table
-from workflow_scripts.data.tasks import (
-    CLASSIFICATION,
-    RANKING,
-    RETRIEVAL,
-    SPAN,
-    TAGGING,
-    VISUAL_ANSWER,
-    VISUAL_RETRIEVAL,
-    Task,
-    get_task,
-    primary_metric,
-    qa_answer_score,
-)
 from workflow_scripts.evaluation import pool_ranking
 from workflow_scripts.evaluation.metrics import (
     accuracy,
@@ -68,7 +48,6 @@ from workflow_scripts.evaluation.retrieval import (
     tatoeba_score,
     unique_texts,
 )
-from workflow_scripts.formats import get_format, head_kind
 from workflow_scripts.models import dual_encoder
 from workflow_scripts.models.adapters import (
     Method,
@@ -82,6 +61,21 @@ from workflow_scripts.models.backbones import family_of
 from workflow_scripts.models.heads import MultiHeadModel, forward, load_encoder, load_tokenizer, make_head
 from workflow_scripts.precision import Precision
 from workflow_scripts.progress import progress
+from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.formats import get_format, head_kind
+from workflow_scripts.spec.tasks import (
+    CLASSIFICATION,
+    RANKING,
+    RETRIEVAL,
+    SPAN,
+    TAGGING,
+    VISUAL_ANSWER,
+    VISUAL_RETRIEVAL,
+    Task,
+    get_task,
+    primary_metric,
+    qa_answer_score,
+)
 from workflow_scripts.workflow import sweep
 
 TASK_SCORE_CONVENTION = {
@@ -155,7 +149,7 @@ def predict_and_score(
     logits = predict_logits(
         model, task, encoded, int(opts["eval_batch_size"]), pad_id, dev, Precision(opts["precision"])
     )
-    scorer = get_format(task.format).scorer  # formats/: TaskFormat.scorer
+    scorer = get_format(task.format).scorer  # spec/formats/: TaskFormat.scorer
     if scorer == RANKING:  # one embedding per row (pool_ranking.py)
         return pool_ranking.score(rows, logits, task.name, dev=dev)
     if scorer == VISUAL_RETRIEVAL:  # recall@1 of each caption among the split's images

@@ -31,10 +31,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.common import LOG, InputError, load_settings, read_json, setup_logging, write_json
+from workflow_scripts.common import LOG, load_settings, read_json, setup_logging, write_json
 from workflow_scripts.data import leakage
 from workflow_scripts.evaluation.evaluate import Sources, evaluate_run
 from workflow_scripts.reporting.predictions import write_predictions
+from workflow_scripts.spec.basics import InputError
 from workflow_scripts.training.tracking import TrackingError, open_trackers
 
 # What models/prepare.py writes into a Hub snapshot it fetched: the Hub id, the revision

@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
 
-from workflow_scripts.common import InputError
+from workflow_scripts.spec.basics import InputError
 
 # ----- SQuAD v1.1 / v2.0 ----------------------------------------------------------------
 

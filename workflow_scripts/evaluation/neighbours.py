@@ -48,8 +48,8 @@ from typing import Any
 
 import numpy as np
 
-from workflow_scripts.common import InputError
 from workflow_scripts.progress import progress
+from workflow_scripts.spec.basics import InputError
 
 EXACT = "exact"
 # Bytes of float32 scores per tile of the own search: 16 MiB on CPU (the tile stays in the

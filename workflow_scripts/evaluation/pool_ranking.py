@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from workflow_scripts.common import InputError
 from workflow_scripts.data.features import collate as collate_task
 from workflow_scripts.data.features import encode as encode_task
 from workflow_scripts.data.features import sorted_batches
@@ -28,6 +27,7 @@ from workflow_scripts.evaluation.ranking import convention_of, map_at_k
 from workflow_scripts.models.heads import forward
 from workflow_scripts.precision import Precision
 from workflow_scripts.progress import progress
+from workflow_scripts.spec.basics import InputError
 
 TOP_K = 20
 

@@ -40,8 +40,8 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 
-from workflow_scripts.common import InputError
-from workflow_scripts.data.tasks import MAP_CONVENTIONS, RANKING, TASKS
+from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.tasks import MAP_CONVENTIONS, RANKING, TASKS
 
 LAREQA, MEWSLIX = MAP_CONVENTIONS
 CONVENTIONS = MAP_CONVENTIONS

@@ -16,11 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from workflow_scripts.common import InputError
 from workflow_scripts.evaluation.neighbours import knn, l2_normalize
 from workflow_scripts.models.backbones.family import POOLINGS, pool
 from workflow_scripts.precision import Precision
 from workflow_scripts.progress import progress
+from workflow_scripts.spec.basics import InputError
 
 LAYER_CONVENTION = "hidden_states index; 0 = embedding output, i = output of transformer layer i"
 

@@ -32,17 +32,17 @@ from typing import Any
 from safetensors.torch import load_file
 from torch import nn
 
-from workflow_scripts.common import InputError
-from workflow_scripts.data.tasks import VISUAL_FORMATS
 from workflow_scripts.models.backbones import ADAPTER_DIR, MANIFEST, family_of, get_family
 from workflow_scripts.precision import Precision
-from workflow_scripts.workflow.schema import (
+from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.schema import (
     DEFAULT_ACTIVATION_CHECKPOINTING,
     DEFAULT_METHOD,
     DEFAULT_PRECISION,
     LORA_DEFAULTS,
     METHODS,
 )
+from workflow_scripts.spec.tasks import VISUAL_FORMATS
 
 
 @dataclasses.dataclass(frozen=True)

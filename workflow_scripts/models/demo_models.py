@@ -27,8 +27,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.common import LOG, InputError, atomic_path, configure_torch, seed_everything
+from workflow_scripts.common import LOG, atomic_path, configure_torch, seed_everything
 from workflow_scripts.progress import progress
+from workflow_scripts.spec.basics import InputError
 
 SPECIAL_TOKENS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 _MARKER_RE = re.compile(r"</?b>")

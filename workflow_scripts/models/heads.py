@@ -14,8 +14,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from workflow_scripts.common import InputError
-from workflow_scripts.data.tasks import (
+from workflow_scripts.models import dual_encoder
+from workflow_scripts.models.backbones import ADAPTER_DIR, family_of, get_family
+from workflow_scripts.models.backbones.family import pool
+from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.formats import head_kind
+from workflow_scripts.spec.tasks import (
     CLASSIFICATION,
     MLM,
     MULTIPLE_CHOICE,
@@ -26,10 +30,6 @@ from workflow_scripts.data.tasks import (
     VISUAL_CLASSIFICATION,
     VISUAL_RETRIEVAL,
 )
-from workflow_scripts.formats import head_kind
-from workflow_scripts.models import dual_encoder
-from workflow_scripts.models.backbones import ADAPTER_DIR, family_of, get_family
-from workflow_scripts.models.backbones.family import pool
 
 # ---------------------------------------------------------------------------------------
 # Encoder + heads used by training and evaluation.
@@ -88,7 +88,7 @@ def load_mlm_head(model_dir: str | Path, encoder: nn.Module):
 
 def make_head(fmt: str, hidden: int, num_labels: int, dropout: float, init_std: float):
     """A freshly initialised output head (heads never carry over between phases), of the kind
-    the format names (formats/: TaskFormat.head)."""
+    the format names (spec/formats/: TaskFormat.head)."""
     fmt = head_kind(fmt)
     if fmt == RANKING:
         return dual_encoder.RankingHead(hidden, init_std).to(torch.float32)

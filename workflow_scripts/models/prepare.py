@@ -15,7 +15,8 @@ import argparse
 import json
 from pathlib import Path
 
-from workflow_scripts.common import LOG, InputError, atomic_path, load_settings, setup_logging
+from workflow_scripts.common import LOG, atomic_path, load_settings, setup_logging
+from workflow_scripts.spec.basics import InputError
 
 # Only what loading needs: skips TF/Flax/ONNX duplicates of multi-GB checkpoints.
 HUB_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.spm", "*.txt", "sentencepiece*"]

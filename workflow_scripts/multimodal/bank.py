@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from workflow_scripts.common import LOG, InputError
+from workflow_scripts.common import LOG
+from workflow_scripts.spec.basics import InputError
 
 FEATURES = "features.npy"
 NAMES = "images.json"

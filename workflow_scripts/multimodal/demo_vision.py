@@ -16,8 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from workflow_scripts.common import LOG, InputError
+from workflow_scripts.common import LOG
 from workflow_scripts.progress import progress
+from workflow_scripts.spec.basics import InputError
 
 
 def build_vision_tower(settings: dict[str, Any], seed: int = 0):

@@ -15,10 +15,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.common import LOG, InputError, atomic_path, setup_logging
+from workflow_scripts.common import LOG, atomic_path, setup_logging
 from workflow_scripts.data.prepare import read_table
 from workflow_scripts.multimodal import bank, images
 from workflow_scripts.multimodal.features import KINDS, embed_images
+from workflow_scripts.spec.basics import InputError
 
 CHECKSUMS = "SHA256SUMS"
 

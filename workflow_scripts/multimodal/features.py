@@ -21,9 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from workflow_scripts.common import InputError, settings_hash
+from workflow_scripts.common import settings_hash
 from workflow_scripts.data.loaders.source import file_sha256
 from workflow_scripts.progress import progress
+from workflow_scripts.spec.basics import InputError
 
 POOLED = "pooled"
 PATCHES = "patches"

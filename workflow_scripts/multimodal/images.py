@@ -19,8 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from workflow_scripts.common import LOG, InputError
+from workflow_scripts.common import LOG
 from workflow_scripts.progress import progress
+from workflow_scripts.spec.basics import InputError
 
 MISSING = "missing"
 UNDECODABLE = "undecodable"  # truncated files included: PIL cannot read them to the end

@@ -10,9 +10,10 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from workflow_scripts.common import LOG, InputError
-from workflow_scripts.data.tasks import VISUAL_ANSWER, Task
+from workflow_scripts.common import LOG
 from workflow_scripts.multimodal.bank import FeatureBank
+from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.tasks import VISUAL_ANSWER, Task
 
 
 @dataclass

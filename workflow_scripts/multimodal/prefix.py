@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from workflow_scripts.common import InputError
+from workflow_scripts.spec.basics import InputError
 
 AFTER_TEXT = "after_text"
 PREFIX = "prefix"

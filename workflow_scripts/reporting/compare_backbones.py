@@ -29,8 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.common import InputError, load_settings, read_result_table, setup_logging
+from workflow_scripts.common import load_settings, read_result_table, setup_logging
 from workflow_scripts.reporting.tables import metrics_shown, write_csv, write_text
+from workflow_scripts.spec.basics import InputError
 
 CONTAMINATED = "‡"
 COLUMNS = ["backbone", "family", "method", "parameters", "target", "intermediate", "value", "kind", "contaminated"]

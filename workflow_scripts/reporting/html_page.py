@@ -17,7 +17,8 @@ import html
 import re
 from pathlib import Path
 
-from workflow_scripts.common import InputError, atomic_path, setup_logging
+from workflow_scripts.common import atomic_path, setup_logging
+from workflow_scripts.spec.basics import InputError
 
 STYLE = """
 body { font-family: sans-serif; font-size: 14px; margin: 1em; color: #222; }

@@ -19,7 +19,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.common import InputError, load_settings, read_result_table, setup_logging
+from workflow_scripts.common import load_settings, read_result_table, setup_logging
 from workflow_scripts.reporting.tables import (
     benchmark_notes,
     category_columns,
@@ -27,6 +27,7 @@ from workflow_scripts.reporting.tables import (
     metrics_shown,
     write_text,
 )
+from workflow_scripts.spec.basics import InputError
 from workflow_scripts.workflow.transfer import ZERO_SHOT
 
 _SPECIAL = {

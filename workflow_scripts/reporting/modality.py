@@ -22,9 +22,10 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.common import InputError, atomic_path, load_settings, setup_logging
-from workflow_scripts.data.tasks import get_task, primary_metric
+from workflow_scripts.common import atomic_path, load_settings, setup_logging
 from workflow_scripts.reporting import significance
+from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.tasks import get_task, primary_metric
 from workflow_scripts.workflow.transfer import ZERO_SHOT
 
 COLUMNS = [

@@ -23,7 +23,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.common import InputError, setup_logging
+from workflow_scripts.common import setup_logging
 from workflow_scripts.reporting import significance
 from workflow_scripts.reporting.compare_backbones import (
     CONTAMINATED,
@@ -35,6 +35,7 @@ from workflow_scripts.reporting.compare_backbones import (
 from workflow_scripts.reporting.modality import COLUMNS as MODALITY_COLUMNS
 from workflow_scripts.reporting.modality import GROUPS
 from workflow_scripts.reporting.tables import write_csv, write_text
+from workflow_scripts.spec.basics import InputError
 
 BACKBONE_COLUMNS = ["backbone", "family", "method", "parameters"]
 COLUMNS = [*BACKBONE_COLUMNS, *MODALITY_COLUMNS, "contaminated"]

@@ -25,9 +25,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.common import InputError, atomic_path, load_settings, read_result_table, setup_logging
-from workflow_scripts.data.tasks import get_task, primary_metric
+from workflow_scripts.common import atomic_path, load_settings, read_result_table, setup_logging
 from workflow_scripts.reporting import availability
+from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.tasks import get_task, primary_metric
 from workflow_scripts.workflow.transfer import ZERO_SHOT, path_token
 
 FORMATS = ("png", "svg")

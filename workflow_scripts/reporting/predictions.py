@@ -26,7 +26,7 @@
 
 Evaluation writes one such folder per run next to its metric file (``seed<N>.predictions/``);
 ``submission.collect`` copies the best models' folders into one submission. This module
-knows no benchmark, so that declaring one (workflow/benchmark.py) reruns no evaluation.
+knows no benchmark, so that declaring one (spec/benchmark.py) reruns no evaluation.
 """
 
 from __future__ import annotations
@@ -35,8 +35,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.common import InputError, atomic_path
-from workflow_scripts.data.tasks import (
+from workflow_scripts.common import atomic_path
+from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.tasks import (
     CLASSIFICATION,
     MINING,
     MULTIPLE_CHOICE,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workflow_scripts.data.tasks import get_task, primary_metric
+from workflow_scripts.spec.tasks import get_task, primary_metric
 
 RESAMPLES = 10_000
 LEVEL = 0.95

@@ -12,9 +12,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.common import LOG, InputError, atomic_path, read_result_table, setup_logging, write_json
-from workflow_scripts.data.tasks import MINING, RETRIEVAL, get_task
-from workflow_scripts.workflow import benchmark
+from workflow_scripts.common import LOG, atomic_path, read_result_table, setup_logging, write_json
+from workflow_scripts.spec import benchmark
+from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.tasks import MINING, RETRIEVAL, get_task
 
 
 def collect(

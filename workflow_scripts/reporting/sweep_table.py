@@ -13,7 +13,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from workflow_scripts.common import InputError, atomic_path, read_json
+from workflow_scripts.common import atomic_path, read_json
+from workflow_scripts.spec.basics import InputError
 
 COLUMNS = ["setting", "config", "target", "seed", "point", "dev_score", "selected_on", "selected", "model"]
 

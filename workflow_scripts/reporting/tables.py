@@ -40,10 +40,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.common import LOG, InputError, atomic_path, load_settings, read_json, setup_logging
-from workflow_scripts.data.tasks import get_task, primary_metric, qa_answer_score
+from workflow_scripts.common import LOG, atomic_path, load_settings, read_json, setup_logging
 from workflow_scripts.reporting import significance
-from workflow_scripts.workflow import benchmark
+from workflow_scripts.spec import benchmark
+from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.tasks import get_task, primary_metric, qa_answer_score
 from workflow_scripts.workflow.transfer import ZERO_SHOT, source_language
 
 QA_METRICS = ("f1", "exact_match")

@@ -24,7 +24,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.common import LOG, InputError, atomic_path
+from workflow_scripts.common import LOG, atomic_path
+from workflow_scripts.spec.basics import InputError
 
 _DTYPES = {
     "float32": "F32",

@@ -41,8 +41,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from workflow_scripts.common import LOG, InputError
+from workflow_scripts.common import LOG
 from workflow_scripts.precision import FP32, Precision
+from workflow_scripts.spec.basics import InputError
 
 if TYPE_CHECKING:
     import torch

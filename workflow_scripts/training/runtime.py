@@ -23,10 +23,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.common import LOG, InputError, device
-from workflow_scripts.models.adapters import Method, attach, check_available, inner, load_backbone, trained_state
+from workflow_scripts.common import LOG, device
+from workflow_scripts.models.adapters import (
+    Method,
+    attach,
+    check_available,
+    inner,
+    load_backbone,
+    trained_state,
+)
 from workflow_scripts.models.heads import MultiHeadModel, load_mlm_head
 from workflow_scripts.precision import Precision
+from workflow_scripts.spec.basics import InputError
 from workflow_scripts.training.checkpoints import (
     BestWeights,
     Checkpointer,

@@ -67,7 +67,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from workflow_scripts.common import LOG, InputError
+from workflow_scripts.common import LOG
 from workflow_scripts.models.adapters import (
     ADAPTER_DIR,
     Method,
@@ -79,6 +79,7 @@ from workflow_scripts.models.adapters import (
 )
 from workflow_scripts.models.backbones import family_of, seq2seq_encoder
 from workflow_scripts.precision import Precision
+from workflow_scripts.spec.basics import InputError
 from workflow_scripts.training.distributed import shard_model
 
 if TYPE_CHECKING:

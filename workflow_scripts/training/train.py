@@ -49,9 +49,7 @@ from typing import Any
 
 from workflow_scripts.common import (
     LOG,
-    InputError,
     atomic_path,
-    canonical_json,
     configure_torch,
     load_settings,
     seed_everything,
@@ -61,16 +59,18 @@ from workflow_scripts.common import (
 from workflow_scripts.data.features import Encoded, collate, encode, length_grouped_batches
 from workflow_scripts.data.prepare import read_table
 from workflow_scripts.data.ranking_inputs import CANDIDATE
-from workflow_scripts.data.tasks import MLM, RANKING, TAGGING, Task, get_task, primary_metric
 from workflow_scripts.evaluation import pool_ranking
 from workflow_scripts.evaluation.evaluate import score_encoded
-from workflow_scripts.formats import get_format, head_kind
 from workflow_scripts.models import dual_encoder
 from workflow_scripts.models.adapters import Method, check_available, lineage, save_adapter_phase
 from workflow_scripts.models.backbones import family_of
 from workflow_scripts.models.heads import forward, load_mlm_head, load_saved_heads, load_tokenizer, make_head
 from workflow_scripts.precision import Precision
 from workflow_scripts.progress import progress
+from workflow_scripts.spec.basics import InputError, canonical_json
+from workflow_scripts.spec.codehash import module_digest
+from workflow_scripts.spec.formats import get_format, head_kind
+from workflow_scripts.spec.tasks import MLM, RANKING, TAGGING, Task, get_task, primary_metric
 from workflow_scripts.training import runtime as training_runtime
 from workflow_scripts.training import step as step_
 from workflow_scripts.training.checkpoints import STOP_SIGNALS, Preempted, files_stamp, save_weights
@@ -83,7 +83,6 @@ from workflow_scripts.training.curves import (
     write_curve,
 )
 from workflow_scripts.training.distributed import any_rank, from_rank0, sum_over_ranks
-from workflow_scripts.workflow.codehash import module_digest
 
 
 class TaskSampler:

@@ -4,7 +4,7 @@ English training and dev data is translated into other languages (translated int
 configs, translate-train); a target's test data is translated into English (translate-test:
 rows keep their language label, since they still stand for that language's test set).
 
-The columns a format declares text (``TaskFormat.translated_columns``, formats/) are
+The columns a format declares text (``TaskFormat.translated_columns``, spec/formats/) are
 translated; every other column carries over unchanged: labels, and for image tasks the image
 names, so translated rows point at the same images and feature bank (VQA's answers stay
 English: they are the label vocabulary). ``translators.MarianTranslator``
@@ -43,7 +43,6 @@ from typing import Any
 
 from workflow_scripts.common import (
     LOG,
-    InputError,
     atomic_path,
     configure_torch,
     device,
@@ -52,10 +51,11 @@ from workflow_scripts.common import (
     write_json,
 )
 from workflow_scripts.data.prepare import read_table, to_table
-from workflow_scripts.data.tasks import SPAN, get_task
-from workflow_scripts.formats import get_format
-from workflow_scripts.formats import names as format_names
 from workflow_scripts.progress import progress
+from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.formats import get_format
+from workflow_scripts.spec.formats import names as format_names
+from workflow_scripts.spec.tasks import SPAN, get_task
 from workflow_scripts.translation.translators import MarianTranslator
 
 OPEN, CLOSE = "<b>", "</b>"
@@ -224,7 +224,7 @@ def translate_rows(
     fmt: str, rows: list[dict[str, Any]], translate: Translator, lang: str | None, max_distance: int
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Translated rows, labelled ``lang`` (None: each row keeps its own label). The format's
-    ``translated_columns`` (formats/) are translated; span answers are re-aligned."""
+    ``translated_columns`` (spec/formats/) are translated; span answers are re-aligned."""
     columns = get_format(fmt).translated_columns if fmt in format_names() else ()
     if not columns:
         raise InputError(f"format {fmt!r} cannot be machine-translated")

@@ -34,10 +34,11 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.common import LOG, InputError, atomic_path, read_json, setup_logging
+from workflow_scripts.common import LOG, atomic_path, read_json, setup_logging
 from workflow_scripts.precision import DTYPE_NAMES, Precision
 from workflow_scripts.progress import progress
-from workflow_scripts.workflow.schema import TRANSLATION_PRECISION
+from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.schema import TRANSLATION_PRECISION
 
 BACKENDS = ("ctranslate2", "transformers")
 CONVERSION_RECORD = "xstilts_conversion.json"

@@ -18,11 +18,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from workflow_scripts.data.tasks import TASKS, get_task
 from workflow_scripts.models.backbones import get_family
-from workflow_scripts.suggest import did_you_mean
-from workflow_scripts.workflow import paths, transfer
-from workflow_scripts.workflow.schema import (
+from workflow_scripts.spec import paths
+from workflow_scripts.spec.schema import (
     DEFAULT_ACTIVATION_CHECKPOINTING,
     DEFAULT_METHOD,
     DEFAULT_PRECISION,
@@ -31,6 +29,9 @@ from workflow_scripts.workflow.schema import (
     METHODS,
     lora_settings,
 )
+from workflow_scripts.spec.suggest import did_you_mean
+from workflow_scripts.spec.tasks import TASKS, get_task
+from workflow_scripts.workflow import transfer
 
 DEMO_FAMILIES = ("encoder", "decoder")  # the families the demo can build (demo_models.py)
 GRID_KEYS = ("intermediate", "targets", "seeds", "settings")

@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts import revisions
-from workflow_scripts.common import REPO_ROOT
-from workflow_scripts.data import tasks as task_catalogue
+from workflow_scripts.spec import paths
+from workflow_scripts.spec import tasks as task_catalogue
+from workflow_scripts.spec.basics import REPO_ROOT
 from workflow_scripts.training import tracking
-from workflow_scripts.workflow import config_layers, grid, hub_sources, local_data, paths
+from workflow_scripts.workflow import config_layers, grid, hub_sources, local_data
 
 SCHEMA = REPO_ROOT / "schemas" / "config.schema.yaml"
 # What a config that cannot run raises (each message names the key).

@@ -10,7 +10,7 @@ way (a base may extend others), merged in the order listed, then the file itself
 * ``null`` removes an inherited key (``tasks: {bucc: null}`` drops the base's BUCC entry);
   a ``null`` no base set is kept as written (``transfer.settings.zero_shot:``);
 * ``experiment`` is never inherited: a run is named by the file the user gave
-  (:func:`workflow_scripts.workflow.paths.experiment_name`), never by a base.
+  (:func:`workflow_scripts.spec.paths.experiment_name`), never by a base.
 
 Several ``--configfile`` files are each resolved and then merged as Snakemake merges them,
 and Snakemake's ``--config`` values are merged last, over everything. The Snakefile, the
@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.common import REPO_ROOT, InputError, repo_path
+from workflow_scripts.spec.basics import REPO_ROOT, InputError, repo_path
 
 EXTENDS = "extends"
 # A key only the named file (or --config) sets.

@@ -25,7 +25,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.common import InputError, atomic_path, setup_logging
+from workflow_scripts.common import atomic_path, setup_logging
+from workflow_scripts.spec.basics import InputError
 
 COLUMNS = ["rule", "jobs", "wall_h", "mean_min_per_job", "max_rss_gb", "gpus_per_job", "gpu_h", "cpu_h"]
 

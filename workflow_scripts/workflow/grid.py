@@ -10,12 +10,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.common import REPO_ROOT, is_url, load_yaml, repo_path
-from workflow_scripts.data.tasks import CONTROLS, MLM, PROVIDED_TRANSLATIONS, TASKS, TRANSLATABLE_FORMATS, get_task
-from workflow_scripts.formats import get_format
-from workflow_scripts.suggest import did_you_mean
-from workflow_scripts.workflow import backbone_grid, benchmark, local_data, memory_plan, paths, slurm, sweep, transfer
-from workflow_scripts.workflow.schema import error_hint
+from workflow_scripts.spec import benchmark, paths
+from workflow_scripts.spec.basics import REPO_ROOT, is_url, load_yaml, repo_path
+from workflow_scripts.spec.formats import get_format
+from workflow_scripts.spec.schema import error_hint
+from workflow_scripts.spec.suggest import did_you_mean
+from workflow_scripts.spec.tasks import (
+    CONTROLS,
+    MLM,
+    PROVIDED_TRANSLATIONS,
+    TASKS,
+    TRANSLATABLE_FORMATS,
+    get_task,
+)
+from workflow_scripts.workflow import backbone_grid, local_data, memory_plan, slurm, sweep, transfer
 from workflow_scripts.workflow.transfer import data_path, translate_test_path, translated_path
 
 PHASE_KEYS = (
@@ -768,7 +776,7 @@ def submission_predictions(config: dict[str, Any], backbone: str) -> dict[str, s
 def _task_opts(config: dict[str, Any], task: str) -> dict[str, Any]:
     cfg = config["tasks"][task]
     opts = {k: cfg[k] for k in ("batch_size", "epochs", "max_length")}
-    opts.update({k: cfg[k] for k in get_format(get_task(task).format).options})  # formats/: TaskFormat.options
+    opts.update({k: cfg[k] for k in get_format(get_task(task).format).options})  # spec/formats/: TaskFormat.options
     return opts
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from workflow_scripts.revisions import HubRepo, HubUnreachable, RevisionError, endpoint
-from workflow_scripts.suggest import close_matches
+from workflow_scripts.spec.suggest import close_matches
 
 NOT_FOUND, NO_REVISION, GATED, UNREACHABLE, ERROR = "not found", "no revision", "gated", "unreachable", "error"
 # Repositories of one author listed to find a close id: a typo is most often in the name.

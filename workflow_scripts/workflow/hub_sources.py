@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from workflow_scripts.data.tasks import get_task
 from workflow_scripts.revisions import HubRepo
+from workflow_scripts.spec.tasks import get_task
 from workflow_scripts.workflow import backbone_grid, grid, local_data, transfer
 
 

@@ -12,8 +12,8 @@ import re
 import sys
 from pathlib import Path
 
-from workflow_scripts.common import REPO_ROOT
-from workflow_scripts.workflow import paths
+from workflow_scripts.spec import paths
+from workflow_scripts.spec.basics import REPO_ROOT
 
 # A wildcard with its constraint ({task,mnli|xnli}) -> the bare wildcard ({task}).
 _CONSTRAINED = re.compile(r"\{(\w+),[^{}]*(?:\{[^{}]*\}[^{}]*)*\}")

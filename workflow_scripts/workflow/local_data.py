@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.common import repo_path
-from workflow_scripts.data import tasks as task_catalogue
-from workflow_scripts.data.tasks import get_task
-from workflow_scripts.formats import get_format
+from workflow_scripts.spec import tasks as task_catalogue
+from workflow_scripts.spec.basics import repo_path
+from workflow_scripts.spec.formats import get_format
+from workflow_scripts.spec.tasks import get_task
 
 # File types by suffix; tasks.<name>.data.file_type names one for a file with another suffix.
 FILE_TYPES = {".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet"}

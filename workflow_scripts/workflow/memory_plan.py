@@ -79,21 +79,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from workflow_scripts.data.tasks import (
-    CLASSIFICATION,
-    MLM,
-    MULTIPLE_CHOICE,
-    RANKING,
-    SPAN,
-    TAGGING,
-    TASKS,
-    VISUAL_ANSWER,
-    VISUAL_CLASSIFICATION,
-    VISUAL_FORMATS,
-)
-from workflow_scripts.formats import head_kind
 from workflow_scripts.models.backbones import get_family
-from workflow_scripts.workflow.schema import (
+from workflow_scripts.spec.formats import head_kind
+from workflow_scripts.spec.schema import (
     DEFAULT_ACTIVATION_CHECKPOINTING,
     DEFAULT_METHOD,
     DEFAULT_PRECISION,
@@ -104,6 +92,18 @@ from workflow_scripts.workflow.schema import (
     PRECISIONS,
     default,
     lora_settings,
+)
+from workflow_scripts.spec.tasks import (
+    CLASSIFICATION,
+    MLM,
+    MULTIPLE_CHOICE,
+    RANKING,
+    SPAN,
+    TAGGING,
+    TASKS,
+    VISUAL_ANSWER,
+    VISUAL_CLASSIFICATION,
+    VISUAL_FORMATS,
 )
 
 GB = 1e9
@@ -707,7 +707,7 @@ def phase_shape(config: Mapping[str, Any], phase: str, seq_len: int | None = Non
         entry = tasks.get(name) or {}
         spec = TASKS.get(name)
         choices = spec.num_choices if spec and spec.num_choices else 1
-        kind = head_kind(spec.format) if spec is not None else None  # formats/: TaskFormat.head
+        kind = head_kind(spec.format) if spec is not None else None  # spec/formats/: TaskFormat.head
         if kind == RANKING:  # each example: a query and its gold candidate
             choices = 2
         visual = 0
@@ -1062,8 +1062,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.config:
         parser.error("give a CONFIG file or --reference")
     # only the CLI reads a config file; the Snakefile passes its resolved config
-    from workflow_scripts.common import repo_path
-    from workflow_scripts.data import tasks
+    from workflow_scripts.spec import tasks
+    from workflow_scripts.spec.basics import repo_path
     from workflow_scripts.workflow import config_layers
 
     try:

@@ -35,9 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.common import REPO_ROOT, InputError, repo_path
 from workflow_scripts.models.prepare import HUB_PATTERNS
 from workflow_scripts.revisions import HubRepo, RevisionError, read_lock, resolve
+from workflow_scripts.spec import paths
+from workflow_scripts.spec.basics import REPO_ROOT, InputError, repo_path
 from workflow_scripts.workflow import (
     backbone_grid,
     config_check,
@@ -49,7 +50,6 @@ from workflow_scripts.workflow import (
     hub_sources,
     local_data,
     memory_plan,
-    paths,
     sweep,
 )
 
@@ -141,7 +141,7 @@ def count_files(path: Path) -> int:
 
 
 def _local(value: str) -> Path | None:
-    from workflow_scripts.common import is_url
+    from workflow_scripts.spec.basics import is_url
 
     return None if is_url(value) else repo_path(value)
 

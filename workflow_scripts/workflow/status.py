@@ -55,8 +55,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.suggest import did_you_mean
-from workflow_scripts.workflow import paths
+from workflow_scripts.spec import paths
+from workflow_scripts.spec.suggest import did_you_mean
 
 COUNTS = ("done", "running", "failed", "pending")
 LOG_LINES = 20  # last lines shown of a failed job's log

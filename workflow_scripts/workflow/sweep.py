@@ -24,7 +24,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.common import InputError
+from workflow_scripts.spec.basics import InputError
 
 # The swept keys, in the order point names list them: where each lives in a target job's
 # settings (grid.target_settings) and its short name in a point's token.

@@ -35,10 +35,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from workflow_scripts.data.tasks import RANKING, SPAN, TRANSLATABLE_FORMATS, get_task
-from workflow_scripts.formats import get_format
-from workflow_scripts.suggest import did_you_mean
-from workflow_scripts.workflow import paths
+from workflow_scripts.spec import paths
+from workflow_scripts.spec.formats import get_format
+from workflow_scripts.spec.suggest import did_you_mean
+from workflow_scripts.spec.tasks import RANKING, SPAN, TRANSLATABLE_FORMATS, get_task
 
 ZERO_SHOT = "zero_shot"
 PER_LANGUAGE = ("translate_train", "translate_test", "in_language")

@@ -6,9 +6,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.common import InputError
 from workflow_scripts.data.loaders.registry import Report, Row, converter
 from workflow_scripts.data.loaders.source import Source, fetch_archive, is_url
+from workflow_scripts.spec.basics import InputError
 
 
 @converter("bucc")

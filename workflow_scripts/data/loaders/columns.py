@@ -18,11 +18,11 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-from workflow_scripts.common import InputError
 from workflow_scripts.data.loaders.local_files import FileSource
 from workflow_scripts.data.loaders.registry import Report, Row, choice_index, label_index, require_languages
-from workflow_scripts.data.tasks import Task
-from workflow_scripts.formats import get_format
+from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.formats import get_format
+from workflow_scripts.spec.tasks import Task
 from workflow_scripts.workflow.local_data import LocalData
 
 

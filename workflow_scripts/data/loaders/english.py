@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from workflow_scripts.common import InputError
 from workflow_scripts.data.loaders.registry import Report, Row, choice_index, converter, label_index
 from workflow_scripts.data.loaders.source import Source, extra_source, repo_path
-from workflow_scripts.data.tasks import Task, get_task
+from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.tasks import Task, get_task
 
 
 @converter("mnli")

@@ -31,10 +31,11 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from workflow_scripts.common import LOG, InputError
+from workflow_scripts.common import LOG
 from workflow_scripts.data.loaders.registry import Report, Row, converter, label_index, require_languages
 from workflow_scripts.data.loaders.source import Source, jsonl_records, repo_path
-from workflow_scripts.data.tasks import get_task
+from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.tasks import get_task
 
 # Each task's file of one language's test split, relative to its release folder.
 RELEASE = {

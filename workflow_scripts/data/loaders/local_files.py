@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.common import InputError, repo_path
 from workflow_scripts.data.loaders.source import file_sha256, jsonl_records
+from workflow_scripts.spec.basics import InputError, repo_path
 from workflow_scripts.workflow import local_data
 
 Row = dict[str, Any]

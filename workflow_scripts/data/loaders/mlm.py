@@ -6,9 +6,10 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from workflow_scripts.common import LOG, InputError
+from workflow_scripts.common import LOG
 from workflow_scripts.data.loaders.registry import Report, Row, converter
 from workflow_scripts.data.loaders.source import Source
+from workflow_scripts.spec.basics import InputError
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？।])")
 

@@ -22,10 +22,11 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from workflow_scripts.common import LOG, InputError
+from workflow_scripts.common import LOG
 from workflow_scripts.data.loaders.registry import Report, Row, converter, label_index
 from workflow_scripts.data.loaders.source import Source, jsonl_records, repo_path
-from workflow_scripts.data.tasks import NLI_LABELS, get_task
+from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.tasks import NLI_LABELS, get_task
 
 HUB_SPLITS = {"train": "train", "dev": "validation", "test": "test"}
 

@@ -55,9 +55,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.common import LOG, InputError, is_url
+from workflow_scripts.common import LOG
 from workflow_scripts.data.loaders.registry import Report, Row, converter, require_languages
 from workflow_scripts.data.loaders.source import Source, fetch_archive, file_sha256
+from workflow_scripts.spec.basics import InputError, is_url
 
 MEWSLIX_VERSION = "20220518_6"
 # XQuAD-R as released (google-research-datasets/lareqa, CC BY-SA 4.0), pinned to a commit.

@@ -14,9 +14,9 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from workflow_scripts.common import InputError
 from workflow_scripts.data.loaders.source import Source
-from workflow_scripts.data.tasks import Task
+from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.tasks import Task
 
 Row = dict[str, Any]
 Report = dict[str, Any]

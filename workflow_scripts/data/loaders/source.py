@@ -13,9 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.common import LOG, InputError, atomic_path, is_url, repo_path
+from workflow_scripts.common import LOG, atomic_path
 from workflow_scripts.progress import progress
-from workflow_scripts.workflow import paths
+from workflow_scripts.spec import paths
+from workflow_scripts.spec.basics import InputError, is_url, repo_path
 
 Row = dict[str, Any]
 # Shared by every experiment: an archive is the same whichever config asked for it.
@@ -129,7 +130,7 @@ def extra_source(src: Source, opts: dict[str, Any], task: str, name: str) -> Sou
     """The further Hub dataset ``name`` a task's converter reads some languages from
     (``Task.hub_sources``): ``options.<name>_path`` (default: the task entry's Hub id) at
     ``options.<name>_revision``, from the Hub or the same local mirror as the task's own."""
-    from workflow_scripts.data.tasks import get_task
+    from workflow_scripts.spec.tasks import get_task
 
     default = get_task(task).hub_source(name).path
     return Source(

@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from workflow_scripts.common import LOG, InputError
+from workflow_scripts.common import LOG
 from workflow_scripts.data.loaders.registry import (
     XTREME_SPLITS,
     Report,
@@ -37,6 +37,7 @@ from workflow_scripts.data.loaders.registry import (
 )
 from workflow_scripts.data.loaders.source import Source, extra_source
 from workflow_scripts.data.loaders.xtreme import record_sources
+from workflow_scripts.spec.basics import InputError
 
 # Whitespace prefixes stripped from real XQuAD contexts are 1-2 characters; 16 leaves room
 # for other releases while staying far below the distance between two mentions of a phrase.

@@ -42,10 +42,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from workflow_scripts.common import LOG, InputError
+from workflow_scripts.common import LOG
 from workflow_scripts.data.loaders.registry import Report, Row, converter, label_index, require_languages
 from workflow_scripts.data.loaders.source import Source, fetch_archive, file_sha256, is_url
-from workflow_scripts.data.tasks import get_task
+from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.tasks import get_task
 
 UD_V25_URL = "https://lindat.mff.cuni.cz/repository/xmlui/bitstream/handle/11234/1-3105/ud-treebanks-v2.5.tgz"
 # XTREME-R's five more languages come from UD v2.7 (google-research/xtreme

@@ -43,9 +43,10 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from workflow_scripts.common import LOG, InputError
+from workflow_scripts.common import LOG
 from workflow_scripts.data.loaders.registry import Report, Row, converter, require_languages
 from workflow_scripts.data.loaders.source import Source
+from workflow_scripts.spec.basics import InputError
 
 XCOPA_LANGUAGES = ("et", "ht", "id", "it", "qu", "sw", "ta", "th", "tr", "vi", "zh")
 # Other spellings of the two question words, normalised (the XCOPA README's "Result").

@@ -27,10 +27,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from workflow_scripts.common import InputError
-from workflow_scripts.data.loaders.registry import XTREME_SPLITS, Report, Row, converter, label_index, require_languages
+from workflow_scripts.data.loaders.registry import (
+    XTREME_SPLITS,
+    Report,
+    Row,
+    converter,
+    label_index,
+    require_languages,
+)
 from workflow_scripts.data.loaders.source import Source, extra_source
-from workflow_scripts.data.tasks import get_task
+from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.tasks import get_task
 
 # The languages of google/xtreme's PAN-X.<lang> configs (XTREME's 40).
 PANX_XTREME_LANGUAGES = frozenset(

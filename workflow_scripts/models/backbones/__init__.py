@@ -21,10 +21,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from workflow_scripts.common import InputError
 from workflow_scripts.models.backbones import decoder, encoder, seq2seq_encoder
 from workflow_scripts.models.backbones.family import ADAPTER_DIR, MANIFEST, Family
-from workflow_scripts.suggest import did_you_mean
+from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.suggest import did_you_mean
 
 # The registered families (docs/guides/new_backbone_family.md adds one here), in the order
 # errors list them.

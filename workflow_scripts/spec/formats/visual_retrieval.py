@@ -1,7 +1,7 @@
 """Captions and their images, trained contrastively: the pooled caption against the projected
 image (multimodal/prefix.py), the batch's other images as negatives; scored by recall@1."""
 
-from workflow_scripts.formats import TaskFormat
+from workflow_scripts.spec.formats import TaskFormat
 
 FORMAT = TaskFormat(
     name="visual_retrieval",

@@ -1,7 +1,7 @@
 """Text plus an image, classified (SNLI-VE, NLVR2): the image enters the backbone as a projected
 visual prefix (multimodal/prefix.py); intermediate tasks only."""
 
-from workflow_scripts.formats import TaskFormat
+from workflow_scripts.spec.formats import TaskFormat
 
 FORMAT = TaskFormat(
     name="visual_classification",

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.common import load_yaml
-from workflow_scripts.formats import get_format
-from workflow_scripts.formats import names as format_names
-from workflow_scripts.suggest import did_you_mean
+from workflow_scripts.spec.basics import load_yaml
+from workflow_scripts.spec.formats import get_format
+from workflow_scripts.spec.formats import names as format_names
+from workflow_scripts.spec.suggest import did_you_mean
 
 CLASSIFICATION = "classification"
 MULTIPLE_CHOICE = "multiple_choice"
@@ -42,7 +42,7 @@ VISUAL_ANSWER = "visual_answer"
 # Captions and their images, trained contrastively: the text backbone's pooled caption
 # against the projected image (multimodal/prefix.py), the other images of the batch as negatives.
 VISUAL_RETRIEVAL = "visual_retrieval"
-# Every format, each declared by its module in workflow_scripts/formats/ (the built-in ones first).
+# Every format, each declared by its module in workflow_scripts/spec/formats/ (the built-in ones first).
 FORMATS = format_names()
 VISUAL_FORMATS = tuple(f for f in FORMATS if get_format(f).visual)
 
@@ -107,7 +107,7 @@ class Task:
     # A task whose translations are published data rather than our MT output (MNLI: xnli_mt).
     provided_translations: str | None = None
     # The languages its data has, where the entry declares them (a user's multilingual task);
-    # the built-in targets' come from the benchmarks' official lists (workflow/benchmark.py).
+    # the built-in targets' come from the benchmarks' official lists (spec/benchmark.py).
     languages: tuple[str, ...] = ()
     # Further Hub datasets its converter reads some rows from, by name, each with its default
     # Hub id; options.<name>_path and options.<name>_revision override it (PAN-X reads

@@ -124,10 +124,10 @@ def _plain(value):
 def task_fingerprint(names) -> dict[str, dict]:
     """What a job reads of the task catalogue: the entries of its own tasks (all but their
     prose), the code hash of each one's converter and that of its format's module
-    (workflow_scripts/formats/, imported by name and so in no import closure). A job's
+    (workflow_scripts/spec/formats/, imported by name and so in no import closure). A job's
     params carry it, so adding or editing another task or format leaves the job as it is."""
-    from workflow_scripts.data.tasks import get_task
-    from workflow_scripts.formats import module_name
+    from workflow_scripts.spec.formats import module_name
+    from workflow_scripts.spec.tasks import get_task
 
     found = {}
     for name in sorted(set(names)):

@@ -4,7 +4,7 @@ Features: data/features.py ``_encode_spans`` (windows over long contexts); scori
 (``decode_spans``) and reads SQuAD / MLQA metrics; translate-test re-aligns spans
 (translation/translate.py)."""
 
-from workflow_scripts.formats import TaskFormat
+from workflow_scripts.spec.formats import TaskFormat
 
 FORMAT = TaskFormat(
     name="span",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from workflow_scripts.suggest import did_you_mean
+from workflow_scripts.spec.suggest import did_you_mean
 
 CLASSIFICATION = "classification"
 STRUCTURED = "structured prediction"

@@ -2,7 +2,7 @@
 
 No head and no training: evaluation/evaluate.py's retrieval path (evaluation/retrieval.py)."""
 
-from workflow_scripts.formats import TaskFormat
+from workflow_scripts.spec.formats import TaskFormat
 
 FORMAT = TaskFormat(
     name="mining",

@@ -14,8 +14,8 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
-from workflow_scripts.common import REPO_ROOT, load_yaml
-from workflow_scripts.suggest import did_you_mean
+from workflow_scripts.spec.basics import REPO_ROOT, load_yaml
+from workflow_scripts.spec.suggest import did_you_mean
 
 SCHEMA_FILE = REPO_ROOT / "schemas" / "config.schema.yaml"
 

@@ -1,4 +1,4 @@
-"""Task formats: what a task's ``format`` decides, one module per format (``formats/<name>.py``).
+"""Task formats: what a task's ``format`` decides, one module per format (``spec/formats/<name>.py``).
 
 Each module declares ``FORMAT = TaskFormat(...)``: the canonical columns a converter yields,
 the head the format trains, the scorer that reads its outputs, and the facts the grid asks
@@ -9,9 +9,9 @@ that one's kinds and adds only what differs (``encode_chunk``). docs/guides/new_
 shows how.
 
 Format modules are imported by name (:func:`get_format`), never by an ``import`` statement:
-``workflow/codehash.py`` follows import statements only, so no job's code hash covers every
+``spec/codehash.py`` follows import statements only, so no job's code hash covers every
 format, and ``codehash.task_fingerprint`` adds the module of each of the job's own tasks'
-formats. Editing ``formats/span.py`` reruns the jobs of span tasks and no other.
+formats. Editing ``spec/formats/span.py`` reruns the jobs of span tasks and no other.
 
 Standard library only: the Snakefile reads these facts at parse time.
 """
@@ -118,7 +118,7 @@ def get_format(name: str) -> TaskFormat:
         raise KeyError(f"unknown task format {name!r}; known formats: {', '.join(names())}")
     declared = importlib.import_module(f"{__name__}.{name}").FORMAT
     if declared.name != name:
-        raise ValueError(f"formats/{name}.py declares a format named {declared.name!r}")
+        raise ValueError(f"spec/formats/{name}.py declares a format named {declared.name!r}")
     return declared
 
 

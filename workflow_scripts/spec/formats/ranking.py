@@ -3,7 +3,7 @@
 A dual encoder trained on (query, gold candidate) pairs ranks the candidates: features
 data/ranking_inputs.py, head models/dual_encoder.py, scoring evaluation/pool_ranking.py."""
 
-from workflow_scripts.formats import TaskFormat
+from workflow_scripts.spec.formats import TaskFormat
 
 FORMAT = TaskFormat(
     name="ranking",

@@ -3,7 +3,7 @@
 Features: data/features.py ``_encode_tags`` (a word's first sub-token carries its tag); scoring
 merges sub-tokens back to words (``merge_tags``) for seqeval F1 or per-word accuracy."""
 
-from workflow_scripts.formats import TaskFormat
+from workflow_scripts.spec.formats import TaskFormat
 
 FORMAT = TaskFormat(
     name="tagging",

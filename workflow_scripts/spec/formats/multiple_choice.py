@@ -2,7 +2,7 @@
 
 Features: data/features.py ``_encode_choices``; scored as classification (the best choice's accuracy)."""
 
-from workflow_scripts.formats import TaskFormat
+from workflow_scripts.spec.formats import TaskFormat
 
 FORMAT = TaskFormat(
     name="multiple_choice",

@@ -3,7 +3,7 @@
 Features: data/features.py ``_encode_pairs``; head: a pooled vector's classifier (models/heads.py);
 leaderboard predictions: reporting/predictions.py."""
 
-from workflow_scripts.formats import TaskFormat
+from workflow_scripts.spec.formats import TaskFormat
 
 FORMAT = TaskFormat(
     name="classification",

@@ -19,7 +19,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 # Lines that differ between two dry runs of one DAG: the time, the job's number, why it runs.
-VOLATILE = re.compile(r"^\s*(\[.*\d{4}\]|jobid:|reason:|Date:|Workflow ID:|Command:|Config MD5:|Would remove temporary output)")
+VOLATILE = re.compile(
+    r"^\s*(\[.*\d{4}\]|jobid:|reason:|Date:|Workflow ID:|Command:|Config MD5:|Would remove temporary output)"
+)
 
 
 def presets() -> list[str]:

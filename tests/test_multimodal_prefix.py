@@ -194,7 +194,7 @@ def test_image_configs_pair_with_the_configs_that_swap_the_image_task_for_a_cont
 
 def test_the_modality_table_pairs_scores_by_seed_and_language_per_language_group():
     from workflow_scripts.reporting.modality import modality_table
-    from workflow_scripts.workflow.transfer import ZERO_SHOT
+    from workflow_scripts.spec.transfer_names import ZERO_SHOT
 
     records = []
     for seed in (1, 2, 3):

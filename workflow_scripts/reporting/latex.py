@@ -28,7 +28,7 @@ from workflow_scripts.reporting.tables import (
     write_text,
 )
 from workflow_scripts.spec.basics import InputError
-from workflow_scripts.workflow.transfer import ZERO_SHOT
+from workflow_scripts.spec.transfer_names import ZERO_SHOT
 
 _SPECIAL = {
     "\\": r"\textbackslash{}",

@@ -26,7 +26,7 @@ from workflow_scripts.common import atomic_path, load_settings, setup_logging
 from workflow_scripts.reporting import significance
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.tasks import get_task, primary_metric
-from workflow_scripts.workflow.transfer import ZERO_SHOT
+from workflow_scripts.spec.transfer_names import ZERO_SHOT
 
 COLUMNS = [
     "visual",

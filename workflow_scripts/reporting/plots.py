@@ -29,7 +29,7 @@ from workflow_scripts.common import atomic_path, load_settings, read_result_tabl
 from workflow_scripts.reporting import availability
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.tasks import get_task, primary_metric
-from workflow_scripts.workflow.transfer import ZERO_SHOT, path_token
+from workflow_scripts.spec.transfer_names import ZERO_SHOT, path_token
 
 FORMATS = ("png", "svg")
 

@@ -45,7 +45,7 @@ from workflow_scripts.reporting import significance
 from workflow_scripts.spec import benchmark
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.tasks import get_task, primary_metric, qa_answer_score
-from workflow_scripts.workflow.transfer import ZERO_SHOT, source_language
+from workflow_scripts.spec.transfer_names import ZERO_SHOT, source_language
 
 QA_METRICS = ("f1", "exact_match")
 CONTAMINATED = "‡"  # a target the backbone saw in training: not zero-shot

@@ -39,15 +39,19 @@ from workflow_scripts.spec import paths
 from workflow_scripts.spec.formats import get_format
 from workflow_scripts.spec.suggest import did_you_mean
 from workflow_scripts.spec.tasks import RANKING, SPAN, TRANSLATABLE_FORMATS, get_task
+from workflow_scripts.spec.transfer_names import (  # noqa: F401 (the Snakefile reads them as transfer.*)
+    MODEL_SELECTION,
+    PER_LANGUAGE,
+    SETTINGS,
+    SOURCE_PREFIX,
+    ZERO_SHOT,
+    path_token,
+    source_language,
+)
 
-ZERO_SHOT = "zero_shot"
-PER_LANGUAGE = ("translate_train", "translate_test", "in_language")
-SETTINGS = (ZERO_SHOT, "translate_train", "translate_train_all", "translate_test", "in_language", "in_language_all")
-SOURCE_PREFIX = "source:"
 # What a target's training data has besides English is on its task entry: published
 # translations (Task.train_translations, docs/protocol.md §7), in-language training splits
 # (Task.in_language_train, Task.train_missing).
-MODEL_SELECTION = ("own", "en")
 
 
 class TransferError(ValueError):
@@ -110,15 +114,6 @@ class Plan:
 
 
 # ----- names ------------------------------------------------------------------------------
-
-
-def path_token(setting: str) -> str:
-    """The setting as a path component: ``source:de`` -> ``source-de``."""
-    return setting.replace(":", "-")
-
-
-def source_language(setting: str) -> str | None:
-    return setting[len(SOURCE_PREFIX) :] if setting.startswith(SOURCE_PREFIX) else None
 
 
 def configured(config: dict[str, Any]) -> dict[str, dict[str, Any]]:

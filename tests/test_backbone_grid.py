@@ -54,8 +54,8 @@ def test_paths_and_settings_name_the_backbone(config):
     }
     assert grid.intermediate_settings(config, "xlmr_tiny", "mnli")["method"] == {"name": "full", "precision": "fp32"}
     # retrieval: the decoder's own layer and pooling, the encoder the top-level ones
-    assert grid.eval_settings(config, "llama_tiny", "tatoeba")["retrieval"]["pooling"] == "family"
-    assert grid.eval_settings(config, "xlmr_tiny", "tatoeba")["retrieval"]["pooling"] == config["retrieval"]["pooling"]
+    assert grid.eval_settings(config, "llama_tiny", "tatoeba").retrieval.pooling == "family"
+    assert grid.eval_settings(config, "xlmr_tiny", "tatoeba").retrieval.pooling == config["retrieval"]["pooling"]
     tables = grid.table_settings(config, "llama_tiny")
     assert tables["targets"] == ["xnli", "udpos", "tatoeba"] and tables["backbone"]["family"] == "decoder"
     assert tables["output_targets"] == config["targets"]

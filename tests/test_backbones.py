@@ -29,6 +29,7 @@ from workflow_scripts.models.heads import (
 )
 from workflow_scripts.precision import Precision
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.task_options import FormatOptions, ScoringOptions
 from workflow_scripts.spec.tasks import get_task
 from workflow_scripts.training.train import train_phase
 
@@ -167,15 +168,15 @@ ROWS = {
         for i in range(6)
     ],
 }
-OPTS = {
-    "max_length": 48,
-    "eval_batch_size": 4,
-    "precision": "fp32",
-    "doc_stride": 16,
-    "max_query_length": 12,
-    "n_best": 5,
-    "max_answer_length": 8,
-}
+OPTS = ScoringOptions(
+    max_length=48,
+    eval_batch_size=4,
+    precision="fp32",
+    doc_stride=16,
+    max_query_length=12,
+    n_best=5,
+    max_answer_length=8,
+)
 
 
 def _rows(task: str, demo_data) -> list[dict]:
@@ -256,7 +257,7 @@ def test_tagging_labels_the_first_piece_of_each_word_with_byte_level_bpe(add_pre
     rows = ROWS["udpos"] + [
         {"id": "long", "lang": "en", "tokens": ("unbelievably " * 30).split(), "tags": ["ADV"] * 30}
     ]
-    encoded = encode(task, tokenizer, rows, {"max_length": 24}, train=True)
+    encoded = encode(task, tokenizer, rows, FormatOptions(max_length=24), train=True)
     labelled: dict[int, list[str]] = {}
     for feat in encoded.features:
         pieces = tokenizer.convert_ids_to_tokens(feat["input_ids"])
@@ -447,7 +448,7 @@ def test_adapter_intermediate_then_target_chains_adapters_without_copying_the_ba
     task = get_task("xnli")
     model, tokenizer = _load_target_model(task, tmp_path / "target", device())  # where training scored it
     dev_rows = [r for r in read_table(xnli, "classification").to_pylist() if r["lang"] == "en"][: PHASE["dev_examples"]]
-    opts = {"max_length": 48, "eval_batch_size": 16, "precision": precision}
+    opts = ScoringOptions(max_length=48, eval_batch_size=16, precision=precision)
     rescored = score_rows(model, task, tokenizer, dev_rows, opts, device())
     assert rescored["accuracy"] == target["best"]["scores"]["xnli"]["accuracy"]
     if method_name == "qlora":  # the base stayed 4-bit: no weight of it can take a gradient

@@ -12,6 +12,7 @@ from workflow_scripts.data import ranking_inputs
 from workflow_scripts.data.prepare import read_table, to_table
 from workflow_scripts.evaluation import pool_ranking
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.task_options import ScoringOptions, TaskOptions
 from workflow_scripts.spec.tasks import get_task
 from workflow_scripts.training.train import carry_head, train_phase
 
@@ -41,6 +42,10 @@ OPTS = {
     "pooling": "mean",
     "select_language": "en",
 }
+# how the scoring reads the same task
+SCORING = ScoringOptions.parse(
+    {**{k: v for k, v in OPTS.items() if k in ScoringOptions.keys()}, "eval_batch_size": 16, "precision": "bf16"}
+)
 
 
 def ranking_rows(pairs: list[dict], query_lang: str, split: str) -> list[dict]:
@@ -97,15 +102,15 @@ def test_training_features_pair_each_query_with_its_gold_and_refuse_a_missing_on
         {"id": "q", "lang": "en", "side": "query", "text": "Anna bought a book", "context": "", "gold": ["c"]},
         {"id": "c", "lang": "de", "side": "candidate", "text": "Anna kaufte", "context": " ein Buch\n", "gold": []},
     ]
-    (feat,) = ranking_inputs.encode(tokenizer, rows, OPTS, train=True)
+    (feat,) = ranking_inputs.encode(tokenizer, rows, TaskOptions.parse(OPTS), train=True)
     assert feat["input_ids"] == tokenizer("Anna bought a book")["input_ids"]
     # the candidate's context follows its text directly, newlines removed (the reference's input)
     assert feat["candidate_ids"] == tokenizer("Anna kaufte ein Buch")["input_ids"]
-    scoring = ranking_inputs.encode(tokenizer, rows, OPTS, train=False)
+    scoring = ranking_inputs.encode(tokenizer, rows, TaskOptions.parse(OPTS), train=False)
     assert [f["example"] for f in scoring] == [0, 1]
     rows[0]["gold"] = ["elsewhere"]
     with pytest.raises(InputError, match="'q'.*one gold candidate present"):
-        ranking_inputs.encode(tokenizer, rows, OPTS, train=True)
+        ranking_inputs.encode(tokenizer, rows, TaskOptions.parse(OPTS), train=True)
 
 
 def test_lowercase_applies_to_queries_and_candidates(tokenizer):
@@ -113,7 +118,7 @@ def test_lowercase_applies_to_queries_and_candidates(tokenizer):
         {"id": "q", "lang": "en", "side": "query", "text": "ANNA", "context": "", "gold": []},
         {"id": "c", "lang": "de", "side": "candidate", "text": "BUCH", "context": "", "gold": []},
     ]
-    lower = ranking_inputs.encode(tokenizer, rows, {**OPTS, "lowercase": True}, train=False)
+    lower = ranking_inputs.encode(tokenizer, rows, TaskOptions.parse({**OPTS, "lowercase": True}), train=False)
     assert [f["input_ids"] for f in lower] == [tokenizer("anna")["input_ids"], tokenizer("buch")["input_ids"]]
 
 
@@ -140,9 +145,7 @@ def test_a_dual_encoder_learns_to_rank_and_scores_every_language_against_one_poo
     embedded = []
     real_embed = pool_ranking.embed_rows
     monkeypatch.setattr(pool_ranking, "embed_rows", lambda *a: embedded.append(len(a[3])) or real_embed(*a))
-    scorer = pool_ranking.PoolScorer(
-        model, get_task("mewslix"), tokenizer, {**OPTS, "eval_batch_size": 16, "precision": "bf16"}, device()
-    )
+    scorer = pool_ranking.PoolScorer(model, get_task("mewslix"), tokenizer, SCORING, device())
     en, en_ranked = scorer.score(by_lang["en"])
     sw, _ = scorer.score(by_lang["sw"])
     # the 40-candidate pool is embedded once for both languages; then each language's 40 queries
@@ -157,7 +160,7 @@ def test_a_dual_encoder_learns_to_rank_and_scores_every_language_against_one_poo
             get_task("mewslix"),
             tokenizer,
             by_lang["en"],
-            {**OPTS, "eval_batch_size": 16, "precision": "bf16"},
+            SCORING,
             device(),
         ),
         "mewslix",

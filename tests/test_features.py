@@ -16,11 +16,12 @@ from workflow_scripts.data.features import (
     merge_tags,
 )
 from workflow_scripts.data.prepare import read_table
+from workflow_scripts.spec.task_options import FormatOptions
 from workflow_scripts.spec.tasks import get_task
 
 pytestmark = pytest.mark.unit
 
-SPAN_OPTS = {"max_length": 48, "doc_stride": 16, "max_query_length": 12, "n_best": 20, "max_answer_length": 10}
+SPAN_OPTS = FormatOptions(max_length=48, doc_stride=16, max_query_length=12, n_best=20, max_answer_length=10)
 
 
 def test_span_windows_locate_every_answer(demo_data, tokenizer):
@@ -29,7 +30,7 @@ def test_span_windows_locate_every_answer(demo_data, tokenizer):
     windows = {}
     for f in enc.features:
         windows.setdefault(f["example"], []).append(f)
-        assert len(f["input_ids"]) <= SPAN_OPTS["max_length"]
+        assert len(f["input_ids"]) <= SPAN_OPTS.max_length
     assert any(len(ws) > 1 for ws in windows.values()), "contexts should need several windows"
     for i, row in enumerate(rows):
         found = [f for f in windows[i] if f["start_positions"] > 0]
@@ -57,7 +58,7 @@ def test_doc_stride_is_the_step_between_windows(demo_data, tokenizer):
     assert firsts[0] == 0
     # Window k starts doc_stride context tokens after window k-1 (the last may start earlier
     # or later only because it reaches the end of the context).
-    assert all(b - a == SPAN_OPTS["doc_stride"] for a, b in itertools.pairwise(firsts[:-1]))
+    assert all(b - a == SPAN_OPTS.doc_stride for a, b in itertools.pairwise(firsts[:-1]))
     last = [tuple(o) for o in enc.features[-1]["offsets"] if o is not None]
     assert last[-1] == full[-1]
 
@@ -73,7 +74,7 @@ def test_long_sentences_are_split_and_merged_back_never_truncated(demo_data, tok
     task = get_task("udpos")
     rows = read_table(demo_data["udpos.test"]).to_pylist()
     longest = max(len(r["tokens"]) for r in rows)
-    enc = encode(task, tokenizer, rows, {"max_length": 16}, train=False)
+    enc = encode(task, tokenizer, rows, FormatOptions(max_length=16), train=False)
     assert max(len(f["input_ids"]) for f in enc.features) <= 16
     assert len(enc.features) > len(rows)
     # One-hot logits at each gold tag: merging must give back every word's gold tag.
@@ -91,7 +92,7 @@ def test_long_sentences_are_split_and_merged_back_never_truncated(demo_data, tok
 
 def test_length_grouping_reduces_padding_and_is_seeded(demo_data, tokenizer):
     rows = read_table(demo_data["mnli.train"]).to_pylist()
-    enc = encode(get_task("mnli"), tokenizer, rows, {"max_length": 64}, train=True)
+    enc = encode(get_task("mnli"), tokenizer, rows, FormatOptions(max_length=64), train=True)
     grouped = length_grouped_batches(enc.features, 16, random.Random(1))
     assert grouped == length_grouped_batches(enc.features, 16, random.Random(1))
     assert sorted(k for b in grouped for k in b) == list(range(len(enc.features)))
@@ -119,7 +120,7 @@ def test_features_live_in_arrow_at_four_bytes_a_token(demo_data, tokenizer):
     import pyarrow as pa
 
     rows = read_table(demo_data["mnli.train"]).to_pylist()
-    enc = encode(get_task("mnli"), tokenizer, rows, {"max_length": 64}, train=True)
+    enc = encode(get_task("mnli"), tokenizer, rows, FormatOptions(max_length=64), train=True)
     ids = enc.features.table.column("input_ids")
     assert ids.type == pa.list_(pa.int32())
     tokens = int(enc.features.lengths.sum())
@@ -138,7 +139,7 @@ def test_multiple_choice_length_is_the_longest_choice(tokenizer):
         },
         {"id": "b", "lang": "en", "context": "three", "choices": ["p", "q", "r", "s"], "label": 0},
     ]
-    enc = encode(get_task("hellaswag"), tokenizer, rows, {"max_length": 32}, train=True)
+    enc = encode(get_task("hellaswag"), tokenizer, rows, FormatOptions(max_length=32), train=True)
     for k, f in enumerate(enc.features):
         assert enc.features.lengths[k] == max(len(c) for c in f["input_ids"])
     batch = collate(enc.features.take([0, 1]), "multiple_choice", tokenizer.pad_token_id)

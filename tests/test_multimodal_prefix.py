@@ -15,6 +15,7 @@ import torch
 from workflow_scripts.multimodal import scene_world
 from workflow_scripts.multimodal.prefix import AFTER_TEXT, PREFIX, VisualClassificationHead, join
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.task_options import ScoringOptions
 
 pytestmark = pytest.mark.unit
 
@@ -337,7 +338,12 @@ def test_caption_image_retrieval_trains_captions_of_one_image_as_each_others_pos
         rows,
     )
     scores, found = predict_and_score(
-        Fixed(), get_task("flickr30k"), encoded, 1, {"eval_batch_size": 8, "precision": "fp32"}, torch.device("cpu")
+        Fixed(),
+        get_task("flickr30k"),
+        encoded,
+        1,
+        ScoringOptions(max_length=8, eval_batch_size=8, precision="fp32"),
+        torch.device("cpu"),
     )
     # an image's vector is that of its first row: a = [1, 0], b = [0, 1]; caption 1 ([0, 1]) finds b, wrongly
     assert found == [["a.png"], ["b.png"], ["b.png"]] and scores["recall_at_1"] == pytest.approx(200 / 3)

@@ -17,6 +17,7 @@ import pytest
 from workflow_scripts import progress as progress_module
 from workflow_scripts.progress import INTERVAL_VARIABLE, progress
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.task_options import FormatOptions
 
 pytestmark = pytest.mark.unit
 
@@ -145,8 +146,8 @@ def test_encode_reports_tokenising_the_task_in_chunks(log_file, monkeypatch):
     monkeypatch.setenv(INTERVAL_VARIABLE, "0")
     monkeypatch.setattr(features, "ENCODE_CHUNK", 64)  # the Arrow table is read in 5 chunks
     task = get_task("xnli")
-    from_table = features.encode(task, tokenizer, pa.Table.from_pylist(rows), {"max_length": 16}, train=False)
-    from_list = features.encode(task, tokenizer, rows, {"max_length": 16}, train=False)
+    from_table = features.encode(task, tokenizer, pa.Table.from_pylist(rows), FormatOptions(max_length=16), train=False)
+    from_list = features.encode(task, tokenizer, rows, FormatOptions(max_length=16), train=False)
     assert from_table.features.table.equals(from_list.features.table)  # the bar only observes
     lines = [line for line in read_log().splitlines() if line.startswith("tokenising xnli:")]
     assert "\r" not in "".join(lines)

@@ -23,6 +23,7 @@ from conftest import gold_span_logits
 from workflow_scripts.data.features import IGNORE, decode_spans, encode, merge_tags
 from workflow_scripts.data.prepare import prepare, provenance, read_table
 from workflow_scripts.evaluation.metrics import seqeval_f1, squad_v1
+from workflow_scripts.spec.task_options import FormatOptions
 from workflow_scripts.spec.tasks import get_task
 
 pytestmark = pytest.mark.unit
@@ -340,7 +341,7 @@ def real_tokenizer():
 def test_span_oracle_gold_spans_decode_to_f1_100(xquad_table, real_tokenizer):
     task = get_task("xquad")
     # The paper's QA settings (docs/protocol.md §3).
-    opts = {"max_length": 384, "doc_stride": 128, "max_query_length": 64, "n_best": 20, "max_answer_length": 30}
+    opts = FormatOptions(max_length=384, doc_stride=128, max_query_length=64, n_best=20, max_answer_length=30)
     rows = read_table(xquad_table).to_pylist()
     encoded = encode(task, real_tokenizer, rows, opts, train=True)
     preds = decode_spans(encoded, *gold_span_logits(encoded), opts, allow_null=False)
@@ -353,7 +354,7 @@ def test_span_oracle_gold_spans_decode_to_f1_100(xquad_table, real_tokenizer):
             gold_span[row["id"]] = row["context"][
                 f["offsets"][f["start_positions"]][0] : f["offsets"][f["end_positions"]][1]
             ]
-            if f["end_positions"] - f["start_positions"] + 1 > opts["max_answer_length"]:
+            if f["end_positions"] - f["start_positions"] + 1 > opts.max_answer_length:
                 too_long.add(row["id"])
     assert set(gold_span) == {r["id"] for r in rows}  # every answer lies whole inside some window
     # A few per cent are too long with this small vocabulary (more pieces a word than XLM-R's).
@@ -375,7 +376,7 @@ def test_tag_oracle_gold_tags_merge_back_to_f1_100_across_split_sentences(tmp_pa
     out = load_udpos(tmp_path, "test", ["de", "es", "ar", "he", "el", "zh", "en"])
     rows = read_table(out).to_pylist()
     # A short max length forces long sentences (the 62-word German one) into several pieces.
-    encoded = encode(task, real_tokenizer, rows, {"max_length": 24}, train=False)
+    encoded = encode(task, real_tokenizer, rows, FormatOptions(max_length=24), train=False)
     assert max(Counter(f["example"] for f in encoded.features).values()) > 3
     gold_index = [[task.labels.index(t) for t in r["tags"]] for r in rows]
     logits = []

@@ -9,6 +9,7 @@ import pytest
 from conftest import local_settings
 from workflow_scripts.data.prepare import prepare
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.task_options import ScoringOptions
 from workflow_scripts.training.curves import CURVE_FILE
 from workflow_scripts.training.train import train_phase
 
@@ -194,7 +195,7 @@ def test_early_stopping_restores_the_best_weights_and_lr_follows_the_schedule(tm
         get_task("xnli"),
         load_tokenizer(tmp_path / "m"),
         rows,
-        {"max_length": 48, "eval_batch_size": 32, "precision": "bf16"},
+        ScoringOptions(max_length=48, eval_batch_size=32, precision="bf16"),
         torch.device("cpu"),
     )
     assert rescored == log["best"]["scores"]["xnli"]

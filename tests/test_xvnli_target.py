@@ -16,6 +16,7 @@ import torch
 from conftest import REPO
 from workflow_scripts.data.prepare import prepare, read_table
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.evaluation_settings import EvaluationSettings
 
 REAL = REPO / "tests" / "real_data" / "xvnli"
 CONFIG = REPO / "tests" / "configs" / "xvnli_demo.yaml"
@@ -54,7 +55,7 @@ def test_the_xvnli_config_trains_on_snli_ve_features_and_scores_with_the_targets
     assert "images" not in grid.target_data(config, "xvnli_caption", "en.dev-en")["xvnli_caption"]
     assert "images" not in grid.evaluation(config, "xlmr_tiny", "zero_shot", "none", "xvnli_caption", 1)
     # IGLUE's averages leave English out
-    assert grid.eval_settings(config, "xlmr_tiny", "xvnli")["average_excludes"] == ["en"]
+    assert grid.eval_settings(config, "xlmr_tiny", "xvnli").average_excludes == ("en",)
 
 
 @pytest.mark.unit
@@ -156,13 +157,9 @@ def test_the_real_xvnli_rows_are_scored_with_their_images_and_iglues_accuracy(tm
     names = sorted({n for r in rows for n in r["images"]})
     bank = fake_bank(tmp_path, names)
     model = visual_target_model(tmp_path, demo_encoder_dir)
-    settings = {
-        "languages": langs,
-        "max_length": 64,
-        "eval_batch_size": 8,
-        "precision": "fp32",
-        "average_excludes": ["en"],
-    }
+    settings = EvaluationSettings(
+        languages=tuple(langs), max_length=64, eval_batch_size=8, precision="fp32", average_excludes=("en",)
+    )
     result, predictions = evaluate_run("xvnli", {"*": model}, {"test": [(str(data), None)]}, settings, 1, 1, bank)
 
     visual = result["visual"]
@@ -187,7 +184,7 @@ def test_an_image_target_refuses_to_score_rows_whose_image_has_no_features(tmp_p
     data = real_rows(tmp_path, ["fr"])
     names = sorted({n for r in read_table(data).to_pylist() for n in r["images"]})
     model = visual_target_model(tmp_path, demo_encoder_dir)
-    settings = {"languages": ["fr"], "max_length": 64, "eval_batch_size": 8, "precision": "fp32"}
+    settings = EvaluationSettings(languages=("fr",), max_length=64, eval_batch_size=8, precision="fp32")
     with pytest.raises(InputError, match=rf"xvnli test fr: \d+ rows have no image features .*{names[0]}"):
         evaluate_run(
             "xvnli", {"*": model}, {"test": [(str(data), None)]}, settings, 1, 1, fake_bank(tmp_path, names[1:])
@@ -206,13 +203,9 @@ def test_the_real_marvl_rows_are_scored_with_both_their_images(tmp_path, demo_en
     assert {len(r["images"]) for r in rows} == {2}  # the left and the right image
     names = sorted({n for r in rows for n in r["images"]})
     model = visual_target_model(tmp_path, demo_encoder_dir, "marvl")
-    settings = {
-        "languages": langs,
-        "max_length": 64,
-        "eval_batch_size": 8,
-        "precision": "fp32",
-        "average_excludes": ["en"],
-    }
+    settings = EvaluationSettings(
+        languages=tuple(langs), max_length=64, eval_batch_size=8, precision="fp32", average_excludes=("en",)
+    )
     result, predictions = evaluate_run(
         "marvl", {"*": model}, {"test": [(str(data), None)]}, settings, 1, 1, fake_bank(tmp_path, names)
     )

@@ -23,6 +23,7 @@ from workflow_scripts.data import ranking_inputs
 from workflow_scripts.progress import progress
 from workflow_scripts.spec.formats import get_format, head_kind
 from workflow_scripts.spec.formats import names as format_names
+from workflow_scripts.spec.task_options import FormatOptions
 from workflow_scripts.spec.tasks import (
     CLASSIFICATION,
     MLM,
@@ -124,7 +125,7 @@ class Encoded:
 ENCODE_CHUNK = 2000  # rows tokenised at a time: bounds the Python objects alive at once
 
 
-def encode(task: Task, tokenizer, rows, opts: dict[str, Any], train: bool) -> Encoded:
+def encode(task: Task, tokenizer, rows, opts: FormatOptions, train: bool) -> Encoded:
     """Tokenise ``rows`` (a list of dicts, or an Arrow table read ENCODE_CHUNK rows at a
     time, so a 1M-example task never exists as Python objects) in batches with the fast
     tokenizer, which spreads each batch over its own threads. A ranking file trains whole:
@@ -156,10 +157,8 @@ def encode(task: Task, tokenizer, rows, opts: dict[str, Any], train: bool) -> En
         return Encoded(FeatureStore.from_chunks(chunks()), rows)
 
 
-def _encode_chunk(
-    task: Task, tokenizer, rows: list[dict[str, Any]], opts: dict[str, Any], train: bool
-) -> list[Feature]:
-    max_length = int(opts["max_length"])
+def _encode_chunk(task: Task, tokenizer, rows: list[dict[str, Any]], opts: FormatOptions, train: bool) -> list[Feature]:
+    max_length = opts.max_length
     if task.format == CLASSIFICATION:
         return _encode_pairs(tokenizer, rows, max_length)
     if task.format == VISUAL_RETRIEVAL:  # a caption and its image
@@ -233,15 +232,14 @@ def _truncate_question(tokenizer, question: str, max_query_length: int) -> str:
     return question[: enc["offset_mapping"][max_query_length - 1][1]]
 
 
-def _encode_spans(tokenizer, rows, opts, train: bool) -> list[Feature]:
+def _encode_spans(tokenizer, rows, opts: FormatOptions, train: bool) -> list[Feature]:
     """Sliding windows over each context.
 
     ``doc_stride`` is the step between window starts, as in the original SQuAD/XTREME
     scripts; the tokenizer takes the overlap instead, which depends on the question's
     length, so each example is encoded with its own overlap.
     """
-    max_length, step = int(opts["max_length"]), int(opts["doc_stride"])
-    max_query = int(opts["max_query_length"])
+    max_length, step, max_query = opts.max_length, opts.doc_stride, opts.max_query_length
     specials = tokenizer.num_special_tokens_to_add(pair=True)
     feats = []
     for i, row in enumerate(rows):
@@ -284,11 +282,11 @@ def _answer_positions(row, offsets) -> tuple[int, int]:
     return start, end
 
 
-def decode_spans(encoded: Encoded, start_logits, end_logits, opts: dict[str, Any], allow_null: bool) -> dict[str, str]:
+def decode_spans(encoded: Encoded, start_logits, end_logits, opts: FormatOptions, allow_null: bool) -> dict[str, str]:
     """Best answer text per example id from per-feature start/end logits (n-best search)."""
     import numpy as np
 
-    n_best, max_answer = int(opts["n_best"]), int(opts["max_answer_length"])
+    n_best, max_answer = opts.n_best, opts.max_answer_length
     by_example: dict[int, list[int]] = {}
     for j, feat in enumerate(encoded.features):
         by_example.setdefault(feat["example"], []).append(j)

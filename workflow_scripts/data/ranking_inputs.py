@@ -16,27 +16,29 @@ from typing import Any
 import torch
 
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.task_options import FormatOptions
 
 QUERY, CANDIDATE = "query", "candidate"
 Feature = dict[str, Any]
 
 
-def query_text(row: dict[str, Any], opts: dict[str, Any]) -> str:
+def query_text(row: dict[str, Any], opts: FormatOptions) -> str:
     text = row["text"]
-    return text.lower() if opts.get("lowercase") else text
+    return text.lower() if opts.lowercase else text
 
 
-def candidate_text(row: dict[str, Any], opts: dict[str, Any]) -> str:
+def candidate_text(row: dict[str, Any], opts: FormatOptions) -> str:
     text = (row["text"] + (row.get("context") or "")).replace("\n", "")
-    return text.lower() if opts.get("lowercase") else text
+    return text.lower() if opts.lowercase else text
 
 
-def encode(tokenizer, rows, opts: dict[str, Any], train: bool) -> list[Feature]:
+def encode(tokenizer, rows, opts: FormatOptions, train: bool) -> list[Feature]:
     """Features of a ranking file. Training: one per query, its gold candidate alongside
     (``candidate_ids``); a query must name exactly one gold candidate present in the file.
     Scoring: one per row, queries and candidates alike (``example`` = the row's index)."""
     rows = rows if isinstance(rows, list) else rows.to_pylist()
-    max_query, max_length = int(opts.get("max_query_length", opts["max_length"])), int(opts["max_length"])
+    max_length = opts.max_length
+    max_query = max_length if opts.max_query_length is None else opts.max_query_length
 
     def ids(texts: list[str], limit: int) -> list[list[int]]:
         return tokenizer(texts, truncation=True, max_length=limit)["input_ids"] if texts else []

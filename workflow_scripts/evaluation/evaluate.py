@@ -62,7 +62,9 @@ from workflow_scripts.models.heads import MultiHeadModel, forward, load_encoder,
 from workflow_scripts.precision import Precision
 from workflow_scripts.progress import progress
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.evaluation_settings import EvaluationSettings
 from workflow_scripts.spec.formats import get_format, head_kind
+from workflow_scripts.spec.task_options import ScoringOptions
 from workflow_scripts.spec.tasks import (
     CLASSIFICATION,
     RANKING,
@@ -117,14 +119,14 @@ def predict_logits(
 
 
 def score_rows(
-    model, task: Task, tokenizer, rows: list[dict[str, Any]], opts: dict[str, Any], dev, metric: str | None = None
+    model, task: Task, tokenizer, rows: list[dict[str, Any]], opts: ScoringOptions, dev, metric: str | None = None
 ) -> dict[str, float]:
     """Score one set of rows (one language of one split) with the task's metric."""
     return predict_and_score_rows(model, task, tokenizer, rows, opts, dev, metric)[0]
 
 
 def predict_and_score_rows(
-    model, task: Task, tokenizer, rows: list[dict[str, Any]], opts: dict[str, Any], dev, metric: str | None = None
+    model, task: Task, tokenizer, rows: list[dict[str, Any]], opts: ScoringOptions, dev, metric: str | None = None
 ) -> tuple[dict[str, float], Any]:
     """score_rows, with the predictions (see predict_and_score)."""
     return predict_and_score(
@@ -133,22 +135,20 @@ def predict_and_score_rows(
 
 
 def score_encoded(
-    model, task: Task, encoded: Encoded, pad_id: int, opts: dict[str, Any], dev, metric: str | None = None
+    model, task: Task, encoded: Encoded, pad_id: int, opts: ScoringOptions, dev, metric: str | None = None
 ) -> dict[str, float]:
     """score_rows on rows already encoded (training re-scores one dev subset many times)."""
     return predict_and_score(model, task, encoded, pad_id, opts, dev, metric)[0]
 
 
 def predict_and_score(
-    model, task: Task, encoded: Encoded, pad_id: int, opts: dict[str, Any], dev, metric: str | None = None
+    model, task: Task, encoded: Encoded, pad_id: int, opts: ScoringOptions, dev, metric: str | None = None
 ) -> tuple[dict[str, float], Any]:
     """(scores, predictions): label indices (classification), {id: answer} (QA), or tags per
     sentence (tagging), in the rows' order."""
     metric = metric or task.metric
     rows = encoded.rows
-    logits = predict_logits(
-        model, task, encoded, int(opts["eval_batch_size"]), pad_id, dev, Precision(opts["precision"])
-    )
+    logits = predict_logits(model, task, encoded, opts.eval_batch_size, pad_id, dev, Precision(opts.precision))
     scorer = get_format(task.format).scorer  # spec/formats/: TaskFormat.scorer
     if scorer == RANKING:  # one embedding per row (pool_ranking.py)
         return pool_ranking.score(rows, logits, task.name, dev=dev)
@@ -175,7 +175,7 @@ def predict_and_score(
     if scorer == CLASSIFICATION:  # the argmax's accuracy (multiple choice: the best choice's)
         labels = [int(l.argmax()) for l in logits]
         if metric == "iglue_accuracy":  # the release's rows without a gold label count as wrong
-            return iglue_accuracy(labels, [r["label"] for r in rows], int(opts.get("unlabelled", 0))), labels
+            return iglue_accuracy(labels, [r["label"] for r in rows], opts.unlabelled), labels
         return accuracy(labels, [r["label"] for r in rows]), labels
     if scorer == SPAN:
         preds = decode_spans(
@@ -183,7 +183,7 @@ def predict_and_score(
         )
         golds = {r["id"]: list(r["answer_texts"]) for r in rows}
         if metric == "mlqa":  # translate-test rows keep their language label but hold English text
-            return mlqa(preds, golds, opts.get("text_language") or rows[0]["lang"]), preds
+            return mlqa(preds, golds, opts.text_language or rows[0]["lang"]), preds
         return (squad_v2 if metric == "squad_v2" else squad_v1)(preds, golds), preds
     if scorer == TAGGING:
         pred_tags = merge_tags(encoded, logits, task.labels)
@@ -247,7 +247,7 @@ def evaluate_run(
     target: str,
     models: dict[str, Path],
     data: Sources,
-    settings: dict[str, Any],
+    settings: EvaluationSettings,
     seed: int,
     threads: int,
     images: Path | None = None,
@@ -261,12 +261,12 @@ def evaluate_run(
     seed_everything(seed)
     task = get_task(target)
     dev = device()
-    precision = Precision(settings["precision"])
+    precision = Precision(settings.precision)
     precision.check_device(dev, f"evaluating {target}")
-    configured = list(settings["languages"])
-    transfer = settings.get("transfer") or {}
+    configured = list(settings.languages)
+    transfer = settings.transfer
     # Every split is read (and checked) before any prediction work starts.
-    expected = list(transfer["data"]) if "data" in transfer else list(task.eval_splits)
+    expected = list(transfer.data) if transfer is not None else list(task.eval_splits)
     missing = [split for split in expected if split not in data]
     if missing:
         raise InputError(f"--data lacks the evaluation split(s) {missing} of {target}")
@@ -307,7 +307,7 @@ def evaluate_run(
     extra: dict[str, Any] = {"precision": precision.record(dev, method_of(next(iter(model_of.values()))).name)}
     scores: dict[str, dict[str, dict[str, float]]] = {split: {} for split in splits}
     predictions: dict[str, Any] = {}  # test predictions per language, for the leaderboard files
-    opts = {**settings, "text_language": transfer.get("text_language")}
+    opts = settings.scoring()
     if task.is_retrieval:
         (model_dir,) = set(model_of.values())
         # the backbone the intermediate phase left (adapters merged in memory)
@@ -344,7 +344,7 @@ def evaluate_run(
                     if pool is not None:
                         scores[split][lang], found = pool.score(rows)
                     else:
-                        lang_opts = {**opts, "unlabelled": unlabelled.get(split, {}).get(lang, 0)}
+                        lang_opts = settings.scoring(unlabelled=unlabelled.get(split, {}).get(lang, 0))
                         scores[split][lang], found = predict_and_score_rows(
                             model, task, tokenizer, rows, lang_opts, dev
                         )
@@ -356,16 +356,14 @@ def evaluate_run(
             lang: {
                 "path": str(m),
                 "selection": selections[str(m)],
-                **{
-                    k: v for k, v in transfer.get("models", {}).get(lang, {}).items() if k in ("recipe", "train", "dev")
-                },
+                **(transfer.models[lang].to_dict() if transfer is not None and lang in transfer.models else {}),
             }
             for lang, m in model_of.items()
         }
         if len(selections) == 1:
             extra["selection"] = next(iter(selections.values()))
     scores = {split: {l: per[l] for l in languages if l in per} for split, per in scores.items()}
-    excluded = tuple(settings.get("average_excludes") or ())
+    excluded = settings.average_excludes or ()
     if excluded:  # the benchmark's convention (IGLUE: English scored, not averaged)
         extra["average_excludes"] = list(excluded)
     if unlabelled:
@@ -378,7 +376,7 @@ def evaluate_run(
         "primary": primary_metric(task.metric),
         "languages": languages,
         "splits": list(splits),
-        "setting": transfer.get("setting", "zero_shot"),
+        "setting": settings.setting,
         "scores": scores,
         "average": {split: average(per, excluded) for split, per in scores.items()},
         # The one number per split the benchmark averages (tasks.qa_answer_score), and how.
@@ -393,8 +391,8 @@ def evaluate_run(
             for split, sources in data.items()
         },
         "seed": seed,
-        "settings": settings,
-        "settings_hash": settings_hash(settings),
+        "settings": settings.to_dict(),
+        "settings_hash": settings_hash(settings.to_dict()),
         "seqeval_version": seqeval_version(),
         "versions": {p: version(p) for p in ("torch", "transformers", "seqeval", "faiss-cpu", "numpy")},
         "wall_time_s": round(time.time() - started, 3),
@@ -402,13 +400,13 @@ def evaluate_run(
     }, {lang: predictions[lang] for lang in languages if lang in predictions}
 
 
-def with_family_pooling(settings: dict[str, Any], model_dir: Path) -> dict[str, Any]:
+def with_family_pooling(settings: EvaluationSettings, model_dir: Path) -> EvaluationSettings:
     """``retrieval.pooling: family`` resolved to the backbone family's pooling (a decoder's
     last token); the metric file records the pooling that ran."""
-    ret = settings["retrieval"]
-    if ret["pooling"] != "family":
+    ret = settings.retrieval
+    if ret.pooling != "family":
         return settings
-    return {**settings, "retrieval": {**ret, "pooling": family_of(model_dir).retrieval_pooling}}
+    return settings.replace(retrieval=ret.replace(pooling=family_of(model_dir).retrieval_pooling))
 
 
 def visual_record(task: Task, model_dir: Path, train_log: dict[str, Any], bank, images, splits) -> dict[str, Any]:
@@ -490,28 +488,21 @@ def evaluate_retrieval(
     encoder,
     tokenizer,
     splits: dict[str, dict[str, list[dict[str, Any]]]],
-    settings: dict[str, Any],
+    settings: EvaluationSettings,
     dev,
     seed: int,
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """Tatoeba: 1-NN accuracy per language. BUCC: margin mining; the threshold is chosen on
     each language's dev gold and applied to its test candidates. Also returns the test
     predictions: Tatoeba's nearest foreign index per English sentence, BUCC's mined pairs."""
-    ret = settings["retrieval"]
-    args = (
-        ret["layer"],
-        ret["pooling"],
-        int(settings["eval_batch_size"]),
-        int(settings["max_length"]),
-        dev,
-        Precision(settings["precision"]),
-    )
+    ret = settings.retrieval
+    args = (ret.layer, ret.pooling, settings.eval_batch_size, settings.max_length, dev, Precision(settings.precision))
     # Exact search unless the config names a faiss index; the metric file says which.
-    search = {"index": ret.get("index", EXACT), "nprobe": int(ret.get("nprobe", 1)), "dev": dev, "seed": seed}
+    search = {"index": ret.index, "nprobe": 1 if ret.nprobe is None else ret.nprobe, "dev": dev, "seed": seed}
     extra: dict[str, Any] = {
         "retrieval": {
-            "layer": ret["layer"],
-            "pooling": ret["pooling"],
+            "layer": ret.layer,
+            "pooling": ret.pooling,
             "layer_convention": LAYER_CONVENTION,
             "index": search["index"],
         }
@@ -532,8 +523,8 @@ def evaluate_retrieval(
                 if split == "test":
                     predictions[lang] = nearest.tolist()
         return scores, extra, predictions
-    k = int(ret.get("bucc_k", 4))
-    duplicates = ret.get("bucc_duplicates", "drop")
+    k = 4 if ret.bucc_k is None else ret.bucc_k
+    duplicates = ret.bucc_duplicates or "drop"
     candidates: dict[str, dict[str, Any]] = {split: {} for split in splits}
     repeated: dict[str, dict[str, dict[str, int]]] = {split: {} for split in splits}
     for split, by_lang in splits.items():

@@ -36,6 +36,7 @@ from workflow_scripts.data import leakage
 from workflow_scripts.evaluation.evaluate import Sources, evaluate_run
 from workflow_scripts.reporting.predictions import write_predictions
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.evaluation_settings import EvaluationSettings
 from workflow_scripts.training.tracking import TrackingError, open_trackers
 
 # What models/prepare.py writes into a Hub snapshot it fetched: the Hub id, the revision
@@ -165,7 +166,10 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     # opened first: a tracker that cannot open stops the job before the evaluation's work
     try:
-        settings = {"settings": load_settings(args.settings), "backbone": load_settings(args.backbone_settings)}
+        settings = {
+            "settings": EvaluationSettings.parse(args.settings, "--settings").to_dict(),
+            "backbone": load_settings(args.backbone_settings),
+        }
         trackers = open_trackers(args.tracking, args.tracking_dir, args.run, settings, job="evaluate")
     except (InputError, TrackingError) as err:
         raise SystemExit(f"error: {err}") from None
@@ -182,7 +186,7 @@ def _evaluate(args: argparse.Namespace) -> dict[str, Any]:
             args.target,
             parse_models(args.model),
             parse_data(args.data),
-            load_settings(args.settings),
+            EvaluationSettings.parse(args.settings, "--settings"),
             args.seed,
             args.threads,
             args.images,

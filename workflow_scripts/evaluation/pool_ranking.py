@@ -28,6 +28,7 @@ from workflow_scripts.models.heads import forward
 from workflow_scripts.precision import Precision
 from workflow_scripts.progress import progress
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.task_options import ScoringOptions
 
 TOP_K = 20
 
@@ -110,7 +111,7 @@ def rows_by_language(rows: list[dict[str, Any]], languages: list[str], path: str
     return {lang: found + candidates for lang, found in queries.items()}
 
 
-def embed_rows(model, task, tokenizer, rows: list[dict[str, Any]], opts: dict[str, Any], dev, what: str = "rows"):
+def embed_rows(model, task, tokenizer, rows: list[dict[str, Any]], opts: ScoringOptions, dev, what: str = "rows"):
     """One L2-normalised vector per row (queries and candidates alike), as a float32 matrix;
     ``what`` names the rows in progress lines."""
     # Its own loop, not evaluate.predict_logits: evaluate imports this module.
@@ -124,9 +125,9 @@ def embed_rows(model, task, tokenizer, rows: list[dict[str, Any]], opts: dict[st
     # in inference mode they could not take part in the training forwards that follow.
     with torch.no_grad():
         with progress(total=len(encoded.features), desc=f"embedding {task.name} {what}", unit="row") as bar:
-            for idx in sorted_batches(encoded.features, int(opts["eval_batch_size"])):
+            for idx in sorted_batches(encoded.features, opts.eval_batch_size):
                 batch = collate_task(encoded.features.take(idx), task.format, tokenizer.pad_token_id)
-                with Precision(opts["precision"]).autocast(dev):
+                with Precision(opts.precision).autocast(dev):
                     vectors, _ = forward(model, task.format, task.name, {k: v.to(dev) for k, v in batch.items()})
                 out[idx] = vectors.float().cpu().numpy()
                 bar.update(len(idx))
@@ -137,7 +138,7 @@ class PoolScorer:
     """Scores one language at a time against a candidate pool embedded once per pool: the
     languages of a split share it, and so do splits holding the same pool."""
 
-    def __init__(self, model, task, tokenizer, opts: dict[str, Any], dev, k: int = TOP_K) -> None:
+    def __init__(self, model, task, tokenizer, opts: ScoringOptions, dev, k: int = TOP_K) -> None:
         self.model, self.task, self.tokenizer, self.opts, self.dev, self.k = model, task, tokenizer, opts, dev, k
         self.pools: dict[str, Any] = {}
 

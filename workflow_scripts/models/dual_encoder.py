@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from workflow_scripts.models.backbones.family import pool
+from workflow_scripts.spec.task_options import FormatOptions
 
 # The reference's initial logit scale (a trained parameter).
 INITIAL_LOGIT_SCALE = 100.0
@@ -45,9 +46,9 @@ class RankingHead(nn.Module):
         return nn.functional.normalize(torch.tanh(self.dense(pooled.float())), p=2, dim=-1)
 
 
-def configure_head(head: RankingHead, opts: dict[str, Any]) -> RankingHead:
-    """The task's ``pooling`` option on its head (``family``: the backbone family's)."""
-    pooling = opts.get("pooling", "family")
+def configure_head(head: RankingHead, opts: FormatOptions) -> RankingHead:
+    """The task's ``pooling`` option on its head (``family``, or none set: the backbone family's)."""
+    pooling = opts.pooling or "family"
     head.pooling = None if pooling == "family" else pooling
     return head
 

@@ -13,7 +13,11 @@ from typing import Any
 from workflow_scripts.common import LOG
 from workflow_scripts.multimodal.bank import FeatureBank
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.task_options import TaskOptions
 from workflow_scripts.spec.tasks import VISUAL_ANSWER, Task
+
+# VQA v2's usual answer vocabulary (~3,000 answers): those given at least this many times.
+MIN_ANSWER_COUNT = 9
 
 
 @dataclass
@@ -49,7 +53,7 @@ class ImageTask:
         }
 
 
-def prepare_image_task(task: Task, train, data_entry: dict[str, Any], opts: dict[str, Any]) -> ImageTask:
+def prepare_image_task(task: Task, train, data_entry: dict[str, Any], opts: TaskOptions) -> ImageTask:
     if "images" not in data_entry:
         raise InputError(f"task {task.name} reads images: its data map needs 'images' (the embed_images output)")
     bank = FeatureBank.load(data_entry["images"])
@@ -63,7 +67,7 @@ def prepare_image_task(task: Task, train, data_entry: dict[str, Any], opts: dict
     if task.format == VISUAL_ANSWER:  # the answer vocabulary comes from the training split
         from workflow_scripts.multimodal.vqa import answer_vocabulary
 
-        least = int(opts.get("min_answer_count", 9))
+        least = MIN_ANSWER_COUNT if opts.min_answer_count is None else opts.min_answer_count
         vocabulary = answer_vocabulary(train.column("answers").to_pylist(), least)
         if not vocabulary:
             raise InputError(

@@ -70,6 +70,7 @@ from workflow_scripts.progress import progress
 from workflow_scripts.spec.basics import InputError, canonical_json
 from workflow_scripts.spec.codehash import module_digest
 from workflow_scripts.spec.formats import get_format, head_kind
+from workflow_scripts.spec.task_options import ScoringOptions, TaskOptions
 from workflow_scripts.spec.tasks import MLM, RANKING, TAGGING, Task, get_task, primary_metric
 from workflow_scripts.training import runtime as training_runtime
 from workflow_scripts.training import step as step_
@@ -134,7 +135,7 @@ class PhaseData:
     train_sets: dict[str, Encoded]
     heads: dict[str, Any]
     dev_sets: dict[tuple[str, str], Encoded]
-    dev_opts: dict[str, dict[str, Any]]
+    dev_opts: dict[str, ScoringOptions]
     # Visual tasks: where their images' features came from and the projector's size. The
     # projector is part of the task's head: dropped with the heads after the intermediate
     # phase, saved with them (heads.pt) by the target phase of an image target (XVNLI).
@@ -161,7 +162,7 @@ def load_phase_data(
     heads: dict[str, Any] = {}
     visual: dict[str, dict[str, Any]] = {}
     for name, task in tasks.items():
-        opts = task_opts[name]
+        opts = TaskOptions.parse(task_opts[name], f"--settings tasks.{name}")
         # Multilingual files (XNLI's translated MNLI, a target's own train split) hold several
         # languages: keep those the data map (or the phase's language) names.
         language = settings.get("language", "en")
@@ -183,7 +184,7 @@ def load_phase_data(
         if head_kind(task.format) != MLM:  # masked-LM losses select nothing
             # a ranking task selects in a pool of candidates of every language (pool_ranking.py)
             subset = pool_ranking.selection_subset if get_format(task.format).scorer == RANKING else _dev_subset
-            for path, langs in data_sources(data[name]["dev"], [opts.get("select_language", "en")]):
+            for path, langs in data_sources(data[name]["dev"], [opts.select_language or "en"]):
                 dev_table = _table_in(read_table(path, task.format), langs, task.format)
                 dev_file = (image_task.attach(dev_table, f"{name} dev") if image_task else dev_table).to_pylist()
                 for lang in langs:
@@ -212,7 +213,14 @@ def load_phase_data(
     # The selection subsets never change: encode them once, not at every evaluation.
     precision = Method.from_settings(settings.get("method")).precision  # the dev scores' compute dtype too
     dev_opts = {
-        n: {**task_opts[n], "eval_batch_size": settings["eval_batch_size"], "precision": precision} for n in tasks
+        n: ScoringOptions.parse(
+            {
+                **{k: v for k, v in task_opts[n].items() if k in ScoringOptions.keys()},
+                "eval_batch_size": settings["eval_batch_size"],
+                "precision": precision,
+            }
+        )
+        for n in tasks
     }
     dev_sets = {
         key: encode(tasks[key[0]], tokenizer, rows, dev_opts[key[0]], train=False) for key, rows in dev_rows.items()

@@ -12,6 +12,7 @@ from typing import Any
 
 from workflow_scripts.spec import benchmark, paths
 from workflow_scripts.spec.basics import REPO_ROOT, is_url, load_yaml, repo_path
+from workflow_scripts.spec.evaluation_settings import EvaluationSettings
 from workflow_scripts.spec.formats import get_format
 from workflow_scripts.spec.schema import error_hint
 from workflow_scripts.spec.suggest import did_you_mean
@@ -891,7 +892,7 @@ def stage_settings(config: dict[str, Any], backbone: str, target: str, stage: st
 
 def eval_settings(
     config: dict[str, Any], backbone: str, target: str, setting_token: str | None = None
-) -> dict[str, Any]:
+) -> EvaluationSettings:
     """How one (setting, target) is scored; its models and data files are the rule's inputs."""
     cfg = config["tasks"][target]
     settings: dict[str, Any] = {
@@ -921,7 +922,7 @@ def eval_settings(
     excluded = benchmark.of_config(config).average_excludes
     if excluded:  # IGLUE's averages leave English out
         settings["average_excludes"] = list(excluded)
-    return settings
+    return EvaluationSettings.parse(settings, f"the evaluation settings of {target}")
 
 
 def table_settings(config: dict[str, Any], backbone: str) -> dict[str, Any]:

@@ -69,7 +69,7 @@ test-integration test-multiprocess test-cluster: test-%: install
 CONFIG ?=
 PROFILE ?=
 preflight: install
-	$(BIN)/python -m workflow_scripts.workflow.preflight $(if $(CONFIG),--configfile $(CONFIG)) $(if $(PROFILE),--profile $(PROFILE))
+	$(BIN)/python -m workflow_scripts.preflight $(if $(CONFIG),--configfile $(CONFIG)) $(if $(PROFILE),--profile $(PROFILE))
 
 # Progress of the running (or last) snakemake in this checkout, redrawn every WATCH seconds
 # until it ends (docs/slurm.md, "Watching a run"):  make status   make status WATCH=30

@@ -11,7 +11,8 @@ min_version("9.0")
 # wherever the working directory is.
 sys.path.insert(0, workflow.basedir)
 
-from workflow_scripts.training import distributed, tracking
+from workflow_scripts.spec import launch
+from workflow_scripts.spec import trackers
 from workflow_scripts.workflow import (
     backbone_grid,
     config_check,
@@ -70,10 +71,10 @@ shell.prefix(
 )
 
 
-# The experiment trackers (workflow_scripts/training/tracking.py): a resource token ("off",
+# The experiment trackers (workflow_scripts/spec/trackers.py): a resource token ("off",
 # "tensorboard+mlflow", ...), not a param, so switching them reruns nothing. Every record
 # lands in the experiment's own folder.
-TRACKING = tracking.token(config.get("tracking"))
+TRACKING = trackers.token(config.get("tracking"))
 TRACKING_DIR = f"{RESULTS}/tracking"
 
 
@@ -460,7 +461,7 @@ OWN_JOB_STEPS = any(slurm.steps_its_own_ranks(backbone_grid.gpus(config, b)) for
 def training_launcher(wildcards, threads):
     asked = backbone_grid.gpus(config, wildcards.backbone)
     # each rank has the rule's threads (sbatch asks for them per GPU)
-    prefix = distributed.launch_prefix(asked["nodes"], max(1, asked["per_node"]), asked["launcher"], threads)
+    prefix = launch.launch_prefix(asked["nodes"], max(1, asked["per_node"]), asked["launcher"], threads)
     if OWN_JOB_STEPS and not slurm.steps_its_own_ranks(asked):
         # With such backbones in the config every training job declares `mpi` (below), so the
         # Slurm jobstep plugin runs it without its own `srun -n1`: a job that does not start

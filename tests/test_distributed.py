@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from conftest import HIDDEN_GPUS, REPO
+from workflow_scripts.spec import launch
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.training import distributed as D
 
@@ -48,7 +49,7 @@ def run(tmp_path, name: str, *args: str, nproc: int = 2, check: bool = True, tim
     unless ``gpus``."""
     out = tmp_path / f"{name}.json"
     # the launch command a rule would run, with this interpreter for `python` and `torchrun`
-    command = D.launch_command([WORKER, "--out", str(out), "--steps", str(STEPS), *args], 1, nproc)
+    command = launch.launch_command([WORKER, "--out", str(out), "--steps", str(STEPS), *args], 1, nproc)
     command[:1] = [sys.executable] if command[0] == "python" else [sys.executable, "-m", "torch.distributed.run"]
     started = time.monotonic()
     proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=_env(gpus), cwd=REPO)
@@ -141,21 +142,21 @@ def test_single_process_helpers_are_no_ops():
 @pytest.mark.multiprocess
 def test_launch_command_single_process_and_one_node():
     argv = ["-m", "workflow_scripts.training.train", "target", "--seed", "1"]
-    assert D.launch_command(argv, 1, 1) == ["python", *argv]
-    cmd = D.launch_command(argv, 1, 4, port=12345)
+    assert launch.launch_command(argv, 1, 1) == ["python", *argv]
+    cmd = launch.launch_command(argv, 1, 4, port=12345)
     assert cmd[:2] == ["torchrun", "--standalone"] and cmd[-len(argv) :] == argv
     flags = dict(zip(cmd[2 : -len(argv)][::2], cmd[2 : -len(argv)][1::2]))
     assert flags["--nnodes"] == "1" and flags["--nproc-per-node"] == "4" and flags["--max-restarts"] == "0"
     assert "SIGUSR1" in flags["--signals-to-handle"].split(",")
     with pytest.raises(ValueError):
-        D.launch_command(argv, 0, 1)
+        launch.launch_command(argv, 0, 1)
 
 
 @pytest.mark.multiprocess
 def test_launch_command_two_nodes_runs_one_torchrun_per_node_at_the_first_host(tmp_path):
     """The shell string, run by bash with stand-ins for scontrol and srun that print their arguments."""
     argv = ["-m", "workflow_scripts.training.train", "target", "--data", '{"xnli": "a b.parquet"}']
-    cmd = D.launch_command(argv, 2, 8, port=29411)
+    cmd = launch.launch_command(argv, 2, 8, port=29411)
     assert isinstance(cmd, str)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -188,7 +189,7 @@ def test_launch_command_two_nodes_runs_one_torchrun_per_node_at_the_first_host(t
         "--nnodes": "2",
         "--nproc-per-node": "8",
         "--max-restarts": "0",
-        "--signals-to-handle": D.FORWARDED_SIGNALS,
+        "--signals-to-handle": launch.FORWARDED_SIGNALS,
         "--shutdown-timeout": "120",
         "--rdzv-backend": "c10d",
         "--rdzv-endpoint": "gpu017:29411",
@@ -196,7 +197,7 @@ def test_launch_command_two_nodes_runs_one_torchrun_per_node_at_the_first_host(t
     }
     default_port = json.loads(
         subprocess.run(
-            ["bash", "-c", D.launch_command(argv, 2, 8)], capture_output=True, text=True, env=env, check=True
+            ["bash", "-c", launch.launch_command(argv, 2, 8)], capture_output=True, text=True, env=env, check=True
         ).stdout
     )
     assert "gpu017:33742" in default_port  # 29500 + 4242 % 10000
@@ -217,7 +218,7 @@ def _stand_ins(tmp_path) -> dict[str, str]:
     printer = (
         "#!/usr/bin/env python3\nimport json, os, sys\nprint(json.dumps({'name': os.path.basename(sys.argv[0]), "
         "'args': sys.argv[1:], 'env': {k: os.environ.get(k) for k in ('MASTER_ADDR', 'MASTER_PORT', "
-        f"'{D.RANKS_FROM}')}}}}))\n"
+        f"'{launch.RANKS_FROM}')}}}}))\n"
     )
     for name in ("srun", "torchrun"):
         (bin_dir / name).write_text(printer)
@@ -235,8 +236,8 @@ def test_srun_launcher_starts_one_task_per_rank_inside_slurm_and_torchrun_outsid
     slurm_env.pop("SLURM_JOB_NODELIST", None)
 
     def started(nodes, per_node, environ):
-        command = D.launch_prefix(nodes, per_node, "srun", 3) + " " + " ".join(shlex.quote(a) for a in argv)
-        assert command == D.launch_command(argv, nodes, per_node, launcher="srun", cpus_per_rank=3)
+        command = launch.launch_prefix(nodes, per_node, "srun", 3) + " " + " ".join(shlex.quote(a) for a in argv)
+        assert command == launch.launch_command(argv, nodes, per_node, launcher="srun", cpus_per_rank=3)
         return subprocess.run(["bash", "-c", command], capture_output=True, text=True, env=environ)
 
     inside = json.loads(started(2, 8, slurm_env).stdout)
@@ -254,14 +255,14 @@ def test_srun_launcher_starts_one_task_per_rank_inside_slurm_and_torchrun_outsid
         "python",
         *argv,
     ]  # quoting survives the shell
-    assert inside["env"] == {"MASTER_ADDR": "gpu017", "MASTER_PORT": "33742", D.RANKS_FROM: "slurm"}
+    assert inside["env"] == {"MASTER_ADDR": "gpu017", "MASTER_PORT": "33742", launch.RANKS_FROM: "slurm"}
     outside = json.loads(started(1, 2, env).stdout)  # a local `snakemake --cores N`
     assert outside["name"] == "torchrun" and outside["args"][:2] == ["--standalone", "--nnodes"]
-    assert outside["args"][-len(argv) :] == argv and outside["env"][D.RANKS_FROM] is None
+    assert outside["args"][-len(argv) :] == argv and outside["env"][launch.RANKS_FROM] is None
     refused = started(2, 8, env)
     assert refused.returncode == 2 and "inside a Slurm allocation only" in refused.stderr
     with pytest.raises(ValueError, match="launcher 'mpirun'"):
-        D.launch_command(argv, 1, 2, launcher="mpirun")
+        launch.launch_command(argv, 1, 2, launcher="mpirun")
 
 
 @pytest.mark.multiprocess
@@ -280,7 +281,7 @@ def test_ranks_numbered_by_slurm_train_like_one_process(tmp_path, single):
             "SLURM_LOCALID": str(rank),
             "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": port,
-            D.RANKS_FROM: "slurm",
+            launch.RANKS_FROM: "slurm",
         }
         procs.append(
             subprocess.Popen(
@@ -377,7 +378,7 @@ def test_a_second_srun_task_seeing_one_gpu_joins_the_group_on_cuda_0(monkeypatch
     import torch.distributed as dist
 
     slurm = {
-        D.RANKS_FROM: "slurm",
+        launch.RANKS_FROM: "slurm",
         "SLURM_PROCID": "1",
         "SLURM_NTASKS": "2",
         "SLURM_LOCALID": "1",

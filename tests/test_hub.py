@@ -124,8 +124,9 @@ def test_the_preflight_tells_a_missing_repository_from_an_unreachable_hub(endpoi
     nothing answers, every id could not be reached, whether it exists or not."""
     from huggingface_hub import constants
 
+    from workflow_scripts import preflight
     from workflow_scripts.revisions import HubRepo
-    from workflow_scripts.workflow import hub_sources, preflight
+    from workflow_scripts.workflow import hub_sources
 
     asked = [
         HubRepo("dataset", "nyu-mll/glue", "main", "tasks.mnli.hub"),
@@ -341,7 +342,7 @@ def test_demo_grid_through_the_hub_prepares_the_local_demos_data_and_models(hub,
 
     # The preflight of the Hub demo passes: every repository resolves, to its locked commit.
     proc = subprocess.run(
-        [sys.executable, "-m", "workflow_scripts.workflow.preflight", "--configfile", config_path.name],
+        [sys.executable, "-m", "workflow_scripts.preflight", "--configfile", config_path.name],
         cwd=demo_checkout,
         capture_output=True,
         text=True,

@@ -209,7 +209,8 @@ def refused(config: dict) -> str:
 
 
 def test_a_good_config_passes_and_each_split_reads_its_own_file(my_nli, tmp_path):
-    from workflow_scripts.workflow import grid, hub_sources, local_data, preflight
+    from workflow_scripts import preflight
+    from workflow_scripts.workflow import grid, hub_sources, local_data
 
     config = task_config(tmp_path)
     local_data.check_config(config)

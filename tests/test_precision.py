@@ -50,13 +50,13 @@ def test_bf16_is_refused_on_a_gpu_that_only_emulates_it(monkeypatch):
 
 @pytest.fixture(scope="module")
 def demo_config() -> dict:
-    from workflow_scripts.workflow.preflight import load_config
+    from workflow_scripts.preflight import load_config
 
     return load_config([])
 
 
 def test_the_preflight_blocks_bf16_on_such_a_gpu(monkeypatch, demo_config):
-    from workflow_scripts.workflow import preflight
+    from workflow_scripts import preflight
 
     config = {**demo_config, "backbones": {k: {**v, "precision": "bf16"} for k, v in demo_config["backbones"].items()}}
     monkeypatch.setattr(preflight, "local_gpus", lambda: [("Tesla T4", 15.0)])

@@ -1,4 +1,4 @@
-"""The preflight (workflow_scripts/workflow/preflight.py) on the demo, and its optimizer
+"""The preflight (workflow_scripts/preflight.py) on the demo, and its optimizer
 steps on CPU. Its Hub checks run against the loopback Hub in tests/test_hub.py, its Slurm
 checks against the test cluster in tests/test_slurm.py."""
 
@@ -19,7 +19,7 @@ def run_preflight(repo: Path, *args: str, env: dict[str, str] | None = None) -> 
     import os
 
     return subprocess.run(
-        [sys.executable, "-m", "workflow_scripts.workflow.preflight", *args],
+        [sys.executable, "-m", "workflow_scripts.preflight", *args],
         cwd=repo,
         env={**os.environ, "PYTHONPATH": str(repo), **(env or {})},
         capture_output=True,
@@ -87,7 +87,7 @@ LORA = {"rank": 4, "alpha": 8, "dropout": 0.0}
 def test_a_few_optimizer_steps_on_the_real_weights(demo_encoder_dir, method):
     """What the preflight runs on each backbone where a GPU is, here on CPU, with each
     precision and method as training runs them."""
-    from workflow_scripts.workflow.preflight import SMOKE_STEPS, smoke_steps
+    from workflow_scripts.preflight import SMOKE_STEPS, smoke_steps
 
     losses = smoke_steps(demo_encoder_dir, "encoder", method, "cpu")
     assert len(losses) == SMOKE_STEPS and all(math.isfinite(x) for x in losses)
@@ -133,15 +133,15 @@ def test_presets_offline_name_what_is_missing(preset, missing):
 @pytest.fixture(scope="module")
 def demo_config() -> dict:
     """The demo's config, which translates (squad_de, translate-test XNLI) with CTranslate2."""
-    from workflow_scripts.workflow.preflight import load_config
+    from workflow_scripts.preflight import load_config
 
     return load_config([])
 
 
 @pytest.mark.unit
 def test_translation_check_runs_where_a_gpu_is_and_names_the_fix(demo_config, monkeypatch):
+    from workflow_scripts import preflight
     from workflow_scripts.translation import translators
-    from workflow_scripts.workflow import preflight
 
     def unloadable(name_or_path: str) -> None:
         raise OSError(f"{name_or_path}: cannot open shared object file")
@@ -162,7 +162,8 @@ def test_translation_check_runs_where_a_gpu_is_and_names_the_fix(demo_config, mo
 
 @pytest.mark.unit
 def test_translation_check_is_skipped_without_a_gpu_another_backend_or_anything_to_translate(demo_config, monkeypatch):
-    from workflow_scripts.workflow import grid, preflight, transfer
+    from workflow_scripts import preflight
+    from workflow_scripts.workflow import grid, transfer
 
     monkeypatch.setattr(preflight, "local_gpus", lambda: [])
     [no_gpu] = preflight.check_translation(demo_config)

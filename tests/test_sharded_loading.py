@@ -27,6 +27,7 @@ from workflow_scripts.models.adapters import Method, attach, lineage, load_backb
 from workflow_scripts.models.backbones import family_of
 from workflow_scripts.models.heads import MultiHeadModel, make_head
 from workflow_scripts.precision import Precision
+from workflow_scripts.spec import launch
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.training import distributed as D
 from workflow_scripts.training import sharded_loading as S
@@ -216,7 +217,7 @@ def runs(models):
     scenarios += [{"name": n, "dir": models[d], "method": m, "seed": 1, "expect_error": True} for n, d, m in ERRORS]
     (root / "scenarios.json").write_text(json.dumps(scenarios))
     out = root / "results.pt"
-    command = D.launch_command([WORKER, "--scenarios", str(root / "scenarios.json"), "--out", str(out)], 1, WORLD)
+    command = launch.launch_command([WORKER, "--scenarios", str(root / "scenarios.json"), "--out", str(out)], 1, WORLD)
     command[:1] = [sys.executable, "-m", "torch.distributed.run"]
     env = {
         k: v

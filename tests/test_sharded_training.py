@@ -22,7 +22,8 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 from conftest import HIDDEN_GPUS
-from workflow_scripts.training.distributed import launch_command, read_extra
+from workflow_scripts.spec.launch import launch_command
+from workflow_scripts.training.distributed import read_extra
 
 pytestmark = pytest.mark.multiprocess
 

@@ -393,7 +393,7 @@ def test_preflight_checks_the_profile_against_the_cluster(cluster, tmp_path):
         [
             sys.executable,
             "-m",
-            "workflow_scripts.workflow.preflight",
+            "workflow_scripts.preflight",
             "--configfile",
             "wide.yaml",
             "--profile",

@@ -8,8 +8,9 @@ import math
 
 import pytest
 
+from workflow_scripts import preflight
 from workflow_scripts.spec.basics import InputError
-from workflow_scripts.workflow import disk, preflight, sweep
+from workflow_scripts.workflow import disk, sweep
 
 pytestmark = pytest.mark.unit
 

@@ -15,6 +15,7 @@ import pytest
 
 from conftest import REPO
 from workflow_scripts.evaluation.metric_file import final_metrics
+from workflow_scripts.spec import trackers
 from workflow_scripts.training import tracking
 from workflow_scripts.workflow import config_check, grid
 
@@ -51,13 +52,13 @@ def write_run(root: Path, token: str, run: dict | None = None, seed_offset: floa
 
 @pytest.mark.unit
 def test_token_follows_the_config_and_parses_back():
-    assert tracking.token(None) == tracking.token({}) == "off"
-    assert tracking.token({"tensorboard": True, "mlflow": True, "wandb": False}) == "tensorboard+mlflow"
-    assert tracking.token({"wandb": True, "wandb_project": "xstilts"}) == "wandb"
-    assert tracking.token({"wandb": True, "wandb_project": "mine"}) == "wandb=mine"
-    assert tracking.parse_token("mlflow+wandb=mine") == {"mlflow": None, "wandb": "mine"}
-    with pytest.raises(tracking.TrackingError, match="unknown tracker 'neptune'"):
-        tracking.parse_token("mlflow+neptune")
+    assert trackers.token(None) == trackers.token({}) == "off"
+    assert trackers.token({"tensorboard": True, "mlflow": True, "wandb": False}) == "tensorboard+mlflow"
+    assert trackers.token({"wandb": True, "wandb_project": "xstilts"}) == "wandb"
+    assert trackers.token({"wandb": True, "wandb_project": "mine"}) == "wandb=mine"
+    assert trackers.parse_token("mlflow+wandb=mine") == {"mlflow": None, "wandb": "mine"}
+    with pytest.raises(trackers.TrackingError, match="unknown tracker 'neptune'"):
+        trackers.parse_token("mlflow+neptune")
 
 
 @pytest.mark.unit
@@ -200,10 +201,10 @@ def test_a_tracker_that_cannot_open_is_named(tmp_path, monkeypatch):
     monkeypatch.setattr(tracking, "_MLflow", Broken)
     root = tmp_path / "grid1" / "tracking"
     with pytest.raises(
-        tracking.TrackingError, match=r"tracking: mlflow could not be opened .*No module named 'mlflow'"
+        trackers.TrackingError, match=r"tracking: mlflow could not be opened .*No module named 'mlflow'"
     ):
         tracking.open_trackers("tensorboard+mlflow", root, json.dumps(RUN), {}, job="target")
-    with pytest.raises(tracking.TrackingError, match="needs --tracking-dir"):
+    with pytest.raises(trackers.TrackingError, match="needs --tracking-dir"):
         tracking.open_trackers("tensorboard", None, json.dumps(RUN), {}, job="target")
 
 
@@ -241,7 +242,7 @@ def test_config_check_names_the_tracking_key(monkeypatch):
         grid.check_schema({"tracking": {"mlflow": "yes"}}, schema)
     with pytest.raises(grid.ConfigError, match="config key tracking: Additional properties"):
         grid.check_schema({"tracking": {"neptune": True}}, schema)
-    monkeypatch.setattr(tracking, "_module_found", lambda name: name != "wandb")
+    monkeypatch.setattr(trackers, "_module_found", lambda name: name != "wandb")
     config_check.check_tracking({"tracking": {"mlflow": True}})  # mlflow's modules are found
     with pytest.raises(grid.ConfigError, match=r"config key tracking.wandb: wandb not installed"):
         config_check.check_tracking({"tracking": {"mlflow": True, "wandb": True}})

@@ -1,5 +1,5 @@
 """One optimizer step, as every training run takes it: the training loop (train.py) and the
-preflight's smoke steps (workflow/preflight.py) share it, so the preflight fails exactly
+preflight's smoke steps (preflight.py) share it, so the preflight fails exactly
 where training would and nowhere else.
 
 The precision policy (precision.py) enters twice: the forward runs under its autocast (the

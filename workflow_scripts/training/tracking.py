@@ -20,7 +20,6 @@ under a file lock beside the store, retried while SQLite reports the database lo
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 import os
@@ -29,18 +28,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-TRACKERS = ("tensorboard", "mlflow", "wandb")
-OFF = "off"
-DEFAULT_WANDB_PROJECT = "xstilts"
-# The modules each tracker needs (checked at config check without importing them).
-REQUIRED_MODULES = {
-    "tensorboard": ("tensorboard", "torch.utils.tensorboard"),
-    "mlflow": ("mlflow", "sqlalchemy", "alembic", "filelock"),
-    "wandb": ("wandb",),
-}
-# The identity keys of a run, in the order its name lists them.
-# a sweep point (workflow/sweep.py) is one more run of the same seed: its own folder and name
-IDENTITY_KEYS = ("job", "backbone", "setting", "config", "target", "stage", "point", "seed")
+from workflow_scripts.spec.trackers import (
+    DEFAULT_WANDB_PROJECT,
+    IDENTITY_KEYS,
+    OFF,
+    TrackingError,
+    parse_token,
+)
+
 # MLflow's limits (mlflow.utils.validation): longer param values are cut, with a marker.
 MLFLOW_PARAM_KEY_MAX = 250
 MLFLOW_PARAM_VALUE_MAX = 6000
@@ -51,59 +46,9 @@ LOCK_RETRIES = 8
 LOCK_TIMEOUT_S = 120
 
 
-# The project's logger (workflow_scripts.common.LOG), named here: this module imports no
-# other project module, so editing those reruns nothing through it.
+# The project's logger (workflow_scripts.common.LOG), named here: this module imports only the
+# trackers' config side (spec/trackers.py), so editing other modules reruns nothing through it.
 LOG = logging.getLogger("xstilts")
-
-
-class TrackingError(RuntimeError):
-    """A tracker token that names no tracker, or a tracker that cannot be opened."""
-
-
-# --- the config side: what the rules pass ------------------------------------------
-
-
-def token(tracking: Mapping[str, Any] | None) -> str:
-    """The resource token of a config's ``tracking`` block: "off", or the enabled
-    trackers joined by "+" (W&B with ``=<project>`` when not the default project)."""
-    tracking = tracking or {}
-    parts = []
-    for name in TRACKERS:
-        if tracking.get(name):
-            project = tracking.get("wandb_project", DEFAULT_WANDB_PROJECT)
-            parts.append(f"wandb={project}" if name == "wandb" and project != DEFAULT_WANDB_PROJECT else name)
-    return "+".join(parts) or OFF
-
-
-def parse_token(value: str) -> dict[str, str | None]:
-    """{tracker: option} of a token ("off": none); the option is W&B's project."""
-    if value in (OFF, ""):
-        return {}
-    found: dict[str, str | None] = {}
-    for part in value.split("+"):
-        name, _, option = part.partition("=")
-        if name not in TRACKERS:
-            raise TrackingError(f"--tracking {value!r}: unknown tracker {name!r}; known: off, {', '.join(TRACKERS)}")
-        found[name] = option or None
-    return found
-
-
-def missing_modules(tracking: Mapping[str, Any] | None) -> dict[str, list[str]]:
-    """{tracker: modules not installed} of the config's enabled trackers (found without
-    importing them, so the config check stays fast)."""
-    out = {}
-    for name in parse_token(token(tracking)):
-        missing = [m for m in REQUIRED_MODULES[name] if not _module_found(m)]
-        if missing:
-            out[name] = missing
-    return out
-
-
-def _module_found(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):  # a parent package missing
-        return False
 
 
 # --- the job side -------------------------------------------------------------------

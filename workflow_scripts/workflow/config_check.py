@@ -13,10 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts import revisions
-from workflow_scripts.spec import paths
+from workflow_scripts.spec import paths, trackers
 from workflow_scripts.spec import tasks as task_catalogue
 from workflow_scripts.spec.basics import REPO_ROOT
-from workflow_scripts.training import tracking
 from workflow_scripts.workflow import config_layers, grid, hub_sources, local_data
 
 SCHEMA = REPO_ROOT / "schemas" / "config.schema.yaml"
@@ -60,7 +59,7 @@ def check(config: dict[str, Any], configfiles: Sequence[str | Path], catalogues:
 def check_tracking(config: dict[str, Any]) -> None:
     """The enabled trackers' libraries are installed (found, not imported: a library that
     is installed but fails to import stops the job that opens it, naming the tracker)."""
-    missing = tracking.missing_modules(config.get("tracking"))
+    missing = trackers.missing_modules(config.get("tracking"))
     if missing:
         raise grid.ConfigError(
             "\n".join(

@@ -19,7 +19,7 @@ check found a blocker. It checks:
 - steps: on a machine with a CUDA GPU, a few optimizer steps of every backbone on its real
   weights (prepared by ``snakemake --until prepare_backbone``).
 
-CLI: ``python -m workflow_scripts.workflow.preflight [--configfile F ...] [--profile DIR]
+CLI: ``python -m workflow_scripts.preflight [--configfile F ...] [--profile DIR]
 [--output FILE]`` (``make preflight CONFIG=F PROFILE=DIR``).
 """
 

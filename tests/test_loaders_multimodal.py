@@ -131,7 +131,7 @@ REAL_VQA = Path(__file__).parent / "real_data" / "vqa_v2"
 
 def test_real_vqa_v2_questions_meet_their_ten_normalised_answers_and_coco_image(tmp_path):
     from workflow_scripts.data.prepare import prepare, read_table
-    from workflow_scripts.multimodal.vqa import vqa_accuracy
+    from workflow_scripts.data.vqa_answers import vqa_accuracy
 
     settings = {"source": "hub", "hub": {"path": "visualqa/vqa_v2"}, "options": {"path": str(REAL_VQA)}}
     assert prepare("vqa_v2", "train", settings, tmp_path / "train.parquet") == 3

@@ -147,7 +147,7 @@ def test_real_xcopa_oracle_submission_scores_100_and_its_mirror_0(tmp_path, real
     """The gold labels of the real rows, written as the leaderboard's jsonl and read back as
     the official evaluate.py reads them, score accuracy 100; the other choice scores 0."""
     from workflow_scripts.evaluation.metrics import accuracy
-    from workflow_scripts.reporting.predictions import write_predictions
+    from workflow_scripts.evaluation.predictions import write_predictions
 
     rows, _ = load(tmp_path, "xcopa", "test", xcopa_settings(real_xcopa))
     gold = {lang: [r["label"] for r in rows if r["lang"] == lang] for lang in XCOPA_SAMPLE}

@@ -233,13 +233,13 @@ def test_the_modality_table_pairs_scores_by_seed_and_language_per_language_group
     ],
 )
 def test_vqa_answers_are_normalised_as_the_official_evaluation_does(raw, normalised):
-    from workflow_scripts.multimodal.vqa import normalize_answer
+    from workflow_scripts.data.vqa_answers import normalize_answer
 
     assert normalize_answer(raw) == normalised
 
 
 def test_vqa_accuracy_averages_the_ten_leave_one_out_subsets_and_targets_are_soft():
-    from workflow_scripts.multimodal.vqa import answer_vocabulary, soft_targets, vqa_accuracy
+    from workflow_scripts.data.vqa_answers import answer_vocabulary, soft_targets, vqa_accuracy
 
     answers = ["2"] * 2 + ["3"] * 8
     # leaving out one of the two "2"s leaves 1 match (1/3), leaving out a "3" leaves 2 (2/3)

@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 
 from conftest import read_label_file, read_tag_file
-from workflow_scripts.reporting import predictions, submission
+from workflow_scripts.evaluation import predictions
+from workflow_scripts.reporting import submission
 from workflow_scripts.spec import benchmark
 from workflow_scripts.spec.basics import InputError
 

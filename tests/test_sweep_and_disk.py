@@ -9,6 +9,7 @@ import math
 import pytest
 
 from workflow_scripts import preflight
+from workflow_scripts.spec import paths
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.workflow import disk, sweep
 
@@ -68,7 +69,7 @@ def test_the_selected_model_is_linked_not_copied_and_records_the_selection(tmp_p
     assert (output / "model.safetensors").read_bytes() == b"weights of lr2"
     assert (output / "model.safetensors").stat().st_ino == (high / "model.safetensors").stat().st_ino
     assert (output / "sub" / "heads.pt").is_file()
-    record = json.loads((output / sweep.SELECTION_FILE).read_text())
+    record = json.loads((output / paths.SWEEP_SELECTION_FILE).read_text())
     assert record["selected"] == "lr2" and record["scores"] == {"lr1": 0.2, "lr2": 0.9}
     assert record["selected_on"] == "dev-en"
     assert record["candidates"] == {"lr1": str(low), "lr2": str(high)}
@@ -127,12 +128,12 @@ def test_keeping_the_best_of_selected_models_leaves_their_own_records_as_they_we
     """`keep_best_target_model` links a seed's model that a sweep selected (it holds its own
     sweep_selection.json); the kept record is a new file, not written through the link."""
     seed_model = write_model(tmp_path, "seed1", 0.5)
-    (seed_model / sweep.SELECTION_FILE).write_text('{"selected": "lr2"}')
+    (seed_model / paths.SWEEP_SELECTION_FILE).write_text('{"selected": "lr2"}')
     kept = tmp_path / "kept" / "model"
     kept.parent.mkdir()
     sweep.main(["--candidate", f"seed1={seed_model}", "--output", str(kept)])
-    assert json.loads((seed_model / sweep.SELECTION_FILE).read_text()) == {"selected": "lr2"}
-    assert json.loads((kept / sweep.SELECTION_FILE).read_text())["selected"] == "seed1"
+    assert json.loads((seed_model / paths.SWEEP_SELECTION_FILE).read_text()) == {"selected": "lr2"}
+    assert json.loads((kept / paths.SWEEP_SELECTION_FILE).read_text())["selected"] == "seed1"
 
 
 def test_each_sweep_point_is_its_own_tracker_run():

@@ -22,7 +22,7 @@ from conftest import (
     read_tag_file,
     snakemake,
 )
-from workflow_scripts.reporting import predictions
+from workflow_scripts.evaluation import predictions
 from workflow_scripts.spec import benchmark, codehash
 from workflow_scripts.spec.tasks import get_task
 from workflow_scripts.workflow import backbone_grid, config_layers, status, transfer

@@ -173,8 +173,8 @@ def _encode_chunk(task: Task, tokenizer, rows: list[dict[str, Any]], opts: Forma
             {"input_ids": ids, "labels": r["label"], "image_index": r["image_index"], "example": i}
             for i, (ids, r) in enumerate(zip(enc["input_ids"], rows))
         ]
-    if task.format == VISUAL_ANSWER:  # soft targets over the task's answer vocabulary (multimodal/vqa.py)
-        from workflow_scripts.multimodal.vqa import soft_targets
+    if task.format == VISUAL_ANSWER:  # soft targets over the task's answer vocabulary (data/vqa_answers.py)
+        from workflow_scripts.data.vqa_answers import soft_targets
 
         index = {a: i for i, a in enumerate(task.labels)}
         enc = tokenizer([r["text_a"] for r in rows], truncation=True, max_length=max_length)

@@ -61,6 +61,7 @@ from workflow_scripts.models.backbones import family_of
 from workflow_scripts.models.heads import MultiHeadModel, forward, load_encoder, load_tokenizer, make_head
 from workflow_scripts.precision import Precision
 from workflow_scripts.progress import progress
+from workflow_scripts.spec import paths
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.evaluation_settings import EvaluationSettings
 from workflow_scripts.spec.formats import get_format, head_kind
@@ -78,7 +79,6 @@ from workflow_scripts.spec.tasks import (
     primary_metric,
     qa_answer_score,
 )
-from workflow_scripts.workflow import sweep
 
 TASK_SCORE_CONVENTION = {
     True: "(F1 + EM) / 2 of the language averages, as XTREME and XTREME-R average QA",
@@ -167,7 +167,7 @@ def predict_and_score(
         hits = [distinct[j] == n for j, n in zip(found, names)]
         return {"recall_at_1": 100.0 * sum(hits) / max(1, len(hits))}, [list(distinct[j]) for j in found]
     if scorer == VISUAL_ANSWER:  # VQA accuracy of the best answer of the vocabulary
-        from workflow_scripts.multimodal.vqa import vqa_accuracy
+        from workflow_scripts.data.vqa_answers import vqa_accuracy
 
         answers = [task.labels[int(l.argmax())] for l in logits]
         score = sum(vqa_accuracy(a, list(r["answers"])) for a, r in zip(answers, rows)) / max(1, len(rows))
@@ -325,8 +325,8 @@ def evaluate_run(
                 dual_encoder.configure_head(model.heads[task.name], settings)
             train_log = read_json(model_dir / "train_log.json")
             selections[str(model_dir)] = train_log["best"]
-            if (model_dir / sweep.SELECTION_FILE).is_file():  # a sweep's winner: which point, among which
-                extra.setdefault("sweep", {})[str(model_dir)] = read_json(model_dir / sweep.SELECTION_FILE)
+            if (model_dir / paths.SWEEP_SELECTION_FILE).is_file():  # a sweep's winner: which point, among which
+                extra.setdefault("sweep", {})[str(model_dir)] = read_json(model_dir / paths.SWEEP_SELECTION_FILE)
             if train_log.get("intermediate_visual"):  # trained after an image task: text-only, and how
                 extra["intermediate_visual"] = train_log["intermediate_visual"]
             if bank is not None:  # what scored the images: the saved branch and the test features

@@ -34,7 +34,7 @@ from typing import Any
 from workflow_scripts.common import LOG, load_settings, read_json, setup_logging, write_json
 from workflow_scripts.data import leakage
 from workflow_scripts.evaluation.evaluate import Sources, evaluate_run
-from workflow_scripts.reporting.predictions import write_predictions
+from workflow_scripts.evaluation.predictions import write_predictions
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.evaluation_settings import EvaluationSettings
 from workflow_scripts.training.tracking import TrackingError, open_trackers

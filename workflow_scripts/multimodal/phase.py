@@ -65,7 +65,7 @@ def prepare_image_task(task: Task, train, data_entry: dict[str, Any], opts: Task
             f"{task.images_per_example} (check the data's 'images' column)"
         )
     if task.format == VISUAL_ANSWER:  # the answer vocabulary comes from the training split
-        from workflow_scripts.multimodal.vqa import answer_vocabulary
+        from workflow_scripts.data.vqa_answers import answer_vocabulary
 
         least = MIN_ANSWER_COUNT if opts.min_answer_count is None else opts.min_answer_count
         vocabulary = answer_vocabulary(train.column("answers").to_pylist(), least)

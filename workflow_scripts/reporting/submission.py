@@ -1,5 +1,5 @@
 """A backbone's leaderboard submission: the best models' test prediction folders
-(``reporting/predictions.py`` writes one per run) copied into
+(``evaluation/predictions.py`` writes one per run) copied into
 ``results/<experiment>/submission/<backbone>/<benchmark>/``, each task under the benchmark's
 leaderboard folder name (``Benchmark.leaderboard_names``: XTREME's ``bucc2018``), with a
 manifest saying which run each folder comes from.

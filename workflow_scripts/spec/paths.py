@@ -29,6 +29,9 @@ DEFAULT_EXPERIMENT = "demo"
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 # Names that would collide with the shared folders of results/.
 RESERVED = frozenset({"cache"})
+# Beside a target model chosen by a sweep (workflow/sweep.py): which point won, among which;
+# the evaluation copies it into the metric file.
+SWEEP_SELECTION_FILE = "sweep_selection.json"
 
 _experiment = DEFAULT_EXPERIMENT
 

@@ -37,7 +37,7 @@ MLM = "mlm"
 # backbone as a projected visual prefix (multimodal/prefix.py); intermediate tasks only.
 VISUAL_CLASSIFICATION = "visual_classification"
 # A question about an image, answered from an answer vocabulary with soft targets (VQA v2;
-# multimodal/vqa.py). The vocabulary comes from the training split, as CCG's tag set does.
+# data/vqa_answers.py). The vocabulary comes from the training split, as CCG's tag set does.
 VISUAL_ANSWER = "visual_answer"
 # Captions and their images, trained contrastively: the text backbone's pooled caption
 # against the projected image (multimodal/prefix.py), the other images of the batch as negatives.

@@ -24,6 +24,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from workflow_scripts.spec import paths
 from workflow_scripts.spec.basics import InputError
 
 # The swept keys, in the order point names list them: where each lives in a target job's
@@ -31,7 +32,6 @@ from workflow_scripts.spec.basics import InputError
 SWEPT_KEYS = {"learning_rate": "lr", "batch_size": "bs", "epochs": "ep", "warmup_ratio": "wu"}
 # Per-task keys (tasks.<target>.<key>) sit in the settings' "tasks" entry of the target.
 TASK_KEYS = ("batch_size", "epochs")
-SELECTION_FILE = "sweep_selection.json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> None:
     record = select({t: Path(d) for t, d in candidates.items()}, selected_on)
     record["candidates"] = candidates
     link_model(Path(candidates[record["selected"]]), args.output)
-    written = args.output / SELECTION_FILE
+    written = args.output / paths.SWEEP_SELECTION_FILE
     written.unlink(missing_ok=True)  # a linked candidate's own record: writing through the link would change it
     written.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     print(f"selected {record['selected']}: " + ", ".join(f"{t} {s:.4f}" for t, s in record["scores"].items()))

@@ -182,9 +182,9 @@ VQA_SUBSETS = {"train": "train2014", "dev": "val2014"}
 @converter("vqa_v2")
 def _vqa_v2(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
     """Question, image, the 10 annotators' answers (normalised as the official evaluation
-    does, multimodal/vqa.py). Read from the release's folder (option ``path``): the Hub's
+    does, data/vqa_answers.py). Read from the release's folder (option ``path``): the Hub's
     copies are a loading script (HuggingFaceM4/VQAv2) or lack the train split (lmms-lab/VQAv2)."""
-    from workflow_scripts.multimodal.vqa import normalize_answer
+    from workflow_scripts.data.vqa_answers import normalize_answer
 
     if not opts.get("path"):
         raise InputError(

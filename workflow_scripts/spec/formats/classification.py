@@ -1,7 +1,7 @@
 """Sentence-pair (or single-sentence) classification: XNLI, PAWS-X, MNLI, QQP.
 
 Features: data/features.py ``_encode_pairs``; head: a pooled vector's classifier (models/heads.py);
-leaderboard predictions: reporting/predictions.py."""
+leaderboard predictions: evaluation/predictions.py."""
 
 from workflow_scripts.spec.formats import TaskFormat
 

@@ -1,5 +1,5 @@
 """A question about an image, answered from an answer vocabulary with soft targets (VQA v2;
-multimodal/vqa.py). The vocabulary comes from the training split, as CCG's tag set does."""
+data/vqa_answers.py). The vocabulary comes from the training split, as CCG's tag set does."""
 
 from workflow_scripts.spec.formats import TaskFormat
 

@@ -263,115 +263,157 @@ def evaluate_run(
     dev = device()
     precision = Precision(settings.precision)
     precision.check_device(dev, f"evaluating {target}")
-    configured = list(settings.languages)
-    transfer = settings.transfer
-    # Every split is read (and checked) before any prediction work starts.
-    expected = list(transfer.data) if transfer is not None else list(task.eval_splits)
-    missing = [split for split in expected if split not in data]
-    if missing:
-        raise InputError(f"--data lacks the evaluation split(s) {missing} of {target}")
-    splits: dict[str, dict[str, list[dict[str, Any]]]] = {}
-    for split, sources in data.items():
-        splits[split] = {}
-        for path, langs in sources:
-            langs = langs or [l for l in configured if split != "dev" or l not in task.dev_missing]
-            if (
-                get_format(task.format).scorer == RANKING
-            ):  # each language's queries with the file's whole candidate pool
-                rows = read_table(path, task.format).to_pylist()
-                splits[split].update(pool_ranking.rows_by_language(rows, langs, str(path)))
-            else:
-                splits[split].update(rows_by_language(path, task.format, langs))
+    splits = read_splits(task, data, settings)
     bank = None
-    unlabelled: dict[str, dict[str, int]] = {}
     if task.visual:
-        from workflow_scripts.multimodal.bank import FeatureBank
-
-        if images is None:
-            raise InputError(f"{target} reads images: --images must name its test images' features (embed_images)")
-        bank = FeatureBank.load(images)
-        splits = {
-            split: {lang: attach_images(rows, bank, f"{target} {split} {lang}") for lang, rows in by_lang.items()}
-            for split, by_lang in splits.items()
-        }
-    if task.metric == "iglue_accuracy":
-        for split, sources in data.items():
-            for path, _ in sources:
-                unlabelled.setdefault(split, {}).update(unlabelled_rows(path))
-    languages = [l for l in configured if any(l in by_lang for by_lang in splits.values())]
+        bank, splits = _with_images(task, splits, images)
+    unlabelled = _unlabelled_rows(data) if task.metric == "iglue_accuracy" else {}
+    languages = [l for l in settings.languages if any(l in by_lang for by_lang in splits.values())]
     model_of = {lang: models.get(lang, models.get("*")) for lang in languages}
     unassigned = [lang for lang, m in model_of.items() if m is None]
     if unassigned:
         raise InputError(f"--model names no model for languages {unassigned}")
     # The precision policy that ran (every model of one evaluation has its backbone's method).
     extra: dict[str, Any] = {"precision": precision.record(dev, method_of(next(iter(model_of.values()))).name)}
-    scores: dict[str, dict[str, dict[str, float]]] = {split: {} for split in splits}
-    predictions: dict[str, Any] = {}  # test predictions per language, for the leaderboard files
-    opts = settings.scoring()
     if task.is_retrieval:
         (model_dir,) = set(model_of.values())
         # the backbone the intermediate phase left (adapters merged in memory)
         encoder = load_backbone(model_dir, method_of(model_dir)).to(dev)
         settings = with_family_pooling(settings, model_dir)
-        scores, extra, predictions = evaluate_retrieval(
+        scores, found, predictions = evaluate_retrieval(
             task, encoder, load_tokenizer(model_dir), splits, settings, dev, seed
         )
+        extra.update(found)
         extra["retrieval"]["encoder_path"] = str(model_dir)  # the intermediate phase's, or a target model's
     else:
-        selections = {}
-        for model_dir in sorted(set(model_of.values())):
-            model, tokenizer = _load_target_model(task, model_dir, dev, bank)
-            if head_kind(task.format) == RANKING:  # read sequences as training did
-                dual_encoder.configure_head(model.heads[task.name], settings)
-            train_log = read_json(model_dir / "train_log.json")
-            selections[str(model_dir)] = train_log["best"]
-            if (model_dir / paths.SWEEP_SELECTION_FILE).is_file():  # a sweep's winner: which point, among which
-                extra.setdefault("sweep", {})[str(model_dir)] = read_json(model_dir / paths.SWEEP_SELECTION_FILE)
-            if train_log.get("intermediate_visual"):  # trained after an image task: text-only, and how
-                extra["intermediate_visual"] = train_log["intermediate_visual"]
-            if bank is not None:  # what scored the images: the saved branch and the test features
-                extra["visual"] = visual_record(task, model_dir, train_log, bank, images, splits)
-            # ranking: the candidate pool is embedded once, not once per language
-            pool = (
-                pool_ranking.PoolScorer(model, task, tokenizer, opts, dev)
-                if get_format(task.format).scorer == RANKING
-                else None
-            )
-            for split, by_lang in splits.items():
-                for lang, rows in by_lang.items():
-                    if model_of[lang] != model_dir:
-                        continue
-                    if pool is not None:
-                        scores[split][lang], found = pool.score(rows)
-                    else:
-                        lang_opts = settings.scoring(unlabelled=unlabelled.get(split, {}).get(lang, 0))
-                        scores[split][lang], found = predict_and_score_rows(
-                            model, task, tokenizer, rows, lang_opts, dev
-                        )
-                    if split == "test":
-                        predictions[lang] = found
-            del model
-        # Which model (and so which training and selection data) scored each language.
-        extra["models"] = {
-            lang: {
-                "path": str(m),
-                "selection": selections[str(m)],
-                **(transfer.models[lang].to_dict() if transfer is not None and lang in transfer.models else {}),
-            }
-            for lang, m in model_of.items()
-        }
-        if len(selections) == 1:
-            extra["selection"] = next(iter(selections.values()))
+        run = _ModelScoring(task, settings, splits, model_of, unlabelled, dev, bank, images)
+        scores, predictions = run.score_every_model()
+        extra.update(run.extra)
     scores = {split: {l: per[l] for l in languages if l in per} for split, per in scores.items()}
-    excluded = settings.average_excludes or ()
-    if excluded:  # the benchmark's convention (IGLUE: English scored, not averaged)
-        extra["average_excludes"] = list(excluded)
+    if settings.average_excludes:  # the benchmark's convention (IGLUE: English scored, not averaged)
+        extra["average_excludes"] = list(settings.average_excludes)
     if unlabelled:
         extra["unlabelled_rows"] = unlabelled
     # Every metric file names the scorer versions and retrieval settings (null: not a retrieval target).
     extra.setdefault("retrieval", None)
+    record = metric_record(task, settings, languages, splits, scores, data, seed)
+    record["wall_time_s"] = round(time.time() - started, 3)
+    return {**record, **extra}, {lang: predictions[lang] for lang in languages if lang in predictions}
+
+
+def read_splits(task: Task, data: Sources, settings: EvaluationSettings) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """Every split's rows per language, read (and checked) before any prediction work starts."""
+    expected = list(settings.transfer.data) if settings.transfer is not None else list(task.eval_splits)
+    missing = [split for split in expected if split not in data]
+    if missing:
+        raise InputError(f"--data lacks the evaluation split(s) {missing} of {task.name}")
+    splits: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for split, sources in data.items():
+        splits[split] = {}
+        for path, langs in sources:
+            langs = langs or [l for l in settings.languages if split != "dev" or l not in task.dev_missing]
+            if get_format(task.format).scorer == RANKING:  # each language's queries with the file's whole pool
+                rows = read_table(path, task.format).to_pylist()
+                splits[split].update(pool_ranking.rows_by_language(rows, langs, str(path)))
+            else:
+                splits[split].update(rows_by_language(path, task.format, langs))
+    return splits
+
+
+def _with_images(task: Task, splits, images: Path | None):
+    """The test images' feature bank, and every row with its images' features attached."""
+    from workflow_scripts.multimodal.bank import FeatureBank
+
+    if images is None:
+        raise InputError(f"{task.name} reads images: --images must name its test images' features (embed_images)")
+    bank = FeatureBank.load(images)
+    return bank, {
+        split: {lang: attach_images(rows, bank, f"{task.name} {split} {lang}") for lang, rows in by_lang.items()}
+        for split, by_lang in splits.items()
+    }
+
+
+def _unlabelled_rows(data: Sources) -> dict[str, dict[str, int]]:
+    """Per split and language, the release's rows without a gold label (IGLUE counts them wrong)."""
+    unlabelled: dict[str, dict[str, int]] = {}
+    for split, sources in data.items():
+        for path, _ in sources:
+            unlabelled.setdefault(split, {}).update(unlabelled_rows(path))
+    return unlabelled
+
+
+class _ModelScoring:
+    """Scores each language's rows with the target model that language is assigned, one model
+    loaded at a time; ``extra`` collects what the metric file records of the models."""
+
+    def __init__(self, task, settings, splits, model_of, unlabelled, dev, bank, images) -> None:
+        self.task, self.settings, self.splits, self.model_of = task, settings, splits, model_of
+        self.unlabelled, self.dev, self.bank, self.images = unlabelled, dev, bank, images
+        self.extra: dict[str, Any] = {}
+        self.selections: dict[str, Any] = {}
+
+    def score_every_model(self) -> tuple[dict[str, dict[str, dict[str, float]]], dict[str, Any]]:
+        scores: dict[str, dict[str, dict[str, float]]] = {split: {} for split in self.splits}
+        predictions: dict[str, Any] = {}  # test predictions per language, for the leaderboard files
+        for model_dir in sorted(set(self.model_of.values())):
+            self._score_model(model_dir, scores, predictions)
+        transfer = self.settings.transfer
+        # Which model (and so which training and selection data) scored each language.
+        self.extra["models"] = {
+            lang: {
+                "path": str(m),
+                "selection": self.selections[str(m)],
+                **(transfer.models[lang].to_dict() if transfer is not None and lang in transfer.models else {}),
+            }
+            for lang, m in self.model_of.items()
+        }
+        if len(self.selections) == 1:
+            self.extra["selection"] = next(iter(self.selections.values()))
+        return scores, predictions
+
+    def _score_model(self, model_dir: Path, scores, predictions) -> None:
+        task, dev = self.task, self.dev
+        model, tokenizer = _load_target_model(task, model_dir, dev, self.bank)
+        if head_kind(task.format) == RANKING:  # read sequences as training did
+            dual_encoder.configure_head(model.heads[task.name], self.settings)
+        self._record_model(model_dir)
+        # ranking: the candidate pool is embedded once, not once per language
+        pool = (
+            pool_ranking.PoolScorer(model, task, tokenizer, self.settings.scoring(), dev)
+            if get_format(task.format).scorer == RANKING
+            else None
+        )
+        for split, by_lang in self.splits.items():
+            for lang, rows in by_lang.items():
+                if self.model_of[lang] != model_dir:
+                    continue
+                if pool is not None:
+                    scores[split][lang], found = pool.score(rows)
+                else:
+                    opts = self.settings.scoring(unlabelled=self.unlabelled.get(split, {}).get(lang, 0))
+                    scores[split][lang], found = predict_and_score_rows(model, task, tokenizer, rows, opts, dev)
+                if split == "test":
+                    predictions[lang] = found
+        del model
+
+    def _record_model(self, model_dir: Path) -> None:
+        """What the model's training left beside it: its selection, a sweep's choice, the
+        image task it followed, and (an image target) the visual branch that scored."""
+        train_log = read_json(model_dir / "train_log.json")
+        self.selections[str(model_dir)] = train_log["best"]
+        if (model_dir / paths.SWEEP_SELECTION_FILE).is_file():  # a sweep's winner: which point, among which
+            self.extra.setdefault("sweep", {})[str(model_dir)] = read_json(model_dir / paths.SWEEP_SELECTION_FILE)
+        if train_log.get("intermediate_visual"):  # trained after an image task: text-only, and how
+            self.extra["intermediate_visual"] = train_log["intermediate_visual"]
+        if self.bank is not None:  # what scored the images: the saved branch and the test features
+            self.extra["visual"] = visual_record(self.task, model_dir, train_log, self.bank, self.images, self.splits)
+
+
+def metric_record(task: Task, settings: EvaluationSettings, languages, splits, scores, data: Sources, seed: int):
+    """The metric file's scores, averages and provenance (the models' part is added to it)."""
+    excluded = settings.average_excludes or ()
     return {
-        "target": target,
+        "target": task.name,
         "metric": task.metric,
         "primary": primary_metric(task.metric),
         "languages": languages,
@@ -395,9 +437,7 @@ def evaluate_run(
         "settings_hash": settings_hash(settings.to_dict()),
         "seqeval_version": seqeval_version(),
         "versions": {p: version(p) for p in ("torch", "transformers", "seqeval", "faiss-cpu", "numpy")},
-        "wall_time_s": round(time.time() - started, 3),
-        **extra,
-    }, {lang: predictions[lang] for lang in languages if lang in predictions}
+    }
 
 
 def with_family_pooling(settings: EvaluationSettings, model_dir: Path) -> EvaluationSettings:

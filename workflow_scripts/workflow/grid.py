@@ -69,132 +69,20 @@ def check_schema(config: dict[str, Any], schema_file: str) -> None:
 
 
 def check_config(config: dict[str, Any]) -> None:
-    tasks_cfg = config["tasks"]
-    # Checked here, not by a schema enum: a benchmark is declared in one place (benchmark.py).
-    if config.get("benchmark", benchmark.DEFAULT) not in benchmark.BENCHMARKS:
-        raise ConfigError(
-            f"config key benchmark: unknown benchmark {config['benchmark']!r}"
-            f"{did_you_mean(config['benchmark'], benchmark.BENCHMARKS)}; known: {', '.join(benchmark.BENCHMARKS)}"
-        )
-
-    def need_task(name: str, key: str) -> None:
-        if name not in TASKS:
-            raise ConfigError(
-                f"config key {key}: unknown task {name!r}{did_you_mean(name, TASKS)}; known tasks: {', '.join(TASKS)}"
-            )
-        if name not in tasks_cfg:
-            raise ConfigError(f"config key {key}: task {name!r} has no entry under 'tasks' (its data source)")
-
-    for key in tasks_cfg:
-        if key not in TASKS:
-            raise ConfigError(
-                f"config key tasks.{key}: unknown task{did_you_mean(key, TASKS)}; known tasks: {', '.join(TASKS)}"
-            )
-        for option, release in local_releases(tasks_cfg[key]).items():
-            if not release.exists():
-                raise ConfigError(
-                    f"config key tasks.{key}.options.{option}: {_release_option(tasks_cfg[key], option)!r} "
-                    "is neither a URL nor "
-                    "an existing archive or directory"
-                )
+    """Every check of a config that the schema cannot make, section by section; the first
+    problem raises ConfigError naming its config key."""
+    _check_benchmark_name(config)
+    _check_task_entries(config)
     if config["models"]["source"] == "demo":
         _check_demo_pretraining(config)
     check_languages(config)
-    baselines = []
-    for name, inter in config["intermediate"].items():
-        for i, task in enumerate(inter["tasks"]):
-            key = f"intermediate.{name}.tasks[{i}]"
-            need_task(task, key)
-            if get_task(task).is_target:
-                raise ConfigError(f"config key {key}: {task!r} is a target task, not an intermediate task")
-            if task == "mlm":
-                raise ConfigError(f"config key {key}: mix in MLM with 'mlm: true', not as a task")
-        if inter.get("mlm"):
-            need_task("mlm", f"intermediate.{name}.mlm")
-        if not inter["tasks"] and not inter.get("mlm"):
-            baselines.append(name)
-            if "language" in inter or "learning_rate" in inter:
-                raise ConfigError(
-                    f"config key intermediate.{name}: the baseline (no tasks) takes no language or learning_rate"
-                )
-        lang = inter.get("language")
-        if lang and lang != "en":
-            for task in inter["tasks"]:
-                if task in PROVIDED_TRANSLATIONS:
-                    provided = PROVIDED_TRANSLATIONS[task]
-                    need_task(provided, f"intermediate.{name}.language (translated {task} is read from {provided!r})")
-                    if lang not in tasks_cfg[provided].get("languages", []):
-                        raise ConfigError(
-                            f"config key tasks.{provided}.languages: lacks {lang!r} needed by intermediate.{name}"
-                        )
-                    continue
-                if lang not in config["models"].get("translators", {}):
-                    raise ConfigError(
-                        f"config key intermediate.{name}.language: no translator for {lang!r} under models.translators"
-                    )
-                if get_task(task).format not in TRANSLATABLE_FORMATS:
-                    raise ConfigError(
-                        f"config key intermediate.{name}.language: task {task!r} "
-                        f"({get_task(task).format}) cannot be machine-translated"
-                    )
+    baselines = _check_intermediate_configs(config)
     for task in visual_tasks(config):
         image_dir(config, task)  # raises when the images have no known place
-    bench = benchmark.of_config(config)
     for i, target in enumerate(config["targets"]):
-        key = f"targets[{i}]"
-        multimodal = multimodal_target(target)
-        if multimodal in UNBUILT_MULTIMODAL_TARGETS:
-            raise ConfigError(
-                f"config key {key}: {target} is a multimodal target; its target phase is not built yet: "
-                f"{UNBUILT_MULTIMODAL_TARGETS[multimodal]} (docs/multimodal.md; XVNLI's and MaRVL's are)"
-            )
-        if target in TASKS and get_task(target).is_target and target not in bench.targets:
-            raise ConfigError(
-                f"config key {key}: {target!r} is not a {bench.title} target (benchmark: {bench.name}; "
-                f"its targets: {', '.join(bench.targets)})"
-            )
-        need_task(target, key)
-        task = get_task(target)
-        if not task.is_target:
-            raise ConfigError(f"config key {key}: {target!r} is not a target task")
-        if task.is_retrieval:
-            source = retrieval_encoder_source(config, target)
-            if source != "intermediate" and (source not in config["targets"] or get_task(source).is_retrieval):
-                raise ConfigError(
-                    f"config key retrieval.encoders.{target}: {target} embeds with the model of target "
-                    f"{source!r} ({bench.title}'s protocol), which is not a trained target of the grid: "
-                    f"add it to targets or set retrieval.encoders.{target}: intermediate"
-                )
-        for j, stage in enumerate(target_stages(config, target)):
-            stage_key = f"tasks.{target}.stages[{j}]"
-            need_task(stage, stage_key)
-            if get_task(stage).is_target or get_task(stage).format != task.format:
-                raise ConfigError(
-                    f"config key {stage_key}: a stage must be a {task.format} task that is not a "
-                    f"target (its head carries over to {target}), got {stage!r}"
-                )
-        if "languages" not in tasks_cfg[target]:
-            raise ConfigError(f"config key tasks.{target}.languages: a target needs its evaluation languages")
-        for dep in {task.train_from, task.select_from} - {None, target}:
-            need_task(dep, f"{key} (trains on / selects with {dep!r})")
-        if task.visual:
-            check_visual_target(config, target, key)
-    for task, langs in config.get("translation", {}).get("datasets", {}).items():
-        need_task(task, f"translation.datasets.{task}")
-        if get_task(task).format not in TRANSLATABLE_FORMATS:
-            raise ConfigError(
-                f"config key translation.datasets.{task}: {get_task(task).format} data cannot be machine-translated"
-            )
-        for lang in langs:
-            if lang not in config["models"].get("translators", {}):
-                raise ConfigError(
-                    f"config key translation.datasets.{task}: no translator for {lang!r} under models.translators"
-                )
-    baseline = config.get("tables", {}).get("baseline", "none")
-    if baseline not in config["intermediate"]:
-        raise ConfigError(f"config key tables.baseline: {baseline!r} is not an intermediate config")
-    if baseline not in baselines:
-        raise ConfigError(f"config key tables.baseline: {baseline!r} has tasks; the baseline must have none")
+        _check_target(config, target, f"targets[{i}]")
+    _check_translation_datasets(config)
+    _check_tables_baseline(config, baselines)
     if "en" in config["models"].get("translators_to_en", {}):
         raise ConfigError("config key models.translators_to_en.en: English needs no translation into English")
     for rule in ("train_intermediate", "train_target"):
@@ -209,6 +97,151 @@ def check_config(config: dict[str, Any]) -> None:
         memory_plan.check_fits(config)
     except (transfer.TransferError, backbone_grid.BackboneError, memory_plan.PlanError) as err:
         raise ConfigError(str(err)) from None
+
+
+def _check_benchmark_name(config: dict[str, Any]) -> None:
+    # Checked here, not by a schema enum: a benchmark is declared in one place (benchmark.py).
+    if config.get("benchmark", benchmark.DEFAULT) not in benchmark.BENCHMARKS:
+        raise ConfigError(
+            f"config key benchmark: unknown benchmark {config['benchmark']!r}"
+            f"{did_you_mean(config['benchmark'], benchmark.BENCHMARKS)}; known: {', '.join(benchmark.BENCHMARKS)}"
+        )
+
+
+def _need_task(config: dict[str, Any], name: str, key: str) -> None:
+    """``name`` is a catalogued task with an entry under ``tasks`` (its data source)."""
+    if name not in TASKS:
+        raise ConfigError(
+            f"config key {key}: unknown task {name!r}{did_you_mean(name, TASKS)}; known tasks: {', '.join(TASKS)}"
+        )
+    if name not in config["tasks"]:
+        raise ConfigError(f"config key {key}: task {name!r} has no entry under 'tasks' (its data source)")
+
+
+def _check_task_entries(config: dict[str, Any]) -> None:
+    tasks_cfg = config["tasks"]
+    for key in tasks_cfg:
+        if key not in TASKS:
+            raise ConfigError(
+                f"config key tasks.{key}: unknown task{did_you_mean(key, TASKS)}; known tasks: {', '.join(TASKS)}"
+            )
+        for option, release in local_releases(tasks_cfg[key]).items():
+            if not release.exists():
+                raise ConfigError(
+                    f"config key tasks.{key}.options.{option}: {_release_option(tasks_cfg[key], option)!r} "
+                    "is neither a URL nor "
+                    "an existing archive or directory"
+                )
+
+
+def _check_intermediate_configs(config: dict[str, Any]) -> list[str]:
+    """Each intermediate config's tasks; returns the baselines (configs with no task)."""
+    baselines = []
+    for name, inter in config["intermediate"].items():
+        for i, task in enumerate(inter["tasks"]):
+            key = f"intermediate.{name}.tasks[{i}]"
+            _need_task(config, task, key)
+            if get_task(task).is_target:
+                raise ConfigError(f"config key {key}: {task!r} is a target task, not an intermediate task")
+            if task == "mlm":
+                raise ConfigError(f"config key {key}: mix in MLM with 'mlm: true', not as a task")
+        if inter.get("mlm"):
+            _need_task(config, "mlm", f"intermediate.{name}.mlm")
+        if not inter["tasks"] and not inter.get("mlm"):
+            baselines.append(name)
+            if "language" in inter or "learning_rate" in inter:
+                raise ConfigError(
+                    f"config key intermediate.{name}: the baseline (no tasks) takes no language or learning_rate"
+                )
+        lang = inter.get("language")
+        if lang and lang != "en":
+            _check_translated_config(config, name, inter["tasks"], lang)
+    return baselines
+
+
+def _check_translated_config(config: dict[str, Any], name: str, tasks: list[str], lang: str) -> None:
+    """A config translated into ``lang``: each task's published translation, or a translator."""
+    for task in tasks:
+        if task in PROVIDED_TRANSLATIONS:
+            provided = PROVIDED_TRANSLATIONS[task]
+            _need_task(config, provided, f"intermediate.{name}.language (translated {task} is read from {provided!r})")
+            if lang not in config["tasks"][provided].get("languages", []):
+                raise ConfigError(
+                    f"config key tasks.{provided}.languages: lacks {lang!r} needed by intermediate.{name}"
+                )
+            continue
+        if lang not in config["models"].get("translators", {}):
+            raise ConfigError(
+                f"config key intermediate.{name}.language: no translator for {lang!r} under models.translators"
+            )
+        if get_task(task).format not in TRANSLATABLE_FORMATS:
+            raise ConfigError(
+                f"config key intermediate.{name}.language: task {task!r} "
+                f"({get_task(task).format}) cannot be machine-translated"
+            )
+
+
+def _check_target(config: dict[str, Any], target: str, key: str) -> None:
+    bench = benchmark.of_config(config)
+    multimodal = multimodal_target(target)
+    if multimodal in UNBUILT_MULTIMODAL_TARGETS:
+        raise ConfigError(
+            f"config key {key}: {target} is a multimodal target; its target phase is not built yet: "
+            f"{UNBUILT_MULTIMODAL_TARGETS[multimodal]} (docs/multimodal.md; XVNLI's and MaRVL's are)"
+        )
+    if target in TASKS and get_task(target).is_target and target not in bench.targets:
+        raise ConfigError(
+            f"config key {key}: {target!r} is not a {bench.title} target (benchmark: {bench.name}; "
+            f"its targets: {', '.join(bench.targets)})"
+        )
+    _need_task(config, target, key)
+    task = get_task(target)
+    if not task.is_target:
+        raise ConfigError(f"config key {key}: {target!r} is not a target task")
+    if task.is_retrieval:
+        source = retrieval_encoder_source(config, target)
+        if source != "intermediate" and (source not in config["targets"] or get_task(source).is_retrieval):
+            raise ConfigError(
+                f"config key retrieval.encoders.{target}: {target} embeds with the model of target "
+                f"{source!r} ({bench.title}'s protocol), which is not a trained target of the grid: "
+                f"add it to targets or set retrieval.encoders.{target}: intermediate"
+            )
+    for j, stage in enumerate(target_stages(config, target)):
+        stage_key = f"tasks.{target}.stages[{j}]"
+        _need_task(config, stage, stage_key)
+        if get_task(stage).is_target or get_task(stage).format != task.format:
+            raise ConfigError(
+                f"config key {stage_key}: a stage must be a {task.format} task that is not a "
+                f"target (its head carries over to {target}), got {stage!r}"
+            )
+    if "languages" not in config["tasks"][target]:
+        raise ConfigError(f"config key tasks.{target}.languages: a target needs its evaluation languages")
+    for dep in {task.train_from, task.select_from} - {None, target}:
+        _need_task(config, dep, f"{key} (trains on / selects with {dep!r})")
+    if task.visual:
+        check_visual_target(config, target, key)
+
+
+def _check_translation_datasets(config: dict[str, Any]) -> None:
+    for task, langs in config.get("translation", {}).get("datasets", {}).items():
+        _need_task(config, task, f"translation.datasets.{task}")
+        if get_task(task).format not in TRANSLATABLE_FORMATS:
+            raise ConfigError(
+                f"config key translation.datasets.{task}: {get_task(task).format} data cannot be machine-translated"
+            )
+        for lang in langs:
+            if lang not in config["models"].get("translators", {}):
+                raise ConfigError(
+                    f"config key translation.datasets.{task}: no translator for {lang!r} under models.translators"
+                )
+
+
+def _check_tables_baseline(config: dict[str, Any], baselines: list[str]) -> None:
+    baseline = config.get("tables", {}).get("baseline", "none")
+    if baseline not in config["intermediate"]:
+        raise ConfigError(f"config key tables.baseline: {baseline!r} is not an intermediate config")
+    if baseline not in baselines:
+        raise ConfigError(f"config key tables.baseline: {baseline!r} has tasks; the baseline must have none")
 
 
 # Multimodal targets whose target phase is not built, with what it lacks.

@@ -29,6 +29,7 @@ sys.path.insert(0, str(REPO))
 
 from workflow_scripts.data.prepare import prepare, read_table  # noqa: E402
 from workflow_scripts.models.demo_models import build_demo_translator  # noqa: E402
+from workflow_scripts.spec.data_settings import DataSettings  # noqa: E402
 from workflow_scripts.translation.translators import MarianTranslator, convert_to_ctranslate2  # noqa: E402
 
 OPUS_MT = {"vocab_size": 2000, "d_model": 512, "layers": 6, "heads": 8, "ffn_dim": 2048, "max_position_embeddings": 512}
@@ -82,7 +83,9 @@ def main() -> None:
         prepare(
             "squad",
             "train",
-            {"source": "local", "local_root": str(REPO / "demo/hub"), "hub": {"path": "rajpurkar/squad"}},
+            DataSettings.parse(
+                {"source": "local", "local_root": str(REPO / "demo/hub"), "hub": {"path": "rajpurkar/squad"}}
+            ),
             tmp / "squad.parquet",
         )
         build_demo_translator(OPUS_MT, [str(tmp / "squad.parquet")], "de", tmp / "mt")

@@ -84,11 +84,12 @@ def in_worker_groups(items: list[pytest.Item]) -> list[pytest.Item]:
     return sorted(items, key=lambda i: rank[group_of[i.module.__name__]])  # stable: module order kept
 
 
-def local_settings(path: str, languages: list[str] | None = None) -> dict:
-    settings = {"source": "local", "local_root": str(DEMO_HUB), "hub": {"path": path}}
-    if languages:
-        settings["languages"] = languages
-    return settings
+def local_settings(path: str, languages: list[str] | None = None, options: dict | None = None):
+    """A data.prepare job's settings reading ``path`` of the demo's Hub mirror."""
+    from workflow_scripts.spec.data_settings import DataSettings
+
+    settings = {"source": "local", "local_root": str(DEMO_HUB), "hub": {"path": path}, "options": options or {}}
+    return DataSettings.parse({**settings, **({"languages": languages} if languages else {})})
 
 
 def gold_span_logits(encoded, peak: float = 10.0):

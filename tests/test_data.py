@@ -8,6 +8,7 @@ import pytest
 from conftest import DEMO_HUB, local_settings
 from workflow_scripts.data.prepare import SCHEMAS, prepare, read_table
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.data_settings import DataSettings
 from workflow_scripts.spec.tasks import NLI_LABELS, get_task
 
 pytestmark = pytest.mark.unit
@@ -55,11 +56,11 @@ def test_missing_language_fails_loudly(tmp_path):
     assert not (tmp_path / "x.parquet").exists()
 
 
-def _mirror(tmp_path, lines):
+def _mirror(tmp_path, lines) -> DataSettings:
     path = tmp_path / "nyu-mll/glue/mnli/train.jsonl"
     path.parent.mkdir(parents=True)
     path.write_text("\n".join(lines) + "\n")
-    return {"source": "local", "local_root": str(tmp_path), "hub": {"path": "nyu-mll/glue"}}
+    return DataSettings.parse({"source": "local", "local_root": str(tmp_path), "hub": {"path": "nyu-mll/glue"}})
 
 
 def test_corrupt_file_is_named_with_its_line(tmp_path):
@@ -77,7 +78,7 @@ def test_label_outside_label_set_is_named(tmp_path):
 
 
 def test_missing_mirror_file_is_named(tmp_path):
-    settings = {"source": "local", "local_root": str(tmp_path), "hub": {"path": "nyu-mll/glue"}}
+    settings = DataSettings.parse({"source": "local", "local_root": str(tmp_path), "hub": {"path": "nyu-mll/glue"}})
     with pytest.raises(InputError, match="missing data file .*mnli/train.jsonl"):
         prepare("mnli", "train", settings, tmp_path / "out.parquet")
 
@@ -115,7 +116,9 @@ def test_hub_mode_reads_the_pinned_revision_and_records_provenance(tmp_path, mon
     monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
     monkeypatch.delenv("XSTILTS_HUB_LOCK", raising=False)
     out = tmp_path / "dev.parquet"
-    prepare("mnli", "dev", {"source": "hub", "hub": {"path": "nyu-mll/glue", "revision": "v1"}}, out)
+    prepare(
+        "mnli", "dev", DataSettings.parse({"source": "hub", "hub": {"path": "nyu-mll/glue", "revision": "v1"}}), out
+    )
     assert calls == [("nyu-mll/glue", "mnli", "validation_matched", "0123abcd" * 5)]
     provenance = json.loads(pq.read_schema(out).metadata[b"xstilts"])
     assert provenance["resolved_sha"] == "0123abcd" * 5 and provenance["revision"] == "v1"

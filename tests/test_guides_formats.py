@@ -68,8 +68,9 @@ from workflow_scripts.data.prepare import SCHEMAS, prepare, read_table
 from workflow_scripts.spec.tasks import FORMATS, get_task
 from workflow_scripts.training.train import train_phase
 from workflow_scripts.spec import codehash
+from workflow_scripts.spec.data_settings import DataSettings
 
-local = {{"source": "local", "local_root": {str(DEMO_HUB)!r}, "hub": {{"path": "stanfordnlp/snli"}}}}
+local = DataSettings.parse({{"source": "local", "local_root": {str(DEMO_HUB)!r}, "hub": {{"path": "stanfordnlp/snli"}}}})
 data = {{}}
 for split in ("train", "dev"):
     data[split] = str(Path({str(tmp_path)!r}) / f"{{split}}.parquet")

@@ -25,6 +25,7 @@ import yaml
 
 from conftest import DEMO_HUB, REPO, copy_repo, file_digests, local_settings, planned_jobs, snakemake
 from hub_server import HubServer, config_splits, mirror_dataset, mirror_model, mirror_script_dataset, new_commit
+from workflow_scripts.spec.data_settings import DataSettings
 
 pytestmark = pytest.mark.integration
 
@@ -168,7 +169,7 @@ def _closed_port() -> int:
 
 
 def _prepare(
-    hub: HubServer, task: str, split: str, settings: dict, output: Path, lock: Path
+    hub: HubServer, task: str, split: str, settings: DataSettings, output: Path, lock: Path
 ) -> subprocess.CompletedProcess:
     env = {
         **hub.environment(hub.hf_home),
@@ -186,7 +187,7 @@ def _prepare(
             "--split",
             split,
             "--settings",
-            json.dumps(settings),
+            settings.to_json(),
             "--output",
             str(output),
         ],
@@ -208,14 +209,16 @@ def test_parquet_export_read_and_a_script_only_revision_refused(hub, tmp_path):
     from workflow_scripts.data.prepare import prepare, provenance
 
     lock = tmp_path / "hub.lock.json"
-    settings = {"source": "hub", "hub": {"path": SCRIPT_ONLY, "revision": PARQUET_EXPORT}, "languages": ["de"]}
+    settings = DataSettings.parse(
+        {"source": "hub", "hub": {"path": SCRIPT_ONLY, "revision": PARQUET_EXPORT}, "languages": ["de"]}
+    )
     proc = _prepare(hub, "xnli_mt", "train", settings, tmp_path / "hub.parquet", lock)
     assert proc.returncode == 0, proc.stderr[-3000:]
     prepare("xnli_mt", "train", local_settings(SCRIPT_ONLY, ["de"]), tmp_path / "local.parquet")
     assert _rows(tmp_path / "hub.parquet") == _rows(tmp_path / "local.parquet")
     assert provenance(tmp_path / "hub.parquet")["resolved_sha"] == hub.commits[f"{SCRIPT_ONLY}@{PARQUET_EXPORT}"]
 
-    settings["hub"]["revision"] = "main"
+    settings = settings.replace(hub={"path": SCRIPT_ONLY, "revision": "main"})
     proc = _prepare(hub, "xnli_mt", "train", settings, tmp_path / "script.parquet", lock)
     assert proc.returncode != 0
     assert f"Hub dataset {SCRIPT_ONLY} at revision 'main' holds a loading script (xnli.py)" in proc.stderr
@@ -237,7 +240,9 @@ def test_every_demo_dataset_reads_the_same_rows_from_the_hub(hub, tmp_path):
     ]
     lock = tmp_path / "hub.lock.json"
     for task, split, path, langs in cases:
-        settings = {"source": "hub", "hub": {"path": path}, **({"languages": langs} if langs else {})}
+        settings = DataSettings.parse(
+            {"source": "hub", "hub": {"path": path}, **({"languages": langs} if langs else {})}
+        )
         out = tmp_path / f"{task}.{split}.hub.parquet"
         proc = _prepare(hub, task, split, settings, out, lock)
         assert proc.returncode == 0, f"{task} {split}: {proc.stderr[-3000:]}"

@@ -13,12 +13,13 @@ import pytest
 from conftest import REPO
 from workflow_scripts.data import leakage
 from workflow_scripts.data.prepare import prepare, read_table
+from workflow_scripts.spec.data_settings import DataSettings, LeakageSettings
 
 REAL = REPO / "tests" / "real_data"
 XVNLI_LANGS = ["en", "ar", "es", "fr", "ru"]
 
 
-def _prepare(task: str, split: str, settings: dict, out: Path) -> Path:
+def _prepare(task: str, split: str, settings: DataSettings, out: Path) -> Path:
     prepare(task, split, settings, out)
     return out
 
@@ -29,14 +30,18 @@ def tables(tmp_path_factory) -> dict[str, Path]:
     release = out / "snli_ve"
     release.mkdir()
     shutil.copy(REAL / "snli_ve" / "snli_ve_dev.jsonl", release / "snli_ve_dev.jsonl")
-    snli_ve = {"source": "hub", "hub": {"path": "HuggingFaceM4/SNLI-VE"}, "options": {"path": str(release)}}
-    xvnli = {
-        "source": "local",
-        "local_root": str(REPO / "demo" / "hub"),
-        "hub": {"path": "floschne/xvnli"},
-        "languages": XVNLI_LANGS,
-        "options": {"path": str(REAL / "xvnli")},
-    }
+    snli_ve = DataSettings.parse(
+        {"source": "hub", "hub": {"path": "HuggingFaceM4/SNLI-VE"}, "options": {"path": str(release)}}
+    )
+    xvnli = DataSettings.parse(
+        {
+            "source": "local",
+            "local_root": str(REPO / "demo" / "hub"),
+            "hub": {"path": "floschne/xvnli"},
+            "languages": XVNLI_LANGS,
+            "options": {"path": str(REAL / "xvnli")},
+        }
+    )
     return {
         "snli_ve": _prepare("snli_ve", "dev", snli_ve, out / "snli_ve.parquet"),
         "snli_caption": _prepare("snli_caption", "dev", snli_ve, out / "snli_caption.parquet"),
@@ -46,7 +51,7 @@ def tables(tmp_path_factory) -> dict[str, Path]:
 
 
 def _report(intermediate, target, **settings):
-    return leakage.overlap_report([intermediate], [target], {"task": "t", "target": "x", **settings})
+    return leakage.overlap_report([intermediate], [target], LeakageSettings(**settings), "t", "x")
 
 
 @pytest.mark.unit

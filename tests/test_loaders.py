@@ -6,6 +6,7 @@ from conftest import REPO, local_settings
 from workflow_scripts.data.loaders import load_converter
 from workflow_scripts.data.prepare import SCHEMAS, prepare, provenance, read_table
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.data_settings import DataSettings
 from workflow_scripts.spec.tasks import TASKS, get_task
 
 pytestmark = pytest.mark.unit
@@ -61,7 +62,7 @@ def test_every_task_of_the_catalogue_has_a_loader_and_a_fixture():
 @pytest.mark.parametrize("task_name,split", CASES, ids=[f"{t}-{s}" for t, s in CASES])
 def test_loader_yields_the_canonical_schema(tmp_path, task_name, split):
     path, langs, options = SOURCES[task_name]
-    settings = {**local_settings(path, langs), "options": options}
+    settings = local_settings(path, langs, options)
     out = tmp_path / "out.parquet"
     n = prepare(task_name, split, settings, out)
     task = get_task(task_name)
@@ -101,7 +102,7 @@ def test_awkward_cases_of_the_real_schemas(tmp_path):
         prepare(
             task,
             split,
-            {**local_settings(SOURCES[task][0], langs or SOURCES[task][1]), "options": options or SOURCES[task][2]},
+            local_settings(SOURCES[task][0], langs or SOURCES[task][1], options or SOURCES[task][2]),
             out,
         )
         return read_table(out).to_pylist()
@@ -163,13 +164,15 @@ def test_pawsx_reads_every_release_row_from_the_paws_x_dataset(tmp_path):
         prepare(
             "pawsx",
             "test",
-            {
-                "source": "local",
-                "local_root": str(tmp_path),
-                "hub": {"path": "google/xtreme"},
-                "languages": ["de"],
-                "options": options,
-            },
+            DataSettings.parse(
+                {
+                    "source": "local",
+                    "local_root": str(tmp_path),
+                    "hub": {"path": "google/xtreme"},
+                    "languages": ["de"],
+                    "options": options,
+                }
+            ),
             out,
         )
         return read_table(out).to_pylist(), provenance(out)["report"]
@@ -189,7 +192,7 @@ def test_missing_ccg_path_is_named(tmp_path):
         prepare(
             "ccg",
             "train",
-            {**local_settings("ccgbank"), "options": {"path": str(tmp_path / "nowhere")}},
+            local_settings("ccgbank", options={"path": str(tmp_path / "nowhere")}),
             tmp_path / "out.parquet",
         )
 
@@ -213,13 +216,15 @@ def test_mlm_quotas_follow_alpha_smoothed_language_shares(tmp_path):
                 for i in range(n_articles)
             )
         )
-    settings = {
-        "source": "local",
-        "local_root": str(tmp_path),
-        "hub": {"path": "wikimedia/wikipedia"},
-        "languages": ["en", "de"],
-        "options": {"sentences": 100, "alpha": 0.3, "seed": 1},
-    }
+    settings = DataSettings.parse(
+        {
+            "source": "local",
+            "local_root": str(tmp_path),
+            "hub": {"path": "wikimedia/wikipedia"},
+            "languages": ["en", "de"],
+            "options": {"sentences": 100, "alpha": 0.3, "seed": 1},
+        }
+    )
     prepare("mlm", "train", settings, tmp_path / "mlm.parquet")
     rows = read_table(tmp_path / "mlm.parquet").to_pylist()
     # p = (90, 20) / 110; p^0.3 = (0.9416, 0.5996) -> shares (0.611, 0.389) of 100 sentences.

@@ -16,6 +16,7 @@ from workflow_scripts.data.prepare import prepare, provenance, read_table
 from workflow_scripts.evaluation.metrics import average_without_english, iglue_accuracy
 from workflow_scripts.evaluation.retrieval import caption_image_index, image_text_recall, retrieval_ranks
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.data_settings import DataSettings
 from workflow_scripts.spec.tasks import NLI_LABELS, get_task
 
 REAL = REPO / "tests" / "real_data"
@@ -29,13 +30,15 @@ def release(path: Path) -> list[dict]:
 
 
 def load(task: str, langs: list[str], tmp_path: Path, folder: str | None = None) -> tuple[list[dict], dict]:
-    settings = {
-        "source": "local",
-        "local_root": str(REPO / "demo" / "hub"),
-        "hub": {"path": f"floschne/{task.split('_')[0]}"},
-        "languages": langs,
-        "options": {"path": str(REAL / (folder or task.split("_")[0]))},
-    }
+    settings = DataSettings.parse(
+        {
+            "source": "local",
+            "local_root": str(REPO / "demo" / "hub"),
+            "hub": {"path": f"floschne/{task.split('_')[0]}"},
+            "languages": langs,
+            "options": {"path": str(REAL / (folder or task.split("_")[0]))},
+        }
+    )
     out = tmp_path / f"{task}.parquet"
     prepare(task, "test", settings, out)
     return read_table(out).to_pylist(), provenance(out)["report"]
@@ -123,11 +126,15 @@ def test_missing_release_files_and_other_splits_are_refused_by_name(tmp_path):
     with pytest.raises(InputError, match=r"marvl release file .*marvl-ta\.jsonl does not exist"):
         load("marvl", ["ta"], tmp_path, folder="xvnli")
     with pytest.raises(InputError, match="tasks.<task>.options.path"):
-        prepare(
-            "xvnli", "test", {"source": "local", "hub": {"path": "floschne/xvnli"}, "languages": ["ar"]}, tmp_path / "x"
-        )
+        settings = DataSettings.parse({"source": "local", "hub": {"path": "floschne/xvnli"}, "languages": ["ar"]})
+        prepare("xvnli", "test", settings, tmp_path / "x")
     with pytest.raises(InputError, match="no split 'dev'"):
-        prepare("xflickrco", "dev", {"source": "local", "hub": {"path": "floschne/xflickrco"}}, tmp_path / "x")
+        prepare(
+            "xflickrco",
+            "dev",
+            DataSettings.parse({"source": "local", "hub": {"path": "floschne/xflickrco"}}),
+            tmp_path / "x",
+        )
 
 
 # ----- official scores ------------------------------------------------------------------------

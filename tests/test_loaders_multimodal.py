@@ -10,6 +10,7 @@ import pytest
 
 from workflow_scripts.data.prepare import prepare, provenance, read_table
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.data_settings import DataSettings
 from workflow_scripts.spec.tasks import NLI_LABELS
 
 pytestmark = pytest.mark.unit
@@ -17,14 +18,16 @@ pytestmark = pytest.mark.unit
 REAL = Path(__file__).parent / "real_data" / "snli_ve" / "snli_ve_dev.jsonl"
 
 
-def mirror(tmp_path: Path, rows: list[dict], split: str = "validation") -> dict:
+def mirror(tmp_path: Path, rows: list[dict], split: str = "validation") -> DataSettings:
     folder = tmp_path / "hub" / "necla-ml/SNLI-VE" / "default"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    return {"source": "local", "local_root": str(tmp_path / "hub"), "hub": {"path": "necla-ml/SNLI-VE"}}
+    return DataSettings.parse(
+        {"source": "local", "local_root": str(tmp_path / "hub"), "hub": {"path": "necla-ml/SNLI-VE"}}
+    )
 
 
-def load(task: str, settings: dict, tmp_path: Path, split: str = "dev") -> tuple[list[dict], dict]:
+def load(task: str, settings: DataSettings, tmp_path: Path, split: str = "dev") -> tuple[list[dict], dict]:
     out = tmp_path / f"{task}-{split}.parquet"
     prepare(task, split, settings, out)
     return read_table(out).to_pylist(), provenance(out)["report"]
@@ -75,7 +78,9 @@ def test_the_release_files_are_read_from_a_folder_and_a_missing_one_says_how_to_
     release = tmp_path / "snli_ve"
     release.mkdir()
     (release / "snli_ve_dev.jsonl").write_text(REAL.read_text(encoding="utf-8"), encoding="utf-8")
-    settings = {"source": "hub", "hub": {"path": "HuggingFaceM4/SNLI-VE"}, "options": {"path": str(release)}}
+    settings = DataSettings.parse(
+        {"source": "hub", "hub": {"path": "HuggingFaceM4/SNLI-VE"}, "options": {"path": str(release)}}
+    )
     n = prepare("snli_ve", "dev", settings, tmp_path / "dev.parquet")
     assert n == 16 and read_table(tmp_path / "dev.parquet").column("images").to_pylist()[0][0].endswith(".jpg")
     with pytest.raises(InputError, match="snli_ve_train.jsonl does not exist: build it with necla-ml/SNLI-VE"):
@@ -88,7 +93,9 @@ REAL_NLVR2 = Path(__file__).parent / "real_data" / "nlvr2" / "dev.json"
 def test_real_nlvr2_rows_give_the_statement_its_two_images_and_the_label(tmp_path):
     from workflow_scripts.data.prepare import prepare, read_table
 
-    settings = {"source": "hub", "hub": {"path": "lil-lab/nlvr"}, "options": {"path": str(REAL_NLVR2.parent)}}
+    settings = DataSettings.parse(
+        {"source": "hub", "hub": {"path": "lil-lab/nlvr"}, "options": {"path": str(REAL_NLVR2.parent)}}
+    )
     n = prepare("nlvr2", "dev", settings, tmp_path / "dev.parquet")
     rows = read_table(tmp_path / "dev.parquet").to_pylist()
     real = [json.loads(line) for line in REAL_NLVR2.read_text(encoding="utf-8").splitlines()]
@@ -121,7 +128,9 @@ def test_nlvr2_train_images_sit_in_their_bucket_folder_and_a_bad_row_is_dropped_
         )
         + "\n"
     )
-    settings = {"source": "hub", "hub": {"path": "lil-lab/nlvr"}, "options": {"path": str(tmp_path)}}
+    settings = DataSettings.parse(
+        {"source": "hub", "hub": {"path": "lil-lab/nlvr"}, "options": {"path": str(tmp_path)}}
+    )
     assert prepare("nlvr2", "dev", settings, tmp_path / "dev.parquet") == 1
     assert provenance(tmp_path / "dev.parquet")["report"]["load_counts"] == {"True": 1, "no_label_or_sentence": 2}
 
@@ -133,7 +142,9 @@ def test_real_vqa_v2_questions_meet_their_ten_normalised_answers_and_coco_image(
     from workflow_scripts.data.prepare import prepare, read_table
     from workflow_scripts.data.vqa_answers import vqa_accuracy
 
-    settings = {"source": "hub", "hub": {"path": "visualqa/vqa_v2"}, "options": {"path": str(REAL_VQA)}}
+    settings = DataSettings.parse(
+        {"source": "hub", "hub": {"path": "visualqa/vqa_v2"}, "options": {"path": str(REAL_VQA)}}
+    )
     assert prepare("vqa_v2", "train", settings, tmp_path / "train.parquet") == 3
     rows = read_table(tmp_path / "train.parquet").to_pylist()
     first = rows[0]

@@ -12,6 +12,7 @@ import pytest
 from workflow_scripts.data.loaders.ranking import lareqa_rows, mention_query, sentence_breaks
 from workflow_scripts.data.prepare import prepare, provenance, read_table
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.data_settings import DataSettings
 
 pytestmark = pytest.mark.unit
 
@@ -89,7 +90,14 @@ def load_german_mentions(tmp_path, mentions: list[dict]) -> Path:
     prepare(
         "mewslix",
         "test",
-        {"source": "local", "local_root": str(tmp_path / "hub"), "hub": {"path": "izhx/mewsli-x"}, "languages": ["de"]},
+        DataSettings.parse(
+            {
+                "source": "local",
+                "local_root": str(tmp_path / "hub"),
+                "hub": {"path": "izhx/mewsli-x"},
+                "languages": ["de"],
+            }
+        ),
         out,
     )
     return out
@@ -138,12 +146,14 @@ def load_lareqa_test(tmp_path, langs: list[str], location: str, source: str = "h
     prepare(
         "lareqa",
         "test",
-        {
-            "source": source,
-            "hub": {"path": "rajpurkar/squad"},
-            "languages": langs,
-            "options": {"xquad_r_path": location},
-        },
+        DataSettings.parse(
+            {
+                "source": source,
+                "hub": {"path": "rajpurkar/squad"},
+                "languages": langs,
+                "options": {"xquad_r_path": location},
+            }
+        ),
         out,
     )
     return out
@@ -244,7 +254,9 @@ def test_the_oracle_ranking_of_the_real_sample_scores_100(xquad_r_release):
 
 
 def test_the_hub_copy_of_xquad_r_is_refused_naming_the_release(tmp_path):
-    settings = {"source": "hub", "hub": {"path": "google-research-datasets/xquad_r"}, "languages": ["en"]}
+    settings = DataSettings.parse(
+        {"source": "hub", "hub": {"path": "google-research-datasets/xquad_r"}, "languages": ["en"]}
+    )
     for split in ("train", "test"):
         with pytest.raises(InputError, match="google-research-datasets/lareqa.*xquad_r_path"):
             prepare("lareqa", split, settings, tmp_path / "out.parquet")
@@ -273,7 +285,12 @@ def test_the_release_is_downloaded_once_per_file_from_its_pinned_url(tmp_path, m
     langs = ["en", "hi", "th", "zh"]
     out = tmp_path / "out.parquet"
     for _ in range(2):
-        prepare("lareqa", "test", {"source": "hub", "hub": {"path": "rajpurkar/squad"}, "languages": langs}, out)
+        prepare(
+            "lareqa",
+            "test",
+            DataSettings.parse({"source": "hub", "hub": {"path": "rajpurkar/squad"}, "languages": langs}),
+            out,
+        )
     assert ranking.XQUAD_R_COMMIT in ranking.XQUAD_R_URL
     assert calls == [f"{ranking.XQUAD_R_URL}/{lang}.json" for lang in langs]
     local = load_lareqa_test(tmp_path / "local", langs, str(XQUAD_R_REAL))
@@ -353,12 +370,14 @@ def test_real_wikinews_mentions_load_as_the_reference_builds_them_and_the_oracle
     prepare(
         "mewslix",
         "dev",
-        {
-            "source": "local",
-            "local_root": str(tmp_path / "hub"),
-            "hub": {"path": "izhx/mewsli-x"},
-            "languages": ["ar", "en"],
-        },
+        DataSettings.parse(
+            {
+                "source": "local",
+                "local_root": str(tmp_path / "hub"),
+                "hub": {"path": "izhx/mewsli-x"},
+                "languages": ["ar", "en"],
+            }
+        ),
         out,
     )
     rows = read_table(out).to_pylist()

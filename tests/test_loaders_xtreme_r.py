@@ -14,6 +14,7 @@ import pytest
 from conftest import DEMO_HUB, local_settings
 from workflow_scripts.data.prepare import prepare, provenance, read_table
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.data_settings import DataSettings
 
 pytestmark = pytest.mark.unit
 
@@ -21,7 +22,7 @@ REAL = Path(__file__).resolve().parent / "real_data"
 XCOPA_SAMPLE = ["et", "qu", "sw", "th", "zh"]
 
 
-def load(tmp_path: Path, task: str, split: str, settings: dict) -> tuple[list[dict], dict]:
+def load(tmp_path: Path, task: str, split: str, settings: DataSettings) -> tuple[list[dict], dict]:
     out = tmp_path / f"{task}-{split}.parquet"
     prepare(task, split, settings, out)
     return read_table(out).to_pylist(), provenance(out)["report"]
@@ -90,14 +91,16 @@ def real_xcopa(tmp_path) -> Path:
     return root
 
 
-def xcopa_settings(root: Path, options: dict | None = None) -> dict:
-    return {
-        "source": "local",
-        "local_root": str(root),
-        "hub": {"path": "cambridgeltl/xcopa"},
-        "languages": XCOPA_SAMPLE,
-        "options": options or {},
-    }
+def xcopa_settings(root: Path, options: dict | None = None) -> DataSettings:
+    return DataSettings.parse(
+        {
+            "source": "local",
+            "local_root": str(root),
+            "hub": {"path": "cambridgeltl/xcopa"},
+            "languages": XCOPA_SAMPLE,
+            "options": options or {},
+        }
+    )
 
 
 @pytest.mark.parametrize(
@@ -139,7 +142,7 @@ def test_real_xcopa_questions_repaired_by_the_majority_on_request(tmp_path, real
             tmp_path,
             "xcopa",
             "dev",
-            {**xcopa_settings(real_xcopa, {"question_repair": "majority"}), "languages": ["et", "th"]},
+            xcopa_settings(real_xcopa, {"question_repair": "majority"}).replace(languages=["et", "th"]),
         )
 
 
@@ -176,7 +179,9 @@ def test_bad_copa_and_siqa_rows_are_repaired_or_dropped_and_counted(tmp_path, ca
     write_rows(root, "allenai/social_i_qa", "default", "validation", siqa)
     settings = {"source": "local", "local_root": str(root)}
     with caplog.at_level(logging.WARNING, logger="xstilts"):
-        rows, report = load(tmp_path, "copa", "train", {**settings, "hub": {"path": "aps/super_glue"}})
+        rows, report = load(
+            tmp_path, "copa", "train", DataSettings.parse({**settings, "hub": {"path": "aps/super_glue"}})
+        )
     assert len(rows) == 6 and rows[1]["context"] == f"{copa[1]['premise']} What was the cause?"
     assert report["load_counts"]["en"] == {
         "rows": 10,
@@ -188,7 +193,9 @@ def test_bad_copa_and_siqa_rows_are_repaired_or_dropped_and_counted(tmp_path, ca
         "dropped_empty_text": 1,
     }
     assert "aps/super_glue copa train row 2: row dropped (bad label: 2)" in caplog.text
-    rows, report = load(tmp_path, "siqa", "dev", {**settings, "hub": {"path": "allenai/social_i_qa"}})
+    rows, report = load(
+        tmp_path, "siqa", "dev", DataSettings.parse({**settings, "hub": {"path": "allenai/social_i_qa"}})
+    )
     assert len(rows) == 8 and report["load_counts"]["en"]["dropped_bad_label"] == 1
     assert report["load_counts"]["en"]["unlabeled"] == 1
 
@@ -197,12 +204,17 @@ def test_a_row_without_the_columns_names_file_and_row(tmp_path):
     root = tmp_path / "hub"
     write_rows(root, "aps/super_glue", "copa", "validation", [{"premise": "p", "choice1": "a", "label": 0}])
     with pytest.raises(InputError, match=r"aps/super_glue copa validation row 0: not a COPA row"):
-        load(tmp_path, "copa", "dev", {"source": "local", "local_root": str(root), "hub": {"path": "aps/super_glue"}})
+        load(
+            tmp_path,
+            "copa",
+            "dev",
+            DataSettings.parse({"source": "local", "local_root": str(root), "hub": {"path": "aps/super_glue"}}),
+        )
 
 
 def test_unknown_languages_fail_with_a_clear_error(tmp_path):
     # The Hub: XCOPA's own language list, before anything is downloaded.
-    hub = {"source": "hub", "hub": {"path": "cambridgeltl/xcopa"}, "languages": ["sw", "en"]}
+    hub = DataSettings.parse({"source": "hub", "hub": {"path": "cambridgeltl/xcopa"}, "languages": ["sw", "en"]})
     with pytest.raises(InputError, match=r"cambridgeltl/xcopa has no language \['en'\].*et ht id it qu"):
         load(tmp_path, "xcopa", "test", hub)
     # A local mirror: the missing file, named with its config.
@@ -233,7 +245,9 @@ def test_panx_reads_xtreme_r_languages_from_wikiann(tmp_path):
         }
     ] * 3
     write_rows(root, "unimelb-nlp/wikiann", "ro", "test", wikiann)
-    settings = {"source": "local", "local_root": str(root), "hub": {"path": "google/xtreme"}, "languages": ["de", "ro"]}
+    settings = DataSettings.parse(
+        {"source": "local", "local_root": str(root), "hub": {"path": "google/xtreme"}, "languages": ["de", "ro"]}
+    )
     rows, report = load(tmp_path, "panx", "test", settings)
     ro = [r for r in rows if r["lang"] == "ro"]
     assert len(ro) == 3 and ro[0]["tags"] == ["B-PER", "O", "O", "B-ORG", "O", "B-LOC", "I-LOC", "I-LOC", "O"]
@@ -241,10 +255,10 @@ def test_panx_reads_xtreme_r_languages_from_wikiann(tmp_path):
     assert report["extra_sources"] == {"unimelb-nlp/wikiann": {"revision": "main", "resolved_sha": None}}
     # Another copy of WikiANN by option.
     shutil.copytree(root / "unimelb-nlp/wikiann", root / "me/wikiann")
-    rows, report = load(tmp_path, "panx", "test", {**settings, "options": {"wikiann_path": "me/wikiann"}})
+    rows, report = load(tmp_path, "panx", "test", settings.replace(options={"wikiann_path": "me/wikiann"}))
     assert report["sources"]["ro"] == "me/wikiann ro"
     with pytest.raises(InputError, match="unimelb-nlp/wikiann/pl/test.jsonl"):
-        load(tmp_path, "panx", "test", {**settings, "languages": ["de", "pl"]})
+        load(tmp_path, "panx", "test", settings.replace(languages=["de", "pl"]))
 
 
 def test_tatoeba_reads_xtreme_r_languages_from_mteb(tmp_path):
@@ -255,7 +269,9 @@ def test_tatoeba_reads_xtreme_r_languages_from_mteb(tmp_path):
         {"sentence1": "Salam! ", "sentence2": "Hello!"},
     ]
     write_rows(root, "mteb/tatoeba-bitext-mining", "aze-eng", "test", pairs)
-    settings = {"source": "local", "local_root": str(root), "hub": {"path": "google/xtreme"}, "languages": ["de", "az"]}
+    settings = DataSettings.parse(
+        {"source": "local", "local_root": str(root), "hub": {"path": "google/xtreme"}, "languages": ["de", "az"]}
+    )
     rows, report = load(tmp_path, "tatoeba", "test", settings)
     az = [r for r in rows if r["lang"] == "az"]
     assert [(r["source"], r["target"]) for r in az] == [
@@ -284,7 +300,9 @@ def test_xquad_reads_romanian_from_google_xquad(tmp_path):
         tmp_path,
         "xquad",
         "test",
-        {"source": "local", "local_root": str(root), "hub": {"path": "google/xtreme"}, "languages": ["de", "ro"]},
+        DataSettings.parse(
+            {"source": "local", "local_root": str(root), "hub": {"path": "google/xtreme"}, "languages": ["de", "ro"]}
+        ),
     )
     assert next(r for r in rows if r["lang"] == "ro")["answer_starts"] == [22]
     assert report["sources"] == {"de": "google/xtreme XQuAD.de", "ro": "google/xquad xquad.ro"}
@@ -310,9 +328,7 @@ def test_udpos_reads_xtreme_r_languages_from_a_second_release(tmp_path, main):
     options = {"ud_release_extra": {"release": str(extra), "languages": ["ro"]}}
     if main == "release":
         options["ud_release"] = str(REAL / "ud-treebanks-v2.5")
-    rows, report = load(
-        tmp_path, "udpos", "test", {**local_settings("google/xtreme", ["de", "ro"]), "options": options}
-    )
+    rows, report = load(tmp_path, "udpos", "test", local_settings("google/xtreme", ["de", "ro"], options))
     assert [(r["tokens"], r["tags"]) for r in rows if r["lang"] == "ro"] == [
         (["Ion", "a", "cumpărat", "cartea", "."], ["PROPN", "AUX", "VERB", "NOUN", "PUNCT"])
     ]
@@ -323,10 +339,6 @@ def test_udpos_reads_xtreme_r_languages_from_a_second_release(tmp_path, main):
         assert report["release"]["name"] == "UD v2.5" and report["sources"]["de"].startswith("UD v2.5 release")
     else:  # German from the Hub's config: the Hub provenance stays (no "release" key)
         assert "release" not in report and report["sources"]["de"] == "google/xtreme udpos.German"
-    with pytest.raises(InputError, match="ud_release_extra must be a mapping"):
-        load(
-            tmp_path,
-            "udpos",
-            "test",
-            {**local_settings("google/xtreme", ["ro"]), "options": {"ud_release_extra": str(extra)}},
-        )
+    # a release given as a bare location, not {release, languages, name}: refused as the job starts
+    with pytest.raises(InputError, match=r"DataSettings\.options\.ud_release_extra: "):
+        local_settings("google/xtreme", ["ro"], {"ud_release_extra": str(extra)})

@@ -15,6 +15,7 @@ import yaml
 from conftest import REPO
 from workflow_scripts.spec import tasks
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.data_settings import DataSettings
 
 pytestmark = pytest.mark.unit
 
@@ -64,7 +65,7 @@ def prepared(tmp_path: Path, file: Path, split: str = "train", **data) -> tuple[
     from workflow_scripts.workflow import local_data
 
     spec = local_data.from_block("my_nli", {"files": {split: str(file)}, "columns": COLUMNS, **data})
-    settings = {"source": "files", "data": spec.settings(split), "options": {}, "languages": ["en"]}
+    settings = DataSettings.parse({"source": "files", "data": spec.settings(split), "options": {}, "languages": ["en"]})
     out = tmp_path / f"{split}.parquet"
     prepare("my_nli", split, settings, out)
     return read_table(out, "classification").to_pylist(), provenance(out)
@@ -127,7 +128,7 @@ def test_other_formats_map_their_columns_with_their_repairs(tmp_path, monkeypatc
     register(tmp_path / "t", monkeypatch, name="my_pos", format="tagging", splits=["test"], labels=["NOUN", "VERB"])
     file = write(tmp_path / "pos.csv", [{"words": "dogs bark", "tags": "NOUN VERB"}], "csv")
     data = {"files": {"test": str(file)}, "file_type": "csv", "columns": {"tokens": "words"}, "language": "en"}
-    prepare("my_pos", "test", {"source": "files", "data": data}, tmp_path / "pos.parquet")
+    prepare("my_pos", "test", DataSettings.parse({"source": "files", "data": data}), tmp_path / "pos.parquet")
     row = read_table(tmp_path / "pos.parquet", "tagging").to_pylist()[0]
     assert (row["tokens"], row["tags"]) == (["dogs", "bark"], ["NOUN", "VERB"])
     assert provenance(tmp_path / "pos.parquet")["report"]["repairs"] == {"list_as_text": 2}
@@ -137,12 +138,12 @@ def test_other_formats_map_their_columns_with_their_repairs(tmp_path, monkeypatc
     qa = {"context": context, "question": "Where?", "answer_texts": ["the mat"], "answer_starts": [3]}
     file = write(tmp_path / "qa.jsonl", [qa], "jsonl")
     data = {"files": {"dev": str(file)}, "file_type": "jsonl", "columns": {}, "language": "en"}
-    prepare("my_qa", "dev", {"source": "files", "data": data}, tmp_path / "qa.parquet")
+    prepare("my_qa", "dev", DataSettings.parse({"source": "files", "data": data}), tmp_path / "qa.parquet")
     assert read_table(tmp_path / "qa.parquet").to_pylist()[0]["answer_starts"] == [context.index("the mat")]
     assert provenance(tmp_path / "qa.parquet")["report"]["repairs"] == {"answer_relocated": 1}
     write(file, [qa, {**qa, "answer_texts": ["the dog"]}], "jsonl")
     with pytest.raises(InputError, match=f"{file}, row 2: answer 'the dog' is not at offset 3, and is not in"):
-        prepare("my_qa", "dev", {"source": "files", "data": data}, tmp_path / "qa.parquet")
+        prepare("my_qa", "dev", DataSettings.parse({"source": "files", "data": data}), tmp_path / "qa.parquet")
 
 
 def test_a_line_that_is_no_json_is_named(my_nli, tmp_path):
@@ -159,11 +160,11 @@ def test_a_multilingual_file_keeps_the_languages_asked_for(my_nli, tmp_path):
     rows = [{**r, "language": lang} for lang in ("de", "sw", "fr") for r in ROWS]
     file = write(tmp_path / "dev.csv", rows, "csv")
     spec = local_data.from_block("my_nli", {"files": {"dev": str(file)}, "columns": {**COLUMNS, "lang": "language"}})
-    settings = {"source": "files", "data": spec.settings("dev"), "languages": ["de", "sw"]}
+    settings = DataSettings.parse({"source": "files", "data": spec.settings("dev"), "languages": ["de", "sw"]})
     prepare("my_nli", "dev", settings, tmp_path / "dev.parquet")
     assert [r["lang"] for r in read_table(tmp_path / "dev.parquet").to_pylist()] == ["de"] * 3 + ["sw"] * 3
     assert provenance(tmp_path / "dev.parquet")["report"]["other_languages"] == {"fr": 3}
-    settings["languages"] = ["de", "ru"]
+    settings = settings.replace(languages=["de", "ru"])
     with pytest.raises(InputError, match=r"no examples for languages \['ru'\]"):
         prepare("my_nli", "dev", settings, tmp_path / "dev.parquet")
 
@@ -179,7 +180,7 @@ def test_the_entrys_own_converter_reads_the_file_as_a_hub_dataset(tmp_path, monk
     rows = [{"premise": "A dog runs.", "hypothesis": "It moves.", "label": 0}, {**ROWS[1], "label": -1}]
     file = write(tmp_path / "snli.jsonl", rows, "jsonl")
     data = {"files": {"train": str(file)}, "file_type": "jsonl", "converter": "entry", "columns": {}, "language": "en"}
-    prepare("snli", "train", {"source": "files", "data": data}, tmp_path / "out.parquet")
+    prepare("snli", "train", DataSettings.parse({"source": "files", "data": data}), tmp_path / "out.parquet")
     assert [r["text_b"] for r in read_table(tmp_path / "out.parquet").to_pylist()] == ["It moves."]
     origin = provenance(tmp_path / "out.parquet")
     assert origin["report"] == {"dropped_without_consensus": 1} and origin["source"] == "files"
@@ -215,8 +216,8 @@ def test_a_good_config_passes_and_each_split_reads_its_own_file(my_nli, tmp_path
     config = task_config(tmp_path)
     local_data.check_config(config)
     train = grid.data_settings(config, "my_nli", "train")
-    assert train["source"] == "files" and train["data"]["files"] == {"train": str(tmp_path / "data" / "train.jsonl")}
-    assert grid.data_settings(config, "my_nli", "dev")["data"]["file_type"] == "csv"
+    assert train.source == "files" and train.data.files == {"train": str(tmp_path / "data" / "train.jsonl")}
+    assert grid.data_settings(config, "my_nli", "dev").data.file_type == "csv"
     # moving the training file changes the training split's settings only
     before = grid.data_settings(config, "my_nli", "dev")
     config["tasks"]["my_nli"]["data"]["files"]["train"] = str(tmp_path / "moved.jsonl")

@@ -23,6 +23,7 @@ from conftest import gold_span_logits
 from workflow_scripts.data.features import IGNORE, decode_spans, encode, merge_tags
 from workflow_scripts.data.prepare import prepare, provenance, read_table
 from workflow_scripts.evaluation.metrics import seqeval_f1, squad_v1
+from workflow_scripts.spec.data_settings import DataSettings
 from workflow_scripts.spec.task_options import FormatOptions
 from workflow_scripts.spec.tasks import get_task
 
@@ -74,7 +75,9 @@ def xquad_table(tmp_path_factory):
     prepare(
         "xquad",
         "test",
-        {"source": "local", "local_root": str(root), "hub": {"path": "google/xtreme"}, "languages": XQUAD_LANGS},
+        DataSettings.parse(
+            {"source": "local", "local_root": str(root), "hub": {"path": "google/xtreme"}, "languages": XQUAD_LANGS}
+        ),
         out,
     )
     return out
@@ -117,7 +120,7 @@ def test_span_repair_keeps_unlocatable_answers_for_evaluation_only(tmp_path, cap
         path = root / "rajpurkar" / "squad" / "plain_text" / f"{split}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(json.dumps(r) + "\n" for r in (good, shifted, moved, lost)))
-    settings = {"source": "local", "local_root": str(root), "hub": {"path": "rajpurkar/squad"}}
+    settings = DataSettings.parse({"source": "local", "local_root": str(root), "hub": {"path": "rajpurkar/squad"}})
     prepare("squad", "train", settings, tmp_path / "train.parquet")
     prepare("squad", "dev", settings, tmp_path / "dev.parquet")
     train = {r["id"]: r for r in read_table(tmp_path / "train.parquet").to_pylist()}
@@ -140,7 +143,7 @@ def test_a_row_that_is_not_a_span_row_names_file_and_row(tmp_path):
         prepare(
             "squad",
             "train",
-            {"source": "local", "local_root": str(tmp_path), "hub": {"path": "rajpurkar/squad"}},
+            DataSettings.parse({"source": "local", "local_root": str(tmp_path), "hub": {"path": "rajpurkar/squad"}}),
             tmp_path / "out.parquet",
         )
 
@@ -166,7 +169,9 @@ def test_stripped_hub_mlqa_and_tydiqa_samples_load_without_loss(tmp_path):
     prepare(
         "mlqa",
         "dev",
-        {"source": "local", "local_root": str(tmp_path), "hub": {"path": "google/xtreme"}, "languages": ["de"]},
+        DataSettings.parse(
+            {"source": "local", "local_root": str(tmp_path), "hub": {"path": "google/xtreme"}, "languages": ["de"]}
+        ),
         out,
     )
     assert [r["id"] for r in read_table(out).to_pylist()] == [f"{r['id']}-de" for r in mlqa]
@@ -183,7 +188,14 @@ def test_stripped_hub_mlqa_and_tydiqa_samples_load_without_loss(tmp_path):
     prepare(
         "tydiqa",
         "test",
-        {"source": "local", "local_root": str(tmp_path), "hub": {"path": "google/xtreme"}, "languages": ["ar", "fi"]},
+        DataSettings.parse(
+            {
+                "source": "local",
+                "local_root": str(tmp_path),
+                "hub": {"path": "google/xtreme"},
+                "languages": ["ar", "fi"],
+            }
+        ),
         out,
     )
     rows = {r["id"]: r for r in read_table(out).to_pylist()}
@@ -222,13 +234,15 @@ def load_udpos(tmp_path: Path, split: str, langs: list[str], release_path: Path 
     prepare(
         "udpos",
         split,
-        {
-            "source": "local",
-            "local_root": str(tmp_path),
-            "hub": {"path": "google/xtreme"},
-            "languages": langs,
-            "options": {"ud_release": str(release_path)},
-        },
+        DataSettings.parse(
+            {
+                "source": "local",
+                "local_root": str(tmp_path),
+                "hub": {"path": "google/xtreme"},
+                "languages": langs,
+                "options": {"ud_release": str(release_path)},
+            }
+        ),
         out,
     )
     return out
@@ -301,7 +315,9 @@ def test_tatoeba_loses_no_line(tmp_path):
     prepare(
         "tatoeba",
         "test",
-        {"source": "local", "local_root": str(tmp_path), "hub": {"path": "google/xtreme"}, "languages": list(codes)},
+        DataSettings.parse(
+            {"source": "local", "local_root": str(tmp_path), "hub": {"path": "google/xtreme"}, "languages": list(codes)}
+        ),
         out,
     )
     rows = read_table(out).to_pylist()
@@ -456,7 +472,9 @@ def test_bucc_and_ud_releases_in_hub_mode_never_ask_the_hub(tmp_path, monkeypatc
     prepare(
         "bucc",
         "test",
-        {"source": "hub", "hub": {"path": "bucc2018"}, "languages": ["de"], "options": {"archives": str(archives)}},
+        DataSettings.parse(
+            {"source": "hub", "hub": {"path": "bucc2018"}, "languages": ["de"], "options": {"archives": str(archives)}}
+        ),
         out,
     )
     rows = read_table(out).to_pylist()
@@ -467,12 +485,14 @@ def test_bucc_and_ud_releases_in_hub_mode_never_ask_the_hub(tmp_path, monkeypatc
     prepare(
         "udpos",
         "dev",
-        {
-            "source": "hub",
-            "hub": {"path": "google/xtreme"},
-            "languages": ["el"],
-            "options": {"ud_release": str(UD_RELEASE)},
-        },
+        DataSettings.parse(
+            {
+                "source": "hub",
+                "hub": {"path": "google/xtreme"},
+                "languages": ["el"],
+                "options": {"ud_release": str(UD_RELEASE)},
+            }
+        ),
         ud,
     )
     assert provenance(ud)["report"]["release"]["name"] == "UD v2.5"

@@ -16,6 +16,7 @@ from workflow_scripts.data.loaders import load_converter
 from workflow_scripts.data.prepare import prepare, read_table
 from workflow_scripts.spec import tasks
 from workflow_scripts.spec.codehash import task_fingerprint
+from workflow_scripts.spec.data_settings import DataSettings
 from workflow_scripts.workflow import config_layers
 
 EXAMPLE = REPO / "examples" / "tasks"
@@ -65,7 +66,9 @@ def test_a_user_task_loads_through_its_own_converter_and_reports_what_it_dropped
     snli = tasks.get_task("snli")
     assert snli.format == tasks.CLASSIFICATION and callable(load_converter(snli))
     out = tmp_path / "train.parquet"
-    settings = {"source": "local", "local_root": str(REPO / "demo" / "hub"), "hub": {"path": "stanfordnlp/snli"}}
+    settings = DataSettings.parse(
+        {"source": "local", "local_root": str(REPO / "demo" / "hub"), "hub": {"path": "stanfordnlp/snli"}}
+    )
     prepare("snli", "train", settings, out)
     table = read_table(out, snli.format)
     raw = (REPO / "demo/hub/stanfordnlp/snli/plain_text/train.jsonl").read_text().splitlines()

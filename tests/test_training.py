@@ -38,7 +38,7 @@ def mlm_data(tmp_path_factory):
     prepare(
         "mlm",
         "train",
-        {**local_settings("wikimedia/wikipedia", ["en", "de"]), "options": {"sentences": 60, "alpha": 0.3}},
+        local_settings("wikimedia/wikipedia", ["en", "de"], {"sentences": 60, "alpha": 0.3}),
         out,
     )
     return out

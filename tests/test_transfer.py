@@ -226,15 +226,15 @@ def test_baseline_setting_must_be_one_of_the_settings(config):
 def test_targets_read_their_train_split_in_every_language_that_has_one(config):
     from workflow_scripts.workflow.grid import data_settings
 
-    assert data_settings(config, "panx", "train")["languages"] == ["en", "de", "ru"]
-    assert data_settings(config, "panx", "test")["languages"] == ["en", "de", "ru"]
+    assert data_settings(config, "panx", "train").languages == ("en", "de", "ru")
+    assert data_settings(config, "panx", "test").languages == ("en", "de", "ru")
     config["tasks"]["udpos"]["languages"] = ["en", "de", "th", "yo"]  # UD v2.5 has no th, yo train
-    assert data_settings(config, "udpos", "train")["languages"] == ["en", "de"]
+    assert data_settings(config, "udpos", "train").languages == ("en", "de")
     # ... whatever the settings: switching one on never rewrites the zero-shot runs' data.
     before = data_settings(config, "panx", "train")
     config["transfer"]["settings"] = {"zero_shot": {}}
     assert data_settings(config, "panx", "train") == before
-    assert data_settings(config, "mnli", "train")["languages"] == ["en"]
+    assert data_settings(config, "mnli", "train").languages == ("en",)
 
 
 def test_evaluate_cli_maps_languages_to_models_and_files():

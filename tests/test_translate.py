@@ -563,7 +563,7 @@ def image_task_rows(tmp_path_factory) -> dict[str, list[dict]]:
     out = tmp_path_factory.mktemp("image-data")
     rows = {}
     for task, (path, options) in IMAGE_TASK_SOURCES.items():
-        prepare(task, "dev", {**local_settings(path), "options": options}, out / f"{task}.parquet")
+        prepare(task, "dev", local_settings(path, options=options), out / f"{task}.parquet")
         rows[task] = read_table(out / f"{task}.parquet").to_pylist()[:6]
     return rows
 

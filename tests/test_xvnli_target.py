@@ -16,6 +16,7 @@ import torch
 from conftest import REPO
 from workflow_scripts.data.prepare import prepare, read_table
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.data_settings import DataSettings
 from workflow_scripts.spec.evaluation_settings import EvaluationSettings
 
 REAL = REPO / "tests" / "real_data" / "xvnli"
@@ -99,7 +100,9 @@ def test_only_zero_shot_applies_to_an_image_target():
 def real_rows(tmp_path: Path, langs: list[str], task: str = "xvnli") -> Path:
     out = tmp_path / f"{task}_test.parquet"
     options = {"path": str(REAL.parent / task)}
-    settings = {"source": "local", "hub": {"path": f"floschne/{task}"}, "languages": langs, "options": options}
+    settings = DataSettings.parse(
+        {"source": "local", "hub": {"path": f"floschne/{task}"}, "languages": langs, "options": options}
+    )
     prepare(task, "test", settings, out)
     return out
 

@@ -36,8 +36,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.common import atomic_path, load_settings, setup_logging
+from workflow_scripts.common import atomic_path, setup_logging
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.data_settings import LeakageSettings
 
 IMAGE_COLUMN = "images"
 NOT_TEXT = {"id", "lang"}
@@ -79,9 +80,11 @@ def row_keys(table, min_words: int) -> Iterable[tuple[str, set[str], set[str]]]:
         yield langs[i], names, texts
 
 
-def overlap_report(intermediate_tables, target_tables, settings: dict[str, Any]) -> dict[str, Any]:
+def overlap_report(
+    intermediate_tables, target_tables, settings: LeakageSettings, task: str, target: str
+) -> dict[str, Any]:
     """What the target's rows share with the intermediate task's rows."""
-    min_words = int(settings.get("min_words", 6))
+    min_words = settings.min_words
     seen_images: set[str] = set()
     seen_texts: set[str] = set()
     intermediate_rows = 0
@@ -104,8 +107,8 @@ def overlap_report(intermediate_tables, target_tables, settings: dict[str, Any])
     shared_images = sorted(target_images & seen_images)
     shared_texts = sorted(target_texts & seen_texts)
     return {
-        "task": settings["task"],
-        "target": settings["target"],
+        "task": task,
+        "target": target,
         "min_words": min_words,
         "intermediate_rows": intermediate_rows,
         "target_rows": sum(rows.values()),
@@ -177,15 +180,16 @@ def main(argv: list[str] | None = None) -> None:
     from workflow_scripts.data.prepare import read_table
 
     try:
-        settings = {**load_settings(args.settings), "task": args.task, "target": args.target}
+        settings = LeakageSettings.parse(args.settings, "--settings")
+        intermediate = [read_table(p) for p in args.intermediate_data]
         report = overlap_report(
-            [read_table(p) for p in args.intermediate_data], [read_table(p) for p in args.target_data], settings
+            intermediate, [read_table(p) for p in args.target_data], settings, args.task, args.target
         )
     except InputError as err:
         raise SystemExit(f"error: {err}") from None
     line = describe(report)
     print(line)
-    if report["overlap"] and settings.get("on_overlap", "flag") == "refuse":
+    if report["overlap"] and settings.on_overlap == "refuse":
         raise SystemExit(
             f"error: {line}. Config key leakage.on_overlap is 'refuse': no {args.target} model is trained "
             f"after {args.task}; remove the pair from the grid, or set leakage.on_overlap: flag to run it "

@@ -40,14 +40,15 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.common import LOG, atomic_path, load_settings, setup_logging
+from workflow_scripts.common import LOG, atomic_path, setup_logging
 from workflow_scripts.data.loaders import Report, Row, Source, load_converter, repo_path
 from workflow_scripts.data.loaders.columns import mapped_rows
 from workflow_scripts.data.loaders.local_files import FileSource
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.data_settings import DataSettings
 from workflow_scripts.spec.formats import get_format
+from workflow_scripts.spec.local_data import BY_COLUMNS
 from workflow_scripts.spec.tasks import FORMATS, Task, get_task
-from workflow_scripts.workflow import local_data
 
 # Each format's columns, declared by its module (workflow_scripts/spec/formats/).
 SCHEMAS: dict[str, dict[str, str]] = {name: dict(get_format(name).columns) for name in FORMATS}
@@ -87,7 +88,7 @@ def read_table(path: str | Path, fmt: str | None = None):
     return table
 
 
-def prepare(task_name: str, split: str, settings: dict[str, Any], output: str | Path) -> int:
+def prepare(task_name: str, split: str, settings: DataSettings, output: str | Path) -> int:
     import pyarrow.parquet as pq
 
     task = get_task(task_name)
@@ -118,25 +119,24 @@ def prepare(task_name: str, split: str, settings: dict[str, Any], output: str | 
 
 
 def _source_rows(
-    task: Task, split: str, settings: dict[str, Any], report: Report
+    task: Task, split: str, settings: DataSettings, report: Report
 ) -> tuple[Source | FileSource, Iterable[Row]]:
     """Where the rows come from, and the converter's canonical rows: a task's own local file
     (``tasks.<name>.data``, mapped by its columns or read by the entry's converter), else the
     Hub, its local mirror or a release through the entry's converter."""
-    languages = list(settings.get("languages", ["en"]))
-    options = settings.get("options", {})
-    if settings["source"] == local_data.SOURCE:
-        spec = local_data.from_block(task.name, settings["data"])
-        src = FileSource(spec.files[split], spec.type_of(split))
-        if spec.converter == local_data.BY_COLUMNS:
-            return src, mapped_rows(task, spec, src, split, languages, report)
+    languages = list(settings.languages)
+    if settings.data is not None:  # source "files"
+        own = settings.data
+        if split not in own.files:
+            raise InputError(f"task {task.name} split {split}: its data settings name files for {sorted(own.files)}")
+        src = FileSource(own.files[split], own.file_type)
+        if own.converter == BY_COLUMNS:
+            return src, mapped_rows(task, own, src, split, languages, report)
     else:
-        root = settings.get("local_root")
-        hub = settings["hub"]
-        src = Source(
-            settings["source"], hub["path"], hub.get("revision", "main"), str(repo_path(root)) if root else None
-        )
-    return src, load_converter(task)(src, split, languages, options, report)
+        root = settings.local_root
+        hub = settings.hub
+        src = Source(settings.source, hub.path, hub.revision, str(repo_path(root)) if root else None)
+    return src, load_converter(task)(src, split, languages, settings.options, report)
 
 
 def _origin_record(src: Source | FileSource, report: Report) -> dict[str, Any]:
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--output", required=True)
     args = ap.parse_args(argv)
     try:
-        prepare(args.task, args.split, load_settings(args.settings), args.output)
+        prepare(args.task, args.split, DataSettings.parse(args.settings, "--settings"), args.output)
     except InputError as err:
         raise SystemExit(f"error: {err}") from None
 

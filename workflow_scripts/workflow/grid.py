@@ -12,8 +12,10 @@ from typing import Any
 
 from workflow_scripts.spec import benchmark, paths
 from workflow_scripts.spec.basics import REPO_ROOT, is_url, load_yaml, repo_path
+from workflow_scripts.spec.data_settings import DataOptions, DataSettings, LeakageSettings, unread_options
 from workflow_scripts.spec.evaluation_settings import EvaluationSettings
 from workflow_scripts.spec.formats import get_format
+from workflow_scripts.spec.local_data import SOURCE as LOCAL_FILES
 from workflow_scripts.spec.schema import error_hint
 from workflow_scripts.spec.suggest import did_you_mean
 from workflow_scripts.spec.tasks import (
@@ -551,8 +553,8 @@ def leakage_reports(config: dict[str, Any], name: str, target: str) -> list[str]
     return [leakage_path(task, target) for task in config["intermediate"][name]["tasks"]]
 
 
-def leakage_settings(config: dict[str, Any]) -> dict[str, Any]:
-    return dict(config["leakage"])
+def leakage_settings(config: dict[str, Any]) -> LeakageSettings:
+    return LeakageSettings.parse(config["leakage"], "leakage")
 
 
 def visual_tasks(config: dict[str, Any]) -> list[str]:
@@ -814,7 +816,7 @@ def _task_opts(config: dict[str, Any], task: str) -> dict[str, Any]:
     return opts
 
 
-def data_settings(config: dict[str, Any], task: str, split: str) -> dict[str, Any]:
+def data_settings(config: dict[str, Any], task: str, split: str) -> DataSettings:
     cfg = config["tasks"][task]
     languages = cfg.get("languages", ["en"])
     if split == "train" and get_task(task).foreign_train:
@@ -823,14 +825,15 @@ def data_settings(config: dict[str, Any], task: str, split: str) -> dict[str, An
         # changing a setting then never rewrites the data the zero-shot runs train on.
         missing = get_task(task).train_missing
         languages = ["en"] + [l for l in languages if l != "en" and l not in missing]
-    settings: dict[str, Any] = {"options": cfg.get("options", {}), "languages": languages}
+    options = DataOptions.parse(cfg.get("options", {}), f"tasks.{task}.options")
+    unread_options(get_task(task), options, f"tasks.{task}.options")
+    settings = {"languages": languages, "options": options}
     own = local_data.spec(config, task)
     if own is not None:  # the task's own files, whatever data.source says for the others
-        return {**settings, "source": local_data.SOURCE, "data": own.settings(split)}
-    settings.update(source=config["data"]["source"], hub=cfg["hub"])
-    if settings["source"] == "local":
-        settings["local_root"] = config["data"]["local_root"]
-    return settings
+        return DataSettings.parse({**settings, "source": LOCAL_FILES, "data": own.settings(split)}, f"tasks.{task}")
+    source = config["data"]["source"]
+    root = config["data"]["local_root"] if source == "local" else None
+    return DataSettings.parse({**settings, "source": source, "hub": cfg["hub"], "local_root": root}, f"tasks.{task}")
 
 
 def translator_settings(config: dict[str, Any], lang: str, to_english: bool = False) -> dict[str, Any]:

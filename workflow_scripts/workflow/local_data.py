@@ -3,95 +3,32 @@ tasks read the Hub or its local mirror (``data.source``): which file each split 
 the file's columns map to the task format's, and the config check that stops a grid before
 any job runs when a file is missing, of an unknown type, or lacks a column the mapping needs.
 
-The job reads the rows (``data/loaders/local_files.py``) and maps them with the mapping
-declared here (``data/loaders/columns.py``). Standard library only (the Snakefile imports
-this): a JSON Lines file's columns are the keys of its first records, a CSV file's its
-header; a Parquet file's schema is read with pyarrow where it is installed, else by the job.
+The records of the block and of a job's part of it are ``spec/local_data.py``'s; the job
+reads the rows (``data/loaders/local_files.py``) and maps their columns
+(``data/loaders/columns.py``). Standard library only (the Snakefile imports this): a JSON
+Lines file's columns are the keys of its first records, a CSV file's its header; a Parquet
+file's schema is read with pyarrow where it is installed, else by the job.
 """
 
 from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from workflow_scripts.spec import tasks as task_catalogue
-from workflow_scripts.spec.basics import repo_path
 from workflow_scripts.spec.formats import get_format
+from workflow_scripts.spec.local_data import BY_COLUMNS, ROW_COLUMNS, LocalData, LocalDataError
 from workflow_scripts.spec.tasks import get_task
 
-# File types by suffix; tasks.<name>.data.file_type names one for a file with another suffix.
-FILE_TYPES = {".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet"}
-# The data source of a job reading a task's own files (its settings' "source"), beside
-# data.source's hub and local.
-SOURCE = "files"
-# columns: the format's columns from the files' columns; entry: the task entry's converter
-# reads the files' rows as it reads a Hub dataset's.
-BY_COLUMNS, BY_ENTRY = CONVERTERS = ("columns", "entry")
-# Every canonical row has them besides the format's columns; both may be left to the default
-# (an id from the task, split and row; the language of tasks.<name>.data.language).
-ROW_COLUMNS = ("id", "lang")
 # How many records of a JSON Lines file the config check reads for its columns: the job
 # checks every row.
 PEEK_RECORDS = 50
 
 
-class LocalDataError(ValueError):
-    """A task's local files that cannot be read as configured, named by config key and file."""
-
-
-@dataclass(frozen=True)
-class LocalData:
-    """``tasks.<task>.data``: one file per split and how its rows become canonical rows."""
-
-    task: str
-    files: Mapping[str, str]
-    file_type: str | None
-    converter: str
-    columns: Mapping[str, str]
-    language: str
-
-    @property
-    def key(self) -> str:
-        return f"tasks.{self.task}.data"
-
-    def path(self, split: str) -> Path:
-        return repo_path(self.files[split])
-
-    def type_of(self, split: str) -> str:
-        """The file's type: file_type, else its suffix's."""
-        if self.file_type:
-            return self.file_type
-        suffix = Path(self.files[split]).suffix.lower()
-        if suffix not in FILE_TYPES:
-            raise LocalDataError(
-                f"config key {self.key}.files.{split}: cannot tell the type of {self.files[split]!r} from its "
-                f"suffix (known: {', '.join(FILE_TYPES)}); set {self.key}.file_type to one of "
-                f"{', '.join(FILE_TYPES.values())}"
-            )
-        return FILE_TYPES[suffix]
-
-    def source_column(self, column: str) -> str:
-        """The file column a canonical column is read from (its own name unless mapped)."""
-        return self.columns.get(column, column)
-
-    def settings(self, split: str) -> dict[str, Any]:
-        """The block one split's job reads (its params: a change reruns it), in the config's
-        shape with that split's file only, its type resolved."""
-        return {
-            "files": {split: self.files[split]},
-            "file_type": self.type_of(split),
-            "converter": self.converter,
-            "columns": dict(self.columns),
-            "language": self.language,
-        }
-
-
 def from_block(task: str, data: dict[str, Any]) -> LocalData:
-    """A ``tasks.<task>.data`` block (or a job's part of it) as a record."""
+    """A ``tasks.<task>.data`` block of the config as a record."""
     return LocalData(
         task=task,
         files=dict(data["files"]),

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from workflow_scripts.data.loaders.registry import Report, Row, converter
 from workflow_scripts.data.loaders.source import Source, fetch_archive, is_url
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.data_settings import DataOptions
 
 
 @converter("bucc")
-def _bucc(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
+def _bucc(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
     """BUCC 2018 from the original archives (the Hub copies hold only the gold pairs, not the
     corpora mining needs). As in XTREME, the "sample" set is dev and the "training" set, whose
     gold is public, is test. Files: ``{lang}-en.{set}.{lang|en}`` (``id<TAB>sentence``) and
@@ -20,7 +20,7 @@ def _bucc(src: Source, split: str, langs: list[str], opts: dict[str, Any], repor
     bucc_set = {"dev": "sample", "test": "training"}[split]
     report["release"] = {
         "name": "BUCC 2018",
-        "location": opts.get("archives") if src.kind == "hub" else str(src.local_root / src.path),
+        "location": opts.archives if src.kind == "hub" else str(src.local_root / src.path),
     }
     for lang in langs:
         files = _bucc_files(src, opts, lang, bucc_set)
@@ -54,7 +54,7 @@ def _bucc_sentences(text: str, name: str) -> dict[str, str]:
     return out
 
 
-def _bucc_files(src: Source, opts: dict[str, Any], lang: str, bucc_set: str) -> dict[str, tuple[str, str]]:
+def _bucc_files(src: Source, opts: DataOptions, lang: str, bucc_set: str) -> dict[str, tuple[str, str]]:
     """{side: (file name, text)} for source, en and gold, from a local mirror or the archives."""
     stem = f"{lang}-en.{bucc_set}"
     if src.kind == "local":
@@ -68,7 +68,7 @@ def _bucc_files(src: Source, opts: dict[str, Any], lang: str, bucc_set: str) -> 
         return out
     import tarfile
 
-    base = opts.get("archives")
+    base = opts.archives
     if not base:
         raise InputError("tasks.bucc.options.archives: the URL or directory of the BUCC 2018 archives")
     archive = f"bucc2018-{lang}-en.{bucc_set}-gold.tar.bz2"

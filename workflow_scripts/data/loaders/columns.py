@@ -22,12 +22,12 @@ from workflow_scripts.data.loaders.local_files import FileSource
 from workflow_scripts.data.loaders.registry import Report, Row, choice_index, label_index, require_languages
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.formats import get_format
+from workflow_scripts.spec.local_data import LocalFiles
 from workflow_scripts.spec.tasks import Task
-from workflow_scripts.workflow.local_data import LocalData
 
 
 def mapped_rows(
-    task: Task, spec: LocalData, source: FileSource, split: str, languages: list[str], report: Report
+    task: Task, own: LocalFiles, source: FileSource, split: str, languages: list[str], report: Report
 ) -> Iterator[Row]:
     """The canonical rows of the file's rows in ``languages``; the others are counted, not kept."""
     repairs: Counter[str] = Counter()
@@ -36,9 +36,9 @@ def mapped_rows(
     seen_ids: set[str] = set()
     for number, record in enumerate(source.records(), 1):
         where = f"{source.path}, row {number}"
-        row = {col: _value(task, spec, record, col, kind, where, repairs) for col, kind in _columns(task)}
-        row["lang"] = _text(_get(record, spec, "lang", spec.language), where, "lang")
-        row["id"] = _row_id(record, spec, f"{task.name}-{split}-{number}", seen_ids, repairs)
+        row = {col: _value(task, own, record, col, kind, where, repairs) for col, kind in _columns(task)}
+        row["lang"] = _text(_get(record, own, "lang", own.language), where, "lang")
+        row["id"] = _row_id(record, own, f"{task.name}-{split}-{number}", seen_ids, repairs)
         if task.format == "span":
             _check_answers(row, where, repairs)
         if row["lang"] not in counts:
@@ -56,18 +56,18 @@ def _columns(task: Task) -> list[tuple[str, str]]:
     return list(get_format(task.format).columns.items())
 
 
-def _get(record: Row, spec: LocalData, column: str, default: Any = None) -> Any:
+def _get(record: Row, own: LocalFiles, column: str, default: Any = None) -> Any:
     """The record's value for a canonical column; ``default`` when an unmapped optional
     column (id, lang) is not in the file."""
-    source = spec.source_column(column)
-    if source not in record and column not in spec.columns:
+    source = own.source_column(column)
+    if source not in record and column not in own.columns:
         return default
     return record.get(source)
 
 
-def _value(task: Task, spec: LocalData, record: Row, column: str, kind: str, where: str, repairs: Counter) -> Any:
-    value = _get(record, spec, column)
-    named = f"{column} (file column {spec.source_column(column)!r})"
+def _value(task: Task, own: LocalFiles, record: Row, column: str, kind: str, where: str, repairs: Counter) -> Any:
+    value = _get(record, own, column)
+    named = f"{column} (file column {own.source_column(column)!r})"
     if value is None:
         raise InputError(f"{where}: no value for {named}; the row has {sorted(record)}")
     if column == "label" and task.labels:
@@ -133,8 +133,8 @@ def _listed(value: Any, where: str, repairs: Counter) -> list[Any]:
     raise InputError(f"{where}: {value!r} is not a list")
 
 
-def _row_id(record: Row, spec: LocalData, default: str, seen: set[str], repairs: Counter) -> str:
-    given = _get(record, spec, "id")
+def _row_id(record: Row, own: LocalFiles, default: str, seen: set[str], repairs: Counter) -> str:
+    given = _get(record, own, "id")
     row_id = default if given is None or str(given).strip() == "" else str(given)
     if given is not None and row_id == default:
         repairs["blank_id"] += 1

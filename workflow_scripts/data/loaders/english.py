@@ -5,22 +5,22 @@ the user's own files."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any
 
 from workflow_scripts.data.loaders.registry import Report, Row, choice_index, converter, label_index
 from workflow_scripts.data.loaders.source import Source, extra_source, repo_path
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.data_settings import DataOptions
 from workflow_scripts.spec.tasks import Task, get_task
 
 
 @converter("mnli")
-def _mnli(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
+def _mnli(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
     hub_split = {"train": "train", "dev": "validation_matched"}[split]
     yield from _nli_rows(src, "mnli", hub_split, f"mnli-{split}", get_task("mnli"))
 
 
 @converter("xnli_mt")
-def _xnli_mt(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
+def _xnli_mt(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
     """facebook/xnli: one config per language; train is MNLI machine-translated by the XNLI authors."""
     task = get_task("xnli_mt")
     hub_split = {"train": "train", "dev": "validation"}[split]
@@ -36,7 +36,7 @@ def _xnli_mt(src: Source, split: str, langs: list[str], opts: dict[str, Any], re
 
 
 @converter("qqp")
-def _qqp(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
+def _qqp(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
     task = get_task("qqp")
     hub_split = {"train": "train", "dev": "validation"}[split]
     for i, r in enumerate(src.rows("qqp", hub_split)):
@@ -50,7 +50,7 @@ def _qqp(src: Source, split: str, langs: list[str], opts: dict[str, Any], report
 
 
 @converter("hellaswag")
-def _hellaswag(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
+def _hellaswag(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
     hub_split = {"train": "train", "dev": "validation"}[split]
     for r in src.rows(None, hub_split):
         if r["label"] in ("", None):  # the public test split has no labels
@@ -83,7 +83,7 @@ def _nli_rows(src: Source, name: str | None, hub_split: str, prefix: str, task: 
 
 
 @converter("anli_plus")
-def _anli_plus(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
+def _anli_plus(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
     """ANLI rounds 1-3 + MNLI + SNLI (label -1 dropped): 1,104,934 train / 22,857 dev."""
     task = get_task("anli_plus")
     glue, snli = (extra_source(src, opts, "anli_plus", name) for name in ("mnli", "snli"))
@@ -98,9 +98,9 @@ def _anli_plus(src: Source, split: str, langs: list[str], opts: dict[str, Any], 
 
 
 @converter("commonsenseqa")
-def _commonsenseqa(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
+def _commonsenseqa(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
     hub_split = {"train": "train", "dev": "validation"}[split]
-    for r in src.rows(opts.get("hub_name"), hub_split):
+    for r in src.rows(opts.hub_name, hub_split):
         if not r["answerKey"]:  # the public test split has no answers
             continue
         labels = list(r["choices"]["label"])
@@ -116,9 +116,9 @@ def _commonsenseqa(src: Source, split: str, langs: list[str], opts: dict[str, An
 
 
 @converter("cosmosqa")
-def _cosmosqa(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
+def _cosmosqa(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
     hub_split = {"train": "train", "dev": "validation"}[split]
-    for r in src.rows(opts.get("hub_name"), hub_split):
+    for r in src.rows(opts.hub_name, hub_split):
         if int(r["label"]) == -1:  # the public test split has no labels
             continue
         # docs/protocol.md §2: the context and the question together are the first segment.
@@ -132,14 +132,14 @@ def _cosmosqa(src: Source, split: str, langs: list[str], opts: dict[str, Any], r
 
 
 @converter("ccg")
-def _ccg(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
+def _ccg(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
     """A user-provided CCGbank-derived file (CCGbank is licensed, LDC2005T13; never downloaded).
 
     ``options.path`` is a directory with ``train.tsv`` and ``dev.tsv``: one ``word<TAB>supertag``
     per line, a blank line between sentences (e.g. sections 02-21 and 00)."""
-    root = repo_path(opts.get("path", ""))
+    root = repo_path(opts.path or "")
     file = root / f"{split}.tsv"
-    if not opts.get("path") or not file.is_file():
+    if not opts.path or not file.is_file():
         raise InputError(
             f"CCG file {file} does not exist: CCGbank is licensed (LDC2005T13); put your "
             "CCGbank-derived train.tsv/dev.tsv there or set tasks.ccg.options.path"

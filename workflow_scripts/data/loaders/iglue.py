@@ -35,6 +35,7 @@ from workflow_scripts.common import LOG
 from workflow_scripts.data.loaders.registry import Report, Row, converter, label_index, require_languages
 from workflow_scripts.data.loaders.source import Source, jsonl_records, repo_path
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.data_settings import DataOptions
 from workflow_scripts.spec.tasks import get_task
 
 # Each task's file of one language's test split, relative to its release folder.
@@ -48,17 +49,17 @@ FLICKR30K_FOLDER = "flickr30k-images"
 COCO_VAL_FOLDER = "coco-images/val2014"
 
 
-def release_rows(task: str, opts: dict[str, Any], lang: str, report: Report) -> Iterator[tuple[str, dict[str, Any]]]:
+def release_rows(task: str, opts: DataOptions, lang: str, report: Report) -> Iterator[tuple[str, dict[str, Any]]]:
     """(where, row) for every row of one language's release file of ``task`` (its text
     variant: XVNLI's arms read XVNLI's files)."""
     folder_in_repo, pattern = RELEASE[task]
-    if not opts.get("path"):
+    if not opts.path:
         raise InputError(
             f"{task}: set tasks.<task>.options.path to the folder of e-bug/iglue's {folder_in_repo} "
             f"(files {pattern.format(lang='<lang>')})"
         )
-    file = repo_path(opts["path"]) / pattern.format(lang=lang)
-    report.setdefault("release", {"path": str(opts["path"]), "files": []})["files"].append(pattern.format(lang=lang))
+    file = repo_path(opts.path) / pattern.format(lang=lang)
+    report.setdefault("release", {"path": opts.path, "files": []})["files"].append(pattern.format(lang=lang))
     if not file.is_file():
         raise InputError(f"{task} release file {file} does not exist (e-bug/iglue: {folder_in_repo}/{file.name})")
     yield from jsonl_records(file)
@@ -72,7 +73,7 @@ def _test_only(task: str, split: str) -> None:
 # ----- XVNLI and its text arms -------------------------------------------------------------
 
 
-def xvnli_rows(split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterator[dict[str, Any]]:
+def xvnli_rows(split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterator[dict[str, Any]]:
     """(id, lang, image, caption, hypothesis, label index) of every labelled XVNLI row."""
     _test_only("xvnli", split)
     task = get_task("xvnli")
@@ -105,20 +106,20 @@ def xvnli_rows(split: str, langs: list[str], opts: dict[str, Any], report: Repor
 
 
 @converter("xvnli")
-def _xvnli(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
+def _xvnli(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
     for r in xvnli_rows(split, langs, opts, report):
         yield {"id": r["id"], "lang": r["lang"], "text_a": r["hypothesis"], "images": [r["image"]], "label": r["label"]}
 
 
 @converter("xvnli_caption")
-def _xvnli_caption(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
+def _xvnli_caption(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
     for r in xvnli_rows(split, langs, opts, report):
         yield {"id": r["id"], "lang": r["lang"], "text_a": r["caption"], "text_b": r["hypothesis"], "label": r["label"]}
 
 
 @converter("xvnli_hypothesis_only")
 def _xvnli_hypothesis_only(
-    src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report
+    src: Source, split: str, langs: list[str], opts: DataOptions, report: Report
 ) -> Iterable[Row]:
     for r in xvnli_rows(split, langs, opts, report):
         yield {"id": r["id"], "lang": r["lang"], "text_a": r["hypothesis"], "text_b": None, "label": r["label"]}
@@ -133,7 +134,7 @@ def marvl_images(row: dict[str, Any], lang: str) -> list[str]:
 
 
 @converter("marvl")
-def _marvl(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
+def _marvl(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
     """Statement, left and right image, True/False (NLVR2's label names)."""
     _test_only("marvl", split)
     task = get_task("marvl")
@@ -173,7 +174,7 @@ def xflickrco_image(img_path: str) -> str:
 
 
 @converter("xflickrco")
-def _xflickrco(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
+def _xflickrco(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
     """One row per caption with its image, in the release's order: IGLUE's retrieval ranks the
     images in the order of their first row (evaluation/retrieval.py: ``caption_image_index``)."""
     _test_only("xflickrco", split)

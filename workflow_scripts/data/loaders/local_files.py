@@ -15,7 +15,7 @@ from typing import Any
 
 from workflow_scripts.data.loaders.source import file_sha256, jsonl_records
 from workflow_scripts.spec.basics import InputError, repo_path
-from workflow_scripts.workflow import local_data
+from workflow_scripts.spec.local_data import SOURCE
 
 Row = dict[str, Any]
 
@@ -62,7 +62,7 @@ class FileSource:
     """One split's file, answering a converter as a Hub source does: whichever config and Hub
     split the converter asks for, it gets this file's rows."""
 
-    kind = local_data.SOURCE
+    kind = SOURCE
 
     def __init__(self, file: str, file_type: str):
         self.file, self.file_type = file, file_type

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any
 
 from workflow_scripts.common import LOG
 from workflow_scripts.data.loaders.registry import Report, Row, converter
 from workflow_scripts.data.loaders.source import Source
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.data_settings import DataOptions
 
+# The corpus when the config's options leave a choice open (config/base/intermediate_tasks.yaml sets them all).
+SNAPSHOT, SENTENCES, ALPHA, SEED = "20231101", 2_000_000, 0.3, 0
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？।])")
 
 
@@ -24,12 +26,14 @@ def split_sentences(text: str) -> list[str]:
 
 
 @converter("mlm")
-def _mlm(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
+def _mlm(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
     """Multilingual Wikipedia sentences for MLM, as in XLM: language i gets a share
     q_i = p_i^alpha / sum_j p_j^alpha of the `sentences` total, p_i being its share of
     articles. Articles are read in a seeded shuffled order until the quota is filled."""
-    snapshot, total = opts.get("snapshot", "20231101"), int(opts.get("sentences", 2_000_000))
-    alpha, seed = float(opts.get("alpha", 0.3)), int(opts.get("seed", 0))
+    snapshot = SNAPSHOT if opts.snapshot is None else opts.snapshot
+    total = SENTENCES if opts.sentences is None else opts.sentences
+    alpha = ALPHA if opts.alpha is None else opts.alpha
+    seed = SEED if opts.seed is None else opts.seed
     sizes = {lang: src.num_rows(f"{snapshot}.{lang}", "train") for lang in langs}
     empty = [lang for lang, n in sizes.items() if n == 0]
     if empty:

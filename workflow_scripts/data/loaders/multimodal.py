@@ -26,6 +26,7 @@ from workflow_scripts.common import LOG
 from workflow_scripts.data.loaders.registry import Report, Row, converter, label_index
 from workflow_scripts.data.loaders.source import Source, jsonl_records, repo_path
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.data_settings import DataOptions
 from workflow_scripts.spec.tasks import NLI_LABELS, get_task
 
 HUB_SPLITS = {"train": "train", "dev": "validation", "test": "test"}
@@ -84,11 +85,11 @@ def snli_ve_rows(
         }
 
 
-def _arm_rows(name: str, src: Source, split: str, opts: dict[str, Any], report: Report) -> Iterator[Row]:
+def _arm_rows(name: str, src: Source, split: str, opts: DataOptions, report: Report) -> Iterator[Row]:
     counts: Counter = Counter()
-    if opts.get("path"):  # provenance: the release folder, not a Hub commit
-        report["release"] = {"path": str(opts["path"]), "file": RELEASE_FILES[split]}
-    for r in snli_ve_rows(src, split, opts.get("hub_name"), counts, opts.get("path")):
+    if opts.path:  # provenance: the release folder, not a Hub commit
+        report["release"] = {"path": opts.path, "file": RELEASE_FILES[split]}
+    for r in snli_ve_rows(src, split, opts.hub_name, counts, opts.path):
         if name == "snli_ve":
             yield {"id": r["id"], "lang": "en", "text_a": r["hypothesis"], "images": [r["image"]], "label": r["label"]}
         else:
@@ -105,17 +106,17 @@ def _arm_rows(name: str, src: Source, split: str, opts: dict[str, Any], report: 
 
 
 @converter("snli_ve")
-def _snli_ve(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
+def _snli_ve(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
     return _arm_rows("snli_ve", src, split, opts, report)
 
 
 @converter("snli_caption")
-def _snli_caption(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
+def _snli_caption(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
     return _arm_rows("snli_caption", src, split, opts, report)
 
 
 @converter("hypothesis_only")
-def _hypothesis_only(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
+def _hypothesis_only(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
     return _arm_rows("hypothesis_only", src, split, opts, report)
 
 
@@ -137,15 +138,15 @@ def nlvr2_images(row: dict[str, Any], where: str) -> list[str]:
 
 
 @converter("nlvr2")
-def _nlvr2(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
+def _nlvr2(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
     """Statement, left and right image, True/False. Read from the release's folder (option
     ``path``): the Hub has no copy with a dev split (the_cauldron's nlvr2 is train only)."""
-    if not opts.get("path"):
+    if not opts.path:
         raise InputError(
             "nlvr2: set tasks.nlvr2.options.path to the folder of lil-lab/nlvr's nlvr2/data (train.json, dev.json)"
         )
-    file = repo_path(opts["path"]) / NLVR2_FILES[split]
-    report["release"] = {"path": str(opts["path"]), "file": NLVR2_FILES[split]}
+    file = repo_path(opts.path) / NLVR2_FILES[split]
+    report["release"] = {"path": opts.path, "file": NLVR2_FILES[split]}
     task = get_task("nlvr2")
     counts: Counter = Counter()
 
@@ -180,19 +181,19 @@ VQA_SUBSETS = {"train": "train2014", "dev": "val2014"}
 
 
 @converter("vqa_v2")
-def _vqa_v2(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
+def _vqa_v2(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
     """Question, image, the 10 annotators' answers (normalised as the official evaluation
     does, data/vqa_answers.py). Read from the release's folder (option ``path``): the Hub's
     copies are a loading script (HuggingFaceM4/VQAv2) or lack the train split (lmms-lab/VQAv2)."""
     from workflow_scripts.data.vqa_answers import normalize_answer
 
-    if not opts.get("path"):
+    if not opts.path:
         raise InputError(
             "vqa_v2: set tasks.vqa_v2.options.path to the folder of VQA v2's question and annotation "
             "files (v2_OpenEnded_mscoco_<subset>_questions.json, v2_mscoco_<subset>_annotations.json)"
         )
     subset = VQA_SUBSETS[split]
-    folder = repo_path(opts["path"])
+    folder = repo_path(opts.path)
     files = {
         "questions": folder / f"v2_OpenEnded_mscoco_{subset}_questions.json",
         "annotations": folder / f"v2_mscoco_{subset}_annotations.json",
@@ -200,7 +201,7 @@ def _vqa_v2(src: Source, split: str, langs: list[str], opts: dict[str, Any], rep
     for kind, file in files.items():
         if not file.is_file():
             raise InputError(f"VQA v2 {kind} file {file} does not exist (visualqa.org, 'VQA v2' downloads)")
-    report["release"] = {"path": str(opts["path"]), "files": sorted(f.name for f in files.values())}
+    report["release"] = {"path": opts.path, "files": sorted(f.name for f in files.values())}
     try:
         questions = json.loads(files["questions"].read_text(encoding="utf-8"))["questions"]
         annotations = json.loads(files["annotations"].read_text(encoding="utf-8"))["annotations"]
@@ -236,14 +237,14 @@ KARPATHY_SPLITS = {"train": "train", "dev": "val", "test": "test"}
 
 
 @converter("flickr30k")
-def _flickr30k(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
+def _flickr30k(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
     """One row per caption: the caption and its image. Read from Karpathy's split file in the
     folder the option ``path`` names (the Hub's nlphuji/flickr30k carries the images inline)."""
-    if not opts.get("path"):
+    if not opts.path:
         raise InputError(
             "flickr30k: set tasks.flickr30k.options.path to the folder of Karpathy's dataset_flickr30k.json"
         )
-    file = repo_path(opts["path"]) / "dataset_flickr30k.json"
+    file = repo_path(opts.path) / "dataset_flickr30k.json"
     if not file.is_file():
         raise InputError(
             f"Flickr30k split file {file} does not exist (Karpathy's caption_datasets: dataset_flickr30k.json)"
@@ -252,7 +253,7 @@ def _flickr30k(src: Source, split: str, langs: list[str], opts: dict[str, Any], 
         records = json.loads(file.read_text(encoding="utf-8"))["images"]
     except (json.JSONDecodeError, KeyError) as err:
         raise InputError(f"{file}: not Karpathy's split file ({err})") from None
-    report["release"] = {"path": str(opts["path"]), "file": file.name}
+    report["release"] = {"path": opts.path, "file": file.name}
     counts: Counter = Counter()
     for record in records:
         if record.get("split") != KARPATHY_SPLITS[split]:

@@ -59,6 +59,7 @@ from workflow_scripts.common import LOG
 from workflow_scripts.data.loaders.registry import Report, Row, converter, require_languages
 from workflow_scripts.data.loaders.source import Source, fetch_archive, file_sha256
 from workflow_scripts.spec.basics import InputError, is_url
+from workflow_scripts.spec.data_settings import DataOptions
 
 MEWSLIX_VERSION = "20220518_6"
 # XQuAD-R as released (google-research-datasets/lareqa, CC BY-SA 4.0), pinned to a commit.
@@ -134,38 +135,44 @@ def _entity_row(entity: dict[str, Any]) -> Row:
     )
 
 
-@converter("mewslix")
-def _mewslix(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
+def _mewslix_train(src: Source, report: Report) -> Iterator[Row]:
+    """English queries from the Wikipedia pairs, and their entities as the candidates."""
     counts: Counter = Counter()
-    report["version"] = opts.get("version", MEWSLIX_VERSION)
+    entities: dict[str, Row] = {}
+    for i, pair in enumerate(src.rows("wikipedia_pairs", "train")):
+        where = f"mewslix wikipedia_pairs train row {i}"
+        try:
+            cm, entity = pair["contextual_mention"], pair["entity"]
+            text = mention_query(cm["context"], cm["mention"])
+        except (KeyError, TypeError) as err:
+            raise InputError(f"{where}: lacks field {err}") from None
+        except SpanMismatch as err:
+            counts["span_text_mismatch"] += 1
+            LOG.warning("%s: %s; dropped", where, err)
+            continue
+        if text is None:
+            counts["mention_across_sentences"] += 1
+            LOG.warning("%s: mention %s crosses sentences; dropped", where, cm["mention"].get("example_id"))
+            continue
+        entities.setdefault(entity["entity_id"], _entity_row(entity))
+        counts["queries"] += 1
+        yield _query(
+            {"id": cm["mention"]["example_id"], "lang": "en", "text": text, "gold": [cm["mention"]["entity_id"]]}
+        )
+    yield from entities.values()
+    report["load_counts"] = dict(counts)
+
+
+@converter("mewslix")
+def _mewslix(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
+    report["version"] = opts.version or MEWSLIX_VERSION
     if split == "train":
-        entities: dict[str, Row] = {}
-        for i, pair in enumerate(src.rows("wikipedia_pairs", "train")):
-            where = f"mewslix wikipedia_pairs train row {i}"
-            try:
-                cm, entity = pair["contextual_mention"], pair["entity"]
-                text = mention_query(cm["context"], cm["mention"])
-            except (KeyError, TypeError) as err:
-                raise InputError(f"{where}: lacks field {err}") from None
-            except SpanMismatch as err:
-                counts["span_text_mismatch"] += 1
-                LOG.warning("%s: %s; dropped", where, err)
-                continue
-            if text is None:
-                counts["mention_across_sentences"] += 1
-                LOG.warning("%s: mention %s crosses sentences; dropped", where, cm["mention"].get("example_id"))
-                continue
-            entities.setdefault(entity["entity_id"], _entity_row(entity))
-            counts["queries"] += 1
-            yield _query(
-                {"id": cm["mention"]["example_id"], "lang": "en", "text": text, "gold": [cm["mention"]["entity_id"]]}
-            )
-        yield from entities.values()
-        report["load_counts"] = dict(counts)
+        yield from _mewslix_train(src, report)
         return
+    counts: Counter = Counter()
     hub_split = {"dev": "validation", "test": "test"}[split]
     pool = {}
-    for e in src.rows("candidate_entities", opts.get("candidates_split", "test")):
+    for e in src.rows("candidate_entities", opts.candidates_split or "test"):
         pool.setdefault(e["entity_id"], _entity_row(e))
     per_lang = dict.fromkeys(langs, 0)
     for lang in langs:
@@ -418,19 +425,14 @@ def release_pool(location: str, langs: list[str], counts: Counter, report: Repor
 
 
 @converter("lareqa")
-def _lareqa(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
+def _lareqa(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
     _refuse_hub_xquad_r(src)
-    if "squad_path" in opts:
-        raise InputError(
-            "tasks.lareqa.options.squad_path: LAReQA's training SQuAD is the task's hub.path "
-            "(e.g. rajpurkar/squad); remove the option"
-        )
     counts: Counter = Counter()
     if split in ("train", "dev"):
-        name, hub_split = opts.get("squad_name", "plain_text"), {"train": "train", "dev": "validation"}[split]
+        name, hub_split = opts.squad_name or "plain_text", {"train": "train", "dev": "validation"}[split]
         queries, candidates = lareqa_pool(hub_paragraphs(src.rows(name, hub_split), "en", counts), counts)
     else:
-        queries, candidates = release_pool(str(opts.get("xquad_r_path", XQUAD_R_URL)), langs, counts, report)
+        queries, candidates = release_pool(opts.xquad_r_path or XQUAD_R_URL, langs, counts, report)
         require_languages("lareqa", split, {lang: sum(q["lang"] == lang for q in queries) for lang in langs})
     report["load_counts"] = dict(counts) | {
         "queries": dict(Counter(q["lang"] for q in queries)),

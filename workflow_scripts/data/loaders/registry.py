@@ -2,8 +2,8 @@
 
 A converter turns one task's source rows (Hub schema, or an original release) into
 canonical rows. It receives the data source, the split, the languages to load, the task's
-``options`` and a ``report`` dict it fills with what it repaired or dropped; ``prepare``
-writes that report into the Parquet metadata and the log.
+``options`` (``spec/data_settings.py``'s ``DataOptions``) and a ``report`` dict it fills with
+what it repaired or dropped; ``prepare`` writes that report into the Parquet metadata and the log.
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ from typing import Any
 
 from workflow_scripts.data.loaders.source import Source
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.data_settings import DataOptions
 from workflow_scripts.spec.tasks import Task
 
 Row = dict[str, Any]
 Report = dict[str, Any]
-Converter = Callable[[Source, str, list[str], dict[str, Any], Report], Iterable[Row]]
+Converter = Callable[[Source, str, list[str], DataOptions, Report], Iterable[Row]]
 CONVERTERS: dict[str, Converter] = {}
 
 XTREME_SPLITS = {"train": "train", "dev": "validation", "test": "test"}

@@ -17,6 +17,7 @@ from workflow_scripts.common import LOG, atomic_path
 from workflow_scripts.progress import progress
 from workflow_scripts.spec import paths
 from workflow_scripts.spec.basics import InputError, is_url, repo_path
+from workflow_scripts.spec.data_settings import DataOptions
 
 Row = dict[str, Any]
 # Shared by every experiment: an archive is the same whichever config asked for it.
@@ -126,17 +127,17 @@ class Source:
             yield from stream.shuffle(seed=shuffle_seed, buffer_size=10_000)
 
 
-def extra_source(src: Source, opts: dict[str, Any], task: str, name: str) -> Source:
+def extra_source(src: Source, opts: DataOptions, task: str, name: str) -> Source:
     """The further Hub dataset ``name`` a task's converter reads some languages from
     (``Task.hub_sources``): ``options.<name>_path`` (default: the task entry's Hub id) at
     ``options.<name>_revision``, from the Hub or the same local mirror as the task's own."""
     from workflow_scripts.spec.tasks import get_task
 
-    default = get_task(task).hub_source(name).path
+    path, revision = opts.hub_source(name)
     return Source(
         src.kind,
-        str(opts.get(f"{name}_path", default)),
-        str(opts.get(f"{name}_revision", "main")),
+        path or get_task(task).hub_source(name).path,
+        revision or "main",
         str(src.local_root) if src.local_root else None,
     )
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from workflow_scripts.common import LOG
 from workflow_scripts.data.loaders.registry import (
@@ -38,6 +37,7 @@ from workflow_scripts.data.loaders.registry import (
 from workflow_scripts.data.loaders.source import Source, extra_source
 from workflow_scripts.data.loaders.xtreme import record_sources
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.data_settings import DataOptions
 
 # Whitespace prefixes stripped from real XQuAD contexts are 1-2 characters; 16 leaves room
 # for other releases while staying far below the distance between two mentions of a phrase.
@@ -145,8 +145,8 @@ class SpanRepair:
 
 
 @converter("squad", "squad_v2")
-def _squad(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
-    name = opts.get("hub_name") or ("squad_v2" if "v2" in src.path else "plain_text")
+def _squad(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
+    name = opts.hub_name or ("squad_v2" if "v2" in src.path else "plain_text")
     hub_split = {"train": "train", "dev": "validation"}[split]
     repair = SpanRepair("squad", split)
     for i, r in enumerate(src.rows(name, hub_split)):
@@ -161,7 +161,7 @@ XQUAD_XTREME_LANGUAGES = frozenset("ar de el en es hi ru th tr vi zh".split())
 
 
 @converter("xquad")
-def _xquad(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
+def _xquad(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
     """XTREME's 11 languages from google/xtreme's XQuAD configs; the others (XTREME-R's ro)
     from ``options.xquad_path`` (default ``google/xquad``, revision ``options.xquad_revision``),
     configs ``xquad.<lang>``, split ``validation``, the same columns."""
@@ -184,7 +184,7 @@ def _xquad(src: Source, split: str, langs: list[str], opts: dict[str, Any], repo
 
 
 @converter("mlqa")
-def _mlqa(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
+def _mlqa(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
     # Same-language pairs: context and question in one language.
     repair = SpanRepair("mlqa", split)
     for lang, i, r in per_language("mlqa", src, lambda l: f"MLQA.{l}.{l}", split, XTREME_SPLITS[split], langs):
@@ -208,12 +208,12 @@ TYDIQA_LANGUAGES = {
 
 
 @converter("tydiqa")
-def _tydiqa(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
+def _tydiqa(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
     """TyDiQA-GoldP: one mixed-language split; the id's prefix names the language. Train keeps
     the languages the grid asks for (English unless an in-language setting needs others,
     docs/protocol.md §3, §7); the GoldP dev set is the test set."""
     hub_split = {"train": "train", "test": "validation"}[split]
-    name = opts.get("hub_name", "tydiqa")
+    name = opts.hub_name or "tydiqa"
     counts = dict.fromkeys(langs, 0)
     repair = SpanRepair("tydiqa", split)
     for i, r in enumerate(src.rows(name, hub_split)):

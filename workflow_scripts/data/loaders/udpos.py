@@ -46,6 +46,7 @@ from workflow_scripts.common import LOG
 from workflow_scripts.data.loaders.registry import Report, Row, converter, label_index, require_languages
 from workflow_scripts.data.loaders.source import Source, fetch_archive, file_sha256, is_url
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.data_settings import DataOptions, UdReleaseExtra
 from workflow_scripts.spec.tasks import get_task
 
 UD_V25_URL = "https://lindat.mff.cuni.cz/repository/xmlui/bitstream/handle/11234/1-3105/ud-treebanks-v2.5.tgz"
@@ -262,7 +263,7 @@ def _matches(name: str, lang: str, split: str) -> bool:
 
 
 @converter("udpos")
-def _udpos(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
+def _udpos(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
     task = get_task("udpos")
     wanted = [lang for lang in langs if not (split == "dev" and lang in task.dev_missing)]
     if split == "dev" and set(langs) & task.dev_missing:
@@ -271,17 +272,17 @@ def _udpos(src: Source, split: str, langs: list[str], opts: dict[str, Any], repo
             sorted(set(langs) & task.dev_missing),
         )
     extra = extra_release(opts)
-    extra_langs = [lang for lang in wanted if extra is not None and lang in extra["languages"]]
+    extra_langs = [lang for lang in wanted if extra is not None and lang in extra.languages]
     main_langs = [lang for lang in wanted if lang not in extra_langs]
     files: dict[str, list[str]] = {}
     per_lang: dict[str, dict[str, int]] = {}
     sources: dict[str, str] = {}
-    if main_langs and not opts.get("ud_release"):
+    if main_langs and not opts.ud_release:
         report["udpos_source"] = "hub"
         yield from _udpos_hub(src, split, main_langs)
         sources.update({lang: f"{src.path} udpos.{UD_LANGUAGE_NAMES[lang]}" for lang in main_langs})
     elif main_langs:
-        location = str(opts["ud_release"])
+        location = opts.ud_release
         root = fetch_archive(location)
         report["udpos_source"] = "ud_release"
         report["release"] = {
@@ -294,10 +295,10 @@ def _udpos(src: Source, split: str, langs: list[str], opts: dict[str, Any], repo
         if is_url(location):
             LOG.info("UD release %s cached at %s", location, root)
     if extra_langs:
-        root = fetch_archive(extra["release"])
+        root = fetch_archive(extra.release)
         report["release_extra"] = {
-            "name": extra["name"],
-            "location": extra["release"],
+            "name": extra.name,
+            "location": extra.release,
             "languages": extra_langs,
             "sha256": file_sha256(root) if root.is_file() else None,
         }
@@ -305,7 +306,7 @@ def _udpos(src: Source, split: str, langs: list[str], opts: dict[str, Any], repo
             report["release"] = report["release_extra"]
             report["udpos_source"] = "ud_release_extra"
         yield from _release_rows(root, split, extra_langs, files, per_lang)
-        sources.update(dict.fromkeys(extra_langs, f"{extra['name']} release {extra['release']}"))
+        sources.update(dict.fromkeys(extra_langs, f"{extra.name} release {extra.release}"))
     if files:
         report["udpos_files"] = files
         report["udpos_counts"] = per_lang
@@ -313,24 +314,20 @@ def _udpos(src: Source, split: str, langs: list[str], opts: dict[str, Any], repo
     require_languages("udpos", split, {lang: per_lang[lang].get("sentences", 0) for lang in per_lang})
 
 
-def extra_release(opts: dict[str, Any]) -> dict[str, Any] | None:
+def extra_release(opts: DataOptions) -> UdReleaseExtra | None:
     """``options.ud_release_extra``: {release: URL, archive or directory of a second UD
-    release, languages: [codes read from it instead], name: its name for the report}.
-    XTREME-R reads lt pl uk wo ro from UD v2.7 (``UD_V27_URL``) and the rest from v2.5."""
-    extra = opts.get("ud_release_extra")
-    if not extra:
+    release, languages: [codes read from it instead], name: its name for the report}, its
+    languages and name defaulted. XTREME-R reads lt pl uk wo ro from UD v2.7
+    (``UD_V27_URL``) and the rest from v2.5."""
+    extra = opts.ud_release_extra
+    if extra is None:
         return None
-    if not isinstance(extra, dict) or not extra.get("release"):
-        raise InputError(
-            "udpos: options.ud_release_extra must be a mapping with 'release' (the URL, archive or "
-            f"directory of the second UD release) and optionally 'languages' and 'name'; got {extra!r}"
-        )
-    languages = extra.get("languages", XTREME_R_UD27_LANGUAGES)
-    if isinstance(languages, str) or not all(isinstance(lang, str) for lang in languages):
-        raise InputError(
-            f"udpos: options.ud_release_extra.languages must be a list of language codes, got {languages!r}"
-        )
-    return {"release": str(extra["release"]), "languages": list(languages), "name": str(extra.get("name", "UD v2.7"))}
+    if not extra.release:
+        raise InputError("udpos: options.ud_release_extra.release is empty (the URL, archive or directory)")
+    return extra.replace(
+        languages=XTREME_R_UD27_LANGUAGES if extra.languages is None else extra.languages,
+        name=extra.name or "UD v2.7",
+    )
 
 
 def _release_rows(

@@ -47,6 +47,7 @@ from workflow_scripts.common import LOG
 from workflow_scripts.data.loaders.registry import Report, Row, converter, require_languages
 from workflow_scripts.data.loaders.source import Source
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.data_settings import DataOptions
 
 XCOPA_LANGUAGES = ("et", "ht", "id", "it", "qu", "sw", "ta", "th", "tr", "vi", "zh")
 # Other spellings of the two question words, normalised (the XCOPA README's "Result").
@@ -134,8 +135,8 @@ def _finish(task: str, split: str, per_lang: dict[str, Counter], report: Report)
 
 
 @converter("copa")
-def _copa(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
-    name = opts.get("hub_name", "copa")
+def _copa(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
+    name = opts.hub_name or "copa"
     hub_split = SPLITS[split]
     counts: Counter = Counter()
     for i, r in enumerate(src.rows(name, hub_split)):
@@ -159,8 +160,8 @@ def _copa(src: Source, split: str, langs: list[str], opts: dict[str, Any], repor
 
 
 @converter("siqa")
-def _siqa(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
-    name = opts.get("hub_name")  # allenai/social_i_qa has one (default) config
+def _siqa(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
+    name = opts.hub_name  # allenai/social_i_qa has one (default) config
     hub_split = SPLITS[split]
     counts: Counter = Counter()
     for i, r in enumerate(src.rows(name, hub_split)):
@@ -213,12 +214,32 @@ def majority_questions(items: dict[str, dict[Any, tuple[str, int]]]) -> dict[Any
     return majority
 
 
+def _language_items(
+    src: Source, lang: str, hub_split: str, counts: Counter
+) -> list[tuple[Any, str, str, list[str], int]]:
+    """(idx, premise, question word, choices, label) of one language's rows, each item once."""
+    rows = []
+    seen: set[Any] = set()
+    for i, r in enumerate(src.rows(lang, hub_split)):
+        counts["rows"] += 1
+        where = f"{src.path} {lang} {hub_split} row {i}"
+        one = copa_row(r, where, counts)
+        if one is None:
+            continue
+        idx = r.get("idx", i)
+        if idx in seen:  # the item is already there: keep the first
+            _drop(counts, "duplicate_idx", where, idx)
+            continue
+        seen.add(idx)
+        rows.append((idx, *one))
+    counts["examples"] = len(rows)
+    return rows
+
+
 @converter("xcopa")
-def _xcopa(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
+def _xcopa(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
     hub_split = SPLITS[split]
-    repair = opts.get("question_repair")
-    if repair not in (None, "none", "majority"):
-        raise InputError(f"xcopa: options.question_repair must be 'none' or 'majority', got {repair!r}")
+    repair = opts.question_repair  # none or majority (DataOptions)
     if src.kind == "hub":
         unknown = [lang for lang in langs if lang not in XCOPA_LANGUAGES]
         if unknown:
@@ -226,25 +247,8 @@ def _xcopa(src: Source, split: str, langs: list[str], opts: dict[str, Any], repo
                 f"xcopa: {src.path} has no language {unknown}; XCOPA's languages are {' '.join(XCOPA_LANGUAGES)}"
             )
     # Every language is read before any row is written: the question check compares them.
-    per_lang: dict[str, Counter] = {}
-    parsed: dict[str, list[tuple[Any, str, str, list[str], int]]] = {}
-    for lang in langs:
-        counts = per_lang[lang] = Counter()
-        rows = parsed[lang] = []
-        seen: set[Any] = set()
-        for i, r in enumerate(src.rows(lang, hub_split)):
-            counts["rows"] += 1
-            where = f"{src.path} {lang} {hub_split} row {i}"
-            one = copa_row(r, where, counts)
-            if one is None:
-                continue
-            idx = r.get("idx", i)
-            if idx in seen:  # the item is already there: keep the first
-                _drop(counts, "duplicate_idx", where, idx)
-                continue
-            seen.add(idx)
-            rows.append((idx, *one))
-        counts["examples"] = len(rows)
+    per_lang: dict[str, Counter] = {lang: Counter() for lang in langs}
+    parsed = {lang: _language_items(src, lang, hub_split, per_lang[lang]) for lang in langs}
     require_languages("xcopa", split, {lang: len(parsed[lang]) for lang in langs})
     majority: dict[Any, str] = {}
     if len(langs) >= 3:

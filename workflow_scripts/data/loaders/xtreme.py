@@ -25,7 +25,6 @@ release (``_pawsx``; docs/data_sources.md).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from workflow_scripts.data.loaders.registry import (
     XTREME_SPLITS,
@@ -37,6 +36,7 @@ from workflow_scripts.data.loaders.registry import (
 )
 from workflow_scripts.data.loaders.source import Source, extra_source
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.data_settings import DataOptions
 from workflow_scripts.spec.tasks import get_task
 
 # The languages of google/xtreme's PAN-X.<lang> configs (XTREME's 40).
@@ -99,7 +99,7 @@ def record_sources(report: Report, sources: dict[str, tuple[Source, str]], extra
 
 
 @converter("pawsx")
-def _pawsx(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
+def _pawsx(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
     """PAWS-X from ``options.pawsx_path`` when given (``google-research-datasets/paws-x``:
     config = language, the release's TSV rows read without CSV quoting, all 2,000 dev and test
     rows of every language), else from google/xtreme's ``PAWS-X.<lang>`` configs, whose
@@ -108,7 +108,7 @@ def _pawsx(src: Source, split: str, langs: list[str], opts: dict[str, Any], repo
     Sentences are stripped, as XTREME's ``utils_preprocess.py`` strips them."""
     task = get_task("pawsx")
     pawsx = extra_source(src, opts, "pawsx", "pawsx")
-    sources = {lang: (pawsx, lang) if opts.get("pawsx_path") else (src, f"PAWS-X.{lang}") for lang in langs}
+    sources = {lang: (pawsx, lang) if opts.pawsx_path else (src, f"PAWS-X.{lang}") for lang in langs}
     for lang in langs:
         source, config = sources[lang]
         n = 0
@@ -127,7 +127,7 @@ def _pawsx(src: Source, split: str, langs: list[str], opts: dict[str, Any], repo
 
 
 @converter("panx")
-def _panx(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
+def _panx(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
     """XTREME's 40 languages from google/xtreme's PAN-X configs, the others (XTREME-R's
     qu pl uk az lt pa gu ro) from WikiANN's per-language configs (module docstring)."""
     task = get_task("panx")
@@ -147,7 +147,7 @@ def _panx(src: Source, split: str, langs: list[str], opts: dict[str, Any], repor
 
 
 @converter("xnli")
-def _xnli(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
+def _xnli(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
     task = get_task("xnli")
     hub_split = {"dev": "validation", "test": "test"}[split]
     counts = dict.fromkeys(langs, 0)
@@ -169,7 +169,7 @@ def _xnli(src: Source, split: str, langs: list[str], opts: dict[str, Any], repor
 
 
 @converter("tatoeba")
-def _tatoeba(src: Source, split: str, langs: list[str], opts: dict[str, Any], report: Report) -> Iterable[Row]:
+def _tatoeba(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
     """XTREME's 36 languages from google/xtreme (split ``validation``), XTREME-R's five more
     (az lt pl uk ro) from ``options.tatoeba_path`` (split ``test``; module docstring)."""
     extra = extra_source(src, opts, "tatoeba", "tatoeba")

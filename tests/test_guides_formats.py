@@ -85,7 +85,7 @@ print(json.dumps({{
     "formats": list(FORMATS), "columns": read_table(data["train"], "sentence_label").column_names,
     "rows": read_table(data["train"]).num_rows, "steps": log["total_steps"], "best": log["best"]["scores"],
     "fingerprints": codehash.task_fingerprint(["snli_hypothesis", "xnli"]),
-    "format_module": codehash.module_digest("formats.sentence_label"),
+    "format_module": codehash.module_digest("spec.formats.sentence_label"),
     "train_code": codehash.module_digest("training.train"), "evaluate_code": codehash.module_digest("evaluation.evaluate"),
 }}))
 """
@@ -126,7 +126,7 @@ def test_format_modules_are_hashed_into_the_jobs_of_their_tasks_only(tmp_path, m
     names = sorted(TASKS)
     before = codehash.task_fingerprint(names)
     codes = {m: codehash.module_digest(m) for m in ("training.train", "evaluation.evaluate", "data.prepare")}
-    with (dest / "formats" / "span.py").open("a") as f:
+    with (dest / "spec" / "formats" / "span.py").open("a") as f:
         f.write("\n# an edit\n")
     codehash._imports.cache_clear()
     after = codehash.task_fingerprint(names)

@@ -40,7 +40,9 @@ def fetch_hub_model(hub_id: str, revision: str, output: Path) -> None:
         (tmp / "xstilts_source.json").write_text(json.dumps(source) + "\n")
 
 
-def prepare_backbone(settings: BackbonePrepare, output: Path, text: list[str], corpora: list[str], threads: int) -> None:
+def prepare_backbone(
+    settings: BackbonePrepare, output: Path, text: list[str], corpora: list[str], threads: int
+) -> None:
     """A backbone directory: the Hub snapshot, or the demo model of its family, with the
     family recorded (backbones.MANIFEST), written in one piece."""
     from workflow_scripts.models.backbones import MANIFEST

@@ -57,7 +57,9 @@ class _SchemaDefaults:
 
     @classmethod
     def defaults(cls: type[R]) -> R:
-        return cls.parse(schema_defaults(*cls.schema_keys, definition=cls.schema_definition), f"{cls.__name__}.defaults")
+        return cls.parse(
+            schema_defaults(*cls.schema_keys, definition=cls.schema_definition), f"{cls.__name__}.defaults"
+        )
 
 
 def _check_source(record: TranslatorPrepare | VisionPrepare | BackbonePrepare) -> None:

@@ -812,7 +812,11 @@ def translator_settings(config: dict[str, Any], lang: str, to_english: bool = Fa
         return TranslatorPrepare.parse(
             {"source": "hub", "hub_id": mt["hub_id"], "revision": mt["revision"]}, f"models.{group}.{lang}"
         )
-    demo = {"source": "demo", "demo": models.get("translator_demo", {}), "direction": f"{lang}-en" if to_english else None}
+    demo = {
+        "source": "demo",
+        "demo": models.get("translator_demo", {}),
+        "direction": f"{lang}-en" if to_english else None,
+    }
     return TranslatorPrepare.parse(demo, "models.translator_demo")
 
 

@@ -270,12 +270,19 @@ def small_encoder(workdir: Path, smoke: bool) -> tuple[Path, dict[str, Any]]:
 
     from benchmarks.training_efficiency import build_inputs
     from workflow_scripts.models.demo_models import build_demo_encoder
+    from workflow_scripts.spec.model_settings import DemoEncoder
 
     workdir.mkdir(parents=True, exist_ok=True)
     build_inputs(workdir, 400, build_encoder=False)
     size = {"hidden_size": 64, "num_hidden_layers": 2} if smoke else {"hidden_size": 512, "num_hidden_layers": 8}
-    settings = {"vocab_size": 2000, "num_attention_heads": 8, "intermediate_size": 4 * size["hidden_size"],
-                "max_position_embeddings": 258, "seed": 0, **size}  # fmt: skip
+    settings = DemoEncoder.defaults().replace(
+        vocab_size=2000,
+        num_attention_heads=8,
+        intermediate_size=4 * size["hidden_size"],
+        max_position_embeddings=258,
+        seed=0,
+        **size,
+    )
     build_demo_encoder(settings, [str(workdir / "train.parquet")], workdir / "encoder")
     assert pq.read_metadata(workdir / "train.parquet").num_rows == 400
     data = {"mnli": {"train": str(workdir / "train.parquet"), "dev": str(workdir / "dev.parquet")}}

@@ -55,6 +55,7 @@ def build_inputs(workdir: Path, examples: int, build_encoder: bool = True) -> No
 
     from workflow_scripts.data.prepare import to_table
     from workflow_scripts.models.demo_models import build_demo_encoder
+    from workflow_scripts.spec.model_settings import DemoEncoder
     from workflow_scripts.spec.tasks import get_task
 
     paragraphs = [
@@ -76,7 +77,8 @@ def build_inputs(workdir: Path, examples: int, build_encoder: bool = True) -> No
     pq.write_table(to_table(task, rows), workdir / "train.parquet")
     pq.write_table(to_table(task, rows[:16]), workdir / "dev.parquet")
     if build_encoder:
-        build_demo_encoder({**BASE, "seed": 0}, [str(workdir / "train.parquet")], workdir / "encoder")
+        settings = DemoEncoder.defaults().replace(**BASE, seed=0)  # no corpora: not pre-trained
+        build_demo_encoder(settings, [str(workdir / "train.parquet")], workdir / "encoder")
 
 
 def peak_memory_mb(dev) -> float:

@@ -30,9 +30,14 @@ sys.path.insert(0, str(REPO))
 from workflow_scripts.data.prepare import prepare, read_table  # noqa: E402
 from workflow_scripts.models.demo_models import build_demo_translator  # noqa: E402
 from workflow_scripts.spec.data_settings import DataSettings  # noqa: E402
+from workflow_scripts.spec.model_settings import DemoTranslator  # noqa: E402
+from workflow_scripts.spec.translation_settings import TranslationSettings  # noqa: E402
 from workflow_scripts.translation.translators import MarianTranslator, convert_to_ctranslate2  # noqa: E402
 
-OPUS_MT = {"vocab_size": 2000, "d_model": 512, "layers": 6, "heads": 8, "ffn_dim": 2048, "max_position_embeddings": 512}
+# OPUS-MT's shape (untrained: no corpus), the vocabulary grown to its size by pad_vocabulary
+OPUS_MT = DemoTranslator.defaults().replace(
+    vocab_size=2000, d_model=512, layers=6, heads=8, ffn_dim=2048, max_position_embeddings=512
+)
 OPUS_MT_VOCAB = 58101
 
 
@@ -92,12 +97,13 @@ def main() -> None:
         pad_vocabulary(tmp / "mt", OPUS_MT_VOCAB)
         convert_to_ctranslate2(tmp / "mt", tmp / "ct2")
         rows = read_table(tmp / "squad.parquet").to_pylist()
-        probe = MarianTranslator(tmp / "mt", {"batch_size": 1, "num_beams": 1, "max_new_tokens": 1}, dev)
+        decoding = TranslationSettings.defaults().replace(backend="transformers")
+        probe = MarianTranslator(tmp / "mt", decoding.replace(batch_size=1, num_beams=1, max_new_tokens=1), dev)
         sentences = sorted({s for r in rows for t in (r["question"], r["context"]) for s in probe._segments(t)})
         sentences = sentences[: args.sentences]
 
         for beams in args.beams:
-            settings = {"batch_size": args.batch_size, "num_beams": beams, "max_new_tokens": args.max_new_tokens}
+            settings = decoding.replace(batch_size=args.batch_size, num_beams=beams, max_new_tokens=args.max_new_tokens)
             print(
                 f"\n{len(sentences)} sentences, num_beams={beams}, batch {args.batch_size}, "
                 f"max_new_tokens={args.max_new_tokens}"
@@ -113,7 +119,7 @@ def main() -> None:
             for name, backend, compute in engines:
                 mt = MarianTranslator(
                     tmp / "mt",
-                    {**settings, "backend": backend or "transformers", "compute_type": compute or "auto"},
+                    settings.replace(backend=backend or "transformers", compute_type=compute or "auto"),
                     dev,
                     None,
                     tmp / "ct2",
@@ -136,13 +142,13 @@ def main() -> None:
                 )
 
         cache = tmp / "cache.sqlite"
-        settings = {
-            "batch_size": args.batch_size,
-            "num_beams": 1,
-            "max_new_tokens": args.max_new_tokens,
-            "backend": "ctranslate2",
-            "compute_type": "auto",
-        }
+        settings = decoding.replace(
+            batch_size=args.batch_size,
+            num_beams=1,
+            max_new_tokens=args.max_new_tokens,
+            backend="ctranslate2",
+            compute_type="auto",
+        )
         MarianTranslator(tmp / "mt", settings, dev, cache, tmp / "ct2", args.threads)(sentences)
         rerun = MarianTranslator(tmp / "mt", settings, dev, cache, tmp / "ct2", args.threads)
         rerun(sentences)

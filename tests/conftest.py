@@ -129,20 +129,18 @@ def demo_data(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def demo_encoder_dir(tmp_path_factory, demo_data) -> Path:
     from workflow_scripts.models.demo_models import build_demo_encoder
+    from workflow_scripts.spec.model_settings import DemoEncoder
 
     out = tmp_path_factory.mktemp("encoder") / "encoder"
-    build_demo_encoder(
-        {
-            "vocab_size": 2000,
-            "hidden_size": 32,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 2,
-            "intermediate_size": 64,
-            "max_position_embeddings": 258,
-        },
-        [str(p) for p in demo_data.values()],
-        out,
+    settings = DemoEncoder.defaults().replace(
+        vocab_size=2000,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=258,
     )
+    build_demo_encoder(settings, [str(p) for p in demo_data.values()], out)  # no corpora: not pre-trained
     return out
 
 

@@ -64,7 +64,7 @@ def test_paths_and_settings_name_the_backbone(config):
 def test_a_backbones_provenance_is_what_its_metric_files_and_tables_record(config):
     """Metric files (evaluate_target's params) and tables read one description of how a
     backbone trains: method_settings, which its training jobs get."""
-    assert backbone_grid.provenance(config, "xlmr_tiny") == {
+    assert backbone_grid.provenance(config, "xlmr_tiny").to_dict() == {
         "name": "xlmr_tiny",
         "family": "encoder",
         "source": "demo",
@@ -73,14 +73,15 @@ def test_a_backbones_provenance_is_what_its_metric_files_and_tables_record(confi
     }
     method = grid.target_settings(config, "llama_tiny", "xnli")["method"]
     provenance = backbone_grid.provenance(config, "llama_tiny")
-    assert provenance["lora"] == {k: method[k] for k in ("rank", "alpha", "dropout")}
-    assert provenance["method"] == method["name"] and provenance["precision"] == method["precision"]
+    assert provenance.lora is not None
+    assert provenance.lora.to_dict() == {k: method[k] for k in ("rank", "alpha", "dropout")}
+    assert provenance.method == method["name"] and provenance.precision == method["precision"]
     config["backbones"]["llama_tiny"].update(contaminated_targets=["xnli"], contamination_source="xP3")
     described = backbone_grid.describe(config, "llama_tiny")
-    assert described == {**provenance, "contaminated_targets": ["xnli"], "contamination_source": "xP3"}
+    assert described == {**provenance.to_dict(), "contaminated_targets": ["xnli"], "contamination_source": "xP3"}
     config["models"]["source"] = "hub"
     config["backbones"]["llama_tiny"].update(hub_id="bigscience/bloomz-7b1", revision="main")
-    assert backbone_grid.provenance(config, "llama_tiny")["hub_id"] == "bigscience/bloomz-7b1"
+    assert backbone_grid.provenance(config, "llama_tiny").hub_id == "bigscience/bloomz-7b1"
 
 
 def test_an_encoder_settings_change_leaves_the_decoders_jobs_alone(config):

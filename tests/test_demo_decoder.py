@@ -12,28 +12,24 @@ from pathlib import Path
 import pytest
 
 from workflow_scripts.models.demo_models import build_demo_decoder, read_parallel
+from workflow_scripts.spec.model_settings import BackbonePrepare, DemoDecoder, DemoEncoder
 
 pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parent.parent
-DECODER = {
-    "vocab_size": 1000,
-    "hidden_size": 64,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "intermediate_size": 128,
-    "max_position_embeddings": 128,
-    "seed": 0,
-}
-PRETRAINING = {
-    "steps": 120,
-    "batch_size": 32,
-    "learning_rate": 5e-3,
-    "max_length": 48,
-    "contrastive_weight": 1.0,
-    "temperature": 0.05,
-}
+DECODER = DemoDecoder.defaults().replace(
+    vocab_size=1000,
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    intermediate_size=128,
+    max_position_embeddings=128,
+    seed=0,
+)
+PRETRAINING = DECODER.pretraining.replace(
+    steps=120, batch_size=32, learning_rate=5e-3, max_length=48, contrastive_weight=1.0, temperature=0.05
+)
 TRAIN_PAIRS = 600
 
 
@@ -71,14 +67,14 @@ def text(demo_data) -> list[str]:
 @pytest.fixture(scope="module")
 def decoder_dir(tmp_path_factory, text, corpus) -> Path:
     out = tmp_path_factory.mktemp("decoder") / "decoder"
-    build_demo_decoder({**DECODER, "pretraining": PRETRAINING}, text, out, [corpus], threads=2)
+    build_demo_decoder(DECODER.replace(pretraining=PRETRAINING), text, out, [corpus], threads=2)
     return out
 
 
 @pytest.fixture(scope="module")
 def untrained_dir(tmp_path_factory, text, corpus) -> Path:
     out = tmp_path_factory.mktemp("decoder") / "untrained"
-    build_demo_decoder({**DECODER, "pretraining": {**PRETRAINING, "steps": 0}}, text, out, [corpus])
+    build_demo_decoder(DECODER.replace(pretraining=PRETRAINING.replace(steps=0)), text, out, [corpus])
     return out
 
 
@@ -97,13 +93,13 @@ def test_loads_like_a_hub_llama(decoder_dir, tok):
     assert isinstance(lm, LlamaForCausalLM)
     config = lm.config
     assert (config.model_type, config.hidden_size, config.num_key_value_heads) == ("llama", 64, 2)
-    assert config.vocab_size == len(tok) <= DECODER["vocab_size"]
+    assert config.vocab_size == len(tok) <= DECODER.vocab_size
     assert (config.bos_token_id, config.eos_token_id, config.pad_token_id) == (
         tok.bos_token_id,
         tok.eos_token_id,
         tok.pad_token_id,
     )
-    assert tok.is_fast and tok.model_max_length == DECODER["max_position_embeddings"]
+    assert tok.is_fast and tok.model_max_length == DECODER.max_position_embeddings
 
 
 def test_pad_is_a_token_of_its_own(tok):
@@ -177,7 +173,7 @@ def _last_token_retrieval(model_dir: Path, pairs: list[tuple[str, str]]) -> floa
 
 def test_pretraining_lowers_the_loss_and_aligns_translations(decoder_dir, untrained_dir, held_out):
     log = json.loads((decoder_dir / "xstilts_demo.json").read_text())["pretraining"]
-    assert log["steps"] == PRETRAINING["steps"] and log["pairs"] == TRAIN_PAIRS
+    assert log["steps"] == PRETRAINING.steps and log["pairs"] == TRAIN_PAIRS
     assert log["loss_end"] < log["loss_start"] / 2, log
     assert log["loss_curve"][-1] < log["loss_curve"][0] / 2, log
     assert json.loads((untrained_dir / "xstilts_demo.json").read_text())["pretraining"] is None
@@ -189,7 +185,7 @@ def test_pretraining_lowers_the_loss_and_aligns_translations(decoder_dir, untrai
 
 def test_same_settings_same_model(tmp_path, text, corpus):
     """Pure causal LM (no contrastive term), a few steps: two builds, identical files."""
-    settings = {**DECODER, "pretraining": {**PRETRAINING, "steps": 6, "contrastive_weight": 0.0}}
+    settings = DECODER.replace(pretraining=PRETRAINING.replace(steps=6, contrastive_weight=0.0))
     for name in ("a", "b"):
         build_demo_decoder(settings, text, tmp_path / name, [corpus], threads=2)
     for name in ("model.safetensors", "tokenizer.json", "config.json"):
@@ -202,13 +198,13 @@ def test_the_cli_writes_a_complete_directory_naming_its_family(tmp_path, text, c
     from workflow_scripts.models import prepare as prepare_models
     from workflow_scripts.models.backbones import family_of
 
-    demo = {**DECODER, "pretraining": {**PRETRAINING, "steps": 2}}
+    demo = DECODER.replace(pretraining=PRETRAINING.replace(steps=2))
     out = tmp_path / "models" / "decoder"
     prepare_models.main(
         [
             "backbone",
             "--settings",
-            json.dumps({"source": "demo", "family": "decoder", "demo": demo}),
+            BackbonePrepare(source="demo", family="decoder", demo=demo).to_json(),
             "--output",
             str(out),
             "--text",
@@ -244,8 +240,8 @@ def test_the_cli_fetches_a_hub_backbone_and_records_its_family(tmp_path, monkeyp
         (output / "config.json").write_text("{}")
 
     monkeypatch.setattr(prepare_models, "fetch_hub_model", fetch)
-    settings = {"source": "hub", "family": "decoder", "hub_id": "meta-llama/Llama-3.2-1B", "revision": "main"}
-    prepare_models.main(["backbone", "--settings", json.dumps(settings), "--output", str(tmp_path / "d")])
+    settings = BackbonePrepare(source="hub", family="decoder", hub_id="meta-llama/Llama-3.2-1B", revision="main")
+    prepare_models.main(["backbone", "--settings", settings.to_json(), "--output", str(tmp_path / "d")])
     assert fetched == [("meta-llama/Llama-3.2-1B", "main")]
     assert json.loads((tmp_path / "d" / "xstilts_backbone.json").read_text()) == {"family": "decoder"}
 
@@ -258,7 +254,7 @@ def test_the_demo_builds_no_seq2seq_backbone(tmp_path):
             [
                 "backbone",
                 "--settings",
-                json.dumps({"source": "demo", "family": "seq2seq_encoder", "demo": {}}),
+                json.dumps({"source": "demo", "family": "seq2seq_encoder", "demo": DemoEncoder.defaults().to_dict()}),
                 "--output",
                 str(tmp_path / "m"),
             ]

@@ -19,28 +19,23 @@ from workflow_scripts.models.demo_models import (
     read_parallel,
 )
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.model_settings import DemoEncoder, DemoTranslator, TranslatorTraining
 
 pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parent.parent
-ENCODER = {
-    "vocab_size": 2000,
-    "hidden_size": 32,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 2,
-    "intermediate_size": 64,
-    "max_position_embeddings": 130,
-    "seed": 0,
-}
-PRETRAINING = {
-    "steps": 80,
-    "batch_size": 32,
-    "learning_rate": 5e-3,
-    "max_length": 48,
-    "mlm_probability": 0.15,
-    "contrastive_weight": 1.0,
-    "temperature": 0.05,
-}
+ENCODER = DemoEncoder.defaults().replace(
+    vocab_size=2000,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=64,
+    max_position_embeddings=130,
+    seed=0,
+)
+PRETRAINING = ENCODER.pretraining.replace(
+    steps=80, batch_size=32, learning_rate=5e-3, max_length=48, mlm_probability=0.15, contrastive_weight=1.0
+)
 
 
 def small_corpus(tmp_path: Path, lang: str, n: int) -> Path:
@@ -86,15 +81,9 @@ def test_corpus_names_give_the_language_pair(tmp_path):
 def test_a_translator_refuses_a_corpus_of_another_pair(tmp_path):
     with pytest.raises(InputError, match="en-de translator trains on a parallel corpus named en-de.jsonl"):
         build_demo_translator(
-            {
-                "vocab_size": 300,
-                "d_model": 16,
-                "layers": 1,
-                "heads": 2,
-                "ffn_dim": 32,
-                "max_position_embeddings": 64,
-                "training": {"steps": 1},
-            },
+            DemoTranslator.defaults().replace(
+                vocab_size=300, d_model=16, layers=1, heads=2, ffn_dim=32, max_position_embeddings=64
+            ),
             [],
             "de",
             tmp_path / "mt",
@@ -129,8 +118,9 @@ def test_encoder_pretraining_aligns_translations_and_lowers_the_loss(tmp_path, d
     corpus = small_corpus(tmp_path, "de", 600)
     held_out = read_parallel(_held_out(tmp_path), "en", "de")
     text = [str(p) for p in demo_data.values()]
-    build_demo_encoder({**ENCODER, "pretraining": PRETRAINING}, text, tmp_path / "trained", [corpus], threads=2)
-    build_demo_encoder({**ENCODER, "pretraining": {**PRETRAINING, "steps": 0}}, text, tmp_path / "random", [corpus])
+    build_demo_encoder(ENCODER.replace(pretraining=PRETRAINING), text, tmp_path / "trained", [corpus], threads=2)
+    untrained = ENCODER.replace(pretraining=PRETRAINING.replace(steps=0))
+    build_demo_encoder(untrained, text, tmp_path / "random", [corpus])
     log = json.loads((tmp_path / "trained/xstilts_demo.json").read_text())["pretraining"]
     assert log["steps"] == 80 and log["pairs"] == 600
     assert log["loss_curve"][-1] < log["loss_curve"][0] / 2
@@ -158,16 +148,16 @@ def _held_out(tmp_path: Path) -> Path:
 
 
 def test_translator_training_learns_the_corpus(tmp_path):
-    settings = {
-        "vocab_size": 400,
-        "d_model": 32,
-        "layers": 1,
-        "heads": 2,
-        "ffn_dim": 64,
-        "max_position_embeddings": 64,
-        "seed": 0,
-        "training": {"steps": 150, "batch_size": 32, "learning_rate": 5e-3, "max_length": 48},
-    }
+    settings = DemoTranslator.defaults().replace(
+        vocab_size=400,
+        d_model=32,
+        layers=1,
+        heads=2,
+        ffn_dim=64,
+        max_position_embeddings=64,
+        seed=0,
+        training=TranslatorTraining(steps=150, batch_size=32, learning_rate=5e-3, max_length=48),
+    )
     corpus = small_corpus(tmp_path, "de", 400)
     build_demo_translator(settings, [], "de", tmp_path / "mt", corpus=corpus)
     log = json.loads((tmp_path / "mt/xstilts_demo.json").read_text())["training"]
@@ -182,7 +172,7 @@ def test_translator_training_learns_the_corpus(tmp_path):
     assert tokenizer.unk_token_id not in tokenizer(text_target=marked)["input_ids"]
     # Into English from the same corpus (translate-test).
     build_demo_translator(
-        {**settings, "training": {**settings["training"], "steps": 2}},
+        settings.replace(training=settings.training.replace(steps=2)),
         [],
         "en",
         tmp_path / "mt_en",

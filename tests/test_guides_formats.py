@@ -136,14 +136,23 @@ def test_format_modules_are_hashed_into_the_jobs_of_their_tasks_only(tmp_path, m
 
 
 def apply_edits(path: Path, block: str) -> None:
-    """Each line of a guide block that edits a file replaces the file's one line most like it."""
+    """Each line of a guide block that edits a file replaces the file's one line most like it;
+    a line like none of them is new, and goes above the line the next one replaces."""
     import difflib
 
     lines = path.read_text().splitlines(keepends=True)
+    new_lines: list[str] = []
     for new in block.splitlines():
+        if not new.strip():
+            continue
         close = difflib.get_close_matches(new, [line.rstrip("\n") for line in lines], n=2, cutoff=0.8)
-        assert close, f"{path}: no line like {new!r}"
-        lines[[line.rstrip("\n") for line in lines].index(close[0])] = new + "\n"
+        if not close:
+            new_lines.append(new + "\n")
+            continue
+        at = [line.rstrip("\n") for line in lines].index(close[0])
+        lines[at : at + 1] = [*new_lines, new + "\n"]
+        new_lines = []
+    assert not new_lines, f"{path}: no line like {new_lines[-1]!r}"
     path.write_text("".join(lines))
 
 
@@ -151,7 +160,12 @@ def apply_edits(path: Path, block: str) -> None:
 def test_new_backbone_family_guide(tmp_path, demo_encoder_dir, demo_data):
     blocks = guide_blocks("new_backbone_family.md")
     module = "workflow_scripts/models/backbones/mean_encoder.py"
-    assert set(blocks) == {module, "workflow_scripts/models/backbones/__init__.py", "schemas/config.schema.yaml"}
+    assert set(blocks) == {
+        module,
+        "workflow_scripts/spec/families.py",
+        "workflow_scripts/models/backbones/__init__.py",
+        "schemas/config.schema.yaml",
+    }
     tree = tree_copy(tmp_path / "tree")
     (tree / module).write_text(blocks.pop(module))
     for path, body in blocks.items():
@@ -216,9 +230,11 @@ def test_every_format_declares_its_facts_and_a_misnamed_kind_is_refused():
 
 @pytest.mark.unit
 def test_the_families_the_schema_accepts_are_the_registered_ones():
-    """new_backbone_family.md §2: a family is registered in backbones/__init__.py and in the
-    config schema's enum; either alone is caught here."""
+    """new_backbone_family.md §1 and §3: a family's facts are registered in spec/families.py,
+    its code in backbones/__init__.py, its name in the config schema's enum; one alone is
+    caught here."""
     from workflow_scripts.models.backbones import FAMILIES
-    from workflow_scripts.spec import schema
+    from workflow_scripts.spec import families, schema
 
-    assert set(schema.FAMILIES) == set(FAMILIES)
+    assert list(schema.FAMILIES) == list(FAMILIES) == list(families.FAMILIES)
+    assert all(FAMILIES[name].facts is facts for name, facts in families.FAMILIES.items())

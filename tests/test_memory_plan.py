@@ -175,11 +175,9 @@ def test_lora_defaults_are_the_schemas_and_the_familys_attention_projections():
 def test_every_family_default_is_sized_and_no_larger_than_planned(family, model_type):
     """The planner sizes a family's defaults as those of its usual architecture (it does not
     know the model type): the other architectures' own names must be known and no larger."""
-    from types import SimpleNamespace
+    from workflow_scripts.spec.families import facts
 
-    from workflow_scripts.models.backbones import get_family
-
-    modules = get_family(family).lora_targets(SimpleNamespace(model_type=model_type))
+    modules = list(facts(family).lora_targets_of(model_type))
     assert all(m in mp.MODULE_SHAPES for m in modules), modules
     actual = mp.parse_backbone("x", backbone(XXL, family=family, method="lora", lora={"target_modules": modules}))
     planned = mp.parse_backbone("x", backbone(XXL, family=family, method="lora"))

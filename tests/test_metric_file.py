@@ -12,6 +12,7 @@ import yaml
 from conftest import REPO
 from workflow_scripts.evaluation.metric_file import SOURCE_RECORD, backbone_record, weights_sha256
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.model_settings import BackboneProvenance
 from workflow_scripts.workflow import backbone_grid
 
 pytestmark = pytest.mark.unit
@@ -44,17 +45,17 @@ def hub_snapshot(tmp_path, demo_encoder_dir, monkeypatch):
 
 
 def test_a_hub_backbone_records_the_commit_its_revision_resolved_to(hub_snapshot):
-    provenance = {
-        "name": "xlmr_large",
-        "family": "encoder",
-        "source": "hub",
-        "method": "full",
-        "precision": "bf16",
-        "hub_id": "FacebookAI/xlm-roberta-large",
-        "revision": "main",
-    }
+    provenance = BackboneProvenance(
+        name="xlmr_large",
+        family="encoder",
+        source="hub",
+        method="full",
+        precision="bf16",
+        hub_id="FacebookAI/xlm-roberta-large",
+        revision="main",
+    )
     assert (hub_snapshot / SOURCE_RECORD).is_file()  # the file prepare.py writes is the one read here
-    assert backbone_record(provenance, hub_snapshot) == {**provenance, "resolved_revision": SHA}
+    assert backbone_record(provenance, hub_snapshot) == {**provenance.to_dict(), "resolved_revision": SHA}
     (hub_snapshot / SOURCE_RECORD).unlink()
     with pytest.raises(InputError, match=SOURCE_RECORD):
         backbone_record(provenance, hub_snapshot)
@@ -66,7 +67,7 @@ def test_a_lora_backbone_records_its_settings_and_the_modules_it_adapts(demo_enc
     config = yaml.safe_load((REPO / "config.yaml").read_text())
     config["backbones"]["llama_tiny"]["family"] = "encoder"
     provenance = backbone_grid.provenance(config, "llama_tiny")
-    assert provenance == {
+    assert provenance.to_dict() == {
         "name": "llama_tiny",
         "family": "encoder",
         "source": "demo",
@@ -82,5 +83,6 @@ def test_a_lora_backbone_records_its_settings_and_the_modules_it_adapts(demo_enc
         "target_modules": ["query", "key", "value", "attention.output.dense"],
     }
     assert record["built_locally"] and record["weights_sha256"] == weights_sha256(demo_encoder_dir)
-    configured = {**provenance, "lora": {**provenance["lora"], "target_modules": ["query", "intermediate.dense"]}}
+    assert provenance.lora is not None
+    configured = provenance.replace(lora=provenance.lora.replace(target_modules=("query", "intermediate.dense")))
     assert backbone_record(configured, demo_encoder_dir)["lora"]["target_modules"] == ["query", "intermediate.dense"]

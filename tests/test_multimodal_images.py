@@ -204,15 +204,17 @@ def test_the_demo_vision_tower_learns_the_scene_attributes_its_captions_name(tmp
     rng = random.Random(5)
     scenes = [scene_world.Scene((scene_world.random_scene(rng).things[0],)) for _ in range(260)]
     pictures = [scene_world.render(s, rng) for s in scenes]
-    settings = {
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "image_size": 32,
-        "patch_size": 8,
-        "pretraining": {"steps": 150, "batch_size": 32, "learning_rate": 1e-3},
-    }
+    from workflow_scripts.spec.model_settings import DemoVision, VisionPretraining
+
+    settings = DemoVision.defaults().replace(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        image_size=32,
+        patch_size=8,
+        pretraining=VisionPretraining(steps=150, batch_size=32, learning_rate=1e-3),
+    )
     log = build_demo_vision_tower(settings, pictures[:200], [s.caption() for s in scenes[:200]], tmp_path / "trained")
     assert log["last_loss"] < log["first_loss"]
     untrained = tmp_path / "untrained"

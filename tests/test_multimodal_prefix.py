@@ -119,15 +119,11 @@ def test_the_embed_step_drops_corrupt_and_missing_images_and_training_drops_thei
     from workflow_scripts.multimodal.bank import FeatureBank
     from workflow_scripts.multimodal.demo_vision import build_vision_tower
     from workflow_scripts.multimodal.embed import embed_task_images
+    from workflow_scripts.spec.model_settings import DemoVision
 
-    settings = {
-        "hidden_size": 16,
-        "intermediate_size": 32,
-        "num_hidden_layers": 1,
-        "num_attention_heads": 2,
-        "image_size": 32,
-        "patch_size": 8,
-    }
+    settings = DemoVision.defaults().replace(
+        hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=32, patch_size=8
+    )
     model, processor = build_vision_tower(settings)
     model.save_pretrained(tmp_path / "tower")
     processor.save_pretrained(tmp_path / "tower")

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from conftest import checkpoint_step, comparable_metrics, copy_repo, snakemake
+from workflow_scripts.spec.model_settings import BackboneProvenance
 from workflow_scripts.training.curves import CURVE_FILE, TIMING_QUANTITIES, read_curve
 from workflow_scripts.workflow import logs
 
@@ -65,7 +66,7 @@ def train_cmd(encoder, data, output, checkpoints, settings=SETTINGS):
 
 
 # The demo encoder as the evaluate_target rule describes a demo backbone (backbone_grid.provenance).
-PROVENANCE = {"name": "xlmr_tiny", "family": "encoder", "source": "demo", "method": "full", "precision": "bf16"}
+PROVENANCE = BackboneProvenance(name="xlmr_tiny", family="encoder", source="demo", method="full", precision="bf16")
 
 
 def evaluate(model: Path, xnli_dev: Path, out: Path, backbone: Path) -> dict:
@@ -88,7 +89,7 @@ def evaluate(model: Path, xnli_dev: Path, out: Path, backbone: Path) -> dict:
             "--backbone",
             str(backbone),
             "--backbone-settings",
-            json.dumps(PROVENANCE),
+            PROVENANCE.to_json(),
             "--settings",
             json.dumps(
                 {"languages": ["en", "de", "ru", "sw"], "max_length": 48, "eval_batch_size": 32, "precision": "bf16"}
@@ -135,7 +136,7 @@ def test_a_metric_file_says_how_its_backbone_was_trained(reference, demo_encoder
     backbone: its id, revision and resolved commit, tests/test_metric_file.py)."""
     metrics = reference[1]
     digest = hashlib.sha256(b"model.safetensors\0" + (demo_encoder_dir / "model.safetensors").read_bytes())
-    assert metrics["backbone"] == {**PROVENANCE, "built_locally": True, "weights_sha256": digest.hexdigest()}
+    assert metrics["backbone"] == {**PROVENANCE.to_dict(), "built_locally": True, "weights_sha256": digest.hexdigest()}
 
 
 # A kill without warning, and a stop signal. SIGTERM and SIGINT take the same handler as

@@ -115,23 +115,27 @@ import json  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 
+from workflow_scripts.spec.translation_settings import TranslationSettings  # noqa: E402
 from workflow_scripts.translation.translate import translation_quality  # noqa: E402
 from workflow_scripts.translation.translators import MarianTranslator, TranslationCache  # noqa: E402
 
-MT_SETTINGS = {"batch_size": 8, "num_beams": 1, "max_new_tokens": 12, "max_fuzzy_distance": 10}
+# greedy and short, on the transformers engine unless a test names another; the batch size is
+# the job's own (--batch-size), not the workflow's
+MT_SETTINGS = TranslationSettings.defaults().replace(
+    backend="transformers", batch_size=8, num_beams=1, max_new_tokens=12, max_fuzzy_distance=10
+)
 
 
 @pytest.fixture(scope="module")
 def translator_dir(tmp_path_factory, demo_data):
     from workflow_scripts.models.demo_models import build_demo_translator
+    from workflow_scripts.spec.model_settings import DemoTranslator
 
     out = tmp_path_factory.mktemp("mt") / "de"
-    build_demo_translator(
-        {"vocab_size": 800, "d_model": 16, "layers": 1, "heads": 2, "ffn_dim": 32, "max_position_embeddings": 64},
-        [str(p) for p in demo_data.values()],
-        "de",
-        out,
+    settings = DemoTranslator.defaults().replace(
+        vocab_size=800, d_model=16, layers=1, heads=2, ffn_dim=32, max_position_embeddings=64
     )
+    build_demo_translator(settings, [str(p) for p in demo_data.values()], "de", out)  # no corpus: untrained
     return out
 
 
@@ -180,11 +184,11 @@ def test_ctranslate2_and_transformers_give_the_same_greedy_translations(translat
     import torch
 
     texts = [r["text_a"] for r in read_table(demo_data["xnli.dev"]).to_pylist()[:40]]
-    hf = MarianTranslator(translator_dir, {**MT_SETTINGS, "backend": "transformers"}, torch.device("cpu"))
+    hf = MarianTranslator(translator_dir, MT_SETTINGS.replace(backend="transformers"), torch.device("cpu"))
     for threads in (1, 2):  # batches run in parallel with 2 threads: same strings, same order
         ct2 = MarianTranslator(
             translator_dir,
-            {**MT_SETTINGS, "backend": "ctranslate2", "compute_type": "float32"},
+            MT_SETTINGS.replace(backend="ctranslate2", compute_type="float32"),
             torch.device("cpu"),
             converted=converted_dir,
             threads=threads,
@@ -195,7 +199,7 @@ def test_ctranslate2_and_transformers_give_the_same_greedy_translations(translat
     assert ct2.cache.model_key != hf.cache.model_key
     int8 = MarianTranslator(
         translator_dir,
-        {**MT_SETTINGS, "backend": "ctranslate2", "compute_type": "int8"},
+        MT_SETTINGS.replace(backend="ctranslate2", compute_type="int8"),
         torch.device("cpu"),
         converted=converted_dir,
     )
@@ -207,7 +211,7 @@ def test_ctranslate2_backend_refuses_a_missing_or_stale_conversion(tmp_path, tra
 
     import torch
 
-    settings = {**MT_SETTINGS, "backend": "ctranslate2"}
+    settings = MT_SETTINGS.replace(backend="ctranslate2")
     with pytest.raises(InputError, match="needs the converted model"):
         MarianTranslator(translator_dir, settings, torch.device("cpu"))
     other = tmp_path / "other"
@@ -217,8 +221,8 @@ def test_ctranslate2_backend_refuses_a_missing_or_stale_conversion(tmp_path, tra
         MarianTranslator(other, settings, torch.device("cpu"), converted=converted_dir)
     with pytest.raises(InputError, match="not a converted translator"):
         MarianTranslator(translator_dir, settings, torch.device("cpu"), converted=translator_dir)
-    with pytest.raises(InputError, match="translation.backend"):
-        MarianTranslator(translator_dir, {**MT_SETTINGS, "backend": "fairseq"}, torch.device("cpu"))
+    with pytest.raises(InputError, match="backend: 'fairseq' is not one of 'ctranslate2', 'transformers'"):
+        MT_SETTINGS.replace(backend="fairseq")
 
 
 # --- CTranslate2's CUDA 12 cuBLAS -----------------------------------------------------------------
@@ -340,10 +344,10 @@ def test_ctranslate2_on_a_gpu_checks_for_cublas_before_building_its_translator(t
 
     monkeypatch.setattr(T, "ensure_cublas12", missing)
     with pytest.raises(InputError, match="stand-in"):
-        T.CTranslate2Engine(tmp_path, tmp_path, None, {}, torch.device("cuda", 0), 10, 1)
+        T.CTranslate2Engine(tmp_path, tmp_path, None, MT_SETTINGS, torch.device("cuda", 0), 10, 1)
     # on the CPU it is not asked: the next check (the conversion record) speaks
     with pytest.raises(InputError, match="not a converted translator"):
-        T.CTranslate2Engine(tmp_path, tmp_path, None, {}, torch.device("cpu"), 10, 1)
+        T.CTranslate2Engine(tmp_path, tmp_path, None, MT_SETTINGS, torch.device("cpu"), 10, 1)
 
 
 def test_random_translator_drops_spans_without_crashing(tmp_path, translator_dir, demo_data):
@@ -361,7 +365,7 @@ def test_random_translator_drops_spans_without_crashing(tmp_path, translator_dir
         "--input",
         str(demo_data["squad.train"]),
         "--settings",
-        json.dumps(MT_SETTINGS),
+        MT_SETTINGS.to_json(),
         "--output",
         str(tmp_path / "out.parquet"),
         "--stats",
@@ -468,7 +472,7 @@ def test_quality_pairs_xnli_sentences_in_either_direction(tmp_path, translator_d
             "--data",
             f"dev={demo_data['xnli.dev']}",
             "--settings",
-            json.dumps(MT_SETTINGS),
+            MT_SETTINGS.to_json(),
             "--output",
             str(out),
         ]
@@ -506,10 +510,10 @@ def test_a_multi_target_translator_needs_its_target_token(tmp_path, multi_target
     with pytest.raises(InputError, match=r"several languages \(>>ara<<, >>arz<<\).*target_token"):
         MarianTranslator(multi_target_dir, MT_SETTINGS, torch.device("cpu"))
     with pytest.raises(InputError, match="'>>cmn_Hans<<' is not one of its language tokens"):
-        MarianTranslator(multi_target_dir, {**MT_SETTINGS, "target_token": ">>cmn_Hans<<"}, torch.device("cpu"))
+        MarianTranslator(multi_target_dir, MT_SETTINGS.replace(target_token=">>cmn_Hans<<"), torch.device("cpu"))
 
     mt = MarianTranslator(
-        multi_target_dir, {**MT_SETTINGS, "target_token": ">>arz<<"}, torch.device("cpu"), tmp_path / "c.sqlite"
+        multi_target_dir, MT_SETTINGS.replace(target_token=">>arz<<"), torch.device("cpu"), tmp_path / "c.sqlite"
     )
 
     class Recording:  # the engine, noting what it is asked to translate
@@ -528,7 +532,7 @@ def test_a_multi_target_translator_needs_its_target_token(tmp_path, multi_target
     code_id = mt.tokenizer.convert_tokens_to_ids(">>arz<<")
     assert mt.tokenizer(seen[0])["input_ids"][0] == code_id  # one token, the model's own
     assert mt.describe()["target_token"] == ">>arz<<"
-    other = MarianTranslator(multi_target_dir, {**MT_SETTINGS, "target_token": ">>ara<<"}, torch.device("cpu"))
+    other = MarianTranslator(multi_target_dir, MT_SETTINGS.replace(target_token=">>ara<<"), torch.device("cpu"))
     assert other.cache.model_key != mt.cache.model_key  # another language, another cache entry
 
 
@@ -536,7 +540,7 @@ def test_a_single_target_translator_takes_no_target_token(translator_dir):
     import torch
 
     with pytest.raises(InputError, match="none: a single-target model"):
-        MarianTranslator(translator_dir, {**MT_SETTINGS, "target_token": ">>deu<<"}, torch.device("cpu"))
+        MarianTranslator(translator_dir, MT_SETTINGS.replace(target_token=">>deu<<"), torch.device("cpu"))
     assert MarianTranslator(translator_dir, MT_SETTINGS, torch.device("cpu")).target_token is None
 
 
@@ -623,7 +627,7 @@ def test_the_translate_step_writes_an_image_task_and_its_statistics(tmp_path, tr
     out.parent.mkdir()
     main(
         ["data", "--task", "vqa_v2", "--lang", "de", "--model", str(translator_dir), "--input", str(source)]
-        + ["--settings", json.dumps(MT_SETTINGS), "--output", str(out), "--stats", str(stats)]
+        + ["--settings", MT_SETTINGS.to_json(), "--output", str(out), "--stats", str(stats)]
     )
     translated = read_table(out, "visual_answer").to_pylist()
     assert [(r["id"], r["images"], r["answers"]) for r in translated] == [

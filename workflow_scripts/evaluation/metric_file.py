@@ -31,12 +31,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.common import LOG, load_settings, read_json, setup_logging, write_json
+from workflow_scripts.common import LOG, read_json, setup_logging, write_json
 from workflow_scripts.data import leakage
 from workflow_scripts.evaluation.evaluate import Sources, evaluate_run
 from workflow_scripts.evaluation.predictions import write_predictions
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.evaluation_settings import EvaluationSettings
+from workflow_scripts.spec.model_settings import BackboneProvenance
 from workflow_scripts.training.tracking import TrackingError, open_trackers
 
 # What models/prepare.py writes into a Hub snapshot it fetched: the Hub id, the revision
@@ -67,21 +68,19 @@ def prepared_source(backbone_dir: Path, source: str) -> dict[str, Any]:
     return {"hub_id": fetched["hub_id"], "revision": fetched["revision"], "resolved_revision": fetched["resolved_sha"]}
 
 
-def backbone_record(provenance: dict[str, Any], backbone_dir: Path) -> dict[str, Any]:
+def backbone_record(provenance: BackboneProvenance, backbone_dir: Path) -> dict[str, Any]:
     """The metric file's ``backbone``: the config's provenance completed from the prepared
     directory (see the module docstring)."""
     from workflow_scripts.models.adapters import Method, target_modules
 
-    record = {**provenance, **prepared_source(backbone_dir, provenance["source"])}
-    if "lora" in record:  # the modules training adapts (adapters.attach), named even when by default
+    record = {**provenance.to_dict(), **prepared_source(backbone_dir, provenance.source)}
+    lora = provenance.lora
+    if lora is not None:  # the modules training adapts (adapters.attach), named even when by default
         from transformers import AutoConfig
 
-        lora = record["lora"]
-        method = Method(name=record["method"], target_modules=tuple(lora.get("target_modules") or ()))
-        record["lora"] = {
-            **lora,
-            "target_modules": target_modules(method, record["family"], AutoConfig.from_pretrained(backbone_dir)),
-        }
+        method = Method(name=provenance.method, target_modules=lora.target_modules or ())
+        adapted = target_modules(method, provenance.family, AutoConfig.from_pretrained(backbone_dir))
+        record["lora"] = {**lora.to_dict(), "target_modules": adapted}
     return record
 
 
@@ -166,9 +165,10 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     # opened first: a tracker that cannot open stops the job before the evaluation's work
     try:
+        backbone = BackboneProvenance.parse(args.backbone_settings, "--backbone-settings")
         settings = {
             "settings": EvaluationSettings.parse(args.settings, "--settings").to_dict(),
-            "backbone": load_settings(args.backbone_settings),
+            "backbone": backbone.to_dict(),
         }
         trackers = open_trackers(args.tracking, args.tracking_dir, args.run, settings, job="evaluate")
     except (InputError, TrackingError) as err:
@@ -181,7 +181,8 @@ def main(argv: list[str] | None = None) -> None:
 def _evaluate(args: argparse.Namespace) -> dict[str, Any]:
     """The metric file (and the predictions) of the run ``args`` name; returns its record."""
     try:
-        backbone = backbone_record(load_settings(args.backbone_settings), args.backbone)
+        provenance = BackboneProvenance.parse(args.backbone_settings, "--backbone-settings")
+        backbone = backbone_record(provenance, args.backbone)
         result, predictions = evaluate_run(
             args.target,
             parse_models(args.model),

@@ -30,8 +30,18 @@ from typing import Any
 from workflow_scripts.common import LOG, atomic_path, configure_torch, seed_everything
 from workflow_scripts.progress import progress
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.model_settings import (
+    DecoderPretraining,
+    DemoDecoder,
+    DemoEncoder,
+    DemoTranslator,
+    EncoderPretraining,
+    TranslatorTraining,
+)
 
 SPECIAL_TOKENS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+# What the shared training loop reads of a pre-training's or a translator training's settings.
+Schedule = EncoderPretraining | DecoderPretraining | TranslatorTraining
 _MARKER_RE = re.compile(r"</?b>")
 
 
@@ -158,14 +168,14 @@ def canonical_vocab(vocab: list[tuple[str, float]], texts: Iterable[str]) -> lis
 
 
 def _optimise(
-    model, batches: Iterator[Any], loss_of: Callable[[Any], Any], opts: dict[str, Any], what: str
+    model, batches: Iterator[Any], loss_of: Callable[[Any], Any], opts: Schedule, what: str
 ) -> dict[str, Any]:
-    """AdamW with linear warm-up and decay for ``opts["steps"]`` steps; returns the loss
+    """AdamW with linear warm-up and decay for ``opts.steps`` steps; returns the loss
     curve (mean loss per tenth of the run), which the build log and metadata keep."""
     import torch
 
-    steps = int(opts["steps"])
-    optimizer = torch.optim.AdamW(model.parameters(), lr=float(opts["learning_rate"]), weight_decay=0.01)
+    steps = opts.steps
+    optimizer = torch.optim.AdamW(model.parameters(), lr=opts.learning_rate, weight_decay=0.01)
     warmup = max(1, steps // 10)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: min((s + 1) / warmup, max(0.0, (steps - s) / max(1, steps - warmup)))
@@ -225,7 +235,7 @@ def _padded(rows: Sequence[Sequence[int]], value: int):
 
 
 def pretrain_encoder(
-    model, tokenizer, corpora: Sequence[str | Path], opts: dict[str, Any], seed: int
+    model, tokenizer, corpora: Sequence[str | Path], opts: EncoderPretraining, seed: int
 ) -> dict[str, Any]:
     """InfoXLM-style pre-training (Chi et al. 2021), seeded: masked LM on single sentences
     and on translation pairs (both sides in one input, in random order: TLM), plus a
@@ -241,7 +251,7 @@ def pretrain_encoder(
 
     sentences, pairs = pretraining_examples(corpora)
     rng = random.Random(seed)
-    max_length, batch_size = int(opts["max_length"]), int(opts["batch_size"])
+    max_length, batch_size = opts.max_length, opts.batch_size
     encoded = tokenizer(sentences, truncation=True, max_length=max_length)["input_ids"] if sentences else []
     # Every side of a pair is one of the sentences: the contrastive batches reuse its encoding.
     position = {sentence: k for k, sentence in enumerate(sentences)}
@@ -254,7 +264,7 @@ def pretrain_encoder(
     generator = torch.Generator().manual_seed(seed)
     special = [tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS]
     pad = tokenizer.pad_token_id
-    temperature, contrast = float(opts["temperature"]), bool(pairs) and float(opts["contrastive_weight"]) > 0
+    temperature, contrast = opts.temperature, bool(pairs) and opts.contrastive_weight > 0
 
     def batches() -> Iterator[tuple[dict[str, Any], list[Any]]]:
         pair_batches = _batches(len(pairs), batch_size, rng) if contrast else None
@@ -268,7 +278,7 @@ def pretrain_encoder(
                 len(tokenizer),
                 special,
                 generator,
-                float(opts["mlm_probability"]),
+                opts.mlm_probability,
             )
             mlm = {"input_ids": masked, "attention_mask": attention_mask, "labels": labels}
             chosen = next(pair_batches) if pair_batches else []
@@ -284,7 +294,7 @@ def pretrain_encoder(
         loss = model(**mlm).loss
         if translation:
             xlco = translation_contrast(embed(translation[0]), embed(translation[1]), temperature)
-            loss = loss + float(opts["contrastive_weight"]) * xlco
+            loss = loss + opts.contrastive_weight * xlco
         return loss
 
     LOG.info("encoder pre-training: %d sentences and %d translation pairs", len(sentences), len(pairs))
@@ -293,35 +303,35 @@ def pretrain_encoder(
 
 
 def build_demo_encoder(
-    settings: dict[str, Any], text_files: list[str], output: Path, corpora: Sequence[str | Path] = (), threads: int = 1
+    settings: DemoEncoder, text_files: list[str], output: Path, corpora: Sequence[str | Path] = (), threads: int = 1
 ) -> None:
     """A tiny XLM-R (with its MLM head) and a unigram tokenizer on the demo text; pre-trained
-    on ``corpora`` when given and ``settings["pretraining"]["steps"]`` > 0."""
+    on ``corpora`` when given and ``settings.pretraining.steps`` > 0."""
     from transformers import XLMRobertaConfig, XLMRobertaForMaskedLM, XLMRobertaTokenizer
 
     configure_torch(threads)
-    seed = int(settings.get("seed", 0))
+    seed = settings.seed
     seed_everything(seed)
     texts = list(iter_texts(text_files))
     if not texts:
         raise InputError(f"no text to train the demo tokenizer in {text_files}")
-    vocab = train_unigram_vocab(texts, int(settings["vocab_size"]))
+    vocab = train_unigram_vocab(texts, settings.vocab_size)
     tokenizer = XLMRobertaTokenizer(vocab=vocab)
-    tokenizer.model_max_length = int(settings["max_position_embeddings"]) - 2
+    tokenizer.model_max_length = settings.max_position_embeddings - 2
     config = XLMRobertaConfig(
         vocab_size=len(vocab),
-        hidden_size=settings["hidden_size"],
-        num_hidden_layers=settings["num_hidden_layers"],
-        num_attention_heads=settings["num_attention_heads"],
-        intermediate_size=settings["intermediate_size"],
-        max_position_embeddings=settings["max_position_embeddings"],
+        hidden_size=settings.hidden_size,
+        num_hidden_layers=settings.num_hidden_layers,
+        num_attention_heads=settings.num_attention_heads,
+        intermediate_size=settings.intermediate_size,
+        max_position_embeddings=settings.max_position_embeddings,
         type_vocab_size=1,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
     )
     model = XLMRobertaForMaskedLM(config)
-    _pretrain_and_save(model, tokenizer, pretrain_encoder, settings, corpora, seed, output)
+    _pretrain_and_save(model, tokenizer, pretrain_encoder, settings.pretraining, corpora, seed, output)
     LOG.info("demo encoder: vocab %d, %d parameters -> %s", len(vocab), model.num_parameters(), output)
 
 
@@ -329,16 +339,15 @@ def _pretrain_and_save(
     model,
     tokenizer,
     pretrain: Callable[..., dict[str, Any]],
-    settings: dict[str, Any],
+    opts: EncoderPretraining | DecoderPretraining,
     corpora: Sequence[str | Path],
     seed: int,
     output: Path,
 ) -> None:
     """Pre-train a demo backbone on ``corpora`` when its settings ask for steps, then write it
     in its Hub layout with the pre-training log (``xstilts_demo.json``), in one piece."""
-    opts = settings.get("pretraining", {})
     log: dict[str, Any] = {"pretraining": None}
-    if corpora and int(opts.get("steps", 0)) > 0:
+    if corpora and opts.steps > 0:
         log["pretraining"] = pretrain(model, tokenizer, corpora, opts, seed)
     with atomic_path(output) as tmp:
         model.save_pretrained(tmp)
@@ -350,17 +359,19 @@ def _pretrain_and_save(
 # Translators.
 
 
-def train_translator(model, tokenizer, pairs: list[tuple[str, str]], opts: dict[str, Any], seed: int) -> dict[str, Any]:
+def train_translator(
+    model, tokenizer, pairs: list[tuple[str, str]], opts: TranslatorTraining, seed: int
+) -> dict[str, Any]:
     """Teacher-forced cross-entropy on the corpus pairs, through MarianMTModel's own loss."""
 
     rng = random.Random(seed)
-    max_length = int(opts["max_length"])
+    max_length = opts.max_length
     sources = tokenizer([s for s, _ in pairs], truncation=True, max_length=max_length)["input_ids"]
     targets = tokenizer(text_target=[t for _, t in pairs], truncation=True, max_length=max_length)["input_ids"]
     pad = tokenizer.pad_token_id
 
     def batches() -> Iterator[dict[str, Any]]:
-        for ids in _batches(len(pairs), int(opts["batch_size"]), rng):
+        for ids in _batches(len(pairs), opts.batch_size, rng):
             input_ids = _padded([sources[i] for i in ids], pad)
             yield {
                 "input_ids": input_ids,
@@ -373,7 +384,7 @@ def train_translator(model, tokenizer, pairs: list[tuple[str, str]], opts: dict[
 
 
 def build_demo_translator(
-    settings: dict[str, Any],
+    settings: DemoTranslator,
     text_files: list[str],
     lang: str,
     output: Path,
@@ -382,13 +393,13 @@ def build_demo_translator(
     threads: int = 1,
 ) -> None:
     """A tiny MarianMT model with SentencePiece models trained on the demo text (and the
-    corpus); trained on ``corpus`` when given and ``settings["training"]["steps"]`` > 0."""
+    corpus); trained on ``corpus`` when given and ``settings.training.steps`` > 0."""
     import sentencepiece as spm
     import torch
     from transformers import MarianConfig, MarianMTModel, MarianTokenizer
 
     configure_torch(threads)
-    seed = int(settings.get("seed", 0))
+    seed = settings.seed
     seed_everything(seed)
     texts = list(iter_texts(text_files))
     pairs: list[tuple[str, str]] = []
@@ -410,7 +421,7 @@ def build_demo_translator(
             spm.SentencePieceTrainer.train(
                 sentence_iterator=iter(texts),
                 model_writer=buf,
-                vocab_size=int(settings["vocab_size"]),
+                vocab_size=settings.vocab_size,
                 model_type="unigram",
                 character_coverage=1.0,
                 num_threads=1,
@@ -434,19 +445,19 @@ def build_demo_translator(
             vocab=str(tmp / "vocab.json"),
             source_lang=source_lang,
             target_lang=lang,
-            model_max_length=int(settings["max_position_embeddings"]),
+            model_max_length=settings.max_position_embeddings,
         )
         pad = vocab["<pad>"]
         config = MarianConfig(
             vocab_size=len(vocab),
-            d_model=settings["d_model"],
-            encoder_layers=settings["layers"],
-            decoder_layers=settings["layers"],
-            encoder_attention_heads=settings["heads"],
-            decoder_attention_heads=settings["heads"],
-            encoder_ffn_dim=settings["ffn_dim"],
-            decoder_ffn_dim=settings["ffn_dim"],
-            max_position_embeddings=settings["max_position_embeddings"],
+            d_model=settings.d_model,
+            encoder_layers=settings.layers,
+            decoder_layers=settings.layers,
+            encoder_attention_heads=settings.heads,
+            decoder_attention_heads=settings.heads,
+            encoder_ffn_dim=settings.ffn_dim,
+            decoder_ffn_dim=settings.ffn_dim,
+            max_position_embeddings=settings.max_position_embeddings,
             pad_token_id=pad,
             eos_token_id=0,
             decoder_start_token_id=pad,
@@ -464,10 +475,9 @@ def build_demo_translator(
             embeddings[pad].zero_()
         embeddings.register_hook(lambda grad: grad.index_fill(0, torch.tensor([pad]), 0.0))
         model.generation_config.bad_words_ids = [[pad]]
-        opts = settings.get("training", {})
         log: dict[str, Any] = {"training": None}
-        if pairs and int(opts.get("steps", 0)) > 0:
-            log["training"] = train_translator(model, tokenizer, pairs, opts, seed)
+        if pairs and settings.training.steps > 0:
+            log["training"] = train_translator(model, tokenizer, pairs, settings.training, seed)
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / "xstilts_demo.json").write_text(json.dumps(log, indent=1) + "\n")
@@ -576,10 +586,10 @@ def translation_contrast(source, target, temperature: float):
 
 
 def pretrain_decoder(
-    model, tokenizer, corpora: Sequence[str | Path], opts: dict[str, Any], seed: int
+    model, tokenizer, corpora: Sequence[str | Path], opts: DecoderPretraining, seed: int
 ) -> dict[str, Any]:
     """Causal LM pre-training, seeded, on the corpora's sentences and translation pairs, plus,
-    when ``opts["contrastive_weight"]`` > 0, the encoder's cross-lingual contrastive loss on
+    when ``opts.contrastive_weight`` > 0, the encoder's cross-lingual contrastive loss on
     the last-token states of a sentence and its translation (``pretrain_encoder`` says why;
     next-token prediction alone leaves the languages unaligned here too).
 
@@ -592,13 +602,13 @@ def pretrain_decoder(
     from workflow_scripts.models.backbones.family import last_token
 
     rng = random.Random(seed)
-    max_length, batch_size = int(opts["max_length"]), int(opts["batch_size"])
+    max_length, batch_size = opts.max_length, opts.batch_size
     encoded, sentences, pairs = decoder_pretraining_ids(tokenizer, corpora, max_length, rng)
     # Every side of a pair is one of the sentences: the contrastive batches reuse its encoding.
     position = {sentence: k for k, sentence in enumerate(sentences)}
     sides = [[encoded[position[pair[k]]] for pair in pairs] for k in (0, 1)]
-    weight = float(opts.get("contrastive_weight", 0.0)) if pairs else 0.0
-    temperature = float(opts.get("temperature", 0.05))
+    weight = opts.contrastive_weight if pairs else 0.0
+    temperature = opts.temperature
     pad = tokenizer.pad_token_id
 
     def lm_batch(rows: Sequence[Sequence[int]]) -> dict[str, Any]:
@@ -650,10 +660,10 @@ def pretrain_decoder(
 
 
 def build_demo_decoder(
-    settings: dict[str, Any], text_files: list[str], output: Path, corpora: Sequence[str | Path] = (), threads: int = 1
+    settings: DemoDecoder, text_files: list[str], output: Path, corpora: Sequence[str | Path] = (), threads: int = 1
 ) -> None:
     """A tiny Llama (LlamaForCausalLM) and a byte-level BPE tokenizer on the demo text,
-    pre-trained on ``corpora`` when given and ``settings["pretraining"]["steps"]`` > 0; saved
+    pre-trained on ``corpora`` when given and ``settings.pretraining.steps`` > 0; saved
     like a Hub Llama snapshot (AutoTokenizer, AutoModel, AutoModelForCausalLM load it).
 
     The tokenizer also learns from the corpora's sentences, as the translators' vocabularies
@@ -662,23 +672,23 @@ def build_demo_decoder(
     from transformers import LlamaConfig, LlamaForCausalLM
 
     configure_torch(threads)
-    seed = int(settings.get("seed", 0))
+    seed = settings.seed
     seed_everything(seed)
     texts = list(iter_texts(text_files))
     if not texts:
         raise InputError(f"no text to train the demo tokenizer in {text_files}")
     sentences = pretraining_examples(corpora)[0] if corpora else []
-    backend = train_byte_level_bpe(texts + sentences, int(settings["vocab_size"]))
-    max_positions = int(settings["max_position_embeddings"])
+    backend = train_byte_level_bpe(texts + sentences, settings.vocab_size)
+    max_positions = settings.max_position_embeddings
     tokenizer = decoder_tokenizer(backend, max_positions)
-    heads = int(settings["num_attention_heads"])
+    heads = settings.num_attention_heads
     config = LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=settings["hidden_size"],
-        num_hidden_layers=settings["num_hidden_layers"],
+        hidden_size=settings.hidden_size,
+        num_hidden_layers=settings.num_hidden_layers,
         num_attention_heads=heads,
-        num_key_value_heads=int(settings.get("num_key_value_heads") or heads),
-        intermediate_size=settings["intermediate_size"],
+        num_key_value_heads=settings.num_key_value_heads or heads,
+        intermediate_size=settings.intermediate_size,
         max_position_embeddings=max_positions,
         # Tied input and output embeddings, as small Llamas (3.2 1B/3B) have: at this size the
         # output layer would otherwise hold most of the parameters.
@@ -688,5 +698,5 @@ def build_demo_decoder(
         eos_token_id=tokenizer.eos_token_id,
     )
     model = LlamaForCausalLM(config)
-    _pretrain_and_save(model, tokenizer, pretrain_decoder, settings, corpora, seed, output)
+    _pretrain_and_save(model, tokenizer, pretrain_decoder, settings.pretraining, corpora, seed, output)
     LOG.info("demo decoder: vocab %d, %d parameters -> %s", len(tokenizer), model.num_parameters(), output)

@@ -15,8 +15,9 @@ import argparse
 import json
 from pathlib import Path
 
-from workflow_scripts.common import LOG, atomic_path, load_settings, setup_logging
+from workflow_scripts.common import LOG, atomic_path, setup_logging
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.model_settings import BackbonePrepare, DemoDecoder, TranslatorPrepare, VisionPrepare
 
 # Only what loading needs: skips TF/Flax/ONNX duplicates of multi-GB checkpoints.
 HUB_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.spm", "*.txt", "sentencepiece*"]
@@ -39,30 +40,32 @@ def fetch_hub_model(hub_id: str, revision: str, output: Path) -> None:
         (tmp / "xstilts_source.json").write_text(json.dumps(source) + "\n")
 
 
-def prepare_backbone(settings: dict, output: Path, text: list[str], corpora: list[str], threads: int) -> None:
+def prepare_backbone(
+    settings: BackbonePrepare, output: Path, text: list[str], corpora: list[str], threads: int
+) -> None:
     """A backbone directory: the Hub snapshot, or the demo model of its family, with the
     family recorded (backbones.MANIFEST), written in one piece."""
-    from workflow_scripts.models.backbones import MANIFEST, get_family
+    from workflow_scripts.models.backbones import MANIFEST
 
-    family = get_family(settings["family"]).name
     with atomic_path(output) as tmp:
-        if settings["source"] == "hub":
-            fetch_hub_model(settings["hub_id"], settings["revision"], tmp)
-        else:
-            from workflow_scripts.models.demo_models import build_demo_decoder, build_demo_encoder
+        if settings.source == "hub":
+            fetch_hub_model(settings.hub_id, settings.revision, tmp)
+        elif isinstance(settings.demo, DemoDecoder):
+            from workflow_scripts.models.demo_models import build_demo_decoder
 
-            builders = {"encoder": build_demo_encoder, "decoder": build_demo_decoder}
-            if family not in builders:
-                raise InputError(f"the demo builds {' and '.join(builders)} backbones, not {family}")
-            builders[family](settings["demo"], text, tmp, corpora, threads)
-        (tmp / MANIFEST).write_text(json.dumps({"family": family}) + "\n")
+            build_demo_decoder(settings.demo, text, tmp, corpora, threads)
+        else:  # the record has checked that the demo block is its family's
+            from workflow_scripts.models.demo_models import build_demo_encoder
+
+            build_demo_encoder(settings.demo, text, tmp, corpora, threads)
+        (tmp / MANIFEST).write_text(json.dumps({"family": settings.family}) + "\n")
 
 
-def prepare_vision_encoder(settings: dict, output: Path, images: str | None, captions: str | None) -> None:
+def prepare_vision_encoder(settings: VisionPrepare, output: Path, images: str | None, captions: str | None) -> None:
     """The frozen vision encoder of image tasks (docs/protocol.md §9): a Hub CLIP or SigLIP
     snapshot, or the demo's tiny CLIP tower pre-trained on the demo's (image, caption) pairs."""
-    if settings["source"] == "hub":
-        fetch_hub_model(settings["hub_id"], settings["revision"], output)
+    if settings.source == "hub":
+        fetch_hub_model(settings.hub_id, settings.revision, output)
         return
     from workflow_scripts.multimodal.demo_vision import build_demo_vision_tower, caption_pairs
 
@@ -72,7 +75,30 @@ def prepare_vision_encoder(settings: dict, output: Path, images: str | None, cap
         )
     pictures, texts = caption_pairs(Path(captions), Path(images))
     with atomic_path(output) as tmp:
-        build_demo_vision_tower(settings["demo"], pictures, texts, tmp, seed=int(settings.get("seed", 0)))
+        build_demo_vision_tower(settings.demo, pictures, texts, tmp, seed=settings.seed)
+
+
+def prepare_translator(settings: TranslatorPrepare, args: argparse.Namespace) -> None:
+    """An OPUS-MT snapshot, or the demo's MarianMT for ``--from-lang`` -> ``--lang``, trained
+    on the one parallel corpus of that pair."""
+    if settings.source == "hub":
+        fetch_hub_model(settings.hub_id, settings.revision, args.output)
+        return
+    from workflow_scripts.models.demo_models import build_demo_translator
+
+    if not args.lang:
+        raise InputError("--lang is required for a translator")
+    if len(args.corpus) > 1:
+        raise InputError(f"a translator trains on one parallel corpus, got {args.corpus}")
+    build_demo_translator(
+        settings.demo,
+        args.text,
+        args.lang,
+        args.output,
+        args.from_lang,
+        args.corpus[0] if args.corpus else None,
+        args.threads,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -95,34 +121,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
     try:
-        settings = load_settings(args.settings)
         if args.kind == "backbone":
-            prepare_backbone(settings, args.output, args.text, args.corpus, args.threads)
-            return
-        if args.kind == "vision":
+            backbone = BackbonePrepare.parse(args.settings, "--settings")
+            prepare_backbone(backbone, args.output, args.text, args.corpus, args.threads)
+        elif args.kind == "vision":
             import torch
 
+            vision = VisionPrepare.parse(args.settings, "--settings")
             torch.set_num_threads(args.threads)
-            prepare_vision_encoder(settings, args.output, args.images, args.captions)
-            return
-        if settings["source"] == "hub":
-            fetch_hub_model(settings["hub_id"], settings["revision"], args.output)
-            return
-        from workflow_scripts.models.demo_models import build_demo_translator
-
-        if not args.lang:
-            raise InputError("--lang is required for a translator")
-        if len(args.corpus) > 1:
-            raise InputError(f"a translator trains on one parallel corpus, got {args.corpus}")
-        build_demo_translator(
-            settings["demo"],
-            args.text,
-            args.lang,
-            args.output,
-            args.from_lang,
-            args.corpus[0] if args.corpus else None,
-            args.threads,
-        )
+            prepare_vision_encoder(vision, args.output, args.images, args.captions)
+        else:
+            prepare_translator(TranslatorPrepare.parse(args.settings, "--settings"), args)
     except InputError as err:
         raise SystemExit(f"error: {err}") from None
 

@@ -19,30 +19,31 @@ import numpy as np
 from workflow_scripts.common import LOG
 from workflow_scripts.progress import progress
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.model_settings import DemoVision, VisionPretraining
 
 
-def build_vision_tower(settings: dict[str, Any], seed: int = 0):
+def build_vision_tower(settings: DemoVision, seed: int = 0):
     """(model, processor) of a CLIP vision tower sized by ``settings``, initialised from ``seed``."""
     import torch
     from transformers import CLIPImageProcessor, CLIPVisionConfig, CLIPVisionModel
 
     torch.manual_seed(seed)
-    size = int(settings["image_size"])
+    size = settings.image_size
     config = CLIPVisionConfig(
-        hidden_size=int(settings["hidden_size"]),
-        intermediate_size=int(settings["intermediate_size"]),
-        num_hidden_layers=int(settings["num_hidden_layers"]),
-        num_attention_heads=int(settings["num_attention_heads"]),
+        hidden_size=settings.hidden_size,
+        intermediate_size=settings.intermediate_size,
+        num_hidden_layers=settings.num_hidden_layers,
+        num_attention_heads=settings.num_attention_heads,
         image_size=size,
-        patch_size=int(settings["patch_size"]),
-        projection_dim=int(settings["hidden_size"]),
+        patch_size=settings.patch_size,
+        projection_dim=settings.hidden_size,
     )
     processor = CLIPImageProcessor(size={"shortest_edge": size}, crop_size={"height": size, "width": size})
     return CLIPVisionModel(config), processor
 
 
 def pretrain_vision_tower(
-    model, processor, images: Sequence[np.ndarray], captions: Sequence[str], opts: dict[str, Any], seed: int
+    model, processor, images: Sequence[np.ndarray], captions: Sequence[str], opts: VisionPretraining, seed: int
 ) -> dict[str, Any]:
     """Contrastive pre-training on (image, caption) pairs, seeded; returns the loss log."""
     import torch
@@ -64,8 +65,8 @@ def pretrain_vision_tower(
     scale = torch.nn.Parameter(torch.tensor(np.log(10.0), dtype=torch.float32))
     pixels = processor(images=list(images), return_tensors="pt")["pixel_values"]
     params = [*model.parameters(), *text.parameters(), scale]
-    optimiser = torch.optim.AdamW(params, lr=float(opts["learning_rate"]), weight_decay=0.0)
-    steps, batch_size = int(opts["steps"]), int(opts["batch_size"])
+    optimiser = torch.optim.AdamW(params, lr=opts.learning_rate, weight_decay=0.0)
+    steps, batch_size = opts.steps, opts.batch_size
     model.train()
     losses = []
     for _ in progress(range(steps), desc="vision pre-training", unit="step"):
@@ -119,11 +120,11 @@ def caption_pairs(rows_file: Path, image_dir: Path) -> tuple[list[np.ndarray], l
 
 
 def build_demo_vision_tower(
-    settings: dict[str, Any], images: Sequence[np.ndarray], captions: Sequence[str], output: Path, seed: int = 0
+    settings: DemoVision, images: Sequence[np.ndarray], captions: Sequence[str], output: Path, seed: int = 0
 ) -> dict[str, Any]:
     """Build, pre-train and save the demo's vision tower (and its processor) to ``output``."""
     model, processor = build_vision_tower(settings, seed)
-    log = pretrain_vision_tower(model, processor, images, captions, settings["pretraining"], seed)
+    log = pretrain_vision_tower(model, processor, images, captions, settings.pretraining, seed)
     output.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(output)
     processor.save_pretrained(output)

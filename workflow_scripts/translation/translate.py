@@ -46,7 +46,6 @@ from workflow_scripts.common import (
     atomic_path,
     configure_torch,
     device,
-    load_settings,
     setup_logging,
     write_json,
 )
@@ -56,6 +55,7 @@ from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.formats import get_format
 from workflow_scripts.spec.formats import names as format_names
 from workflow_scripts.spec.tasks import SPAN, get_task
+from workflow_scripts.spec.translation_settings import TranslationSettings
 from workflow_scripts.translation.translators import MarianTranslator
 
 OPEN, CLOSE = "<b>", "</b>"
@@ -237,15 +237,13 @@ def translate_rows(
     return [{**r, "lang": lang or r["lang"]} for r in out], stats
 
 
-def translation_run_settings(args) -> dict[str, Any]:
-    settings = load_settings(args.settings)
+def translation_run_settings(args) -> TranslationSettings:
+    """--settings with the job's --batch-size (a resource of the rule: speed only)."""
+    settings = TranslationSettings.parse(args.settings, "--settings")
     if args.batch_size is not None:
-        settings["batch_size"] = args.batch_size
-    if int(settings.get("batch_size") or 0) < 1:
-        raise InputError(
-            f"translation needs a batch size of at least 1 (--batch-size or the settings' batch_size), "
-            f"got {settings.get('batch_size')!r}"
-        )
+        settings = settings.replace(batch_size=args.batch_size)
+    if settings.batch_size is None:
+        raise InputError("translation needs a batch size of at least 1 (--batch-size or the settings' batch_size)")
     return settings
 
 
@@ -262,7 +260,7 @@ def translate_task(args) -> None:
     translator = MarianTranslator(args.model, settings, device(), args.cache, args.converted, args.threads)
     # Into English (translate-test) the rows still stand for their language's test set.
     label = None if args.lang == "en" else args.lang
-    out, stats = translate_rows(task.format, rows, translator, label, int(settings["max_fuzzy_distance"]))
+    out, stats = translate_rows(task.format, rows, translator, label, settings.max_fuzzy_distance)
     if not out:  # counted, not fatal: a job that needs this data says so itself
         LOG.warning("no %s example survived translation %s -> %s: %s", args.task, args.from_lang, args.lang, stats)
     with atomic_path(args.output) as tmp:

@@ -38,9 +38,8 @@ from workflow_scripts.common import LOG, atomic_path, read_json, setup_logging
 from workflow_scripts.precision import DTYPE_NAMES, Precision
 from workflow_scripts.progress import progress
 from workflow_scripts.spec.basics import InputError
-from workflow_scripts.spec.schema import TRANSLATION_PRECISION
+from workflow_scripts.spec.translation_settings import TranslationSettings
 
-BACKENDS = ("ctranslate2", "transformers")
 CONVERSION_RECORD = "xstilts_conversion.json"
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 # Batches handed to the engine per call (and per cache write, per progress-bar tick).
@@ -114,25 +113,33 @@ def weights_digest(model_dir: Path) -> str:
     return digest.hexdigest()
 
 
-def model_key(model_dir: Path, settings: dict[str, Any], engine: dict[str, Any]) -> str:
+def required_batch_size(settings: TranslationSettings) -> int:
+    """The batch size the job set (--batch-size): the workflow's settings leave it out, since it
+    changes only speed."""
+    if settings.batch_size is None:
+        raise InputError("translation needs a batch size (--batch-size)")
+    return settings.batch_size
+
+
+def model_key(model_dir: Path, settings: TranslationSettings, engine: dict[str, Any]) -> str:
     """What determines a translation: the weights and vocabularies, the engine with its
     precision and version, and the decoding settings."""
-    generation = {k: settings[k] for k in ("num_beams", "max_new_tokens")}
-    if settings.get("target_token"):
-        generation["target_token"] = settings["target_token"]
+    generation: dict[str, Any] = {"num_beams": settings.num_beams, "max_new_tokens": settings.max_new_tokens}
+    if settings.target_token:
+        generation["target_token"] = settings.target_token
     text = weights_digest(model_dir) + json.dumps([generation, engine], sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 class TransformersEngine:
-    def __init__(self, model_dir: Path, tokenizer, settings: dict[str, Any], dev, limit: int) -> None:
+    def __init__(self, model_dir: Path, tokenizer, settings: TranslationSettings, dev, limit: int) -> None:
         import torch
         from transformers import MarianMTModel
 
         # fp32 weights, the forward under the precision policy's autocast (precision.py), as a backbone's
         self.model = MarianMTModel.from_pretrained(str(model_dir), dtype=torch.float32).to(dev).eval()
         self.tokenizer, self.settings, self.dev, self.limit = tokenizer, settings, dev, limit
-        self.precision = Precision(settings.get("precision", TRANSLATION_PRECISION))
+        self.precision = Precision(settings.precision)  # named with this backend (TranslationSettings)
         self.precision.check_device(dev, "translation.precision")
         self.description = {
             "backend": "transformers",
@@ -149,7 +156,7 @@ class TransformersEngine:
         )
         with torch.inference_mode(), self.precision.autocast(self.dev):
             out = self.model.generate(
-                **enc, num_beams=int(self.settings["num_beams"]), max_new_tokens=int(self.settings["max_new_tokens"])
+                **enc, num_beams=self.settings.num_beams, max_new_tokens=self.settings.max_new_tokens
             )
         special = torch.tensor(self.tokenizer.all_special_ids, device=out.device)
         self.tokens_generated += int((~torch.isin(out, special)).sum())
@@ -210,7 +217,7 @@ def ensure_cublas12(search_path: Sequence[str] | None = None) -> str:
 
 class CTranslate2Engine:
     def __init__(
-        self, converted: Path, model_dir: Path, tokenizer, settings: dict[str, Any], dev, limit: int, threads: int
+        self, converted: Path, model_dir: Path, tokenizer, settings: TranslationSettings, dev, limit: int, threads: int
     ) -> None:
         if dev.type == "cuda":
             LOG.info("CTranslate2 on %s: %s", dev, ensure_cublas12())
@@ -230,16 +237,17 @@ class CTranslate2Engine:
             str(converted),
             device="cuda" if on_gpu else "cpu",
             device_index=dev.index or 0,
-            compute_type=settings.get("compute_type", "auto"),
+            compute_type=settings.compute_type,
             inter_threads=1 if on_gpu else max(1, threads),
             intra_threads=1,
         )
         self.batches_per_call = _BATCHES_PER_CALL * (1 if on_gpu else max(1, threads))
         self.tokenizer, self.settings, self.limit = tokenizer, settings, limit
+        self.batch_size = required_batch_size(settings)
         generation = GenerationConfig.from_pretrained(str(model_dir))
         # transformers counts a forced </s> among max_new_tokens; CTranslate2 counts real tokens.
         forced_eos = generation.forced_eos_token_id is not None
-        self.max_decoding_length = int(settings["max_new_tokens"]) - (1 if forced_eos else 0)
+        self.max_decoding_length = settings.max_new_tokens - (1 if forced_eos else 0)
         # CTranslate2 drops Marian's <pad> from the converted vocabulary (it can never be
         # generated), so OPUS-MT's ban on it holds already and cannot be passed on: only bans
         # on tokens the converted model has are.
@@ -260,8 +268,8 @@ class CTranslate2Engine:
         ids = self.tokenizer(segments, truncation=True, max_length=self.limit)["input_ids"]
         results = self.translator.translate_batch(
             [self.tokenizer.convert_ids_to_tokens(x) for x in ids],
-            max_batch_size=int(self.settings["batch_size"]),
-            beam_size=int(self.settings["num_beams"]),
+            max_batch_size=self.batch_size,
+            beam_size=self.settings.num_beams,
             max_decoding_length=max(1, self.max_decoding_length),
             suppress_sequences=self.suppress or None,
         )
@@ -283,7 +291,7 @@ class MarianTranslator:
     def __init__(
         self,
         model_dir: Path,
-        settings: dict[str, Any],
+        settings: TranslationSettings,
         dev,
         cache_path: Path | None = None,
         converted: Path | None = None,
@@ -293,19 +301,17 @@ class MarianTranslator:
 
         if not (model_dir / "config.json").is_file():
             raise InputError(f"translator directory {model_dir} has no config.json")
-        backend = settings.get("backend", "transformers")
-        if backend not in BACKENDS:
-            raise InputError(f"translation.backend {backend!r}: expected one of {list(BACKENDS)}")
+        self.batch_size = required_batch_size(settings)
         self.model_name = model_dir.name  # names the model in progress lines
         self.tokenizer = MarianTokenizer.from_pretrained(str(model_dir))
         self.target_token = target_language_token(
-            model_dir, self.tokenizer.supported_language_codes, settings.get("target_token")
+            model_dir, self.tokenizer.supported_language_codes, settings.target_token
         )
         positions = MarianConfig.from_pretrained(str(model_dir)).max_position_embeddings
         # The target-language token, where there is one, takes a position of every segment.
         self.limit = min(self.tokenizer.model_max_length, positions) - 1 - bool(self.target_token)
         self.settings = settings
-        if backend == "ctranslate2":
+        if settings.backend == "ctranslate2":
             if converted is None:
                 raise InputError("translation.backend ctranslate2 needs the converted model (--converted DIR)")
             self.engine: TransformersEngine | CTranslate2Engine = CTranslate2Engine(
@@ -348,7 +354,7 @@ class MarianTranslator:
         self.counts["segments_requested"] += len(unique)
         self.counts["segments_from_cache"] += len(unique) - len(todo)
         self.counts["segments_translated"] += len(todo)
-        step = int(self.settings["batch_size"]) * self.engine.batches_per_call
+        step = self.batch_size * self.engine.batches_per_call
         with progress(total=len(todo), desc=f"translating with {self.model_name}", unit="segment") as bar:
             for b in range(0, len(todo), step):
                 chunk = todo[b : b + step]  # length-sorted: little padding per batch

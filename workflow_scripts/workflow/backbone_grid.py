@@ -18,8 +18,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from workflow_scripts.models.backbones import get_family
 from workflow_scripts.spec import paths
+from workflow_scripts.spec.families import DEMO_FAMILIES, POOLINGS
+from workflow_scripts.spec.families import facts as family_facts
+from workflow_scripts.spec.model_settings import BackbonePrepare, BackboneProvenance
+from workflow_scripts.spec.record import plain
 from workflow_scripts.spec.schema import (
     DEFAULT_ACTIVATION_CHECKPOINTING,
     DEFAULT_METHOD,
@@ -33,7 +36,6 @@ from workflow_scripts.spec.suggest import did_you_mean
 from workflow_scripts.spec.tasks import TASKS, get_task
 from workflow_scripts.workflow import transfer
 
-DEMO_FAMILIES = ("encoder", "decoder")  # the families the demo can build (demo_models.py)
 GRID_KEYS = ("intermediate", "targets", "seeds", "settings")
 
 
@@ -139,12 +141,14 @@ def method_settings(config: dict[str, Any], backbone: str) -> dict[str, Any]:
     return method
 
 
-def prepare_settings(config: dict[str, Any], backbone: str) -> dict[str, Any]:
+def prepare_settings(config: dict[str, Any], backbone: str) -> BackbonePrepare:
     """What prepare_backbone fetches or builds, and the family it records."""
     entry = config["backbones"][backbone]
+    where = f"backbones.{backbone}"
     if config["models"]["source"] == "hub":
-        return {"source": "hub", "family": entry["family"], "hub_id": entry["hub_id"], "revision": entry["revision"]}
-    return {"source": "demo", "family": entry["family"], "demo": entry.get("demo", {})}
+        hub = {"source": "hub", "family": entry["family"], "hub_id": entry["hub_id"], "revision": entry["revision"]}
+        return BackbonePrepare.parse(hub, where)
+    return BackbonePrepare.parse({"source": "demo", "family": entry["family"], "demo": entry.get("demo", {})}, where)
 
 
 def retrieval_settings(config: dict[str, Any], backbone: str) -> dict[str, Any]:
@@ -163,13 +167,13 @@ def gpus(config: dict[str, Any], backbone: str) -> dict[str, Any]:
     }
 
 
-def provenance(config: dict[str, Any], backbone: str) -> dict[str, Any]:
+def provenance(config: dict[str, Any], backbone: str) -> BackboneProvenance:
     """What a metric file records of its backbone: where it comes from (Hub id and revision,
     or a demo model), its family, and how it trains (method_settings: method, precision, the
     LoRA settings of an adapter method). The evaluation adds what the prepared directory
     says: the commit a Hub revision resolved to, or the demo model's weights digest."""
     entry = config["backbones"][backbone]
-    method = method_settings(config, backbone)
+    method = dict(plain(method_settings(config, backbone)))  # a record or a mapping: its JSON keys
     out = {
         "name": backbone,
         "family": entry["family"],
@@ -182,14 +186,14 @@ def provenance(config: dict[str, Any], backbone: str) -> dict[str, Any]:
     lora = {key: method.pop(key) for key in LORA_KEYS if key in method}
     if lora:
         out["lora"] = lora
-    return {**out, **method}  # activation_checkpointing, when on
+    return BackboneProvenance.parse({**out, **method}, f"backbones.{backbone}")  # activation_checkpointing, when on
 
 
 def describe(config: dict[str, Any], backbone: str) -> dict[str, Any]:
     """What a table row records of the backbone: its provenance, its size, and the targets
     its training mixture held (footnoted: not zero-shot)."""
     entry = config["backbones"][backbone]
-    out = {**provenance(config, backbone), "contaminated_targets": contaminated(config, backbone)}
+    out = {**provenance(config, backbone).to_dict(), "contaminated_targets": contaminated(config, backbone)}
     for key in ("parameters", "contamination_source"):
         if entry.get(key):
             out[key] = entry[key]
@@ -261,7 +265,7 @@ def check(config: dict[str, Any]) -> None:
         baseline_setting = transfer.baseline_setting(config)
         if baseline_setting not in part["settings"]:
             raise BackboneError(f"config key {key}.grid.settings: lacks the baseline setting {baseline_setting!r}")
-        if not get_family(family).has_mlm:  # backbones/: Family.has_mlm
+        if not family_facts(family).has_mlm:
             for inter in part["intermediate"]:
                 if config["intermediate"][inter].get("mlm"):
                     raise BackboneError(
@@ -276,5 +280,5 @@ def check(config: dict[str, Any]) -> None:
                     f"{did_you_mean(target, targets)}"
                 )
         pooling = (entry.get("retrieval") or {}).get("pooling")
-        if pooling not in (None, "mean", "first", "last", "family"):
+        if pooling not in (None, *POOLINGS, "family"):
             raise BackboneError(f"config key {key}.retrieval.pooling: {pooling!r}")

@@ -16,6 +16,7 @@ from workflow_scripts.spec.data_settings import DataOptions, DataSettings, Leaka
 from workflow_scripts.spec.evaluation_settings import EvaluationSettings
 from workflow_scripts.spec.formats import get_format
 from workflow_scripts.spec.local_data import SOURCE as LOCAL_FILES
+from workflow_scripts.spec.model_settings import TranslatorPrepare, VisionPrepare
 from workflow_scripts.spec.schema import error_hint
 from workflow_scripts.spec.suggest import did_you_mean
 from workflow_scripts.spec.tasks import (
@@ -26,6 +27,7 @@ from workflow_scripts.spec.tasks import (
     TRANSLATABLE_FORMATS,
     get_task,
 )
+from workflow_scripts.spec.translation_settings import UNREAD_KEYS, TranslationSettings
 from workflow_scripts.workflow import backbone_grid, local_data, memory_plan, slurm, sweep, transfer
 from workflow_scripts.workflow.transfer import data_path, translate_test_path, translated_path
 
@@ -594,16 +596,18 @@ def image_dir(config: dict[str, Any], task: str) -> str:
     )
 
 
-def vision_settings(config: dict[str, Any]) -> dict[str, Any]:
+def vision_settings(config: dict[str, Any]) -> VisionPrepare:
     """What builds or fetches the vision encoder (a change rebuilds it and re-embeds)."""
     vision = config.get("vision", {})
     if config["models"]["source"] == "demo":
-        return {"source": "demo", "demo": vision.get("demo", {}), "seed": vision.get("demo", {}).get("seed", 0)}
-    return {
+        demo = vision.get("demo", {})
+        return VisionPrepare.parse({"source": "demo", "demo": demo, "seed": demo.get("seed", 0)}, "vision")
+    hub = {
         "source": "hub",
         "hub_id": vision.get("hub_id", "openai/clip-vit-base-patch32"),
         "revision": vision.get("revision", "main"),
     }
+    return VisionPrepare.parse(hub, "vision")
 
 
 def target_data(config: dict[str, Any], target: str, recipe: str) -> dict[str, dict[str, list[dict[str, Any]]]]:
@@ -836,34 +840,37 @@ def data_settings(config: dict[str, Any], task: str, split: str) -> DataSettings
     return DataSettings.parse({**settings, "source": source, "hub": cfg["hub"], "local_root": root}, f"tasks.{task}")
 
 
-def translator_settings(config: dict[str, Any], lang: str, to_english: bool = False) -> dict[str, Any]:
+def translator_settings(config: dict[str, Any], lang: str, to_english: bool = False) -> TranslatorPrepare:
     """The OPUS-MT model en -> lang (or lang -> en for translate-test)."""
     models = config["models"]
+    group = "translators_to_en" if to_english else "translators"
     if models["source"] == "hub":
-        mt = models["translators_to_en" if to_english else "translators"][lang]
-        return {"source": "hub", "hub_id": mt["hub_id"], "revision": mt["revision"]}
-    settings = {"source": "demo", "demo": models.get("translator_demo", {})}
-    if to_english:
-        settings["direction"] = f"{lang}-en"
-    return settings
+        mt = models[group][lang]
+        return TranslatorPrepare.parse(
+            {"source": "hub", "hub_id": mt["hub_id"], "revision": mt["revision"]}, f"models.{group}.{lang}"
+        )
+    demo = {
+        "source": "demo",
+        "demo": models.get("translator_demo", {}),
+        "direction": f"{lang}-en" if to_english else None,
+    }
+    return TranslatorPrepare.parse(demo, "models.translator_demo")
 
 
-def translation_settings(config: dict[str, Any], task: str | None = None, lang: str | None = None) -> dict[str, Any]:
+def translation_settings(
+    config: dict[str, Any], task: str | None = None, lang: str | None = None
+) -> TranslationSettings:
     """Decoding and re-alignment settings; for a translation out of English into ``lang``, the
     target-language token its model needs. Not among them: the list of extra datasets, and
     the batch size, which changes only speed (a resource of the rule, so editing it reruns
     nothing)."""
     # precision only for the engine that reads it, so that it reruns nothing else
-    unread = (
-        "datasets",
-        "batch_size",
-        *(("precision",) if config["translation"].get("backend") != "transformers" else ()),
-    )
+    unread = (*UNREAD_KEYS, *(("precision",) if config["translation"].get("backend") != "transformers" else ()))
     settings = {k: v for k, v in config["translation"].items() if k not in unread}
     token = config["models"]["translators"].get(lang, {}).get("target_token") if lang else None
     if token:
         settings["target_token"] = token
-    return {"task": task, **settings} if task else settings
+    return TranslationSettings.parse({"task": task, **settings} if task else settings, "translation")
 
 
 def _phase(config: dict[str, Any], phase: str) -> dict[str, Any]:

@@ -85,7 +85,7 @@ def model_repos(config: dict[str, Any]) -> list[HubRepo]:
             repos.append(HubRepo("model", entry["hub_id"], entry["revision"], f"models.{group}.{lang}"))
     if grid.visual_tasks(config):
         vision = grid.vision_settings(config)
-        repos.append(HubRepo("model", vision["hub_id"], vision["revision"], "vision"))
+        repos.append(HubRepo("model", vision.hub_id, vision.revision, "vision"))
     return repos
 
 

@@ -79,7 +79,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from workflow_scripts.models.backbones import get_family
+from workflow_scripts.spec.families import facts as family_facts
 from workflow_scripts.spec.formats import head_kind
 from workflow_scripts.spec.schema import (
     DEFAULT_ACTIVATION_CHECKPOINTING,
@@ -164,7 +164,7 @@ MAX_GPUS = 1024
 # name, once per transformer block), by what an adapter on them adds per block: on a d_in x
 # d_out layer rank x (d_in + d_out) parameters, written as rank x (a x hidden + b x
 # intermediate) -> (a, b). The one place the planner learns a module's shape: the families'
-# defaults (models/backbones/*.py lora_targets) and the MLP layers of the backbones they load.
+# defaults (spec/families.py lora_targets) and the MLP layers of the backbones they load.
 ATTENTION = (2, 0)  # a hidden -> hidden projection
 FUSED_QKV = (4, 0)  # hidden -> 3 x hidden (BLOOM's query_key_value)
 MLP = (1, 1)  # hidden -> intermediate, or back
@@ -393,7 +393,7 @@ def _target_modules(family: str, lora: Mapping[str, Any], where: str) -> tuple[s
                 f"on {module!r}; it knows {', '.join(MODULE_SHAPES)} (or leave out {where}.parameters "
                 "to skip the memory check)"
             )
-    return configured or tuple(get_family(family).lora_targets(None))  # no model config: no model type
+    return configured or family_facts(family).lora_targets  # no model config: the usual architecture's
 
 
 def _gpus(entry: Mapping[str, Any], where: str) -> tuple[int, float]:

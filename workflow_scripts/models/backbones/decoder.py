@@ -2,7 +2,8 @@
 
 Attention is causal, so only the last real token has seen the whole sequence:
 classification, multiple choice and retrieval read it. Tagging and span heads sit on every
-position's hidden state, which sees its left context only. There is no masked-LM head.
+position's hidden state, which sees its left context only. There is no masked-LM head
+(those facts, and the modules LoRA adapts, are in spec/families.py).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.models.backbones.family import Family
+from workflow_scripts.spec import families
 
 MODEL_TYPES = frozenset(
     {
@@ -47,13 +49,6 @@ def blocks(model) -> list[Any]:
     raise ValueError(f"{type(model).__name__}: no transformer blocks under .layers or .h")
 
 
-def lora_targets(config) -> list[str]:
-    """q/k/v/o projections; BLOOM fuses q, k and v into one layer."""
-    if getattr(config, "model_type", "") == "bloom":
-        return ["query_key_value", "self_attention.dense"]
-    return ["q_proj", "k_proj", "v_proj", "o_proj"]
-
-
 def prepare_tokenizer(tokenizer):
     """Llama-type tokenizers ship without a pad token: padding reuses the end-of-sequence
     token (no new embedding row, so a frozen base stays as it was; attention masks come from
@@ -68,13 +63,4 @@ def prepare_tokenizer(tokenizer):
     return tokenizer
 
 
-FAMILY = Family(
-    name="decoder",
-    pooling="last",
-    retrieval_pooling="last",
-    has_mlm=False,
-    load=load,
-    blocks=blocks,
-    lora_targets=lora_targets,
-    prepare_tokenizer=prepare_tokenizer,
-)
+FAMILY = Family(facts=families.DECODER, load=load, blocks=blocks, prepare_tokenizer=prepare_tokenizer)

@@ -1,7 +1,8 @@
 """The encoder family: XLM-R (large / XL / XXL), mBERT, mDeBERTa-v3, RemBERT.
 
 Read at the first token, as in XLM-R's and BERT's classification heads and in the 2020
-protocol; they keep their masked-LM head, so MLM can be an intermediate task."""
+protocol; they keep their masked-LM head, so MLM can be an intermediate task (those facts,
+and the modules LoRA adapts, are in spec/families.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.models.backbones.family import Family
+from workflow_scripts.spec import families
 
 
 def load(model_dir: Path, **kwargs):
@@ -32,21 +34,4 @@ def blocks(model) -> list[Any]:
     return list(model.encoder.layer)
 
 
-def lora_targets(config) -> list[str]:
-    """The attention projections: BERT-style names (XLM-R, mBERT, RemBERT); DeBERTa-v2/v3
-    calls them query_proj, key_proj, value_proj, which the BERT names would not match (peft
-    matches name suffixes), leaving LoRA on the output projection alone."""
-    if getattr(config, "model_type", "") == "deberta-v2":
-        return ["query_proj", "key_proj", "value_proj", "attention.output.dense"]
-    return ["query", "key", "value", "attention.output.dense"]
-
-
-FAMILY = Family(
-    name="encoder",
-    pooling="first",
-    retrieval_pooling="mean",
-    has_mlm=True,
-    load=load,
-    blocks=blocks,
-    lora_targets=lora_targets,
-)
+FAMILY = Family(facts=families.ENCODER, load=load, blocks=blocks)

@@ -2,7 +2,7 @@
 
 Loaded without its decoder (half the parameters of the checkpoint). T5 has no summary
 token and no masked-LM head (it was pre-trained on span corruption), so sequences are read
-as the mean over their tokens and MLM is refused."""
+as the mean over their tokens and MLM is refused (spec/families.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.models.backbones.family import Family
+from workflow_scripts.spec import families
 
 # model_type -> the encoder-only class of transformers for it.
 MODEL_TYPES = {"t5": "T5EncoderModel", "mt5": "MT5EncoderModel", "umt5": "UMT5EncoderModel"}
@@ -28,16 +29,4 @@ def blocks(model) -> list[Any]:
     return list(model.encoder.block)
 
 
-def lora_targets(config) -> list[str]:
-    return ["q", "k", "v", "o"]
-
-
-FAMILY = Family(
-    name="seq2seq_encoder",
-    pooling="mean",
-    retrieval_pooling="mean",
-    has_mlm=False,
-    load=load,
-    blocks=blocks,
-    lora_targets=lora_targets,
-)
+FAMILY = Family(facts=families.SEQ2SEQ_ENCODER, load=load, blocks=blocks)

@@ -1,0 +1,303 @@
+"""What the workflow hands the jobs that prepare models, and the evaluation's record of its
+backbone.
+
+- ``BackbonePrepare``: a backbone to fetch from the Hub or to build as the demo's
+  (backbone_grid.prepare_settings; ``models.prepare backbone``), with the demo's build
+  settings of its family (``DemoEncoder``, ``DemoDecoder``: models/demo_models.py);
+- ``TranslatorPrepare``: an OPUS-MT translator, or the demo's MarianMT (grid.translator_settings;
+  ``models.prepare translator``, ``DemoTranslator``);
+- ``VisionPrepare``: the frozen vision encoder of image tasks, or the demo's CLIP tower
+  (grid.vision_settings; ``models.prepare vision``, ``DemoVision``: multimodal/demo_vision.py);
+- ``BackboneProvenance``: what a metric file records of its backbone (backbone_grid.provenance;
+  ``evaluation.metric_file --backbone-settings``).
+
+The demo records have no defaults of their own: the config schema declares them, and
+Snakemake fills them into the config the builders read, so every key is in the JSON. A
+record's ``defaults()`` is the schema's, for code that builds a demo model without a config
+(tests, benchmarks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, TypeVar
+
+from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.families import DEMO_FAMILIES
+from workflow_scripts.spec.families import facts as family_facts
+from workflow_scripts.spec.record import Record, optional
+from workflow_scripts.spec.schema import setting
+
+R = TypeVar("R", bound=Record)
+Source = Literal["hub", "demo"]
+
+
+def schema_defaults(*keys: str, definition: str | None = None) -> dict[str, Any]:
+    """The defaults the config schema gives the settings below ``keys`` (nested blocks with
+    theirs): what Snakemake fills into a config that leaves them out."""
+    return _filled(setting(*keys, definition=definition))
+
+
+def _filled(node: dict[str, Any]) -> dict[str, Any]:
+    out = dict(node.get("default") or {})
+    for key, sub in node.get("properties", {}).items():
+        if "properties" in sub:
+            out[key] = _filled(sub)
+        elif "default" in sub:
+            out[key] = sub["default"]
+    return out
+
+
+class _SchemaDefaults:
+    """``defaults()``: the record as the schema's defaults give it (``schema_keys`` below
+    ``schema_definition``)."""
+
+    schema_keys: ClassVar[tuple[str, ...]] = ()
+    schema_definition: ClassVar[str | None] = None
+
+    @classmethod
+    def defaults(cls: type[R]) -> R:
+        return cls.parse(
+            schema_defaults(*cls.schema_keys, definition=cls.schema_definition), f"{cls.__name__}.defaults"
+        )
+
+
+def _check_source(record: TranslatorPrepare | VisionPrepare | BackbonePrepare) -> None:
+    """A Hub model names its repository and revision; a demo model its build settings."""
+    what = type(record).__name__
+    if record.source == "hub" and (record.hub_id is None or record.revision is None):
+        raise InputError(f"{what}: a Hub model needs hub_id and revision")
+    if record.source == "demo" and record.demo is None:
+        raise InputError(f"{what}: a demo model needs its demo settings")
+
+
+# ----- the demo backbones (models/demo_models.py) --------------------------------------------
+
+
+@dataclass(frozen=True)
+class EncoderPretraining(Record):
+    """MLM on sentences and translation pairs plus a cross-lingual contrastive loss."""
+
+    steps: int
+    batch_size: int
+    learning_rate: float
+    max_length: int
+    mlm_probability: float
+    contrastive_weight: float
+    temperature: float
+
+
+@dataclass(frozen=True)
+class DecoderPretraining(Record):
+    """Causal LM on sentences and translation pairs plus the contrastive loss (no MLM)."""
+
+    steps: int
+    batch_size: int
+    learning_rate: float
+    max_length: int
+    contrastive_weight: float
+    temperature: float
+
+
+@dataclass(frozen=True)
+class DemoEncoder(_SchemaDefaults, Record):
+    """A tiny XLM-R (backbones.<name>.demo of an encoder)."""
+
+    schema_definition: ClassVar[str | None] = "demo_encoder"
+
+    vocab_size: int
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    intermediate_size: int
+    max_position_embeddings: int
+    seed: int
+    pretraining: EncoderPretraining
+
+
+@dataclass(frozen=True)
+class DemoDecoder(_SchemaDefaults, Record):
+    """A tiny Llama (backbones.<name>.demo of a decoder)."""
+
+    schema_definition: ClassVar[str | None] = "demo_decoder"
+
+    vocab_size: int
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    intermediate_size: int
+    max_position_embeddings: int
+    seed: int
+    pretraining: DecoderPretraining
+    # grouped-query attention; absent: one key/value head per attention head
+    num_key_value_heads: int | None = optional()
+
+
+# The demo's build settings by family (the families spec/families.py says the demo builds).
+DEMO_BACKBONES: dict[str, type[DemoEncoder | DemoDecoder]] = {"encoder": DemoEncoder, "decoder": DemoDecoder}
+
+
+@dataclass(frozen=True)
+class BackbonePrepare(Record):
+    """A backbone: a Hub snapshot at a pinned revision, or the demo's model of its family."""
+
+    step: ClassVar[str] = "models.prepare"
+
+    source: Source
+    family: str
+    hub_id: str | None = optional()
+    revision: str | None = optional()
+    # An encoder's block parses as DemoEncoder (its pretraining has mlm_probability, which
+    # DemoDecoder's has not), a decoder's as DemoDecoder; the family must agree.
+    demo: DemoEncoder | DemoDecoder | None = optional()
+
+    def __post_init__(self) -> None:
+        family_facts(self.family)  # a known family
+        _check_source(self)
+        if self.demo is None:
+            return
+        if self.family not in DEMO_BACKBONES:
+            raise InputError(f"the demo builds {' and '.join(DEMO_FAMILIES)} backbones, not {self.family}")
+        if type(self.demo) is not DEMO_BACKBONES[self.family]:
+            raise InputError(
+                f"BackbonePrepare: the demo builds family {self.family} from {DEMO_BACKBONES[self.family].__name__} "
+                f"settings, not from {type(self.demo).__name__} settings"
+            )
+
+
+# ----- the translators -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TranslatorTraining(Record):
+    """Teacher-forced training on the parallel corpus of the translator's pair."""
+
+    steps: int
+    batch_size: int
+    learning_rate: float
+    max_length: int
+
+
+@dataclass(frozen=True)
+class DemoTranslator(_SchemaDefaults, Record):
+    """A tiny MarianMT (models.translator_demo)."""
+
+    schema_definition: ClassVar[str | None] = "demo_translator"
+
+    vocab_size: int
+    d_model: int
+    layers: int
+    heads: int
+    ffn_dim: int
+    max_position_embeddings: int
+    seed: int
+    training: TranslatorTraining
+
+
+@dataclass(frozen=True)
+class TranslatorPrepare(Record):
+    """A translator: an OPUS-MT snapshot, or the demo's MarianMT trained on its pair."""
+
+    step: ClassVar[str] = "models.prepare"
+
+    source: Source
+    hub_id: str | None = optional()
+    revision: str | None = optional()
+    demo: DemoTranslator | None = optional()
+    # a demo translator into English (translate-test): "<lang>-en"; named so that the two
+    # directions of one language are different jobs' settings
+    direction: str | None = optional()
+
+    def __post_init__(self) -> None:
+        _check_source(self)
+
+
+# ----- the vision encoder (multimodal/demo_vision.py) ----------------------------------------
+
+
+@dataclass(frozen=True)
+class VisionPretraining(Record):
+    """Contrastive (CLIP) pre-training on the demo's image and caption pairs."""
+
+    steps: int
+    batch_size: int
+    learning_rate: float
+
+
+@dataclass(frozen=True)
+class VisionCaptions(Record):
+    """The (image, caption) pairs the demo tower learns from: SNLI-VE rows and their images
+    (the rule reads them from the config; here they make the tower rebuild when they change)."""
+
+    rows: str
+    images: str
+
+
+@dataclass(frozen=True)
+class DemoVision(_SchemaDefaults, Record):
+    """A tiny CLIP ViT (vision.demo)."""
+
+    schema_keys: ClassVar[tuple[str, ...]] = ("vision", "demo")
+
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    image_size: int
+    patch_size: int
+    seed: int
+    captions: VisionCaptions
+    pretraining: VisionPretraining
+
+
+@dataclass(frozen=True)
+class VisionPrepare(Record):
+    """The vision encoder: a Hub CLIP or SigLIP snapshot, or the demo's tower."""
+
+    step: ClassVar[str] = "models.prepare"
+
+    source: Source
+    hub_id: str | None = optional()
+    revision: str | None = optional()
+    demo: DemoVision | None = optional()
+    # the demo tower's initialisation and batch order (vision.demo.seed)
+    seed: int | None = optional()
+
+    def __post_init__(self) -> None:
+        _check_source(self)
+        if self.source == "demo" and self.seed is None:
+            raise InputError("VisionPrepare: a demo vision tower needs its seed")
+
+
+# ----- what a metric file records of its backbone ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoraSettings(Record):
+    """An adapter method's LoRA settings (backbones.<name>.lora, with the schema's defaults)."""
+
+    rank: int
+    alpha: int
+    dropout: float
+    # absent: the family's defaults for the model's architecture (spec/families.py)
+    target_modules: tuple[str, ...] | None = optional()
+
+
+@dataclass(frozen=True)
+class BackboneProvenance(Record):
+    """Where a backbone comes from, its family, and how it trains (the training method's
+    settings: backbone_grid.method_settings). The evaluation completes it from the prepared
+    directory (evaluation/metric_file.py)."""
+
+    step: ClassVar[str] = "evaluation.metric_file"
+
+    name: str
+    family: str
+    source: Source
+    method: str
+    precision: str
+    hub_id: str | None = optional()
+    revision: str | None = optional()
+    lora: LoraSettings | None = optional()
+    # named only when on (method_settings)
+    activation_checkpointing: bool | None = optional()

@@ -31,7 +31,6 @@ from workflow_scripts.spec.basics import InputError
 
 LOCK_ENV = "XSTILTS_HUB_LOCK"
 LOCK_FILE = "hub.lock.json"
-REPO_TYPES = ("dataset", "model")
 # The Hub names a commit by its full 40-character hash.
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 

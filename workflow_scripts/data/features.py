@@ -511,7 +511,3 @@ def mask_tokens(
     swap = chosen & (roll >= 0.8) & (roll < 0.9)
     masked[swap] = random_ids[swap]
     return masked, labels
-
-
-def iterate_batches(batches: list[list[int]]) -> Iterator[list[int]]:
-    yield from batches

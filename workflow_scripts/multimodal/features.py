@@ -13,7 +13,6 @@ config, processor and weights, and the feature kind), so features of two encoder
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -121,13 +120,3 @@ def embed_images(
                 bar.update(len(batch))
     features = {name: by_digest[sha] for name, sha in digests.items()}
     return features, {"embedded": len(todo), "from_cache": reused, "images": len(features)}
-
-
-def write_manifest(
-    path: str | Path, features: Mapping[str, np.ndarray], counts: Mapping[str, int], encoder_dir: str | Path, kind: str
-) -> None:
-    """What the feature step produced, for the rule's output and the load report."""
-    shapes = sorted({tuple(v.shape) for v in features.values()})
-    Path(path).write_text(
-        json.dumps({"encoder": str(encoder_dir), "kind": kind, "shapes": shapes, **counts}, indent=2) + "\n"
-    )

@@ -66,17 +66,6 @@ class Benchmark:
     def targets(self) -> tuple[str, ...]:
         return tuple(t for targets in self.categories.values() for t in targets)
 
-    def category_of(self, target: str) -> str:
-        for category, targets in self.categories.items():
-            if target in targets:
-                return category
-        raise KeyError(f"{target!r} is not a target of {self.title} (its targets: {', '.join(self.targets)})")
-
-    def missing_languages(self, target: str, languages: list[str]) -> list[str]:
-        """The benchmark's languages of ``target`` a run does not evaluate (its score then
-        averages over fewer languages than the published one)."""
-        return [lang for lang in self.languages[target] if lang not in languages]
-
     def describe(self) -> dict[str, object]:
         found: dict[str, object] = {
             "name": self.name,

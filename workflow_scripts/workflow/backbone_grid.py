@@ -120,11 +120,6 @@ def figures_dir(backbone: str) -> str:
     return f"{paths.results()}/figures/{backbone}"
 
 
-def submission_dir(backbone: str, benchmark: str = "xtreme") -> str:
-    """The leaderboard submission of a backbone's best models (its folder: the benchmark's name)."""
-    return f"{paths.results()}/submission/{backbone}/{benchmark}"
-
-
 # ----- settings handed to the rules -------------------------------------------------------
 
 

@@ -23,8 +23,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-KEEP_TARGET_MODELS = ("none", "best", "all")
-
 
 def keep_target_models(config: dict[str, Any]) -> str:
     return config.get("disk", {}).get("keep_target_models", "none")

@@ -790,10 +790,6 @@ def kept_models(config: dict[str, Any], backbone: str) -> list[str]:
     return [kept_model(backbone, *key) for key in target_recipes(config, backbone)]
 
 
-def all_metric_files(config: dict[str, Any]) -> list[str]:
-    return [f for backbone in backbone_grid.names(config) for f in metric_files(config, backbone)]
-
-
 def submission_predictions(config: dict[str, Any], backbone: str) -> dict[str, str]:
     """ "<config>/<target>/seed<N>" -> prediction folder, for every run of the baseline setting
     (the best models of the main table are chosen among them)."""

@@ -1,0 +1,132 @@
+"""spec/: the typed records every step's CLI parses its --settings with, and the facts the
+records and the config schema share (one validation per fact).
+
+The records are checked against the jobs the workflow really plans: every ``--settings``
+(and ``--backbone-settings``) JSON of every job of the demo presets parses through a record
+whose ``step`` is the job's CLI module, and is written back byte for byte.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import pkgutil
+import re
+import sys
+
+import pytest
+
+from conftest import REPO
+from workflow_scripts import spec
+from workflow_scripts.spec import families, formats, schema
+from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.record import Record
+from workflow_scripts.spec.task_options import FormatOptions, TaskOptions
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+from job_listing import job_blocks
+
+DEMO_PRESETS = (
+    "config.yaml",
+    "config/multimodal_demo.yaml",
+    "config/xtreme_r_demo.yaml",
+    "tests/configs/sweep_demo.yaml",
+)
+SETTINGS_ARG = re.compile(r"--(?:backbone-)?settings '([^']*)'")
+CLI = re.compile(r"python -m workflow_scripts\.([\w.]+)")
+
+
+def records() -> list[type[Record]]:
+    """Every record class declared in spec/."""
+    for info in pkgutil.iter_modules(spec.__path__):
+        importlib.import_module(f"workflow_scripts.spec.{info.name}")
+    found, todo = [], [Record]
+    while todo:
+        cls = todo.pop()
+        found += cls.__subclasses__()
+        todo += cls.__subclasses__()
+    return found
+
+
+def records_of(step: str) -> list[type[Record]]:
+    return [r for r in records() if r.step == step]
+
+
+def planned_settings(preset: str) -> list[tuple[str, str]]:
+    """(CLI module, settings JSON) of every job the preset plans."""
+    found = []
+    for block in job_blocks(preset):
+        cli = CLI.search(block)
+        found += [(cli.group(1), text) for text in SETTINGS_ARG.findall(block)] if cli else []
+    return found
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("preset", [p for p in DEMO_PRESETS if (REPO / p).is_file()])
+def test_every_planned_settings_json_parses_through_its_steps_record_and_is_written_back_unchanged(preset):
+    planned = planned_settings(preset)
+    assert planned
+    for step, text in planned:
+        candidates = records_of(step)
+        assert candidates, f"{step} takes --settings but no record in spec/ declares step = {step!r}"
+        written = []
+        for record in candidates:
+            try:
+                written.append(record.parse(text).to_json())
+            except InputError:
+                continue
+        assert text in written, f"{step}: no record of {[r.__name__ for r in candidates]} reads back {text[:300]}"
+
+
+@pytest.mark.unit
+def test_a_record_names_an_unknown_missing_or_mistyped_key():
+    good = {"batch_size": 32, "epochs": 2, "max_length": 128}
+    assert TaskOptions.parse(good).to_dict() == good
+    with pytest.raises(InputError, match=r"tasks\.xnli: unknown settings key 'max_lenght' \(did you mean 'max_length'"):
+        TaskOptions.parse({**good, "max_lenght": 64}, "tasks.xnli")
+    with pytest.raises(InputError, match=r"settings key 'epochs' is missing \(TaskOptions needs it\)"):
+        TaskOptions.parse({"batch_size": 32, "max_length": 128})
+    with pytest.raises(InputError, match=r"tasks\.xnli\.batch_size: expected int, got '32'"):
+        TaskOptions.parse({**good, "batch_size": "32"}, "tasks.xnli")
+    with pytest.raises(InputError, match="not valid JSON"):
+        TaskOptions.parse("{batch_size: 32}")
+
+
+@pytest.mark.unit
+def test_an_integer_stays_an_integer_where_a_float_is_allowed():
+    # epochs is a float field: 3 stays 3, so the JSON the rule passed is written back as it came
+    assert TaskOptions.parse('{"batch_size":8,"epochs":3,"max_length":64}').to_json() == (
+        '{"batch_size":8,"epochs":3,"max_length":64}'
+    )
+    assert TaskOptions.parse('{"batch_size":8,"epochs":0.5,"max_length":64}').epochs == 0.5
+
+
+@pytest.mark.unit
+def test_records_are_frozen():
+    options = FormatOptions(max_length=64)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.max_length = 128  # type: ignore[misc]
+    assert options.replace(max_length=128).max_length == 128
+
+
+@pytest.mark.unit
+def test_every_option_a_format_declares_is_a_field_of_the_format_options():
+    for name in formats.names():
+        declared = set(formats.get_format(name).options)
+        assert declared <= set(FormatOptions.keys()), (
+            f"formats/{name}.py declares {declared - set(FormatOptions.keys())}"
+        )
+
+
+@pytest.mark.unit
+def test_the_registered_backbone_families_are_the_schemas():
+    assert tuple(families.FAMILIES) == schema.FAMILIES
+
+
+@pytest.mark.unit
+def test_a_step_names_a_module_with_a_command_line():
+    for record in records():
+        if record.step is not None:
+            module = REPO / "workflow_scripts" / (record.step.replace(".", "/") + ".py")
+            assert module.is_file(), f"{record.__name__}.step = {record.step!r}"
+            assert "--settings" in module.read_text() or "--backbone-settings" in module.read_text()

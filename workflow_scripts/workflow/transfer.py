@@ -253,110 +253,126 @@ def _applies(setting: str, target: str) -> str | None:
 
 def plan(config: dict[str, Any], setting: str, target: str) -> Plan:
     """The plan of one (setting, target); TransferError names the key when it cannot run."""
-    opts = configured(config)[setting]
-    key = f"transfer.settings.{setting}"
-    r = _Resolver(config, target, key)
-    task = r.task
-    intermediate = tuple(opts.get("intermediate") or config["intermediate"])
-    seeds = tuple(opts.get("seeds") or config["seeds"])
-    selection = opts.get("model_selection", "own")
-    splits = tuple(task.eval_splits)
-
-    def dev_langs(langs: list[str]) -> list[str]:
-        return [l for l in langs if l not in task.dev_missing]
-
-    def own_data(split: str, langs: list[str]) -> tuple[DataRef, ...]:
-        langs = dev_langs(langs) if split == "dev" else langs
-        return (DataRef(data_path(target, split), tuple(langs), "human"),)
-
-    if task.is_retrieval:
-        return Plan(setting, target, intermediate, seeds, {}, {s: own_data(s, r.languages) for s in splits})
-
-    english = _recipe([r.own_train("en")], [r.dev("en")], "en", "en")
+    planner = _Planner(config, setting, target)
     source = source_language(setting)
-    chosen = languages_for(opts, target)  # intersected with the target's languages (check() vets them)
-    others = [l for l in r.languages if l != "en" and (chosen is None or l in chosen)]
+    if planner.task.is_retrieval or setting == ZERO_SHOT or source == "en":
+        return planner.zero_shot()
+    if source:
+        return planner.from_source(source)
+    if setting in ("translate_train", "in_language"):
+        return planner.per_language(in_language=setting == "in_language")
+    if setting in ("translate_train_all", "in_language_all"):
+        return planner.all_languages(in_language=setting == "in_language_all")
+    if setting == "translate_test":
+        return planner.translate_test()
+    raise TransferError(f"config key {planner.key}: unknown transfer setting {setting!r}")
 
-    def per_language_dev(lang: str) -> tuple[list[DataRef], str]:
+
+class _Planner:
+    """What every setting's plan of one target shares: the resolver of its data files, the
+    intermediate configs and seeds it runs, how it selects models, its English recipe."""
+
+    def __init__(self, config: dict[str, Any], setting: str, target: str) -> None:
+        opts = configured(config)[setting]
+        self.setting, self.target = setting, target
+        self.key = f"transfer.settings.{setting}"
+        self.r = _Resolver(config, target, self.key)
+        self.task = self.r.task
+        self.intermediate = tuple(opts.get("intermediate") or config["intermediate"])
+        self.seeds = tuple(opts.get("seeds") or config["seeds"])
+        self.selection = opts.get("model_selection", "own")
+        self.splits = tuple(self.task.eval_splits)
+        chosen = languages_for(opts, target)  # intersected with the target's languages (check() vets them)
+        self.chosen = chosen
+        self.others = [l for l in self.r.languages if l != "en" and (chosen is None or l in chosen)]
+
+    def _plan(self, models: dict[str, Recipe], langs: list[str] | None = None, **extra: Any) -> Plan:
+        """A plan scoring ``langs`` (every language of the target) on their own data files."""
+        langs = self.r.languages if langs is None else langs
+        data = {s: self._own_data(s, langs) for s in self.splits}
+        return Plan(self.setting, self.target, self.intermediate, self.seeds, models, data, **extra)
+
+    def _own_data(self, split: str, langs: list[str]) -> tuple[DataRef, ...]:
+        langs = [l for l in langs if l not in self.task.dev_missing] if split == "dev" else langs
+        return (DataRef(data_path(self.target, split), tuple(langs), "human"),)
+
+    def _english(self) -> Recipe:
+        return _recipe([self.r.own_train("en")], [self.r.dev("en")], "en", "en")
+
+    def _per_language_dev(self, lang: str) -> tuple[list[DataRef], str]:
         # Named by the dev data actually used: a language without dev data selects on English.
-        ref = r.dev("en" if selection == "en" else lang)
+        ref = self.r.dev("en" if self.selection == "en" else lang)
         return [ref], "-".join(ref.languages)
 
-    if setting == ZERO_SHOT or source == "en":
-        models = dict.fromkeys(r.languages, english)
-        return Plan(setting, target, intermediate, seeds, models, {s: own_data(s, r.languages) for s in splits})
-    if source:
+    def zero_shot(self) -> Plan:
+        """One English model scores every language (a retrieval target: no model at all)."""
+        return self._plan({} if self.task.is_retrieval else dict.fromkeys(self.r.languages, self._english()))
+
+    def from_source(self, source: str) -> Plan:
         # S need not be an evaluation language: Turc et al. also train on MT-only languages.
+        r = self.r
         train = r.own_train(source) if r.has_own_train(source) else r.mt_train(source)
-        dev, dev_key = per_language_dev(source)
+        dev, dev_key = self._per_language_dev(source)
         kind = "il" if train.kind == "in_language" else "mt"
-        recipe = _recipe([train], dev, f"{kind}-{source}", dev_key)
-        models = dict.fromkeys(r.languages, recipe)
-        return Plan(setting, target, intermediate, seeds, models, {s: own_data(s, r.languages) for s in splits})
-    if setting == "translate_train" or setting == "in_language":
-        in_language = setting == "in_language"
+        return self._plan(dict.fromkeys(r.languages, _recipe([train], dev, f"{kind}-{source}", dev_key)))
+
+    def per_language(self, in_language: bool) -> Plan:
+        """translate_train / in_language: a model per language, English keeps the English one."""
+        r, others = self.r, self.others
         if in_language:
             missing = [l for l in others if not r.has_own_train(l)]
-            if missing and chosen is not None:
-                raise r.fail(f"{target} has no training data of its own in {missing}")
+            if missing and self.chosen is not None:
+                raise r.fail(f"{self.target} has no training data of its own in {missing}")
             others = [l for l in others if r.has_own_train(l)]
-        models = {"en": english}
+        models = {"en": self._english()}
         for lang in others:
             train = r.own_train(lang) if in_language else r.mt_train(lang)
-            dev, dev_key = per_language_dev(lang)
+            dev, dev_key = self._per_language_dev(lang)
             models[lang] = _recipe([train], dev, f"{'il' if in_language else 'mt'}-{lang}", dev_key)
         langs = ["en"] + others if "en" in r.languages else others
+        with_what = "training data" if in_language else "a translation"
         notes = (
-            ()
-            if len(langs) == len(r.languages)
-            else (
-                f"evaluated on {langs} only (the languages with {'training data' if in_language else 'a translation'})",
-            )
+            () if len(langs) == len(r.languages) else (f"evaluated on {langs} only (the languages with {with_what})",)
         )
-        return Plan(
-            setting,
-            target,
-            intermediate,
-            seeds,
-            {l: models[l] for l in langs},
-            {s: own_data(s, langs) for s in splits},
-            notes=notes,
-        )
-    if setting in ("translate_train_all", "in_language_all"):
-        in_language = setting == "in_language_all"
-        if in_language:
-            others = [l for l in others if r.has_own_train(l)]
+        return self._plan({l: models[l] for l in langs}, langs, notes=notes)
+
+    def all_languages(self, in_language: bool) -> Plan:
+        """translate_train_all / in_language_all: one model on English and every other language."""
+        r = self.r
+        others = [l for l in self.others if r.has_own_train(l)] if in_language else self.others
         train = [r.own_train("en")] + [r.own_train(l) if in_language else r.mt_train(l) for l in others]
         train_langs = ["en"] + others
-        dev, dev_key = ([r.dev("en")], "en") if selection == "en" else ([r.dev(l) for l in train_langs], "all")
+        dev, dev_key = ([r.dev("en")], "en") if self.selection == "en" else ([r.dev(l) for l in train_langs], "all")
         recipe = _recipe(_merge(train), _merge(dev), "il-all" if in_language else "mt-all", dev_key)
-        models = dict.fromkeys(r.languages, recipe)
-        return Plan(setting, target, intermediate, seeds, models, {s: own_data(s, r.languages) for s in splits})
-    if setting == "translate_test":
+        return self._plan(dict.fromkeys(r.languages, recipe))
+
+    def translate_test(self) -> Plan:
+        """Each language's test data machine-translated into English, scored by the English model."""
+        r, others = self.r, self.others
         for lang in others:
             r.need_translator(lang, to_english=True)
         langs = (["en"] if "en" in r.languages else []) + others
-        test = ([DataRef(data_path(target, "test"), ("en",), "human")] if "en" in langs else []) + [
-            DataRef(translate_test_path(target, lang), (lang,), "translate_test") for lang in others
+        test = ([DataRef(data_path(self.target, "test"), ("en",), "human")] if "en" in langs else []) + [
+            DataRef(translate_test_path(self.target, lang), (lang,), "translate_test") for lang in others
         ]
         notes = ("test data machine-translated into English and scored by the English model",)
-        if task.format == SPAN:
+        if self.task.format == SPAN:
             notes += (
                 "QA answers are scored on the English side against the re-aligned gold answers "
                 "(XTREME); questions lost in translation are dropped, so scores are not directly "
                 "comparable with the other settings",
             )
+        models = dict.fromkeys(langs, self._english())
         return Plan(
-            setting,
-            target,
-            intermediate,
-            seeds,
-            dict.fromkeys(langs, english),
+            self.setting,
+            self.target,
+            self.intermediate,
+            self.seeds,
+            models,
             {"test": tuple(test)},
             text_language="en",
             notes=notes,
         )
-    raise TransferError(f"config key {key}: unknown transfer setting {setting!r}")
 
 
 # ----- the whole grid ---------------------------------------------------------------------

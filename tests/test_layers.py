@@ -27,7 +27,7 @@ ROOT_HELPERS = {"common", "revisions"}
 # The package picture, bottom first: each layer may import those below it.
 LAYERS = (
     ("spec",),
-    ("common", "revisions", "precision", "progress", "suggest"),
+    ("common", "revisions", "precision", "progress"),
     ("data",),
     ("multimodal",),
     ("models",),

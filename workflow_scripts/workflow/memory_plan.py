@@ -699,8 +699,8 @@ def phase_shape(config: Mapping[str, Any], phase: str, seq_len: int | None = Non
     if not jobs:
         return None
     tasks = config.get("tasks") or {}
-    settings = (config.get("training") or {}).get(phase) or {}
-    cap = int(settings.get("max_micro_batch", default("max_micro_batch", definition="phase")))
+    phase_cfg = (config.get("training") or {}).get(phase) or {}
+    cap = phase_cfg.get("max_micro_batch", default("max_micro_batch", definition="phase"))
     max_length, batch_size = default("max_length", definition="task"), default("batch_size", definition="task")
     workloads = []
     for name in sorted({t for job in jobs for t in job}):

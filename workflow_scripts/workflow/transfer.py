@@ -119,7 +119,7 @@ class Plan:
 def configured(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The settings of the config (zero-shot alone when it has no ``transfer`` block)."""
     settings = (config.get("transfer") or {}).get("settings") or {ZERO_SHOT: {}}
-    return {name: dict(opts or {}) for name, opts in settings.items()}
+    return {name: dict(setting_cfg or {}) for name, setting_cfg in settings.items()}
 
 
 def baseline_setting(config: dict[str, Any]) -> str:
@@ -210,10 +210,10 @@ class _Resolver:
         return DataRef(data_path(select, "dev"), ("en",), "english")
 
 
-def languages_for(opts: dict[str, Any], target: str) -> list[str] | None:
+def languages_for(setting_cfg: dict[str, Any], target: str) -> list[str] | None:
     """A setting's ``languages`` for one target: a list for every target, or a map per target
     (None: every language the target has data for)."""
-    chosen = opts.get("languages")
+    chosen = setting_cfg.get("languages")
     return chosen.get(target) if isinstance(chosen, dict) else chosen
 
 
@@ -273,16 +273,16 @@ class _Planner:
     intermediate configs and seeds it runs, how it selects models, its English recipe."""
 
     def __init__(self, config: dict[str, Any], setting: str, target: str) -> None:
-        opts = configured(config)[setting]
+        setting_cfg = configured(config)[setting]
         self.setting, self.target = setting, target
         self.key = f"transfer.settings.{setting}"
         self.r = _Resolver(config, target, self.key)
         self.task = self.r.task
-        self.intermediate = tuple(opts.get("intermediate") or config["intermediate"])
-        self.seeds = tuple(opts.get("seeds") or config["seeds"])
-        self.selection = opts.get("model_selection", "own")
+        self.intermediate = tuple(setting_cfg.get("intermediate") or config["intermediate"])
+        self.seeds = tuple(setting_cfg.get("seeds") or config["seeds"])
+        self.selection = setting_cfg.get("model_selection", "own")
         self.splits = tuple(self.task.eval_splits)
-        chosen = languages_for(opts, target)  # intersected with the target's languages (check() vets them)
+        chosen = languages_for(setting_cfg, target)  # intersected with the target's languages (check() vets them)
         self.chosen = chosen
         self.others = [l for l in self.r.languages if l != "en" and (chosen is None or l in chosen)]
 
@@ -381,7 +381,7 @@ class _Planner:
 def check(config: dict[str, Any]) -> None:
     """Every setting resolvable for every target it names, before any job."""
     settings = configured(config)
-    for setting, opts in settings.items():
+    for setting, setting_cfg in settings.items():
         key = f"transfer.settings.{setting}"
         source = source_language(setting)
         if setting not in SETTINGS and source is None:
@@ -389,26 +389,26 @@ def check(config: dict[str, Any]) -> None:
                 f"config key {key}: unknown transfer setting{did_you_mean(setting, SETTINGS)}; "
                 f"known: {', '.join(SETTINGS)}, {SOURCE_PREFIX}<lang>"
             )
-        for i, seed in enumerate(opts.get("seeds") or []):
+        for i, seed in enumerate(setting_cfg.get("seeds") or []):
             if seed not in config["seeds"]:
                 raise TransferError(f"config key {key}.seeds[{i}]: {seed} is not one of the config's seeds")
-        for i, name in enumerate(opts.get("intermediate") or []):
+        for i, name in enumerate(setting_cfg.get("intermediate") or []):
             if name not in config["intermediate"]:
                 raise TransferError(f"config key {key}.intermediate[{i}]: {name!r} is not an intermediate config")
-        for i, target in enumerate(opts.get("targets") or []):
+        for i, target in enumerate(setting_cfg.get("targets") or []):
             if target not in config["targets"]:
                 raise TransferError(f"config key {key}.targets[{i}]: {target!r} is not in targets")
             reason = _applies(setting, target)
             if reason:
                 raise TransferError(f"config key {key}.targets[{i}]: {setting} does not apply to {target}: {reason}")
-        if opts.get("languages") is not None and setting not in PER_LANGUAGE + (
+        if setting_cfg.get("languages") is not None and setting not in PER_LANGUAGE + (
             "translate_train_all",
             "in_language_all",
         ):
             raise TransferError(f"config key {key}.languages: only per-language and *_all settings take languages")
-        if source is not None and opts.get("languages") is not None:
+        if source is not None and setting_cfg.get("languages") is not None:
             raise TransferError(f"config key {key}.languages: a source setting evaluates every language")
-        chosen = opts.get("languages")
+        chosen = setting_cfg.get("languages")
         per_target = chosen if isinstance(chosen, dict) else {None: chosen or []}
         for target, langs in per_target.items():
             where = f"{key}.languages" + (f".{target}" if target else "")

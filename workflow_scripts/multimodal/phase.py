@@ -16,9 +16,6 @@ from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.task_options import TaskOptions
 from workflow_scripts.spec.tasks import VISUAL_ANSWER, Task
 
-# VQA v2's usual answer vocabulary (~3,000 answers): those given at least this many times.
-MIN_ANSWER_COUNT = 9
-
 
 @dataclass
 class ImageTask:
@@ -67,7 +64,7 @@ def prepare_image_task(task: Task, train, data_entry: dict[str, Any], opts: Task
     if task.format == VISUAL_ANSWER:  # the answer vocabulary comes from the training split
         from workflow_scripts.data.vqa_answers import answer_vocabulary
 
-        least = MIN_ANSWER_COUNT if opts.min_answer_count is None else opts.min_answer_count
+        least = opts.min_answer_count  # declared by the format: every VQA task's settings hold it
         vocabulary = answer_vocabulary(train.column("answers").to_pylist(), least)
         if not vocabulary:
             raise InputError(

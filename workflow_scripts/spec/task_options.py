@@ -24,6 +24,8 @@ class FormatOptions(Record):
     # ranking (formats/ranking.py): lower-cased text, and how the dual encoder pools
     lowercase: bool | None = optional()
     pooling: str | None = optional()
+    # visual answers (formats/visual_answer.py): the answers given this often form the vocabulary
+    min_answer_count: int | None = optional()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,8 +36,6 @@ class TaskOptions(FormatOptions):
     epochs: float
     # an intermediate task's dev language for model selection (translated configs: theirs)
     select_language: str | None = optional()
-    # visual answers (VQA): the answers given at least this often form the vocabulary
-    min_answer_count: int | None = optional()
 
 
 @dataclass(frozen=True, kw_only=True)

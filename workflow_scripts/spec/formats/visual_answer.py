@@ -12,4 +12,6 @@ FORMAT = TaskFormat(
     # the question only: the answers are the label vocabulary (built from the train split and
     # scored by the official English normalisation), so they stay English
     translated_columns=("text_a",),
+    # tasks.<name>.min_answer_count: the answers given this often form the vocabulary
+    options=("min_answer_count",),
 )

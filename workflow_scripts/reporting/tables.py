@@ -40,10 +40,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.common import LOG, atomic_path, load_settings, read_json, setup_logging
+from workflow_scripts.common import LOG, atomic_path, read_json, setup_logging
 from workflow_scripts.reporting import significance
 from workflow_scripts.spec import benchmark
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.report_settings import BenchmarkDescription, TableSettings
 from workflow_scripts.spec.tasks import get_task, primary_metric, qa_answer_score
 from workflow_scripts.spec.transfer_names import ZERO_SHOT, source_language
 
@@ -124,71 +125,71 @@ CATEGORY_HEADERS = {
 QA_CONVENTION = "QA counts (F1 + EM) / 2 in the averages."
 
 
-def benchmark_of(settings: dict[str, Any]) -> dict[str, Any]:
-    """The benchmark the tables report (``benchmark.describe()``; XTREME when not given),
-    its categories in the paper's order (the settings' canonical JSON sorts keys)."""
-    bench = settings.get("benchmark") or benchmark.XTREME.describe()
-    order = benchmark.get(bench["name"]).categories
-    return {**bench, "categories": {c: bench["categories"][c] for c in order}}
-
-
-def category_columns(settings: dict[str, Any]) -> list[str]:
+def category_columns(settings: TableSettings) -> list[str]:
     """The main table's category and overall columns after Avg (none in XTREME's layout)."""
-    bench = benchmark_of(settings)
-    if not benchmark.get(bench["name"]).category_layout:
+    bench = settings.benchmark
+    if not bench.registered.category_layout:
         return []
-    return [*bench["categories"], OVERALL]
+    return [*bench.categories_in_order(), OVERALL]
 
 
 def category_header(column: str) -> str:
     return CATEGORY_HEADERS.get(column, column.capitalize())
 
 
-def benchmark_notes(settings: dict[str, Any]) -> list[str]:
+def benchmark_notes(settings: TableSettings) -> list[str]:
     """Footnotes of the main table (Markdown and LaTeX): categories a grid cannot fill, the
     benchmark's notes on the targets shown, and targets averaged over other languages than
     the benchmark's (not comparable with its published scores)."""
-    bench, targets = benchmark_of(settings), list(settings["targets"])
-    title, notes = bench["title"], []
-    columns = category_columns(settings)
-    if columns:
-        cats = "; ".join(f"{category_header(c)}: {', '.join(ts)}" for c, ts in bench["categories"].items())
-        all_targets = [t for ts in bench["categories"].values() for t in ts]
+    bench = settings.benchmark
+    notes = category_notes(bench, settings.targets) if category_columns(settings) else []
+    notes += [f"{target}: {bench.notes[target]}." for target in settings.targets if target in bench.notes]
+    if bench.average_excludes:  # IGLUE's convention: scored, shown per language, not averaged
         notes.append(
-            f"{title} categories ({cats}): the mean of their task scores; Overall: the mean of all "
-            f"{len(all_targets)} task scores; {QA_CONVENTION}"
+            f"Every average leaves out {', '.join(bench.average_excludes)}, as {bench.title} averages "
+            "(its scores are in the per-language table)."
         )
-        missing = {c: [t for t in ts if t not in targets] for c, ts in bench["categories"].items()}
-        empty = [c for c, m in missing.items() if m]
-        if empty:
-            gaps = "; ".join(f"{category_header(c)}: {', '.join(missing[c])}" for c in empty)
-            notes.append(
-                f"– in {', '.join(category_header(c) for c in [*empty, OVERALL])}: this grid lacks tasks "
-                f"of theirs ({gaps}); a category is averaged over all its tasks or left empty, as the "
-                "official scorer does."
-            )
-    for target in targets:
-        if target in bench.get("notes", {}):
-            notes.append(f"{target}: {bench['notes'][target]}.")
-    if bench.get("average_excludes"):  # IGLUE's convention: scored, shown per language, not averaged
-        left_out = ", ".join(bench["average_excludes"])
-        notes.append(
-            f"Every average leaves out {left_out}, as {title} averages (its scores are in the per-language table)."
-        )
-    for target in targets:
-        official = bench["languages"].get(target)
-        ran = settings.get("target_languages", {}).get(target)
-        if official is None or ran is None:
-            continue
-        covered = [l for l in official if l in ran]
-        extra = [l for l in ran if l not in official]
-        if len(covered) == len(official) and not extra:
-            continue
-        text = f"{target}: averaged over {len(covered)} of {len(official)} languages"
-        if extra:
-            text += f" and over {', '.join(extra)}, which {title} does not evaluate {target} in"
-        notes.append(text + f": not comparable with published {title} scores.")
+    for target in settings.targets:
+        note = language_note(bench, target, settings.target_languages.get(target))
+        if note:
+            notes.append(note)
     return notes
+
+
+def category_notes(bench: BenchmarkDescription, targets: tuple[str, ...]) -> list[str]:
+    """What the category and overall columns average, and which of them this grid cannot fill."""
+    categories = bench.categories_in_order()
+    cats = "; ".join(f"{category_header(c)}: {', '.join(ts)}" for c, ts in categories.items())
+    all_targets = [t for ts in categories.values() for t in ts]
+    notes = [
+        f"{bench.title} categories ({cats}): the mean of their task scores; Overall: the mean of all "
+        f"{len(all_targets)} task scores; {QA_CONVENTION}"
+    ]
+    missing = {c: [t for t in ts if t not in targets] for c, ts in categories.items()}
+    empty = [c for c, m in missing.items() if m]
+    if empty:
+        gaps = "; ".join(f"{category_header(c)}: {', '.join(missing[c])}" for c in empty)
+        notes.append(
+            f"– in {', '.join(category_header(c) for c in [*empty, OVERALL])}: this grid lacks tasks "
+            f"of theirs ({gaps}); a category is averaged over all its tasks or left empty, as the "
+            "official scorer does."
+        )
+    return notes
+
+
+def language_note(bench: BenchmarkDescription, target: str, ran: tuple[str, ...] | None) -> str | None:
+    """The note on a target run in fewer or other languages than the benchmark's (None: the same)."""
+    official = bench.languages.get(target)
+    if official is None or ran is None:
+        return None
+    covered = [l for l in official if l in ran]
+    extra = [l for l in ran if l not in official]
+    if len(covered) == len(official) and not extra:
+        return None
+    text = f"{target}: averaged over {len(covered)} of {len(official)} languages"
+    if extra:
+        text += f" and over {', '.join(extra)}, which {bench.title} does not evaluate {target} in"
+    return text + f": not comparable with published {bench.title} scores."
 
 
 def metrics_shown(target: str) -> tuple[str, ...]:
@@ -202,12 +203,12 @@ def medians(runs, split: str = "test"):
     return sub.groupby(["intermediate", "target", "language", "metric"], sort=False)["value"].median()
 
 
-def main_table(runs, settings: dict[str, Any]):
+def main_table(runs, settings: TableSettings):
     """(absolute medians, shown values) as DataFrames indexed by config."""
     import pandas as pd
 
     med = medians(runs)
-    configs, targets, baseline = settings["intermediate"], settings["targets"], settings["baseline"]
+    configs, targets, baseline = list(settings.intermediate), settings.targets, settings.baseline
     absolute = pd.DataFrame(index=configs, dtype=float)
     for target in targets:
         for metric in metrics_shown(target):
@@ -223,7 +224,7 @@ def main_table(runs, settings: dict[str, Any]):
     absolute["avg"] = task_scores.mean(axis=1, skipna=False)
     columns = category_columns(settings)
     if columns:
-        bench = benchmark.get(benchmark_of(settings)["name"])
+        bench = settings.benchmark.registered
         # None: a task of the category is not in the grid; a target of the grid without a
         # score (NaN) leaves its category NaN too.
         found = [benchmark.category_scores({t: float(task_scores.loc[c, t]) for t in targets}, bench) for c in configs]
@@ -240,7 +241,7 @@ def main_table(runs, settings: dict[str, Any]):
     return absolute, shown
 
 
-def best_models(runs, settings: dict[str, Any]):
+def best_models(runs, settings: TableSettings):
     """docs/protocol.md §5 "Best models": per target, the config with the best median dev score,
     then its best seed by dev score, reported on test. The dev score is the English dev
     score that selected the target model; retrieval targets use their dev average (BUCC) and
@@ -248,7 +249,7 @@ def best_models(runs, settings: dict[str, Any]):
     import pandas as pd
 
     rows = []
-    for target in settings["targets"]:
+    for target in settings.targets:
         sub = runs[runs["target"] == target]
         dev = sub[sub["split"] == "selection"]
         if dev.empty:
@@ -274,10 +275,10 @@ def best_models(runs, settings: dict[str, Any]):
     return pd.DataFrame.from_records(rows, columns=["target", "intermediate", "seed", "metric", "value"])
 
 
-def render_best(best, settings: dict[str, Any]) -> str:
-    decimals = int(settings["decimals"])
+def render_best(best, settings: TableSettings) -> str:
+    decimals = settings.decimals
     cells = []
-    for target in settings["targets"]:
+    for target in settings.targets:
         sub = best[best["target"] == target]
         if sub.empty:
             cells.append("–")
@@ -289,7 +290,7 @@ def render_best(best, settings: dict[str, Any]) -> str:
 
 def render_main(
     shown,
-    settings: dict[str, Any],
+    settings: TableSettings,
     best=None,
     marks: set[tuple[str, str]] = frozenset(),
     leaked: dict[tuple[str, str], list[dict[str, Any]]] | None = None,
@@ -298,12 +299,12 @@ def render_main(
     baseline is marked significant (significance.py); ``leaked``: (config, target) cells whose
     intermediate data overlap the target's test data (leaked_runs)."""
     leaked = leaked or {}
-    decimals, baseline = int(settings["decimals"]), settings["baseline"]
-    contaminated = set(settings.get("backbone", {}).get("contaminated_targets", [])) & set(settings["targets"])
+    decimals, baseline = settings.decimals, settings.baseline
+    contaminated = set(settings.contaminated_targets) & set(settings.targets)
     categories = category_columns(settings)
     header = (
         ["Intermediate task"]
-        + [t + (f" {CONTAMINATED}" if t in contaminated else "") for t in settings["targets"]]
+        + [t + (f" {CONTAMINATED}" if t in contaminated else "") for t in settings.targets]
         + ["Avg"]
         + [category_header(c) for c in categories]
     )
@@ -311,7 +312,7 @@ def render_main(
     for c in shown.index:
         sign = "" if c == baseline or baseline is None else "+"
         cells = []
-        for target in settings["targets"]:
+        for target in settings.targets:
             metrics = metrics_shown(target)
             cols = [f"{target}.{m}" for m in metrics] if len(metrics) > 1 else [target]
             cells.append(
@@ -327,15 +328,15 @@ def render_main(
         else "Every row is absolute (this setting was not run with the baseline config)."
     )
     note = (
-        f"\nTest scores: median over seeds {settings['seeds']} of each run's mean over the target's languages. "
+        f"\nTest scores: median over seeds {list(settings.seeds)} of each run's mean over the target's languages. "
         f"{rows} QA cells: F1 / EM. Avg: mean over the targets shown, QA as (F1 + EM) / 2.\n"
     )
     if baseline is not None and len(shown.index) > 1:
         note += significance.METHOD + " F1 for QA.\n"
     if contaminated:
-        source = settings["backbone"].get("contamination_source") or "its training mixture"
+        source = settings.backbone.contamination_source or "its training mixture"
         note += (
-            f"{CONTAMINATED} {', '.join(sorted(contaminated))}: backbone {settings['backbone']['name']} saw this "
+            f"{CONTAMINATED} {', '.join(sorted(contaminated))}: backbone {settings.backbone_name} saw this "
             f"target's data in {source}; its scores are not zero-shot.\n"
         )
     if best is not None:
@@ -356,17 +357,17 @@ def _fmt(value: float, decimals: int, sign: str) -> str:
     return ("+" + text) if sign and value >= 0 else text
 
 
-def per_language(runs, settings: dict[str, Any]) -> tuple[str, Any]:
+def per_language(runs, settings: TableSettings) -> tuple[str, Any]:
     import pandas as pd
 
     med = medians(runs)
-    decimals = int(settings["decimals"])
+    decimals = settings.decimals
     parts, frames = [], []
-    for target in settings["targets"]:
+    for target in settings.targets:
         metric = metrics_shown(target)[0]
         sub = med.xs((target, metric), level=("target", "metric")).unstack("language")
         langs = [l for l in sub.columns if l != "avg"] + ["avg"]
-        sub = sub.reindex(index=[c for c in settings["intermediate"] if c in sub.index], columns=langs)
+        sub = sub.reindex(index=[c for c in settings.intermediate if c in sub.index], columns=langs)
         frames.append(sub.assign(target=target, metric=metric))
         parts.append(
             f"## {target} ({metric}, test, median over seeds)\n\n"
@@ -388,19 +389,19 @@ def write_csv(path: str, frame, index: bool) -> None:
     write_text(path, buf.getvalue())
 
 
-def translated_table(runs, settings: dict[str, Any]) -> tuple[str, Any]:
+def translated_table(runs, settings: TableSettings) -> tuple[str, Any]:
     """docs/protocol.md §5: each translated config next to its English-data config, evaluated
     only on the translation's language, for every target that has that language."""
     import pandas as pd
 
     med = medians(runs)
-    decimals = int(settings["decimals"])
+    decimals = settings.decimals
     records, parts = [], []
     by_lang: dict[str, list[tuple[str, str | None]]] = {}
-    for name, info in settings.get("translated", {}).items():
-        by_lang.setdefault(info["language"], []).append((name, info["english"]))
+    for name, info in settings.translated.items():
+        by_lang.setdefault(info.language, []).append((name, info.english))
     for lang, pairs in sorted(by_lang.items()):
-        targets = [t for t in settings["targets"] if lang in settings["target_languages"][t]]
+        targets = [t for t in settings.targets if lang in settings.target_languages[t]]
         lines = [
             f"## {lang}\n",
             "| config | data | " + " | ".join(targets) + " |",
@@ -428,30 +429,29 @@ def translated_table(runs, settings: dict[str, Any]) -> tuple[str, Any]:
     return ("\n".join(parts) + "\n" + note) if parts else "No translated intermediate configs in this grid.\n", frame
 
 
-def setting_view(runs, settings: dict[str, Any], setting: str) -> tuple[Any, dict[str, Any]]:
-    """One setting's runs and the table settings restricted to the configs and targets it ran."""
+def setting_view(runs, settings: TableSettings, setting: str) -> tuple[Any, TableSettings]:
+    """One setting's runs and the table settings restricted to the configs, seeds and targets
+    it ran (the baseline None where the setting did not run it)."""
     sub = of_setting(runs, setting)
     present = set(sub["intermediate"])
-    configs = [c for c in settings["intermediate"] if c in present]
-    view = {
-        **settings,
-        "intermediate": configs,
-        "seeds": sorted(int(x) for x in set(sub["seed"])),
-        "targets": [t for t in settings["targets"] if t in set(sub["target"])],
-        "baseline": settings["baseline"] if settings["baseline"] in present else None,
-    }
+    view = settings.replace(
+        intermediate=[c for c in settings.intermediate if c in present],
+        seeds=sorted(int(x) for x in set(sub["seed"])),  # numpy integers, as JSON's ints
+        targets=[t for t in settings.targets if t in set(sub["target"])],
+        baseline=settings.baseline if settings.baseline in present else None,
+    )
     return sub, view
 
 
-def setting_notes(sub, view: dict[str, Any], setting: str) -> str:
+def setting_notes(sub, view: TableSettings, setting: str) -> str:
     """What a reader must know to compare a setting's block with the others."""
     notes = []
     test = sub[(sub["split"] == "test") & (sub["language"] != "avg")]
-    for target in view["targets"]:
-        scored = [l for l in view["target_languages"][target] if l in set(test[test["target"] == target]["language"])]
-        if scored != list(view["target_languages"][target]):
+    for target in view.targets:
+        scored = [l for l in view.target_languages[target] if l in set(test[test["target"] == target]["language"])]
+        if scored != list(view.target_languages[target]):
             notes.append(f"{target} is scored in {', '.join(scored)} only, so its average is over those languages.")
-    if setting == "translate_test" and any(get_task(t).format == "span" for t in view["targets"]):
+    if setting == "translate_test" and any(get_task(t).format == "span" for t in view.targets):
         notes.append(
             "translate_test QA is scored on the English side against re-aligned gold answers, and drops "
             "questions lost in translation (XTREME); it is not directly comparable with other settings."
@@ -459,10 +459,10 @@ def setting_notes(sub, view: dict[str, Any], setting: str) -> str:
     return "".join(f"{n}\n" for n in notes)
 
 
-def ordered_settings(runs, settings: dict[str, Any]) -> list[str]:
+def ordered_settings(runs, settings: TableSettings) -> list[str]:
     """The settings with runs, the baseline setting first, then in config order."""
     present = set(runs["setting"])
-    order = [settings.get("baseline_setting", ZERO_SHOT)] + list(settings.get("settings", []))
+    order = [settings.baseline_setting, *settings.settings]
     order += sorted(present - set(order))
     return [s for i, s in enumerate(order) if s in present and s not in order[:i]]
 
@@ -479,7 +479,7 @@ def _score_over(runs, target: str, languages: list[str]) -> dict[str, float]:
     return out
 
 
-def settings_table(runs, settings: dict[str, Any]) -> tuple[str, Any]:
+def settings_table(runs, settings: TableSettings) -> tuple[str, Any]:
     """XTREME's baselines table: per config, rows = settings, columns = targets + Avg (absolute
     medians over seeds of each run's language average). Δ Avg compares like with like: the
     row's Avg minus the baseline setting's, over the same targets and, per target, the same
@@ -487,10 +487,10 @@ def settings_table(runs, settings: dict[str, Any]) -> tuple[str, Any]:
     and de)."""
     import pandas as pd
 
-    decimals, reference = int(settings["decimals"]), settings.get("baseline_setting", ZERO_SHOT)
+    decimals, reference = settings.decimals, settings.baseline_setting
     order = ordered_settings(runs, settings)
     records, parts = [], []
-    for config in settings["intermediate"]:
+    for config in settings.intermediate:
         subs = {}
         for setting in order:
             sub = of_setting(runs, setting)
@@ -501,14 +501,14 @@ def settings_table(runs, settings: dict[str, Any]) -> tuple[str, Any]:
             continue
         lines = [
             f"## {config}\n",
-            "| setting | seeds | " + " | ".join(settings["targets"]) + " | Avg | Δ Avg |",
-            "|---|---|" + "---:|" * (len(settings["targets"]) + 2),
+            "| setting | seeds | " + " | ".join(settings.targets) + " | Avg | Δ Avg |",
+            "|---|---|" + "---:|" * (len(settings.targets) + 2),
         ]
         for setting, sub in subs.items():
             cells, scores, base_scores = [], [], []
-            for target in settings["targets"]:
+            for target in settings.targets:
                 test = sub[(sub["target"] == target) & (sub["split"] == "test") & (sub["language"] != "avg")]
-                langs = [l for l in settings["target_languages"][target] if l in set(test["language"])]
+                langs = [l for l in settings.target_languages[target] if l in set(test["language"])]
                 if not langs:
                     cells.append("–")
                     continue
@@ -546,7 +546,7 @@ def settings_table(runs, settings: dict[str, Any]) -> tuple[str, Any]:
     return "\n".join(parts) + "\n" + note, frame
 
 
-def source_language_table(runs, settings: dict[str, Any]) -> tuple[str, Any]:
+def source_language_table(runs, settings: TableSettings) -> tuple[str, Any]:
     """Turc et al. 2021 (docs/protocol.md §7), per config and target with source-language runs:
     E(S, T) the median over seeds of model M^S's test score in T (primary metric; English
     from the zero-shot setting), Z(S -> T) = 100 E(S, T) / E(T, T) where M^T exists (else the
@@ -554,15 +554,15 @@ def source_language_table(runs, settings: dict[str, Any]) -> tuple[str, Any]:
     unweighted means over the target's languages."""
     import pandas as pd
 
-    decimals = int(settings["decimals"])
+    decimals = settings.decimals
     sources_of: dict[str, str] = {}  # setting -> source language
     for setting in set(runs["setting"]):
         lang = "en" if setting == ZERO_SHOT else source_language(setting)
         if lang is not None:
             sources_of[setting] = lang
     records, parts = [], []
-    for config in settings["intermediate"]:
-        for target in settings["targets"]:
+    for config in settings.intermediate:
+        for target in settings.targets:
             metric = primary_metric(get_task(target).metric)
             score: dict[tuple[str, str], float] = {}
             for setting, source in sources_of.items():
@@ -579,7 +579,7 @@ def source_language_table(runs, settings: dict[str, Any]) -> tuple[str, Any]:
             sources = sorted({s for s, _ in score}, key=lambda s: (s != "en", s))
             if not [s for s in sources if s != "en"]:
                 continue
-            langs = [l for l in settings["target_languages"][target] if any((s, l) in score for s in sources)]
+            langs = [l for l in settings.target_languages[target] if any((s, l) in score for s in sources)]
             z: dict[tuple[str, str], float] = {}
             for s in sources:
                 for t in langs:
@@ -782,7 +782,7 @@ def main(argv: list[str] | None = None) -> None:
             write_text(args.md, md)
             print(md)
             return
-        settings = load_settings(args.settings)
+        settings = TableSettings.parse(args.settings, "--settings")
         runs = load_runs(args.metrics)
         leaked = leaked_runs(args.metrics)
         order = ordered_settings(runs, settings)
@@ -790,7 +790,7 @@ def main(argv: list[str] | None = None) -> None:
         for setting in order:
             sub, view = setting_view(runs, settings, setting)
             _, shown = main_table(sub, view)
-            tested = significance.significance(sub, view, setting) if view["baseline"] is not None else None
+            tested = significance.significance(sub, view, setting) if view.baseline is not None else None
             if tested is not None:
                 significance_frames.append(tested)
             best = best_models(sub, view) if setting == order[0] else None
@@ -819,7 +819,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"error: {err}") from None
     import pandas as pd
 
-    backbone = settings.get("backbone", {}).get("name")
+    backbone = settings.backbone_name
     # every row of the long table names the backbone that produced it
     write_csv(
         args.runs_csv,

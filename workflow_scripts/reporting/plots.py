@@ -220,7 +220,7 @@ def plot_results(tables: Path, settings: TableSettings, output: Path) -> None:
     main = read_result_table(tables / "main.csv")
     per_language = read_result_table(tables / "per_language.csv")
     runs = read_result_table(tables / "runs.csv")
-    # One figure per target and setting of the config; one without data (availability.py) is a
+    # One figure per target and setting of the config; one without data (spec/availability.py) is a
     # placeholder saying why, which the report leaves out of its results.
     if (reason := availability.main_deltas(settings)) is None:
         main_deltas(main, settings, output)

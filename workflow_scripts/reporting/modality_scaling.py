@@ -132,8 +132,6 @@ def figure(frame, settings: ModalityScalingSettings, stem: Path) -> None:
     from workflow_scripts.reporting.plots import _pyplot, save
 
     plt = _pyplot()
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
     targets = [t for t in settings.targets if not frame.empty and t in set(frame["target"])]
     groups = [g for g in GROUPS if not frame.empty and g in set(frame["group"])]
     fig, axes = plt.subplots(
@@ -149,43 +147,17 @@ def figure(frame, settings: ModalityScalingSettings, stem: Path) -> None:
         return
     families = list(dict.fromkeys(frame["family"]))
     contrasts = list(dict.fromkeys(_contrast(r) for r in frame.itertuples()))
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    markers, styles = "osD^v<>", ["-", "--", ":", "-."]
     # Points of different lines at one size are spread sideways (in log space, by a share of
     # the axis' span) so that their intervals do not hide each other.
-    lines_total = len(families) * len(contrasts)
     decades = max(0.5, math.log10(frame["parameters"].max() / frame["parameters"].min()))
     step = 10 ** (0.012 * decades)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, target in enumerate(targets):
         for j, group in enumerate(groups):
             ax = axes[i][j]
             sub = frame[(frame["target"] == target) & (frame["group"] == group)]
-            for f, family in enumerate(families):
-                for c, contrast in enumerate(contrasts):
-                    line = sub[(sub["family"] == family) & (sub.apply(_contrast, axis=1) == contrast)]
-                    if line.empty:
-                        continue
-                    line = line.sort_values("parameters")
-                    k = f * len(contrasts) + c
-                    shift = step ** (k - (lines_total - 1) / 2)
-                    ax.errorbar(
-                        line["parameters"] * shift,
-                        line["mean_difference"],
-                        yerr=[
-                            (line["mean_difference"] - line["ci_low"]).fillna(0),
-                            (line["ci_high"] - line["mean_difference"]).fillna(0),
-                        ],
-                        color=colours[f % len(colours)],
-                        marker=markers[c % len(markers)],
-                        linestyle=styles[c % len(styles)],
-                        capsize=3,
-                        label=f"{family}: {contrast}",
-                    )
-            ax.axhline(0, color="grey", linewidth=0.8)
-            ax.set_xscale("log")
-            ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-            ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: _params_text(round(value))))
-            ax.xaxis.set_minor_formatter(NullFormatter())
+            _draw_lines(ax, sub, families, contrasts, step, colours)
+            _size_axis(ax)
             if not sub.empty:
                 ax.set_ylabel(f"{sub['metric'].iloc[0]} difference (points)", fontsize=8)
             ax.set_title(f"{target}, {GROUP_NAMES[group]}", fontsize=9)
@@ -197,6 +169,45 @@ def figure(frame, settings: ModalityScalingSettings, stem: Path) -> None:
     fig.suptitle("Image premise minus text premise against backbone size (95% paired intervals)", fontsize=10)
     fig.tight_layout(rect=(0, 0.06, 1, 0.97))
     save(fig, stem)
+
+
+def _draw_lines(ax, sub, families: list[str], contrasts: list[str], step: float, colours: list[str]) -> None:
+    """One panel's lines: per family (colour) and contrast (marker, line style), the difference
+    against parameters with its interval, each line shifted sideways by a power of ``step``."""
+    markers, styles = "osD^v<>", ["-", "--", ":", "-."]
+    lines_total = len(families) * len(contrasts)
+    for f, family in enumerate(families):
+        for c, contrast in enumerate(contrasts):
+            line = sub[(sub["family"] == family) & (sub.apply(_contrast, axis=1) == contrast)]
+            if line.empty:
+                continue
+            line = line.sort_values("parameters")
+            k = f * len(contrasts) + c
+            shift = step ** (k - (lines_total - 1) / 2)
+            ax.errorbar(
+                line["parameters"] * shift,
+                line["mean_difference"],
+                yerr=[
+                    (line["mean_difference"] - line["ci_low"]).fillna(0),
+                    (line["ci_high"] - line["mean_difference"]).fillna(0),
+                ],
+                color=colours[f % len(colours)],
+                marker=markers[c % len(markers)],
+                linestyle=styles[c % len(styles)],
+                capsize=3,
+                label=f"{family}: {contrast}",
+            )
+
+
+def _size_axis(ax) -> None:
+    """Parameters on a log scale, ticks at 1, 2 and 5 of each decade, named as sizes (278M)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    ax.axhline(0, color="grey", linewidth=0.8)
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: _params_text(round(value))))
+    ax.xaxis.set_minor_formatter(NullFormatter())
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import io
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -487,16 +488,11 @@ def settings_table(runs, settings: TableSettings) -> tuple[str, Any]:
     and de)."""
     import pandas as pd
 
-    decimals, reference = settings.decimals, settings.baseline_setting
+    reference = settings.baseline_setting
     order = ordered_settings(runs, settings)
     records, parts = [], []
     for config in settings.intermediate:
-        subs = {}
-        for setting in order:
-            sub = of_setting(runs, setting)
-            sub = sub[sub["intermediate"] == config]
-            if not sub.empty:
-                subs[setting] = sub
+        subs = _config_runs_by_setting(runs, order, config)
         if len(subs) < 2:
             continue
         lines = [
@@ -504,34 +500,7 @@ def settings_table(runs, settings: TableSettings) -> tuple[str, Any]:
             "| setting | seeds | " + " | ".join(settings.targets) + " | Avg | Δ Avg |",
             "|---|---|" + "---:|" * (len(settings.targets) + 2),
         ]
-        for setting, sub in subs.items():
-            cells, scores, base_scores = [], [], []
-            for target in settings.targets:
-                test = sub[(sub["target"] == target) & (sub["split"] == "test") & (sub["language"] != "avg")]
-                langs = [l for l in settings.target_languages[target] if l in set(test["language"])]
-                if not langs:
-                    cells.append("–")
-                    continue
-                values = _score_over(sub, target, langs)
-                records += [(config, setting, target, m, v) for m, v in values.items()]
-                cells.append(" / ".join(_fmt(v, decimals, "") for v in values.values()))
-                scores.append(qa_answer_score(get_task(target).metric, values))
-                if reference in subs:
-                    base_scores.append(
-                        qa_answer_score(get_task(target).metric, _score_over(subs[reference], target, langs))
-                    )
-            avg = sum(scores) / len(scores)
-            delta = (
-                avg - sum(base_scores) / len(base_scores)
-                if setting != reference and len(base_scores) == len(scores)
-                else float("nan")
-            )
-            records.append((config, setting, "avg", "xtreme_score", avg))
-            seeds = ",".join(str(x) for x in sorted(set(sub["seed"])))
-            lines.append(
-                f"| {setting} | {seeds} | " + " | ".join(cells) + f" | {_fmt(avg, decimals, '')} "
-                f"| {_fmt(delta, decimals, '+') if setting != reference else ''} |"
-            )
+        lines += [_settings_row(subs, config, setting, settings, records) for setting in subs]
         parts.append("\n".join(lines) + "\n")
     frame = pd.DataFrame.from_records(records, columns=["intermediate", "setting", "target", "metric", "median"])
     note = (
@@ -546,6 +515,47 @@ def settings_table(runs, settings: TableSettings) -> tuple[str, Any]:
     return "\n".join(parts) + "\n" + note, frame
 
 
+def _config_runs_by_setting(runs, order: list[str], config: str) -> dict[str, Any]:
+    """Setting -> the runs of ``config`` in it, for the settings (in ``order``) that ran it."""
+    subs = {}
+    for setting in order:
+        sub = of_setting(runs, setting)
+        sub = sub[sub["intermediate"] == config]
+        if not sub.empty:
+            subs[setting] = sub
+    return subs
+
+
+def _settings_row(subs: dict[str, Any], config: str, setting: str, settings: TableSettings, records: list) -> str:
+    """One setting's row of a config's block in the settings table; its values go to ``records``."""
+    decimals, reference, sub = settings.decimals, settings.baseline_setting, subs[setting]
+    cells, scores, base_scores = [], [], []
+    for target in settings.targets:
+        test = sub[(sub["target"] == target) & (sub["split"] == "test") & (sub["language"] != "avg")]
+        langs = [l for l in settings.target_languages[target] if l in set(test["language"])]
+        if not langs:
+            cells.append("–")
+            continue
+        values = _score_over(sub, target, langs)
+        records += [(config, setting, target, m, v) for m, v in values.items()]
+        cells.append(" / ".join(_fmt(v, decimals, "") for v in values.values()))
+        scores.append(qa_answer_score(get_task(target).metric, values))
+        if reference in subs:
+            base_scores.append(qa_answer_score(get_task(target).metric, _score_over(subs[reference], target, langs)))
+    avg = sum(scores) / len(scores)
+    delta = (
+        avg - sum(base_scores) / len(base_scores)
+        if setting != reference and len(base_scores) == len(scores)
+        else float("nan")
+    )
+    records.append((config, setting, "avg", "xtreme_score", avg))
+    seeds = ",".join(str(x) for x in sorted(set(sub["seed"])))
+    return (
+        f"| {setting} | {seeds} | " + " | ".join(cells) + f" | {_fmt(avg, decimals, '')} "
+        f"| {_fmt(delta, decimals, '+') if setting != reference else ''} |"
+    )
+
+
 def source_language_table(runs, settings: TableSettings) -> tuple[str, Any]:
     """Turc et al. 2021 (docs/protocol.md §7), per config and target with source-language runs:
     E(S, T) the median over seeds of model M^S's test score in T (primary metric; English
@@ -554,87 +564,20 @@ def source_language_table(runs, settings: TableSettings) -> tuple[str, Any]:
     unweighted means over the target's languages."""
     import pandas as pd
 
-    decimals = settings.decimals
-    sources_of: dict[str, str] = {}  # setting -> source language
-    for setting in set(runs["setting"]):
-        lang = "en" if setting == ZERO_SHOT else source_language(setting)
-        if lang is not None:
-            sources_of[setting] = lang
+    sources_of = _source_settings(runs)
     records, parts = [], []
     for config in settings.intermediate:
         for target in settings.targets:
             metric = primary_metric(get_task(target).metric)
-            score: dict[tuple[str, str], float] = {}
-            for setting, source in sources_of.items():
-                sub = runs[
-                    (runs["setting"] == setting)
-                    & (runs["intermediate"] == config)
-                    & (runs["target"] == target)
-                    & (runs["split"] == "test")
-                    & (runs["metric"] == metric)
-                    & (runs["language"] != "avg")
-                ]
-                for lang, value in sub.groupby("language")["value"].median().items():
-                    score[(source, lang)] = float(value)
+            score = _source_scores(runs, sources_of, config, target, metric)
             sources = sorted({s for s, _ in score}, key=lambda s: (s != "en", s))
             if not [s for s in sources if s != "en"]:
                 continue
             langs = [l for l in settings.target_languages[target] if any((s, l) in score for s in sources)]
-            z: dict[tuple[str, str], float] = {}
-            for s in sources:
-                for t in langs:
-                    if (s, t) not in score:
-                        continue
-                    normaliser = score.get((t, t))
-                    normalised = bool(normaliser)
-                    z[(s, t)] = 100 * score[(s, t)] / normaliser if normalised else score[(s, t)]
-                    records.append((config, target, s, t, metric, score[(s, t)], z[(s, t)], normalised))
-            for s in sources:
-                row = [z[(s, t)] for t in langs if (s, t) in z]
-                if len(row) == len(langs):
-                    records.append(
-                        (
-                            config,
-                            target,
-                            s,
-                            "avg",
-                            metric,
-                            float("nan"),
-                            sum(row) / len(row),
-                            all(score.get((t, t)) for t in langs),
-                        )
-                    )
-            frame_z = {(r[2], r[3]): r[6] for r in records if r[:2] == (config, target)}
-            lines = [
-                f"## {config} · {target} ({metric}, test)\n",
-                "Z(S -> T), x100:\n",
-                "| source | " + " | ".join(langs) + " | Avg |",
-                "|---|" + "---:|" * (len(langs) + 1),
-            ]
-            for s in sources:
-                cells = [
-                    _fmt(frame_z.get((s, t), float("nan")), decimals, "") + ("" if score.get((t, t)) else "*")
-                    if (s, t) in frame_z
-                    else "–"
-                    for t in langs + ["avg"]
-                ]
-                lines.append(f"| {s} | " + " | ".join(cells) + " |")
-            if "en" in sources:
-                lines += [
-                    "",
-                    "Advantage over English, Z(S -> T) - Z(en -> T):\n",
-                    "| source | " + " | ".join(langs) + " | Avg |",
-                    "|---|" + "---:|" * (len(langs) + 1),
-                ]
-                for s in sources:
-                    if s == "en":
-                        continue
-                    cells = []
-                    for t in langs + ["avg"]:
-                        ok = (s, t) in frame_z and ("en", t) in frame_z
-                        cells.append(_fmt(frame_z[(s, t)] - frame_z[("en", t)], decimals, "+") if ok else "–")
-                    lines.append(f"| {s} | " + " | ".join(cells) + " |")
-            parts.append("\n".join(lines) + "\n")
+            found = _relative_ability(score, sources, langs, (config, target, metric))
+            records += found
+            frame_z = {(r[2], r[3]): r[6] for r in found}
+            parts.append(_source_block((config, target, metric), sources, langs, score, frame_z, settings.decimals))
     frame = pd.DataFrame.from_records(
         records, columns=["intermediate", "target", "source", "language", "metric", "score", "z", "normalised"]
     )
@@ -653,6 +596,90 @@ def source_language_table(runs, settings: TableSettings) -> tuple[str, Any]:
     if not parts:
         return "No source-language settings in this grid.\n", frame
     return "\n".join(parts) + "\n" + note, frame
+
+
+def _source_settings(runs) -> dict[str, str]:
+    """Setting -> its source language, for the settings with runs that train on one language
+    (zero_shot: English; source:S: S)."""
+    sources_of: dict[str, str] = {}
+    for setting in set(runs["setting"]):
+        lang = "en" if setting == ZERO_SHOT else source_language(setting)
+        if lang is not None:
+            sources_of[setting] = lang
+    return sources_of
+
+
+def _source_scores(runs, sources_of: dict[str, str], config: str, target: str, metric: str):
+    """E(S, T): (source, test language) -> the median over seeds of the test score."""
+    score: dict[tuple[str, str], float] = {}
+    for setting, source in sources_of.items():
+        sub = runs[
+            (runs["setting"] == setting)
+            & (runs["intermediate"] == config)
+            & (runs["target"] == target)
+            & (runs["split"] == "test")
+            & (runs["metric"] == metric)
+            & (runs["language"] != "avg")
+        ]
+        for lang, value in sub.groupby("language")["value"].median().items():
+            score[(source, lang)] = float(value)
+    return score
+
+
+def _relative_ability(score, sources: list[str], langs: list[str], key: tuple[str, str, str]) -> list[tuple]:
+    """Z(S -> T) per source and language, and its mean over the languages where a source has
+    all of them: records (config, target, source, language, metric, E, Z, normalised)."""
+    config, target, metric = key
+    records, z = [], {}
+    for s in sources:
+        for t in langs:
+            if (s, t) not in score:
+                continue
+            normaliser = score.get((t, t))
+            normalised = bool(normaliser)
+            z[(s, t)] = 100 * score[(s, t)] / normaliser if normalised else score[(s, t)]
+            records.append((config, target, s, t, metric, score[(s, t)], z[(s, t)], normalised))
+    for s in sources:
+        row = [z[(s, t)] for t in langs if (s, t) in z]
+        if len(row) == len(langs):
+            normalised = all(score.get((t, t)) for t in langs)
+            records.append((config, target, s, "avg", metric, float("nan"), sum(row) / len(row), normalised))
+    return records
+
+
+def _source_block(key: tuple[str, str, str], sources, langs, score, frame_z, decimals: int) -> str:
+    """One config's and target's Z table and, with English among the sources, its advantages."""
+    config, target, metric = key
+    lines = [
+        f"## {config} · {target} ({metric}, test)\n",
+        "Z(S -> T), x100:\n",
+        "| source | " + " | ".join(langs) + " | Avg |",
+        "|---|" + "---:|" * (len(langs) + 1),
+    ]
+    for s in sources:
+        cells = [
+            _fmt(frame_z.get((s, t), float("nan")), decimals, "") + ("" if score.get((t, t)) else "*")
+            if (s, t) in frame_z
+            else "–"
+            for t in langs + ["avg"]
+        ]
+        lines.append(f"| {s} | " + " | ".join(cells) + " |")
+    if "en" in sources:
+        lines += [
+            "",
+            "Advantage over English, Z(S -> T) - Z(en -> T):\n",
+            "| source | " + " | ".join(langs) + " | Avg |",
+            "|---|" + "---:|" * (len(langs) + 1),
+        ]
+        for s in sources:
+            if s == "en":
+                continue
+            cells = []
+            for t in langs + ["avg"]:
+                ok = (s, t) in frame_z and ("en", t) in frame_z
+                cells.append(_fmt(frame_z[(s, t)] - frame_z[("en", t)], decimals, "+") if ok else "–")
+            lines.append(f"| {s} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def intermediate_dev_scores(model_dirs: list[str]):
@@ -745,28 +772,30 @@ def translation_tables(
     return md, both
 
 
-def main(argv: list[str] | None = None) -> None:
-    setup_logging()
+RESULT_OUTPUTS = (
+    "main-md",
+    "main-csv",
+    "best-csv",
+    "per-language-md",
+    "per-language-csv",
+    "translated-md",
+    "translated-csv",
+    "runs-csv",
+    "settings-md",
+    "settings-csv",
+    "source-md",
+    "source-csv",
+    "significance-csv",
+)
+
+
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description="Aggregate metric files into the paper's tables.")
     sub = ap.add_subparsers(dest="command", required=True)
     results = sub.add_parser("results", help="median-over-seeds result tables from the metric files")
     results.add_argument("--settings", required=True)
     results.add_argument("--metrics", nargs="+", required=True)
-    for name in (
-        "main-md",
-        "main-csv",
-        "best-csv",
-        "per-language-md",
-        "per-language-csv",
-        "translated-md",
-        "translated-csv",
-        "runs-csv",
-        "settings-md",
-        "settings-csv",
-        "source-md",
-        "source-csv",
-        "significance-csv",
-    ):
+    for name in RESULT_OUTPUTS:
         results.add_argument(f"--{name}", required=True)
     translation = sub.add_parser("translation", help="translation statistics and quality")
     translation.add_argument("--stats", nargs="*", default=[])
@@ -774,7 +803,56 @@ def main(argv: list[str] | None = None) -> None:
     translation.add_argument("--intermediate", nargs="*", default=[], help="intermediate model directories")
     translation.add_argument("--md", required=True)
     translation.add_argument("--csv", required=True)
-    args = ap.parse_args(argv)
+    return ap
+
+
+@dataclass
+class SettingBlocks:
+    """The main and per-language tables' blocks, one per transfer setting, the baseline
+    setting's first (its block alone has the best-models row)."""
+
+    main_md: list[str] = field(default_factory=list)
+    main_frames: list[Any] = field(default_factory=list)
+    per_language_md: list[str] = field(default_factory=list)
+    per_language_frames: list[Any] = field(default_factory=list)
+    significance_frames: list[Any] = field(default_factory=list)
+    best: Any = None
+
+
+def setting_blocks(runs, settings: TableSettings, leaked: dict) -> SettingBlocks:
+    order = ordered_settings(runs, settings)
+    found = SettingBlocks()
+    for setting in order:
+        sub, view = setting_view(runs, settings, setting)
+        _, shown = main_table(sub, view)
+        tested = significance.significance(sub, view, setting) if view.baseline is not None else None
+        if tested is not None:
+            found.significance_frames.append(tested)
+        best = best_models(sub, view) if setting == order[0] else None
+        if best is not None:
+            found.best = best
+        title = f"## {setting}" + (" (baseline setting)" if setting == order[0] and len(order) > 1 else "")
+        found.main_md.append(
+            (title + "\n\n" if len(order) > 1 else "")
+            + render_main(
+                shown,
+                view,
+                best,
+                significance.marked(tested) if tested is not None else set(),
+                {(c, t): items for (s_, c, t), items in leaked.items() if s_ == setting},
+            )
+            + setting_notes(sub, view, setting)
+        )
+        found.main_frames.append(shown.rename_axis("intermediate").reset_index().assign(setting=setting))
+        md, frame = per_language(sub, view)
+        found.per_language_md.append((f"# {setting}\n\n" if len(order) > 1 else "") + md)
+        found.per_language_frames.append(frame.assign(setting=setting))
+    return found
+
+
+def main(argv: list[str] | None = None) -> None:
+    setup_logging()
+    args = parser().parse_args(argv)
     try:
         if args.command == "translation":
             md, frame = translation_tables(args.stats, args.quality, args.intermediate)
@@ -784,75 +862,61 @@ def main(argv: list[str] | None = None) -> None:
             return
         settings = TableSettings.parse(args.settings, "--settings")
         runs = load_runs(args.metrics)
-        leaked = leaked_runs(args.metrics)
-        order = ordered_settings(runs, settings)
-        blocks, mains, per_lang_parts, per_lang_frames, significance_frames = [], [], [], [], []
-        for setting in order:
-            sub, view = setting_view(runs, settings, setting)
-            _, shown = main_table(sub, view)
-            tested = significance.significance(sub, view, setting) if view.baseline is not None else None
-            if tested is not None:
-                significance_frames.append(tested)
-            best = best_models(sub, view) if setting == order[0] else None
-            if best is not None:
-                best_table = best
-            title = f"## {setting}" + (" (baseline setting)" if setting == order[0] and len(order) > 1 else "")
-            blocks.append(
-                (title + "\n\n" if len(order) > 1 else "")
-                + render_main(
-                    shown,
-                    view,
-                    best,
-                    significance.marked(tested) if tested is not None else set(),
-                    {(c, t): items for (s_, c, t), items in leaked.items() if s_ == setting},
-                )
-                + setting_notes(sub, view, setting)
-            )
-            mains.append(shown.rename_axis("intermediate").reset_index().assign(setting=setting))
-            md, frame = per_language(sub, view)
-            per_lang_parts.append((f"# {setting}\n\n" if len(order) > 1 else "") + md)
-            per_lang_frames.append(frame.assign(setting=setting))
-        translated_md, translated = translated_table(of_setting(runs, order[0]), settings)
-        settings_md, settings_frame = settings_table(runs, settings)
-        source_md, source_frame = source_language_table(runs, settings)
+        blocks = setting_blocks(runs, settings, leaked_runs(args.metrics))
+        others = {
+            "translated": translated_table(of_setting(runs, ordered_settings(runs, settings)[0]), settings),
+            "settings": settings_table(runs, settings),
+            "source": source_language_table(runs, settings),
+        }
     except InputError as err:
         raise SystemExit(f"error: {err}") from None
+    main_md = write_results(args, settings.backbone_name, runs, blocks, others)
+    LOG.info("tables from %d metric files -> %s", len(args.metrics), Path(args.main_md).parent)
+    print(main_md)
+
+
+def _setting_first(frame):
+    return frame[["setting"] + [c for c in frame.columns if c != "setting"]]
+
+
+def write_results(args, backbone: str | None, runs, blocks: SettingBlocks, others: dict[str, tuple]) -> str:
+    """Every table of ``tables results`` to its file; the main table's Markdown."""
     import pandas as pd
 
-    backbone = settings.backbone_name
     # every row of the long table names the backbone that produced it
     write_csv(
         args.runs_csv,
         runs if backbone is None else runs.assign(backbone=backbone)[["backbone", *RUN_COLUMNS]],
         index=False,
     )
-    main_csv = pd.concat(mains, ignore_index=True)
-    write_csv(args.main_csv, main_csv[["setting"] + [c for c in main_csv.columns if c != "setting"]], index=False)
-    write_csv(args.best_csv, best_table, index=False)
+    write_csv(args.main_csv, _setting_first(pd.concat(blocks.main_frames, ignore_index=True)), index=False)
+    write_csv(args.best_csv, blocks.best, index=False)
     write_csv(
         args.significance_csv,
-        pd.concat(significance_frames, ignore_index=True)
-        if significance_frames
+        pd.concat(blocks.significance_frames, ignore_index=True)
+        if blocks.significance_frames
         else pd.DataFrame(columns=significance.COLUMNS),
         index=False,
     )
     main_md = (
-        "# Intermediate-task results" + (f": backbone {backbone}" if backbone else "") + "\n\n" + "\n".join(blocks)
+        "# Intermediate-task results"
+        + (f": backbone {backbone}" if backbone else "")
+        + "\n\n"
+        + "\n".join(blocks.main_md)
     )
     write_text(args.main_md, main_md)
-    per_lang = pd.concat(per_lang_frames, ignore_index=True)
-    write_csv(
-        args.per_language_csv, per_lang[["setting"] + [c for c in per_lang.columns if c != "setting"]], index=False
-    )
-    write_text(args.per_language_md, "# Per-language results\n\n" + "\n".join(per_lang_parts))
-    write_csv(args.translated_csv, translated, index=False)
-    write_text(args.translated_md, "# Translated intermediate-task data\n\n" + translated_md)
-    write_csv(args.settings_csv, settings_frame, index=False)
-    write_text(args.settings_md, "# Transfer settings (XTREME baselines)\n\n" + settings_md)
-    write_csv(args.source_csv, source_frame, index=False)
-    write_text(args.source_md, "# Source languages (Turc et al. 2021)\n\n" + source_md)
-    LOG.info("tables from %d metric files -> %s", len(args.metrics), Path(args.main_md).parent)
-    print(main_md)
+    per_lang = _setting_first(pd.concat(blocks.per_language_frames, ignore_index=True))
+    write_csv(args.per_language_csv, per_lang, index=False)
+    write_text(args.per_language_md, "# Per-language results\n\n" + "\n".join(blocks.per_language_md))
+    titles = {
+        "translated": "# Translated intermediate-task data\n\n",
+        "settings": "# Transfer settings (XTREME baselines)\n\n",
+        "source": "# Source languages (Turc et al. 2021)\n\n",
+    }
+    for name, (md, frame) in others.items():
+        write_csv(getattr(args, f"{name}_csv"), frame, index=False)
+        write_text(getattr(args, f"{name}_md"), titles[name] + md)
+    return main_md
 
 
 if __name__ == "__main__":

@@ -10,15 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.spec import benchmark, paths
+from workflow_scripts.spec import benchmark, paths, report_settings
 from workflow_scripts.spec.basics import REPO_ROOT, is_url, load_yaml, repo_path
 from workflow_scripts.spec.formats import get_format
-from workflow_scripts.spec.report_settings import (
-    ComparisonSettings,
-    ModalityScalingSettings,
-    ModalitySettings,
-    TableSettings,
-)
 from workflow_scripts.spec.schema import error_hint
 from workflow_scripts.spec.suggest import did_you_mean
 from workflow_scripts.spec.tasks import (
@@ -930,7 +924,7 @@ def eval_settings(
     return settings
 
 
-def table_settings(config: dict[str, Any], backbone: str) -> TableSettings:
+def table_settings(config: dict[str, Any], backbone: str) -> report_settings.TableSettings:
     """What a backbone's tables show: its part of the grid, and the backbone itself (its
     contaminated targets are footnoted: not zero-shot)."""
     part = backbone_grid.grid_of(config, backbone)
@@ -953,7 +947,7 @@ def table_settings(config: dict[str, Any], backbone: str) -> TableSettings:
         "output_targets": list(config["targets"]),
         "output_settings": list(transfer.configured(config)),
     }
-    return TableSettings.parse(found, f"table settings of backbone {backbone}")
+    return report_settings.TableSettings.parse(found, f"table settings of backbone {backbone}")
 
 
 def arm_pairs(intermediate: dict[str, dict[str, Any]]) -> list[dict[str, str]]:
@@ -975,7 +969,7 @@ def arm_pairs(intermediate: dict[str, dict[str, Any]]) -> list[dict[str, str]]:
     return pairs
 
 
-def modality_settings(config: dict[str, Any], backbone: str) -> ModalitySettings:
+def modality_settings(config: dict[str, Any], backbone: str) -> report_settings.ModalitySettings:
     """The image-vs-text comparison of a backbone's grid (modality.py): its pairs of configs
     that differ only by an image task and one of its text-only controls."""
     part = backbone_grid.grid_of(config, backbone)
@@ -986,7 +980,7 @@ def modality_settings(config: dict[str, Any], backbone: str) -> ModalitySettings
         "decimals": config["tables"].get("decimals", 1),
         "pairs": arm_pairs(chosen),
     }
-    return ModalitySettings.parse(found, f"modality settings of backbone {backbone}")
+    return report_settings.ModalitySettings.parse(found, f"modality settings of backbone {backbone}")
 
 
 def backbone_descriptions(config: dict[str, Any]) -> dict[str, Any]:
@@ -994,7 +988,7 @@ def backbone_descriptions(config: dict[str, Any]) -> dict[str, Any]:
     return {b: backbone_grid.describe(config, b) for b in backbone_grid.names(config)}
 
 
-def modality_scaling_settings(config: dict[str, Any]) -> ModalityScalingSettings:
+def modality_scaling_settings(config: dict[str, Any]) -> report_settings.ModalityScalingSettings:
     """What the image-vs-text table across backbone sizes shows (modality_scaling.py)."""
     found = {
         "decimals": config["tables"].get("decimals", 1),
@@ -1004,10 +998,10 @@ def modality_scaling_settings(config: dict[str, Any]) -> ModalityScalingSettings
         # the config's order of backbones (the settings' JSON sorts keys): families appear in it
         "order": backbone_grid.names(config),
     }
-    return ModalityScalingSettings.parse(found, "modality scaling settings")
+    return report_settings.ModalityScalingSettings.parse(found, "modality scaling settings")
 
 
-def comparison_settings(config: dict[str, Any]) -> ComparisonSettings:
+def comparison_settings(config: dict[str, Any]) -> report_settings.ComparisonSettings:
     """What the cross-backbone table and figure show."""
     found = {
         "decimals": config["tables"]["decimals"],
@@ -1017,7 +1011,7 @@ def comparison_settings(config: dict[str, Any]) -> ComparisonSettings:
         "intermediate": list(config["intermediate"]),
         "backbones": backbone_descriptions(config),
     }
-    return ComparisonSettings.parse(found, "comparison settings")
+    return report_settings.ComparisonSettings.parse(found, "comparison settings")
 
 
 def translated_counterparts(config: dict[str, Any]) -> dict[str, dict[str, Any]]:

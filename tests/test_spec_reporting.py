@@ -18,6 +18,8 @@ from workflow_scripts.spec.report_settings import (
     BackboneDescription,
     BenchmarkDescription,
     ComparisonSettings,
+    FigureSettings,
+    LatexSettings,
     ModalityScalingSettings,
     ModalitySettings,
     TableSettings,
@@ -76,6 +78,17 @@ def test_the_table_settings_json_is_the_builders_dict_and_reads_back_unchanged(c
     assert list(json.loads(built.to_json())["intermediate"]) == part["intermediate"]
     again = TableSettings.parse(built.to_json(), "--settings")
     assert again == built and again.to_json() == built.to_json()
+    # the figures and the LaTeX tables read the same JSON through their own steps' records
+    for record in (FigureSettings, LatexSettings):
+        assert record.parse(built.to_json(), "--settings").to_json() == built.to_json()
+
+
+def test_every_reporting_cli_that_takes_settings_has_its_steps_record():
+    records = (TableSettings, FigureSettings, LatexSettings, ModalitySettings, ModalityScalingSettings)
+    steps = {r.step for r in (*records, ComparisonSettings)}
+    assert steps == {
+        f"reporting.{m}" for m in ("tables", "plots", "latex", "modality", "modality_scaling", "compare_backbones")
+    }
 
 
 def test_every_reporting_builder_round_trips(config):

@@ -27,7 +27,7 @@ from workflow_scripts.reporting.tables import (
     write_text,
 )
 from workflow_scripts.spec.basics import InputError
-from workflow_scripts.spec.report_settings import TableSettings
+from workflow_scripts.spec.report_settings import LatexSettings, TableSettings
 
 _SPECIAL = {
     "\\": r"\textbackslash{}",
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--output", required=True, type=Path)
     args = ap.parse_args(argv)
     try:
-        settings = TableSettings.parse(args.settings, "--settings")
+        settings = LatexSettings.parse(args.settings, "--settings")
         main_frame = read_result_table(args.tables / "main.csv")
         significance = read_result_table(args.tables / "significance.csv")
         per_language = read_result_table(args.tables / "per_language.csv")

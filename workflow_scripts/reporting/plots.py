@@ -27,7 +27,7 @@ from pathlib import Path
 from workflow_scripts.common import atomic_path, read_result_table, setup_logging
 from workflow_scripts.spec import availability
 from workflow_scripts.spec.basics import InputError
-from workflow_scripts.spec.report_settings import TableSettings
+from workflow_scripts.spec.report_settings import FigureSettings, TableSettings
 from workflow_scripts.spec.tasks import get_task, primary_metric
 from workflow_scripts.spec.transfer_names import path_token
 
@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     try:
         if args.command == "results":
-            plot_results(args.tables, TableSettings.parse(args.settings, "--settings"), args.output)
+            plot_results(args.tables, FigureSettings.parse(args.settings, "--settings"), args.output)
         else:
             translation_figure(read_result_table(args.table), args.output)
     except InputError as err:

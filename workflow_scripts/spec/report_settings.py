@@ -102,7 +102,8 @@ class ArmPair(Record):
 @dataclass(frozen=True)
 class TableSettings(Record):
     """A backbone's tables, LaTeX files and figures: its part of the grid, the backbone and
-    the benchmark. ``reporting.plots`` and ``reporting.latex`` read it as well."""
+    the benchmark. The figures and the LaTeX tables read the same JSON, each as its own step's
+    record below (FigureSettings, LatexSettings)."""
 
     step: ClassVar[str] = "reporting.tables"
 
@@ -139,6 +140,20 @@ class TableSettings(Record):
     def settings_drawn(self) -> tuple[str, ...]:
         """The transfer settings a figure is written for (placeholders where not run)."""
         return self.settings if self.output_settings is None else self.output_settings
+
+
+@dataclass(frozen=True)
+class FigureSettings(TableSettings):
+    """The table settings as the figures read them (the same JSON: grid.table_settings)."""
+
+    step: ClassVar[str] = "reporting.plots"
+
+
+@dataclass(frozen=True)
+class LatexSettings(TableSettings):
+    """The table settings as the LaTeX tables read them (the same JSON: grid.table_settings)."""
+
+    step: ClassVar[str] = "reporting.latex"
 
 
 @dataclass(frozen=True)

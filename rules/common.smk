@@ -25,11 +25,10 @@ from workflow_scripts.workflow import (
     sweep,
     transfer,
 )
-from workflow_scripts.spec import paths
+from workflow_scripts.spec import availability, paths
 from workflow_scripts import revisions
 from workflow_scripts.spec.codehash import module_digest, task_fingerprint
 from workflow_scripts.workflow.summary import run_summary
-from workflow_scripts.reporting import availability
 from workflow_scripts.spec.basics import canonical_json, repo_path
 from workflow_scripts.spec.record import settings_json
 from workflow_scripts.spec import tasks as task_catalogue
@@ -496,7 +495,7 @@ def training_geometry():
     return {key: geometry(key) for key in ("nodes", "tasks", "tasks_per_node", "tasks_per_gpu", "gres", "mpi")}
 
 
-# The figures that can lack data (reporting/availability.py), each with its report entry
+# The figures that can lack data (spec/availability.py), each with its report entry
 # (called by rules/report.smk, once the rules that draw them are defined). A rule
 # writes the same figures for every backbone, so a part of the grid a backbone leaves out is a
 # placeholder image; the report lists only the figures drawn from data and names the others on
@@ -552,7 +551,7 @@ def backbone_figures(backbone):
                 path(pattern), "training_curves", "Training", labels(figure="training curves", config=name), reason
             )
         )
-    pairs = grid.modality_settings(config, backbone)["pairs"]
+    pairs = grid.modality_settings(config, backbone).pairs
     entries.append(
         figure_entry(
             path(rules.tabulate_modality.output.png),
@@ -568,7 +567,7 @@ def backbone_figures(backbone):
 def report_figures():
     """Every figure of the grid that can lack data: each backbone's, then those across backbones."""
     entries = [entry for backbone in BACKBONES for entry in backbone_figures(backbone)]
-    pairs = [pair for backbone in BACKBONES for pair in grid.modality_settings(config, backbone)["pairs"]]
+    pairs = [pair for backbone in BACKBONES for pair in grid.modality_settings(config, backbone).pairs]
     entries.append(
         figure_entry(
             rules.compare_modality.output.png,

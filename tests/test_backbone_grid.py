@@ -57,8 +57,8 @@ def test_paths_and_settings_name_the_backbone(config):
     assert grid.eval_settings(config, "llama_tiny", "tatoeba").retrieval.pooling == "family"
     assert grid.eval_settings(config, "xlmr_tiny", "tatoeba").retrieval.pooling == config["retrieval"]["pooling"]
     tables = grid.table_settings(config, "llama_tiny")
-    assert tables["targets"] == ["xnli", "udpos", "tatoeba"] and tables["backbone"]["family"] == "decoder"
-    assert tables["output_targets"] == config["targets"]
+    assert tables.targets == ("xnli", "udpos", "tatoeba") and tables.backbone.family == "decoder"
+    assert list(tables.output_targets) == config["targets"]
 
 
 def test_a_backbones_provenance_is_what_its_metric_files_and_tables_record(config):
@@ -136,6 +136,6 @@ def test_backbone_errors_name_the_key(config, edit, message):
 def test_the_comparison_names_every_backbone_and_its_contamination(config):
     config["backbones"]["llama_tiny"]["contaminated_targets"] = ["xnli"]
     settings = grid.comparison_settings(config)
-    assert list(settings["backbones"]) == ["xlmr_tiny", "llama_tiny"]
-    assert settings["backbones"]["llama_tiny"]["contaminated_targets"] == ["xnli"]
-    assert grid.table_settings(config, "llama_tiny")["backbone"]["contaminated_targets"] == ["xnli"]
+    assert list(settings.backbones) == ["xlmr_tiny", "llama_tiny"]
+    assert settings.backbones["llama_tiny"].contaminated_targets == ("xnli",)
+    assert grid.table_settings(config, "llama_tiny").backbone.contaminated_targets == ("xnli",)

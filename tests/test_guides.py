@@ -269,10 +269,11 @@ def test_new_benchmark_guide(finished_demo, tmp_path):
 
     shown = _run_python(
         repo,
-        "import json; from workflow_scripts.workflow import benchmark;"
+        "import json; from workflow_scripts.spec import benchmark;"
         "from workflow_scripts.reporting import tables;"
-        "s = {'benchmark': benchmark.get('xtreme_finetuned').describe(),"
-        " 'targets': ['xnli', 'xquad', 'udpos']};"
+        "from workflow_scripts.spec.report_settings import TableSettings;"
+        "s = TableSettings.parse({'benchmark': benchmark.get('xtreme_finetuned').describe(),"
+        " 'targets': ['xnli', 'xquad', 'udpos'], 'baseline': 'none', 'intermediate': ['none'], 'seeds': [1]});"
         "print(json.dumps([[tables.category_header(c) for c in tables.category_columns(s)],"
         " tables.benchmark_notes(s)]))",
     )

@@ -10,18 +10,21 @@ import pytest
 
 from workflow_scripts.reporting import latex
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.report_settings import BenchmarkDescription, TableSettings
 
 pytestmark = pytest.mark.unit
 
-SETTINGS = {
-    "baseline": "none",
-    "baseline_setting": "zero_shot",
-    "intermediate": ["none", "mnli", "hellaswag_de"],
-    "seeds": [1, 2, 3],
-    "targets": ["xnli", "xquad"],
-    "decimals": 1,
-    "target_languages": {"xnli": ["en", "de"], "xquad": ["en", "de"]},
-}
+SETTINGS = TableSettings.parse(
+    {
+        "baseline": "none",
+        "baseline_setting": "zero_shot",
+        "intermediate": ["none", "mnli", "hellaswag_de"],
+        "seeds": [1, 2, 3],
+        "targets": ["xnli", "xquad"],
+        "decimals": 1,
+        "target_languages": {"xnli": ["en", "de"], "xquad": ["en", "de"]},
+    }
+)
 MAIN = pd.DataFrame(
     [
         {
@@ -112,7 +115,7 @@ def test_per_language_table_shows_differences_per_language():
             },
         ]
     )
-    tex = latex.per_language_tex(per_language, {**SETTINGS, "intermediate": ["none", "mnli"]}, "xnli")
+    tex = latex.per_language_tex(per_language, SETTINGS.replace(intermediate=["none", "mnli"]), "xnli")
     assert body_rows(tex) == [
         ["none", r"\textbf{80.0}", "70.0", "75.0"],
         ["mnli", "$-$1.0", r"\textbf{$+$3.0}", r"\textbf{$+$1.0}"],
@@ -133,13 +136,12 @@ def test_a_table_without_the_baseline_config_is_refused():
 def test_xtreme_r_main_table_has_the_category_and_overall_columns():
     from workflow_scripts.spec import benchmark
 
-    settings = {
-        **SETTINGS,
-        "intermediate": ["none", "mnli"],
-        "targets": ["xnli", "xcopa"],
-        "target_languages": {"xnli": list(benchmark.XTREME_R.languages["xnli"]), "xcopa": ["et", "ht"]},
-        "benchmark": benchmark.XTREME_R.describe(),
-    }
+    settings = SETTINGS.replace(
+        intermediate=["none", "mnli"],
+        targets=["xnli", "xcopa"],
+        target_languages={"xnli": benchmark.XTREME_R.languages["xnli"], "xcopa": ["et", "ht"]},
+        benchmark=BenchmarkDescription.of(benchmark.XTREME_R),
+    )
     nan = math.nan
     main = pd.DataFrame(
         [

@@ -10,6 +10,7 @@ import pytest
 from workflow_scripts.reporting import modality_scaling
 from workflow_scripts.reporting.modality import modality_table
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.report_settings import ModalityScalingSettings, ModalitySettings
 from workflow_scripts.workflow import config_layers, memory_plan
 
 PAIRS = [
@@ -34,31 +35,41 @@ def _runs(gain: float, seeds=(1, 2, 3), languages=("en", "de", "ru", "sw"), nois
 
 
 def _write_backbone(tables, name: str, gain: float, noise: int) -> None:
-    settings = {"targets": ["xnli"], "seeds": [1, 2, 3], "pairs": PAIRS}
+    settings = ModalitySettings.parse({"targets": ["xnli"], "seeds": [1, 2, 3], "pairs": PAIRS})
     (tables / name).mkdir(parents=True)
     modality_table(_runs(gain, noise=noise), settings).to_csv(tables / name / "modality.csv", index=False)
 
 
-def _settings() -> dict:
+def _backbone(name: str, family: str, parameters: float, contaminated=()) -> dict:
     return {
-        "decimals": 1,
-        "targets": ["xnli"],
-        "seeds": [1, 2, 3],
-        # Families in the config's order (the settings' JSON sorts the backbones' keys).
-        "order": ["enc_large", "dec_small", "enc_base"],
-        # Listed out of size order on purpose: the table orders by family, then size.
-        "backbones": {
-            "enc_large": {"name": "enc_large", "family": "encoder", "method": "full", "parameters": 5.6e8},
-            "dec_small": {
-                "name": "dec_small",
-                "family": "decoder",
-                "method": "full",
-                "parameters": 5.59e8,
-                "contaminated_targets": ["xnli"],
-            },
-            "enc_base": {"name": "enc_base", "family": "encoder", "method": "full", "parameters": 2.78e8},
-        },
+        "name": name,
+        "family": family,
+        "source": "demo",
+        "method": "full",
+        "precision": "fp32",
+        "parameters": parameters,
+        "contaminated_targets": list(contaminated),
     }
+
+
+BACKBONES = {  # listed out of size order on purpose: the table orders by family, then size
+    "enc_large": _backbone("enc_large", "encoder", 5.6e8),
+    "dec_small": _backbone("dec_small", "decoder", 5.59e8, contaminated=["xnli"]),
+    "enc_base": _backbone("enc_base", "encoder", 2.78e8),
+}
+
+
+def _settings(backbones: dict = BACKBONES) -> ModalityScalingSettings:
+    return ModalityScalingSettings.parse(
+        {
+            "decimals": 1,
+            "targets": ["xnli"],
+            "seeds": [1, 2, 3],
+            # Families in the config's order (the settings' JSON sorts the backbones' keys).
+            "order": ["enc_large", "dec_small", "enc_base"],
+            "backbones": backbones,
+        }
+    )
 
 
 @pytest.mark.unit
@@ -94,14 +105,13 @@ def test_a_backbone_without_image_pairs_is_left_out_and_a_missing_table_is_named
     _write_backbone(tmp_path, "enc_base", 1.0, noise=0)
     (tmp_path / "enc_large").mkdir()
     pd.DataFrame(columns=modality_scaling.MODALITY_COLUMNS).to_csv(tmp_path / "enc_large/modality.csv", index=False)
-    settings = _settings()
-    del settings["backbones"]["dec_small"]
-    frame = modality_scaling.scaling_frame(settings, tmp_path, tmp_path)
+    without_dec_small = _settings({n: b for n, b in BACKBONES.items() if n != "dec_small"})
+    frame = modality_scaling.scaling_frame(without_dec_small, tmp_path, tmp_path)
     assert set(frame["backbone"]) == {"enc_base"}
-    settings["backbones"]["dec_small"] = _settings()["backbones"]["dec_small"]
+    settings = _settings()
     with pytest.raises(InputError, match=r"dec_small/modality\.csv: missing"):
         modality_scaling.scaling_frame(settings, tmp_path, tmp_path)
-    empty = modality_scaling.scaling_frame({**settings, "backbones": {}}, tmp_path, tmp_path)
+    empty = modality_scaling.scaling_frame(_settings({}), tmp_path, tmp_path)
     assert "No backbone has a pair" in modality_scaling.render(empty, settings)
 
 

@@ -191,6 +191,7 @@ def test_image_configs_pair_with_the_configs_that_swap_the_image_task_for_a_cont
 
 def test_the_modality_table_pairs_scores_by_seed_and_language_per_language_group():
     from workflow_scripts.reporting.modality import modality_table
+    from workflow_scripts.spec.report_settings import ModalitySettings
     from workflow_scripts.spec.transfer_names import ZERO_SHOT
 
     records = []
@@ -201,11 +202,13 @@ def test_the_modality_table_pairs_scores_by_seed_and_language_per_language_group
     runs = pd.DataFrame.from_records(
         records, columns=["setting", "intermediate", "target", "seed", "split", "language", "metric", "value"]
     )
-    settings = {
-        "targets": ["xnli"],
-        "seeds": [1, 2, 3],
-        "pairs": [{"visual": "ve", "control": "caption", "task": "snli_ve", "control_task": "snli_caption"}],
-    }
+    settings = ModalitySettings.parse(
+        {
+            "targets": ["xnli"],
+            "seeds": [1, 2, 3],
+            "pairs": [{"visual": "ve", "control": "caption", "task": "snli_ve", "control_task": "snli_caption"}],
+        }
+    )
     table = modality_table(runs, settings).set_index("group")
     assert table.loc["en", "mean_difference"] == pytest.approx(2.0)
     assert table.loc["zero-shot", "mean_difference"] == pytest.approx(-1.0)

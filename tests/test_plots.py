@@ -9,18 +9,21 @@ import pandas as pd
 import pytest
 
 from workflow_scripts.reporting import plots
+from workflow_scripts.spec.report_settings import TableSettings
 
 pytestmark = pytest.mark.unit
 
-SETTINGS = {
-    "baseline": "none",
-    "baseline_setting": "zero_shot",
-    "intermediate": ["none", "mnli", "multitask"],
-    "seeds": [1, 2, 3],
-    "targets": ["xnli", "udpos"],
-    "settings": ["zero_shot", "translate_train"],
-    "target_languages": {"xnli": ["en", "de", "sw"], "udpos": ["en", "de"]},
-}
+SETTINGS = TableSettings.parse(
+    {
+        "baseline": "none",
+        "baseline_setting": "zero_shot",
+        "intermediate": ["none", "mnli", "multitask"],
+        "seeds": [1, 2, 3],
+        "targets": ["xnli", "udpos"],
+        "settings": ["zero_shot", "translate_train"],
+        "target_languages": {"xnli": ["en", "de", "sw"], "udpos": ["en", "de"]},
+    }
+)
 
 
 @pytest.fixture
@@ -103,7 +106,7 @@ def test_seed_spread_draws_one_point_per_seed_and_the_median(drawn, tmp_path):
         for seed, value in zip((1, 2, 3), values)
     ]
     rows.append({**rows[0], "split": "dev", "value": 99.0})  # dev scores are not shown
-    plots.seed_spread(pd.DataFrame(rows), {**SETTINGS, "targets": ["xnli"]}, tmp_path)
+    plots.seed_spread(pd.DataFrame(rows), SETTINGS.replace(targets=["xnli"]), tmp_path)
     ax = drawn[str(tmp_path / "seed_spread")].axes[0]
     points = [
         sorted(c.get_offsets()[:, 1].tolist())

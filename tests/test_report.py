@@ -1,5 +1,5 @@
 """What `snakemake --report` shows: tables as HTML pages (html_page.py), only figures drawn from
-data (availability.py, with the others named on one page: unavailable.py and
+data (spec/availability.py, with the others named on one page: unavailable.py and
 rules/report.smk), and the across-backbones figure's lines within one family ladder."""
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ import pytest
 import yaml
 
 from conftest import REPO, copy_repo, snakemake
-from workflow_scripts.reporting import availability, compare_backbones, html_page, plots, unavailable
+from workflow_scripts.reporting import compare_backbones, html_page, plots, unavailable
+from workflow_scripts.spec import availability
+from workflow_scripts.spec.report_settings import ArmPair, ComparisonSettings
 from workflow_scripts.workflow import backbone_grid, grid, transfer
 
 MAIN_MD = """# Intermediate-task results: backbone xlmr_tiny
@@ -97,10 +99,11 @@ def test_a_backbone_s_left_out_targets_settings_and_configs_have_no_figure():
     for name in config["intermediate"]:
         assert (availability.training_curves(settings, name) is None) == (name in part["intermediate"])
     assert availability.main_deltas(settings) is None
-    only_baseline = {**settings, "intermediate": [settings["baseline"]]}
+    only_baseline = settings.replace(intermediate=[settings.baseline])
     assert "besides the baseline" in availability.main_deltas(only_baseline)
     assert "besides the baseline" in availability.per_language(only_baseline, "xnli")
-    assert availability.modality([]) and availability.modality([{"visual": "a", "control": "b"}]) is None
+    pair = ArmPair(visual="a", control="b", task="snli_ve", control_task="snli_caption")
+    assert availability.modality([]) and availability.modality([pair]) is None
 
 
 @pytest.mark.unit
@@ -125,8 +128,15 @@ def test_plots_draw_a_placeholder_exactly_where_availability_has_a_reason(monkey
     }
     assert all("llama_tiny does not run" in reason for _, reason in placeholders)
     placeholders.clear()
-    plots.plot_results(tmp_path, {**settings, "intermediate": [settings["baseline"]]}, tmp_path)
+    plots.plot_results(tmp_path, settings.replace(intermediate=[settings.baseline]), tmp_path)
     assert {"main_deltas", *part["targets"]} <= {name for name, _ in placeholders}, "no difference to draw"
+
+
+def _comparison_settings() -> ComparisonSettings:
+    """Configs none (the baseline) and mnli on xnli; the figure reads no backbone's description."""
+    return ComparisonSettings(
+        baseline="none", baseline_setting="zero_shot", targets=("xnli",), intermediate=("none", "mnli"), backbones={}
+    )
 
 
 def _comparison_frame() -> pd.DataFrame:
@@ -148,7 +158,7 @@ def _comparison_frame() -> pd.DataFrame:
 
 @pytest.mark.unit
 def test_across_backbones_lines_join_only_one_family_smallest_first():
-    settings = {"intermediate": ["none", "mnli"], "baseline": "none"}
+    settings = _comparison_settings()
     lines = compare_backbones.ladders(_comparison_frame(), settings)
     assert [(line.family, line.backbones) for line in lines] == [
         ("encoder", ("enc_base", "enc_large")),
@@ -163,7 +173,7 @@ def test_across_backbones_lines_join_only_one_family_smallest_first():
 def test_the_across_backbones_figure_draws_those_lines_labelled_by_family(monkeypatch, tmp_path):
     figures = []
     monkeypatch.setattr(plots, "save", lambda fig, stem: figures.append(fig))
-    settings = {"intermediate": ["none", "mnli"], "baseline": "none"}
+    settings = _comparison_settings()
     compare_backbones.delta_figure(_comparison_frame(), settings, ["xnli"], tmp_path / "backbones_delta")
     (ax,) = figures[0].axes
     drawn = {

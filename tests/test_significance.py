@@ -7,16 +7,19 @@ import pytest
 
 from workflow_scripts.reporting import significance
 from workflow_scripts.reporting.tables import main_table, render_main
+from workflow_scripts.spec.report_settings import TableSettings
 
 pytestmark = pytest.mark.unit
 
-SETTINGS = {
-    "baseline": "none",
-    "intermediate": ["none", "mnli", "noisy"],
-    "targets": ["xnli"],
-    "seeds": [1, 2, 3],
-    "decimals": 1,
-}
+SETTINGS = TableSettings.parse(
+    {
+        "baseline": "none",
+        "intermediate": ["none", "mnli", "noisy"],
+        "targets": ["xnli"],
+        "seeds": [1, 2, 3],
+        "decimals": 1,
+    }
+)
 LANGS = ("en", "de", "ru", "sw")
 
 

@@ -12,18 +12,22 @@ from workflow_scripts.reporting.tables import (
     render_main,
     translated_table,
 )
+from workflow_scripts.spec import benchmark
+from workflow_scripts.spec.report_settings import BenchmarkDescription, TableSettings
 
 pytestmark = pytest.mark.unit
 
-SETTINGS = {
-    "baseline": "none",
-    "decimals": 1,
-    "targets": ["xnli", "xquad"],
-    "intermediate": ["none", "mnli", "mnli_de"],
-    "seeds": [1, 2, 3],
-    "target_languages": {"xnli": ["en", "de"], "xquad": ["en", "de"]},
-    "translated": {"mnli_de": {"language": "de", "english": "mnli"}},
-}
+SETTINGS = TableSettings.parse(
+    {
+        "baseline": "none",
+        "decimals": 1,
+        "targets": ["xnli", "xquad"],
+        "intermediate": ["none", "mnli", "mnli_de"],
+        "seeds": [1, 2, 3],
+        "target_languages": {"xnli": ["en", "de"], "xquad": ["en", "de"]},
+        "translated": {"mnli_de": {"language": "de", "english": "mnli"}},
+    }
+)
 
 
 def metric_file(tmp_path, inter, target, seed, per_lang, selection):
@@ -110,19 +114,19 @@ XTREME_R_SCORES = {  # baseline "none"; config "mnli" adds 2 everywhere, 5 on LA
 }
 
 
-def xtreme_r_settings(targets, languages=None):
-    from workflow_scripts.spec import benchmark
-
+def xtreme_r_settings(targets, languages=None) -> TableSettings:
     official = benchmark.XTREME_R.languages
-    return {
-        "baseline": "none",
-        "decimals": 1,
-        "targets": list(targets),
-        "intermediate": ["none", "mnli"],
-        "seeds": [1],
-        "target_languages": {t: list((languages or {}).get(t, official[t])) for t in targets},
-        "benchmark": benchmark.XTREME_R.describe(),
-    }
+    return TableSettings.parse(
+        {
+            "baseline": "none",
+            "decimals": 1,
+            "targets": list(targets),
+            "intermediate": ["none", "mnli"],
+            "seeds": [1],
+            "target_languages": {t: list((languages or {}).get(t, official[t])) for t in targets},
+            "benchmark": benchmark.XTREME_R.describe(),
+        }
+    )
 
 
 @pytest.fixture
@@ -215,13 +219,10 @@ def test_xtreme_tables_keep_their_layout():
     lists the notes are those of the tables before benchmarks; with fewer, one line each."""
     import pandas as pd
 
-    from workflow_scripts.spec import benchmark
-
-    full = {
-        **SETTINGS,
-        "target_languages": {t: list(benchmark.XTREME.languages[t]) for t in SETTINGS["targets"]},
-        "benchmark": benchmark.XTREME.describe(),
-    }
+    full = SETTINGS.replace(
+        target_languages={t: benchmark.XTREME.languages[t] for t in SETTINGS.targets},
+        benchmark=BenchmarkDescription.of(benchmark.XTREME),
+    )
     shown = pd.DataFrame(
         {"xnli": [57.0, 4.0], "xquad.f1": [60.0, 4.0], "xquad.exact_match": [40.0, 4.0], "avg": [53.5, 4.0]},
         index=["none", "mnli"],
@@ -234,7 +235,7 @@ def test_xtreme_tables_keep_their_layout():
         "| mnli | +4.0 | +4.0 / +4.0 | +4.0 |",
     ]
     assert text.rstrip("\n").endswith("F1 for QA."), "no benchmark notes"
-    subset = render_main(shown, {**full, "target_languages": SETTINGS["target_languages"]})
+    subset = render_main(shown, full.replace(target_languages=SETTINGS.target_languages))
     assert subset.splitlines()[:4] == text.splitlines()[:4]
     assert subset.splitlines()[-2:] == [
         "xnli: averaged over 2 of 15 languages: not comparable with published XTREME scores.",
@@ -243,9 +244,7 @@ def test_xtreme_tables_keep_their_layout():
 
 
 def test_xtreme_main_table_has_no_category_columns(runs):
-    from workflow_scripts.spec import benchmark
-
-    absolute, _ = main_table(runs, {**SETTINGS, "benchmark": benchmark.XTREME.describe()})
+    absolute, _ = main_table(runs, SETTINGS.replace(benchmark=BenchmarkDescription.of(benchmark.XTREME)))
     assert list(absolute.columns) == ["xnli", "xquad.f1", "xquad.exact_match", "avg"]
 
 
@@ -268,7 +267,7 @@ def test_a_run_whose_intermediate_data_overlap_the_targets_test_data_is_flagged_
 
     leaked = leaked_runs(files)
     assert list(leaked) == [("zero_shot", "mnli", "xnli")]
-    _, shown = main_table(load_runs(files), {**SETTINGS, "intermediate": ["none", "mnli"]})
+    _, shown = main_table(load_runs(files), SETTINGS.replace(intermediate=["none", "mnli"]))
     text = render_main(shown, SETTINGS, leaked={("mnli", "xnli"): leaked[("zero_shot", "mnli", "xnli")]})
     row = next(line for line in text.splitlines() if line.startswith("| mnli |"))
     cells = row.split("|")

@@ -13,6 +13,7 @@ import yaml
 
 from workflow_scripts.evaluation.metric_file import parse_data, parse_models
 from workflow_scripts.reporting.tables import load_runs, settings_table, source_language_table
+from workflow_scripts.spec.report_settings import TableSettings
 from workflow_scripts.spec.tasks import TASKS
 from workflow_scripts.workflow import transfer
 from workflow_scripts.workflow.grid import ConfigError, check_config
@@ -266,17 +267,19 @@ SCORES = {
         3: {"en": 82, "de": 80, "ru": 70},
     },
 }
-TABLE_SETTINGS = {
-    "baseline": "none",
-    "decimals": 1,
-    "targets": ["xnli"],
-    "intermediate": ["none"],
-    "seeds": [1, 2, 3],
-    "target_languages": {"xnli": ["en", "de", "ru"]},
-    "translated": {},
-    "settings": ["zero_shot", "translate_train", "source:de"],
-    "baseline_setting": "zero_shot",
-}
+TABLE_SETTINGS = TableSettings.parse(
+    {
+        "baseline": "none",
+        "decimals": 1,
+        "targets": ["xnli"],
+        "intermediate": ["none"],
+        "seeds": [1, 2, 3],
+        "target_languages": {"xnli": ["en", "de", "ru"]},
+        "translated": {},
+        "settings": ["zero_shot", "translate_train", "source:de"],
+        "baseline_setting": "zero_shot",
+    }
+)
 
 
 @pytest.fixture
@@ -369,12 +372,12 @@ def test_results_tables_have_a_block_per_setting(tmp_path, transfer_runs):
             "significance.csv",
         )
     }
-    settings = {**TABLE_SETTINGS, "target_languages": {"xnli": ["en", "de", "ru", "sw"]}}
+    settings = TABLE_SETTINGS.replace(target_languages={"xnli": ["en", "de", "ru", "sw"]})
     main(
         [
             "results",
             "--settings",
-            json.dumps(settings),
+            settings.to_json(),
             "--metrics",
             *files,
             "--main-md",

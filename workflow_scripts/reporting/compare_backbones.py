@@ -25,13 +25,14 @@ import argparse
 import json
 import math
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from workflow_scripts.common import load_settings, read_result_table, setup_logging
+from workflow_scripts.common import read_result_table, setup_logging
 from workflow_scripts.reporting.tables import metrics_shown, write_csv, write_text
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.report_settings import BackboneDescription, ComparisonSettings
 
 CONTAMINATED = "‡"
 COLUMNS = ["backbone", "family", "method", "parameters", "target", "intermediate", "value", "kind", "contaminated"]
@@ -56,38 +57,39 @@ def safetensors_parameters(model_dir: Path) -> int:
     return total
 
 
-def parameter_count(backbone: dict[str, Any], models: Path) -> int:
-    if backbone.get("parameters"):
-        return int(backbone["parameters"])
-    return safetensors_parameters(models / backbone["name"])
+def parameter_count(backbone: BackboneDescription, models: Path) -> int:
+    """The config's count (written as a float: 2.78e+8) or the prepared weights' count."""
+    if backbone.parameters:
+        return round(backbone.parameters)
+    return safetensors_parameters(models / backbone.name)
 
 
-def comparison(settings: dict[str, Any], tables: Path, models: Path):
+def comparison(settings: ComparisonSettings, tables: Path, models: Path):
     """The long comparison frame: per backbone, target (and "avg") and config, the baseline's
     absolute score or a config's difference to it."""
     import pandas as pd
 
-    baseline, setting = settings["baseline"], settings["baseline_setting"]
+    baseline, setting = settings.baseline, settings.baseline_setting
     mains = {}
-    for name in settings["backbones"]:
+    for name in settings.backbones:
         main = read_result_table(tables / name / "main.csv")
         mains[name] = main[main["setting"] == setting].set_index("intermediate")
         if baseline not in mains[name].index:
             raise InputError(f"{tables / name / 'main.csv'}: no row for the baseline config {baseline!r}")
-    shared = shared_targets(settings["targets"], mains.values())
+    shared = shared_targets(settings.targets, mains.values())
     records = []
-    for name, backbone in settings["backbones"].items():
+    for name, backbone in settings.backbones.items():
         main, params = mains[name], parameter_count(backbone, models)
-        contaminated = set(backbone.get("contaminated_targets", []))
-        for config in [c for c in settings["intermediate"] if c in main.index]:
+        contaminated = set(backbone.contaminated_targets)
+        for config in [c for c in settings.intermediate if c in main.index]:
             kind = "absolute" if config == baseline else "difference"
-            for target in settings["targets"]:
+            for target in settings.targets:
                 if _column(target) in main.columns:  # else a target this backbone's grid leaves out
                     records.append(
                         (
                             name,
-                            backbone["family"],
-                            backbone["method"],
+                            backbone.family,
+                            backbone.method,
                             params,
                             target,
                             config,
@@ -102,8 +104,8 @@ def comparison(settings: dict[str, Any], tables: Path, models: Path):
             records.append(
                 (
                     name,
-                    backbone["family"],
-                    backbone["method"],
+                    backbone.family,
+                    backbone.method,
                     params,
                     "avg",
                     config,
@@ -120,7 +122,7 @@ def _column(target: str) -> str:
     return target if len(metrics_shown(target)) == 1 else f"{target}.f1"
 
 
-def shared_targets(targets: list[str], mains) -> list[str]:
+def shared_targets(targets: Sequence[str], mains) -> list[str]:
     """The targets whose column every backbone's main table has."""
     return [t for t in targets if all(_column(t) in main.columns for main in mains)]
 
@@ -139,11 +141,11 @@ def _params_text(n: int) -> str:
     return str(n)
 
 
-def render(frame, settings: dict[str, Any], shared: list[str]) -> str:
-    decimals, baseline = int(settings["decimals"]), settings["baseline"]
-    configs = [c for c in settings["intermediate"] if c in set(frame["intermediate"])]
+def render(frame, settings: ComparisonSettings, shared: list[str]) -> str:
+    decimals, baseline = settings.decimals, settings.baseline
+    configs = [c for c in settings.intermediate if c in set(frame["intermediate"])]
     parts = []
-    for target in [*settings["targets"], "avg"]:
+    for target in [*settings.targets, "avg"]:
         sub = frame[frame["target"] == target]
         if sub.empty:
             continue
@@ -173,7 +175,7 @@ def render(frame, settings: dict[str, Any], shared: list[str]) -> str:
             lines.append("| " + " | ".join(cells) + " |")
         parts.append("\n".join(lines) + "\n")
     note = (
-        f"Setting {settings['baseline_setting']}, test scores, medians over each backbone's seeds: `{baseline}` "
+        f"Setting {settings.baseline_setting}, test scores, medians over each backbone's seeds: `{baseline}` "
         "absolute, Δ the config's difference to it (QA: F1). Backbones ordered by parameter count."
     )
     if frame["contaminated"].any():
@@ -196,7 +198,7 @@ class Ladder:
     values: tuple[float, ...]
 
 
-def ladders(frame, settings: dict[str, Any]) -> list[Ladder]:
+def ladders(frame, settings: ComparisonSettings) -> list[Ladder]:
     """The figure's lines: one per family and config. Backbones of different families differ in
     architecture and pre-training, not only in size, so no line joins them."""
     avg = frame[(frame["target"] == "avg") & (frame["kind"] == "difference")].sort_values(
@@ -204,7 +206,7 @@ def ladders(frame, settings: dict[str, Any]) -> list[Ladder]:
     )
     lines = []
     for family in dict.fromkeys(avg["family"]):
-        for config in [c for c in settings["intermediate"] if c in set(avg["intermediate"])]:
+        for config in [c for c in settings.intermediate if c in set(avg["intermediate"])]:
             sub = avg[(avg["family"] == family) & (avg["intermediate"] == config)]
             if not sub.empty:
                 lines.append(
@@ -219,7 +221,7 @@ def ladders(frame, settings: dict[str, Any]) -> list[Ladder]:
     return lines
 
 
-def delta_figure(frame, settings: dict[str, Any], shared: list[str], stem: Path) -> None:
+def delta_figure(frame, settings: ComparisonSettings, shared: list[str], stem: Path) -> None:
     """Each config's Avg difference to the baseline (over the shared targets) against the
     backbone's parameter count, one line per family ladder (ladders); each backbone's tick
     names it."""
@@ -244,7 +246,7 @@ def delta_figure(frame, settings: dict[str, Any], shared: list[str], stem: Path)
             label=f"{line.family}: {line.config}",
         )
     _size_axis(ax, frame)
-    ax.set_ylabel(f"Avg minus `{settings['baseline']}`")
+    ax.set_ylabel(f"Avg minus `{settings.baseline}`")
     ax.set_title(
         f"Intermediate-task gain against backbone size, per family\n(Avg over {', '.join(shared) or 'no shared target'})",
         fontsize=10,
@@ -281,19 +283,11 @@ def cross_backbone_args(description: str, argv: list[str] | None) -> argparse.Na
     return ap.parse_args(argv)
 
 
-def backbone_settings(text: str) -> dict[str, Any]:
-    """The settings JSON with each backbone's record named (the JSON's keys are the names)."""
-    settings = load_settings(text)
-    for name, backbone in settings["backbones"].items():
-        backbone.setdefault("name", name)
-    return settings
-
-
 def main(argv: list[str] | None = None) -> None:
     setup_logging()
     args = cross_backbone_args("Compare intermediate-task gains across backbones.", argv)
     try:
-        settings = backbone_settings(args.settings)
+        settings = ComparisonSettings.parse(args.settings, "--settings")
         frame, shared = comparison(settings, args.tables, args.models)
         text = render(frame, settings, shared)
     except InputError as err:

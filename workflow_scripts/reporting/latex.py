@@ -17,9 +17,8 @@ from __future__ import annotations
 import argparse
 import math
 from pathlib import Path
-from typing import Any
 
-from workflow_scripts.common import load_settings, read_result_table, setup_logging
+from workflow_scripts.common import read_result_table, setup_logging
 from workflow_scripts.reporting.tables import (
     benchmark_notes,
     category_columns,
@@ -28,7 +27,7 @@ from workflow_scripts.reporting.tables import (
     write_text,
 )
 from workflow_scripts.spec.basics import InputError
-from workflow_scripts.spec.transfer_names import ZERO_SHOT
+from workflow_scripts.spec.report_settings import LatexSettings, TableSettings
 
 _SPECIAL = {
     "\\": r"\textbackslash{}",
@@ -109,15 +108,15 @@ def delta_rows(
     return rows
 
 
-def main_tex(main, significance, settings: dict[str, Any]) -> str:
-    setting = settings.get("baseline_setting", ZERO_SHOT)
+def main_tex(main, significance, settings: TableSettings) -> str:
+    setting = settings.baseline_setting
     block = main[main["setting"] == setting].set_index("intermediate")
-    configs = [c for c in settings["intermediate"] if c in block.index]
-    baseline = settings["baseline"]
+    configs = [c for c in settings.intermediate if c in block.index]
+    baseline = settings.baseline
     if baseline not in configs:
         raise InputError(f"main.csv: no row for the baseline config {baseline!r} in setting {setting}")
     groups, header, keys = [], ["Intermediate task"], []
-    for target in settings["targets"]:
+    for target in settings.targets:
         metrics = metrics_shown(target)
         groups.append([f"{target}.{m}" for m in metrics] if len(metrics) > 1 else [target])
         header.append(escape(target) + (" (F1 / EM)" if len(metrics) > 1 else ""))
@@ -137,34 +136,32 @@ def main_tex(main, significance, settings: dict[str, Any]) -> str:
     marks = {
         (r.intermediate, r.target) for r in significance.itertuples() if r.setting == setting and bool(r.excludes_zero)
     }
-    rows = delta_rows(shown, baseline, groups, int(settings["decimals"]), marks, keys)
+    rows = delta_rows(shown, baseline, groups, settings.decimals, marks, keys)
     comment = (
         f"% xstilts main table, setting {setting}: median test scores over seeds "
-        f"{', '.join(map(str, settings['seeds']))}; row {baseline} absolute, other rows differences to it;\n"
+        f"{', '.join(map(str, settings.seeds))}; row {baseline} absolute, other rows differences to it;\n"
         f"% bold: best config per column; \\dag: 95% paired bootstrap interval of the difference excludes 0.\n"
     )
     comment += "".join(f"% {note}\n" for note in benchmark_notes(settings))
     return comment + tabular(header, rows)
 
 
-def per_language_tex(per_language, settings: dict[str, Any], target: str) -> str:
-    setting = settings.get("baseline_setting", ZERO_SHOT)
+def per_language_tex(per_language, settings: TableSettings, target: str) -> str:
+    setting = settings.baseline_setting
     sub = per_language[(per_language["setting"] == setting) & (per_language["target"] == target)]
     block = sub.set_index("intermediate")
-    configs = [c for c in settings["intermediate"] if c in block.index]
-    baseline = settings["baseline"]
+    configs = [c for c in settings.intermediate if c in block.index]
+    baseline = settings.baseline
     if baseline not in configs:
         raise InputError(f"per_language.csv: no {target} row for the baseline config {baseline!r}")
-    languages = [l for l in settings["target_languages"][target] if l in block.columns] + ["avg"]
+    languages = [l for l in settings.target_languages[target] if l in block.columns] + ["avg"]
     base = {l: float(block.loc[baseline, l]) for l in languages}
     shown = {c: {l: float(block.loc[c, l]) - (0.0 if c == baseline else base[l]) for l in languages} for c in configs}
-    rows = delta_rows(
-        shown, baseline, [[l] for l in languages], int(settings["decimals"]), set(), [None] * len(languages)
-    )
+    rows = delta_rows(shown, baseline, [[l] for l in languages], settings.decimals, set(), [None] * len(languages))
     metric = block["metric"].iloc[0]
     comment = (
         f"% xstilts {target} ({metric}) per language, setting {setting}: median test scores over seeds "
-        f"{', '.join(map(str, settings['seeds']))}; row {baseline} absolute, other rows differences to it;"
+        f"{', '.join(map(str, settings.seeds))}; row {baseline} absolute, other rows differences to it;"
         " bold: best config per column.\n"
     )
     return comment + tabular(["Intermediate task"] + [escape(l) for l in languages[:-1]] + ["Avg"], rows)
@@ -178,16 +175,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--output", required=True, type=Path)
     args = ap.parse_args(argv)
     try:
-        settings = load_settings(args.settings)
+        settings = LatexSettings.parse(args.settings, "--settings")
         main_frame = read_result_table(args.tables / "main.csv")
         significance = read_result_table(args.tables / "significance.csv")
         per_language = read_result_table(args.tables / "per_language.csv")
         outputs = {args.output / "main.tex": main_tex(main_frame, significance, settings)}
-        for target in settings.get("output_targets", settings["targets"]):
+        for target in settings.targets_drawn():
             outputs[args.output / "per_language" / f"{target}.tex"] = (
                 per_language_tex(per_language, settings, target)
-                if target in settings["targets"]
-                else f"% xstilts: backbone {settings.get('backbone', {}).get('name')} does not run target {target}"
+                if target in settings.targets
+                else f"% xstilts: backbone {settings.backbone_name} does not run target {target}"
                 " (its grid leaves it out)\n"
             )
     except InputError as err:

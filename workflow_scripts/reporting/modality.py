@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
-from workflow_scripts.common import atomic_path, load_settings, setup_logging
+from workflow_scripts.common import atomic_path, setup_logging
 from workflow_scripts.reporting import significance
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.report_settings import ModalitySettings
 from workflow_scripts.spec.tasks import get_task, primary_metric
 from workflow_scripts.spec.transfer_names import ZERO_SHOT
 
@@ -54,14 +54,14 @@ def _languages(group: str, languages: list[str]) -> list[str]:
     return list(languages)
 
 
-def modality_table(runs, settings: dict[str, Any]):
+def modality_table(runs, settings: ModalitySettings):
     """One row per (pair, target, language group) with scores in both arms."""
     import pandas as pd
 
     runs = runs[runs["setting"] == ZERO_SHOT]
     rows = []
-    for p, pair in enumerate(settings["pairs"]):
-        for t, target in enumerate(settings["targets"]):
+    for p, pair in enumerate(settings.pairs):
+        for t, target in enumerate(settings.targets):
             metric = primary_metric(get_task(target).metric)
             languages = sorted(
                 set(
@@ -75,7 +75,7 @@ def modality_table(runs, settings: dict[str, Any]):
                 if not chosen:
                     continue
                 sub = runs[runs["language"].isin(chosen)]
-                diffs = significance.paired_differences(sub, pair["visual"], pair["control"], target, metric)
+                diffs = significance.paired_differences(sub, pair.visual, pair.control, target, metric)
                 if not diffs.size:
                     continue
                 mean, low, high = significance.bootstrap_interval(diffs, seed=1000 * p + 10 * t + g)
@@ -83,9 +83,9 @@ def modality_table(runs, settings: dict[str, Any]):
                     low = high = float("nan")
                 rows.append(
                     (
-                        pair["visual"],
-                        pair["control"],
-                        CONTROL_KINDS.get(pair["control_task"], pair["control_task"]),
+                        pair.visual,
+                        pair.control,
+                        CONTROL_KINDS.get(pair.control_task, pair.control_task),
                         target,
                         metric,
                         group,
@@ -100,8 +100,8 @@ def modality_table(runs, settings: dict[str, Any]):
     return pd.DataFrame.from_records(rows, columns=COLUMNS)
 
 
-def render(table, settings: dict[str, Any]) -> str:
-    decimals = int(settings.get("decimals", 1))
+def render(table, settings: ModalitySettings) -> str:
+    decimals = settings.decimals
     lines = ["# Image premise minus text premise (zero-shot test scores)", ""]
     if table.empty:
         lines.append(
@@ -125,7 +125,7 @@ def render(table, settings: dict[str, Any]) -> str:
         )
     lines += [
         "",
-        f"Seeds: {', '.join(map(str, settings['seeds']))}. Δ: the mean over seeds and languages of the image "
+        f"Seeds: {', '.join(map(str, settings.seeds))}. Δ: the mean over seeds and languages of the image "
         "config's test score minus the control's, paired by seed and language. "
         + significance.METHOD.replace("to the baseline ", ""),
         "",
@@ -136,12 +136,12 @@ def render(table, settings: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def figure(table, settings: dict[str, Any], stem: Path) -> None:
+def figure(table, settings: ModalitySettings, stem: Path) -> None:
     """Differences with their intervals: one panel per target, one row per pair and group."""
     from workflow_scripts.reporting.plots import _pyplot, save
 
     plt = _pyplot()
-    targets = [t for t in settings["targets"] if t in set(table["target"])] if not table.empty else []
+    targets = [t for t in settings.targets if t in set(table["target"])] if not table.empty else []
     fig, axes = plt.subplots(
         1,
         max(1, len(targets)),
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> None:
     import pandas as pd
 
     try:
-        settings = load_settings(args.settings)
+        settings = ModalitySettings.parse(args.settings, "--settings")
         runs = pd.read_csv(args.runs, dtype={"language": str, "seed": int})
         table = modality_table(runs, settings)
     except InputError as err:

@@ -21,14 +21,12 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
 
 from workflow_scripts.common import setup_logging
 from workflow_scripts.reporting import significance
 from workflow_scripts.reporting.compare_backbones import (
     CONTAMINATED,
     _params_text,
-    backbone_settings,
     cross_backbone_args,
     parameter_count,
 )
@@ -36,19 +34,20 @@ from workflow_scripts.reporting.modality import COLUMNS as MODALITY_COLUMNS
 from workflow_scripts.reporting.modality import GROUPS
 from workflow_scripts.reporting.tables import write_csv, write_text
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.report_settings import ModalityScalingSettings
 
 BACKBONE_COLUMNS = ["backbone", "family", "method", "parameters"]
 COLUMNS = [*BACKBONE_COLUMNS, *MODALITY_COLUMNS, "contaminated"]
 GROUP_NAMES = {"en": "English", "zero-shot": "other languages", "all": "all languages"}
 
 
-def scaling_frame(settings: dict[str, Any], tables: Path, models: Path):
+def scaling_frame(settings: ModalityScalingSettings, tables: Path, models: Path):
     """Every backbone's modality rows with the backbone's family, method, size and
     contamination, ordered by family, then size."""
     import pandas as pd
 
     frames = []
-    for name, backbone in settings["backbones"].items():
+    for name, backbone in settings.backbones.items():
         path = tables / name / "modality.csv"
         if not path.is_file():
             raise InputError(f"{path}: missing (the backbone's modality table, rule tabulate_modality)")
@@ -59,22 +58,15 @@ def scaling_frame(settings: dict[str, Any], tables: Path, models: Path):
         if rows.empty:
             continue
         rows.insert(0, "backbone", name)
-        rows.insert(1, "family", backbone["family"])
-        rows.insert(2, "method", backbone["method"])
+        rows.insert(1, "family", backbone.family)
+        rows.insert(2, "method", backbone.method)
         rows.insert(3, "parameters", parameter_count(backbone, models))
-        rows["contaminated"] = rows["target"].isin(backbone.get("contaminated_targets", []))
+        rows["contaminated"] = rows["target"].isin(backbone.contaminated_targets)
         frames.append(rows[COLUMNS])
     if not frames:
         return pd.DataFrame(columns=COLUMNS)
     frame = pd.concat(frames, ignore_index=True)
-    order = settings.get("order") or list(settings["backbones"])
-    family_order = {
-        f: i
-        for i, f in enumerate(
-            dict.fromkeys(settings["backbones"][b]["family"] for b in order if b in settings["backbones"])
-        )
-    }
-    frame["_family"] = frame["family"].map(family_order)
+    frame["_family"] = frame["family"].map(settings.family_rank())
     frame = frame.sort_values(["_family", "parameters", "backbone"], kind="stable").drop(columns="_family")
     return frame.reset_index(drop=True)
 
@@ -90,8 +82,8 @@ def _cell(row, decimals: int) -> str:
     return f"{row.mean_difference:+.{decimals}f}{mark} [{row.ci_low:+.{decimals}f}, {row.ci_high:+.{decimals}f}]"
 
 
-def render(frame, settings: dict[str, Any]) -> str:
-    decimals = int(settings.get("decimals", 1))
+def render(frame, settings: ModalityScalingSettings) -> str:
+    decimals = settings.decimals
     lines = ["# Image premise minus text premise, across backbone sizes (zero-shot test scores)", ""]
     if frame.empty:
         lines.append(
@@ -102,7 +94,7 @@ def render(frame, settings: dict[str, Any]) -> str:
     backbones = list(dict.fromkeys(frame["backbone"]))
     sizes = frame.drop_duplicates("backbone").set_index("backbone")
     contaminated = set(frame.loc[frame["contaminated"], "backbone"] + "/" + frame.loc[frame["contaminated"], "target"])
-    for target in [t for t in settings["targets"] if t in set(frame["target"])]:
+    for target in [t for t in settings.targets if t in set(frame["target"])]:
         sub = frame[frame["target"] == target]
         lines += [f"## {target} ({sub['metric'].iloc[0]})", ""]
         header = ["image config − control", "control", "languages"] + [
@@ -121,7 +113,7 @@ def render(frame, settings: dict[str, Any]) -> str:
             cells += [_cell(by_backbone[b], decimals) if b in by_backbone else "–" for b in backbones]
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
-    seeds = ", ".join(map(str, settings["seeds"]))
+    seeds = ", ".join(map(str, settings.seeds))
     lines.append(
         f"Seeds: {seeds}. Each cell: the mean over seeds and languages of the image config's test score minus "
         "the control's, paired by seed and language, with its 95% paired bootstrap interval (seeds resampled, "
@@ -134,15 +126,13 @@ def render(frame, settings: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def figure(frame, settings: dict[str, Any], stem: Path) -> None:
+def figure(frame, settings: ModalityScalingSettings, stem: Path) -> None:
     """One panel per target (rows) and language group (columns): each contrast's difference
     against parameters, one line per family, intervals as error bars."""
     from workflow_scripts.reporting.plots import _pyplot, save
 
     plt = _pyplot()
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
-    targets = [t for t in settings["targets"] if not frame.empty and t in set(frame["target"])]
+    targets = [t for t in settings.targets if not frame.empty and t in set(frame["target"])]
     groups = [g for g in GROUPS if not frame.empty and g in set(frame["group"])]
     fig, axes = plt.subplots(
         max(1, len(targets)),
@@ -157,43 +147,17 @@ def figure(frame, settings: dict[str, Any], stem: Path) -> None:
         return
     families = list(dict.fromkeys(frame["family"]))
     contrasts = list(dict.fromkeys(_contrast(r) for r in frame.itertuples()))
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    markers, styles = "osD^v<>", ["-", "--", ":", "-."]
     # Points of different lines at one size are spread sideways (in log space, by a share of
     # the axis' span) so that their intervals do not hide each other.
-    lines_total = len(families) * len(contrasts)
     decades = max(0.5, math.log10(frame["parameters"].max() / frame["parameters"].min()))
     step = 10 ** (0.012 * decades)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, target in enumerate(targets):
         for j, group in enumerate(groups):
             ax = axes[i][j]
             sub = frame[(frame["target"] == target) & (frame["group"] == group)]
-            for f, family in enumerate(families):
-                for c, contrast in enumerate(contrasts):
-                    line = sub[(sub["family"] == family) & (sub.apply(_contrast, axis=1) == contrast)]
-                    if line.empty:
-                        continue
-                    line = line.sort_values("parameters")
-                    k = f * len(contrasts) + c
-                    shift = step ** (k - (lines_total - 1) / 2)
-                    ax.errorbar(
-                        line["parameters"] * shift,
-                        line["mean_difference"],
-                        yerr=[
-                            (line["mean_difference"] - line["ci_low"]).fillna(0),
-                            (line["ci_high"] - line["mean_difference"]).fillna(0),
-                        ],
-                        color=colours[f % len(colours)],
-                        marker=markers[c % len(markers)],
-                        linestyle=styles[c % len(styles)],
-                        capsize=3,
-                        label=f"{family}: {contrast}",
-                    )
-            ax.axhline(0, color="grey", linewidth=0.8)
-            ax.set_xscale("log")
-            ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-            ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: _params_text(round(value))))
-            ax.xaxis.set_minor_formatter(NullFormatter())
+            _draw_lines(ax, sub, families, contrasts, step, colours)
+            _size_axis(ax)
             if not sub.empty:
                 ax.set_ylabel(f"{sub['metric'].iloc[0]} difference (points)", fontsize=8)
             ax.set_title(f"{target}, {GROUP_NAMES[group]}", fontsize=9)
@@ -207,11 +171,50 @@ def figure(frame, settings: dict[str, Any], stem: Path) -> None:
     save(fig, stem)
 
 
+def _draw_lines(ax, sub, families: list[str], contrasts: list[str], step: float, colours: list[str]) -> None:
+    """One panel's lines: per family (colour) and contrast (marker, line style), the difference
+    against parameters with its interval, each line shifted sideways by a power of ``step``."""
+    markers, styles = "osD^v<>", ["-", "--", ":", "-."]
+    lines_total = len(families) * len(contrasts)
+    for f, family in enumerate(families):
+        for c, contrast in enumerate(contrasts):
+            line = sub[(sub["family"] == family) & (sub.apply(_contrast, axis=1) == contrast)]
+            if line.empty:
+                continue
+            line = line.sort_values("parameters")
+            k = f * len(contrasts) + c
+            shift = step ** (k - (lines_total - 1) / 2)
+            ax.errorbar(
+                line["parameters"] * shift,
+                line["mean_difference"],
+                yerr=[
+                    (line["mean_difference"] - line["ci_low"]).fillna(0),
+                    (line["ci_high"] - line["mean_difference"]).fillna(0),
+                ],
+                color=colours[f % len(colours)],
+                marker=markers[c % len(markers)],
+                linestyle=styles[c % len(styles)],
+                capsize=3,
+                label=f"{family}: {contrast}",
+            )
+
+
+def _size_axis(ax) -> None:
+    """Parameters on a log scale, ticks at 1, 2 and 5 of each decade, named as sizes (278M)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    ax.axhline(0, color="grey", linewidth=0.8)
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: _params_text(round(value))))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
 def main(argv: list[str] | None = None) -> None:
     setup_logging()
     args = cross_backbone_args("The image-vs-text differences across backbone sizes.", argv)
     try:
-        settings = backbone_settings(args.settings)
+        settings = ModalityScalingSettings.parse(args.settings, "--settings")
         frame = scaling_frame(settings, args.tables, args.models)
         text = render(frame, settings)
     except InputError as err:

@@ -23,13 +23,13 @@ from __future__ import annotations
 import argparse
 import math
 from pathlib import Path
-from typing import Any
 
-from workflow_scripts.common import atomic_path, load_settings, read_result_table, setup_logging
-from workflow_scripts.reporting import availability
+from workflow_scripts.common import atomic_path, read_result_table, setup_logging
+from workflow_scripts.spec import availability
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.report_settings import FigureSettings, TableSettings
 from workflow_scripts.spec.tasks import get_task, primary_metric
-from workflow_scripts.spec.transfer_names import ZERO_SHOT, path_token
+from workflow_scripts.spec.transfer_names import path_token
 
 FORMATS = ("png", "svg")
 
@@ -83,14 +83,14 @@ def _empty(ax, title: str, message: str) -> None:
     ax.text(0.5, 0.5, message, ha="center", va="center", wrap=True)
 
 
-def main_deltas(main, settings: dict[str, Any], output: Path) -> None:
+def main_deltas(main, settings: TableSettings, output: Path) -> None:
     plt = _pyplot()
-    baseline = settings["baseline"]
-    table = main[main["setting"] == settings.get("baseline_setting", ZERO_SHOT)].set_index("intermediate")
-    configs = [c for c in settings["intermediate"] if c != baseline and c in table.index]
+    baseline = settings.baseline
+    table = main[main["setting"] == settings.baseline_setting].set_index("intermediate")
+    configs = [c for c in settings.intermediate if c != baseline and c in table.index]
     columns = [c for c in table.columns if c not in ("setting",)]
     fig, ax = plt.subplots(figsize=(1.1 * len(columns) + 2, 0.5 * max(1, len(configs)) + 1.5))
-    title = f"Median test score minus `{baseline}` (seeds {', '.join(map(str, settings['seeds']))})"
+    title = f"Median test score minus `{baseline}` (seeds {', '.join(map(str, settings.seeds))})"
     if configs:
         delta_heatmap(ax, table.loc[configs, columns].to_numpy(), configs, columns, title)
     else:
@@ -98,14 +98,14 @@ def main_deltas(main, settings: dict[str, Any], output: Path) -> None:
     save(fig, output / "main_deltas")
 
 
-def per_language_deltas(per_language, settings: dict[str, Any], target: str, output: Path) -> None:
+def per_language_deltas(per_language, settings: TableSettings, target: str, output: Path) -> None:
     plt = _pyplot()
-    baseline = settings["baseline"]
+    baseline = settings.baseline
     sub = per_language[
-        (per_language["setting"] == settings.get("baseline_setting", ZERO_SHOT)) & (per_language["target"] == target)
+        (per_language["setting"] == settings.baseline_setting) & (per_language["target"] == target)
     ].set_index("intermediate")
-    columns = list(settings["target_languages"][target]) + ["avg"]
-    configs = [c for c in settings["intermediate"] if c != baseline and c in sub.index]
+    columns = list(settings.target_languages[target]) + ["avg"]
+    configs = [c for c in settings.intermediate if c != baseline and c in sub.index]
     metric = primary_metric(get_task(target).metric)
     fig, ax = plt.subplots(figsize=(0.8 * len(columns) + 2.5, 0.5 * max(1, len(configs)) + 1.5))
     title = f"{target} ({metric}): median minus `{baseline}` per language"
@@ -117,11 +117,11 @@ def per_language_deltas(per_language, settings: dict[str, Any], target: str, out
     save(fig, output / "per_language" / target)
 
 
-def seed_spread(runs, settings: dict[str, Any], output: Path) -> None:
+def seed_spread(runs, settings: TableSettings, output: Path) -> None:
     plt = _pyplot()
-    setting = settings.get("baseline_setting", ZERO_SHOT)
-    targets = settings["targets"]
-    configs = settings["intermediate"]
+    setting = settings.baseline_setting
+    targets = settings.targets
+    configs = settings.intermediate
     cols = min(3, len(targets))
     fig, axes = plt.subplots(
         math.ceil(len(targets) / cols), cols, squeeze=False, figsize=(4.2 * cols, 3.0 * math.ceil(len(targets) / cols))
@@ -151,14 +151,14 @@ def seed_spread(runs, settings: dict[str, Any], output: Path) -> None:
     save(fig, output / "seed_spread")
 
 
-def setting_deltas(per_language, settings: dict[str, Any], setting: str, output: Path) -> None:
+def setting_deltas(per_language, settings: TableSettings, setting: str, output: Path) -> None:
     """Per config that ran ``setting``: targets x languages, the setting minus the baseline
     setting on the same config and language."""
     plt = _pyplot()
-    reference = settings.get("baseline_setting", ZERO_SHOT)
+    reference = settings.baseline_setting
     rows_of = per_language[per_language["setting"] == setting]
-    configs = [c for c in settings["intermediate"] if c in set(rows_of["intermediate"])]
-    languages = list(dict.fromkeys(l for t in settings["targets"] for l in settings["target_languages"][t]))
+    configs = [c for c in settings.intermediate if c in set(rows_of["intermediate"])]
+    languages = list(dict.fromkeys(l for t in settings.targets for l in settings.target_languages[t]))
     fig, axes = plt.subplots(
         max(1, len(configs)), 1, squeeze=False, figsize=(0.8 * len(languages) + 3, 2.2 * max(1, len(configs)))
     )
@@ -171,7 +171,7 @@ def setting_deltas(per_language, settings: dict[str, Any], setting: str, output:
         base = per_language[
             (per_language["setting"] == reference) & (per_language["intermediate"] == config)
         ].set_index("target")
-        targets = [t for t in settings["targets"] if t in mine.index]
+        targets = [t for t in settings.targets if t in mine.index]
         deltas = [
             [
                 float(mine.loc[t, l]) - float(base.loc[t, l]) if t in base.index and l in mine.columns else math.nan
@@ -216,25 +216,25 @@ def translation_figure(table, output: Path) -> None:
     save(fig, output / "translation")
 
 
-def plot_results(tables: Path, settings: dict[str, Any], output: Path) -> None:
+def plot_results(tables: Path, settings: TableSettings, output: Path) -> None:
     main = read_result_table(tables / "main.csv")
     per_language = read_result_table(tables / "per_language.csv")
     runs = read_result_table(tables / "runs.csv")
-    # One figure per target and setting of the config; one without data (availability.py) is a
+    # One figure per target and setting of the config; one without data (spec/availability.py) is a
     # placeholder saying why, which the report leaves out of its results.
     if (reason := availability.main_deltas(settings)) is None:
         main_deltas(main, settings, output)
     else:
         placeholder("main table, differences", reason, output / "main_deltas")
-    for target in settings.get("output_targets", settings["targets"]):
+    for target in settings.targets_drawn():
         stem = output / "per_language" / target
         if (reason := availability.per_language(settings, target)) is None:
             per_language_deltas(per_language, settings, target, output)
         else:
             placeholder(f"target {target}", reason, stem)
     seed_spread(runs, settings, output)
-    for setting in settings.get("output_settings", settings["settings"]):
-        if setting == settings.get("baseline_setting", ZERO_SHOT):
+    for setting in settings.settings_drawn():
+        if setting == settings.baseline_setting:
             continue
         stem = output / "settings" / path_token(setting)
         if (reason := availability.setting_deltas(settings, setting)) is None:
@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     try:
         if args.command == "results":
-            plot_results(args.tables, load_settings(args.settings), args.output)
+            plot_results(args.tables, FigureSettings.parse(args.settings, "--settings"), args.output)
         else:
             translation_figure(read_result_table(args.table), args.output)
     except InputError as err:

@@ -15,8 +15,7 @@ reader, not a test with a controlled error rate; the tables state the method.
 
 from __future__ import annotations
 
-from typing import Any
-
+from workflow_scripts.spec.report_settings import TableSettings
 from workflow_scripts.spec.tasks import get_task, primary_metric
 
 RESAMPLES = 10_000
@@ -78,15 +77,15 @@ def bootstrap_interval(differences, seed: int = 0) -> tuple[float, float, float]
     return float(diffs.mean()), float(low), float(high)
 
 
-def significance(runs, settings: dict[str, Any], setting: str):
+def significance(runs, settings: TableSettings, setting: str):
     """One row per non-baseline config and target of ``setting`` (runs of that setting)."""
     import pandas as pd
 
-    baseline, rows = settings["baseline"], []
-    for config in settings["intermediate"]:
+    baseline, rows = settings.baseline, []
+    for config in settings.intermediate:
         if config == baseline:
             continue
-        for k, target in enumerate(settings["targets"]):
+        for k, target in enumerate(settings.targets):
             metric = primary_metric(get_task(target).metric)
             diffs = paired_differences(runs, config, baseline, target, metric)
             if not diffs.size:

@@ -37,13 +37,15 @@ from __future__ import annotations
 import argparse
 import io
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.common import LOG, atomic_path, load_settings, read_json, setup_logging
+from workflow_scripts.common import LOG, atomic_path, read_json, setup_logging
 from workflow_scripts.reporting import significance
 from workflow_scripts.spec import benchmark
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.report_settings import BenchmarkDescription, TableSettings
 from workflow_scripts.spec.tasks import get_task, primary_metric, qa_answer_score
 from workflow_scripts.spec.transfer_names import ZERO_SHOT, source_language
 
@@ -124,71 +126,71 @@ CATEGORY_HEADERS = {
 QA_CONVENTION = "QA counts (F1 + EM) / 2 in the averages."
 
 
-def benchmark_of(settings: dict[str, Any]) -> dict[str, Any]:
-    """The benchmark the tables report (``benchmark.describe()``; XTREME when not given),
-    its categories in the paper's order (the settings' canonical JSON sorts keys)."""
-    bench = settings.get("benchmark") or benchmark.XTREME.describe()
-    order = benchmark.get(bench["name"]).categories
-    return {**bench, "categories": {c: bench["categories"][c] for c in order}}
-
-
-def category_columns(settings: dict[str, Any]) -> list[str]:
+def category_columns(settings: TableSettings) -> list[str]:
     """The main table's category and overall columns after Avg (none in XTREME's layout)."""
-    bench = benchmark_of(settings)
-    if not benchmark.get(bench["name"]).category_layout:
+    bench = settings.benchmark
+    if not bench.registered.category_layout:
         return []
-    return [*bench["categories"], OVERALL]
+    return [*bench.categories_in_order(), OVERALL]
 
 
 def category_header(column: str) -> str:
     return CATEGORY_HEADERS.get(column, column.capitalize())
 
 
-def benchmark_notes(settings: dict[str, Any]) -> list[str]:
+def benchmark_notes(settings: TableSettings) -> list[str]:
     """Footnotes of the main table (Markdown and LaTeX): categories a grid cannot fill, the
     benchmark's notes on the targets shown, and targets averaged over other languages than
     the benchmark's (not comparable with its published scores)."""
-    bench, targets = benchmark_of(settings), list(settings["targets"])
-    title, notes = bench["title"], []
-    columns = category_columns(settings)
-    if columns:
-        cats = "; ".join(f"{category_header(c)}: {', '.join(ts)}" for c, ts in bench["categories"].items())
-        all_targets = [t for ts in bench["categories"].values() for t in ts]
+    bench = settings.benchmark
+    notes = category_notes(bench, settings.targets) if category_columns(settings) else []
+    notes += [f"{target}: {bench.notes[target]}." for target in settings.targets if target in bench.notes]
+    if bench.average_excludes:  # IGLUE's convention: scored, shown per language, not averaged
         notes.append(
-            f"{title} categories ({cats}): the mean of their task scores; Overall: the mean of all "
-            f"{len(all_targets)} task scores; {QA_CONVENTION}"
+            f"Every average leaves out {', '.join(bench.average_excludes)}, as {bench.title} averages "
+            "(its scores are in the per-language table)."
         )
-        missing = {c: [t for t in ts if t not in targets] for c, ts in bench["categories"].items()}
-        empty = [c for c, m in missing.items() if m]
-        if empty:
-            gaps = "; ".join(f"{category_header(c)}: {', '.join(missing[c])}" for c in empty)
-            notes.append(
-                f"– in {', '.join(category_header(c) for c in [*empty, OVERALL])}: this grid lacks tasks "
-                f"of theirs ({gaps}); a category is averaged over all its tasks or left empty, as the "
-                "official scorer does."
-            )
-    for target in targets:
-        if target in bench.get("notes", {}):
-            notes.append(f"{target}: {bench['notes'][target]}.")
-    if bench.get("average_excludes"):  # IGLUE's convention: scored, shown per language, not averaged
-        left_out = ", ".join(bench["average_excludes"])
-        notes.append(
-            f"Every average leaves out {left_out}, as {title} averages (its scores are in the per-language table)."
-        )
-    for target in targets:
-        official = bench["languages"].get(target)
-        ran = settings.get("target_languages", {}).get(target)
-        if official is None or ran is None:
-            continue
-        covered = [l for l in official if l in ran]
-        extra = [l for l in ran if l not in official]
-        if len(covered) == len(official) and not extra:
-            continue
-        text = f"{target}: averaged over {len(covered)} of {len(official)} languages"
-        if extra:
-            text += f" and over {', '.join(extra)}, which {title} does not evaluate {target} in"
-        notes.append(text + f": not comparable with published {title} scores.")
+    for target in settings.targets:
+        note = language_note(bench, target, settings.target_languages.get(target))
+        if note:
+            notes.append(note)
     return notes
+
+
+def category_notes(bench: BenchmarkDescription, targets: tuple[str, ...]) -> list[str]:
+    """What the category and overall columns average, and which of them this grid cannot fill."""
+    categories = bench.categories_in_order()
+    cats = "; ".join(f"{category_header(c)}: {', '.join(ts)}" for c, ts in categories.items())
+    all_targets = [t for ts in categories.values() for t in ts]
+    notes = [
+        f"{bench.title} categories ({cats}): the mean of their task scores; Overall: the mean of all "
+        f"{len(all_targets)} task scores; {QA_CONVENTION}"
+    ]
+    missing = {c: [t for t in ts if t not in targets] for c, ts in categories.items()}
+    empty = [c for c, m in missing.items() if m]
+    if empty:
+        gaps = "; ".join(f"{category_header(c)}: {', '.join(missing[c])}" for c in empty)
+        notes.append(
+            f"– in {', '.join(category_header(c) for c in [*empty, OVERALL])}: this grid lacks tasks "
+            f"of theirs ({gaps}); a category is averaged over all its tasks or left empty, as the "
+            "official scorer does."
+        )
+    return notes
+
+
+def language_note(bench: BenchmarkDescription, target: str, ran: tuple[str, ...] | None) -> str | None:
+    """The note on a target run in fewer or other languages than the benchmark's (None: the same)."""
+    official = bench.languages.get(target)
+    if official is None or ran is None:
+        return None
+    covered = [l for l in official if l in ran]
+    extra = [l for l in ran if l not in official]
+    if len(covered) == len(official) and not extra:
+        return None
+    text = f"{target}: averaged over {len(covered)} of {len(official)} languages"
+    if extra:
+        text += f" and over {', '.join(extra)}, which {bench.title} does not evaluate {target} in"
+    return text + f": not comparable with published {bench.title} scores."
 
 
 def metrics_shown(target: str) -> tuple[str, ...]:
@@ -202,12 +204,12 @@ def medians(runs, split: str = "test"):
     return sub.groupby(["intermediate", "target", "language", "metric"], sort=False)["value"].median()
 
 
-def main_table(runs, settings: dict[str, Any]):
+def main_table(runs, settings: TableSettings):
     """(absolute medians, shown values) as DataFrames indexed by config."""
     import pandas as pd
 
     med = medians(runs)
-    configs, targets, baseline = settings["intermediate"], settings["targets"], settings["baseline"]
+    configs, targets, baseline = list(settings.intermediate), settings.targets, settings.baseline
     absolute = pd.DataFrame(index=configs, dtype=float)
     for target in targets:
         for metric in metrics_shown(target):
@@ -223,7 +225,7 @@ def main_table(runs, settings: dict[str, Any]):
     absolute["avg"] = task_scores.mean(axis=1, skipna=False)
     columns = category_columns(settings)
     if columns:
-        bench = benchmark.get(benchmark_of(settings)["name"])
+        bench = settings.benchmark.registered
         # None: a task of the category is not in the grid; a target of the grid without a
         # score (NaN) leaves its category NaN too.
         found = [benchmark.category_scores({t: float(task_scores.loc[c, t]) for t in targets}, bench) for c in configs]
@@ -240,7 +242,7 @@ def main_table(runs, settings: dict[str, Any]):
     return absolute, shown
 
 
-def best_models(runs, settings: dict[str, Any]):
+def best_models(runs, settings: TableSettings):
     """docs/protocol.md §5 "Best models": per target, the config with the best median dev score,
     then its best seed by dev score, reported on test. The dev score is the English dev
     score that selected the target model; retrieval targets use their dev average (BUCC) and
@@ -248,7 +250,7 @@ def best_models(runs, settings: dict[str, Any]):
     import pandas as pd
 
     rows = []
-    for target in settings["targets"]:
+    for target in settings.targets:
         sub = runs[runs["target"] == target]
         dev = sub[sub["split"] == "selection"]
         if dev.empty:
@@ -274,10 +276,10 @@ def best_models(runs, settings: dict[str, Any]):
     return pd.DataFrame.from_records(rows, columns=["target", "intermediate", "seed", "metric", "value"])
 
 
-def render_best(best, settings: dict[str, Any]) -> str:
-    decimals = int(settings["decimals"])
+def render_best(best, settings: TableSettings) -> str:
+    decimals = settings.decimals
     cells = []
-    for target in settings["targets"]:
+    for target in settings.targets:
         sub = best[best["target"] == target]
         if sub.empty:
             cells.append("–")
@@ -289,7 +291,7 @@ def render_best(best, settings: dict[str, Any]) -> str:
 
 def render_main(
     shown,
-    settings: dict[str, Any],
+    settings: TableSettings,
     best=None,
     marks: set[tuple[str, str]] = frozenset(),
     leaked: dict[tuple[str, str], list[dict[str, Any]]] | None = None,
@@ -298,12 +300,12 @@ def render_main(
     baseline is marked significant (significance.py); ``leaked``: (config, target) cells whose
     intermediate data overlap the target's test data (leaked_runs)."""
     leaked = leaked or {}
-    decimals, baseline = int(settings["decimals"]), settings["baseline"]
-    contaminated = set(settings.get("backbone", {}).get("contaminated_targets", [])) & set(settings["targets"])
+    decimals, baseline = settings.decimals, settings.baseline
+    contaminated = set(settings.contaminated_targets) & set(settings.targets)
     categories = category_columns(settings)
     header = (
         ["Intermediate task"]
-        + [t + (f" {CONTAMINATED}" if t in contaminated else "") for t in settings["targets"]]
+        + [t + (f" {CONTAMINATED}" if t in contaminated else "") for t in settings.targets]
         + ["Avg"]
         + [category_header(c) for c in categories]
     )
@@ -311,7 +313,7 @@ def render_main(
     for c in shown.index:
         sign = "" if c == baseline or baseline is None else "+"
         cells = []
-        for target in settings["targets"]:
+        for target in settings.targets:
             metrics = metrics_shown(target)
             cols = [f"{target}.{m}" for m in metrics] if len(metrics) > 1 else [target]
             cells.append(
@@ -327,15 +329,15 @@ def render_main(
         else "Every row is absolute (this setting was not run with the baseline config)."
     )
     note = (
-        f"\nTest scores: median over seeds {settings['seeds']} of each run's mean over the target's languages. "
+        f"\nTest scores: median over seeds {list(settings.seeds)} of each run's mean over the target's languages. "
         f"{rows} QA cells: F1 / EM. Avg: mean over the targets shown, QA as (F1 + EM) / 2.\n"
     )
     if baseline is not None and len(shown.index) > 1:
         note += significance.METHOD + " F1 for QA.\n"
     if contaminated:
-        source = settings["backbone"].get("contamination_source") or "its training mixture"
+        source = settings.backbone.contamination_source or "its training mixture"
         note += (
-            f"{CONTAMINATED} {', '.join(sorted(contaminated))}: backbone {settings['backbone']['name']} saw this "
+            f"{CONTAMINATED} {', '.join(sorted(contaminated))}: backbone {settings.backbone_name} saw this "
             f"target's data in {source}; its scores are not zero-shot.\n"
         )
     if best is not None:
@@ -356,17 +358,17 @@ def _fmt(value: float, decimals: int, sign: str) -> str:
     return ("+" + text) if sign and value >= 0 else text
 
 
-def per_language(runs, settings: dict[str, Any]) -> tuple[str, Any]:
+def per_language(runs, settings: TableSettings) -> tuple[str, Any]:
     import pandas as pd
 
     med = medians(runs)
-    decimals = int(settings["decimals"])
+    decimals = settings.decimals
     parts, frames = [], []
-    for target in settings["targets"]:
+    for target in settings.targets:
         metric = metrics_shown(target)[0]
         sub = med.xs((target, metric), level=("target", "metric")).unstack("language")
         langs = [l for l in sub.columns if l != "avg"] + ["avg"]
-        sub = sub.reindex(index=[c for c in settings["intermediate"] if c in sub.index], columns=langs)
+        sub = sub.reindex(index=[c for c in settings.intermediate if c in sub.index], columns=langs)
         frames.append(sub.assign(target=target, metric=metric))
         parts.append(
             f"## {target} ({metric}, test, median over seeds)\n\n"
@@ -388,19 +390,19 @@ def write_csv(path: str, frame, index: bool) -> None:
     write_text(path, buf.getvalue())
 
 
-def translated_table(runs, settings: dict[str, Any]) -> tuple[str, Any]:
+def translated_table(runs, settings: TableSettings) -> tuple[str, Any]:
     """docs/protocol.md §5: each translated config next to its English-data config, evaluated
     only on the translation's language, for every target that has that language."""
     import pandas as pd
 
     med = medians(runs)
-    decimals = int(settings["decimals"])
+    decimals = settings.decimals
     records, parts = [], []
     by_lang: dict[str, list[tuple[str, str | None]]] = {}
-    for name, info in settings.get("translated", {}).items():
-        by_lang.setdefault(info["language"], []).append((name, info["english"]))
+    for name, info in settings.translated.items():
+        by_lang.setdefault(info.language, []).append((name, info.english))
     for lang, pairs in sorted(by_lang.items()):
-        targets = [t for t in settings["targets"] if lang in settings["target_languages"][t]]
+        targets = [t for t in settings.targets if lang in settings.target_languages[t]]
         lines = [
             f"## {lang}\n",
             "| config | data | " + " | ".join(targets) + " |",
@@ -428,30 +430,29 @@ def translated_table(runs, settings: dict[str, Any]) -> tuple[str, Any]:
     return ("\n".join(parts) + "\n" + note) if parts else "No translated intermediate configs in this grid.\n", frame
 
 
-def setting_view(runs, settings: dict[str, Any], setting: str) -> tuple[Any, dict[str, Any]]:
-    """One setting's runs and the table settings restricted to the configs and targets it ran."""
+def setting_view(runs, settings: TableSettings, setting: str) -> tuple[Any, TableSettings]:
+    """One setting's runs and the table settings restricted to the configs, seeds and targets
+    it ran (the baseline None where the setting did not run it)."""
     sub = of_setting(runs, setting)
     present = set(sub["intermediate"])
-    configs = [c for c in settings["intermediate"] if c in present]
-    view = {
-        **settings,
-        "intermediate": configs,
-        "seeds": sorted(int(x) for x in set(sub["seed"])),
-        "targets": [t for t in settings["targets"] if t in set(sub["target"])],
-        "baseline": settings["baseline"] if settings["baseline"] in present else None,
-    }
+    view = settings.replace(
+        intermediate=[c for c in settings.intermediate if c in present],
+        seeds=sorted(int(x) for x in set(sub["seed"])),  # numpy integers, as JSON's ints
+        targets=[t for t in settings.targets if t in set(sub["target"])],
+        baseline=settings.baseline if settings.baseline in present else None,
+    )
     return sub, view
 
 
-def setting_notes(sub, view: dict[str, Any], setting: str) -> str:
+def setting_notes(sub, view: TableSettings, setting: str) -> str:
     """What a reader must know to compare a setting's block with the others."""
     notes = []
     test = sub[(sub["split"] == "test") & (sub["language"] != "avg")]
-    for target in view["targets"]:
-        scored = [l for l in view["target_languages"][target] if l in set(test[test["target"] == target]["language"])]
-        if scored != list(view["target_languages"][target]):
+    for target in view.targets:
+        scored = [l for l in view.target_languages[target] if l in set(test[test["target"] == target]["language"])]
+        if scored != list(view.target_languages[target]):
             notes.append(f"{target} is scored in {', '.join(scored)} only, so its average is over those languages.")
-    if setting == "translate_test" and any(get_task(t).format == "span" for t in view["targets"]):
+    if setting == "translate_test" and any(get_task(t).format == "span" for t in view.targets):
         notes.append(
             "translate_test QA is scored on the English side against re-aligned gold answers, and drops "
             "questions lost in translation (XTREME); it is not directly comparable with other settings."
@@ -459,10 +460,10 @@ def setting_notes(sub, view: dict[str, Any], setting: str) -> str:
     return "".join(f"{n}\n" for n in notes)
 
 
-def ordered_settings(runs, settings: dict[str, Any]) -> list[str]:
+def ordered_settings(runs, settings: TableSettings) -> list[str]:
     """The settings with runs, the baseline setting first, then in config order."""
     present = set(runs["setting"])
-    order = [settings.get("baseline_setting", ZERO_SHOT)] + list(settings.get("settings", []))
+    order = [settings.baseline_setting, *settings.settings]
     order += sorted(present - set(order))
     return [s for i, s in enumerate(order) if s in present and s not in order[:i]]
 
@@ -479,7 +480,7 @@ def _score_over(runs, target: str, languages: list[str]) -> dict[str, float]:
     return out
 
 
-def settings_table(runs, settings: dict[str, Any]) -> tuple[str, Any]:
+def settings_table(runs, settings: TableSettings) -> tuple[str, Any]:
     """XTREME's baselines table: per config, rows = settings, columns = targets + Avg (absolute
     medians over seeds of each run's language average). Δ Avg compares like with like: the
     row's Avg minus the baseline setting's, over the same targets and, per target, the same
@@ -487,51 +488,19 @@ def settings_table(runs, settings: dict[str, Any]) -> tuple[str, Any]:
     and de)."""
     import pandas as pd
 
-    decimals, reference = int(settings["decimals"]), settings.get("baseline_setting", ZERO_SHOT)
+    reference = settings.baseline_setting
     order = ordered_settings(runs, settings)
     records, parts = [], []
-    for config in settings["intermediate"]:
-        subs = {}
-        for setting in order:
-            sub = of_setting(runs, setting)
-            sub = sub[sub["intermediate"] == config]
-            if not sub.empty:
-                subs[setting] = sub
+    for config in settings.intermediate:
+        subs = _config_runs_by_setting(runs, order, config)
         if len(subs) < 2:
             continue
         lines = [
             f"## {config}\n",
-            "| setting | seeds | " + " | ".join(settings["targets"]) + " | Avg | Δ Avg |",
-            "|---|---|" + "---:|" * (len(settings["targets"]) + 2),
+            "| setting | seeds | " + " | ".join(settings.targets) + " | Avg | Δ Avg |",
+            "|---|---|" + "---:|" * (len(settings.targets) + 2),
         ]
-        for setting, sub in subs.items():
-            cells, scores, base_scores = [], [], []
-            for target in settings["targets"]:
-                test = sub[(sub["target"] == target) & (sub["split"] == "test") & (sub["language"] != "avg")]
-                langs = [l for l in settings["target_languages"][target] if l in set(test["language"])]
-                if not langs:
-                    cells.append("–")
-                    continue
-                values = _score_over(sub, target, langs)
-                records += [(config, setting, target, m, v) for m, v in values.items()]
-                cells.append(" / ".join(_fmt(v, decimals, "") for v in values.values()))
-                scores.append(qa_answer_score(get_task(target).metric, values))
-                if reference in subs:
-                    base_scores.append(
-                        qa_answer_score(get_task(target).metric, _score_over(subs[reference], target, langs))
-                    )
-            avg = sum(scores) / len(scores)
-            delta = (
-                avg - sum(base_scores) / len(base_scores)
-                if setting != reference and len(base_scores) == len(scores)
-                else float("nan")
-            )
-            records.append((config, setting, "avg", "xtreme_score", avg))
-            seeds = ",".join(str(x) for x in sorted(set(sub["seed"])))
-            lines.append(
-                f"| {setting} | {seeds} | " + " | ".join(cells) + f" | {_fmt(avg, decimals, '')} "
-                f"| {_fmt(delta, decimals, '+') if setting != reference else ''} |"
-            )
+        lines += [_settings_row(subs, config, setting, settings, records) for setting in subs]
         parts.append("\n".join(lines) + "\n")
     frame = pd.DataFrame.from_records(records, columns=["intermediate", "setting", "target", "metric", "median"])
     note = (
@@ -546,7 +515,48 @@ def settings_table(runs, settings: dict[str, Any]) -> tuple[str, Any]:
     return "\n".join(parts) + "\n" + note, frame
 
 
-def source_language_table(runs, settings: dict[str, Any]) -> tuple[str, Any]:
+def _config_runs_by_setting(runs, order: list[str], config: str) -> dict[str, Any]:
+    """Setting -> the runs of ``config`` in it, for the settings (in ``order``) that ran it."""
+    subs = {}
+    for setting in order:
+        sub = of_setting(runs, setting)
+        sub = sub[sub["intermediate"] == config]
+        if not sub.empty:
+            subs[setting] = sub
+    return subs
+
+
+def _settings_row(subs: dict[str, Any], config: str, setting: str, settings: TableSettings, records: list) -> str:
+    """One setting's row of a config's block in the settings table; its values go to ``records``."""
+    decimals, reference, sub = settings.decimals, settings.baseline_setting, subs[setting]
+    cells, scores, base_scores = [], [], []
+    for target in settings.targets:
+        test = sub[(sub["target"] == target) & (sub["split"] == "test") & (sub["language"] != "avg")]
+        langs = [l for l in settings.target_languages[target] if l in set(test["language"])]
+        if not langs:
+            cells.append("–")
+            continue
+        values = _score_over(sub, target, langs)
+        records += [(config, setting, target, m, v) for m, v in values.items()]
+        cells.append(" / ".join(_fmt(v, decimals, "") for v in values.values()))
+        scores.append(qa_answer_score(get_task(target).metric, values))
+        if reference in subs:
+            base_scores.append(qa_answer_score(get_task(target).metric, _score_over(subs[reference], target, langs)))
+    avg = sum(scores) / len(scores)
+    delta = (
+        avg - sum(base_scores) / len(base_scores)
+        if setting != reference and len(base_scores) == len(scores)
+        else float("nan")
+    )
+    records.append((config, setting, "avg", "xtreme_score", avg))
+    seeds = ",".join(str(x) for x in sorted(set(sub["seed"])))
+    return (
+        f"| {setting} | {seeds} | " + " | ".join(cells) + f" | {_fmt(avg, decimals, '')} "
+        f"| {_fmt(delta, decimals, '+') if setting != reference else ''} |"
+    )
+
+
+def source_language_table(runs, settings: TableSettings) -> tuple[str, Any]:
     """Turc et al. 2021 (docs/protocol.md §7), per config and target with source-language runs:
     E(S, T) the median over seeds of model M^S's test score in T (primary metric; English
     from the zero-shot setting), Z(S -> T) = 100 E(S, T) / E(T, T) where M^T exists (else the
@@ -554,87 +564,20 @@ def source_language_table(runs, settings: dict[str, Any]) -> tuple[str, Any]:
     unweighted means over the target's languages."""
     import pandas as pd
 
-    decimals = int(settings["decimals"])
-    sources_of: dict[str, str] = {}  # setting -> source language
-    for setting in set(runs["setting"]):
-        lang = "en" if setting == ZERO_SHOT else source_language(setting)
-        if lang is not None:
-            sources_of[setting] = lang
+    sources_of = _source_settings(runs)
     records, parts = [], []
-    for config in settings["intermediate"]:
-        for target in settings["targets"]:
+    for config in settings.intermediate:
+        for target in settings.targets:
             metric = primary_metric(get_task(target).metric)
-            score: dict[tuple[str, str], float] = {}
-            for setting, source in sources_of.items():
-                sub = runs[
-                    (runs["setting"] == setting)
-                    & (runs["intermediate"] == config)
-                    & (runs["target"] == target)
-                    & (runs["split"] == "test")
-                    & (runs["metric"] == metric)
-                    & (runs["language"] != "avg")
-                ]
-                for lang, value in sub.groupby("language")["value"].median().items():
-                    score[(source, lang)] = float(value)
+            score = _source_scores(runs, sources_of, config, target, metric)
             sources = sorted({s for s, _ in score}, key=lambda s: (s != "en", s))
             if not [s for s in sources if s != "en"]:
                 continue
-            langs = [l for l in settings["target_languages"][target] if any((s, l) in score for s in sources)]
-            z: dict[tuple[str, str], float] = {}
-            for s in sources:
-                for t in langs:
-                    if (s, t) not in score:
-                        continue
-                    normaliser = score.get((t, t))
-                    normalised = bool(normaliser)
-                    z[(s, t)] = 100 * score[(s, t)] / normaliser if normalised else score[(s, t)]
-                    records.append((config, target, s, t, metric, score[(s, t)], z[(s, t)], normalised))
-            for s in sources:
-                row = [z[(s, t)] for t in langs if (s, t) in z]
-                if len(row) == len(langs):
-                    records.append(
-                        (
-                            config,
-                            target,
-                            s,
-                            "avg",
-                            metric,
-                            float("nan"),
-                            sum(row) / len(row),
-                            all(score.get((t, t)) for t in langs),
-                        )
-                    )
-            frame_z = {(r[2], r[3]): r[6] for r in records if r[:2] == (config, target)}
-            lines = [
-                f"## {config} · {target} ({metric}, test)\n",
-                "Z(S -> T), x100:\n",
-                "| source | " + " | ".join(langs) + " | Avg |",
-                "|---|" + "---:|" * (len(langs) + 1),
-            ]
-            for s in sources:
-                cells = [
-                    _fmt(frame_z.get((s, t), float("nan")), decimals, "") + ("" if score.get((t, t)) else "*")
-                    if (s, t) in frame_z
-                    else "–"
-                    for t in langs + ["avg"]
-                ]
-                lines.append(f"| {s} | " + " | ".join(cells) + " |")
-            if "en" in sources:
-                lines += [
-                    "",
-                    "Advantage over English, Z(S -> T) - Z(en -> T):\n",
-                    "| source | " + " | ".join(langs) + " | Avg |",
-                    "|---|" + "---:|" * (len(langs) + 1),
-                ]
-                for s in sources:
-                    if s == "en":
-                        continue
-                    cells = []
-                    for t in langs + ["avg"]:
-                        ok = (s, t) in frame_z and ("en", t) in frame_z
-                        cells.append(_fmt(frame_z[(s, t)] - frame_z[("en", t)], decimals, "+") if ok else "–")
-                    lines.append(f"| {s} | " + " | ".join(cells) + " |")
-            parts.append("\n".join(lines) + "\n")
+            langs = [l for l in settings.target_languages[target] if any((s, l) in score for s in sources)]
+            found = _relative_ability(score, sources, langs, (config, target, metric))
+            records += found
+            frame_z = {(r[2], r[3]): r[6] for r in found}
+            parts.append(_source_block((config, target, metric), sources, langs, score, frame_z, settings.decimals))
     frame = pd.DataFrame.from_records(
         records, columns=["intermediate", "target", "source", "language", "metric", "score", "z", "normalised"]
     )
@@ -653,6 +596,90 @@ def source_language_table(runs, settings: dict[str, Any]) -> tuple[str, Any]:
     if not parts:
         return "No source-language settings in this grid.\n", frame
     return "\n".join(parts) + "\n" + note, frame
+
+
+def _source_settings(runs) -> dict[str, str]:
+    """Setting -> its source language, for the settings with runs that train on one language
+    (zero_shot: English; source:S: S)."""
+    sources_of: dict[str, str] = {}
+    for setting in set(runs["setting"]):
+        lang = "en" if setting == ZERO_SHOT else source_language(setting)
+        if lang is not None:
+            sources_of[setting] = lang
+    return sources_of
+
+
+def _source_scores(runs, sources_of: dict[str, str], config: str, target: str, metric: str):
+    """E(S, T): (source, test language) -> the median over seeds of the test score."""
+    score: dict[tuple[str, str], float] = {}
+    for setting, source in sources_of.items():
+        sub = runs[
+            (runs["setting"] == setting)
+            & (runs["intermediate"] == config)
+            & (runs["target"] == target)
+            & (runs["split"] == "test")
+            & (runs["metric"] == metric)
+            & (runs["language"] != "avg")
+        ]
+        for lang, value in sub.groupby("language")["value"].median().items():
+            score[(source, lang)] = float(value)
+    return score
+
+
+def _relative_ability(score, sources: list[str], langs: list[str], key: tuple[str, str, str]) -> list[tuple]:
+    """Z(S -> T) per source and language, and its mean over the languages where a source has
+    all of them: records (config, target, source, language, metric, E, Z, normalised)."""
+    config, target, metric = key
+    records, z = [], {}
+    for s in sources:
+        for t in langs:
+            if (s, t) not in score:
+                continue
+            normaliser = score.get((t, t))
+            normalised = bool(normaliser)
+            z[(s, t)] = 100 * score[(s, t)] / normaliser if normalised else score[(s, t)]
+            records.append((config, target, s, t, metric, score[(s, t)], z[(s, t)], normalised))
+    for s in sources:
+        row = [z[(s, t)] for t in langs if (s, t) in z]
+        if len(row) == len(langs):
+            normalised = all(score.get((t, t)) for t in langs)
+            records.append((config, target, s, "avg", metric, float("nan"), sum(row) / len(row), normalised))
+    return records
+
+
+def _source_block(key: tuple[str, str, str], sources, langs, score, frame_z, decimals: int) -> str:
+    """One config's and target's Z table and, with English among the sources, its advantages."""
+    config, target, metric = key
+    lines = [
+        f"## {config} · {target} ({metric}, test)\n",
+        "Z(S -> T), x100:\n",
+        "| source | " + " | ".join(langs) + " | Avg |",
+        "|---|" + "---:|" * (len(langs) + 1),
+    ]
+    for s in sources:
+        cells = [
+            _fmt(frame_z.get((s, t), float("nan")), decimals, "") + ("" if score.get((t, t)) else "*")
+            if (s, t) in frame_z
+            else "–"
+            for t in langs + ["avg"]
+        ]
+        lines.append(f"| {s} | " + " | ".join(cells) + " |")
+    if "en" in sources:
+        lines += [
+            "",
+            "Advantage over English, Z(S -> T) - Z(en -> T):\n",
+            "| source | " + " | ".join(langs) + " | Avg |",
+            "|---|" + "---:|" * (len(langs) + 1),
+        ]
+        for s in sources:
+            if s == "en":
+                continue
+            cells = []
+            for t in langs + ["avg"]:
+                ok = (s, t) in frame_z and ("en", t) in frame_z
+                cells.append(_fmt(frame_z[(s, t)] - frame_z[("en", t)], decimals, "+") if ok else "–")
+            lines.append(f"| {s} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def intermediate_dev_scores(model_dirs: list[str]):
@@ -745,28 +772,30 @@ def translation_tables(
     return md, both
 
 
-def main(argv: list[str] | None = None) -> None:
-    setup_logging()
+RESULT_OUTPUTS = (
+    "main-md",
+    "main-csv",
+    "best-csv",
+    "per-language-md",
+    "per-language-csv",
+    "translated-md",
+    "translated-csv",
+    "runs-csv",
+    "settings-md",
+    "settings-csv",
+    "source-md",
+    "source-csv",
+    "significance-csv",
+)
+
+
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description="Aggregate metric files into the paper's tables.")
     sub = ap.add_subparsers(dest="command", required=True)
     results = sub.add_parser("results", help="median-over-seeds result tables from the metric files")
     results.add_argument("--settings", required=True)
     results.add_argument("--metrics", nargs="+", required=True)
-    for name in (
-        "main-md",
-        "main-csv",
-        "best-csv",
-        "per-language-md",
-        "per-language-csv",
-        "translated-md",
-        "translated-csv",
-        "runs-csv",
-        "settings-md",
-        "settings-csv",
-        "source-md",
-        "source-csv",
-        "significance-csv",
-    ):
+    for name in RESULT_OUTPUTS:
         results.add_argument(f"--{name}", required=True)
     translation = sub.add_parser("translation", help="translation statistics and quality")
     translation.add_argument("--stats", nargs="*", default=[])
@@ -774,7 +803,56 @@ def main(argv: list[str] | None = None) -> None:
     translation.add_argument("--intermediate", nargs="*", default=[], help="intermediate model directories")
     translation.add_argument("--md", required=True)
     translation.add_argument("--csv", required=True)
-    args = ap.parse_args(argv)
+    return ap
+
+
+@dataclass
+class SettingBlocks:
+    """The main and per-language tables' blocks, one per transfer setting, the baseline
+    setting's first (its block alone has the best-models row)."""
+
+    main_md: list[str] = field(default_factory=list)
+    main_frames: list[Any] = field(default_factory=list)
+    per_language_md: list[str] = field(default_factory=list)
+    per_language_frames: list[Any] = field(default_factory=list)
+    significance_frames: list[Any] = field(default_factory=list)
+    best: Any = None
+
+
+def setting_blocks(runs, settings: TableSettings, leaked: dict) -> SettingBlocks:
+    order = ordered_settings(runs, settings)
+    found = SettingBlocks()
+    for setting in order:
+        sub, view = setting_view(runs, settings, setting)
+        _, shown = main_table(sub, view)
+        tested = significance.significance(sub, view, setting) if view.baseline is not None else None
+        if tested is not None:
+            found.significance_frames.append(tested)
+        best = best_models(sub, view) if setting == order[0] else None
+        if best is not None:
+            found.best = best
+        title = f"## {setting}" + (" (baseline setting)" if setting == order[0] and len(order) > 1 else "")
+        found.main_md.append(
+            (title + "\n\n" if len(order) > 1 else "")
+            + render_main(
+                shown,
+                view,
+                best,
+                significance.marked(tested) if tested is not None else set(),
+                {(c, t): items for (s_, c, t), items in leaked.items() if s_ == setting},
+            )
+            + setting_notes(sub, view, setting)
+        )
+        found.main_frames.append(shown.rename_axis("intermediate").reset_index().assign(setting=setting))
+        md, frame = per_language(sub, view)
+        found.per_language_md.append((f"# {setting}\n\n" if len(order) > 1 else "") + md)
+        found.per_language_frames.append(frame.assign(setting=setting))
+    return found
+
+
+def main(argv: list[str] | None = None) -> None:
+    setup_logging()
+    args = parser().parse_args(argv)
     try:
         if args.command == "translation":
             md, frame = translation_tables(args.stats, args.quality, args.intermediate)
@@ -782,77 +860,63 @@ def main(argv: list[str] | None = None) -> None:
             write_text(args.md, md)
             print(md)
             return
-        settings = load_settings(args.settings)
+        settings = TableSettings.parse(args.settings, "--settings")
         runs = load_runs(args.metrics)
-        leaked = leaked_runs(args.metrics)
-        order = ordered_settings(runs, settings)
-        blocks, mains, per_lang_parts, per_lang_frames, significance_frames = [], [], [], [], []
-        for setting in order:
-            sub, view = setting_view(runs, settings, setting)
-            _, shown = main_table(sub, view)
-            tested = significance.significance(sub, view, setting) if view["baseline"] is not None else None
-            if tested is not None:
-                significance_frames.append(tested)
-            best = best_models(sub, view) if setting == order[0] else None
-            if best is not None:
-                best_table = best
-            title = f"## {setting}" + (" (baseline setting)" if setting == order[0] and len(order) > 1 else "")
-            blocks.append(
-                (title + "\n\n" if len(order) > 1 else "")
-                + render_main(
-                    shown,
-                    view,
-                    best,
-                    significance.marked(tested) if tested is not None else set(),
-                    {(c, t): items for (s_, c, t), items in leaked.items() if s_ == setting},
-                )
-                + setting_notes(sub, view, setting)
-            )
-            mains.append(shown.rename_axis("intermediate").reset_index().assign(setting=setting))
-            md, frame = per_language(sub, view)
-            per_lang_parts.append((f"# {setting}\n\n" if len(order) > 1 else "") + md)
-            per_lang_frames.append(frame.assign(setting=setting))
-        translated_md, translated = translated_table(of_setting(runs, order[0]), settings)
-        settings_md, settings_frame = settings_table(runs, settings)
-        source_md, source_frame = source_language_table(runs, settings)
+        blocks = setting_blocks(runs, settings, leaked_runs(args.metrics))
+        others = {
+            "translated": translated_table(of_setting(runs, ordered_settings(runs, settings)[0]), settings),
+            "settings": settings_table(runs, settings),
+            "source": source_language_table(runs, settings),
+        }
     except InputError as err:
         raise SystemExit(f"error: {err}") from None
+    main_md = write_results(args, settings.backbone_name, runs, blocks, others)
+    LOG.info("tables from %d metric files -> %s", len(args.metrics), Path(args.main_md).parent)
+    print(main_md)
+
+
+def _setting_first(frame):
+    return frame[["setting"] + [c for c in frame.columns if c != "setting"]]
+
+
+def write_results(args, backbone: str | None, runs, blocks: SettingBlocks, others: dict[str, tuple]) -> str:
+    """Every table of ``tables results`` to its file; the main table's Markdown."""
     import pandas as pd
 
-    backbone = settings.get("backbone", {}).get("name")
     # every row of the long table names the backbone that produced it
     write_csv(
         args.runs_csv,
         runs if backbone is None else runs.assign(backbone=backbone)[["backbone", *RUN_COLUMNS]],
         index=False,
     )
-    main_csv = pd.concat(mains, ignore_index=True)
-    write_csv(args.main_csv, main_csv[["setting"] + [c for c in main_csv.columns if c != "setting"]], index=False)
-    write_csv(args.best_csv, best_table, index=False)
+    write_csv(args.main_csv, _setting_first(pd.concat(blocks.main_frames, ignore_index=True)), index=False)
+    write_csv(args.best_csv, blocks.best, index=False)
     write_csv(
         args.significance_csv,
-        pd.concat(significance_frames, ignore_index=True)
-        if significance_frames
+        pd.concat(blocks.significance_frames, ignore_index=True)
+        if blocks.significance_frames
         else pd.DataFrame(columns=significance.COLUMNS),
         index=False,
     )
     main_md = (
-        "# Intermediate-task results" + (f": backbone {backbone}" if backbone else "") + "\n\n" + "\n".join(blocks)
+        "# Intermediate-task results"
+        + (f": backbone {backbone}" if backbone else "")
+        + "\n\n"
+        + "\n".join(blocks.main_md)
     )
     write_text(args.main_md, main_md)
-    per_lang = pd.concat(per_lang_frames, ignore_index=True)
-    write_csv(
-        args.per_language_csv, per_lang[["setting"] + [c for c in per_lang.columns if c != "setting"]], index=False
-    )
-    write_text(args.per_language_md, "# Per-language results\n\n" + "\n".join(per_lang_parts))
-    write_csv(args.translated_csv, translated, index=False)
-    write_text(args.translated_md, "# Translated intermediate-task data\n\n" + translated_md)
-    write_csv(args.settings_csv, settings_frame, index=False)
-    write_text(args.settings_md, "# Transfer settings (XTREME baselines)\n\n" + settings_md)
-    write_csv(args.source_csv, source_frame, index=False)
-    write_text(args.source_md, "# Source languages (Turc et al. 2021)\n\n" + source_md)
-    LOG.info("tables from %d metric files -> %s", len(args.metrics), Path(args.main_md).parent)
-    print(main_md)
+    per_lang = _setting_first(pd.concat(blocks.per_language_frames, ignore_index=True))
+    write_csv(args.per_language_csv, per_lang, index=False)
+    write_text(args.per_language_md, "# Per-language results\n\n" + "\n".join(blocks.per_language_md))
+    titles = {
+        "translated": "# Translated intermediate-task data\n\n",
+        "settings": "# Transfer settings (XTREME baselines)\n\n",
+        "source": "# Source languages (Turc et al. 2021)\n\n",
+    }
+    for name, (md, frame) in others.items():
+        write_csv(getattr(args, f"{name}_csv"), frame, index=False)
+        write_text(getattr(args, f"{name}_md"), titles[name] + md)
+    return main_md
 
 
 if __name__ == "__main__":

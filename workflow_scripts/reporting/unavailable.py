@@ -1,5 +1,5 @@
 """The report's "not available" page: every figure the rules wrote as a placeholder (no data to
-draw, availability.py), with the reason. The report lists only figures drawn from data; this
+draw, spec/availability.py), with the reason. The report lists only figures drawn from data; this
 page names the rest, so a reader sees what the grid does not cover instead of empty images.
 
 CLI: ``python -m workflow_scripts.reporting.unavailable --missing JSON --html FILE``, the JSON a

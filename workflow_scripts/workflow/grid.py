@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.spec import benchmark, paths
+from workflow_scripts.spec import benchmark, paths, report_settings
 from workflow_scripts.spec.basics import REPO_ROOT, is_url, load_yaml, repo_path
 from workflow_scripts.spec.data_settings import DataOptions, DataSettings, LeakageSettings, unread_options
 from workflow_scripts.spec.evaluation_settings import EvaluationSettings
@@ -964,12 +964,12 @@ def eval_settings(
     return EvaluationSettings.parse(settings, f"the evaluation settings of {target}")
 
 
-def table_settings(config: dict[str, Any], backbone: str) -> dict[str, Any]:
+def table_settings(config: dict[str, Any], backbone: str) -> report_settings.TableSettings:
     """What a backbone's tables show: its part of the grid, and the backbone itself (its
     contaminated targets are footnoted: not zero-shot)."""
     part = backbone_grid.grid_of(config, backbone)
     translated = {n: info for n, info in translated_counterparts(config).items() if n in part["intermediate"]}
-    return {
+    found = {
         **config["tables"],
         "targets": part["targets"],
         "intermediate": part["intermediate"],
@@ -987,6 +987,7 @@ def table_settings(config: dict[str, Any], backbone: str) -> dict[str, Any]:
         "output_targets": list(config["targets"]),
         "output_settings": list(transfer.configured(config)),
     }
+    return report_settings.TableSettings.parse(found, f"table settings of backbone {backbone}")
 
 
 def arm_pairs(intermediate: dict[str, dict[str, Any]]) -> list[dict[str, str]]:
@@ -1008,41 +1009,49 @@ def arm_pairs(intermediate: dict[str, dict[str, Any]]) -> list[dict[str, str]]:
     return pairs
 
 
-def modality_settings(config: dict[str, Any], backbone: str) -> dict[str, Any]:
+def modality_settings(config: dict[str, Any], backbone: str) -> report_settings.ModalitySettings:
     """The image-vs-text comparison of a backbone's grid (modality.py): its pairs of configs
     that differ only by an image task and one of its text-only controls."""
     part = backbone_grid.grid_of(config, backbone)
     chosen = {n: config["intermediate"][n] for n in part["intermediate"]}
-    return {
+    found = {
         "targets": part["targets"],
         "seeds": part["seeds"],
         "decimals": config["tables"].get("decimals", 1),
         "pairs": arm_pairs(chosen),
     }
+    return report_settings.ModalitySettings.parse(found, f"modality settings of backbone {backbone}")
 
 
-def modality_scaling_settings(config: dict[str, Any]) -> dict[str, Any]:
+def backbone_descriptions(config: dict[str, Any]) -> dict[str, Any]:
+    """Every backbone's description (backbone_grid.describe), by name."""
+    return {b: backbone_grid.describe(config, b) for b in backbone_grid.names(config)}
+
+
+def modality_scaling_settings(config: dict[str, Any]) -> report_settings.ModalityScalingSettings:
     """What the image-vs-text table across backbone sizes shows (modality_scaling.py)."""
-    return {
+    found = {
         "decimals": config["tables"].get("decimals", 1),
         "targets": config["targets"],
         "seeds": config["seeds"],
-        "backbones": {b: backbone_grid.describe(config, b) for b in backbone_grid.names(config)},
+        "backbones": backbone_descriptions(config),
         # the config's order of backbones (the settings' JSON sorts keys): families appear in it
         "order": backbone_grid.names(config),
     }
+    return report_settings.ModalityScalingSettings.parse(found, "modality scaling settings")
 
 
-def comparison_settings(config: dict[str, Any]) -> dict[str, Any]:
+def comparison_settings(config: dict[str, Any]) -> report_settings.ComparisonSettings:
     """What the cross-backbone table and figure show."""
-    return {
+    found = {
         "decimals": config["tables"]["decimals"],
         "baseline": config["tables"].get("baseline", "none"),
         "baseline_setting": transfer.baseline_setting(config),
         "targets": config["targets"],
         "intermediate": list(config["intermediate"]),
-        "backbones": {b: backbone_grid.describe(config, b) for b in backbone_grid.names(config)},
+        "backbones": backbone_descriptions(config),
     }
+    return report_settings.ComparisonSettings.parse(found, "comparison settings")
 
 
 def translated_counterparts(config: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -12,6 +12,7 @@ import dataclasses
 import importlib
 import pkgutil
 import re
+import shlex
 import sys
 
 import pytest
@@ -32,7 +33,7 @@ DEMO_PRESETS = (
     "config/xtreme_r_demo.yaml",
     "tests/configs/sweep_demo.yaml",
 )
-SETTINGS_ARG = re.compile(r"--(?:backbone-)?settings '([^']*)'")
+SETTINGS_FLAGS = ("--settings", "--backbone-settings")
 CLI = re.compile(r"python -m workflow_scripts\.([\w.]+)")
 
 
@@ -53,11 +54,15 @@ def records_of(step: str) -> list[type[Record]]:
 
 
 def planned_settings(preset: str) -> list[tuple[str, str]]:
-    """(CLI module, settings JSON) of every job the preset plans."""
+    """(CLI module, settings JSON) of every job the preset plans, read from the shell command
+    as the shell would split it."""
     found = []
     for block in job_blocks(preset):
-        cli = CLI.search(block)
-        found += [(cli.group(1), text) for text in SETTINGS_ARG.findall(block)] if cli else []
+        for line in block.splitlines():
+            cli = CLI.search(line)
+            if line.startswith("Shell command:") and cli:
+                words = shlex.split(line.removeprefix("Shell command:"))
+                found += [(cli.group(1), words[i + 1]) for i, w in enumerate(words) if w in SETTINGS_FLAGS]
     return found
 
 

@@ -16,35 +16,19 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from workflow_scripts.spec import benchmark
+from workflow_scripts.spec.model_settings import BackboneProvenance
 from workflow_scripts.spec.record import Record, default_factory, optional
 from workflow_scripts.spec.transfer_names import ZERO_SHOT
 
 
-@dataclass(frozen=True)
-class LoraDescription(Record):
-    """An adapter backbone's LoRA settings, the schema's defaults filled in (schema.lora_settings)."""
-
-    rank: int
-    alpha: int
-    dropout: float
-    target_modules: tuple[str, ...] | None = optional()
-
-
-@dataclass(frozen=True)
-class BackboneDescription(Record):
-    """What a table row records of a backbone (``backbone_grid.describe``): its provenance,
+@dataclass(frozen=True, kw_only=True)
+class BackboneDescription(BackboneProvenance):
+    """What a table row records of a backbone (``backbone_grid.describe``): its provenance and
     how it trains, its size and the targets its training mixture held (not zero-shot)."""
 
-    name: str
-    family: str
-    source: str  # models.source: hub or demo
-    method: str  # full, lora, qlora
-    precision: str
+    step: ClassVar[str | None] = None
+
     contaminated_targets: tuple[str, ...]
-    hub_id: str | None = optional()  # hub backbones only
-    revision: str | None = optional()
-    lora: LoraDescription | None = optional()  # adapter methods only
-    activation_checkpointing: bool | None = optional()  # named only when on
     # The config writes counts as floats (2.78e+8); None: count the prepared weights.
     parameters: float | None = optional()
     contamination_source: str | None = optional()  # what held the targets (e.g. xP3)

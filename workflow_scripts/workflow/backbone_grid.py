@@ -20,6 +20,7 @@ from typing import Any
 
 from workflow_scripts.models.backbones import get_family
 from workflow_scripts.spec import paths
+from workflow_scripts.spec.phase_settings import MethodSettings
 from workflow_scripts.spec.schema import (
     DEFAULT_ACTIVATION_CHECKPOINTING,
     DEFAULT_METHOD,
@@ -126,7 +127,7 @@ def submission_dir(backbone: str, benchmark: str = "xtreme") -> str:
 # ----- settings handed to the rules -------------------------------------------------------
 
 
-def method_settings(config: dict[str, Any], backbone: str) -> dict[str, Any]:
+def method_settings(config: dict[str, Any], backbone: str) -> MethodSettings:
     """The training method as train.py reads it (adapters.Method): every setting that applies
     spelt out, so a training job's params change exactly when its method does."""
     entry = config["backbones"][backbone]
@@ -136,7 +137,7 @@ def method_settings(config: dict[str, Any], backbone: str) -> dict[str, Any]:
     # Named only when on, so that off gives the params of a config without the key (nothing reruns).
     if entry.get("activation_checkpointing", DEFAULT_ACTIVATION_CHECKPOINTING):
         method["activation_checkpointing"] = True
-    return method
+    return MethodSettings.parse(method, f"backbones.{backbone}")
 
 
 def prepare_settings(config: dict[str, Any], backbone: str) -> dict[str, Any]:
@@ -169,7 +170,7 @@ def provenance(config: dict[str, Any], backbone: str) -> dict[str, Any]:
     LoRA settings of an adapter method). The evaluation adds what the prepared directory
     says: the commit a Hub revision resolved to, or the demo model's weights digest."""
     entry = config["backbones"][backbone]
-    method = method_settings(config, backbone)
+    method = method_settings(config, backbone).to_dict()
     out = {
         "name": backbone,
         "family": entry["family"],

@@ -865,7 +865,9 @@ def target_settings(config: dict[str, Any], backbone: str, target: str, stage: s
     earlier = stages[: stages.index(stage)] if stage is not None else stages
     if earlier:
         settings["continue_head"] = {"from": earlier[-1], "to": trained}
-    settings.update(method=backbone_grid.method_settings(config, backbone), tasks={trained: _task_opts(config, trained)})
+    settings.update(
+        method=backbone_grid.method_settings(config, backbone), tasks={trained: _task_opts(config, trained)}
+    )
     return PhaseSettings.parse(settings, f"the target phase settings of {trained}")
 
 

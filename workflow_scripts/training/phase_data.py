@@ -39,7 +39,7 @@ class PhaseData:
     train_sets: dict[str, Encoded]
     heads: dict[str, Any]
     dev_sets: dict[tuple[str, str], Encoded]
-    dev_opts: dict[str, ScoringOptions]
+    dev_scoring: dict[str, ScoringOptions]
     # Visual tasks: where their images' features came from and the projector's size. The
     # projector is part of the task's head: dropped with the heads after the intermediate
     # phase, saved with them (heads.pt) by the target phase of an image target (XVNLI).
@@ -73,9 +73,9 @@ def load_phase_data(
         else:
             loaded.heads[name] = _fresh_head(task, opts, encoder.config, settings.dropout)
     # The selection subsets never change: encode them once, not at every evaluation.
-    loaded.dev_opts = {name: _scoring_options(settings, name) for name in loaded.tasks}
+    loaded.dev_scoring = {name: _scoring_options(settings, name) for name in loaded.tasks}
     loaded.dev_sets = {
-        key: encode(loaded.tasks[key[0]], tokenizer, rows, loaded.dev_opts[key[0]], train=False)
+        key: encode(loaded.tasks[key[0]], tokenizer, rows, loaded.dev_scoring[key[0]], train=False)
         for key, rows in dev_rows.items()
     }
     return loaded

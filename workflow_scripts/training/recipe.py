@@ -424,7 +424,7 @@ class TrainingRecipe:
                 self.data.tasks[key[0]],
                 enc,
                 self.tokenizer.pad_token_id,
-                self.data.dev_opts[key[0]],
+                self.data.dev_scoring[key[0]],
                 self.dev,
             )
             for key, enc in self.data.dev_sets.items()

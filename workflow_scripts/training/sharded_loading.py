@@ -1,6 +1,6 @@
 """Loading a sharded training model without any rank ever holding the whole backbone.
 
-``train.py``'s unsharded recipe (``adapters.load_backbone`` + heads + ``adapters.attach`` +
+``recipe.py``'s unsharded path (``adapters.load_backbone`` + heads + ``adapters.attach`` +
 ``distributed.shard_model``) has every rank load the complete base before FSDP2 shards it: for
 a 176B backbone every rank of a node would hold all of it. ``load_sharded_model`` builds the
 same model, parameter for parameter, in four steps:
@@ -814,7 +814,7 @@ def _load_persistent_buffers(model, keys: _KeyMap) -> None:
 
 
 def _unsharded(model_dir, method, heads, ctx, family, head_formats, activation_checkpointing, encoder) -> ShardedModel:
-    """One process: train.py's own recipe."""
+    """One process: the recipe's own path (runtime.SingleProcess)."""
     from workflow_scripts.models.heads import MultiHeadModel
 
     if encoder is not None and any(p.is_meta for p in encoder.parameters()):

@@ -5,7 +5,7 @@ Each variant trains the benchmark's base-size encoder (benchmarks/training_effic
 768, NLI-shaped pairs of varying length, length-grouped batches) for the same steps in its own
 process, with evaluation only at the end (not timed). Variants:
 
-- ``engine``: train.train_phase as it runs (configure_torch's settings, SDPA's cuDNN backend
+- ``engine``: recipe.train_phase as it runs (configure_torch's settings, SDPA's cuDNN backend
   switched off);
 - ``cudnn_attention``: the same with SDPA's cuDNN backend switched back on
   (``torch.backends.cuda.enable_cudnn_sdp(True)``): it builds an execution graph for each new
@@ -63,11 +63,11 @@ def child(args) -> None:
     if args.variant == "trainer":
         result = bench.run_trainer(workdir, args, dev, group_by_length=False)
     else:
-        import workflow_scripts.training.train as train
+        import workflow_scripts.training.recipe as recipe
 
-        train.configure_torch = patched_configure_torch(args.variant)
-        settings = {**bench.xstilts_settings(args), "eval_every": 10**6}
-        log = train.train_phase(
+        recipe.configure_torch = patched_configure_torch(args.variant)
+        settings = bench.xstilts_settings(args).replace(eval_every=10**6)
+        log = recipe.train_phase(
             "intermediate",
             workdir / "encoder",
             bench.data_map(workdir),

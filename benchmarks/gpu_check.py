@@ -296,10 +296,10 @@ def run_sharded_resume(workdir: Path, dev, smoke: bool) -> dict[str, Any]:
     encoder, data = small_encoder(workdir, smoke)
     steps = 12 if smoke else 40
     args = argparse.Namespace(steps=steps, batch_size=8, max_length=64, lr=5e-5)
-    settings = {**xstilts_settings(args), "eval_every": steps // 2, "method": {"name": "full", "precision": "bf16"}}
+    settings = xstilts_settings(args).replace(eval_every=steps // 2, method={"name": "full", "precision": "bf16"})
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1",
            "-m", "workflow_scripts.training.train", "intermediate", "--encoder", str(encoder),
-           "--data", json.dumps(data), "--settings", json.dumps(settings), "--seed", "1",
+           "--data", json.dumps(data), "--settings", settings.to_json(), "--seed", "1",
            "--output", str(workdir / "model"), "--checkpoint-dir", str(workdir / "ckpt"),
            "--checkpoint-every", "5"]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}

@@ -3,7 +3,7 @@
 The targets this benchmark checks: LoRA at most 0.7x the peak memory of full fine-tuning and at
 least 1.0x its examples/s (LoRA and QLoRA backbones: docs/protocol.md §10).
 
-Both methods run ``train.train_phase("target", ...)`` with the same model, data, batch size,
+Both methods run ``recipe.train_phase("target", ...)`` with the same model, data, batch size,
 learning-rate schedule and number of steps; only ``settings["method"]`` differs:
 
 - full: ``{"name": "full"}`` (every weight trains: dense gradients, the embedding matrix's
@@ -117,13 +117,12 @@ def widen_vocabulary(encoder_dir: Path, vocab_size: int) -> None:
 
 
 def run_method(workdir: Path, args, method: str) -> dict:
-    from workflow_scripts.training.train import train_phase
+    from workflow_scripts.training.recipe import train_phase
 
     # The settings and data map of training_efficiency.run_xstilts, plus the method.
-    settings = {
-        **xstilts_settings(args),
-        "method": {**METHODS[method], "activation_checkpointing": args.activation_checkpointing},
-    }
+    settings = xstilts_settings(args).replace(
+        method={**METHODS[method], "activation_checkpointing": args.activation_checkpointing}
+    )
     data = data_map(workdir)
     log = train_phase(
         "target", workdir / "encoder", data, settings, seed=0, threads=args.threads, output=workdir / f"{method}-out"
@@ -147,7 +146,7 @@ def child(args) -> None:
     import torch
     import transformers  # noqa: F401  (the runtime both methods carry, counted in "before")
 
-    import workflow_scripts.training.train  # noqa: F401  (peft: imported by train_phase for LoRA only, as in a real run)
+    import workflow_scripts.training.recipe  # noqa: F401  (peft: imported by train_phase for LoRA only, as in a real run)
 
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     before = peak_memory_mb(dev)

@@ -57,7 +57,7 @@ def train(workdir: Path, args, processes: int) -> dict:
         "--data",
         json.dumps(data),
         "--settings",
-        json.dumps(settings),
+        settings.to_json(),
         "--seed",
         "0",
         "--threads",

@@ -42,23 +42,31 @@ SMALL = {
 VARIANTS = ("minimal", "off", "on")
 
 
-def settings(steps: int) -> dict:
-    return {
-        "dropout": 0.1,
-        "dev_examples": 16,
-        "eval_batch_size": 16,
-        "eval_every": steps,
-        "learning_rate": 1e-4,
-        "max_grad_norm": 1.0,
-        "max_micro_batch": 16,
-        "multitask_cap": 131072,
-        "multitask_epochs": 1,
-        "patience": 30,
-        "warmup_ratio": 0.1,
-        "weight_decay": 0.0,
-        "max_steps": steps,
-        "tasks": {"mnli": {"batch_size": 16, "epochs": 100, "max_length": 64, "select_language": "en"}},
-    }
+def settings(steps: int):
+    """The phase's settings (spec/phase_settings.PhaseSettings): full fine-tuning at the
+    schema's precision."""
+    from workflow_scripts.spec.phase_settings import MethodSettings, PhaseSettings
+
+    return PhaseSettings.parse(
+        {
+            "dropout": 0.1,
+            "dev_examples": 16,
+            "eval_batch_size": 16,
+            "eval_every": steps,
+            "learning_rate": 1e-4,
+            "max_grad_norm": 1.0,
+            "max_micro_batch": 16,
+            "multitask_cap": 131072,
+            "multitask_epochs": 1,
+            "patience": 30,
+            "warmup_ratio": 0.1,
+            "weight_decay": 0.0,
+            "max_steps": steps,
+            "tasks": {"mnli": {"batch_size": 16, "epochs": 100, "max_length": 64, "select_language": "en"}},
+            "method": MethodSettings(),
+        },
+        "tracking_overhead",
+    )
 
 
 def run(variant: str, work: Path, steps: int, attempt: int) -> tuple[float, float]:
@@ -74,7 +82,7 @@ def run(variant: str, work: Path, steps: int, attempt: int) -> tuple[float, floa
         "--data",
         json.dumps(data),
         "--settings",
-        json.dumps(settings(steps)),
+        settings(steps).to_json(),
         "--seed",
         "1",
         "--threads",

@@ -3,7 +3,7 @@
 Same model (a base-size, 12-layer, 768-wide random-init XLM-R built locally), same data, batch
 size, learning-rate schedule and number of steps for every engine:
 
-- xstilts: ``train.train_phase`` (length-grouped batches, dynamic padding);
+- xstilts: ``recipe.train_phase`` (length-grouped batches, dynamic padding);
 - HF Trainer with its defaults (shuffled batches, ``DataCollatorWithPadding``: dynamic padding);
 - HF Trainer with length grouping (``group_by_length=True`` before transformers 5,
   ``train_sampling_strategy="group_by_length"`` now: what a careful user switches on).
@@ -89,10 +89,13 @@ def peak_memory_mb(dev) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def xstilts_settings(args) -> dict:
-    """The phase settings of an xstilts run over the benchmark's pairs (shared by the
-    benchmarks that time the engine)."""
-    return {
+def xstilts_settings(args):
+    """The phase settings (spec/phase_settings.PhaseSettings) of an xstilts run over the
+    benchmark's pairs, full fine-tuning at the schema's precision (shared by the benchmarks
+    that time the engine)."""
+    from workflow_scripts.spec.phase_settings import MethodSettings, PhaseSettings
+
+    settings = {
         "dropout": 0.1,
         "dev_examples": 8,
         "eval_batch_size": 16,
@@ -114,7 +117,9 @@ def xstilts_settings(args) -> dict:
                 "select_language": "en",
             }
         },
+        "method": MethodSettings(),
     }
+    return PhaseSettings.parse(settings, "xstilts_settings")
 
 
 def data_map(workdir: Path) -> dict:
@@ -122,7 +127,7 @@ def data_map(workdir: Path) -> dict:
 
 
 def run_xstilts(workdir: Path, args, dev) -> dict:
-    from workflow_scripts.training.train import train_phase
+    from workflow_scripts.training.recipe import train_phase
 
     settings, data = xstilts_settings(args), data_map(workdir)
     log = train_phase(

@@ -92,6 +92,23 @@ def local_settings(path: str, languages: list[str] | None = None, options: dict 
     return DataSettings.parse({**settings, **({"languages": languages} if languages else {})})
 
 
+def phase_settings(tasks: dict[str, dict], **fields):
+    """A training phase's settings (spec/phase_settings.PhaseSettings) as a test writes them:
+    the schema's defaults of a ``training.<phase>`` block (the target phase's learning rate),
+    full fine-tuning at the schema's precision, ``tasks`` (each task's options) and ``fields``
+    over them."""
+    from workflow_scripts.spec.phase_settings import MethodSettings, PhaseHyperparameters, PhaseSettings
+    from workflow_scripts.spec.schema import default, setting
+
+    phase = {
+        key: default(key, definition="phase")
+        for key in PhaseHyperparameters.keys()
+        if "default" in setting(key, definition="phase")
+    }
+    phase["learning_rate"] = default("training", "target", "learning_rate")
+    return PhaseSettings.parse({**phase, "method": MethodSettings(), "tasks": tasks, **fields}, "phase_settings")
+
+
 def gold_span_logits(encoded, peak: float = 10.0):
     """Start/end logits peaked at each feature's gold answer tokens (an oracle model)."""
     import numpy as np

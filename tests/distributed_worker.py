@@ -67,7 +67,7 @@ def dataset(seed: int = 7) -> list[tuple[list[int], int]]:
 
 
 class Batches:
-    """Endless seeded global batches, reshuffled at every pass (train.py's TaskStream)."""
+    """Endless seeded global batches, reshuffled at every pass (training/sampling.py's TaskStream)."""
 
     def __init__(self, examples: list, size: int, seed: int) -> None:
         self.examples, self.size, self.rng, self.order = examples, size, random.Random(seed), []

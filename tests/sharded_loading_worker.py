@@ -31,7 +31,7 @@ from workflow_scripts.precision import Precision
 from workflow_scripts.training import distributed as D
 from workflow_scripts.training import sharded_loading as S
 
-# The phase's heads: what train.py's load_phase_data builds (init std: the config's initializer_range).
+# The phase's heads: what phase_data.load_phase_data builds (init std: the config's initializer_range).
 HEADS = {"xnli": ("classification", 3), "udpos": ("tagging", 5)}
 
 

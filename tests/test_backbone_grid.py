@@ -45,14 +45,17 @@ def test_paths_and_settings_name_the_backbone(config):
     )
     evaluation = grid.evaluation(config, "llama_tiny", "zero_shot", "mnli", "xnli", 2)
     assert set(evaluation["models"].values()) == {"results/demo/target/llama_tiny/mnli/xnli/en.dev-en/seed2/model"}
-    assert grid.target_settings(config, "llama_tiny", "xnli")["method"] == {
+    assert grid.target_settings(config, "llama_tiny", "xnli").method.to_dict() == {
         "name": "lora",
         "precision": "fp32",
         "rank": 8,
         "alpha": 16,
         "dropout": 0.0,
     }
-    assert grid.intermediate_settings(config, "xlmr_tiny", "mnli")["method"] == {"name": "full", "precision": "fp32"}
+    assert grid.intermediate_settings(config, "xlmr_tiny", "mnli").method.to_dict() == {
+        "name": "full",
+        "precision": "fp32",
+    }
     # retrieval: the decoder's own layer and pooling, the encoder the top-level ones
     assert grid.eval_settings(config, "llama_tiny", "tatoeba").retrieval.pooling == "family"
     assert grid.eval_settings(config, "xlmr_tiny", "tatoeba").retrieval.pooling == config["retrieval"]["pooling"]
@@ -71,11 +74,11 @@ def test_a_backbones_provenance_is_what_its_metric_files_and_tables_record(confi
         "method": "full",
         "precision": "fp32",
     }
-    method = grid.target_settings(config, "llama_tiny", "xnli")["method"]
+    method = grid.target_settings(config, "llama_tiny", "xnli").method
     provenance = backbone_grid.provenance(config, "llama_tiny")
     assert provenance.lora is not None
-    assert provenance.lora.to_dict() == {k: method[k] for k in ("rank", "alpha", "dropout")}
-    assert provenance.method == method["name"] and provenance.precision == method["precision"]
+    assert provenance.lora.to_dict() == {"rank": method.rank, "alpha": method.alpha, "dropout": method.dropout}
+    assert provenance.method == method.name and provenance.precision == method.precision
     config["backbones"]["llama_tiny"].update(contaminated_targets=["xnli"], contamination_source="xP3")
     described = backbone_grid.describe(config, "llama_tiny")
     assert described == {**provenance.to_dict(), "contaminated_targets": ["xnli"], "contamination_source": "xP3"}
@@ -88,7 +91,7 @@ def test_an_encoder_settings_change_leaves_the_decoders_jobs_alone(config):
     before = {t: grid.target_settings(config, "llama_tiny", t) for t in ("xnli", "udpos")}
     config["backbones"]["xlmr_tiny"]["method"] = "lora"
     assert {t: grid.target_settings(config, "llama_tiny", t) for t in ("xnli", "udpos")} == before
-    assert grid.target_settings(config, "xlmr_tiny", "xnli")["method"]["name"] == "lora"
+    assert grid.target_settings(config, "xlmr_tiny", "xnli").method.name == "lora"
 
 
 @pytest.mark.parametrize(

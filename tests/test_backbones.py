@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import phase_settings
 from workflow_scripts.common import device
 from workflow_scripts.data.features import collate, encode, words_need_spaces
 from workflow_scripts.data.prepare import read_table
@@ -31,7 +32,7 @@ from workflow_scripts.precision import Precision
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.task_options import FormatOptions, ScoringOptions
 from workflow_scripts.spec.tasks import get_task
-from workflow_scripts.training.train import train_phase
+from workflow_scripts.training.recipe import train_phase
 
 pytestmark = pytest.mark.unit
 
@@ -299,14 +300,14 @@ def test_qlora_without_bitsandbytes_is_named_before_loading_anything(monkeypatch
 
 
 def test_an_unknown_method_is_named():
-    with pytest.raises(InputError, match="method.name 'dora'"):
+    with pytest.raises(InputError, match="method.name: 'dora' is not one of 'full', 'lora', 'qlora'"):
         Method.from_settings({"name": "dora"})
 
 
 def test_a_method_setting_training_does_not_know_is_named_not_ignored():
     """Ignored, it would train with the default in its place (`targets` for `target_modules`:
     LoRA on the family's attention projections instead of the modules named)."""
-    with pytest.raises(InputError, match="method settings targets: unknown"):
+    with pytest.raises(InputError, match="unknown settings key 'targets' \\(did you mean 'target_modules'\\?\\)"):
         Method.from_settings({"name": "lora", "targets": ["query"]})
     method = Method.from_settings({"name": "lora", "target_modules": ["query", "value"]})
     assert method.target_modules == ("query", "value") and method.rank == Method().rank
@@ -367,19 +368,16 @@ def test_a_lora_target_model_reloads_to_identical_predictions_heads_included(
     del dev
 
 
+# What these short runs change of a phase's defaults (conftest.phase_settings).
 PHASE = {
     "dropout": 0.0,
     "dev_examples": 20,
     "eval_batch_size": 16,
     "eval_every": 3,
     "learning_rate": 5e-3,
-    "max_grad_norm": 1.0,
     "max_micro_batch": 8,
-    "multitask_cap": 131072,
     "multitask_epochs": 1,
-    "patience": 30,
     "warmup_ratio": 0.0,
-    "weight_decay": 0.0,
     "max_steps": 6,
 }
 
@@ -409,12 +407,12 @@ def test_adapter_intermediate_then_target_chains_adapters_without_copying_the_ba
         "intermediate",
         backbone_dir,
         {"mnli": {"train": mnli, "dev": mnli}},
-        {
+        phase_settings(
+            {"mnli": {"batch_size": 8, "epochs": 1, "max_length": 48, "select_language": "en"}},
             **PHASE,
-            "method": method,
-            "language": "en",
-            "tasks": {"mnli": {"batch_size": 8, "epochs": 1, "max_length": 48, "select_language": "en"}},
-        },
+            method=method,
+            language="en",
+        ),
         seed=1,
         threads=1,
         output=tmp_path / "inter",
@@ -426,7 +424,7 @@ def test_adapter_intermediate_then_target_chains_adapters_without_copying_the_ba
         "target",
         tmp_path / "inter",
         data,
-        {**PHASE, "method": method, "tasks": {"xnli": {"batch_size": 8, "epochs": 1, "max_length": 48}}},
+        phase_settings({"xnli": {"batch_size": 8, "epochs": 1, "max_length": 48}}, **PHASE, method=method),
         seed=1,
         threads=1,
         output=tmp_path / "target",

@@ -19,6 +19,7 @@ from conftest import (
     copy_repo,
     paper_with_larger_backbones,
     paper_with_transfer_block,
+    phase_settings,
     snakemake,
     use_config_catalogues,
 )
@@ -280,21 +281,14 @@ def test_atomic_path_leaves_nothing_on_failure(tmp_path):
 
 @pytest.mark.integration
 def test_killed_training_leaves_no_output(tmp_path, demo_data, demo_encoder_dir):
-    settings = {
-        "dropout": 0.1,
-        "dev_examples": 50,
-        "eval_batch_size": 32,
-        "eval_every": 10_000,
-        "learning_rate": 1e-4,
-        "max_grad_norm": 1.0,
-        "max_micro_batch": 32,
-        "multitask_cap": 131072,
-        "multitask_epochs": 1,
-        "patience": 30,
-        "warmup_ratio": 0.1,
-        "weight_decay": 0.0,
-        "tasks": {"xnli": {"batch_size": 2, "epochs": 50, "max_length": 64, "select_language": "en"}},
-    }
+    settings = phase_settings(
+        {"xnli": {"batch_size": 2, "epochs": 50, "max_length": 64, "select_language": "en"}},
+        dev_examples=50,
+        eval_batch_size=32,
+        eval_every=10_000,
+        learning_rate=1e-4,
+        multitask_epochs=1,
+    )
     data = {"xnli": {"train": str(demo_data["mnli.train"]), "dev": str(demo_data["xnli.dev"])}}
     output = tmp_path / "model"
     log = (tmp_path / "log").open("w")
@@ -309,7 +303,7 @@ def test_killed_training_leaves_no_output(tmp_path, demo_data, demo_encoder_dir)
             "--data",
             json.dumps(data),
             "--settings",
-            json.dumps(settings),
+            settings.to_json(),
             "--seed",
             "1",
             "--output",

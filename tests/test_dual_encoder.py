@@ -8,29 +8,27 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
+from conftest import phase_settings
 from workflow_scripts.data import ranking_inputs
 from workflow_scripts.data.prepare import read_table, to_table
 from workflow_scripts.evaluation import pool_ranking
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.task_options import ScoringOptions, TaskOptions
 from workflow_scripts.spec.tasks import get_task
-from workflow_scripts.training.train import carry_head, train_phase
+from workflow_scripts.training.phase_data import carry_head
+from workflow_scripts.training.recipe import train_phase
 
 pytestmark = pytest.mark.unit
 
+# What these runs change of a phase's defaults (conftest.phase_settings).
 PHASE = {
     "dropout": 0.0,
     "dev_examples": 30,
     "eval_batch_size": 32,
     "eval_every": 10,
     "learning_rate": 2e-3,
-    "max_grad_norm": 1.0,
     "max_micro_batch": 16,
-    "multitask_cap": 131072,
     "multitask_epochs": 1,
-    "patience": 30,
-    "warmup_ratio": 0.1,
-    "weight_decay": 0.0,
 }
 # mean pooling: the fixture encoder's first token is untrained (models/dual_encoder.py)
 OPTS = {
@@ -131,7 +129,7 @@ def test_a_dual_encoder_learns_to_rank_and_scores_every_language_against_one_poo
     from workflow_scripts.evaluation.evaluate import _load_target_model
 
     data = {"mewslix": {"train": str(ranking_files["train"]), "dev": str(ranking_files["dev"])}}
-    settings = {**PHASE, "eval_every": 2, "tasks": {"mewslix": OPTS}}
+    settings = phase_settings({"mewslix": OPTS}, **PHASE).replace(eval_every=2)
     log = train_phase("target", demo_encoder_dir, data, settings, seed=3, threads=1, output=tmp_path / "model")
     first, best = log["history"][0]["scores"]["mewslix"]["map_at_20"], log["best"]["scores"]["mewslix"]["map_at_20"]
     # memorised: far above the first evaluation and the chance of a 60-candidate pool
@@ -202,22 +200,19 @@ def test_a_stage_head_carries_over_to_the_target(tmp_path, demo_encoder_dir):
 
     prepare("hellaswag", "train", local_settings("Rowan/hellaswag"), tmp_path / "hs.parquet")
     data = {"hellaswag": {"train": str(tmp_path / "hs.parquet"), "dev": str(tmp_path / "hs.parquet")}}
-    settings = {
-        **PHASE,
-        "max_steps": 4,
-        "tasks": {"hellaswag": {"batch_size": 8, "epochs": 1, "max_length": 40, "select_language": "en"}},
-    }
+    tasks = {"hellaswag": {"batch_size": 8, "epochs": 1, "max_length": 40, "select_language": "en"}}
+    settings = phase_settings(tasks, **PHASE, max_steps=4)
     train_phase("target", demo_encoder_dir, data, settings, seed=1, threads=1, output=tmp_path / "stage")
     saved = torch.load(tmp_path / "stage" / "heads.pt", weights_only=True)
     heads = {"xcopa": make_head("multiple_choice", 32, 0, 0.0, 0.02)}
-    carry_head(tmp_path / "stage", heads, {"from": "hellaswag", "to": "xcopa"})
+    carry_head(tmp_path / "stage", heads, "hellaswag", "xcopa")
     assert all(
         torch.equal(heads["xcopa"].state_dict()[k], saved[f"hellaswag.{k}"]) for k in heads["xcopa"].state_dict()
     )
     with pytest.raises(InputError, match="no trained head 'siqa'"):
-        carry_head(tmp_path / "stage", heads, {"from": "siqa", "to": "xcopa"})
+        carry_head(tmp_path / "stage", heads, "siqa", "xcopa")
     wrong = {"xcopa": make_head("classification", 32, 3, 0.0, 0.02)}
     with pytest.raises(InputError, match="does not fit"):
-        carry_head(tmp_path / "stage", wrong, {"from": "hellaswag", "to": "xcopa"})
+        carry_head(tmp_path / "stage", wrong, "hellaswag", "xcopa")
     log = json.loads((tmp_path / "stage" / "train_log.json").read_text())
     assert log["total_steps"] == 4

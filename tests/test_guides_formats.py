@@ -66,19 +66,22 @@ import json
 from pathlib import Path
 from workflow_scripts.data.prepare import SCHEMAS, prepare, read_table
 from workflow_scripts.spec.tasks import FORMATS, get_task
-from workflow_scripts.training.train import train_phase
+from workflow_scripts.training.recipe import train_phase
 from workflow_scripts.spec import codehash
 from workflow_scripts.spec.data_settings import DataSettings
+from workflow_scripts.spec.phase_settings import PhaseSettings
 
 local = DataSettings.parse({{"source": "local", "local_root": {str(DEMO_HUB)!r}, "hub": {{"path": "stanfordnlp/snli"}}}})
 data = {{}}
 for split in ("train", "dev"):
     data[split] = str(Path({str(tmp_path)!r}) / f"{{split}}.parquet")
     prepare("snli_hypothesis", split, local, data[split])
-settings = {{"dropout": 0.1, "dev_examples": 16, "eval_batch_size": 16, "eval_every": 1, "learning_rate": 1e-3,
-            "max_grad_norm": 1.0, "max_micro_batch": 4, "multitask_cap": 131072, "multitask_epochs": 1,
-            "patience": 30, "warmup_ratio": 0.1, "weight_decay": 0.0, "max_steps": 1, "language": "en",
-            "tasks": {{"snli_hypothesis": {{"batch_size": 4, "epochs": 1, "max_length": 32, "select_language": "en"}}}}}}
+settings = PhaseSettings.parse({{
+    "dropout": 0.1, "dev_examples": 16, "eval_batch_size": 16, "eval_every": 1, "learning_rate": 1e-3,
+    "max_grad_norm": 1.0, "max_micro_batch": 4, "multitask_cap": 131072, "multitask_epochs": 1,
+    "patience": 30, "warmup_ratio": 0.1, "weight_decay": 0.0, "max_steps": 1, "language": "en", "method": {{}},
+    "tasks": {{"snli_hypothesis": {{"batch_size": 4, "epochs": 1, "max_length": 32, "select_language": "en"}}}},
+}})
 log = train_phase("intermediate", Path({str(demo_encoder_dir)!r}), {{"snli_hypothesis": data}}, settings, seed=1,
                   threads=1, output=Path({str(tmp_path)!r}) / "encoder")
 print(json.dumps({{
@@ -177,7 +180,8 @@ def test_new_backbone_family_guide(tmp_path, demo_encoder_dir, demo_data):
 import json
 from pathlib import Path
 from workflow_scripts.models.backbones import FAMILIES, family_of
-from workflow_scripts.training.train import train_phase
+from workflow_scripts.spec.phase_settings import PhaseSettings
+from workflow_scripts.training.recipe import train_phase
 from workflow_scripts.workflow import memory_plan as mp
 
 entry = {{"family": "mean_encoder", "method": "lora", "precision": "bf16", "parameters": 4.7e8,
@@ -185,10 +189,12 @@ entry = {{"family": "mean_encoder", "method": "lora", "precision": "bf16", "para
 bb = mp.parse_backbone("labse", entry)
 est = mp.estimate(bb, 128, 8, 1)
 data = {{"xnli": {{"train": {str(demo_data["mnli.train"])!r}, "dev": {str(demo_data["xnli.dev"])!r}}}}}
-settings = {{"dropout": 0.1, "dev_examples": 16, "eval_batch_size": 16, "eval_every": 1, "learning_rate": 1e-3,
-            "max_grad_norm": 1.0, "max_micro_batch": 4, "multitask_cap": 131072, "multitask_epochs": 1,
-            "patience": 30, "warmup_ratio": 0.1, "weight_decay": 0.0, "max_steps": 1,
-            "tasks": {{"xnli": {{"batch_size": 4, "epochs": 1, "max_length": 32, "select_language": "en"}}}}}}
+settings = PhaseSettings.parse({{
+    "dropout": 0.1, "dev_examples": 16, "eval_batch_size": 16, "eval_every": 1, "learning_rate": 1e-3,
+    "max_grad_norm": 1.0, "max_micro_batch": 4, "multitask_cap": 131072, "multitask_epochs": 1,
+    "patience": 30, "warmup_ratio": 0.1, "weight_decay": 0.0, "max_steps": 1, "method": {{}},
+    "tasks": {{"xnli": {{"batch_size": 4, "epochs": 1, "max_length": 32, "select_language": "en"}}}},
+}})
 log = train_phase("target", Path({str(model)!r}), data, settings, seed=1, threads=1,
                   output=Path({str(tmp_path)!r}) / "trained")
 print(json.dumps({{"families": list(FAMILIES), "family": family_of({str(model)!r}).name,

@@ -88,26 +88,23 @@ def test_full_fine_tuning_of_a_bf16_checkpoint_trains_fp32_master_weights(demo_e
 
 
 def test_an_fp16_phase_trains_with_loss_scaling_and_records_its_policy(demo_data, demo_encoder_dir, tmp_path):
-    from workflow_scripts.training.train import train_phase
+    from conftest import phase_settings
+    from workflow_scripts.training.recipe import train_phase
 
-    settings = {
-        "dropout": 0.0,
-        "dev_examples": 16,
-        "eval_batch_size": 16,
-        "eval_every": 4,
-        "learning_rate": 1e-3,
-        "max_grad_norm": 1.0,
-        "max_micro_batch": 8,
-        "multitask_cap": 131072,
-        "multitask_epochs": 1,
-        "patience": 30,
-        "warmup_ratio": 0.0,
-        "weight_decay": 0.0,
-        "max_steps": 8,
-        "language": "en",
-        "method": {"name": "full", "precision": "fp16"},
-        "tasks": {"mnli": {"batch_size": 8, "epochs": 1, "max_length": 48, "select_language": "en"}},
-    }
+    settings = phase_settings(
+        {"mnli": {"batch_size": 8, "epochs": 1, "max_length": 48, "select_language": "en"}},
+        dropout=0.0,
+        dev_examples=16,
+        eval_batch_size=16,
+        eval_every=4,
+        learning_rate=1e-3,
+        max_micro_batch=8,
+        multitask_epochs=1,
+        warmup_ratio=0.0,
+        max_steps=8,
+        language="en",
+        method={"name": "full", "precision": "fp16"},
+    )
     mnli = str(demo_data["mnli.train"])
     log = train_phase(
         "intermediate", demo_encoder_dir, {"mnli": {"train": mnli, "dev": mnli}}, settings, 1, 1, tmp_path

@@ -120,16 +120,16 @@ def test_paper_hyperparameters():
     }
     for task, (batch, epochs) in batch_epochs.items():
         assert (config["tasks"][task]["batch_size"], config["tasks"][task]["epochs"]) == (batch, epochs), task
-    assert intermediate_settings(config, "xlmr_large", "mnli")["learning_rate"] == 1e-5
-    assert intermediate_settings(config, "xlmr_large", "mnli_mlm")["learning_rate"] == 5e-6
-    assert target_settings(config, "xlmr_large", "xnli")["learning_rate"] == 3e-6
+    assert intermediate_settings(config, "xlmr_large", "mnli").learning_rate == 1e-5
+    assert intermediate_settings(config, "xlmr_large", "mnli_mlm").learning_rate == 5e-6
+    assert target_settings(config, "xlmr_large", "xnli").learning_rate == 3e-6
     for phase in ("intermediate", "target"):
         s = (
             intermediate_settings(config, "xlmr_large", "mnli")
             if phase == "intermediate"
             else target_settings(config, "xlmr_large", "xnli")
         )
-        assert (s["warmup_ratio"], s["patience"], s["dev_examples"], s["multitask_cap"]) == (0.1, 30, 500, 2**17)
+        assert (s.warmup_ratio, s.patience, s.dev_examples, s.multitask_cap) == (0.1, 30, 500, 2**17)
     assert config["retrieval"]["layer"] == 13 and config["retrieval"]["bucc_k"] == 4
     assert config["backbones"]["xlmr_large"]["hub_id"] == "FacebookAI/xlm-roberta-large"
     assert (config["backbones"]["xlmr_large"]["family"], config["backbones"]["xlmr_large"]["method"]) == (

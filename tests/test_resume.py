@@ -18,28 +18,22 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import checkpoint_step, comparable_metrics, copy_repo, snakemake
+from conftest import checkpoint_step, comparable_metrics, copy_repo, phase_settings, snakemake
 from workflow_scripts.spec.model_settings import BackboneProvenance
 from workflow_scripts.training.curves import CURVE_FILE, TIMING_QUANTITIES, read_curve
 from workflow_scripts.workflow import logs
 
 pytestmark = pytest.mark.integration
 
-SETTINGS = {
-    "dropout": 0.1,
-    "dev_examples": 60,
-    "eval_batch_size": 32,
-    "eval_every": 15,
-    "learning_rate": 5e-4,
-    "max_grad_norm": 1.0,
-    "max_micro_batch": 4,
-    "multitask_cap": 131072,
-    "multitask_epochs": 1,
-    "patience": 30,
-    "warmup_ratio": 0.1,
-    "weight_decay": 0.0,
-    "tasks": {"xnli": {"batch_size": 8, "epochs": 5, "max_length": 48, "select_language": "en"}},
-}
+SETTINGS = phase_settings(
+    {"xnli": {"batch_size": 8, "epochs": 5, "max_length": 48, "select_language": "en"}},
+    dev_examples=60,
+    eval_batch_size=32,
+    eval_every=15,
+    learning_rate=5e-4,
+    max_micro_batch=4,
+    multitask_epochs=1,
+)
 
 
 def train_cmd(encoder, data, output, checkpoints, settings=SETTINGS):
@@ -53,7 +47,7 @@ def train_cmd(encoder, data, output, checkpoints, settings=SETTINGS):
         "--data",
         json.dumps(data),
         "--settings",
-        json.dumps(settings),
+        settings.to_json(),
         "--seed",
         "4",
         "--output",
@@ -171,7 +165,7 @@ def test_a_checkpoint_of_another_run_is_discarded(tmp_path, demo_data, demo_enco
     interrupt(cmd, tmp_path / "ckpt", signal.SIGTERM, after_step=10)
     assert checkpoint_step(tmp_path / "ckpt") >= 10
     if change == "settings":
-        cmd = train_cmd(encoder, data, tmp_path / "model", tmp_path / "ckpt", {**SETTINGS, "learning_rate": 1e-4})
+        cmd = train_cmd(encoder, data, tmp_path / "model", tmp_path / "ckpt", SETTINGS.replace(learning_rate=1e-4))
     else:  # same path, new files: as a rerun of prepare_encoder leaves them
         weights = encoder / "model.safetensors"
         weights.write_bytes(weights.read_bytes())
@@ -184,7 +178,7 @@ def test_a_checkpoint_of_another_run_is_discarded(tmp_path, demo_data, demo_enco
 
 def test_diverging_loss_stops_without_output(tmp_path, demo_data, demo_encoder_dir):
     data = {"xnli": {"train": str(demo_data["mnli.train"]), "dev": str(demo_data["xnli.dev"])}}
-    diverging = {**SETTINGS, "learning_rate": 1e30, "max_grad_norm": 1e30, "warmup_ratio": 0.0}
+    diverging = SETTINGS.replace(learning_rate=1e30, max_grad_norm=1e30, warmup_ratio=0.0)
     run = {"backbone": "xlmr_tiny", "intermediate": "baseline", "target": "xnli", "seed": 4}
     proc = subprocess.run(
         [
@@ -209,7 +203,7 @@ def test_diverging_loss_stops_without_output(tmp_path, demo_data, demo_encoder_d
 
 def test_checkpoints_can_be_kept(tmp_path, demo_data, demo_encoder_dir):
     data = {"xnli": {"train": str(demo_data["mnli.train"]), "dev": str(demo_data["xnli.dev"])}}
-    short = {**SETTINGS, "max_steps": 25}
+    short = SETTINGS.replace(max_steps=25)
     subprocess.run(
         train_cmd(demo_encoder_dir, data, tmp_path / "model", tmp_path / "ckpt", short) + ["--keep-checkpoints", "1"],
         check=True,

@@ -21,8 +21,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from conftest import HIDDEN_GPUS
+from conftest import HIDDEN_GPUS, phase_settings
 from workflow_scripts.spec.launch import launch_command
+from workflow_scripts.spec.phase_settings import PhaseSettings
 from workflow_scripts.training.distributed import read_extra
 
 pytestmark = pytest.mark.multiprocess
@@ -33,22 +34,17 @@ pytestmark = pytest.mark.multiprocess
 LOSS_TOLERANCE = 1e-4
 # bf16 on 2 processes vs fp32 on 1, relative: observed 2.3e-3 on losses of 1.1 (20 steps)
 BF16_LOSS_RTOL = 1e-2
-SETTINGS = {
-    "dropout": 0.0,
-    "dev_examples": 40,
-    "eval_batch_size": 32,
-    "eval_every": 5,
-    "learning_rate": 1e-3,
-    "max_grad_norm": 1.0,
-    "max_micro_batch": 4,
-    "multitask_cap": 131072,
-    "multitask_epochs": 1,
-    "patience": 30,
-    "warmup_ratio": 0.1,
-    "weight_decay": 0.0,
-    "max_steps": 20,
-    "tasks": {"xnli": {"batch_size": 7, "epochs": 1, "max_length": 48}},
-}
+SETTINGS = phase_settings(
+    {"xnli": {"batch_size": 7, "epochs": 1, "max_length": 48}},
+    dropout=0.0,
+    dev_examples=40,
+    eval_batch_size=32,
+    eval_every=5,
+    learning_rate=1e-3,
+    max_micro_batch=4,
+    multitask_epochs=1,
+    max_steps=20,
+)
 
 
 def method_settings(name: str) -> dict:
@@ -107,7 +103,7 @@ def data_map(demo_data) -> dict:
 def train_cmd(
     encoder: Path,
     data: dict,
-    settings: dict,
+    settings: PhaseSettings,
     output: Path,
     checkpoints: Path,
     processes: int,
@@ -129,7 +125,7 @@ def train_cmd(
         "--data",
         json.dumps(data),
         "--settings",
-        json.dumps(settings),
+        settings.to_json(),
         "--seed",
         "3",
         "--threads",
@@ -160,7 +156,7 @@ def single(tmp_path_factory, encoder, demo_data) -> dict[str, Path]:
     out = {}
     for method in ("full", "lora"):
         tmp = tmp_path_factory.mktemp(f"single-{method}")
-        settings = {**SETTINGS, "method": method_settings(method)}
+        settings = SETTINGS.replace(method=method_settings(method))
         run(train_cmd(encoder, data_map(demo_data), settings, tmp / "model", tmp / "ckpt", 1))
         out[method] = tmp / "model"
     return out
@@ -197,7 +193,7 @@ def gathered_count(stderr: str) -> int | None:
 
 @pytest.mark.parametrize("method", ["full", "lora"])
 def test_two_processes_give_the_run_of_one(tmp_path, encoder, demo_data, single, method):
-    settings = {**SETTINGS, "method": method_settings(method)}
+    settings = SETTINGS.replace(method=method_settings(method))
     proc = run(train_cmd(encoder, data_map(demo_data), settings, tmp_path / "model", tmp_path / "ckpt", 2))
     one = json.loads((single[method] / "train_log.json").read_text())
     two = json.loads((tmp_path / "model" / "train_log.json").read_text())
@@ -223,7 +219,7 @@ def test_full_fine_tuning_of_a_bf16_checkpoint_on_two_processes_gives_the_run_of
     rows to fp32; FSDP2 refuses a unit of bf16 and fp32 trainable parameters): the run one
     process makes on the same values in fp32 (``encoder``), and fp32 weights written."""
     assert stored_dtypes(encoder_bf16 / "model.safetensors") == {"BF16"}
-    settings = {**SETTINGS, "method": method_settings("full")}
+    settings = SETTINGS.replace(method=method_settings("full"))
     run(train_cmd(encoder_bf16, data_map(demo_data), settings, tmp_path / "model", tmp_path / "ckpt", 2))
     one = json.loads((single["full"] / "train_log.json").read_text())
     two = json.loads((tmp_path / "model" / "train_log.json").read_text())
@@ -241,7 +237,7 @@ def test_a_sharded_run_stopped_by_a_signal_resumes_to_the_same_result(tmp_path, 
     foreground process group, which holds torchrun but not its workers (torchrun starts each
     in a session of its own). Either way torchrun forwards the signal to both ranks, which
     checkpoint at the same step and exit."""
-    settings = {**SETTINGS, "method": method_settings("full")}
+    settings = SETTINGS.replace(method=method_settings("full"))
     cmd = train_cmd(
         encoder, data_map(demo_data), settings, tmp_path / "model", tmp_path / "ckpt", 2, checkpoint_every=4
     )
@@ -279,7 +275,7 @@ def test_a_sharded_run_stopped_by_a_signal_resumes_to_the_same_result(tmp_path, 
 def test_a_rank_that_dies_ends_the_job(tmp_path, encoder, demo_data):
     """A rank killed mid-run: torchrun (--max-restarts 0) ends the other and fails the job
     within seconds, instead of leaving it waiting in a collective until the time limit."""
-    settings = {**SETTINGS, "max_steps": 400, "method": method_settings("full")}
+    settings = SETTINGS.replace(max_steps=400, method=method_settings("full"))
     cmd = train_cmd(
         encoder, data_map(demo_data), settings, tmp_path / "model", tmp_path / "ckpt", 2, checkpoint_every=2
     )
@@ -311,7 +307,7 @@ def test_bf16_on_two_processes_follows_the_fp32_run_of_one(tmp_path, encoder_bf1
     """Precision bf16 on a bf16 checkpoint: FSDP2's mixed policy (weights gathered and the
     forward computed in bf16, gradients reduced in fp32 into fp32 master weights, adapters
     and heads) runs on CPU/gloo too and stays within bf16's rounding of the fp32 run."""
-    settings = {**SETTINGS, "method": {**method_settings(method), "precision": "bf16"}}
+    settings = SETTINGS.replace(method={**method_settings(method), "precision": "bf16"})
     run(train_cmd(encoder_bf16, data_map(demo_data), settings, tmp_path / "model", tmp_path / "ckpt", 2))
     one = json.loads((single[method] / "train_log.json").read_text())
     two = json.loads((tmp_path / "model" / "train_log.json").read_text())

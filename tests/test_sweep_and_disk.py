@@ -8,6 +8,7 @@ import math
 
 import pytest
 
+from conftest import phase_settings
 from workflow_scripts import preflight
 from workflow_scripts.spec import paths
 from workflow_scripts.spec.basics import InputError
@@ -28,10 +29,14 @@ def test_points_are_every_combination_in_the_configs_order_named_by_their_values
 
 
 def test_a_points_values_replace_the_configs_where_training_reads_them():
-    settings = {"learning_rate": 2e-3, "warmup_ratio": 0.1, "tasks": {"xnli": {"batch_size": 16, "epochs": 4}}}
+    settings = phase_settings(
+        {"xnli": {"batch_size": 16, "epochs": 4, "max_length": 128}}, learning_rate=2e-3, warmup_ratio=0.1
+    )
     swept = sweep.apply(settings, "xnli", {"learning_rate": 1e-5, "batch_size": 32, "epochs": 2, "warmup_ratio": 0.0})
-    assert swept == {"learning_rate": 1e-5, "warmup_ratio": 0.0, "tasks": {"xnli": {"batch_size": 32, "epochs": 2}}}
-    assert settings["tasks"]["xnli"]["batch_size"] == 16, "the config's settings are not changed"
+    assert (swept.learning_rate, swept.warmup_ratio) == (1e-5, 0.0)
+    assert swept.tasks["xnli"] == settings.tasks["xnli"].replace(batch_size=32, epochs=2)
+    assert swept.replace(learning_rate=2e-3, warmup_ratio=0.1, tasks=settings.tasks) == settings, "nothing else changes"
+    assert settings.tasks["xnli"].batch_size == 16, "the config's settings are not changed"
 
 
 def write_model(root, token: str, score: float | None):

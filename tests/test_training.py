@@ -6,30 +6,26 @@ import shutil
 import pandas as pd
 import pytest
 
-from conftest import local_settings
+from conftest import local_settings, phase_settings
 from workflow_scripts.data.prepare import prepare
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.task_options import ScoringOptions
 from workflow_scripts.training.curves import CURVE_FILE
-from workflow_scripts.training.train import train_phase
+from workflow_scripts.training.recipe import train_phase
 
 pytestmark = pytest.mark.unit
 
+# What these short runs change of a phase's defaults (conftest.phase_settings).
 PHASE = {
-    "dropout": 0.1,
     "dev_examples": 40,
     "eval_batch_size": 32,
     "eval_every": 4,
     "learning_rate": 1e-3,
-    "max_grad_norm": 1.0,
     "max_micro_batch": 4,
-    "multitask_cap": 131072,
     "multitask_epochs": 1,
-    "patience": 30,
-    "warmup_ratio": 0.1,
-    "weight_decay": 0.0,
     "max_steps": 12,
 }
+XNLI = {"xnli": {"batch_size": 8, "epochs": 1, "max_length": 48, "select_language": "en"}}
 
 
 @pytest.fixture(scope="module")
@@ -45,14 +41,11 @@ def mlm_data(tmp_path_factory):
 
 
 def test_multitask_with_mlm_trains_and_saves_the_encoder(tmp_path, demo_data, demo_encoder_dir, mlm_data):
-    settings = {
-        **PHASE,
-        "language": "en",
-        "tasks": {
-            "mnli": {"batch_size": 8, "epochs": 1, "max_length": 48, "select_language": "en"},
-            "mlm": {"batch_size": 8, "epochs": 1, "max_length": 48},
-        },
+    tasks = {
+        "mnli": {"batch_size": 8, "epochs": 1, "max_length": 48, "select_language": "en"},
+        "mlm": {"batch_size": 8, "epochs": 1, "max_length": 48},
     }
+    settings = phase_settings(tasks, **PHASE, language="en")
     data = {
         "mnli": {"train": str(demo_data["mnli.train"]), "dev": str(demo_data["mnli.train"])},
         "mlm": {"train": str(mlm_data)},
@@ -89,10 +82,10 @@ def test_a_non_finite_loss_stops_training_at_once_naming_its_step_and_task(
 ):
     import torch
 
-    from workflow_scripts.training import train
+    from workflow_scripts.training import recipe
     from workflow_scripts.training.curves import Diverged
 
-    real_forward = train.forward
+    real_forward = recipe.forward
     steps_run = []
 
     def diverging(model, fmt, name, batch):  # finite for six steps, then NaN
@@ -100,13 +93,8 @@ def test_a_non_finite_loss_stops_training_at_once_naming_its_step_and_task(
         steps_run.append(1)
         return logits, (loss * torch.tensor(float("nan")) if len(steps_run) > 6 else loss)
 
-    monkeypatch.setattr(train, "forward", diverging)
-    settings = {
-        **PHASE,
-        "eval_every": 100,
-        "max_micro_batch": 8,  # one forward per step
-        "tasks": {"xnli": {"batch_size": 8, "epochs": 1, "max_length": 48, "select_language": "en"}},
-    }
+    monkeypatch.setattr(recipe, "forward", diverging)
+    settings = phase_settings(XNLI, **PHASE).replace(eval_every=100, max_micro_batch=8)  # one forward per step
     data = {"xnli": {"train": str(demo_data["mnli.train"]), "dev": str(demo_data["xnli.dev"])}}
     with pytest.raises(Diverged, match="the loss of task xnli at step 7 is nan") as raised:
         train_phase(
@@ -128,7 +116,7 @@ def test_a_non_finite_loss_stops_training_at_once_naming_its_step_and_task(
 
 
 def test_same_seed_same_result(tmp_path, demo_data, demo_encoder_dir):
-    settings = {**PHASE, "tasks": {"xnli": {"batch_size": 8, "epochs": 1, "max_length": 48, "select_language": "en"}}}
+    settings = phase_settings(XNLI, **PHASE)
     data = {"xnli": {"train": str(demo_data["mnli.train"]), "dev": str(demo_data["xnli.dev"])}}
     logs = [
         train_phase("target", demo_encoder_dir, data, settings, seed=2, threads=1, output=tmp_path / f"m{k}")
@@ -140,11 +128,8 @@ def test_same_seed_same_result(tmp_path, demo_data, demo_encoder_dir):
 
 
 def test_training_without_examples_in_the_phase_language_is_refused(tmp_path, demo_data, demo_encoder_dir):
-    settings = {
-        **PHASE,
-        "language": "de",
-        "tasks": {"mnli": {"batch_size": 8, "epochs": 1, "max_length": 48, "select_language": "de"}},
-    }
+    tasks = {"mnli": {"batch_size": 8, "epochs": 1, "max_length": 48, "select_language": "de"}}
+    settings = phase_settings(tasks, **PHASE, language="de")
     data = {"mnli": {"train": str(demo_data["mnli.train"]), "dev": str(demo_data["mnli.train"])}}
     with pytest.raises(InputError, match="no de dev examples|no de training examples"):
         train_phase("intermediate", demo_encoder_dir, data, settings, seed=1, threads=1, output=tmp_path / "x")
@@ -158,17 +143,10 @@ def test_early_stopping_restores_the_best_weights_and_lr_follows_the_schedule(tm
     from workflow_scripts.evaluation.evaluate import score_rows
     from workflow_scripts.models.heads import MultiHeadModel, load_encoder, load_tokenizer, make_head
     from workflow_scripts.spec.tasks import get_task
-    from workflow_scripts.training.train import linear_schedule
+    from workflow_scripts.training.sampling import linear_schedule
 
-    settings = {
-        **PHASE,
-        "learning_rate": 1e-2,
-        "eval_every": 2,
-        "patience": 3,
-        "max_steps": 60,
-        "dev_examples": 40,
-        "tasks": {"xnli": {"batch_size": 8, "epochs": 3, "max_length": 48, "select_language": "en"}},
-    }
+    tasks = {"xnli": {"batch_size": 8, "epochs": 3, "max_length": 48, "select_language": "en"}}
+    settings = phase_settings(tasks, **PHASE).replace(learning_rate=1e-2, eval_every=2, patience=3, max_steps=60)
     data = {"xnli": {"train": str(demo_data["mnli.train"]), "dev": str(demo_data["xnli.dev"])}}
 
     def got_worse(log):
@@ -184,7 +162,7 @@ def test_early_stopping_restores_the_best_weights_and_lr_follows_the_schedule(tm
     assert got_worse(log)
     history = log["history"]
     assert history[-1]["step"] < log["total_steps"]
-    assert history[-1]["step"] - log["best"]["step"] == settings["patience"] * settings["eval_every"]
+    assert history[-1]["step"] - log["best"]["step"] == settings.patience * settings.eval_every
     # The saved model is the best one: re-scoring it gives the best dev score, not the last.
     encoder = load_encoder(tmp_path / "m")
     model = MultiHeadModel(encoder, {"xnli": make_head("classification", encoder.config.hidden_size, 3, 0.0, 0.02)})
@@ -201,7 +179,7 @@ def test_early_stopping_restores_the_best_weights_and_lr_follows_the_schedule(tm
     assert rescored == log["best"]["scores"]["xnli"]
     # Learning rate at each evaluation: linear warmup then linear decay.
     for h in history:
-        expected = settings["learning_rate"] * linear_schedule(h["step"], log["total_steps"], log["warmup_steps"])
+        expected = settings.learning_rate * linear_schedule(h["step"], log["total_steps"], log["warmup_steps"])
         assert h["lr"] == pytest.approx(expected)
 
 

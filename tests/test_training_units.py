@@ -5,7 +5,7 @@ from collections import Counter
 
 import pytest
 
-from workflow_scripts.training.train import TaskSampler, linear_schedule
+from workflow_scripts.training.sampling import TaskSampler, linear_schedule
 
 pytestmark = pytest.mark.unit
 

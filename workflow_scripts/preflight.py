@@ -39,6 +39,7 @@ from workflow_scripts.models.prepare import HUB_PATTERNS
 from workflow_scripts.revisions import HubRepo, RevisionError, read_lock, resolve
 from workflow_scripts.spec import paths
 from workflow_scripts.spec.basics import REPO_ROOT, InputError, repo_path
+from workflow_scripts.spec.phase_settings import MethodSettings
 from workflow_scripts.workflow import (
     backbone_grid,
     config_check,
@@ -518,7 +519,7 @@ def check_translation(config: dict[str, Any]) -> list[Finding]:
 
 
 def smoke_steps(
-    model_dir: Path, family: str, method_settings: dict[str, Any], device: str, steps: int = SMOKE_STEPS
+    model_dir: Path, family: str, method_settings: MethodSettings, device: str, steps: int = SMOKE_STEPS
 ) -> list[float]:
     """Losses of a few optimizer steps of a classification head on the backbone's real
     weights, taken as training takes them: the model built by training's runtime (load dtypes,
@@ -652,7 +653,7 @@ def check_precision(config: dict[str, Any]) -> list[Finding]:
 
     findings = []
     for name in backbone_grid.names(config):
-        precision = Precision(backbone_grid.method_settings(config, name)["precision"])
+        precision = Precision(backbone_grid.method_settings(config, name).precision)
         try:
             for index in range(torch.cuda.device_count()):
                 precision.check_device(torch.device("cuda", index), f"backbones.{name}")

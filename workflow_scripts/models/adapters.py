@@ -26,6 +26,7 @@ import json
 import math
 import re
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +36,14 @@ from torch import nn
 from workflow_scripts.models.backbones import ADAPTER_DIR, MANIFEST, family_of, get_family
 from workflow_scripts.precision import Precision
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.phase_settings import MethodSettings
 from workflow_scripts.spec.schema import (
     DEFAULT_ACTIVATION_CHECKPOINTING,
     DEFAULT_METHOD,
     DEFAULT_PRECISION,
     LORA_DEFAULTS,
-    METHODS,
+    MethodName,
+    PrecisionName,
 )
 from workflow_scripts.spec.tasks import VISUAL_FORMATS
 
@@ -50,12 +53,12 @@ class Method:
     """A training method and its LoRA hyper-parameters (unused by ``full``). The fields are
     the settings of backbone_grid.method_settings, each defaulting to the config schema's."""
 
-    name: str = DEFAULT_METHOD
+    name: MethodName = DEFAULT_METHOD
     rank: int = LORA_DEFAULTS["rank"]
     alpha: int = LORA_DEFAULTS["alpha"]
     dropout: float = LORA_DEFAULTS["dropout"]
     target_modules: tuple[str, ...] = ()  # empty: the family's attention projections
-    precision: str = DEFAULT_PRECISION  # the precision policy's name (precision.py)
+    precision: PrecisionName = DEFAULT_PRECISION  # the precision policy's name (precision.py)
     # Recompute each block's activations in the backward pass instead of keeping them.
     activation_checkpointing: bool = DEFAULT_ACTIVATION_CHECKPOINTING
 
@@ -64,20 +67,16 @@ class Method:
         return self.name != "full"
 
     @classmethod
-    def from_settings(cls, settings: dict[str, Any] | None) -> Method:
+    def from_settings(cls, settings: MethodSettings | Mapping[str, Any] | None) -> Method:
         """A phase's ``method`` setting (absent: full fine-tuning, the 2020 protocol), or a
-        manifest's. A key that is no field stops the job: ignoring it would train with the
-        default in its place."""
-        settings = dict(settings or {})
-        fields = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(settings) - set(fields))
-        if unknown:
-            raise InputError(f"method settings {', '.join(unknown)}: unknown; known: {', '.join(fields)}")
-        if settings.get("name", DEFAULT_METHOD) not in METHODS:
-            raise InputError(f"method.name {settings['name']!r}: known methods are {', '.join(METHODS)}")
-        if "target_modules" in settings:  # JSON has lists; the frozen dataclass keeps tuples
-            settings["target_modules"] = tuple(settings["target_modules"] or ())
-        return cls(**settings)
+        manifest's, with the schema's defaults of what it leaves out. A key that is no
+        setting, or a method or precision the schema does not know, stops the job
+        (MethodSettings.parse says which): ignoring it would train with the default in its
+        place."""
+        if not isinstance(settings, MethodSettings):
+            settings = MethodSettings.parse(settings or {}, "method")
+        given = {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)}
+        return cls(**{name: value for name, value in given.items() if value is not None})
 
 
 def check_available(method: Method, dev) -> None:

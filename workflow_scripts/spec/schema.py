@@ -11,8 +11,9 @@ Standard library and PyYAML (Snakemake's dependency) only: the Snakefile imports
 from __future__ import annotations
 
 import functools
+import typing
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from workflow_scripts.spec.basics import REPO_ROOT, load_yaml
 from workflow_scripts.spec.suggest import did_you_mean
@@ -52,8 +53,13 @@ def default(*keys: str, definition: str | None = None) -> Any:
 # ----- a backbone entry (backbones.<name>) -----------------------------------------------
 
 FAMILIES: tuple[str, ...] = tuple(setting("family", definition="backbone")["enum"])
-METHODS: tuple[str, ...] = tuple(setting("method", definition="backbone")["enum"])
-PRECISIONS: tuple[str, ...] = tuple(setting("precision", definition="backbone")["enum"])
+# A backbone's training method and precision policy, as the typed records declare them
+# (spec/phase_settings.py): the schema's enums of the two settings, in the schema's order
+# (tests/test_spec_training.py holds them equal).
+MethodName = Literal["full", "lora", "qlora"]
+PrecisionName = Literal["bf16", "fp16", "fp32"]
+METHODS: tuple[str, ...] = typing.get_args(MethodName)
+PRECISIONS: tuple[str, ...] = typing.get_args(PrecisionName)
 DEFAULT_METHOD: str = default("method", definition="backbone")
 DEFAULT_PRECISION: str = default("precision", definition="backbone")
 # The transformers translation engine's precision (the ctranslate2 engine has compute_type).

@@ -42,7 +42,7 @@ _DTYPES = {
 
 
 # Signals on which training writes a checkpoint at the end of the current step and stops
-# (train.py): SIGTERM (scancel, preemption, torchrun ending its workers), SIGUSR1 (Slurm's
+# (recipe.py): SIGTERM (scancel, preemption, torchrun ending its workers), SIGUSR1 (Slurm's
 # warning before the time limit, sbatch --signal) and SIGINT (Ctrl-C: the terminal sends it to
 # the whole foreground process group, Snakemake and the training process alike; torchrun,
 # whose workers run in sessions of their own, passes it on to them).

@@ -27,11 +27,12 @@ import math
 import resource
 import shutil
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from workflow_scripts.common import atomic_path
+from workflow_scripts.training.observers import Evaluation, Observer, StepDone
 
 CURVE_FILE = "curve.csv"
 COLUMNS = ("step", "event", "task", "quantity", "value")
@@ -165,6 +166,41 @@ class CurveMeter:
         self.rows = list(state["rows"])
         self.read = [tuple(s) for s in state["read"]]
         self.lr, self.tokens_at_row = state["lr"], state["tokens_at_row"]
+
+
+class CurveObserver(Observer):
+    """The curve as the recipe's observer (observers.py): each step into the window, its
+    train rows every ``log_every`` steps and after the last step, its eval rows at every
+    evaluation; ``publish`` hands each new set of rows on (to the trackers).
+    ``tokens_so_far``: the real tokens trained since the phase began (every rank's; a
+    collective in a sharded run, so asked only when a row is due)."""
+
+    def __init__(
+        self, meter: CurveMeter, tokens_so_far: Callable[[], int], publish: Callable[[int, list[Row]], None]
+    ) -> None:
+        self.meter, self.tokens_so_far, self.publish = meter, tokens_so_far, publish
+
+    def on_step(self, done: StepDone) -> None:
+        self.meter.add_step(done.step, done.task, done.loss, done.grad_norm, done.lr)
+        if self.meter.row_due(done.step):  # reads the window: raises Diverged at a NaN loss
+            self.publish(done.step, self.meter.train_row(done.step, self.tokens_so_far()))
+        if done.settles:
+            self.meter.check()  # never evaluate or checkpoint diverged weights
+
+    def on_evaluation(self, evaluation: Evaluation) -> None:
+        if evaluation.scores:
+            self.publish(
+                evaluation.step, self.meter.eval_rows(evaluation.step, evaluation.scores, evaluation.selection)
+            )
+        self.meter.excluded_seconds += evaluation.seconds
+
+    def on_checkpoint(self, step: int, seconds: float) -> None:
+        self.meter.excluded_seconds += seconds
+
+    def on_loop_end(self, step: int) -> None:
+        # The steps since the last row (an early stop's window, the final one, or those a
+        # checkpoint taken at the very last step kept): their row.
+        self.publish(step, self.meter.train_row(step, self.tokens_so_far()))
 
 
 def _row(step: int, event: str, task: str, quantity: str, value: float) -> Row:

@@ -1,6 +1,6 @@
 """Where a training phase runs: the single process, or one rank of a sharded job.
 
-``train.train_phase`` is the recipe: data, task sampling, schedule, the loop, evaluation and
+``recipe.TrainingRecipe`` is the recipe: data, task sampling, schedule, the loop, evaluation and
 early stopping, the same whatever runs it. What differs between one process and a rank of a
 torchrun/srun job (FSDP2) lives here, behind one interface, the way torchtune keeps its
 recipes apart from their components:
@@ -193,7 +193,7 @@ class ShardedRank(SingleProcess):
 
 
 def build_on(dev, model_dir: Path, family: str, method: Method, heads: dict, head_formats: dict[str, tuple[str, int]]):
-    """The model one process trains, built as ``train_phase`` builds it (the method's check of
+    """The model one process trains, built as the recipe builds it (the method's check of
     the device, load dtypes, lineage, adapters, ``heads``) on ``dev``: what the preflight's
     steps and gpu-check run."""
     check_available(method, dev)

@@ -1,6 +1,6 @@
 """Loading a sharded training model without any rank ever holding the whole backbone.
 
-``train.py``'s unsharded recipe (``adapters.load_backbone`` + heads + ``adapters.attach`` +
+``recipe.py``'s unsharded path (``adapters.load_backbone`` + heads + ``adapters.attach`` +
 ``distributed.shard_model``) has every rank load the complete base before FSDP2 shards it: for
 a 176B backbone every rank of a node would hold all of it. ``load_sharded_model`` builds the
 same model, parameter for parameter, in four steps:
@@ -592,16 +592,9 @@ def load_sharded_model(
     if not ctx.distributed:
         return _unsharded(model_dir, method, heads, ctx, family, head_formats, activation_checkpointing, encoder)
     _refuse(method)
-    precision = precision or Precision(method.precision)
-    if precision.name != method.precision:
-        # empty_backbone gives the method's precision's dtype; another policy here would
-        # gather and compute in a dtype the weights were not chosen for
-        raise ValueError(f"load_sharded_model: precision {precision.name}, but the method's is {method.precision}")
+    precision = _checked_precision(method, precision)
     found = lineage(model_dir)
-    if encoder is None:
-        encoder = empty_backbone(model_dir, method)
-    elif any(not p.is_meta for p in encoder.parameters()):
-        raise ValueError("load_sharded_model: encoder must come from empty_backbone (parameters on the meta device)")
+    encoder = _meta_encoder(model_dir, method, encoder)
     built_heads = _build_heads(heads, encoder)
     model = MultiHeadModel(encoder, built_heads, family.name)
     head_prefixes = {
@@ -615,65 +608,13 @@ def load_sharded_model(
         merges = [_Adapter(path) for path in found.with_own()]
         try:
             # Every name is checked before anything is sharded or read: a wrong checkpoint fails in seconds.
-            known = {n for n, _ in encoder.named_parameters(remove_duplicate=False)}
-            known |= {n for n, _ in encoder.named_buffers(remove_duplicate=False)}
-            unexpected = keys.unexpected(known)
-            if unexpected:
-                raise CheckpointMismatch(
-                    f"unexpected key {unexpected[0]!r} in {checkpoint.where}: inside the backbone's "
-                    f"modules but no parameter of {type(encoder).__name__} has that name"
-                    + (f" ({len(unexpected) - 1} more)" if len(unexpected) > 1 else "")
-                )
-            for adapter in merges:
-                for module in adapter.modules:
-                    if f"{module}.weight" not in known:
-                        raise CheckpointMismatch(
-                            f"{adapter.path}: LoRA key {adapter.modules[module].a_key!r} names "
-                            f"module {module!r}, which the backbone does not have"
-                        )
+            _check_names(encoder, keys, checkpoint, merges)
             sources = _sources(_param_groups(model), head_prefixes, keys)
-
-            peft_model = None
-            if method.adapters:
-                trained = head_formats if head_formats is not None else dict.fromkeys(built_heads, ("", 0))
-                with _stand_in_weights(model):
-                    peft_model = attach(model, method, trained)
-                model = inner(peft_model)
-            groups = _param_groups(model)
-            # The real tensors (heads, new adapters, buffers): kept whole until copied into their shards.
-            keep = {id(p): p.detach().clone() for p, _, _ in groups if not p.is_meta}
-            # (peft keeps the base layers, and _stand_in_weights put their meta parameters back)
-            strays = [names[0] for p, names, _ in groups if p.is_meta and id(p) not in sources]
-            if strays:
-                raise RuntimeError(
-                    f"parameters {strays[:3]} are on the meta device but neither built for real nor "
-                    "in the checkpoint (did peft create adapter weights on the meta device?)"
-                )
-            meta_sources = {id(p): sources[id(p)] for p, _, _ in groups if p.is_meta}
-            buffers = [
-                (module, attr, buffer.detach().clone())
-                for module in model.modules()
-                for attr, buffer in module._buffers.items()
-                if buffer is not None
-            ]
-            order = [(id(p), names, places) for p, names, places in groups]
-            if sync_module_states:
-                _broadcast([*keep.values(), *(b for _, _, b in buffers)])
-
-            shard_model(
-                model,
-                tuple({type(b) for b in family.blocks(model.encoder)}),
-                ctx,
-                precision,
-                activation_checkpointing,
-                sync_module_states=False,
-            )
-            model.to_empty(device=ctx.device)
-            _retie(model, order)
-            _fill(model, order, keep, meta_sources, merges, checkpoint, stats)
-            for module, attr, buffer in buffers:
-                module._buffers[attr].copy_(buffer)
-            _load_persistent_buffers(model, keys)
+            trained = head_formats if head_formats is not None else dict.fromkeys(built_heads, ("", 0))
+            model, peft_model = _with_adapters(model, method, trained)
+            blocks = tuple({type(b) for b in family.blocks(model.encoder)})
+            plan = _ShardPlan(model, sources, blocks, precision, activation_checkpointing)
+            plan.materialise(ctx, merges, checkpoint, keys, stats, sync_module_states)
         finally:
             for adapter in merges:
                 adapter.close()
@@ -689,6 +630,100 @@ def load_sharded_model(
         stats.largest_read / 2**20,
     )
     return ShardedModel(model, peft_model, stats)
+
+
+def _checked_precision(method: Method, precision: Precision | None) -> Precision:
+    """The policy the model is gathered and computed in: the method's (empty_backbone gives
+    its dtype; another policy here would gather and compute in a dtype the weights were not
+    chosen for)."""
+    precision = precision or Precision(method.precision)
+    if precision.name != method.precision:
+        raise ValueError(f"load_sharded_model: precision {precision.name}, but the method's is {method.precision}")
+    return precision
+
+
+def _meta_encoder(model_dir: str | Path, method: Method, encoder):
+    """The backbone on the meta device: the caller's (from ``empty_backbone``) or built here."""
+    if encoder is None:
+        return empty_backbone(model_dir, method)
+    if any(not p.is_meta for p in encoder.parameters()):
+        raise ValueError("load_sharded_model: encoder must come from empty_backbone (parameters on the meta device)")
+    return encoder
+
+
+def _check_names(encoder, keys: _KeyMap, checkpoint: _Checkpoint, merges: list[_Adapter]) -> None:
+    """Every checkpoint key inside the backbone's modules names one of its parameters or
+    buffers, and every merged adapter's module is one of the backbone's."""
+    known = {n for n, _ in encoder.named_parameters(remove_duplicate=False)}
+    known |= {n for n, _ in encoder.named_buffers(remove_duplicate=False)}
+    unexpected = keys.unexpected(known)
+    if unexpected:
+        raise CheckpointMismatch(
+            f"unexpected key {unexpected[0]!r} in {checkpoint.where}: inside the backbone's "
+            f"modules but no parameter of {type(encoder).__name__} has that name"
+            + (f" ({len(unexpected) - 1} more)" if len(unexpected) > 1 else "")
+        )
+    for adapter in merges:
+        for module in adapter.modules:
+            if f"{module}.weight" not in known:
+                raise CheckpointMismatch(
+                    f"{adapter.path}: LoRA key {adapter.modules[module].a_key!r} names "
+                    f"module {module!r}, which the backbone does not have"
+                )
+
+
+def _with_adapters(model, method: Method, trained: dict[str, tuple[str, int]]):
+    """(the model the loop trains, its peft wrapper or None): LoRA attached for an adapter
+    method, on stand-in weights (the base's parameters are on the meta device)."""
+    if not method.adapters:
+        return model, None
+    with _stand_in_weights(model):
+        peft_model = attach(model, method, trained)
+    return inner(peft_model), peft_model
+
+
+class _ShardPlan:
+    """What sharding a (meta) model needs: its parameter groups, the real tensors built on
+    every rank (heads, new adapters, buffers), kept whole until copied into their shards,
+    and where each meta parameter's rows are read from."""
+
+    def __init__(self, model, sources, blocks: tuple, precision: Precision, activation_checkpointing: bool) -> None:
+        self.model, self.blocks = model, blocks
+        self.precision, self.activation_checkpointing = precision, activation_checkpointing
+        groups = _param_groups(model)
+        self.keep = {id(p): p.detach().clone() for p, _, _ in groups if not p.is_meta}
+        # (peft keeps the base layers, and _stand_in_weights put their meta parameters back)
+        strays = [names[0] for p, names, _ in groups if p.is_meta and id(p) not in sources]
+        if strays:
+            raise RuntimeError(
+                f"parameters {strays[:3]} are on the meta device but neither built for real nor "
+                "in the checkpoint (did peft create adapter weights on the meta device?)"
+            )
+        self.meta_sources = {id(p): sources[id(p)] for p, _, _ in groups if p.is_meta}
+        self.buffers = [
+            (module, attr, buffer.detach().clone())
+            for module in model.modules()
+            for attr, buffer in module._buffers.items()
+            if buffer is not None
+        ]
+        self.order = [(id(p), names, places) for p, names, places in groups]
+
+    def materialise(
+        self, ctx: Context, merges: list[_Adapter], checkpoint: _Checkpoint, keys: _KeyMap, stats: LoadStats, sync: bool
+    ) -> None:
+        """Shard the model (FSDP2), then fill each rank's shards: the real tensors (rank 0's
+        everywhere when ``sync``), the checkpoint's rows with the merged adapters' updates,
+        the buffers."""
+        model = self.model
+        if sync:
+            _broadcast([*self.keep.values(), *(b for _, _, b in self.buffers)])
+        shard_model(model, self.blocks, ctx, self.precision, self.activation_checkpointing, sync_module_states=False)
+        model.to_empty(device=ctx.device)
+        _retie(model, self.order)
+        _fill(model, self.order, self.keep, self.meta_sources, merges, checkpoint, stats)
+        for module, attr, buffer in self.buffers:
+            module._buffers[attr].copy_(buffer)
+        _load_persistent_buffers(model, keys)
 
 
 def _broadcast(tensors: list) -> None:
@@ -779,7 +814,7 @@ def _load_persistent_buffers(model, keys: _KeyMap) -> None:
 
 
 def _unsharded(model_dir, method, heads, ctx, family, head_formats, activation_checkpointing, encoder) -> ShardedModel:
-    """One process: train.py's own recipe."""
+    """One process: the recipe's own path (runtime.SingleProcess)."""
     from workflow_scripts.models.heads import MultiHeadModel
 
     if encoder is not None and any(p.is_meta for p in encoder.parameters()):

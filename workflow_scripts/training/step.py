@@ -1,4 +1,4 @@
-"""One optimizer step, as every training run takes it: the training loop (train.py) and the
+"""One optimizer step, as every training run takes it: the training loop (recipe.py) and the
 preflight's smoke steps (preflight.py) share it, so the preflight fails exactly
 where training would and nowhere else.
 

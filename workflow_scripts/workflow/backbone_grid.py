@@ -22,7 +22,7 @@ from workflow_scripts.spec import paths
 from workflow_scripts.spec.families import DEMO_FAMILIES, POOLINGS
 from workflow_scripts.spec.families import facts as family_facts
 from workflow_scripts.spec.model_settings import BackbonePrepare, BackboneProvenance
-from workflow_scripts.spec.record import plain
+from workflow_scripts.spec.phase_settings import MethodSettings
 from workflow_scripts.spec.schema import (
     DEFAULT_ACTIVATION_CHECKPOINTING,
     DEFAULT_METHOD,
@@ -123,7 +123,7 @@ def figures_dir(backbone: str) -> str:
 # ----- settings handed to the rules -------------------------------------------------------
 
 
-def method_settings(config: dict[str, Any], backbone: str) -> dict[str, Any]:
+def method_settings(config: dict[str, Any], backbone: str) -> MethodSettings:
     """The training method as train.py reads it (adapters.Method): every setting that applies
     spelt out, so a training job's params change exactly when its method does."""
     entry = config["backbones"][backbone]
@@ -133,7 +133,7 @@ def method_settings(config: dict[str, Any], backbone: str) -> dict[str, Any]:
     # Named only when on, so that off gives the params of a config without the key (nothing reruns).
     if entry.get("activation_checkpointing", DEFAULT_ACTIVATION_CHECKPOINTING):
         method["activation_checkpointing"] = True
-    return method
+    return MethodSettings.parse(method, f"backbones.{backbone}")
 
 
 def prepare_settings(config: dict[str, Any], backbone: str) -> BackbonePrepare:
@@ -168,7 +168,7 @@ def provenance(config: dict[str, Any], backbone: str) -> BackboneProvenance:
     LoRA settings of an adapter method). The evaluation adds what the prepared directory
     says: the commit a Hub revision resolved to, or the demo model's weights digest."""
     entry = config["backbones"][backbone]
-    method = dict(plain(method_settings(config, backbone)))  # a record or a mapping: its JSON keys
+    method = method_settings(config, backbone).to_dict()
     out = {
         "name": backbone,
         "family": entry["family"],

@@ -17,6 +17,7 @@ from workflow_scripts.spec.evaluation_settings import EvaluationSettings
 from workflow_scripts.spec.formats import get_format
 from workflow_scripts.spec.local_data import SOURCE as LOCAL_FILES
 from workflow_scripts.spec.model_settings import TranslatorPrepare, VisionPrepare
+from workflow_scripts.spec.phase_settings import PhaseHyperparameters, PhaseSettings
 from workflow_scripts.spec.schema import error_hint
 from workflow_scripts.spec.suggest import did_you_mean
 from workflow_scripts.spec.tasks import (
@@ -31,21 +32,8 @@ from workflow_scripts.spec.translation_settings import UNREAD_KEYS, TranslationS
 from workflow_scripts.workflow import backbone_grid, local_data, memory_plan, slurm, sweep, transfer
 from workflow_scripts.workflow.transfer import data_path, translate_test_path, translated_path
 
-PHASE_KEYS = (
-    "learning_rate",
-    "warmup_ratio",
-    "weight_decay",
-    "max_grad_norm",
-    "dropout",
-    "eval_every",
-    "patience",
-    "dev_examples",
-    "eval_batch_size",
-    "max_micro_batch",
-    "multitask_cap",
-    "multitask_epochs",
-    "max_steps",
-)
+# The keys of a training.<phase> block a training job reads (absent ones stay absent: max_steps).
+PHASE_KEYS = PhaseHyperparameters.keys()
 # The languages of the embedded demo data (demo/hub, demo/parallel): demo/make_demo_data.py
 # writes synthetic rows in them for every multilingual task (XCOPA and Mewsli-X too).
 DEMO_LANGUAGES = ("en", "de", "ru", "sw")
@@ -884,10 +872,9 @@ def _backbone_phase(config: dict[str, Any], backbone: str, phase: str, mlm: bool
     return own
 
 
-def intermediate_settings(config: dict[str, Any], backbone: str, name: str) -> dict[str, Any]:
+def intermediate_settings(config: dict[str, Any], backbone: str, name: str) -> PhaseSettings:
     inter = config["intermediate"][name]
     settings = _phase(config, "intermediate")
-    settings["method"] = backbone_grid.method_settings(config, backbone)
     if inter.get("mlm"):
         settings["learning_rate"] = config["training"]["intermediate"]["learning_rate_with_mlm"]
     if "learning_rate" in inter:
@@ -895,21 +882,21 @@ def intermediate_settings(config: dict[str, Any], backbone: str, name: str) -> d
     settings.update(_backbone_phase(config, backbone, "intermediate", mlm=bool(inter.get("mlm"))))
     lang = inter.get("language", "en")
     # Translated configs select on their own (translated) dev data.
-    settings["tasks"] = {t: {**_task_opts(config, t), "select_language": lang} for t in inter["tasks"]}
+    tasks = {t: {**_task_opts(config, t), "select_language": lang} for t in inter["tasks"]}
     if inter.get("mlm"):
-        settings["tasks"]["mlm"] = _task_opts(config, "mlm")
-    settings["language"] = lang
-    return settings
+        tasks["mlm"] = _task_opts(config, "mlm")
+    return PhaseSettings.parse(
+        {**settings, "method": backbone_grid.method_settings(config, backbone), "tasks": tasks, "language": lang},
+        f"the intermediate phase settings of {name}",
+    )
 
 
-def target_settings(config: dict[str, Any], backbone: str, target: str, stage: str | None = None) -> dict[str, Any]:
+def target_settings(config: dict[str, Any], backbone: str, target: str, stage: str | None = None) -> PhaseSettings:
     """Target-phase settings; which languages train and select is the recipe's data map.
     A target with stages (or a stage after another) starts from the previous stage's model
     and carries its head over (``continue_head``: same format, so the same head shape)."""
     settings = _phase(config, "target")
-    settings["method"] = backbone_grid.method_settings(config, backbone)
     trained = stage or target
-    settings["tasks"] = {trained: _task_opts(config, trained)}
     if "learning_rate" in config["tasks"][trained]:
         settings["learning_rate"] = config["tasks"][trained]["learning_rate"]
     settings.update(_backbone_phase(config, backbone, "target"))
@@ -917,15 +904,18 @@ def target_settings(config: dict[str, Any], backbone: str, target: str, stage: s
     earlier = stages[: stages.index(stage)] if stage is not None else stages
     if earlier:
         settings["continue_head"] = {"from": earlier[-1], "to": trained}
-    return settings
+    settings.update(
+        method=backbone_grid.method_settings(config, backbone), tasks={trained: _task_opts(config, trained)}
+    )
+    return PhaseSettings.parse(settings, f"the target phase settings of {trained}")
 
 
-def sweep_point_settings(config: dict[str, Any], backbone: str, target: str, point: str) -> dict[str, Any]:
+def sweep_point_settings(config: dict[str, Any], backbone: str, target: str, point: str) -> PhaseSettings:
     """A target's settings at one sweep point: the point's values replace the config's."""
     return sweep.apply(target_settings(config, backbone, target), target, sweep.point(config, point).values)
 
 
-def stage_settings(config: dict[str, Any], backbone: str, target: str, stage: str) -> dict[str, Any]:
+def stage_settings(config: dict[str, Any], backbone: str, target: str, stage: str) -> PhaseSettings:
     return target_settings(config, backbone, target, stage)
 
 
@@ -939,7 +929,7 @@ def eval_settings(
         "max_length": cfg["max_length"],
         "eval_batch_size": config["training"]["target"]["eval_batch_size"],
         # the backbone's precision policy decides the evaluation's compute dtype too (precision.py)
-        "precision": backbone_grid.method_settings(config, backbone)["precision"],
+        "precision": backbone_grid.method_settings(config, backbone).precision,
     }
     settings.update({k: cfg[k] for k in get_format(get_task(target).format).options})
     if get_task(target).is_retrieval:

@@ -26,6 +26,7 @@ from typing import Any
 
 from workflow_scripts.spec import paths
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.phase_settings import PhaseSettings
 
 # The swept keys, in the order point names list them: where each lives in a target job's
 # settings (grid.target_settings) and its short name in a point's token.
@@ -66,15 +67,12 @@ def point(config: dict[str, Any], token: str) -> Point:
     raise InputError(f"sweep point {token!r} is not one of {[p.token for p in points(config)]}")
 
 
-def apply(settings: dict[str, Any], target: str, values: dict[str, Any]) -> dict[str, Any]:
+def apply(settings: PhaseSettings, target: str, values: dict[str, Any]) -> PhaseSettings:
     """A target job's settings with one point's values in place of the config's."""
-    settings = json.loads(json.dumps(settings))
-    for key, value in values.items():
-        if key in TASK_KEYS:
-            settings["tasks"][target][key] = value
-        else:
-            settings[key] = value
-    return settings
+    task_values = {key: value for key, value in values.items() if key in TASK_KEYS}
+    phase_values = {key: value for key, value in values.items() if key not in TASK_KEYS}
+    tasks = {**settings.tasks, target: settings.tasks[target].replace(**task_values)}
+    return settings.replace(**phase_values, tasks=tasks)
 
 
 def _short(value: Any) -> str:

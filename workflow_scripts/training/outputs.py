@@ -1,0 +1,74 @@
+"""What a training phase writes (training/recipe.py): the model directory, with its
+``train_log.json`` and ``curve.csv``, and what the log says of an image task's visual branch.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from workflow_scripts.common import atomic_path
+from workflow_scripts.training.curves import CURVE_FILE, Row, write_curve
+
+TRAIN_LOG = "train_log.json"
+
+
+def write_log(log: dict[str, Any], directory: Path) -> None:
+    (directory / TRAIN_LOG).write_text(json.dumps(log, indent=2, sort_keys=True) + "\n")
+
+
+def save_model(
+    model,
+    tokenizer,
+    phase: str,
+    log: dict[str, Any],
+    output: Path,
+    full: dict[str, Any] | None = None,
+    curve_rows: list[Row] | None = None,
+) -> None:
+    """The phase's output directory; ``full``: a sharded model's weights gathered whole."""
+    import torch
+
+    def part(prefix: str) -> dict[str, Any]:
+        return {k[len(prefix) :]: v for k, v in full.items() if k.startswith(prefix)}
+
+    with atomic_path(output) as tmp:
+        if full is None:
+            model.encoder.save_pretrained(tmp)
+        else:
+            model.encoder.save_pretrained(tmp, state_dict=part("encoder."))
+        tokenizer.save_pretrained(tmp)
+        if phase == "target":  # the intermediate phase's heads are discarded by design
+            torch.save(model.heads.state_dict() if full is None else part("heads."), tmp / "heads.pt")
+        write_log(log, tmp)
+        write_curve(curve_rows or [], tmp / CURVE_FILE)
+
+
+def visual_record(phase: str, visual: dict[str, dict[str, Any]], adapters: bool) -> dict[str, Any] | None:
+    """The train log's ``visual``: the phase's image tasks and whether their visual branch
+    (projector, slot vectors and classifier, not the feature bank) is saved with the model:
+    in heads.pt, or with an adapter as one of its heads (modules_to_save)."""
+    if not visual:
+        return None
+    if phase != "target":
+        return {"tasks": visual, "saved": False}
+    where = "the adapter's heads (modules_to_save)" if adapters else "heads.pt"
+    return {"tasks": visual, "saved": True, "where": f"{where}: projector, slot vectors, classifier"}
+
+
+def visual_lineage(encoder_dir: Path) -> dict[str, Any] | None:
+    """The image tasks of the phase that trained ``encoder_dir`` (or of one before it), and
+    that their visual branch was not carried over: the model is text-only."""
+    log_file = Path(encoder_dir) / TRAIN_LOG
+    if not log_file.is_file():
+        return None
+    earlier = json.loads(log_file.read_text())
+    found = earlier.get("intermediate_visual") or earlier.get("visual")
+    if not found:
+        return None
+    return {
+        "tasks": found["tasks"],
+        "text_only": True,
+        "how": "the intermediate phase's backbone weights; its projector and feature bank were dropped with its heads",
+    }

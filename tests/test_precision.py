@@ -12,6 +12,7 @@ from workflow_scripts.models import adapters
 from workflow_scripts.models.adapters import Method
 from workflow_scripts.precision import Precision
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.evaluation_settings import EvaluationSettings
 
 pytestmark = pytest.mark.unit
 CPU = torch.device("cpu")
@@ -31,8 +32,11 @@ def test_only_fp16_scales_the_loss_and_every_method_loads_its_own_dtype():
     assert bf16.base_dtype("full") == torch.float32  # master weights, whatever the checkpoint stores
     assert bf16.base_dtype("lora") == torch.bfloat16 and bf16.base_dtype("qlora") is None
     assert Precision("fp32").base_dtype("lora") == torch.float32
-    with pytest.raises(InputError, match="precision 'tf32': known precisions are bf16, fp16, fp32"):
-        Precision("tf32")
+    # the one check of a precision's name: the record a job's settings are parsed with
+    with pytest.raises(InputError, match=r"--settings\.precision: 'tf32' is not one of 'bf16', 'fp16', 'fp32'"):
+        EvaluationSettings.parse(
+            {"languages": ["en"], "max_length": 8, "eval_batch_size": 8, "precision": "tf32"}, "--settings"
+        )
 
 
 def test_bf16_is_refused_on_a_gpu_that_only_emulates_it(monkeypatch):

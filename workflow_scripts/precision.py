@@ -26,7 +26,7 @@ import dataclasses
 from typing import Any
 
 from workflow_scripts.spec.basics import InputError
-from workflow_scripts.spec.schema import DEFAULT_PRECISION, PRECISIONS, PrecisionName
+from workflow_scripts.spec.schema import DEFAULT_PRECISION, PrecisionName
 
 DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
@@ -36,12 +36,6 @@ class Precision:
     """One backbone's precision policy."""
 
     name: PrecisionName = DEFAULT_PRECISION
-
-    def __post_init__(self) -> None:
-        # A training phase's precision was checked when its settings were parsed
-        # (MethodSettings); the evaluation's and the translation engine's arrive as text.
-        if self.name not in PRECISIONS:
-            raise InputError(f"precision {self.name!r}: known precisions are {', '.join(PRECISIONS)}")
 
     @property
     def compute_dtype(self):  # -> torch.dtype

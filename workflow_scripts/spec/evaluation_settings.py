@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from workflow_scripts.spec.record import Record, optional
+from workflow_scripts.spec.schema import PrecisionName
 from workflow_scripts.spec.task_options import FormatOptions, ScoringOptions
 from workflow_scripts.spec.transfer_names import ZERO_SHOT
 
@@ -62,7 +63,7 @@ class EvaluationSettings(FormatOptions):
 
     languages: tuple[str, ...]
     eval_batch_size: int
-    precision: str  # the backbone's precision policy decides the compute dtype (precision.py)
+    precision: PrecisionName  # the backbone's precision policy decides the compute dtype (precision.py)
     retrieval: RetrievalSettings | None = optional()
     transfer: TransferPlan | None = optional()
     average_excludes: tuple[str, ...] | None = optional()  # IGLUE's averages leave English out

@@ -26,7 +26,7 @@ from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.families import DEMO_FAMILIES
 from workflow_scripts.spec.families import facts as family_facts
 from workflow_scripts.spec.record import Record, optional
-from workflow_scripts.spec.schema import setting
+from workflow_scripts.spec.schema import MethodName, PrecisionName, setting
 
 R = TypeVar("R", bound=Record)
 Source = Literal["hub", "demo"]
@@ -294,8 +294,8 @@ class BackboneProvenance(Record):
     name: str
     family: str
     source: Source
-    method: str
-    precision: str
+    method: MethodName
+    precision: PrecisionName
     hub_id: str | None = optional()
     revision: str | None = optional()
     lora: LoraSettings | None = optional()

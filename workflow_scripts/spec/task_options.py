@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from workflow_scripts.spec.record import Record, optional
+from workflow_scripts.spec.schema import PrecisionName
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,6 +47,6 @@ class ScoringOptions(FormatOptions):
     unlabelled rows (IGLUE's MaRVL accuracy counts them wrong)."""
 
     eval_batch_size: int
-    precision: str
+    precision: PrecisionName
     text_language: str | None = None
     unlabelled: int = 0

@@ -15,6 +15,7 @@ from typing import ClassVar, Literal
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.model_settings import schema_defaults
 from workflow_scripts.spec.record import Record, optional
+from workflow_scripts.spec.schema import PrecisionName
 
 # Not part of a job's settings: jobs, and speed (see the module docstring).
 UNREAD_KEYS = ("datasets", "batch_size")
@@ -34,7 +35,7 @@ class TranslationSettings(Record):
     max_fuzzy_distance: int
     # the transformers engine's precision policy (precision.py); named only for that engine,
     # so that changing it reruns nothing that runs CTranslate2
-    precision: str | None = optional()
+    precision: PrecisionName | None = optional()
     # the sentence-initial token that picks a multi-target model's output language (>>ara<<)
     target_token: str | None = optional()
     # the task a job translates (absent for the quality scores, which read XNLI)

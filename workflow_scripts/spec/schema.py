@@ -62,8 +62,6 @@ METHODS: tuple[str, ...] = typing.get_args(MethodName)
 PRECISIONS: tuple[str, ...] = typing.get_args(PrecisionName)
 DEFAULT_METHOD: str = default("method", definition="backbone")
 DEFAULT_PRECISION: str = default("precision", definition="backbone")
-# The transformers translation engine's precision (the ctranslate2 engine has compute_type).
-TRANSLATION_PRECISION: str = default("translation", "precision")
 DEFAULT_ACTIVATION_CHECKPOINTING: bool = default("activation_checkpointing", definition="backbone")
 # The keys of a backbone's `lora` block, and the defaults of those that have one (rank, alpha,
 # dropout; without target_modules LoRA adapts the family's attention projections).

@@ -13,7 +13,6 @@ by a built-in converter such a key is a config error (:func:`unread_options`).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -91,15 +90,7 @@ class DataOptions(Record):
     @classmethod
     def parse(cls, data: str | Mapping[str, Any], where: str | None = None) -> DataOptions:
         """The options of ``data``: the declared keys checked by type, the others kept in ``own``."""
-        if isinstance(data, str):
-            try:
-                data = json.loads(data)
-            except json.JSONDecodeError as err:
-                raise InputError(f"{where or cls.__name__}: options are not valid JSON: {err}") from err
-        if isinstance(data, Record):
-            data = data.to_dict()
-        if not isinstance(data, Mapping):
-            return super().parse(data, where)  # the base class names the wrong type
+        data = cls.mapping_of(data, where or cls.__name__)
         declared = _declared_options()
         named = {k: v for k, v in data.items() if k in declared}
         own = {k: v for k, v in data.items() if k not in declared}

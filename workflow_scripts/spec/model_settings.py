@@ -62,13 +62,21 @@ class _SchemaDefaults:
         )
 
 
-def _check_source(record: TranslatorPrepare | VisionPrepare | BackbonePrepare) -> None:
-    """A Hub model names its repository and revision; a demo model its build settings."""
-    what = type(record).__name__
-    if record.source == "hub" and (record.hub_id is None or record.revision is None):
-        raise InputError(f"{what}: a Hub model needs hub_id and revision")
-    if record.source == "demo" and record.demo is None:
-        raise InputError(f"{what}: a demo model needs its demo settings")
+@dataclass(frozen=True, kw_only=True)
+class _PreparedModel(Record):
+    """A model a prepare step fetches (a Hub snapshot at a pinned revision) or builds (the
+    demo's, from its ``demo`` settings, which each kind of model declares)."""
+
+    source: Source
+    hub_id: str | None = optional()
+    revision: str | None = optional()
+
+    def __post_init__(self) -> None:
+        what = type(self).__name__
+        if self.source == "hub" and (self.hub_id is None or self.revision is None):
+            raise InputError(f"{what}: a Hub model needs hub_id and revision")
+        if self.source == "demo" and self.demo is None:  # type: ignore[attr-defined]
+            raise InputError(f"{what}: a demo model needs its demo settings")
 
 
 # ----- the demo backbones (models/demo_models.py) --------------------------------------------
@@ -138,22 +146,19 @@ DEMO_BACKBONES: dict[str, type[DemoEncoder | DemoDecoder]] = {"encoder": DemoEnc
 
 
 @dataclass(frozen=True)
-class BackbonePrepare(Record):
+class BackbonePrepare(_PreparedModel):
     """A backbone: a Hub snapshot at a pinned revision, or the demo's model of its family."""
 
     step: ClassVar[str] = "models.prepare"
 
-    source: Source
     family: str
-    hub_id: str | None = optional()
-    revision: str | None = optional()
     # An encoder's block parses as DemoEncoder (its pretraining has mlm_probability, which
     # DemoDecoder's has not), a decoder's as DemoDecoder; the family must agree.
     demo: DemoEncoder | DemoDecoder | None = optional()
 
     def __post_init__(self) -> None:
         family_facts(self.family)  # a known family
-        _check_source(self)
+        super().__post_init__()
         if self.demo is None:
             return
         if self.family not in DEMO_BACKBONES:
@@ -195,21 +200,15 @@ class DemoTranslator(_SchemaDefaults, Record):
 
 
 @dataclass(frozen=True)
-class TranslatorPrepare(Record):
+class TranslatorPrepare(_PreparedModel):
     """A translator: an OPUS-MT snapshot, or the demo's MarianMT trained on its pair."""
 
     step: ClassVar[str] = "models.prepare"
 
-    source: Source
-    hub_id: str | None = optional()
-    revision: str | None = optional()
     demo: DemoTranslator | None = optional()
     # a demo translator into English (translate-test): "<lang>-en"; named so that the two
     # directions of one language are different jobs' settings
     direction: str | None = optional()
-
-    def __post_init__(self) -> None:
-        _check_source(self)
 
 
 # ----- the vision encoder (multimodal/demo_vision.py) ----------------------------------------
@@ -251,20 +250,17 @@ class DemoVision(_SchemaDefaults, Record):
 
 
 @dataclass(frozen=True)
-class VisionPrepare(Record):
+class VisionPrepare(_PreparedModel):
     """The vision encoder: a Hub CLIP or SigLIP snapshot, or the demo's tower."""
 
     step: ClassVar[str] = "models.prepare"
 
-    source: Source
-    hub_id: str | None = optional()
-    revision: str | None = optional()
     demo: DemoVision | None = optional()
     # the demo tower's initialisation and batch order (vision.demo.seed)
     seed: int | None = optional()
 
     def __post_init__(self) -> None:
-        _check_source(self)
+        super().__post_init__()
         if self.source == "demo" and self.seed is None:
             raise InputError("VisionPrepare: a demo vision tower needs its seed")
 

@@ -53,15 +53,7 @@ class Record:
         """The record of ``data`` (a mapping or its JSON); unknown, missing or mistyped keys
         raise InputError naming the key and where it was read."""
         where = where or cls.__name__
-        if isinstance(data, str):
-            try:
-                data = json.loads(data)
-            except json.JSONDecodeError as err:
-                raise InputError(f"{where}: settings are not valid JSON: {err}") from err
-        if isinstance(data, Record):
-            data = data.to_dict()
-        if not isinstance(data, Mapping):
-            raise InputError(f"{where}: settings must be a JSON object, got {type(data).__name__}")
+        data = cls.mapping_of(data, where)
         declared = {f.name: f for f in dataclasses.fields(cls) if f.init}
         unknown = sorted(set(data) - set(declared))
         if unknown:
@@ -76,6 +68,20 @@ class Record:
         hints = _hints(cls)
         values = {name: _coerce(hints[name], value, f"{where}.{name}") for name, value in data.items()}
         return cls(**values)
+
+    @staticmethod
+    def mapping_of(data: Any, where: str) -> Mapping[str, Any]:
+        """``data`` as a mapping: JSON text decoded, a record as its JSON mapping."""
+        if isinstance(data, str):
+            try:
+                data = json.loads(data)
+            except json.JSONDecodeError as err:
+                raise InputError(f"{where}: settings are not valid JSON: {err}") from err
+        if isinstance(data, Record):
+            data = data.to_dict()
+        if not isinstance(data, Mapping):
+            raise InputError(f"{where}: settings must be a JSON object, got {type(data).__name__}")
+        return data
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready mapping; optional fields left at ``None`` are absent."""
@@ -145,6 +151,8 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
             raise InputError(f"{where}: {value!r} is not one of {', '.join(map(repr, args))}")
         return value
     if isinstance(hint, type) and issubclass(hint, Record):
+        if not isinstance(value, (Mapping, Record)):  # JSON text is read only at the top level
+            raise InputError(f"{where}: expected a mapping ({hint.__name__}), got {value!r}")
         return hint.parse(value, where)
     if origin in (tuple, list):
         if not isinstance(value, (list, tuple)):

@@ -363,9 +363,9 @@ def test_an_image_task_reads_as_many_images_per_row_as_it_declares(tmp_path, tas
     import pyarrow as pa
 
     from workflow_scripts.multimodal.bank import write_bank
-    from workflow_scripts.multimodal.phase import prepare_image_task
     from workflow_scripts.spec.basics import InputError
     from workflow_scripts.spec.tasks import get_task
+    from workflow_scripts.training.image_tasks import prepare_image_task
 
     write_bank(tmp_path / "bank", {n: np.ones((3, 4), dtype=np.float32) for n in ("a.png", "b.png")}, {})
     rows = pa.Table.from_pylist([{"id": "r0", "text_a": "x", "images": images[0], "label": 0}])

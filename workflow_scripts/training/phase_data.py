@@ -93,8 +93,8 @@ def _training_rows(task: Task, entry: dict[str, Any], opts: TaskOptions, languag
         promote_options="permissive",
     )
     image_task = None
-    if task.visual:  # rows meet their images' features (multimodal/phase.py)
-        from workflow_scripts.multimodal.phase import prepare_image_task
+    if task.visual:  # rows meet their images' features (training/image_tasks.py)
+        from workflow_scripts.training.image_tasks import prepare_image_task
 
         image_task = prepare_image_task(task, train, entry, opts)
         task, train = image_task.task, image_task.train  # VQA's: with the answer vocabulary

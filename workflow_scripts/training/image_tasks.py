@@ -1,6 +1,6 @@
 """An image task's part of a training phase (phase_data.load_phase_data): its rows matched to their
 images' features (rows whose image was dropped go here, counted), its answer vocabulary
-(VQA), and its head, which carries the projector and the feature bank (prefix.py), so the
+(VQA), and its head, which carries the projector and the feature bank (multimodal/prefix.py), so the
 visual branch ends with the phase's heads.
 """
 

@@ -82,60 +82,60 @@ class _PreparedModel(Record):
 # ----- the demo backbones (models/demo_models.py) --------------------------------------------
 
 
-@dataclass(frozen=True)
-class EncoderPretraining(Record):
-    """MLM on sentences and translation pairs plus a cross-lingual contrastive loss."""
+@dataclass(frozen=True, kw_only=True)
+class _Pretraining(Record):
+    """What both demo backbones' pre-training reads: sentences and translation pairs, with a
+    cross-lingual contrastive loss beside the language-model loss."""
 
     steps: int
     batch_size: int
     learning_rate: float
     max_length: int
+    contrastive_weight: float
+    temperature: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class EncoderPretraining(_Pretraining):
+    """MLM (its masking rate) plus the contrastive loss."""
+
     mlm_probability: float
-    contrastive_weight: float
-    temperature: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecoderPretraining(_Pretraining):
+    """Causal LM plus the contrastive loss (no MLM: a decoder block naming mlm_probability is
+    refused, which is how a backbone's demo block is told apart)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class _DemoShape(Record):
+    """A tiny demo backbone's shape and initialisation."""
+
+    vocab_size: int
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    intermediate_size: int
+    max_position_embeddings: int
+    seed: int
 
 
 @dataclass(frozen=True)
-class DecoderPretraining(Record):
-    """Causal LM on sentences and translation pairs plus the contrastive loss (no MLM)."""
-
-    steps: int
-    batch_size: int
-    learning_rate: float
-    max_length: int
-    contrastive_weight: float
-    temperature: float
-
-
-@dataclass(frozen=True)
-class DemoEncoder(_SchemaDefaults, Record):
+class DemoEncoder(_SchemaDefaults, _DemoShape):
     """A tiny XLM-R (backbones.<name>.demo of an encoder)."""
 
     schema_definition: ClassVar[str | None] = "demo_encoder"
 
-    vocab_size: int
-    hidden_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    intermediate_size: int
-    max_position_embeddings: int
-    seed: int
     pretraining: EncoderPretraining
 
 
 @dataclass(frozen=True)
-class DemoDecoder(_SchemaDefaults, Record):
+class DemoDecoder(_SchemaDefaults, _DemoShape):
     """A tiny Llama (backbones.<name>.demo of a decoder)."""
 
     schema_definition: ClassVar[str | None] = "demo_decoder"
 
-    vocab_size: int
-    hidden_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    intermediate_size: int
-    max_position_embeddings: int
-    seed: int
     pretraining: DecoderPretraining
     # grouped-query attention; absent: one key/value head per attention head
     num_key_value_heads: int | None = optional()

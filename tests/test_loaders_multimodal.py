@@ -83,8 +83,35 @@ def test_the_release_files_are_read_from_a_folder_and_a_missing_one_says_how_to_
     )
     n = prepare("snli_ve", "dev", settings, tmp_path / "dev.parquet")
     assert n == 16 and read_table(tmp_path / "dev.parquet").column("images").to_pylist()[0][0].endswith(".jpg")
-    with pytest.raises(InputError, match="snli_ve_train.jsonl does not exist: build it with necla-ml/SNLI-VE"):
+    with pytest.raises(
+        InputError, match="has neither snli_ve_train.jsonl nor IGLUE's train.jsonl: build the files with"
+    ):
         prepare("snli_ve", "train", settings, tmp_path / "train.parquet")
+
+
+REAL_IGLUE_EN = Path(__file__).parent / "real_data" / "xvnli" / "en" / "test.jsonl"
+
+
+def test_iglues_english_files_spell_the_image_field_flikr30kid_and_a_row_without_it_is_refused(tmp_path):
+    """IGLUE's copy of the English SNLI-VE files (datasets/XVNLI/annotations/en/<split>.jsonl)
+    names the image Flikr30kID (its real English XVNLI rows, which share that layout, stand in
+    for a split here); read as the release, every image is named from it, and a row with
+    neither spelling stops the step naming the file, the row and the field."""
+    release = tmp_path / "iglue_en"
+    release.mkdir()
+    (release / "dev.jsonl").write_text(REAL_IGLUE_EN.read_text(encoding="utf-8"), encoding="utf-8")
+    real = [json.loads(line) for line in REAL_IGLUE_EN.read_text(encoding="utf-8").splitlines()]
+    settings = DataSettings.parse(
+        {"source": "hub", "hub": {"path": "HuggingFaceM4/SNLI-VE"}, "options": {"path": str(release)}}
+    )
+    prepare("snli_ve", "dev", settings, tmp_path / "dev.parquet")
+    images = [r["images"][0] for r in read_table(tmp_path / "dev.parquet").to_pylist()]
+    labelled = [r for r in real if r["gold_label"] not in ("-", "")]
+    assert images == [f"{r['Flikr30kID']}.jpg" for r in labelled] and "None.jpg" not in images
+    del real[2]["Flikr30kID"]
+    (release / "dev.jsonl").write_text("".join(json.dumps(r) + "\n" for r in real), encoding="utf-8")
+    with pytest.raises(InputError, match=r"dev\.jsonl row 2: no image id \(field Flickr30K_ID or Flikr30kID\)"):
+        prepare("snli_ve", "dev", settings, tmp_path / "again.parquet")
 
 
 REAL_NLVR2 = Path(__file__).parent / "real_data" / "nlvr2" / "dev.json"

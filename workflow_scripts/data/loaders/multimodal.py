@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 from workflow_scripts.common import LOG
@@ -33,20 +34,42 @@ HUB_SPLITS = {"train": "train", "dev": "validation", "test": "test"}
 
 
 RELEASE_FILES = {"train": "snli_ve_train.jsonl", "dev": "snli_ve_dev.jsonl", "test": "snli_ve_test.jsonl"}
+# IGLUE's copy of the English SNLI-VE files (e-bug/iglue, datasets/XVNLI/annotations/en): the
+# same rows as <split>.jsonl, the image field spelt Flikr30kID.
+IGLUE_RELEASE_FILES = {"train": "train.jsonl", "dev": "dev.jsonl", "test": "test.jsonl"}
+# The image's Flickr30k id: the release's field, then IGLUE's spelling of it.
+IMAGE_ID_FIELDS = ("Flickr30K_ID", "Flikr30kID")
+
+
+def release_file(directory: str, split: str) -> Path:
+    """The release's ``snli_ve_<split>.jsonl`` in ``directory`` (option ``path``), as
+    necla-ml/SNLI-VE's generator writes it from SNLI 1.0 and Flickr30k, or IGLUE's
+    ``<split>.jsonl``."""
+    folder = repo_path(directory)
+    for name in (RELEASE_FILES[split], IGLUE_RELEASE_FILES[split]):
+        if (folder / name).is_file():
+            return folder / name
+    raise InputError(
+        f"SNLI-VE release folder {folder} has neither {RELEASE_FILES[split]} nor IGLUE's "
+        f"{IGLUE_RELEASE_FILES[split]}: build the files with necla-ml/SNLI-VE's "
+        "data/snli_ve_generator.py (SNLI 1.0 + Flickr30k), or use IGLUE's datasets/XVNLI/annotations/en, "
+        "and point tasks.<task>.options.path at the folder"
+    )
 
 
 def release_rows(directory: str, split: str) -> Iterator[dict[str, Any]]:
-    """The rows of the release's ``snli_ve_<split>.jsonl`` in ``directory`` (option ``path``):
-    the files necla-ml/SNLI-VE's generator writes from SNLI 1.0 and Flickr30k."""
-    file = repo_path(directory) / RELEASE_FILES[split]
-    if not file.is_file():
-        raise InputError(
-            f"SNLI-VE release file {file} does not exist: build it with necla-ml/SNLI-VE's "
-            "data/snli_ve_generator.py (SNLI 1.0 + Flickr30k) and point tasks.<task>.options.path "
-            "at its folder"
-        )
-    for _, record in jsonl_records(file):
+    """The rows of the release file of ``split`` (``release_file``)."""
+    for _, record in jsonl_records(release_file(directory, split)):
         yield record
+
+
+def _release_image(row: dict[str, Any], where: str) -> str:
+    """The image file of a release row: its Flickr30k id + .jpg; a row without it is refused,
+    not given an image named None."""
+    found = next((row[f] for f in IMAGE_ID_FIELDS if row.get(f) not in (None, "")), None)
+    if found is None:
+        raise InputError(f"{where}: no image id (field {' or '.join(IMAGE_ID_FIELDS)}); has {sorted(row)}")
+    return f"{found}.jpg"
 
 
 def snli_ve_rows(
@@ -56,14 +79,17 @@ def snli_ve_rows(
     the source (the Hub's schema, or a local mirror) or a release folder."""
     task = get_task("snli_caption")
     rows = release_rows(release, split) if release else src.rows(config, HUB_SPLITS[split])
+    origin = str(release_file(release, split)) if release else f"snli_ve {split}"
     for i, r in enumerate(rows):
-        where = f"snli_ve {split} row {i}"
-        if "sentence2" in r:  # the release's schema
+        where = f"{origin} row {i}"
+        if "sentence2" in r:  # the release's schema (and IGLUE's copy of it)
             label, uid = r.get("gold_label"), r.get("pairID") or f"snli_ve-{split}-{i}"
-            image, premise, hypothesis = f"{r.get('Flickr30K_ID')}.jpg", r.get("sentence1"), r["sentence2"]
+            image, premise, hypothesis = _release_image(r, where), r.get("sentence1"), r["sentence2"]
         elif "hypothesis" in r:  # the Hub's
             label, uid = r.get("label"), f"snli_ve-{split}-{i}"
             image, premise, hypothesis = r.get("filename"), r.get("premise"), r["hypothesis"]
+            if not image:
+                raise InputError(f"{where}: no image (field filename); has {sorted(r)}")
         else:
             raise InputError(
                 f"{where}: neither the release's fields (sentence1, sentence2, gold_label) "
@@ -88,7 +114,7 @@ def snli_ve_rows(
 def _arm_rows(name: str, src: Source, split: str, opts: DataOptions, report: Report) -> Iterator[Row]:
     counts: Counter = Counter()
     if opts.path:  # provenance: the release folder, not a Hub commit
-        report["release"] = {"path": opts.path, "file": RELEASE_FILES[split]}
+        report["release"] = {"path": opts.path, "file": release_file(opts.path, split).name}
     for r in snli_ve_rows(src, split, opts.hub_name, counts, opts.path):
         if name == "snli_ve":
             yield {"id": r["id"], "lang": "en", "text_a": r["hypothesis"], "images": [r["image"]], "label": r["label"]}

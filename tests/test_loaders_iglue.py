@@ -122,6 +122,25 @@ def test_xflickrco_rows_name_flickr30k_and_coco_images_in_the_release_order(tmp_
 
 
 @pytest.mark.unit
+def test_an_empty_xflickrco_caption_is_kept_with_its_image_as_iglue_scores_it(tmp_path):
+    """German line 1,960 and Indonesian line 901 of IGLUE's test files have an empty caption;
+    IGLUE scores 2,000 captions against 2,000 images in both, so the row stays (its text
+    empty, counted) and its image stays in the similarity matrix."""
+    rows, report = load("xflickrco", ["de", "id"], tmp_path, folder="xflickrco_empty_captions")
+    for lang, image in (
+        ("de", "coco-images/val2014/COCO_val2014_000000122239.jpg"),
+        ("id", "flickr30k-images/6312211170.jpg"),
+    ):
+        mine = [r for r in rows if r["lang"] == lang]
+        assert [r["text_a"] == "" for r in mine] == [False, True, False]
+        assert mine[1]["images"] == [image]
+        images, gold = caption_image_index([r["images"][0] for r in mine])
+        assert len(images) == 3 and gold.tolist() == [0, 1, 2]
+        assert report["load_counts"][f"{lang}:empty_caption"] == 1
+        assert report["load_counts"][f"{lang}:captions"] == report["load_counts"][f"{lang}:images"] == 3
+
+
+@pytest.mark.unit
 def test_missing_release_files_and_other_splits_are_refused_by_name(tmp_path):
     with pytest.raises(InputError, match=r"marvl release file .*marvl-ta\.jsonl does not exist"):
         load("marvl", ["ta"], tmp_path, folder="xvnli")

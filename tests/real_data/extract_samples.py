@@ -51,6 +51,10 @@ IGLUE_SAMPLES = {
     "xvnli": ("datasets/XVNLI/annotations", "{lang}/test.jsonl", ["en", "ar", "es", "fr", "ru"], [(0, 30)]),
     "marvl": ("datasets/marvl/zero_shot/annotations", "marvl-{lang}.jsonl", ["id", "sw", "ta", "tr", "zh"], [(0, 20)]),
     "xflickrco": ("datasets/xFlickrCO/annotations", "{lang}/test.jsonl", ["en", "de", "ja", "zh"], [(0, 20), (1000, 1020)]),
+    # the one caption of the German and of the Indonesian file that is empty, with its
+    # neighbours: IGLUE scores it (2,000 captions), so the loader must keep it
+    "xflickrco_empty_captions": ("datasets/xFlickrCO/annotations", "{lang}/test.jsonl", ["de", "id"],
+                                 {"de": [(1958, 1961)], "id": [(899, 902)]}),
 }
 
 
@@ -129,7 +133,8 @@ def iglue(mirrors: Path) -> None:
             lines = git_show(mirrors, "e-bug+iglue", IGLUE_REVISION, f"{folder}/{rel}").splitlines(keepends=True)
             out = HERE / name / rel
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_bytes(b"".join(line for start, stop in ranges for line in lines[start:stop]))
+            spans = ranges[lang] if isinstance(ranges, dict) else ranges
+            out.write_bytes(b"".join(line for start, stop in spans for line in lines[start:stop]))
 
 
 SAMPLES = {"xquad": xquad, "xquad_r": xquad_r, "ud": ud, "tatoeba": tatoeba, "iglue": iglue}

@@ -189,9 +189,9 @@ def _xflickrco(src: Source, split: str, langs: list[str], opts: DataOptions, rep
             images.add(image)
             for k, sentence in enumerate(r["sentences"]):
                 text = str(sentence).strip()
-                if not text:
+                if not text:  # kept, as IGLUE scores it: its image stays in the 2,000 x 2,000 matrix
                     counts[f"{lang}:empty_caption"] += 1
-                    continue
+                    LOG.warning("%s: caption %d is empty; scored as the empty text, as IGLUE does", where, k)
                 per_lang[lang] += 1
                 yield {"id": f"{lang}-{r['img_path']}#{k}", "lang": lang, "text_a": text, "images": [image]}
         counts[f"{lang}:images"] = len(images)

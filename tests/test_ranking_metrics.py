@@ -121,3 +121,29 @@ def test_metric_key_and_target_conventions():
 def test_bad_input_is_refused_naming_it(ranked, gold, k, convention, message):
     with pytest.raises(InputError, match=message):
         map_at_k(ranked, gold, k, convention)
+
+
+def test_lareqas_average_pools_every_question_of_every_language_as_the_reference_does():
+    """``utils_lareqa.mean_avg_prec_at_k`` averages over all questions of all languages at
+    once: a language that lost a question weighs less. The metric file's average is that
+    pooled mean (the languages weighted by their question counts); Mewsli-X's stays the mean
+    over languages."""
+    from workflow_scripts.evaluation.evaluate import average, language_weights
+    from workflow_scripts.spec.tasks import get_task
+
+    predictions = {"de-0": ["g0"], "de-1": ["x0", "g1"], "de-2": X[:20], "el-0": ["x0", "x1", "g3"]}
+    golds = {"de-0": ["g0"], "de-1": ["g1"], "de-2": ["g2"], "el-0": ["g3"]}
+    langs = {"de": ["de-0", "de-1", "de-2"], "el": ["el-0"]}
+    per_lang = {
+        lang: map_at_k({q: predictions[q] for q in ids}, {q: golds[q] for q in ids}, 20, LAREQA)
+        for lang, ids in langs.items()
+    }
+    pooled = map_at_k(predictions, golds, 20, LAREQA)["map_at_20"]
+    assert pooled == pytest.approx(100 * (1 + 1 / 2 + 0 + 1 / 3) / 4)
+    candidates = [{"side": "candidate"}] * 5
+    splits = {"test": {lang: [{"side": "query"} for _ in ids] + candidates for lang, ids in langs.items()}}
+    weights = language_weights(get_task("lareqa"), splits)
+    assert weights == {"test": {"de": 3, "el": 1}}
+    assert average(per_lang, (), weights["test"])["map_at_20"] == pytest.approx(pooled)
+    assert average(per_lang)["map_at_20"] != pytest.approx(pooled)  # the mean over languages differs
+    assert language_weights(get_task("mewslix"), splits) is None

@@ -23,6 +23,7 @@ from typing import Any
 from workflow_scripts.common import configure_torch, device, read_json, seed_everything, settings_hash
 from workflow_scripts.data.features import Encoded, collate, decode_spans, encode, merge_tags, sorted_batches
 from workflow_scripts.data.prepare import provenance, read_table
+from workflow_scripts.data.ranking_inputs import QUERY
 from workflow_scripts.evaluation import pool_ranking
 from workflow_scripts.evaluation.metrics import (
     accuracy,
@@ -35,6 +36,7 @@ from workflow_scripts.evaluation.metrics import (
     squad_v2,
 )
 from workflow_scripts.evaluation.neighbours import EXACT
+from workflow_scripts.evaluation.ranking import LAREQA, convention_of
 from workflow_scripts.evaluation.retrieval import (
     BUCC_DUPLICATES,
     LAYER_CONVENTION,
@@ -208,12 +210,31 @@ def rows_by_language(path: str | Path, fmt: str, languages: list[str]) -> dict[s
     return grouped
 
 
-def average(per_lang: dict[str, dict[str, float]], excludes: tuple[str, ...] | list[str] = ()) -> dict[str, float]:
-    """The unweighted mean over languages, leaving out ``excludes`` (IGLUE's English) unless
-    nothing else is left."""
+def average(
+    per_lang: dict[str, dict[str, float]],
+    excludes: tuple[str, ...] | list[str] = (),
+    weights: dict[str, int] | None = None,
+) -> dict[str, float]:
+    """The mean over languages, leaving out ``excludes`` (IGLUE's English) unless nothing else
+    is left; unweighted, or weighted by ``weights`` (LAReQA: each language's question count)."""
     kept = {lang: scores for lang, scores in per_lang.items() if lang not in excludes} or per_lang
     keys = next(iter(kept.values())).keys()
-    return {k: mean(scores[k] for scores in kept.values()) for k in keys}
+    if weights is None:
+        return {k: mean(scores[k] for scores in kept.values()) for k in keys}
+    total = sum(weights[lang] for lang in kept)
+    return {k: sum(scores[k] * weights[lang] for lang, scores in kept.items()) / total for k in keys}
+
+
+def language_weights(task: Task, splits) -> dict[str, dict[str, int]] | None:
+    """Per split, each language's question count where the reference averages over every
+    question of every language at once (LAReQA: ``utils_lareqa.mean_avg_prec_at_k``); None
+    where it averages the languages' scores (every other target, Mewsli-X included)."""
+    if get_format(task.format).scorer != RANKING or convention_of(task.name) != LAREQA:
+        return None
+    return {
+        split: {lang: sum(r["side"] == QUERY for r in rows) for lang, rows in by_lang.items()}
+        for split, by_lang in splits.items()
+    }
 
 
 def unlabelled_rows(path: str | Path) -> dict[str, int]:
@@ -297,6 +318,7 @@ def evaluate_run(
     # Every metric file names the scorer versions and retrieval settings (null: not a retrieval target).
     extra.setdefault("retrieval", None)
     record = metric_record(task, settings, languages, splits, scores, data, seed)
+
     record["wall_time_s"] = round(time.time() - started, 3)
     return {**record, **extra}, {lang: predictions[lang] for lang in languages if lang in predictions}
 
@@ -412,6 +434,10 @@ class _ModelScoring:
 def metric_record(task: Task, settings: EvaluationSettings, languages, splits, scores, data: Sources, seed: int):
     """The metric file's scores, averages and provenance (the models' part is added to it)."""
     excluded = settings.average_excludes or ()
+    weights = language_weights(task, splits)
+    averages = {
+        split: average(per, excluded, None if weights is None else weights[split]) for split, per in scores.items()
+    }
     return {
         "target": task.name,
         "metric": task.metric,
@@ -420,11 +446,12 @@ def metric_record(task: Task, settings: EvaluationSettings, languages, splits, s
         "splits": list(splits),
         "setting": settings.setting,
         "scores": scores,
-        "average": {split: average(per, excluded) for split, per in scores.items()},
+        "average": averages,
+        # LAReQA: the mean over every question of every language (its languages weighted by
+        # their question counts, which are recorded); the other targets: over the languages.
+        **({"average_weights": weights} if weights is not None else {}),
         # The one number per split the benchmark averages (tasks.qa_answer_score), and how.
-        "task_score": {
-            split: qa_answer_score(task.metric, average(per, excluded)) for split, per in scores.items() if per
-        },
+        "task_score": {split: qa_answer_score(task.metric, averages[split]) for split, per in scores.items() if per},
         "task_score_convention": TASK_SCORE_CONVENTION[task.format == SPAN],
         # Where each evaluation file came from (e.g. UD-POS from the UD v2.5 release or the
         # Hub) and what its loader repaired, as recorded in the data file.

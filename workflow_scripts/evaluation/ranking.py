@@ -10,9 +10,10 @@ Two conventions, identical whenever a query has exactly one gold id:
   ids, k). So a query whose 11 gold answers all sit in the top 11 scores 1, with more golds
   than k a perfect top k scores 1, and a gold id repeated in the ranking counts once. LAReQA
   (XQuAD-R) has 11 gold answers per question (one per language). The official
-  ``mean_avg_prec_at_k`` averages over every question of every language at once; each
-  language has the same number of questions (1,190), so that equals the mean over
-  languages of the per-language means this module gives.
+  ``mean_avg_prec_at_k`` averages over every question of every language at once; the
+  evaluation gets the same from this module's per-language means by weighting each language
+  by its question count (``evaluate.language_weights``), which equals the plain mean over
+  languages only while every language has XQuAD-R's 1,190 questions.
 - ``mewslix`` (``utils_mewslix.evaluate`` -> ``evaluate.py``'s ``mewslix_map20``): only the
   *first* gold id of the query counts (the data has one; the file stores a one-element
   list, whitespace stripped); the score is the reciprocal rank of its first occurrence in

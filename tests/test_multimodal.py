@@ -26,8 +26,12 @@ def repo(tmp_path_factory) -> Path:
 
 def test_the_multimodal_demo_config_plans_the_image_arm_and_both_controls_from_the_same_rows(repo):
     jobs = planned_jobs(repo, "--configfile", CONFIG)
-    trained = {Path(out).parts[4] for rule, out in jobs if rule == "train_intermediate"}
-    assert trained == {"mnli", "snli_ve", "snli_caption", "hypothesis_only"}
+    trained = {Path(out).parts[3:5] for rule, out in jobs if rule == "train_intermediate"}
+    arms = ("snli_ve", "snli_caption", "hypothesis_only")
+    # the decoder runs each arm under both recipes, the encoder under the standard one
+    assert trained == {("xlmr_tiny", c) for c in ("mnli", *arms)} | {
+        ("llama_tiny", c) for a in arms for c in (a, f"{a}@mixed_merged")
+    }
     prepared = {out for rule, out in jobs if rule == "prepare_task_data"}
     assert {
         f"results/multimodal_demo/data/{task}/{split}.parquet"
@@ -194,7 +198,9 @@ def test_the_table_across_backbones_holds_each_backbones_differences_with_interv
     for backbone in ("xlmr_tiny", "llama_tiny"):
         own = pd.read_csv(results / f"tables/{backbone}/modality.csv")
         mine = scaling[scaling["backbone"] == backbone].reset_index(drop=True)
-        assert len(mine) == len(own) == 6  # two controls x three language groups
+        recipes = {"xlmr_tiny": {"standard"}, "llama_tiny": {"standard", "mixed_merged"}}[backbone]
+        assert set(own["recipe"]) == set(mine["recipe"]) == recipes
+        assert len(mine) == len(own) == 6 * len(recipes)  # two controls x three language groups per recipe
         pd.testing.assert_series_equal(mine["mean_difference"], own["mean_difference"], check_exact=False, atol=1e-3)
         assert (mine["parameters"] > 0).all()
         # three other languages: a point with an interval around it
@@ -206,6 +212,48 @@ def test_the_table_across_backbones_holds_each_backbones_differences_with_interv
     assert header.index("xlmr_tiny (encoder") < header.index("llama_tiny (decoder")
     assert (results / "figures/modality_scaling.png").stat().st_size > 1000
     assert (results / "figures/modality_scaling.svg").is_file()
+
+
+def test_a_second_recipe_trains_lora_with_a_text_share_and_merges_back(demo_run):
+    """The decoder's arms under mixed_merged (docs/multimodal.md, "Arm recipes"): a quarter of
+    the steps MNLI, the LoRA update halved after the phase, the recipe named down to the
+    metric file, and each arm paired with its twin under the same recipe."""
+    results = demo_run / "results/multimodal_demo"
+    log = json.loads(
+        (results / "intermediate/llama_tiny/snli_ve@mixed_merged/seed1/encoder/train_log.json").read_text()
+    )
+    standard = json.loads((results / "intermediate/llama_tiny/snli_ve/seed1/encoder/train_log.json").read_text())
+    assert log["task_probabilities"] == {"mnli": 0.25, "snli_ve": 0.75} and "merge_back" not in standard
+    assert log["merge_back"]["alpha"] == 0.5 and log["merge_back"]["lora_B_scaled"] > 0
+    assert set(log["best"]["scores"]) == {"snli_ve", "mnli"}
+    metric = json.loads((results / "metrics/llama_tiny/zero_shot/snli_ve@mixed_merged/xnli/seed1.json").read_text())
+    assert metric["arm_recipe"]["name"] == "mixed_merged" and metric["arm_recipe"]["text_task"] == "mnli"
+    assert json.loads((results / "metrics/llama_tiny/zero_shot/snli_ve/xnli/seed1.json").read_text())["arm_recipe"] == {
+        "name": "standard",
+        "trains": "backbone",
+        "text_share": 0.0,
+        "merge_back": 0.0,
+    }
+    table = pd.read_csv(results / "tables/llama_tiny/modality.csv")
+    assert set(zip(table["visual"], table["control"], table["recipe"])) == {
+        (f"snli_ve{s}", f"{c}{s}", r)
+        for r, s in (("standard", ""), ("mixed_merged", "@mixed_merged"))
+        for c in ("snli_caption", "hypothesis_only")
+    }
+    assert (
+        "- mixed_merged (trains adapters, 0.25 mnli, merge-back 0.5)"
+        in (results / "tables/llama_tiny/modality.md").read_text()
+    )
+
+
+def test_a_changed_recipe_reruns_only_its_arms(demo_run):
+    layer = {"extends": CONFIG, "experiment": "multimodal_demo", "arm_recipes": {"mixed_merged": {"text_share": 0.3}}}
+    (demo_run / "recipe_edit.yaml").write_text(yaml.safe_dump(layer, sort_keys=False))
+    jobs = planned_jobs(demo_run, "--configfile", "recipe_edit.yaml")
+    trained = {Path(out).parts[3:5] for rule, out in jobs if rule == "train_intermediate"}
+    assert trained == {("llama_tiny", f"{a}@mixed_merged") for a in ("snli_ve", "snli_caption", "hypothesis_only")}
+    targets = {Path(out).parts[4] for rule, out in jobs if rule == "train_target"}
+    assert targets == {f"{a}@mixed_merged" for a in ("snli_ve", "snli_caption", "hypothesis_only")}
 
 
 def test_nothing_reruns_after_the_multimodal_demo(demo_run):

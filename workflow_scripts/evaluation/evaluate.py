@@ -427,6 +427,8 @@ class _ModelScoring:
             self.extra.setdefault("sweep", {})[str(model_dir)] = read_json(model_dir / paths.SWEEP_SELECTION_FILE)
         if train_log.get("intermediate_visual"):  # trained after an image task: text-only, and how
             self.extra["intermediate_visual"] = train_log["intermediate_visual"]
+        if train_log.get("intermediate_recipe"):  # the image arm's recipe (spec/arm_recipe.py)
+            self.extra["arm_recipe"] = train_log["intermediate_recipe"]
         if self.bank is not None:  # what scored the images: the saved branch and the test features
             self.extra["visual"] = visual_record(self.task, model_dir, train_log, self.bank, self.images, self.splits)
 

@@ -4,7 +4,8 @@
 The arms are intermediate configs that differ in one task only: a config training an image
 task (``snli_ve``) is paired with every config that is the same but for that task replaced by
 one of its text-only controls (``snli_caption``: the caption the image replaced;
-``hypothesis_only``: no premise), same other tasks, MLM and language; the grid finds the
+``hypothesis_only``: no premise), same other tasks, MLM, language and arm recipe (what
+trains, the text-only share, the merge-back: spec/arm_recipe.py); the grid finds the
 pairs at config check (``workflow.grid.arm_pairs``). The controls read the image task's
 own rows, ids and splits (loaders/multimodal.py), so a difference is the premise's
 modality and nothing else.
@@ -32,6 +33,7 @@ COLUMNS = [
     "visual",
     "control",
     "control_kind",
+    "recipe",
     "target",
     "metric",
     "group",
@@ -86,6 +88,7 @@ def modality_table(runs, settings: ModalitySettings):
                         pair.visual,
                         pair.control,
                         CONTROL_KINDS.get(pair.control_task, pair.control_task),
+                        pair.recipe or "",
                         target,
                         metric,
                         group,
@@ -110,8 +113,8 @@ def render(table, settings: ModalitySettings) -> str:
         )
         return "\n".join(lines) + "\n"
     lines += [
-        "| image config | minus | control | target | languages | Δ | 95% interval |",
-        "|---|---|---|---|---|---|---|",
+        "| image config | minus | control | recipe | target | languages | Δ | 95% interval |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in table.itertuples():
         mark = f" {significance.MARKER}" if r.excludes_zero else ""
@@ -120,7 +123,7 @@ def render(table, settings: ModalitySettings) -> str:
             "– (one paired score)" if r.ci_low != r.ci_low else f"[{r.ci_low:+.{decimals}f}, {r.ci_high:+.{decimals}f}]"
         )
         lines.append(
-            f"| {r.visual} | {r.control} | {r.control_kind} | {r.target} ({r.metric}) | {group} | "
+            f"| {r.visual} | {r.control} | {r.control_kind} | {r.recipe or '–'} | {r.target} ({r.metric}) | {group} | "
             f"{r.mean_difference:+.{decimals}f}{mark} | {interval} |"
         )
     lines += [
@@ -133,6 +136,9 @@ def render(table, settings: ModalitySettings) -> str:
         "(the image through a projected visual prefix, the SNLI caption it replaced, or none). The image "
         "arm's projector is dropped after intermediate training: every target model is text-only.",
     ]
+    if settings.recipes:  # both arms of a pair ran under the same recipe (docs/multimodal.md, "Arm recipes")
+        lines += ["", "Arm recipes, each pair at equal recipe:"]
+        lines += [f"- {description}" for description in settings.recipes.values()]
     return "\n".join(lines) + "\n"
 
 

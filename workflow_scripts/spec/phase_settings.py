@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from workflow_scripts.spec.arm_recipe import ArmRecipe
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.record import Record, optional
 from workflow_scripts.spec.schema import DEFAULT_METHOD, DEFAULT_PRECISION, MethodName, PrecisionName
@@ -67,6 +68,8 @@ class PhaseSettings(PhaseHyperparameters):
     language: str | None = optional()
     # a target's stage: the head of an earlier stage ({"from": task, "to": task}) goes on training
     continue_head: dict[str, str] | None = optional()
+    # an image arm's intermediate phase: what trains, its text-only share, its merge-back
+    arm_recipe: ArmRecipe | None = optional()
 
     def __post_init__(self) -> None:
         if self.continue_head is not None and set(self.continue_head) != {"from", "to"}:
@@ -76,6 +79,15 @@ class PhaseSettings(PhaseHyperparameters):
     def train_language(self) -> str:
         """The language a task's training rows are kept in (a data map's recipe aside)."""
         return self.language or ENGLISH
+
+    @property
+    def fixed_shares(self) -> dict[str, float]:
+        """Tasks drawn at a fixed share of the steps (an arm recipe's text-only task); the
+        phase's other tasks share the rest as the capped sampler divides it."""
+        recipe = self.arm_recipe
+        if recipe is None or not recipe.text_task:
+            return {}
+        return {recipe.text_task: recipe.text_share}
 
     @property
     def carried_head(self) -> tuple[str, str] | None:

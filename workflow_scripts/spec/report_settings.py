@@ -81,6 +81,7 @@ class ArmPair(Record):
     control: str
     task: str
     control_task: str
+    recipe: str | None = optional()  # the arm recipe both configs run under (spec/arm_recipe.py)
 
 
 @dataclass(frozen=True)
@@ -150,6 +151,8 @@ class ModalitySettings(Record):
     seeds: tuple[int, ...]
     pairs: tuple[ArmPair, ...]
     decimals: int = 1
+    # the pairs' arm recipes, each described in one line (ArmRecipe.describe), by name
+    recipes: dict[str, str] = default_factory(dict)
 
 
 @dataclass(frozen=True)

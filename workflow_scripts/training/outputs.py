@@ -72,3 +72,13 @@ def visual_lineage(encoder_dir: Path) -> dict[str, Any] | None:
         "text_only": True,
         "how": "the intermediate phase's backbone weights; its projector and feature bank were dropped with its heads",
     }
+
+
+def recipe_lineage(encoder_dir: Path) -> dict[str, Any] | None:
+    """The arm recipe (spec/arm_recipe.py) of the intermediate phase that trained
+    ``encoder_dir`` (or of one before it), as its log records it."""
+    log_file = Path(encoder_dir) / TRAIN_LOG
+    if not log_file.is_file():
+        return None
+    earlier = json.loads(log_file.read_text())
+    return earlier.get("intermediate_recipe") or (earlier.get("settings") or {}).get("arm_recipe")

@@ -42,7 +42,7 @@ from typing import Any
 from workflow_scripts.common import LOG, atomic_path, configure_torch, seed_everything, settings_hash
 from workflow_scripts.data.features import collate
 from workflow_scripts.evaluation.evaluate import score_encoded
-from workflow_scripts.models.adapters import Method, check_available, save_adapter_phase
+from workflow_scripts.models.adapters import Method, check_available, load_backbone, save_adapter_phase
 from workflow_scripts.models.backbones import family_of
 from workflow_scripts.models.heads import forward, load_tokenizer
 from workflow_scripts.precision import Precision
@@ -53,6 +53,7 @@ from workflow_scripts.spec.phase_settings import PhaseSettings
 from workflow_scripts.spec.tasks import MLM, Task, primary_metric
 from workflow_scripts.training import runtime as training_runtime
 from workflow_scripts.training import step as step_
+from workflow_scripts.training.arm_phase import freeze_backbone, merge_back_full, scale_adapter_updates
 from workflow_scripts.training.checkpoints import STOP_SIGNALS, Preempted, files_stamp, save_weights
 from workflow_scripts.training.curves import CURVE_FILE, CurveMeter, CurveObserver, publish_record, write_curve
 from workflow_scripts.training.distributed import any_rank, from_rank0, sum_over_ranks
@@ -63,7 +64,7 @@ from workflow_scripts.training.observers import (
     StepDone,
     TrackerObserver,
 )
-from workflow_scripts.training.outputs import save_model, visual_lineage, visual_record, write_log
+from workflow_scripts.training.outputs import recipe_lineage, save_model, visual_lineage, visual_record, write_log
 from workflow_scripts.training.phase_data import DataMap, carry_head, input_files, load_phase_data
 from workflow_scripts.training.sampling import TaskSampler, TaskStream, linear_schedule, total_steps, warmup_steps
 
@@ -255,6 +256,9 @@ class TrainingRecipe:
         self.model, self.peft_model = self.runtime.build(
             job.encoder_dir, encoder, self.data.heads, self.family.name, self.head_formats
         )
+        recipe = self.settings.arm_recipe
+        # an arm recipe's trains: projector (arm_phase.py): the heads alone train
+        self.frozen_parameters = freeze_backbone(self.model) if recipe and recipe.trains == "projector" else 0
 
     def build_optimisation(self) -> None:
         """The steps and their schedule, the task sampler and batch streams, the optimiser,
@@ -264,7 +268,9 @@ class TrainingRecipe:
         settings, seed, train_sets = self.settings, self.job.seed, self.data.train_sets
         self.total = total_steps(settings, train_sets)
         self.warmup = warmup_steps(settings, self.total)
-        self.sampler = TaskSampler({n: len(s.features) for n, s in train_sets.items()}, settings.multitask_cap, seed)
+        self.sampler = TaskSampler(
+            {n: len(s.features) for n, s in train_sets.items()}, settings.multitask_cap, seed, settings.fixed_shares
+        )
         self.streams = {
             n: TaskStream(task, train_sets[n], settings.tasks[n].batch_size, seed)
             for n, task in self.data.tasks.items()
@@ -505,6 +511,8 @@ class TrainingRecipe:
             "visual": visual_record(self.job.phase, self.data.visual, method.adapters),
             # A model trained after an image task says so, down to the metric file (evaluate.py).
             "intermediate_visual": visual_lineage(self.job.encoder_dir),
+            # ... and under which arm recipe (spec/arm_recipe.py), down to the metric file
+            "intermediate_recipe": recipe_lineage(self.job.encoder_dir),
             "wall_time_s": round(state.elapsed + time.time() - self.started, 3),
         }
 
@@ -524,9 +532,17 @@ class TrainingRecipe:
         """The output directory (the model, its log and curve) and its record beside it. A
         sharded model is gathered whole on rank 0, which alone writes the output."""
         job, rows = self.job, self.curve.meter.rows
+        alpha = self.settings.arm_recipe.merge_back if self.settings.arm_recipe else 0.0
+        if alpha and self.peft_model is not None:  # before gathering: a sharded run scales its shards
+            log["merge_back"] = {"alpha": alpha, "lora_B_scaled": scale_adapter_updates(self.model, alpha)}
         full = self.runtime.gathered_state(self.model)
         if not self.ctx.is_main:
             return
+        if alpha and self.peft_model is None:
+            start = load_backbone(job.encoder_dir, self.method)  # the weights the phase started from
+            log["merge_back"] = {"alpha": alpha, "tensors_moved": merge_back_full(self.model, full, start, alpha)}
+        if self.frozen_parameters:
+            log["frozen_parameters"] = self.frozen_parameters
         if self.peft_model is not None:
             with atomic_path(job.output) as tmp:
                 tmp.mkdir()

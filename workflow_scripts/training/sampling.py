@@ -3,8 +3,10 @@ learning-rate schedule (docs/protocol.md §2-3).
 
 Multi-task: at each step task m is drawn with probability
 r_m = min(e_m, K) / sum_n min(e_n, K) (e_m = training examples, K = ``multitask_cap``),
-by a sampler seeded from the run seed; MLM is one more task of the same sampler. Each task's
-batches are length-grouped (dynamic padding) and reshuffled, seeded, at every pass.
+by a sampler seeded from the run seed; MLM is one more task of the same sampler. A task with
+a fixed share (an arm recipe's text-only task: ``PhaseSettings.fixed_shares``) is drawn with
+that probability, and the others divide the rest by the same rule. Each task's batches are
+length-grouped (dynamic padding) and reshuffled, seeded, at every pass.
 """
 
 from __future__ import annotations
@@ -22,12 +24,22 @@ from workflow_scripts.spec.tasks import Task
 class TaskSampler:
     """Capped examples-proportional sampling over tasks, seeded by the run seed."""
 
-    def __init__(self, sizes: dict[str, int], cap: int, seed: int) -> None:
+    def __init__(self, sizes: dict[str, int], cap: int, seed: int, shares: dict[str, float] | None = None) -> None:
         if not sizes or any(n <= 0 for n in sizes.values()):
             raise InputError(f"every multi-task task needs training examples, got {sizes}")
+        shares = shares or {}
+        unknown = sorted(set(shares) - set(sizes))
+        if unknown or sum(shares.values()) >= 1 or len(shares) == len(sizes):
+            raise InputError(
+                f"fixed task shares {shares} must name tasks of {sorted(sizes)}, leave one out, sum below 1"
+            )
         self.names = sorted(sizes)
-        capped = [min(sizes[n], cap) for n in self.names]
-        self.probabilities = {n: c / sum(capped) for n, c in zip(self.names, capped)}
+        rest = [n for n in self.names if n not in shares]
+        capped = {n: min(sizes[n], cap) for n in rest}
+        left = 1 - sum(shares.values())
+        self.probabilities = {
+            n: shares[n] if n in shares else left * capped[n] / sum(capped.values()) for n in self.names
+        }
         self.rng = random.Random(seed)
 
     def next(self) -> str:
@@ -61,16 +73,21 @@ def linear_schedule(step: int, total: int, warmup: int) -> float:
 
 def total_steps(settings: PhaseSettings, train_sets: dict[str, Encoded]) -> int:
     """The phase's steps: one task's epochs of its batches, or for several tasks the
-    multi-task epochs of every task's (capped) batches; at most ``max_steps``."""
-    if len(train_sets) == 1:
-        (name,) = train_sets
+    multi-task epochs of every task's (capped) batches; at most ``max_steps``. Tasks at a
+    fixed share come on top: the others keep the steps they would have alone."""
+    shares = settings.fixed_shares
+    own = {n: s for n, s in train_sets.items() if n not in shares}
+    if len(own) == 1:
+        (name,) = own
         opts = settings.tasks[name]
-        total = whole_epochs(opts.epochs) * math.ceil(len(train_sets[name].features) / opts.batch_size)
+        total = whole_epochs(opts.epochs) * math.ceil(len(own[name].features) / opts.batch_size)
     else:
         cap = settings.multitask_cap
         total = whole_epochs(settings.multitask_epochs) * sum(
-            math.ceil(min(len(s.features), cap) / settings.tasks[n].batch_size) for n, s in train_sets.items()
+            math.ceil(min(len(s.features), cap) / settings.tasks[n].batch_size) for n, s in own.items()
         )
+    if shares:
+        total = math.ceil(total / (1 - sum(shares.values())))
     if settings.max_steps:
         total = min(total, settings.max_steps)
     return total

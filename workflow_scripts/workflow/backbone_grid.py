@@ -121,11 +121,15 @@ def figures_dir(backbone: str) -> str:
 # ----- settings handed to the rules -------------------------------------------------------
 
 
-def method_settings(config: dict[str, Any], backbone: str) -> MethodSettings:
+def method_settings(config: dict[str, Any], backbone: str, adapters: bool = False) -> MethodSettings:
     """The training method as train.py reads it (adapters.Method): every setting that applies
-    spelt out, so a training job's params change exactly when its method does."""
+    spelt out, so a training job's params change exactly when its method does. ``adapters``:
+    a phase that trains adapters whatever the backbone's method (an arm recipe's ``trains:
+    adapters``): LoRA with the backbone's lora settings where the method is full."""
     entry = config["backbones"][backbone]
     method = {"name": entry.get("method", DEFAULT_METHOD), "precision": entry.get("precision", DEFAULT_PRECISION)}
+    if adapters and method["name"] == "full":
+        method["name"] = "lora"
     if method["name"] != "full":
         method.update(lora_settings(entry))
     # Named only when on, so that off gives the params of a config without the key (nothing reruns).
@@ -237,6 +241,8 @@ def check(config: dict[str, Any]) -> None:
             )
         narrowed, full = entry.get("grid") or {}, whole_grid(config)
         for part, values in narrowed.items():
+            if part not in GRID_KEYS:  # arm_recipes: checked where the recipes expand (arm_recipes.py)
+                continue
             unknown = [v for v in values if v not in full[part]]
             if unknown:
                 hints = "".join(did_you_mean(value, full[part]) for value in unknown)

@@ -16,11 +16,12 @@ from workflow_scripts import revisions
 from workflow_scripts.spec import paths, trackers
 from workflow_scripts.spec import tasks as task_catalogue
 from workflow_scripts.spec.basics import REPO_ROOT
-from workflow_scripts.workflow import config_layers, grid, hub_sources, local_data
+from workflow_scripts.workflow import arm_recipes, config_layers, grid, hub_sources, local_data
 
 SCHEMA = REPO_ROOT / "schemas" / "config.schema.yaml"
 # What a config that cannot run raises (each message names the key).
 CONFIG_ERRORS = (
+    arm_recipes.RecipeError,
     config_layers.ConfigLayerError,
     grid.ConfigError,
     paths.ExperimentNameError,
@@ -40,6 +41,8 @@ def check(config: dict[str, Any], configfiles: Sequence[str | Path], catalogues:
     task_catalogue.use_catalogues(list(catalogues))
     grid.check_schema(config, str(SCHEMA))
     validate(config, str(SCHEMA))
+    # Image arms become one config per recipe before anything reads the intermediate configs.
+    arm_recipes.expand(config)
     # Before anything reads a task's hub key: a task has it or local files of its own.
     local_data.check_config(config)
     grid.check_config(config)

@@ -29,7 +29,7 @@ from workflow_scripts.spec.tasks import (
     get_task,
 )
 from workflow_scripts.spec.translation_settings import UNREAD_KEYS, TranslationSettings
-from workflow_scripts.workflow import backbone_grid, local_data, memory_plan, slurm, sweep, transfer
+from workflow_scripts.workflow import arm_recipes, backbone_grid, local_data, memory_plan, slurm, sweep, transfer
 from workflow_scripts.workflow.transfer import data_path, translate_test_path, translated_path
 
 # The keys of a training.<phase> block a training job reads (absent ones stay absent: max_steps).
@@ -497,6 +497,12 @@ def intermediate_data(config: dict[str, Any], name: str) -> dict[str, dict[str, 
     for task in inter["tasks"]:
         if get_task(task).visual:  # the task's image features (the embed_images step)
             out[task]["images"] = image_features_path(task)
+    recipe = arm_recipes.recipe_of(config, name)
+    if recipe is not None and recipe.text_task:  # the recipe's text-only share: its English data
+        out[recipe.text_task] = {
+            "train": data_path(recipe.text_task, "train"),
+            "dev": data_path(recipe.text_task, "dev"),
+        }
     if inter.get("mlm"):
         out["mlm"] = {"train": data_path("mlm", "train")}
     return out
@@ -885,8 +891,16 @@ def intermediate_settings(config: dict[str, Any], backbone: str, name: str) -> P
     tasks = {t: {**_task_opts(config, t), "select_language": lang} for t in inter["tasks"]}
     if inter.get("mlm"):
         tasks["mlm"] = _task_opts(config, "mlm")
+    recipe = arm_recipes.recipe_of(config, name)
+    if recipe is not None:  # an image arm: its recipe (spec/arm_recipe.py)
+        settings["arm_recipe"] = recipe
+        if recipe.text_task:
+            tasks[recipe.text_task] = {**_task_opts(config, recipe.text_task), "select_language": "en"}
+    # trains: adapters on a fully fine-tuned backbone: LoRA for this phase only (merged for the next)
+    adapters = recipe is not None and recipe.trains == "adapters"
+    method = backbone_grid.method_settings(config, backbone, adapters=adapters)
     return PhaseSettings.parse(
-        {**settings, "method": backbone_grid.method_settings(config, backbone), "tasks": tasks, "language": lang},
+        {**settings, "method": method, "tasks": tasks, "language": lang},
         f"the intermediate phase settings of {name}",
     )
 
@@ -984,8 +998,8 @@ def arm_pairs(intermediate: dict[str, dict[str, Any]]) -> list[dict[str, str]]:
     """(visual config, control config, the image task, its control) for every pair of configs
     that differ by one image task replaced by one of its controls."""
 
-    def key(spec: dict[str, Any], tasks) -> tuple:
-        return (tuple(sorted(tasks)), bool(spec.get("mlm")), spec.get("language", "en"))
+    def key(spec: dict[str, Any], tasks) -> tuple:  # equal recipe: an arm is compared with its twin's
+        return (tuple(sorted(tasks)), bool(spec.get("mlm")), spec.get("language", "en"), spec.get("recipe"))
 
     index = {key(spec, spec["tasks"]): name for name, spec in intermediate.items()}
     pairs = []
@@ -995,7 +1009,10 @@ def arm_pairs(intermediate: dict[str, dict[str, Any]]) -> list[dict[str, str]]:
                 swapped = [control if t == task else t for t in spec["tasks"]]
                 other = index.get(key(spec, swapped))
                 if other is not None:
-                    pairs.append({"visual": name, "control": other, "task": task, "control_task": control})
+                    pair = {"visual": name, "control": other, "task": task, "control_task": control}
+                    if spec.get("recipe") is not None:
+                        pair["recipe"] = spec["recipe"]
+                    pairs.append(pair)
     return pairs
 
 
@@ -1009,6 +1026,11 @@ def modality_settings(config: dict[str, Any], backbone: str) -> report_settings.
         "seeds": part["seeds"],
         "decimals": config["tables"].get("decimals", 1),
         "pairs": arm_pairs(chosen),
+        "recipes": {
+            n: r.describe()
+            for n, r in arm_recipes.arm_recipes_of(config).items()
+            if any(spec.get("recipe") == n for spec in chosen.values())
+        },
     }
     return report_settings.ModalitySettings.parse(found, f"modality settings of backbone {backbone}")
 

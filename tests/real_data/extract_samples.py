@@ -55,6 +55,11 @@ IGLUE_SAMPLES = {
     # neighbours: IGLUE scores it (2,000 captions), so the loader must keep it
     "xflickrco_empty_captions": ("datasets/xFlickrCO/annotations", "{lang}/test.jsonl", ["de", "id"],
                                  {"de": [(1958, 1961)], "id": [(899, 902)]}),
+    # the translate-test files: the same first rows, their text in Google's English translation
+    "xvnli_gmt": ("datasets/XVNLI/annotations_machine-translate", "{lang}/test.jsonl", ["ar", "es", "fr", "ru"],
+                  [(0, 30)]),
+    "marvl_gmt": ("datasets/marvl/zero_shot/annotations_machine-translate", "marvl-{lang}_gmt.jsonl",
+                  ["id", "sw", "ta", "tr", "zh"], [(0, 20)]),
 }
 
 

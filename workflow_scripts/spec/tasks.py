@@ -88,6 +88,10 @@ class Task:
     # The task whose train split holds published translations of a target's English training
     # data, one language per row (XNLI's: xnli_mt; PAWS-X's: its own), for translate-train.
     train_translations: str | None = None
+    # The task whose test split holds published machine translations of a target's test rows
+    # into English, each row labelled with its own language (IGLUE's *_gmt files): the
+    # translate-test setting scores those instead of the pipeline's own translations.
+    test_translations: str | None = None
     # How its leaderboard files differ from the canonical rows: class indices instead of label
     # names in a classification label file (XTREME's PAWS-X files), and question ids whose
     # "-<lang>" suffix the converter added (XQuAD, MLQA: one id per language) and the

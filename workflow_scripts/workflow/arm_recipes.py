@@ -5,6 +5,7 @@ Every arm config (one that trains an image task or a text-only control of one) w
 ``recipe`` of its own becomes one config per recipe of ``arm_recipes``, named
 ``<config>@<recipe>`` (``standard`` keeps the name), each with its ``recipe`` set; a
 backbone's ``grid.intermediate`` follows (its ``grid.arm_recipes`` narrows the recipes).
+A transfer setting's ``intermediate`` list names each arm's configs under every recipe.
 Configs that already name their recipe are left as they are, so expanding twice changes
 nothing.
 """
@@ -89,6 +90,13 @@ def expand(config: dict[str, Any]) -> None:
     config["intermediate"] = expanded
     for backbone, entry in (config.get("backbones") or {}).items():
         _expand_backbone_grid(config, backbone, entry.get("grid") or {}, made, original)
+    for setting in ((config.get("transfer") or {}).get("settings") or {}).values():
+        if setting and "intermediate" in setting:  # a transfer setting's configs: each arm under every recipe
+            setting["intermediate"] = [new for name in setting["intermediate"] for new in _names(name, made)]
+
+
+def _names(name: str, made: dict[str, list[tuple[str, str]]]) -> list[str]:
+    return [new for _, new in made[name]] if name in made else [name]
 
 
 def _check_own_recipe(defined: dict[str, Any], name: str, inter: dict[str, Any]) -> None:

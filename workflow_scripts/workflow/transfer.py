@@ -161,7 +161,7 @@ class _Resolver:
         train_from = self.task.train_from
         published = self.task.train_translations
         if published:
-            cfg = self.config["tasks"].get(published)
+            cfg = self.r.config["tasks"].get(published)
             if cfg is None:
                 raise self.fail(
                     f"{self.target} in {lang!r} trains on the published translations of task "
@@ -236,7 +236,7 @@ def _applies(setting: str, target: str) -> str | None:
     task = get_task(target)
     if task.is_retrieval:
         return "retrieval targets are not trained; only zero_shot applies"
-    if setting != ZERO_SHOT and task.visual:
+    if setting != ZERO_SHOT and task.visual and not (setting == "translate_test" and task.test_translations):
         return f"{target} reads images and trains on its English image task only; only zero_shot applies"
     if setting != ZERO_SHOT and (task.format == RANKING or task.stages):
         # XTREME-R defines these on English training data only; their other-language data
@@ -347,15 +347,20 @@ class _Planner:
         return self._plan(dict.fromkeys(r.languages, recipe))
 
     def translate_test(self) -> Plan:
-        """Each language's test data machine-translated into English, scored by the English model."""
+        """Each language's test data machine-translated into English, scored by the English
+        model: the published translations where the target has them (IGLUE's), else the
+        pipeline's."""
         r, others = self.r, self.others
-        for lang in others:
-            r.need_translator(lang, to_english=True)
         langs = (["en"] if "en" in r.languages else []) + others
-        test = ([DataRef(data_path(self.target, "test"), ("en",), "human")] if "en" in langs else []) + [
-            DataRef(translate_test_path(self.target, lang), (lang,), "translate_test") for lang in others
-        ]
-        notes = ("test data machine-translated into English and scored by the English model",)
+        test = [DataRef(data_path(self.target, "test"), ("en",), "human")] if "en" in langs else []
+        if self.task.test_translations:
+            test += self._published_test_translations(others)
+            notes = (f"test data in published machine translations into English ({self.task.test_translations})",)
+        else:
+            for lang in others:
+                r.need_translator(lang, to_english=True)
+            test += [DataRef(translate_test_path(self.target, lang), (lang,), "translate_test") for lang in others]
+            notes = ("test data machine-translated into English and scored by the English model",)
         if self.task.format == SPAN:
             notes += (
                 "QA answers are scored on the English side against the re-aligned gold answers "
@@ -373,6 +378,21 @@ class _Planner:
             text_language="en",
             notes=notes,
         )
+
+    def _published_test_translations(self, langs: list[str]) -> list[DataRef]:
+        published = self.task.test_translations
+        cfg = self.r.config["tasks"].get(published)
+        if cfg is None:
+            raise self.r.fail(
+                f"{self.target}'s translate-test data are the published translations of task {published!r}, "
+                f"which has no entry under 'tasks' (give it the release folder: tasks.{published}.options.path)"
+            )
+        missing = [lang for lang in langs if lang not in cfg.get("languages", [])]
+        if missing:
+            raise self.r.fail(
+                f"no published translation of {self.target}'s test data from {missing}: tasks.{published}.languages"
+            )
+        return [DataRef(data_path(published, "test"), (lang,), "published_mt") for lang in langs]
 
 
 # ----- the whole grid ---------------------------------------------------------------------

@@ -43,6 +43,10 @@ RELEASE = {
     "xvnli": ("datasets/XVNLI/annotations", "{lang}/test.jsonl"),
     "marvl": ("datasets/marvl/zero_shot/annotations", "marvl-{lang}.jsonl"),
     "xflickrco": ("datasets/xFlickrCO/annotations", "{lang}/test.jsonl"),
+    # IGLUE's translate-test files: the same rows, their text machine-translated into English
+    # (Google MT), each still labelled with its language
+    "xvnli_gmt": ("datasets/XVNLI/annotations_machine-translate", "{lang}/test.jsonl"),
+    "marvl_gmt": ("datasets/marvl/zero_shot/annotations_machine-translate", "marvl-{lang}_gmt.jsonl"),
 }
 # xFlickr&CO's images under one image root: Flickr30k's JPEGs and COCO's val2014.
 FLICKR30K_FOLDER = "flickr30k-images"
@@ -73,14 +77,17 @@ def _test_only(task: str, split: str) -> None:
 # ----- XVNLI and its text arms -------------------------------------------------------------
 
 
-def xvnli_rows(split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterator[dict[str, Any]]:
-    """(id, lang, image, caption, hypothesis, label index) of every labelled XVNLI row."""
-    _test_only("xvnli", split)
+def xvnli_rows(
+    split: str, langs: list[str], opts: DataOptions, report: Report, release: str = "xvnli"
+) -> Iterator[dict[str, Any]]:
+    """(id, lang, image, caption, hypothesis, label index) of every labelled XVNLI row of
+    ``release`` (the test set, or its translate-test copy ``xvnli_gmt``)."""
+    _test_only(release, split)
     task = get_task("xvnli")
     counts: Counter = Counter()
     per_lang = dict.fromkeys(langs, 0)
     for lang in langs:
-        for where, r in release_rows("xvnli", opts, lang, report):
+        for where, r in release_rows(release, opts, lang, report):
             missing = [k for k in ("sentence1", "sentence2", "gold_label", "pairID", "Flikr30kID") if k not in r]
             if missing:
                 raise InputError(f"{where}: lacks XVNLI's fields {missing}; has {sorted(r)}")
@@ -101,28 +108,55 @@ def xvnli_rows(split: str, langs: list[str], opts: DataOptions, report: Report) 
                 "hypothesis": r["sentence2"].strip(),
                 "label": label_index(task, r["gold_label"], where),
             }
-    require_languages("xvnli", split, per_lang)
+    require_languages(release, split, per_lang)
     report["load_counts"] = dict(sorted(counts.items()))
+
+
+def image_arm(r: dict[str, Any]) -> Row:
+    return {"id": r["id"], "lang": r["lang"], "text_a": r["hypothesis"], "images": [r["image"]], "label": r["label"]}
+
+
+def caption_arm(r: dict[str, Any]) -> Row:
+    return {"id": r["id"], "lang": r["lang"], "text_a": r["caption"], "text_b": r["hypothesis"], "label": r["label"]}
+
+
+def hypothesis_arm(r: dict[str, Any]) -> Row:
+    return {"id": r["id"], "lang": r["lang"], "text_a": r["hypothesis"], "text_b": None, "label": r["label"]}
 
 
 @converter("xvnli")
 def _xvnli(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
-    for r in xvnli_rows(split, langs, opts, report):
-        yield {"id": r["id"], "lang": r["lang"], "text_a": r["hypothesis"], "images": [r["image"]], "label": r["label"]}
+    return map(image_arm, xvnli_rows(split, langs, opts, report))
 
 
 @converter("xvnli_caption")
 def _xvnli_caption(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
-    for r in xvnli_rows(split, langs, opts, report):
-        yield {"id": r["id"], "lang": r["lang"], "text_a": r["caption"], "text_b": r["hypothesis"], "label": r["label"]}
+    return map(caption_arm, xvnli_rows(split, langs, opts, report))
 
 
 @converter("xvnli_hypothesis_only")
 def _xvnli_hypothesis_only(
     src: Source, split: str, langs: list[str], opts: DataOptions, report: Report
 ) -> Iterable[Row]:
-    for r in xvnli_rows(split, langs, opts, report):
-        yield {"id": r["id"], "lang": r["lang"], "text_a": r["hypothesis"], "text_b": None, "label": r["label"]}
+    return map(hypothesis_arm, xvnli_rows(split, langs, opts, report))
+
+
+# The translate-test copies of the three arms (tasks/xvnli_gmt.yaml and its two text arms).
+@converter("xvnli_gmt")
+def _xvnli_gmt(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
+    return map(image_arm, xvnli_rows(split, langs, opts, report, "xvnli_gmt"))
+
+
+@converter("xvnli_caption_gmt")
+def _xvnli_caption_gmt(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
+    return map(caption_arm, xvnli_rows(split, langs, opts, report, "xvnli_gmt"))
+
+
+@converter("xvnli_hypothesis_only_gmt")
+def _xvnli_hypothesis_only_gmt(
+    src: Source, split: str, langs: list[str], opts: DataOptions, report: Report
+) -> Iterable[Row]:
+    return map(hypothesis_arm, xvnli_rows(split, langs, opts, report, "xvnli_gmt"))
 
 
 # ----- MaRVL --------------------------------------------------------------------------------
@@ -135,13 +169,25 @@ def marvl_images(row: dict[str, Any], lang: str) -> list[str]:
 
 @converter("marvl")
 def _marvl(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
-    """Statement, left and right image, True/False (NLVR2's label names)."""
-    _test_only("marvl", split)
+    return marvl_rows(split, langs, opts, report)
+
+
+@converter("marvl_gmt")
+def _marvl_gmt(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
+    return marvl_rows(split, langs, opts, report, "marvl_gmt")
+
+
+def marvl_rows(
+    split: str, langs: list[str], opts: DataOptions, report: Report, release: str = "marvl"
+) -> Iterator[Row]:
+    """Statement, left and right image, True/False (NLVR2's label names), of ``release`` (the
+    test set, or its translate-test copy ``marvl_gmt``)."""
+    _test_only(release, split)
     task = get_task("marvl")
     counts: Counter = Counter()
     per_lang = dict.fromkeys(langs, 0)
     for lang in langs:
-        for where, r in release_rows("marvl", opts, lang, report):
+        for where, r in release_rows(release, opts, lang, report):
             missing = [k for k in ("id", "caption", "concept", "left_img", "right_img", "label") if k not in r]
             if missing:
                 raise InputError(f"{where}: lacks MaRVL's fields {missing}; has {sorted(r)}")
@@ -160,7 +206,7 @@ def _marvl(src: Source, split: str, langs: list[str], opts: DataOptions, report:
                 "images": marvl_images(r, lang),
                 "label": label_index(task, str(r["label"]), where),
             }
-    require_languages("marvl", split, per_lang)
+    require_languages(release, split, per_lang)
     report["load_counts"] = dict(sorted(counts.items()))
 
 

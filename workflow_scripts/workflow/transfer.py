@@ -244,8 +244,8 @@ def _applies(setting: str, target: str) -> str | None:
         return f"{target} trains on English data only here; only zero_shot applies"
     if setting.startswith("translate_train") and not get_format(task.format).translatable:
         return f"{task.format} tasks get no translate settings (label projection is out of scope, as in XTREME)"
-    if setting == "translate_test" and not get_format(task.format).translate_test:
-        return f"{task.format} test data cannot be translated and scored"
+    if setting == "translate_test" and not (task.test_translations or get_format(task.format).translate_test):
+        return f"{task.format} test data cannot be translated and scored"  # (published translations aside)
     if setting.startswith("in_language") and not task.in_language_train:
         return f"{target} has no training data outside English"
     return None

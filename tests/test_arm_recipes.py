@@ -228,3 +228,62 @@ def test_merge_back_after_full_fine_tuning_moves_each_weight_once():
     )
     with pytest.raises(ValueError, match="no tensor 'extra'"):
         interpolate_weights({"extra": torch.ones(1)}, start, 0.5)
+
+
+# ----- short real phases on the demo encoder ------------------------------------------------
+
+SHORT = {"dev_examples": 40, "eval_batch_size": 32, "eval_every": 4, "learning_rate": 1e-3, "max_micro_batch": 8}
+MNLI = {"mnli": {"batch_size": 8, "epochs": 1, "max_length": 48, "select_language": "en"}}
+
+
+def encoder_weights(directory) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(directory / "model.safetensors"))
+
+
+def start_weights(encoder_dir, saved: dict) -> dict:
+    """The demo encoder's weights under the names a phase saves them with (its file is a
+    masked-LM checkpoint: the backbone under ``roberta.``, beside its MLM head)."""
+    found = {k.removeprefix("roberta."): v for k, v in encoder_weights(encoder_dir).items()}
+    return {k: found[k] for k in saved}
+
+
+def short_phase(tmp_path, demo_data, encoder_dir, name: str, recipe: dict) -> tuple[dict, dict]:
+    from workflow_scripts.training.recipe import train_phase
+
+    settings = phase_settings(MNLI, **SHORT, max_steps=6, language="en", arm_recipe={"name": name, **recipe})
+    data = {"mnli": {"train": str(demo_data["mnli.train"]), "dev": str(demo_data["mnli.train"])}}
+    log = train_phase("intermediate", encoder_dir, data, settings, seed=4, threads=1, output=tmp_path / name)
+    return log, encoder_weights(tmp_path / name)
+
+
+def test_a_frozen_backbone_leaves_the_phase_s_weights_as_they_started(tmp_path, demo_data, demo_encoder_dir):
+    import torch
+
+    log, after = short_phase(tmp_path, demo_data, demo_encoder_dir, "frozen", {"trains": "projector"})
+    start = start_weights(demo_encoder_dir, after)
+    # every backbone parameter frozen: only MNLI's head trained
+    backbone = log["backbone"]
+    assert log["frozen_parameters"] + backbone["trainable_parameters"] == backbone["parameters"]
+    assert 0 < backbone["trainable_parameters"] < log["frozen_parameters"] / 10
+    assert all(torch.equal(after[k], start[k]) for k in after)
+    assert log["settings"]["arm_recipe"]["trains"] == "projector"
+
+
+def test_merge_back_after_full_fine_tuning_is_the_interpolation_of_the_two_ends(tmp_path, demo_data, demo_encoder_dir):
+    """The same seeded phase without and with a merge-back of 0.25: the merged weights are
+    0.75 of the trained ones plus 0.25 of the starting ones."""
+    import torch
+
+    _, trained = short_phase(tmp_path, demo_data, demo_encoder_dir, "plain", {})
+    start = start_weights(demo_encoder_dir, trained)
+    log, merged = short_phase(tmp_path, demo_data, demo_encoder_dir, "merged", {"merge_back": 0.25})
+    assert log["merge_back"] == {
+        "alpha": 0.25,
+        "tensors_moved": len([k for k in start if start[k].is_floating_point()]),
+    }
+    moved = [k for k in start if not torch.equal(trained[k], start[k])]
+    assert moved  # the phase trained the backbone
+    for k in start:
+        assert torch.allclose(merged[k], 0.75 * trained[k] + 0.25 * start[k], atol=1e-6), k

@@ -161,7 +161,7 @@ class _Resolver:
         train_from = self.task.train_from
         published = self.task.train_translations
         if published:
-            cfg = self.r.config["tasks"].get(published)
+            cfg = self.config["tasks"].get(published)
             if cfg is None:
                 raise self.fail(
                     f"{self.target} in {lang!r} trains on the published translations of task "

@@ -23,6 +23,17 @@ sw), two statements each, one true and one false, written with the templates of 
 NLVR2 (make_demo_data.py) in the language; the images are JPEGs under
 ``marvl-images/<lang>/images/<concept>/`` with a ``SHA256SUMS`` file. Deterministic (seed "marvl").
 
+xFlickr&CO (e-bug/iglue ``datasets/xFlickrCO/annotations/<lang>/test.jsonl``: ``sentences`` a
+list of one caption, ``id``, ``img_path``) is one caption per image, the same images in the
+same order in every language: Flickr30k's first (``id`` a numeric string, ``<id>.jpg``), then
+COCO val2014's (``id`` an integer, ``COCO_val2014_<id:012d>.jpg``), under one root holding
+``flickr30k-images/`` and ``coco-images/val2014/``. The demo's version has 24 new scenes, each
+of the scene world's 24 one-object descriptions once (shuffled; the first 12 filed as
+Flickr30k's, the last 12 as COCO's), captioned in en, de, ru and sw with the caption
+template XVNLI's rows use; as in the release's German file, one German caption (a COCO
+image's) is empty. The images are JPEGs under ``xflickrco-images/`` with a ``SHA256SUMS``
+file. Deterministic (seed "xflickrco").
+
     python demo/make_iglue_demo.py       # rewrites demo/hub/e-bug/iglue/
 """
 
@@ -316,9 +327,70 @@ def make_xvnli() -> None:
     print(f"wrote {len(chosen)} images under {IMAGES} and XVNLI rows in {', '.join(LANGS)} under {ANNOTATIONS}")
 
 
+XFLICKRCO_ANNOTATIONS = ROOT / "datasets/xFlickrCO/annotations"
+XFLICKRCO_IMAGES = ROOT / "xflickrco-images"
+XFLICKRCO_PER_SOURCE = 12  # Flickr30k's images, then as many of COCO's
+# The release's German file has one empty caption (line 1,960, a COCO image); the demo's too.
+XFLICKRCO_EMPTY = ("de", 2 * XFLICKRCO_PER_SOURCE - 3)
+
+
+def xflickrco_scenes(rng: random.Random) -> list:
+    """Each one-object description of the scene world once, in a seeded order."""
+    from itertools import product
+
+    from workflow_scripts.multimodal import scene_world
+
+    things = product(scene_world.SHAPES, tuple(scene_world.COLOURS), scene_world.SIZES, scene_world.SIDES)
+    scenes = [scene_world.Scene((scene_world.Thing(*thing),)) for thing in things]
+    rng.shuffle(scenes)
+    return scenes[: 2 * XFLICKRCO_PER_SOURCE]
+
+
+def write_xflickrco_image(scene, path: str, rng: random.Random) -> str:
+    """The scene rendered as a JPEG at ``path`` under the image root; its SHA256SUMS line."""
+    from PIL import Image
+
+    from workflow_scripts.multimodal import scene_world
+
+    buffer = io.BytesIO()
+    Image.fromarray(scene_world.render(scene, rng)).save(buffer, format="JPEG", quality=95)
+    (XFLICKRCO_IMAGES / path).parent.mkdir(parents=True, exist_ok=True)
+    (XFLICKRCO_IMAGES / path).write_bytes(buffer.getvalue())
+    return f"{hashlib.sha256(buffer.getvalue()).hexdigest()}  {path}"
+
+
+def make_xflickrco() -> None:
+    """xFlickr&CO's release layout over new scenes (see the module's docstring)."""
+    rng = random.Random("xflickrco")
+    scenes = xflickrco_scenes(rng)
+    flickr_ids = sorted(rng.sample(range(1_000_000_000, 9_999_999_999), XFLICKRCO_PER_SOURCE))
+    coco_ids = sorted(rng.sample(range(1, 581_929), XFLICKRCO_PER_SOURCE))
+    records, sums = [], []
+    for k, scene in enumerate(scenes):
+        if k < XFLICKRCO_PER_SOURCE:
+            image_id, img_path = str(flickr_ids[k]), f"{flickr_ids[k]}.jpg"
+            sums.append(write_xflickrco_image(scene, f"flickr30k-images/{img_path}", rng))
+        else:
+            image_id = coco_ids[k - XFLICKRCO_PER_SOURCE]
+            img_path = f"COCO_val2014_{image_id:012d}.jpg"
+            sums.append(write_xflickrco_image(scene, f"coco-images/val2014/{img_path}", rng))
+        records.append((scene.caption(), image_id, img_path))
+    (XFLICKRCO_IMAGES / "SHA256SUMS").write_text("\n".join(sums) + "\n")
+    for lang in LANGS:
+        lines = []
+        for k, (english, image_id, img_path) in enumerate(records):
+            text = "" if (lang, k) == XFLICKRCO_EMPTY else translate_caption(english, lang)
+            lines.append(json.dumps({"sentences": [text], "id": image_id, "img_path": img_path}, ensure_ascii=False))
+        path = XFLICKRCO_ANNOTATIONS / lang / "test.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(f"wrote {len(records)} images under {XFLICKRCO_IMAGES} and xFlickr&CO rows in {', '.join(LANGS)}")
+
+
 def main() -> None:
     make_xvnli()
     make_marvl()
+    make_xflickrco()
 
 
 if __name__ == "__main__":

@@ -280,8 +280,9 @@ def demo_config(extra_target: str) -> dict:
 @pytest.mark.parametrize(
     "target, message",
     [
-        ("xflickrco", "xflickrco is a multimodal target; its target phase is not built yet: xFlickr&CO is scored"),
-        # XVNLI, its arms and MaRVL run as targets of the IGLUE benchmark (tests/test_xvnli_target.py)
+        # XVNLI, its arms, MaRVL and xFlickr&CO run as targets of the IGLUE benchmark
+        # (tests/test_xvnli_target.py, tests/test_xflickrco_target.py)
+        ("xflickrco", "'xflickrco' is not a XTREME target (benchmark: xtreme"),
         ("xvnli", "'xvnli' is not a XTREME target (benchmark: xtreme"),
         ("marvl", "'marvl' is not a XTREME target"),
         ("xvnli_caption", "'xvnli_caption' is not a XTREME target"),

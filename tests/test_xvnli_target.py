@@ -63,21 +63,14 @@ def test_the_xvnli_config_trains_on_snli_ve_features_and_scores_with_the_targets
 @pytest.mark.parametrize(
     "change, key, message",
     [
-        (
-            lambda c: c["targets"].append("xflickrco"),
-            "targets[3]",
-            "xflickrco is a multimodal target; its target phase is not built yet",
-        ),
         (lambda c: c.update(benchmark="xtreme"), "targets[0]", "'xvnli' is not a XTREME target"),
     ],
 )
 def test_the_config_check_names_what_keeps_an_image_target_from_running(change, key, message):
+    """(xFlickr&CO's: tests/test_xflickrco_target.py.)"""
     from workflow_scripts.workflow import grid
 
     config = xvnli_config()
-    if "xflickrco" in message:
-        config["tasks"]["xflickrco"] = {"hub": {"path": "floschne/xflickrco"}, "languages": ["de"], "options": {}}
-        config["tasks"]["xflickrco"].update({"batch_size": 16, "epochs": 1, "max_length": 48})
     change(config)
     with pytest.raises(grid.ConfigError) as err:
         grid.check_config(config)

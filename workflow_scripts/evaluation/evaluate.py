@@ -46,6 +46,7 @@ from workflow_scripts.evaluation.retrieval import (
     margin_candidates,
     mined_pairs,
     prf,
+    score_caption_image_embeddings,
     tatoeba_nearest,
     tatoeba_score,
     unique_texts,
@@ -154,20 +155,10 @@ def predict_and_score(
     scorer = get_format(task.format).scorer  # spec/formats/: TaskFormat.scorer
     if scorer == RANKING:  # one embedding per row (pool_ranking.py)
         return pool_ranking.score(rows, logits, task.name, dev=dev)
-    if scorer == VISUAL_RETRIEVAL:  # recall@1 of each caption among the split's images
+    if scorer == VISUAL_RETRIEVAL:  # every caption against every image of the split, both directions
         import numpy as np
 
-        embeddings = np.stack(logits)
-        half = embeddings.shape[1] // 2
-        names = [tuple(r["images"]) for r in rows]
-        first: dict[tuple, int] = {}
-        for i, n in enumerate(names):  # an image's vector: that of its first row
-            first.setdefault(n, i)
-        distinct = sorted(first)
-        images = embeddings[[first[n] for n in distinct], half:]
-        found = (embeddings[:, :half] @ images.T).argmax(axis=1)
-        hits = [distinct[j] == n for j, n in zip(found, names)]
-        return {"recall_at_1": 100.0 * sum(hits) / max(1, len(hits))}, [list(distinct[j]) for j in found]
+        return score_caption_image_embeddings(np.stack(logits), [r["images"][0] for r in rows])
     if scorer == VISUAL_ANSWER:  # VQA accuracy of the best answer of the vocabulary
         from workflow_scripts.data.vqa_answers import vqa_accuracy
 

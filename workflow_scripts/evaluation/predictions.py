@@ -22,7 +22,9 @@
   ``<xling id>_<lang>`` and a candidate sentence ``<context id>_<sentence position>``).
   A query may not be called ``data``: ``read_squad`` would read that key's value instead;
 - BUCC: ``.tsv``, one mined pair ``<source id>\\t<English id>`` per line;
-- Tatoeba: ``.tsv``, per English sentence the index of the retrieved sentence, one per line.
+- Tatoeba: ``.tsv``, per English sentence the index of the retrieved sentence, one per line;
+- image-caption retrieval (IGLUE's xFlickr&CO, which has no leaderboard files): ``.tsv``, per
+  caption the name of the image ranked first, one per line.
 
 Evaluation writes one such folder per run next to its metric file (``seed<N>.predictions/``);
 ``submission.collect`` copies the best models' folders into one submission. This module
@@ -46,6 +48,7 @@ from workflow_scripts.spec.tasks import (
     SPAN,
     TAGGING,
     VISUAL_CLASSIFICATION,
+    VISUAL_RETRIEVAL,
     get_task,
 )
 
@@ -117,6 +120,8 @@ def render(target: str, predicted: Any, lang: str) -> str:
         return "".join(f"{src}\t{eng}\n" for src, eng in predicted)
     if task.format == RETRIEVAL:
         return "".join(f"{int(i)}\n" for i in predicted)
+    if task.format == VISUAL_RETRIEVAL:  # per caption, in the release's order, the image ranked first
+        return "".join(f"{name}\n" for name in predicted)
     raise InputError(f"task {target}: no leaderboard format for {task.format}")
 
 

@@ -255,3 +255,41 @@ def image_text_recall(similarity: np.ndarray, gold: Sequence[int], ks: Sequence[
     if 1 in ks:
         scores["recall_at_1"] = scores["ir_recall_at_1"]
     return scores
+
+
+# The cut-offs IGLUE's scorer prints for xFlickr&CO, each direction ("Final r1, r5, r10" of
+# volta's image and text retrieval, experiments/zero_shot/*/xflickrco/test.<lang>.out).
+IMAGE_TEXT_KS = (1, 5, 10)
+
+
+def image_text_scores(similarity: np.ndarray, gold: Sequence[int]) -> dict[str, float]:
+    """image_text_recall at 1, 5 and 10, each with the mean of its two directions
+    (``mean_recall_at_k``): IGLUE's tables report text to image and image to text R@1 apart
+    (results/xflickrco/xFlickrCO_ir_0.csv, xFlickrCO_tr_0.csv); the mean is one number beside them."""
+    scores = image_text_recall(similarity, gold, IMAGE_TEXT_KS)
+    for k in IMAGE_TEXT_KS:
+        scores[f"mean_recall_at_{k}"] = (scores[f"ir_recall_at_{k}"] + scores[f"tr_recall_at_{k}"]) / 2
+    return scores
+
+
+def score_caption_image_embeddings(
+    embeddings: np.ndarray, images_of_rows: Sequence[str]
+) -> tuple[dict[str, float], list[str]]:
+    """(scores, each caption's top image) of one split of an image-caption retrieval task.
+
+    ``embeddings`` holds each row's unit caption and image vectors side by side, as
+    ``multimodal.prefix.contrastive_logits`` returns them; an image's vector does not depend on
+    the caption beside it, so the first row naming the image gives it. Every caption is scored
+    against every image of the split (IGLUE's captions x images matrix), by cosine."""
+    embeddings = np.asarray(embeddings, dtype=np.float64)
+    if embeddings.ndim != 2 or embeddings.shape[0] != len(images_of_rows) or embeddings.shape[1] % 2:
+        raise InputError(
+            f"caption|image embeddings {embeddings.shape} do not match {len(images_of_rows)} rows of two halves"
+        )
+    half = embeddings.shape[1] // 2
+    images, gold = caption_image_index(images_of_rows)
+    first_row = {name: row for row, name in reversed(list(enumerate(images_of_rows)))}
+    image_vectors = embeddings[[first_row[name] for name in images], half:]
+    similarity = embeddings[:, :half] @ image_vectors.T
+    top = np.argmax(similarity, axis=1)  # ties: the lower index, as the ranks break them
+    return image_text_scores(similarity, gold), [images[j] for j in top]

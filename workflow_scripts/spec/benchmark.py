@@ -140,9 +140,8 @@ _XVNLI = _langs("ar en es fr ru")
 
 # IGLUE's multimodal targets. XVNLI's caption and hypothesis-only arms (the same test rows
 # with the translated caption, or nothing, as premise; docs/protocol.md §9) are scored beside
-# it. MaRVL is trained from NLVR2 and scored on its own images; xFlickr&CO is declared with
-# its official languages, and the config check refuses it until its target phase is built
-# (docs/multimodal.md).
+# it. MaRVL is trained from NLVR2 and scored on its own images; xFlickr&CO is trained from
+# Flickr30k and scored by retrieval over its own images, both directions (docs/multimodal.md).
 IGLUE = Benchmark(
     name="iglue",
     title="IGLUE",

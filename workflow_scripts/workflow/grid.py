@@ -175,12 +175,6 @@ def _check_translated_config(config: dict[str, Any], name: str, tasks: list[str]
 
 def _check_target(config: dict[str, Any], target: str, key: str) -> None:
     bench = benchmark.of_config(config)
-    multimodal = multimodal_target(target)
-    if multimodal in UNBUILT_MULTIMODAL_TARGETS:
-        raise ConfigError(
-            f"config key {key}: {target} is a multimodal target; its target phase is not built yet: "
-            f"{UNBUILT_MULTIMODAL_TARGETS[multimodal]} (docs/multimodal.md; XVNLI's and MaRVL's are)"
-        )
     if target in TASKS and get_task(target).is_target and target not in bench.targets:
         raise ConfigError(
             f"config key {key}: {target!r} is not a {bench.title} target (benchmark: {bench.name}; "
@@ -236,19 +230,12 @@ def _check_tables_baseline(config: dict[str, Any], baselines: list[str]) -> None
         raise ConfigError(f"config key tables.baseline: {baseline!r} has tasks; the baseline must have none")
 
 
-# Multimodal targets whose target phase is not built, with what it lacks.
-UNBUILT_MULTIMODAL_TARGETS = {
-    "xflickrco": "xFlickr&CO is scored by image-text retrieval over a similarity matrix, which the evaluation of a "
-    "trained target does not compute",
-}
-
-
 def check_visual_target(config: dict[str, Any], target: str, key: str) -> None:
-    """A target that reads images (XVNLI, MaRVL): trained on its ``train_from`` task's English rows
-    with that task's image features, selected on ``select_from``'s English dev split, and
-    scored with its own test images' features. Both image folders must be known, the task it
-    trains from must read the same number of images per row. Only zero-shot applies
-    (transfer._applies)."""
+    """A target that reads images (XVNLI, MaRVL, xFlickr&CO): trained on its ``train_from``
+    task's English rows with that task's image features, selected on ``select_from``'s English
+    dev split, and scored with its own test images' features. Both image folders must be
+    known, the task it trains from must read the same number of images per row. Only
+    zero-shot applies (transfer._applies)."""
     task = get_task(target)
     for dep in (task.train_from, task.select_from):
         if dep is None or not get_task(dep).visual or get_task(dep).format != task.format:
@@ -560,7 +547,7 @@ def visual_tasks(config: dict[str, Any]) -> list[str]:
     found = {t for inter in config["intermediate"].values() for t in inter["tasks"] if get_task(t).visual}
     for target in config["targets"]:
         task = get_task(target) if target in TASKS else None
-        if task is None or not task.is_target or not task.visual or target in UNBUILT_MULTIMODAL_TARGETS:
+        if task is None or not task.is_target or not task.visual:
             continue
         # (a task missing from `tasks` is named by the config check's need_task)
         found |= {t for t in (target, task.train_from, task.select_from) if t in config["tasks"] and get_task(t).visual}

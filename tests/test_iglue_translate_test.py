@@ -80,3 +80,34 @@ def test_translate_test_without_the_translations_entry_stops_naming_it():
     assert "tasks.xvnli_gmt.options.path" in str(err.value) and "config key transfer.settings.translate_test" in str(
         err.value
     )
+
+
+def test_the_translated_xflickrco_captions_keep_their_images_in_the_release_order(tmp_path):
+    langs = ["de", "ja", "zh"]
+    original, _ = load("xflickrco", langs, tmp_path)
+    translated, _ = load("xflickrco_gmt", langs, tmp_path, folder="xflickrco_gmt")
+    assert [(r["id"], list(r["images"])) for r in translated] == [(r["id"], list(r["images"])) for r in original]
+    assert translated[0]["text_a"] == "The man is wearing an orange woolen hat."
+
+
+def test_translate_test_of_xflickrco_reads_its_published_translations():
+    from snakemake.utils import validate
+
+    from workflow_scripts.workflow import config_layers, grid
+
+    config = config_layers.load([REPO / "tests/configs/xflickrco_demo.yaml"])
+    validate(config, str(REPO / "schemas" / "config.schema.yaml"))
+    others = [lang for lang in config["tasks"]["xflickrco"]["languages"] if lang != "en"]
+    config["tasks"]["xflickrco_gmt"] = {
+        "hub": {"path": "floschne/xflickrco"},
+        "languages": others,
+        "options": {"path": "x"},
+    }
+    config["transfer"] = {"settings": {"zero_shot": {}, "translate_test": {}}}
+    grid.check_config(config)
+    plan = transfer.plan(config, "translate_test", "xflickrco")
+    refs = {lang: ref.path for ref in plan.eval_data["test"] for lang in ref.languages}
+    assert all(refs[lang].endswith("/data/xflickrco_gmt/test.parquet") for lang in others)
+    assert grid.evaluation(config, "xlmr_tiny", "translate_test", "none", "xflickrco", 1)["images"].endswith(
+        "/data/images/xflickrco"
+    )

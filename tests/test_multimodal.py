@@ -116,7 +116,7 @@ def test_the_modality_by_size_preset_builds_its_grid_offline(repo):
 def test_the_iglue_preset_plans_zero_shot_and_translate_test_on_the_releases_translations(repo):
     jobs = planned_jobs(repo, "--configfile", "config/iglue.yaml")
     metrics = {tuple(Path(out).parts[4:7:2]) for rule, out in jobs if rule == "evaluate_target"}
-    targets = ("xvnli", "xvnli_caption", "xvnli_hypothesis_only", "marvl")
+    targets = ("xvnli", "xvnli_caption", "xvnli_hypothesis_only", "marvl", "xflickrco")
     assert metrics == {(setting, t) for setting in ("zero_shot", "translate_test") for t in targets}
     prepared = {Path(out).parts[3] for rule, out in jobs if rule == "prepare_task_data"}
     assert {f"{t}_gmt" for t in targets} <= prepared

@@ -74,7 +74,7 @@ def test_only_zero_shot_applies_to_xflickrco_and_the_refusal_names_the_key():
         grid.check_config(config)
     message = str(err.value)
     assert "config key transfer.settings.translate_train.targets[0]" in message
-    assert "xflickrco reads images" in message and "only zero_shot applies" in message
+    assert "xflickrco reads images" in message and "only zero_shot and translate_test" in message
 
 
 def without_images_from_the_hub(config: dict, task: str) -> None:

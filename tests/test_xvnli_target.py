@@ -85,7 +85,7 @@ def test_an_image_target_trains_on_english_only():
 
     config = xvnli_config()
     config["transfer"] = {"settings": {"zero_shot": {}, "translate_train": {"targets": ["xvnli"]}}}
-    with pytest.raises(transfer.TransferError, match="xvnli reads images .* only zero_shot applies"):
+    with pytest.raises(transfer.TransferError, match="xvnli reads images .* only zero_shot and translate_test"):
         transfer.check(config)
 
 

@@ -60,6 +60,8 @@ IGLUE_SAMPLES = {
                   [(0, 30)]),
     "marvl_gmt": ("datasets/marvl/zero_shot/annotations_machine-translate", "marvl-{lang}_gmt.jsonl",
                   ["id", "sw", "ta", "tr", "zh"], [(0, 20)]),
+    "xflickrco_gmt": ("datasets/xFlickrCO/annotations_machine-translate", "{lang}/test_gmt.jsonl", ["de", "ja", "zh"],
+                      [(0, 20), (1000, 1020)]),
 }
 
 

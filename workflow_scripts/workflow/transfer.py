@@ -237,7 +237,12 @@ def _applies(setting: str, target: str) -> str | None:
     if task.is_retrieval:
         return "retrieval targets are not trained; only zero_shot applies"
     if setting != ZERO_SHOT and task.visual and not (setting == "translate_test" and task.test_translations):
-        return f"{target} reads images and trains on its English image task only; only zero_shot applies"
+        allowed = (
+            "zero_shot and translate_test (its published translations) apply"
+            if task.test_translations
+            else "zero_shot applies"
+        )
+        return f"{target} reads images and trains on its English image task only; only {allowed}"
     if setting != ZERO_SHOT and (task.format == RANKING or task.stages):
         # XTREME-R defines these on English training data only; their other-language data
         # (translated SIQA, COPA, Wikipedia pairs) is not part of the benchmark.

@@ -47,6 +47,7 @@ RELEASE = {
     # (Google MT), each still labelled with its language
     "xvnli_gmt": ("datasets/XVNLI/annotations_machine-translate", "{lang}/test.jsonl"),
     "marvl_gmt": ("datasets/marvl/zero_shot/annotations_machine-translate", "marvl-{lang}_gmt.jsonl"),
+    "xflickrco_gmt": ("datasets/xFlickrCO/annotations_machine-translate", "{lang}/test_gmt.jsonl"),
 }
 # xFlickr&CO's images under one image root: Flickr30k's JPEGs and COCO's val2014.
 FLICKR30K_FOLDER = "flickr30k-images"
@@ -221,14 +222,26 @@ def xflickrco_image(img_path: str) -> str:
 
 @converter("xflickrco")
 def _xflickrco(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
+    return xflickrco_rows(split, langs, opts, report)
+
+
+@converter("xflickrco_gmt")
+def _xflickrco_gmt(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
+    return xflickrco_rows(split, langs, opts, report, "xflickrco_gmt")
+
+
+def xflickrco_rows(
+    split: str, langs: list[str], opts: DataOptions, report: Report, release: str = "xflickrco"
+) -> Iterator[Row]:
     """One row per caption with its image, in the release's order: IGLUE's retrieval ranks the
-    images in the order of their first row (evaluation/retrieval.py: ``caption_image_index``)."""
-    _test_only("xflickrco", split)
+    images in the order of their first row (evaluation/retrieval.py: ``caption_image_index``).
+    ``release``: the test set, or its translate-test copy ``xflickrco_gmt``."""
+    _test_only(release, split)
     counts: Counter = Counter()
     per_lang = dict.fromkeys(langs, 0)
     for lang in langs:
         images: set[str] = set()
-        for where, r in release_rows("xflickrco", opts, lang, report):
+        for where, r in release_rows(release, opts, lang, report):
             if not isinstance(r.get("sentences"), list) or not r.get("img_path"):
                 raise InputError(f"{where}: lacks xFlickr&CO's fields (sentences: a list, img_path); has {sorted(r)}")
             image = xflickrco_image(str(r["img_path"]))
@@ -242,5 +255,5 @@ def _xflickrco(src: Source, split: str, langs: list[str], opts: DataOptions, rep
                 yield {"id": f"{lang}-{r['img_path']}#{k}", "lang": lang, "text_a": text, "images": [image]}
         counts[f"{lang}:images"] = len(images)
         counts[f"{lang}:captions"] = per_lang[lang]
-    require_languages("xflickrco", split, per_lang)
+    require_languages(release, split, per_lang)
     report["load_counts"] = dict(sorted(counts.items()))

@@ -12,7 +12,9 @@ demo lexicon's words (make_demo_data.py) where it has them. As in the release, e
 language has the same rows in the same order, and one row per language has no gold label
 (``-``; IGLUE scores it as a wrong answer). Each scene's image is re-encoded as a JPEG named
 by a made-up Flickr30k-style numeric id, with a ``SHA256SUMS`` file beside the images.
-Deterministic (seed "xvnli").
+Its translate-test copy (``annotations_machine-translate/<lang>/test.jsonl``, each language
+but English) holds the same rows with the scene world's English sentences. Deterministic
+(seed "xvnli").
 
 MaRVL (e-bug/iglue ``datasets/marvl/zero_shot/annotations/marvl-<lang>.jsonl``: ``id``,
 ``language``, ``concept``, ``caption``, ``left_img``, ``right_img``, ``label`` a boolean)
@@ -54,6 +56,7 @@ HUB = Path(__file__).resolve().parent / "hub"
 SNLI_VE = HUB / "HuggingFaceM4/SNLI-VE"
 ROOT = HUB / "e-bug/iglue"
 ANNOTATIONS = ROOT / "datasets/XVNLI/annotations"
+TRANSLATE_TEST = ROOT / "datasets/XVNLI/annotations_machine-translate"
 IMAGES = ROOT / "flickr30k-images"
 LANGS = ("en", "de", "ru", "sw")
 SCENES = 19  # 57 labelled rows and one without a gold label per language
@@ -304,7 +307,7 @@ def make_xvnli() -> None:
     # One pair repeated without a gold label, as the release's 14 per language.
     unlabelled = rng.choice(chosen)
     for lang in LANGS:
-        out = []
+        out, english = [], []
         for filename in chosen:
             flickr = str(ids[filename])
             pairs = [(r, LABELS[r["label"]]) for r in by_image[filename]]
@@ -321,10 +324,26 @@ def make_xvnli() -> None:
                         "Flikr30kID": flickr,
                     }
                 )
+                english.append((r["premise"], r["hypothesis"]))
         path = ANNOTATIONS / lang / "test.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in out), encoding="utf-8")
+        if lang != "en":
+            write_translate_test(out, english, lang)
     print(f"wrote {len(chosen)} images under {IMAGES} and XVNLI rows in {', '.join(LANGS)} under {ANNOTATIONS}")
+
+
+def write_translate_test(rows: list[dict], english: list[tuple[str, str]], lang: str) -> None:
+    """The release's translate-test layout (``annotations_machine-translate/<lang>/test.jsonl``):
+    the same rows with their caption and hypothesis in English. The demo's English is the scene
+    world's own sentences, a perfect translation: the demo shows the protocol, not MT quality."""
+    out = [
+        {**row, "sentence1": caption_en, "sentence2": hypothesis_en}
+        for row, (caption_en, hypothesis_en) in zip(rows, english)
+    ]
+    path = TRANSLATE_TEST / lang / "test.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in out), encoding="utf-8")
 
 
 XFLICKRCO_ANNOTATIONS = ROOT / "datasets/xFlickrCO/annotations"

@@ -32,6 +32,9 @@ DEMO_PRESETS = (
     "config/multimodal_demo.yaml",
     "config/xtreme_r_demo.yaml",
     "tests/configs/sweep_demo.yaml",
+    "tests/configs/xvnli_demo.yaml",
+    "tests/configs/xflickrco_demo.yaml",
+    "config/iglue.yaml",
 )
 SETTINGS_FLAGS = ("--settings", "--backbone-settings")
 CLI = re.compile(r"python -m workflow_scripts\.([\w.]+)")

@@ -101,3 +101,19 @@ def test_the_leakage_check_flags_the_demo_worlds_shared_english_sentences(run):
     rows = {line.split("|")[1].strip(): line for line in main.splitlines() if line.startswith("| ")}
     assert rows["snli_ve"].count("§") == 3 and "§" not in rows["none"]
     assert "snli_ve on xvnli: snli_ve shares 0 images and" in main
+
+
+def test_translate_test_scores_the_releases_english_rows_with_the_zero_shot_model(run):
+    """IGLUE's translate-test: the baseline's zero-shot XVNLI model scores the release's
+    English copy of each language's rows (the demo's: the scene world's own sentences), with
+    the same test images; English keeps its own rows."""
+    translated = json.loads((run / "metrics/xlmr_tiny/translate_test/none/xvnli/seed1.json").read_text())
+    zero_shot = json.loads((run / "metrics/xlmr_tiny/zero_shot/none/xvnli/seed1.json").read_text())
+    assert sorted(translated["scores"]["test"]) == sorted(LANGS)
+    assert translated["visual"]["images"] == f"{RESULTS}/data/images/xvnli"
+    assert translated["visual"]["rows_with_images"] == {"test": dict.fromkeys(LANGS, 57)}
+    assert translated["scores"]["test"]["en"] == zero_shot["scores"]["test"]["en"]
+    assert {ref["path"].split("/")[-2] for ref in translated["transfer"]["data"]["test"]} == {"xvnli", "xvnli_gmt"}
+    # the demo's translations are the English sentences: every language scores as English does
+    for lang in ("de", "ru", "sw"):
+        assert translated["scores"]["test"][lang] == zero_shot["scores"]["test"]["en"]

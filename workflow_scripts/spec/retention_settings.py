@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from workflow_scripts.spec.phase_settings import MethodSettings
-from workflow_scripts.spec.record import Record
+from workflow_scripts.spec.record import Record, optional
 from workflow_scripts.spec.report_settings import ArmPair
 
 # The stages a backbone is probed at, in training order.
@@ -84,3 +84,5 @@ class RetentionTableSettings(Record):
     languages: tuple[str, ...]
     pairs: tuple[ArmPair, ...]
     decimals: int = 2
+    # What the loss is (OBJECTIVES); None: a family without an LM head, alignment only.
+    objective: str | None = optional()

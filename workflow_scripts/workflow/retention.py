@@ -186,6 +186,7 @@ def table_settings(config: dict[str, Any], backbone: str) -> RetentionTableSetti
         "languages": probe_languages(config),
         "pairs": grid.arm_pairs(chosen),
         "decimals": max(2, config["tables"].get("decimals", 1)),
+        "objective": objective(config, backbone),
     }
     return RetentionTableSettings.parse(found, f"retention table settings of backbone {backbone}")
 

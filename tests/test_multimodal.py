@@ -107,6 +107,11 @@ def test_the_modality_by_size_preset_builds_its_grid_offline(repo):
     assert counts["evaluate_target"] == sum(len(c) for c in configs.values()) * len(config["seeds"]) * 10
     assert counts["prepare_backbone"] == len(config["backbones"]) and counts["embed_images"] == 1
     assert counts["compare_modality"] == 1 and counts["tabulate_modality"] == len(config["backbones"])
+    # the retention probe: every backbone before, after each config's intermediate phase and
+    # after its first target's zero-shot training, and its table
+    assert counts["probe_retention_before"] == counts["tabulate_retention"] == len(config["backbones"])
+    assert counts["probe_retention"] == counts["train_intermediate"]
+    assert counts["probe_retention_target"] == sum(len(c) for c in configs.values()) * len(config["seeds"])
 
 
 def test_an_image_task_read_from_the_hub_needs_its_image_folder(repo):
@@ -206,6 +211,38 @@ def test_the_table_across_backbones_holds_each_backbones_differences_with_interv
     assert header.index("xlmr_tiny (encoder") < header.index("llama_tiny (decoder")
     assert (results / "figures/modality_scaling.png").stat().st_size > 1000
     assert (results / "figures/modality_scaling.svg").is_file()
+
+
+def test_the_retention_table_probes_every_stage_of_both_backbones(demo_run):
+    """Forgetting at every stage (docs/multimodal.md, "Forgetting"): one pretrained probe per
+    backbone that every arm's change is measured from, and real changes where a phase trained."""
+    results = demo_run / "results/multimodal_demo"
+    config = config_layers.load([demo_run / CONFIG])
+    for backbone, entry in config["backbones"].items():
+        configs = (entry.get("grid") or {}).get("intermediate") or list(config["intermediate"])
+        table = pd.read_csv(results / f"tables/{backbone}/retention.csv", keep_default_na=False, na_values=[""])
+        stages = set(zip(table["config"], table["stage"]))
+        assert stages == {(c, "intermediate") for c in configs if c != "none"} | {(c, "target:xnli") for c in configs}
+        assert set(table["language"]) == {"en", "de", "ru", "sw", "avg"}
+        # one before probe: the same loss and alignment before every arm, per language
+        assert (table.groupby("language")[["loss_before", "alignment_before"]].nunique() == 1).all().all()
+        before = json.loads((results / f"retention/{backbone}/before.json").read_text())
+        en = table[table["language"] == "en"]
+        assert (en["loss_before"] == pytest.approx(before["languages"]["en"]["loss"])).all()
+        # a phase that trained the backbone (in full, or an adapter merged) changed its loss
+        trained = table[(table["config"] == "snli_ve") & (table["stage"] == "intermediate")]
+        assert (trained["loss_after"] != trained["loss_before"]).all() and trained["loss_change"].notna().all()
+        probe = json.loads((results / f"retention/{backbone}/snli_ve/seed1/intermediate.json").read_text())
+        assert probe["lineage"]["own"] is (entry.get("method") == "lora")
+        assert probe["languages"]["de"]["inputs_sha256"] == before["languages"]["de"]["inputs_sha256"]
+        pairs = pd.read_csv(results / f"tables/{backbone}/retention_pairs.csv")
+        assert set(zip(pairs["visual"], pairs["control"])) == {
+            ("snli_ve", "snli_caption"),
+            ("snli_ve", "hypothesis_only"),
+        }
+        assert pairs["transfer_difference"].notna().all() and pairs["loss_change_difference_intermediate"].notna().all()
+        assert "Image arm minus its text twin" in (results / f"tables/{backbone}/retention.md").read_text()
+        assert (results / f"figures/{backbone}/retention.png").stat().st_size > 1000
 
 
 def test_nothing_reruns_after_the_multimodal_demo(demo_run):

@@ -20,9 +20,6 @@ from workflow_scripts.spec.phase_settings import MethodSettings
 from workflow_scripts.spec.record import Record, optional
 from workflow_scripts.spec.report_settings import ArmPair
 
-# The stages a backbone is probed at, in training order.
-STAGES = ("before", "intermediate", "target")
-Stage = Literal["before", "intermediate", "target"]
 # The task formats whose prepared rows give a parallel sample: a Tatoeba-style file (each row a
 # sentence and its English translation) or a classification file whose languages hold the same
 # rows in the same order (the demo's XNLI).

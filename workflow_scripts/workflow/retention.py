@@ -185,6 +185,7 @@ def table_settings(config: dict[str, Any], backbone: str) -> RetentionTableSetti
         "seeds": part["seeds"],
         "languages": probe_languages(config),
         "pairs": grid.arm_pairs(chosen),
+        # a loss moves by hundredths where a score moves by tenths
         "decimals": max(2, config["tables"].get("decimals", 1)),
         "objective": objective(config, backbone),
     }

@@ -225,7 +225,9 @@ def test_the_retention_table_probes_every_stage_of_both_backbones(demo_run):
         assert stages == {(c, "intermediate") for c in configs if c != "none"} | {(c, "target:xnli") for c in configs}
         assert set(table["language"]) == {"en", "de", "ru", "sw", "avg"}
         # one before probe: the same loss and alignment before every arm, per language
-        assert (table.groupby("language")[["loss_before", "alignment_before"]].nunique() == 1).all().all()
+        assert (table.groupby("language")["loss_before"].nunique() == 1).all()
+        foreign = table[table["language"] != "en"]  # English is what the others align with
+        assert (foreign.groupby("language")["alignment_before"].nunique() == 1).all()
         before = json.loads((results / f"retention/{backbone}/before.json").read_text())
         en = table[table["language"] == "en"]
         assert (en["loss_before"] == pytest.approx(before["languages"]["en"]["loss"])).all()

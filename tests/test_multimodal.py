@@ -230,7 +230,7 @@ def test_the_retention_table_probes_every_stage_of_both_backbones(demo_run):
         assert (foreign.groupby("language")["alignment_before"].nunique() == 1).all()
         before = json.loads((results / f"retention/{backbone}/before.json").read_text())
         en = table[table["language"] == "en"]
-        assert (en["loss_before"] == pytest.approx(before["languages"]["en"]["loss"])).all()
+        assert en["loss_before"].to_list() == pytest.approx([before["languages"]["en"]["loss"]] * len(en))
         # a phase that trained the backbone (in full, or an adapter merged) changed its loss
         trained = table[(table["config"] == "snli_ve") & (table["stage"] == "intermediate")]
         assert (trained["loss_after"] != trained["loss_before"]).all() and trained["loss_change"].notna().all()

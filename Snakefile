@@ -20,6 +20,7 @@ include: "rules/train.smk"
 include: "rules/evaluate.smk"
 include: "rules/tables.smk"
 include: "rules/report.smk"
+include: "rules/retention.smk"
 
 
 report: "report/workflow.rst"
@@ -39,6 +40,8 @@ rule all:
         # controls gets a table saying so, as the other tables do for what a grid lacks
         expand(rules.tabulate_modality.output, backbone=BACKBONES),
         rules.compare_modality.output,
+        # forgetting at every stage (retention.probe): a table and a figure per backbone
+        expand(rules.tabulate_retention.output, backbone=BACKBONES) if retention_grid.enabled(config) else [],
         # how every run trained: curves per config, and the runs that diverged or never learnt
         expand(rules.plot_training.output, backbone=BACKBONES),
         # disk.keep_target_models: best keeps each config's best seed's model (disk.py)

@@ -111,6 +111,11 @@ def test_the_modality_by_size_preset_builds_its_grid_offline(repo):
     assert counts["evaluate_target"] == sum(len(c) for c in configs.values()) * len(config["seeds"]) * 10
     assert counts["prepare_backbone"] == len(config["backbones"]) and counts["embed_images"] == 1
     assert counts["compare_modality"] == 1 and counts["tabulate_modality"] == len(config["backbones"])
+    # the retention probe: every backbone before, after each config's intermediate phase and
+    # after its first target's zero-shot training, and its table
+    assert counts["probe_retention_before"] == counts["tabulate_retention"] == len(config["backbones"])
+    assert counts["probe_retention"] == counts["train_intermediate"]
+    assert counts["probe_retention_target"] == sum(len(c) for c in configs.values()) * len(config["seeds"])
 
 
 def test_the_iglue_preset_plans_zero_shot_and_translate_test_on_the_releases_translations(repo):
@@ -264,6 +269,43 @@ def test_a_changed_recipe_reruns_only_its_arms(demo_run):
     assert trained == {("llama_tiny", f"{a}@mixed_merged") for a in ("snli_ve", "snli_caption", "hypothesis_only")}
     targets = {Path(out).parts[4] for rule, out in jobs if rule == "train_target"}
     assert targets == {f"{a}@mixed_merged" for a in ("snli_ve", "snli_caption", "hypothesis_only")}
+
+
+def test_the_retention_table_probes_every_stage_of_both_backbones(demo_run):
+    """Forgetting at every stage (docs/multimodal.md, "Forgetting"): one pretrained probe per
+    backbone that every arm's change is measured from, and real changes where a phase trained."""
+    results = demo_run / "results/multimodal_demo"
+    from workflow_scripts.workflow import arm_recipes, backbone_grid
+
+    config = config_layers.load([demo_run / CONFIG])
+    arm_recipes.expand(config)  # each arm under its recipes, as the config check gives them to the rules
+    for backbone, entry in config["backbones"].items():
+        configs = backbone_grid.grid_of(config, backbone)["intermediate"]
+        table = pd.read_csv(results / f"tables/{backbone}/retention.csv", keep_default_na=False, na_values=[""])
+        stages = set(zip(table["config"], table["stage"]))
+        assert stages == {(c, "intermediate") for c in configs if c != "none"} | {(c, "target:xnli") for c in configs}
+        assert set(table["language"]) == {"en", "de", "ru", "sw", "avg"}
+        # one before probe: the same loss and alignment before every arm, per language
+        assert (table.groupby("language")["loss_before"].nunique() == 1).all()
+        foreign = table[table["language"] != "en"]  # English is what the others align with
+        assert (foreign.groupby("language")["alignment_before"].nunique() == 1).all()
+        before = json.loads((results / f"retention/{backbone}/before.json").read_text())
+        en = table[table["language"] == "en"]
+        assert en["loss_before"].to_list() == pytest.approx([before["languages"]["en"]["loss"]] * len(en))
+        # a phase that trained the backbone (in full, or an adapter merged) changed its loss
+        trained = table[(table["config"] == "snli_ve") & (table["stage"] == "intermediate")]
+        assert (trained["loss_after"] != trained["loss_before"]).all() and trained["loss_change"].notna().all()
+        probe = json.loads((results / f"retention/{backbone}/snli_ve/seed1/intermediate.json").read_text())
+        assert probe["lineage"]["own"] is (entry.get("method") == "lora")
+        assert probe["languages"]["de"]["inputs_sha256"] == before["languages"]["de"]["inputs_sha256"]
+        pairs = pd.read_csv(results / f"tables/{backbone}/retention_pairs.csv")
+        recipes = ("", "@mixed_merged") if backbone == "llama_tiny" else ("",)  # the decoder runs two recipes
+        assert set(zip(pairs["visual"], pairs["control"])) == {
+            (f"snli_ve{r}", f"{control}{r}") for r in recipes for control in ("snli_caption", "hypothesis_only")
+        }
+        assert pairs["transfer_difference"].notna().all() and pairs["loss_change_difference_intermediate"].notna().all()
+        assert "Image arm minus its text twin" in (results / f"tables/{backbone}/retention.md").read_text()
+        assert (results / f"figures/{backbone}/retention.png").stat().st_size > 1000
 
 
 def test_nothing_reruns_after_the_multimodal_demo(demo_run):

@@ -113,7 +113,10 @@ def test_translate_test_scores_the_releases_english_rows_with_the_zero_shot_mode
     assert translated["visual"]["images"] == f"{RESULTS}/data/images/xvnli"
     assert translated["visual"]["rows_with_images"] == {"test": dict.fromkeys(LANGS, 57)}
     assert translated["scores"]["test"]["en"] == zero_shot["scores"]["test"]["en"]
-    assert {ref["path"].split("/")[-2] for ref in translated["settings"]["transfer"]["data"]["test"]} == {"xvnli", "xvnli_gmt"}
+    assert {ref["path"].split("/")[-2] for ref in translated["settings"]["transfer"]["data"]["test"]} == {
+        "xvnli",
+        "xvnli_gmt",
+    }
     # the demo's translations are the English sentences: every language scores as English does
     for lang in ("de", "ru", "sw"):
         assert translated["scores"]["test"][lang] == zero_shot["scores"]["test"]["en"]

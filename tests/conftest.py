@@ -205,6 +205,20 @@ def use_config_catalogues(config: dict, monkeypatch) -> None:
 # ----- running the workflow ------------------------------------------------------------------
 
 
+def validated_config(path: Path) -> dict:
+    """A config file's layers resolved and the schema's defaults filled in, as the Snakefile
+    has them before its grid check."""
+    from snakemake.utils import validate
+
+    from workflow_scripts.workflow import config_layers, grid
+
+    config = config_layers.load([path])
+    schema = str(REPO / "schemas" / "config.schema.yaml")
+    grid.check_schema(config, schema)
+    validate(config, schema)
+    return config
+
+
 def copy_repo(dest: Path) -> Path:
     """The repository's own files (tracked and untracked, not ignored): no results, no .venv."""
     files = subprocess.run(

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import REPO
+from conftest import REPO, validated_config
 from workflow_scripts.data.prepare import prepare, read_table
 from workflow_scripts.spec.data_settings import DataSettings
 from workflow_scripts.spec.evaluation_settings import EvaluationSettings
@@ -28,15 +28,7 @@ FEATURE_WIDTH, VISUAL_TOKENS = 2, 3
 
 
 def xflickrco_config() -> dict:
-    from snakemake.utils import validate
-
-    from workflow_scripts.workflow import config_layers, grid
-
-    config = config_layers.load([CONFIG])
-    schema = str(REPO / "schemas" / "config.schema.yaml")
-    grid.check_schema(config, schema)
-    validate(config, schema)  # the schema's defaults, as the Snakefile fills them in
-    return config
+    return validated_config(CONFIG)
 
 
 # ----- the grid --------------------------------------------------------------------------------

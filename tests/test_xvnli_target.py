@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import REPO
+from conftest import REPO, validated_config
 from workflow_scripts.data.prepare import prepare, read_table
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.data_settings import DataSettings
@@ -25,15 +25,7 @@ FEATURE_WIDTH, VISUAL_TOKENS = 8, 3
 
 
 def xvnli_config() -> dict:
-    from snakemake.utils import validate
-
-    from workflow_scripts.workflow import config_layers, grid
-
-    config = config_layers.load([CONFIG])
-    schema = str(REPO / "schemas" / "config.schema.yaml")
-    grid.check_schema(config, schema)
-    validate(config, schema)  # the schema's defaults, as the Snakefile fills them in
-    return config
+    return validated_config(CONFIG)
 
 
 # ----- the grid --------------------------------------------------------------------------------

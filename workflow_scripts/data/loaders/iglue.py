@@ -28,7 +28,7 @@ not been checked against the release, so the release files are required.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from workflow_scripts.common import LOG
@@ -125,57 +125,12 @@ def hypothesis_arm(r: dict[str, Any]) -> Row:
     return {"id": r["id"], "lang": r["lang"], "text_a": r["hypothesis"], "text_b": None, "label": r["label"]}
 
 
-@converter("xvnli")
-def _xvnli(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
-    return map(image_arm, xvnli_rows(split, langs, opts, report))
-
-
-@converter("xvnli_caption")
-def _xvnli_caption(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
-    return map(caption_arm, xvnli_rows(split, langs, opts, report))
-
-
-@converter("xvnli_hypothesis_only")
-def _xvnli_hypothesis_only(
-    src: Source, split: str, langs: list[str], opts: DataOptions, report: Report
-) -> Iterable[Row]:
-    return map(hypothesis_arm, xvnli_rows(split, langs, opts, report))
-
-
-# The translate-test copies of the three arms (tasks/xvnli_gmt.yaml and its two text arms).
-@converter("xvnli_gmt")
-def _xvnli_gmt(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
-    return map(image_arm, xvnli_rows(split, langs, opts, report, "xvnli_gmt"))
-
-
-@converter("xvnli_caption_gmt")
-def _xvnli_caption_gmt(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
-    return map(caption_arm, xvnli_rows(split, langs, opts, report, "xvnli_gmt"))
-
-
-@converter("xvnli_hypothesis_only_gmt")
-def _xvnli_hypothesis_only_gmt(
-    src: Source, split: str, langs: list[str], opts: DataOptions, report: Report
-) -> Iterable[Row]:
-    return map(hypothesis_arm, xvnli_rows(split, langs, opts, report, "xvnli_gmt"))
-
-
 # ----- MaRVL --------------------------------------------------------------------------------
 
 
 def marvl_images(row: dict[str, Any], lang: str) -> list[str]:
     """The left and right image of a MaRVL row, as MaRVL's image release lays them out."""
     return [f"{lang}/images/{row['concept']}/{row[side]}" for side in ("left_img", "right_img")]
-
-
-@converter("marvl")
-def _marvl(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
-    return marvl_rows(split, langs, opts, report)
-
-
-@converter("marvl_gmt")
-def _marvl_gmt(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
-    return marvl_rows(split, langs, opts, report, "marvl_gmt")
 
 
 def marvl_rows(
@@ -220,16 +175,6 @@ def xflickrco_image(img_path: str) -> str:
     return f"{COCO_VAL_FOLDER if name.startswith('COCO_') else FLICKR30K_FOLDER}/{name}"
 
 
-@converter("xflickrco")
-def _xflickrco(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
-    return xflickrco_rows(split, langs, opts, report)
-
-
-@converter("xflickrco_gmt")
-def _xflickrco_gmt(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
-    return xflickrco_rows(split, langs, opts, report, "xflickrco_gmt")
-
-
 def xflickrco_rows(
     split: str, langs: list[str], opts: DataOptions, report: Report, release: str = "xflickrco"
 ) -> Iterator[Row]:
@@ -257,3 +202,22 @@ def xflickrco_rows(
         counts[f"{lang}:captions"] = per_lang[lang]
     require_languages(release, split, per_lang)
     report["load_counts"] = dict(sorted(counts.items()))
+
+
+# ----- the converters: each task's rows from its release, its translate-test copy's alike --
+
+
+def _register(task: str, rows: Callable[..., Iterator[Row]], release: str, arm: Callable[[dict], Row] | None) -> None:
+    def convert(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
+        found = rows(split, langs, opts, report, release)
+        return map(arm, found) if arm is not None else found
+
+    converter(task)(convert)
+
+
+for _suffix in ("", "_gmt"):  # the test set, and IGLUE's translate-test copy (tasks/*_gmt.yaml)
+    _register(f"xvnli{_suffix}", xvnli_rows, f"xvnli{_suffix}", image_arm)
+    _register(f"xvnli_caption{_suffix}", xvnli_rows, f"xvnli{_suffix}", caption_arm)
+    _register(f"xvnli_hypothesis_only{_suffix}", xvnli_rows, f"xvnli{_suffix}", hypothesis_arm)
+    _register(f"marvl{_suffix}", marvl_rows, f"marvl{_suffix}", None)
+    _register(f"xflickrco{_suffix}", xflickrco_rows, f"xflickrco{_suffix}", None)

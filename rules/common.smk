@@ -25,6 +25,7 @@ from workflow_scripts.workflow import (
     sweep,
     transfer,
 )
+from workflow_scripts.workflow import retention as retention_grid
 from workflow_scripts.spec import availability, paths
 from workflow_scripts import revisions
 from workflow_scripts.spec.codehash import module_digest, task_fingerprint
@@ -587,3 +588,34 @@ def report_figures():
         )
     )
     return entries
+
+
+# ----- the retention probe (rules/retention.smk) -----
+
+
+def probe_identity(stage):
+    """A params function: which model a probe reads, as its output file records it."""
+
+    def identity(wildcards):
+        found = {"backbone": wildcards.backbone, "stage": stage}
+        if stage != "before":
+            found.update(config=wildcards.intermediate, seed=int(wildcards.seed))
+        if stage == "target":
+            found["target"] = wildcards.target
+        return canonical_json(found)
+
+    return identity
+
+
+def probe_inputs(model_of):
+    """A probe's inputs: the model, the pretrained backbone (whose LM head every stage is read
+    with) and the held-out text."""
+
+    def inputs(wildcards):
+        return {
+            "model": model_of(wildcards),
+            "base": backbone_grid.base_dir(wildcards.backbone),
+            "text": retention_grid.text_file(config),
+        }
+
+    return inputs

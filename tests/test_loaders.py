@@ -50,6 +50,12 @@ SOURCES = {
     "xvnli_hypothesis_only": ("floschne/xvnli", ["en", "ar", "ru"], {"path": "tests/real_data/xvnli"}),
     "marvl": ("floschne/marvl", ["id", "sw", "zh"], {"path": "tests/real_data/marvl"}),
     "xflickrco": ("floschne/xflickrco", ["en", "de", "ja"], {"path": "tests/real_data/xflickrco"}),
+    # IGLUE's translate-test copies (real lines of the release's *_gmt files)
+    "xvnli_gmt": ("floschne/xvnli", ["ar", "ru"], {"path": "tests/real_data/xvnli_gmt"}),
+    "xvnli_caption_gmt": ("floschne/xvnli", ["ar", "ru"], {"path": "tests/real_data/xvnli_gmt"}),
+    "xvnli_hypothesis_only_gmt": ("floschne/xvnli", ["ar", "ru"], {"path": "tests/real_data/xvnli_gmt"}),
+    "marvl_gmt": ("floschne/marvl", ["id", "sw", "zh"], {"path": "tests/real_data/marvl_gmt"}),
+    "xflickrco_gmt": ("floschne/xflickrco", ["de", "ja"], {"path": "tests/real_data/xflickrco_gmt"}),
 }
 CASES = [(t, s) for t in TASKS for s in TASKS[t].splits]
 

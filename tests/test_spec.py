@@ -34,6 +34,7 @@ DEMO_PRESETS = (
     "tests/configs/sweep_demo.yaml",
     "tests/configs/xvnli_demo.yaml",
     "tests/configs/xflickrco_demo.yaml",
+    "tests/configs/marvl_demo.yaml",
     "config/iglue.yaml",
 )
 SETTINGS_FLAGS = ("--settings", "--backbone-settings")

@@ -29,7 +29,8 @@ from workflow_scripts.workflow import backbone_grid, config_layers, status, tran
 
 UNAVAILABLE_FIGURES = ("list_unavailable_figures", "results/demo/figures/not_available.html")
 # Captions of rules a grid has only with a key the demo leaves out (sweep: tables/<b>/sweep)
-CAPTIONS_OF_OPTIONAL_RULES = {"sweep_table.rst"}
+# the captions of rules a config runs only with their block on (sweep:, retention.probe)
+CAPTIONS_OF_OPTIONAL_RULES = {"sweep_table.rst", "retention.rst", "retention_figure.rst"}
 
 pytestmark = pytest.mark.integration
 

@@ -234,8 +234,8 @@ def check_visual_target(config: dict[str, Any], target: str, key: str) -> None:
     """A target that reads images (XVNLI, MaRVL, xFlickr&CO): trained on its ``train_from``
     task's English rows with that task's image features, selected on ``select_from``'s English
     dev split, and scored with its own test images' features. Both image folders must be
-    known, the task it trains from must read the same number of images per row. Only
-    zero-shot applies (transfer._applies)."""
+    known, the task it trains from must read the same number of images per row. Zero-shot
+    applies, and translate-test on the target's published translations (transfer._applies)."""
     task = get_task(target)
     for dep in (task.train_from, task.select_from):
         if dep is None or not get_task(dep).visual or get_task(dep).format != task.format:

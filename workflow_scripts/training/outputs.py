@@ -57,14 +57,16 @@ def visual_record(phase: str, visual: dict[str, dict[str, Any]], adapters: bool)
     return {"tasks": visual, "saved": True, "where": f"{where}: projector, slot vectors, classifier"}
 
 
-def visual_lineage(encoder_dir: Path) -> dict[str, Any] | None:
-    """The image tasks of the phase that trained ``encoder_dir`` (or of one before it), and
-    that their visual branch was not carried over: the model is text-only."""
+def earlier_log(encoder_dir: Path) -> dict[str, Any] | None:
+    """The train log of the phase that left ``encoder_dir`` (None: a pretrained backbone)."""
     log_file = Path(encoder_dir) / TRAIN_LOG
-    if not log_file.is_file():
-        return None
-    earlier = json.loads(log_file.read_text())
-    found = earlier.get("intermediate_visual") or earlier.get("visual")
+    return json.loads(log_file.read_text()) if log_file.is_file() else None
+
+
+def visual_lineage(earlier: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The image tasks of the phase whose log is ``earlier`` (or of one before it), and that
+    their visual branch was not carried over: the model is text-only."""
+    found = (earlier or {}).get("intermediate_visual") or (earlier or {}).get("visual")
     if not found:
         return None
     return {
@@ -74,11 +76,9 @@ def visual_lineage(encoder_dir: Path) -> dict[str, Any] | None:
     }
 
 
-def recipe_lineage(encoder_dir: Path) -> dict[str, Any] | None:
-    """The arm recipe (spec/arm_recipe.py) of the intermediate phase that trained
-    ``encoder_dir`` (or of one before it), as its log records it."""
-    log_file = Path(encoder_dir) / TRAIN_LOG
-    if not log_file.is_file():
+def recipe_lineage(earlier: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The arm recipe (spec/arm_recipe.py) of the intermediate phase whose log is ``earlier``
+    (or of one before it), as that log records it."""
+    if earlier is None:
         return None
-    earlier = json.loads(log_file.read_text())
     return earlier.get("intermediate_recipe") or (earlier.get("settings") or {}).get("arm_recipe")

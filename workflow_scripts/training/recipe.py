@@ -64,7 +64,14 @@ from workflow_scripts.training.observers import (
     StepDone,
     TrackerObserver,
 )
-from workflow_scripts.training.outputs import recipe_lineage, save_model, visual_lineage, visual_record, write_log
+from workflow_scripts.training.outputs import (
+    earlier_log,
+    recipe_lineage,
+    save_model,
+    visual_lineage,
+    visual_record,
+    write_log,
+)
 from workflow_scripts.training.phase_data import DataMap, carry_head, input_files, load_phase_data
 from workflow_scripts.training.sampling import TaskSampler, TaskStream, linear_schedule, total_steps, warmup_steps
 
@@ -482,6 +489,7 @@ class TrainingRecipe:
     def train_log(self) -> dict[str, Any]:
         """The phase's ``train_log.json``."""
         state, counts, method = self.state, self.meter.totals(), self.method
+        earlier = earlier_log(self.job.encoder_dir)  # the phase before this one, if any
         return {
             "phase": self.job.phase,
             "seed": self.job.seed,
@@ -510,9 +518,9 @@ class TrainingRecipe:
             # bank itself is never saved).
             "visual": visual_record(self.job.phase, self.data.visual, method.adapters),
             # A model trained after an image task says so, down to the metric file (evaluate.py).
-            "intermediate_visual": visual_lineage(self.job.encoder_dir),
+            "intermediate_visual": visual_lineage(earlier),
             # ... and under which arm recipe (spec/arm_recipe.py), down to the metric file
-            "intermediate_recipe": recipe_lineage(self.job.encoder_dir),
+            "intermediate_recipe": recipe_lineage(earlier),
             "wall_time_s": round(state.elapsed + time.time() - self.started, 3),
         }
 

@@ -36,6 +36,13 @@ template XVNLI's rows use; as in the release's German file, one German caption (
 image's) is empty. The images are JPEGs under ``xflickrco-images/`` with a ``SHA256SUMS``
 file. Deterministic (seed "xflickrco").
 
+XVNLI's few-shot files (``annotations/<lang>/train_<N>.jsonl``, N the shot counts of XVNLI's
+few-shot protocol, tasks/xvnli.yaml; nested: each file holds the smaller ones' rows) and its
+translated dev splits (``annotations/en/dev-<lang>_gmt.jsonl``: the English dev split in each
+language) take scenes of the demo SNLI-VE train split (one scene a shot, its three
+hypotheses) and of its validation split, rendered as the test rows are, their images beside
+the test images. Deterministic (seed "xvnli_few_shot").
+
     python demo/make_iglue_demo.py       # rewrites demo/hub/e-bug/iglue/
 """
 
@@ -333,6 +340,73 @@ def make_xvnli() -> None:
     print(f"wrote {len(chosen)} images under {IMAGES} and XVNLI rows in {', '.join(LANGS)} under {ANNOTATIONS}")
 
 
+FEW_SHOTS = (1, 5, 10, 20, 25, 48)  # tasks/xvnli.yaml: few_shot.shots
+DEV_SCENES = 10
+
+
+def write_scene_images(filenames: list[str], split_dir: Path, taken: set[int], rng: random.Random) -> dict[str, str]:
+    """Each scene re-encoded as a JPEG under a new Flickr30k-style id (none of ``taken``);
+    appends to the images' SHA256SUMS. Returns scene file -> id."""
+    from PIL import Image
+
+    ids: dict[str, str] = {}
+    sums = []
+    for filename in filenames:
+        flickr = rng.randrange(1_000_000_000, 9_999_999_999)
+        while flickr in taken:
+            flickr = rng.randrange(1_000_000_000, 9_999_999_999)
+        taken.add(flickr)
+        buffer = io.BytesIO()
+        Image.open(split_dir / filename).convert("RGB").save(buffer, format="JPEG", quality=95)
+        (IMAGES / f"{flickr}.jpg").write_bytes(buffer.getvalue())
+        sums.append(f"{hashlib.sha256(buffer.getvalue()).hexdigest()}  {flickr}.jpg")
+        ids[filename] = str(flickr)
+    with (IMAGES / "SHA256SUMS").open("a") as manifest:
+        manifest.write("\n".join(sums) + "\n")
+    return ids
+
+
+def xvnli_scene_rows(scenes: list[str], by_image: dict[str, list[dict]], ids: dict[str, str], lang: str) -> list[dict]:
+    return [
+        {
+            "gold_label": LABELS[r["label"]],
+            "sentence1": translate_caption(r["premise"], lang),
+            "sentence2": translate_hypothesis(r["hypothesis"], lang),
+            "captionID": f"{ids[filename]}.jpg#0",
+            "pairID": f"{ids[filename]}.jpg#0r{k}{LABELS[r['label']][0]}",
+            "Flikr30kID": ids[filename],
+        }
+        for filename in scenes
+        for k, r in enumerate(by_image[filename])
+    ]
+
+
+def make_xvnli_few_shot() -> None:
+    rng = random.Random("xvnli_few_shot")
+    taken = {int(p.stem) for p in IMAGES.glob("*.jpg")}
+    scenes = {}
+    for split, count in (("train", FEW_SHOTS[-1]), ("validation", DEV_SCENES)):
+        by_image: dict[str, list[dict]] = {}
+        for line in (SNLI_VE / f"default/{split}.jsonl").read_text().splitlines():
+            row = json.loads(line)
+            by_image.setdefault(row["filename"], []).append(row)
+        chosen = rng.sample(sorted(by_image), count)  # in drawn order: the first N are N shots
+        scenes[split] = (chosen, by_image, write_scene_images(chosen, SNLI_VE / "images", taken, rng))
+    for lang in LANGS[1:]:
+        chosen, by_image, ids = scenes["train"]
+        for shots in FEW_SHOTS:
+            rows = xvnli_scene_rows(chosen[:shots], by_image, ids, lang)
+            (ANNOTATIONS / lang / f"train_{shots}.jsonl").write_text(
+                "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8"
+            )
+        chosen, by_image, ids = scenes["validation"]
+        rows = xvnli_scene_rows(chosen, by_image, ids, lang)
+        (ANNOTATIONS / "en" / f"dev-{lang}_gmt.jsonl").write_text(
+            "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8"
+        )
+    print(f"wrote XVNLI's few-shot files ({', '.join(map(str, FEW_SHOTS))} shots) and translated dev splits")
+
+
 def write_translate_test(rows: list[dict], english: list[tuple[str, str]], lang: str) -> None:
     """The release's translate-test layout (``annotations_machine-translate/<lang>/test.jsonl``):
     the same rows with their caption and hypothesis in English. The demo's English is the scene
@@ -408,6 +482,7 @@ def make_xflickrco() -> None:
 
 def main() -> None:
     make_xvnli()
+    make_xvnli_few_shot()
     make_marvl()
     make_xflickrco()
 

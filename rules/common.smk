@@ -26,7 +26,7 @@ from workflow_scripts.workflow import (
     transfer,
 )
 from workflow_scripts.workflow import retention as retention_grid
-from workflow_scripts.spec import availability, paths
+from workflow_scripts.spec import availability, few_shot, paths
 from workflow_scripts import revisions
 from workflow_scripts.spec.codehash import module_digest, task_fingerprint
 from workflow_scripts.workflow.summary import run_summary
@@ -161,6 +161,42 @@ def sweep_candidate_args(wildcards, input):
     return " ".join(shlex.quote(f"--candidate={token}={input[token]}") for token in sweep_inputs(wildcards))
 
 
+# IGLUE's few-shot setting (spec/few_shot.py): its recipes' names (fs5-de.dev-de) are the only
+# ones with a digit, so its rules and the other training rules never claim each other's paths.
+FEW_SHOT_RECIPE = few_shot.RECIPE_PATTERN
+ANY_RECIPE = rf"[a-z]+(-[a-z]+)?\.dev-[a-z]+|{FEW_SHOT_RECIPE}"
+
+
+def few_shot_inputs(wildcards):
+    """The zero-shot model a few-shot candidate goes on training, the shots and translated
+    dev rows it reads, and for an image target the pool's image features."""
+    data = grid.few_shot_data(config, wildcards.target, wildcards.recipe)[wildcards.target]
+    found = {
+        "encoder": grid.zero_shot_model(wildcards.backbone, wildcards.intermediate, wildcards.target, wildcards.seed),
+        "data": sorted({ref["path"] for split in ("train", "dev") for ref in data[split]}),
+    }
+    if "images" in data:
+        found["images"] = data["images"]
+    return found
+
+
+def few_shot_data_map(wildcards):
+    return canonical_json(grid.few_shot_data(config, wildcards.target, wildcards.recipe))
+
+
+def few_shot_candidate_inputs(wildcards):
+    """The models of every learning rate of one few-shot recipe and seed."""
+    return grid.few_shot_candidates(
+        config, wildcards.backbone, wildcards.intermediate, wildcards.target, wildcards.recipe, wildcards.seed
+    )
+
+
+def few_shot_candidate_args(wildcards, input):
+    return " ".join(
+        shlex.quote(f"--candidate={token}={input[token]}") for token in few_shot_candidate_inputs(wildcards)
+    )
+
+
 # Each table the report shows is an HTML page rendered from its Markdown or CSV
 # (reporting.html_page): the report draws HTML inline and offers other files only as downloads.
 
@@ -221,7 +257,7 @@ def rule_resources():
     backbone's jobs hold (GPUs per node times nodes)."""
 
     def gpus(rule):
-        if rule.name in ("train_intermediate", "train_target", "train_target_stage", "train_target_sweep_point"):
+        if rule.name in ("train_intermediate", *slurm.TARGET_TRAINING_RULES):
             asked = [backbone_grid.gpus(config, b) for b in BACKBONES]
             return max(a["per_node"] * a["nodes"] if a["per_node"] else res(rule.name, "gpu") for a in asked)
         return rule.resources.get("gpu").value or 0

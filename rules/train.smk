@@ -192,6 +192,56 @@ if sweep.sweeping(config):
             " && cp {output.model}/curve.csv {output.curve} && cp {output.model}/train_log.json {output.train_log}"
 
 
+# IGLUE's few-shot setting (few_shot:<N>, spec/few_shot.py): each learning rate of a few-shot
+# recipe trains as train_target does, from the target's zero-shot model and its head, into its
+# own folder; the best on the translated dev split is linked to the recipe's model path.
+use rule train_target as train_few_shot_candidate with:
+    """One learning rate of a target's few-shot training on one language's shots."""
+    input:
+        unpack(few_shot_inputs),
+    output:
+        model=target_model_output(
+            f"{RESULTS}/target/{{backbone}}/{{intermediate}}/{{target}}/{{recipe,{FEW_SHOT_RECIPE}}}/seed{{seed}}/sweep/{{point}}/model"
+        ),
+        curve=f"{RESULTS}/target/{{backbone}}/{{intermediate}}/{{target}}/{{recipe,{FEW_SHOT_RECIPE}}}/seed{{seed}}/sweep/{{point}}/curve.csv",
+        train_log=f"{RESULTS}/target/{{backbone}}/{{intermediate}}/{{target}}/{{recipe,{FEW_SHOT_RECIPE}}}/seed{{seed}}/sweep/{{point}}/train_log.json",
+    log:
+        f"{LOGS}/train_few_shot_candidate/{{backbone}}/{{intermediate}}/{{target}}/{{recipe}}/seed{{seed}}/{{point}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/train_few_shot_candidate/{{backbone}}/{{intermediate}}/{{target}}/{{recipe}}/seed{{seed}}/{{point}}.tsv"
+    params:
+        settings=settings(grid.few_shot_settings, "backbone", "target", "recipe", "point"),
+        data=few_shot_data_map,
+        checkpoints=f"{RESULTS}/checkpoints/target/{{backbone}}/{{intermediate}}/{{target}}/{{recipe}}/seed{{seed}}/{{point}}",
+        tasks=job_tasks(lambda w: grid.few_shot_tasks(w.target)),
+        run=training_run_id("few_shot"),
+
+
+rule select_few_shot_learning_rate:
+    """A seed's few-shot model: the learning rate whose model scores best on the English dev
+    split machine-translated into the language, its model linked to the recipe's model path."""
+    input:
+        unpack(few_shot_candidate_inputs),
+    output:
+        model=target_model_output(
+            f"{RESULTS}/target/{{backbone}}/{{intermediate}}/{{target}}/{{recipe,{FEW_SHOT_RECIPE}}}/seed{{seed}}/model"
+        ),
+        curve=f"{RESULTS}/target/{{backbone}}/{{intermediate}}/{{target}}/{{recipe,{FEW_SHOT_RECIPE}}}/seed{{seed}}/curve.csv",
+        train_log=f"{RESULTS}/target/{{backbone}}/{{intermediate}}/{{target}}/{{recipe,{FEW_SHOT_RECIPE}}}/seed{{seed}}/train_log.json",
+    log:
+        f"{LOGS}/select_few_shot_learning_rate/{{backbone}}/{{intermediate}}/{{target}}/{{recipe}}/seed{{seed}}.log",
+    params:
+        candidates=few_shot_candidate_args,
+        code=module_digest("workflow.sweep"),
+    priority: 10
+    conda:
+        "../envs/data.yaml"
+    shell:
+        "python -m workflow_scripts.workflow.sweep {params.candidates} --recipe {wildcards.recipe} --output {output.model}"
+        " > $(fresh_log {log:q}) 2>&1"
+        " && cp {output.model}/curve.csv {output.curve} && cp {output.model}/train_log.json {output.train_log}"
+
+
 # disk.keep_target_models: best keeps, of every config, target and recipe, the model of the
 # seed with the best selection score, linked (no second copy) under kept/.
 rule keep_best_target_model:
@@ -199,7 +249,7 @@ rule keep_best_target_model:
     input:
         unpack(kept_model_inputs),
     output:
-        model=directory(f"{RESULTS}/kept/{{backbone}}/{{intermediate}}/{{target}}/{{recipe}}/model"),
+        model=directory(f"{RESULTS}/kept/{{backbone}}/{{intermediate}}/{{target}}/{{recipe,{ANY_RECIPE}}}/model"),
     log:
         f"{LOGS}/keep_best_target_model/{{backbone}}/{{intermediate}}/{{target}}/{{recipe}}.log",
     params:

@@ -217,7 +217,7 @@ def trained_model_bytes(config: dict[str, Any], backbone: str, snapshot: int | N
     return int(memory_plan.lora_adapter_parameters(bb) * 4)
 
 
-TARGET_TRAINING_RULES = ("train_target", "train_target_stage", "train_target_sweep_point")
+TARGET_TRAINING_RULES = slurm.TARGET_TRAINING_RULES
 
 
 def check_disk(

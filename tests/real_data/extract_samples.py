@@ -64,6 +64,18 @@ IGLUE_SAMPLES = {
                       [(0, 20), (1000, 1020)]),
 }
 
+# IGLUE's few-shot files (whole, every shot count a protocol reads: the pool checks they are
+# nested) of one language per target, and the first lines of the translated dev splits the
+# protocol selects on. XVNLI's en/dev-<lang>_gmt.jsonl files are not in the stored copy.
+IGLUE_FEW_SHOT_SAMPLES = {
+    "xvnli_few_shot": ("datasets/XVNLI/annotations", [f"ar/train_{n}.jsonl" for n in (1, 5, 10, 20, 25, 48)], None),
+    "marvl_few_shot": ("datasets/marvl/few_shot/annotations", [f"marvl-id_train{n}.jsonl" for n in (1, 2, 4, 10)], None),
+    "xflickrco_few_shot": ("datasets/xFlickrCO/annotations", [f"de/train_{n}.jsonl" for n in (1, 5, 10, 25, 50, 100)],
+                           None),
+    "nlvr2_gmt": ("datasets/nlvr2/annotations", ["dev-id_gmt.jsonl"], 6),
+    "flickr30k_gmt": ("datasets/flickr30k/annotations_machine-translate", ["valid-de_gmt.jsonl"], 4),
+}
+
 
 def git_show(mirrors: Path, repo: str, rev: str, path: str) -> bytes:
     return subprocess.run(["git", "-C", str(mirrors / repo / "repo"), "show", f"{rev}:{path}"], check=True,
@@ -142,6 +154,12 @@ def iglue(mirrors: Path) -> None:
             out.parent.mkdir(parents=True, exist_ok=True)
             spans = ranges[lang] if isinstance(ranges, dict) else ranges
             out.write_bytes(b"".join(line for start, stop in spans for line in lines[start:stop]))
+    for name, (folder, files, first) in IGLUE_FEW_SHOT_SAMPLES.items():
+        for rel in files:
+            lines = git_show(mirrors, "e-bug+iglue", IGLUE_REVISION, f"{folder}/{rel}").splitlines(keepends=True)
+            out = HERE / name / rel
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_bytes(b"".join(lines[:first]))
 
 
 SAMPLES = {"xquad": xquad, "xquad_r": xquad_r, "ud": ud, "tatoeba": tatoeba, "iglue": iglue}

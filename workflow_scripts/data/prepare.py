@@ -64,6 +64,8 @@ def to_table(task: Task, rows: Iterable[Row]):
         "list<int64>": pa.list_(pa.int64()),
     }
     fields = [("id", pa.string()), ("lang", pa.string())] + [(col, types[t]) for col, t in SCHEMAS[task.format].items()]
+    if task.shot_pool:  # the fewest shots whose file holds the row (spec/few_shot.py)
+        fields.append(("shots", pa.int64()))
     schema = pa.schema(fields)
     rows = list(rows)
     return pa.Table.from_pylist(rows, schema=schema)

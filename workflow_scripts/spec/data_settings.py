@@ -53,6 +53,8 @@ class DataOptions(Record):
     hub_name: str | None = optional()
     # an original release's folder (CCG, the image tasks, IGLUE's targets)
     path: str | None = optional()
+    # IGLUE's few-shot pools: the folder of the translated dev split, where it is not ``path``
+    dev_path: str | None = optional()
     # mlm: the Wikipedia snapshot, the sentences in all, XLM's smoothing exponent, the shuffle's seed
     snapshot: str | None = optional()
     sentences: int | None = optional()

@@ -20,7 +20,8 @@ class DataFile(Record):
 
     path: str
     languages: tuple[str, ...]
-    kind: str  # english | human | in_language | published_mt | pipeline_mt | translate_test
+    kind: str  # english | human | in_language | published_mt | pipeline_mt | translate_test | few_shot
+    shots: int | None = optional()  # a few-shot pool: the rows of at most this many shots
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -70,6 +70,9 @@ class PhaseSettings(PhaseHyperparameters):
     continue_head: dict[str, str] | None = optional()
     # an image arm's intermediate phase: what trains, its text-only share, its merge-back
     arm_recipe: ArmRecipe | None = optional()
+    # few-shot training (spec/few_shot.py): the model is selected at the end of every epoch,
+    # as IGLUE's protocol does, instead of every eval_every steps
+    eval_each_epoch: bool | None = optional()
 
     def __post_init__(self) -> None:
         if self.continue_head is not None and set(self.continue_head) != {"from", "to"}:

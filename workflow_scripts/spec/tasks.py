@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.spec.basics import load_yaml
+from workflow_scripts.spec.few_shot import FewShotError, FewShotProtocol
 from workflow_scripts.spec.formats import get_format
 from workflow_scripts.spec.formats import names as format_names
 from workflow_scripts.spec.suggest import did_you_mean
@@ -92,6 +93,12 @@ class Task:
     # into English, each row labelled with its own language (IGLUE's *_gmt files): the
     # translate-test setting scores those instead of the pipeline's own translations.
     test_translations: str | None = None
+    # IGLUE's in-language few-shot protocol of a target (spec/few_shot.py): the task holding
+    # its shots and translated dev split, the shot counts, epochs, batch size, learning rates.
+    few_shot: FewShotProtocol | None = None
+    # A few-shot pool (a target's few_shot.task): its rows carry ``shots``, the fewest shots
+    # whose file holds the row (IGLUE's files are nested: train_5 holds train_1's rows).
+    shot_pool: bool = False
     # How its leaderboard files differ from the canonical rows: class indices instead of label
     # names in a classification label file (XTREME's PAWS-X files), and question ids whose
     # "-<lang>" suffix the converter added (XQuAD, MLQA: one id per language) and the
@@ -236,6 +243,11 @@ def read_entry(path: Path) -> Task:
         )
     values: dict[str, Any] = {k: tuple(str(x) for x in v) if k in _TUPLES else v for k, v in entry.items()}
     values["hub_sources"] = _hub_sources(path, entry.get("hub_sources", {}))
+    if "few_shot" in entry:
+        try:
+            values["few_shot"] = FewShotProtocol.parse(entry["few_shot"], f"task entry {path}")
+        except FewShotError as err:
+            raise CatalogueError(str(err)) from None
     if entry.get("release_required") and not entry.get("release_options"):
         raise CatalogueError(f"task entry {path}: release_required needs release_options (the options naming it)")
     for key in ("dev_missing", "train_missing"):
@@ -290,6 +302,11 @@ def _register(found: dict[str, Task]) -> None:
             CONTROLS[name] = task.controls
         if task.provided_translations:
             PROVIDED_TRANSLATIONS[name] = task.provided_translations
+
+
+def few_shot_target(pool: str) -> Task | None:
+    """The target whose few-shot protocol reads the pool task ``pool`` (None: no target's)."""
+    return next((t for t in TASKS.values() if t.few_shot is not None and t.few_shot.task == pool), None)
 
 
 def use_catalogues(directories: list[str | os.PathLike[str]]) -> None:

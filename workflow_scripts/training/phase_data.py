@@ -89,7 +89,10 @@ def _training_rows(task: Task, entry: dict[str, Any], opts: TaskOptions, languag
 
     sources = data_sources(entry["train"], None if head_kind(task.format) == MLM else [language])
     train = pa.concat_tables(
-        [table_in(read_table(path, task.format), langs, task.format) for path, langs in sources],
+        [
+            within_shots(table_in(read_table(path, task.format), langs, task.format), shots_of_file(entry["train"], path))
+            for path, langs in sources
+        ],
         promote_options="permissive",
     )
     image_task = None
@@ -187,6 +190,25 @@ def data_sources(
     if isinstance(spec, str):
         return [(spec, default_languages)]
     return [(ref["path"], list(ref["languages"])) for ref in spec]
+
+
+def shots_of_file(spec: str | list[dict[str, Any]], path: str) -> int | None:
+    """The shots a recipe takes from a few-shot pool's file (transfer.py's DataRef), else None."""
+    if isinstance(spec, str):
+        return None
+    return next((ref["shots"] for ref in spec if ref["path"] == path and ref.get("shots") is not None), None)
+
+
+def within_shots(table, shots: int | None):
+    """A few-shot pool's rows of at most ``shots`` shots (each row carries the fewest shots
+    whose release file holds it: spec/few_shot.py); every row without a limit."""
+    if shots is None:
+        return table
+    import pyarrow.compute as pc
+
+    if "shots" not in table.column_names:
+        raise InputError(f"a {shots}-shot recipe reads a file without the few-shot pool's 'shots' column")
+    return table.filter(pc.less_equal(table["shots"], shots))
 
 
 def table_in(table, languages: list[str] | None, fmt: str | None = None):

@@ -73,7 +73,14 @@ from workflow_scripts.training.outputs import (
     write_log,
 )
 from workflow_scripts.training.phase_data import DataMap, carry_head, input_files, load_phase_data
-from workflow_scripts.training.sampling import TaskSampler, TaskStream, linear_schedule, total_steps, warmup_steps
+from workflow_scripts.training.sampling import (
+    TaskSampler,
+    TaskStream,
+    epoch_steps,
+    linear_schedule,
+    total_steps,
+    warmup_steps,
+)
 
 DevScores = dict[tuple[str, str], dict[str, float]]
 
@@ -274,6 +281,8 @@ class TrainingRecipe:
 
         settings, seed, train_sets = self.settings, self.job.seed, self.data.train_sets
         self.total = total_steps(settings, train_sets)
+        # how often the model is selected: every eval_every steps, or at every epoch's end
+        self.eval_every = epoch_steps(settings, train_sets) if settings.eval_each_epoch else settings.eval_every
         self.warmup = warmup_steps(settings, self.total)
         self.sampler = TaskSampler(
             {n: len(s.features) for n, s in train_sets.items()}, settings.multitask_cap, seed, settings.fixed_shares
@@ -371,7 +380,7 @@ class TrainingRecipe:
             # a signal reaches the ranks at different steps: they stop together at the first that saw one
             stopping = any_rank(bool(self.stop_signal), self.ctx)
             saving = stopping or (done % self.checkpointer.every == 0 and done < total)
-            evaluating = done % self.settings.eval_every == 0 or done == total
+            evaluating = done % self.eval_every == 0 or done == total
             self.observers.on_step(StepDone(done, task, loss, grad_norm, lr, settles=evaluating or saving))
             if evaluating and self.evaluate(done):
                 break

@@ -93,6 +93,15 @@ def total_steps(settings: PhaseSettings, train_sets: dict[str, Encoded]) -> int:
     return total
 
 
+def epoch_steps(settings: PhaseSettings, train_sets: dict[str, Encoded]) -> int:
+    """The steps of one epoch of a single-task phase (its batches); the phase's eval_every
+    for several tasks, whose epochs do not end together."""
+    if len(train_sets) != 1:
+        return settings.eval_every
+    ((name, train),) = train_sets.items()
+    return math.ceil(len(train.features) / settings.tasks[name].batch_size)
+
+
 def whole_epochs(epochs: float) -> int:
     """The passes a phase plans. The schema allows fractional epochs (a number), but the step
     count has always truncated them (1.5 epochs train as 1): kept so, that no settings' step

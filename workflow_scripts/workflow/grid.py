@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.spec import benchmark, paths, report_settings
+from workflow_scripts.spec import benchmark, few_shot, paths, report_settings
 from workflow_scripts.spec.basics import REPO_ROOT, is_url, load_yaml, repo_path
 from workflow_scripts.spec.data_settings import DataOptions, DataSettings, LeakageSettings, unread_options
 from workflow_scripts.spec.evaluation_settings import EvaluationSettings
@@ -551,7 +551,19 @@ def visual_tasks(config: dict[str, Any]) -> list[str]:
             continue
         # (a task missing from `tasks` is named by the config check's need_task)
         found |= {t for t in (target, task.train_from, task.select_from) if t in config["tasks"] and get_task(t).visual}
+    found |= {pool for pool in few_shot_pools(config) if get_task(pool).visual}
     return sorted(found)
+
+
+def few_shot_pools(config: dict[str, Any]) -> list[str]:
+    """The few-shot pools (spec/few_shot.py) the grid's few_shot:<N> settings read."""
+    return sorted(
+        {
+            get_task(p.target).few_shot.task
+            for p in transfer.plans(config)
+            if few_shot.shots_of(p.setting) is not None and len(p.models) > 1
+        }
+    )
 
 
 def visual_target_images(config: dict[str, Any], target: str) -> str | None:
@@ -599,6 +611,11 @@ def target_data(config: dict[str, Any], target: str, recipe: str) -> dict[str, d
     if images:  # the image features of the task it trains on (the embed_images step)
         entry["images"] = images
     return {target: entry}
+
+
+def zero_shot_model(backbone: str, name: str, target: str, seed: int | str) -> str:
+    """The English model of a target, where its few-shot training starts (spec/few_shot.py)."""
+    return target_model(backbone, name, target, "en.dev-en", seed)
 
 
 def target_data_files(config: dict[str, Any], target: str, recipe: str) -> list[str]:
@@ -914,6 +931,56 @@ def target_settings(config: dict[str, Any], backbone: str, target: str, stage: s
 def sweep_point_settings(config: dict[str, Any], backbone: str, target: str, point: str) -> PhaseSettings:
     """A target's settings at one sweep point: the point's values replace the config's."""
     return sweep.apply(target_settings(config, backbone, target), target, sweep.point(config, point).values)
+
+
+def few_shot_settings(config: dict[str, Any], backbone: str, target: str, recipe: str, point: str) -> PhaseSettings:
+    """One learning rate of a target's few-shot training (spec/few_shot.py): the target
+    phase's settings with the protocol's epochs, batch size, warmup and this learning rate;
+    the zero-shot model's head goes on training, the model is selected at every epoch's end,
+    and no early stop cuts the epochs short (IGLUE keeps the best epoch of all)."""
+    protocol = get_task(target).few_shot
+    rates = few_shot_learning_rates(config, target, recipe)
+    if point not in rates:
+        raise ConfigError(f"few-shot recipe {recipe} of {target} has no learning rate {point!r} (has {sorted(rates)})")
+    base = target_settings(config, backbone, target)
+    options = base.tasks[target].replace(epochs=protocol.epochs, batch_size=protocol.batch_size)
+    return base.replace(
+        learning_rate=rates[point],
+        warmup_ratio=protocol.warmup_ratio,
+        patience=protocol.epochs + 1,
+        eval_each_epoch=True,
+        continue_head={"from": target, "to": target},
+        tasks={**base.tasks, target: options},
+    )
+
+
+def few_shot_learning_rates(config: dict[str, Any], target: str, recipe: str) -> dict[str, float]:
+    """TOKEN -> learning rate of a few-shot recipe's candidates: its setting's
+    ``learning_rates``, else the target's protocol's."""
+    shots = int(recipe.split("-", 1)[0].removeprefix("fs"))
+    setting_cfg = transfer.configured(config).get(f"{few_shot.SETTING_PREFIX}{shots}", {})
+    rates = setting_cfg.get("learning_rates") or get_task(target).few_shot.learning_rates
+    return {few_shot.candidate_token(float(r)): float(r) for r in rates}
+
+
+def few_shot_candidates(config: dict[str, Any], backbone: str, name: str, target: str, recipe: str, seed) -> dict:
+    """TOKEN -> model of every learning rate of a few-shot recipe and seed."""
+    tokens = few_shot_learning_rates(config, target, recipe)
+    return {token: sweep_candidate(backbone, name, target, recipe, seed, token) for token in tokens}
+
+
+def few_shot_data(config: dict[str, Any], target: str, recipe: str) -> dict[str, dict[str, Any]]:
+    """A few-shot recipe's data map: the shots and the translated dev rows of its language,
+    and for an image target the features of the pool's images (its shots' and its dev's)."""
+    data = target_data(config, target, recipe)
+    if get_task(target).visual:
+        data[target]["images"] = image_features_path(get_task(target).few_shot.task)
+    return data
+
+
+def few_shot_tasks(target: str) -> list[str]:
+    """The tasks a few-shot training job reads: the target and its pool."""
+    return sorted({target, get_task(target).few_shot.task})
 
 
 def stage_settings(config: dict[str, Any], backbone: str, target: str, stage: str) -> PhaseSettings:

@@ -188,6 +188,8 @@ def _leave_usr1_to_the_job(signum: int, frame: object) -> None:
 # Minutes an allocation spends before training proper (start-up, loading model and data)
 # and after the checkpoint signal; not counted as training progress.
 STARTUP_MINUTES = 5
+# The rules that train a target model (rules/train.smk): each asks for the GPUs of its backbone.
+TARGET_TRAINING_RULES = ("train_target", "train_target_stage", "train_target_sweep_point", "train_few_shot_candidate")
 # Seconds before the time limit at which Slurm signals a training job to checkpoint and stop.
 DEFAULT_SIGNAL_LEAD = 600
 DEFAULT_FAILURE_RETRIES = 2

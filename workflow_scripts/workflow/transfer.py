@@ -17,6 +17,10 @@ settings needing the same model share one training job:
   into English (QA answers are scored on the English side, as XTREME did);
 - ``in_language``: per language T, a model on T's own training data (PAN-X, UD-POS,
   TyDiQA-GoldP); ``in_language_all``: one model on every language's own training data.
+- ``few_shot:<N>`` (IGLUE's few-shot protocol, spec/few_shot.py): per language T, the zero-shot
+  model trained on N shots of T (the target's few-shot pool), at each learning rate of the
+  protocol, the best on the English dev split machine-translated into T kept; English keeps
+  the English model.
 
 Training data in a language L != en is, in this order: the task's own training data in L
 for ``il`` recipes; for ``mt`` recipes the published machine translation where one exists
@@ -36,6 +40,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workflow_scripts.spec import paths
+from workflow_scripts.spec.few_shot import SETTING_PREFIX as FEW_SHOT_PREFIX
+from workflow_scripts.spec.few_shot import recipe_name as few_shot_recipe
+from workflow_scripts.spec.few_shot import shots_of
 from workflow_scripts.spec.formats import get_format
 from workflow_scripts.spec.suggest import did_you_mean
 from workflow_scripts.spec.tasks import RANKING, SPAN, TRANSLATABLE_FORMATS, get_task
@@ -64,10 +71,14 @@ class DataRef:
 
     path: str
     languages: tuple[str, ...]
-    kind: str  # english | human | in_language | published_mt | pipeline_mt | translate_test
+    kind: str  # english | human | in_language | published_mt | pipeline_mt | translate_test | few_shot
+    shots: int | None = None  # a few-shot pool: the rows of at most this many shots
 
     def as_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "languages": list(self.languages), "kind": self.kind}
+        found: dict[str, Any] = {"path": self.path, "languages": list(self.languages), "kind": self.kind}
+        if self.shots is not None:
+            found["shots"] = self.shots
+        return found
 
 
 @dataclass(frozen=True)
@@ -234,6 +245,8 @@ def _merge(refs: list[DataRef]) -> list[DataRef]:
 def _applies(setting: str, target: str) -> str | None:
     """Why a setting does not apply to a target (None: it does)."""
     task = get_task(target)
+    if setting.startswith(FEW_SHOT_PREFIX):
+        return _few_shot_applies(shots_of(setting) or 0, target)
     if task.is_retrieval:
         return "retrieval targets are not trained; only zero_shot applies"
     if setting != ZERO_SHOT and task.visual and not (setting == "translate_test" and task.test_translations):
@@ -256,6 +269,15 @@ def _applies(setting: str, target: str) -> str | None:
     return None
 
 
+def _few_shot_applies(shots: int, target: str) -> str | None:
+    protocol = get_task(target).few_shot
+    if protocol is None:
+        return f"{target} has no few-shot protocol (its catalogue entry's few_shot)"
+    if shots not in protocol.shots:
+        return f"{target}'s few-shot files have {', '.join(map(str, protocol.shots))} shots, not {shots}"
+    return None
+
+
 def plan(config: dict[str, Any], setting: str, target: str) -> Plan:
     """The plan of one (setting, target); TransferError names the key when it cannot run."""
     planner = _Planner(config, setting, target)
@@ -270,6 +292,8 @@ def plan(config: dict[str, Any], setting: str, target: str) -> Plan:
         return planner.all_languages(in_language=setting == "in_language_all")
     if setting == "translate_test":
         return planner.translate_test()
+    if shots_of(setting):
+        return planner.few_shot(shots_of(setting))
     raise TransferError(f"config key {planner.key}: unknown transfer setting {setting!r}")
 
 
@@ -384,6 +408,32 @@ class _Planner:
             notes=notes,
         )
 
+    def few_shot(self, shots: int) -> Plan:
+        """Per language T of the target's few-shot pool, a model trained from the zero-shot
+        one on N shots of T, selected on the English dev split machine-translated into T."""
+        protocol = self.task.few_shot
+        pool_cfg = self.r.config["tasks"].get(protocol.task)
+        if pool_cfg is None:
+            raise self.r.fail(
+                f"{self.target}'s shots are task {protocol.task!r}, which has no entry under 'tasks' "
+                f"(give it the release folder: tasks.{protocol.task}.options.path)"
+            )
+        pool_langs = pool_cfg.get("languages") or list(get_task(protocol.task).languages)
+        if self.chosen is not None and (missing := [l for l in self.chosen if l not in pool_langs and l != "en"]):
+            raise self.r.fail(f"{self.target} has no shots in {missing}: tasks.{protocol.task}.languages")
+        others = [l for l in self.others if l in pool_langs]
+        models = {"en": self._english()}
+        for lang in others:
+            train = DataRef(data_path(protocol.task, "train"), (lang,), "few_shot", shots)
+            dev = DataRef(data_path(protocol.task, "dev"), (lang,), "published_mt")
+            models[lang] = Recipe(few_shot_recipe(shots, lang), (train,), (dev,))
+        langs = (["en"] if "en" in self.r.languages else []) + others
+        notes = (
+            f"{shots} shots per language on top of the zero-shot model, the learning rate selected on the "
+            "English dev split machine-translated into the language (IGLUE's few-shot protocol)",
+        )
+        return self._plan({l: models[l] for l in langs}, langs, notes=notes)
+
     def _published_test_translations(self, langs: list[str]) -> list[DataRef]:
         published = self.task.test_translations
         cfg = self.r.config["tasks"].get(published)
@@ -409,11 +459,13 @@ def check(config: dict[str, Any]) -> None:
     for setting, setting_cfg in settings.items():
         key = f"transfer.settings.{setting}"
         source = source_language(setting)
-        if setting not in SETTINGS and source is None:
+        if setting not in SETTINGS and source is None and shots_of(setting) is None:
             raise TransferError(
                 f"config key {key}: unknown transfer setting{did_you_mean(setting, SETTINGS)}; "
-                f"known: {', '.join(SETTINGS)}, {SOURCE_PREFIX}<lang>"
+                f"known: {', '.join(SETTINGS)}, {SOURCE_PREFIX}<lang>, {FEW_SHOT_PREFIX}<shots>"
             )
+        if setting_cfg.get("learning_rates") is not None and shots_of(setting) is None:
+            raise TransferError(f"config key {key}.learning_rates: only few_shot:<N> settings take learning rates")
         for i, seed in enumerate(setting_cfg.get("seeds") or []):
             if seed not in config["seeds"]:
                 raise TransferError(f"config key {key}.seeds[{i}]: {seed} is not one of the config's seeds")
@@ -426,9 +478,10 @@ def check(config: dict[str, Any]) -> None:
             reason = _applies(setting, target)
             if reason:
                 raise TransferError(f"config key {key}.targets[{i}]: {setting} does not apply to {target}: {reason}")
-        if setting_cfg.get("languages") is not None and setting not in PER_LANGUAGE + (
-            "translate_train_all",
-            "in_language_all",
+        if (
+            setting_cfg.get("languages") is not None
+            and setting not in PER_LANGUAGE + ("translate_train_all", "in_language_all")
+            and shots_of(setting) is None
         ):
             raise TransferError(f"config key {key}.languages: only per-language and *_all settings take languages")
         if source is not None and setting_cfg.get("languages") is not None:
@@ -466,6 +519,9 @@ def plans(config: dict[str, Any]) -> list[Plan]:
     """Every (setting, target) plan. Input functions ask for them several times per job, so
     they are computed once per distinct config, keyed by the (small) part a plan reads."""
     view = {
+        # the data paths' root: a plan computed before the run's results folder was set must
+        # not be served after it
+        "results": paths.results(),
         "transfer": config.get("transfer"),
         "targets": config["targets"],
         "seeds": config["seeds"],

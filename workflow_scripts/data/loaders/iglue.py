@@ -78,37 +78,45 @@ def _test_only(task: str, split: str) -> None:
 # ----- XVNLI and its text arms -------------------------------------------------------------
 
 
+def xvnli_record(where: str, r: dict[str, Any], lang: str, counts: Counter) -> dict[str, Any] | None:
+    """(id, lang, image, caption, hypothesis, label index) of one XVNLI-layout row (the test
+    sets, their translate-test copies, the few-shot files and translated dev splits), or None
+    for a row without a gold label or text (counted)."""
+    missing = [k for k in ("sentence1", "sentence2", "gold_label", "pairID", "Flikr30kID") if k not in r]
+    if missing:
+        raise InputError(f"{where}: lacks XVNLI's fields {missing}; has {sorted(r)}")
+    if r["gold_label"] in ("-", "", None):
+        counts[f"{lang}:no_gold_label"] += 1
+        return None
+    if not str(r["sentence1"]).strip() or not str(r["sentence2"]).strip():
+        counts[f"{lang}:empty_text"] += 1
+        LOG.warning("%s (%s): empty caption or hypothesis; dropped", where, r["pairID"])
+        return None
+    counts[f"{lang}:{r['gold_label']}"] += 1
+    return {
+        "id": f"{lang}-{r['pairID']}",
+        "lang": lang,
+        "image": f"{str(r['Flikr30kID']).split('.')[0]}.jpg",
+        "caption": r["sentence1"].strip(),
+        "hypothesis": r["sentence2"].strip(),
+        "label": label_index(get_task("xvnli"), r["gold_label"], where),
+    }
+
+
 def xvnli_rows(
     split: str, langs: list[str], opts: DataOptions, report: Report, release: str = "xvnli"
 ) -> Iterator[dict[str, Any]]:
-    """(id, lang, image, caption, hypothesis, label index) of every labelled XVNLI row of
-    ``release`` (the test set, or its translate-test copy ``xvnli_gmt``)."""
+    """Every labelled XVNLI row of ``release`` (the test set, or its translate-test copy
+    ``xvnli_gmt``), as ``xvnli_record`` reads it."""
     _test_only(release, split)
-    task = get_task("xvnli")
     counts: Counter = Counter()
     per_lang = dict.fromkeys(langs, 0)
     for lang in langs:
         for where, r in release_rows(release, opts, lang, report):
-            missing = [k for k in ("sentence1", "sentence2", "gold_label", "pairID", "Flikr30kID") if k not in r]
-            if missing:
-                raise InputError(f"{where}: lacks XVNLI's fields {missing}; has {sorted(r)}")
-            if r["gold_label"] in ("-", "", None):
-                counts[f"{lang}:no_gold_label"] += 1
-                continue
-            if not str(r["sentence1"]).strip() or not str(r["sentence2"]).strip():
-                counts[f"{lang}:empty_text"] += 1
-                LOG.warning("%s (%s): empty caption or hypothesis; dropped", where, r["pairID"])
-                continue
-            per_lang[lang] += 1
-            counts[f"{lang}:{r['gold_label']}"] += 1
-            yield {
-                "id": f"{lang}-{r['pairID']}",
-                "lang": lang,
-                "image": f"{str(r['Flikr30kID']).split('.')[0]}.jpg",
-                "caption": r["sentence1"].strip(),
-                "hypothesis": r["sentence2"].strip(),
-                "label": label_index(task, r["gold_label"], where),
-            }
+            row = xvnli_record(where, r, lang, counts)
+            if row is not None:
+                per_lang[lang] += 1
+                yield row
     require_languages(release, split, per_lang)
     report["load_counts"] = dict(sorted(counts.items()))
 
@@ -129,39 +137,48 @@ def hypothesis_arm(r: dict[str, Any]) -> Row:
 
 
 def marvl_images(row: dict[str, Any], lang: str) -> list[str]:
-    """The left and right image of a MaRVL row, as MaRVL's image release lays them out."""
-    return [f"{lang}/images/{row['concept']}/{row[side]}" for side in ("left_img", "right_img")]
+    """The left and right image of a MaRVL row, as MaRVL's image release lays them out. The
+    test files name a file of the row's concept folder (``39-0.jpg``), the few-shot files the
+    concept folder too (``39-Panci/39-n-5.jpg``)."""
+    names = [str(row[side]) for side in ("left_img", "right_img")]
+    return [f"{lang}/images/{n if '/' in n else row['concept'] + '/' + n}" for n in names]
+
+
+def marvl_record(where: str, r: dict[str, Any], lang: str, counts: Counter) -> Row | None:
+    """Statement, left and right image, True/False (NLVR2's label names) of one MaRVL-layout
+    row, or None for a row without a boolean label or a statement (counted)."""
+    missing = [k for k in ("id", "caption", "concept", "left_img", "right_img", "label") if k not in r]
+    if missing:
+        raise InputError(f"{where}: lacks MaRVL's fields {missing}; has {sorted(r)}")
+    if r.get("language", lang) != lang:
+        raise InputError(f"{where}: a {r['language']!r} row in the {lang!r} file")
+    if not isinstance(r["label"], bool) or not str(r["caption"]).strip():
+        counts[f"{lang}:no_label_or_caption"] += 1
+        LOG.warning("%s (%s): label %r or an empty caption; dropped", where, r["id"], r["label"])
+        return None
+    counts[f"{lang}:{r['label']}"] += 1
+    return {
+        "id": str(r["id"]),
+        "lang": lang,
+        "text_a": r["caption"].strip(),
+        "images": marvl_images(r, lang),
+        "label": label_index(get_task("marvl"), str(r["label"]), where),
+    }
 
 
 def marvl_rows(
     split: str, langs: list[str], opts: DataOptions, report: Report, release: str = "marvl"
 ) -> Iterator[Row]:
-    """Statement, left and right image, True/False (NLVR2's label names), of ``release`` (the
-    test set, or its translate-test copy ``marvl_gmt``)."""
+    """Every labelled row of ``release`` (the test set, or its translate-test copy ``marvl_gmt``)."""
     _test_only(release, split)
-    task = get_task("marvl")
     counts: Counter = Counter()
     per_lang = dict.fromkeys(langs, 0)
     for lang in langs:
         for where, r in release_rows(release, opts, lang, report):
-            missing = [k for k in ("id", "caption", "concept", "left_img", "right_img", "label") if k not in r]
-            if missing:
-                raise InputError(f"{where}: lacks MaRVL's fields {missing}; has {sorted(r)}")
-            if r.get("language", lang) != lang:
-                raise InputError(f"{where}: a {r['language']!r} row in the {lang!r} file")
-            if not isinstance(r["label"], bool) or not str(r["caption"]).strip():
-                counts[f"{lang}:no_label_or_caption"] += 1
-                LOG.warning("%s (%s): label %r or an empty caption; dropped", where, r["id"], r["label"])
-                continue
-            per_lang[lang] += 1
-            counts[f"{lang}:{r['label']}"] += 1
-            yield {
-                "id": str(r["id"]),
-                "lang": lang,
-                "text_a": r["caption"].strip(),
-                "images": marvl_images(r, lang),
-                "label": label_index(task, str(r["label"]), where),
-            }
+            row = marvl_record(where, r, lang, counts)
+            if row is not None:
+                per_lang[lang] += 1
+                yield row
     require_languages(release, split, per_lang)
     report["load_counts"] = dict(sorted(counts.items()))
 
@@ -173,6 +190,23 @@ def xflickrco_image(img_path: str) -> str:
     """An xFlickr&CO image under the image root: COCO's val2014 or Flickr30k's folder."""
     name = img_path.split("/")[-1]
     return f"{COCO_VAL_FOLDER if name.startswith('COCO_') else FLICKR30K_FOLDER}/{name}"
+
+
+def xflickrco_captions(where: str, r: dict[str, Any], lang: str, counts: Counter) -> list[Row]:
+    """One row per caption of an xFlickr&CO-layout record (``sentences``, ``img_path``: the
+    test sets, the few-shot files, Flickr30k's translated validation split). An empty caption
+    is kept, as IGLUE scores it: its image stays in the similarity matrix."""
+    if not isinstance(r.get("sentences"), list) or not r.get("img_path"):
+        raise InputError(f"{where}: lacks xFlickr&CO's fields (sentences: a list, img_path); has {sorted(r)}")
+    image = xflickrco_image(str(r["img_path"]))
+    rows = []
+    for k, sentence in enumerate(r["sentences"]):
+        text = str(sentence).strip()
+        if not text:
+            counts[f"{lang}:empty_caption"] += 1
+            LOG.warning("%s: caption %d is empty; scored as the empty text, as IGLUE does", where, k)
+        rows.append({"id": f"{lang}-{r['img_path']}#{k}", "lang": lang, "text_a": text, "images": [image]})
+    return rows
 
 
 def xflickrco_rows(
@@ -187,17 +221,10 @@ def xflickrco_rows(
     for lang in langs:
         images: set[str] = set()
         for where, r in release_rows(release, opts, lang, report):
-            if not isinstance(r.get("sentences"), list) or not r.get("img_path"):
-                raise InputError(f"{where}: lacks xFlickr&CO's fields (sentences: a list, img_path); has {sorted(r)}")
-            image = xflickrco_image(str(r["img_path"]))
-            images.add(image)
-            for k, sentence in enumerate(r["sentences"]):
-                text = str(sentence).strip()
-                if not text:  # kept, as IGLUE scores it: its image stays in the 2,000 x 2,000 matrix
-                    counts[f"{lang}:empty_caption"] += 1
-                    LOG.warning("%s: caption %d is empty; scored as the empty text, as IGLUE does", where, k)
-                per_lang[lang] += 1
-                yield {"id": f"{lang}-{r['img_path']}#{k}", "lang": lang, "text_a": text, "images": [image]}
+            rows = xflickrco_captions(where, r, lang, counts)
+            images.update(row["images"][0] for row in rows)
+            per_lang[lang] += len(rows)
+            yield from rows
         counts[f"{lang}:images"] = len(images)
         counts[f"{lang}:captions"] = per_lang[lang]
     require_languages(release, split, per_lang)

@@ -51,6 +51,7 @@ from workflow_scripts.workflow import (
     hub_sources,
     local_data,
     memory_plan,
+    slurm,
     sweep,
 )
 

@@ -29,8 +29,13 @@ REAL = REPO / "tests" / "real_data"
 def load_pool(pool: str, split: str, langs: list[str], tmp_path: Path, path: Path, dev_path: Path | None = None):
     options = {"path": str(path)} | ({"dev_path": str(dev_path)} if dev_path else {})
     settings = DataSettings.parse(
-        {"source": "local", "local_root": str(REPO / "demo/hub"), "hub": {"path": "e-bug/iglue"}, "languages": langs,
-         "options": options}
+        {
+            "source": "local",
+            "local_root": str(REPO / "demo/hub"),
+            "hub": {"path": "e-bug/iglue"},
+            "languages": langs,
+            "options": options,
+        }
     )
     out = tmp_path / f"{pool}_{split}.parquet"
     prepare(pool, split, settings, out)
@@ -73,7 +78,9 @@ def test_xflickrco_shots_and_the_translated_flickr30k_validation_split(tmp_path)
     rows, _ = load_pool("xflickrco_few_shot", "train", ["de"], tmp_path, REAL / "xflickrco_few_shot")
     assert len(rows) == 100 and Counter(r["shots"] for r in rows)[1] == 1
     assert sum(r["shots"] <= 25 for r in rows) == 25 and rows[0]["images"] == ["flickr30k-images/3497238310.jpg"]
-    dev, _ = load_pool("xflickrco_few_shot", "dev", ["de"], tmp_path, REAL / "xflickrco_few_shot", REAL / "flickr30k_gmt")
+    dev, _ = load_pool(
+        "xflickrco_few_shot", "dev", ["de"], tmp_path, REAL / "xflickrco_few_shot", REAL / "flickr30k_gmt"
+    )
     assert len(dev) == 4 * 5  # five captions an image, the first one translated
     assert dev[0]["text_a"].startswith("Eine Gruppe") and dev[0]["images"] == ["flickr30k-images/1018148011.jpg"]
 
@@ -98,8 +105,7 @@ def test_a_missing_shot_file_stops_naming_it(tmp_path):
 
 
 def test_a_protocol_with_unordered_shots_or_a_missing_key_is_refused():
-    good = {"task": "p", "shots": [1, 5], "epochs": 20, "batch_size": 16, "learning_rates": [1e-4],
-            "warmup_ratio": 0.1}
+    good = {"task": "p", "shots": [1, 5], "epochs": 20, "batch_size": 16, "learning_rates": [1e-4], "warmup_ratio": 0.1}
     assert FewShotProtocol.parse(good, "e").shots == (1, 5)
     with pytest.raises(FewShotError, match="increasing"):
         FewShotProtocol.parse({**good, "shots": [5, 1]}, "e")

@@ -56,6 +56,25 @@ SOURCES = {
     "xvnli_hypothesis_only_gmt": ("floschne/xvnli", ["ar", "ru"], {"path": "tests/real_data/xvnli_gmt"}),
     "marvl_gmt": ("floschne/marvl", ["id", "sw", "zh"], {"path": "tests/real_data/marvl_gmt"}),
     "xflickrco_gmt": ("floschne/xflickrco", ["de", "ja"], {"path": "tests/real_data/xflickrco_gmt"}),
+    # IGLUE's few-shot pools: real shot files and translated dev lines, XVNLI's from the demo's
+    # release (its translated dev files are not in the stored copy of e-bug/iglue)
+    "xvnli_few_shot": ("e-bug/iglue", ["de", "ru"], {"path": "demo/hub/e-bug/iglue/datasets/XVNLI/annotations"}),
+    "xvnli_caption_few_shot": ("e-bug/iglue", ["de"], {"path": "demo/hub/e-bug/iglue/datasets/XVNLI/annotations"}),
+    "xvnli_hypothesis_only_few_shot": (
+        "e-bug/iglue",
+        ["sw"],
+        {"path": "demo/hub/e-bug/iglue/datasets/XVNLI/annotations"},
+    ),
+    "marvl_few_shot": (
+        "e-bug/iglue",
+        ["id"],
+        {"path": "tests/real_data/marvl_few_shot", "dev_path": "tests/real_data/nlvr2_gmt"},
+    ),
+    "xflickrco_few_shot": (
+        "e-bug/iglue",
+        ["de"],
+        {"path": "tests/real_data/xflickrco_few_shot", "dev_path": "tests/real_data/flickr30k_gmt"},
+    ),
 }
 CASES = [(t, s) for t in TASKS for s in TASKS[t].splits]
 
@@ -73,7 +92,8 @@ def test_loader_yields_the_canonical_schema(tmp_path, task_name, split):
     n = prepare(task_name, split, settings, out)
     task = get_task(task_name)
     table = read_table(out, task.format)
-    assert table.column_names == ["id", "lang", *SCHEMAS[task.format]] and n == table.num_rows > 0
+    pool_column = ["shots"] if task.shot_pool else []  # a few-shot pool's rows name their shots
+    assert table.column_names == ["id", "lang", *SCHEMAS[task.format], *pool_column] and n == table.num_rows > 0
     rows = table.to_pylist()
     assert len({r["id"] for r in rows}) == len(rows) or task.format == "mining"
     # Every language asked for, train included: which train languages a target reads is

@@ -120,3 +120,35 @@ def test_translate_test_scores_the_releases_english_rows_with_the_zero_shot_mode
     # the demo's translations are the English sentences: every language scores as English does
     for lang in ("de", "ru", "sw"):
         assert translated["scores"]["test"][lang] == zero_shot["scores"]["test"]["en"]
+
+
+def test_five_shots_continue_the_zero_shot_model_at_the_best_of_two_learning_rates(run):
+    """IGLUE's few-shot protocol (few_shot:5): per language, the zero-shot model and its head
+    trained on the 5-shot rows at each learning rate, the best on the translated dev kept."""
+    metrics = json.loads((run / "metrics/xlmr_tiny/few_shot-5/none/xvnli/seed1.json").read_text())
+    assert sorted(metrics["scores"]["test"]) == ["de", "en"]
+    models = metrics["models"]
+    assert models["en"]["recipe"] == "en.dev-en" and models["de"]["recipe"] == "fs5-de.dev-de"
+    assert models["de"]["train"][0]["shots"] == 5 and models["de"]["dev"][0]["kind"] == "published_mt"
+    logs = run.parent.parent / "logs/xvnli_demo"
+    for lang in ("de",):
+        recipe = f"fs5-{lang}.dev-{lang}"
+        model = run / f"target/xlmr_tiny/none/xvnli/{recipe}/seed1/model"
+        selection = json.loads((model / "sweep_selection.json").read_text())
+        assert sorted(selection["scores"]) == ["lr0.0001", "lr0.0005"] and selection["selected_on"] == f"dev-{lang}"
+        assert selection["selected"] == max(selection["scores"], key=selection["scores"].get)
+        assert metrics["sweep"][str(model.relative_to(run.parent.parent))] == selection
+        log = json.loads((model / "train_log.json").read_text())
+        # 5 shots of the language (5 scenes x 3 hypotheses): one batch of 16 an epoch, 20
+        # epochs, the model selected at the end of each
+        assert log["total_steps"] == 20 and log["throughput"]["examples"] == 20 * 15
+        assert [h["step"] for h in log["history"]] == list(range(1, 21))
+        assert log["settings"]["continue_head"] == {"from": "xvnli", "to": "xvnli"}
+        assert log["visual"]["tasks"]["xvnli"]["images"] == f"{RESULTS}/data/images/xvnli_few_shot"
+        started = (logs / f"train_few_shot_candidate/xlmr_tiny/none/xvnli/{recipe}/seed1/lr0.0005.log").read_text()
+        assert (
+            "head xvnli continues from xvnli's in results/xvnli_demo/target/xlmr_tiny/none/xvnli/en.dev-en/seed1/model"
+            in started
+        )
+    settings = (run / "tables/xlmr_tiny/settings.md").read_text()
+    assert "| few_shot:5 | 1 |" in settings

@@ -37,8 +37,9 @@ def test_the_xvnli_config_trains_on_snli_ve_features_and_scores_with_the_targets
 
     config = xvnli_config()
     grid.check_config(config)
-    # SNLI-VE's images train (and select) the image arm; XVNLI's own test images score it
-    assert grid.visual_tasks(config) == ["snli_ve", "xvnli"]
+    # SNLI-VE's images train (and select) the image arm; XVNLI's own test images score it; the
+    # few-shot pool's images (its shots' and its translated dev's) train its 5-shot models
+    assert grid.visual_tasks(config) == ["snli_ve", "xvnli", "xvnli_few_shot"]
     data = grid.target_data(config, "xvnli", "en.dev-en")["xvnli"]
     assert data["images"].endswith("/data/images/snli_ve")
     assert {ref["path"].split("/")[-2] for ref in data["train"] + data["dev"]} == {"snli_ve"}

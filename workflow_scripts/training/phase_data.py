@@ -90,7 +90,9 @@ def _training_rows(task: Task, entry: dict[str, Any], opts: TaskOptions, languag
     sources = data_sources(entry["train"], None if head_kind(task.format) == MLM else [language])
     train = pa.concat_tables(
         [
-            within_shots(table_in(read_table(path, task.format), langs, task.format), shots_of_file(entry["train"], path))
+            within_shots(
+                table_in(read_table(path, task.format), langs, task.format), shots_of_file(entry["train"], path)
+            )
             for path, langs in sources
         ],
         promote_options="permissive",

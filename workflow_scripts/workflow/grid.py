@@ -559,9 +559,11 @@ def few_shot_pools(config: dict[str, Any]) -> list[str]:
     """The few-shot pools (spec/few_shot.py) the grid's few_shot:<N> settings read."""
     return sorted(
         {
-            get_task(p.target).few_shot.task
-            for p in transfer.plans(config)
-            if few_shot.shots_of(p.setting) is not None and len(p.models) > 1
+            get_task(target).few_shot.task
+            for setting in transfer.configured(config)
+            if few_shot.shots_of(setting) is not None
+            for target in transfer.targets(config, setting)
+            if target in TASKS and get_task(target).few_shot is not None
         }
     )
 

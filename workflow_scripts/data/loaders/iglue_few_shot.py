@@ -59,7 +59,9 @@ def _file(folder: str | None, pattern: str, option: str, pool: str, in_repo: str
         raise InputError(f"{pool}: set tasks.{pool}.options.{option} to the folder of e-bug/iglue's {in_repo}")
     file = repo_path(folder) / pattern.format(**names)
     if not file.is_file():
-        raise InputError(f"{pool} release file {file} does not exist (e-bug/iglue: {in_repo}/{pattern.format(**names)})")
+        raise InputError(
+            f"{pool} release file {file} does not exist (e-bug/iglue: {in_repo}/{pattern.format(**names)})"
+        )
     return file
 
 
@@ -142,7 +144,11 @@ def pool_rows(
                 for row in read_shot(where, r, lang, counts)
             )
         else:
-            found = (row for where, r in dev_records(pool, release, opts, lang, report) for row in read_dev(where, r, lang, counts))
+            found = (
+                row
+                for where, r in dev_records(pool, release, opts, lang, report)
+                for row in read_dev(where, r, lang, counts)
+            )
         for row in found:
             per_lang[lang] += 1
             yield row

@@ -193,3 +193,21 @@ def test_the_training_keeps_the_rows_of_at_most_n_shots():
     assert within_shots(table, shots_of_file("pool.parquet", "pool.parquet")).num_rows == 3
     with pytest.raises(InputError, match="'shots' column"):
         within_shots(pa.table({"id": ["a"]}), 5)
+
+
+def test_the_few_shot_preset_plans_every_shot_count_of_every_image_target():
+    from workflow_scripts.workflow import config_layers
+
+    config = config_layers.load([REPO / "config/iglue_few_shot.yaml"])
+    transfer.check(config)
+    recipes = {
+        (p.target, recipe.name)
+        for p in transfer.plans(config)
+        if shots_of(p.setting)
+        for recipe in p.models.values()
+        if is_few_shot_recipe(recipe.name)
+    }
+    per_target = Counter(target for target, _ in recipes)
+    # every shot count of the release, in every language of its pool
+    assert per_target == {"xvnli": 6 * 4, "marvl": 4 * 3, "xflickrco": 6 * 7}
+    assert grid.few_shot_pools(config) == ["marvl_few_shot", "xflickrco_few_shot", "xvnli_few_shot"]

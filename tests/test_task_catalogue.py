@@ -104,6 +104,8 @@ def _touch_every_output(repo: Path, configfile: str) -> None:
         "train_target_stage",
         "train_target_sweep_point",
         "select_target_hyperparameters",
+        "train_few_shot_candidate",
+        "select_few_shot_learning_rate",
         "keep_best_target_model",
         "collect_submission",
     }

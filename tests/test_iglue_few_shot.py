@@ -1,5 +1,5 @@
 """IGLUE's in-language few-shot protocol (spec/few_shot.py): the few-shot pools read from real
-samples of the release (tests/real_data/*_few_shot, nlvr2_gmt, flickr30k_gmt), the
+samples of the release (tests/real_data/*_few_shot, nlvr2_dev, flickr30k_gmt), the
 ``few_shot:<N>`` setting's plan, and the settings its candidates train with."""
 
 from __future__ import annotations
@@ -63,15 +63,25 @@ def test_xvnli_shots_are_tagged_with_the_fewest_shots_holding_them(tmp_path):
     assert caption[0]["text_b"] == first["text_a"] and caption[0]["text_a"] != first["text_a"]
 
 
-def test_marvl_shots_name_their_concept_folder_once_and_select_on_translated_nlvr2(tmp_path):
+def test_marvl_shots_name_their_concept_folder_once_and_select_on_english_nlvr2(tmp_path):
     rows, _ = load_pool("marvl_few_shot", "train", ["id"], tmp_path, REAL / "marvl_few_shot")
     assert Counter(r["shots"] for r in rows) == {1: 4, 2: 4, 4: 8, 10: 24}
     # the few-shot files name "39-Panci/39-n-5.jpg", the test files "39-0.jpg": one layout
     assert rows[0]["images"] == ["id/images/39-Panci/39-n-5.jpg", "id/images/39-Panci/39-n-2.jpg"]
-    dev, _ = load_pool("marvl_few_shot", "dev", ["id"], tmp_path, REAL / "marvl_few_shot", REAL / "nlvr2_gmt")
-    assert len(dev) == 6 and dev[0]["lang"] == "id" and dev[0]["shots"] is None
+    # IGLUE's MaRVL scripts select on NLVR2's English dev split (selection: english)
+    assert get_task("marvl").few_shot.selection == "english"
+    dev, report = load_pool("marvl_few_shot", "dev", ["id"], tmp_path, REAL / "marvl_few_shot", REAL / "nlvr2_dev")
+    assert len(dev) == 6 and {r["lang"] for r in dev} == {"en"} and dev[0]["shots"] is None
     assert dev[0]["images"] == ["dev/dev-850-0-img0.png", "dev/dev-850-0-img1.png"] and dev[0]["label"] == 0
-    assert dev[0]["text_a"].startswith("Gambar kanan")
+    assert report["release"]["files"] == ["dev.jsonl"]
+    config = copy.deepcopy(xvnli_config())
+    config["targets"] = [*config["targets"], "marvl"]
+    config["tasks"]["marvl"] = {"languages": ["de", "ru", "sw"]}
+    config["tasks"]["marvl_few_shot"] = {"languages": ["de"]}
+    config["transfer"] = {"settings": {"zero_shot": {}, "few_shot:4": {"targets": ["marvl"]}}}
+    plan = transfer.plan(config, "few_shot:4", "marvl")
+    assert plan.models["de"].name == "fs4-de.dev-en" and plan.models["de"].dev[0].languages == ("en",)
+    assert "evaluated on ['de'] only" in plan.notes[-1]  # ru and sw have no shots
 
 
 def test_xflickrco_shots_and_the_translated_flickr30k_validation_split(tmp_path):
@@ -209,5 +219,7 @@ def test_the_few_shot_preset_plans_every_shot_count_of_every_image_target():
     }
     per_target = Counter(target for target, _ in recipes)
     # every shot count of the release, in every language of its pool
-    assert per_target == {"xvnli": 6 * 4, "marvl": 4 * 3, "xflickrco": 6 * 7}
+    # (xFlickr&CO's one shot is one image: nothing to contrast it with in a batch)
+    assert per_target == {"xvnli": 6 * 4, "marvl": 4 * 3, "xflickrco": 5 * 7}
+    assert "contrastive loss over a batch of one is zero" in transfer._applies("few_shot:1", "xflickrco")
     assert grid.few_shot_pools(config) == ["marvl_few_shot", "xflickrco_few_shot", "xvnli_few_shot"]

@@ -72,7 +72,7 @@ IGLUE_FEW_SHOT_SAMPLES = {
     "marvl_few_shot": ("datasets/marvl/few_shot/annotations", [f"marvl-id_train{n}.jsonl" for n in (1, 2, 4, 10)], None),
     "xflickrco_few_shot": ("datasets/xFlickrCO/annotations", [f"de/train_{n}.jsonl" for n in (1, 5, 10, 25, 50, 100)],
                            None),
-    "nlvr2_gmt": ("datasets/nlvr2/annotations", ["dev-id_gmt.jsonl"], 6),
+    "nlvr2_dev": ("datasets/nlvr2/annotations", ["dev.jsonl", "dev-id_gmt.jsonl"], 6),
     "flickr30k_gmt": ("datasets/flickr30k/annotations_machine-translate", ["valid-de_gmt.jsonl"], 4),
 }
 

@@ -22,6 +22,9 @@ SETTING_PREFIX = "few_shot:"
 # names have no digit, so the two kinds of training job never claim each other's paths.
 RECIPE_PATTERN = r"fs[0-9]+-[a-z]{2,3}\.dev-[a-z]{2,3}"
 _KEYS = ("task", "shots", "epochs", "batch_size", "learning_rates", "warmup_ratio")
+# What selects the learning rate: the English dev split machine-translated into the language
+# (IGLUE's dev-mt), or the English dev split itself (what IGLUE's MaRVL scripts run).
+SELECTIONS = ("translated", "english")
 
 
 class FewShotError(ValueError):
@@ -38,13 +41,14 @@ class FewShotProtocol:
     batch_size: int
     learning_rates: tuple[float, ...]  # each trains a candidate; the best on dev is kept
     warmup_ratio: float
+    selection: str = "translated"  # SELECTIONS
 
     @classmethod
     def parse(cls, entry: Any, where: str) -> FewShotProtocol:
         if not isinstance(entry, dict):
             raise FewShotError(f"{where}: few_shot must be a mapping of {list(_KEYS)}, got {entry!r}")
         missing = [k for k in _KEYS if k not in entry]
-        unknown = sorted(set(entry) - set(_KEYS))
+        unknown = sorted(set(entry) - set(_KEYS) - {"selection"})
         if missing or unknown:
             raise FewShotError(f"{where}: few_shot lacks {missing} / has unknown keys {unknown}; keys: {list(_KEYS)}")
         shots = tuple(entry["shots"]) if isinstance(entry["shots"], list) else ()
@@ -53,6 +57,10 @@ class FewShotProtocol:
         rates = entry["learning_rates"]
         if not isinstance(rates, list) or not rates or any(not isinstance(r, (int, float)) or r <= 0 for r in rates):
             raise FewShotError(f"{where}: few_shot.learning_rates must be positive numbers, got {rates!r}")
+        if entry.get("selection", SELECTIONS[0]) not in SELECTIONS:
+            raise FewShotError(
+                f"{where}: few_shot.selection must be one of {list(SELECTIONS)}, got {entry['selection']!r}"
+            )
         for key in ("epochs", "batch_size"):
             if not isinstance(entry[key], int) or entry[key] < 1:
                 raise FewShotError(f"{where}: few_shot.{key} must be a positive integer, got {entry[key]!r}")
@@ -63,6 +71,7 @@ class FewShotProtocol:
             batch_size=entry["batch_size"],
             learning_rates=tuple(float(r) for r in rates),
             warmup_ratio=float(entry["warmup_ratio"]),
+            selection=entry.get("selection", SELECTIONS[0]),
         )
 
 
@@ -74,9 +83,10 @@ def shots_of(setting: str) -> int | None:
     return int(count) if count.isdigit() and int(count) > 0 else None
 
 
-def recipe_name(shots: int, lang: str) -> str:
-    """The target model trained on ``shots`` shots of ``lang``, selected on its translated dev."""
-    return f"fs{shots}-{lang}.dev-{lang}"
+def recipe_name(shots: int, lang: str, selected_on: str) -> str:
+    """The target model trained on ``shots`` shots of ``lang``, selected on the dev split in
+    ``selected_on`` (``lang``: translated into it; ``en``: English)."""
+    return f"fs{shots}-{lang}.dev-{selected_on}"
 
 
 def is_few_shot_recipe(recipe: str) -> bool:

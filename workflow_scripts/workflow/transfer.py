@@ -45,7 +45,7 @@ from workflow_scripts.spec.few_shot import recipe_name as few_shot_recipe
 from workflow_scripts.spec.few_shot import shots_of
 from workflow_scripts.spec.formats import get_format
 from workflow_scripts.spec.suggest import did_you_mean
-from workflow_scripts.spec.tasks import RANKING, SPAN, TRANSLATABLE_FORMATS, get_task
+from workflow_scripts.spec.tasks import RANKING, SPAN, TRANSLATABLE_FORMATS, VISUAL_RETRIEVAL, get_task
 from workflow_scripts.spec.transfer_names import (  # noqa: F401 (the Snakefile reads them as transfer.*)
     MODEL_SELECTION,
     PER_LANGUAGE,
@@ -275,6 +275,9 @@ def _few_shot_applies(shots: int, target: str) -> str | None:
         return f"{target} has no few-shot protocol (its catalogue entry's few_shot)"
     if shots not in protocol.shots:
         return f"{target}'s few-shot files have {', '.join(map(str, protocol.shots))} shots, not {shots}"
+    if get_task(target).format == VISUAL_RETRIEVAL and shots < 2:
+        # its training contrasts each caption with the other rows of its batch (multimodal/prefix.py)
+        return f"one shot is one image: {target}'s in-batch contrastive loss over a batch of one is zero"
     return None
 
 
@@ -422,16 +425,24 @@ class _Planner:
         if self.chosen is not None and (missing := [l for l in self.chosen if l not in pool_langs and l != "en"]):
             raise self.r.fail(f"{self.target} has no shots in {missing}: tasks.{protocol.task}.languages")
         others = [l for l in self.others if l in pool_langs]
+        english = protocol.selection == "english"
         models = {"en": self._english()}
         for lang in others:
             train = DataRef(data_path(protocol.task, "train"), (lang,), "few_shot", shots)
-            dev = DataRef(data_path(protocol.task, "dev"), (lang,), "published_mt")
-            models[lang] = Recipe(few_shot_recipe(shots, lang), (train,), (dev,))
+            dev = DataRef(
+                data_path(protocol.task, "dev"),
+                ("en",) if english else (lang,),
+                "english" if english else "published_mt",
+            )
+            models[lang] = Recipe(few_shot_recipe(shots, lang, dev.languages[0]), (train,), (dev,))
         langs = (["en"] if "en" in self.r.languages else []) + others
+        selected_on = "English dev split" if english else "English dev split machine-translated into the language"
         notes = (
             f"{shots} shots per language on top of the zero-shot model, the learning rate selected on the "
-            "English dev split machine-translated into the language (IGLUE's few-shot protocol)",
+            f"{selected_on} (IGLUE's few-shot protocol)",
         )
+        if len(langs) < len(self.r.languages):
+            notes += (f"evaluated on {langs} only (the languages with shots: tasks.{protocol.task}.languages)",)
         return self._plan({l: models[l] for l in langs}, langs, notes=notes)
 
     def _published_test_translations(self, langs: list[str]) -> list[DataRef]:
@@ -466,6 +477,11 @@ def check(config: dict[str, Any]) -> None:
             )
         if setting_cfg.get("learning_rates") is not None and shots_of(setting) is None:
             raise TransferError(f"config key {key}.learning_rates: only few_shot:<N> settings take learning rates")
+        if setting_cfg.get("model_selection", "own") != "own" and shots_of(setting) is not None:
+            raise TransferError(
+                f"config key {key}.model_selection: a few-shot model is selected as its target's protocol "
+                "says (tasks/<target>.yaml: few_shot.selection)"
+            )
         for i, seed in enumerate(setting_cfg.get("seeds") or []):
             if seed not in config["seeds"]:
                 raise TransferError(f"config key {key}.seeds[{i}]: {seed} is not one of the config's seeds")

@@ -7,8 +7,10 @@ read from the release (github.com/e-bug/iglue, ``datasets/``):
   ``xvnli_hypothesis_only_few_shot``): ``XVNLI/annotations/<lang>/train_<N>.jsonl`` and
   ``XVNLI/annotations/en/dev-<lang>_gmt.jsonl``, XVNLI's fields;
 - ``marvl_few_shot``: ``marvl/few_shot/annotations/marvl-<lang>_train<N>.jsonl`` (MaRVL's
-  fields, its own images) and ``nlvr2/annotations/dev-<lang>_gmt.jsonl`` (NLVR2's fields and
-  dev images: the option ``dev_path`` names that folder);
+  fields, its own images) and NLVR2's English dev split, ``nlvr2/annotations/dev.jsonl``
+  (NLVR2's fields and dev images: the option ``dev_path`` names that folder): IGLUE's MaRVL
+  scripts select on it (``few_shot.selection: english``; the translated
+  ``dev-<lang>_gmt.jsonl`` files are read under ``selection: translated``);
 - ``xflickrco_few_shot``: ``xFlickrCO/annotations/<lang>/train_<N>.jsonl`` and
   ``flickr30k/annotations_machine-translate/valid-<lang>_gmt.jsonl`` (``dev_path``).
 
@@ -52,6 +54,8 @@ DEV_FILES = {
     "marvl": ("datasets/nlvr2/annotations", "dev-{lang}_gmt.jsonl"),
     "xflickrco": ("datasets/flickr30k/annotations_machine-translate", "valid-{lang}_gmt.jsonl"),
 }
+# The English dev split, for a protocol that selects on it (few_shot.selection: english).
+ENGLISH_DEV_FILES = {"marvl": ("datasets/nlvr2/annotations", "dev.jsonl")}
 
 
 def _file(folder: str | None, pattern: str, option: str, pool: str, in_repo: str, **names: Any) -> Path:
@@ -91,7 +95,13 @@ def shot_records(pool: str, release: str, opts: DataOptions, lang: str, report: 
 
 
 def dev_records(pool: str, release: str, opts: DataOptions, lang: str, report: Report):
-    in_repo, pattern = DEV_FILES[release]
+    """The rows of the dev split that selects the learning rate in ``lang`` (en: English)."""
+    if lang == "en":
+        if release not in ENGLISH_DEV_FILES:
+            raise InputError(f"{pool}: no English dev split is read for {release}'s few-shot protocol")
+        in_repo, pattern = ENGLISH_DEV_FILES[release]
+    else:
+        in_repo, pattern = DEV_FILES[release]
     file = _file(opts.dev_path or opts.path, pattern, "dev_path", pool, in_repo, lang=lang)
     report.setdefault("release", {"path": opts.path, "files": []})["files"].append(file.name)
     yield from jsonl_records(file)
@@ -134,6 +144,8 @@ def pool_rows(
     if split not in ("train", "dev"):
         raise InputError(f"{pool}: IGLUE's few-shot pools have a train and a dev split, not {split!r}")
     read_shot, read_dev = READERS[release]
+    if split == "dev" and few_shot_target(pool).few_shot.selection == "english":
+        langs = ["en"]  # one English dev split selects every language's model
     counts: Counter = Counter()
     per_lang = dict.fromkeys(langs, 0)
     for lang in langs:

@@ -157,8 +157,12 @@ def kept_model_inputs(wildcards):
     )
 
 
-def sweep_candidate_args(wildcards, input):
-    return " ".join(shlex.quote(f"--candidate={token}={input[token]}") for token in sweep_inputs(wildcards))
+def candidate_args(candidates_of):
+    """A params function: --candidate=TOKEN=MODEL of each candidate candidates_of(wildcards)
+    names, in its order (workflow.sweep selects among them)."""
+    return lambda wildcards, input: " ".join(
+        shlex.quote(f"--candidate={token}={input[token]}") for token in candidates_of(wildcards)
+    )
 
 
 # IGLUE's few-shot setting (spec/few_shot.py): its recipes' names (fs5-de.dev-de) are the only
@@ -188,12 +192,6 @@ def few_shot_candidate_inputs(wildcards):
     """The models of every learning rate of one few-shot recipe and seed."""
     return grid.few_shot_candidates(
         config, wildcards.backbone, wildcards.intermediate, wildcards.target, wildcards.recipe, wildcards.seed
-    )
-
-
-def few_shot_candidate_args(wildcards, input):
-    return " ".join(
-        shlex.quote(f"--candidate={token}={input[token]}") for token in few_shot_candidate_inputs(wildcards)
     )
 
 

@@ -180,7 +180,7 @@ if sweep.sweeping(config):
         log:
             f"{LOGS}/select_target_hyperparameters/{{backbone}}/{{intermediate}}/{{target}}/{{recipe}}/seed{{seed}}.log",
         params:
-            candidates=sweep_candidate_args,
+            candidates=candidate_args(sweep_inputs),
             code=module_digest("workflow.sweep"),
         # before further training, so unselected models are discarded early (disk.py)
         priority: 10
@@ -231,7 +231,7 @@ rule select_few_shot_learning_rate:
     log:
         f"{LOGS}/select_few_shot_learning_rate/{{backbone}}/{{intermediate}}/{{target}}/{{recipe}}/seed{{seed}}.log",
     params:
-        candidates=few_shot_candidate_args,
+        candidates=candidate_args(few_shot_candidate_inputs),
         code=module_digest("workflow.sweep"),
     priority: 10
     conda:

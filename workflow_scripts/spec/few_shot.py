@@ -93,6 +93,13 @@ def is_few_shot_recipe(recipe: str) -> bool:
     return re.fullmatch(RECIPE_PATTERN, recipe) is not None
 
 
+def shots_of_recipe(recipe: str) -> int:
+    """N of a few-shot recipe's name (``recipe_name``'s inverse: fs5-de.dev-de -> 5)."""
+    if not is_few_shot_recipe(recipe):
+        raise ValueError(f"{recipe!r} is not a few-shot recipe (fs<N>-<lang>.dev-<lang>)")
+    return int(recipe.split("-", 1)[0].removeprefix("fs"))
+
+
 def candidate_token(learning_rate: float) -> str:
     """A learning rate's candidate folder (the sweep's point token: ``lr5e-05``)."""
     return f"lr{learning_rate:g}"

@@ -959,8 +959,8 @@ def few_shot_settings(config: dict[str, Any], backbone: str, target: str, recipe
 def few_shot_learning_rates(config: dict[str, Any], target: str, recipe: str) -> dict[str, float]:
     """TOKEN -> learning rate of a few-shot recipe's candidates: its setting's
     ``learning_rates``, else the target's protocol's."""
-    shots = int(recipe.split("-", 1)[0].removeprefix("fs"))
-    setting_cfg = transfer.configured(config).get(f"{few_shot.SETTING_PREFIX}{shots}", {})
+    setting = f"{few_shot.SETTING_PREFIX}{few_shot.shots_of_recipe(recipe)}"
+    setting_cfg = transfer.configured(config).get(setting, {})
     rates = setting_cfg.get("learning_rates") or get_task(target).few_shot.learning_rates
     return {few_shot.candidate_token(float(r)): float(r) for r in rates}
 

@@ -21,6 +21,7 @@ include: "rules/evaluate.smk"
 include: "rules/tables.smk"
 include: "rules/report.smk"
 include: "rules/retention.smk"
+include: "rules/prompted.smk"
 
 
 report: "report/workflow.rst"
@@ -42,6 +43,10 @@ rule all:
         rules.compare_modality.output,
         # forgetting at every stage (retention.probe): a table and a figure per backbone
         expand(rules.tabulate_retention.output, backbone=BACKBONES) if retention_grid.enabled(config) else [],
+        # fine-tuned beside prompted (prompted.enabled): a table per decoder backbone prompted
+        expand(rules.tabulate_prompted.output, backbone=prompted_grid.backbones(config))
+        if prompted_grid.enabled(config)
+        else [],
         # how every run trained: curves per config, and the runs that diverged or never learnt
         expand(rules.plot_training.output, backbone=BACKBONES),
         # disk.keep_target_models: best keeps each config's best seed's model (disk.py)

@@ -25,6 +25,7 @@ from workflow_scripts.workflow import (
     sweep,
     transfer,
 )
+from workflow_scripts.workflow import prompted as prompted_grid
 from workflow_scripts.workflow import retention as retention_grid
 from workflow_scripts.spec import availability, few_shot, paths
 from workflow_scripts import revisions
@@ -258,6 +259,11 @@ def rule_resources():
         if rule.name in ("train_intermediate", *slurm.TARGET_TRAINING_RULES):
             asked = [backbone_grid.gpus(config, b) for b in BACKBONES]
             return max(a["per_node"] * a["nodes"] if a["per_node"] else res(rule.name, "gpu") for a in asked)
+        if rule.name == "evaluate_prompted":
+            default = res(rule.name, "gpu")
+            return max(
+                (prompted_grid.gpus(config, b, default) for b in prompted_grid.backbones(config)), default=default
+            )
         return rule.resources.get("gpu").value or 0
 
     return {r.name: {"gpu": gpus(r), "threads": r.resources.get("_cores").value or 1} for r in workflow.rules}

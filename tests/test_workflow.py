@@ -26,6 +26,7 @@ from workflow_scripts.evaluation import predictions
 from workflow_scripts.spec import benchmark, codehash
 from workflow_scripts.spec.tasks import get_task
 from workflow_scripts.workflow import backbone_grid, config_layers, status, transfer
+from workflow_scripts.workflow import prompted as prompted_grid
 
 UNAVAILABLE_FIGURES = ("list_unavailable_figures", "results/demo/figures/not_available.html")
 # Captions of rules a grid has only with a key the demo leaves out (sweep: tables/<b>/sweep)
@@ -62,6 +63,24 @@ COST_TABLE = ("tabulate_cost", "results/demo/tables/cost.md")  # follows the tab
 ENCODER, DECODER = "xlmr_tiny", "llama_tiny"  # the demo's backbones
 
 
+def is_prompted(backbone: str) -> bool:
+    """The demo prompts its decoders (config.yaml's `prompted`): llama_tiny and the copies of
+    it these tests add."""
+    return backbone.startswith(DECODER)
+
+
+def prompted_jobs(config: dict, backbone: str, inter: str) -> set[tuple[str, str]]:
+    """The prompted jobs of intermediate config `inter` on a prompted backbone."""
+    if not is_prompted(backbone) or inter not in backbone_grid.grid_of(config, backbone)["intermediate"]:
+        return set()
+    return {
+        ("evaluate_prompted", f"results/demo/prompted/{backbone}/{inter}/{run}/{task}.json")
+        for name, run in prompted_grid.runs(config, backbone)
+        if name == inter
+        for task in prompted_grid.tasks(config, backbone)
+    }
+
+
 def after_metrics(*backbones: str) -> set[tuple[str, str]]:
     """What a change of a backbone's metric files reruns: its tables, the figures and LaTeX
     drawn from them, its submission (best models); the comparison across backbones; the cost
@@ -74,6 +93,8 @@ def after_metrics(*backbones: str) -> set[tuple[str, str]]:
         ("all", ""),
     }
     for b in backbones:
+        if is_prompted(b):
+            jobs.add(("tabulate_prompted", f"results/demo/tables/{b}/prompted.md"))
         jobs |= {
             ("aggregate_tables", f"results/demo/tables/{b}/main.md"),
             ("plot_results", f"results/demo/figures/{b}/main_deltas.png"),
@@ -111,8 +132,9 @@ def with_config(repo: Path, edit, name: str) -> Path:
 
 
 def backbone_jobs(config: dict, backbone: str, inter: str) -> set[tuple[str, str]]:
-    """Every training and evaluation job of intermediate config `inter` on one backbone."""
-    jobs = set()
+    """Every training and evaluation job of intermediate config `inter` on one backbone, its
+    prompted jobs included."""
+    jobs = prompted_jobs(config, backbone, inter)
     part = backbone_grid.grid_of(config, backbone)
     for seed in part["seeds"]:
         if inter not in part["intermediate"]:

@@ -16,7 +16,7 @@ from workflow_scripts import revisions
 from workflow_scripts.spec import paths, trackers
 from workflow_scripts.spec import tasks as task_catalogue
 from workflow_scripts.spec.basics import REPO_ROOT
-from workflow_scripts.workflow import arm_recipes, config_layers, grid, hub_sources, local_data, retention
+from workflow_scripts.workflow import arm_recipes, config_layers, grid, hub_sources, local_data, prompted, retention
 
 SCHEMA = REPO_ROOT / "schemas" / "config.schema.yaml"
 # What a config that cannot run raises (each message names the key).
@@ -47,6 +47,7 @@ def check(config: dict[str, Any], configfiles: Sequence[str | Path], catalogues:
     local_data.check_config(config)
     grid.check_config(config)
     retention.check(config)
+    prompted.check(config)
     check_tracking(config)
     experiment = paths.experiment_name(config, configfiles)
     # Named before anything builds a path (the grid's plans are cached).

@@ -513,6 +513,27 @@ def frozen_base_bytes(bb: Backbone) -> float:
     return 0.0
 
 
+# What a prompted (inference) job holds beyond its weights: the KV cache and activations of a
+# batch of prompts, a stated allowance rather than a measurement (docs/prompted.md).
+INFERENCE_OVERHEAD = 1.2
+
+
+def inference_weight_bytes(bb: Backbone) -> float:
+    """The weights an inference job of the backbone loads: the base as its method loads it
+    (``adapters.load_kwargs``: fp32 master weights for full fine-tuning, the compute dtype
+    under LoRA, NF4 under QLoRA), the phase's adapters merged or stacked on it."""
+    if bb.method == "full":
+        return bb.parameters * COMPUTE_BYTES["fp32"]
+    return frozen_base_bytes(bb)
+
+
+def inference_gpus(backbone: Backbone | Mapping[str, Any]) -> int:
+    """The GPUs of the backbone's ``memory_gb`` that hold it for inference (one process, the
+    model split layer-wise over them)."""
+    bb = _as_backbone(backbone)
+    return max(1, math.ceil(inference_weight_bytes(bb) * INFERENCE_OVERHEAD / usable_bytes(bb.memory_gb)))
+
+
 # ----- the estimate ---------------------------------------------------------------------
 
 

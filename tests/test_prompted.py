@@ -5,6 +5,7 @@ scores (evaluation/prompted.py), its table (reporting/prompted.py) and its part 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import copy_repo, planned_jobs
+from conftest import copy_repo, planned_jobs, snakemake
 from workflow_scripts.evaluation import prompted as prompted_module
 from workflow_scripts.reporting import prompted as table_module
 from workflow_scripts.spec.basics import InputError
@@ -23,6 +24,7 @@ from workflow_scripts.workflow import config_layers, grid
 from workflow_scripts.workflow import prompted as prompted_grid
 
 DEMO = "results/demo"
+BLOOM_LADDER = ("bloom_560m", "bloom_1b1", "bloom_1b7", "bloom_3b", "bloom_7b1", "bloom_176b")
 
 
 def _defaults() -> dict:
@@ -224,16 +226,20 @@ def test_a_backbone_whose_weights_need_more_gpus_than_a_node_has_is_refused():
 @pytest.mark.integration
 def test_the_modality_scaling_preset_plans_its_bloom_ladders_prompted_jobs_with_their_gpus(tmp_path):
     repo = copy_repo(tmp_path / "repo")
-    (repo / "prompted.yaml").write_text("extends: config/modality_scaling.yaml\nprompted: {enabled: true}\n")
-    jobs = planned_jobs(repo, "--configfile", "prompted.yaml")
-    prompted = {out for rule, out in jobs if rule == "evaluate_prompted"}
-    backbones = {out.split("/")[3] for out in prompted}
-    assert backbones == {"bloom_560m", "bloom_1b1", "bloom_1b7", "bloom_3b", "bloom_7b1", "bloom_176b"}
-    assert {out.rsplit("/", 1)[1] for out in prompted} == {"xnli.json", "mlqa.json", "tydiqa.json"}
-    assert any(out.endswith("bloom_176b/none/pretrained/xnli.json") for out in prompted)
-    assert {out for rule, out in jobs if rule == "tabulate_prompted"} == {
-        f"results/modality_scaling/tables/{b}/prompted.md" for b in backbones
-    }
+    (repo / "bloom_prompted.yaml").write_text("extends: config/modality_scaling.yaml\nprompted: {enabled: true}\n")
+    proc = snakemake(repo, "-n", "--configfile", "bloom_prompted.yaml", timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # (output, gpus) of each evaluate_prompted job, read from the dry run's job blocks
+    gpus = {}
+    for block in proc.stdout.split("rule evaluate_prompted:")[1:]:
+        output = re.search(r"output: (\S+?),", block).group(1)
+        gpus[output] = int(re.search(r"resources: .*?\bgpu=(\d+)", block).group(1))
+    root = "results/bloom_prompted/prompted"
+    assert {out.split("/")[3] for out in gpus} == set(BLOOM_LADDER)
+    assert {out.rsplit("/", 1)[1] for out in gpus} == {"xnli.json", "mlqa.json", "tydiqa.json"}
+    assert gpus[f"{root}/bloom_176b/none/pretrained/xnli.json"] == 6
+    assert gpus[f"{root}/bloom_560m/snli_ve/seed1/mlqa.json"] == 1
+    assert all(f"results/bloom_prompted/tables/{b}/prompted.md" in proc.stdout for b in BLOOM_LADDER)
 
 
 # ----- the demo ----------------------------------------------------------------------------------------

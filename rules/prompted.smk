@@ -73,3 +73,45 @@ rule tabulate_prompted:
         "python -m workflow_scripts.reporting.prompted --settings {params.settings:q} --prompted {input.prompted}"
         " --runs {input.runs} --md {output.md} --csv {output.csv} > $(fresh_log {log:q}) 2>&1"
         " && python -m workflow_scripts.reporting.html_page {params.pages} >> {log:q} 2>&1"
+
+
+rule compare_prompted:
+    """Fine-tuned and prompted transfer gaps of every prompted backbone against its size."""
+    input:
+        prompted=expand(rules.tabulate_prompted.output.csv, backbone=prompted_grid.backbones(config)),
+        backbones=expand(f"{RESULTS}/models/backbones/{{backbone}}", backbone=prompted_grid.backbones(config)),
+    output:
+        md=f"{RESULTS}/tables/prompted_scaling.md",
+        csv=f"{RESULTS}/tables/prompted_scaling.csv",
+        html=report(
+            f"{RESULTS}/tables/prompted_scaling.html",
+            caption="../report/prompted_scaling.rst",
+            category="Prompted",
+            labels={"backbone": "all", "table": "fine-tuned and prompted, by backbone size"},
+        ),
+        png=report(
+            f"{RESULTS}/figures/prompted_scaling.png",
+            caption="../report/prompted_scaling.rst",
+            category="Prompted",
+            labels={"backbone": "all", "figure": "transfer gap, fine-tuned and prompted, by backbone size"},
+        ),
+        svg=f"{RESULTS}/figures/prompted_scaling.svg",
+    log:
+        f"{LOGS}/compare_prompted.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/compare_prompted.tsv"
+    params:
+        settings=lambda wildcards: settings_json(prompted_grid.scaling_settings(config)),
+        tables=lambda wildcards, output: os.path.dirname(output.md),
+        models=f"{RESULTS}/models/backbones",
+        figure=lambda wildcards, output: os.path.splitext(output.png)[0],
+        code=module_digest("reporting.prompted_scaling"),
+        pages=table_pages(html="md"),
+        page_code=module_digest("reporting.html_page"),
+    conda:
+        "../envs/data.yaml"
+    shell:
+        "python -m workflow_scripts.reporting.prompted_scaling --settings {params.settings:q}"
+        " --tables {params.tables} --models {params.models} --md {output.md} --csv {output.csv}"
+        " --figure {params.figure} > $(fresh_log {log:q}) 2>&1"
+        " && python -m workflow_scripts.reporting.html_page {params.pages} >> {log:q} 2>&1"

@@ -182,8 +182,15 @@ if __name__ == "__main__":
         sys.exit(
             "usage: PYTHONPATH=. python tests/test_config_layers.py --refreeze  (rewrites tests/frozen_presets.json)"
         )
+    import tempfile
+
     frozen = json.loads(FROZEN.read_text())
     frozen.update({preset: config_layers.load([REPO / preset]) for preset in PRESETS})
+    with tempfile.TemporaryDirectory() as tmp:  # paper.yaml's commented blocks, switched on as the test does
+        (Path(tmp) / "config").mkdir()
+        (Path(tmp) / "config/paper.yaml").write_text((REPO / "config/paper.yaml").read_text())
+        for path in (paper_with_transfer_block(Path(tmp)), paper_with_larger_backbones(Path(tmp))):
+            frozen[path.name] = config_layers.load([path])
     FROZEN.write_text(
         "{\n"
         + ",\n".join(f"{json.dumps(name)}: {json.dumps(frozen[name], sort_keys=True)}" for name in sorted(frozen))

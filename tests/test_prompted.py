@@ -253,6 +253,10 @@ def test_the_demo_writes_the_fine_tuned_versus_prompted_table_and_complete_promp
     assert set(table[table["arm"] == "prompted"]["shots"]) == {0, 3}
     assert {"en", "de", "ru", "sw", "avg", "gap"} <= set(table["language"])
     assert "## xnli" in (root / "tables/llama_tiny/prompted.md").read_text()
+    scaling = pd.read_csv(root / "tables/prompted_scaling.csv")
+    assert set(scaling["arm"]) == {"fine-tuned, zero-shot", "prompted, 0-shot", "prompted, 3-shot"}
+    assert set(scaling["backbone"]) == {"llama_tiny"} and scaling["parameters"].gt(0).all()
+    assert (root / "figures/prompted_scaling.png").stat().st_size > 0
     record = json.loads((root / "prompted/llama_tiny/mnli/seed1/xnli.json").read_text())
     assert record["lm_eval"]["version"] == LM_EVAL_VERSION
     assert set(record["lm_eval"]["task_config_sha256"]) == {"en", "de", "ru", "sw"}
@@ -308,5 +312,5 @@ def test_changing_the_shots_reruns_only_the_prompted_jobs_and_their_table(demo_c
     config["prompted"]["shots"] = [0, 2]
     (demo_checkout / "prompted_shots.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     jobs = planned_jobs(demo_checkout, "--configfile", "prompted_shots.yaml")
-    assert {rule for rule, _ in jobs} == {"evaluate_prompted", "tabulate_prompted", "tabulate_cost", "all"}
+    assert {rule for rule, _ in jobs} == {"evaluate_prompted", "tabulate_prompted", "compare_prompted", "all"}
     assert len([1 for rule, _ in jobs if rule == "evaluate_prompted"]) == 3

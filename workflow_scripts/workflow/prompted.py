@@ -22,6 +22,7 @@ from workflow_scripts.spec.prompted import (
     LM_EVAL_LACKS,
     LM_EVAL_TASKS,
     NO_TASK,
+    PromptedScalingSettings,
     PromptedSettings,
     PromptedTableSettings,
 )
@@ -199,10 +200,9 @@ def settings(config: dict[str, Any], backbone: str, task: str) -> PromptedSettin
 def table_settings(config: dict[str, Any], backbone: str) -> PromptedTableSettings:
     """What a backbone's fine-tuned-versus-prompted table shows."""
     part = backbone_grid.grid_of(config, backbone)
-    baseline = next((n for n in part["intermediate"] if grid.is_baseline(config, n)), part["intermediate"][0])
     found = {
         "backbone": backbone,
-        "baseline": baseline,
+        "baseline": baseline(config, backbone),
         "intermediate": part["intermediate"],
         "seeds": part["seeds"],
         "shots": config["prompted"]["shots"],
@@ -212,3 +212,22 @@ def table_settings(config: dict[str, Any], backbone: str) -> PromptedTableSettin
         "decimals": config["tables"].get("decimals", 1),
     }
     return PromptedTableSettings.parse(found, f"prompted table settings of backbone {backbone}")
+
+
+def baseline(config: dict[str, Any], backbone: str) -> str:
+    """The backbone's baseline config: the one it is fine-tuned from and prompted as it is."""
+    part = backbone_grid.grid_of(config, backbone)["intermediate"]
+    return next((n for n in part if grid.is_baseline(config, n)), part[0])
+
+
+def scaling_settings(config: dict[str, Any]) -> PromptedScalingSettings:
+    """What the comparison across backbone sizes shows: every prompted backbone."""
+    chosen = backbones(config)
+    found = {
+        "backbones": {b: backbone_grid.describe(config, b) for b in chosen},
+        "baselines": {b: baseline(config, b) for b in chosen},
+        "tasks": list(dict.fromkeys(t for b in chosen for t in tasks(config, b))),
+        "shots": config["prompted"]["shots"],
+        "decimals": config["tables"].get("decimals", 1),
+    }
+    return PromptedScalingSettings.parse(found, "prompted scaling settings")

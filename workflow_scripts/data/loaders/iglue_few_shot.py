@@ -35,7 +35,7 @@ from workflow_scripts.data.loaders.iglue import (
     xflickrco_captions,
     xvnli_record,
 )
-from workflow_scripts.data.loaders.multimodal import nlvr2_record
+from workflow_scripts.data.loaders.multimodal import nlvr2_images
 from workflow_scripts.data.loaders.registry import Report, Row, converter, require_languages
 from workflow_scripts.data.loaders.source import Source, jsonl_records, repo_path
 from workflow_scripts.spec.basics import InputError
@@ -109,7 +109,18 @@ def dev_records(pool: str, release: str, opts: DataOptions, lang: str, report: R
 
 def nlvr2_dev_record(where: str, r: dict[str, Any], lang: str, counts: Counter) -> Row | None:
     """A row of NLVR2's dev split translated into ``lang`` (NLVR2's fields and images)."""
-    return nlvr2_record(where, r, get_task("marvl").labels, counts, lang, tag=lang)
+    labels = get_task("marvl").labels
+    if r.get("label") not in labels or not str(r.get("sentence") or "").strip():
+        counts[f"{lang}:no_label_or_sentence"] += 1
+        return None
+    counts[f"{lang}:{r['label']}"] += 1
+    return {
+        "id": f"{lang}-{r['identifier']}",
+        "lang": lang,
+        "text_a": r["sentence"].strip(),
+        "images": nlvr2_images(r, where),
+        "label": labels.index(r["label"]),
+    }
 
 
 # Per release: the record reader of its shot files and of its translated dev split; each

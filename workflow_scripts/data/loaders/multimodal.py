@@ -163,27 +163,6 @@ def nlvr2_images(row: dict[str, Any], where: str) -> list[str]:
     return [f"{folder}/{prefix}-img0.png", f"{folder}/{prefix}-img1.png"]
 
 
-def nlvr2_record(
-    where: str, r: dict[str, Any], labels: tuple[str, ...], counts: Counter, lang: str = "en", tag: str = ""
-) -> Row | None:
-    """One row of an NLVR2 file in ``lang`` (the release's English one, or IGLUE's
-    translation), or None for a row without a label or a sentence: dropped, counted and logged.
-    A ``tag`` prefixes the row's id and its counts (a file read beside other languages')."""
-    counted = f"{tag}:" if tag else ""
-    if r.get("label") not in labels or not str(r.get("sentence") or "").strip():
-        counts[f"{counted}no_label_or_sentence"] += 1
-        LOG.warning("%s (%s): label %r or an empty sentence; dropped", where, r.get("identifier"), r.get("label"))
-        return None
-    counts[f"{counted}{r['label']}"] += 1
-    return {
-        "id": f"{tag}-{r['identifier']}" if tag else r["identifier"],
-        "lang": lang,
-        "text_a": r["sentence"].strip(),
-        "images": nlvr2_images(r, where),
-        "label": labels.index(r["label"]),
-    }
-
-
 @converter("nlvr2")
 def _nlvr2(src: Source, split: str, langs: list[str], opts: DataOptions, report: Report) -> Iterable[Row]:
     """Statement, left and right image, True/False. Read from the release's folder (option
@@ -194,7 +173,7 @@ def _nlvr2(src: Source, split: str, langs: list[str], opts: DataOptions, report:
         )
     file = repo_path(opts.path) / NLVR2_FILES[split]
     report["release"] = {"path": opts.path, "file": NLVR2_FILES[split]}
-    labels = get_task("nlvr2").labels
+    task = get_task("nlvr2")
     counts: Counter = Counter()
 
     def rows() -> Iterator[Row]:
@@ -203,8 +182,20 @@ def _nlvr2(src: Source, split: str, langs: list[str], opts: DataOptions, report:
                 f"NLVR2 release file {file} does not exist (lil-lab/nlvr: nlvr2/data/{NLVR2_FILES[split]})"
             )
         for where, r in jsonl_records(file):
-            if (row := nlvr2_record(where, r, labels, counts)) is not None:
-                yield row
+            if r.get("label") not in task.labels or not (r.get("sentence") or "").strip():
+                counts["no_label_or_sentence"] += 1
+                LOG.warning(
+                    "%s (%s): label %r or an empty sentence; dropped", where, r.get("identifier"), r.get("label")
+                )
+                continue
+            counts[r["label"]] += 1
+            yield {
+                "id": r["identifier"],
+                "lang": "en",
+                "text_a": r["sentence"].strip(),
+                "images": nlvr2_images(r, where),
+                "label": task.labels.index(r["label"]),
+            }
         report["load_counts"] = dict(counts)
 
     return rows()

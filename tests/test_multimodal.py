@@ -5,6 +5,7 @@ baseline and MNLI, on the demo's synthetic image world."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -98,7 +99,9 @@ def test_the_paper_multimodal_preset_builds_its_grid_offline(repo):
 
 
 def test_the_modality_by_size_preset_builds_its_grid_offline(repo):
-    proc = snakemake(repo, "-n", "--configfile", "config/modality_scaling.yaml", timeout=300)
+    """Its grid, with the prompted arm switched on as its comment says (docs/prompted.md)."""
+    (repo / "bloom_prompted.yaml").write_text("extends: config/modality_scaling.yaml\nprompted: {enabled: true}\n")
+    proc = snakemake(repo, "-n", "--configfile", "bloom_prompted.yaml", timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     counts = job_counts(proc.stdout + proc.stderr)
     config = config_layers.load([repo / "config/modality_scaling.yaml"])
@@ -116,6 +119,21 @@ def test_the_modality_by_size_preset_builds_its_grid_offline(repo):
     assert counts["probe_retention_before"] == counts["tabulate_retention"] == len(config["backbones"])
     assert counts["probe_retention"] == counts["train_intermediate"]
     assert counts["probe_retention_target"] == sum(len(c) for c in configs.values()) * len(config["seeds"])
+    # the prompted arm: the BLOOM ladder, each model as it is and after each phase, each
+    # asking for the GPUs that hold its weights
+    gpus = {}
+    for block in proc.stdout.split("rule evaluate_prompted:")[1:]:
+        output = re.search(r"output: (\S+?),", block).group(1)
+        gpus[output] = int(re.search(r"resources: .*?\bgpu=(\d+)", block).group(1))
+    ladder = [b for b, entry in config["backbones"].items() if entry["family"] == "decoder"]
+    root = "results/bloom_prompted/prompted"
+    assert {out.split("/")[3] for out in gpus} == set(ladder) and len(ladder) == 6
+    assert {out.rsplit("/", 1)[1] for out in gpus} == {"xnli.json", "mlqa.json", "tydiqa.json"}
+    runs = {b: 1 + (len(configs[b]) - 1) * len(config["seeds"]) for b in ladder}  # pretrained + each phase
+    assert len(gpus) == 3 * sum(runs.values())
+    assert gpus[f"{root}/bloom_176b/none/pretrained/xnli.json"] == 6  # 176B in bf16 over 80 GB GPUs
+    assert gpus[f"{root}/bloom_560m/snli_ve/seed1/mlqa.json"] == 1
+    assert counts["tabulate_prompted"] == len(ladder) and counts["compare_prompted"] == 1
 
 
 def test_the_iglue_preset_plans_zero_shot_and_translate_test_on_the_releases_translations(repo):

@@ -5,7 +5,6 @@ scores (evaluation/prompted.py), its table (reporting/prompted.py) and its part 
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import copy_repo, planned_jobs, snakemake
+from conftest import planned_jobs
 from workflow_scripts.evaluation import prompted as prompted_module
 from workflow_scripts.reporting import prompted as table_module
 from workflow_scripts.spec.basics import InputError
@@ -24,7 +23,6 @@ from workflow_scripts.workflow import config_layers, grid
 from workflow_scripts.workflow import prompted as prompted_grid
 
 DEMO = "results/demo"
-BLOOM_LADDER = ("bloom_560m", "bloom_1b1", "bloom_1b7", "bloom_3b", "bloom_7b1", "bloom_176b")
 
 
 def _defaults() -> dict:
@@ -223,25 +221,6 @@ def test_a_backbone_whose_weights_need_more_gpus_than_a_node_has_is_refused():
         prompted_grid.check(config)
 
 
-@pytest.mark.integration
-def test_the_modality_scaling_preset_plans_its_bloom_ladders_prompted_jobs_with_their_gpus(tmp_path):
-    repo = copy_repo(tmp_path / "repo")
-    (repo / "bloom_prompted.yaml").write_text("extends: config/modality_scaling.yaml\nprompted: {enabled: true}\n")
-    proc = snakemake(repo, "-n", "--configfile", "bloom_prompted.yaml", timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    # (output, gpus) of each evaluate_prompted job, read from the dry run's job blocks
-    gpus = {}
-    for block in proc.stdout.split("rule evaluate_prompted:")[1:]:
-        output = re.search(r"output: (\S+?),", block).group(1)
-        gpus[output] = int(re.search(r"resources: .*?\bgpu=(\d+)", block).group(1))
-    root = "results/bloom_prompted/prompted"
-    assert {out.split("/")[3] for out in gpus} == set(BLOOM_LADDER)
-    assert {out.rsplit("/", 1)[1] for out in gpus} == {"xnli.json", "mlqa.json", "tydiqa.json"}
-    assert gpus[f"{root}/bloom_176b/none/pretrained/xnli.json"] == 6
-    assert gpus[f"{root}/bloom_560m/snli_ve/seed1/mlqa.json"] == 1
-    assert all(f"results/bloom_prompted/tables/{b}/prompted.md" in proc.stdout for b in BLOOM_LADDER)
-
-
 # ----- the demo ----------------------------------------------------------------------------------------
 
 
@@ -268,7 +247,8 @@ def test_the_demo_writes_the_fine_tuned_versus_prompted_table_and_complete_promp
 @pytest.mark.integration
 def test_lm_eval_run_directly_on_the_demo_decoder_gives_the_pipelines_scores(demo_checkout, tmp_path):
     """lm-eval's own command line, its stock XNLI task file and the HF model directory: the same
-    rows give the same accuracy at 0 and 3 shots as the pipeline's file."""
+    rows give the same 3-shot accuracy as the pipeline's file (the shots drawn by lm-eval's
+    sampler with the same seed from the same English dev rows)."""
     root = demo_checkout / DEMO
     rows = pd.read_parquet(root / "data/xnli/test.parquet")
     dev = pd.read_parquet(root / "data/xnli/dev.parquet")
@@ -289,7 +269,7 @@ def test_lm_eval_run_directly_on_the_demo_decoder_gives_the_pipelines_scores(dem
         )
     )  # fmt: skip
     pipeline = json.loads((root / "prompted/llama_tiny/none/pretrained/xnli.json").read_text())
-    for shots in (0, 3):
+    for shots in (3,):
         out = tmp_path / f"out{shots}"
         proc = subprocess.run(
             [sys.executable, "-m", "lm_eval", "--model", "hf",

@@ -47,7 +47,7 @@ rule all:
         expand(rules.tabulate_prompted.output, backbone=prompted_grid.backbones(config))
         if prompted_grid.enabled(config)
         else [],
-        rules.compare_prompted.output if prompted_grid.enabled(config) else [],
+        rules.compare_prompted.output if prompted_grid.enabled(config) and prompted_grid.backbones(config) else [],
         # how every run trained: curves per config, and the runs that diverged or never learnt
         expand(rules.plot_training.output, backbone=BACKBONES),
         # disk.keep_target_models: best keeps each config's best seed's model (disk.py)

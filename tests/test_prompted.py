@@ -49,6 +49,19 @@ def test_an_nli_row_becomes_lm_evals_xnli_document_with_its_label_order():
 
 
 @pytest.mark.unit
+def test_a_paws_x_pair_becomes_lm_evals_document_with_its_label_order():
+    row = {"id": "p-1", "lang": "ja", "text_a": "A.", "text_b": "B.", "label": 1}
+    assert prompted_module.document(row, LM_EVAL_TASKS["pawsx"], "ja", "f") == {
+        "sentence1": "A.",
+        "sentence2": "B.",
+        "label": 1,
+    }
+    stock = (prompted_module.lm_eval_tasks_dir() / "paws-x/paws_en.yaml").read_text()
+    choices = next(line for line in stock.splitlines() if line.startswith("doc_to_choice:"))
+    assert choices.index("No") < choices.index("Yes")  # label 1 is "Yes": paraphrase
+
+
+@pytest.mark.unit
 def test_a_qa_row_keeps_its_answers_and_tydiqa_ids_carry_lm_evals_language_prefix():
     row = {
         "id": "q7",

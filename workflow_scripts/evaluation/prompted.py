@@ -2,8 +2,8 @@
 lm-evaluation-harness's Python API, in every language, at every shot count.
 
 The rows are the pipeline's prepared test split, the ones the fine-tuned arm scores, written
-as lm-eval documents (``spec/prompted.py``: NLI's premise/hypothesis/label, QA's
-context/question/answers) into the job's work folder. Each language gets a local task config
+as lm-eval documents (``spec/prompted.py``: NLI's premise/hypothesis/label, a sentence
+pair's sentence1/sentence2/label, QA's context/question/answers) into the job's work folder. Each language gets a local task config
 that includes lm-eval's own task file of that language (its prompt, choices, generation and
 metrics, as installed) and only points its dataset at those files: ``test`` the rows scored,
 ``shots`` the rows k-shot prompts draw from (the task's English dev rows, or the language's
@@ -44,6 +44,8 @@ def document(row: dict[str, Any], spec: LmEvalTask, lang: str, where: str) -> di
     """One prepared row as a document of lm-eval's task."""
     if spec.document == "nli":
         return {"premise": row["text_a"], "hypothesis": row["text_b"], "label": int(row["label"])}
+    if spec.document == "pair":
+        return {"sentence1": row["text_a"], "sentence2": row["text_b"], "label": int(row["label"])}
     if not row["answer_texts"]:
         raise InputError(f"{where}: row {row['id']} has no answer; lm-eval's QA tasks score against the first")
     return {

@@ -24,9 +24,10 @@ from workflow_scripts.spec.report_settings import BackboneDescription
 LM_EVAL_VERSION = "0.4.13"
 
 # How a prepared row becomes a document of lm-eval's task: NLI's premise, hypothesis and label
-# (facebook/xnli's label order, which the catalogue's XNLI shares), or extractive QA's context,
-# question and answers (SQuAD's nested ``answers``).
-DocumentKind = Literal["nli", "qa"]
+# (facebook/xnli's label order, which the catalogue's XNLI shares), a sentence pair's two
+# sentences and label (PAWS-X: 0 different, 1 paraphrase, as the catalogue), or extractive
+# QA's context, question and answers (SQuAD's nested ``answers``).
+DocumentKind = Literal["nli", "pair", "qa"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,9 @@ LM_EVAL_TASKS: dict[str, LmEvalTask] = {
         "acc",
         ("ar", "bg", "de", "el", "en", "es", "fr", "hi", "ru", "sw", "th", "tr", "ur", "vi", "zh"),
     ),
+    # lm_eval/tasks/paws-x/paws_<lang>.yaml (XTREME's, not XTREME-R's): multiple choice over
+    # "sentence1, right? No|Yes, sentence2" in the language's words; accuracy
+    "pawsx": LmEvalTask("paws-x/paws_{lang}.yaml", "pair", "acc", ("de", "en", "es", "fr", "ja", "ko", "zh")),
     # lm_eval/tasks/mlqa/mlqa_<lang>_<lang>.yaml: "Context: ... Question: ... Answer:", greedy
     # generation to the first newline; MLQA's official exact match and F1 per language
     "mlqa": LmEvalTask("mlqa/mlqa_{lang}_{lang}.yaml", "qa", "f1", ("ar", "de", "en", "es", "hi", "vi", "zh")),

@@ -128,9 +128,9 @@ def test_the_modality_by_size_preset_builds_its_grid_offline(repo):
     ladder = [b for b, entry in config["backbones"].items() if entry["family"] == "decoder"]
     root = "results/bloom_prompted/prompted"
     assert {out.split("/")[3] for out in gpus} == set(ladder) and len(ladder) == 6
-    assert {out.rsplit("/", 1)[1] for out in gpus} == {"xnli.json", "mlqa.json", "tydiqa.json"}
+    assert {out.rsplit("/", 1)[1] for out in gpus} == {"xnli.json", "xcopa.json", "mlqa.json", "tydiqa.json"}
     runs = {b: 1 + (len(configs[b]) - 1) * len(config["seeds"]) for b in ladder}  # pretrained + each phase
-    assert len(gpus) == 3 * sum(runs.values())
+    assert len(gpus) == 4 * sum(runs.values())
     assert gpus[f"{root}/bloom_176b/none/pretrained/xnli.json"] == 6  # 176B in bf16 over 80 GB GPUs
     assert gpus[f"{root}/bloom_560m/snli_ve/seed1/mlqa.json"] == 1
     assert counts["tabulate_prompted"] == len(ladder) and counts["compare_prompted"] == 1

@@ -79,6 +79,34 @@ def test_a_qa_row_keeps_its_answers_and_tydiqa_ids_carry_lm_evals_language_prefi
 
 
 @pytest.mark.unit
+def test_a_copa_row_gives_back_the_premise_and_question_its_context_was_built_from():
+    from workflow_scripts.data.loaders.xcopa import copa_context
+
+    row = {
+        "id": "c1",
+        "lang": "sw",
+        "context": copa_context("Mtu alivunja dirisha.", "cause"),
+        "choices": ["A", "B"],
+        "label": 1,
+    }
+    doc = prompted_module.document(row, LM_EVAL_TASKS["xcopa"], "sw", "f")
+    assert doc == {"premise": "Mtu alivunja dirisha.", "question": "cause", "choice1": "A", "choice2": "B", "label": 1}
+    with pytest.raises(InputError, match=r"f: row c1 is not a prepared COPA row"):
+        prompted_module.document({**row, "context": "Mtu alivunja dirisha."}, LM_EVAL_TASKS["xcopa"], "sw", "f")
+
+
+@pytest.mark.unit
+def test_english_shots_come_from_the_split_the_fine_tuned_arm_selects_on():
+    config = _config("config/xtreme_r.yaml", enabled=True)
+    assert prompted_grid.data_files(config, "xcopa")["shots"].endswith("data/copa/dev.parquet")
+    assert prompted_grid.data_files(config, "tydiqa")["shots"].endswith("data/squad/dev.parquet")
+    assert prompted_grid.data_files(config, "xnli")["shots"].endswith("data/xnli/dev.parquet")
+    config["prompted"]["shots_from"] = "own"
+    assert prompted_grid.data_files(config, "xcopa")["shots"].endswith("data/xcopa/dev.parquet")
+    assert prompted_grid.data_files(config, "tydiqa")["shots"].endswith("data/tydiqa/train.parquet")
+
+
+@pytest.mark.unit
 def test_a_local_task_config_includes_lm_evals_own_file_and_only_points_its_data_at_ours(tmp_path):
     text = prompted_module.task_config("xnli", "sw", tmp_path / "t.jsonl", tmp_path / "s.jsonl")
     config = yaml.safe_load(text)

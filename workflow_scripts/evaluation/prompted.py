@@ -6,8 +6,8 @@ as lm-eval documents (``spec/prompted.py``: NLI's premise/hypothesis/label, a se
 pair's sentence1/sentence2/label, QA's context/question/answers) into the job's work folder. Each language gets a local task config
 that includes lm-eval's own task file of that language (its prompt, choices, generation and
 metrics, as installed) and only points its dataset at those files: ``test`` the rows scored,
-``shots`` the rows k-shot prompts draw from (the task's English dev rows, or the language's
-own: ``shots_from``), drawn by lm-eval's sampler with the recorded seed.
+``shots`` the rows k-shot prompts draw from (the English dev rows the fine-tuned arm selects
+on, or the language's own: ``shots_from``), drawn by lm-eval's sampler with the recorded seed.
 
 The model is the phase's: the pretrained causal LM with its backbone replaced by the phase's
 (adapters merged as evaluation merges them, ``adapters.load_backbone``); its output layer is
@@ -23,6 +23,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -46,6 +47,8 @@ def document(row: dict[str, Any], spec: LmEvalTask, lang: str, where: str) -> di
         return {"premise": row["text_a"], "hypothesis": row["text_b"], "label": int(row["label"])}
     if spec.document == "pair":
         return {"sentence1": row["text_a"], "sentence2": row["text_b"], "label": int(row["label"])}
+    if spec.document == "copa":
+        return copa_document(row, where)
     if not row["answer_texts"]:
         raise InputError(f"{where}: row {row['id']} has no answer; lm-eval's QA tasks score against the first")
     return {
@@ -54,6 +57,27 @@ def document(row: dict[str, Any], spec: LmEvalTask, lang: str, where: str) -> di
         "context": row["context"],
         "question": row["question"],
         "answers": {"text": list(row["answer_texts"]), "answer_start": list(row["answer_starts"])},
+    }
+
+
+# The inverse of data/loaders/xcopa.copa_context: the premise and the question it was built from.
+COPA_CONTEXT = re.compile(r"(?s)(?P<premise>.*) What was the (?P<question>cause|effect)\?")
+
+
+def copa_document(row: dict[str, Any], where: str) -> dict[str, Any]:
+    """A (X)COPA row as lm-eval's xcopa document: premise, question, the two choices, label."""
+    found = COPA_CONTEXT.fullmatch(row["context"])
+    if found is None or len(row["choices"]) != 2:
+        raise InputError(
+            f"{where}: row {row['id']} is not a prepared COPA row (context '<premise> What was the "
+            f"cause|effect?' and two choices): {row['context']!r}"
+        )
+    return {
+        "premise": found["premise"],
+        "question": found["question"],
+        "choice1": row["choices"][0],
+        "choice2": row["choices"][1],
+        "label": int(row["label"]),
     }
 
 

@@ -26,8 +26,10 @@ LM_EVAL_VERSION = "0.4.13"
 # How a prepared row becomes a document of lm-eval's task: NLI's premise, hypothesis and label
 # (facebook/xnli's label order, which the catalogue's XNLI shares), a sentence pair's two
 # sentences and label (PAWS-X: 0 different, 1 paraphrase, as the catalogue), or extractive
-# QA's context, question and answers (SQuAD's nested ``answers``).
-DocumentKind = Literal["nli", "pair", "qa"]
+# QA's context, question and answers (SQuAD's nested ``answers``), or COPA's premise, question
+# and two choices (the prepared context is ``"<premise> What was the <cause|effect>?"``,
+# data/loaders/xcopa.copa_context, so both are read back from it exactly).
+DocumentKind = Literal["nli", "pair", "qa", "copa"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,15 @@ LM_EVAL_TASKS: dict[str, LmEvalTask] = {
     # lm_eval/tasks/mlqa/mlqa_<lang>_<lang>.yaml: "Context: ... Question: ... Answer:", greedy
     # generation to the first newline; MLQA's official exact match and F1 per language
     "mlqa": LmEvalTask("mlqa/mlqa_{lang}_{lang}.yaml", "qa", "f1", ("ar", "de", "en", "es", "hi", "vi", "zh")),
+    # lm_eval/tasks/xcopa/default_<lang>.yaml: the premise without its final period and the
+    # language's connective for its question ("because"/"therefore" in its words), scored
+    # against each choice with a lower-case first letter; accuracy
+    "xcopa": LmEvalTask(
+        "xcopa/default_{lang}.yaml",
+        "copa",
+        "acc",
+        ("et", "ht", "id", "it", "qu", "sw", "ta", "th", "tr", "vi", "zh"),
+    ),
     # lm_eval/tasks/tydiqa/tydiqa_goldp_<lang>.yaml: the prompt in the language's words, exact
     # match and F1 with per-language normalisation
     "tydiqa": LmEvalTask(
@@ -90,10 +101,6 @@ LM_EVAL_LACKS: dict[str, str] = {
         "lm-eval 0.4.13's xquad task imports transformers.data.metrics.squad_metrics, "
         "which transformers 5 no longer has"
     ),
-    "xcopa": (
-        "lm-eval's xcopa prompt joins COPA's premise and its cause/effect connective; the prepared "
-        "rows keep the premise and question as one context"
-    ),
 }
 NO_TASK = "lm-eval has no task for it"
 
@@ -109,8 +116,8 @@ class PromptedSettings(Record):
     task: str
     languages: tuple[str, ...]  # the task's configured languages lm-eval prompts
     shots: tuple[int, ...]  # a run per count; 0 is zero-shot prompting
-    # where the k shots come from: the English rows of the task's dev split, or the
-    # language's own dev rows
+    # where the k shots come from: the English dev rows the fine-tuned arm selects on (the
+    # task's ``select_from``: XCOPA's COPA, TyDiQA's SQuAD), or the language's own rows
     shots_from: ShotSource
     seed: int  # lm-eval's few-shot sampler seed (and its other seeds)
     batch_size: int

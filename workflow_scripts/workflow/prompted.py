@@ -155,11 +155,18 @@ def result_files(config: dict[str, Any], backbone: str) -> list[str]:
 
 def data_files(config: dict[str, Any], task: str) -> dict[str, str]:
     """The prepared splits a job reads: the test rows the fine-tuned arm scores, and the rows
-    its shots come from (the dev split; TyDiQA-GoldP, whose dev set is its test set, its train split)."""
-    return {"test": transfer.data_path(task, "test"), "shots": transfer.data_path(task, shot_split(task))}
+    its shots come from: ``english``, the dev split of the task the fine-tuned arm selects on
+    (``select_from``: XCOPA's COPA, TyDiQA-GoldP's SQuAD); ``own``, the task's own dev split
+    (TyDiQA-GoldP, whose dev set is its test set: its train split)."""
+    if config["prompted"]["shots_from"] == "english":
+        return {
+            "test": transfer.data_path(task, "test"),
+            "shots": transfer.data_path(get_task(task).select_from, "dev"),
+        }
+    return {"test": transfer.data_path(task, "test"), "shots": transfer.data_path(task, own_shot_split(task))}
 
 
-def shot_split(task: str) -> str:
+def own_shot_split(task: str) -> str:
     return "dev" if "dev" in get_task(task).splits else "train"
 
 

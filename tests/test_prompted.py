@@ -151,6 +151,74 @@ def test_shots_come_from_english_dev_rows_or_the_languages_own(demo_data, tmp_pa
         prompted_module.write_tasks(_settings(languages=["en", "fr"]), xnli, xnli, tmp_path / "y")
 
 
+# Two rows per language of each task, in the prepared schema (data/prepare.py's columns).
+def _prepared_rows(task: str, lang: str) -> list[dict]:
+    from workflow_scripts.data.loaders.xcopa import copa_context
+
+    rows = []
+    for k in range(2):
+        rid = f"{task}-{lang}-{k}"
+        if task in ("xnli", "pawsx"):
+            rows.append(
+                {"id": rid, "lang": lang, "text_a": f"Anna sah {k} Hunde.", "text_b": "Anna sah Tiere.", "label": k}
+            )
+        elif task == "xcopa":
+            context = copa_context(f"Der Ball fiel {k}.", ("cause", "effect")[k])
+            rows.append(
+                {"id": rid, "lang": lang, "context": context, "choices": ["Er rollte.", "Er flog."], "label": k}
+            )
+        else:
+            context = f"Anna wohnt in Rom. Peter wohnt in Kiel {k}."
+            rows.append({"id": rid, "lang": lang, "context": context, "question": "Wo wohnt Anna?",
+                         "answer_texts": ["Rom"], "answer_starts": [context.index("Rom")]})  # fmt: skip
+    return rows
+
+
+@pytest.fixture(scope="module")
+def untrained_decoder(tmp_path_factory, demo_data) -> Path:
+    from workflow_scripts.models.demo_models import build_demo_decoder
+    from workflow_scripts.spec.model_settings import DemoDecoder
+
+    decoder = DemoDecoder.defaults().replace(
+        vocab_size=600, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+        intermediate_size=64, max_position_embeddings=512, seed=0,
+    )  # fmt: skip
+    out = tmp_path_factory.mktemp("prompted") / "decoder"
+    build_demo_decoder(
+        decoder.replace(pretraining=decoder.pretraining.replace(steps=0)), [str(p) for p in demo_data.values()], out, []
+    )
+    return out
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("task", sorted(LM_EVAL_TASKS))
+def test_every_prompted_tasks_documents_are_scored_whole_by_lm_eval(task, untrained_decoder, tmp_path):
+    """lm-eval's own task files load our documents, score every one of them (TyDiQA keeps a
+    language's by id) at 0 and 1 shots, and give the metric the table shows."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import torch
+
+    from workflow_scripts.models.heads import load_tokenizer
+
+    languages = [lang for lang in ("en", "sw", "de", "zh") if lang in LM_EVAL_TASKS[task].languages][:2]
+    rows = [r for lang in dict.fromkeys(["en", *languages]) for r in _prepared_rows(task, lang)]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "rows.parquet")
+    settings = _settings(task=task, languages=languages, shots=[0, 1])
+    written = prompted_module.write_tasks(
+        settings, tmp_path / "rows.parquet", tmp_path / "rows.parquet", tmp_path / "w"
+    )
+    model = prompted_module.causal_lm(untrained_decoder, untrained_decoder, settings, torch.device("cpu"))
+    found = prompted_module.evaluate(model, load_tokenizer(untrained_decoder), settings, tmp_path / "w")
+    prompted_module.check_scored(written, found["scored"], task)
+    assert written == dict.fromkeys(languages, 2)
+    for shots in ("0", "1"):
+        assert set(found["scores"][shots]) == set(languages)
+        assert all(LM_EVAL_TASKS[task].metric in scores for scores in found["scores"][shots].values())
+    with pytest.raises(InputError, match=rf"lm-eval scored 1 of the 2 {task} documents of {languages[0]}"):
+        prompted_module.check_scored(written, {**found["scored"], languages[0]: 1}, task)
+
+
 # ----- the table --------------------------------------------------------------------------------------
 
 

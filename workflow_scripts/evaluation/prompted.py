@@ -31,7 +31,7 @@ from typing import Any
 
 from workflow_scripts.common import configure_torch, device, seed_everything, setup_logging, write_json
 from workflow_scripts.data.prepare import provenance, read_table
-from workflow_scripts.spec.basics import InputError, canonical_json
+from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.prompted import LM_EVAL_TASKS, LM_EVAL_VERSION, LmEvalTask, PromptedSettings
 
 # lm-eval's per-document scores are fractions; tables show percent, as the fine-tuned arm's.
@@ -51,8 +51,11 @@ def document(row: dict[str, Any], spec: LmEvalTask, lang: str, where: str) -> di
         return copa_document(row, where)
     if not row["answer_texts"]:
         raise InputError(f"{where}: row {row['id']} has no answer; lm-eval's QA tasks score against the first")
+    prefix = spec.id_prefix(lang)
     return {
-        "id": f"{spec.id_prefix(lang)}{row['id']}",
+        # TyDiQA's ids carry the language's name already (english-...); lm-eval keeps a
+        # language's documents by it
+        "id": row["id"] if row["id"].startswith(prefix) else f"{prefix}{row['id']}",
         "title": "",
         "context": row["context"],
         "question": row["question"],
@@ -81,10 +84,13 @@ def copa_document(row: dict[str, Any], where: str) -> dict[str, Any]:
     }
 
 
-def documents(path: str | Path, spec: LmEvalTask, lang: str) -> list[dict[str, Any]]:
-    """A prepared file's rows of ``lang`` as lm-eval documents, in file order."""
+def documents(path: str | Path, spec: LmEvalTask, lang: str, prompted: str | None = None) -> list[dict[str, Any]]:
+    """A prepared file's rows of ``lang`` as lm-eval documents of the ``prompted`` language's
+    task (default ``lang``), in file order. English shots of another language's task carry that
+    language's id prefix: lm-eval's TyDiQA keeps a language's shots by it as it keeps its test
+    documents."""
     rows = [r for r in read_table(path, None).to_pylist() if r["lang"] == lang]
-    return [document(r, spec, lang, str(path)) for r in rows]
+    return [document(r, spec, prompted or lang, str(path)) for r in rows]
 
 
 def write_jsonl(path: Path, docs: list[dict[str, Any]]) -> None:
@@ -132,12 +138,11 @@ def write_tasks(settings: PromptedSettings, test_file: Path, shots_file: Path, w
     """Every language's documents and task config under ``work``; the rows scored per language."""
     spec = LM_EVAL_TASKS[settings.task]
     rows = {}
-    english_shots = documents(shots_file, spec, "en") if settings.shots_from == "english" else None
     for lang in settings.languages:
         test_docs = documents(test_file, spec, lang)
         if not test_docs:
             raise InputError(f"{test_file}: no rows of language {lang!r} (prompted, task {settings.task})")
-        shot_docs = english_shots if english_shots is not None else documents(shots_file, spec, lang)
+        shot_docs = documents(shots_file, spec, "en" if settings.shots_from == "english" else lang, lang)
         if max(settings.shots) and len(shot_docs) < max(settings.shots):
             raise InputError(
                 f"{shots_file}: {len(shot_docs)} rows to draw {max(settings.shots)} shots from "
@@ -190,10 +195,18 @@ def place(model, dev):
 # ----- running lm-eval --------------------------------------------------------------------------
 
 
+def _named(value: Any) -> str:
+    """A function of a task config (``!function utils.process_results_de``) by its name: its
+    code is in the task folder's digest the rule's params carry."""
+    func = getattr(value, "func", value)  # functools.partial: the function it binds
+    return f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', repr(func))}"
+
+
 def config_digest(config: dict[str, Any]) -> str:
     """The resolved task config lm-eval ran, without where it was read from."""
     kept = {k: v for k, v in config.items() if k not in ("metadata", "dataset_kwargs")}
-    return hashlib.sha256(canonical_json(kept).encode()).hexdigest()
+    text = json.dumps(kept, sort_keys=True, separators=(",", ":"), default=_named)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def scores_of(result: dict[str, Any]) -> dict[str, float]:
@@ -217,6 +230,7 @@ def evaluate(model, tokenizer, settings: PromptedSettings, work: Path) -> dict[s
     lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=settings.batch_size)
     by_shots: dict[str, Any] = {}
     digests: dict[str, str] = {}
+    scored: dict[str, int] = {}
     for shots in settings.shots:
         out = lm_eval.simple_evaluate(
             model=lm,
@@ -231,7 +245,16 @@ def evaluate(model, tokenizer, settings: PromptedSettings, work: Path) -> dict[s
         )
         by_shots[str(shots)] = {names[n]: scores_of(out["results"][n]) for n in names}
         digests.update({names[n]: config_digest(out["configs"][n]) for n in names})
-    return {"scores": by_shots, "task_config_sha256": digests}
+        scored.update({names[n]: int(out["results"][n]["sample_len"]) for n in names})
+    return {"scores": by_shots, "task_config_sha256": digests, "scored": scored}
+
+
+def check_scored(rows: dict[str, int], scored: dict[str, int], task: str) -> None:
+    """Every document written was scored: a task whose own processing drops documents (TyDiQA
+    keeps a language's by its id prefix) would otherwise score a subset."""
+    for lang, count in rows.items():
+        if scored.get(lang) != count:
+            raise InputError(f"lm-eval scored {scored.get(lang)} of the {count} {task} documents of {lang}")
 
 
 def run(args: argparse.Namespace, settings: PromptedSettings) -> dict[str, Any]:
@@ -249,6 +272,7 @@ def run(args: argparse.Namespace, settings: PromptedSettings) -> dict[str, Any]:
     dev = device()
     model = causal_lm(args.model, args.base, settings, dev)
     found = evaluate(model, load_tokenizer(args.base), settings, args.work)
+    check_scored(rows, found["scored"], settings.task)
     spec = LM_EVAL_TASKS[settings.task]
     return {
         "model": str(args.model),
@@ -258,7 +282,7 @@ def run(args: argparse.Namespace, settings: PromptedSettings) -> dict[str, Any]:
             "task_files": {lang: spec.file_of(lang) for lang in settings.languages},
             "task_config_sha256": found["task_config_sha256"],
         },
-        "rows": rows,
+        "rows": rows,  # written and scored, per language (check_scored)
         "scores": found["scores"],
         "data": {"test": {"file": str(args.test), "provenance": provenance(args.test)}, "shots": str(args.shots)},
         "versions": {p: version(p) for p in ("torch", "transformers", "datasets")},

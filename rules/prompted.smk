@@ -103,7 +103,7 @@ rule compare_prompted:
     params:
         settings=lambda wildcards: settings_json(prompted_grid.scaling_settings(config)),
         tables=lambda wildcards, output: os.path.dirname(output.md),
-        models=f"{RESULTS}/models/backbones",
+        models=lambda wildcards, input: os.path.dirname(input.backbones[0]),
         figure=lambda wildcards, output: os.path.splitext(output.png)[0],
         code=module_digest("reporting.prompted_scaling"),
         pages=table_pages(html="md"),

@@ -114,7 +114,8 @@ def _touch_every_output(repo: Path, configfile: str) -> None:
     for line in summary:
         path, _, rule, *_ = line.split("\t")
         target = repo / path
-        if (rule in directory_rules and not path.endswith(record)) or path.endswith(".predictions"):
+        # a run's predictions and a prompted job's lm-eval folder are directories beside a file
+        if (rule in directory_rules and not path.endswith(record)) or path.endswith((".predictions", ".lm_eval")):
             target.mkdir(parents=True, exist_ok=True)
         else:
             target.parent.mkdir(parents=True, exist_ok=True)

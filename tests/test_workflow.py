@@ -95,6 +95,7 @@ def after_metrics(*backbones: str) -> set[tuple[str, str]]:
     for b in backbones:
         if is_prompted(b):
             jobs.add(("tabulate_prompted", f"results/demo/tables/{b}/prompted.md"))
+            jobs.add(("compare_prompted", "results/demo/tables/prompted_scaling.md"))
         jobs |= {
             ("aggregate_tables", f"results/demo/tables/{b}/main.md"),
             ("plot_results", f"results/demo/figures/{b}/main_deltas.png"),
@@ -527,9 +528,9 @@ def test_report_holds_every_table_and_figure_with_its_caption(demo):
     config = load_config(demo)
     # per backbone: main deltas, seed spread, the modality figure, one per target and per setting
     # besides the baseline, the training curves of each config; then the translation figure and
-    # the two across backbones (intermediate-task gains, image minus text)
+    # the three across backbones (intermediate-task gains, image minus text, fine-tuned and prompted)
     per_backbone = 3 + len(config["targets"]) + len(config["transfer"]["settings"]) - 1 + len(config["intermediate"])
-    assert len(figures) == len(config["backbones"]) * per_backbone + 3
+    assert len(figures) == len(config["backbones"]) * per_backbone + 4
     # the placeholders: the decoder's narrowed grid (2 targets, 6 settings, 1 config) and the
     # image-vs-text figures (no image task in the demo); the report shows every other figure
     assert len(placeholders) == 12

@@ -99,6 +99,9 @@ REPORTS = {
     "plot_translation",
     "plot_training",
     "list_unavailable_figures",
+    # the prompted arm's tables read the runs' table
+    "tabulate_prompted",
+    "compare_prompted",
 }
 
 

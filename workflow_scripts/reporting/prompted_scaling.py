@@ -22,7 +22,7 @@ from workflow_scripts.reporting.modality_scaling import _size_axis
 from workflow_scripts.reporting.prompted import AVG, FINE_TUNED, GAP, PROMPTED
 from workflow_scripts.reporting.tables import write_csv, write_text
 from workflow_scripts.spec.basics import InputError
-from workflow_scripts.spec.prompted import PromptedScalingSettings
+from workflow_scripts.spec.report_settings import PromptedScalingSettings
 
 COLUMNS = ["task", "backbone", "parameters", "arm", "shots", "avg", "gap"]
 

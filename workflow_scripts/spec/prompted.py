@@ -18,7 +18,6 @@ from typing import ClassVar, Literal
 
 from workflow_scripts.spec.phase_settings import MethodSettings
 from workflow_scripts.spec.record import Record
-from workflow_scripts.spec.report_settings import BackboneDescription
 
 # The version the task files below were read from and the jobs run (requirements.txt pins it).
 LM_EVAL_VERSION = "0.4.13"
@@ -140,17 +139,4 @@ class PromptedTableSettings(Record):
     targets: tuple[str, ...]  # every target of the backbone: lm-eval's and the rest
     prompted: tuple[str, ...]  # the targets prompted
     why_not: dict[str, str]  # target -> why it is not prompted
-    decimals: int = 1
-
-
-@dataclass(frozen=True)
-class PromptedScalingSettings(Record):
-    """The fine-tuned-versus-prompted comparison across backbone sizes."""
-
-    step: ClassVar[str] = "reporting.prompted_scaling"
-
-    backbones: dict[str, BackboneDescription]  # the prompted backbones, by name
-    baselines: dict[str, str]  # backbone -> its baseline config (fine-tuned from, prompted as it is)
-    tasks: tuple[str, ...]  # every task some backbone is prompted on
-    shots: tuple[int, ...]
     decimals: int = 1

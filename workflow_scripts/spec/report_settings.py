@@ -185,3 +185,16 @@ class ComparisonSettings(Record):
     intermediate: tuple[str, ...]
     backbones: dict[str, BackboneDescription]  # name -> description, in key order
     decimals: int = 1
+
+
+@dataclass(frozen=True)
+class PromptedScalingSettings(Record):
+    """The fine-tuned-versus-prompted comparison across backbone sizes."""
+
+    step: ClassVar[str] = "reporting.prompted_scaling"
+
+    backbones: dict[str, BackboneDescription]  # the prompted backbones, by name
+    baselines: dict[str, str]  # backbone -> its baseline config (fine-tuned from, prompted as it is)
+    tasks: tuple[str, ...]  # every task some backbone is prompted on
+    shots: tuple[int, ...]
+    decimals: int = 1

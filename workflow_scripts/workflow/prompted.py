@@ -22,10 +22,10 @@ from workflow_scripts.spec.prompted import (
     LM_EVAL_LACKS,
     LM_EVAL_TASKS,
     NO_TASK,
-    PromptedScalingSettings,
     PromptedSettings,
     PromptedTableSettings,
 )
+from workflow_scripts.spec.report_settings import PromptedScalingSettings
 from workflow_scripts.spec.tasks import get_task
 from workflow_scripts.workflow import backbone_grid, grid, memory_plan, transfer
 from workflow_scripts.workflow.grid import ConfigError

@@ -84,13 +84,19 @@ def copa_document(row: dict[str, Any], where: str) -> dict[str, Any]:
     }
 
 
-def documents(path: str | Path, spec: LmEvalTask, lang: str, prompted: str | None = None) -> list[dict[str, Any]]:
-    """A prepared file's rows of ``lang`` as lm-eval documents of the ``prompted`` language's
-    task (default ``lang``), in file order. English shots of another language's task carry that
-    language's id prefix: lm-eval's TyDiQA keeps a language's shots by it as it keeps its test
-    documents."""
-    rows = [r for r in read_table(path, None).to_pylist() if r["lang"] == lang]
-    return [document(r, spec, prompted or lang, str(path)) for r in rows]
+def rows_by_language(path: str | Path) -> dict[str, list[dict[str, Any]]]:
+    """A prepared file's rows, grouped by language in file order (read once per job)."""
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for row in read_table(path, None).to_pylist():
+        grouped.setdefault(row["lang"], []).append(row)
+    return grouped
+
+
+def documents(rows: list[dict[str, Any]], spec: LmEvalTask, lang: str, where: str) -> list[dict[str, Any]]:
+    """Prepared rows as lm-eval documents of ``lang``'s task, in file order. English shots of
+    another language's task carry that language's id prefix: lm-eval's TyDiQA keeps a
+    language's shots by it as it keeps its test documents."""
+    return [document(r, spec, lang, where) for r in rows]
 
 
 def write_jsonl(path: Path, docs: list[dict[str, Any]]) -> None:
@@ -137,24 +143,24 @@ def task_config(task: str, lang: str, test: Path, shots: Path) -> str:
 def write_tasks(settings: PromptedSettings, test_file: Path, shots_file: Path, work: Path) -> dict[str, int]:
     """Every language's documents and task config under ``work``; the rows scored per language."""
     spec = LM_EVAL_TASKS[settings.task]
+    tests, shots = rows_by_language(test_file), rows_by_language(shots_file)
     rows = {}
     for lang in settings.languages:
-        test_docs = documents(test_file, spec, lang)
+        test_docs = documents(tests.get(lang, []), spec, lang, str(test_file))
         if not test_docs:
             raise InputError(f"{test_file}: no rows of language {lang!r} (prompted, task {settings.task})")
-        shot_docs = documents(shots_file, spec, "en" if settings.shots_from == "english" else lang, lang)
+        source = "en" if settings.shots_from == "english" else lang
+        shot_docs = documents(shots.get(source, []), spec, lang, str(shots_file))
         if max(settings.shots) and len(shot_docs) < max(settings.shots):
             raise InputError(
                 f"{shots_file}: {len(shot_docs)} rows to draw {max(settings.shots)} shots from "
                 f"({settings.shots_from} rows, language {lang}; prompted.shots, prompted.shots_from)"
             )
-        write_jsonl(work / "data" / lang / "test.jsonl", test_docs)
-        write_jsonl(work / "data" / lang / "shots.jsonl", shot_docs)
-        config = task_config(
-            settings.task, lang, work / "data" / lang / "test.jsonl", work / "data" / lang / "shots.jsonl"
-        )
-        (work / "tasks" / f"{task_name(settings.task, lang)}.yaml").parent.mkdir(parents=True, exist_ok=True)
-        (work / "tasks" / f"{task_name(settings.task, lang)}.yaml").write_text(config, encoding="utf-8")
+        data, config = work / "data" / lang, work / "tasks" / f"{task_name(settings.task, lang)}.yaml"
+        write_jsonl(data / "test.jsonl", test_docs)
+        write_jsonl(data / "shots.jsonl", shot_docs)
+        config.parent.mkdir(parents=True, exist_ok=True)
+        config.write_text(task_config(settings.task, lang, data / "test.jsonl", data / "shots.jsonl"), encoding="utf-8")
         rows[lang] = len(test_docs)
     return rows
 

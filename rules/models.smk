@@ -19,8 +19,11 @@ rule prepare_backbone:
     params:
         settings=lambda wildcards: settings_json(backbone_grid.prepare_settings(config, wildcards.backbone)),
         code=module_digest("models.prepare"),
-    # The demo backbones' pre-training is on the critical path of the whole DAG.
-    threads: 2
+    # The demo backbones' pre-training is on the critical path of the whole DAG: it goes first.
+    # One thread unless `resources` asks for more: OpenMP threads spin while they wait, so a
+    # two-thread job beside other busy processes burns up to 16 times the CPU of one thread
+    # (docs/development.md, "Threads").
+    threads: res("prepare_backbone", "threads")
     priority: 10
     conda:
         "../envs/training.yaml"
@@ -105,7 +108,7 @@ rule prepare_vision_encoder:
         settings=lambda wildcards: settings_json(grid.vision_settings(config)),
         demo_args=demo_vision_args,
         code=module_digest("models.prepare"),
-    threads: 2
+    threads: res("prepare_vision_encoder", "threads")
     conda:
         "../envs/training.yaml"
     shell:

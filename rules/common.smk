@@ -364,7 +364,7 @@ def workdir_relative(path):
 def intermediate_inputs(wildcards):
     data = grid.intermediate_data(config, wildcards.intermediate)
     return {
-        "encoder": backbone_grid.base_dir(wildcards.backbone),
+        "encoder": backbone_grid.base_dir(config, wildcards.backbone),
         **{f"{task}_{split}": path for task, paths in data.items() for split, path in paths.items()},
     }
 
@@ -654,7 +654,7 @@ def probe_inputs(model_of):
     def inputs(wildcards):
         return {
             "model": model_of(wildcards),
-            "base": backbone_grid.base_dir(wildcards.backbone),
+            "base": backbone_grid.base_dir(config, wildcards.backbone),
             "text": retention_grid.text_file(config),
         }
 

@@ -4,7 +4,7 @@ rule evaluate_target:
     input:
         unpack(evaluate_inputs),
         # the prepared backbone: the Hub commit it resolved to, or the demo model's weights
-        backbone=lambda wildcards: backbone_grid.base_dir(wildcards.backbone),
+        backbone=lambda wildcards: backbone_grid.base_dir(config, wildcards.backbone),
     output:
         metrics=f"{RESULTS}/metrics/{{backbone}}/{{setting}}/{{intermediate}}/{{target}}/seed{{seed}}.json",
         # the test predictions in the XTREME leaderboard layout (predictions.py)

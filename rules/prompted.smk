@@ -10,7 +10,7 @@ rule evaluate_prompted:
     input:
         model=lambda w: prompted_grid.model_dir(config, w.backbone, w.intermediate, w.run),
         # the pretrained checkpoint: its LM head and tokenizer
-        base=lambda w: backbone_grid.base_dir(w.backbone),
+        base=lambda w: backbone_grid.base_dir(config, w.backbone),
         test=lambda w: prompted_grid.data_files(config, w.task)["test"],
         shots=lambda w: prompted_grid.data_files(config, w.task)["shots"],
     output:
@@ -79,7 +79,7 @@ rule compare_prompted:
     """Fine-tuned and prompted transfer gaps of every prompted backbone against its size."""
     input:
         prompted=expand(rules.tabulate_prompted.output.csv, backbone=prompted_grid.backbones(config)),
-        backbones=expand(f"{RESULTS}/models/backbones/{{backbone}}", backbone=prompted_grid.backbones(config)),
+        backbones=backbone_grid.base_dirs(config, prompted_grid.backbones(config)),
     output:
         md=f"{RESULTS}/tables/prompted_scaling.md",
         csv=f"{RESULTS}/tables/prompted_scaling.csv",

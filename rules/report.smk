@@ -162,7 +162,7 @@ rule compare_backbones:
     """The table and figure across backbones."""
     input:
         main=expand(f"{RESULTS}/tables/{{backbone}}/main.csv", backbone=BACKBONES),
-        backbones=expand(f"{RESULTS}/models/backbones/{{backbone}}", backbone=BACKBONES),
+        backbones=backbone_grid.base_dirs(config, BACKBONES),
     output:
         md=f"{RESULTS}/tables/backbones.md",
         csv=f"{RESULTS}/tables/backbones.csv",

@@ -41,7 +41,7 @@ rule probe_retention:
 use rule probe_retention as probe_retention_before with:
     """The retention probe of a pretrained backbone (once per backbone: every arm starts from it)."""
     input:
-        unpack(probe_inputs(lambda w: backbone_grid.base_dir(w.backbone))),
+        unpack(probe_inputs(lambda w: backbone_grid.base_dir(config, w.backbone))),
     output:
         probe=f"{RESULTS}/retention/{{backbone}}/before.json",
     log:

@@ -141,7 +141,7 @@ rule compare_modality:
     """The image-vs-text differences of every backbone against its size."""
     input:
         modality=expand(rules.tabulate_modality.output.csv, backbone=BACKBONES),
-        backbones=expand(f"{RESULTS}/models/backbones/{{backbone}}", backbone=BACKBONES),
+        backbones=backbone_grid.base_dirs(config, BACKBONES),
     output:
         md=f"{RESULTS}/tables/modality_scaling.md",
         csv=f"{RESULTS}/tables/modality_scaling.csv",

@@ -27,14 +27,54 @@ def config() -> dict:
 def test_a_backbone_runs_its_part_of_the_grid(config):
     part = backbone_grid.grid_of(config, "llama_tiny")
     assert part["intermediate"] == ["none", "mnli"] and part["targets"] == ["xnli", "udpos", "tatoeba"]
-    assert part["seeds"] == config["seeds"] and part["settings"] == ["zero_shot"]
+    assert config["seeds"] == [1, 2] and part["seeds"] == [1] and part["settings"] == ["zero_shot"]
     plans = backbone_grid.plans(config, "llama_tiny")
     assert {(p.setting, p.target) for p in plans} == {("zero_shot", t) for t in part["targets"]}
-    assert all(set(p.intermediate) == {"none", "mnli"} for p in plans)
+    assert all(set(p.intermediate) == {"none", "mnli"} and p.seeds == (1,) for p in plans)
     # the encoder runs everything
     assert backbone_grid.grid_of(config, "xlmr_tiny")["targets"] == config["targets"]
     files = grid.metric_files(config, "llama_tiny")
-    assert len(files) == 3 * 2 * 2 and all(f.startswith("results/demo/metrics/llama_tiny/zero_shot/") for f in files)
+    assert len(files) == 3 * 2 * 1 and all(f.startswith("results/demo/metrics/llama_tiny/zero_shot/") for f in files)
+
+
+def test_entries_of_one_model_share_its_prepared_directory(config):
+    """A LoRA-rank or method variant of a backbone loads the first entry's prepared model (no
+    second download or pre-training); another model, or another family, gets its own."""
+    config["backbones"]["llama_r4"] = {**config["backbones"]["llama_tiny"], "lora": {"rank": 4, "alpha": 8}}
+    config["backbones"]["llama_full"] = {**config["backbones"]["llama_tiny"], "method": "full"}
+    wider = {**config["backbones"]["llama_tiny"]["demo"], "hidden_size": 128}
+    config["backbones"]["llama_wide"] = {**config["backbones"]["llama_tiny"], "demo": wider}
+    assert [backbone_grid.prepared_as(config, b) for b in config["backbones"]] == [
+        "xlmr_tiny",
+        "llama_tiny",
+        "llama_tiny",
+        "llama_tiny",
+        "llama_wide",
+    ]
+    assert backbone_grid.base_dir(config, "llama_r4") == "results/demo/models/backbones/llama_tiny"
+    assert backbone_grid.base_dirs(config, list(config["backbones"])) == [
+        f"results/demo/models/backbones/{b}" for b in ("xlmr_tiny", "llama_tiny", "llama_wide")
+    ]
+    # what a phase starts from and what an evaluation loads
+    assert grid.intermediate_encoder(config, "llama_r4", "none", 1) == "results/demo/models/backbones/llama_tiny"
+    assert backbone_grid.describe(config, "llama_r4")["prepared_as"] == "llama_tiny"
+    assert "prepared_as" not in backbone_grid.describe(config, "llama_tiny")  # its tables' settings are unchanged
+    config["models"]["source"] = "hub"
+    for name, hub_id in (
+        ("xlmr_tiny", "org/a"),
+        ("llama_tiny", "org/b"),
+        ("llama_r4", "org/b"),
+        ("llama_full", "org/b"),
+    ):
+        config["backbones"][name].update(hub_id=hub_id, revision="main")
+    config["backbones"]["llama_wide"].update(hub_id="org/b", revision="v2")  # another revision: another snapshot
+    assert [backbone_grid.prepared_as(config, b) for b in config["backbones"]] == [
+        "xlmr_tiny",
+        "llama_tiny",
+        "llama_tiny",
+        "llama_tiny",
+        "llama_wide",
+    ]
 
 
 def test_paths_and_settings_name_the_backbone(config):
@@ -43,8 +83,8 @@ def test_paths_and_settings_name_the_backbone(config):
         grid.intermediate_encoder(config, "llama_tiny", "mnli", 1)
         == "results/demo/intermediate/llama_tiny/mnli/seed1/encoder"
     )
-    evaluation = grid.evaluation(config, "llama_tiny", "zero_shot", "mnli", "xnli", 2)
-    assert set(evaluation["models"].values()) == {"results/demo/target/llama_tiny/mnli/xnli/en.dev-en/seed2/model"}
+    evaluation = grid.evaluation(config, "llama_tiny", "zero_shot", "mnli", "xnli", 1)
+    assert set(evaluation["models"].values()) == {"results/demo/target/llama_tiny/mnli/xnli/en.dev-en/seed1/model"}
     assert grid.target_settings(config, "llama_tiny", "xnli").method.to_dict() == {
         "name": "lora",
         "precision": "fp32",

@@ -38,7 +38,9 @@ def _env(gpus: bool = False) -> dict[str, str]:
         for k, v in os.environ.items()
         if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
     }
-    env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    # PYTHONFAULTHANDLER: a rank that aborts (SIGABRT from C++) prints every thread's Python
+    # stack, which says whether it died mid-run or while the interpreter shut down.
+    env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1")
     if not gpus:
         env.update(HIDDEN_GPUS)
     return env
@@ -55,7 +57,7 @@ def run(tmp_path, name: str, *args: str, nproc: int = 2, check: bool = True, tim
     proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=_env(gpus), cwd=REPO)
     proc.seconds = time.monotonic() - started
     if check:
-        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert proc.returncode == 0, proc.stderr[-12000:]
         return json.loads(out.read_text()), torch.load(out.with_suffix(".pt"))
     return proc
 

@@ -287,6 +287,7 @@ def test_the_demo_prompts_its_decoder_once_pretrained_and_after_each_seeds_inter
     config = _config()
     assert prompted_grid.backbones(config) == ["llama_tiny"]
     assert prompted_grid.tasks(config, "llama_tiny") == ["xnli"]
+    config["backbones"]["llama_tiny"]["grid"]["seeds"] = [1, 2]  # the demo's decoder runs seed 1 only
     assert prompted_grid.runs(config, "llama_tiny") == [("none", "pretrained"), ("mnli", "seed1"), ("mnli", "seed2")]
     assert prompted_grid.model_dir(config, "llama_tiny", "none", "pretrained").endswith("models/backbones/llama_tiny")
     assert prompted_grid.model_dir(config, "llama_tiny", "mnli", "seed2").endswith(

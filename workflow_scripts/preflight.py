@@ -568,7 +568,7 @@ def check_steps(config: dict[str, Any]) -> list[Finding]:
         return [Finding("steps", "every backbone", SKIPPED, "no CUDA device here: the steps run where a GPU is")]
     findings = []
     for name in backbone_grid.names(config):
-        model_dir = repo_path(backbone_grid.base_dir(name))
+        model_dir = repo_path(backbone_grid.base_dir(config, name))
         if not model_dir.is_dir():
             findings.append(
                 Finding(

@@ -61,7 +61,7 @@ def parameter_count(backbone: BackboneDescription, models: Path) -> int:
     """The config's count (written as a float: 2.78e+8) or the prepared weights' count."""
     if backbone.parameters:
         return round(backbone.parameters)
-    return safetensors_parameters(models / backbone.name)
+    return safetensors_parameters(models / (backbone.prepared_as or backbone.name))
 
 
 def comparison(settings: ComparisonSettings, tables: Path, models: Path):

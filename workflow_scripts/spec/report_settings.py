@@ -32,6 +32,7 @@ class BackboneDescription(BackboneProvenance):
     # The config writes counts as floats (2.78e+8); None: count the prepared weights.
     parameters: float | None = optional()
     contamination_source: str | None = optional()  # what held the targets (e.g. xP3)
+    prepared_as: str | None = optional()  # the backbone whose prepared directory it loads, where not its own
 
 
 @dataclass(frozen=True)

@@ -105,9 +105,24 @@ def contaminated(config: dict[str, Any], backbone: str) -> list[str]:
 # ----- paths ------------------------------------------------------------------------------
 
 
-def base_dir(backbone: str) -> str:
+def prepared_as(config: dict[str, Any], backbone: str) -> str:
+    """The backbone whose prepared directory ``backbone`` loads: the first one in the config
+    that prepares the same model (source, family, and Hub id and revision or demo settings).
+    Entries of one model that differ in how they train (full, LoRA, QLoRA, precision,
+    sharding) share one download or one demo pre-training: one copy of BLOOM's 352 GB,
+    not one per method."""
+    wanted = _prepare_fields(config, backbone)
+    return next(name for name in names(config) if _prepare_fields(config, name) == wanted)
+
+
+def base_dir(config: dict[str, Any], backbone: str) -> str:
     """The pretrained backbone as prepared (Hub snapshot or demo model)."""
-    return f"{paths.results()}/models/backbones/{backbone}"
+    return f"{paths.results()}/models/backbones/{prepared_as(config, backbone)}"
+
+
+def base_dirs(config: dict[str, Any], backbones: list[str]) -> list[str]:
+    """The prepared directories of ``backbones``, each once (backbones may share one)."""
+    return list(dict.fromkeys(base_dir(config, b) for b in backbones))
 
 
 def tables_dir(backbone: str) -> str:
@@ -138,14 +153,16 @@ def method_settings(config: dict[str, Any], backbone: str, adapters: bool = Fals
     return MethodSettings.parse(method, f"backbones.{backbone}")
 
 
+def _prepare_fields(config: dict[str, Any], backbone: str) -> dict[str, Any]:
+    entry = config["backbones"][backbone]
+    if config["models"]["source"] == "hub":
+        return {"source": "hub", "family": entry["family"], "hub_id": entry["hub_id"], "revision": entry["revision"]}
+    return {"source": "demo", "family": entry["family"], "demo": entry.get("demo", {})}
+
+
 def prepare_settings(config: dict[str, Any], backbone: str) -> BackbonePrepare:
     """What prepare_backbone fetches or builds, and the family it records."""
-    entry = config["backbones"][backbone]
-    where = f"backbones.{backbone}"
-    if config["models"]["source"] == "hub":
-        hub = {"source": "hub", "family": entry["family"], "hub_id": entry["hub_id"], "revision": entry["revision"]}
-        return BackbonePrepare.parse(hub, where)
-    return BackbonePrepare.parse({"source": "demo", "family": entry["family"], "demo": entry.get("demo", {})}, where)
+    return BackbonePrepare.parse(_prepare_fields(config, backbone), f"backbones.{backbone}")
 
 
 def retrieval_settings(config: dict[str, Any], backbone: str) -> dict[str, Any]:
@@ -194,6 +211,8 @@ def describe(config: dict[str, Any], backbone: str) -> dict[str, Any]:
     for key in ("parameters", "contamination_source"):
         if entry.get(key):
             out[key] = entry[key]
+    if prepared_as(config, backbone) != backbone:  # named only then: other tables' settings stay as they were
+        out["prepared_as"] = prepared_as(config, backbone)
     return out
 
 

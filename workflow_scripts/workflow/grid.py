@@ -393,7 +393,7 @@ def is_baseline(config: dict[str, Any], name: str) -> bool:
 def intermediate_encoder(config: dict[str, Any], backbone: str, name: str, seed: int | str) -> str:
     """The backbone a target phase starts from: the pretrained one for the baseline config."""
     if is_baseline(config, name):
-        return backbone_grid.base_dir(backbone)
+        return backbone_grid.base_dir(config, backbone)
     return f"{paths.results()}/intermediate/{backbone}/{name}/seed{seed}/encoder"
 
 
@@ -757,7 +757,7 @@ def training_outputs(config: dict[str, Any], backbone: str) -> list[str]:
                     found[stage_model(backbone, name, plan.target, stage, seed)] = None
                 run = evaluation(config, backbone, transfer.path_token(plan.setting), name, plan.target, seed)
                 for model in run["models"].values():
-                    if model != backbone_grid.base_dir(backbone):  # a retrieval target of the baseline
+                    if model != backbone_grid.base_dir(config, backbone):  # a retrieval target of the baseline
                         found[model] = None
     return list(found)
 

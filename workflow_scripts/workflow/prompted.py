@@ -136,7 +136,7 @@ def runs(config: dict[str, Any], backbone: str) -> list[tuple[str, str]]:
 def model_dir(config: dict[str, Any], backbone: str, name: str, run: str) -> str:
     """The model a job prompts: the pretrained backbone, or an intermediate phase's model."""
     if run == PRETRAINED:
-        return backbone_grid.base_dir(backbone)
+        return backbone_grid.base_dir(config, backbone)
     return grid.intermediate_encoder(config, backbone, name, run.removeprefix("seed"))
 
 

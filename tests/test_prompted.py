@@ -402,4 +402,6 @@ def test_changing_the_shots_reruns_only_the_prompted_jobs_and_their_table(demo_c
     (demo_checkout / "prompted_shots.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     jobs = planned_jobs(demo_checkout, "--configfile", "prompted_shots.yaml")
     assert {rule for rule, _ in jobs} == {"evaluate_prompted", "tabulate_prompted", "compare_prompted", "all"}
-    assert len([1 for rule, _ in jobs if rule == "evaluate_prompted"]) == 3
+    # every prompted model of the demo's decoder: pretrained, and after each seed's MNLI phase
+    runs = prompted_grid.runs(config_layers.load([str(demo_checkout / "prompted_shots.yaml")]), "llama_tiny")
+    assert len([1 for rule, _ in jobs if rule == "evaluate_prompted"]) == len(runs) == 2

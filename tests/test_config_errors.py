@@ -234,6 +234,21 @@ def test_every_preset_passes_the_config_check(repo, monkeypatch):
 
 
 @pytest.mark.unit
+def test_the_resources_keys_are_the_rules_that_read_them():
+    """`resources.<rule>` is allowed exactly for the rules whose directives read it (res(),
+    training_retries(), training_slurm_extra() in rules/*.smk): a key for any other rule
+    would be accepted and silently set nothing."""
+    import re
+
+    from workflow_scripts.spec.schema import setting
+
+    text = "\n".join(path.read_text() for path in sorted((REPO / "rules").glob("*.smk")))
+    read = set(re.findall(r'\b(?:res|training_retries|training_slurm_extra)\("(\w+)"', text))
+    allowed = set(setting("resources")["propertyNames"]["enum"]) - {"default"}
+    assert allowed == read, (sorted(allowed - read), sorted(read - allowed))
+
+
+@pytest.mark.unit
 def test_the_loaders_language_lists_are_the_checked_ones():
     """The config check's languages of a target (the benchmarks' lists) are the codes its
     loader can read: the loaders' own lists may not drift from them."""

@@ -44,13 +44,8 @@ def test_entries_of_one_model_share_its_prepared_directory(config):
     config["backbones"]["llama_full"] = {**config["backbones"]["llama_tiny"], "method": "full"}
     wider = {**config["backbones"]["llama_tiny"]["demo"], "hidden_size": 128}
     config["backbones"]["llama_wide"] = {**config["backbones"]["llama_tiny"], "demo": wider}
-    assert [backbone_grid.prepared_as(config, b) for b in config["backbones"]] == [
-        "xlmr_tiny",
-        "llama_tiny",
-        "llama_tiny",
-        "llama_tiny",
-        "llama_wide",
-    ]
+    shared = ["xlmr_tiny", "llama_tiny", "llama_tiny", "llama_tiny", "llama_wide"]
+    assert [backbone_grid.prepared_as(config, b) for b in config["backbones"]] == shared
     assert backbone_grid.base_dir(config, "llama_r4") == "results/demo/models/backbones/llama_tiny"
     assert backbone_grid.base_dirs(config, list(config["backbones"])) == [
         f"results/demo/models/backbones/{b}" for b in ("xlmr_tiny", "llama_tiny", "llama_wide")
@@ -68,13 +63,7 @@ def test_entries_of_one_model_share_its_prepared_directory(config):
     ):
         config["backbones"][name].update(hub_id=hub_id, revision="main")
     config["backbones"]["llama_wide"].update(hub_id="org/b", revision="v2")  # another revision: another snapshot
-    assert [backbone_grid.prepared_as(config, b) for b in config["backbones"]] == [
-        "xlmr_tiny",
-        "llama_tiny",
-        "llama_tiny",
-        "llama_tiny",
-        "llama_wide",
-    ]
+    assert [backbone_grid.prepared_as(config, b) for b in config["backbones"]] == shared
 
 
 def test_paths_and_settings_name_the_backbone(config):

@@ -211,8 +211,9 @@ def describe(config: dict[str, Any], backbone: str) -> dict[str, Any]:
     for key in ("parameters", "contamination_source"):
         if entry.get(key):
             out[key] = entry[key]
-    if prepared_as(config, backbone) != backbone:  # named only then: other tables' settings stay as they were
-        out["prepared_as"] = prepared_as(config, backbone)
+    loads = prepared_as(config, backbone)
+    if loads != backbone:  # named only then: other tables' settings stay as they were
+        out["prepared_as"] = loads
     return out
 
 

@@ -52,6 +52,10 @@ XLMR_LARGE = {"vocab_size": 250002, "hidden_size": 1024, "num_hidden_layers": 24
               "intermediate_size": 4096, "max_position_embeddings": 514}  # fmt: skip
 DECODER_7B_WIDTH = {"vocab_size": 32000, "hidden_size": 4096, "num_hidden_layers": 4, "num_attention_heads": 32,
                     "num_key_value_heads": 32, "intermediate_size": 11008, "max_position_embeddings": 4096}  # fmt: skip
+# XLM-R XL's layer (2560 wide, MLP 10,240, 32 heads), four layers deep: the width of the
+# encoders that the presets train with LoRA.
+XLMR_XL_WIDTH = {**XLMR_LARGE, "hidden_size": 2560, "num_hidden_layers": 4, "num_attention_heads": 32,
+                 "intermediate_size": 10240}  # fmt: skip
 TINY_ENCODER = {**XLMR_LARGE, "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
                 "intermediate_size": 128}  # fmt: skip
 TINY_DECODER = {**DECODER_7B_WIDTH, "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2,
@@ -60,17 +64,27 @@ LORA = {"rank": 16, "alpha": 32, "dropout": 0.0}
 
 
 def throughput_cases(smoke: bool) -> list[dict[str, Any]]:
-    """(label, family, shape, method, seq_len, micro_batch) of each throughput run."""
+    """(label, family, shape, method, precision, mode, seq_len, micro_batch) of each throughput
+    run: training steps, and evaluation's forwards (``inference``), which the cost model
+    (workflow/job_cost.py) reads as measured MFU per family, method, precision and mode."""
     enc, dec = (TINY_ENCODER, TINY_DECODER) if smoke else (XLMR_LARGE, DECODER_7B_WIDTH)
+    wide = TINY_ENCODER if smoke else XLMR_XL_WIDTH
     scale = (lambda s, b: (32, 2)) if smoke else (lambda s, b: (s, b))
     cases = [
-        ("XLM-R large, full, seq 128", "encoder", enc, "full", *scale(128, 32)),
-        ("XLM-R large, full, seq 384", "encoder", enc, "full", *scale(384, 16)),
-        ("decoder 7B width (4 layers), LoRA", "decoder", dec, "lora", *scale(512, 8)),
-        ("decoder 7B width (4 layers), full", "decoder", dec, "full", *scale(512, 8)),
-        ("decoder 7B width (4 layers), QLoRA", "decoder", dec, "qlora", *scale(512, 8)),
-    ]
-    keys = ("label", "family", "shape", "method", "seq_len", "micro_batch")
+        ("XLM-R large, full, seq 128", "encoder", enc, "full", "bf16", "train", *scale(128, 32)),
+        ("XLM-R large, full, seq 384", "encoder", enc, "full", "bf16", "train", *scale(384, 16)),
+        ("XLM-R large, full, fp16, seq 128", "encoder", enc, "full", "fp16", "train", *scale(128, 32)),
+        ("XLM-R XL width (4 layers), LoRA", "encoder", wide, "lora", "bf16", "train", *scale(256, 16)),
+        ("decoder 7B width (4 layers), LoRA", "decoder", dec, "lora", "bf16", "train", *scale(512, 8)),
+        ("decoder 7B width (4 layers), full", "decoder", dec, "full", "bf16", "train", *scale(512, 8)),
+        ("decoder 7B width (4 layers), QLoRA", "decoder", dec, "qlora", "bf16", "train", *scale(512, 8)),
+        ("XLM-R large, evaluation, seq 128", "encoder", enc, "full", "bf16", "inference", *scale(128, 128)),
+        ("XLM-R large, evaluation, seq 384", "encoder", enc, "full", "bf16", "inference", *scale(384, 64)),
+        ("decoder 7B width (4 layers), evaluation", "decoder", dec, "lora", "bf16", "inference", *scale(512, 16)),
+        ("decoder 7B width (4 layers), QLoRA evaluation", "decoder", dec, "qlora", "bf16", "inference",
+         *scale(512, 16)),
+    ]  # fmt: skip
+    keys = ("label", "family", "shape", "method", "precision", "mode", "seq_len", "micro_batch")
     return [dict(zip(keys, case)) for case in cases]
 
 
@@ -183,11 +197,48 @@ def timed_steps(model, method, batch: dict[str, Any], dev, warmup: int, steps: i
     return time.perf_counter() - started
 
 
-def flops_per_token(family: str, shape: dict[str, Any], parameters: int, method: str, seq_len: int) -> float:
-    layers, width = shape["num_hidden_layers"], shape["hidden_size"]
-    embeddings = (shape["vocab_size"] + (shape["max_position_embeddings"] if family == "encoder" else 0)) * width
-    non_embedding = parameters - embeddings
-    return (6 if method == "full" else 4) * non_embedding + 12 * layers * seq_len * width
+def timed_forwards(model, method, batch: dict[str, Any], dev, warmup: int, steps: int) -> float:
+    """Seconds of ``steps`` forwards as evaluation runs them (evaluate.predict_logits: no_grad,
+    the precision policy's autocast, logits copied back to the host) after ``warmup``."""
+    import torch
+
+    from workflow_scripts.models.heads import forward
+    from workflow_scripts.precision import Precision
+
+    precision = Precision(method.precision)
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    model.eval()
+    started = 0.0
+    with torch.no_grad():
+        for index in range(warmup + steps):
+            if index == warmup:
+                if dev.type == "cuda":
+                    torch.cuda.synchronize()
+                started = time.perf_counter()
+            with precision.autocast(dev):
+                logits, _ = forward(model, "classification", "nli", inputs)
+            logits = logits.float().cpu()
+    if not torch.isfinite(logits).all():
+        raise RuntimeError("non-finite logits")
+    return time.perf_counter() - started
+
+
+def flops_per_token(case: dict[str, Any], parameters: int) -> float:
+    """The cost model's FLOPs per token (workflow/job_cost.py), for this case's shape."""
+    from workflow_scripts.workflow.job_cost import flops_per_token as model_flops
+
+    shape = case["shape"]
+    embeddings = (
+        shape["vocab_size"] + (shape["max_position_embeddings"] if case["family"] == "encoder" else 0)
+    ) * shape["hidden_size"]
+    return model_flops(
+        parameters - embeddings,
+        shape["num_hidden_layers"],
+        shape["hidden_size"],
+        case["seq_len"],
+        case["method"],
+        case["mode"],
+    )
 
 
 def planned_bytes(case: dict[str, Any], parameters: int, precision: str) -> float:
@@ -225,39 +276,47 @@ def peak_bytes(dev) -> float:
 def run_throughput(case: dict[str, Any], workdir: Path, dev, smoke: bool, peak: float | None) -> dict[str, Any]:
     import torch
 
-    precision = "bf16"
-    model_dir = workdir / case["label"].replace(" ", "_").replace(",", "").replace("(", "").replace(")", "")
+    model_dir = workdir / "".join(c if c.isalnum() else "_" for c in case["label"])
     parameters = save_backbone(case["family"], case["shape"], model_dir, dev)
     if dev.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(dev)
-    method_settings = {"name": case["method"], "precision": precision, **(LORA if case["method"] != "full" else {})}
+    method_settings = {
+        "name": case["method"],
+        "precision": case["precision"],
+        **(LORA if case["method"] != "full" else {}),
+    }
     model, method = build_model(model_dir, case["family"], method_settings, dev)
     dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in model.parameters() if p.requires_grad})
     batch = synthetic_batch(case["shape"]["vocab_size"], case["seq_len"], case["micro_batch"], dev)
-    steps = 2 if smoke else 10
-    seconds = timed_steps(model, method, batch, dev, warmup=1 if smoke else 3, steps=steps)
+    steps, warmup = (2, 1) if smoke else (10, 3)
+    timed = timed_steps if case["mode"] == "train" else timed_forwards
+    seconds = timed(model, method, batch, dev, warmup=warmup, steps=steps)
     tokens_per_s = case["seq_len"] * case["micro_batch"] * steps / seconds
-    flops = flops_per_token(case["family"], case["shape"], parameters, case["method"], case["seq_len"])
+    flops = flops_per_token(case, parameters)
     measured = peak_bytes(dev)
-    planned = planned_bytes(case, parameters, precision)
+    planned = planned_bytes(case, parameters, case["precision"]) if case["mode"] == "train" else None
     del model, batch
     if dev.type == "cuda":
         torch.cuda.empty_cache()
     return {
         "label": case["label"],
+        "family": case["family"],
         "method": case["method"],
-        "precision": precision,
+        "precision": case["precision"],
+        "mode": case["mode"],
+        "hidden_size": case["shape"]["hidden_size"],
         "seq_len": case["seq_len"],
         "micro_batch": case["micro_batch"],
         "parameters": parameters,
         "trained_dtypes": dtypes,
         "tokens_per_s": tokens_per_s,
+        "flops_per_token": flops,
         "tflops": tokens_per_s * flops / 1e12,
         "mfu": tokens_per_s * flops / (peak * 1e12) if peak else None,
         "peak_gib": measured / 2**30,
-        "planned_gib": planned / 2**30,
-        "measured_over_planned": measured / planned,
+        "planned_gib": planned / 2**30 if planned else None,
+        "measured_over_planned": measured / planned if planned else None,
     }
 
 
@@ -434,20 +493,41 @@ def summary_markdown(env: dict[str, Any], results: dict[str, Any], smoke: bool) 
     if cases:
         lines += [
             "",
-            "| run | seq x batch | tokens/s | TFLOP/s | MFU | peak GiB | planned GiB | measured / planned |",
-            "|---|---|---:|---:|---:|---:|---:|---:|",
+            "| run | mode | precision | seq x batch | tokens/s | TFLOP/s | MFU | peak GiB | planned GiB "
+            "| measured / planned |",
+            "|---|---|---|---|---:|---:|---:|---:|---:|---:|",
         ]
         for c in cases:
             mfu = f"{100 * c['mfu']:.1f}%" if c["mfu"] is not None else "–"
+            planned = f"{c['planned_gib']:.2f} | {c['measured_over_planned']:.2f}" if c["planned_gib"] else "– | –"
             lines.append(
-                f"| {c['label']} | {c['seq_len']} x {c['micro_batch']} | {c['tokens_per_s']:,.0f} | {c['tflops']:.1f} "
-                f"| {mfu} | {c['peak_gib']:.2f} | {c['planned_gib']:.2f} | {c['measured_over_planned']:.2f} |"
+                f"| {c['label']} | {c['mode']} | {c['precision']} | {c['seq_len']} x {c['micro_batch']} "
+                f"| {c['tokens_per_s']:,.0f} | {c['tflops']:.1f} | {mfu} | {c['peak_gib']:.2f} | {planned} |"
             )
     for name in ("sharded resume", "retrieval", "ctranslate2", "gpu tests"):
         part = results.get(name)
         if part and part["ok"]:
             lines += ["", f"**{name}**: " + ", ".join(f"{k} {v}" for k, v in part["result"].items())]
     return "\n".join(lines) + "\n"
+
+
+def measured_throughput(env: dict[str, Any], results: dict[str, Any], peak: float | None) -> dict[str, Any]:
+    """The throughput rows in the form the cost model reads (workflow/job_cost.py): copied to
+    ``workflow_scripts/workflow/measured_throughput/<gpu>.json``, they are this GPU's measured MFU."""
+    keys = ("family", "method", "precision", "mode", "hidden_size", "seq_len", "micro_batch", "tokens_per_s", "mfu")
+    rounding = {"tokens_per_s": 0, "mfu": 4}
+    rows = [
+        {k: round(part["result"][k], rounding[k]) if k in rounding else part["result"][k] for k in keys}
+        for name, part in results.items()
+        if name.startswith("throughput") and part["ok"] and part["result"]["mfu"] is not None
+    ]
+    versions = ", ".join(f"{k} {v}" for k, v in env["versions"].items() if k in ("torch", "transformers", "peft"))
+    return {
+        "gpu": env.get("gpu"),
+        "peak_bf16_tflops": peak,
+        "source": f"make gpu-check, {env['date']}, driver {env.get('driver')}, {versions}",
+        "rows": rows,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -462,6 +542,9 @@ def main(argv: list[str] | None = None) -> int:
     if dev.type != "cuda" and not args.cpu_smoke:
         raise SystemExit("gpu-check: no CUDA GPU here; run `make gpu-check-smoke` (--cpu-smoke) on a CPU")
     args.out.mkdir(parents=True, exist_ok=True)
+    from workflow_scripts.common import configure_torch
+
+    configure_torch(os.cpu_count() or 1)  # the kernels and flags that the jobs run with
     env, results = environment(), {}
     peak = peak_tflops(env.get("gpu"))
     parts: list[tuple[str, Callable[[], Any]]] = []
@@ -482,6 +565,8 @@ def main(argv: list[str] | None = None) -> int:
                 attempt(name, results, work)
     (args.out / "summary.json").write_text(json.dumps({"environment": env, "results": results}, indent=2) + "\n")
     (args.out / "summary.md").write_text(summary_markdown(env, results, args.cpu_smoke))
+    throughput = measured_throughput(env, results, peak)
+    (args.out / "measured_throughput.json").write_text(json.dumps(throughput, indent=2) + "\n")
     print((args.out / "summary.md").read_text())
     return 0 if all(part["ok"] for part in results.values()) else 1
 

@@ -33,15 +33,29 @@ def test_the_cpu_smoke_run_passes_every_part_and_writes_its_summary(tmp_path):
     assert {name for name in results if name.startswith("throughput")} == {
         "throughput: XLM-R large, full, seq 128",
         "throughput: XLM-R large, full, seq 384",
+        "throughput: XLM-R large, full, fp16, seq 128",
+        "throughput: XLM-R XL width (4 layers), LoRA",
         "throughput: decoder 7B width (4 layers), LoRA",
         "throughput: decoder 7B width (4 layers), full",
         "throughput: decoder 7B width (4 layers), QLoRA",
+        "throughput: XLM-R large, evaluation, seq 128",
+        "throughput: XLM-R large, evaluation, seq 384",
+        "throughput: decoder 7B width (4 layers), evaluation",
+        "throughput: decoder 7B width (4 layers), QLoRA evaluation",
     }
     assert all(part["ok"] for part in results.values()), {n: p.get("error") for n, p in results.items()}
     full = results["throughput: decoder 7B width (4 layers), full"]["result"]
     assert full["trained_dtypes"] == ["float32"]  # fp32 master weights of a bf16 checkpoint
     qlora = results["throughput: decoder 7B width (4 layers), QLoRA"]["result"]
     assert qlora["tokens_per_s"] > 0 and qlora["planned_gib"] > 0
+    evaluation = results["throughput: XLM-R large, evaluation, seq 128"]["result"]
+    assert evaluation["mode"] == "inference" and evaluation["trained_dtypes"] == ["float32"]
+    assert (
+        evaluation["flops_per_token"] < results["throughput: XLM-R large, full, seq 128"]["result"]["flops_per_token"]
+    )
+    # No GPU, no peak to measure MFU against: the cost model's table gets no rows from a CPU.
+    measured = json.loads((tmp_path / "measured_throughput.json").read_text())
+    assert measured["gpu"] is None and measured["rows"] == []
     resumed = results["sharded resume"]["result"]
     assert resumed["resumed_at_step"] == resumed["stopped_at_step"] >= 5
     assert results["retrieval"]["result"]["same_neighbours"] == 1.0

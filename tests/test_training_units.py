@@ -47,7 +47,8 @@ def test_warmup_then_linear_decay():
 
 def test_configure_torch_turns_on_deterministic_kernels_without_importing_the_compiler():
     """...and switches SDPA's cuDNN backend off (a graph built per sequence length: host-bound
-    steps on GPUs, benchmarks/engine_host_overhead.py)."""
+    steps on GPUs, benchmarks/engine_host_overhead.py), and deterministic mode's NaN fill of new
+    memory (most of that mode's cost on a GPU, docs/benchmarks.md)."""
     import subprocess
     import sys
 
@@ -55,7 +56,8 @@ def test_configure_torch_turns_on_deterministic_kernels_without_importing_the_co
         "import sys, torch; from workflow_scripts.common import configure_torch; configure_torch(1); "
         "print(torch.are_deterministic_algorithms_enabled(), "
         "torch.is_deterministic_algorithms_warn_only_enabled(), torch.get_num_threads(), "
-        "'torch._inductor' in sys.modules, torch.backends.cuda.cudnn_sdp_enabled())"
+        "'torch._inductor' in sys.modules, torch.backends.cuda.cudnn_sdp_enabled(), "
+        "torch._C._get_deterministic_fill_uninitialized_memory())"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
-    assert out == ["True", "True", "1", "False", "False"]
+    assert out == ["True", "True", "1", "False", "False", "False"]

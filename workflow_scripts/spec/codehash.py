@@ -123,7 +123,7 @@ def _plain(value):
 
 def task_fingerprint(names) -> dict[str, dict]:
     """What a job reads of the task catalogue: the entries of its own tasks (all but their
-    prose), the code hash of each one's converter and that of its format's module
+    prose and their documented sizes, which only the cost model reads), the code hash of each one's converter and that of its format's module
     (workflow_scripts/spec/formats/, imported by name and so in no import closure). A job's
     params carry it, so adding or editing another task or format leaves the job as it is."""
     from workflow_scripts.spec.formats import module_name
@@ -132,7 +132,7 @@ def task_fingerprint(names) -> dict[str, dict]:
     found = {}
     for name in sorted(set(names)):
         task = get_task(name)
-        entry = {k: _plain(v) for k, v in vars(task).items() if k not in ("description", "entry_file")}
+        entry = {k: _plain(v) for k, v in vars(task).items() if k not in ("description", "entry_file", "sizes")}
         if task.converter:  # none: local files mapped by their columns (data/prepare.py's own code)
             entry["converter"] = (
                 file_digest(task.converter_file) if task.converter_file else module_digest(task.converter)

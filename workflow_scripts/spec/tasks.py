@@ -23,6 +23,7 @@ from workflow_scripts.spec.few_shot import FewShotError, FewShotProtocol
 from workflow_scripts.spec.formats import get_format
 from workflow_scripts.spec.formats import names as format_names
 from workflow_scripts.spec.suggest import did_you_mean
+from workflow_scripts.spec.task_sizes import SizesError, TaskSizes
 
 CLASSIFICATION = "classification"
 MULTIPLE_CHOICE = "multiple_choice"
@@ -134,6 +135,9 @@ class Task:
     # relative to the entry's folder (a user's converter). None: its rows come from local
     # files only, mapped by their columns (workflow/local_data.py).
     converter: str = ""
+    # Its release's documented split sizes, for the cost model before the data is prepared
+    # (spec/task_sizes.py); read by no job.
+    sizes: TaskSizes | None = None
     description: str = ""
     # The YAML file the entry was read from.
     entry_file: str = ""
@@ -247,6 +251,11 @@ def read_entry(path: Path) -> Task:
         try:
             values["few_shot"] = FewShotProtocol.parse(entry["few_shot"], f"task entry {path}")
         except FewShotError as err:
+            raise CatalogueError(str(err)) from None
+    if "sizes" in entry:
+        try:
+            values["sizes"] = TaskSizes.parse(entry["sizes"], f"task entry {path}")
+        except SizesError as err:
             raise CatalogueError(str(err)) from None
     if entry.get("release_required") and not entry.get("release_options"):
         raise CatalogueError(f"task entry {path}: release_required needs release_options (the options naming it)")

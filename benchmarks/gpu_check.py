@@ -46,8 +46,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-# Dense bf16 peak of each card, TFLOP/s (vendor datasheets, SXM parts, no sparsity).
-BF16_PEAK_TFLOPS = {"H100": 989.4, "H200": 989.4, "A100": 312.0, "L40S": 362.1, "A6000": 154.8}
+from workflow_scripts.workflow.job_cost import PEAK_TFLOPS  # noqa: E402 (after the path)
+
+# Dense bf16 peak of each card, TFLOP/s: the cost model's table, declared there.
+BF16_PEAK_TFLOPS = {kind: peaks["16-bit"] for kind, peaks in PEAK_TFLOPS.items()}
 XLMR_LARGE = {"vocab_size": 250002, "hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16,
               "intermediate_size": 4096, "max_position_embeddings": 514}  # fmt: skip
 DECODER_7B_WIDTH = {"vocab_size": 32000, "hidden_size": 4096, "num_hidden_layers": 4, "num_attention_heads": 32,

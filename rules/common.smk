@@ -19,6 +19,7 @@ from workflow_scripts.workflow import (
     config_layers,
     disk,
     grid,
+    job_estimates,
     local_data,
     logs,
     slurm,
@@ -223,7 +224,20 @@ def training_slurm_extra(rule_name):
 
 
 def training_retries(rule_name):
-    return slurm.training_retries(grid.resources(config, rule_name))
+    """Retries of a training rule: one per extra allocation its longest job needs
+    (expected_runtime, else the cost model's estimates), plus those for failures."""
+    return slurm.training_retries(grid.resources(config, rule_name), job_estimates.max_allocations(config, rule_name))
+
+
+def job_runtime(rule_name):
+    """A job's time limit (minutes): its cost estimate x cost.safety_factor +
+    cost.floor_minutes, at most resources.<rule>.runtime; that runtime where the job has no
+    estimate (job_estimates.py). Variants of a rule (`use rule`) read the same resources."""
+
+    def runtime(wildcards):
+        return job_estimates.job_time(config, rule_name, dict(wildcards), rule_name).runtime
+
+    return runtime
 
 
 def demo_text_inputs(wildcards):

@@ -48,7 +48,7 @@ rule embed_images:
     threads: res("embed_images", "threads")
     resources:
         mem_mb=res("embed_images", "mem_mb"),
-        runtime=res("embed_images", "runtime"),
+        runtime=job_runtime("embed_images"),
         gpu=res("embed_images", "gpu"),
     conda:
         "../envs/training.yaml"

@@ -30,7 +30,7 @@ rule evaluate_target:
     priority: 10
     resources:
         mem_mb=res("evaluate_target", "mem_mb"),
-        runtime=res("evaluate_target", "runtime"),
+        runtime=job_runtime("evaluate_target"),
         gpu=res("evaluate_target", "gpu"),
         # Tracking is operational: a resource, so switching it reruns nothing (common.smk).
         tracking=TRACKING,

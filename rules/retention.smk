@@ -28,7 +28,7 @@ rule probe_retention:
     threads: res("probe_retention", "threads")
     resources:
         mem_mb=res("probe_retention", "mem_mb"),
-        runtime=res("probe_retention", "runtime"),
+        runtime=job_runtime("probe_retention"),
         gpu=res("probe_retention", "gpu"),
     conda:
         "../envs/training.yaml"

@@ -28,7 +28,7 @@ rule train_intermediate:
     resources:
         **training_geometry(),
         mem_mb=res("train_intermediate", "mem_mb"),
-        runtime=res("train_intermediate", "runtime"),
+        runtime=job_runtime("train_intermediate"),
         gpu=training_gpus("train_intermediate"),
         launcher=training_launcher,
         slurm_extra=training_slurm_extra("train_intermediate"),
@@ -87,7 +87,7 @@ rule train_target:
     resources:
         **training_geometry(),
         mem_mb=res("train_target", "mem_mb"),
-        runtime=res("train_target", "runtime"),
+        runtime=job_runtime("train_target"),
         gpu=training_gpus("train_target"),
         launcher=training_launcher,
         slurm_extra=training_slurm_extra("train_target"),

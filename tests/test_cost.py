@@ -1,12 +1,19 @@
 """The cost tables: measured from Snakemake benchmark records, planned from a dry run."""
 
-import math
 from pathlib import Path
 
 import pytest
 
 from workflow_scripts.spec.basics import InputError
-from workflow_scripts.workflow.cost import dry_run_jobs, measured_table, plan_table, read_records
+from workflow_scripts.workflow.cost import (
+    backbone_table,
+    bases_table,
+    cut_off_jobs,
+    dry_run_jobs,
+    measured_table,
+    plan_table,
+    read_records,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
@@ -44,16 +51,29 @@ def test_a_broken_benchmark_record_is_named(tmp_path):
 
 
 @pytest.mark.unit
-def test_plan_uses_expected_runtime_where_given_else_the_time_limit():
-    jobs = [{"rule": "train_target", "gpu": 1.0, "runtime": 240.0}] * 3 + [
-        {"rule": "evaluate_target", "gpu": 1.0, "runtime": 60.0},
-        {"rule": "prepare_task_data", "threads": 1},
-    ]
-    table = plan_table(jobs, {"train_target": 360.0}).set_index("rule")
-    assert table.loc["train_target", "gpu_h"] == pytest.approx(18.0)
-    assert table.loc["evaluate_target", "gpu_h"] == pytest.approx(1.0)
-    assert "prepare_task_data" not in table.index  # no GPU requested
-    assert table.loc["total", "gpu_h"] == pytest.approx(19.0)
+def test_the_plan_sums_estimates_and_counts_jobs_without_one_at_their_time_limit():
+    def job(rule, backbone, gpu_h, estimated=True, allocations=1, limit=60.0):
+        basis = "MFU 0.3 measured on H200" if estimated else f"no estimate: resources.{rule}.runtime"
+        return {"rule": rule, "backbone": backbone, "gpus_per_job": 1.0, "gpu_h": gpu_h, "minutes": gpu_h * 60,
+                "runtime_limit_min": limit, "allocations": allocations, "estimated": estimated, "basis": basis}  # fmt: skip
+
+    estimated = [job("train_target", "small", 0.5), job("train_target", "big", 3.0, allocations=2, limit=240.0)]
+    estimated += [job("evaluate_target", "big", 5.0, allocations=3), job("evaluate_prompted", "big", 4.0, False)]
+    table = plan_table(estimated).set_index("rule")
+    assert table.loc["train_target", "gpu_h"] == pytest.approx(3.5)
+    assert table.loc["train_target", "limit_min"] == "60-240" and table.loc["train_target", "max_allocations"] == 2
+    assert table.loc["train_target", "gpu_h_basis"] == "estimate"
+    assert table.loc["evaluate_prompted", "gpu_h_basis"] == "time limit, an upper bound (1 jobs)"
+    assert table.loc["total", "gpu_h"] == pytest.approx(12.5)
+    per_backbone = backbone_table(estimated).set_index("backbone")
+    assert per_backbone.loc["big", "target"] == pytest.approx(3.0)
+    assert per_backbone.loc["big", "evaluation"] == pytest.approx(9.0)
+    assert per_backbone.loc["total", "total"] == pytest.approx(12.5)
+    bases = bases_table(estimated).set_index("basis")["jobs"]
+    assert bases["MFU 0.3 measured on H200"] == 3
+    # an evaluation cannot continue in a second allocation: the plan says so
+    (line,) = cut_off_jobs(estimated)
+    assert line.startswith("- evaluate_target of big") and "resources.evaluate_target.runtime" in line
 
 
 @pytest.mark.integration
@@ -63,4 +83,28 @@ def test_plan_reads_the_paper_preset_dag():
     assert {"train_target", "train_intermediate", "evaluate_target", "translate_task_data"} <= rules
     trainings = [j for j in jobs if j["rule"] == "train_target"]
     assert trainings and all(j["gpu"] == 1 and j["runtime"] > 0 for j in trainings)
-    assert not math.isnan(plan_table(jobs, {}).set_index("rule").loc["total", "gpu_h"])
+    assert all(set(j["wildcards"]) >= {"backbone", "target", "recipe", "seed"} for j in trainings)
+
+
+@pytest.mark.integration
+def test_under_the_slurm_profile_each_job_asks_for_its_own_time():
+    """The seed question's grid, dry run as Slurm would get it: a 278M and a 176B backbone, a
+    short and a long target, each with the limit its estimate gives."""
+    jobs = dry_run_jobs("config/modality_scaling.yaml", REPO, profile="slurm")
+
+    def limit(rule, backbone, target):
+        found = {
+            j["runtime"]
+            for j in jobs
+            if j["rule"] == rule
+            and j["wildcards"].get("backbone") == backbone
+            and j["wildcards"].get("target") == target
+        }
+        assert len(found) == 1, (rule, backbone, target, found)
+        return found.pop()
+
+    assert limit("train_target", "xlmr_base", "panx") < limit("train_target", "bloom_176b", "panx")
+    assert limit("train_target", "xlmr_base", "panx") < limit("train_target", "xlmr_base", "xquad")
+    assert limit("evaluate_target", "xlmr_base", "xnli") < limit("evaluate_target", "bloom_7b1", "xnli")
+    # the configured runtime (240) caps what a long training asks for per allocation
+    assert limit("train_target", "bloom_176b", "xnli") == 240

@@ -16,8 +16,8 @@ import random
 from typing import Any
 
 from workflow_scripts.data.features import Encoded, length_grouped_batches
-from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.phase_settings import PhaseSettings
+from workflow_scripts.spec.phase_steps import steps_for_sizes, task_probabilities
 from workflow_scripts.spec.tasks import Task
 
 
@@ -25,21 +25,8 @@ class TaskSampler:
     """Capped examples-proportional sampling over tasks, seeded by the run seed."""
 
     def __init__(self, sizes: dict[str, int], cap: int, seed: int, shares: dict[str, float] | None = None) -> None:
-        if not sizes or any(n <= 0 for n in sizes.values()):
-            raise InputError(f"every multi-task task needs training examples, got {sizes}")
-        shares = shares or {}
-        unknown = sorted(set(shares) - set(sizes))
-        if unknown or sum(shares.values()) >= 1 or len(shares) == len(sizes):
-            raise InputError(
-                f"fixed task shares {shares} must name tasks of {sorted(sizes)}, leave one out, sum below 1"
-            )
         self.names = sorted(sizes)
-        rest = [n for n in self.names if n not in shares]
-        capped = {n: min(sizes[n], cap) for n in rest}
-        left = 1 - sum(shares.values())
-        self.probabilities = {
-            n: shares[n] if n in shares else left * capped[n] / sum(capped.values()) for n in self.names
-        }
+        self.probabilities = task_probabilities(sizes, cap, shares or {})
         self.rng = random.Random(seed)
 
     def next(self) -> str:
@@ -75,22 +62,7 @@ def total_steps(settings: PhaseSettings, train_sets: dict[str, Encoded]) -> int:
     """The phase's steps: one task's epochs of its batches, or for several tasks the
     multi-task epochs of every task's (capped) batches; at most ``max_steps``. Tasks at a
     fixed share come on top: the others keep the steps they would have alone."""
-    shares = settings.fixed_shares
-    own = {n: s for n, s in train_sets.items() if n not in shares}
-    if len(own) == 1:
-        (name,) = own
-        opts = settings.tasks[name]
-        total = whole_epochs(opts.epochs) * math.ceil(len(own[name].features) / opts.batch_size)
-    else:
-        cap = settings.multitask_cap
-        total = whole_epochs(settings.multitask_epochs) * sum(
-            math.ceil(min(len(s.features), cap) / settings.tasks[n].batch_size) for n, s in own.items()
-        )
-    if shares:
-        total = math.ceil(total / (1 - sum(shares.values())))
-    if settings.max_steps:
-        total = min(total, settings.max_steps)
-    return total
+    return steps_for_sizes(settings, {name: len(train.features) for name, train in train_sets.items()})
 
 
 def epoch_steps(settings: PhaseSettings, train_sets: dict[str, Encoded]) -> int:
@@ -100,13 +72,6 @@ def epoch_steps(settings: PhaseSettings, train_sets: dict[str, Encoded]) -> int:
         return settings.eval_every
     ((name, train),) = train_sets.items()
     return math.ceil(len(train.features) / settings.tasks[name].batch_size)
-
-
-def whole_epochs(epochs: float) -> int:
-    """The passes a phase plans. The schema allows fractional epochs (a number), but the step
-    count has always truncated them (1.5 epochs train as 1): kept so, that no settings' step
-    count changes silently."""
-    return int(epochs)
 
 
 def warmup_steps(settings: PhaseSettings, total: int) -> int:

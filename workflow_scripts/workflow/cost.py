@@ -5,9 +5,11 @@ peak memory, CPU time of its last attempt). This module sums them per rule: jobs
 hours, mean minutes per job, peak resident memory, and the GPU-hours and CPU-hours the jobs
 held (wall time x the GPUs and threads the config requests for that rule).
 
-``plan`` answers the question before a run: from a Snakemake dry run of a config, the jobs
-per rule that requests a GPU and their GPU-hours at the config's ``expected_runtime`` where
-it gives one (an estimate), else at the rule's time limit (an upper bound).
+``plan`` answers the question before a run: from a Snakemake dry run of a config, every job
+that requests a GPU with its estimated GPU-hours (job_estimates.py: the FLOPs of its work at
+a measured MFU, or the rule's ``expected_runtime``), the time limit it asks Slurm for and the
+allocations it needs; per rule and per backbone, each figure with its basis. A job the cost
+model cannot estimate is counted at its time limit, an upper bound, and says so.
 
 CLI: ``python -m workflow_scripts.workflow.cost measured --benchmarks DIR --resources JSON --md F --csv F``
 and ``python -m workflow_scripts.workflow.cost plan --configfile FILE``.
@@ -89,11 +91,14 @@ def measured_table(records: list[dict[str, Any]], resources: dict[str, dict[str,
     return pd.concat([table, pd.DataFrame([total])], ignore_index=True)
 
 
-def dry_run_jobs(configfiles: str | Sequence[str], workdir: Path) -> list[dict[str, Any]]:
-    """Every job of the whole DAG of a config (``snakemake --dry-run --forceall``): its rule,
-    threads and resources as Snakemake resolved them."""
+def dry_run_jobs(configfiles: str | Sequence[str], workdir: Path, profile: str | None = None) -> list[dict[str, Any]]:
+    """Every job of the whole DAG of a config (``snakemake --dry-run --forceall``, under
+    ``profile`` if given): its rule, threads, resources as Snakemake resolved them, and
+    wildcards."""
     files = [configfiles] if isinstance(configfiles, str) else list(configfiles)
     cmd = [sys.executable, "-m", "snakemake", "--dry-run", "--forceall", "--cores", "1"]
+    if profile:
+        cmd += ["--profile", profile]
     for file in files:
         cmd += ["--configfile", file]
     proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True)
@@ -102,48 +107,144 @@ def dry_run_jobs(configfiles: str | Sequence[str], workdir: Path) -> list[dict[s
     jobs: list[dict[str, Any]] = []
     for line in (proc.stdout + proc.stderr).splitlines():
         if m := re.fullmatch(r"(?:local)?rule (\w+):", line.strip()):
-            jobs.append({"rule": m.group(1), "threads": 1})
+            jobs.append({"rule": m.group(1), "threads": 1, "wildcards": {}})
         elif jobs and (m := re.fullmatch(r"threads: (\d+)", line.strip())):
             jobs[-1]["threads"] = int(m.group(1))
         elif jobs and line.strip().startswith("resources: "):
-            pairs = (item.split("=", 1) for item in line.strip()[len("resources: ") :].split(", ") if "=" in item)
-            jobs[-1].update({k: float(v) for k, v in pairs if re.fullmatch(r"[\d.]+", v)})
+            pairs = dict(item.split("=", 1) for item in line.strip()[len("resources: ") :].split(", ") if "=" in item)
+            jobs[-1].update({k: float(v) for k, v in pairs.items() if re.fullmatch(r"[\d.]+", v)})
+            if m := re.fullmatch(r"gpu:(\d+)", pairs.get("gres", "")):  # a job of several nodes asks per node
+                jobs[-1]["gpu"] = float(m.group(1)) * float(pairs.get("nodes", 1))
+        elif jobs and line.strip().startswith("wildcards: "):
+            pairs = (item.split("=", 1) for item in line.strip()[len("wildcards: ") :].split(", ") if "=" in item)
+            jobs[-1]["wildcards"] = dict(pairs)
     jobs = [j for j in jobs if j["rule"] != "all"]
     if not jobs:
         raise InputError(f"no jobs in the dry run of {' '.join(files) or 'config.yaml'}")
     return jobs
 
 
-def plan_table(jobs: list[dict[str, Any]], expected: dict[str, float]):
-    """Per rule: jobs, GPUs per job, the time limit, the config's expected_runtime, and the
-    GPU-hours at expected_runtime where the config gives one, else at the time limit (an
-    upper bound for that rule)."""
+def estimate_jobs(config: dict[str, Any], jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The GPU jobs of a dry run, each with its estimate (job_estimates.job_time): GPU-hours,
+    wall minutes, the time limit asked, allocations, and the basis of the figure."""
+    from workflow_scripts.workflow import job_estimates
+
+    out = []
+    for job in jobs:
+        gpus = float(job.get("gpu", 0) or 0)
+        if gpus <= 0:
+            continue  # CPU-only jobs cost no GPU time
+        resources_rule = job_estimates.resources_rule(job["rule"])
+        time = job_estimates.job_time(config, job["rule"], job.get("wildcards", {}), resources_rule)
+        limit = float(job.get("runtime", time.runtime))
+        minutes = time.minutes if time.minutes is not None else limit  # no estimate: an upper bound
+        out.append(
+            {
+                "rule": job["rule"],
+                "backbone": job.get("wildcards", {}).get("backbone", ""),
+                "gpus_per_job": gpus,
+                "gpu_h": minutes * gpus / 60,
+                "minutes": minutes,
+                "runtime_limit_min": limit,
+                "allocations": time.allocations,
+                "estimated": time.minutes is not None,
+                "basis": time.basis,
+            }
+        )
+    return out
+
+
+def plan_table(estimated: list[dict[str, Any]]):
+    """Per rule: jobs, GPUs per job, estimated GPU-hours, mean minutes per job, the time limits
+    asked, the most allocations of a job, and the basis: the cost model's, or the time limit
+    (an upper bound) where jobs have no estimate."""
     import pandas as pd
 
-    frame = pd.DataFrame(jobs)
-    for column in ("gpu", "runtime"):
-        if column not in frame:
-            frame[column] = 0.0
-    frame = frame.fillna({"gpu": 0.0, "runtime": 0.0})
+    if not estimated:
+        raise InputError("no job of this config requests a GPU")
+    frame = pd.DataFrame(estimated)
     rows = []
     for rule, group in frame.groupby("rule", sort=True):
-        minutes = expected.get(rule)
-        per_job = minutes if minutes else group["runtime"]
+        unestimated = int((~group["estimated"]).sum())
         rows.append(
             {
                 "rule": rule,
                 "jobs": len(group),
-                "gpus_per_job": group["gpu"].max(),
-                "runtime_limit_min": group["runtime"].max(),
-                "expected_runtime_min": minutes or math.nan,
-                "gpu_h": float((group["gpu"] * per_job).sum() / 60),
-                "gpu_h_basis": "expected_runtime" if minutes else "time limit (upper bound)",
+                "gpus_per_job": _range(group["gpus_per_job"]),
+                "gpu_h": float(group["gpu_h"].sum()),
+                "mean_min_per_job": float(group["minutes"].mean()),
+                "limit_min": _range(group["runtime_limit_min"]),
+                "max_allocations": int(group["allocations"].max()),
+                "gpu_h_basis": "estimate" if not unestimated else f"time limit, an upper bound ({unestimated} jobs)",
             }
         )
     table = pd.DataFrame(rows)
-    table = table[(table["gpu_h"] > 0)]  # CPU-only rules cost no GPU time
     total = {"rule": "total", "jobs": table["jobs"].sum(), "gpu_h": table["gpu_h"].sum(), "gpu_h_basis": ""}
     return pd.concat([table, pd.DataFrame([total])], ignore_index=True)
+
+
+# The stage of the grid each GPU rule belongs to, for the per-backbone view.
+STAGES = {
+    "train_intermediate": "intermediate",
+    "train_target": "target",
+    "train_target_stage": "target",
+    "train_target_sweep_point": "target",
+    "train_few_shot_candidate": "target",
+    "evaluate_target": "evaluation",
+    "evaluate_prompted": "evaluation",
+    "probe_retention": "retention probes",
+    "probe_retention_before": "retention probes",
+    "probe_retention_target": "retention probes",
+}
+
+
+def backbone_table(estimated: list[dict[str, Any]]):
+    """GPU-hours per backbone and stage of the grid (jobs without a backbone: their rule)."""
+    import pandas as pd
+
+    frame = pd.DataFrame(estimated)
+    frame["backbone"] = frame["backbone"].where(frame["backbone"] != "", "(no backbone)")
+    frame["stage"] = frame["rule"].map(STAGES).fillna(frame["rule"])
+    table = frame.pivot_table(index="backbone", columns="stage", values="gpu_h", aggfunc="sum", fill_value=0.0)
+    table["total"] = table.sum(axis=1)
+    table.loc["total"] = table.sum(axis=0)
+    return table.reset_index().rename_axis(columns=None)
+
+
+def _range(values) -> str:
+    low, high = int(values.min()), int(values.max())
+    return str(low) if low == high else f"{low}-{high}"
+
+
+def bases_table(estimated: list[dict[str, Any]]):
+    """Each throughput figure the estimates used (a measured MFU row on a GPU kind's peak, the
+    config's MFU, the default) or the other basis of a job (expected_runtime, no estimate),
+    with the jobs that used it."""
+    import pandas as pd
+
+    counts: dict[str, int] = {}
+    for job in estimated:
+        for basis in job["basis"].split("; "):
+            counts[basis] = counts.get(basis, 0) + 1
+    rows = [{"basis": basis, "jobs": jobs} for basis, jobs in counts.items()]
+    return pd.DataFrame(rows).sort_values(["jobs", "basis"], ascending=[False, True], ignore_index=True)
+
+
+def cut_off_jobs(estimated: list[dict[str, Any]]) -> list[str]:
+    """Rules whose jobs need more than one allocation but cannot continue in another (all but
+    training): they would hit their time limit. One line per rule and backbone."""
+    from workflow_scripts.workflow import job_estimates
+
+    found = {}
+    for job in estimated:
+        if job["allocations"] > 1 and job["rule"] not in job_estimates.TRAINING_RULES:
+            key = (job["rule"], job["backbone"])
+            found[key] = max(found.get(key, 0.0), job["minutes"])
+    return [
+        f"- {rule} of {backbone or 'its task'}: up to {minutes:.0f} min estimated, over its time limit "
+        f"(resources.{job_estimates.resources_rule(rule)}.runtime); give it more time or GPUs"
+        for (rule, backbone), minutes in sorted(found.items())
+    ]
 
 
 def _cell(value: Any) -> str:
@@ -161,13 +262,43 @@ def to_markdown(table) -> str:
     return table.map(_cell).to_markdown(index=False)
 
 
-def _write(table, md: Path | None, csv: Path | None, title: str) -> None:
+def _write(table, md: Path | None, csv: Path | None, document: str) -> None:
     if csv is not None:
         with atomic_path(csv) as tmp:
             table.to_csv(tmp, index=False)
     if md is not None:
         with atomic_path(md) as tmp:
-            tmp.write_text(f"{title}\n\n{to_markdown(table)}\n")
+            tmp.write_text(document + "\n")
+
+
+def plan_report(configfile: str) -> tuple[Any, str]:
+    """The plan of a config as one markdown document: per rule, per backbone, the bases, and
+    the cost settings and measured tables behind them."""
+    from workflow_scripts.spec.basics import repo_path
+    from workflow_scripts.workflow import config_check, config_layers, job_cost, job_estimates
+
+    config = config_layers.load([configfile])
+    config_check.check(config, [configfile], [str(repo_path(d)) for d in config.get("task_catalogues", [])])
+    estimated = estimate_jobs(config, dry_run_jobs(configfile, Path.cwd()))
+    by_rule = plan_table(estimated)
+    cost = job_estimates.cost_settings(config)
+    sections = [
+        f"GPU-hours per backbone and stage\n\n{to_markdown(backbone_table(estimated))}",
+        f"Where the figures come from\n\n{to_markdown(bases_table(estimated))}",
+        "Cost settings: GPU "
+        + f"{cost['gpu']}, time limit = estimate x {cost['safety_factor']} + {cost['floor_minutes']} min, "
+        + "at most resources.<rule>.runtime. Measured MFU tables: "
+        + ("; ".join(job_cost.table_sources()) or "none"),
+    ]
+    if cut := cut_off_jobs(estimated):
+        sections.append(
+            "Jobs that would not finish in one allocation and cannot continue in another\n\n" + "\n".join(cut)
+        )
+    title = (
+        f"Planned GPU cost of {configfile}: estimated GPU-hours per rule (job_estimates.py), the time limits "
+        "the jobs ask for and the allocations a training job needs"
+    )
+    return by_rule, title + "\n\n" + to_markdown(by_rule) + "\n\n" + "\n\n".join(sections)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -190,25 +321,14 @@ def main(argv: list[str] | None = None) -> None:
                 "Cost per rule family, measured (Snakemake benchmark records; GPU-hours = wall time x GPUs "
                 "requested; a retried job counts its last attempt)"
             )
+            document = f"{title}\n\n{to_markdown(table)}"
         else:
-            from workflow_scripts.workflow import config_layers
-
-            config = config_layers.load([args.configfile])
-            expected = {
-                rule: float(res["expected_runtime"])
-                for rule, res in config.get("resources", {}).items()
-                if isinstance(res, dict) and res.get("expected_runtime")
-            }
-            table = plan_table(dry_run_jobs(args.configfile, Path.cwd()), expected)
-            title = (
-                f"Planned GPU cost of {args.configfile} (rules that request a GPU): GPU-hours at the config's "
-                "expected_runtime where it gives one (an estimate), else at the time limit (an upper bound)"
-            )
+            table, document = plan_report(args.configfile)
     except InputError as err:
         raise SystemExit(f"error: {err}") from None
-    _write(table, args.md, args.csv, title)
+    _write(table, args.md, args.csv, document)
     if args.md is None and args.csv is None:
-        print(f"{title}\n\n{to_markdown(table)}")
+        print(document)
 
 
 if __name__ == "__main__":

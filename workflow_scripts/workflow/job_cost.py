@@ -1,24 +1,59 @@
-"""The cost model of one job: the FLOPs it computes, from what the grid knows, and the GPU time
-they take at a measured or a default model-FLOPs utilisation (MFU).
+"""The cost model of one job: the FLOPs it computes, and the GPU time they take at a measured
+(or, failing that, a stated default) model-FLOPs utilisation (MFU) of the GPU kind it runs on.
 
-FLOPs per token (Kaplan et al. 2020, "Scaling Laws for Neural Language Models", §2.1, and
-Chinchilla's appendix F for the attention term), over the N non-embedding parameters of a
-backbone with L layers of width d at sequence length s:
+FLOPs per token (Kaplan et al. 2020, "Scaling Laws for Neural Language Models", §2.1, with the
+attention term of its Table 1), over the N non-embedding parameters of a backbone with L
+layers of width d at sequence length s:
 
 - training every weight: 6 N + 12 L s d (forward 2 N; backward 4 N: gradients of the
   activations and of the weights);
 - training adapters on a frozen base (LoRA, QLoRA): 4 N + 12 L s d (forward, and the
   gradients of the activations through every layer; a frozen base computes no weight
   gradients);
-- inference (evaluation): 2 N + 4 L s d.
+- inference (evaluation, dev selection, probes): 2 N + 4 L s d.
+
+Time = FLOPs / (GPUs x peak x MFU), and for training at least the optimizer steps times the
+host's shortest step (a small model's steps are bound by Python, data and kernel launches,
+not by FLOPs). The peak is the card's dense 16-bit tensor rate (fp32 runs: its fp32 rate);
+the MFU is read from ``measured_throughput/<gpu>.json``, written by ``make gpu-check`` on that
+kind of GPU: the row of the same family, method, precision and mode nearest in width, then in
+sequence length. Sharded jobs are counted at one GPU's MFU per GPU (communication not
+modelled). Tokens are counted at each task's ``max_length`` (batches are padded to their
+longest example, so this is an upper bound for short-sentence tasks).
 """
 
 from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
 
 # Multipliers of N per token, by what the job computes.
 FULL_TRAINING = 6
 ADAPTER_TRAINING = 4
 INFERENCE = 2
+MODES = ("train", "inference")
+
+# Dense peak TFLOP/s per GPU kind (vendor datasheets, SXM parts, no sparsity): 16-bit tensor
+# cores (bf16 and fp16 alike) and plain fp32 (the engine leaves TF32 off).
+PEAK_TFLOPS: dict[str, dict[str, float]] = {
+    "H100": {"16-bit": 989.4, "fp32": 66.9},
+    "H200": {"16-bit": 989.4, "fp32": 66.9},
+    "A100": {"16-bit": 312.0, "fp32": 19.5},
+    "L40S": {"16-bit": 362.1, "fp32": 91.6},
+    "A6000": {"16-bit": 154.8, "fp32": 38.7},
+}
+MEASURED_DIR = Path(__file__).resolve().parent / "measured_throughput"
+# Used only where no table of measured MFU exists at all (a stated assumption, not a
+# measurement): the lower end of what `make gpu-check` measured on an H200 for decoders.
+DEFAULT_MFU = 0.3
+
+
+class CostError(ValueError):
+    """A cost setting that cannot be used; the message names the config key."""
 
 
 def flops_per_token(non_embedding: float, layers: int, width: int, seq_len: int, method: str, mode: str) -> float:
@@ -27,6 +62,168 @@ def flops_per_token(non_embedding: float, layers: int, width: int, seq_len: int,
     if mode == "inference":
         return INFERENCE * non_embedding + 4 * layers * seq_len * width
     if mode != "train":
-        raise ValueError(f"mode {mode!r}: expected 'train' or 'inference'")
+        raise ValueError(f"mode {mode!r}: expected one of {', '.join(MODES)}")
     weights = FULL_TRAINING if method == "full" else ADAPTER_TRAINING
     return weights * non_embedding + 12 * layers * seq_len * width
+
+
+def precision_class(precision: str) -> str:
+    return "fp32" if precision == "fp32" else "16-bit"
+
+
+def gpu_kind(name: str) -> str:
+    """The kind in PEAK_TFLOPS that a GPU's name names ("NVIDIA H200" -> "H200")."""
+    found = [kind for kind in PEAK_TFLOPS if kind.lower() in name.lower()]
+    if not found:
+        raise CostError(f"config key cost.gpu: {name!r} is none of the known kinds {', '.join(PEAK_TFLOPS)}")
+    return found[0]
+
+
+@cache
+def measured_tables(directory: str = str(MEASURED_DIR)) -> dict[str, dict[str, Any]]:
+    """Every committed table of measured MFU, by GPU kind."""
+    tables = {}
+    for path in sorted(Path(directory).glob("*.json")):
+        table = json.loads(path.read_text())
+        table["file"] = path.name
+        tables[gpu_kind(table["gpu"])] = table
+    return tables
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """What one GPU of a kind computes for one kind of work, and why that figure."""
+
+    tflops: float  # achieved, per GPU
+    mfu: float
+    basis: str
+
+
+def throughput(
+    gpu: str,
+    family: str,
+    method: str,
+    precision: str,
+    mode: str,
+    width: int,
+    seq_len: int,
+    mfu: float | None = None,
+) -> Throughput:
+    """Achieved TFLOP/s per GPU for this work: ``mfu`` when the config sets one, else the
+    measured row of the same family, method, precision class and mode nearest in width, then
+    in sequence length (on this GPU kind, else on another kind's table, applied to this
+    kind's peak)."""
+    kind = gpu_kind(gpu)
+    peak = PEAK_TFLOPS[kind][precision_class(precision)]
+    if mfu is not None:
+        return Throughput(peak * mfu, mfu, f"MFU {mfu:g} from cost.mfu, on the {kind} peak")
+    tables = measured_tables()
+    ordered = ([kind] if kind in tables else []) + [k for k in sorted(tables) if k != kind]
+    for source in ordered:
+        row = _nearest_row(tables[source]["rows"], family, method, precision, mode, width, seq_len)
+        if row is not None:
+            where = f"measured on {source}" + ("" if source == kind else f", on the {kind} peak")
+            basis = f"MFU {row['mfu']:.3f} {where} ({_row_label(row)})"
+            return Throughput(peak * row["mfu"], row["mfu"], basis)
+    basis = f"MFU {DEFAULT_MFU} by default, not measured ({family} {method} {mode})"
+    return Throughput(peak * DEFAULT_MFU, DEFAULT_MFU, basis)
+
+
+def _nearest_row(rows, family, method, precision, mode, width, seq_len) -> dict[str, Any] | None:
+    # QLoRA's dequantisation makes it its own row; LoRA and full rows stand for themselves.
+    same = [
+        r
+        for r in rows
+        if (r["family"], r["method"], r["mode"]) == (family, method, mode)
+        and precision_class(r["precision"]) == precision_class(precision)
+    ]
+    if not same and mode == "inference":  # evaluating a LoRA or full model: the same forward
+        same = [r for r in rows if (r["family"], r["mode"]) == (family, mode) and r["method"] != "qlora"]
+    if not same:
+        return None
+    return min(same, key=lambda r: (abs(math.log(r["hidden_size"] / width)), abs(math.log(r["seq_len"] / seq_len))))
+
+
+def _row_label(row: dict[str, Any]) -> str:
+    return f"{row['family']} {row['method']} {row['precision']} {row['mode']}, width {row['hidden_size']}, seq {row['seq_len']}"
+
+
+def table_sources() -> list[str]:
+    """One line per table of measured MFU: its GPU and how it was measured."""
+    return [f"{kind}: {table['source']} ({table['file']})" for kind, table in measured_tables().items()]
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the FLOPs of a backbone depend on."""
+
+    family: str
+    method: str
+    precision: str
+    non_embedding: float
+    layers: int
+    width: int
+    gpus: int = 1
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """Tokens one job runs through the backbone at one sequence length, in one mode, in
+    ``steps`` optimizer steps (training)."""
+
+    mode: str
+    tokens: float
+    seq_len: int
+    steps: float = 0.0
+
+
+def host_step_seconds(gpu: str) -> tuple[float, str]:
+    """The shortest time an optimizer step of the engine takes on the host (Python, data,
+    kernel launches), whatever the FLOPs: this kind's measured figure, else another kind's;
+    (0, "") where none is measured."""
+    kind, tables = gpu_kind(gpu), measured_tables()
+    for source in ([kind] if kind in tables else []) + sorted(tables):
+        if tables[source].get("host_step_seconds"):
+            return tables[source]["host_step_seconds"], f"measured on {source}"
+    return 0.0, ""
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One job's GPU time: ``gpu_hours`` over all its GPUs, ``minutes`` of wall time."""
+
+    flops: float
+    gpu_hours: float
+    minutes: float
+    gpus: int
+    basis: str
+
+
+def estimate(shape: Shape, work: list[Tokens], gpu: str, mfu: float | None = None) -> Estimate:
+    """The GPU time of ``work`` on ``shape``, on GPUs of kind ``gpu``: each part's FLOPs at
+    the throughput, or its steps at the host's shortest step where that is longer (small
+    models are host-bound)."""
+    flops, seconds, bases = 0.0, 0.0, []
+    floor, floor_basis = host_step_seconds(gpu)
+    for part in work:
+        if part.tokens <= 0:
+            continue
+        per_token = flops_per_token(
+            shape.non_embedding, shape.layers, shape.width, part.seq_len, shape.method, part.mode
+        )
+        rate = throughput(gpu, shape.family, shape.method, shape.precision, part.mode, shape.width, part.seq_len, mfu)
+        flops += per_token * part.tokens
+        compute = per_token * part.tokens / (rate.tflops * 1e12) / shape.gpus  # wall seconds
+        basis = rate.basis
+        if part.steps * floor > compute:
+            compute, basis = part.steps * floor, f"host-bound: {floor:g} s per step, {floor_basis}"
+        seconds += compute * shape.gpus  # GPU-seconds
+        if basis not in bases:
+            bases.append(basis)
+    return Estimate(
+        flops=flops,
+        gpu_hours=seconds / 3600,
+        minutes=seconds / 60 / shape.gpus,
+        gpus=shape.gpus,
+        basis="; ".join(bases),
+    )

@@ -218,14 +218,16 @@ def allocations_needed(expected_runtime: int, runtime: int, lead_seconds: int) -
     return -(-expected_runtime // per_allocation)
 
 
-def training_retries(resources: Mapping[str, object]) -> int | None:
+def training_retries(resources: Mapping[str, object], estimated_allocations: int | None = None) -> int | None:
     """Snakemake retries for a training rule: one per extra allocation its expected runtime
-    needs, plus `retries` for failures (preemption, cancellation, node failure).
+    needs (`expected_runtime`, else the cost model's most allocations of any of its jobs:
+    job_estimates.max_allocations), plus `retries` for failures (preemption, cancellation,
+    node failure).
 
-    None (Snakemake's --retries applies) when neither `expected_runtime` nor `retries` is set.
+    None (Snakemake's --retries applies) when none of the three is known.
     """
     expected, failures = resources.get("expected_runtime"), resources.get("retries")
-    if expected is None and failures is None:
+    if expected is None and failures is None and estimated_allocations is None:
         return None
     continuations = 0
     if expected is not None:
@@ -235,6 +237,8 @@ def training_retries(resources: Mapping[str, object]) -> int | None:
             )
             - 1
         )
+    elif estimated_allocations is not None:
+        continuations = estimated_allocations - 1
     return continuations + int(DEFAULT_FAILURE_RETRIES if failures is None else failures)
 
 

@@ -1,0 +1,156 @@
+"""The cost model: FLOPs per token, the measured MFU it reads, a job's tokens from the grid,
+and the time limit sized from the estimate (workflow/job_cost.py, job_work.py,
+job_estimates.py; spec/task_sizes.py)."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+
+from workflow_scripts.spec.task_sizes import SizesError, TaskSizes
+from workflow_scripts.workflow import job_cost
+from workflow_scripts.workflow.job_cost import Shape, Tokens, flops_per_token
+
+pytestmark = pytest.mark.unit
+
+N, LAYERS, WIDTH, SEQ = 3.0e8, 24, 1024, 128
+
+
+def test_flops_per_token_follow_what_each_mode_computes():
+    attention = LAYERS * SEQ * WIDTH
+    assert flops_per_token(N, LAYERS, WIDTH, SEQ, "full", "train") == 6 * N + 12 * attention
+    # a frozen base: forward and activation gradients, no weight gradients
+    assert flops_per_token(N, LAYERS, WIDTH, SEQ, "lora", "train") == 4 * N + 12 * attention
+    assert flops_per_token(N, LAYERS, WIDTH, SEQ, "qlora", "train") == 4 * N + 12 * attention
+    assert flops_per_token(N, LAYERS, WIDTH, SEQ, "full", "inference") == 2 * N + 4 * attention
+    with pytest.raises(ValueError, match="mode"):
+        flops_per_token(N, LAYERS, WIDTH, SEQ, "full", "serve")
+
+
+def test_the_measured_row_nearest_in_width_and_length_sets_the_mfu():
+    rows = job_cost.measured_tables()["H200"]["rows"]
+    rate = job_cost.throughput("H200", "encoder", "full", "bf16", "train", 1024, 128)
+    row = next(r for r in rows if (r["family"], r["method"], r["mode"], r["precision"], r["seq_len"]) ==
+               ("encoder", "full", "train", "bf16", 128))  # fmt: skip
+    assert rate.mfu == row["mfu"] and rate.tflops == pytest.approx(989.4 * row["mfu"])
+    assert "measured on H200" in rate.basis and "seq 128" in rate.basis
+    longer = job_cost.throughput("H200", "encoder", "full", "bf16", "train", 1024, 512)
+    assert "seq 384" in longer.basis  # the 384-token row is nearer 512 than the 128-token one
+    # fp16 rides the same 16-bit peak; QLoRA has a row of its own
+    qlora = job_cost.throughput("H200", "decoder", "qlora", "bf16", "train", 4096, 512)
+    lora = job_cost.throughput("H200", "decoder", "lora", "bf16", "train", 4096, 512)
+    assert qlora.mfu != lora.mfu and "qlora" in qlora.basis
+
+
+def test_another_kind_reads_the_measured_table_on_its_own_peak_and_the_config_can_set_the_mfu():
+    h200 = job_cost.throughput("H200", "decoder", "lora", "bf16", "train", 4096, 512)
+    a100 = job_cost.throughput("A100", "decoder", "lora", "bf16", "train", 4096, 512)
+    assert a100.mfu == h200.mfu and a100.tflops == pytest.approx(312.0 * h200.mfu)
+    assert "measured on H200, on the A100 peak" in a100.basis
+    fp32 = job_cost.throughput("A100", "decoder", "lora", "fp32", "train", 4096, 512)
+    assert "by default" in fp32.basis and fp32.tflops == pytest.approx(19.5 * job_cost.DEFAULT_MFU)
+    set_by_config = job_cost.throughput("H100", "encoder", "full", "bf16", "train", 1024, 128, mfu=0.5)
+    assert set_by_config.tflops == pytest.approx(989.4 * 0.5) and "cost.mfu" in set_by_config.basis
+    with pytest.raises(job_cost.CostError, match="cost.gpu"):
+        job_cost.gpu_kind("V100")
+
+
+def test_an_estimate_is_its_flops_at_the_throughput_and_its_wall_time_divides_by_the_gpus():
+    shape = Shape("encoder", "full", "bf16", N, LAYERS, WIDTH, gpus=4)
+    work = [Tokens("train", 1e9, SEQ), Tokens("inference", 1e8, SEQ)]
+    found = job_cost.estimate(shape, work, "H100", mfu=0.25)
+    flops = 1e9 * flops_per_token(N, LAYERS, WIDTH, SEQ, "full", "train") + 1e8 * flops_per_token(
+        N, LAYERS, WIDTH, SEQ, "full", "inference"
+    )
+    assert found.flops == pytest.approx(flops)
+    assert found.gpu_hours == pytest.approx(flops / (989.4e12 * 0.25) / 3600)
+    assert found.minutes == pytest.approx(found.gpu_hours * 60 / 4)
+
+
+def test_documented_sizes_count_per_language_or_name_the_bad_key():
+    sizes = TaskSizes.parse({"source": "a release", "train": 100, "test": {"en": 10, "de": 7}}, "task entry x.yaml")
+    assert sizes.examples("train") == 100 and sizes.examples("train", ["en"]) == 100
+    assert sizes.examples("test", ["en", "de"]) == 17 and sizes.examples("test") == 17
+    assert sizes.examples("test", ["fr"]) is None and sizes.examples("dev") is None
+    with pytest.raises(SizesError, match=r"x.yaml: sizes.test.de"):
+        TaskSizes.parse({"source": "s", "test": {"de": -1}}, "task entry x.yaml")
+    with pytest.raises(SizesError, match="sizes.source"):
+        TaskSizes.parse({"train": 1}, "task entry x.yaml")
+    with pytest.raises(SizesError, match="sizes.validation"):
+        TaskSizes.parse({"source": "s", "validation": 1}, "task entry x.yaml")
+
+
+def test_the_measured_gpus_are_the_kinds_the_schema_offers():
+    from workflow_scripts.spec.schema import setting
+
+    assert setting("cost", "gpu")["enum"] == list(job_cost.PEAK_TFLOPS)
+    assert all(kind in job_cost.PEAK_TFLOPS for kind in job_cost.measured_tables())
+
+
+# ----- a job of the grid ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def demo_config():
+    from workflow_scripts.preflight import load_config
+
+    return load_config([])
+
+
+def sized(config, backbone="xlmr_tiny", parameters=5.6e8, runtime=240):
+    """The demo config with one backbone given XLM-R large's size (so the model can estimate it)."""
+    config = copy.deepcopy(config)
+    config["backbones"][backbone].update(
+        parameters=parameters,
+        architecture={"hidden_size": 1024, "num_layers": 24, "num_attention_heads": 16, "vocab_size": 250002},
+    )
+    config.setdefault("resources", {})["train_target"] = {"runtime": runtime}
+    return config
+
+
+def test_a_training_job_counts_the_steps_the_loop_takes_and_its_dev_evaluations(demo_config, monkeypatch, tmp_path):
+    from workflow_scripts.spec.tasks import TASKS
+    from workflow_scripts.workflow import grid, job_work
+
+    monkeypatch.chdir(tmp_path)  # no prepared data here: the documented sizes are counted
+    settings = grid.target_settings(demo_config, "xlmr_tiny", "xnli")
+    data = grid.target_data(demo_config, "xnli", "en.dev-en")
+    work = job_work.data_map_tokens(demo_config, settings, data)
+    opts = settings.tasks["xnli"]
+    train = TASKS["mnli"].sizes.examples("train", ["en"])
+    steps = int(opts.epochs) * math.ceil(train / opts.batch_size)
+    if settings.max_steps:
+        steps = min(steps, settings.max_steps)
+    trained = next(t for t in work if t.mode == "train")
+    assert trained.tokens == pytest.approx(steps * opts.batch_size * opts.max_length)
+    dev = next(t for t in work if t.mode == "inference")
+    evaluations = math.ceil(steps / min(settings.eval_every, steps))
+    dev_rows = min(TASKS["xnli"].sizes.examples("dev", ["en"]), settings.dev_examples)
+    assert dev.tokens == pytest.approx(evaluations * dev_rows * opts.max_length)
+
+
+def test_time_limits_follow_the_estimate_and_the_allocations_cover_a_long_training(demo_config, monkeypatch, tmp_path):
+    from workflow_scripts.workflow.job_estimates import job_time
+
+    monkeypatch.chdir(tmp_path)
+    job = {"backbone": "xlmr_tiny", "intermediate": "none", "target": "xnli", "recipe": "en.dev-en", "seed": "1"}
+    # the demo's own backbones have no parameter count: no estimate, the configured runtime
+    assert job_time(demo_config, "train_target", job, "train_target").estimate is None
+    config = sized(demo_config)
+    found = job_time(config, "train_target", job, "train_target")
+    assert found.estimate is not None and "measured on H200" in found.basis
+    assert found.runtime == min(240, math.ceil(found.estimate.minutes * 1.5 + 10))
+    tighter = job_time(
+        {**config, "cost": {"safety_factor": 1.0, "floor_minutes": 0}}, "train_target", job, "train_target"
+    )
+    assert tighter.runtime == min(240, math.ceil(found.estimate.minutes))
+    # a 100x larger backbone on a short partition: capped, continued over allocations
+    big = sized(demo_config, parameters=5.6e10, runtime=60)
+    long = job_time(big, "train_target", job, "train_target")
+    assert long.runtime == 60 and long.allocations > 1
+    # a measured expected_runtime replaces the estimate
+    big["resources"]["train_target"]["expected_runtime"] = 100
+    measured = job_time(big, "train_target", job, "train_target")
+    assert measured.minutes == 100 and measured.basis == "resources.train_target.expected_runtime"

@@ -1,0 +1,225 @@
+"""What one job of the grid computes, in tokens through its backbone, from what the grid
+already knows: the examples of each split it reads (the prepared file where it exists, else the
+task's documented ``sizes``), each task's ``max_length`` (plus an image task's visual tokens)
+and choices, the steps the training loop will take (training/sampling.py's own count), its dev
+evaluations, and the backbone's shape (``parameters`` and ``architecture``, as the memory
+planner reads them). job_cost.py turns the tokens into GPU time.
+
+Every function returns None where something it needs is unknown (a demo backbone without a
+parameter count, a task without sizes and without prepared data): that job has no estimate,
+and its time limit stays the configured one.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from workflow_scripts.spec.formats import get_format, head_kind
+from workflow_scripts.spec.phase_settings import PhaseSettings
+from workflow_scripts.spec.phase_steps import steps_for_sizes, task_probabilities
+from workflow_scripts.spec.schema import default
+from workflow_scripts.spec.tasks import RANKING, TASKS, VISUAL_ANSWER, VISUAL_CLASSIFICATION, get_task
+from workflow_scripts.workflow import memory_plan
+from workflow_scripts.workflow.job_cost import Shape, Tokens
+
+# Vision towers the cost model can size (layers, width): CLIP ViT-B/32's image encoder
+# (Radford et al. 2021, Table 20: 12 layers of width 768).
+VISION_TOWERS = {"openai/clip-vit-base-patch32": (12, 768)}
+
+
+def backbone_shape(config: Mapping[str, Any], backbone: str, method: str | None = None) -> Shape | None:
+    """The backbone's FLOP-relevant shape (None: no ``parameters``/``architecture`` given)."""
+    entry = config["backbones"][backbone]
+    if memory_plan.skip_reason(entry) is not None:
+        return None
+    bb = memory_plan.parse_backbone(backbone, entry)
+    arch = bb.architecture
+    return Shape(
+        family=bb.family,
+        method=method or bb.method,
+        precision=bb.precision,
+        non_embedding=max(bb.parameters - memory_plan.embedding_parameters(arch), 0.0),
+        layers=arch.num_layers,
+        width=arch.hidden_size,
+        gpus=bb.gpus,
+    )
+
+
+# ----- examples of a data file ------------------------------------------------------------------
+
+_DATA = re.compile(r"/data/(?P<task>[^/]+)/(?P<split>train|dev|test)\.parquet$")
+_TRANSLATED = re.compile(r"/data_mt/(?P<task>[^/]+)/(?P<lang>[^/]+)/(?P<split>train|dev|test)\.parquet$")
+_TRANSLATE_TEST = re.compile(r"/translate_test/(?P<task>[^/]+)/(?P<lang>[^/]+)/test\.parquet$")
+
+
+def examples(path: str, languages: list[str] | tuple[str, ...] | None = None) -> int | None:
+    """Rows of a canonical data file in ``languages`` (None: all of them): counted in the
+    file where it is prepared, else from its task's documented sizes."""
+    file = Path(path)  # relative: to the working directory, as the rules' paths are
+    if file.is_file():
+        counts = _language_counts(str(file), file.stat().st_mtime_ns)
+        if counts is not None:
+            return (
+                sum(counts.values())
+                if languages is None or None in counts
+                else sum(counts.get(lang, 0) for lang in languages)
+            )
+    if m := _DATA.search(path):
+        return _documented(m["task"], m["split"], languages)
+    if m := _TRANSLATED.search(path):  # a translation of the English split, row for row
+        return _documented(m["task"], m["split"], ["en"])
+    if m := _TRANSLATE_TEST.search(path):  # the test rows of one language, translated to English
+        return _documented(m["task"], "test", [m["lang"]])
+    return None
+
+
+def _documented(task: str, split: str, languages) -> int | None:
+    sizes = TASKS[task].sizes if task in TASKS else None
+    return None if sizes is None else sizes.examples(split, languages)
+
+
+@cache  # one read per file and version: every job of a grid asks about the same few files
+def _language_counts(file: str, mtime_ns: int) -> dict[str | None, int] | None:
+    """Rows per language of a prepared file ({None: rows} without a lang column); None where
+    the file cannot be read as parquet (its documented size is used instead)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    try:
+        if "lang" not in pq.read_schema(file).names:
+            return {None: pq.read_metadata(file).num_rows}
+        counts = pc.value_counts(pq.read_table(file, columns=["lang"]).column("lang")).to_pylist()
+    except (OSError, ValueError):  # pyarrow's ArrowInvalid is a ValueError
+        return None
+    return {row["values"]: row["counts"] for row in counts}
+
+
+# ----- tokens per example -----------------------------------------------------------------------
+
+
+def sequence(config: Mapping[str, Any], task: str) -> tuple[int, int]:
+    """(tokens per sequence, sequences per example) of ``task`` as its jobs batch it."""
+    spec = get_task(task)
+    entry = config["tasks"].get(task) or {}
+    length = int(entry.get("max_length", default("max_length", definition="task")))
+    kind = head_kind(spec.format)
+    if kind in (VISUAL_CLASSIFICATION, VISUAL_ANSWER):  # the image's tokens join the text
+        length += spec.images_per_example * memory_plan.visual_tokens(config)
+    if kind == RANKING or get_format(spec.format).retrieval:  # a query and its candidate
+        return length, 2
+    return length, spec.num_choices or 1
+
+
+# ----- training jobs ------------------------------------------------------------------------
+
+
+def training_tokens(
+    config: Mapping[str, Any], settings: PhaseSettings, train: dict[str, int | None], dev: dict[str, int | None]
+) -> list[Tokens] | None:
+    """Training and dev-selection tokens of one phase: ``train``/``dev`` map each task of
+    ``settings`` to its examples (None: unknown)."""
+    if not train or any(n is None or n <= 0 for n in train.values()):
+        return None
+    sizes = {name: int(n) for name, n in train.items() if n is not None}
+    steps = steps_for_sizes(settings, sizes)
+    if len(sizes) == 1:
+        share = dict.fromkeys(sizes, 1.0)
+    else:
+        share = task_probabilities(sizes, settings.multitask_cap, settings.fixed_shares)
+    work = []
+    for name in sorted(sizes):
+        length, per_example = sequence(config, name)
+        batch = settings.tasks[name].batch_size
+        work.append(Tokens("train", steps * share[name] * batch * length * per_example, length, steps * share[name]))
+    every = _eval_every(settings, sizes, steps)
+    evaluations = math.ceil(steps / every)
+    for name, n in sorted(dev.items()):
+        if n:
+            length, per_example = sequence(config, name)
+            work.append(Tokens("inference", evaluations * min(n, settings.dev_examples) * length * per_example, length))
+    return work
+
+
+def _eval_every(settings: PhaseSettings, sizes: dict[str, int], steps: int) -> int:
+    if settings.eval_each_epoch and len(sizes) == 1:
+        ((name, n),) = sizes.items()
+        return max(1, math.ceil(n / settings.tasks[name].batch_size))
+    return max(1, min(settings.eval_every, steps))
+
+
+def data_map_tokens(
+    config: Mapping[str, Any], settings: PhaseSettings, data: Mapping[str, Mapping[str, Any]]
+) -> list[Tokens] | None:
+    """Tokens of a training job from its data map (the ``--data`` of the rule): each task's
+    train and dev files, given as a path or as references with their languages."""
+    train: dict[str, int | None] = {}
+    dev: dict[str, int | None] = {}
+    for task, splits in data.items():
+        if task not in settings.tasks:
+            continue
+        language = settings.tasks[task].select_language or settings.language
+        train[task] = _count_refs(splits.get("train"), language)
+        if splits.get("dev") is not None:
+            dev[task] = _count_refs(splits["dev"], language)
+    return training_tokens(config, settings, train, dev)
+
+
+def _count_refs(refs: Any, language: str | None) -> int | None:
+    """Examples of a split given as one path (an intermediate task's: the language's rows of a
+    multilingual file, else all) or as references with their languages (a target's)."""
+    if isinstance(refs, str):
+        languages = [language] if language and language != "en" else None
+        return examples(refs, languages)
+    total = 0
+    for ref in refs or ():
+        n = examples(ref["path"], ref.get("languages") or None)
+        if n is None:
+            return None
+        total += min(n, ref["shots"] * len(ref.get("languages") or [1])) if ref.get("shots") else n
+    return total
+
+
+# ----- evaluation jobs ----------------------------------------------------------------------
+
+
+def evaluation_tokens(
+    config: Mapping[str, Any], target: str, data: Mapping[str, list[dict[str, Any]]]
+) -> list[Tokens] | None:
+    """Forward tokens of one metric file's job: every evaluated split in every language."""
+    length, per_example = sequence(config, target)
+    total = 0
+    for refs in data.values():
+        n = _count_refs(refs, None)
+        if n is None:
+            return None
+        total += n
+    return [Tokens("inference", total * length * per_example, length)]
+
+
+def retention_tokens(settings) -> list[Tokens]:
+    """A retention probe: the LM-loss forward and the alignment forward of each sentence, in
+    each language (the LM head's vocabulary projection not counted)."""
+    sentences = settings.text.sentences * len(settings.text.languages)
+    return [Tokens("inference", 2 * sentences * settings.max_length, settings.max_length)]
+
+
+def embedding_job(config: Mapping[str, Any], task: str) -> tuple[Shape, list[Tokens]] | None:
+    """The vision tower over a task's images (every row counted as one image per image slot:
+    an upper bound where rows share images)."""
+    hub_id = (config.get("vision") or {}).get("hub_id", default("vision", "hub_id"))
+    if hub_id not in VISION_TOWERS or config["models"]["source"] == "demo":
+        return None
+    layers, width = VISION_TOWERS[hub_id]
+    spec = get_task(task)
+    rows = [_documented(task, split, None) for split in spec.splits]
+    if any(n is None for n in rows):
+        return None
+    tokens = memory_plan.visual_tokens(config)
+    images = sum(n for n in rows if n is not None) * max(spec.images_per_example, 1)
+    shape = Shape("encoder", "full", "bf16", 12 * layers * width**2, layers, width)
+    return shape, [Tokens("inference", images * tokens, tokens)]

@@ -154,3 +154,15 @@ def test_time_limits_follow_the_estimate_and_the_allocations_cover_a_long_traini
     big["resources"]["train_target"]["expected_runtime"] = 100
     measured = job_time(big, "train_target", job, "train_target")
     assert measured.minutes == 100 and measured.basis == "resources.train_target.expected_runtime"
+
+
+def test_documented_sizes_are_no_part_of_what_a_job_reads_of_the_catalogue(monkeypatch):
+    import dataclasses
+
+    from workflow_scripts.spec import tasks
+    from workflow_scripts.spec.codehash import task_fingerprint
+
+    before = task_fingerprint(["mnli", "xnli"])
+    assert tasks.TASKS["mnli"].sizes is not None
+    monkeypatch.setitem(tasks.TASKS, "mnli", dataclasses.replace(tasks.TASKS["mnli"], sizes=None))
+    assert task_fingerprint(["mnli", "xnli"]) == before

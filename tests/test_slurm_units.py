@@ -143,6 +143,9 @@ def test_training_retries():
     assert slurm.training_retries({"runtime": 240, "retries": 1}) == 1
     assert slurm.training_retries({"runtime": 240, "expected_runtime": 360}) == 1 + slurm.DEFAULT_FAILURE_RETRIES
     assert slurm.training_retries({"runtime": 120, "expected_runtime": 1440, "signal_lead": 300, "retries": 0}) == 13
+    # the cost model's most allocations of the rule's jobs, where no expected_runtime is set
+    assert slurm.training_retries({"runtime": 240}, 3) == 2 + slurm.DEFAULT_FAILURE_RETRIES
+    assert slurm.training_retries({"runtime": 240, "expected_runtime": 360}, 5) == 1 + slurm.DEFAULT_FAILURE_RETRIES
 
 
 def test_runtime_too_short_for_the_signal_is_a_config_error():

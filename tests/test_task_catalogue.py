@@ -164,6 +164,10 @@ def test_editing_a_tasks_prose_reruns_nothing_editing_its_facts_reruns_its_jobs(
     try:
         entry.write_text(original.replace('description: "', 'description: "Reworded. '))
         assert planned_jobs(repo, "--configfile", "config/paper.yaml") == set()
+        # the documented sizes (the cost model's) are no fact a job reads
+        assert "\n  test: 2000\n" in original
+        entry.write_text(original.replace("\n  test: 2000\n", "\n  test: 1999\n"))
+        assert planned_jobs(repo, "--configfile", "config/paper.yaml") == set()
         entry.write_text(original.replace('labels: ["different", "paraphrase"]', 'labels: ["paraphrase", "different"]'))
         jobs = planned_jobs(repo, "--configfile", "config/paper.yaml")
     finally:

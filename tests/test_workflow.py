@@ -433,10 +433,12 @@ def test_table_only_option_reruns_only_the_tables(demo):
 
 
 def test_operational_options_rerun_nothing(demo):
-    """Translation's batch size and a rule's resources change speed and scheduling, not results."""
+    """Translation's batch size, a rule's resources and the cost model's settings change speed
+    and scheduling, not results."""
 
     def edit(config):
         config["translation"]["batch_size"] = 7
+        config["cost"] = {"gpu": "A100", "safety_factor": 2.0, "floor_minutes": 5}
         config.setdefault("resources", {}).setdefault("train_target", {}).update(
             checkpoint_every=11, threads=1, mem_mb=3000, runtime=50
         )

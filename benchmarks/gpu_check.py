@@ -170,6 +170,23 @@ def synthetic_batch(vocab: int, seq_len: int, micro_batch: int, dev) -> dict[str
     return {k: v.to(dev) for k, v in batch.items()}
 
 
+def timed(run_once: Callable[[], Any], dev, warmup: int, steps: int) -> tuple[float, Any]:
+    """Seconds of ``steps`` calls of ``run_once`` after ``warmup`` untimed ones (the GPU
+    synchronised at both ends), and what the last call returned."""
+    import torch
+
+    started, last = 0.0, None
+    for index in range(warmup + steps):
+        if index == warmup:
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+            started = time.perf_counter()
+        last = run_once()
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - started, last
+
+
 def timed_steps(model, method, batch: dict[str, Any], dev, warmup: int, steps: int) -> float:
     """Seconds of ``steps`` optimizer steps after ``warmup`` untimed ones."""
     import torch
@@ -181,22 +198,19 @@ def timed_steps(model, method, batch: dict[str, Any], dev, warmup: int, steps: i
     precision = Precision(method.precision)
     optimizer, scaler = step.make_optimizer(model, 1e-5, 0.0), precision.grad_scaler(dev)
     model.train()
-    started = 0.0
-    for index in range(warmup + steps):
-        if index == warmup:
-            if dev.type == "cuda":
-                torch.cuda.synchronize()
-            started = time.perf_counter()
+
+    def one_step():
         with precision.autocast(dev):
             _, loss = forward(model, "classification", "nli", batch)
         step.backward(loss, scaler)
         step.optimizer_step(model, optimizer, scaler, 1.0)
         optimizer.zero_grad(set_to_none=True)
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
+        return loss
+
+    seconds, loss = timed(one_step, dev, warmup, steps)
     if not torch.isfinite(loss):
         raise RuntimeError(f"loss {loss.item()}")
-    return time.perf_counter() - started
+    return seconds
 
 
 def timed_forwards(model, method, batch: dict[str, Any], dev, warmup: int, steps: int) -> float:
@@ -210,19 +224,16 @@ def timed_forwards(model, method, batch: dict[str, Any], dev, warmup: int, steps
     precision = Precision(method.precision)
     inputs = {k: v for k, v in batch.items() if k != "labels"}
     model.eval()
-    started = 0.0
-    with torch.no_grad():
-        for index in range(warmup + steps):
-            if index == warmup:
-                if dev.type == "cuda":
-                    torch.cuda.synchronize()
-                started = time.perf_counter()
-            with precision.autocast(dev):
-                logits, _ = forward(model, "classification", "nli", inputs)
-            logits = logits.float().cpu()
+
+    def one_forward():
+        with torch.no_grad(), precision.autocast(dev):
+            logits, _ = forward(model, "classification", "nli", inputs)
+        return logits.float().cpu()
+
+    seconds, logits = timed(one_forward, dev, warmup, steps)
     if not torch.isfinite(logits).all():
         raise RuntimeError("non-finite logits")
-    return time.perf_counter() - started
+    return seconds
 
 
 def flops_per_token(case: dict[str, Any], parameters: int) -> float:

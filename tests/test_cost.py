@@ -84,27 +84,3 @@ def test_plan_reads_the_paper_preset_dag():
     trainings = [j for j in jobs if j["rule"] == "train_target"]
     assert trainings and all(j["gpu"] == 1 and j["runtime"] > 0 for j in trainings)
     assert all(set(j["wildcards"]) >= {"backbone", "target", "recipe", "seed"} for j in trainings)
-
-
-@pytest.mark.integration
-def test_under_the_slurm_profile_each_job_asks_for_its_own_time():
-    """The seed question's grid, dry run as Slurm would get it: a 278M and a 176B backbone, a
-    short and a long target, each with the limit its estimate gives."""
-    jobs = dry_run_jobs("config/modality_scaling.yaml", REPO, profile="slurm")
-
-    def limit(rule, backbone, target):
-        found = {
-            j["runtime"]
-            for j in jobs
-            if j["rule"] == rule
-            and j["wildcards"].get("backbone") == backbone
-            and j["wildcards"].get("target") == target
-        }
-        assert len(found) == 1, (rule, backbone, target, found)
-        return found.pop()
-
-    assert limit("train_target", "xlmr_base", "panx") < limit("train_target", "bloom_176b", "panx")
-    assert limit("train_target", "xlmr_base", "panx") < limit("train_target", "xlmr_base", "xquad")
-    assert limit("evaluate_target", "xlmr_base", "xnli") < limit("evaluate_target", "bloom_7b1", "xnli")
-    # the configured runtime (240) caps what a long training asks for per allocation
-    assert limit("train_target", "bloom_176b", "xnli") == 240

@@ -14,6 +14,7 @@ import yaml
 
 from conftest import copy_repo, job_counts, planned_jobs, snakemake
 from workflow_scripts.workflow import config_layers
+from workflow_scripts.workflow.cost import parse_dry_run
 
 pytestmark = pytest.mark.integration
 
@@ -99,9 +100,10 @@ def test_the_paper_multimodal_preset_builds_its_grid_offline(repo):
 
 
 def test_the_modality_by_size_preset_builds_its_grid_offline(repo):
-    """Its grid, with the prompted arm switched on as its comment says (docs/prompted.md)."""
+    """Its grid, with the prompted arm switched on as its comment says (docs/prompted.md), as
+    the Slurm profile submits it: each job with the time limit its cost estimate gives."""
     (repo / "bloom_prompted.yaml").write_text("extends: config/modality_scaling.yaml\nprompted: {enabled: true}\n")
-    proc = snakemake(repo, "-n", "--configfile", "bloom_prompted.yaml", timeout=300)
+    proc = snakemake(repo, "-n", "--profile", "slurm", "--configfile", "bloom_prompted.yaml", timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     counts = job_counts(proc.stdout + proc.stderr)
     config = config_layers.load([repo / "config/modality_scaling.yaml"])
@@ -134,6 +136,20 @@ def test_the_modality_by_size_preset_builds_its_grid_offline(repo):
     assert gpus[f"{root}/bloom_176b/none/pretrained/xnli.json"] == 6  # 176B in bf16 over 80 GB GPUs
     assert gpus[f"{root}/bloom_560m/snli_ve/seed1/mlqa.json"] == 1
     assert counts["tabulate_prompted"] == len(ladder) and counts["compare_prompted"] == 1
+    # time limits from the estimates (workflow/job_estimates.py): a 278M and a 176B backbone,
+    # a short and a long target, each asks for its own; the configured 240 minutes cap them
+    jobs = parse_dry_run(proc.stdout + proc.stderr)
+
+    def limit(rule, backbone, target):
+        found = {j["runtime"] for j in jobs if j["rule"] == rule and j["wildcards"].get("backbone") == backbone
+                 and j["wildcards"].get("target") == target}  # fmt: skip
+        assert len(found) == 1, (rule, backbone, target, found)
+        return found.pop()
+
+    assert limit("train_target", "xlmr_base", "panx") < limit("train_target", "bloom_176b", "panx")
+    assert limit("train_target", "xlmr_base", "panx") < limit("train_target", "xlmr_base", "xquad")
+    assert limit("evaluate_target", "xlmr_base", "xnli") < limit("evaluate_target", "bloom_7b1", "xnli")
+    assert limit("train_target", "bloom_176b", "xnli") == 240
 
 
 def test_the_iglue_preset_plans_zero_shot_and_translate_test_on_the_releases_translations(repo):

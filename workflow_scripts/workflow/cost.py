@@ -104,8 +104,17 @@ def dry_run_jobs(configfiles: str | Sequence[str], workdir: Path, profile: str |
     proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True)
     if proc.returncode != 0:
         raise InputError(f"dry run of {' '.join(files) or 'config.yaml'} failed:\n{proc.stderr[-2000:]}")
+    jobs = parse_dry_run(proc.stdout + proc.stderr)
+    if not jobs:
+        raise InputError(f"no jobs in the dry run of {' '.join(files) or 'config.yaml'}")
+    return jobs
+
+
+def parse_dry_run(text: str) -> list[dict[str, Any]]:
+    """The jobs a dry run's output lists (all but ``all``): rule, threads, the numeric
+    resources (GPUs counted over a job's nodes), wildcards."""
     jobs: list[dict[str, Any]] = []
-    for line in (proc.stdout + proc.stderr).splitlines():
+    for line in text.splitlines():
         if m := re.fullmatch(r"(?:local)?rule (\w+):", line.strip()):
             jobs.append({"rule": m.group(1), "threads": 1, "wildcards": {}})
         elif jobs and (m := re.fullmatch(r"threads: (\d+)", line.strip())):
@@ -118,10 +127,7 @@ def dry_run_jobs(configfiles: str | Sequence[str], workdir: Path, profile: str |
         elif jobs and line.strip().startswith("wildcards: "):
             pairs = (item.split("=", 1) for item in line.strip()[len("wildcards: ") :].split(", ") if "=" in item)
             jobs[-1]["wildcards"] = dict(pairs)
-    jobs = [j for j in jobs if j["rule"] != "all"]
-    if not jobs:
-        raise InputError(f"no jobs in the dry run of {' '.join(files) or 'config.yaml'}")
-    return jobs
+    return [j for j in jobs if j["rule"] != "all"]
 
 
 def estimate_jobs(config: dict[str, Any], jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:

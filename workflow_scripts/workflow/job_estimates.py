@@ -161,6 +161,8 @@ def training_jobs(config: Mapping[str, Any], rule: str) -> list[dict[str, str]]:
 def max_allocations(config: Mapping[str, Any], rule: str) -> int | None:
     """The most allocations any job of a training rule needs (its retries cover them); None
     where no job of the rule has an estimate."""
+    if all(job_work.backbone_shape(config, b) is None for b in config["backbones"]):
+        return None  # no backbone the model can size (the demos): nothing to enumerate
     times = [job_time(config, rule, w, rule) for w in training_jobs(config, rule)]
     known = [t.allocations for t in times if t.estimate is not None]
     return max(known) if known else None

@@ -19,11 +19,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.spec.formats import get_format, head_kind
+from workflow_scripts.spec.formats import get_format
 from workflow_scripts.spec.phase_settings import PhaseSettings
 from workflow_scripts.spec.phase_steps import steps_for_sizes, task_probabilities
 from workflow_scripts.spec.schema import default
-from workflow_scripts.spec.tasks import RANKING, TASKS, VISUAL_ANSWER, VISUAL_CLASSIFICATION, get_task
+from workflow_scripts.spec.tasks import TASKS, get_task
 from workflow_scripts.workflow import memory_plan
 from workflow_scripts.workflow.job_cost import Shape, Tokens
 
@@ -103,16 +103,12 @@ def _language_counts(file: str, mtime_ns: int) -> dict[str | None, int] | None:
 
 
 def sequence(config: Mapping[str, Any], task: str) -> tuple[int, int]:
-    """(tokens per sequence, sequences per example) of ``task`` as its jobs batch it."""
-    spec = get_task(task)
-    entry = config["tasks"].get(task) or {}
-    length = int(entry.get("max_length", default("max_length", definition="task")))
-    kind = head_kind(spec.format)
-    if kind in (VISUAL_CLASSIFICATION, VISUAL_ANSWER):  # the image's tokens join the text
-        length += spec.images_per_example * memory_plan.visual_tokens(config)
-    if kind == RANKING or get_format(spec.format).retrieval:  # a query and its candidate
-        return length, 2
-    return length, spec.num_choices or 1
+    """(tokens per sequence, sequences per example) of ``task`` as its jobs batch it: as the
+    memory planner counts them, a retrieval task's sentence and its pair counted as two."""
+    length, per_example = memory_plan.task_sequence(config, task)
+    if get_format(get_task(task).format).retrieval:
+        per_example = 2
+    return length, per_example
 
 
 # ----- training jobs ------------------------------------------------------------------------

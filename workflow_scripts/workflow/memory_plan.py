@@ -722,27 +722,36 @@ def phase_shape(config: Mapping[str, Any], phase: str, seq_len: int | None = Non
     tasks = config.get("tasks") or {}
     phase_cfg = (config.get("training") or {}).get(phase) or {}
     cap = phase_cfg.get("max_micro_batch", default("max_micro_batch", definition="phase"))
-    max_length, batch_size = default("max_length", definition="task"), default("batch_size", definition="task")
+    batch_size = default("batch_size", definition="task")
     workloads = []
     for name in sorted({t for job in jobs for t in job}):
-        entry = tasks.get(name) or {}
+        length, choices = task_sequence(config, name, seq_len)
         spec = TASKS.get(name)
-        choices = spec.num_choices if spec and spec.num_choices else 1
-        kind = head_kind(spec.format) if spec is not None else None  # spec/formats/: TaskFormat.head
-        if kind == RANKING:  # each example: a query and its gold candidate
-            choices = 2
-        visual = 0
-        if kind in (VISUAL_CLASSIFICATION, VISUAL_ANSWER):  # the images' tokens join the text
-            visual = spec.images_per_example * visual_tokens(config)
         workloads.append(
             Workload(
                 task=name,
-                seq_len=(seq_len or int(entry.get("max_length", max_length))) + visual,
-                micro_batch=min(cap, int(entry.get("batch_size", batch_size))) * choices,
-                with_mlm_logits=kind == MLM,
+                seq_len=length,
+                micro_batch=min(cap, int((tasks.get(name) or {}).get("batch_size", batch_size))) * choices,
+                with_mlm_logits=spec is not None and head_kind(spec.format) == MLM,
             )
         )
     return PhaseShape(workloads=tuple(workloads), jobs=tuple(jobs))
+
+
+def task_sequence(config: Mapping[str, Any], name: str, seq_len: int | None = None) -> tuple[int, int]:
+    """(tokens per sequence, sequences per example) of a task as training batches it: its
+    ``max_length`` (or ``seq_len``) with an image task's visual tokens added, and its choices
+    (a ranking example: a query and its gold candidate). The cost model counts the same."""
+    entry = (config.get("tasks") or {}).get(name) or {}
+    spec = TASKS.get(name)
+    choices = spec.num_choices if spec and spec.num_choices else 1
+    kind = head_kind(spec.format) if spec is not None else None  # spec/formats/: TaskFormat.head
+    if kind == RANKING:
+        choices = 2
+    visual = 0
+    if kind in (VISUAL_CLASSIFICATION, VISUAL_ANSWER):  # the images' tokens join the text
+        visual = spec.images_per_example * visual_tokens(config)
+    return (seq_len or int(entry.get("max_length", default("max_length", definition="task")))) + visual, choices
 
 
 def peak_workload(bb: Backbone, shape: PhaseShape) -> Workload:

@@ -144,17 +144,17 @@ def training_jobs(config: Mapping[str, Any], rule: str) -> list[dict[str, str]]:
     of a training rule (seed and intermediate config do not change a target job's work)."""
     from workflow_scripts.workflow import backbone_grid
 
-    jobs = []
-    for backbone in backbone_grid.names(dict(config)):
+    config, jobs = dict(config), []
+    for backbone in backbone_grid.names(config):
         if rule == "train_intermediate":
-            for name in backbone_grid.grid_of(dict(config), backbone)["intermediate"]:
-                if grid.intermediate_data(dict(config), name):  # a config with nothing to train has no job
+            for name in backbone_grid.grid_of(config, backbone)["intermediate"]:
+                if grid.intermediate_data(config, name):  # a config with nothing to train has no job
                     jobs.append({"backbone": backbone, "intermediate": name, "seed": "1"})
             continue
-        for plan in backbone_grid.plans(dict(config), backbone):
+        for plan in backbone_grid.plans(config, backbone):
             job = {"backbone": backbone, "intermediate": plan.intermediate[0], "target": plan.target, "seed": "1"}
             jobs += [{**job, "recipe": recipe.name} for recipe in plan.recipes()]
-            jobs += [{**job, "stage": stage} for stage in grid.target_stages(dict(config), plan.target)]
+            jobs += [{**job, "stage": stage} for stage in grid.target_stages(config, plan.target)]
     return jobs
 
 

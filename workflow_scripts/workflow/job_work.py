@@ -32,7 +32,7 @@ from workflow_scripts.workflow.job_cost import Shape, Tokens
 VISION_TOWERS = {"openai/clip-vit-base-patch32": (12, 768)}
 
 
-def backbone_shape(config: Mapping[str, Any], backbone: str, method: str | None = None) -> Shape | None:
+def backbone_shape(config: Mapping[str, Any], backbone: str) -> Shape | None:
     """The backbone's FLOP-relevant shape (None: no ``parameters``/``architecture`` given)."""
     entry = config["backbones"][backbone]
     if memory_plan.skip_reason(entry) is not None:
@@ -41,7 +41,7 @@ def backbone_shape(config: Mapping[str, Any], backbone: str, method: str | None 
     arch = bb.architecture
     return Shape(
         family=bb.family,
-        method=method or bb.method,
+        method=bb.method,
         precision=bb.precision,
         non_embedding=max(bb.parameters - memory_plan.embedding_parameters(arch), 0.0),
         layers=arch.num_layers,

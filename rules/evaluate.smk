@@ -32,6 +32,8 @@ rule evaluate_target:
         mem_mb=res("evaluate_target", "mem_mb"),
         runtime=job_runtime("evaluate_target"),
         gpu=res("evaluate_target", "gpu"),
+        # eager or compiled forwards (models/compiled.py): operational, so switching reruns nothing
+        compile=res("evaluate_target", "compile"),
         # Tracking is operational: a resource, so switching it reruns nothing (common.smk).
         tracking=TRACKING,
     conda:
@@ -40,7 +42,8 @@ rule evaluate_target:
         "python -m workflow_scripts.evaluation.metric_file --target {wildcards.target} --model {params.models}"
         " --data {params.data} --settings {params.settings:q} --run {params.run:q}"
         " --backbone {input.backbone} --backbone-settings {params.backbone:q}"
-        " --seed {wildcards.seed} --threads {threads} --output {output.metrics} {params.images}"
+        " --seed {wildcards.seed} --threads {threads} --compile {resources.compile}"
+        " --output {output.metrics} {params.images}"
         " --predictions {output.predictions}"
         f" --tracking {{resources.tracking}} --tracking-dir {shlex.quote(TRACKING_DIR)}"
         " > $(fresh_log {log:q}) 2>&1"

@@ -30,6 +30,8 @@ rule train_intermediate:
         mem_mb=res("train_intermediate", "mem_mb"),
         runtime=job_runtime("train_intermediate"),
         gpu=training_gpus("train_intermediate"),
+        # eager or compiled forwards (models/compiled.py): operational, so switching reruns nothing
+        compile=res("train_intermediate", "compile"),
         launcher=training_launcher,
         slurm_extra=training_slurm_extra("train_intermediate"),
         # Checkpointing is operational: resources, so changing it reruns nothing.
@@ -47,7 +49,7 @@ rule train_intermediate:
         " --data {params.data:q} --settings {params.settings:q} --seed {wildcards.seed}"
         " --threads {threads} --output {output.model} --checkpoint-dir {params.checkpoints}"
         " --checkpoint-every {resources.checkpoint_every} --log-every {resources.log_every}"
-        " --keep-checkpoints {resources.keep_checkpoints}"
+        " --keep-checkpoints {resources.keep_checkpoints} --compile {resources.compile}"
         f" --tracking {{resources.tracking}} --tracking-dir {shlex.quote(TRACKING_DIR)} --run-identity {{params.run:q}}"
         " > $(fresh_log {log:q}) 2>&1"
 
@@ -89,6 +91,8 @@ rule train_target:
         mem_mb=res("train_target", "mem_mb"),
         runtime=job_runtime("train_target"),
         gpu=training_gpus("train_target"),
+        # eager or compiled forwards (models/compiled.py): operational, so switching reruns nothing
+        compile=res("train_target", "compile"),
         launcher=training_launcher,
         slurm_extra=training_slurm_extra("train_target"),
         # Checkpointing is operational: resources, so changing it reruns nothing.
@@ -106,7 +110,7 @@ rule train_target:
         " --data {params.data:q} --settings {params.settings:q} --seed {wildcards.seed}"
         " --threads {threads} --output {output.model} --checkpoint-dir {params.checkpoints}"
         " --checkpoint-every {resources.checkpoint_every} --log-every {resources.log_every}"
-        " --keep-checkpoints {resources.keep_checkpoints}"
+        " --keep-checkpoints {resources.keep_checkpoints} --compile {resources.compile}"
         f" --tracking {{resources.tracking}} --tracking-dir {shlex.quote(TRACKING_DIR)} --run-identity {{params.run:q}}"
         " > $(fresh_log {log:q}) 2>&1"
 

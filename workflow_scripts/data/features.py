@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -446,8 +446,16 @@ def sorted_batches(features: Sequence[Feature], batch_size: int) -> list[list[in
     return [order[b : b + batch_size] for b in range(0, len(order), batch_size)]
 
 
-def collate(features: Sequence[Feature], fmt: str, pad_id: int, mlm: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Pad a batch to its own longest sequence (dynamic padding)."""
+def collate(
+    features: Sequence[Feature],
+    fmt: str,
+    pad_id: int,
+    mlm: dict[str, Any] | None = None,
+    pad_width: Callable[[int], int | None] | None = None,
+) -> dict[str, Any]:
+    """Pad a batch to its own longest sequence (dynamic padding), or to the width
+    ``pad_width`` gives for that length (a compiled forward's length bucket,
+    models/compiled.py); padded positions are masked either way."""
     import torch
 
     # The attention mask comes from each sequence's length, not from comparing ids with the
@@ -457,11 +465,11 @@ def collate(features: Sequence[Feature], fmt: str, pad_id: int, mlm: dict[str, A
     if fmt == RANKING:
         return ranking_inputs.collate(features, pad_id)
     if fmt == MULTIPLE_CHOICE:
-        width = max(len(ids) for f in features for ids in f["input_ids"])
+        width = _padded(max(len(ids) for f in features for ids in f["input_ids"]), pad_width)
         ids = [[seq + [pad_id] * (width - len(seq)) for seq in f["input_ids"]] for f in features]
         mask = [[[1] * len(seq) + [0] * (width - len(seq)) for seq in f["input_ids"]] for f in features]
     else:
-        width = max(len(f["input_ids"]) for f in features)
+        width = _padded(max(len(f["input_ids"]) for f in features), pad_width)
         ids = [f["input_ids"] + [pad_id] * (width - len(f["input_ids"])) for f in features]
         mask = [[1] * len(f["input_ids"]) + [0] * (width - len(f["input_ids"])) for f in features]
     input_ids = torch.tensor(ids)
@@ -486,6 +494,11 @@ def collate(features: Sequence[Feature], fmt: str, pad_id: int, mlm: dict[str, A
     if fmt == MLM and mlm is not None:
         batch["input_ids"], batch["labels"] = mask_tokens(batch["input_ids"], batch["attention_mask"], **mlm)
     return batch
+
+
+def _padded(longest: int, pad_width: Callable[[int], int | None] | None) -> int:
+    wanted = pad_width(longest) if pad_width is not None else None
+    return longest if wanted is None else max(longest, wanted)
 
 
 def mask_tokens(

@@ -51,7 +51,7 @@ from workflow_scripts.evaluation.retrieval import (
     tatoeba_score,
     unique_texts,
 )
-from workflow_scripts.models import dual_encoder
+from workflow_scripts.models import compiled, dual_encoder
 from workflow_scripts.models.adapters import (
     Method,
     has_adapter,
@@ -61,6 +61,7 @@ from workflow_scripts.models.adapters import (
     method_of,
 )
 from workflow_scripts.models.backbones import family_of
+from workflow_scripts.models.compiled import DEFAULT_COMPILE, CompileMode
 from workflow_scripts.models.heads import MultiHeadModel, forward, load_encoder, load_tokenizer, make_head
 from workflow_scripts.precision import Precision
 from workflow_scripts.progress import progress
@@ -108,7 +109,7 @@ def predict_logits(
                 feats = encoded.features.take(idx)
                 batch = {
                     k: v.to(dev)
-                    for k, v in collate(feats, task.format, pad_id).items()
+                    for k, v in collate(feats, task.format, pad_id, pad_width=compiled.current().pad_width).items()
                     if k in ("input_ids", "attention_mask", "image_index")
                 }
                 with precision.autocast(dev):
@@ -263,6 +264,7 @@ def evaluate_run(
     seed: int,
     threads: int,
     images: Path | None = None,
+    compile: CompileMode = DEFAULT_COMPILE,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Score every (split, language) of ``data`` with the model ``models`` maps the language
     to (key "*": every language): (metric file content, test predictions per language).
@@ -273,6 +275,7 @@ def evaluate_run(
     seed_everything(seed)
     task = get_task(target)
     dev = device()
+    engine = compiled.configure(compile, dev.type)
     precision = Precision(settings.precision)
     precision.check_device(dev, f"evaluating {target}")
     splits = read_splits(task, data, settings)
@@ -286,7 +289,10 @@ def evaluate_run(
     if unassigned:
         raise InputError(f"--model names no model for languages {unassigned}")
     # The precision policy that ran (every model of one evaluation has its backbone's method).
-    extra: dict[str, Any] = {"precision": precision.record(dev, method_of(next(iter(model_of.values()))).name)}
+    extra: dict[str, Any] = {
+        "precision": precision.record(dev, method_of(next(iter(model_of.values()))).name),
+        "engine": engine.record(),
+    }
     if task.is_retrieval:
         (model_dir,) = set(model_of.values())
         # the backbone the intermediate phase left (adapters merged in memory)

@@ -34,6 +34,7 @@ from typing import Any
 from workflow_scripts.common import LOG, read_json, setup_logging, write_json
 from workflow_scripts.data import leakage
 from workflow_scripts.evaluation.evaluate import Sources, evaluate_run
+from workflow_scripts.models.compiled import COMPILE_MODES, DEFAULT_COMPILE
 from workflow_scripts.evaluation.predictions import write_predictions
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.evaluation_settings import EvaluationSettings
@@ -148,6 +149,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--compile", choices=COMPILE_MODES, default=DEFAULT_COMPILE, help="auto (compiled on a GPU), always or never"
+    )
     ap.add_argument("--run", default="{}", help="JSON identifying the run (config name, ...)")
     ap.add_argument("--output", required=True)
     ap.add_argument("--predictions", type=Path, help="folder for the test predictions in the XTREME leaderboard layout")
@@ -191,6 +195,7 @@ def _evaluate(args: argparse.Namespace) -> dict[str, Any]:
             args.seed,
             args.threads,
             args.images,
+            args.compile,
         )
         run = json.loads(args.run)
         reports = run.pop("leakage_reports", [])

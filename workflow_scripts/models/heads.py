@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from workflow_scripts.models import dual_encoder
+from workflow_scripts.models import compiled, dual_encoder
 from workflow_scripts.models.backbones import ADAPTER_DIR, family_of, get_family
 from workflow_scripts.models.backbones.family import pool
 from workflow_scripts.spec.basics import InputError
@@ -29,6 +29,23 @@ from workflow_scripts.spec.tasks import (
     VISUAL_ANSWER,
     VISUAL_CLASSIFICATION,
     VISUAL_RETRIEVAL,
+)
+
+# The heads a format trains (spec/formats: TaskFormat.head). A compiled forward gets its
+# head kind resolved (``forward``): looking a format up reads the formats' folder, which the
+# compiler cannot trace.
+HEAD_KINDS = frozenset(
+    {
+        CLASSIFICATION,
+        MLM,
+        MULTIPLE_CHOICE,
+        RANKING,
+        SPAN,
+        TAGGING,
+        VISUAL_ANSWER,
+        VISUAL_CLASSIFICATION,
+        VISUAL_RETRIEVAL,
+    }
 )
 
 # ---------------------------------------------------------------------------------------
@@ -173,8 +190,9 @@ def forward(model, fmt: str, task: str, batch: dict[str, Any]):
 
     Through the model's own ``__call__``: FSDP gathers the root module's sharded weights (the
     embeddings, the heads) in a hook on it, so a forward that reached into ``model.encoder``
-    directly would run on shards (distributed.py)."""
-    return model(fmt, task, batch)
+    directly would run on shards (distributed.py). Compiled where the job's engine says so
+    (compiled.py)."""
+    return compiled.forward(model, head_kind(fmt), task, batch)
 
 
 def task_logits(model, fmt: str, task: str, batch: dict[str, Any]):
@@ -183,7 +201,7 @@ def task_logits(model, fmt: str, task: str, batch: dict[str, Any]):
     import torch.nn.functional as F
 
     head = model.heads[task]
-    fmt = head_kind(fmt)
+    fmt = fmt if fmt in HEAD_KINDS else head_kind(fmt)
     if fmt == RANKING:
         return dual_encoder.logits(model, head, batch)
     if fmt in (VISUAL_CLASSIFICATION, VISUAL_ANSWER):

@@ -42,8 +42,10 @@ from typing import Any
 from workflow_scripts.common import LOG, atomic_path, configure_torch, seed_everything, settings_hash
 from workflow_scripts.data.features import collate
 from workflow_scripts.evaluation.evaluate import score_encoded
+from workflow_scripts.models import compiled
 from workflow_scripts.models.adapters import Method, check_available, load_backbone, save_adapter_phase
 from workflow_scripts.models.backbones import family_of
+from workflow_scripts.models.compiled import DEFAULT_COMPILE, CompileMode
 from workflow_scripts.models.heads import forward, load_tokenizer
 from workflow_scripts.precision import Precision
 from workflow_scripts.spec.basics import InputError, canonical_json
@@ -100,6 +102,7 @@ class PhaseJob:
     checkpoint_every: int = 1000
     keep_checkpoints: bool = False
     log_every: int = 10  # steps between the curve's train rows
+    compile: CompileMode = DEFAULT_COMPILE  # eager or compiled forwards (models/compiled.py)
 
 
 @dataclasses.dataclass
@@ -213,6 +216,9 @@ class TrainingRecipe:
             raise InputError(
                 "precision fp16 is not supported with sharded training (its loss scale is per rank); use bf16"
             )
+        self.engine = compiled.configure(job.compile, self.dev.type, self.ctx.distributed)
+        if self.ctx.is_main:
+            LOG.info("forwards: %s", self.engine.reason)
         self.checkpointer = self.runtime.checkpointer(job.checkpoint_dir, self.fingerprint(), job.checkpoint_every)
         check_available(self.method, self.dev)
         self.build_model()
@@ -403,7 +409,7 @@ class TrainingRecipe:
         step_loss = torch.zeros((), device=self.dev)
         mlm_args = self.mlm_args if head_kind(task.format) == MLM else None
         for chunk, weight in self.runtime.micro_batches(feats, self.settings.max_micro_batch):
-            cpu_batch = collate(chunk, task.format, self.tokenizer.pad_token_id, mlm_args)
+            cpu_batch = collate(chunk, task.format, self.tokenizer.pad_token_id, mlm_args, self.engine.pad_width)
             if weight != 0.0:  # not a stand-in that only keeps this rank in step with the others
                 self.meter.add_batch(cpu_batch, len(chunk))
             with self.precision.autocast(self.dev):
@@ -542,6 +548,7 @@ class TrainingRecipe:
             "tokens_per_s": counts["tokens"] / max(seconds, 1e-9),
             "device": self.dev.type,
             "attention": self.encoder.config._attn_implementation,
+            "engine": self.engine.record(),
             "processes": self.ctx.world_size,
         }
 
@@ -608,6 +615,7 @@ def train_phase(
     keep_checkpoints: bool = False,
     log_every: int = 10,
     trackers=None,
+    compile: CompileMode = DEFAULT_COMPILE,
 ) -> dict[str, Any]:
     """Train one phase (a TrainingRecipe over its PhaseJob); returns its train log."""
     job = PhaseJob(
@@ -622,6 +630,7 @@ def train_phase(
         checkpoint_every=checkpoint_every,
         keep_checkpoints=keep_checkpoints,
         log_every=log_every,
+        compile=compile,
     )
     return TrainingRecipe(job, trackers).run()
 

@@ -18,6 +18,7 @@ import signal
 from pathlib import Path
 
 from workflow_scripts.common import LOG, setup_logging
+from workflow_scripts.models.compiled import COMPILE_MODES, DEFAULT_COMPILE
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.phase_settings import PhaseSettings
 from workflow_scripts.training.checkpoints import Preempted
@@ -44,6 +45,9 @@ def parser() -> argparse.ArgumentParser:
         help="1: keep the checkpoint once the output exists (default: delete it)",
     )
     ap.add_argument("--log-every", type=int, default=10, help="steps between the rows of the curve (curve.csv)")
+    ap.add_argument(
+        "--compile", choices=COMPILE_MODES, default=DEFAULT_COMPILE, help="auto (compiled on a GPU), always or never"
+    )
     ap.add_argument("--tracking", default="off", help='the trackers to log to, e.g. "tensorboard+mlflow" (tracking.py)')
     ap.add_argument("--tracking-dir", type=Path, help="where the trackers write (results/<experiment>/tracking)")
     # (not --run: under torchrun, whose own --run-path it would abbreviate, it is refused as ambiguous)
@@ -109,6 +113,7 @@ def _job(args: argparse.Namespace, settings: PhaseSettings) -> PhaseJob:
         checkpoint_every=args.checkpoint_every,
         keep_checkpoints=bool(args.keep_checkpoints),
         log_every=args.log_every,
+        compile=args.compile,
     )
 
 

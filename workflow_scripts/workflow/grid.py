@@ -1153,6 +1153,7 @@ def resources(config: dict[str, Any], rule: str) -> dict[str, Any]:
         "checkpoint_every": 1000,
         "keep_checkpoints": 0,
         "log_every": 10,
+        "compile": "auto",
     }
     res.update(config.get("resources", {}).get("default", {}))
     res.update(config.get("resources", {}).get(rule, {}))

@@ -1,0 +1,164 @@
+"""How a job's forwards run: eager, or compiled by ``torch.compile`` over a bounded set of shapes.
+
+A GPU step of a large encoder is host-bound in eager mode: Python and the dispatcher launch
+~2,900 small kernels a step, and the GPU waits (docs/benchmarks.md). Compiled, the forward
+and its backward become a few fused kernels per layer, and autocast's casts are folded into
+them. ``resources.<rule>.compile`` chooses (an operational setting: switching it reruns
+nothing, and the train log records which ran):
+
+- ``auto`` (default): compiled on a GPU, eager on a CPU, where the demo's tiny models would
+  spend longer compiling than training and two runs must give identical tables;
+- ``always``: compiled on any device; ``never``: eager everywhere.
+
+A compiled forward is specialised to its input shapes (``dynamic=False``: static shapes are
+what the kernels and CUDA graphs are tuned for), so batches are padded up to a **length
+bucket** (``bucket_width``): widths 32, 64, 96, 128, then multiples of 64 up to 512, then of
+128. A task of ``max_length`` 384 therefore meets at most 8 widths, and a job compiles at
+most (widths x micro-batch sizes x tasks x train/eval) graphs, a bound ``RECOMPILE_LIMIT``
+leaves room for. Padded positions are masked as before: the buckets change the work, not
+the numbers beyond float rounding. Eager runs keep dynamic padding to the batch's longest
+sequence.
+
+A sharded run (FSDP2) stays eager: its hooks gather each block's shards around the block,
+which the compiler would trace as graph breaks.
+
+The engine is process-wide, like torch's own flags: a job's entry point calls
+``configure`` once, after ``common.configure_torch``, and every forward (training steps, dev
+evaluations, predictions) reads it through ``forward`` and ``pad_width``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import weakref
+from typing import Any, Literal
+
+# (not on/off: YAML reads those as booleans)
+CompileMode = Literal["auto", "always", "never"]
+COMPILE_MODES: tuple[str, ...] = ("auto", "always", "never")
+DEFAULT_COMPILE: CompileMode = "auto"
+
+# The compiler's backend: inductor generates fused kernels (Triton on GPUs, C++ on CPUs).
+# The tests swap in aot_eager, which traces the same graphs (forward and backward) and runs
+# them op by op: the same graph breaks and numbers, without minutes of code generation.
+BACKEND = "inductor"
+
+# Graphs a compiled forward may keep: tasks x widths x micro-batch sizes x train/eval stay
+# well below this for every preset (a 3-task phase at max_length 512: 3 x 10 x 2 x 2 = 120).
+RECOMPILE_LIMIT = 256
+
+
+def bucket_width(longest: int) -> int:
+    """The padded width of a batch whose longest sequence has ``longest`` tokens: the next
+    multiple of 32 up to 128, of 64 up to 512, of 128 beyond."""
+    if longest < 1:
+        raise ValueError(f"a batch's longest sequence must have at least one token, got {longest}")
+    step = 32 if longest <= 128 else 64 if longest <= 512 else 128
+    return -(-longest // step) * step
+
+
+def widths_up_to(max_length: int) -> list[int]:
+    """Every width a task of ``max_length`` can be padded to (its buckets)."""
+    return sorted({bucket_width(n) for n in range(1, max_length + 1)})
+
+
+@dataclasses.dataclass(frozen=True)
+class Engine:
+    """How this process runs its forwards, and why."""
+
+    compiled: bool = False
+    reason: str = "eager (not configured)"
+    backend: str = "inductor"
+    # padded to length buckets: what compiled forwards need (an eager engine with buckets
+    # runs the compiled one's batches, which the tests compare it on)
+    bucketed: bool = False
+
+    def pad_width(self, longest: int) -> int | None:
+        """The width to pad a batch to (None: its own longest sequence, dynamic padding)."""
+        return bucket_width(longest) if self.bucketed else None
+
+    def record(self) -> dict[str, Any]:
+        """What ran, for the train log and metric files."""
+        return {
+            "compiled": self.compiled,
+            "backend": self.backend if self.compiled else None,
+            "reason": self.reason,
+            **(compiler_counts() if self.compiled else {"graphs": 0, "graph_breaks": 0}),
+        }
+
+
+_ENGINE = Engine()
+# Each model's compiled wrapper, made at its first forward; the model itself is never
+# replaced (its state dict, checkpoints and adapters keep their names).
+_COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def decide(mode: CompileMode, device_type: str, distributed: bool = False) -> Engine:
+    """The engine ``resources.<rule>.compile`` asks for on this device."""
+    if mode not in COMPILE_MODES:
+        raise ValueError(f"compile: expected one of {', '.join(COMPILE_MODES)}, got {mode!r}")
+    if mode == "never":
+        return Engine(False, "eager (compile: never)")
+    if distributed:
+        return Engine(False, "eager (sharded runs are not compiled: FSDP2's hooks would break the graph)")
+    if mode == "auto" and device_type != "cuda":
+        return Engine(False, f"eager (compile: auto on {device_type})")
+    return Engine(True, f"compiled (compile: {mode} on {device_type})", BACKEND, bucketed=True)
+
+
+def configure(mode: CompileMode, device_type: str, distributed: bool = False) -> Engine:
+    """Set this process's engine (once, at a job's start); returns it."""
+    global _ENGINE
+    _ENGINE = decide(mode, device_type, distributed)
+    _COMPILED.clear()
+    if _ENGINE.compiled:
+        _configure_compiler()
+    return _ENGINE
+
+
+def current() -> Engine:
+    return _ENGINE
+
+
+def forward(model, fmt: str, task: str, batch: dict[str, Any]):
+    """(logits, loss or None) of one batch, through the model's compiled wrapper when the
+    engine compiles, else through the model itself."""
+    if not _ENGINE.compiled:
+        return model(fmt, task, batch)
+    return compiled_module(model)(fmt, task, batch)
+
+
+def compiled_module(model):
+    """The model's compiled wrapper (made once per model; it shares the model's parameters)."""
+    wrapper = _COMPILED.get(model)
+    if wrapper is None:
+        import torch
+
+        wrapper = torch.compile(model, backend=_ENGINE.backend, dynamic=False)
+        _COMPILED[model] = wrapper
+    return wrapper
+
+
+def compiler_counts() -> dict[str, int]:
+    """Graphs compiled in this process so far (each shape, task and grad mode is one), and
+    the graph breaks met (0 for every built-in family: a break splits a forward in two,
+    with a trip through Python between them)."""
+    import torch._dynamo.utils as dynamo_utils
+
+    counters = dynamo_utils.counters
+    return {"graphs": int(counters["stats"]["unique_graphs"]), "graph_breaks": int(sum(counters["graph_break"].values()))}
+
+
+def _configure_compiler() -> None:
+    import torch._dynamo.config as dynamo_config
+    import torch._inductor.config as inductor_config
+
+    dynamo_config.recompile_limit = RECOMPILE_LIMIT
+    dynamo_config.accumulated_recompile_limit = max(dynamo_config.accumulated_recompile_limit, 4 * RECOMPILE_LIMIT)
+    # The jobs' kernels are deterministic (common.configure_torch): so are the compiler's
+    # (no benchmarking of kernel choices between runs, deterministic reductions).
+    inductor_config.deterministic = True
+    # Dropout draws its masks from torch's own generator, as in eager mode: a seed gives the
+    # same masks compiled or not (inductor's own random numbers would differ), which keeps
+    # the two engines' losses comparable and a checkpoint's RNG state meaningful to both.
+    inductor_config.fallback_random = True

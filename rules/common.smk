@@ -18,6 +18,7 @@ from workflow_scripts.workflow import (
     config_check,
     config_layers,
     disk,
+    gpu_binding,
     grid,
     job_estimates,
     local_data,
@@ -65,11 +66,23 @@ LOGS = paths.logs()
 # Every job: the package, the user's task catalogues, and the log function. Rules write
 # their log to $(fresh_log {log:q}): a new log, the previous attempt's (an interrupted or
 # failed one) kept as <log>.1, .2, ... (workflow_scripts/workflow/logs.py).
+# A local run with `--resources gpu=G`: each GPU job takes devices of its own with
+# `bind_gpus {resources.gpu}` (workflow_scripts/workflow/gpu_binding.py).
+try:
+    RUN_GPUS = gpu_binding.run_devices(gpu_binding.granted_gpus(workflow))
+except gpu_binding.GpuBindingError as err:
+    raise WorkflowError(str(err)) from None
+_unbound = gpu_binding.unbound_gpus_warning(
+    gpu_binding.granted_gpus(workflow),
+    any(r.get("gpu", 0) for r in config.get("resources", {}).values()),
+)
+if _unbound:
+    print(f"warning: {_unbound}", file=sys.stderr)
 shell.prefix(
     f"export PYTHONPATH={shlex.quote(workflow.basedir)};"
     f" export {task_catalogue.CATALOGUE_ENV}={shlex.quote(os.pathsep.join(TASK_CATALOGUES))};"
     f" export {revisions.LOCK_ENV}={shlex.quote(HUB_LOCK)};"
-    f" {logs.SHELL_FUNCTION} "
+    f" {logs.SHELL_FUNCTION}{gpu_binding.shell_prefix(RUN_GPUS)} "
 )
 
 

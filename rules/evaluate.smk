@@ -39,7 +39,7 @@ rule evaluate_target:
     conda:
         "../envs/training.yaml"
     shell:
-        "python -m workflow_scripts.evaluation.metric_file --target {wildcards.target} --model {params.models}"
+        "bind_gpus {resources.gpu}; python -m workflow_scripts.evaluation.metric_file --target {wildcards.target} --model {params.models}"
         " --data {params.data} --settings {params.settings:q} --run {params.run:q}"
         " --backbone {input.backbone} --backbone-settings {params.backbone:q}"
         " --seed {wildcards.seed} --threads {threads} --compile {resources.compile}"

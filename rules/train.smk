@@ -45,7 +45,7 @@ rule train_intermediate:
         "../envs/training.yaml"
     shell:
         # exec (in the launcher): the training process, or torchrun, receives Slurm's signals.
-        "{resources.launcher} -m workflow_scripts.training.train intermediate --encoder {input.encoder}"
+        "bind_gpus {resources.gpu}; {resources.launcher} -m workflow_scripts.training.train intermediate --encoder {input.encoder}"
         " --data {params.data:q} --settings {params.settings:q} --seed {wildcards.seed}"
         " --threads {threads} --output {output.model} --checkpoint-dir {params.checkpoints}"
         " --checkpoint-every {resources.checkpoint_every} --log-every {resources.log_every}"
@@ -106,7 +106,7 @@ rule train_target:
         "../envs/training.yaml"
     shell:
         # exec (in the launcher): the training process, or torchrun, receives Slurm's signals.
-        "{resources.launcher} -m workflow_scripts.training.train target --encoder {input.encoder}"
+        "bind_gpus {resources.gpu}; {resources.launcher} -m workflow_scripts.training.train target --encoder {input.encoder}"
         " --data {params.data:q} --settings {params.settings:q} --seed {wildcards.seed}"
         " --threads {threads} --output {output.model} --checkpoint-dir {params.checkpoints}"
         " --checkpoint-every {resources.checkpoint_every} --log-every {resources.log_every}"

@@ -67,3 +67,24 @@ def test_configure_torch_turns_on_deterministic_kernels_without_importing_the_co
     env["CUBLAS_WORKSPACE_CONFIG"] = ":16:8"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, env=env)
     assert out.stdout.split()[-1] == ":16:8"
+
+
+def test_clipping_on_one_device_is_torchs_clip_grad_norm_bit_for_bit():
+    """step.clip_local_gradients skips clip_grad_norm_'s per-tensor device moves, not its
+    arithmetic: the same norm and the same clipped gradients, clipped or not, mixed dtypes too."""
+    import torch
+
+    from workflow_scripts.training.step import clip_local_gradients
+
+    torch.manual_seed(0)
+    for scale, dtypes in ((3.0, [torch.float32] * 3), (0.01, [torch.float32] * 3), (3.0, [torch.float32, torch.bfloat16, torch.float32])):
+        grads = [torch.randn(shape, dtype=dtype) * scale for shape, dtype in zip([(3, 4), (5,), (7, 2)], dtypes)]
+        params = [torch.nn.Parameter(torch.zeros_like(g)) for g in grads]
+        for p, g in zip(params, grads):
+            p.grad = g.clone()
+        expected_norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
+        expected = [p.grad for p in params]
+        copies = [g.clone() for g in grads]
+        norm = clip_local_gradients(copies, 1.0)
+        assert torch.equal(norm, expected_norm)
+        assert all(torch.equal(a, b) for a, b in zip(copies, expected))

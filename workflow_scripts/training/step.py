@@ -34,7 +34,30 @@ def optimizer_step(model, optimizer, scaler, max_grad_norm: float) -> Any:
     import torch
 
     scaler.unscale_(optimizer)
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    if grads and all(type(g) is torch.Tensor and g.device == grads[0].device for g in grads):
+        grad_norm = clip_local_gradients(grads, max_grad_norm)
+    else:  # a sharded model's gradients (DTensors): torch's own, which reduces over the ranks
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
     scaler.step(optimizer)
     scaler.update()
     return grad_norm
+
+
+def clip_local_gradients(grads: list, max_norm: float):
+    """``torch.nn.utils.clip_grad_norm_`` for gradients on one device, with its arithmetic
+    (2-norm of the per-tensor 2-norms, coefficient max_norm / (norm + 1e-6) clamped to 1),
+    without its per-tensor device move of each norm: one dispatched op per parameter, some
+    400 a step for XLM-R large, that a host-bound GPU step waits for."""
+    import torch
+
+    by_dtype: dict = {}
+    for g in grads:
+        by_dtype.setdefault(g.dtype, []).append(g)
+    norms = [torch.stack(torch._foreach_norm(group, 2.0)) for group in by_dtype.values()]
+    stacked = norms[0] if len(norms) == 1 else torch.cat([n.float() for n in norms])
+    total = torch.linalg.vector_norm(stacked, 2.0)
+    coefficient = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    for group in by_dtype.values():
+        torch._foreach_mul_(group, coefficient)
+    return total

@@ -29,6 +29,39 @@ def test_flops_per_token_follow_what_each_mode_computes():
         flops_per_token(N, LAYERS, WIDTH, SEQ, "full", "serve")
 
 
+def test_recompute_and_a_vocabulary_head_add_what_they_compute():
+    attention = LAYERS * SEQ * WIDTH
+    plain = flops_per_token(N, LAYERS, WIDTH, SEQ, "full", "train")
+    # activation checkpointing: every layer's forward once more
+    assert flops_per_token(N, LAYERS, WIDTH, SEQ, "full", "train", recompute=True) == plain + 2 * N + 4 * attention
+    assert flops_per_token(N, LAYERS, WIDTH, SEQ, "lora", "train", recompute=True) == 6 * N + 16 * attention
+    # MLM's head (d x d + V x d for XLM-R large) rides on every token's path: +83% of N
+    head = Shape("encoder", "full", "bf16", N, LAYERS, WIDTH, vocab=250002).vocabulary_head
+    assert head / 3.03e8 == pytest.approx(0.848, abs=0.01)
+    with_head = flops_per_token(N, LAYERS, WIDTH, SEQ, "full", "train", head=head)
+    assert with_head == pytest.approx(plain + 6 * head)
+    assert flops_per_token(N, LAYERS, WIDTH, SEQ, "full", "inference", head=head) == 2 * (N + head) + 4 * attention
+
+
+def test_the_host_is_paid_per_micro_step_at_the_measured_depth(monkeypatch):
+    """A step of 3 micro-batches pays the host's shortest micro-step 3 times; the measured row
+    nearest the backbone's depth sets it."""
+    table = {
+        "gpu": "NVIDIA H200",
+        "source": "test",
+        "file": "t.json",
+        "rows": [],
+        "host_rows": [{"layers": 12, "seconds": 0.05, "engine": "eager"}, {"layers": 24, "seconds": 0.08, "engine": "eager"}],
+    }
+    monkeypatch.setattr(job_cost, "measured_tables", lambda: {"H200": table})
+    assert job_cost.host_step_seconds("H200", 24)[0] == 0.08 and job_cost.host_step_seconds("H200", 10)[0] == 0.05
+    shape = Shape("encoder", "full", "bf16", 1e6, 24, 64)
+    one = job_cost.estimate(shape, [Tokens("train", 1e6, SEQ, steps=1000)], "H200", mfu=0.5)
+    three = job_cost.estimate(shape, [Tokens("train", 1e6, SEQ, steps=1000, micro_steps=3000)], "H200", mfu=0.5)
+    assert one.minutes == pytest.approx(1000 * 0.08 / 60) and three.minutes == pytest.approx(3 * one.minutes)
+    assert "host-bound: 0.08 s per micro-step, measured on H200, 24 layers, eager" in three.basis
+
+
 def test_the_measured_row_nearest_in_width_and_length_sets_the_mfu():
     rows = job_cost.measured_tables()["H200"]["rows"]
     rate = job_cost.throughput("H200", "encoder", "full", "bf16", "train", 1024, 128)
@@ -125,6 +158,13 @@ def test_a_training_job_counts_the_steps_the_loop_takes_and_its_dev_evaluations(
         steps = min(steps, settings.max_steps)
     trained = next(t for t in work if t.mode == "train")
     assert trained.tokens == pytest.approx(steps * opts.batch_size * opts.max_length)
+    micro_per_step = math.ceil(opts.batch_size / settings.max_micro_batch)
+    assert trained.micro_steps == pytest.approx(steps * micro_per_step) and not trained.vocabulary_logits
+    # each of 2 ranks takes half the batch in its micro-batches
+    halves = job_work.data_map_tokens(demo_config, settings, data, gpus=2)
+    ranks = math.ceil(math.ceil(opts.batch_size / 2) / settings.max_micro_batch)
+    assert next(t for t in halves if t.mode == "train").micro_steps == pytest.approx(steps * ranks)
+    assert job_work.micro_steps_per_step(24, 1, 8) == 3 and job_work.micro_steps_per_step(24, 2, 8) == 2
     dev = next(t for t in work if t.mode == "inference")
     evaluations = math.ceil(steps / min(settings.eval_every, steps))
     dev_rows = min(TASKS["xnli"].sizes.examples("dev", ["en"]), settings.dev_examples)

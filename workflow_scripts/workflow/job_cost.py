@@ -10,11 +10,20 @@ layers of width d at sequence length s:
 - training adapters on a frozen base (LoRA, QLoRA): 4 N + 12 L s d (forward, and the
   gradients of the activations through every layer; a frozen base computes no weight
   gradients);
-- inference (evaluation, dev selection, probes): 2 N + 4 L s d.
+- inference (evaluation, dev selection, probes): 2 N + 4 L s d;
+- activation checkpointing reruns every layer's forward in the backward: + 2 N + 4 L s d
+  per trained token;
+- a head applied at every position counts like weights on the token's path: MLM's
+  vocabulary projection (V x d, and its d x d transform) adds its parameters to N for MLM
+  tokens, +83% for XLM-R large (V = 250,002), where a classification head adds nothing
+  measurable.
 
-Time = FLOPs / (GPUs x peak x MFU), and for training at least the optimizer steps times the
-host's shortest step (a small model's steps are bound by Python, data and kernel launches,
-not by FLOPs). The peak is the card's dense 16-bit tensor rate (fp32 runs: its fp32 rate);
+Time = FLOPs / (GPUs x peak x MFU), and for training at least the micro-steps times the
+host's shortest micro-step: the engine runs one forward and backward per micro-batch, so a
+step accumulated over k micro-batches pays the host k times (a small model's steps are bound
+by Python, data and kernel launches, not by FLOPs). The host figure is the GPU kind's
+measured row nearest in depth (``host_rows``, written by ``make gpu-check``), else its
+single measured figure (``host_step_seconds``). The peak is the card's dense 16-bit tensor rate (fp32 runs: its fp32 rate);
 the MFU is read from ``measured_throughput/<gpu>.json``, written by ``make gpu-check`` on that
 kind of GPU: the row of the same family, method, precision and mode nearest in width, then in
 sequence length. Sharded jobs are counted at one GPU's MFU per GPU (communication not
@@ -56,15 +65,28 @@ class CostError(ValueError):
     """A cost setting that cannot be used; the message names the config key."""
 
 
-def flops_per_token(non_embedding: float, layers: int, width: int, seq_len: int, method: str, mode: str) -> float:
+def flops_per_token(
+    non_embedding: float,
+    layers: int,
+    width: int,
+    seq_len: int,
+    method: str,
+    mode: str,
+    recompute: bool = False,
+    head: float = 0.0,
+) -> float:
     """FLOPs per token of one job: ``mode`` "train" or "inference", ``method`` "full", "lora"
-    or "qlora" (a frozen base for the last two)."""
+    or "qlora" (a frozen base for the last two); ``recompute``: activation checkpointing;
+    ``head``: parameters of a head applied at every position (MLM's vocabulary projection)."""
+    attention = layers * seq_len * width
+    on_path = non_embedding + head
     if mode == "inference":
-        return INFERENCE * non_embedding + 4 * layers * seq_len * width
+        return INFERENCE * on_path + 4 * attention
     if mode != "train":
         raise ValueError(f"mode {mode!r}: expected one of {', '.join(MODES)}")
     weights = FULL_TRAINING if method == "full" else ADAPTER_TRAINING
-    return weights * non_embedding + 12 * layers * seq_len * width
+    rerun = INFERENCE * non_embedding + 4 * attention if recompute else 0.0  # the layers' forward again
+    return weights * on_path + 12 * attention + rerun
 
 
 def precision_class(precision: str) -> str:
@@ -164,25 +186,46 @@ class Shape:
     layers: int
     width: int
     gpus: int = 1
+    recompute: bool = False  # activation checkpointing
+    vocab: int = 0  # the vocabulary MLM's head projects onto
+
+    @property
+    def vocabulary_head(self) -> float:
+        """MLM's head: the d x d transform and the V x d projection."""
+        return float(self.width * self.width + self.vocab * self.width)
 
 
 @dataclass(frozen=True)
 class Tokens:
     """Tokens one job runs through the backbone at one sequence length, in one mode, in
-    ``steps`` optimizer steps (training)."""
+    ``steps`` optimizer steps of ``micro_steps`` forwards and backwards (training; None: one
+    per step); ``vocabulary_logits``: MLM tokens, whose head projects every position onto the
+    vocabulary."""
 
     mode: str
     tokens: float
     seq_len: int
     steps: float = 0.0
+    micro_steps: float | None = None
+    vocabulary_logits: bool = False
+
+    @property
+    def host_steps(self) -> float:
+        """The forward-and-backward passes the host launches one by one."""
+        return self.steps if self.micro_steps is None else self.micro_steps
 
 
-def host_step_seconds(gpu: str) -> tuple[float, str]:
-    """The shortest time an optimizer step of the engine takes on the host (Python, data,
-    kernel launches), whatever the FLOPs: this kind's measured figure, else another kind's;
-    (0, "") where none is measured."""
+def host_step_seconds(gpu: str, layers: int = 0) -> tuple[float, str]:
+    """The shortest time a micro-step of the engine (a forward and backward) takes on the
+    host (Python, data, kernel launches), whatever the FLOPs: the measured row of this kind
+    nearest to ``layers`` in depth (``host_rows``, written by gpu-check), else its single
+    measured figure, else another kind's; (0, "") where none is measured."""
     kind, tables = gpu_kind(gpu), measured_tables()
     for source in ([kind] if kind in tables else []) + sorted(tables):
+        rows = tables[source].get("host_rows") or []
+        if rows:
+            row = min(rows, key=lambda r: abs(math.log(r["layers"] / max(layers, 1))))
+            return row["seconds"], f"measured on {source}, {row['layers']} layers, {row['engine']}"
         if tables[source].get("host_step_seconds"):
             return tables[source]["host_step_seconds"], f"measured on {source}"
     return 0.0, ""
@@ -204,19 +247,26 @@ def estimate(shape: Shape, work: list[Tokens], gpu: str, mfu: float | None = Non
     the throughput, or its steps at the host's shortest step where that is longer (small
     models are host-bound)."""
     flops, seconds, bases = 0.0, 0.0, []
-    floor, floor_basis = host_step_seconds(gpu)
+    floor, floor_basis = host_step_seconds(gpu, shape.layers)
     for part in work:
         if part.tokens <= 0:
             continue
         per_token = flops_per_token(
-            shape.non_embedding, shape.layers, shape.width, part.seq_len, shape.method, part.mode
+            shape.non_embedding,
+            shape.layers,
+            shape.width,
+            part.seq_len,
+            shape.method,
+            part.mode,
+            recompute=shape.recompute,
+            head=shape.vocabulary_head if part.vocabulary_logits else 0.0,
         )
         rate = throughput(gpu, shape.family, shape.method, shape.precision, part.mode, shape.width, part.seq_len, mfu)
         flops += per_token * part.tokens
         compute = per_token * part.tokens / (rate.tflops * 1e12) / shape.gpus  # wall seconds
         basis = rate.basis
-        if part.steps * floor > compute:
-            compute, basis = part.steps * floor, f"host-bound: {floor:g} s per step, {floor_basis}"
+        if part.host_steps * floor > compute:
+            compute, basis = part.host_steps * floor, f"host-bound: {floor:g} s per micro-step, {floor_basis}"
         seconds += compute * shape.gpus  # GPU-seconds
         if basis not in bases:
             bases.append(basis)

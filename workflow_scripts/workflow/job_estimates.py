@@ -79,7 +79,7 @@ def _job_work(config, rule: str, w: Mapping[str, str]):
     if rule in TRAINING_RULES:
         settings, data = _training_job(config, rule, w)
         shape = dataclasses.replace(shape, method=settings.method.name)  # an image arm's adapters
-        return _with(shape, job_work.data_map_tokens(config, settings, data))
+        return _with(shape, job_work.data_map_tokens(config, settings, data, shape.gpus))
     # Scoring runs on the GPUs its rule asks for, not on the backbone's training GPUs.
     shape = dataclasses.replace(shape, gpus=max(1, int(grid.resources(dict(config), resources_rule(rule))["gpu"])))
     if rule in EVALUATION_RULES:

@@ -19,11 +19,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.spec.formats import get_format
+from workflow_scripts.spec.formats import get_format, head_kind
 from workflow_scripts.spec.phase_settings import PhaseSettings
 from workflow_scripts.spec.phase_steps import steps_for_sizes, task_probabilities
 from workflow_scripts.spec.schema import default
-from workflow_scripts.spec.tasks import TASKS, get_task
+from workflow_scripts.spec.tasks import MLM, TASKS, get_task
 from workflow_scripts.workflow import memory_plan
 from workflow_scripts.workflow.job_cost import Shape, Tokens
 
@@ -47,6 +47,8 @@ def backbone_shape(config: Mapping[str, Any], backbone: str) -> Shape | None:
         layers=arch.num_layers,
         width=arch.hidden_size,
         gpus=bb.gpus,
+        recompute=bb.activation_checkpointing,
+        vocab=arch.vocab_size,
     )
 
 
@@ -115,10 +117,15 @@ def sequence(config: Mapping[str, Any], task: str) -> tuple[int, int]:
 
 
 def training_tokens(
-    config: Mapping[str, Any], settings: PhaseSettings, train: dict[str, int | None], dev: dict[str, int | None]
+    config: Mapping[str, Any],
+    settings: PhaseSettings,
+    train: dict[str, int | None],
+    dev: dict[str, int | None],
+    gpus: int = 1,
 ) -> list[Tokens] | None:
     """Training and dev-selection tokens of one phase: ``train``/``dev`` map each task of
-    ``settings`` to its examples (None: unknown)."""
+    ``settings`` to its examples (None: unknown); ``gpus``: the ranks a step's batch is split
+    over, each of which runs its share in micro-batches of at most ``max_micro_batch``."""
     if not train or any(n is None or n <= 0 for n in train.values()):
         return None
     sizes = {name: int(n) for name, n in train.items() if n is not None}
@@ -131,7 +138,10 @@ def training_tokens(
     for name in sorted(sizes):
         length, per_example = sequence(config, name)
         batch = settings.tasks[name].batch_size
-        work.append(Tokens("train", steps * share[name] * batch * length * per_example, length, steps * share[name]))
+        task_steps = steps * share[name]
+        micro = task_steps * micro_steps_per_step(batch, gpus, settings.max_micro_batch)
+        mlm = head_kind(get_task(name).format) == MLM
+        work.append(Tokens("train", task_steps * batch * length * per_example, length, task_steps, micro, mlm))
     every = _eval_every(settings, sizes, steps)
     evaluations = math.ceil(steps / every)
     for name, n in sorted(dev.items()):
@@ -139,6 +149,13 @@ def training_tokens(
             length, per_example = sequence(config, name)
             work.append(Tokens("inference", evaluations * min(n, settings.dev_examples) * length * per_example, length))
     return work
+
+
+def micro_steps_per_step(batch: int, gpus: int, max_micro_batch: int) -> int:
+    """Forward-and-backward passes per optimizer step on each rank: its ceil(batch / gpus)
+    examples in micro-batches of at most ``max_micro_batch`` (training/distributed.py's
+    ``accumulation_steps``, and a single process's chunks)."""
+    return math.ceil(math.ceil(batch / max(1, gpus)) / max(1, max_micro_batch))
 
 
 def _eval_every(settings: PhaseSettings, sizes: dict[str, int], steps: int) -> int:
@@ -149,7 +166,7 @@ def _eval_every(settings: PhaseSettings, sizes: dict[str, int], steps: int) -> i
 
 
 def data_map_tokens(
-    config: Mapping[str, Any], settings: PhaseSettings, data: Mapping[str, Mapping[str, Any]]
+    config: Mapping[str, Any], settings: PhaseSettings, data: Mapping[str, Mapping[str, Any]], gpus: int = 1
 ) -> list[Tokens] | None:
     """Tokens of a training job from its data map (the ``--data`` of the rule): each task's
     train and dev files, given as a path or as references with their languages."""
@@ -162,7 +179,7 @@ def data_map_tokens(
         train[task] = _count_refs(splits.get("train"), language)
         if splits.get("dev") is not None:
             dev[task] = _count_refs(splits["dev"], language)
-    return training_tokens(config, settings, train, dev)
+    return training_tokens(config, settings, train, dev, gpus)
 
 
 def _count_refs(refs: Any, language: str | None) -> int | None:
@@ -198,10 +215,13 @@ def evaluation_tokens(
 
 
 def retention_tokens(settings) -> list[Tokens]:
-    """A retention probe: the LM-loss forward and the alignment forward of each sentence, in
-    each language (the LM head's vocabulary projection not counted)."""
-    sentences = settings.text.sentences * len(settings.text.languages)
-    return [Tokens("inference", 2 * sentences * settings.max_length, settings.max_length)]
+    """A retention probe: the LM-loss forward of each sentence (through the LM head's
+    vocabulary projection) and its alignment forward, in each language."""
+    tokens = settings.text.sentences * len(settings.text.languages) * settings.max_length
+    return [
+        Tokens("inference", tokens, settings.max_length, vocabulary_logits=True),
+        Tokens("inference", tokens, settings.max_length),
+    ]
 
 
 def embedding_job(config: Mapping[str, Any], task: str) -> tuple[Shape, list[Tokens]] | None:

@@ -266,6 +266,42 @@ def test_phase_workloads_are_the_phase_tasks_with_capped_micro_batches():
     assert {w[0] for w in workloads(config, "target", seq_len=64).values()} == {64}
 
 
+def test_auto_micro_batch_is_the_largest_that_fits_each_backbones_gpus():
+    """max_micro_batch: auto: the whole batch where the card holds it (one micro-step per
+    step), else the largest cap whose every task fits; the plan and the jobs' settings agree."""
+    config = workflow_config(activation_checkpointing=True)
+    config["training"]["intermediate"]["max_micro_batch"] = "auto"
+    assert mp.resolved_micro_batch(config, "xlmr_xxl", "intermediate") == 24  # mnli's batch: it fits
+    assert mp.resolved_micro_batch(config, "xlmr_xxl", "target") == 16  # a number stays as it is
+    assert mp.resolved_micro_batch(config, "demo", "intermediate") == 32  # unsized: the schema's default
+    small = workflow_config(gpus={"per_node": 8, "nodes": 1, "memory_gb": 40})
+    small["training"]["intermediate"]["max_micro_batch"] = "auto"
+    cap = mp.resolved_micro_batch(small, "xlmr_xxl", "intermediate")
+    assert 1 <= cap < 24
+    bb = mp.parse_backbone("xlmr_xxl", small["backbones"]["xlmr_xxl"])
+    shape = mp.phase_shape(small, "intermediate")
+    heads = mp.job_head_parameters(shape, bb.architecture)
+
+    def peak(c):
+        return max(
+            mp.estimate(bb, w.seq_len, w.micro_batch, bb.gpus, w.with_mlm_logits, heads).total
+            for w in shape.capped(c).workloads
+        )
+
+    assert peak(cap) <= mp.usable_bytes(40) < peak(cap + 1)
+    plan = next(p for p in mp.plan_config(small) if p.backbone == "xlmr_xxl" and p.phase == "intermediate")
+    assert plan.fits and plan.micro_batch == min(cap, 24)
+
+
+def test_auto_micro_batch_is_refused_where_the_micro_batch_holds_the_negatives():
+    config = workflow_config()
+    config["tasks"]["lareqa"] = {"max_length": 256, "batch_size": 16}
+    config["targets"].append("lareqa")
+    config["training"]["target"]["max_micro_batch"] = "auto"
+    with pytest.raises(mp.PlanError, match=r"training\.target\.max_micro_batch: auto .* lareqa contrast"):
+        mp.check_fits(config)
+
+
 def test_multiple_choice_counts_one_sequence_per_choice():
     config = workflow_config()
     config["tasks"]["hellaswag"] = {"max_length": 256, "batch_size": 24}
@@ -526,3 +562,18 @@ def test_the_plan_agrees_with_torchs_memory_tracker_on_a_small_encoder(method, t
     shape = bench.Shape("small", "encoder", 4, 8, 512, 2048, 8000, small_encoder_config, "XLMRobertaLayer")
     row = bench.compare(bench.Case(shape, method, task))
     assert abs(row.ratio - 1) <= bench.TOLERANCE, row
+
+
+def test_the_paper_presets_jobs_take_one_micro_step_per_step_on_an_80gb_card():
+    """config/paper.yaml's max_micro_batch is auto: XLM-R large on one 80 GB GPU holds every
+    intermediate task's whole batch (MNLI 24 x 256, HellaSwag 24 x 4 x 256)."""
+    from workflow_scripts.preflight import load_config
+    from workflow_scripts.workflow import grid
+
+    config = load_config([f"{REPO}/config/paper.yaml"])
+    for name, inter in config["intermediate"].items():
+        if not inter["tasks"]:
+            continue
+        settings = grid.intermediate_settings(config, "xlmr_large", name)
+        assert settings.max_micro_batch == mp.resolved_micro_batch(config, "xlmr_large", "intermediate")
+        assert all(settings.max_micro_batch >= opts.batch_size for opts in settings.tasks.values()), name

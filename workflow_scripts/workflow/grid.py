@@ -869,9 +869,14 @@ def translation_settings(
     return TranslationSettings.parse({"task": task, **settings} if task else settings, "translation")
 
 
-def _phase(config: dict[str, Any], phase: str) -> dict[str, Any]:
+def _phase(config: dict[str, Any], phase: str, backbone: str) -> dict[str, Any]:
+    """A phase's settings for one backbone: ``max_micro_batch: auto`` resolved to the largest
+    micro-batch the memory plan fits on the backbone's GPUs (memory_plan.py)."""
     cfg = config["training"][phase]
-    return {k: cfg[k] for k in PHASE_KEYS if k in cfg}
+    settings = {k: cfg[k] for k in PHASE_KEYS if k in cfg}
+    if settings.get("max_micro_batch") == memory_plan.AUTO_MICRO_BATCH:
+        settings["max_micro_batch"] = memory_plan.resolved_micro_batch(config, backbone, phase)
+    return settings
 
 
 def _backbone_phase(config: dict[str, Any], backbone: str, phase: str, mlm: bool = False) -> dict[str, Any]:
@@ -886,7 +891,7 @@ def _backbone_phase(config: dict[str, Any], backbone: str, phase: str, mlm: bool
 
 def intermediate_settings(config: dict[str, Any], backbone: str, name: str) -> PhaseSettings:
     inter = config["intermediate"][name]
-    settings = _phase(config, "intermediate")
+    settings = _phase(config, "intermediate", backbone)
     if inter.get("mlm"):
         settings["learning_rate"] = config["training"]["intermediate"]["learning_rate_with_mlm"]
     if "learning_rate" in inter:
@@ -915,7 +920,7 @@ def target_settings(config: dict[str, Any], backbone: str, target: str, stage: s
     """Target-phase settings; which languages train and select is the recipe's data map.
     A target with stages (or a stage after another) starts from the previous stage's model
     and carries its head over (``continue_head``: same format, so the same head shape)."""
-    settings = _phase(config, "target")
+    settings = _phase(config, "target", backbone)
     trained = stage or target
     if "learning_rate" in config["tasks"][trained]:
         settings["learning_rate"] = config["tasks"][trained]["learning_rate"]

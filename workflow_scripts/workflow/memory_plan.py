@@ -104,9 +104,12 @@ from workflow_scripts.spec.tasks import (
     VISUAL_ANSWER,
     VISUAL_CLASSIFICATION,
     VISUAL_FORMATS,
+    VISUAL_RETRIEVAL,
 )
 
 GB = 1e9
+# training.<phase>.max_micro_batch: auto (fitting_micro_batch)
+AUTO_MICRO_BATCH = "auto"
 PHASES = ("intermediate", "target")
 METHOD_NAMES = {"full": "full fine-tuning", "lora": "LoRA", "qlora": "QLoRA"}
 
@@ -303,14 +306,26 @@ class Workload:
     seq_len: int
     micro_batch: int  # sequences per device step: examples x choices
     with_mlm_logits: bool = False
+    batch_size: int = 0  # the task's examples per optimizer step
+    choices: int = 1  # sequences per example
+
+    def capped(self, cap: int) -> Workload:
+        """The same task in micro-batches of at most ``cap`` examples."""
+        return replace(self, micro_batch=min(cap, self.batch_size) * self.choices)
 
 
 @dataclass(frozen=True)
 class PhaseShape:
-    """A phase's workloads, and each job's tasks (the heads of one job train together)."""
+    """A phase's workloads, and each job's tasks (the heads of one job train together).
+    ``auto``: the phase's ``max_micro_batch`` is ``auto``, each backbone's own
+    (``fitting_micro_batch``); the workloads then hold whole batches until capped."""
 
     workloads: tuple[Workload, ...]
     jobs: tuple[tuple[str, ...], ...]
+    auto: bool = False
+
+    def capped(self, cap: int) -> PhaseShape:
+        return replace(self, workloads=tuple(w.capped(cap) for w in self.workloads), auto=False)
 
 
 @dataclass(frozen=True)
@@ -727,15 +742,55 @@ def phase_shape(config: Mapping[str, Any], phase: str, seq_len: int | None = Non
     for name in sorted({t for job in jobs for t in job}):
         length, choices = task_sequence(config, name, seq_len)
         spec = TASKS.get(name)
+        batch = int((tasks.get(name) or {}).get("batch_size", batch_size))
         workloads.append(
             Workload(
                 task=name,
                 seq_len=length,
-                micro_batch=min(cap, int((tasks.get(name) or {}).get("batch_size", batch_size))) * choices,
+                micro_batch=batch * choices,
                 with_mlm_logits=spec is not None and head_kind(spec.format) == MLM,
+                batch_size=batch,
+                choices=choices,
             )
         )
-    return PhaseShape(workloads=tuple(workloads), jobs=tuple(jobs))
+    shape = PhaseShape(workloads=tuple(workloads), jobs=tuple(jobs), auto=cap == AUTO_MICRO_BATCH)
+    return shape if shape.auto else shape.capped(int(cap))
+
+
+def fitting_micro_batch(bb: Backbone, shape: PhaseShape) -> int:
+    """``max_micro_batch: auto`` on this backbone: the largest micro-batch (examples, at most
+    the phase's largest batch) at which every task's step fits the backbone's GPUs, so that a
+    step is one forward and backward wherever the card holds the whole batch; 1 where even
+    that does not fit (the plan then says so)."""
+    heads = job_head_parameters(shape, bb.architecture)
+    usable = usable_bytes(bb.memory_gb)
+
+    def fits(cap: int) -> bool:
+        return all(
+            estimate(bb, w.seq_len, w.micro_batch, bb.gpus, w.with_mlm_logits, heads).total <= usable
+            for w in shape.capped(cap).workloads
+        )
+
+    low, high = 1, max(w.batch_size for w in shape.workloads)
+    while low < high:  # the largest cap that fits (memory grows with the cap)
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle - 1)
+    return low
+
+
+def resolved_micro_batch(config: Mapping[str, Any], backbone: str, phase: str) -> int:
+    """A phase's ``max_micro_batch`` for one backbone: the config's number, or for ``auto``
+    what ``fitting_micro_batch`` finds; a backbone the planner cannot size (no parameter
+    count: the demo's) takes the schema's default cap."""
+    fallback = int(default("max_micro_batch", definition="phase"))
+    cap = ((config.get("training") or {}).get(phase) or {}).get("max_micro_batch", fallback)
+    if cap != AUTO_MICRO_BATCH:
+        return int(cap)
+    entry = config["backbones"][backbone]
+    shape = phase_shape(backbone_part(config, entry), phase)
+    if shape is None or skip_reason(entry) is not None:
+        return fallback
+    return fitting_micro_batch(parse_backbone(backbone, entry), shape)
 
 
 def task_sequence(config: Mapping[str, Any], name: str, seq_len: int | None = None) -> tuple[int, int]:
@@ -768,6 +823,8 @@ def plan_phase(bb: Backbone, phase: str, shape: PhaseShape, gpu_memory_gb: float
     """The phase's peak on the GPUs asked, and the smallest count on ``gpu_memory_gb`` GPUs
     (default: the backbone's own). The heads are those of the phase's largest job, even when
     the peak task belongs to another: an upper bound, by at most a few heads."""
+    if shape.auto:
+        shape = shape.capped(fitting_micro_batch(bb, shape))
     heads = job_head_parameters(shape, bb.architecture)
     peak = peak_workload(bb, shape)
     est = estimate(bb, peak.seq_len, peak.micro_batch, bb.gpus, peak.with_mlm_logits, heads)
@@ -866,9 +923,33 @@ def misfit_message(plan: PhasePlan) -> str:
     return f"config key {key}: {needed}; {fix}"
 
 
+def check_auto_micro_batch(config: Mapping[str, Any]) -> None:
+    """``max_micro_batch: auto`` is refused for a phase that trains a contrastive task (a
+    dual encoder's ranking, image-caption retrieval): its negatives are the other examples of
+    its micro-batch, so the loss itself would change with the GPU's memory."""
+    for phase in PHASES:
+        cap = ((config.get("training") or {}).get(phase) or {}).get("max_micro_batch")
+        if cap != AUTO_MICRO_BATCH:
+            continue
+        contrastive = sorted(
+            {t for job in phase_jobs(config, phase) for t in job if t in TASKS and _in_batch_negatives(TASKS[t].format)}
+        )
+        if contrastive:
+            raise PlanError(
+                f"config key training.{phase}.max_micro_batch: auto would size the micro-batch by the GPU's "
+                f"memory, and {', '.join(contrastive)} contrast each example with the others of its micro-batch "
+                "(its negatives); set a number (8: the XTREME-R reference's per-GPU batch)"
+            )
+
+
+def _in_batch_negatives(fmt: str) -> bool:
+    return head_kind(fmt) in (RANKING, VISUAL_RETRIEVAL)
+
+
 def check_fits(config: Mapping[str, Any]) -> None:
     """Raise PlanError, naming ``backbones.<name>.gpus``, if any backbone cannot fit the GPUs
     it asks for in some phase. Backbones without a size (demo models) are skipped."""
+    check_auto_micro_batch(config)
     problems = [misfit_message(p) for p in plan_config(config) if p.skipped is None and not p.fits]
     if problems:
         raise PlanError("\n".join(problems))

@@ -248,7 +248,9 @@ def job_runtime(rule_name):
     estimate (job_estimates.py). Variants of a rule (`use rule`) read the same resources."""
 
     def runtime(wildcards):
-        return job_estimates.job_time(config, rule_name, dict(wildcards), rule_name).runtime
+        return job_estimates.job_time(
+            config, rule_name, dict(wildcards), job_estimates.resources_rule(rule_name)
+        ).runtime
 
     return runtime
 

@@ -33,7 +33,7 @@ rule evaluate_prompted:
     threads: res("evaluate_prompted", "threads")
     resources:
         mem_mb=res("evaluate_prompted", "mem_mb"),
-        runtime=res("evaluate_prompted", "runtime"),
+        runtime=job_runtime("evaluate_prompted"),
         # enough GPUs of the backbone's kind to hold its weights (workflow/prompted.py)
         gpu=lambda w: prompted_grid.gpus(config, w.backbone, res("evaluate_prompted", "gpu")),
     conda:

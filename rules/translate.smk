@@ -21,7 +21,7 @@ rule translate_task_data:
     threads: res("translate_task_data", "threads")
     resources:
         mem_mb=res("translate_task_data", "mem_mb"),
-        runtime=res("translate_task_data", "runtime"),
+        runtime=job_runtime("translate_task_data"),
         gpu=res("translate_task_data", "gpu"),
         # Speed only: a resource, so changing it reruns nothing (the cache key leaves it out too).
         translation_batch_size=config["translation"]["batch_size"],
@@ -55,7 +55,7 @@ rule translate_test_data:
     threads: res("translate_test_data", "threads")
     resources:
         mem_mb=res("translate_test_data", "mem_mb"),
-        runtime=res("translate_test_data", "runtime"),
+        runtime=job_runtime("translate_test_data"),
         gpu=res("translate_test_data", "gpu"),
         translation_batch_size=config["translation"]["batch_size"],
     conda:
@@ -88,7 +88,7 @@ rule score_translation_quality:
     threads: res("translate_task_data", "threads")
     resources:
         mem_mb=res("translate_task_data", "mem_mb"),
-        runtime=res("translate_task_data", "runtime"),
+        runtime=job_runtime("score_translation_quality"),
         gpu=res("translate_task_data", "gpu"),
         # Speed only: a resource, so changing it reruns nothing (the cache key leaves it out too).
         translation_batch_size=config["translation"]["batch_size"],
@@ -122,7 +122,7 @@ rule score_translation_quality_to_english:
     threads: res("translate_test_data", "threads")
     resources:
         mem_mb=res("translate_test_data", "mem_mb"),
-        runtime=res("translate_test_data", "runtime"),
+        runtime=job_runtime("score_translation_quality_to_english"),
         gpu=res("translate_test_data", "gpu"),
         translation_batch_size=config["translation"]["batch_size"],
     conda:

@@ -206,3 +206,44 @@ def test_documented_sizes_are_no_part_of_what_a_job_reads_of_the_catalogue(monke
     assert tasks.TASKS["mnli"].sizes is not None
     monkeypatch.setitem(tasks.TASKS, "mnli", dataclasses.replace(tasks.TASKS["mnli"], sizes=None))
     assert task_fingerprint(["mnli", "xnli"]) == before
+
+
+def test_translation_is_estimated_from_its_flops_at_the_stated_generation_mfu(monkeypatch, tmp_path):
+    """A translation job of the paper grid: its rows (documented sizes, nothing prepared here)
+    at the task's length through OPUS-MT's encoder and, per beam, its decoder and output
+    projection; the plan names the assumed MFU; the Slurm limit stays the configured one."""
+    from workflow_scripts.preflight import load_config
+    from workflow_scripts.spec.tasks import TASKS
+    from workflow_scripts.workflow import job_estimates, job_work, memory_plan
+
+    monkeypatch.chdir(tmp_path)
+    config = load_config([f"{job_cost.MEASURED_DIR.parents[2]}/config/paper.yaml"])
+    job = {"task": "squad", "lang": "de", "split": "train"}
+    hub_id, translator, tokens = job_work.translation_job(config, "translate_task_data", job)
+    length, per_example = memory_plan.task_sequence(config, "squad")
+    assert hub_id == "Helsinki-NLP/opus-mt-en-de" and translator.width == 512
+    assert tokens == TASKS["squad"].sizes.examples("train", ["en"]) * length * per_example
+    per_layer = 8 * 512**2 + 2 * 512 * 2048
+    assert translator.generated_flops() == 2 * (6 * per_layer + 512 * 60000)
+    found = job_estimates.job_estimate(config, "translate_task_data", job)
+    assert found.flops == pytest.approx(tokens * (translator.source_flops() + 4 * translator.generated_flops()))
+    assert found.minutes == pytest.approx(found.flops / (989.4e12 * job_cost.GENERATION_MFU) / 60)
+    assert "MFU 0.05 assumed for beam search, not measured" in found.basis
+    limit = job_estimates.job_time(config, "translate_task_data", job, "translate_task_data")
+    assert limit.runtime == config["resources"]["translate_task_data"]["runtime"]
+    scoring = job_estimates.job_estimate(config, "score_translation_quality", {"lang": "ru"})
+    assert scoring is not None and scoring.flops < found.flops
+
+
+def test_a_prompted_job_counts_every_shot_count_and_choice(monkeypatch, tmp_path):
+    from workflow_scripts.preflight import load_config
+    from workflow_scripts.spec.tasks import TASKS
+    from workflow_scripts.workflow import job_work, memory_plan
+
+    config = load_config([])
+    monkeypatch.chdir(tmp_path)  # no prepared data here: the documented sizes are counted
+    xnli = TASKS["xnli"]
+    (work,) = job_work.prompted_tokens(config, "xnli", ["en", "de"], [0, 4])
+    length, _ = memory_plan.task_sequence(config, "xnli")
+    rows = job_work.examples("no/such/results/data/xnli/test.parquet", ["en", "de"])
+    assert work.tokens == rows * (1 + 5) * length * xnli.num_labels and work.mode == "inference"

@@ -59,6 +59,11 @@ MEASURED_DIR = Path(__file__).resolve().parent / "measured_throughput"
 # Used only where no table of measured MFU exists at all (a stated assumption, not a
 # measurement): the lower end of what `make gpu-check` measured on an H200 for decoders.
 DEFAULT_MFU = 0.3
+# Beam-search translation with a small encoder-decoder (OPUS-MT, ~75M parameters) issues
+# one decoder step per generated token over a few hundred sentences at a time: bound by
+# memory traffic and launches, far below training's utilisation. A stated assumption, not a
+# measurement (gpu-check's CTranslate2 part measures the engine, not yet its MFU).
+GENERATION_MFU = 0.05
 
 
 class CostError(ValueError):
@@ -240,6 +245,41 @@ class Estimate:
     minutes: float
     gpus: int
     basis: str
+
+
+@dataclass(frozen=True)
+class Translator:
+    """What a translation model's FLOPs depend on (an encoder-decoder transformer)."""
+
+    encoder_layers: int
+    decoder_layers: int
+    width: int
+    ffn: int
+    vocab: int
+
+    def source_flops(self) -> float:
+        """Per source token: the encoder's attention projections and FFN, forward."""
+        return 2 * self.encoder_layers * (4 * self.width**2 + 2 * self.width * self.ffn)
+
+    def generated_flops(self) -> float:
+        """Per generated token and beam: self- and cross-attention projections, FFN and the
+        output projection onto the vocabulary."""
+        per_layer = 8 * self.width**2 + 2 * self.width * self.ffn
+        return 2 * (self.decoder_layers * per_layer + self.width * self.vocab)
+
+
+def translation_estimate(
+    translator: Translator, source_tokens: float, beams: int, gpu: str, mfu: float | None, what: str
+) -> Estimate:
+    """A translation job: its source tokens through the encoder and as many generated tokens,
+    each through every beam, at ``GENERATION_MFU`` (or the config's ``cost.mfu``)."""
+    kind = gpu_kind(gpu)
+    used = mfu if mfu is not None else GENERATION_MFU
+    flops = source_tokens * (translator.source_flops() + beams * translator.generated_flops())
+    seconds = flops / (PEAK_TFLOPS[kind]["16-bit"] * 1e12 * used)
+    source = "cost.mfu" if mfu is not None else "assumed for beam search, not measured"
+    basis = f"MFU {used:g} {source}, on the {kind} peak ({what}, {beams} beams)"
+    return Estimate(flops=flops, gpu_hours=seconds / 3600, minutes=seconds / 60, gpus=1, basis=basis)
 
 
 def estimate(shape: Shape, work: list[Tokens], gpu: str, mfu: float | None = None) -> Estimate:

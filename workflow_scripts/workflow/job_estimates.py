@@ -2,9 +2,9 @@
 Slurm time limit sized from it: the estimate x ``cost.safety_factor`` + ``cost.floor_minutes``,
 at most the rule's ``resources.<rule>.runtime`` (one allocation: the partition's limit, which
 the preflight checks). A training job longer than one allocation continues from its
-checkpoint in the next (slurm.py); the allocations it needs are part of its estimate. The
-image-embedding job keeps its configured runtime: decoding the images, which its FLOPs do
-not count, sets its time.
+checkpoint in the next (slurm.py); the allocations it needs are part of its estimate.
+Image embedding, translation and prompting are estimated (their GPU-hours in the plan) but
+keep their configured runtime as their limit (``CONFIGURED_LIMIT_RULES`` says why).
 
 A rule's ``expected_runtime`` (minutes), where the config sets one, replaces the estimate of
 its jobs: a measured figure from a first run beats the model.
@@ -22,13 +22,20 @@ from typing import Any
 from workflow_scripts.spec import few_shot
 from workflow_scripts.spec.schema import default
 from workflow_scripts.workflow import grid, job_work, slurm
-from workflow_scripts.workflow.job_cost import Estimate, estimate
+from workflow_scripts.workflow.job_cost import Estimate, estimate, translation_estimate
 
 TRAINING_RULES = ("train_intermediate", *slurm.TARGET_TRAINING_RULES)
 EVALUATION_RULES = ("evaluate_target",)
 PROBE_RULES = ("probe_retention", "probe_retention_before", "probe_retention_target")
 EMBEDDING_RULES = ("embed_images",)
-ESTIMATED_RULES = TRAINING_RULES + EVALUATION_RULES + PROBE_RULES + EMBEDDING_RULES
+TRANSLATION_RULES = tuple(job_work.TRANSLATION_RULES)
+PROMPTED_RULES = ("evaluate_prompted",)
+ESTIMATED_RULES = TRAINING_RULES + EVALUATION_RULES + PROBE_RULES + EMBEDDING_RULES + TRANSLATION_RULES + PROMPTED_RULES
+# Jobs whose estimate counts their GPU-hours but does not set their time limit, which stays
+# resources.<rule>.runtime: image embedding (decoding the images, which the FLOPs do not
+# see, sets its time), translation (its MFU is assumed, not measured, and a job cut off at
+# its limit loses its batch in flight) and prompting (lm-eval's per-request host work).
+CONFIGURED_LIMIT_RULES = EMBEDDING_RULES + TRANSLATION_RULES + PROMPTED_RULES
 
 
 @dataclass(frozen=True)
@@ -51,6 +58,8 @@ def cost_settings(config: Mapping[str, Any]) -> dict[str, Any]:
 
 def job_estimate(config: Mapping[str, Any], rule: str, wildcards: Mapping[str, str]) -> Estimate | None:
     """The cost model's estimate of one job of ``rule`` (None: unknown sizes or shape)."""
+    if rule in TRANSLATION_RULES:
+        return _translation_estimate(config, rule, wildcards)
     work = _job_work(config, rule, wildcards)
     if work is None:
         return None
@@ -59,23 +68,41 @@ def job_estimate(config: Mapping[str, Any], rule: str, wildcards: Mapping[str, s
     return estimate(shape, tokens, cost["gpu"], cost["mfu"])
 
 
+def _translation_estimate(config, rule: str, wildcards: Mapping[str, str]) -> Estimate | None:
+    found = job_work.translation_job(config, rule, wildcards)
+    if found is None:
+        return None
+    hub_id, translator, tokens = found
+    cost = cost_settings(config)
+    beams = int(config["translation"].get("num_beams", default("translation", "num_beams")))
+    return translation_estimate(translator, tokens, beams, cost["gpu"], cost["mfu"], hub_id)
+
+
+# Rules whose jobs read another rule's resources: `use rule` variants their parent's, the
+# translation scorers the translators'.
+SHARED_RESOURCES = {
+    **dict.fromkeys(slurm.TARGET_TRAINING_RULES, "train_target"),
+    **dict.fromkeys(PROBE_RULES, "probe_retention"),
+    "score_translation_quality": "translate_task_data",
+    "score_translation_quality_to_english": "translate_test_data",
+}
+
+
 def resources_rule(rule: str) -> str:
-    """The rule whose resources a rule's jobs read (`use rule` variants read their parent's)."""
-    if rule in slurm.TARGET_TRAINING_RULES:
-        return "train_target"
-    if rule in PROBE_RULES:
-        return "probe_retention"
-    return rule
+    """The rule whose resources a rule's jobs read."""
+    return SHARED_RESOURCES.get(rule, rule)
 
 
 def _job_work(config, rule: str, w: Mapping[str, str]):
     if rule in EMBEDDING_RULES:
         return job_work.embedding_job(config, w["task"])
-    if rule not in TRAINING_RULES + EVALUATION_RULES + PROBE_RULES:
+    if rule not in TRAINING_RULES + EVALUATION_RULES + PROBE_RULES + PROMPTED_RULES:
         return None
     shape = job_work.backbone_shape(config, w["backbone"])
     if shape is None:  # no parameter count (the demo's backbones): nothing to estimate from
         return None
+    if rule in PROMPTED_RULES:
+        return _prompted_work(config, shape, w)
     if rule in TRAINING_RULES:
         settings, data = _training_job(config, rule, w)
         shape = dataclasses.replace(shape, method=settings.method.name)  # an image arm's adapters
@@ -88,6 +115,15 @@ def _job_work(config, rule: str, w: Mapping[str, str]):
     from workflow_scripts.workflow.retention import probe_settings
 
     return _with(shape, job_work.retention_tokens(probe_settings(config, w["backbone"])))
+
+
+def _prompted_work(config, shape, w: Mapping[str, str]):
+    from workflow_scripts.workflow import prompted
+
+    gpus = prompted.gpus(dict(config), w["backbone"], int(grid.resources(dict(config), "evaluate_prompted")["gpu"]))
+    settings = prompted.settings(dict(config), w["backbone"], w["task"])
+    tokens = job_work.prompted_tokens(config, w["task"], list(settings.languages), list(settings.shots))
+    return _with(dataclasses.replace(shape, gpus=max(1, gpus)), tokens)
 
 
 def _with(shape, tokens):
@@ -127,7 +163,7 @@ def job_time(config: Mapping[str, Any], rule: str, wildcards: Mapping[str, str],
         basis = found.basis
     else:
         return JobTime(rule, None, None, cap, 1, f"no estimate: resources.{resources_rule}.runtime")
-    if rule in EMBEDDING_RULES:  # image decoding, which the FLOPs do not see, sets its time
+    if rule in CONFIGURED_LIMIT_RULES:
         return JobTime(rule, found, minutes, cap, 1, basis)
     allocations = 1
     if needed > cap:

@@ -25,7 +25,25 @@ from workflow_scripts.spec.phase_steps import steps_for_sizes, task_probabilitie
 from workflow_scripts.spec.schema import default
 from workflow_scripts.spec.tasks import MLM, TASKS, get_task
 from workflow_scripts.workflow import memory_plan
-from workflow_scripts.workflow.job_cost import Shape, Tokens
+from workflow_scripts.workflow.job_cost import Shape, Tokens, Translator
+
+# Translators the cost model can size, by Hub id prefix (the first that matches): OPUS-MT's
+# Marian models (Tiedemann & Thottingal 2020, "OPUS-MT -- Building open translation services
+# for the World"): transformer-base, 6 encoder and 6 decoder layers of width 512 with
+# 2,048-wide FFNs; the tc-big ones transformer-big (1,024, 4,096). Their SentencePiece
+# vocabularies hold about 60k pieces (58,101 for en-de).
+TRANSLATORS = (
+    ("Helsinki-NLP/opus-mt-tc-big-", Translator(6, 6, 1024, 4096, 60000)),
+    ("Helsinki-NLP/opus-mt-", Translator(6, 6, 512, 2048, 60000)),
+)
+# The translation jobs and the data each one reads: (rule, task or None: the wildcard's,
+# splits, whether the wildcard language is the source).
+TRANSLATION_RULES = {
+    "translate_task_data": (None, None, False),
+    "translate_test_data": (None, ("test",), True),
+    "score_translation_quality": ("xnli", ("dev", "test"), False),
+    "score_translation_quality_to_english": ("xnli", ("dev", "test"), True),
+}
 
 # Vision towers the cost model can size (layers, width): CLIP ViT-B/32's image encoder
 # (Radford et al. 2021, Table 20: 12 layers of width 768).
@@ -239,3 +257,49 @@ def embedding_job(config: Mapping[str, Any], task: str) -> tuple[Shape, list[Tok
     images = sum(n for n in rows if n is not None) * max(spec.images_per_example, 1)
     shape = Shape("encoder", "full", "bf16", 12 * layers * width**2, layers, width)
     return shape, [Tokens("inference", images * tokens, tokens)]
+
+
+# ----- translation and prompting ----------------------------------------------------------------
+
+
+def translator_of(config: Mapping[str, Any], lang: str, to_english: bool) -> tuple[str, Translator] | None:
+    """(Hub id, shape) of the translator a job uses; None for the demo's own or an unknown one."""
+    models = config["models"]
+    if models["source"] != "hub":
+        return None
+    hub_id = (models["translators_to_en" if to_english else "translators"].get(lang) or {}).get("hub_id", "")
+    return next(((hub_id, shape) for prefix, shape in TRANSLATORS if hub_id.startswith(prefix)), None)
+
+
+def translation_job(config: Mapping[str, Any], rule: str, w: Mapping[str, str]) -> tuple[str, Translator, float] | None:
+    """(Hub id, translator, source tokens) of a translation job: its rows (the prepared file,
+    else the documented sizes) in the language it translates from, each at its task's
+    ``max_length`` per choice, an upper bound (texts are as long at most)."""
+    from workflow_scripts.workflow import transfer
+
+    task, splits, from_wildcard = TRANSLATION_RULES[rule]
+    task = task or w["task"]
+    found = translator_of(config, w["lang"], to_english=from_wildcard)
+    if found is None or task not in TASKS:
+        return None
+    source = w["lang"] if from_wildcard else "en"
+    rows = [examples(transfer.data_path(task, split), [source]) for split in splits or (w["split"],)]
+    if any(n is None for n in rows):
+        return None
+    length, per_example = memory_plan.task_sequence(config, task)
+    return found[0], found[1], sum(n for n in rows if n is not None) * length * per_example
+
+
+def prompted_tokens(config: Mapping[str, Any], task: str, languages: list[str], shots: list[int]) -> list[Tokens] | None:
+    """A prompted job's forwards: every test row in every language at every shot count, each
+    choice scored with the k examples of its prompt (k + 1 examples of ``max_length``), an
+    upper bound: prompts are as long at most."""
+    from workflow_scripts.workflow import transfer
+
+    rows = examples(transfer.data_path(task, "test"), languages)
+    if rows is None:
+        return None
+    length, choices = memory_plan.task_sequence(config, task)
+    choices = max(choices, get_task(task).num_labels or 1)
+    per_row = sum((k + 1) * length for k in shots) * choices
+    return [Tokens("inference", rows * per_row, length)]

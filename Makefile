@@ -16,6 +16,9 @@ TORCH_INDEX := --index-url https://download.pytorch.org/whl/cpu
 else ifneq ($(TORCH),)
 $(error TORCH=$(TORCH): leave TORCH unset (torch from PyPI) or set TORCH=cpu (PyTorch's CPU wheel index))
 endif
+# GPU=1: also install requirements-gpu.txt (CTranslate2's CUDA 12 cuBLAS); by default where
+# nvidia-smi answers. Like TORCH, it only matters when .venv is created.
+GPU ?= $(shell nvidia-smi -L > /dev/null 2>&1 && echo 1 || echo 0)
 # Rules call `python -m workflow_scripts...`: the environment's python must come first.
 export PATH := $(BIN):$(PATH)
 
@@ -26,11 +29,12 @@ install: $(VENV)/.installed
 # torch is installed first and pinned, so that requirements.txt's torch==2.13.0 finds it
 # installed (the CPU build's version, 2.13.0+cpu, satisfies the pin) and pip does not fetch
 # another build.
-$(VENV)/.installed: requirements.txt requirements-test.txt
+$(VENV)/.installed: requirements.txt requirements-test.txt requirements-gpu.txt
 	python3 -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet $(TORCH_INDEX) torch==2.13.0
 	$(BIN)/python -m pip install --quiet -r requirements-test.txt
+	if [ "$(GPU)" = 1 ]; then $(BIN)/python -m pip install --quiet -r requirements-gpu.txt; fi
 	touch $@
 
 demo: install

@@ -654,3 +654,36 @@ def test_a_format_declares_its_translated_text_columns():
         )
     with pytest.raises(InputError, match="cannot be machine-translated"):
         translate_rows("mining", [], lambda ts: ts, "de", 10)
+
+
+def test_ctranslate2_without_its_cublas_falls_back_to_transformers_and_says_so(
+    translator_dir, converted_dir, demo_data, monkeypatch, caplog
+):
+    """A GPU install without requirements-gpu.txt: the CTranslate2 engine cannot start, the
+    transformers engine translates instead, with a warning; the stats and the cache key name
+    the engine that ran, so its translations are never taken for CTranslate2's."""
+    import torch
+
+    from workflow_scripts.translation import translators as T
+
+    def no_cublas(*args, **kwargs):
+        raise T.CublasMissing("translation.backend ctranslate2 on a GPU needs the CUDA 12 cuBLAS")
+
+    texts = [r["text_a"] for r in read_table(demo_data["xnli.dev"]).to_pylist()[:10]]
+    settings = MT_SETTINGS.replace(backend="ctranslate2", compute_type="float32")
+    genuine = MarianTranslator(translator_dir, settings, torch.device("cpu"), converted=converted_dir)
+    monkeypatch.setattr(T, "CTranslate2Engine", no_cublas)
+    with caplog.at_level("WARNING"):
+        fallback = MarianTranslator(translator_dir, settings, torch.device("cpu"), converted=converted_dir)
+    assert "translating with the transformers backend (fp32) instead" in caplog.text
+    assert fallback.describe()["backend"] == "transformers"
+    assert fallback.cache.model_key != genuine.cache.model_key
+    hf = MarianTranslator(translator_dir, MT_SETTINGS.replace(precision="fp32"), torch.device("cpu"))
+    assert fallback(texts) == hf(texts) and fallback.cache.model_key == hf.cache.model_key
+    assert [T.precision_of_compute_type(c) for c in ("bfloat16", "int8_float16", "auto", "int8", "float32")] == [
+        "bf16",
+        "fp16",
+        "fp16",
+        "fp32",
+        "fp32",
+    ]

@@ -180,6 +180,10 @@ def load_shared_library(name_or_path: str) -> None:
     ctypes.CDLL(name_or_path, mode=ctypes.RTLD_GLOBAL)
 
 
+class CublasMissing(InputError):
+    """ctranslate2's CUDA build cannot find or load the CUDA 12 cuBLAS it needs."""
+
+
 def ensure_cublas12(search_path: Sequence[str] | None = None) -> str:
     """Make sure ctranslate2's CUDA build will find libcublas.so.12, before it is put on a GPU
     (it would otherwise fail at its first batch). Returns where the library came from.
@@ -194,7 +198,7 @@ def ensure_cublas12(search_path: Sequence[str] | None = None) -> str:
         not_found = str(err)
     packaged = find_packaged_cublas12(search_path)
     if packaged is None:
-        raise InputError(
+        raise CublasMissing(
             f"translation.backend ctranslate2 on a GPU needs the CUDA 12 cuBLAS ({CUBLAS_12}), which is "
             f"neither on the loader's path ({not_found}) nor in an installed nvidia-cublas-cu12 package. "
             f"Install it into this environment (`pip install {CUBLAS_12_PACKAGE}`, found and preloaded "
@@ -207,7 +211,7 @@ def ensure_cublas12(search_path: Sequence[str] | None = None) -> str:
             load_shared_library(str(lt))
         load_shared_library(str(packaged))
     except OSError as err:
-        raise InputError(
+        raise CublasMissing(
             f"translation.backend ctranslate2: {packaged} (nvidia-cublas-cu12) does not load: {err}. "
             f"Reinstall it (`pip install --force-reinstall {CUBLAS_12_PACKAGE}`), or set LD_LIBRARY_PATH "
             f"to a CUDA 12 toolkit's lib64 folder, or set `translation.backend: transformers`."
@@ -282,6 +286,33 @@ class CTranslate2Engine:
         ]
 
 
+def _engine(model_dir: Path, converted: Path | None, tokenizer, settings: TranslationSettings, dev, limit, threads):
+    """The configured backend's engine. CTranslate2 on a GPU without its CUDA 12 cuBLAS (a GPU
+    install without requirements-gpu.txt) falls back to the transformers engine on torch's
+    own CUDA, in the precision nearest to the compute type, with a warning: the engine that
+    ran is named in the job's stats and in the cache key, so its translations are never taken
+    for CTranslate2's."""
+    if settings.backend != "ctranslate2":
+        return TransformersEngine(model_dir, tokenizer, settings, dev, limit)
+    if converted is None:
+        raise InputError("translation.backend ctranslate2 needs the converted model (--converted DIR)")
+    try:
+        return CTranslate2Engine(converted, model_dir, tokenizer, settings, dev, limit, threads)
+    except CublasMissing as err:
+        fallback = settings.replace(backend="transformers", precision=precision_of_compute_type(settings.compute_type))
+        LOG.warning("%s -- translating with the transformers backend (%s) instead", err, fallback.precision)
+        return TransformersEngine(model_dir, tokenizer, fallback, dev, limit)
+
+
+def precision_of_compute_type(compute_type: str) -> str:
+    """The transformers engine's precision nearest to a CTranslate2 compute type."""
+    if "bfloat16" in compute_type:
+        return "bf16"
+    if "float16" in compute_type or compute_type == "auto":  # auto: float16 on a GPU
+        return "fp16"
+    return "fp32"
+
+
 class MarianTranslator:
     """Batched, deduplicated, cached MarianMT translation of arbitrary-length strings.
 
@@ -311,14 +342,7 @@ class MarianTranslator:
         # The target-language token, where there is one, takes a position of every segment.
         self.limit = min(self.tokenizer.model_max_length, positions) - 1 - bool(self.target_token)
         self.settings = settings
-        if settings.backend == "ctranslate2":
-            if converted is None:
-                raise InputError("translation.backend ctranslate2 needs the converted model (--converted DIR)")
-            self.engine: TransformersEngine | CTranslate2Engine = CTranslate2Engine(
-                converted, model_dir, self.tokenizer, settings, dev, self.limit, threads
-            )
-        else:
-            self.engine = TransformersEngine(model_dir, self.tokenizer, settings, dev, self.limit)
+        self.engine = _engine(model_dir, converted, self.tokenizer, settings, dev, self.limit, threads)
         self.cache = TranslationCache(cache_path, model_key(model_dir, settings, self.engine.description))
         self.counts = {
             "segments_requested": 0,

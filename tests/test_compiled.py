@@ -53,6 +53,10 @@ def test_buckets_round_up_and_bound_the_widths():
 def test_auto_compiles_on_a_gpu_only_and_never_a_sharded_run():
     assert not compiled.decide("auto", "cpu").compiled
     assert compiled.decide("auto", "cuda").compiled
+    assert compiled.decide("auto", "cuda", parameters=278_000_000).compiled  # XLM-R base
+    tiny = compiled.decide("auto", "cuda", parameters=400_000)  # the demo's: compiling outlasts training
+    assert not tiny.compiled and "400,000 parameters" in tiny.reason
+    assert compiled.decide("always", "cuda", parameters=400_000).compiled
     assert compiled.decide("always", "cpu").compiled
     assert not compiled.decide("never", "cuda").compiled
     sharded = compiled.decide("always", "cuda", distributed=True)

@@ -275,7 +275,6 @@ def evaluate_run(
     seed_everything(seed)
     task = get_task(target)
     dev = device()
-    engine = compiled.configure(compile, dev.type)
     precision = Precision(settings.precision)
     precision.check_device(dev, f"evaluating {target}")
     splits = read_splits(task, data, settings)
@@ -289,10 +288,7 @@ def evaluate_run(
     if unassigned:
         raise InputError(f"--model names no model for languages {unassigned}")
     # The precision policy that ran (every model of one evaluation has its backbone's method).
-    extra: dict[str, Any] = {
-        "precision": precision.record(dev, method_of(next(iter(model_of.values()))).name),
-        "engine": engine.record(),
-    }
+    extra: dict[str, Any] = {"precision": precision.record(dev, method_of(next(iter(model_of.values()))).name)}
     if task.is_retrieval:
         (model_dir,) = set(model_of.values())
         # the backbone the intermediate phase left (adapters merged in memory)
@@ -304,7 +300,7 @@ def evaluate_run(
         extra.update(found)
         extra["retrieval"]["encoder_path"] = str(model_dir)  # the intermediate phase's, or a target model's
     else:
-        run = _ModelScoring(task, settings, splits, model_of, unlabelled, dev, bank, images)
+        run = _ModelScoring(task, settings, splits, model_of, unlabelled, dev, bank, images, compile)
         scores, predictions = run.score_every_model()
         extra.update(run.extra)
     scores = {split: {l: per[l] for l in languages if l in per} for split, per in scores.items()}
@@ -365,9 +361,10 @@ class _ModelScoring:
     """Scores each language's rows with the target model that language is assigned, one model
     loaded at a time; ``extra`` collects what the metric file records of the models."""
 
-    def __init__(self, task, settings, splits, model_of, unlabelled, dev, bank, images) -> None:
+    def __init__(self, task, settings, splits, model_of, unlabelled, dev, bank, images, compile) -> None:
         self.task, self.settings, self.splits, self.model_of = task, settings, splits, model_of
         self.unlabelled, self.dev, self.bank, self.images = unlabelled, dev, bank, images
+        self.compile = compile
         self.extra: dict[str, Any] = {}
         self.selections: dict[str, Any] = {}
 
@@ -393,6 +390,9 @@ class _ModelScoring:
     def _score_model(self, model_dir: Path, scores, predictions) -> None:
         task, dev = self.task, self.dev
         model, tokenizer = _load_target_model(task, model_dir, dev, self.bank)
+        # the engine for this model's size (compiled.py: auto compiles models of 100M and up)
+        engine = compiled.configure(self.compile, dev.type, parameters=sum(p.numel() for p in model.parameters()))
+        self.extra["engine"] = engine.record()
         if head_kind(task.format) == RANKING:  # read sequences as training did
             dual_encoder.configure_head(model.heads[task.name], self.settings)
         self._record_model(model_dir)

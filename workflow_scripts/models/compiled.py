@@ -6,8 +6,10 @@ and its backward become a few fused kernels per layer, and autocast's casts are 
 them. ``resources.<rule>.compile`` chooses (an operational setting: switching it reruns
 nothing, and the train log records which ran):
 
-- ``auto`` (default): compiled on a GPU, eager on a CPU, where the demo's tiny models would
-  spend longer compiling than training and two runs must give identical tables;
+- ``auto`` (default): compiled on a GPU for a model of at least ``AUTO_MIN_PARAMETERS``
+  (100M: XLM-R base and up), eager otherwise: on a CPU, where two runs must give identical
+  tables, and for the demo's tiny models, which would spend longer compiling (tens of
+  seconds a shape) than training;
 - ``always``: compiled on any device; ``never``: eager everywhere.
 
 A compiled forward is specialised to its input shapes (``dynamic=False``: static shapes are
@@ -93,8 +95,13 @@ _ENGINE = Engine()
 _COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def decide(mode: CompileMode, device_type: str, distributed: bool = False) -> Engine:
-    """The engine ``resources.<rule>.compile`` asks for on this device."""
+# auto compiles models of at least this many parameters (on a GPU)
+AUTO_MIN_PARAMETERS = 100_000_000
+
+
+def decide(mode: CompileMode, device_type: str, distributed: bool = False, parameters: int | None = None) -> Engine:
+    """The engine ``resources.<rule>.compile`` asks for on this device, for a model of
+    ``parameters`` (None: unknown, taken as large enough)."""
     if mode not in COMPILE_MODES:
         raise ValueError(f"compile: expected one of {', '.join(COMPILE_MODES)}, got {mode!r}")
     if mode == "never":
@@ -103,13 +110,17 @@ def decide(mode: CompileMode, device_type: str, distributed: bool = False) -> En
         return Engine(False, "eager (sharded runs are not compiled: FSDP2's hooks would break the graph)")
     if mode == "auto" and device_type != "cuda":
         return Engine(False, f"eager (compile: auto on {device_type})")
+    if mode == "auto" and parameters is not None and parameters < AUTO_MIN_PARAMETERS:
+        return Engine(False, f"eager (compile: auto, {parameters:,} parameters: compiling would outlast the gain)")
     return Engine(True, f"compiled (compile: {mode} on {device_type})", BACKEND, bucketed=True)
 
 
-def configure(mode: CompileMode, device_type: str, distributed: bool = False) -> Engine:
-    """Set this process's engine (once, at a job's start); returns it."""
+def configure(
+    mode: CompileMode, device_type: str, distributed: bool = False, parameters: int | None = None
+) -> Engine:
+    """Set this process's engine (once per job, once the model's size is known); returns it."""
     global _ENGINE
-    _ENGINE = decide(mode, device_type, distributed)
+    _ENGINE = decide(mode, device_type, distributed, parameters)
     _COMPILED.clear()
     if _ENGINE.compiled:
         _configure_compiler()

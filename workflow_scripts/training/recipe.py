@@ -216,12 +216,13 @@ class TrainingRecipe:
             raise InputError(
                 "precision fp16 is not supported with sharded training (its loss scale is per rank); use bf16"
             )
-        self.engine = compiled.configure(job.compile, self.dev.type, self.ctx.distributed)
-        if self.ctx.is_main:
-            LOG.info("forwards: %s", self.engine.reason)
         self.checkpointer = self.runtime.checkpointer(job.checkpoint_dir, self.fingerprint(), job.checkpoint_every)
         check_available(self.method, self.dev)
         self.build_model()
+        parameters = sum(p.numel() for p in self.model.parameters())
+        self.engine = compiled.configure(job.compile, self.dev.type, self.ctx.distributed, parameters)
+        if self.ctx.is_main:
+            LOG.info("forwards: %s", self.engine.reason)
         self.build_optimisation()
         self.build_observers()
         # Without a checkpoint directory the best weights live in a scratch directory under $TMPDIR

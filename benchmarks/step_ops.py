@@ -97,10 +97,10 @@ def engine_step(model, method, batch: dict[str, Any], dev) -> Callable[[], Any]:
 
 
 def measure(engine: str, model_dir: Path, batch_shape: tuple[int, int], precision: str, dev, steps: int):
+    import gpu_check
     import torch
     import torch._inductor.config as inductor_config
 
-    import gpu_check
     from workflow_scripts.models import compiled
 
     compiled.configure("always" if engine == "compiled" else "never", dev.type)
@@ -131,9 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
+    import gpu_check
     import torch
 
-    import gpu_check
     from workflow_scripts.common import configure_torch
 
     configure_torch(args.threads)

@@ -41,7 +41,16 @@ def engine_reset():
 
 
 def test_buckets_round_up_and_bound_the_widths():
-    assert [compiled.bucket_width(n) for n in (1, 32, 33, 128, 129, 384, 385, 513)] == [32, 32, 64, 128, 192, 384, 448, 640]
+    assert [compiled.bucket_width(n) for n in (1, 32, 33, 128, 129, 384, 385, 513)] == [
+        32,
+        32,
+        64,
+        128,
+        192,
+        384,
+        448,
+        640,
+    ]
     for n in range(1, 700):
         assert n <= compiled.bucket_width(n) < n + 128
     assert compiled.widths_up_to(128) == [32, 64, 96, 128]
@@ -141,7 +150,9 @@ def test_compiled_decoder_lora_training_matches_eager_without_graph_breaks(
         max_position_embeddings=128,
         seed=0,
     )
-    build_demo_decoder(shape.replace(pretraining=shape.pretraining.replace(steps=0)), [str(demo_data["mnli.train"])], decoder)
+    build_demo_decoder(
+        shape.replace(pretraining=shape.pretraining.replace(steps=0)), [str(demo_data["mnli.train"])], decoder
+    )
     mnli = str(demo_data["mnli.train"])
     data = {"mnli": {"train": mnli, "dev": mnli}}
     method = {"name": "lora", "precision": "fp32", "rank": 4, "alpha": 8, "dropout": 0.0}

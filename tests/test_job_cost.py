@@ -51,7 +51,10 @@ def test_the_host_is_paid_per_micro_step_at_the_measured_depth(monkeypatch):
         "source": "test",
         "file": "t.json",
         "rows": [],
-        "host_rows": [{"layers": 12, "seconds": 0.05, "engine": "eager"}, {"layers": 24, "seconds": 0.08, "engine": "eager"}],
+        "host_rows": [
+            {"layers": 12, "seconds": 0.05, "engine": "eager"},
+            {"layers": 24, "seconds": 0.08, "engine": "eager"},
+        ],
     }
     monkeypatch.setattr(job_cost, "measured_tables", lambda: {"H200": table})
     assert job_cost.host_step_seconds("H200", 24)[0] == 0.08 and job_cost.host_step_seconds("H200", 10)[0] == 0.05

@@ -77,7 +77,11 @@ def test_clipping_on_one_device_is_torchs_clip_grad_norm_bit_for_bit():
     from workflow_scripts.training.step import clip_local_gradients
 
     torch.manual_seed(0)
-    for scale, dtypes in ((3.0, [torch.float32] * 3), (0.01, [torch.float32] * 3), (3.0, [torch.float32, torch.bfloat16, torch.float32])):
+    for scale, dtypes in (
+        (3.0, [torch.float32] * 3),
+        (0.01, [torch.float32] * 3),
+        (3.0, [torch.float32, torch.bfloat16, torch.float32]),
+    ):
         grads = [torch.randn(shape, dtype=dtype) * scale for shape, dtype in zip([(3, 4), (5,), (7, 2)], dtypes)]
         params = [torch.nn.Parameter(torch.zeros_like(g)) for g in grads]
         for p, g in zip(params, grads):

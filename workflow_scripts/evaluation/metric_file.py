@@ -34,8 +34,8 @@ from typing import Any
 from workflow_scripts.common import LOG, read_json, setup_logging, write_json
 from workflow_scripts.data import leakage
 from workflow_scripts.evaluation.evaluate import Sources, evaluate_run
-from workflow_scripts.models.compiled import COMPILE_MODES, DEFAULT_COMPILE
 from workflow_scripts.evaluation.predictions import write_predictions
+from workflow_scripts.models.compiled import COMPILE_MODES, DEFAULT_COMPILE
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.evaluation_settings import EvaluationSettings
 from workflow_scripts.spec.model_settings import BackboneProvenance

@@ -115,9 +115,7 @@ def decide(mode: CompileMode, device_type: str, distributed: bool = False, param
     return Engine(True, f"compiled (compile: {mode} on {device_type})", BACKEND, bucketed=True)
 
 
-def configure(
-    mode: CompileMode, device_type: str, distributed: bool = False, parameters: int | None = None
-) -> Engine:
+def configure(mode: CompileMode, device_type: str, distributed: bool = False, parameters: int | None = None) -> Engine:
     """Set this process's engine (once per job, once the model's size is known); returns it."""
     global _ENGINE
     _ENGINE = decide(mode, device_type, distributed, parameters)
@@ -157,7 +155,10 @@ def compiler_counts() -> dict[str, int]:
     import torch._dynamo.utils as dynamo_utils
 
     counters = dynamo_utils.counters
-    return {"graphs": int(counters["stats"]["unique_graphs"]), "graph_breaks": int(sum(counters["graph_break"].values()))}
+    return {
+        "graphs": int(counters["stats"]["unique_graphs"]),
+        "graph_breaks": int(sum(counters["graph_break"].values())),
+    }
 
 
 def _configure_compiler() -> None:

@@ -290,7 +290,9 @@ def translation_job(config: Mapping[str, Any], rule: str, w: Mapping[str, str]) 
     return found[0], found[1], sum(n for n in rows if n is not None) * length * per_example
 
 
-def prompted_tokens(config: Mapping[str, Any], task: str, languages: list[str], shots: list[int]) -> list[Tokens] | None:
+def prompted_tokens(
+    config: Mapping[str, Any], task: str, languages: list[str], shots: list[int]
+) -> list[Tokens] | None:
     """A prompted job's forwards: every test row in every language at every shot count, each
     choice scored with the k examples of its prompt (k + 1 examples of ``max_length``), an
     upper bound: prompts are as long at most."""

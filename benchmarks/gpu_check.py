@@ -11,15 +11,24 @@ minutes, written to ``results/gpu_check/summary.md`` and ``summary.json``.
   per token are 6 N (full) or 4 N (a frozen base computes no weight gradients) over the
   non-embedding parameters, plus attention's 12 L s d. Checkpoints are saved in bf16, so full
   fine-tuning also shows its fp32 master weights.
+- **Eager against compiled** (workflow_scripts/models/compiled.py): XLM-R large in full and
+  the 7B-width decoder with LoRA at seq 128 x batch 32, 384 x 16 and 128 x 4 (XNLI's target
+  batch), each eager and compiled, with the aten ops one step dispatches and one profiled
+  step's CPU time against its GPU kernel time. The batch-4 rows are the host's shortest
+  micro-step by depth, which the cost model reads (``host_rows``).
 - **Sharded runtime**: a world-size-1 torchrun (NCCL on a GPU) trains a small encoder with
   FSDP2 in bf16, is stopped by SIGTERM after a checkpoint, and resumes from it.
 - **Retrieval**: the GPU exact search against faiss on the CPU (or, without faiss, an fp64
   reference): the same neighbours in the same order, scores to float rounding.
 - **CTranslate2 on CUDA**: whether the CUDA 12 cuBLAS that ctranslate2 loads can be found.
 - **Memory**: every measured peak beside the memory planner's estimate.
+- **The demo grid on the GPU**: ``snakemake --cores 8 --resources gpu=1`` over the demo's
+  config with one GPU for every GPU rule: every job must succeed and every training log name
+  ``cuda`` (skipped, with the reason, where snakemake is not installed).
 
-``--cpu-smoke`` runs every part at tiny shapes on the CPU (no GPU tests, no MFU), so that the
-command cannot rot: ``make test`` runs it. On a GPU machine without network, the wheels it
+``--cpu-smoke`` runs every part at tiny shapes on the CPU (no GPU tests, no MFU, compiled
+rows traced by aot_eager instead of inductor's minutes of C++ code generation, no demo grid),
+so that the command cannot rot: ``make test`` runs it. On a GPU machine without network, the wheels it
 needs beyond torch, transformers and peft come from ``bash benchmarks/gpu_wheels.sh``
 (docs/benchmarks.md says how to carry them).
 
@@ -45,6 +54,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))  # step_ops
 
 from workflow_scripts.workflow.job_cost import PEAK_TFLOPS  # noqa: E402 (after the path)
 
@@ -63,6 +73,10 @@ TINY_ENCODER = {**XLMR_LARGE, "vocab_size": 1000, "hidden_size": 64, "num_hidden
 TINY_DECODER = {**DECODER_7B_WIDTH, "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2,
                 "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 128}  # fmt: skip
 LORA = {"rank": 16, "alpha": 32, "dropout": 0.0}
+# (seq, batch) of the eager-against-compiled rows; the last is XNLI's target step, where the
+# host sets the pace (the cost model's host_rows).
+COMPARED_SHAPES = ((128, 32), (384, 16), (128, 4))
+ENGINES = ("eager", "compiled")
 
 
 def throughput_cases(smoke: bool) -> list[dict[str, Any]]:
@@ -72,6 +86,13 @@ def throughput_cases(smoke: bool) -> list[dict[str, Any]]:
     enc, dec = (TINY_ENCODER, TINY_DECODER) if smoke else (XLMR_LARGE, DECODER_7B_WIDTH)
     wide = TINY_ENCODER if smoke else XLMR_XL_WIDTH
     scale = (lambda s, b: (32, 2)) if smoke else (lambda s, b: (s, b))
+    compared = []
+    for name, family, shape, method in (("XLM-R large, full", "encoder", enc, "full"),
+                                        ("decoder 7B width (4 layers), LoRA", "decoder", dec, "lora")):
+        for seq, batch in COMPARED_SHAPES[:1] if smoke else COMPARED_SHAPES:  # (smoke: all shapes are tiny)
+            for engine in ENGINES:
+                label = f"{name}, {seq} x {batch}, {engine}"
+                compared.append((label, family, shape, method, "bf16", "train", *scale(seq, batch), engine))
     cases = [
         ("XLM-R large, full, seq 128", "encoder", enc, "full", "bf16", "train", *scale(128, 32)),
         ("XLM-R large, full, seq 384", "encoder", enc, "full", "bf16", "train", *scale(384, 16)),
@@ -86,8 +107,8 @@ def throughput_cases(smoke: bool) -> list[dict[str, Any]]:
         ("decoder 7B width (4 layers), QLoRA evaluation", "decoder", dec, "qlora", "bf16", "inference",
          *scale(512, 16)),
     ]  # fmt: skip
-    keys = ("label", "family", "shape", "method", "precision", "mode", "seq_len", "micro_batch")
-    return [dict(zip(keys, case)) for case in cases]
+    keys = ("label", "family", "shape", "method", "precision", "mode", "seq_len", "micro_batch", "engine")
+    return [dict(zip(keys, case)) for case in [(*c, "eager") for c in cases] + compared]
 
 
 # ----- the environment -----------------------------------------------------------------------
@@ -187,32 +208,6 @@ def timed(run_once: Callable[[], Any], dev, warmup: int, steps: int) -> tuple[fl
     return time.perf_counter() - started, last
 
 
-def timed_steps(model, method, batch: dict[str, Any], dev, warmup: int, steps: int) -> float:
-    """Seconds of ``steps`` optimizer steps after ``warmup`` untimed ones."""
-    import torch
-
-    from workflow_scripts.models.heads import forward
-    from workflow_scripts.precision import Precision
-    from workflow_scripts.training import step
-
-    precision = Precision(method.precision)
-    optimizer, scaler = step.make_optimizer(model, 1e-5, 0.0), precision.grad_scaler(dev)
-    model.train()
-
-    def one_step():
-        with precision.autocast(dev):
-            _, loss = forward(model, "classification", "nli", batch)
-        step.backward(loss, scaler)
-        step.optimizer_step(model, optimizer, scaler, 1.0)
-        optimizer.zero_grad(set_to_none=True)
-        return loss
-
-    seconds, loss = timed(one_step, dev, warmup, steps)
-    if not torch.isfinite(loss):
-        raise RuntimeError(f"loss {loss.item()}")
-    return seconds
-
-
 def timed_forwards(model, method, batch: dict[str, Any], dev, warmup: int, steps: int) -> float:
     """Seconds of ``steps`` forwards as evaluation runs them (evaluate.predict_logits: no_grad,
     the precision policy's autocast, logits copied back to the host) after ``warmup``."""
@@ -299,12 +294,24 @@ def run_throughput(case: dict[str, Any], workdir: Path, dev, smoke: bool, peak: 
         "precision": case["precision"],
         **(LORA if case["method"] != "full" else {}),
     }
+    from step_ops import engine_step, profile_step
+
+    from workflow_scripts.models import compiled
+
+    compiled.configure("always" if case["engine"] == "compiled" else "never", dev.type)
     model, method = build_model(model_dir, case["family"], method_settings, dev)
     dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in model.parameters() if p.requires_grad})
     batch = synthetic_batch(case["shape"]["vocab_size"], case["seq_len"], case["micro_batch"], dev)
     steps, warmup = (2, 1) if smoke else (10, 3)
-    timed = timed_steps if case["mode"] == "train" else timed_forwards
-    seconds = timed(model, method, batch, dev, warmup=warmup, steps=steps)
+    ops = {}
+    if case["mode"] == "train":
+        one_step = engine_step(model, method, batch, dev)
+        seconds, loss = timed(one_step, dev, warmup, steps)
+        if not torch.isfinite(loss):
+            raise RuntimeError(f"loss {loss.item()}")
+        ops = profile_step(one_step, dev)
+    else:
+        seconds = timed_forwards(model, method, batch, dev, warmup=warmup, steps=steps)
     tokens_per_s = case["seq_len"] * case["micro_batch"] * steps / seconds
     flops = flops_per_token(case, parameters)
     measured = peak_bytes(dev)
@@ -318,6 +325,10 @@ def run_throughput(case: dict[str, Any], workdir: Path, dev, smoke: bool, peak: 
         "method": case["method"],
         "precision": case["precision"],
         "mode": case["mode"],
+        "engine": case["engine"],
+        "layers": case["shape"]["num_hidden_layers"],
+        "step_seconds": seconds / steps,
+        **ops,
         "hidden_size": case["shape"]["hidden_size"],
         "seq_len": case["seq_len"],
         "micro_batch": case["micro_batch"],
@@ -454,6 +465,32 @@ def run_ctranslate2(dev) -> dict[str, Any]:
     return {"cuda": True, "devices": ctranslate2.get_cuda_device_count(), "cublas12": "found and loaded"}
 
 
+def run_demo_grid(out: Path) -> dict[str, Any]:
+    """The demo's config under Snakemake with one GPU for every GPU rule (its own experiment
+    folder): every job must succeed and every training log name cuda."""
+    import importlib.util
+
+    if importlib.util.find_spec("snakemake") is None:
+        return {"skipped": "snakemake is not installed here"}
+    gpu_rules = ("train_intermediate", "train_target", "evaluate_target", "translate_task_data",
+                 "translate_test_data", "probe_retention", "evaluate_prompted")  # fmt: skip
+    overlay = out / "demo_on_gpu.yaml"
+    overlay.write_text(
+        json.dumps({"extends": str(REPO / "config.yaml"), "experiment": "gpu_check_demo",
+                    "resources": {rule: {"gpu": 1} for rule in gpu_rules}})  # fmt: skip
+    )
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "8", "--resources", "gpu=1", "--configfile", str(overlay)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=540)
+    (out / "demo_grid.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        raise RuntimeError(f"snakemake exited {proc.returncode} (demo_grid.log)")
+    logs = sorted((REPO / "results" / "gpu_check_demo").rglob("train_log.json"))
+    devices = [json.loads(p.read_text())["throughput"]["device"] for p in logs]
+    if not logs or set(devices) != {"cuda"}:
+        raise RuntimeError(f"{len(logs)} training logs; devices {sorted(set(devices))}, not all cuda")
+    return {"training_logs": len(logs), "devices": "cuda", "log": "demo_grid.log"}
+
+
 def run_gpu_tests(out: Path) -> dict[str, Any]:
     selection = [
         "tests/test_backbones.py",
@@ -506,18 +543,21 @@ def summary_markdown(env: dict[str, Any], results: dict[str, Any], smoke: bool) 
     if cases:
         lines += [
             "",
-            "| run | mode | precision | seq x batch | tokens/s | TFLOP/s | MFU | peak GiB | planned GiB "
-            "| measured / planned |",
-            "|---|---|---|---|---:|---:|---:|---:|---:|---:|",
+            "| run | mode | engine | precision | seq x batch | step ms | tokens/s | TFLOP/s | MFU | aten ops "
+            "| CPU / GPU ms | peak GiB | planned GiB | measured / planned |",
+            "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for c in cases:
             mfu = f"{100 * c['mfu']:.1f}%" if c["mfu"] is not None else "–"
             planned = f"{c['planned_gib']:.2f} | {c['measured_over_planned']:.2f}" if c["planned_gib"] else "– | –"
+            ops = f"{c['aten_ops']:,}" if "aten_ops" in c else "–"
+            host = f"{c['cpu_ms']:.1f} / {c['gpu_kernel_ms']:.1f}" if "cpu_ms" in c else "–"
             lines.append(
-                f"| {c['label']} | {c['mode']} | {c['precision']} | {c['seq_len']} x {c['micro_batch']} "
-                f"| {c['tokens_per_s']:,.0f} | {c['tflops']:.1f} | {mfu} | {c['peak_gib']:.2f} | {planned} |"
+                f"| {c['label']} | {c['mode']} | {c['engine']} | {c['precision']} | {c['seq_len']} x {c['micro_batch']} "
+                f"| {1000 * c['step_seconds']:.1f} | {c['tokens_per_s']:,.0f} | {c['tflops']:.1f} | {mfu} | {ops} "
+                f"| {host} | {c['peak_gib']:.2f} | {planned} |"
             )
-    for name in ("sharded resume", "retrieval", "ctranslate2", "gpu tests"):
+    for name in ("sharded resume", "retrieval", "ctranslate2", "gpu tests", "demo grid"):
         part = results.get(name)
         if part and part["ok"]:
             lines += ["", f"**{name}**: " + ", ".join(f"{k} {v}" for k, v in part["result"].items())]
@@ -527,12 +567,20 @@ def summary_markdown(env: dict[str, Any], results: dict[str, Any], smoke: bool) 
 def measured_throughput(env: dict[str, Any], results: dict[str, Any], peak: float | None) -> dict[str, Any]:
     """The throughput rows in the form the cost model reads (workflow/job_cost.py): copied to
     ``workflow_scripts/workflow/measured_throughput/<gpu>.json``, they are this GPU's measured MFU."""
-    keys = ("family", "method", "precision", "mode", "hidden_size", "seq_len", "micro_batch", "tokens_per_s", "mfu")
+    keys = ("family", "method", "precision", "mode", "engine", "hidden_size", "seq_len", "micro_batch",
+            "tokens_per_s", "mfu")  # fmt: skip
     rounding = {"tokens_per_s": 0, "mfu": 4}
-    rows = [
-        {k: round(part["result"][k], rounding[k]) if k in rounding else part["result"][k] for k in keys}
+    measured = [
+        part["result"]
         for name, part in results.items()
         if name.startswith("throughput") and part["ok"] and part["result"]["mfu"] is not None
+    ]
+    rows = [{k: round(r[k], rounding[k]) if k in rounding else r[k] for k in keys} for r in measured]
+    # The host's shortest micro-step by depth: the batch-4 training steps (COMPARED_SHAPES).
+    host_rows = [
+        {"family": r["family"], "layers": r["layers"], "engine": r["engine"], "seconds": round(r["step_seconds"], 5)}
+        for r in measured
+        if r["mode"] == "train" and (r["seq_len"], r["micro_batch"]) == COMPARED_SHAPES[-1]
     ]
     versions = ", ".join(f"{k} {v}" for k, v in env["versions"].items() if k in ("torch", "transformers", "peft"))
     return {
@@ -540,6 +588,7 @@ def measured_throughput(env: dict[str, Any], results: dict[str, Any], peak: floa
         "peak_bf16_tflops": peak,
         "source": f"make gpu-check, {env['date']}, driver {env.get('driver')}, {versions}",
         "rows": rows,
+        "host_rows": host_rows,
     }
 
 
@@ -558,6 +607,10 @@ def main(argv: list[str] | None = None) -> int:
     from workflow_scripts.common import configure_torch
 
     configure_torch(os.cpu_count() or 1)  # the kernels and flags that the jobs run with
+    if args.cpu_smoke:  # compiled rows traced, not code-generated: seconds, not minutes, on a CPU
+        from workflow_scripts.models import compiled
+
+        compiled.BACKEND = "aot_eager"
     env, results = environment(), {}
     peak = peak_tflops(env.get("gpu"))
     parts: list[tuple[str, Callable[[], Any]]] = []
@@ -573,6 +626,8 @@ def main(argv: list[str] | None = None) -> int:
             ("retrieval", lambda: run_retrieval(dev, args.cpu_smoke)),
             ("ctranslate2", lambda: run_ctranslate2(dev)),
         ]
+        if not args.cpu_smoke:
+            parts.append(("demo grid", lambda: run_demo_grid(args.out)))
         for name, work in parts:
             if args.only is None or args.only in name:
                 attempt(name, results, work)

@@ -42,6 +42,10 @@ def test_the_cpu_smoke_run_passes_every_part_and_writes_its_summary(tmp_path):
         "throughput: XLM-R large, evaluation, seq 384",
         "throughput: decoder 7B width (4 layers), evaluation",
         "throughput: decoder 7B width (4 layers), QLoRA evaluation",
+        "throughput: XLM-R large, full, 128 x 32, eager",
+        "throughput: XLM-R large, full, 128 x 32, compiled",
+        "throughput: decoder 7B width (4 layers), LoRA, 128 x 32, eager",
+        "throughput: decoder 7B width (4 layers), LoRA, 128 x 32, compiled",
     }
     assert all(part["ok"] for part in results.values()), {n: p.get("error") for n, p in results.items()}
     full = results["throughput: decoder 7B width (4 layers), full"]["result"]
@@ -53,9 +57,16 @@ def test_the_cpu_smoke_run_passes_every_part_and_writes_its_summary(tmp_path):
     assert (
         evaluation["flops_per_token"] < results["throughput: XLM-R large, full, seq 128"]["result"]["flops_per_token"]
     )
+    # eager against compiled, each with the ops of one profiled step (the smoke run's compiled
+    # rows are traced by aot_eager, which dispatches its decomposed ops one by one: more, not fewer)
+    eager = results["throughput: XLM-R large, full, 128 x 32, eager"]["result"]
+    with_compiler = results["throughput: XLM-R large, full, 128 x 32, compiled"]["result"]
+    assert eager["engine"] == "eager" and with_compiler["engine"] == "compiled"
+    assert eager["aten_ops"] > 0 and eager["casts"] > 0 and with_compiler["aten_ops"] > 0
+    assert "| XLM-R large, full, 128 x 32, compiled | train | compiled |" in (tmp_path / "summary.md").read_text()
     # No GPU, no peak to measure MFU against: the cost model's table gets no rows from a CPU.
     measured = json.loads((tmp_path / "measured_throughput.json").read_text())
-    assert measured["gpu"] is None and measured["rows"] == []
+    assert measured["gpu"] is None and measured["rows"] == [] and measured["host_rows"] == []
     resumed = results["sharded resume"]["result"]
     assert resumed["resumed_at_step"] == resumed["stopped_at_step"] >= 5
     assert results["retrieval"]["result"]["same_neighbours"] == 1.0

@@ -87,8 +87,10 @@ def throughput_cases(smoke: bool) -> list[dict[str, Any]]:
     wide = TINY_ENCODER if smoke else XLMR_XL_WIDTH
     scale = (lambda s, b: (32, 2)) if smoke else (lambda s, b: (s, b))
     compared = []
-    for name, family, shape, method in (("XLM-R large, full", "encoder", enc, "full"),
-                                        ("decoder 7B width (4 layers), LoRA", "decoder", dec, "lora")):
+    for name, family, shape, method in (
+        ("XLM-R large, full", "encoder", enc, "full"),
+        ("decoder 7B width (4 layers), LoRA", "decoder", dec, "lora"),
+    ):
         for seq, batch in COMPARED_SHAPES[:1] if smoke else COMPARED_SHAPES:  # (smoke: all shapes are tiny)
             for engine in ENGINES:
                 label = f"{name}, {seq} x {batch}, {engine}"
@@ -475,10 +477,8 @@ def run_demo_grid(out: Path) -> dict[str, Any]:
     gpu_rules = ("train_intermediate", "train_target", "evaluate_target", "translate_task_data",
                  "translate_test_data", "probe_retention", "evaluate_prompted")  # fmt: skip
     overlay = out / "demo_on_gpu.yaml"
-    overlay.write_text(
-        json.dumps({"extends": str(REPO / "config.yaml"), "experiment": "gpu_check_demo",
-                    "resources": {rule: {"gpu": 1} for rule in gpu_rules}})  # fmt: skip
-    )
+    layer = {"extends": str(REPO / "config.yaml"), "experiment": "gpu_check_demo"}
+    overlay.write_text(json.dumps({**layer, "resources": {rule: {"gpu": 1} for rule in gpu_rules}}))
     cmd = [sys.executable, "-m", "snakemake", "--cores", "8", "--resources", "gpu=1", "--configfile", str(overlay)]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=540)
     (out / "demo_grid.log").write_text(proc.stdout + proc.stderr)

@@ -605,7 +605,9 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("gpu-check: no CUDA GPU here; run `make gpu-check-smoke` (--cpu-smoke) on a CPU")
     args.out.mkdir(parents=True, exist_ok=True)
     from workflow_scripts.common import configure_torch
+    from workflow_scripts.workflow.gpu_binding import CUBLAS_WORKSPACE
 
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)  # what every job's shell exports
     configure_torch(os.cpu_count() or 1)  # the kernels and flags that the jobs run with
     if args.cpu_smoke:  # compiled rows traced, not code-generated: seconds, not minutes, on a CPU
         from workflow_scripts.models import compiled

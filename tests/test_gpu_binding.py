@@ -36,7 +36,7 @@ use rule one as two with:
 rule none:
     output: "none.txt"
     resources: gpu=0
-    shell: "bind_gpus {{resources.gpu}}; echo \\"[$CUDA_VISIBLE_DEVICES]\\" > {{output}}"
+    shell: "bind_gpus {{resources.gpu}}; echo \\"[$CUDA_VISIBLE_DEVICES] $CUBLAS_WORKSPACE_CONFIG\\" > {{output}}"
 """
 
 
@@ -48,14 +48,19 @@ def _run(workdir: Path, *extra: str, env: dict[str, str] | None = None) -> list[
         capture_output=True,
         text=True,
         timeout=300,
-        env={**os.environ, "TMPDIR": str(workdir), **(env or {})},
+        env={
+            **{k: v for k, v in os.environ.items() if k != "CUBLAS_WORKSPACE_CONFIG"},
+            "TMPDIR": str(workdir),
+            **(env or {}),
+        },
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = []
     for path in sorted(workdir.glob("one/*.txt")) + [workdir / "two.txt"]:
         devices, start, end = path.read_text().split()
         runs.append((set(devices.split(",")), float(start), float(end)))
-    assert (workdir / "none.txt").read_text().strip() == "[]"  # a job that takes no GPU sees none
+    # a job that takes no GPU sees none; every job has cuBLAS's deterministic workspace
+    assert (workdir / "none.txt").read_text().split() == ["[]", gpu_binding.CUBLAS_WORKSPACE]
     return runs
 
 
@@ -101,6 +106,7 @@ def test_a_gpu_held_by_another_run_is_left_alone_and_the_listed_devices_are_used
             fcntl.flock(held, fcntl.LOCK_UN)
     _, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 0, stderr[-3000:]
+    assert (tmp_path / "none.txt").read_text().split()[0] == "[]"
     assert "waiting for" in stderr
     ones = [set((tmp_path / f"one/{i}.txt").read_text().split()[0].split(",")) for i in range(6)]
     assert all(devices <= {"5", "7"} for devices in ones)

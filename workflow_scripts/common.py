@@ -102,20 +102,10 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-# Two 4 MiB workspaces of cuBLAS per stream (what PyTorch's reproducibility notes name for
-# deterministic cuBLAS): a few MiB of GPU memory.
-CUBLAS_WORKSPACE = ":4096:8"
-
-
 def configure_torch(threads: int) -> None:
     import torch
 
     torch.set_num_threads(max(1, threads))
-    # cuBLAS is deterministic only with a fixed workspace; without one, warn-only mode has
-    # every cuBLAS call raise a warning in C++ (about 450 per XLM-R-large step). Read when
-    # cuBLAS makes its first handle, which is after this (no job multiplies on the GPU
-    # before configuring torch); a value the user set stays.
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
     # Deterministic kernels where they exist: same config and seed, same numbers on CPU.
     # torch.use_deterministic_algorithms also sets the flag of the inductor compiler, which
     # we never run, and importing it costs ~3 s: a third of a short evaluation job, paid by

@@ -25,6 +25,12 @@ from collections.abc import Mapping
 from pathlib import Path
 
 SCRIPT = Path(__file__).with_name("bind_gpus.sh")
+# cuBLAS is deterministic only with a fixed workspace (two 4 MiB workspaces per stream, what
+# PyTorch's reproducibility notes name); without one, the jobs' deterministic mode has every
+# cuBLAS call warn in C++ (about 450 per XLM-R-large step). Exported to every job by the shell
+# prefix, unless the user set one: an environment of the jobs, like PYTHONPATH, so it is no
+# job's code and reruns nothing.
+CUBLAS_WORKSPACE = ":4096:8"
 DEVICES_ENV = "XSTILTS_GPUS"
 LOCKS_ENV = "XSTILTS_GPU_LOCKS"
 
@@ -62,9 +68,11 @@ def lock_dir_for(temp_root: str | os.PathLike[str]) -> Path:
 
 
 def shell_prefix(devices: list[str]) -> str:
-    """What every job's shell runs first: the function defined, and the run's devices; a
-    job sees no GPU until ``bind_gpus`` gives it its own."""
-    exports = (
+    """What every job's shell runs first: the function defined, cuBLAS's workspace, and the
+    run's devices; a job sees no GPU until ``bind_gpus`` gives it its own. (Braces doubled:
+    Snakemake formats its shell prefix.)"""
+    cublas = f' export CUBLAS_WORKSPACE_CONFIG="${{{{CUBLAS_WORKSPACE_CONFIG:-{CUBLAS_WORKSPACE}}}}}";'
+    exports = cublas + (
         f" export {DEVICES_ENV}={shlex.quote(','.join(devices))}; export {LOCKS_ENV}={shlex.quote(str(lock_dir()))};"
         ' export CUDA_VISIBLE_DEVICES="";'
         if devices

@@ -18,9 +18,10 @@ from workflow_scripts.models import compiled, dual_encoder
 from workflow_scripts.models.backbones import ADAPTER_DIR, family_of, get_family
 from workflow_scripts.models.backbones.family import pool
 from workflow_scripts.spec.basics import InputError
-from workflow_scripts.spec.formats import head_kind
+from workflow_scripts.spec.formats import get_format, head_kind
 from workflow_scripts.spec.tasks import (
     CLASSIFICATION,
+    FORMATS,
     MLM,
     MULTIPLE_CHOICE,
     RANKING,
@@ -31,22 +32,10 @@ from workflow_scripts.spec.tasks import (
     VISUAL_RETRIEVAL,
 )
 
-# The heads a format trains (spec/formats: TaskFormat.head). A compiled forward gets its
+# The heads the formats train (spec/formats: TaskFormat.head). A compiled forward gets its
 # head kind resolved (``forward``): looking a format up reads the formats' folder, which the
 # compiler cannot trace.
-HEAD_KINDS = frozenset(
-    {
-        CLASSIFICATION,
-        MLM,
-        MULTIPLE_CHOICE,
-        RANKING,
-        SPAN,
-        TAGGING,
-        VISUAL_ANSWER,
-        VISUAL_CLASSIFICATION,
-        VISUAL_RETRIEVAL,
-    }
-)
+HEAD_KINDS = frozenset(get_format(name).head or name for name in FORMATS)
 
 # ---------------------------------------------------------------------------------------
 # Encoder + heads used by training and evaluation.

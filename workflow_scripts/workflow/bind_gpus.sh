@@ -23,6 +23,10 @@ bind_gpus() {
         echo "bind_gpus: this job takes $want GPUs; the run has ${#devices[@]} (--resources gpu=${#devices[@]})" >&2
         return 1
     fi
+    if ! command -v flock > /dev/null; then
+        echo "bind_gpus: flock (util-linux) is not installed; run without --resources gpu=N or install it" >&2
+        return 1
+    fi
     mkdir -p "$XSTILTS_GPU_LOCKS"
     while :; do
         taken=()

@@ -147,7 +147,10 @@ def test_the_modality_by_size_preset_builds_its_grid_offline(repo):
         return found.pop()
 
     assert limit("train_target", "xlmr_base", "panx") < limit("train_target", "bloom_176b", "panx")
-    assert limit("train_target", "xlmr_base", "panx") < limit("train_target", "xlmr_base", "xquad")
+    # where FLOPs set the time, the smaller task is the shorter; where the host does, the one
+    # with more micro-steps (XNLI at batch 4: a quarter-million)
+    assert limit("train_target", "bloom_7b1", "panx") < limit("train_target", "bloom_7b1", "xquad")
+    assert limit("train_target", "xlmr_base", "panx") < limit("train_target", "xlmr_base", "xnli")
     assert limit("evaluate_target", "xlmr_base", "xnli") < limit("evaluate_target", "bloom_7b1", "xnli")
     assert limit("train_target", "bloom_176b", "xnli") == 240
 

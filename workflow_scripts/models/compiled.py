@@ -45,6 +45,9 @@ DEFAULT_COMPILE: CompileMode = "auto"
 # them op by op: the same graph breaks and numbers, without minutes of code generation.
 BACKEND = "inductor"
 
+# auto compiles models of at least this many parameters (on a GPU)
+AUTO_MIN_PARAMETERS = 100_000_000
+
 # Graphs a compiled forward may keep: tasks x widths x micro-batch sizes x train/eval stay
 # well below this for every preset (a 3-task phase at max_length 512: 3 x 10 x 2 x 2 = 120).
 RECOMPILE_LIMIT = 256
@@ -70,7 +73,7 @@ class Engine:
 
     compiled: bool = False
     reason: str = "eager (not configured)"
-    backend: str = "inductor"
+    backend: str = BACKEND
     # padded to length buckets: what compiled forwards need (an eager engine with buckets
     # runs the compiled one's batches, which the tests compare it on)
     bucketed: bool = False
@@ -93,10 +96,6 @@ _ENGINE = Engine()
 # Each model's compiled wrapper, made at its first forward; the model itself is never
 # replaced (its state dict, checkpoints and adapters keep their names).
 _COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-# auto compiles models of at least this many parameters (on a GPU)
-AUTO_MIN_PARAMETERS = 100_000_000
 
 
 def decide(mode: CompileMode, device_type: str, distributed: bool = False, parameters: int | None = None) -> Engine:

@@ -735,8 +735,7 @@ def phase_shape(config: Mapping[str, Any], phase: str, seq_len: int | None = Non
     if not jobs:
         return None
     tasks = config.get("tasks") or {}
-    phase_cfg = (config.get("training") or {}).get(phase) or {}
-    cap = phase_cfg.get("max_micro_batch", default("max_micro_batch", definition="phase"))
+    cap = phase_cap(config, phase)
     batch_size = default("batch_size", definition="task")
     workloads = []
     for name in sorted({t for job in jobs for t in job}):
@@ -755,6 +754,12 @@ def phase_shape(config: Mapping[str, Any], phase: str, seq_len: int | None = Non
         )
     shape = PhaseShape(workloads=tuple(workloads), jobs=tuple(jobs), auto=cap == AUTO_MICRO_BATCH)
     return shape if shape.auto else shape.capped(int(cap))
+
+
+def phase_cap(config: Mapping[str, Any], phase: str) -> int | str:
+    """A phase's ``max_micro_batch`` as the config gives it (a number or ``auto``)."""
+    phase_cfg = (config.get("training") or {}).get(phase) or {}
+    return phase_cfg.get("max_micro_batch", default("max_micro_batch", definition="phase"))
 
 
 def fitting_micro_batch(bb: Backbone, shape: PhaseShape) -> int:
@@ -782,14 +787,13 @@ def resolved_micro_batch(config: Mapping[str, Any], backbone: str, phase: str) -
     """A phase's ``max_micro_batch`` for one backbone: the config's number, or for ``auto``
     what ``fitting_micro_batch`` finds; a backbone the planner cannot size (no parameter
     count: the demo's) takes the schema's default cap."""
-    fallback = int(default("max_micro_batch", definition="phase"))
-    cap = ((config.get("training") or {}).get(phase) or {}).get("max_micro_batch", fallback)
+    cap = phase_cap(config, phase)
     if cap != AUTO_MICRO_BATCH:
         return int(cap)
     entry = config["backbones"][backbone]
     shape = phase_shape(backbone_part(config, entry), phase)
     if shape is None or skip_reason(entry) is not None:
-        return fallback
+        return int(default("max_micro_batch", definition="phase"))
     return fitting_micro_batch(parse_backbone(backbone, entry), shape)
 
 
@@ -928,8 +932,7 @@ def check_auto_micro_batch(config: Mapping[str, Any]) -> None:
     dual encoder's ranking, image-caption retrieval): its negatives are the other examples of
     its micro-batch, so the loss itself would change with the GPU's memory."""
     for phase in PHASES:
-        cap = ((config.get("training") or {}).get(phase) or {}).get("max_micro_batch")
-        if cap != AUTO_MICRO_BATCH:
+        if phase_cap(config, phase) != AUTO_MICRO_BATCH:
             continue
         contrastive = sorted(
             {t for job in phase_jobs(config, phase) for t in job if t in TASKS and _in_batch_negatives(TASKS[t].format)}

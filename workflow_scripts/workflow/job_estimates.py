@@ -74,7 +74,7 @@ def _translation_estimate(config, rule: str, wildcards: Mapping[str, str]) -> Es
         return None
     hub_id, translator, tokens = found
     cost = cost_settings(config)
-    beams = int(config["translation"].get("num_beams", default("translation", "num_beams")))
+    beams = grid.translation_settings(dict(config)).num_beams
     return translation_estimate(translator, tokens, beams, cost["gpu"], cost["mfu"], hub_id)
 
 

@@ -264,11 +264,11 @@ def embedding_job(config: Mapping[str, Any], task: str) -> tuple[Shape, list[Tok
 
 def translator_of(config: Mapping[str, Any], lang: str, to_english: bool) -> tuple[str, Translator] | None:
     """(Hub id, shape) of the translator a job uses; None for the demo's own or an unknown one."""
-    models = config["models"]
-    if models["source"] != "hub":
-        return None
-    hub_id = (models["translators_to_en" if to_english else "translators"].get(lang) or {}).get("hub_id", "")
-    return next(((hub_id, shape) for prefix, shape in TRANSLATORS if hub_id.startswith(prefix)), None)
+    from workflow_scripts.workflow import grid
+
+    prepared = grid.translator_settings(dict(config), lang, to_english)
+    hub_id = prepared.hub_id if prepared.source == "hub" else None
+    return next(((hub_id, shape) for prefix, shape in TRANSLATORS if hub_id and hub_id.startswith(prefix)), None)
 
 
 def translation_job(config: Mapping[str, Any], rule: str, w: Mapping[str, str]) -> tuple[str, Translator, float] | None:

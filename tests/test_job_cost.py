@@ -9,6 +9,7 @@ import math
 
 import pytest
 
+from workflow_scripts.spec.phase_steps import accumulation_steps
 from workflow_scripts.spec.task_sizes import SizesError, TaskSizes
 from workflow_scripts.workflow import job_cost
 from workflow_scripts.workflow.job_cost import Shape, Tokens, flops_per_token
@@ -167,7 +168,7 @@ def test_a_training_job_counts_the_steps_the_loop_takes_and_its_dev_evaluations(
     halves = job_work.data_map_tokens(demo_config, settings, data, gpus=2)
     ranks = math.ceil(math.ceil(opts.batch_size / 2) / settings.max_micro_batch)
     assert next(t for t in halves if t.mode == "train").micro_steps == pytest.approx(steps * ranks)
-    assert job_work.micro_steps_per_step(24, 1, 8) == 3 and job_work.micro_steps_per_step(24, 2, 8) == 2
+    assert accumulation_steps(24, 1, 8) == 3 and accumulation_steps(24, 2, 8) == 2
     dev = next(t for t in work if t.mode == "inference")
     evaluations = math.ceil(steps / min(settings.eval_every, steps))
     dev_rows = min(TASKS["xnli"].sizes.examples("dev", ["en"]), settings.dev_examples)

@@ -52,3 +52,15 @@ def whole_epochs(epochs: float) -> int:
     count has always truncated them (1.5 epochs train as 1): kept so, that no settings' step
     count changes silently."""
     return int(epochs)
+
+
+def accumulation_steps(global_batch_size: int, world_size: int, max_micro_batch: int) -> int:
+    """Micro-steps per optimiser step, the same on every rank: the largest share
+    (ceil(n / W) examples) cut into micro-batches of at most ``max_micro_batch``. What a
+    sharded run takes (training/distributed.py; one process: W = 1) and what the cost
+    model charges the host for (workflow/job_work.py)."""
+    if global_batch_size < 1 or world_size < 1 or max_micro_batch < 1:
+        raise ValueError(
+            f"need positive sizes, got batch {global_batch_size}, world {world_size}, micro-batch {max_micro_batch}"
+        )
+    return math.ceil(math.ceil(global_batch_size / world_size) / max_micro_batch)

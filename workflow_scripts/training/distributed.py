@@ -29,7 +29,6 @@ path is the one the CPU tests exercise.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import random
 import shutil
@@ -44,6 +43,7 @@ from workflow_scripts.common import LOG
 from workflow_scripts.precision import FP32, Precision
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.launch import RANKS_FROM
+from workflow_scripts.spec.phase_steps import accumulation_steps
 
 if TYPE_CHECKING:
     import torch
@@ -195,16 +195,6 @@ def rank_share(global_batch: list, ctx: Context) -> list:
     The parts differ in size by at most one example; ``loss_weight`` accounts for that."""
     start, end = _bounds(len(global_batch), ctx.world_size, ctx.rank)
     return global_batch[start:end]
-
-
-def accumulation_steps(global_batch_size: int, world_size: int, max_micro_batch: int) -> int:
-    """Micro-steps per optimiser step, the same on every rank: the largest share
-    (ceil(n / W) examples) cut into micro-batches of at most ``max_micro_batch``."""
-    if global_batch_size < 1 or world_size < 1 or max_micro_batch < 1:
-        raise ValueError(
-            f"need positive sizes, got batch {global_batch_size}, world {world_size}, micro-batch {max_micro_batch}"
-        )
-    return math.ceil(math.ceil(global_batch_size / world_size) / max_micro_batch)
 
 
 def loss_weight(micro_examples: int, global_examples: int, world_size: int) -> float:

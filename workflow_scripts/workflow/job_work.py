@@ -21,7 +21,7 @@ from typing import Any
 
 from workflow_scripts.spec.formats import get_format, head_kind
 from workflow_scripts.spec.phase_settings import PhaseSettings
-from workflow_scripts.spec.phase_steps import steps_for_sizes, task_probabilities
+from workflow_scripts.spec.phase_steps import accumulation_steps, steps_for_sizes, task_probabilities
 from workflow_scripts.spec.schema import default
 from workflow_scripts.spec.tasks import MLM, TASKS, get_task
 from workflow_scripts.workflow import memory_plan
@@ -36,8 +36,8 @@ TRANSLATORS = (
     ("Helsinki-NLP/opus-mt-tc-big-", Translator(6, 6, 1024, 4096, 60000)),
     ("Helsinki-NLP/opus-mt-", Translator(6, 6, 512, 2048, 60000)),
 )
-# The translation jobs and the data each one reads: (rule, task or None: the wildcard's,
-# splits, whether the wildcard language is the source).
+# The translation jobs and the data each one reads: rule -> (task, None: the wildcard's;
+# splits, None: the wildcard's; whether the wildcard language is the one translated from).
 TRANSLATION_RULES = {
     "translate_task_data": (None, None, False),
     "translate_test_data": (None, ("test",), True),
@@ -157,7 +157,7 @@ def training_tokens(
         length, per_example = sequence(config, name)
         batch = settings.tasks[name].batch_size
         task_steps = steps * share[name]
-        micro = task_steps * micro_steps_per_step(batch, gpus, settings.max_micro_batch)
+        micro = task_steps * accumulation_steps(batch, gpus, settings.max_micro_batch)
         mlm = head_kind(get_task(name).format) == MLM
         work.append(Tokens("train", task_steps * batch * length * per_example, length, task_steps, micro, mlm))
     every = _eval_every(settings, sizes, steps)
@@ -167,13 +167,6 @@ def training_tokens(
             length, per_example = sequence(config, name)
             work.append(Tokens("inference", evaluations * min(n, settings.dev_examples) * length * per_example, length))
     return work
-
-
-def micro_steps_per_step(batch: int, gpus: int, max_micro_batch: int) -> int:
-    """Forward-and-backward passes per optimizer step on each rank: its ceil(batch / gpus)
-    examples in micro-batches of at most ``max_micro_batch`` (training/distributed.py's
-    ``accumulation_steps``, and a single process's chunks)."""
-    return math.ceil(math.ceil(batch / max(1, gpus)) / max(1, max_micro_batch))
 
 
 def _eval_every(settings: PhaseSettings, sizes: dict[str, int], steps: int) -> int:

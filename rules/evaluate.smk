@@ -34,6 +34,8 @@ rule evaluate_target:
         gpu=res("evaluate_target", "gpu"),
         # eager or compiled forwards (models/compiled.py): operational, so switching reruns nothing
         compile=res("evaluate_target", "compile"),
+        # padded or padding-free encoder batches (models/packing.py): operational too
+        padding_free=res("evaluate_target", "padding_free"),
         # Tracking is operational: a resource, so switching it reruns nothing (common.smk).
         tracking=TRACKING,
     conda:
@@ -43,6 +45,7 @@ rule evaluate_target:
         " --data {params.data} --settings {params.settings:q} --run {params.run:q}"
         " --backbone {input.backbone} --backbone-settings {params.backbone:q}"
         " --seed {wildcards.seed} --threads {threads} --compile {resources.compile}"
+        " --padding-free {resources.padding_free}"
         " --output {output.metrics} {params.images}"
         " --predictions {output.predictions}"
         f" --tracking {{resources.tracking}} --tracking-dir {shlex.quote(TRACKING_DIR)}"

@@ -32,6 +32,8 @@ rule train_intermediate:
         gpu=training_gpus("train_intermediate"),
         # eager or compiled forwards (models/compiled.py): operational, so switching reruns nothing
         compile=res("train_intermediate", "compile"),
+        # padded or padding-free encoder batches (models/packing.py): operational too
+        padding_free=res("train_intermediate", "padding_free"),
         launcher=training_launcher,
         slurm_extra=training_slurm_extra("train_intermediate"),
         # Checkpointing is operational: resources, so changing it reruns nothing.
@@ -50,6 +52,7 @@ rule train_intermediate:
         " --threads {threads} --output {output.model} --checkpoint-dir {params.checkpoints}"
         " --checkpoint-every {resources.checkpoint_every} --log-every {resources.log_every}"
         " --keep-checkpoints {resources.keep_checkpoints} --compile {resources.compile}"
+        " --padding-free {resources.padding_free}"
         f" --tracking {{resources.tracking}} --tracking-dir {shlex.quote(TRACKING_DIR)} --run-identity {{params.run:q}}"
         " > $(fresh_log {log:q}) 2>&1"
 
@@ -93,6 +96,8 @@ rule train_target:
         gpu=training_gpus("train_target"),
         # eager or compiled forwards (models/compiled.py): operational, so switching reruns nothing
         compile=res("train_target", "compile"),
+        # padded or padding-free encoder batches (models/packing.py): operational too
+        padding_free=res("train_target", "padding_free"),
         launcher=training_launcher,
         slurm_extra=training_slurm_extra("train_target"),
         # Checkpointing is operational: resources, so changing it reruns nothing.
@@ -111,6 +116,7 @@ rule train_target:
         " --threads {threads} --output {output.model} --checkpoint-dir {params.checkpoints}"
         " --checkpoint-every {resources.checkpoint_every} --log-every {resources.log_every}"
         " --keep-checkpoints {resources.keep_checkpoints} --compile {resources.compile}"
+        " --padding-free {resources.padding_free}"
         f" --tracking {{resources.tracking}} --tracking-dir {shlex.quote(TRACKING_DIR)} --run-identity {{params.run:q}}"
         " > $(fresh_log {log:q}) 2>&1"
 

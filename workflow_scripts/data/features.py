@@ -39,6 +39,9 @@ from workflow_scripts.spec.tasks import (
 
 Feature = dict[str, Any]
 IGNORE = -100
+# Head kinds whose batches a padding-free forward can read (heads.encoded): the text formats
+# through the encoder's own embeddings. Image prefixes and dual encoders stay padded.
+PACKABLE = frozenset({CLASSIFICATION, MLM, MULTIPLE_CHOICE, SPAN, TAGGING})
 
 
 class FeatureStore(Sequence):
@@ -452,10 +455,12 @@ def collate(
     pad_id: int,
     mlm: dict[str, Any] | None = None,
     pad_width: Callable[[int], int | None] | None = None,
+    pack: Callable[[Any], dict[str, Any] | None] | None = None,
 ) -> dict[str, Any]:
     """Pad a batch to its own longest sequence (dynamic padding), or to the width
     ``pad_width`` gives for that length (a compiled forward's length bucket,
-    models/compiled.py); padded positions are masked either way."""
+    models/compiled.py); padded positions are masked either way. ``pack`` adds the fields
+    of a padding-free forward to a text batch (models/packing.py; None: it stays padded)."""
     import torch
 
     # The attention mask comes from each sequence's length, not from comparing ids with the
@@ -493,6 +498,8 @@ def collate(
         batch["end_positions"] = torch.tensor([f["end_positions"] for f in features])
     if fmt == MLM and mlm is not None:
         batch["input_ids"], batch["labels"] = mask_tokens(batch["input_ids"], batch["attention_mask"], **mlm)
+    if pack is not None and fmt in PACKABLE:
+        batch.update(pack(batch["attention_mask"]) or {})
     return batch
 
 

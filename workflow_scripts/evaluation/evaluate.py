@@ -51,7 +51,7 @@ from workflow_scripts.evaluation.retrieval import (
     tatoeba_score,
     unique_texts,
 )
-from workflow_scripts.models import compiled, dual_encoder
+from workflow_scripts.models import compiled, dual_encoder, packing
 from workflow_scripts.models.adapters import (
     Method,
     has_adapter,
@@ -63,6 +63,7 @@ from workflow_scripts.models.adapters import (
 from workflow_scripts.models.backbones import family_of
 from workflow_scripts.models.compiled import DEFAULT_COMPILE, CompileMode
 from workflow_scripts.models.heads import MultiHeadModel, forward, load_encoder, load_tokenizer, make_head
+from workflow_scripts.models.packing import DEFAULT_PADDING_FREE, PACKED_KEYS, PaddingFreeMode
 from workflow_scripts.precision import Precision
 from workflow_scripts.progress import progress
 from workflow_scripts.spec import paths
@@ -107,10 +108,13 @@ def predict_logits(
         with progress(total=len(encoded.features), desc=f"predicting {task.name}", unit="feature") as bar:
             for idx in sorted_batches(encoded.features, batch_size):
                 feats = encoded.features.take(idx)
+                engine = compiled.current()
+                cpu_batch = collate(feats, task.format, pad_id, pad_width=engine.pad_width, pack=engine.pack)
+                packing.PREDICTIONS.add(cpu_batch)  # counted on the host: no device sync
                 batch = {
                     k: v.to(dev)
-                    for k, v in collate(feats, task.format, pad_id, pad_width=compiled.current().pad_width).items()
-                    if k in ("input_ids", "attention_mask", "image_index")
+                    for k, v in cpu_batch.items()
+                    if k in ("input_ids", "attention_mask", "image_index", *PACKED_KEYS)
                 }
                 with precision.autocast(dev):
                     logits, _ = forward(model, task.format, task.name, batch)
@@ -265,6 +269,7 @@ def evaluate_run(
     threads: int,
     images: Path | None = None,
     compile: CompileMode = DEFAULT_COMPILE,
+    padding_free: PaddingFreeMode = DEFAULT_PADDING_FREE,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Score every (split, language) of ``data`` with the model ``models`` maps the language
     to (key "*": every language): (metric file content, test predictions per language).
@@ -300,9 +305,12 @@ def evaluate_run(
         extra.update(found)
         extra["retrieval"]["encoder_path"] = str(model_dir)  # the intermediate phase's, or a target model's
     else:
-        run = _ModelScoring(task, settings, splits, model_of, unlabelled, dev, bank, images, compile)
+        run = _ModelScoring(task, settings, splits, model_of, unlabelled, dev, bank, images, (compile, padding_free))
+        packing.PREDICTIONS.tokens = packing.PREDICTIONS.computed = 0
         scores, predictions = run.score_every_model()
         extra.update(run.extra)
+        # the share of the positions the forwards computed that were padding
+        extra["padding_share"] = packing.PREDICTIONS.share()
     scores = {split: {l: per[l] for l in languages if l in per} for split, per in scores.items()}
     if settings.average_excludes:  # the benchmark's convention (IGLUE: English scored, not averaged)
         extra["average_excludes"] = list(settings.average_excludes)
@@ -361,10 +369,10 @@ class _ModelScoring:
     """Scores each language's rows with the target model that language is assigned, one model
     loaded at a time; ``extra`` collects what the metric file records of the models."""
 
-    def __init__(self, task, settings, splits, model_of, unlabelled, dev, bank, images, compile) -> None:
+    def __init__(self, task, settings, splits, model_of, unlabelled, dev, bank, images, engine) -> None:
         self.task, self.settings, self.splits, self.model_of = task, settings, splits, model_of
         self.unlabelled, self.dev, self.bank, self.images = unlabelled, dev, bank, images
-        self.compile = compile
+        self.compile, self.padding_free = engine  # resources.evaluate_target's compile and padding_free
         self.extra: dict[str, Any] = {}
         self.selections: dict[str, Any] = {}
 
@@ -391,7 +399,10 @@ class _ModelScoring:
         task, dev = self.task, self.dev
         model, tokenizer = _load_target_model(task, model_dir, dev, self.bank)
         # the engine for this model's size (compiled.py: auto compiles models of 100M and up)
-        engine = compiled.configure(self.compile, dev.type, parameters=sum(p.numel() for p in model.parameters()))
+        # and family (packing.py: padding-free encoder batches)
+        packed = packing.configure(model, self.padding_free, dev.type, self.settings.precision, training=False)
+        parameters = sum(p.numel() for p in model.parameters())
+        engine = compiled.configure(self.compile, dev.type, parameters=parameters, packing=packed)
         self.extra["engine"] = engine.record()
         if head_kind(task.format) == RANKING:  # read sequences as training did
             dual_encoder.configure_head(model.heads[task.name], self.settings)

@@ -36,6 +36,7 @@ from workflow_scripts.data import leakage
 from workflow_scripts.evaluation.evaluate import Sources, evaluate_run
 from workflow_scripts.evaluation.predictions import write_predictions
 from workflow_scripts.models.compiled import COMPILE_MODES, DEFAULT_COMPILE
+from workflow_scripts.models.packing import DEFAULT_PADDING_FREE, PADDING_FREE_MODES
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.evaluation_settings import EvaluationSettings
 from workflow_scripts.spec.model_settings import BackboneProvenance
@@ -152,6 +153,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--compile", choices=COMPILE_MODES, default=DEFAULT_COMPILE, help="auto (compiled on a GPU), always or never"
     )
+    ap.add_argument(
+        "--padding-free",
+        choices=PADDING_FREE_MODES,
+        default=DEFAULT_PADDING_FREE,
+        help="auto (packed encoder batches where the varlen kernel runs), always or never",
+    )
     ap.add_argument("--run", default="{}", help="JSON identifying the run (config name, ...)")
     ap.add_argument("--output", required=True)
     ap.add_argument("--predictions", type=Path, help="folder for the test predictions in the XTREME leaderboard layout")
@@ -196,6 +203,7 @@ def _evaluate(args: argparse.Namespace) -> dict[str, Any]:
             args.threads,
             args.images,
             args.compile,
+            args.padding_free,
         )
         run = json.loads(args.run)
         reports = run.pop("leakage_reports", [])

@@ -35,6 +35,8 @@ import dataclasses
 import weakref
 from typing import Any, Literal
 
+from workflow_scripts.models.packing import STREAM_MULTIPLE, Packing, pack_fields
+
 # (not on/off: YAML reads those as booleans)
 CompileMode = Literal["auto", "always", "never"]
 COMPILE_MODES: tuple[str, ...] = ("auto", "always", "never")
@@ -77,10 +79,19 @@ class Engine:
     # padded to length buckets: what compiled forwards need (an eager engine with buckets
     # runs the compiled one's batches, which the tests compare it on)
     bucketed: bool = False
+    # padding-free encoder batches (packing.py), and why or why not
+    packing: Packing = dataclasses.field(default_factory=Packing)
 
     def pad_width(self, longest: int) -> int | None:
         """The width to pad a batch to (None: its own longest sequence, dynamic padding)."""
         return bucket_width(longest) if self.bucketed else None
+
+    def pack(self, attention_mask) -> dict[str, Any] | None:
+        """A batch's packed fields (packing.pack_fields), or None when batches stay padded;
+        a compiled forward's stream is padded to a multiple of packing.STREAM_MULTIPLE."""
+        if not self.packing.enabled:
+            return None
+        return pack_fields(attention_mask, STREAM_MULTIPLE if self.bucketed else None)
 
     def record(self) -> dict[str, Any]:
         """What ran, for the train log and metric files."""
@@ -89,6 +100,8 @@ class Engine:
             "backend": self.backend if self.compiled else None,
             "reason": self.reason,
             **(compiler_counts() if self.compiled else {"graphs": 0, "graph_breaks": 0}),
+            "padding_free": self.packing.enabled,
+            "padding_free_reason": self.packing.reason,
         }
 
 
@@ -114,10 +127,17 @@ def decide(mode: CompileMode, device_type: str, distributed: bool = False, param
     return Engine(True, f"compiled (compile: {mode} on {device_type})", BACKEND, bucketed=True)
 
 
-def configure(mode: CompileMode, device_type: str, distributed: bool = False, parameters: int | None = None) -> Engine:
-    """Set this process's engine (once per job, once the model's size is known); returns it."""
+def configure(
+    mode: CompileMode,
+    device_type: str,
+    distributed: bool = False,
+    parameters: int | None = None,
+    packing: Packing | None = None,
+) -> Engine:
+    """Set this process's engine (once per job, once the model's size is known, with the
+    model's packing: packing.configure); returns it."""
     global _ENGINE
-    _ENGINE = decide(mode, device_type, distributed, parameters)
+    _ENGINE = dataclasses.replace(decide(mode, device_type, distributed, parameters), packing=packing or Packing())
     _COMPILED.clear()
     if _ENGINE.compiled:
         _configure_compiler()

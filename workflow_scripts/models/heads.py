@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from workflow_scripts.models import compiled, dual_encoder
+from workflow_scripts.models import compiled, dual_encoder, packing
 from workflow_scripts.models.backbones import ADAPTER_DIR, family_of, get_family
 from workflow_scripts.models.backbones.family import pool
 from workflow_scripts.spec.basics import InputError
@@ -184,6 +184,14 @@ def forward(model, fmt: str, task: str, batch: dict[str, Any]):
     return compiled.forward(model, head_kind(fmt), task, batch)
 
 
+def encoded(model, batch: dict[str, Any]):
+    """The backbone's last hidden states of a batch (sequences x width x hidden): read as one
+    padding-free stream when collate packed the batch (packing.py), else padded."""
+    if packing.is_packed(batch):
+        return packing.hidden_states(model.encoder, batch["input_ids"], batch)
+    return model.encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+
+
 def task_logits(model, fmt: str, task: str, batch: dict[str, Any]):
     """MultiHeadModel.forward: the backbone, pooled by its family where a task reads one
     vector per sequence, then the task's head."""
@@ -204,11 +212,11 @@ def task_logits(model, fmt: str, task: str, batch: dict[str, Any]):
     if fmt == MULTIPLE_CHOICE:
         n_choices = batch["input_ids"].shape[1]
         flat = {k: batch[k].flatten(0, 1) for k in ("input_ids", "attention_mask")}
-        hidden = model.encoder(**flat).last_hidden_state
+        hidden = encoded(model, {**batch, **flat})
         logits = head(pool(model.pooling, hidden, flat["attention_mask"])).view(-1, n_choices)
         loss = F.cross_entropy(logits, batch["labels"]) if "labels" in batch else None
         return logits, loss
-    hidden = model.encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+    hidden = encoded(model, batch)
     if fmt == CLASSIFICATION:
         logits = head(pool(model.pooling, hidden, batch["attention_mask"]))
         loss = F.cross_entropy(logits, batch["labels"]) if "labels" in batch else None

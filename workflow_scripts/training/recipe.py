@@ -42,11 +42,12 @@ from typing import Any
 from workflow_scripts.common import LOG, atomic_path, configure_torch, seed_everything, settings_hash
 from workflow_scripts.data.features import collate
 from workflow_scripts.evaluation.evaluate import score_encoded
-from workflow_scripts.models import compiled
+from workflow_scripts.models import compiled, packing
 from workflow_scripts.models.adapters import Method, check_available, load_backbone, save_adapter_phase
 from workflow_scripts.models.backbones import family_of
 from workflow_scripts.models.compiled import DEFAULT_COMPILE, CompileMode
 from workflow_scripts.models.heads import forward, load_tokenizer
+from workflow_scripts.models.packing import DEFAULT_PADDING_FREE, PaddingFreeMode
 from workflow_scripts.precision import Precision
 from workflow_scripts.spec.basics import InputError, canonical_json
 from workflow_scripts.spec.codehash import module_digest
@@ -103,6 +104,7 @@ class PhaseJob:
     keep_checkpoints: bool = False
     log_every: int = 10  # steps between the curve's train rows
     compile: CompileMode = DEFAULT_COMPILE  # eager or compiled forwards (models/compiled.py)
+    padding_free: PaddingFreeMode = DEFAULT_PADDING_FREE  # packed encoder batches (models/packing.py)
 
 
 @dataclasses.dataclass
@@ -145,10 +147,10 @@ class StepMeter:
         return {k: int(v) for k, v in zip(sorted(self.counts), summed.tolist())}
 
     def add_batch(self, cpu_batch: dict[str, Any], examples: int) -> None:
-        mask = cpu_batch["attention_mask"]
+        tokens, computed = packing.positions(cpu_batch)  # computed: the padded block, or the packed stream
         self.counts["examples"] += examples
-        self.counts["tokens"] += int(mask.sum())
-        self.counts["padded_tokens"] += mask.numel()
+        self.counts["tokens"] += tokens
+        self.counts["padded_tokens"] += computed
 
     def add_step(self, step_loss) -> None:
         self.loss_sum += step_loss
@@ -220,9 +222,10 @@ class TrainingRecipe:
         check_available(self.method, self.dev)
         self.build_model()
         parameters = sum(p.numel() for p in self.model.parameters())
-        self.engine = compiled.configure(job.compile, self.dev.type, self.ctx.distributed, parameters)
+        packed = packing.configure(self.model, job.padding_free, self.dev.type, self.method.precision, training=True)
+        self.engine = compiled.configure(job.compile, self.dev.type, self.ctx.distributed, parameters, packed)
         if self.ctx.is_main:
-            LOG.info("forwards: %s", self.engine.reason)
+            LOG.info("forwards: %s; %s", self.engine.reason, self.engine.packing.reason)
         self.build_optimisation()
         self.build_observers()
         # Without a checkpoint directory the best weights live in a scratch directory under $TMPDIR
@@ -410,7 +413,9 @@ class TrainingRecipe:
         step_loss = torch.zeros((), device=self.dev)
         mlm_args = self.mlm_args if head_kind(task.format) == MLM else None
         for chunk, weight in self.runtime.micro_batches(feats, self.settings.max_micro_batch):
-            cpu_batch = collate(chunk, task.format, self.tokenizer.pad_token_id, mlm_args, self.engine.pad_width)
+            cpu_batch = collate(
+                chunk, task.format, self.tokenizer.pad_token_id, mlm_args, self.engine.pad_width, self.engine.pack
+            )
             if weight != 0.0:  # not a stand-in that only keeps this rank in step with the others
                 self.meter.add_batch(cpu_batch, len(chunk))
             with self.precision.autocast(self.dev):
@@ -617,6 +622,7 @@ def train_phase(
     log_every: int = 10,
     trackers=None,
     compile: CompileMode = DEFAULT_COMPILE,
+    padding_free: PaddingFreeMode = DEFAULT_PADDING_FREE,
 ) -> dict[str, Any]:
     """Train one phase (a TrainingRecipe over its PhaseJob); returns its train log."""
     job = PhaseJob(
@@ -632,6 +638,7 @@ def train_phase(
         keep_checkpoints=keep_checkpoints,
         log_every=log_every,
         compile=compile,
+        padding_free=padding_free,
     )
     return TrainingRecipe(job, trackers).run()
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from workflow_scripts.common import LOG, setup_logging
 from workflow_scripts.models.compiled import COMPILE_MODES, DEFAULT_COMPILE
+from workflow_scripts.models.packing import DEFAULT_PADDING_FREE, PADDING_FREE_MODES
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.phase_settings import PhaseSettings
 from workflow_scripts.training.checkpoints import Preempted
@@ -47,6 +48,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--log-every", type=int, default=10, help="steps between the rows of the curve (curve.csv)")
     ap.add_argument(
         "--compile", choices=COMPILE_MODES, default=DEFAULT_COMPILE, help="auto (compiled on a GPU), always or never"
+    )
+    ap.add_argument(
+        "--padding-free",
+        choices=PADDING_FREE_MODES,
+        default=DEFAULT_PADDING_FREE,
+        help="auto (packed encoder batches where the varlen kernel runs), always or never",
     )
     ap.add_argument("--tracking", default="off", help='the trackers to log to, e.g. "tensorboard+mlflow" (tracking.py)')
     ap.add_argument("--tracking-dir", type=Path, help="where the trackers write (results/<experiment>/tracking)")
@@ -114,6 +121,7 @@ def _job(args: argparse.Namespace, settings: PhaseSettings) -> PhaseJob:
         keep_checkpoints=bool(args.keep_checkpoints),
         log_every=args.log_every,
         compile=args.compile,
+        padding_free=args.padding_free,
     )
 
 

@@ -1159,6 +1159,7 @@ def resources(config: dict[str, Any], rule: str) -> dict[str, Any]:
         "keep_checkpoints": 0,
         "log_every": 10,
         "compile": "auto",
+        "padding_free": "auto",
     }
     res.update(config.get("resources", {}).get("default", {}))
     res.update(config.get("resources", {}).get(rule, {}))

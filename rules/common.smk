@@ -19,6 +19,7 @@ from workflow_scripts.workflow import (
     config_layers,
     disk,
     gpu_binding,
+    gpu_sharing,
     grid,
     job_estimates,
     local_data,
@@ -67,7 +68,7 @@ LOGS = paths.logs()
 # their log to $(fresh_log {log:q}): a new log, the previous attempt's (an interrupted or
 # failed one) kept as <log>.1, .2, ... (workflow_scripts/workflow/logs.py).
 # A local run with `--resources gpu=G`: each GPU job takes devices of its own with
-# `bind_gpus {resources.gpu}` (workflow_scripts/workflow/gpu_binding.py).
+# `bind_gpus {resources.gpu} {resources.gpu_slots}` (workflow_scripts/workflow/gpu_binding.py).
 try:
     RUN_GPUS = gpu_binding.run_devices(gpu_binding.granted_gpus(workflow))
 except gpu_binding.GpuBindingError as err:
@@ -78,11 +79,19 @@ _unbound = gpu_binding.unbound_gpus_warning(
 )
 if _unbound:
     print(f"warning: {_unbound}", file=sys.stderr)
+# Small jobs sharing a GPU (workflow_scripts/workflow/gpu_sharing.py): locally under
+# --resources gpu=G, each GPU has gpu_sharing.jobs_per_gpu slots, which Snakemake counts;
+# under Slurm, the cluster's shards.
+GPU_SHARING = gpu_sharing.Settings.of(config)
+SLURM_SHARDS = 0 if workflow.local_exec else GPU_SHARING.slurm_shards_per_gpu
+SHARING = GPU_SHARING.jobs_per_gpu > 1 and (bool(RUN_GPUS) or SLURM_SHARDS > 0)
+if RUN_GPUS:
+    workflow.register_resource("gpu_slots", len(RUN_GPUS) * GPU_SHARING.jobs_per_gpu)
 shell.prefix(
     f"export PYTHONPATH={shlex.quote(workflow.basedir)};"
     f" export {task_catalogue.CATALOGUE_ENV}={shlex.quote(os.pathsep.join(TASK_CATALOGUES))};"
     f" export {revisions.LOCK_ENV}={shlex.quote(HUB_LOCK)};"
-    f" {logs.SHELL_FUNCTION}{gpu_binding.shell_prefix(RUN_GPUS)} "
+    f" {logs.SHELL_FUNCTION}{gpu_binding.shell_prefix(RUN_GPUS, GPU_SHARING.jobs_per_gpu)} "
 )
 
 
@@ -230,10 +239,49 @@ def res(rule_name, key):
 
 def training_slurm_extra(rule_name):
     """sbatch options of a training job: SIGUSR1 before the time limit (so it checkpoints and
-    a retry resumes), then the config's own `slurm_extra`."""
+    a retry resumes), then the config's own `slurm_extra`, then a shared job's shards."""
     resources = grid.resources(config, rule_name)
     lead = resources.get("signal_lead", slurm.DEFAULT_SIGNAL_LEAD)
-    return " ".join([slurm.signal_option(lead), resources.get("slurm_extra", "")]).strip()
+    options = " ".join([slurm.signal_option(lead), resources.get("slurm_extra", "")]).strip()
+    return lambda wildcards: " ".join([options, shard_option(rule_name, wildcards)]).strip()
+
+
+def shared_slurm_extra(rule_name):
+    """sbatch options of a job that may share its GPU: the config's own `slurm_extra`, then
+    a shared job's shards."""
+    options = grid.resources(config, rule_name).get("slurm_extra", "")
+    return lambda wildcards: " ".join([options, shard_option(rule_name, wildcards)]).strip()
+
+
+def gpu_share(rule_name, wildcards):
+    """Jobs like this one on one GPU (1: it takes whole GPUs): gpu_sharing.job_share, where
+    this run shares GPUs at all."""
+    if not SHARING or rule_name not in gpu_sharing.SHAREABLE_RULES:
+        return 1
+    return gpu_sharing.job_share(config, rule_name, dict(wildcards.items())).jobs
+
+
+def shard_option(rule_name, wildcards):
+    """A shared job's Slurm shards (instead of a GPU), or nothing."""
+    share = gpu_share(rule_name, wildcards)
+    if SLURM_SHARDS <= 0 or share <= 1:
+        return ""
+    return f"--gres=shard:{gpu_sharing.shards(share, SLURM_SHARDS)}"
+
+
+def gpu_resources(rule_name, whole=None):
+    """A GPU rule's `gpu` (whole GPUs: what Snakemake counts against --resources gpu=G and
+    Slurm allocates; 0 for a shared job), `gpu_share` (jobs to one GPU) and `gpu_slots` (its
+    slots of a local run's GPUs, which bind_gpus locks). ``whole``: the GPUs a job takes
+    unshared (default: the rule's `gpu` resource)."""
+    whole = whole or (lambda wildcards: res(rule_name, "gpu"))
+    return {
+        "gpu": lambda wildcards: 0 if gpu_share(rule_name, wildcards) > 1 else whole(wildcards),
+        "gpu_share": lambda wildcards: gpu_share(rule_name, wildcards),
+        "gpu_slots": lambda wildcards: gpu_sharing.slots(
+            gpu_share(rule_name, wildcards), whole(wildcards), GPU_SHARING.jobs_per_gpu
+        ),
+    }
 
 
 def training_retries(rule_name):
@@ -293,7 +341,8 @@ def rule_resources():
             return max(
                 (prompted_grid.gpus(config, b, default) for b in prompted_grid.backbones(config)), default=default
             )
-        return rule.resources.get("gpu").value or 0
+        # every GPU rule's `gpu` is a function of the job (gpu_resources): its rule's setting
+        return res(job_estimates.resources_rule(rule.name), "gpu") if "gpu_slots" in rule.resources else 0
 
     return {r.name: {"gpu": gpus(r), "threads": r.resources.get("_cores").value or 1} for r in workflow.rules}
 

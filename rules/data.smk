@@ -47,13 +47,13 @@ rule embed_images:
         tasks=job_tasks(lambda w: [w.task]),
     threads: res("embed_images", "threads")
     resources:
+        **gpu_resources("embed_images"),
         mem_mb=res("embed_images", "mem_mb"),
         runtime=job_runtime("embed_images"),
-        gpu=res("embed_images", "gpu"),
     conda:
         "../envs/training.yaml"
     shell:
-        "bind_gpus {resources.gpu}; python -m workflow_scripts.multimodal.embed --data {input.data} --images {params.images:q}"
+        "bind_gpus {resources.gpu} {resources.gpu_slots}; python -m workflow_scripts.multimodal.embed --data {input.data} --images {params.images:q}"
         " --encoder {input.encoder} --kind {params.kind} --cache {params.cache:q}"
         " --batch-size {params.batch_size} --output {output.features} > $(fresh_log {log:q}) 2>&1"
 

@@ -29,9 +29,11 @@ rule evaluate_target:
     # evaluated before further training starts: a discarded model lives no longer than needed (disk.py)
     priority: 10
     resources:
+        **gpu_resources("evaluate_target"),
         mem_mb=res("evaluate_target", "mem_mb"),
         runtime=job_runtime("evaluate_target"),
-        gpu=res("evaluate_target", "gpu"),
+        # a job that shares its GPU asks Slurm for shards (gpu_sharing.py)
+        slurm_extra=shared_slurm_extra("evaluate_target"),
         # eager or compiled forwards (models/compiled.py): operational, so switching reruns nothing
         compile=res("evaluate_target", "compile"),
         # padded or padding-free encoder batches (models/packing.py): operational too
@@ -41,7 +43,7 @@ rule evaluate_target:
     conda:
         "../envs/training.yaml"
     shell:
-        "bind_gpus {resources.gpu}; python -m workflow_scripts.evaluation.metric_file --target {wildcards.target} --model {params.models}"
+        "bind_gpus {resources.gpu} {resources.gpu_slots}; python -m workflow_scripts.evaluation.metric_file --target {wildcards.target} --model {params.models}"
         " --data {params.data} --settings {params.settings:q} --run {params.run:q}"
         " --backbone {input.backbone} --backbone-settings {params.backbone:q}"
         " --seed {wildcards.seed} --threads {threads} --compile {resources.compile}"

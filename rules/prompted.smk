@@ -32,14 +32,16 @@ rule evaluate_prompted:
         tasks=job_tasks(lambda w: [w.task]),
     threads: res("evaluate_prompted", "threads")
     resources:
+        **gpu_resources(
+            "evaluate_prompted", lambda w: prompted_grid.gpus(config, w.backbone, res("evaluate_prompted", "gpu"))
+        ),
         mem_mb=res("evaluate_prompted", "mem_mb"),
         runtime=job_runtime("evaluate_prompted"),
         # enough GPUs of the backbone's kind to hold its weights (workflow/prompted.py)
-        gpu=lambda w: prompted_grid.gpus(config, w.backbone, res("evaluate_prompted", "gpu")),
     conda:
         "../envs/training.yaml"
     shell:
-        "bind_gpus {resources.gpu}; python -m workflow_scripts.evaluation.prompted --settings {params.settings:q} --run {params.run:q}"
+        "bind_gpus {resources.gpu} {resources.gpu_slots}; python -m workflow_scripts.evaluation.prompted --settings {params.settings:q} --run {params.run:q}"
         " --model {input.model} --base {input.base} --test {input.test} --shots {input.shots}"
         " --work {output.work} --threads {threads} --output {output.prompted} > $(fresh_log {log:q}) 2>&1"
 

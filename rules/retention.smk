@@ -27,13 +27,13 @@ rule probe_retention:
         tasks=job_tasks(lambda w: [config["retention"]["text"]["task"]]),
     threads: res("probe_retention", "threads")
     resources:
+        **gpu_resources("probe_retention"),
         mem_mb=res("probe_retention", "mem_mb"),
         runtime=job_runtime("probe_retention"),
-        gpu=res("probe_retention", "gpu"),
     conda:
         "../envs/training.yaml"
     shell:
-        "bind_gpus {resources.gpu}; python -m workflow_scripts.evaluation.retention --settings {params.settings:q} --probe {params.identity:q}"
+        "bind_gpus {resources.gpu} {resources.gpu_slots}; python -m workflow_scripts.evaluation.retention --settings {params.settings:q} --probe {params.identity:q}"
         " --model {input.model} --base {input.base} --text {input.text} --threads {threads}"
         " --output {output.probe} > $(fresh_log {log:q}) 2>&1"
 

@@ -27,9 +27,9 @@ rule train_intermediate:
     retries: training_retries("train_intermediate")
     resources:
         **training_geometry(),
+        **gpu_resources("train_intermediate", training_gpus("train_intermediate")),
         mem_mb=res("train_intermediate", "mem_mb"),
         runtime=job_runtime("train_intermediate"),
-        gpu=training_gpus("train_intermediate"),
         # eager or compiled forwards (models/compiled.py): operational, so switching reruns nothing
         compile=res("train_intermediate", "compile"),
         # padded or padding-free encoder batches (models/packing.py): operational too
@@ -47,7 +47,7 @@ rule train_intermediate:
         "../envs/training.yaml"
     shell:
         # exec (in the launcher): the training process, or torchrun, receives Slurm's signals.
-        "bind_gpus {resources.gpu}; {resources.launcher} -m workflow_scripts.training.train intermediate --encoder {input.encoder}"
+        "bind_gpus {resources.gpu} {resources.gpu_slots}; {resources.launcher} -m workflow_scripts.training.train intermediate --encoder {input.encoder}"
         " --data {params.data:q} --settings {params.settings:q} --seed {wildcards.seed}"
         " --threads {threads} --output {output.model} --checkpoint-dir {params.checkpoints}"
         " --checkpoint-every {resources.checkpoint_every} --log-every {resources.log_every}"
@@ -91,9 +91,9 @@ rule train_target:
     retries: training_retries("train_target")
     resources:
         **training_geometry(),
+        **gpu_resources("train_target", training_gpus("train_target")),
         mem_mb=res("train_target", "mem_mb"),
         runtime=job_runtime("train_target"),
-        gpu=training_gpus("train_target"),
         # eager or compiled forwards (models/compiled.py): operational, so switching reruns nothing
         compile=res("train_target", "compile"),
         # padded or padding-free encoder batches (models/packing.py): operational too
@@ -111,7 +111,7 @@ rule train_target:
         "../envs/training.yaml"
     shell:
         # exec (in the launcher): the training process, or torchrun, receives Slurm's signals.
-        "bind_gpus {resources.gpu}; {resources.launcher} -m workflow_scripts.training.train target --encoder {input.encoder}"
+        "bind_gpus {resources.gpu} {resources.gpu_slots}; {resources.launcher} -m workflow_scripts.training.train target --encoder {input.encoder}"
         " --data {params.data:q} --settings {params.settings:q} --seed {wildcards.seed}"
         " --threads {threads} --output {output.model} --checkpoint-dir {params.checkpoints}"
         " --checkpoint-every {resources.checkpoint_every} --log-every {resources.log_every}"

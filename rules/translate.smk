@@ -20,15 +20,15 @@ rule translate_task_data:
         tasks=job_tasks(lambda w: [w.task]),
     threads: res("translate_task_data", "threads")
     resources:
+        **gpu_resources("translate_task_data"),
+        # Speed only: a resource, so changing it reruns nothing (the cache key leaves it out too).
         mem_mb=res("translate_task_data", "mem_mb"),
         runtime=job_runtime("translate_task_data"),
-        gpu=res("translate_task_data", "gpu"),
-        # Speed only: a resource, so changing it reruns nothing (the cache key leaves it out too).
         translation_batch_size=config["translation"]["batch_size"],
     conda:
         "../envs/training.yaml"
     shell:
-        "bind_gpus {resources.gpu}; python -m workflow_scripts.translation.translate data --task {wildcards.task} --lang {wildcards.lang}"
+        "bind_gpus {resources.gpu} {resources.gpu_slots}; python -m workflow_scripts.translation.translate data --task {wildcards.task} --lang {wildcards.lang}"
         " --model {input.model} {params.converted} --input {input.data} --settings {params.settings:q} --batch-size {resources.translation_batch_size} --cache {params.cache}"
         " --threads {threads} --output {output.data} --stats {output.stats} > $(fresh_log {log:q}) 2>&1"
 
@@ -54,14 +54,14 @@ rule translate_test_data:
         tasks=job_tasks(lambda w: [w.task]),
     threads: res("translate_test_data", "threads")
     resources:
+        **gpu_resources("translate_test_data"),
         mem_mb=res("translate_test_data", "mem_mb"),
         runtime=job_runtime("translate_test_data"),
-        gpu=res("translate_test_data", "gpu"),
         translation_batch_size=config["translation"]["batch_size"],
     conda:
         "../envs/training.yaml"
     shell:
-        "bind_gpus {resources.gpu}; python -m workflow_scripts.translation.translate data --task {wildcards.task} --from-lang {wildcards.lang} --lang en"
+        "bind_gpus {resources.gpu} {resources.gpu_slots}; python -m workflow_scripts.translation.translate data --task {wildcards.task} --from-lang {wildcards.lang} --lang en"
         " --model {input.model} {params.converted} --input {input.data} --settings {params.settings:q} --batch-size {resources.translation_batch_size} --cache {params.cache}"
         " --threads {threads} --output {output.data} --stats {output.stats} > $(fresh_log {log:q}) 2>&1"
 
@@ -87,15 +87,15 @@ rule score_translation_quality:
         tasks=job_tasks(lambda w: ["xnli"]),
     threads: res("translate_task_data", "threads")
     resources:
+        **gpu_resources("translate_task_data"),
+        # Speed only: a resource, so changing it reruns nothing (the cache key leaves it out too).
         mem_mb=res("translate_task_data", "mem_mb"),
         runtime=job_runtime("score_translation_quality"),
-        gpu=res("translate_task_data", "gpu"),
-        # Speed only: a resource, so changing it reruns nothing (the cache key leaves it out too).
         translation_batch_size=config["translation"]["batch_size"],
     conda:
         "../envs/training.yaml"
     shell:
-        "bind_gpus {resources.gpu}; python -m workflow_scripts.translation.translate quality --lang {wildcards.lang} --model {input.model} {params.converted}"
+        "bind_gpus {resources.gpu} {resources.gpu_slots}; python -m workflow_scripts.translation.translate quality --lang {wildcards.lang} --model {input.model} {params.converted}"
         " --data dev={input.dev} test={input.test} --settings {params.settings:q} --batch-size {resources.translation_batch_size} --cache {params.cache}"
         " --threads {threads} --output {output.quality} > $(fresh_log {log:q}) 2>&1"
 
@@ -121,14 +121,14 @@ rule score_translation_quality_to_english:
         tasks=job_tasks(lambda w: ["xnli"]),
     threads: res("translate_test_data", "threads")
     resources:
+        **gpu_resources("translate_test_data"),
         mem_mb=res("translate_test_data", "mem_mb"),
         runtime=job_runtime("score_translation_quality_to_english"),
-        gpu=res("translate_test_data", "gpu"),
         translation_batch_size=config["translation"]["batch_size"],
     conda:
         "../envs/training.yaml"
     shell:
-        "bind_gpus {resources.gpu}; python -m workflow_scripts.translation.translate quality --from-lang {wildcards.lang} --lang en --model {input.model} {params.converted}"
+        "bind_gpus {resources.gpu} {resources.gpu_slots}; python -m workflow_scripts.translation.translate quality --from-lang {wildcards.lang} --lang en --model {input.model} {params.converted}"
         " --data dev={input.dev} test={input.test} --settings {params.settings:q} --batch-size {resources.translation_batch_size} --cache {params.cache}"
         " --threads {threads} --output {output.quality} > $(fresh_log {log:q}) 2>&1"
 

@@ -129,9 +129,12 @@ def test_every_rule_with_a_gpu_resource_binds_its_gpus_first():
     for path in sorted((REPO / "rules").glob("*.smk")):
         blocks = re.split(r"\n(?=(?:rule|use rule|checkpoint) )", path.read_text())
         for block in blocks:
-            if not re.search(r"^\s+gpu=", block, re.M) or "\n    shell:" not in block:
+            if not re.search(r"^\s+\*\*gpu_resources\(", block, re.M) or "\n    shell:" not in block:
                 continue
             command = re.search(r"\n    shell:\n(?:\s*#.*\n)*\s*f?\"(.*)", block).group(1)
-            assert re.match(r"bind_gpus \{\{?resources\.gpu\}\}?; ", command), (path.name, block.split("\n")[0])
+            assert re.match(r"bind_gpus \{\{?resources\.gpu\}\}? \{\{?resources\.gpu_slots\}\}?; ", command), (
+                path.name,
+                block.split("\n")[0],
+            )
             found += 1
     assert found == 10  # training (2), evaluation, translation (4), image embedding, probes, prompted

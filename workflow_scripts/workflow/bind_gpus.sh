@@ -1,26 +1,64 @@
-# bind_gpus N: give this job N GPUs of its own, for as long as it runs (gpu_binding.py).
+# bind_gpus N [SLOTS]: give this job N GPUs of its own, or (N = 0) SLOTS slots of one GPU,
+# for as long as it runs (gpu_binding.py, gpu_sharing.py).
 #
 # Sourced by every job of a local run (rules/common.smk); a rule whose job uses GPUs calls it
-# first with its `gpu` resource. XSTILTS_GPUS lists the devices of the run (`--resources
-# gpu=G`: the first G), XSTILTS_GPU_LOCKS the folder of their lock files. A job locks N of
-# them with flock on file descriptors that the job's processes inherit, so a lock lasts
-# exactly as long as the job, whatever ends it; it then sees only its own devices through
-# CUDA_VISIBLE_DEVICES. Snakemake never runs more than G GPU jobs at once, so a free device
-# exists unless another run on this machine holds it: then the job waits, holding none.
+# first with its `gpu` and `gpu_slots` resources. XSTILTS_GPUS lists the devices of the run
+# (`--resources gpu=G`: the first G), XSTILTS_GPU_SLOTS the slots of each (gpu_sharing's
+# jobs_per_gpu; 1 without sharing), XSTILTS_GPU_LOCKS the folder of their lock files, one
+# per slot. A job locks its slots with flock on file descriptors that the job's processes
+# inherit, so a lock lasts exactly as long as the job, whatever ends it: a whole-GPU job
+# every slot of its devices, a shared job SLOTS of one device (the first that has them, so
+# that shared jobs fill one GPU before the next). It then sees only its own devices through
+# CUDA_VISIBLE_DEVICES. Snakemake never starts more than the run's slots hold, so free slots
+# exist unless another run on this machine holds them, or shared jobs are spread so that no
+# device is whole: then the job waits, holding none.
 # A job that takes no GPU sees none. Outside such a run (no XSTILTS_GPUS: Slurm, or no
 # --resources gpu) it does nothing.
+
+# _bind_slots DEVICE COUNT: lock COUNT free slots of DEVICE (their descriptors appended to
+# _bound_fds); fails, holding none of them, if DEVICE has fewer free.
+_bind_slots() {
+    local device="$1" count="$2" slot fd file
+    local -a mine=()
+    for ((slot = 0; slot < ${XSTILTS_GPU_SLOTS:-1}; slot++)); do
+        file="$XSTILTS_GPU_LOCKS/gpu-$device.lock"
+        [ "$slot" -eq 0 ] || file="$XSTILTS_GPU_LOCKS/gpu-$device.$slot.lock"
+        exec {fd}>>"$file"
+        if flock -n "$fd"; then
+            mine+=("$fd")
+            [ "${#mine[@]}" -lt "$count" ] || break
+        else
+            exec {fd}>&-
+        fi
+    done
+    if [ "${#mine[@]}" -lt "$count" ]; then
+        for fd in "${mine[@]}"; do exec {fd}>&-; done
+        return 1
+    fi
+    _bound_fds+=("${mine[@]}")
+}
+
 bind_gpus() {
     [ -n "${XSTILTS_GPUS:-}" ] || return 0
-    local want="${1:-0}"
-    if [ "$want" -eq 0 ]; then
+    local want="${1:-0}" slots="${2:-0}"
+    local per_gpu="${XSTILTS_GPU_SLOTS:-1}"
+    if [ "$want" -eq 0 ] && [ "$slots" -eq 0 ]; then
         export CUDA_VISIBLE_DEVICES=""
         return 0
     fi
     local IFS=,
-    local -a devices=($XSTILTS_GPUS) taken fds
-    local fd device waited=0
-    if [ "$want" -gt "${#devices[@]}" ]; then
+    local -a devices=($XSTILTS_GPUS) taken
+    local fd device waited=0 devices_wanted=1 slots_each="$slots"
+    if [ "$want" -gt 0 ]; then
+        devices_wanted="$want"
+        slots_each="$per_gpu"
+    fi
+    if [ "$devices_wanted" -gt "${#devices[@]}" ]; then
         echo "bind_gpus: this job takes $want GPUs; the run has ${#devices[@]} (--resources gpu=${#devices[@]})" >&2
+        return 1
+    fi
+    if [ "$slots_each" -gt "$per_gpu" ]; then
+        echo "bind_gpus: this job takes $slots_each slots of a GPU; a GPU of the run has $per_gpu" >&2
         return 1
     fi
     if ! command -v flock > /dev/null; then
@@ -30,20 +68,16 @@ bind_gpus() {
     mkdir -p "$XSTILTS_GPU_LOCKS"
     while :; do
         taken=()
-        fds=()
+        _bound_fds=()
         for device in "${devices[@]}"; do
-            exec {fd}>>"$XSTILTS_GPU_LOCKS/gpu-$device.lock"
-            if flock -n "$fd"; then
+            if _bind_slots "$device" "$slots_each"; then
                 taken+=("$device")
-                fds+=("$fd")
-                [ "${#taken[@]}" -lt "$want" ] || break
-            else
-                exec {fd}>&-
+                [ "${#taken[@]}" -lt "$devices_wanted" ] || break
             fi
         done
-        [ "${#taken[@]}" -lt "$want" ] || break
-        for fd in "${fds[@]}"; do exec {fd}>&-; done
-        [ "$waited" -eq 1 ] || echo "bind_gpus: waiting for $want free GPU(s) of $XSTILTS_GPUS, held by other jobs on this machine" >&2
+        [ "${#taken[@]}" -lt "$devices_wanted" ] || break
+        for fd in "${_bound_fds[@]}"; do exec {fd}>&-; done
+        [ "$waited" -eq 1 ] || echo "bind_gpus: waiting for free GPU slots of $XSTILTS_GPUS, held by other jobs on this machine" >&2
         waited=1
         sleep 2
     done

@@ -133,28 +133,34 @@ def parse_dry_run(text: str) -> list[dict[str, Any]]:
 def estimate_jobs(config: dict[str, Any], jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The GPU jobs of a dry run, each with its estimate (job_estimates.job_time): GPU-hours,
     wall minutes, the time limit asked, allocations, and the basis of the figure."""
-    from workflow_scripts.workflow import job_estimates
+    from workflow_scripts.workflow import gpu_sharing, job_estimates
 
     out = []
     for job in jobs:
-        gpus = float(job.get("gpu", 0) or 0)
+        resources_rule = job_estimates.resources_rule(job["rule"])
+        wildcards = job.get("wildcards", {})
+        # a job that shares its GPU k ways (gpu_sharing.py) is charged 1/k of its GPU time,
+        # whether or not this dry run binds GPUs (its `gpu` is then 0)
+        share = gpu_sharing.job_share(config, resources_rule, wildcards) if "backbone" in wildcards else None
+        shared = share.jobs if share is not None else 1
+        gpus = float(job.get("gpu", 0) or 0) or (1.0 if shared > 1 else 0.0)
         if gpus <= 0:
             continue  # CPU-only jobs cost no GPU time
-        resources_rule = job_estimates.resources_rule(job["rule"])
-        time = job_estimates.job_time(config, job["rule"], job.get("wildcards", {}), resources_rule)
+        time = job_estimates.job_time(config, job["rule"], wildcards, resources_rule)
         limit = float(job.get("runtime", time.runtime))
         minutes = time.minutes if time.minutes is not None else limit  # no estimate: an upper bound
+        basis = time.basis + (f"; shared {shared} to a GPU ({share.reason})" if shared > 1 else "")
         out.append(
             {
                 "rule": job["rule"],
-                "backbone": job.get("wildcards", {}).get("backbone", ""),
-                "gpus_per_job": gpus,
-                "gpu_h": minutes * gpus / 60,
+                "backbone": wildcards.get("backbone", ""),
+                "gpus_per_job": gpus / shared,
+                "gpu_h": minutes * gpus / shared / 60,
                 "minutes": minutes,
                 "runtime_limit_min": limit,
                 "allocations": time.allocations,
                 "estimated": time.minutes is not None,
-                "basis": time.basis,
+                "basis": basis,
             }
         )
     return out

@@ -33,6 +33,7 @@ SCRIPT = Path(__file__).with_name("bind_gpus.sh")
 CUBLAS_WORKSPACE = ":4096:8"
 DEVICES_ENV = "XSTILTS_GPUS"
 LOCKS_ENV = "XSTILTS_GPU_LOCKS"
+SLOTS_ENV = "XSTILTS_GPU_SLOTS"
 
 
 class GpuBindingError(ValueError):
@@ -67,13 +68,14 @@ def lock_dir_for(temp_root: str | os.PathLike[str]) -> Path:
     return Path(temp_root) / f"xstilts-gpu-locks-{os.getuid()}"
 
 
-def shell_prefix(devices: list[str]) -> str:
+def shell_prefix(devices: list[str], slots_per_gpu: int = 1) -> str:
     """What every job's shell runs first: the function defined, cuBLAS's workspace, and the
-    run's devices; a job sees no GPU until ``bind_gpus`` gives it its own. (Braces doubled:
-    Snakemake formats its shell prefix.)"""
+    run's devices with their slots (gpu_sharing.py); a job sees no GPU until ``bind_gpus``
+    gives it its own. (Braces doubled: Snakemake formats its shell prefix.)"""
     cublas = f' export CUBLAS_WORKSPACE_CONFIG="${{{{CUBLAS_WORKSPACE_CONFIG:-{CUBLAS_WORKSPACE}}}}}";'
     exports = cublas + (
         f" export {DEVICES_ENV}={shlex.quote(','.join(devices))}; export {LOCKS_ENV}={shlex.quote(str(lock_dir()))};"
+        f" export {SLOTS_ENV}={int(slots_per_gpu)};"
         ' export CUDA_VISIBLE_DEVICES="";'
         if devices
         else f" unset {DEVICES_ENV};"

@@ -245,6 +245,16 @@ class Estimate:
     minutes: float
     gpus: int
     basis: str
+    # GPU-hours the FLOPs alone take at the throughput: below gpu_hours where the host sets
+    # the pace (then the GPU idles between kernels, and other jobs may share it: gpu_sharing.py)
+    compute_hours: float | None = None
+
+    @property
+    def busy(self) -> float:
+        """The share of its time the job keeps its GPUs computing (1: compute-bound)."""
+        if self.compute_hours is None or self.gpu_hours <= 0:
+            return 1.0
+        return min(1.0, self.compute_hours / self.gpu_hours)
 
 
 @dataclass(frozen=True)
@@ -286,7 +296,7 @@ def estimate(shape: Shape, work: list[Tokens], gpu: str, mfu: float | None = Non
     """The GPU time of ``work`` on ``shape``, on GPUs of kind ``gpu``: each part's FLOPs at
     the throughput, or its steps at the host's shortest step where that is longer (small
     models are host-bound)."""
-    flops, seconds, bases = 0.0, 0.0, []
+    flops, seconds, computing, bases = 0.0, 0.0, 0.0, []
     floor, floor_basis = host_step_seconds(gpu, shape.layers)
     for part in work:
         if part.tokens <= 0:
@@ -304,6 +314,7 @@ def estimate(shape: Shape, work: list[Tokens], gpu: str, mfu: float | None = Non
         rate = throughput(gpu, shape.family, shape.method, shape.precision, part.mode, shape.width, part.seq_len, mfu)
         flops += per_token * part.tokens
         compute = per_token * part.tokens / (rate.tflops * 1e12) / shape.gpus  # wall seconds
+        computing += compute * shape.gpus
         basis = rate.basis
         if part.host_steps * floor > compute:
             compute, basis = part.host_steps * floor, f"host-bound: {floor:g} s per micro-step, {floor_basis}"
@@ -316,4 +327,5 @@ def estimate(shape: Shape, work: list[Tokens], gpu: str, mfu: float | None = Non
         minutes=seconds / 60 / shape.gpus,
         gpus=shape.gpus,
         basis="; ".join(bases),
+        compute_hours=computing / 3600,
     )

@@ -236,14 +236,17 @@ def test_every_preset_passes_the_config_check(repo, monkeypatch):
 @pytest.mark.unit
 def test_the_resources_keys_are_the_rules_that_read_them():
     """`resources.<rule>` is allowed exactly for the rules whose directives read it (res(),
-    training_retries(), training_slurm_extra() in rules/*.smk): a key for any other rule
+    training_retries(), training_slurm_extra(), shared_slurm_extra(), gpu_resources() in
+    rules/*.smk): a key for any other rule
     would be accepted and silently set nothing."""
     import re
 
     from workflow_scripts.spec.schema import setting
 
     text = "\n".join(path.read_text() for path in sorted((REPO / "rules").glob("*.smk")))
-    read = set(re.findall(r'\b(?:res|training_retries|training_slurm_extra)\("(\w+)"', text))
+    read = set(
+        re.findall(r'\b(?:res|training_retries|training_slurm_extra|shared_slurm_extra|gpu_resources)\("(\w+)"', text)
+    )
     allowed = set(setting("resources")["propertyNames"]["enum"]) - {"default"}
     assert allowed == read, (sorted(allowed - read), sorted(read - allowed))
 

@@ -228,8 +228,9 @@ def backbone_table(estimated: list[dict[str, Any]]):
 
 
 def _range(values) -> str:
-    low, high = int(values.min()), int(values.max())
-    return str(low) if low == high else f"{low}-{high}"
+    """min-max of a column, whole numbers as such (a shared job's GPUs: 0.25)."""
+    low, high = (f"{float(v):g}" for v in (values.min(), values.max()))
+    return low if low == high else f"{low}-{high}"
 
 
 def bases_table(estimated: list[dict[str, Any]]):

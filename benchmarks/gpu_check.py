@@ -374,6 +374,27 @@ def small_encoder(workdir: Path, smoke: bool) -> tuple[Path, dict[str, Any]]:
     return workdir / "encoder", data
 
 
+def run_padding_free(dev, smoke: bool) -> dict[str, Any]:
+    """Packed against padded batches of XLM-R large in bf16 (benchmarks/padding_free.py): 64
+    long-tailed sequences up to 256 tokens, evaluation forwards and training steps."""
+    import padding_free
+
+    shape, rows, longest, precision = (TINY_ENCODER, 8, 32, "fp32") if smoke else (XLMR_LARGE, 64, 256, "bf16")
+    table = padding_free.run(shape, rows, longest, precision, dev, steps=1 if smoke else 5)
+    ratios = {row["mode"]: row for row in table if row["way"] == "packed / padded"}
+    difference = ratios["inference"]["max_logit_difference"]
+    if difference > (1e-4 if precision == "fp32" else 5e-2):
+        raise RuntimeError(f"packed and padded logits differ by {difference:g}")
+    padded = next(row for row in table if row["way"] == "padded")
+    return {
+        "padding share": f"{padded['padding_share']:.2f}",
+        "evaluation packed / padded tokens/s": f"{ratios['inference']['tokens_per_s']:.2f}",
+        "training packed / padded tokens/s": f"{ratios['train']['tokens_per_s']:.2f}",
+        "largest logit difference": f"{difference:.2g}",
+        "attention": next(row["attention"] for row in table if row["way"] == "packed"),
+    }
+
+
 def run_sharded_resume(workdir: Path, dev, smoke: bool) -> dict[str, Any]:
     from benchmarks.training_efficiency import xstilts_settings
     from workflow_scripts.training.distributed import read_extra
@@ -557,7 +578,7 @@ def summary_markdown(env: dict[str, Any], results: dict[str, Any], smoke: bool) 
                 f"| {1000 * c['step_seconds']:.1f} | {c['tokens_per_s']:,.0f} | {c['tflops']:.1f} | {mfu} | {ops} "
                 f"| {host} | {c['peak_gib']:.2f} | {planned} |"
             )
-    for name in ("sharded resume", "retrieval", "ctranslate2", "gpu tests", "demo grid"):
+    for name in ("padding-free", "sharded resume", "retrieval", "ctranslate2", "gpu tests", "demo grid"):
         part = results.get(name)
         if part and part["ok"]:
             lines += ["", f"**{name}**: " + ", ".join(f"{k} {v}" for k, v in part["result"].items())]
@@ -624,6 +645,7 @@ def main(argv: list[str] | None = None) -> int:
                 (f"throughput: {case['label']}", lambda c=case: run_throughput(c, Path(tmp), dev, args.cpu_smoke, peak))
             )
         parts += [
+            ("padding-free", lambda: run_padding_free(dev, args.cpu_smoke)),
             ("sharded resume", lambda: run_sharded_resume(Path(tmp) / "sharded", dev, args.cpu_smoke)),
             ("retrieval", lambda: run_retrieval(dev, args.cpu_smoke)),
             ("ctranslate2", lambda: run_ctranslate2(dev)),

@@ -207,3 +207,37 @@ def test_packed_training_with_attention_dropout_runs_on_the_cpu(tmp_path, demo_d
     )
     assert all(torch.isfinite(torch.tensor(h["loss"])) for h in log["history"])
     assert "sequence by sequence on cpu" in log["throughput"]["engine"]["padding_free_reason"]
+
+
+@pytest.mark.parametrize("fmt", ["tagging", "mlm", "span", "classification"])
+def test_every_packable_format_gives_the_padded_loss(fmt):
+    """Each head reads the packed batch's hidden states in the padded layout: the loss of a
+    batch is the padded batch's (MLM masked with the same seed both ways)."""
+    from torch import nn
+
+    from workflow_scripts.models.heads import MultiHeadModel, task_logits
+
+    encoder = _encoder()
+    torch.manual_seed(1)
+    head = nn.Linear(32, 120 if fmt == "mlm" else 2 if fmt == "span" else 5)
+    model = MultiHeadModel(encoder, {"t": head}).eval()
+    lengths = [6, 19, 3, 11]
+    feats = []
+    for n in lengths:
+        ids = torch.randint(5, 120, (n,)).tolist()
+        feature = {"input_ids": ids, "labels": [k % 5 for k in range(n)] if fmt == "tagging" else 1}
+        if fmt == "span":
+            feature = {"input_ids": ids, "start_positions": n // 2, "end_positions": n - 1}
+        elif fmt == "mlm":
+            feature = {"input_ids": ids}
+        feats.append(feature)
+
+    def loss(pack):
+        mlm = {"mask_id": 4, "vocab_size": 120, "special_ids": [0, 1, 2], "generator": torch.Generator().manual_seed(0)}
+        batch = collate(feats, fmt, pad_id=1, mlm=mlm if fmt == "mlm" else None, pack=pack)
+        return task_logits(model, fmt, "t", batch)[1]
+
+    padded = loss(None)
+    packing.register_attention()
+    encoder.config._attn_implementation = packing.ATTENTION
+    torch.testing.assert_close(loss(lambda mask: packing.pack_fields(mask)), padded, rtol=1e-5, atol=1e-6)

@@ -114,32 +114,16 @@ def run(shape: dict[str, Any], rows: int, max_length: int, precision: str, dev, 
 
 
 def main(argv: list[str] | None = None) -> int:
+    import step_ops
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--width", type=int, default=256)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--ffn", type=int, default=1024)
+    step_ops.add_encoder_arguments(ap, layers=4, width=256, heads=4, ffn=1024)
     ap.add_argument("--rows", type=int, default=64)
     ap.add_argument("--max-length", type=int, default=256)
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
-    ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
-    import gpu_check
-    import torch
-
-    from workflow_scripts.common import configure_torch
-
-    configure_torch(args.threads)
-    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    shape = {
-        **gpu_check.XLMR_LARGE,
-        "vocab_size": 8000,
-        "hidden_size": args.width,
-        "num_attention_heads": args.heads,
-        "intermediate_size": args.ffn,
-        "num_hidden_layers": args.layers,
-    }
+    dev = step_ops.set_up_device(args.threads)
+    shape = step_ops.encoder_shape(args)
     table = run(shape, args.rows, args.max_length, args.precision, dev, args.steps)
     print(
         f"# {args.rows} sequences up to {args.max_length} tokens (long-tailed), {args.layers} layers x "

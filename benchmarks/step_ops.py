@@ -119,26 +119,21 @@ def measure(engine: str, model_dir: Path, batch_shape: tuple[int, int], precisio
     return row
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--layers", type=int, default=24)
-    ap.add_argument("--width", type=int, default=64)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--ffn", type=int, default=256)
-    ap.add_argument("--seq", type=int, default=128)
-    ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--precision", default="bf16", choices=["fp32", "bf16"])
+def add_encoder_arguments(ap: argparse.ArgumentParser, layers: int, width: int, heads: int, ffn: int) -> None:
+    """The XLM-R-shaped encoder's depth and width, the run's steps and host threads."""
+    ap.add_argument("--layers", type=int, default=layers)
+    ap.add_argument("--width", type=int, default=width)
+    ap.add_argument("--heads", type=int, default=heads)
+    ap.add_argument("--ffn", type=int, default=ffn)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
-    args = ap.parse_args(argv)
+
+
+def encoder_shape(args: argparse.Namespace) -> dict[str, Any]:
+    """XLM-R large's config at the arguments' depth and width (an 8,000-token vocabulary)."""
     import gpu_check
-    import torch
 
-    from workflow_scripts.common import configure_torch
-
-    configure_torch(args.threads)
-    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    shape = {
+    return {
         **gpu_check.XLMR_LARGE,
         "vocab_size": 8000,
         "hidden_size": args.width,
@@ -146,6 +141,29 @@ def main(argv: list[str] | None = None) -> int:
         "intermediate_size": args.ffn,
         "num_hidden_layers": args.layers,
     }
+
+
+def set_up_device(threads: int):
+    """The jobs' torch settings on ``threads`` host threads; the GPU if there is one."""
+    import torch
+
+    from workflow_scripts.common import configure_torch
+
+    configure_torch(threads)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_encoder_arguments(ap, layers=24, width=64, heads=4, ffn=256)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--precision", default="bf16", choices=["fp32", "bf16"])
+    args = ap.parse_args(argv)
+    import gpu_check
+
+    dev = set_up_device(args.threads)
+    shape = encoder_shape(args)
     with tempfile.TemporaryDirectory(prefix="xstilts-step-ops-") as tmp:
         gpu_check.save_backbone("encoder", shape, Path(tmp) / "encoder", dev)
         rows = [

@@ -174,3 +174,23 @@ def test_the_workflow_shares_a_host_bound_target_under_resources_gpu(tmp_path):
     assert any(j["wildcards"].get("target") == "xnli" and j["rule"] == "train_target" for j in shared)
     whole = [j for j in jobs if j.get("gpu_share", 1) == 1]
     assert whole and all(j["gpu_slots"] == 4 * j["gpu"] for j in whole)
+
+
+@pytest.mark.unit
+def test_the_preflight_stops_a_shared_run_on_a_cluster_without_shards(paper_config, monkeypatch):
+    from workflow_scripts import preflight
+
+    assert preflight.gres_count("gpu:h100:8(S:0-1),shard:32 gpu:4", "shard") == 32
+    assert preflight.gres_count("gpu:h100:8(S:0-1),shard:32 gpu:4", "gpu") == 8
+    config = copy.deepcopy(paper_config)
+    config["gpu_sharing"] = {"jobs_per_gpu": 4, "slurm_shards_per_gpu": 8}
+    sinfo = {"gres": "gpu:h100:8"}
+    monkeypatch.setattr(preflight.shutil, "which", lambda name: "/usr/bin/sinfo")
+    monkeypatch.setattr(
+        preflight.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout=sinfo["gres"], stderr="")
+    )
+    (blocker,) = preflight.check_shards(config, ["gpu"])
+    assert blocker.status == preflight.BLOCKER and "slurm_shards_per_gpu is 8" in blocker.detail
+    sinfo["gres"] = "gpu:h100:8,shard:64"
+    assert preflight.check_shards(config, ["gpu"])[0].status == preflight.OK
+    assert preflight.check_shards(paper_config, ["gpu"]) == []  # no sharing asked: nothing to check

@@ -311,23 +311,52 @@ def local_gpus() -> list[tuple[str, float]]:
     ]
 
 
-def slurm_gpus(partitions: Iterable[str]) -> dict[str, int]:
-    """GPUs per node of each partition (its largest node), from sinfo's generic resources."""
+def slurm_gpus(partitions: Iterable[str], gres_name: str = "gpu") -> dict[str, int]:
+    """GPUs (or another generic resource: ``shard``) per node of each partition (its largest
+    node), from sinfo's generic resources."""
     found = {}
     for partition in partitions:
         proc = subprocess.run(["sinfo", "-h", "-p", partition, "-o", "%G"], capture_output=True, text=True)
-        gpus = 0
-        for gres in proc.stdout.split():
-            for item in gres.split(","):
-                parts = item.split("(")[0].split(":")
-                if parts[0] == "gpu" and parts[-1].isdigit():
-                    gpus = max(gpus, int(parts[-1]))
-        found[partition] = gpus
+        found[partition] = gres_count(proc.stdout, gres_name)
     return found
 
 
+def gres_count(sinfo_gres: str, gres_name: str) -> int:
+    """The largest count of ``gres_name`` in sinfo's %G column (e.g. gpu:h100:8,shard:32)."""
+    count = 0
+    for gres in sinfo_gres.split():
+        for item in gres.split(","):
+            parts = item.split("(")[0].split(":")
+            if parts[0] == gres_name and parts[-1].isdigit():
+                count = max(count, int(parts[-1]))
+    return count
+
+
+def check_shards(config: dict[str, Any], partitions: list[str]) -> list[Finding]:
+    """gpu_sharing.slurm_shards_per_gpu on a cluster whose partitions offer no shards: every
+    shared job would stay pending."""
+    from workflow_scripts.workflow import gpu_sharing
+
+    wanted = gpu_sharing.Settings.of(config).slurm_shards_per_gpu
+    if wanted <= 0 or not partitions or not shutil.which("sinfo"):
+        return []
+    offered = slurm_gpus(partitions, "shard")
+    if max(offered.values(), default=0) > 0:
+        return [Finding("gpus", "shared GPUs", OK, f"shards per node: {offered}")]
+    return [
+        Finding(
+            "gpus",
+            "shared GPUs",
+            BLOCKER,
+            f"gpu_sharing.slurm_shards_per_gpu is {wanted}, but no partition offers Slurm's shard GRES "
+            f"({', '.join(partitions)})",
+            "set gpu_sharing.slurm_shards_per_gpu: 0, or have the cluster configure shards (gres.conf)",
+        )
+    ]
+
+
 def check_gpus(config: dict[str, Any], partitions: list[str]) -> list[Finding]:
-    findings = []
+    findings = check_shards(config, partitions)
     devices = local_gpus()
     offered = slurm_gpus(partitions) if partitions and shutil.which("sinfo") else {}
     for name in backbone_grid.names(config):

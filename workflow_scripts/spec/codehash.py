@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import json
+import os
 from functools import cache
 from pathlib import Path
 
@@ -55,8 +57,20 @@ def _imports(name: str) -> frozenset[str]:
 
 def _imports_in(path: Path, name: str) -> frozenset[str]:
     """Package modules imported anywhere in the source file ``path`` of module ``name``."""
+    source = path.read_bytes()
+    key = hashlib.sha256(b"\0".join([name.encode(), str(_is_package(name)).encode(), source])).hexdigest()
+    found = _cached_imports(key)
+    if found is None:
+        found = _parsed_imports(source, path, name)
+        _store_imports(key, found)
+    return frozenset(m for m in found if _module_file(m) is not None)
+
+
+def _parsed_imports(source: bytes, path: Path, name: str) -> list[str]:
+    """The package names a source imports, read from its syntax tree (statements only: an
+    import is always a statement, at any depth of functions, classes and blocks)."""
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for node in _statements(ast.parse(source, filename=str(path)).body):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.startswith(PACKAGE))
         elif isinstance(node, ast.ImportFrom):
@@ -68,7 +82,50 @@ def _imports_in(path: Path, name: str) -> frozenset[str]:
                 continue
             found.add(base)
             found.update(f"{base}.{a.name}" for a in node.names)
-    return frozenset(m for m in found if _module_file(m) is not None)
+    return sorted(found)
+
+
+def _statements(body: list[ast.stmt]):
+    """Every statement of ``body`` and of the blocks nested in it (expressions skipped: most
+    of a tree's nodes, and never an import)."""
+    for node in body:
+        yield node
+        for field in ("body", "orelse", "finalbody"):
+            nested = getattr(node, field, None)
+            if isinstance(nested, list):
+                yield from _statements(nested)
+        for block in (*getattr(node, "handlers", ()), *getattr(node, "cases", ())):
+            yield from _statements(block.body)
+
+
+# Parsing the package's ~160 modules is most of the Snakefile's parse time (each run, each
+# dry run). What a source imports depends only on its bytes, its module name and whether it
+# is a package, so the answer is kept under that hash in the user's cache folder (shared by
+# every checkout, never stale); without a writable one, sources are parsed each time.
+CACHE_ENV = "XSTILTS_CACHE_DIR"
+
+
+def cache_dir() -> Path:
+    root = os.environ.get(CACHE_ENV) or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "xstilts"
+    return Path(root) / "imports-v1"
+
+
+def _cached_imports(key: str) -> list[str] | None:
+    try:
+        return json.loads((cache_dir() / f"{key}.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _store_imports(key: str, found: list[str]) -> None:
+    folder = cache_dir()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        partial = folder / f"{key}.{os.getpid()}.tmp"
+        partial.write_text(json.dumps(found))
+        partial.replace(folder / f"{key}.json")  # atomic: a reader sees all of it or nothing
+    except OSError:
+        pass
 
 
 def import_closure(name: str) -> list[str]:

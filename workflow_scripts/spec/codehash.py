@@ -11,9 +11,10 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
-import os
 from functools import cache
 from pathlib import Path
+
+from workflow_scripts.spec.basics import cache_root, write_atomically
 
 PACKAGE = "workflow_scripts"
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
@@ -102,28 +103,20 @@ def _statements(body: list[ast.stmt]):
 # dry run). What a source imports depends only on its bytes, its module name and whether it
 # is a package, so the answer is kept under that hash in the user's cache folder (shared by
 # every checkout, never stale); without a writable one, sources are parsed each time.
-CACHE_ENV = "XSTILTS_CACHE_DIR"
-
-
-def cache_dir() -> Path:
-    root = os.environ.get(CACHE_ENV) or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "xstilts"
-    return Path(root) / "imports-v1"
+def _cache_file(key: str) -> Path:
+    return cache_root() / "imports-v1" / f"{key}.json"
 
 
 def _cached_imports(key: str) -> list[str] | None:
     try:
-        return json.loads((cache_dir() / f"{key}.json").read_text())
+        return json.loads(_cache_file(key).read_text())
     except (OSError, ValueError):
         return None
 
 
 def _store_imports(key: str, found: list[str]) -> None:
-    folder = cache_dir()
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        partial = folder / f"{key}.{os.getpid()}.tmp"
-        partial.write_text(json.dumps(found))
-        partial.replace(folder / f"{key}.json")  # atomic: a reader sees all of it or nothing
+        write_atomically(_cache_file(key), json.dumps(found))
     except OSError:
         pass
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts import revisions
-from workflow_scripts.spec import paths, trackers
+from workflow_scripts.spec import paths, schema, trackers
 from workflow_scripts.spec import tasks as task_catalogue
 from workflow_scripts.spec.basics import REPO_ROOT
 from workflow_scripts.workflow import arm_recipes, config_layers, grid, hub_sources, local_data, prompted, retention
@@ -40,7 +40,7 @@ def check(config: dict[str, Any], configfiles: Sequence[str | Path], catalogues:
     # The user's own task entries join the built-in ones before anything checks a task name.
     task_catalogue.use_catalogues(list(catalogues))
     grid.check_schema(config, str(SCHEMA))
-    validate(config, str(SCHEMA))
+    validate(config, str(schema.validation_file()))  # the same schema, read as JSON
     # Image arms become one config per recipe before anything reads the intermediate configs.
     arm_recipes.expand(config)
     # Before anything reads a task's hub key: a task has it or local files of its own.

@@ -41,8 +41,30 @@ def test_auto_packs_where_the_varlen_kernel_runs_and_says_why_not_elsewhere():
     always = packing.decide("always", "cpu", "encoder", "fp32", 0.1, training=True)
     assert always.enabled and "sequence by sequence" in always.reason
     assert not packing.decide("never", "cuda", "encoder", "bf16", 0.0, training=False).enabled
+    # attention that would cross sequences (DeBERTa's relative positions), or a GPU without
+    # the kernel (before Ampere): padded, whatever the mode
+    deberta = packing.decide("always", "cuda", "encoder", "bf16", 0.0, training=False, architecture="deberta-v2")
+    assert not deberta.enabled and "deberta-v2" in deberta.reason
+    old_gpu = packing.decide("auto", "cuda", "encoder", "fp16", 0.0, training=False, flash_capable=False)
+    assert not old_gpu.enabled and "FlashAttention" in old_gpu.reason
     with pytest.raises(ValueError, match="padding_free: expected one of auto, always, never, got 'on'"):
         packing.decide("on", "cuda", "encoder", "bf16", 0.0, training=False)  # type: ignore[arg-type]
+
+
+def test_compiled_streams_take_a_few_widths():
+    widths = {packing.stream_width(n) for n in range(1, 7169)}
+    assert len(widths) == 15 and min(widths) == packing.STREAM_MULTIPLE
+    assert all(n <= packing.stream_width(n) < 1.25 * n + packing.STREAM_MULTIPLE for n in range(1, 7169))
+
+
+def test_the_architecture_is_read_under_the_adapters():
+    encoder = _encoder()
+    assert packing.architecture_of(encoder) == "xlm-roberta"
+
+    class OwnAttention(torch.nn.Module):  # (a model whose attention is its own)
+        config = encoder.config
+
+    assert packing.architecture_of(OwnAttention()) == ""
 
 
 def test_packed_fields_restart_positions_per_sequence_and_pad_the_stream_with_its_own_segment():

@@ -19,11 +19,13 @@ reruns nothing; the train log and metric file record what ran):
   attention runs sequence by sequence (exact, attention dropout included, and slow);
 - ``never``: padded everywhere.
 
-Decoders and the image and retrieval formats stay padded.
+Decoders, encoders whose attention does not go through transformers' attention interface
+(``PACKABLE_MODEL_TYPES``: mDeBERTa and RemBERT stay padded), and the image and retrieval
+formats stay padded; so does a GPU without FlashAttention (before Ampere).
 
-Compiled forwards see the stream padded to a multiple of ``STREAM_MULTIPLE`` tokens (a
-last segment of pad tokens, attending to itself, its outputs dropped), so that the number
-of shapes a job compiles stays bounded.
+Compiled forwards see the stream padded to a stream bucket (``stream_width``: a last segment
+of pad tokens, attending to itself, its outputs dropped), so that the number of shapes a job
+compiles stays bounded.
 """
 
 from __future__ import annotations
@@ -40,8 +42,18 @@ DEFAULT_PADDING_FREE: PaddingFreeMode = "auto"
 # calls (with ``cu_seq_lens_q``) go to the varlen kernel, padded calls to sdpa.
 ATTENTION = "xstilts_packed"
 
-# A compiled forward's stream is padded up to a multiple of this many tokens.
+# A compiled forward's stream is padded up to a stream bucket (stream_width): 256 tokens and
+# up, four widths per doubling beyond 2,048, so that a job compiles a few stream widths.
 STREAM_MULTIPLE = 256
+
+# Architectures whose attention goes through transformers' attention interface with absolute
+# positions (counted from the pad id + 1, or from 0): packing them is exact. Others (DeBERTa's
+# relative positions, RemBERT's own attention) would accept the packed call's arguments and
+# attend across sequences, so they stay padded.
+PACKABLE_MODEL_TYPES = frozenset({"xlm-roberta", "xlm-roberta-xl", "roberta", "bert"})
+# FlashAttention's varlen kernel: Ampere (compute capability 8.0) and later, heads up to 256 wide.
+FLASH_MIN_CAPABILITY = (8, 0)
+FLASH_MAX_HEAD_SIZE = 256
 
 # The batch fields of a packed batch (collate adds them; the forward reads them).
 PACKED_KEYS: tuple[str, ...] = ("packed_index", "packed_positions", "cu_seq_lens")
@@ -62,20 +74,28 @@ def decide(
     precision: str,
     attention_dropout: float,
     training: bool,
+    architecture: str = "xlm-roberta",
+    flash_capable: bool = True,
 ) -> Packing:
-    """The packing ``resources.<rule>.padding_free`` asks for, for this model and device."""
+    """The packing ``resources.<rule>.padding_free`` asks for, for this model (its family,
+    its transformers ``model_type``) and device (``flash_capable``: a GPU that runs the
+    varlen kernel)."""
     if mode not in PADDING_FREE_MODES:
         raise ValueError(f"padding_free: expected one of {', '.join(PADDING_FREE_MODES)}, got {mode!r}")
     if mode == "never":
         return Packing(False, "padded (padding_free: never)")
     if family != "encoder":
         return Packing(False, f"padded ({family} backbones are not packed)")
-    kernel = varlen_kernel_runs(device_type, precision, attention_dropout if training else 0.0)
+    if architecture not in PACKABLE_MODEL_TYPES:
+        return Packing(False, f"padded ({architecture} encoders are not packed: their attention would cross sequences)")
+    kernel = flash_capable and varlen_kernel_runs(device_type, precision, attention_dropout if training else 0.0)
     if mode == "always":
         how = "varlen flash attention" if kernel else "attention sequence by sequence"
         return Packing(True, f"packed (padding_free: always, {how} on {device_type})")
     if device_type != "cuda":
         return Packing(False, f"padded (padding_free: auto on {device_type})")
+    if not flash_capable:
+        return Packing(False, "padded (padding_free: auto; this GPU does not run the varlen FlashAttention kernel)")
     if not kernel and precision == "fp32":
         return Packing(False, "padded (padding_free: auto; the varlen kernel takes bf16 or fp16, this run is fp32)")
     if not kernel:
@@ -97,10 +117,39 @@ def attention_dropout(encoder) -> float:
     return float(getattr(encoder.config, "attention_probs_dropout_prob", 0.0) or 0.0)
 
 
+def architecture_of(encoder) -> str:
+    """The encoder's transformers ``model_type`` (under its adapters, if any), when its
+    attention goes through the attention interface; "" otherwise."""
+    base = encoder.get_base_model() if hasattr(encoder, "get_base_model") else encoder
+    if not getattr(base, "_supports_attention_backend", False):
+        return ""
+    return str(getattr(base.config, "model_type", ""))
+
+
+def flash_capable(encoder, device_type: str) -> bool:
+    """Whether this device runs the varlen FlashAttention kernel for the encoder's heads."""
+    if device_type != "cuda":
+        return True  # (the kernel is not used off a GPU; the attention runs sequence by sequence)
+    import torch
+
+    config = encoder.config
+    head_size = config.hidden_size // config.num_attention_heads
+    return torch.cuda.get_device_capability() >= FLASH_MIN_CAPABILITY and head_size <= FLASH_MAX_HEAD_SIZE
+
+
 def configure(model, mode: PaddingFreeMode, device_type: str, precision: str, training: bool) -> Packing:
     """Decide the packing of ``model`` (a MultiHeadModel) and, if packed, switch its encoder
     to the packed attention (padded calls keep sdpa's)."""
-    packing = decide(mode, device_type, model.family, precision, attention_dropout(model.encoder), training=training)
+    packing = decide(
+        mode,
+        device_type,
+        model.family,
+        precision,
+        attention_dropout(model.encoder),
+        training=training,
+        architecture=architecture_of(model.encoder) or "this architecture",
+        flash_capable=model.family != "encoder" or flash_capable(model.encoder, device_type),
+    )
     if packing.enabled:
         register_attention()
         model.encoder.config._attn_implementation = ATTENTION
@@ -129,11 +178,19 @@ def pack_fields(attention_mask, stream_multiple: int | None = None) -> dict[str,
     cu[1:] = lengths.cumsum(0)
     if stream_multiple:
         tokens = int(cu[-1])
-        dummies = -(-(tokens + 1) // stream_multiple) * stream_multiple - tokens
+        dummies = stream_width(tokens + 1, stream_multiple) - tokens
         index = torch.cat([index, rows + torch.arange(dummies)])
         positions = torch.cat([positions, torch.zeros(dummies, dtype=positions.dtype)])  # any valid position
         cu = torch.cat([cu, torch.tensor([tokens + dummies], dtype=torch.int32)])
     return {"packed_index": index, "packed_positions": positions, "cu_seq_lens": cu}
+
+
+def stream_width(tokens: int, multiple: int = STREAM_MULTIPLE) -> int:
+    """A compiled stream's width for ``tokens``: rounded up in steps of an eighth of the next
+    power of two, at least ``multiple``: 256, 512, ..., 2048, then 2560, 3072, ..., 4096,
+    then 5120, ...: four widths per doubling beyond 2,048, 15 up to 7,168 tokens."""
+    step = max(multiple, (1 << max(tokens - 1, 1).bit_length()) // 8)
+    return -(-tokens // step) * step
 
 
 def is_packed(batch: dict[str, Any]) -> bool:

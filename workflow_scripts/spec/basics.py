@@ -22,25 +22,6 @@ def repo_path(path: str | os.PathLike[str]) -> Path:
     return path if path.is_absolute() else REPO_ROOT / path
 
 
-def cache_root() -> Path:
-    """The user's cache of what parse time derives from files and could derive again: under
-    ``XSTILTS_CACHE_DIR``, else ``$XDG_CACHE_HOME/xstilts``, else ``~/.cache/xstilts``. Entries
-    are named by the hash of what they were derived from, so they are never stale, and a
-    checkout without a writable cache derives them each time."""
-    root = os.environ.get("XSTILTS_CACHE_DIR")
-    if root:
-        return Path(root)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "xstilts"
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file: a reader sees all of it or none."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    partial.write_text(text, encoding="utf-8")
-    partial.replace(path)
-
-
 def is_url(location: str) -> bool:
     """A download location (http, https, ftp) rather than a local path."""
     return location.split("://", 1)[0] in ("http", "https", "ftp")

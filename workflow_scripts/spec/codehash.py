@@ -14,7 +14,7 @@ import json
 from functools import cache
 from pathlib import Path
 
-from workflow_scripts.spec.basics import cache_root, write_atomically
+from workflow_scripts.spec import user_cache
 
 PACKAGE = "workflow_scripts"
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
@@ -103,22 +103,16 @@ def _statements(body: list[ast.stmt]):
 # dry run). What a source imports depends only on its bytes, its module name and whether it
 # is a package, so the answer is kept under that hash in the user's cache folder (shared by
 # every checkout, never stale); without a writable one, sources are parsed each time.
-def _cache_file(key: str) -> Path:
-    return cache_root() / "imports-v1" / f"{key}.json"
-
-
 def _cached_imports(key: str) -> list[str] | None:
+    text = user_cache.read_text(f"imports-v1/{key}.json")
     try:
-        return json.loads(_cache_file(key).read_text())
-    except (OSError, ValueError):
+        return json.loads(text) if text is not None else None
+    except ValueError:
         return None
 
 
 def _store_imports(key: str, found: list[str]) -> None:
-    try:
-        write_atomically(_cache_file(key), json.dumps(found))
-    except OSError:
-        pass
+    user_cache.write_text(f"imports-v1/{key}.json", json.dumps(found))
 
 
 def import_closure(name: str) -> list[str]:

@@ -11,14 +11,11 @@ Standard library and PyYAML (Snakemake's dependency) only: the Snakefile imports
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 import typing
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, Literal
 
-from workflow_scripts.spec.basics import REPO_ROOT, cache_root, load_yaml, write_atomically
+from workflow_scripts.spec.basics import REPO_ROOT, load_yaml
 from workflow_scripts.spec.suggest import did_you_mean
 
 SCHEMA_FILE = REPO_ROOT / "schemas" / "config.schema.yaml"
@@ -27,20 +24,6 @@ SCHEMA_FILE = REPO_ROOT / "schemas" / "config.schema.yaml"
 @functools.cache
 def config_schema() -> dict[str, Any]:
     return load_yaml(SCHEMA_FILE.read_text(encoding="utf-8"))
-
-
-def validation_file() -> Path:
-    """The schema for Snakemake's ``validate``: its JSON rendition in the user's cache (named
-    by the YAML's hash), which Snakemake reads about 10x faster than the YAML (it tries JSON
-    first, then parses YAML in pure Python); the YAML itself where no cache can be written."""
-    text = SCHEMA_FILE.read_bytes()
-    rendition = cache_root() / f"config-schema-{hashlib.sha256(text).hexdigest()[:16]}.json"
-    if not rendition.is_file():
-        try:
-            write_atomically(rendition, json.dumps(config_schema()))
-        except OSError:
-            return SCHEMA_FILE
-    return rendition
 
 
 def _name(keys: tuple[str, ...], definition: str | None) -> str:

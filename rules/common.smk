@@ -68,7 +68,8 @@ LOGS = paths.logs()
 # their log to $(fresh_log {log:q}): a new log, the previous attempt's (an interrupted or
 # failed one) kept as <log>.1, .2, ... (workflow_scripts/workflow/logs.py).
 # A local run with `--resources gpu=G`: each GPU job takes devices of its own with
-# `bind_gpus {resources.gpu} {resources.gpu_slots}` (workflow_scripts/workflow/gpu_binding.py).
+# `bind_gpus {resources.gpu}` (a rule whose jobs may share a GPU adds {resources.gpu_slots};
+# workflow_scripts/workflow/gpu_binding.py, gpu_sharing.py).
 try:
     RUN_GPUS = gpu_binding.run_devices(gpu_binding.granted_gpus(workflow))
 except gpu_binding.GpuBindingError as err:
@@ -82,8 +83,10 @@ if _unbound:
 # Small jobs sharing a GPU (workflow_scripts/workflow/gpu_sharing.py): locally under
 # --resources gpu=G, each GPU has gpu_sharing.jobs_per_gpu slots, which Snakemake counts;
 # under Slurm, the cluster's shards.
+# (Snakemake reads the Snakefile before it picks the executor: a run without bound GPUs
+# that names shards shares through them, which a local run without --resources ignores.)
 GPU_SHARING = gpu_sharing.Settings.of(config)
-SLURM_SHARDS = 0 if workflow.local_exec else GPU_SHARING.slurm_shards_per_gpu
+SLURM_SHARDS = 0 if RUN_GPUS else GPU_SHARING.slurm_shards_per_gpu
 SHARING = GPU_SHARING.jobs_per_gpu > 1 and (bool(RUN_GPUS) or SLURM_SHARDS > 0)
 if RUN_GPUS:
     workflow.register_resource("gpu_slots", len(RUN_GPUS) * GPU_SHARING.jobs_per_gpu)
@@ -239,18 +242,10 @@ def res(rule_name, key):
 
 def training_slurm_extra(rule_name):
     """sbatch options of a training job: SIGUSR1 before the time limit (so it checkpoints and
-    a retry resumes), then the config's own `slurm_extra`, then a shared job's shards."""
+    a retry resumes), then the config's own `slurm_extra`."""
     resources = grid.resources(config, rule_name)
     lead = resources.get("signal_lead", slurm.DEFAULT_SIGNAL_LEAD)
-    options = " ".join([slurm.signal_option(lead), resources.get("slurm_extra", "")]).strip()
-    return lambda wildcards: " ".join([options, shard_option(rule_name, wildcards)]).strip()
-
-
-def shared_slurm_extra(rule_name):
-    """sbatch options of a job that may share its GPU: the config's own `slurm_extra`, then
-    a shared job's shards."""
-    options = grid.resources(config, rule_name).get("slurm_extra", "")
-    return lambda wildcards: " ".join([options, shard_option(rule_name, wildcards)]).strip()
+    return " ".join([slurm.signal_option(lead), resources.get("slurm_extra", "")]).strip()
 
 
 def gpu_share(rule_name, wildcards):
@@ -261,27 +256,30 @@ def gpu_share(rule_name, wildcards):
     return gpu_sharing.job_share(config, rule_name, dict(wildcards.items())).jobs
 
 
-def shard_option(rule_name, wildcards):
-    """A shared job's Slurm shards (instead of a GPU), or nothing."""
-    share = gpu_share(rule_name, wildcards)
-    if SLURM_SHARDS <= 0 or share <= 1:
-        return ""
-    return f"--gres=shard:{gpu_sharing.shards(share, SLURM_SHARDS)}"
-
-
-def gpu_resources(rule_name, whole=None):
+def gpu_resources(rule_name, whole=None, gres=None):
     """A GPU rule's `gpu` (whole GPUs: what Snakemake counts against --resources gpu=G and
-    Slurm allocates; 0 for a shared job), `gpu_share` (jobs to one GPU) and `gpu_slots` (its
-    slots of a local run's GPUs, which bind_gpus locks). ``whole``: the GPUs a job takes
-    unshared (default: the rule's `gpu` resource)."""
+    Slurm allocates; 0 for a shared job), `gpu_share` (jobs to one GPU), `gpu_slots` (its
+    slots of a local run's GPUs, which bind_gpus locks) and, where Slurm may see shards or
+    ``gres`` gives a job's own (training_gres), `gres`: a shared job's shards instead of a
+    GPU. ``whole``: the GPUs a job takes unshared (default: the rule's `gpu` resource)."""
     whole = whole or (lambda wildcards: res(rule_name, "gpu"))
-    return {
+    found = {
         "gpu": lambda wildcards: 0 if gpu_share(rule_name, wildcards) > 1 else whole(wildcards),
         "gpu_share": lambda wildcards: gpu_share(rule_name, wildcards),
         "gpu_slots": lambda wildcards: gpu_sharing.slots(
             gpu_share(rule_name, wildcards), whole(wildcards), GPU_SHARING.jobs_per_gpu
         ),
     }
+    if SLURM_SHARDS > 0 or gres is not None:
+
+        def job_gres(wildcards):
+            share = gpu_share(rule_name, wildcards)
+            if SLURM_SHARDS > 0 and share > 1:
+                return f"shard:{gpu_sharing.shards(share, SLURM_SHARDS)}"
+            return gres(wildcards) if gres is not None else ""
+
+        found["gres"] = job_gres
+    return found
 
 
 def training_retries(rule_name):
@@ -611,7 +609,16 @@ def training_geometry():
     def geometry(key):
         return lambda wildcards: slurm.training_geometry(backbone_grid.gpus(config, wildcards.backbone))[key]
 
-    return {key: geometry(key) for key in ("nodes", "tasks", "tasks_per_node", "tasks_per_gpu", "gres", "mpi")}
+    # (its `gres` joins a shared job's shards in gpu_resources: training_gres)
+    return {key: geometry(key) for key in ("nodes", "tasks", "tasks_per_node", "tasks_per_gpu", "mpi")}
+
+
+def training_gres():
+    """A training job's own `gres` (GPUs per node of a job that starts its own ranks), or
+    None where no job does (the resource is then not declared: training_geometry)."""
+    if not OWN_JOB_STEPS:
+        return None
+    return lambda wildcards: slurm.training_geometry(backbone_grid.gpus(config, wildcards.backbone))["gres"]
 
 
 # The figures that can lack data (spec/availability.py), each with its report entry

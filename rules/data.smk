@@ -53,7 +53,7 @@ rule embed_images:
     conda:
         "../envs/training.yaml"
     shell:
-        "bind_gpus {resources.gpu} {resources.gpu_slots}; python -m workflow_scripts.multimodal.embed --data {input.data} --images {params.images:q}"
+        "bind_gpus {resources.gpu}; python -m workflow_scripts.multimodal.embed --data {input.data} --images {params.images:q}"
         " --encoder {input.encoder} --kind {params.kind} --cache {params.cache:q}"
         " --batch-size {params.batch_size} --output {output.features} > $(fresh_log {log:q}) 2>&1"
 

@@ -32,8 +32,6 @@ rule evaluate_target:
         **gpu_resources("evaluate_target"),
         mem_mb=res("evaluate_target", "mem_mb"),
         runtime=job_runtime("evaluate_target"),
-        # a job that shares its GPU asks Slurm for shards (gpu_sharing.py)
-        slurm_extra=shared_slurm_extra("evaluate_target"),
         # eager or compiled forwards (models/compiled.py): operational, so switching reruns nothing
         compile=res("evaluate_target", "compile"),
         # padded or padding-free encoder batches (models/packing.py): operational too

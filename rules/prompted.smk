@@ -41,7 +41,7 @@ rule evaluate_prompted:
     conda:
         "../envs/training.yaml"
     shell:
-        "bind_gpus {resources.gpu} {resources.gpu_slots}; python -m workflow_scripts.evaluation.prompted --settings {params.settings:q} --run {params.run:q}"
+        "bind_gpus {resources.gpu}; python -m workflow_scripts.evaluation.prompted --settings {params.settings:q} --run {params.run:q}"
         " --model {input.model} --base {input.base} --test {input.test} --shots {input.shots}"
         " --work {output.work} --threads {threads} --output {output.prompted} > $(fresh_log {log:q}) 2>&1"
 

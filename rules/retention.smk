@@ -33,7 +33,7 @@ rule probe_retention:
     conda:
         "../envs/training.yaml"
     shell:
-        "bind_gpus {resources.gpu} {resources.gpu_slots}; python -m workflow_scripts.evaluation.retention --settings {params.settings:q} --probe {params.identity:q}"
+        "bind_gpus {resources.gpu}; python -m workflow_scripts.evaluation.retention --settings {params.settings:q} --probe {params.identity:q}"
         " --model {input.model} --base {input.base} --text {input.text} --threads {threads}"
         " --output {output.probe} > $(fresh_log {log:q}) 2>&1"
 

@@ -27,7 +27,7 @@ rule train_intermediate:
     retries: training_retries("train_intermediate")
     resources:
         **training_geometry(),
-        **gpu_resources("train_intermediate", training_gpus("train_intermediate")),
+        **gpu_resources("train_intermediate", training_gpus("train_intermediate"), training_gres()),
         mem_mb=res("train_intermediate", "mem_mb"),
         runtime=job_runtime("train_intermediate"),
         # eager or compiled forwards (models/compiled.py): operational, so switching reruns nothing
@@ -47,7 +47,7 @@ rule train_intermediate:
         "../envs/training.yaml"
     shell:
         # exec (in the launcher): the training process, or torchrun, receives Slurm's signals.
-        "bind_gpus {resources.gpu} {resources.gpu_slots}; {resources.launcher} -m workflow_scripts.training.train intermediate --encoder {input.encoder}"
+        "bind_gpus {resources.gpu}; {resources.launcher} -m workflow_scripts.training.train intermediate --encoder {input.encoder}"
         " --data {params.data:q} --settings {params.settings:q} --seed {wildcards.seed}"
         " --threads {threads} --output {output.model} --checkpoint-dir {params.checkpoints}"
         " --checkpoint-every {resources.checkpoint_every} --log-every {resources.log_every}"
@@ -91,7 +91,7 @@ rule train_target:
     retries: training_retries("train_target")
     resources:
         **training_geometry(),
-        **gpu_resources("train_target", training_gpus("train_target")),
+        **gpu_resources("train_target", training_gpus("train_target"), training_gres()),
         mem_mb=res("train_target", "mem_mb"),
         runtime=job_runtime("train_target"),
         # eager or compiled forwards (models/compiled.py): operational, so switching reruns nothing

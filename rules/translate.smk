@@ -28,7 +28,7 @@ rule translate_task_data:
     conda:
         "../envs/training.yaml"
     shell:
-        "bind_gpus {resources.gpu} {resources.gpu_slots}; python -m workflow_scripts.translation.translate data --task {wildcards.task} --lang {wildcards.lang}"
+        "bind_gpus {resources.gpu}; python -m workflow_scripts.translation.translate data --task {wildcards.task} --lang {wildcards.lang}"
         " --model {input.model} {params.converted} --input {input.data} --settings {params.settings:q} --batch-size {resources.translation_batch_size} --cache {params.cache}"
         " --threads {threads} --output {output.data} --stats {output.stats} > $(fresh_log {log:q}) 2>&1"
 
@@ -61,7 +61,7 @@ rule translate_test_data:
     conda:
         "../envs/training.yaml"
     shell:
-        "bind_gpus {resources.gpu} {resources.gpu_slots}; python -m workflow_scripts.translation.translate data --task {wildcards.task} --from-lang {wildcards.lang} --lang en"
+        "bind_gpus {resources.gpu}; python -m workflow_scripts.translation.translate data --task {wildcards.task} --from-lang {wildcards.lang} --lang en"
         " --model {input.model} {params.converted} --input {input.data} --settings {params.settings:q} --batch-size {resources.translation_batch_size} --cache {params.cache}"
         " --threads {threads} --output {output.data} --stats {output.stats} > $(fresh_log {log:q}) 2>&1"
 
@@ -95,7 +95,7 @@ rule score_translation_quality:
     conda:
         "../envs/training.yaml"
     shell:
-        "bind_gpus {resources.gpu} {resources.gpu_slots}; python -m workflow_scripts.translation.translate quality --lang {wildcards.lang} --model {input.model} {params.converted}"
+        "bind_gpus {resources.gpu}; python -m workflow_scripts.translation.translate quality --lang {wildcards.lang} --model {input.model} {params.converted}"
         " --data dev={input.dev} test={input.test} --settings {params.settings:q} --batch-size {resources.translation_batch_size} --cache {params.cache}"
         " --threads {threads} --output {output.quality} > $(fresh_log {log:q}) 2>&1"
 
@@ -128,7 +128,7 @@ rule score_translation_quality_to_english:
     conda:
         "../envs/training.yaml"
     shell:
-        "bind_gpus {resources.gpu} {resources.gpu_slots}; python -m workflow_scripts.translation.translate quality --from-lang {wildcards.lang} --lang en --model {input.model} {params.converted}"
+        "bind_gpus {resources.gpu}; python -m workflow_scripts.translation.translate quality --from-lang {wildcards.lang} --lang en --model {input.model} {params.converted}"
         " --data dev={input.dev} test={input.test} --settings {params.settings:q} --batch-size {resources.translation_batch_size} --cache {params.cache}"
         " --threads {threads} --output {output.quality} > $(fresh_log {log:q}) 2>&1"
 

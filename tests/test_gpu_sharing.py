@@ -48,12 +48,15 @@ def test_a_host_bound_target_shares_as_far_as_its_gpu_time_and_memory_allow(pape
     peak = gpu_sharing.job_peak_bytes(config, "train_target", xnli)
     # XNLI's batch of 4 keeps XLM-R large's GPU computing a fraction of each step
     assert found.busy < 0.5
-    assert share.jobs == min(8, math.floor(1 / found.busy), math.floor(memory_plan.usable_bytes(80) / peak))
-    assert 1 < share.jobs and share.jobs * found.busy <= 1 and "fit its time" in share.reason
+    fitting = min(8, math.floor(1 / found.busy), math.floor(memory_plan.usable_bytes(80) / peak))
+    # as many as fit, in slots of the eight: jobs of ceil(8 / fitting) slots each
+    assert share.jobs == 8 // math.ceil(8 / fitting)
+    assert 1 < share.jobs <= fitting and share.jobs * found.busy <= 1 and "fit its time" in share.reason
     # at most jobs_per_gpu; and on a smaller card, as many as its memory holds
     assert gpu_sharing.job_share(_sharing(paper_config, 2), "train_target", xnli).jobs == 2
-    small = _sharing(paper_config, 8, memory_gb=24)
-    assert gpu_sharing.job_share(small, "train_target", xnli).jobs == math.floor(memory_plan.usable_bytes(24) / peak)
+    small = _sharing(paper_config, 4, memory_gb=16)
+    assert math.floor(memory_plan.usable_bytes(16) / peak) == 1  # one copy fits a 16 GB card
+    assert gpu_sharing.job_share(small, "train_target", xnli).jobs == 1
 
 
 @pytest.mark.unit
@@ -69,7 +72,8 @@ def test_compute_bound_jobs_and_other_rules_take_whole_gpus(paper_config):
 def test_slots_and_shards_of_a_job():
     assert gpu_sharing.slots(1, 2, 4) == 8  # two whole GPUs of four slots each
     assert gpu_sharing.slots(4, 1, 4) == 1 and gpu_sharing.slots(3, 1, 4) == 2
-    assert gpu_sharing.shards(4, 8) == 2 and gpu_sharing.shards(16, 8) == 1
+    # shards round up: three jobs of ceil(8 / 3) = 3 shards never crowd a GPU of 8
+    assert gpu_sharing.shards(4, 8) == 2 and gpu_sharing.shards(3, 8) == 3 and gpu_sharing.shards(16, 8) == 1
 
 
 @pytest.mark.unit
@@ -80,11 +84,13 @@ def test_the_cost_plan_charges_a_shared_job_its_share(paper_config):
     k = gpu_sharing.job_share(config, "train_target", {**TARGET, "target": "xnli"}).jobs
     job = {"rule": "train_target", "gpu": 1.0, "wildcards": {**TARGET, "target": "xnli"}}
     (whole,) = cost.estimate_jobs(paper_config, [job])
-    (shared,) = cost.estimate_jobs(config, [job])
+    # the dry run shares it (no whole GPU, k to one): charged 1/k
+    (shared,) = cost.estimate_jobs(config, [{**job, "gpu": 0.0, "gpu_share": float(k)}])
     assert shared["gpu_h"] == pytest.approx(whole["gpu_h"] / k) and f"shared {k} to a GPU" in shared["basis"]
-    # a job this dry run already shares asks for no whole GPU: still charged its share
-    (bound,) = cost.estimate_jobs(config, [{**job, "gpu": 0.0}])
-    assert bound["gpu_h"] == pytest.approx(shared["gpu_h"])
+    assert shared["gpus_per_job"] == pytest.approx(1 / k)
+    # a run that does not share it (sharing on, but no bound GPUs and no shards) pays it whole
+    (unshared,) = cost.estimate_jobs(config, [job])
+    assert unshared["gpu_h"] == pytest.approx(whole["gpu_h"])
 
 
 # Jobs that record the devices they see and when they ran: eight shared ones (one slot of a
@@ -174,6 +180,14 @@ def test_the_workflow_shares_a_host_bound_target_under_resources_gpu(tmp_path):
     assert any(j["wildcards"].get("target") == "xnli" and j["rule"] == "train_target" for j in shared)
     whole = [j for j in jobs if j.get("gpu_share", 1) == 1]
     assert whole and all(j["gpu_slots"] == 4 * j["gpu"] for j in whole)
+    # under Slurm (no bound GPUs, shards named): the same jobs ask for shards, no GPU
+    layer["gpu_sharing"]["slurm_shards_per_gpu"] = 8
+    (repo / "sharing.yaml").write_text(yaml.safe_dump(layer))
+    proc = snakemake(repo, "-n", "--forceall", "--cores", "2", "--configfile", "config.yaml", "sharing.yaml")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = (proc.stdout + proc.stderr).splitlines()
+    sharded = [line for line in lines if "gpu_share=4" in line]
+    assert sharded and all("gpu=0" in line and "gres=shard:2" in line for line in sharded)
 
 
 @pytest.mark.unit

@@ -337,8 +337,9 @@ def check_shards(config: dict[str, Any], partitions: list[str]) -> list[Finding]
     shared job would stay pending."""
     from workflow_scripts.workflow import gpu_sharing
 
-    wanted = gpu_sharing.Settings.of(config).slurm_shards_per_gpu
-    if wanted <= 0 or not partitions or not shutil.which("sinfo"):
+    settings = gpu_sharing.Settings.of(config)
+    wanted = settings.slurm_shards_per_gpu
+    if wanted <= 0 or settings.jobs_per_gpu <= 1 or not partitions or not shutil.which("sinfo"):
         return []
     offered = slurm_gpus(partitions, "shard")
     if max(offered.values(), default=0) > 0:

@@ -5,33 +5,49 @@
 # first with its `gpu` and `gpu_slots` resources. XSTILTS_GPUS lists the devices of the run
 # (`--resources gpu=G`: the first G), XSTILTS_GPU_SLOTS the slots of each (gpu_sharing's
 # jobs_per_gpu; 1 without sharing), XSTILTS_GPU_LOCKS the folder of their lock files, one
-# per slot. A job locks its slots with flock on file descriptors that the job's processes
-# inherit, so a lock lasts exactly as long as the job, whatever ends it: a whole-GPU job
-# every slot of its devices, a shared job SLOTS of one device (the first that has them, so
-# that shared jobs fill one GPU before the next). It then sees only its own devices through
+# per device and one per slot. A job locks with flock on file descriptors that the job's
+# processes inherit, so a lock lasts exactly as long as the job, whatever ends it: a
+# whole-GPU job the device lock of each of its devices, exclusively; a shared job the device
+# lock of one device, shared, and SLOTS of its slot locks (the first device that has them,
+# so that shared jobs fill one GPU before the next). It then sees only its own devices through
 # CUDA_VISIBLE_DEVICES. Snakemake never starts more than the run's slots hold, so free slots
 # exist unless another run on this machine holds them, or shared jobs are spread so that no
 # device is whole: then the job waits, holding none.
 # A job that takes no GPU sees none. Outside such a run (no XSTILTS_GPUS: Slurm, or no
 # --resources gpu) it does nothing.
 
-# _bind_slots DEVICE COUNT: lock COUNT free slots of DEVICE (their descriptors appended to
-# _bound_fds); fails, holding none of them, if DEVICE has fewer free.
-_bind_slots() {
-    local device="$1" count="$2" slot fd file
+# _bind_device DEVICE SLOTS: take DEVICE whole (SLOTS 0: its device lock, exclusive) or
+# SLOTS of its slots (the device lock shared, so that no whole-GPU job of any run takes it
+# meanwhile, and SLOTS slot locks); their descriptors are appended to _bound_fds. Fails,
+# holding none of them, if DEVICE cannot give that now.
+_bind_device() {
+    local device="$1" count="$2" slot fd lock taken=0
     local -a mine=()
+    exec {lock}>>"$XSTILTS_GPU_LOCKS/gpu-$device.lock"
+    if [ "$count" -eq 0 ]; then
+        if flock -x -n "$lock"; then
+            _bound_fds+=("$lock")
+            return 0
+        fi
+        exec {lock}>&-
+        return 1
+    fi
+    if ! flock -s -n "$lock"; then
+        exec {lock}>&-
+        return 1
+    fi
+    mine=("$lock")
     for ((slot = 0; slot < ${XSTILTS_GPU_SLOTS:-1}; slot++)); do
-        file="$XSTILTS_GPU_LOCKS/gpu-$device.lock"
-        [ "$slot" -eq 0 ] || file="$XSTILTS_GPU_LOCKS/gpu-$device.$slot.lock"
-        exec {fd}>>"$file"
+        exec {fd}>>"$XSTILTS_GPU_LOCKS/gpu-$device.slot$slot.lock"
         if flock -n "$fd"; then
             mine+=("$fd")
-            [ "${#mine[@]}" -lt "$count" ] || break
+            taken=$((taken + 1))
+            [ "$taken" -lt "$count" ] || break
         else
             exec {fd}>&-
         fi
     done
-    if [ "${#mine[@]}" -lt "$count" ]; then
+    if [ "$taken" -lt "$count" ]; then
         for fd in "${mine[@]}"; do exec {fd}>&-; done
         return 1
     fi
@@ -49,9 +65,9 @@ bind_gpus() {
     local IFS=,
     local -a devices=($XSTILTS_GPUS) taken
     local fd device waited=0 devices_wanted=1 slots_each="$slots"
-    if [ "$want" -gt 0 ]; then
+    if [ "$want" -gt 0 ]; then  # whole GPUs: each device's lock, exclusive
         devices_wanted="$want"
-        slots_each="$per_gpu"
+        slots_each=0
     fi
     if [ "$devices_wanted" -gt "${#devices[@]}" ]; then
         echo "bind_gpus: this job takes $want GPUs; the run has ${#devices[@]} (--resources gpu=${#devices[@]})" >&2
@@ -70,7 +86,7 @@ bind_gpus() {
         taken=()
         _bound_fds=()
         for device in "${devices[@]}"; do
-            if _bind_slots "$device" "$slots_each"; then
+            if _bind_device "$device" "$slots_each"; then
                 taken+=("$device")
                 [ "${#taken[@]}" -lt "$devices_wanted" ] || break
             fi

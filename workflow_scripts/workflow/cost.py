@@ -139,10 +139,10 @@ def estimate_jobs(config: dict[str, Any], jobs: list[dict[str, Any]]) -> list[di
     for job in jobs:
         resources_rule = job_estimates.resources_rule(job["rule"])
         wildcards = job.get("wildcards", {})
-        # a job that shares its GPU k ways (gpu_sharing.py) is charged 1/k of its GPU time,
-        # whether or not this dry run binds GPUs (its `gpu` is then 0)
-        share = gpu_sharing.job_share(config, resources_rule, wildcards) if "backbone" in wildcards else None
-        shared = share.jobs if share is not None else 1
+        # a job the dry run shares k ways (gpu_sharing.py: its `gpu` is then 0) is charged
+        # 1/k of a GPU's time
+        shared = int(job.get("gpu_share", 1) or 1)
+        share = gpu_sharing.job_share(config, resources_rule, wildcards) if shared > 1 else None
         gpus = float(job.get("gpu", 0) or 0) or (1.0 if shared > 1 else 0.0)
         if gpus <= 0:
             continue  # CPU-only jobs cost no GPU time

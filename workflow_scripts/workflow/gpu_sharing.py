@@ -22,9 +22,10 @@ Where a job runs k to a GPU:
   registers); a whole-GPU job takes every slot of its GPUs, a job shared k ways
   ceil(jobs_per_gpu / k) slots of one (``bind_gpus``, gpu_binding.py, locks them);
 - under Slurm, with ``slurm_shards_per_gpu`` > 0: Slurm's ``shard`` GRES (a cluster whose
-  gres.conf gives each GPU that many shards); a shared job asks for its shards instead of
-  a GPU;
-- the cost plan charges a shared job 1/k of its GPU-hours.
+  gres.conf gives each GPU that many shards); a shared job asks for ceil(shards / k) shards
+  (the ``gres`` resource) instead of a GPU;
+- k is then the number of jobs whose slots fit one GPU (jobs_per_gpu 4 and 3 that fit: 2);
+- the cost plan charges a job the dry run shares 1/k of its GPU-hours.
 
 Standard library only: the Snakefile imports this at parse time.
 """
@@ -97,7 +98,8 @@ def _share(config: dict[str, Any], rule: str, w: dict[str, str]) -> Share:
         return Share(1, "the cost model or the memory plan cannot size it")
     by_time = most if found.busy <= 0 else max(1, math.floor(1 / found.busy))
     by_memory = max(1, math.floor(_usable_bytes(config, w["backbone"]) / peak))
-    jobs = max(1, min(most, by_time, by_memory))
+    fitting = max(1, min(most, by_time, by_memory))
+    jobs = most // slots(fitting, 1, most)  # as many as its slots let run side by side
     return Share(
         jobs,
         f"the GPU computes {found.busy:.0%} of the job's time ({by_time} fit its time), "
@@ -141,5 +143,6 @@ def slots(share: int, gpus: int, jobs_per_gpu: int) -> int:
 
 
 def shards(share: int, shards_per_gpu: int) -> int:
-    """The Slurm shards a job shared ``share`` ways asks for (at least one)."""
-    return max(1, shards_per_gpu // share)
+    """The Slurm shards a job shared ``share`` ways asks for: rounded up, so that no more
+    than ``share`` such jobs fit one GPU."""
+    return max(1, math.ceil(shards_per_gpu / share))

@@ -24,7 +24,8 @@ Where a job runs k to a GPU:
 - under Slurm, with ``slurm_shards_per_gpu`` > 0: Slurm's ``shard`` GRES (a cluster whose
   gres.conf gives each GPU that many shards); a shared job asks for ceil(shards / k) shards
   (the ``gres`` resource) instead of a GPU;
-- k is then the number of jobs whose slots fit one GPU (jobs_per_gpu 4 and 3 that fit: 2);
+- k is then the number of jobs whose slots (and shards) fit one GPU (jobs_per_gpu 4 and 3
+  that fit: 2);
 - the cost plan charges a job the dry run shares 1/k of its GPU-hours.
 
 Standard library only: the Snakefile imports this at parse time.
@@ -87,7 +88,8 @@ def _cached_share(config_json: str, rule: str, wildcards: tuple[tuple[str, str],
 def _share(config: dict[str, Any], rule: str, w: dict[str, str]) -> Share:
     from workflow_scripts.workflow import backbone_grid, grid, job_estimates
 
-    most = Settings.of(config).jobs_per_gpu
+    settings = Settings.of(config)
+    most = settings.jobs_per_gpu
     asked = int(grid.resources(config, rule)["gpu"])
     trained_on = backbone_grid.gpus(config, w["backbone"])  # per_node 0: the rule's own count
     if asked != 1 or (trained_on["per_node"] or asked) * trained_on["nodes"] != 1:
@@ -100,6 +102,8 @@ def _share(config: dict[str, Any], rule: str, w: dict[str, str]) -> Share:
     by_memory = max(1, math.floor(_usable_bytes(config, w["backbone"]) / peak))
     fitting = max(1, min(most, by_time, by_memory))
     jobs = most // slots(fitting, 1, most)  # as many as its slots let run side by side
+    if settings.slurm_shards_per_gpu > 0:  # and its shards
+        jobs = max(1, settings.slurm_shards_per_gpu // shards(jobs, settings.slurm_shards_per_gpu))
     return Share(
         jobs,
         f"the GPU computes {found.busy:.0%} of the job's time ({by_time} fit its time), "

@@ -55,6 +55,10 @@ PACKABLE_MODEL_TYPES = frozenset({"xlm-roberta", "xlm-roberta-xl", "roberta", "b
 FLASH_MIN_CAPABILITY = (8, 0)
 FLASH_MAX_HEAD_SIZE = 256
 
+# Whether this process's GPU runs the varlen kernel for its encoder (configure sets it): a
+# packed call elsewhere attends sequence by sequence.
+_FLASH_CAPABLE = True
+
 # The batch fields of a packed batch (collate adds them; the forward reads them).
 PACKED_KEYS: tuple[str, ...] = ("packed_index", "packed_positions", "cu_seq_lens")
 
@@ -140,6 +144,8 @@ def flash_capable(encoder, device_type: str) -> bool:
 def configure(model, mode: PaddingFreeMode, device_type: str, precision: str, training: bool) -> Packing:
     """Decide the packing of ``model`` (a MultiHeadModel) and, if packed, switch its encoder
     to the packed attention (padded calls keep sdpa's)."""
+    global _FLASH_CAPABLE
+    _FLASH_CAPABLE = model.family != "encoder" or flash_capable(model.encoder, device_type)
     packing = decide(
         mode,
         device_type,
@@ -148,7 +154,7 @@ def configure(model, mode: PaddingFreeMode, device_type: str, precision: str, tr
         attention_dropout(model.encoder),
         training=training,
         architecture=architecture_of(model.encoder) or "this architecture",
-        flash_capable=model.family != "encoder" or flash_capable(model.encoder, device_type),
+        flash_capable=_FLASH_CAPABLE,
     )
     if packing.enabled:
         register_attention()
@@ -269,7 +275,7 @@ def packed_attention(module, query, key, value, attention_mask, dropout: float =
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
     q, k, v = (x[0].transpose(0, 1) for x in (query, key, value))  # stream x heads x head size
-    if varlen_kernel_runs(q.device.type, _precision_of(q), dropout):
+    if _FLASH_CAPABLE and varlen_kernel_runs(q.device.type, _precision_of(q), dropout):
         from torch.nn.attention.varlen import varlen_attn
 
         out = varlen_attn(q, k, v, cu, cu, kwargs["max_length_q"], kwargs["max_length_k"], scale=scaling)

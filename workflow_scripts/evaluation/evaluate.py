@@ -306,7 +306,7 @@ def evaluate_run(
         extra["retrieval"]["encoder_path"] = str(model_dir)  # the intermediate phase's, or a target model's
     else:
         run = _ModelScoring(task, settings, splits, model_of, unlabelled, dev, bank, images, (compile, padding_free))
-        packing.PREDICTIONS.tokens = packing.PREDICTIONS.computed = 0
+        packing.PREDICTIONS.reset()
         scores, predictions = run.score_every_model()
         extra.update(run.extra)
         # the share of the positions the forwards computed that were padding

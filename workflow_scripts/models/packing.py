@@ -225,6 +225,9 @@ class PaddingMeter:
     def share(self) -> float:
         return 1 - self.tokens / max(1, self.computed)
 
+    def reset(self) -> None:
+        self.tokens = self.computed = 0
+
 
 # The prediction forwards of this process (evaluation.predict_logits adds each batch): an
 # evaluation job records its share in its metric file.

@@ -250,10 +250,16 @@ def training_slurm_extra(rule_name):
 
 def gpu_share(rule_name, wildcards):
     """Jobs like this one on one GPU (1: it takes whole GPUs): gpu_sharing.job_share, where
-    this run shares GPUs at all."""
+    this run shares GPUs at all; once per job (its resources read it several times)."""
     if not SHARING or rule_name not in gpu_sharing.SHAREABLE_RULES:
         return 1
-    return gpu_sharing.job_share(config, rule_name, dict(wildcards.items())).jobs
+    key = (rule_name, tuple(sorted(wildcards.items())))
+    if key not in _SHARES:
+        _SHARES[key] = gpu_sharing.job_share(config, rule_name, dict(key[1])).jobs
+    return _SHARES[key]
+
+
+_SHARES = {}
 
 
 def gpu_resources(rule_name, whole=None, gres=None):

@@ -33,8 +33,6 @@ Standard library only: the Snakefile imports this at parse time.
 
 from __future__ import annotations
 
-import functools
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -77,15 +75,10 @@ def job_share(config: Mapping[str, Any], rule: str, wildcards: Mapping[str, str]
         return Share(1, "gpu_sharing.jobs_per_gpu is 1")
     if rule not in SHAREABLE_RULES:
         return Share(1, f"{rule} jobs are not shared")
-    return _cached_share(json.dumps(config, sort_keys=True, default=str), rule, tuple(sorted(wildcards.items())))
+    return _share(config, rule, wildcards)
 
 
-@functools.lru_cache(maxsize=65536)
-def _cached_share(config_json: str, rule: str, wildcards: tuple[tuple[str, str], ...]) -> Share:
-    return _share(json.loads(config_json), rule, dict(wildcards))
-
-
-def _share(config: dict[str, Any], rule: str, w: dict[str, str]) -> Share:
+def _share(config: Mapping[str, Any], rule: str, w: Mapping[str, str]) -> Share:
     from workflow_scripts.workflow import backbone_grid, grid, job_estimates
 
     settings = Settings.of(config)

@@ -70,8 +70,57 @@ def test_auto_compiles_on_a_gpu_only_and_never_a_sharded_run():
     assert not compiled.decide("never", "cuda").compiled
     sharded = compiled.decide("always", "cuda", distributed=True)
     assert not sharded.compiled and "sharded" in sharded.reason
-    with pytest.raises(ValueError, match="compile: expected one of auto, always, never, got 'on'"):
+    with pytest.raises(ValueError, match="compile: expected one of auto, always, graphs, never, got 'on'"):
         compiled.decide("on", "cuda")  # type: ignore[arg-type]
+
+
+def test_graphs_replay_cuda_graphs_on_a_gpu_and_compile_without_them_elsewhere():
+    on_gpu = compiled.decide("graphs", "cuda", parameters=400_000)  # asked for: no size threshold
+    assert on_gpu.compiled and on_gpu.cuda_graphs and on_gpu.bucketed and on_gpu.record()["cuda_graphs"]
+    on_cpu = compiled.decide("graphs", "cpu")
+    assert on_cpu.compiled and not on_cpu.cuda_graphs and "CUDA graphs need a GPU" in on_cpu.reason
+    sharded = compiled.decide("graphs", "cuda", distributed=True)
+    assert not sharded.compiled and not sharded.cuda_graphs
+    assert not any(compiled.decide(mode, "cuda").cuda_graphs for mode in ("auto", "always", "never"))
+
+
+class _Recorded:
+    """A stand-in for torch.compile's wrapper that records how it was made and called."""
+
+    def __init__(self, calls, model, **kwargs):
+        self.model, self.kwargs, self.calls = model, kwargs, calls
+
+    def __call__(self, *args):
+        self.calls.append("forward")
+        return self.model(*args)
+
+
+def test_a_graphs_engine_asks_inductor_for_cuda_graphs_and_marks_each_step(monkeypatch, engine_reset):
+    calls: list[str] = []
+    made: list[_Recorded] = []
+
+    def fake_compile(model, **kwargs):
+        made.append(_Recorded(calls, model, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: calls.append("step"))
+
+    def model(fmt, task, batch):
+        return batch["x"], None
+
+    for engine, options, marks in (
+        (compiled.decide("graphs", "cuda"), {"options": {"triton.cudagraphs": True}}, ["step", "forward"]),
+        (compiled.decide("always", "cuda"), {}, ["forward"]),
+    ):
+        monkeypatch.setattr(compiled, "_ENGINE", engine)
+        compiled._COMPILED.clear()
+        made.clear()
+        calls.clear()
+        for _ in range(2):  # one wrapper per model, a step mark before each of its forwards
+            assert compiled.forward(model, "classification", "nli", {"x": torch.ones(1)})[0] == 1
+        assert len(made) == 1 and made[0].kwargs == {"backend": "inductor", "dynamic": False, **options}
+        assert calls == marks * 2
 
 
 def test_a_bucketed_batch_is_padded_and_masked_as_a_dynamic_one():

@@ -151,7 +151,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument(
-        "--compile", choices=COMPILE_MODES, default=DEFAULT_COMPILE, help="auto (compiled on a GPU), always or never"
+        "--compile",
+        choices=COMPILE_MODES,
+        default=DEFAULT_COMPILE,
+        help="auto (compiled on a GPU), always, graphs (compiled, CUDA graphs on a GPU) or never",
     )
     ap.add_argument(
         "--padding-free",

@@ -10,7 +10,12 @@ nothing, and the train log records which ran):
   (100M: XLM-R base and up), eager otherwise: on a CPU, where two runs must give identical
   tables, and for the demo's tiny models, which would spend longer compiling (tens of
   seconds a shape) than training;
-- ``always``: compiled on any device; ``never``: eager everywhere.
+- ``always``: compiled on any device; ``never``: eager everywhere;
+- ``graphs``: compiled, and on a GPU each compiled forward and its backward replayed as a
+  CUDA graph (inductor's CUDA-graph trees): one launch per bucket's graph instead of one per
+  kernel, so that a small step (XNLI's batch of 4) is no longer paced by the host. Elsewhere
+  it compiles without graphs. Opt-in while no GPU measurement of it stands in
+  docs/benchmarks.md (docs/limits.md).
 
 A compiled forward is specialised to its input shapes (``dynamic=False``: static shapes are
 what the kernels and CUDA graphs are tuned for), so batches are padded up to a **length
@@ -38,8 +43,8 @@ from typing import Any, Literal
 from workflow_scripts.models.packing import STREAM_MULTIPLE, Packing, pack_fields
 
 # (not on/off: YAML reads those as booleans)
-CompileMode = Literal["auto", "always", "never"]
-COMPILE_MODES: tuple[str, ...] = ("auto", "always", "never")
+CompileMode = Literal["auto", "always", "graphs", "never"]
+COMPILE_MODES: tuple[str, ...] = ("auto", "always", "graphs", "never")
 DEFAULT_COMPILE: CompileMode = "auto"
 
 # The compiler's backend: inductor generates fused kernels (Triton on GPUs, C++ on CPUs).
@@ -76,6 +81,8 @@ class Engine:
     compiled: bool = False
     reason: str = "eager (not configured)"
     backend: str = BACKEND
+    # each compiled graph replayed as a CUDA graph (compile: graphs on a GPU)
+    cuda_graphs: bool = False
     # padded to length buckets: what compiled forwards need (an eager engine with buckets
     # runs the compiled one's batches, which the tests compare it on)
     bucketed: bool = False
@@ -98,8 +105,9 @@ class Engine:
         return {
             "compiled": self.compiled,
             "backend": self.backend if self.compiled else None,
+            "cuda_graphs": self.cuda_graphs,
             "reason": self.reason,
-            **(compiler_counts() if self.compiled else {"graphs": 0, "graph_breaks": 0}),
+            **(compiler_counts() if self.compiled else {"graphs": 0, "graph_breaks": 0, "cuda_graph_skips": 0}),
             "padding_free": self.packing.enabled,
             "padding_free_reason": self.packing.reason,
         }
@@ -124,6 +132,13 @@ def decide(mode: CompileMode, device_type: str, distributed: bool = False, param
         return Engine(False, f"eager (compile: auto on {device_type})")
     if mode == "auto" and parameters is not None and parameters < AUTO_MIN_PARAMETERS:
         return Engine(False, f"eager (compile: auto, {parameters:,} parameters: compiling would outlast the gain)")
+    if mode == "graphs" and device_type != "cuda":
+        reason = f"compiled without CUDA graphs (compile: graphs on {device_type}: CUDA graphs need a GPU)"
+        return Engine(True, reason, BACKEND, bucketed=True)
+    if mode == "graphs":
+        return Engine(
+            True, "compiled with CUDA graphs (compile: graphs on cuda)", BACKEND, cuda_graphs=True, bucketed=True
+        )
     return Engine(True, f"compiled (compile: {mode} on {device_type})", BACKEND, bucketed=True)
 
 
@@ -153,7 +168,15 @@ def forward(model, fmt: str, task: str, batch: dict[str, Any]):
     engine compiles, else through the model itself."""
     if not _ENGINE.compiled:
         return model(fmt, task, batch)
-    return compiled_module(model)(fmt, task, batch)
+    wrapper = compiled_module(model)
+    if _ENGINE.cuda_graphs:
+        import torch
+
+        # A new step: the previous replay's outputs may be overwritten. Every caller is done
+        # with them by now (a training step has added its loss into the step's own tensor;
+        # evaluation has copied its logits to the host).
+        torch.compiler.cudagraph_mark_step_begin()
+    return wrapper(fmt, task, batch)
 
 
 def compiled_module(model):
@@ -162,21 +185,26 @@ def compiled_module(model):
     if wrapper is None:
         import torch
 
-        wrapper = torch.compile(model, backend=_ENGINE.backend, dynamic=False)
+        # CUDA graphs are inductor's: a test's aot_eager backend traces the same graphs without them
+        graphs = _ENGINE.cuda_graphs and _ENGINE.backend == "inductor"
+        options = {"options": {"triton.cudagraphs": True}} if graphs else {}
+        wrapper = torch.compile(model, backend=_ENGINE.backend, dynamic=False, **options)
         _COMPILED[model] = wrapper
     return wrapper
 
 
 def compiler_counts() -> dict[str, int]:
-    """Graphs compiled in this process so far (each shape, task and grad mode is one), and
-    the graph breaks met (0 for every built-in family: a break splits a forward in two,
-    with a trip through Python between them)."""
+    """Graphs compiled in this process so far (each shape, task and grad mode is one), the
+    graph breaks met (0 for every built-in family: a break splits a forward in two, with a
+    trip through Python between them), and the graphs inductor ran without CUDA graphs
+    although asked (compile: graphs; its log says why, e.g. an op it cannot capture)."""
     import torch._dynamo.utils as dynamo_utils
 
     counters = dynamo_utils.counters
     return {
         "graphs": int(counters["stats"]["unique_graphs"]),
         "graph_breaks": int(sum(counters["graph_break"].values())),
+        "cuda_graph_skips": int(counters["inductor"]["cudagraph_skips"]),
     }
 
 

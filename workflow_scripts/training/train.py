@@ -47,7 +47,10 @@ def parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--log-every", type=int, default=10, help="steps between the rows of the curve (curve.csv)")
     ap.add_argument(
-        "--compile", choices=COMPILE_MODES, default=DEFAULT_COMPILE, help="auto (compiled on a GPU), always or never"
+        "--compile",
+        choices=COMPILE_MODES,
+        default=DEFAULT_COMPILE,
+        help="auto (compiled on a GPU), always, graphs (compiled, CUDA graphs on a GPU) or never",
     )
     ap.add_argument(
         "--padding-free",

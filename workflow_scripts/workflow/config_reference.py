@@ -10,7 +10,8 @@ the schema appears in the page with no change here.
     python -m workflow_scripts.workflow.config_reference --write   # write docs/configuration/reference.md
 
 ``tests/test_docs.py`` fails when the committed page differs from what the schema renders.
-Standard library and PyYAML only (parse-time layer).
+Its last section, where a training hyperparameter comes from, is rendered from
+``workflow/hyperparameters.py``. Standard library and PyYAML only (parse-time layer).
 """
 
 from __future__ import annotations
@@ -224,7 +225,23 @@ def render(schema: Schema) -> str:
             for path, kind, default, text in rows
         ]
         lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines + _precedence())
+
+
+def _precedence() -> list[str]:
+    """Where a training job's hyperparameters come from (workflow/hyperparameters.py)."""
+    from workflow_scripts.workflow import hyperparameters
+
+    return [
+        "## Where a training hyperparameter comes from",
+        "",
+        "A training job's phase settings are layered, lowest precedence first: each source sets",
+        "the keys named, and a later source replaces what an earlier one set",
+        "(`workflow_scripts/workflow/hyperparameters.py`). The schema's defaults fill the first",
+        "layer; a task's `batch_size`, `epochs` and `max_length` are its own (`tasks.<name>`).",
+        "",
+        hyperparameters.precedence_markdown(),
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,7 +17,7 @@ from workflow_scripts.spec.evaluation_settings import EvaluationSettings
 from workflow_scripts.spec.formats import get_format
 from workflow_scripts.spec.local_data import SOURCE as LOCAL_FILES
 from workflow_scripts.spec.model_settings import TranslatorPrepare, VisionPrepare
-from workflow_scripts.spec.phase_settings import PhaseHyperparameters, PhaseSettings
+from workflow_scripts.spec.phase_settings import PhaseSettings
 from workflow_scripts.spec.schema import error_hint
 from workflow_scripts.spec.suggest import did_you_mean
 from workflow_scripts.spec.tasks import (
@@ -29,11 +29,19 @@ from workflow_scripts.spec.tasks import (
     get_task,
 )
 from workflow_scripts.spec.translation_settings import UNREAD_KEYS, TranslationSettings
-from workflow_scripts.workflow import arm_recipes, backbone_grid, local_data, memory_plan, slurm, sweep, transfer
+from workflow_scripts.workflow import (
+    arm_recipes,
+    backbone_grid,
+    hyperparameters,
+    local_data,
+    memory_plan,
+    slurm,
+    sweep,
+    transfer,
+)
 from workflow_scripts.workflow.transfer import data_path, translate_test_path, translated_path
 
 # The keys of a training.<phase> block a training job reads (absent ones stay absent: max_steps).
-PHASE_KEYS = PhaseHyperparameters.keys()
 # The languages of the embedded demo data (demo/hub, demo/parallel): demo/make_demo_data.py
 # writes synthetic rows in them for every multilingual task (XCOPA and Mewsli-X too).
 DEMO_LANGUAGES = ("en", "de", "ru", "sw")
@@ -869,34 +877,11 @@ def translation_settings(
     return TranslationSettings.parse({"task": task, **settings} if task else settings, "translation")
 
 
-def _phase(config: dict[str, Any], phase: str, backbone: str) -> dict[str, Any]:
-    """A phase's settings for one backbone: ``max_micro_batch: auto`` resolved to the largest
-    micro-batch the memory plan fits on the backbone's GPUs (memory_plan.py)."""
-    cfg = config["training"][phase]
-    settings = {k: cfg[k] for k in PHASE_KEYS if k in cfg}
-    if settings.get("max_micro_batch") == memory_plan.AUTO_MICRO_BATCH:
-        settings["max_micro_batch"] = memory_plan.resolved_micro_batch(config, backbone, phase)
-    return settings
-
-
-def _backbone_phase(config: dict[str, Any], backbone: str, phase: str, mlm: bool = False) -> dict[str, Any]:
-    """The backbone's own settings of a phase (``backbones.<name>.training``), its MLM
-    learning rate in place of its learning rate for a config with MLM."""
-    own = dict(((config["backbones"][backbone].get("training") or {}).get(phase)) or {})
-    with_mlm = own.pop("learning_rate_with_mlm", None)
-    if mlm and with_mlm is not None:
-        own["learning_rate"] = with_mlm
-    return own
-
-
 def intermediate_settings(config: dict[str, Any], backbone: str, name: str) -> PhaseSettings:
     inter = config["intermediate"][name]
-    settings = _phase(config, "intermediate", backbone)
-    if inter.get("mlm"):
-        settings["learning_rate"] = config["training"]["intermediate"]["learning_rate_with_mlm"]
-    if "learning_rate" in inter:
-        settings["learning_rate"] = inter["learning_rate"]
-    settings.update(_backbone_phase(config, backbone, "intermediate", mlm=bool(inter.get("mlm"))))
+    settings = hyperparameters.phase_values(
+        config, hyperparameters.PhaseJob("intermediate", backbone, intermediate=name)
+    )
     lang = inter.get("language", "en")
     # Translated configs select on their own (translated) dev data.
     tasks = {t: {**_task_opts(config, t), "select_language": lang} for t in inter["tasks"]}
@@ -920,11 +905,8 @@ def target_settings(config: dict[str, Any], backbone: str, target: str, stage: s
     """Target-phase settings; which languages train and select is the recipe's data map.
     A target with stages (or a stage after another) starts from the previous stage's model
     and carries its head over (``continue_head``: same format, so the same head shape)."""
-    settings = _phase(config, "target", backbone)
     trained = stage or target
-    if "learning_rate" in config["tasks"][trained]:
-        settings["learning_rate"] = config["tasks"][trained]["learning_rate"]
-    settings.update(_backbone_phase(config, backbone, "target"))
+    settings = hyperparameters.phase_values(config, hyperparameters.PhaseJob("target", backbone, trained=trained))
     stages = target_stages(config, target)
     earlier = stages[: stages.index(stage)] if stage is not None else stages
     if earlier:

@@ -21,9 +21,11 @@ from workflow_scripts.workflow import (
     gpu_binding,
     gpu_sharing,
     grid,
+    grid_settings,
     job_estimates,
     local_data,
     logs,
+    releases,
     slurm,
     sweep,
     transfer,
@@ -201,7 +203,7 @@ ANY_RECIPE = rf"[a-z]+(-[a-z]+)?\.dev-[a-z]+|{FEW_SHOT_RECIPE}"
 def few_shot_inputs(wildcards):
     """The zero-shot model a few-shot candidate goes on training, the shots and translated
     dev rows it reads, and for an image target the pool's image features."""
-    data = grid.few_shot_data(config, wildcards.target, wildcards.recipe)[wildcards.target]
+    data = grid_settings.few_shot_data(config, wildcards.target, wildcards.recipe)[wildcards.target]
     found = {
         "encoder": grid.zero_shot_model(wildcards.backbone, wildcards.intermediate, wildcards.target, wildcards.seed),
         "data": sorted({ref["path"] for split in ("train", "dev") for ref in data[split]}),
@@ -212,12 +214,12 @@ def few_shot_inputs(wildcards):
 
 
 def few_shot_data_map(wildcards):
-    return canonical_json(grid.few_shot_data(config, wildcards.target, wildcards.recipe))
+    return canonical_json(grid_settings.few_shot_data(config, wildcards.target, wildcards.recipe))
 
 
 def few_shot_candidate_inputs(wildcards):
     """The models of every learning rate of one few-shot recipe and seed."""
-    return grid.few_shot_candidates(
+    return grid_settings.few_shot_candidates(
         config, wildcards.backbone, wildcards.intermediate, wildcards.target, wildcards.recipe, wildcards.seed
     )
 
@@ -375,13 +377,13 @@ def local_source_files(wildcards):
     options = task.get("options", {})
     found = []
     # local releases (UD v2.5, XTREME-R's UD v2.7 languages, XQuAD-R): their archives or files
-    for release in grid.local_releases(task).values():
+    for release in releases.local_releases(task).values():
         if release.is_file():
             found.append(workdir_relative(release))
         else:
             found += [workdir_relative(os.path.join(d, f)) for d, _, files in os.walk(release) for f in files]
     # a task with local files of its own reads nothing else (own_data_file)
-    if not grid.reads_hub_data(task) or local_data.spec(config, wildcards.task):
+    if not releases.reads_hub_data(task) or local_data.spec(config, wildcards.task):
         return sorted(found)
     if "path" in options:
         source_dir = options["path"]
@@ -483,7 +485,7 @@ def stage_data_map(wildcards):
 
 
 def stage_settings(wildcards):
-    return settings_json(grid.stage_settings(config, wildcards.backbone, wildcards.target, wildcards.stage))
+    return settings_json(grid_settings.stage_settings(config, wildcards.backbone, wildcards.target, wildcards.stage))
 
 
 def target_data_map(wildcards):
@@ -647,7 +649,7 @@ def figure_entry(path, caption, category, labels, reason):
 def backbone_figures(backbone):
     """A backbone's figures that can lack data: differences (main, per language, per setting),
     training curves, image minus text."""
-    settings = grid.table_settings(config, backbone)
+    settings = grid_settings.table_settings(config, backbone)
     path = lambda pattern: expand(pattern, backbone=backbone)[0]
     labels = lambda **more: {"backbone": backbone, **more}
     plots, baseline = rules.plot_results.output, transfer.baseline_setting(config)
@@ -683,7 +685,7 @@ def backbone_figures(backbone):
                 path(pattern), "training_curves", "Training", labels(figure="training curves", config=name), reason
             )
         )
-    pairs = grid.modality_settings(config, backbone).pairs
+    pairs = grid_settings.modality_settings(config, backbone).pairs
     entries.append(
         figure_entry(
             path(rules.tabulate_modality.output.png),
@@ -699,7 +701,7 @@ def backbone_figures(backbone):
 def report_figures():
     """Every figure of the grid that can lack data: each backbone's, then those across backbones."""
     entries = [entry for backbone in BACKBONES for entry in backbone_figures(backbone)]
-    pairs = [pair for backbone in BACKBONES for pair in grid.modality_settings(config, backbone).pairs]
+    pairs = [pair for backbone in BACKBONES for pair in grid_settings.modality_settings(config, backbone).pairs]
     entries.append(
         figure_entry(
             rules.compare_modality.output.png,
@@ -715,7 +717,7 @@ def report_figures():
             "backbones_figure",
             "Backbones",
             {"figure": "delta against parameters, per family"},
-            availability.across_backbones(grid.comparison_settings(config)),
+            availability.across_backbones(grid_settings.comparison_settings(config)),
         )
     )
     return entries

@@ -15,7 +15,7 @@ rule prepare_task_data:
     benchmark:
         f"{RESULTS}/benchmarks/prepare_task_data/{{task}}/{{split}}.tsv"
     params:
-        settings=settings(grid.data_settings, "task", "split"),
+        settings=settings(grid_settings.data_settings, "task", "split"),
         code=module_digest("data.prepare"),
         # the catalogue entries and converters of the tasks this job reads, and no other
         tasks=job_tasks(lambda w: [w.task]),
@@ -70,7 +70,7 @@ rule check_leakage:
     benchmark:
         f"{RESULTS}/benchmarks/check_leakage/{{task}}/{{target}}.tsv"
     params:
-        settings=lambda wildcards: settings_json(grid.leakage_settings(config)),
+        settings=lambda wildcards: settings_json(grid_settings.leakage_settings(config)),
         code=module_digest("data.leakage"),
         # the catalogue entries and converters of the tasks this job reads, and no other
         tasks=job_tasks(lambda w: [w.task, w.target]),

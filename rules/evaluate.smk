@@ -16,7 +16,7 @@ rule evaluate_target:
     benchmark:
         f"{RESULTS}/benchmarks/evaluate_target/{{backbone}}/{{setting}}/{{intermediate}}/{{target}}/seed{{seed}}.tsv"
     params:
-        settings=settings(grid.eval_settings, "backbone", "target", "setting"),
+        settings=settings(grid_settings.eval_settings, "backbone", "target", "setting"),
         models=model_args,
         data=data_args,
         images=images_arg,

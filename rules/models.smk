@@ -44,7 +44,7 @@ rule prepare_translator:
     benchmark:
         f"{RESULTS}/benchmarks/prepare_translator/{{lang}}.tsv"
     params:
-        settings=settings(grid.translator_settings, "lang"),
+        settings=settings(grid_settings.translator_settings, "lang"),
         code=module_digest("models.prepare"),
     conda:
         "../envs/training.yaml"
@@ -66,7 +66,7 @@ rule prepare_translator_to_english:
     benchmark:
         f"{RESULTS}/benchmarks/prepare_translator_to_english/{{lang}}.tsv"
     params:
-        settings=lambda wildcards: settings_json(grid.translator_settings(config, wildcards.lang, to_english=True)),
+        settings=lambda wildcards: settings_json(grid_settings.translator_settings(config, wildcards.lang, to_english=True)),
         code=module_digest("models.prepare"),
     conda:
         "../envs/training.yaml"
@@ -105,7 +105,7 @@ rule prepare_vision_encoder:
     benchmark:
         f"{RESULTS}/benchmarks/prepare_vision_encoder.tsv"
     params:
-        settings=lambda wildcards: settings_json(grid.vision_settings(config)),
+        settings=lambda wildcards: settings_json(grid_settings.vision_settings(config)),
         demo_args=demo_vision_args,
         code=module_digest("models.prepare"),
     threads: res("prepare_vision_encoder", "threads")

@@ -30,7 +30,7 @@ rule plot_results:
     benchmark:
         f"{RESULTS}/benchmarks/plot_results/{{backbone}}.tsv"
     params:
-        settings=lambda wildcards: settings_json(grid.table_settings(config, wildcards.backbone)),
+        settings=lambda wildcards: settings_json(grid_settings.table_settings(config, wildcards.backbone)),
         tables=lambda wildcards: backbone_grid.tables_dir(wildcards.backbone),
         figures=lambda wildcards: backbone_grid.figures_dir(wildcards.backbone),
         code=module_digest("reporting.plots"),
@@ -82,7 +82,7 @@ rule typeset_tables:
     benchmark:
         f"{RESULTS}/benchmarks/typeset_tables/{{backbone}}.tsv"
     params:
-        settings=lambda wildcards: settings_json(grid.table_settings(config, wildcards.backbone)),
+        settings=lambda wildcards: settings_json(grid_settings.table_settings(config, wildcards.backbone)),
         tables=lambda wildcards: backbone_grid.tables_dir(wildcards.backbone),
         code=module_digest("reporting.latex"),
         # the catalogue entries and converters of the tasks this job reads, and no other
@@ -180,7 +180,7 @@ rule compare_backbones:
     benchmark:
         f"{RESULTS}/benchmarks/compare_backbones.tsv"
     params:
-        settings=lambda wildcards: settings_json(grid.comparison_settings(config)),
+        settings=lambda wildcards: settings_json(grid_settings.comparison_settings(config)),
         tables=lambda wildcards, output: os.path.dirname(output.md),
         models=lambda wildcards, input: os.path.dirname(input.backbones[0]),
         figure=lambda wildcards, output: os.path.splitext(output.png)[0],

@@ -72,7 +72,7 @@ rule aggregate_tables:
     benchmark:
         f"{RESULTS}/benchmarks/aggregate_tables/{{backbone}}.tsv"
     params:
-        settings=lambda wildcards: settings_json(grid.table_settings(config, wildcards.backbone)),
+        settings=lambda wildcards: settings_json(grid_settings.table_settings(config, wildcards.backbone)),
         code=module_digest("reporting.tables"),
         # the catalogue entries and converters of the tasks this job reads, and no other
         tasks=job_tasks(lambda w: grid.grid_tasks(config)),
@@ -122,7 +122,7 @@ rule tabulate_modality:
     benchmark:
         f"{RESULTS}/benchmarks/tabulate_modality/{{backbone}}.tsv"
     params:
-        settings=lambda wildcards: settings_json(grid.modality_settings(config, wildcards.backbone)),
+        settings=lambda wildcards: settings_json(grid_settings.modality_settings(config, wildcards.backbone)),
         stem=lambda wildcards: f"{RESULTS}/figures/{wildcards.backbone}/modality",
         code=module_digest("reporting.modality"),
         # the catalogue entries and converters of the tasks this job reads, and no other
@@ -159,7 +159,7 @@ rule compare_modality:
     benchmark:
         f"{RESULTS}/benchmarks/compare_modality.tsv"
     params:
-        settings=lambda wildcards: settings_json(grid.modality_scaling_settings(config)),
+        settings=lambda wildcards: settings_json(grid_settings.modality_scaling_settings(config)),
         tables=lambda wildcards, output: os.path.dirname(output.md),
         models=lambda wildcards, input: os.path.dirname(input.backbones[0]),
         figure=lambda wildcards, output: os.path.splitext(output.png)[0],

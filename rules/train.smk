@@ -12,7 +12,7 @@ rule train_intermediate:
     benchmark:
         f"{RESULTS}/benchmarks/train_intermediate/{{backbone}}/{{intermediate}}/seed{{seed}}.tsv"
     params:
-        settings=settings(grid.intermediate_settings, "backbone", "intermediate"),
+        settings=settings(grid_settings.intermediate_settings, "backbone", "intermediate"),
         data=settings(grid.intermediate_data, "intermediate"),
         # Resumable state of an interrupted job; removed once the output exists.
         checkpoints=f"{RESULTS}/checkpoints/intermediate/{{backbone}}/{{intermediate}}/seed{{seed}}",
@@ -73,7 +73,7 @@ rule train_target:
     benchmark:
         f"{RESULTS}/benchmarks/train_target/{{backbone}}/{{intermediate}}/{{target}}/{{recipe}}/seed{{seed}}.tsv"
     params:
-        settings=settings(grid.target_settings, "backbone", "target"),
+        settings=settings(grid_settings.target_settings, "backbone", "target"),
         # The recipe's files and the languages taken from each (transfer.py).
         data=target_data_map,
         checkpoints=f"{RESULTS}/checkpoints/target/{{backbone}}/{{intermediate}}/{{target}}/{{recipe}}/seed{{seed}}",
@@ -168,7 +168,7 @@ if sweep.sweeping(config):
         benchmark:
             f"{RESULTS}/benchmarks/train_target/{{backbone}}/{{intermediate}}/{{target}}/{{recipe}}/seed{{seed}}/{{point}}.tsv"
         params:
-            settings=settings(grid.sweep_point_settings, "backbone", "target", "point"),
+            settings=settings(grid_settings.sweep_point_settings, "backbone", "target", "point"),
             data=target_data_map,
             checkpoints=f"{RESULTS}/checkpoints/target/{{backbone}}/{{intermediate}}/{{target}}/{{recipe}}/seed{{seed}}/{{point}}",
             tasks=job_tasks(lambda w: grid.target_tasks(config, w.target)),
@@ -220,10 +220,10 @@ use rule train_target as train_few_shot_candidate with:
     benchmark:
         f"{RESULTS}/benchmarks/train_few_shot_candidate/{{backbone}}/{{intermediate}}/{{target}}/{{recipe}}/seed{{seed}}/{{point}}.tsv"
     params:
-        settings=settings(grid.few_shot_settings, "backbone", "target", "recipe", "point"),
+        settings=settings(grid_settings.few_shot_settings, "backbone", "target", "recipe", "point"),
         data=few_shot_data_map,
         checkpoints=f"{RESULTS}/checkpoints/target/{{backbone}}/{{intermediate}}/{{target}}/{{recipe}}/seed{{seed}}/{{point}}",
-        tasks=job_tasks(lambda w: grid.few_shot_tasks(w.target)),
+        tasks=job_tasks(lambda w: grid_settings.few_shot_tasks(w.target)),
         run=training_run_id("few_shot"),
 
 

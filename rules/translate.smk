@@ -11,7 +11,7 @@ rule translate_task_data:
     benchmark:
         f"{RESULTS}/benchmarks/translate_task_data/{{task}}/{{lang}}/{{split}}.tsv"
     params:
-        settings=settings(grid.translation_settings, "task", "lang"),
+        settings=settings(grid_settings.translation_settings, "task", "lang"),
         # Shared by every translation into {lang}: a rerun translates only new text.
         cache=f"{RESULTS}/cache/translation/{{lang}}.sqlite",
         converted=converted_arg,
@@ -46,7 +46,7 @@ rule translate_test_data:
     benchmark:
         f"{RESULTS}/benchmarks/translate_test_data/{{task}}/{{lang}}.tsv"
     params:
-        settings=settings(grid.translation_settings, "task"),
+        settings=settings(grid_settings.translation_settings, "task"),
         cache=f"{RESULTS}/cache/translation/{{lang}}-en.sqlite",
         converted=converted_arg,
         code=module_digest("translation.translate"),
@@ -79,7 +79,7 @@ rule score_translation_quality:
     benchmark:
         f"{RESULTS}/benchmarks/score_translation_quality/{{lang}}.tsv"
     params:
-        settings=lambda wildcards: settings_json(grid.translation_settings(config, None, wildcards.lang)),
+        settings=lambda wildcards: settings_json(grid_settings.translation_settings(config, None, wildcards.lang)),
         cache=f"{RESULTS}/cache/translation/{{lang}}.sqlite",
         converted=converted_arg,
         code=module_digest("translation.translate"),
@@ -113,7 +113,7 @@ rule score_translation_quality_to_english:
     benchmark:
         f"{RESULTS}/benchmarks/score_translation_quality_to_english/{{lang}}.tsv"
     params:
-        settings=lambda wildcards: settings_json(grid.translation_settings(config)),
+        settings=lambda wildcards: settings_json(grid_settings.translation_settings(config)),
         cache=f"{RESULTS}/cache/translation/{{lang}}-en.sqlite",
         converted=converted_arg,
         code=module_digest("translation.translate"),

@@ -210,11 +210,11 @@ def validated_config(path: Path) -> dict:
     has them before its grid check."""
     from snakemake.utils import validate
 
-    from workflow_scripts.workflow import config_layers, grid
+    from workflow_scripts.workflow import config_layers, grid_checks
 
     config = config_layers.load([path])
     schema = str(REPO / "schemas" / "config.schema.yaml")
-    grid.check_schema(config, schema)
+    grid_checks.check_schema(config, schema)
     validate(config, schema)
     return config
 

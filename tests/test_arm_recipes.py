@@ -14,7 +14,7 @@ import pytest
 from conftest import REPO, phase_settings
 from workflow_scripts.training.arm_phase import freeze_backbone, interpolate_weights, scale_adapter_updates
 from workflow_scripts.training.sampling import TaskSampler
-from workflow_scripts.workflow import arm_recipes, config_check, config_layers, grid
+from workflow_scripts.workflow import arm_recipes, config_check, config_layers, grid, grid_settings
 
 pytestmark = pytest.mark.unit
 
@@ -65,28 +65,28 @@ def test_every_arm_runs_under_every_recipe_and_the_rest_of_the_grid_does_not(dem
 
 def test_an_arm_is_compared_with_its_twin_at_equal_recipe(demo_layers):
     config = checked(demo_layers)
-    pairs = grid.modality_settings(config, "llama_tiny").pairs
+    pairs = grid_settings.modality_settings(config, "llama_tiny").pairs
     assert {(p.visual, p.control, p.recipe) for p in pairs} == {
         (f"snli_ve{s}", f"{c}{s}", r)
         for r, s in (("standard", ""), ("frozen", "@frozen"), ("mixed", "@mixed"))
         for c in ("snli_caption", "hypothesis_only")
     }
-    described = grid.modality_settings(config, "llama_tiny").recipes
+    described = grid_settings.modality_settings(config, "llama_tiny").recipes
     assert described["mixed"] == "mixed (trains adapters, 0.25 mnli, merge-back 0.5)"
 
 
 def test_a_recipe_reaches_the_phase_settings_and_its_data(demo_layers):
     config = checked(demo_layers)
-    mixed = grid.intermediate_settings(config, "xlmr_tiny", "snli_ve@mixed")
+    mixed = grid_settings.intermediate_settings(config, "xlmr_tiny", "snli_ve@mixed")
     assert mixed.arm_recipe.text_task == "mnli" and mixed.fixed_shares == {"mnli": 0.25}
     assert set(mixed.tasks) == {"snli_ve", "mnli"} and mixed.tasks["mnli"].select_language == "en"
     assert mixed.method.name == "lora" and mixed.method.rank  # LoRA on the fully fine-tuned encoder
     assert grid.intermediate_data(config, "snli_ve@mixed")["mnli"]["train"].endswith("data/mnli/train.parquet")
-    standard = grid.intermediate_settings(config, "xlmr_tiny", "snli_ve")
+    standard = grid_settings.intermediate_settings(config, "xlmr_tiny", "snli_ve")
     assert standard.method.name == "full" and standard.arm_recipe.name == "standard" and not standard.fixed_shares
-    assert grid.intermediate_settings(config, "xlmr_tiny", "mnli").arm_recipe is None
+    assert grid_settings.intermediate_settings(config, "xlmr_tiny", "mnli").arm_recipe is None
     # the decoder already trains LoRA adapters: trains: adapters keeps its method
-    assert grid.intermediate_settings(config, "llama_tiny", "snli_ve").method.name == "lora"
+    assert grid_settings.intermediate_settings(config, "llama_tiny", "snli_ve").method.name == "lora"
 
 
 def test_changing_one_recipe_changes_only_its_arms_settings(demo_layers):
@@ -97,7 +97,9 @@ def test_changing_one_recipe_changes_only_its_arms_settings(demo_layers):
     second = checked(demo_layers, edited)
 
     def planned(config) -> dict[str, str]:
-        return {n: grid.intermediate_settings(config, "xlmr_tiny", n).to_json() for n in config["intermediate"]}
+        return {
+            n: grid_settings.intermediate_settings(config, "xlmr_tiny", n).to_json() for n in config["intermediate"]
+        }
 
     before, after = planned(first), planned(second)
     assert {n for n in before if before[n] != after[n]} == {

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from workflow_scripts.workflow import backbone_grid, grid
+from workflow_scripts.workflow import backbone_grid, grid, grid_settings
 
 pytestmark = pytest.mark.unit
 
@@ -74,21 +74,23 @@ def test_paths_and_settings_name_the_backbone(config):
     )
     evaluation = grid.evaluation(config, "llama_tiny", "zero_shot", "mnli", "xnli", 1)
     assert set(evaluation["models"].values()) == {"results/demo/target/llama_tiny/mnli/xnli/en.dev-en/seed1/model"}
-    assert grid.target_settings(config, "llama_tiny", "xnli").method.to_dict() == {
+    assert grid_settings.target_settings(config, "llama_tiny", "xnli").method.to_dict() == {
         "name": "lora",
         "precision": "fp32",
         "rank": 8,
         "alpha": 16,
         "dropout": 0.0,
     }
-    assert grid.intermediate_settings(config, "xlmr_tiny", "mnli").method.to_dict() == {
+    assert grid_settings.intermediate_settings(config, "xlmr_tiny", "mnli").method.to_dict() == {
         "name": "full",
         "precision": "fp32",
     }
     # retrieval: the decoder's own layer and pooling, the encoder the top-level ones
-    assert grid.eval_settings(config, "llama_tiny", "tatoeba").retrieval.pooling == "family"
-    assert grid.eval_settings(config, "xlmr_tiny", "tatoeba").retrieval.pooling == config["retrieval"]["pooling"]
-    tables = grid.table_settings(config, "llama_tiny")
+    assert grid_settings.eval_settings(config, "llama_tiny", "tatoeba").retrieval.pooling == "family"
+    assert (
+        grid_settings.eval_settings(config, "xlmr_tiny", "tatoeba").retrieval.pooling == config["retrieval"]["pooling"]
+    )
+    tables = grid_settings.table_settings(config, "llama_tiny")
     assert tables.targets == ("xnli", "udpos", "tatoeba") and tables.backbone.family == "decoder"
     assert list(tables.output_targets) == config["targets"]
 
@@ -103,7 +105,7 @@ def test_a_backbones_provenance_is_what_its_metric_files_and_tables_record(confi
         "method": "full",
         "precision": "fp32",
     }
-    method = grid.target_settings(config, "llama_tiny", "xnli").method
+    method = grid_settings.target_settings(config, "llama_tiny", "xnli").method
     provenance = backbone_grid.provenance(config, "llama_tiny")
     assert provenance.lora is not None
     assert provenance.lora.to_dict() == {"rank": method.rank, "alpha": method.alpha, "dropout": method.dropout}
@@ -117,10 +119,10 @@ def test_a_backbones_provenance_is_what_its_metric_files_and_tables_record(confi
 
 
 def test_an_encoder_settings_change_leaves_the_decoders_jobs_alone(config):
-    before = {t: grid.target_settings(config, "llama_tiny", t) for t in ("xnli", "udpos")}
+    before = {t: grid_settings.target_settings(config, "llama_tiny", t) for t in ("xnli", "udpos")}
     config["backbones"]["xlmr_tiny"]["method"] = "lora"
-    assert {t: grid.target_settings(config, "llama_tiny", t) for t in ("xnli", "udpos")} == before
-    assert grid.target_settings(config, "xlmr_tiny", "xnli").method.name == "lora"
+    assert {t: grid_settings.target_settings(config, "llama_tiny", t) for t in ("xnli", "udpos")} == before
+    assert grid_settings.target_settings(config, "xlmr_tiny", "xnli").method.name == "lora"
 
 
 @pytest.mark.parametrize(
@@ -167,7 +169,7 @@ def test_backbone_errors_name_the_key(config, edit, message):
 
 def test_the_comparison_names_every_backbone_and_its_contamination(config):
     config["backbones"]["llama_tiny"]["contaminated_targets"] = ["xnli"]
-    settings = grid.comparison_settings(config)
+    settings = grid_settings.comparison_settings(config)
     assert list(settings.backbones) == ["xlmr_tiny", "llama_tiny"]
     assert settings.backbones["llama_tiny"].contaminated_targets == ("xnli",)
-    assert grid.table_settings(config, "llama_tiny").backbone.contaminated_targets == ("xnli",)
+    assert grid_settings.table_settings(config, "llama_tiny").backbone.contaminated_targets == ("xnli",)

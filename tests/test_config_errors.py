@@ -24,7 +24,7 @@ from conftest import (
     use_config_catalogues,
 )
 from workflow_scripts.common import atomic_path
-from workflow_scripts.workflow import config_layers, grid
+from workflow_scripts.workflow import config_layers, grid, grid_checks
 
 
 @pytest.fixture(scope="module")
@@ -218,10 +218,10 @@ def test_every_preset_passes_the_config_check(repo, monkeypatch):
     checked = []
     for path in presets(repo):
         config = config_layers.load([path])  # its layers (`extends`) resolved, as the Snakefile does
-        grid.check_schema(config, schema)
+        grid_checks.check_schema(config, schema)
         validate(config, schema)  # fills in the defaults, as the Snakefile does
         use_config_catalogues(config, monkeypatch)
-        grid.check_config(config)
+        grid_checks.check_config(config)
         checked.append(path.name)
     assert {
         "config.yaml",
@@ -257,22 +257,24 @@ def test_the_loaders_language_lists_are_the_checked_ones():
     loader can read: the loaders' own lists may not drift from them."""
     from workflow_scripts.data.loaders import spans, udpos, xcopa, xtreme
 
-    assert set(udpos.UD_LANGUAGE_NAMES) | set(udpos.XTREME_R_UD27_LANGUAGES) == set(grid.target_languages("udpos"))
-    assert set(xtreme.TATOEBA_CODES) | set(xtreme.TATOEBA_EXTRA_CODES) == set(grid.target_languages("tatoeba"))
-    assert xtreme.PANX_XTREME_LANGUAGES < set(grid.target_languages("panx"))
-    assert spans.XQUAD_XTREME_LANGUAGES < set(grid.target_languages("xquad"))
-    assert set(spans.TYDIQA_LANGUAGES.values()) == set(grid.target_languages("tydiqa"))
-    assert set(xcopa.XCOPA_LANGUAGES) == set(grid.target_languages("xcopa"))
+    assert set(udpos.UD_LANGUAGE_NAMES) | set(udpos.XTREME_R_UD27_LANGUAGES) == set(
+        grid_checks.target_languages("udpos")
+    )
+    assert set(xtreme.TATOEBA_CODES) | set(xtreme.TATOEBA_EXTRA_CODES) == set(grid_checks.target_languages("tatoeba"))
+    assert xtreme.PANX_XTREME_LANGUAGES < set(grid_checks.target_languages("panx"))
+    assert spans.XQUAD_XTREME_LANGUAGES < set(grid_checks.target_languages("xquad"))
+    assert set(spans.TYDIQA_LANGUAGES.values()) == set(grid_checks.target_languages("tydiqa"))
+    assert set(xcopa.XCOPA_LANGUAGES) == set(grid_checks.target_languages("xcopa"))
 
 
 @pytest.mark.unit
 def test_the_demo_languages_count_for_local_data_only():
     config = {"data": {"source": "local"}}
-    assert {"de", "ru"} <= set(grid.task_languages(config, "xcopa"))  # the demo mirror's synthetic XCOPA
-    assert grid.task_languages(config, "mnli") == ("en",)
+    assert {"de", "ru"} <= set(grid_checks.task_languages(config, "xcopa"))  # the demo mirror's synthetic XCOPA
+    assert grid_checks.task_languages(config, "mnli") == ("en",)
     config["data"]["source"] = "hub"
-    assert "de" not in grid.task_languages(config, "xcopa")  # the real XCOPA has no German
-    assert grid.task_languages(config, "xnli_mt") == grid.target_languages("xnli")
+    assert "de" not in grid_checks.task_languages(config, "xcopa")  # the real XCOPA has no German
+    assert grid_checks.task_languages(config, "xnli_mt") == grid_checks.target_languages("xnli")
     # They are the languages the demo data generator writes: its mirror's XCOPA and Mewsli-X have them.
     spec = importlib.util.spec_from_file_location("make_demo_data", REPO / "demo" / "make_demo_data.py")
     generator = importlib.util.module_from_spec(spec)

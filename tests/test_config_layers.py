@@ -14,7 +14,7 @@ import yaml
 
 from conftest import REPO, paper_with_larger_backbones, paper_with_transfer_block, snakemake, use_config_catalogues
 from workflow_scripts.spec import paths
-from workflow_scripts.workflow import config_check, config_layers, grid
+from workflow_scripts.workflow import config_check, config_layers, grid_checks
 
 FROZEN = REPO / "tests" / "frozen_presets.json"
 PRESETS = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "config").glob("*.yaml"))
@@ -136,10 +136,10 @@ def test_every_preset_resolves_to_its_frozen_config_and_validates(preset, monkey
         f"{preset} no longer resolves to its config in {FROZEN.name}; after a deliberate change,"
         " refreeze it with `PYTHONPATH=. python tests/test_config_layers.py --refreeze`"
     )
-    grid.check_schema(config, str(config_check.SCHEMA))
+    grid_checks.check_schema(config, str(config_check.SCHEMA))
     validate(config, str(config_check.SCHEMA))
     use_config_catalogues(config, monkeypatch)
-    grid.check_config(config)
+    grid_checks.check_config(config)
 
 
 @pytest.mark.unit

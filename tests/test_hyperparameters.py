@@ -9,7 +9,7 @@ import copy
 import pytest
 
 from conftest import REPO
-from workflow_scripts.workflow import config_reference, grid, hyperparameters
+from workflow_scripts.workflow import config_reference, grid_settings, hyperparameters
 
 pytestmark = pytest.mark.unit
 
@@ -56,10 +56,10 @@ def test_each_learning_rate_source_wins_over_the_ones_before_it(demo_config):
     own = ("backbones", BACKBONE, "training")
 
     def intermediate(cfg, name):
-        return grid.intermediate_settings(cfg, BACKBONE, name).learning_rate
+        return grid_settings.intermediate_settings(cfg, BACKBONE, name).learning_rate
 
     def target(cfg):
-        return grid.target_settings(cfg, BACKBONE, "xnli").learning_rate
+        return grid_settings.target_settings(cfg, BACKBONE, "xnli").learning_rate
 
     # intermediate, without MLM: the backbone's own rate, then the config's, then the phase's
     assert intermediate(config, "mnli") == 5e-5

@@ -19,7 +19,7 @@ from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.data_settings import DataSettings
 from workflow_scripts.spec.few_shot import FewShotError, FewShotProtocol, is_few_shot_recipe, shots_of
 from workflow_scripts.spec.tasks import get_task
-from workflow_scripts.workflow import grid, transfer
+from workflow_scripts.workflow import grid, grid_settings, transfer
 
 pytestmark = pytest.mark.unit
 
@@ -174,20 +174,20 @@ def test_a_pool_missing_from_tasks_is_named():
 def test_a_candidate_trains_as_the_protocol_says_from_the_zero_shot_head():
     config = few_shot_config({"targets": ["xvnli"], "learning_rates": [5.0e-4, 1.0e-4]})
     protocol = get_task("xvnli").few_shot
-    rates = grid.few_shot_learning_rates(config, "xvnli", "fs5-de.dev-de")
+    rates = grid_settings.few_shot_learning_rates(config, "xvnli", "fs5-de.dev-de")
     assert rates == {"lr0.0005": 5.0e-4, "lr0.0001": 1.0e-4}
-    settings = grid.few_shot_settings(config, "xlmr_tiny", "xvnli", "fs5-de.dev-de", "lr0.0001")
+    settings = grid_settings.few_shot_settings(config, "xlmr_tiny", "xvnli", "fs5-de.dev-de", "lr0.0001")
     assert settings.learning_rate == 1.0e-4 and settings.warmup_ratio == protocol.warmup_ratio
     assert settings.tasks["xvnli"].epochs == 20 and settings.tasks["xvnli"].batch_size == 16
     assert settings.carried_head == ("xvnli", "xvnli") and settings.eval_each_epoch is True
     assert settings.patience > protocol.epochs  # every epoch runs; the best one is kept
     with pytest.raises(Exception, match="no learning rate 'lr0.001'"):
-        grid.few_shot_settings(config, "xlmr_tiny", "xvnli", "fs5-de.dev-de", "lr0.001")
+        grid_settings.few_shot_settings(config, "xlmr_tiny", "xvnli", "fs5-de.dev-de", "lr0.001")
     # without the setting's own rates, the protocol's three
-    assert list(grid.few_shot_learning_rates(few_shot_config(), "xvnli", "fs5-de.dev-de").values()) == list(
+    assert list(grid_settings.few_shot_learning_rates(few_shot_config(), "xvnli", "fs5-de.dev-de").values()) == list(
         protocol.learning_rates
     )
-    data = grid.few_shot_data(config, "xvnli", "fs5-de.dev-de")["xvnli"]
+    data = grid_settings.few_shot_data(config, "xvnli", "fs5-de.dev-de")["xvnli"]
     assert data["images"].endswith("/data/images/xvnli_few_shot")  # the pool's shots' and dev's images
     assert grid.zero_shot_model("xlmr_tiny", "none", "xvnli", 1).endswith("/xvnli/en.dev-en/seed1/model")
 

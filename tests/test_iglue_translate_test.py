@@ -94,7 +94,7 @@ def test_the_translated_xflickrco_captions_keep_their_images_in_the_release_orde
 def test_translate_test_of_xflickrco_reads_its_published_translations():
     from snakemake.utils import validate
 
-    from workflow_scripts.workflow import config_layers, grid
+    from workflow_scripts.workflow import config_layers, grid, grid_checks
 
     config = config_layers.load([REPO / "tests/configs/xflickrco_demo.yaml"])
     validate(config, str(REPO / "schemas" / "config.schema.yaml"))
@@ -105,7 +105,7 @@ def test_translate_test_of_xflickrco_reads_its_published_translations():
         "options": {"path": "x"},
     }
     config["transfer"] = {"settings": {"zero_shot": {}, "translate_test": {}}}
-    grid.check_config(config)
+    grid_checks.check_config(config)
     plan = transfer.plan(config, "translate_test", "xflickrco")
     refs = {lang: ref.path for ref in plan.eval_data["test"] for lang in ref.languages}
     assert all(refs[lang].endswith("/data/xflickrco_gmt/test.parquet") for lang in others)

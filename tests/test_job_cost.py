@@ -149,10 +149,10 @@ def sized(config, backbone="xlmr_tiny", parameters=5.6e8, runtime=240):
 
 def test_a_training_job_counts_the_steps_the_loop_takes_and_its_dev_evaluations(demo_config, monkeypatch, tmp_path):
     from workflow_scripts.spec.tasks import TASKS
-    from workflow_scripts.workflow import grid, job_work
+    from workflow_scripts.workflow import grid, grid_settings, job_work
 
     monkeypatch.chdir(tmp_path)  # no prepared data here: the documented sizes are counted
-    settings = grid.target_settings(demo_config, "xlmr_tiny", "xnli")
+    settings = grid_settings.target_settings(demo_config, "xlmr_tiny", "xnli")
     data = grid.target_data(demo_config, "xnli", "en.dev-en")
     work = job_work.data_map_tokens(demo_config, settings, data)
     opts = settings.tasks["xnli"]

@@ -97,7 +97,7 @@ def test_loader_yields_the_canonical_schema(tmp_path, task_name, split):
     rows = table.to_pylist()
     assert len({r["id"] for r in rows}) == len(rows) or task.format == "mining"
     # Every language asked for, train included: which train languages a target reads is
-    # the grid's choice (grid.data_settings), not the loader's.
+    # the grid's choice (grid_settings.data_settings), not the loader's.
     expected_langs = set(langs or ["en"])
     if split == "dev":
         expected_langs -= task.dev_missing

@@ -260,7 +260,7 @@ def test_accuracy_on_the_real_xvnli_and_marvl_rows(tmp_path):
 def demo_config(extra_target: str) -> dict:
     from snakemake.utils import validate
 
-    from workflow_scripts.workflow import config_layers, grid
+    from workflow_scripts.workflow import config_layers, grid_checks
 
     config = config_layers.load([REPO / "config.yaml"])
     config["targets"] = [*config["targets"], extra_target]
@@ -271,7 +271,7 @@ def demo_config(extra_target: str) -> dict:
         "options": {"path": f"tests/real_data/{family}"},
     }
     schema = str(REPO / "schemas" / "config.schema.yaml")
-    grid.check_schema(config, schema)
+    grid_checks.check_schema(config, schema)
     validate(config, schema)
     return config
 
@@ -289,10 +289,10 @@ def demo_config(extra_target: str) -> dict:
     ],
 )
 def test_the_config_check_refuses_iglue_targets_naming_the_key(target, message):
-    from workflow_scripts.workflow import grid
+    from workflow_scripts.workflow import grid, grid_checks
 
     config = demo_config(target)
     with pytest.raises(grid.ConfigError) as err:
-        grid.check_config(config)
+        grid_checks.check_config(config)
     index = len(config["targets"]) - 1
     assert f"config key targets[{index}]: {message}" in str(err.value)

@@ -211,17 +211,17 @@ def refused(config: dict) -> str:
 
 def test_a_good_config_passes_and_each_split_reads_its_own_file(my_nli, tmp_path):
     from workflow_scripts import preflight
-    from workflow_scripts.workflow import grid, hub_sources, local_data
+    from workflow_scripts.workflow import grid_settings, hub_sources, local_data
 
     config = task_config(tmp_path)
     local_data.check_config(config)
-    train = grid.data_settings(config, "my_nli", "train")
+    train = grid_settings.data_settings(config, "my_nli", "train")
     assert train.source == "files" and train.data.files == {"train": str(tmp_path / "data" / "train.jsonl")}
-    assert grid.data_settings(config, "my_nli", "dev").data.file_type == "csv"
+    assert grid_settings.data_settings(config, "my_nli", "dev").data.file_type == "csv"
     # moving the training file changes the training split's settings only
-    before = grid.data_settings(config, "my_nli", "dev")
+    before = grid_settings.data_settings(config, "my_nli", "dev")
     config["tasks"]["my_nli"]["data"]["files"]["train"] = str(tmp_path / "moved.jsonl")
-    assert grid.data_settings(config, "my_nli", "dev") == before
+    assert grid_settings.data_settings(config, "my_nli", "dev") == before
     assert local_data.split_file(config, "my_nli", "dev") == tmp_path / "data" / "dev.csv"
     assert local_data.split_file(config, "mnli", "dev") is None
     # in the demo grid read from the Hub, the lock and the preflight's Hub checks leave it out
@@ -281,7 +281,7 @@ def test_config_check_refusals_name_the_key_and_the_file(my_nli, tmp_path):
 
 
 def test_the_schema_refuses_an_unknown_file_type_and_split(my_nli, tmp_path):
-    from workflow_scripts.workflow import grid
+    from workflow_scripts.workflow import grid, grid_checks
 
     config = task_config(tmp_path, file_type="xlsx")
     config["tasks"]["my_nli"]["data"]["files"]["valid"] = "x.jsonl"
@@ -290,6 +290,6 @@ def test_the_schema_refuses_an_unknown_file_type_and_split(my_nli, tmp_path):
     path = tmp_path / "schema.yaml"
     path.write_text(yaml.safe_dump(schema))
     with pytest.raises(grid.ConfigError) as err:
-        grid.check_schema(config, str(path))
+        grid_checks.check_schema(config, str(path))
     assert "config key tasks.my_nli.data.file_type: 'xlsx' is not one of ['jsonl', 'csv', 'parquet']" in str(err.value)
     assert "config key tasks.my_nli.data.files: 'valid' is not one of ['train', 'dev', 'test']" in str(err.value)

@@ -568,12 +568,12 @@ def test_the_paper_presets_jobs_take_one_micro_step_per_step_on_an_80gb_card():
     """config/paper.yaml's max_micro_batch is auto: XLM-R large on one 80 GB GPU holds every
     intermediate task's whole batch (MNLI 24 x 256, HellaSwag 24 x 4 x 256)."""
     from workflow_scripts.preflight import load_config
-    from workflow_scripts.workflow import grid
+    from workflow_scripts.workflow import grid_settings
 
     config = load_config([f"{REPO}/config/paper.yaml"])
     for name, inter in config["intermediate"].items():
         if not inter["tasks"]:
             continue
-        settings = grid.intermediate_settings(config, "xlmr_large", name)
+        settings = grid_settings.intermediate_settings(config, "xlmr_large", name)
         assert settings.max_micro_batch == mp.resolved_micro_batch(config, "xlmr_large", "intermediate")
         assert all(settings.max_micro_batch >= opts.batch_size for opts in settings.tasks.values()), name

@@ -155,22 +155,22 @@ def test_a_backbones_own_training_settings_win_over_the_phase_config_and_task_ra
     from snakemake.utils import validate
 
     from conftest import use_config_catalogues
-    from workflow_scripts.workflow import config_check, grid
+    from workflow_scripts.workflow import config_check, grid_settings
 
     config = config_layers.load(["config/modality_scaling.yaml"])
     validate(config, str(config_check.SCHEMA))
     use_config_catalogues(config, monkeypatch)
     phase = config["training"]["intermediate"]
-    assert grid.intermediate_settings(config, "xlmr_large", "snli_ve").learning_rate == phase["learning_rate"]
+    assert grid_settings.intermediate_settings(config, "xlmr_large", "snli_ve").learning_rate == phase["learning_rate"]
     assert (
-        grid.intermediate_settings(config, "xlmr_large", "snli_ve_mlm").learning_rate
+        grid_settings.intermediate_settings(config, "xlmr_large", "snli_ve_mlm").learning_rate
         == (phase["learning_rate_with_mlm"])
     )
     for lora in ("xlmr_xl", "bloom_7b1", "bloom_176b"):
         assert config["backbones"][lora]["method"] == "lora"
-        assert grid.intermediate_settings(config, lora, "snli_ve").learning_rate == 2.0e-4
-        assert grid.target_settings(config, lora, "xcopa", "siqa").learning_rate == 2.0e-4
-    assert grid.intermediate_settings(config, "xlmr_xl", "snli_ve_mlm").learning_rate == 2.0e-4
-    assert grid.target_settings(config, "xlmr_large", "xcopa", "siqa").learning_rate == 3.0e-5
+        assert grid_settings.intermediate_settings(config, lora, "snli_ve").learning_rate == 2.0e-4
+        assert grid_settings.target_settings(config, lora, "xcopa", "siqa").learning_rate == 2.0e-4
+    assert grid_settings.intermediate_settings(config, "xlmr_xl", "snli_ve_mlm").learning_rate == 2.0e-4
+    assert grid_settings.target_settings(config, "xlmr_large", "xcopa", "siqa").learning_rate == 3.0e-5
     # the other settings stay the phase's
-    assert grid.intermediate_settings(config, "xlmr_xl", "snli_ve").eval_every == phase["eval_every"]
+    assert grid_settings.intermediate_settings(config, "xlmr_xl", "snli_ve").eval_every == phase["eval_every"]

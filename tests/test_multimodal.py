@@ -48,7 +48,7 @@ def test_the_multimodal_demo_config_plans_the_image_arm_and_both_controls_from_t
 def test_an_image_task_trains_on_its_machine_translated_rows(repo):
     """``language: de`` on an image task: the translate step translates SNLI-VE's hypotheses
     into German and the translated config trains on them, with the English rows' image bank."""
-    from workflow_scripts.workflow import grid
+    from workflow_scripts.workflow import grid_checks
 
     layer = {
         "extends": CONFIG,
@@ -62,7 +62,7 @@ def test_an_image_task_trains_on_its_machine_translated_rows(repo):
     }
     (repo / "snli_ve_de.yaml").write_text(yaml.safe_dump(layer, sort_keys=False))
     config = config_layers.load([repo / "snli_ve_de.yaml"])
-    grid.check_config(config)
+    grid_checks.check_config(config)
     proc = snakemake(repo, "-n", "--configfile", "snli_ve_de.yaml", "--printshellcmds", timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]

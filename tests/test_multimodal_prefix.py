@@ -174,7 +174,7 @@ def test_the_embed_step_drops_corrupt_and_missing_images_and_training_drops_thei
 
 
 def test_image_configs_pair_with_the_configs_that_swap_the_image_task_for_a_control():
-    from workflow_scripts.workflow.grid import arm_pairs
+    from workflow_scripts.workflow.grid_settings import arm_pairs
 
     intermediate = {
         "none": {"tasks": []},

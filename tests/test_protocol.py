@@ -11,7 +11,7 @@ from workflow_scripts.data.loaders.xtreme import TATOEBA_CODES
 from workflow_scripts.spec import benchmark
 from workflow_scripts.spec.tasks import get_task
 from workflow_scripts.workflow import config_layers
-from workflow_scripts.workflow.grid import intermediate_settings, target_settings
+from workflow_scripts.workflow.grid_settings import intermediate_settings, target_settings
 
 pytestmark = pytest.mark.unit
 

@@ -16,7 +16,7 @@ from conftest import REPO, copy_repo, snakemake
 from workflow_scripts.reporting import compare_backbones, html_page, plots, unavailable
 from workflow_scripts.spec import availability
 from workflow_scripts.spec.report_settings import ArmPair, ComparisonSettings
-from workflow_scripts.workflow import backbone_grid, grid, transfer
+from workflow_scripts.workflow import backbone_grid, grid_settings, transfer
 
 MAIN_MD = """# Intermediate-task results: backbone xlmr_tiny
 
@@ -90,7 +90,7 @@ def _demo_config() -> dict:
 @pytest.mark.unit
 def test_a_backbone_s_left_out_targets_settings_and_configs_have_no_figure():
     config = _demo_config()
-    settings = grid.table_settings(config, "llama_tiny")  # the demo's narrowed grid
+    settings = grid_settings.table_settings(config, "llama_tiny")  # the demo's narrowed grid
     part = backbone_grid.grid_of(config, "llama_tiny")
     for target in config["targets"]:
         assert (availability.per_language(settings, target) is None) == (target in part["targets"])
@@ -109,7 +109,7 @@ def test_a_backbone_s_left_out_targets_settings_and_configs_have_no_figure():
 @pytest.mark.unit
 def test_plots_draw_a_placeholder_exactly_where_availability_has_a_reason(monkeypatch, tmp_path):
     config = _demo_config()
-    settings = grid.table_settings(config, "llama_tiny")
+    settings = grid_settings.table_settings(config, "llama_tiny")
     drawn, placeholders = [], []
     monkeypatch.setattr(plots, "read_result_table", lambda path: None)
     for name in ("main_deltas", "seed_spread"):

@@ -17,7 +17,7 @@ from workflow_scripts.evaluation import retention as probe_module
 from workflow_scripts.reporting import retention as table_module
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.retention_settings import RetentionProbeSettings, RetentionTableSettings
-from workflow_scripts.workflow import config_layers, grid
+from workflow_scripts.workflow import config_layers, grid, grid_checks
 from workflow_scripts.workflow import retention as retention_grid
 
 pytestmark = pytest.mark.unit
@@ -348,7 +348,7 @@ def test_a_probe_on_other_inputs_than_the_before_probe_is_named(tmp_path):
 
 def test_the_multimodal_demo_probes_every_stage_of_both_backbones():
     config = config_layers.load(["config/multimodal_demo.yaml"])
-    grid.check_config(config)
+    grid_checks.check_config(config)
     config["retention"] = {**_retention_defaults(), **config["retention"]}
     for backbone in config["backbones"]:
         part = config["backbones"][backbone].get("grid", {}).get("intermediate") or list(config["intermediate"])

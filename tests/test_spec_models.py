@@ -56,24 +56,24 @@ def test_an_unknown_or_a_missing_key_is_named():
 
 
 def test_the_builders_records_are_the_json_their_jobs_parse(config):
-    from workflow_scripts.workflow import backbone_grid, grid
+    from workflow_scripts.workflow import backbone_grid, grid_settings
 
     built = [
         *(backbone_grid.prepare_settings(config, b) for b in backbone_grid.names(config)),
         *(backbone_grid.provenance(config, b) for b in backbone_grid.names(config)),
-        grid.translator_settings(config, "de"),
-        grid.translator_settings(config, "de", to_english=True),
-        grid.vision_settings(config),
-        grid.translation_settings(config, "squad", "de"),
-        grid.translation_settings(config),
+        grid_settings.translator_settings(config, "de"),
+        grid_settings.translator_settings(config, "de", to_english=True),
+        grid_settings.vision_settings(config),
+        grid_settings.translation_settings(config, "squad", "de"),
+        grid_settings.translation_settings(config),
     ]
     for record in built:
         assert type(record).parse(record.to_json(), "--settings") == record
     # each demo backbone's block is its family's record
     encoder, decoder = (backbone_grid.prepare_settings(config, b) for b in ("xlmr_tiny", "llama_tiny"))
     assert type(encoder.demo) is DemoEncoder and type(decoder.demo) is DemoDecoder
-    assert grid.translator_settings(config, "de", to_english=True).direction == "de-en"
-    assert grid.translation_settings(config).batch_size is None  # a resource of the rule, not a setting
+    assert grid_settings.translator_settings(config, "de", to_english=True).direction == "de-en"
+    assert grid_settings.translation_settings(config).batch_size is None  # a resource of the rule, not a setting
 
 
 def test_a_demo_block_must_be_its_familys():

@@ -24,7 +24,7 @@ from workflow_scripts.spec.report_settings import (
     ModalitySettings,
     TableSettings,
 )
-from workflow_scripts.workflow import backbone_grid, grid
+from workflow_scripts.workflow import backbone_grid, grid_settings
 
 pytestmark = pytest.mark.unit
 
@@ -55,7 +55,7 @@ def test_a_nested_backbone_description_names_its_own_missing_key(config):
     described = backbone_grid.describe(config, "llama_tiny")
     del described["precision"]
     with pytest.raises(InputError, match=r"'precision' is missing \(BackboneDescription needs it\)"):
-        ComparisonSettings.parse({**grid.comparison_settings(config).to_dict(), "backbones": {"b": described}})
+        ComparisonSettings.parse({**grid_settings.comparison_settings(config).to_dict(), "backbones": {"b": described}})
 
 
 def test_a_mistyped_arm_pair_is_named():
@@ -70,7 +70,7 @@ def test_a_mistyped_arm_pair_is_named():
 
 @pytest.mark.parametrize("backbone", ["xlmr_tiny", "llama_tiny"])
 def test_the_table_settings_json_is_the_builders_dict_and_reads_back_unchanged(config, backbone):
-    built = grid.table_settings(config, backbone)
+    built = grid_settings.table_settings(config, backbone)
     # the JSON the jobs had before the record: the builder's plain mapping
     part = backbone_grid.grid_of(config, backbone)
     assert json.loads(built.to_json())["backbone"] == backbone_grid.describe(config, backbone)
@@ -93,9 +93,9 @@ def test_every_reporting_cli_that_takes_settings_has_its_steps_record():
 
 def test_every_reporting_builder_round_trips(config):
     for built in (
-        grid.modality_settings(config, "xlmr_tiny"),
-        grid.modality_scaling_settings(config),
-        grid.comparison_settings(config),
+        grid_settings.modality_settings(config, "xlmr_tiny"),
+        grid_settings.modality_scaling_settings(config),
+        grid_settings.comparison_settings(config),
     ):
         assert type(built).parse(built.to_json()).to_json() == built.to_json()
         assert built.to_json() == canonical_json(json.loads(built.to_json()))
@@ -122,7 +122,7 @@ def test_the_benchmarks_categories_come_back_in_the_papers_order():
 
 
 def test_families_rank_by_their_first_backbone_in_the_configs_order(config):
-    settings = grid.modality_scaling_settings(config)
+    settings = grid_settings.modality_scaling_settings(config)
     read_back = ModalityScalingSettings.parse(settings.to_json())
     families = [read_back.backbones[b].family for b in read_back.order]
     assert list(read_back.family_rank()) == list(dict.fromkeys(families))

@@ -12,7 +12,7 @@ from conftest import REPO, phase_settings
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.phase_settings import MethodSettings, PhaseHyperparameters, PhaseSettings
 from workflow_scripts.spec.schema import MethodName, PrecisionName, setting
-from workflow_scripts.workflow import grid
+from workflow_scripts.workflow import grid_settings
 
 pytestmark = pytest.mark.unit
 
@@ -85,9 +85,9 @@ def test_settings_read_back_are_the_json_they_were_read_from():
 
 
 def test_the_builders_return_the_record(demo_config):
-    settings = grid.target_settings(demo_config, "xlmr_tiny", "xnli")
+    settings = grid_settings.target_settings(demo_config, "xlmr_tiny", "xnli")
     assert isinstance(settings, PhaseSettings) and set(settings.tasks) == {"xnli"}
-    inter = grid.intermediate_settings(demo_config, "xlmr_tiny", "mnli")
+    inter = grid_settings.intermediate_settings(demo_config, "xlmr_tiny", "mnli")
     assert inter.language == "en" and inter.tasks["mnli"].select_language == "en"
 
 

@@ -188,14 +188,14 @@ def test_further_hub_sources_declare_the_languages_their_converters_read_from_th
     task's own Hub configs lack."""
     from workflow_scripts.data.loaders import spans, xtreme
     from workflow_scripts.spec.tasks import get_task
-    from workflow_scripts.workflow import grid
+    from workflow_scripts.workflow import grid_checks
 
     declared = {
         (t, s): set(get_task(t).hub_source(s).languages)
         for t, s in (("panx", "wikiann"), ("xquad", "xquad"), ("tatoeba", "tatoeba"))
     }
-    assert declared[("panx", "wikiann")] == set(grid.target_languages("panx")) - xtreme.PANX_XTREME_LANGUAGES
-    assert declared[("xquad", "xquad")] == set(grid.target_languages("xquad")) - spans.XQUAD_XTREME_LANGUAGES
+    assert declared[("panx", "wikiann")] == set(grid_checks.target_languages("panx")) - xtreme.PANX_XTREME_LANGUAGES
+    assert declared[("xquad", "xquad")] == set(grid_checks.target_languages("xquad")) - spans.XQUAD_XTREME_LANGUAGES
     assert declared[("tatoeba", "tatoeba")] == set(xtreme.TATOEBA_EXTRA_CODES)
     assert get_task("pawsx").hub_source("pawsx").is_read(["en"], {"pawsx_path": "x/y"})
     assert not get_task("pawsx").hub_source("pawsx").is_read(["en"], {})

@@ -17,7 +17,7 @@ from conftest import REPO
 from workflow_scripts.evaluation.metric_file import final_metrics
 from workflow_scripts.spec import trackers
 from workflow_scripts.training import tracking
-from workflow_scripts.workflow import config_check, grid
+from workflow_scripts.workflow import config_check, grid, grid_checks
 
 RUN = {"backbone": "xlmr_tiny", "config": "mnli", "target": "xnli", "recipe": "en.dev-en", "seed": 1}
 SETTINGS = {"learning_rate": 1e-5, "tasks": {"xnli": {"batch_size": 16, "epochs": 2}}, "long": "x" * 7000}
@@ -239,9 +239,9 @@ def test_a_tracker_failing_mid_job_is_dropped_and_the_others_go_on(caplog):
 def test_config_check_names_the_tracking_key(monkeypatch):
     schema = str(config_check.SCHEMA)
     with pytest.raises(grid.ConfigError, match="config key tracking.mlflow: 'yes' is not of type 'boolean'"):
-        grid.check_schema({"tracking": {"mlflow": "yes"}}, schema)
+        grid_checks.check_schema({"tracking": {"mlflow": "yes"}}, schema)
     with pytest.raises(grid.ConfigError, match="config key tracking: Additional properties"):
-        grid.check_schema({"tracking": {"neptune": True}}, schema)
+        grid_checks.check_schema({"tracking": {"neptune": True}}, schema)
     monkeypatch.setattr(trackers, "_module_found", lambda name: name != "wandb")
     config_check.check_tracking({"tracking": {"mlflow": True}})  # mlflow's modules are found
     with pytest.raises(grid.ConfigError, match=r"config key tracking.wandb: wandb not installed"):

@@ -16,7 +16,8 @@ from workflow_scripts.reporting.tables import load_runs, settings_table, source_
 from workflow_scripts.spec.report_settings import TableSettings
 from workflow_scripts.spec.tasks import TASKS
 from workflow_scripts.workflow import transfer
-from workflow_scripts.workflow.grid import ConfigError, check_config
+from workflow_scripts.workflow.grid import ConfigError
+from workflow_scripts.workflow.grid_checks import check_config
 
 pytestmark = pytest.mark.unit
 
@@ -225,7 +226,7 @@ def test_baseline_setting_must_be_one_of_the_settings(config):
 
 
 def test_targets_read_their_train_split_in_every_language_that_has_one(config):
-    from workflow_scripts.workflow.grid import data_settings
+    from workflow_scripts.workflow.grid_settings import data_settings
 
     assert data_settings(config, "panx", "train").languages == ("en", "de", "ru")
     assert data_settings(config, "panx", "test").languages == ("en", "de", "ru")

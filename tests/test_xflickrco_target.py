@@ -36,10 +36,10 @@ def xflickrco_config() -> dict:
 
 @pytest.mark.unit
 def test_the_config_check_accepts_xflickrco_trained_on_flickr30k_and_scored_with_its_own_images():
-    from workflow_scripts.workflow import grid
+    from workflow_scripts.workflow import grid, grid_checks, grid_settings
 
     config = xflickrco_config()
-    grid.check_config(config)
+    grid_checks.check_config(config)
     # Flickr30k's images train (and select) the branch; xFlickr&CO's own test images score it
     assert grid.visual_tasks(config) == ["flickr30k", "xflickrco"]
     data = grid.target_data(config, "xflickrco", "en.dev-en")["xflickrco"]
@@ -53,17 +53,17 @@ def test_the_config_check_accepts_xflickrco_trained_on_flickr30k_and_scored_with
     assert run["images"].endswith("/data/images/xflickrco")
     assert [ref["path"].split("/")[-2:] for ref in run["data"]["test"]] == [["xflickrco", "test.parquet"]]
     # IGLUE's averages leave English out
-    assert grid.eval_settings(config, "xlmr_tiny", "xflickrco").average_excludes == ("en",)
+    assert grid_settings.eval_settings(config, "xlmr_tiny", "xflickrco").average_excludes == ("en",)
 
 
 @pytest.mark.unit
 def test_only_zero_shot_applies_to_xflickrco_and_the_refusal_names_the_key():
-    from workflow_scripts.workflow import grid
+    from workflow_scripts.workflow import grid, grid_checks
 
     config = xflickrco_config()
     config["transfer"] = {"settings": {"zero_shot": {}, "translate_train": {"targets": ["xflickrco"]}}}
     with pytest.raises(grid.ConfigError) as err:
-        grid.check_config(config)
+        grid_checks.check_config(config)
     message = str(err.value)
     assert "config key transfer.settings.translate_train.targets[0]" in message
     assert "xflickrco reads images" in message and "only zero_shot and translate_test" in message
@@ -90,12 +90,12 @@ def without_images_from_the_hub(config: dict, task: str) -> None:
     ],
 )
 def test_the_config_check_names_what_keeps_xflickrco_from_running(change, key, message):
-    from workflow_scripts.workflow import grid
+    from workflow_scripts.workflow import grid, grid_checks
 
     config = xflickrco_config()
     change(config)
     with pytest.raises(grid.ConfigError) as err:
-        grid.check_config(config)
+        grid_checks.check_config(config)
     assert f"config key {key}" in str(err.value) and message in str(err.value)
 
 

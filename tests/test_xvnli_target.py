@@ -33,10 +33,10 @@ def xvnli_config() -> dict:
 
 @pytest.mark.unit
 def test_the_xvnli_config_trains_on_snli_ve_features_and_scores_with_the_targets_own_images():
-    from workflow_scripts.workflow import grid
+    from workflow_scripts.workflow import grid, grid_checks, grid_settings
 
     config = xvnli_config()
-    grid.check_config(config)
+    grid_checks.check_config(config)
     # SNLI-VE's images train (and select) the image arm; XVNLI's own test images score it; the
     # few-shot pool's images (its shots' and its translated dev's) train its 5-shot models
     assert grid.visual_tasks(config) == ["snli_ve", "xvnli", "xvnli_few_shot"]
@@ -49,7 +49,7 @@ def test_the_xvnli_config_trains_on_snli_ve_features_and_scores_with_the_targets
     assert "images" not in grid.target_data(config, "xvnli_caption", "en.dev-en")["xvnli_caption"]
     assert "images" not in grid.evaluation(config, "xlmr_tiny", "zero_shot", "none", "xvnli_caption", 1)
     # IGLUE's averages leave English out
-    assert grid.eval_settings(config, "xlmr_tiny", "xvnli").average_excludes == ("en",)
+    assert grid_settings.eval_settings(config, "xlmr_tiny", "xvnli").average_excludes == ("en",)
 
 
 @pytest.mark.unit
@@ -61,12 +61,12 @@ def test_the_xvnli_config_trains_on_snli_ve_features_and_scores_with_the_targets
 )
 def test_the_config_check_names_what_keeps_an_image_target_from_running(change, key, message):
     """(xFlickr&CO's: tests/test_xflickrco_target.py.)"""
-    from workflow_scripts.workflow import grid
+    from workflow_scripts.workflow import grid, grid_checks
 
     config = xvnli_config()
     change(config)
     with pytest.raises(grid.ConfigError) as err:
-        grid.check_config(config)
+        grid_checks.check_config(config)
     assert f"config key {key}" in str(err.value) and message in str(err.value)
 
 

@@ -8,7 +8,7 @@
   intermediate config left (the baseline has none); ``target:<t>`` the zero-shot model of
   target t trained from it, so its change counts both phases.
 - ``retention_pairs.csv``: per pair of arms (an image config and its text twin,
-  ``grid.arm_pairs``), probed target and language, the image arm's change minus its twin's
+  ``grid_settings.arm_pairs``), probed target and language, the image arm's change minus its twin's
   at each stage, beside the image arm's zero-shot test score minus its twin's on that target
   (the modality table's difference, per language), each a median over seeds of the
   seed-paired difference.

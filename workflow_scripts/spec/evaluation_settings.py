@@ -1,5 +1,5 @@
 """What an evaluation job is told (``--settings`` of ``evaluation.metric_file``, built by
-``workflow/grid.py``'s ``eval_settings``): the languages, how rows are encoded and scored,
+``workflow/grid_settings.py``'s ``eval_settings``): the languages, how rows are encoded and scored,
 the transfer setting's plan (which model scores each language, which files each split
 reads) and, for a retrieval target, how sentences are embedded and searched."""
 

@@ -1,5 +1,5 @@
 """What a training phase is told (``--settings`` of ``training.train``, built by
-``workflow/grid.py``'s ``intermediate_settings``, ``target_settings``, ``stage_settings`` and
+``workflow/grid_settings.py``'s ``intermediate_settings``, ``target_settings``, ``stage_settings`` and
 ``sweep_point_settings``): the phase's hyper-parameters (``training.<phase>`` of the config,
 with an intermediate config's, a task's and the backbone's own overrides), how the backbone
 trains (``MethodSettings``, ``workflow/backbone_grid.py``'s ``method_settings``) and each

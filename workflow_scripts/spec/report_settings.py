@@ -1,4 +1,4 @@
-"""What the reporting jobs read: the settings ``workflow/grid.py`` builds for a backbone's
+"""What the reporting jobs read: the settings ``workflow/grid_settings.py`` builds for a backbone's
 tables and figures (``table_settings``), its image-vs-text comparison (``modality_settings``),
 that comparison across backbone sizes (``modality_scaling_settings``) and the comparison
 across backbones (``comparison_settings``), with the pieces they share: a backbone's
@@ -130,14 +130,14 @@ class TableSettings(Record):
 
 @dataclass(frozen=True)
 class FigureSettings(TableSettings):
-    """The table settings as the figures read them (the same JSON: grid.table_settings)."""
+    """The table settings as the figures read them (the same JSON: grid_settings.table_settings)."""
 
     step: ClassVar[str] = "reporting.plots"
 
 
 @dataclass(frozen=True)
 class LatexSettings(TableSettings):
-    """The table settings as the LaTeX tables read them (the same JSON: grid.table_settings)."""
+    """The table settings as the LaTeX tables read them (the same JSON: grid_settings.table_settings)."""
 
     step: ClassVar[str] = "reporting.latex"
 

@@ -263,7 +263,9 @@ class TrainingRecipe:
         self.data = load_phase_data(
             job.encoder_dir, encoder, self.tokenizer, job.data, self.settings, mlm_head=self.runtime.mlm_head
         )
-        if self.settings.carried_head is not None:  # a target's stage: its head goes on training (grid.target_settings)
+        if (
+            self.settings.carried_head is not None
+        ):  # a target's stage: its head goes on training (grid_settings.target_settings)
             carry_head(job.encoder_dir, self.data.heads, *self.settings.carried_head)
         self.family = family_of(job.encoder_dir)
         # Adapters: the heads train whole and are saved with the adapter (not the MLM head, which

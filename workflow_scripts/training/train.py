@@ -1,6 +1,6 @@
 """The training job's command line: one phase (intermediate or target) of one run.
 
-The settings (``--settings``, built by workflow/grid.py) are parsed into the typed
+The settings (``--settings``, built by workflow/grid_settings.py) are parsed into the typed
 ``PhaseSettings`` (spec/phase_settings.py) before anything is loaded; the phase itself is
 ``recipe.TrainingRecipe`` (docs/training.md).
 

@@ -18,7 +18,16 @@ from workflow_scripts import revisions
 from workflow_scripts.spec import paths, trackers, user_cache
 from workflow_scripts.spec import tasks as task_catalogue
 from workflow_scripts.spec.basics import REPO_ROOT, load_yaml
-from workflow_scripts.workflow import arm_recipes, config_layers, grid, hub_sources, local_data, prompted, retention
+from workflow_scripts.workflow import (
+    arm_recipes,
+    config_layers,
+    grid,
+    grid_checks,
+    hub_sources,
+    local_data,
+    prompted,
+    retention,
+)
 
 SCHEMA = REPO_ROOT / "schemas" / "config.schema.yaml"
 # What a config that cannot run raises (each message names the key).
@@ -53,13 +62,13 @@ def check(config: dict[str, Any], configfiles: Sequence[str | Path], catalogues:
 
     # The user's own task entries join the built-in ones before anything checks a task name.
     task_catalogue.use_catalogues(list(catalogues))
-    grid.check_schema(config, str(SCHEMA))
+    grid_checks.check_schema(config, str(SCHEMA))
     validate(config, str(schema_for_validation()))
     # Image arms become one config per recipe before anything reads the intermediate configs.
     arm_recipes.expand(config)
     # Before anything reads a task's hub key: a task has it or local files of its own.
     local_data.check_config(config)
-    grid.check_config(config)
+    grid_checks.check_config(config)
     retention.check(config)
     prompted.check(config)
     check_tracking(config)

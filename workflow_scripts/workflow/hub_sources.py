@@ -13,7 +13,7 @@ from typing import Any
 
 from workflow_scripts.revisions import HubRepo
 from workflow_scripts.spec.tasks import get_task
-from workflow_scripts.workflow import backbone_grid, grid, local_data, transfer
+from workflow_scripts.workflow import backbone_grid, grid, grid_settings, local_data, transfer
 
 
 class HubSourceError(ValueError):
@@ -84,7 +84,7 @@ def model_repos(config: dict[str, Any]) -> list[HubRepo]:
             entry = config["models"][group][lang]
             repos.append(HubRepo("model", entry["hub_id"], entry["revision"], f"models.{group}.{lang}"))
     if grid.visual_tasks(config):
-        vision = grid.vision_settings(config)
+        vision = grid_settings.vision_settings(config)
         repos.append(HubRepo("model", vision.hub_id, vision.revision, "vision"))
     return repos
 

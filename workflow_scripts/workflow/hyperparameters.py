@@ -6,7 +6,7 @@ training block, and, for two kinds of target job, a sweep point or a few-shot ca
 ``SOURCES`` lists them per phase, lowest precedence first: a later source replaces what an
 earlier one set. ``phase_values`` applies the config's own layers in that order; the last
 two target layers replace values of the finished record and are applied by the builders of
-those jobs (``grid.sweep_point_settings``, ``grid.few_shot_settings``). The configuration
+those jobs (``grid_settings.sweep_point_settings``, ``grid_settings.few_shot_settings``). The configuration
 reference prints this table (``precedence_markdown``; config_reference.py).
 """
 
@@ -105,10 +105,10 @@ SOURCES: dict[Phase, tuple[Source, ...]] = {
                _own_rate("tasks", lambda j: j.trained)),
         Source("backbones.<backbone>.training.target.<key>", "the phase keys it names", read=_backbone_block),
         Source("sweep.<key>", "learning_rate, warmup_ratio; the target's batch_size, epochs",
-               "a sweep point's model (`grid.sweep_point_settings`)"),
+               "a sweep point's model (`grid_settings.sweep_point_settings`)"),
         Source("transfer.settings.few_shot:<N>.learning_rates, else the task's few-shot protocol",
                "learning_rate; the protocol's warmup_ratio, batch_size and epochs (each epoch selects, no early stop)",
-               "a few-shot candidate's model (`grid.few_shot_settings`)"),
+               "a few-shot candidate's model (`grid_settings.few_shot_settings`)"),
     ),
 }  # fmt: skip
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from workflow_scripts.spec import few_shot
 from workflow_scripts.spec.schema import default
-from workflow_scripts.workflow import grid, job_work, slurm
+from workflow_scripts.workflow import grid, grid_settings, job_work, slurm
 from workflow_scripts.workflow.job_cost import Estimate, estimate, translation_estimate
 
 TRAINING_RULES = ("train_intermediate", *slurm.TARGET_TRAINING_RULES)
@@ -74,7 +74,7 @@ def _translation_estimate(config, rule: str, wildcards: Mapping[str, str]) -> Es
         return None
     hub_id, translator, tokens = found
     cost = cost_settings(config)
-    beams = grid.translation_settings(dict(config)).num_beams
+    beams = grid_settings.translation_settings(dict(config)).num_beams
     return translation_estimate(translator, tokens, beams, cost["gpu"], cost["mfu"], hub_id)
 
 
@@ -134,18 +134,22 @@ def _training_job(config, rule: str, w: Mapping[str, str]):
     """The settings and data map a training job's params carry (rules/train.smk)."""
     if rule == "train_intermediate":
         return (
-            grid.intermediate_settings(config, w["backbone"], w["intermediate"]),
+            grid_settings.intermediate_settings(config, w["backbone"], w["intermediate"]),
             grid.intermediate_data(config, w["intermediate"]),
         )
     if "stage" in w:
-        return grid.stage_settings(config, w["backbone"], w["target"], w["stage"]), grid.stage_data(config, w["stage"])
+        return grid_settings.stage_settings(config, w["backbone"], w["target"], w["stage"]), grid.stage_data(
+            config, w["stage"]
+        )
     if "point" in w and re.fullmatch(few_shot.RECIPE_PATTERN, w["recipe"]):
-        settings = grid.few_shot_settings(config, w["backbone"], w["target"], w["recipe"], w["point"])
-        return settings, grid.few_shot_data(config, w["target"], w["recipe"])
+        settings = grid_settings.few_shot_settings(config, w["backbone"], w["target"], w["recipe"], w["point"])
+        return settings, grid_settings.few_shot_data(config, w["target"], w["recipe"])
     if "point" in w:
-        settings = grid.sweep_point_settings(config, w["backbone"], w["target"], w["point"])
+        settings = grid_settings.sweep_point_settings(config, w["backbone"], w["target"], w["point"])
         return settings, grid.target_data(config, w["target"], w["recipe"])
-    return grid.target_settings(config, w["backbone"], w["target"]), grid.target_data(config, w["target"], w["recipe"])
+    return grid_settings.target_settings(config, w["backbone"], w["target"]), grid.target_data(
+        config, w["target"], w["recipe"]
+    )
 
 
 def job_time(config: Mapping[str, Any], rule: str, wildcards: Mapping[str, str], resources_rule: str) -> JobTime:

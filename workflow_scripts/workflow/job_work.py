@@ -257,9 +257,9 @@ def embedding_job(config: Mapping[str, Any], task: str) -> tuple[Shape, list[Tok
 
 def translator_of(config: Mapping[str, Any], lang: str, to_english: bool) -> tuple[str, Translator] | None:
     """(Hub id, shape) of the translator a job uses; None for the demo's own or an unknown one."""
-    from workflow_scripts.workflow import grid
+    from workflow_scripts.workflow import grid_settings
 
-    prepared = grid.translator_settings(dict(config), lang, to_english)
+    prepared = grid_settings.translator_settings(dict(config), lang, to_english)
     hub_id = prepared.hub_id if prepared.source == "hub" else None
     return next(((hub_id, shape) for prefix, shape in TRANSLATORS if hub_id and hub_id.startswith(prefix)), None)
 

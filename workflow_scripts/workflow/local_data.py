@@ -85,7 +85,7 @@ def check_config(config: dict[str, Any]) -> None:
     """Every task's local files, before any job runs: each error names the key and the file."""
     for task, cfg in config["tasks"].items():
         if task not in task_catalogue.TASKS:  # read at call time: catalogues register tasks late
-            continue  # grid.check_config names it
+            continue  # grid_checks.check_config names it
         if ("hub" in cfg) == ("data" in cfg):
             raise LocalDataError(
                 f"config key tasks.{task}: give hub (a Hub dataset) or data (local files), "

@@ -24,7 +24,7 @@ from workflow_scripts.spec.retention_settings import (
 )
 from workflow_scripts.spec.tasks import TASKS, get_task
 from workflow_scripts.spec.transfer_names import ZERO_SHOT
-from workflow_scripts.workflow import backbone_grid, grid, transfer
+from workflow_scripts.workflow import backbone_grid, grid, grid_settings, transfer
 from workflow_scripts.workflow.grid import ConfigError
 
 
@@ -184,7 +184,7 @@ def table_settings(config: dict[str, Any], backbone: str) -> RetentionTableSetti
         "targets": probed_targets(config, backbone),
         "seeds": part["seeds"],
         "languages": probe_languages(config),
-        "pairs": grid.arm_pairs(chosen),
+        "pairs": grid_settings.arm_pairs(chosen),
         # a loss moves by hundredths where a score moves by tenths
         "decimals": max(2, config["tables"].get("decimals", 1)),
         "objective": objective(config, backbone),

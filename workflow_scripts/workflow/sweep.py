@@ -29,7 +29,7 @@ from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.phase_settings import PhaseSettings
 
 # The swept keys, in the order point names list them: where each lives in a target job's
-# settings (grid.target_settings) and its short name in a point's token.
+# settings (grid_settings.target_settings) and its short name in a point's token.
 SWEPT_KEYS = {"learning_rate": "lr", "batch_size": "bs", "epochs": "ep", "warmup_ratio": "wu"}
 # Per-task keys (tasks.<target>.<key>) sit in the settings' "tasks" entry of the target.
 TASK_KEYS = ("batch_size", "epochs")

@@ -66,7 +66,9 @@ rule prepare_translator_to_english:
     benchmark:
         f"{RESULTS}/benchmarks/prepare_translator_to_english/{{lang}}.tsv"
     params:
-        settings=lambda wildcards: settings_json(grid_settings.translator_settings(config, wildcards.lang, to_english=True)),
+        settings=lambda wildcards: settings_json(
+            grid_settings.translator_settings(config, wildcards.lang, to_english=True)
+        ),
         code=module_digest("models.prepare"),
     conda:
         "../envs/training.yaml"

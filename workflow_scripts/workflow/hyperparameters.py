@@ -6,8 +6,8 @@ training block, and, for two kinds of target job, a sweep point or a few-shot ca
 ``SOURCES`` lists them per phase, lowest precedence first: a later source replaces what an
 earlier one set. ``phase_values`` applies the config's own layers in that order; the last
 two target layers replace values of the finished record and are applied by the builders of
-those jobs (``grid_settings.sweep_point_settings``, ``grid_settings.few_shot_settings``). The configuration
-reference prints this table (``precedence_markdown``; config_reference.py).
+those jobs (``grid_settings.sweep_point_settings``, ``grid_settings.few_shot_settings``).
+The configuration reference prints this table (``precedence_markdown``; config_reference.py).
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ import math
 from pathlib import Path
 
 from workflow_scripts.common import atomic_path, read_result_table, setup_logging
+from workflow_scripts.reporting.seeds import over_seeds
 from workflow_scripts.spec import availability
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.report_settings import FigureSettings, TableSettings
@@ -140,7 +141,7 @@ def seed_spread(runs, settings: TableSettings, output: Path) -> None:
             if values.empty:
                 continue
             ax.scatter([x] * len(values), values["value"], s=18, color="tab:blue", alpha=0.7, zorder=2)
-            ax.hlines(values["value"].median(), x - 0.3, x + 0.3, color="black", linewidth=2, zorder=3)
+            ax.hlines(over_seeds(values["value"]), x - 0.3, x + 0.3, color="black", linewidth=2, zorder=3)
         ax.set_xticks(range(len(configs)), configs, rotation=30, ha="right")
         ax.set_title(f"{target} ({metric})")
         ax.grid(axis="y", alpha=0.3)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.common import atomic_path, read_json, setup_logging
+from workflow_scripts.reporting.seeds import of_seeds
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.prompted import LM_EVAL_TASKS, PromptedTableSettings
 from workflow_scripts.spec.transfer_names import ZERO_SHOT
@@ -87,7 +88,7 @@ def table(rows: list[dict[str, Any]], settings: PromptedTableSettings):
         seeds = len(per_seed)
         for lang in dict.fromkeys(k for v in per_seed.values() for k in v):
             found = [v[lang] for v in per_seed.values() if lang in v]
-            out.append({**dict(zip(keys, key)), "language": lang, "seeds": seeds, "value": statistics.median(found)})
+            out.append({**dict(zip(keys, key)), "language": lang, "seeds": seeds, "value": of_seeds(found)})
     found = pd.DataFrame(out, columns=COLUMNS)
     order = {name: i for i, name in enumerate(settings.intermediate)}
     found["_config"] = found["config"].map(order)

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.common import atomic_path, read_json, setup_logging
+from workflow_scripts.reporting.seeds import SEED_STATISTIC, over_seeds
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.retention_settings import RetentionTableSettings
 from workflow_scripts.spec.tasks import get_task, primary_metric
@@ -157,12 +158,12 @@ def retention_table(frame, settings: RetentionTableSettings):
     grouped = changes.groupby(["config", "stage", "language"], sort=False)
     table = grouped.agg(
         seeds=("seed", "nunique"),
-        loss_before=("loss_before", "median"),
-        loss_after=("loss", "median"),
-        loss_change=("loss_change", "median"),
-        alignment_before=("alignment_before", "median"),
-        alignment_after=("alignment", "median"),
-        alignment_change=("alignment_change", "median"),
+        loss_before=("loss_before", SEED_STATISTIC),
+        loss_after=("loss", SEED_STATISTIC),
+        loss_change=("loss_change", SEED_STATISTIC),
+        alignment_before=("alignment_before", SEED_STATISTIC),
+        alignment_after=("alignment", SEED_STATISTIC),
+        alignment_change=("alignment_change", SEED_STATISTIC),
     ).reset_index()
     order = {name: k for k, name in enumerate(settings.intermediate)}
     languages = {lang: k for k, lang in enumerate([*settings.languages, AVG])}
@@ -194,8 +195,8 @@ def transfer_differences(runs, visual: str, control: str, target: str):
     if visual not in table or control not in table:
         return {}, metric
     diffs = (table[visual] - table[control]).dropna().unstack("language")
-    per_language = diffs.median().to_dict()
-    per_language[AVG] = float(diffs.mean(axis=1).median()) if not diffs.empty else math.nan
+    per_language = over_seeds(diffs).to_dict()
+    per_language[AVG] = float(over_seeds(diffs.mean(axis=1))) if not diffs.empty else math.nan
     return per_language, metric
 
 
@@ -205,7 +206,7 @@ def _paired(changes, visual: str, control: str, stage: str, value: str):
     table = sub.pivot_table(index=["seed", "language"], columns="config", values=value, aggfunc="first")
     if visual not in table or control not in table:
         return {}
-    return (table[visual] - table[control]).dropna().groupby(level="language").median().to_dict()
+    return over_seeds((table[visual] - table[control]).dropna().groupby(level="language")).to_dict()
 
 
 def pairs_table(frame, runs, settings: RetentionTableSettings):

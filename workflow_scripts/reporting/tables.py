@@ -43,6 +43,7 @@ from typing import Any
 
 from workflow_scripts.common import LOG, atomic_path, read_json, setup_logging
 from workflow_scripts.reporting import significance
+from workflow_scripts.reporting.seeds import over_seeds
 from workflow_scripts.spec import benchmark
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.report_settings import BenchmarkDescription, TableSettings
@@ -201,7 +202,7 @@ def metrics_shown(target: str) -> tuple[str, ...]:
 def medians(runs, split: str = "test"):
     """Median over seeds per (intermediate, target, language, metric)."""
     sub = runs[runs["split"] == split]
-    return sub.groupby(["intermediate", "target", "language", "metric"], sort=False)["value"].median()
+    return over_seeds(sub.groupby(["intermediate", "target", "language", "metric"], sort=False)["value"])
 
 
 def main_table(runs, settings: TableSettings):
@@ -262,7 +263,7 @@ def best_models(runs, settings: TableSettings):
         if dev.empty:
             continue
         per_run = dev.set_index(["intermediate", "seed"])["value"]
-        best_config = per_run.groupby(level=0).median().idxmax()
+        best_config = over_seeds(per_run.groupby(level=0)).idxmax()
         best_seed = per_run.loc[best_config].idxmax()
         test = sub[
             (sub["split"] == "test")
@@ -476,7 +477,7 @@ def _score_over(runs, target: str, languages: list[str]) -> dict[str, float]:
     for metric in metrics_shown(target):
         per_run = test[test["metric"] == metric].groupby("seed")["value"].agg(["mean", "count"])
         complete = per_run[per_run["count"] == len(languages)]["mean"]
-        out[metric] = float(complete.median()) if len(complete) == len(per_run) and len(per_run) else float("nan")
+        out[metric] = float(over_seeds(complete)) if len(complete) == len(per_run) and len(per_run) else float("nan")
     return out
 
 
@@ -621,7 +622,7 @@ def _source_scores(runs, sources_of: dict[str, str], config: str, target: str, m
             & (runs["metric"] == metric)
             & (runs["language"] != "avg")
         ]
-        for lang, value in sub.groupby("language")["value"].median().items():
+        for lang, value in over_seeds(sub.groupby("language")["value"]).items():
             score[(source, lang)] = float(value)
     return score
 
@@ -702,7 +703,7 @@ def intermediate_dev_scores(model_dirs: list[str]):
     frame = pd.DataFrame.from_records(records, columns=["intermediate", "seed", "data", "task", "metric", "value"])
     if frame.empty:
         return frame
-    return frame.groupby(["intermediate", "data", "task", "metric"], sort=False)["value"].median().reset_index()
+    return over_seeds(frame.groupby(["intermediate", "data", "task", "metric"], sort=False)["value"]).reset_index()
 
 
 def translation_tables(

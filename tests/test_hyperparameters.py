@@ -8,7 +8,7 @@ import copy
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, validated_config
 from workflow_scripts.workflow import config_reference, grid_settings, hyperparameters
 
 pytestmark = pytest.mark.unit
@@ -18,12 +18,7 @@ BACKBONE = "xlmr_tiny"
 
 @pytest.fixture(scope="module")
 def demo_config():
-    import yaml
-    from snakemake.utils import validate
-
-    config = yaml.safe_load((REPO / "config.yaml").read_text())
-    validate(config, str(REPO / "schemas/config.schema.yaml"))  # fills in the defaults
-    return config
+    return validated_config(REPO / "config.yaml")
 
 
 def _every_source_set(demo_config) -> dict:

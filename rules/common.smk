@@ -37,7 +37,9 @@ from workflow_scripts import revisions
 from workflow_scripts.spec.codehash import module_digest, task_fingerprint
 from workflow_scripts.workflow.summary import run_summary
 from workflow_scripts.spec.basics import canonical_json, repo_path
+from workflow_scripts.spec.data_map import data_map_json
 from workflow_scripts.spec.record import settings_json
+from workflow_scripts.spec.run_identity import EvaluationIdentity, ProbeIdentity, PromptedIdentity, TrainingIdentity
 from workflow_scripts.spec import tasks as task_catalogue
 from workflow_scripts.spec.tasks import TASKS
 
@@ -156,9 +158,15 @@ def job_tasks(names_of):
 
 
 def settings(fn, *keys):
-    """A params function: the canonical JSON of what fn resolves for the rule's wildcards
-    (a step's settings, or the map of a training phase's data files)."""
+    """A params function: the canonical JSON of the settings record fn resolves for the
+    rule's wildcards."""
     return lambda wildcards: settings_json(fn(config, *(getattr(wildcards, k) for k in keys)))
+
+
+def data_map(fn, *keys):
+    """A params function: the JSON of the training phase's data map fn resolves for the
+    rule's wildcards (spec/data_map.py)."""
+    return lambda wildcards: data_map_json(fn(config, *(getattr(wildcards, k) for k in keys)))
 
 
 def target_model_output(path):
@@ -206,15 +214,15 @@ def few_shot_inputs(wildcards):
     data = grid_settings.few_shot_data(config, wildcards.target, wildcards.recipe)[wildcards.target]
     found = {
         "encoder": grid.zero_shot_model(wildcards.backbone, wildcards.intermediate, wildcards.target, wildcards.seed),
-        "data": sorted({ref["path"] for split in ("train", "dev") for ref in data[split]}),
+        "data": sorted({path for split in ("train", "dev") for path, _ in data.sources(split, None)}),
     }
-    if "images" in data:
-        found["images"] = data["images"]
+    if data.images:
+        found["images"] = data.images
     return found
 
 
 def few_shot_data_map(wildcards):
-    return canonical_json(grid_settings.few_shot_data(config, wildcards.target, wildcards.recipe))
+    return data_map_json(grid_settings.few_shot_data(config, wildcards.target, wildcards.recipe))
 
 
 def few_shot_candidate_inputs(wildcards):
@@ -449,7 +457,7 @@ def intermediate_inputs(wildcards):
     data = grid.intermediate_data(config, wildcards.intermediate)
     return {
         "encoder": backbone_grid.base_dir(config, wildcards.backbone),
-        **{f"{task}_{split}": path for task, paths in data.items() for split, path in paths.items()},
+        **{f"{task}_{split}": path for task, files in data.items() for split, path in files.to_dict().items()},
     }
 
 
@@ -476,12 +484,12 @@ def stage_inputs(wildcards):
         "encoder": grid.target_start(
             config, wildcards.backbone, wildcards.intermediate, wildcards.target, wildcards.seed, before=wildcards.stage
         ),
-        **{f"{split}": path for split, path in data[wildcards.stage].items()},
+        **{f"{split}": path for split, path in data[wildcards.stage].to_dict().items()},
     }
 
 
 def stage_data_map(wildcards):
-    return canonical_json(grid.stage_data(config, wildcards.stage))
+    return data_map_json(grid.stage_data(config, wildcards.stage))
 
 
 def stage_settings(wildcards):
@@ -489,7 +497,7 @@ def stage_settings(wildcards):
 
 
 def target_data_map(wildcards):
-    return canonical_json(grid.target_data(config, wildcards.target, wildcards.recipe))
+    return data_map_json(grid.target_data(config, wildcards.target, wildcards.recipe))
 
 
 @functools.lru_cache(maxsize=None)  # the config is fixed for the run; three params ask per job
@@ -541,38 +549,29 @@ def training_run_id(job):
     so it never changes for an output)."""
 
     def identity(wildcards):
-        found = {
-            "job": job,
-            "backbone": wildcards.backbone,
-            "config": wildcards.intermediate,
-            "seed": int(wildcards.seed),
-        }
-        for key in ("target", "recipe", "stage", "point"):
-            if wildcards.get(key) is not None:
-                found[key] = wildcards.get(key)
-        return canonical_json(found)
+        return TrainingIdentity(
+            job=job,
+            backbone=wildcards.backbone,
+            config=wildcards.intermediate,
+            seed=int(wildcards.seed),
+            **{key: wildcards.get(key) for key in ("target", "recipe", "stage", "point")},
+        ).to_json()
 
     return identity
 
 
 def run_id(wildcards):
     setting = next(s for s in transfer.configured(config) if transfer.path_token(s) == wildcards.setting)
-    return canonical_json(
-        {
-            "backbone": wildcards.backbone,
-            "setting": setting,
-            "intermediate": wildcards.intermediate,
-            "target": wildcards.target,
-            "seed": int(wildcards.seed),
-            # the run's checks between stages (metric_file records what they found); a
-            # target without images has none, and no key
-            **(
-                {"leakage_reports": reports}
-                if (reports := grid.leakage_reports(config, wildcards.intermediate, wildcards.target))
-                else {}
-            ),
-        }
-    )
+    return EvaluationIdentity(
+        backbone=wildcards.backbone,
+        setting=setting,
+        intermediate=wildcards.intermediate,
+        target=wildcards.target,
+        seed=int(wildcards.seed),
+        # the run's checks between stages (metric_file records what they found); a target
+        # without images has none, and no key
+        leakage_reports=tuple(grid.leakage_reports(config, wildcards.intermediate, wildcards.target)) or None,
+    ).to_json()
 
 
 # A backbone whose `gpus` ask for more than one GPU trains as one process per GPU: torchrun
@@ -735,7 +734,7 @@ def probe_identity(stage):
             found.update(config=wildcards.intermediate, seed=int(wildcards.seed))
         if stage == "target":
             found["target"] = wildcards.target
-        return canonical_json(found)
+        return ProbeIdentity(**found).to_json()
 
     return identity
 

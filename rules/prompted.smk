@@ -25,7 +25,7 @@ rule evaluate_prompted:
         run=f"{prompted_grid.PRETRAINED}|seed[0-9]+",
     params:
         settings=settings(prompted_grid.settings, "backbone", "task"),
-        run=lambda w: canonical_json({"backbone": w.backbone, "config": w.intermediate, "run": w.run, "task": w.task}),
+        run=lambda w: PromptedIdentity(backbone=w.backbone, config=w.intermediate, run=w.run, task=w.task).to_json(),
         code=module_digest("evaluation.prompted"),
         # lm-eval's installed task folder: its prompts, metrics and utils
         lm_eval=lambda w: prompted_grid.task_files_digest(w.task),

@@ -13,7 +13,7 @@ rule train_intermediate:
         f"{RESULTS}/benchmarks/train_intermediate/{{backbone}}/{{intermediate}}/seed{{seed}}.tsv"
     params:
         settings=settings(grid_settings.intermediate_settings, "backbone", "intermediate"),
-        data=settings(grid.intermediate_data, "intermediate"),
+        data=data_map(grid.intermediate_data, "intermediate"),
         # Resumable state of an interrupted job; removed once the output exists.
         checkpoints=f"{RESULTS}/checkpoints/intermediate/{{backbone}}/{{intermediate}}/seed{{seed}}",
         code=module_digest("training.train"),

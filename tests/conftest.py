@@ -177,6 +177,69 @@ def comparable_metrics(metrics: dict) -> dict:
     return metrics
 
 
+def train_log_record(**fields) -> dict:
+    """A train log (spec/result_files.py's TrainLog) with neutral values but ``fields``: what
+    a test writes beside a model whose training it does not run."""
+    best = {"step": 0, "score": 0.0, "scores": {}, **fields.pop("best", {})}
+    log = {
+        "phase": "target",
+        "seed": 1,
+        "total_steps": 0,
+        "warmup_steps": 0,
+        "best": best,
+        "history": [],
+        "task_probabilities": {},
+        "padding_share": 0.0,
+        "throughput": {},
+        "backbone": {},
+        "settings": {},
+        "settings_hash": "",
+        "resumed_at_step": None,
+        "stopped_early": False,
+        "curve": {},
+        "visual": None,
+        "intermediate_visual": None,
+        "intermediate_recipe": None,
+        "wall_time_s": 0.0,
+    }
+    return {**log, **fields}
+
+
+def metric_file_record(run: dict, scores: dict, **fields) -> dict:
+    """A metric file (spec/result_files.py's MetricFile) of ``run`` with ``scores`` (split ->
+    language -> metric -> value), their language averages, and neutral values but ``fields``."""
+    run = {"backbone": "b", "setting": "zero_shot", **run}
+    average = {
+        split: {m: sum(v[m] for v in per.values()) / len(per) for m in next(iter(per.values()))}
+        for split, per in scores.items()
+    }
+    languages = sorted({lang for per in scores.values() for lang in per})
+    record = {
+        "target": run["target"],
+        "metric": "accuracy",
+        "primary": "accuracy",
+        "languages": languages,
+        "splits": list(scores),
+        "setting": run["setting"],
+        "scores": scores,
+        "average": average,
+        "task_score": {},
+        "task_score_convention": "",
+        "data_provenance": {},
+        "seed": run["seed"],
+        "settings": {},
+        "settings_hash": "",
+        "seqeval_version": "",
+        "versions": {},
+        "precision": {},
+        "retrieval": None,
+        "wall_time_s": 0.0,
+        "backbone": {},
+        "run": run,
+    }
+    return {**record, **fields}
+
+
 def checkpoint_step(checkpoints: Path) -> int:
     """The step of the newest training checkpoint under a checkpoint directory (0: none):
     a single process's (meta.json) or a sharded run's (the DCP version LATEST names)."""

@@ -81,7 +81,7 @@ def test_a_recipe_reaches_the_phase_settings_and_its_data(demo_layers):
     assert mixed.arm_recipe.text_task == "mnli" and mixed.fixed_shares == {"mnli": 0.25}
     assert set(mixed.tasks) == {"snli_ve", "mnli"} and mixed.tasks["mnli"].select_language == "en"
     assert mixed.method.name == "lora" and mixed.method.rank  # LoRA on the fully fine-tuned encoder
-    assert grid.intermediate_data(config, "snli_ve@mixed")["mnli"]["train"].endswith("data/mnli/train.parquet")
+    assert grid.intermediate_data(config, "snli_ve@mixed")["mnli"].train.endswith("data/mnli/train.parquet")
     standard = grid_settings.intermediate_settings(config, "xlmr_tiny", "snli_ve")
     assert standard.method.name == "full" and standard.arm_recipe.name == "standard" and not standard.fixed_shares
     assert grid_settings.intermediate_settings(config, "xlmr_tiny", "mnli").arm_recipe is None

@@ -419,7 +419,12 @@ def test_adapter_intermediate_then_target_chains_adapters_without_copying_the_ba
     )
     assert inter["backbone"]["trainable_parameters"] < inter["backbone"]["parameters"] / 2
     xnli = str(demo_data["xnli.dev"])
-    data = {"xnli": {"train": [{"path": mnli, "languages": ["en"]}], "dev": [{"path": xnli, "languages": ["en"]}]}}
+    data = {
+        "xnli": {
+            "train": [{"path": mnli, "languages": ["en"], "kind": "english"}],
+            "dev": [{"path": xnli, "languages": ["en"], "kind": "english"}],
+        }
+    }
     target = train_phase(
         "target",
         tmp_path / "inter",

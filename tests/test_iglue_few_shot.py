@@ -188,19 +188,20 @@ def test_a_candidate_trains_as_the_protocol_says_from_the_zero_shot_head():
         protocol.learning_rates
     )
     data = grid_settings.few_shot_data(config, "xvnli", "fs5-de.dev-de")["xvnli"]
-    assert data["images"].endswith("/data/images/xvnli_few_shot")  # the pool's shots' and dev's images
+    assert data.images.endswith("/data/images/xvnli_few_shot")  # the pool's shots' and dev's images
     assert grid.zero_shot_model("xlmr_tiny", "none", "xvnli", 1).endswith("/xvnli/en.dev-en/seed1/model")
 
 
 def test_the_training_keeps_the_rows_of_at_most_n_shots():
     import pyarrow as pa
 
-    from workflow_scripts.training.phase_data import shots_of_file, within_shots
+    from workflow_scripts.spec.data_map import TaskFiles
+    from workflow_scripts.training.phase_data import within_shots
 
     table = pa.table({"id": ["a", "b", "c"], "shots": [1, 5, 10]})
-    spec = [{"path": "pool.parquet", "languages": ["de"], "kind": "few_shot", "shots": 5}]
-    assert within_shots(table, shots_of_file(spec, "pool.parquet"))["id"].to_pylist() == ["a", "b"]
-    assert within_shots(table, shots_of_file("pool.parquet", "pool.parquet")).num_rows == 3
+    recipe = TaskFiles.parse({"train": [{"path": "pool.parquet", "languages": ["de"], "kind": "few_shot", "shots": 5}]})
+    assert within_shots(table, recipe.shots_of("pool.parquet"))["id"].to_pylist() == ["a", "b"]
+    assert within_shots(table, TaskFiles(train="pool.parquet").shots_of("pool.parquet")).num_rows == 3
     with pytest.raises(InputError, match="'shots' column"):
         within_shots(pa.table({"id": ["a"]}), 5)
 

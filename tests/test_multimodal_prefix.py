@@ -364,6 +364,7 @@ def test_an_image_task_reads_as_many_images_per_row_as_it_declares(tmp_path, tas
 
     from workflow_scripts.multimodal.bank import write_bank
     from workflow_scripts.spec.basics import InputError
+    from workflow_scripts.spec.data_map import TaskFiles
     from workflow_scripts.spec.tasks import get_task
     from workflow_scripts.training.image_tasks import prepare_image_task
 
@@ -371,9 +372,11 @@ def test_an_image_task_reads_as_many_images_per_row_as_it_declares(tmp_path, tas
     rows = pa.Table.from_pylist([{"id": "r0", "text_a": "x", "images": images[0], "label": 0}])
     if error:
         with pytest.raises(InputError, match=error):
-            prepare_image_task(get_task(task), rows, {"images": str(tmp_path / "bank")}, {})
+            prepare_image_task(get_task(task), rows, TaskFiles(train="", images=str(tmp_path / "bank")), {})
     else:
         assert (
-            prepare_image_task(get_task(task), rows, {"images": str(tmp_path / "bank")}, {}).images_per_row
+            prepare_image_task(
+                get_task(task), rows, TaskFiles(train="", images=str(tmp_path / "bank")), {}
+            ).images_per_row
             == get_task(task).images_per_example
         )

@@ -179,7 +179,7 @@ def test_a_checkpoint_of_another_run_is_discarded(tmp_path, demo_data, demo_enco
 def test_diverging_loss_stops_without_output(tmp_path, demo_data, demo_encoder_dir):
     data = {"xnli": {"train": str(demo_data["mnli.train"]), "dev": str(demo_data["xnli.dev"])}}
     diverging = SETTINGS.replace(learning_rate=1e30, max_grad_norm=1e30, warmup_ratio=0.0)
-    run = {"backbone": "xlmr_tiny", "intermediate": "baseline", "target": "xnli", "seed": 4}
+    run = {"job": "target", "backbone": "xlmr_tiny", "config": "baseline", "seed": 4, "target": "xnli"}
     proc = subprocess.run(
         [
             *train_cmd(demo_encoder_dir, data, tmp_path / "model", tmp_path / "ckpt", diverging),
@@ -194,7 +194,7 @@ def test_diverging_loss_stops_without_output(tmp_path, demo_data, demo_encoder_d
         r"error: run (.*): training diverged: the loss of task (\w+) at step (\d+) is (\S+),", proc.stderr
     )
     assert error, proc.stderr[-2000:]
-    assert error[1] == "backbone=xlmr_tiny, intermediate=baseline, target=xnli, seed=4"
+    assert error[1] == "job=target, backbone=xlmr_tiny, config=baseline, seed=4, target=xnli"
     assert error[2] == "xnli" and error[4] in ("nan", "inf", "-inf")
     # No checkpoint kept weights trained past it (test_training.py: how soon it stops).
     assert "learning rate 1e+30" in proc.stderr

@@ -94,8 +94,8 @@ def encoder_bf16(tmp_path_factory, encoder) -> Path:
 def data_map(demo_data) -> dict:
     return {
         "xnli": {
-            "train": [{"path": str(demo_data["mnli.train"]), "languages": ["en"]}],
-            "dev": [{"path": str(demo_data["xnli.dev"]), "languages": ["en"]}],
+            "train": [{"path": str(demo_data["mnli.train"]), "languages": ["en"], "kind": "english"}],
+            "dev": [{"path": str(demo_data["xnli.dev"]), "languages": ["en"], "kind": "english"}],
         }
     }
 

@@ -3,7 +3,8 @@ records and the config schema share (one validation per fact).
 
 The records are checked against the jobs the workflow really plans: every ``--settings``
 (and ``--backbone-settings``) JSON of every job of the demo presets parses through a record
-whose ``step`` is the job's CLI module, and is written back byte for byte.
+whose ``step`` is the job's CLI module, and is written back byte for byte; so do a training
+job's data map and every job's run identity.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from conftest import REPO
 from workflow_scripts import spec
 from workflow_scripts.spec import families, formats, schema
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.data_map import data_map_json, parse_data_map
 from workflow_scripts.spec.record import Record
+from workflow_scripts.spec.run_identity import EvaluationIdentity, ProbeIdentity, PromptedIdentity, TrainingIdentity
 from workflow_scripts.spec.task_options import FormatOptions, TaskOptions
 
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -38,6 +41,14 @@ DEMO_PRESETS = (
     "config/iglue.yaml",
 )
 SETTINGS_FLAGS = ("--settings", "--backbone-settings")
+# The other JSON hand-offs, by (CLI module, flag): how each is read back and written again.
+HAND_OFFS = {
+    ("training.train", "--data"): lambda text: data_map_json(parse_data_map(text)),
+    ("training.train", "--run-identity"): lambda text: TrainingIdentity.parse(text).to_json(),
+    ("evaluation.metric_file", "--run"): lambda text: EvaluationIdentity.parse(text).to_json(),
+    ("evaluation.prompted", "--run"): lambda text: PromptedIdentity.parse(text).to_json(),
+    ("evaluation.retention", "--probe"): lambda text: ProbeIdentity.parse(text).to_json(),
+}
 CLI = re.compile(r"python -m workflow_scripts\.([\w.]+)")
 
 
@@ -57,25 +68,29 @@ def records_of(step: str) -> list[type[Record]]:
     return [r for r in records() if r.step == step]
 
 
-def planned_settings(preset: str) -> list[tuple[str, str]]:
-    """(CLI module, settings JSON) of every job the preset plans, read from the shell command
-    as the shell would split it."""
+def planned_json(preset: str) -> list[tuple[str, str, str]]:
+    """(CLI module, flag, JSON) of every settings and hand-off flag of every job the preset
+    plans, read from the shell command as the shell would split it."""
     found = []
     for block in job_blocks(preset):
         for line in block.splitlines():
             cli = CLI.search(line)
             if line.startswith("Shell command:") and cli:
                 words = shlex.split(line.removeprefix("Shell command:"))
-                found += [(cli.group(1), words[i + 1]) for i, w in enumerate(words) if w in SETTINGS_FLAGS]
+                flags = {*SETTINGS_FLAGS, *(flag for step, flag in HAND_OFFS if step == cli.group(1))}
+                found += [(cli.group(1), w, words[i + 1]) for i, w in enumerate(words) if w in flags]
     return found
 
 
 @pytest.mark.integration
 @pytest.mark.parametrize("preset", [p for p in DEMO_PRESETS if (REPO / p).is_file()])
-def test_every_planned_settings_json_parses_through_its_steps_record_and_is_written_back_unchanged(preset):
-    planned = planned_settings(preset)
+def test_every_planned_settings_and_hand_off_json_parses_through_its_record_and_is_written_back_unchanged(preset):
+    planned = planned_json(preset)
     assert planned
-    for step, text in planned:
+    for step, flag, text in planned:
+        if flag not in SETTINGS_FLAGS:
+            assert HAND_OFFS[step, flag](text) == text, f"{step} {flag}: not read back as given: {text[:300]}"
+            continue
         candidates = records_of(step)
         assert candidates, f"{step} takes --settings but no record in spec/ declares step = {step!r}"
         written = []

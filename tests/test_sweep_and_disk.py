@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from conftest import phase_settings
+from conftest import metric_file_record, phase_settings, train_log_record
 from workflow_scripts import preflight
 from workflow_scripts.spec import paths
 from workflow_scripts.spec.basics import InputError
@@ -45,7 +45,7 @@ def write_model(root, token: str, score: float | None):
     (model / "model.safetensors").write_bytes(b"weights of " + token.encode())
     (model / "sub").mkdir()
     (model / "sub" / "heads.pt").write_bytes(b"heads")
-    (model / "train_log.json").write_text(json.dumps({"best": {"score": score, "step": 10}}))
+    (model / "train_log.json").write_text(json.dumps(train_log_record(best={"score": score, "step": 10})))
     return model
 
 
@@ -120,8 +120,13 @@ def test_the_sweep_table_lists_every_point_and_marks_the_selected_one(tmp_path):
     metrics = tmp_path / "metrics/b/zero_shot/mnli/xnli"
     metrics.mkdir(parents=True)
     record = {"selected": "lr2", "selected_on": "dev-en", "scores": {"lr1": 0.25, "lr2": 0.5}}
-    (metrics / "seed3.json").write_text(json.dumps({"sweep": {"target/m": record}}))
-    (metrics / "seed4.json").write_text(json.dumps({"scores": {}}))  # a run without a sweep: no rows
+    run = {"intermediate": "mnli", "target": "xnli"}
+    scores = {"test": {"en": {"accuracy": 1.0}}}
+    (metrics / "seed3.json").write_text(
+        json.dumps(metric_file_record({**run, "seed": 3}, scores, sweep={"target/m": record}))
+    )
+    # a run without a sweep: no rows
+    (metrics / "seed4.json").write_text(json.dumps(metric_file_record({**run, "seed": 4}, scores)))
     rows = sweep_table.sweep_rows([str(metrics / "seed3.json"), str(metrics / "seed4.json")])
     assert [(r["seed"], r["point"], r["selected"]) for r in rows] == [(3, "lr1", False), (3, "lr2", True)]
     text = sweep_table.render(rows)

@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from conftest import metric_file_record
 from workflow_scripts.reporting.tables import (
     best_models,
     load_runs,
@@ -31,14 +32,8 @@ SETTINGS = TableSettings.parse(
 
 
 def metric_file(tmp_path, inter, target, seed, per_lang, selection):
-    m = {
-        "run": {"intermediate": inter, "target": target, "seed": seed},
-        "scores": {"test": per_lang},
-        "average": {
-            "test": {k: sum(v[k] for v in per_lang.values()) / len(per_lang) for k in next(iter(per_lang.values()))}
-        },
-        "selection": {"score": selection},
-    }
+    run = {"intermediate": inter, "target": target, "seed": seed}
+    m = metric_file_record(run, {"test": per_lang}, selection={"step": 1, "score": selection, "scores": {}})
     path = tmp_path / f"{inter}-{target}-{seed}.json"
     path.write_text(json.dumps(m))
     return str(path)
@@ -258,7 +253,13 @@ def test_a_run_whose_intermediate_data_overlap_the_targets_test_data_is_flagged_
             )
     path = next(f for f in files if f.endswith("mnli-xnli-1.json"))
     leaky = json.loads(open(path).read())
-    assert leaky["run"] == {"intermediate": "mnli", "target": "xnli", "seed": 1}
+    assert leaky["run"] == {
+        "backbone": "b",
+        "setting": "zero_shot",
+        "intermediate": "mnli",
+        "target": "xnli",
+        "seed": 1,
+    }
     leaky["leakage"] = [
         {"task": "mnli", "target": "xnli", "images": 0, "texts": 7, "rows_affected": 9, "target_rows": 120}
     ]

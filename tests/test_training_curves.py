@@ -10,8 +10,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from conftest import train_log_record
 from workflow_scripts.reporting import training_curves
 from workflow_scripts.reporting.training_curves import diagnose, locate
+from workflow_scripts.spec.result_files import TrainLog
 from workflow_scripts.training.curves import CURVE_FILE, read_curve, write_curve
 
 pytestmark = pytest.mark.unit
@@ -40,7 +42,7 @@ def rows(losses: list[float], scores: list[float]) -> list[dict]:
     return found
 
 
-LOG = {"best": {"step": 20}, "total_steps": 30, "stopped_early": False}
+LOG = train_log_record(best={"step": 20}, total_steps=30)
 
 
 @pytest.mark.parametrize(
@@ -55,7 +57,7 @@ LOG = {"best": {"step": 20}, "total_steps": 30, "stopped_early": False}
     ],
 )
 def test_runs_are_flagged_by_their_curves(losses, scores, stopped_early, flags):
-    found = diagnose(rows(losses, scores), {**LOG, "stopped_early": stopped_early})
+    found = diagnose(rows(losses, scores), TrainLog.parse({**LOG, "stopped_early": stopped_early}))
     assert found["flags"] == flags
     assert found["initial_score"] == scores[0] and found["best_score"] == max(scores[1:])
     assert (found["first_loss"], found["last_loss"]) == (losses[0], losses[-1])
@@ -63,7 +65,7 @@ def test_runs_are_flagged_by_their_curves(losses, scores, stopped_early, flags):
 
 def test_a_phase_without_dev_evaluation_is_never_called_unlearnt():
     """An MLM-only intermediate phase has no dev score: only its loss can flag it."""
-    assert diagnose(rows([2.0, 1.5], []), LOG)["flags"] == ""
+    assert diagnose(rows([2.0, 1.5], []), TrainLog.parse(LOG))["flags"] == ""
 
 
 def write_run(root: Path, relative: str, losses: list[float], scores: list[float], stopped_early=False) -> Path:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import metric_file_record
 from workflow_scripts.evaluation.metric_file import parse_data, parse_models
 from workflow_scripts.reporting.tables import load_runs, settings_table, source_language_table
 from workflow_scripts.spec.report_settings import TableSettings
@@ -289,11 +290,8 @@ def transfer_runs(tmp_path):
     for setting, seeds in SCORES.items():
         for seed, per_lang in seeds.items():
             scores = {lang: {"accuracy": float(v)} for lang, v in per_lang.items()}
-            m = {
-                "run": {"setting": setting, "intermediate": "none", "target": "xnli", "seed": seed},
-                "scores": {"test": scores},
-                "average": {"test": {"accuracy": sum(per_lang.values()) / len(per_lang)}},
-            }
+            run = {"setting": setting, "intermediate": "none", "target": "xnli", "seed": seed}
+            m = metric_file_record(run, {"test": scores})
             path = tmp_path / f"{transfer.path_token(setting)}-{seed}.json"
             path.write_text(json.dumps(m))
             files.append(str(path))
@@ -427,11 +425,8 @@ def test_settings_table_compares_a_row_with_the_baseline_over_the_same_languages
         for seed, per_lang in seeds.items():
             if setting == "translate_train":  # scored in en and de only
                 per_lang = {k: v for k, v in per_lang.items() if k != "ru"}
-            m = {
-                "run": {"setting": setting, "intermediate": "none", "target": "xnli", "seed": seed},
-                "scores": {"test": {lang: {"accuracy": float(v)} for lang, v in per_lang.items()}},
-                "average": {"test": {"accuracy": sum(per_lang.values()) / len(per_lang)}},
-            }
+            run = {"setting": setting, "intermediate": "none", "target": "xnli", "seed": seed}
+            m = metric_file_record(run, {"test": {lang: {"accuracy": float(v)} for lang, v in per_lang.items()}})
             path = tmp_path / f"{transfer.path_token(setting)}-{seed}.json"
             path.write_text(json.dumps(m))
             files.append(str(path))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, train_log_record
 from workflow_scripts.data.prepare import read_table
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.translation.translate import (
@@ -425,7 +425,7 @@ def test_translation_tables(tmp_path):
     run = tmp_path / "results/demo/intermediate/xlmr_tiny/qqp_de/seed1/encoder"
     run.parent.mkdir(parents=True)  # the model discarded, its record beside it (disk.py)
     (run.parent / "train_log.json").write_text(
-        json.dumps({"best": {"scores": {"qqp": {"accuracy": 71.5}}}, "settings": {"language": "de"}})
+        json.dumps(train_log_record(best={"scores": {"qqp": {"accuracy": 71.5}}}, settings={"language": "de"}))
     )
     test = tmp_path / "test.stats.json"  # translate-test: xnli de test into English
     test.write_text(

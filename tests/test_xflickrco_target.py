@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import REPO, validated_config
+from conftest import REPO, train_log_record, validated_config
 from workflow_scripts.data.prepare import prepare, read_table
 from workflow_scripts.spec.data_settings import DataSettings
 from workflow_scripts.spec.evaluation_settings import EvaluationSettings
@@ -43,12 +43,12 @@ def test_the_config_check_accepts_xflickrco_trained_on_flickr30k_and_scored_with
     # Flickr30k's images train (and select) the branch; xFlickr&CO's own test images score it
     assert grid.visual_tasks(config) == ["flickr30k", "xflickrco"]
     data = grid.target_data(config, "xflickrco", "en.dev-en")["xflickrco"]
-    assert data["images"].endswith("/data/images/flickr30k")
-    assert [ref["path"].split("/")[-2:] for ref in data["train"] + data["dev"]] == [
+    assert data.images.endswith("/data/images/flickr30k")
+    assert [ref.path.split("/")[-2:] for ref in data.train + data.dev] == [
         ["flickr30k", "train.parquet"],
         ["flickr30k", "dev.parquet"],
     ]
-    assert {lang for ref in data["train"] + data["dev"] for lang in ref["languages"]} == {"en"}
+    assert {lang for ref in data.train + data.dev for lang in ref.languages} == {"en"}
     run = grid.evaluation(config, "xlmr_tiny", "zero_shot", "none", "xflickrco", 1)
     assert run["images"].endswith("/data/images/xflickrco")
     assert [ref["path"].split("/")[-2:] for ref in run["data"]["test"]] == [["xflickrco", "test.parquet"]]
@@ -157,14 +157,14 @@ def saved_target_model(tmp_path: Path, encoder_dir: Path, head) -> Path:
     model_dir = tmp_path / "model"
     shutil.copytree(encoder_dir, model_dir)
     torch.save(torch.nn.ModuleDict({"xflickrco": head}).state_dict(), model_dir / "heads.pt")
-    log = {
-        "best": {"score": 1.0, "step": 10},
-        "visual": {
+    log = train_log_record(
+        best={"score": 1.0, "step": 10},
+        visual={
             "tasks": {"xflickrco": {"images": "results/x/data/images/flickr30k"}},
             "saved": True,
             "where": "heads.pt: projector, slot vectors, classifier",
         },
-    }
+    )
     (model_dir / "train_log.json").write_text(json.dumps(log))
     return model_dir
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import REPO, validated_config
+from conftest import REPO, train_log_record, validated_config
 from workflow_scripts.data.prepare import prepare, read_table
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.data_settings import DataSettings
@@ -41,12 +41,12 @@ def test_the_xvnli_config_trains_on_snli_ve_features_and_scores_with_the_targets
     # few-shot pool's images (its shots' and its translated dev's) train its 5-shot models
     assert grid.visual_tasks(config) == ["snli_ve", "xvnli", "xvnli_few_shot"]
     data = grid.target_data(config, "xvnli", "en.dev-en")["xvnli"]
-    assert data["images"].endswith("/data/images/snli_ve")
-    assert {ref["path"].split("/")[-2] for ref in data["train"] + data["dev"]} == {"snli_ve"}
+    assert data.images.endswith("/data/images/snli_ve")
+    assert {ref.path.split("/")[-2] for ref in data.train + data.dev} == {"snli_ve"}
     run = grid.evaluation(config, "xlmr_tiny", "zero_shot", "snli_ve", "xvnli", 1)
     assert run["images"].endswith("/data/images/xvnli")
     # the text arms: ordinary classification targets on their SNLI-VE arm, no images
-    assert "images" not in grid.target_data(config, "xvnli_caption", "en.dev-en")["xvnli_caption"]
+    assert grid.target_data(config, "xvnli_caption", "en.dev-en")["xvnli_caption"].images is None
     assert "images" not in grid.evaluation(config, "xlmr_tiny", "zero_shot", "none", "xvnli_caption", 1)
     # IGLUE's averages leave English out
     assert grid_settings.eval_settings(config, "xlmr_tiny", "xvnli").average_excludes == ("en",)
@@ -126,14 +126,14 @@ def visual_target_model(tmp_path: Path, encoder_dir: Path, target: str = "xvnli"
         task.images_per_example,
     )
     torch.save(torch.nn.ModuleDict({target: head}).state_dict(), model_dir / "heads.pt")
-    log = {
-        "best": {"score": 50.0, "step": 10},
-        "visual": {
+    log = train_log_record(
+        best={"score": 50.0, "step": 10},
+        visual={
             "tasks": {target: {"images": f"results/x/data/images/{task.train_from}"}},
             "saved": True,
             "where": "heads.pt: projector, slot vectors, classifier",
         },
-    }
+    )
     (model_dir / "train_log.json").write_text(json.dumps(log))
     return model_dir
 

@@ -70,6 +70,7 @@ from workflow_scripts.spec import paths
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.evaluation_settings import EvaluationSettings
 from workflow_scripts.spec.formats import get_format, head_kind
+from workflow_scripts.spec.result_files import TrainLog
 from workflow_scripts.spec.task_options import ScoringOptions
 from workflow_scripts.spec.tasks import (
     CLASSIFICATION,
@@ -429,14 +430,14 @@ class _ModelScoring:
     def _record_model(self, model_dir: Path) -> None:
         """What the model's training left beside it: its selection, a sweep's choice, the
         image task it followed, and (an image target) the visual branch that scored."""
-        train_log = read_json(model_dir / "train_log.json")
-        self.selections[str(model_dir)] = train_log["best"]
+        train_log = TrainLog.beside(model_dir)
+        self.selections[str(model_dir)] = train_log.best.to_dict()
         if (model_dir / paths.SWEEP_SELECTION_FILE).is_file():  # a sweep's winner: which point, among which
             self.extra.setdefault("sweep", {})[str(model_dir)] = read_json(model_dir / paths.SWEEP_SELECTION_FILE)
-        if train_log.get("intermediate_visual"):  # trained after an image task: text-only, and how
-            self.extra["intermediate_visual"] = train_log["intermediate_visual"]
-        if train_log.get("intermediate_recipe"):  # the image arm's recipe (spec/arm_recipe.py)
-            self.extra["arm_recipe"] = train_log["intermediate_recipe"]
+        if train_log.intermediate_visual:  # trained after an image task: text-only, and how
+            self.extra["intermediate_visual"] = train_log.intermediate_visual
+        if train_log.intermediate_recipe:  # the image arm's recipe (spec/arm_recipe.py)
+            self.extra["arm_recipe"] = train_log.intermediate_recipe
         if self.bank is not None:  # what scored the images: the saved branch and the test features
             self.extra["visual"] = visual_record(self.task, model_dir, train_log, self.bank, self.images, self.splits)
 
@@ -486,11 +487,11 @@ def with_family_pooling(settings: EvaluationSettings, model_dir: Path) -> Evalua
     return settings.replace(retrieval=ret.replace(pooling=family_of(model_dir).retrieval_pooling))
 
 
-def visual_record(task: Task, model_dir: Path, train_log: dict[str, Any], bank, images, splits) -> dict[str, Any]:
+def visual_record(task: Task, model_dir: Path, train_log: TrainLog, bank, images, splits) -> dict[str, Any]:
     """The metric file's ``visual``: the test images' feature bank (encoder, feature kind),
     the rows scored with their images per split and language, and the visual branch the
     target phase trained (on which task's features) and saved with the model."""
-    trained = (train_log.get("visual") or {}).get("tasks", {}).get(task.name, {})
+    trained = (train_log.visual or {}).get("tasks", {}).get(task.name, {})
     return {
         "images": str(images),
         "encoder": bank.report.get("encoder"),
@@ -498,7 +499,7 @@ def visual_record(task: Task, model_dir: Path, train_log: dict[str, Any], bank, 
         "bank_images": len(bank.index),
         "rows_with_images": {split: {lang: len(rows) for lang, rows in by.items()} for split, by in splits.items()},
         "trained_on": trained.get("images"),
-        "branch": (train_log.get("visual") or {}).get("where"),
+        "branch": (train_log.visual or {}).get("where"),
     }
 
 
@@ -528,8 +529,8 @@ def _load_visual_target_model(task: Task, model_dir: Path, dev, bank):
 
     if bank is None:
         raise InputError(f"{task.name} reads images: its evaluation needs its test images' features")
-    train_log = read_json(model_dir / "train_log.json")
-    if not (train_log.get("visual") or {}).get("saved"):
+    train_log = TrainLog.beside(model_dir)
+    if not (train_log.visual or {}).get("saved"):
         raise InputError(f"{model_dir}: its training saved no visual branch for {task.name} (train_log.json: visual)")
     if has_adapter(model_dir):  # the branch was saved with the adapter (modules_to_save) over a placeholder bank
         model = load_adapter_model(model_dir, dev)

@@ -40,6 +40,8 @@ from workflow_scripts.models.packing import DEFAULT_PADDING_FREE, PADDING_FREE_M
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.evaluation_settings import EvaluationSettings
 from workflow_scripts.spec.model_settings import BackboneProvenance
+from workflow_scripts.spec.result_files import MetricFile
+from workflow_scripts.spec.run_identity import EvaluationIdentity
 from workflow_scripts.training.tracking import TrackingError, open_trackers
 
 # What models/prepare.py writes into a Hub snapshot it fetched: the Hub id, the revision
@@ -162,7 +164,7 @@ def main(argv: list[str] | None = None) -> None:
         default=DEFAULT_PADDING_FREE,
         help="auto (packed encoder batches where the varlen kernel runs), always or never",
     )
-    ap.add_argument("--run", default="{}", help="JSON identifying the run (config name, ...)")
+    ap.add_argument("--run", help="the run's identity: EvaluationIdentity JSON (spec/run_identity.py)")
     ap.add_argument("--output", required=True)
     ap.add_argument("--predictions", type=Path, help="folder for the test predictions in the XTREME leaderboard layout")
     ap.add_argument(
@@ -184,16 +186,17 @@ def main(argv: list[str] | None = None) -> None:
             "settings": EvaluationSettings.parse(args.settings, "--settings").to_dict(),
             "backbone": backbone.to_dict(),
         }
-        trackers = open_trackers(args.tracking, args.tracking_dir, args.run, settings, job="evaluate")
+        run = EvaluationIdentity.parse(args.run, "--run") if args.run else None
+        trackers = open_trackers(args.tracking, args.tracking_dir, run and run.recorded(), settings, job="evaluate")
     except (InputError, TrackingError) as err:
         raise SystemExit(f"error: {err}") from None
     with trackers:
-        result = _evaluate(args)
+        result = _evaluate(args, run)
         trackers.finish(final_metrics(result))
 
 
-def _evaluate(args: argparse.Namespace) -> dict[str, Any]:
-    """The metric file (and the predictions) of the run ``args`` name; returns its record."""
+def _evaluate(args: argparse.Namespace, run: EvaluationIdentity | None) -> dict[str, Any]:
+    """The metric file (and the predictions) of ``run``, as ``args`` give it; returns its record."""
     try:
         provenance = BackboneProvenance.parse(args.backbone_settings, "--backbone-settings")
         backbone = backbone_record(provenance, args.backbone)
@@ -208,17 +211,17 @@ def _evaluate(args: argparse.Namespace) -> dict[str, Any]:
             args.compile,
             args.padding_free,
         )
-        run = json.loads(args.run)
-        reports = run.pop("leakage_reports", [])
-        result["run"] = run
+        if run:
+            result["run"] = run.recorded()
         result["backbone"] = backbone
-        if reports:  # what the run's intermediate tasks share with the target's test data
-            result["leakage"] = leakage.summary(leakage.read_reports(reports))
+        if run and run.leakage_reports:  # what the run's intermediate tasks share with the target's test data
+            result["leakage"] = leakage.summary(leakage.read_reports(list(run.leakage_reports)))
     except InputError as err:
         raise SystemExit(f"error: {err}") from None
     if args.predictions:  # first: the metric file is what marks the run complete
         write_predictions(args.target, predictions, args.predictions)
-    write_json(args.output, result)
+    # checked against its record before it is written: the metric file is what marks the run complete
+    write_json(args.output, MetricFile.parse(result, f"the metric file {args.output}").to_dict())
     LOG.info("%s: %s", args.output, json.dumps(result["average"]))
     return result
 

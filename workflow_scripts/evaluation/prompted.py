@@ -33,6 +33,7 @@ from workflow_scripts.common import configure_torch, device, seed_everything, se
 from workflow_scripts.data.prepare import provenance, read_table
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.prompted import LM_EVAL_TASKS, LM_EVAL_VERSION, LmEvalTask, PromptedSettings
+from workflow_scripts.spec.run_identity import PromptedIdentity
 
 # lm-eval's per-document scores are fractions; tables show percent, as the fine-tuned arm's.
 PERCENT = 100.0
@@ -299,7 +300,7 @@ def main(argv: list[str] | None = None) -> None:
     setup_logging()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--settings", required=True, help="PromptedSettings JSON (workflow/prompted.py)")
-    ap.add_argument("--run", required=True, help="JSON: backbone, config, run, task")
+    ap.add_argument("--run", required=True, help="the run's identity: PromptedIdentity JSON (spec/run_identity.py)")
     ap.add_argument("--model", required=True, type=Path, help="the model directory prompted")
     ap.add_argument("--base", required=True, type=Path, help="the pretrained backbone (its LM head, tokenizer)")
     ap.add_argument("--test", required=True, type=Path, help="the task's prepared test split")
@@ -311,6 +312,7 @@ def main(argv: list[str] | None = None) -> None:
     started = time.time()
     try:
         settings = PromptedSettings.parse(args.settings, "--settings")
+        identity = PromptedIdentity.parse(args.run, "--run")
         configure_torch(args.threads)
         seed_everything(settings.seed)
         # lm-eval reads the documents through `datasets`' json builder: its Arrow cache is the
@@ -321,7 +323,7 @@ def main(argv: list[str] | None = None) -> None:
             record = run(args, settings)
     except InputError as err:
         raise SystemExit(f"error: {err}") from None
-    record.update(run=json.loads(args.run), settings=settings.to_dict(), wall_time_s=round(time.time() - started, 3))
+    record.update(run=identity.to_dict(), settings=settings.to_dict(), wall_time_s=round(time.time() - started, 3))
     write_json(args.output, record)
 
 

@@ -53,6 +53,7 @@ from workflow_scripts.models.heads import load_mlm_head, load_tokenizer
 from workflow_scripts.precision import Precision
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.retention_settings import OBJECTIVES, ProbeText, RetentionProbeSettings
+from workflow_scripts.spec.run_identity import ProbeIdentity
 
 # Rows of hidden states whose logits are computed at once: a vocabulary of 250k makes a
 # whole batch's logits several GB.
@@ -353,7 +354,7 @@ def main(argv: list[str] | None = None) -> None:
     setup_logging()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--settings", required=True, help="RetentionProbeSettings JSON (workflow/retention.py)")
-    ap.add_argument("--probe", required=True, help="JSON: backbone, stage and (not before) config, seed, target")
+    ap.add_argument("--probe", required=True, help="which model is probed: ProbeIdentity JSON (spec/run_identity.py)")
     ap.add_argument("--model", required=True, type=Path, help="the model directory probed")
     ap.add_argument("--base", required=True, type=Path, help="the pretrained backbone (its LM head)")
     ap.add_argument("--text", required=True, type=Path, help="the prepared split of retention.text")
@@ -363,7 +364,7 @@ def main(argv: list[str] | None = None) -> None:
     started = time.time()
     try:
         settings = RetentionProbeSettings.parse(args.settings, "--settings")
-        identity = json.loads(args.probe)
+        identity = ProbeIdentity.parse(args.probe, "--probe")
         configure_torch(args.threads)
         seed_everything(settings.seed)
         dev = device()
@@ -373,7 +374,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"error: {err}") from None
     method = Method.from_settings(settings.method).name
     record.update(
-        probe=identity,
+        probe=identity.to_dict(),
         settings=settings.to_dict(),
         precision=Precision(settings.method.precision).record(dev, method),
         versions={p: version(p) for p in ("torch", "transformers", "numpy")},

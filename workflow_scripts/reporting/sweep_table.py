@@ -13,8 +13,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from workflow_scripts.common import atomic_path, read_json
+from workflow_scripts.common import atomic_path
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.result_files import MetricFile
 
 COLUMNS = ["setting", "config", "target", "seed", "point", "dev_score", "selected_on", "selected", "model"]
 
@@ -25,8 +26,8 @@ def sweep_rows(metric_files: list[str]) -> list[dict]:
         parts = Path(path).parts  # metrics/<backbone>/<setting>/<config>/<target>/seed<N>.json
         if len(parts) < 5 or not parts[-1].startswith("seed"):
             raise InputError(f"{path}: not a metric file path (…/metrics/BACKBONE/SETTING/CONFIG/TARGET/seedN.json)")
-        metric = read_json(path)
-        for model, record in sorted((metric.get("sweep") or {}).items()):
+        metric = MetricFile.read(path)
+        for model, record in sorted((metric.sweep or {}).items()):
             for point, score in record["scores"].items():
                 rows.append(
                     {

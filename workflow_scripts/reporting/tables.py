@@ -47,6 +47,7 @@ from workflow_scripts.reporting.seeds import over_seeds
 from workflow_scripts.spec import benchmark
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.report_settings import BenchmarkDescription, TableSettings
+from workflow_scripts.spec.result_files import TRAIN_LOG, MetricFile, TrainLog
 from workflow_scripts.spec.tasks import get_task, primary_metric, qa_answer_score
 from workflow_scripts.spec.transfer_names import ZERO_SHOT, source_language
 
@@ -60,20 +61,19 @@ def load_runs(files: list[str]):
 
     records = []
     for path in files:
-        m = read_json(path)
-        try:
-            run = m["run"]
-            key = (run.get("setting", ZERO_SHOT), run["intermediate"], run["target"], run["seed"])
-            for split, per_lang in m["scores"].items():
-                for lang, scores in per_lang.items():
-                    for metric, value in scores.items():
-                        records.append((*key, split, lang, metric, value))
-                for metric, value in m["average"][split].items():
-                    records.append((*key, split, "avg", metric, value))
-            if "selection" in m:  # the dev score that selected the (single) target model
-                records.append((*key, "selection", "en", "score", m["selection"]["score"]))
-        except (KeyError, TypeError) as err:
-            raise InputError(f"metric file {path} lacks field {err}") from err
+        m = MetricFile.read(path)
+        run = m.identified(path)
+        key = (run.setting, run.intermediate, run.target, run.seed)
+        for split, per_lang in m.scores.items():
+            for lang, scores in per_lang.items():
+                for metric, value in scores.items():
+                    records.append((*key, split, lang, metric, value))
+            if split not in m.average:
+                raise InputError(f"metric file {path}: split {split!r} has scores but no average")
+            for metric, value in m.average[split].items():
+                records.append((*key, split, "avg", metric, value))
+        if m.selection is not None:  # the dev score that selected the (single) target model
+            records.append((*key, "selection", "en", "score", m.selection.score))
     return pd.DataFrame.from_records(records, columns=RUN_COLUMNS)
 
 
@@ -85,12 +85,12 @@ def leaked_runs(files: list[str]) -> dict[tuple[str, str, str], list[dict[str, A
     test data, from the metric files that record an overlap."""
     out: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for path in files:
-        m = read_json(path)
-        if m.get("leakage"):
-            run = m["run"]
-            key = (run.get("setting", ZERO_SHOT), run["intermediate"], run["target"])
+        m = MetricFile.read(path)
+        if m.leakage:
+            run = m.identified(path)
+            key = (run.setting, run.intermediate, run.target)
             found = out.setdefault(key, [])
-            found += [item for item in m["leakage"] if item not in found]
+            found += [item for item in m.leakage if item not in found]
     return out
 
 
@@ -694,12 +694,10 @@ def intermediate_dev_scores(model_dirs: list[str]):
             raise InputError(
                 f"{model_dir}: not an intermediate model directory (…/intermediate/[BACKBONE/]CONFIG/seedN/encoder)"
             )
-        log = read_json(Path(model_dir).parent / "train_log.json")  # the record beside the model (disk.py)
-        for task, scores in log["best"]["scores"].items():
+        log = TrainLog.read(Path(model_dir).parent / TRAIN_LOG)  # the record beside the model (disk.py)
+        for task, scores in log.best.scores.items():
             for metric, value in scores.items():
-                records.append(
-                    (m.group(1), int(m.group(2)), log["settings"].get("language", "en"), task, metric, value)
-                )
+                records.append((m.group(1), int(m.group(2)), log.settings.get("language", "en"), task, metric, value))
     frame = pd.DataFrame.from_records(records, columns=["intermediate", "seed", "data", "task", "metric", "value"])
     if frame.empty:
         return frame

@@ -20,13 +20,13 @@ CLI: ``python -m workflow_scripts.reporting.training_curves --backbone NAME --ru
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from workflow_scripts.common import atomic_path, setup_logging
+from workflow_scripts.spec.result_files import TRAIN_LOG, TrainLog
 from workflow_scripts.training.curves import CURVE_FILE, EVAL, SELECTION, TRAIN, read_curve
 
 FLAGS = ("diverged", "never learnt", "stopped early")
@@ -90,17 +90,17 @@ def _seed(part: str) -> int:
     return int(part.removeprefix("seed"))
 
 
-def read_run(run: TrainingRun) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def read_run(run: TrainingRun) -> tuple[list[dict[str, Any]], TrainLog]:
     """A run's curve and train log, from its record beside the model (which may have been
     discarded: workflow/disk.py)."""
-    curve_file, log_file = run.path.parent / CURVE_FILE, run.path.parent / "train_log.json"
+    curve_file, log_file = run.path.parent / CURVE_FILE, run.path.parent / TRAIN_LOG
     for needed in (curve_file, log_file):
         if not needed.is_file():
             raise FileNotFoundError(f"{needed}: missing; was {run.path} written by the training step?")
-    return read_curve(curve_file), json.loads(log_file.read_text())
+    return read_curve(curve_file), TrainLog.read(log_file)
 
 
-def diagnose(rows: list[dict[str, Any]], log: dict[str, Any]) -> dict[str, Any]:
+def diagnose(rows: list[dict[str, Any]], log: TrainLog) -> dict[str, Any]:
     """One run's flags and the values they rest on."""
     losses = [r for r in rows if r["event"] == TRAIN and r["quantity"] == "loss" and not r["task"]]
     scores = [r for r in rows if r["event"] == EVAL and r["quantity"] == SELECTION]
@@ -116,15 +116,15 @@ def diagnose(rows: list[dict[str, Any]], log: dict[str, Any]) -> dict[str, Any]:
         flags.append("diverged")
     if later and math.isfinite(initial) and best <= initial:
         flags.append("never learnt")
-    if log.get("stopped_early"):
+    if log.stopped_early:
         flags.append("stopped early")
     return {
         "flags": "; ".join(flags),
         "initial_score": initial,
         "best_score": best,
-        "best_step": log["best"]["step"],
+        "best_step": log.best.step,
         "last_step": max((r["step"] for r in rows), default=0),
-        "total_steps": log["total_steps"],
+        "total_steps": log.total_steps,
         "first_loss": first_loss,
         "last_loss": last_loss,
     }

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.common import atomic_path
+from workflow_scripts.spec.result_files import TRAIN_LOG
 from workflow_scripts.training.observers import Evaluation, Observer, StepDone
 
 CURVE_FILE = "curve.csv"
@@ -238,7 +239,7 @@ def write_curve(rows: Iterable[Row], path: Path) -> None:
             writer.writerow([row["step"], row["event"], row["task"], row["quantity"], repr(float(row["value"]))])
 
 
-RECORD_FILES = (CURVE_FILE, "train_log.json")
+RECORD_FILES = (CURVE_FILE, TRAIN_LOG)
 
 
 def publish_record(model_dir: Path) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 from workflow_scripts.common import LOG
 from workflow_scripts.multimodal.bank import FeatureBank
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.data_map import TaskFiles
 from workflow_scripts.spec.task_options import TaskOptions
 from workflow_scripts.spec.tasks import VISUAL_ANSWER, Task
 
@@ -50,10 +51,10 @@ class ImageTask:
         }
 
 
-def prepare_image_task(task: Task, train, data_entry: dict[str, Any], opts: TaskOptions) -> ImageTask:
-    if "images" not in data_entry:
+def prepare_image_task(task: Task, train, files: TaskFiles, opts: TaskOptions) -> ImageTask:
+    if files.images is None:
         raise InputError(f"task {task.name} reads images: its data map needs 'images' (the embed_images output)")
-    bank = FeatureBank.load(data_entry["images"])
+    bank = FeatureBank.load(files.images)
     train = bank.attach(train, f"{task.name} train")
     found = len(train.column("images")[0].as_py())
     if found != task.images_per_example:

@@ -9,13 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.common import atomic_path
+from workflow_scripts.spec.result_files import TRAIN_LOG, TrainLog
 from workflow_scripts.training.curves import CURVE_FILE, Row, write_curve
-
-TRAIN_LOG = "train_log.json"
 
 
 def write_log(log: dict[str, Any], directory: Path) -> None:
-    (directory / TRAIN_LOG).write_text(json.dumps(log, indent=2, sort_keys=True) + "\n")
+    """The phase's train log, checked against its record first (a key it does not declare
+    stops the phase before any file is written: spec/result_files.py)."""
+    checked = TrainLog.parse(log, f"the train log of {directory}").to_dict()
+    (directory / TRAIN_LOG).write_text(json.dumps(checked, indent=2, sort_keys=True) + "\n")
 
 
 def save_model(
@@ -57,16 +59,15 @@ def visual_record(phase: str, visual: dict[str, dict[str, Any]], adapters: bool)
     return {"tasks": visual, "saved": True, "where": f"{where}: projector, slot vectors, classifier"}
 
 
-def earlier_log(encoder_dir: Path) -> dict[str, Any] | None:
+def earlier_log(encoder_dir: Path) -> TrainLog | None:
     """The train log of the phase that left ``encoder_dir`` (None: a pretrained backbone)."""
-    log_file = Path(encoder_dir) / TRAIN_LOG
-    return json.loads(log_file.read_text()) if log_file.is_file() else None
+    return TrainLog.beside(encoder_dir) if (Path(encoder_dir) / TRAIN_LOG).is_file() else None
 
 
-def visual_lineage(earlier: dict[str, Any] | None) -> dict[str, Any] | None:
+def visual_lineage(earlier: TrainLog | None) -> dict[str, Any] | None:
     """The image tasks of the phase whose log is ``earlier`` (or of one before it), and that
     their visual branch was not carried over: the model is text-only."""
-    found = (earlier or {}).get("intermediate_visual") or (earlier or {}).get("visual")
+    found = earlier and (earlier.intermediate_visual or earlier.visual)
     if not found:
         return None
     return {
@@ -76,9 +77,9 @@ def visual_lineage(earlier: dict[str, Any] | None) -> dict[str, Any] | None:
     }
 
 
-def recipe_lineage(earlier: dict[str, Any] | None) -> dict[str, Any] | None:
+def recipe_lineage(earlier: TrainLog | None) -> dict[str, Any] | None:
     """The arm recipe (spec/arm_recipe.py) of the intermediate phase whose log is ``earlier``
     (or of one before it), as that log records it."""
     if earlier is None:
         return None
-    return earlier.get("intermediate_recipe") or (earlier.get("settings") or {}).get("arm_recipe")
+    return earlier.intermediate_recipe or earlier.settings.get("arm_recipe")

@@ -2,8 +2,9 @@
 language (or the languages a transfer setting's recipe names), encoded once; the dev
 subsets that select the model, encoded once; and each task's fresh head.
 
-Data: ``--data`` maps each task to its train and dev files, either as paths (the phase's
-language is kept) or as lists of ``{"path", "languages"}`` (a transfer setting's recipe).
+Data: ``--data`` maps each task to its train and dev files (spec/data_map.py), either as
+paths (the phase's language is kept) or as a transfer setting's recipe (each file with the
+languages it gives).
 """
 
 from __future__ import annotations
@@ -21,12 +22,12 @@ from workflow_scripts.models import dual_encoder
 from workflow_scripts.models.adapters import lineage
 from workflow_scripts.models.heads import load_mlm_head, load_saved_heads, make_head
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.data_map import DataMap, TaskFiles
 from workflow_scripts.spec.formats import get_format, head_kind
 from workflow_scripts.spec.phase_settings import PhaseSettings
 from workflow_scripts.spec.task_options import ScoringOptions, TaskOptions
 from workflow_scripts.spec.tasks import MLM, RANKING, TAGGING, Task, get_task
 
-DataMap = dict[str, dict[str, Any]]
 DevRows = dict[tuple[str, str], list[dict[str, Any]]]
 
 
@@ -59,9 +60,11 @@ def load_phase_data(
     loaded = PhaseData({}, {}, {}, {}, {})
     dev_rows: DevRows = {}
     for name, opts in settings.tasks.items():
+        if name not in data:
+            raise InputError(f"--data has no files for task {name} (it names {', '.join(sorted(data)) or 'none'})")
         task, train, image_task = _training_rows(get_task(name), data[name], opts, settings.train_language)
         if head_kind(task.format) != MLM:  # masked-LM losses select nothing
-            dev_rows.update(_selection_rows(task, data[name]["dev"], opts, settings.dev_examples, image_task))
+            dev_rows.update(_selection_rows(task, data[name], opts, settings.dev_examples, image_task))
         task = _with_tag_set(task, train, dev_rows)
         loaded.tasks[name] = task
         loaded.train_sets[name] = encode(task, tokenizer, train, opts, train=True)
@@ -69,7 +72,7 @@ def load_phase_data(
             loaded.heads[name] = mlm_head(lineage(encoder_dir).base, encoder)
         elif image_task is not None:
             loaded.heads[name] = image_task.head(encoder.config, settings.dropout, initializer_range(encoder.config))
-            loaded.visual[name] = image_task.describe(data[name]["images"], loaded.heads[name])
+            loaded.visual[name] = image_task.describe(data[name].images, loaded.heads[name])
         else:
             loaded.heads[name] = _fresh_head(task, opts, encoder.config, settings.dropout)
     # The selection subsets never change: encode them once, not at every evaluation.
@@ -81,18 +84,16 @@ def load_phase_data(
     return loaded
 
 
-def _training_rows(task: Task, entry: dict[str, Any], opts: TaskOptions, language: str):
+def _training_rows(task: Task, entry: TaskFiles, opts: TaskOptions, language: str):
     """(the task, its training rows, its ImageTask or None). Multilingual files (XNLI's
     translated MNLI, a target's own train split) hold several languages: the rows of those
     the data map (or the phase's language) names are kept; MLM keeps every language."""
     import pyarrow as pa
 
-    sources = data_sources(entry["train"], None if head_kind(task.format) == MLM else [language])
+    sources = entry.sources("train", None if head_kind(task.format) == MLM else [language])
     train = pa.concat_tables(
         [
-            within_shots(
-                table_in(read_table(path, task.format), langs, task.format), shots_of_file(entry["train"], path)
-            )
+            within_shots(table_in(read_table(path, task.format), langs, task.format), entry.shots_of(path))
             for path, langs in sources
         ],
         promote_options="permissive",
@@ -105,17 +106,20 @@ def _training_rows(task: Task, entry: dict[str, Any], opts: TaskOptions, languag
         task, train = image_task.task, image_task.train  # VQA's: with the answer vocabulary
     if not train.num_rows:
         wanted = ", ".join(sorted({l for _, langs in sources for l in langs or []}))
-        raise InputError(f"{entry['train']}: no {wanted} training examples for task {task.name}")
+        files = ", ".join(path for path, _ in sources)
+        raise InputError(f"{files}: no {wanted} training examples for task {task.name}")
     return task, train, image_task
 
 
-def _selection_rows(task: Task, dev: Any, opts: TaskOptions, examples: int, image_task) -> DevRows:
+def _selection_rows(task: Task, entry: TaskFiles, opts: TaskOptions, examples: int, image_task) -> DevRows:
     """The dev rows that select the model, per (task, selection language): the first
     ``examples`` of each language; a ranking task selects in a pool of candidates of every
     language (pool_ranking.py)."""
     subset = pool_ranking.selection_subset if get_format(task.format).scorer == RANKING else dev_subset
     rows: DevRows = {}
-    for path, langs in data_sources(dev, [opts.select_language or "en"]):
+    if entry.dev is None:
+        raise InputError(f"--data.{task.name}: no dev files (task {task.name} selects its model on dev data)")
+    for path, langs in entry.sources("dev", [opts.select_language or "en"]):
         dev_table = table_in(read_table(path, task.format), langs, task.format)
         dev_file = (image_task.attach(dev_table, f"{task.name} dev") if image_task else dev_table).to_pylist()
         for lang in langs:
@@ -173,32 +177,9 @@ def input_files(encoder_dir: Path, data: DataMap) -> list[Path | str]:
     features (a checkpoint of a run whose inputs were rebuilt since is discarded)."""
     return [
         encoder_dir,
-        *(
-            path
-            for entry in data.values()
-            for split in ("train", "dev")
-            if split in entry
-            for path, _ in data_sources(entry[split], None)
-        ),
-        *(Path(entry["images"]) / "features.npy" for entry in data.values() if "images" in entry),
+        *(path for files in data.values() for split in ("train", "dev") for path, _ in files.sources(split, None)),
+        *(Path(files.images) / "features.npy" for files in data.values() if files.images),
     ]
-
-
-def data_sources(
-    spec: str | list[dict[str, Any]], default_languages: list[str] | None
-) -> list[tuple[str, list[str] | None]]:
-    """(file, languages kept) of one data map entry: a path (the phase's language) or a list
-    of {"path", "languages"} (a transfer setting's recipe, transfer.py)."""
-    if isinstance(spec, str):
-        return [(spec, default_languages)]
-    return [(ref["path"], list(ref["languages"])) for ref in spec]
-
-
-def shots_of_file(spec: str | list[dict[str, Any]], path: str) -> int | None:
-    """The shots a recipe takes from a few-shot pool's file (transfer.py's DataRef), else None."""
-    if isinstance(spec, str):
-        return None
-    return next((ref["shots"] for ref in spec if ref["path"] == path and ref.get("shots") is not None), None)
 
 
 def within_shots(table, shots: int | None):

@@ -36,6 +36,7 @@ import shutil
 import signal
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +50,9 @@ from workflow_scripts.models.compiled import DEFAULT_COMPILE, CompileMode
 from workflow_scripts.models.heads import forward, load_tokenizer
 from workflow_scripts.models.packing import DEFAULT_PADDING_FREE, PaddingFreeMode
 from workflow_scripts.precision import Precision
-from workflow_scripts.spec.basics import InputError, canonical_json
+from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.codehash import module_digest
+from workflow_scripts.spec.data_map import DataMap, data_map_json, parse_data_map
 from workflow_scripts.spec.formats import head_kind
 from workflow_scripts.spec.phase_settings import PhaseSettings
 from workflow_scripts.spec.tasks import MLM, Task, primary_metric
@@ -75,7 +77,7 @@ from workflow_scripts.training.outputs import (
     visual_record,
     write_log,
 )
-from workflow_scripts.training.phase_data import DataMap, carry_head, input_files, load_phase_data
+from workflow_scripts.training.phase_data import carry_head, input_files, load_phase_data
 from workflow_scripts.training.sampling import (
     TaskSampler,
     TaskStream,
@@ -250,7 +252,7 @@ class TrainingRecipe:
             "seed": job.seed,
             "settings_hash": settings_hash(self.settings.to_dict()),
             "encoder": str(job.encoder_dir),
-            "data": canonical_json(job.data),
+            "data": data_map_json(job.data),
             "code": module_digest("training.train"),
             "inputs": files_stamp(input_files(job.encoder_dir, job.data)),
         }
@@ -613,7 +615,7 @@ class TrainingRecipe:
 def train_phase(
     phase: str,
     encoder_dir: Path,
-    data: DataMap,
+    data: DataMap | Mapping[str, Any],
     settings: PhaseSettings,
     seed: int,
     threads: int,
@@ -630,7 +632,7 @@ def train_phase(
     job = PhaseJob(
         phase=phase,
         encoder_dir=encoder_dir,
-        data=data,
+        data=parse_data_map(data, "data"),
         settings=settings,
         seed=seed,
         output=output,

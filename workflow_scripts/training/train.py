@@ -11,7 +11,6 @@ CLI: ``python -m workflow_scripts.training.train intermediate|target --encoder D
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import signal
@@ -21,7 +20,9 @@ from workflow_scripts.common import LOG, setup_logging
 from workflow_scripts.models.compiled import COMPILE_MODES, DEFAULT_COMPILE
 from workflow_scripts.models.packing import DEFAULT_PADDING_FREE, PADDING_FREE_MODES
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.data_map import parse_data_map
 from workflow_scripts.spec.phase_settings import PhaseSettings
+from workflow_scripts.spec.run_identity import TrainingIdentity
 from workflow_scripts.training.checkpoints import Preempted
 from workflow_scripts.training.curves import Diverged
 from workflow_scripts.training.recipe import PhaseJob, TrainingRecipe
@@ -31,7 +32,9 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description="Train one phase (intermediate or target) of one run.")
     ap.add_argument("phase", choices=["intermediate", "target"])
     ap.add_argument("--encoder", required=True, type=Path)
-    ap.add_argument("--data", required=True, help='JSON {"task": {"train": FILE, "dev": FILE}}')
+    ap.add_argument(
+        "--data", required=True, help='the data map: JSON {"task": {"train": FILE, "dev": FILE}} (spec/data_map.py)'
+    )
     ap.add_argument("--settings", required=True)
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--threads", type=int, default=1)
@@ -61,7 +64,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--tracking", default="off", help='the trackers to log to, e.g. "tensorboard+mlflow" (tracking.py)')
     ap.add_argument("--tracking-dir", type=Path, help="where the trackers write (results/<experiment>/tracking)")
     # (not --run: under torchrun, whose own --run-path it would abbreviate, it is refused as ambiguous)
-    ap.add_argument("--run-identity", help="the run's identity (JSON: backbone, setting, config, target, seed, ...)")
+    ap.add_argument("--run-identity", help="the run's identity: TrainingIdentity JSON (spec/run_identity.py)")
     return ap
 
 
@@ -71,11 +74,13 @@ def main(argv: list[str] | None = None) -> None:
         logging.getLogger().setLevel(logging.WARNING)
     args = parser().parse_args(argv)
     # Named in every error: the run's identity when the workflow gives it, else its output.
-    run_name = _run_name(args.run_identity, args.output)
+    run_name = str(args.output)
     trackers = settings = None
     try:
+        identity = TrainingIdentity.parse(args.run_identity, "--run-identity") if args.run_identity else None
+        run_name = identity.label() if identity else run_name
         settings = PhaseSettings.parse(args.settings, "--settings")  # (bad settings: an InputError, below)
-        trackers = _open_trackers(args, settings)
+        trackers = _open_trackers(args, settings, identity)
         TrainingRecipe(_job(args, settings), trackers).run()
     except InputError as err:
         _finish_failed(trackers, "FAILED")
@@ -103,18 +108,11 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(128 + signal.SIGINT) from None
 
 
-def _run_name(run_json: str | None, output: Path) -> str:
-    if not run_json:
-        return str(output)
-    run = json.loads(run_json)
-    return "run " + ", ".join(f"{k}={v}" for k, v in run.items() if not isinstance(v, dict | list))
-
-
 def _job(args: argparse.Namespace, settings: PhaseSettings) -> PhaseJob:
     return PhaseJob(
         phase=args.phase,
         encoder_dir=args.encoder,
-        data=json.loads(args.data),
+        data=parse_data_map(args.data, "--data"),
         settings=settings,
         seed=args.seed,
         output=args.output,
@@ -128,13 +126,14 @@ def _job(args: argparse.Namespace, settings: PhaseSettings) -> PhaseJob:
     )
 
 
-def _open_trackers(args: argparse.Namespace, settings: PhaseSettings):
+def _open_trackers(args: argparse.Namespace, settings: PhaseSettings, identity: TrainingIdentity | None):
     """The job's trackers, or None: with tracking off no tracker library is even imported."""
     if args.tracking in (None, "", "off") or int(os.environ.get("RANK", "0")) != 0:
         return None  # (a sharded run's trackers are rank 0's)
     from workflow_scripts.training.tracking import open_trackers
 
-    return open_trackers(args.tracking, args.tracking_dir, args.run_identity, settings.to_dict(), job=args.phase)
+    run = identity.to_dict() if identity else None
+    return open_trackers(args.tracking, args.tracking_dir, run, settings.to_dict(), job=args.phase)
 
 
 def _finish_failed(trackers, status: str) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from workflow_scripts.spec import benchmark, few_shot, paths
+from workflow_scripts.spec.data_map import DataMap, TaskFiles
 from workflow_scripts.spec.tasks import (
     PROVIDED_TRANSLATIONS,
     TASKS,
@@ -68,9 +69,9 @@ def target_start(
     return intermediate_encoder(config, backbone, name, seed)
 
 
-def stage_data(config: dict[str, Any], stage: str) -> dict[str, dict[str, str]]:
+def stage_data(config: dict[str, Any], stage: str) -> DataMap:
     """A stage's data map: its English train and dev splits."""
-    return {stage: {"train": data_path(stage, "train"), "dev": data_path(stage, "dev")}}
+    return {stage: TaskFiles(train=data_path(stage, "train"), dev=data_path(stage, "dev"))}
 
 
 def retrieval_encoder_source(config: dict[str, Any], target: str) -> str:
@@ -117,29 +118,29 @@ def metric_file(backbone: str, setting: str, name: str, target: str, seed: int |
     return f"{paths.results()}/metrics/{backbone}/{transfer.path_token(setting)}/{name}/{target}/seed{seed}.json"
 
 
-def intermediate_data(config: dict[str, Any], name: str) -> dict[str, dict[str, str]]:
+def intermediate_data(config: dict[str, Any], name: str) -> DataMap:
+    """An intermediate config's data map: each task's files in the config's language (a
+    multilingual file, whose rows of that language are kept, or the pipeline's translation)."""
     inter = config["intermediate"][name]
     lang = inter.get("language", "en")
     out = {}
     for task in inter["tasks"]:
         if lang == "en":
-            out[task] = {"train": data_path(task, "train"), "dev": data_path(task, "dev")}
+            train, dev = data_path(task, "train"), data_path(task, "dev")
         elif task in PROVIDED_TRANSLATIONS:  # multilingual file; training keeps `language` rows
             provided = PROVIDED_TRANSLATIONS[task]
-            out[task] = {"train": data_path(provided, "train"), "dev": data_path(provided, "dev")}
+            train, dev = data_path(provided, "train"), data_path(provided, "dev")
         else:
-            out[task] = {"train": translated_path(task, lang, "train"), "dev": translated_path(task, lang, "dev")}
-    for task in inter["tasks"]:
-        if get_task(task).visual:  # the task's image features (the embed_images step)
-            out[task]["images"] = image_features_path(task)
+            train, dev = translated_path(task, lang, "train"), translated_path(task, lang, "dev")
+        # an image task: its images' features (the embed_images step)
+        out[task] = TaskFiles(train=train, dev=dev, images=image_features_path(task) if get_task(task).visual else None)
     recipe = arm_recipes.recipe_of(config, name)
     if recipe is not None and recipe.text_task:  # the recipe's text-only share: its English data
-        out[recipe.text_task] = {
-            "train": data_path(recipe.text_task, "train"),
-            "dev": data_path(recipe.text_task, "dev"),
-        }
+        out[recipe.text_task] = TaskFiles(
+            train=data_path(recipe.text_task, "train"), dev=data_path(recipe.text_task, "dev")
+        )
     if inter.get("mlm"):
-        out["mlm"] = {"train": data_path("mlm", "train")}
+        out["mlm"] = TaskFiles(train=data_path("mlm", "train"))
     return out
 
 
@@ -235,14 +236,11 @@ def image_dir(config: dict[str, Any], task: str) -> str:
     )
 
 
-def target_data(config: dict[str, Any], target: str, recipe: str) -> dict[str, dict[str, list[dict[str, Any]]]]:
-    """The training phase's data map of one target model: each file with the languages kept."""
+def target_data(config: dict[str, Any], target: str, recipe: str) -> DataMap:
+    """The training phase's data map of one target model: each file with the languages kept,
+    and for an image target the features of the task it trains on (the embed_images step)."""
     found = transfer.find_recipe(config, target, recipe)
-    entry: dict[str, Any] = {"train": [r.as_dict() for r in found.train], "dev": [r.as_dict() for r in found.dev]}
-    images = visual_target_images(config, target)
-    if images:  # the image features of the task it trains on (the embed_images step)
-        entry["images"] = images
-    return {target: entry}
+    return {target: TaskFiles(train=found.train, dev=found.dev, images=visual_target_images(config, target) or None)}
 
 
 def zero_shot_model(backbone: str, name: str, target: str, seed: int | str) -> str:

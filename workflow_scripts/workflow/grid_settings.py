@@ -6,9 +6,11 @@ comes from is ``hyperparameters.py``'s table.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from workflow_scripts.spec import benchmark, few_shot, report_settings
+from workflow_scripts.spec.data_map import DataMap
 from workflow_scripts.spec.data_settings import DataOptions, DataSettings, LeakageSettings, unread_options
 from workflow_scripts.spec.evaluation_settings import EvaluationSettings
 from workflow_scripts.spec.formats import get_format
@@ -180,12 +182,12 @@ def few_shot_candidates(config: dict[str, Any], backbone: str, name: str, target
     return {token: sweep_candidate(backbone, name, target, recipe, seed, token) for token in tokens}
 
 
-def few_shot_data(config: dict[str, Any], target: str, recipe: str) -> dict[str, dict[str, Any]]:
+def few_shot_data(config: dict[str, Any], target: str, recipe: str) -> DataMap:
     """A few-shot recipe's data map: the shots and the translated dev rows of its language,
     and for an image target the features of the pool's images (its shots' and its dev's)."""
     data = target_data(config, target, recipe)
     if get_task(target).visual:
-        data[target]["images"] = image_features_path(get_task(target).few_shot.task)
+        data[target] = dataclasses.replace(data[target], images=image_features_path(get_task(target).few_shot.task))
     return data
 
 

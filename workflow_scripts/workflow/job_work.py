@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+from workflow_scripts.spec.data_map import DataMap, DataRef
 from workflow_scripts.spec.formats import get_format, head_kind
 from workflow_scripts.spec.phase_settings import PhaseSettings
 from workflow_scripts.spec.phase_steps import accumulation_steps, steps_for_sizes, task_probabilities
@@ -177,34 +178,34 @@ def _eval_every(settings: PhaseSettings, sizes: dict[str, int], steps: int) -> i
 
 
 def data_map_tokens(
-    config: Mapping[str, Any], settings: PhaseSettings, data: Mapping[str, Mapping[str, Any]], gpus: int = 1
+    config: Mapping[str, Any], settings: PhaseSettings, data: DataMap, gpus: int = 1
 ) -> list[Tokens] | None:
     """Tokens of a training job from its data map (the ``--data`` of the rule): each task's
     train and dev files, given as a path or as references with their languages."""
     train: dict[str, int | None] = {}
     dev: dict[str, int | None] = {}
-    for task, splits in data.items():
+    for task, files in data.items():
         if task not in settings.tasks:
             continue
         language = settings.tasks[task].select_language or settings.language
-        train[task] = _count_refs(splits.get("train"), language)
-        if splits.get("dev") is not None:
-            dev[task] = _count_refs(splits["dev"], language)
+        train[task] = _count_refs(files.train, language)
+        if files.dev is not None:
+            dev[task] = _count_refs(files.dev, language)
     return training_tokens(config, settings, train, dev, gpus)
 
 
-def _count_refs(refs: Any, language: str | None) -> int | None:
+def _count_refs(refs: str | Iterable[DataRef], language: str | None) -> int | None:
     """Examples of a split given as one path (an intermediate task's: the language's rows of a
     multilingual file, else all) or as references with their languages (a target's)."""
     if isinstance(refs, str):
         languages = [language] if language and language != "en" else None
         return examples(refs, languages)
     total = 0
-    for ref in refs or ():
-        n = examples(ref["path"], ref.get("languages") or None)
+    for ref in refs:
+        n = examples(ref.path, list(ref.languages) or None)
         if n is None:
             return None
-        total += min(n, ref["shots"] * len(ref.get("languages") or [1])) if ref.get("shots") else n
+        total += min(n, ref.shots * len(ref.languages or (1,))) if ref.shots else n
     return total
 
 
@@ -218,7 +219,7 @@ def evaluation_tokens(
     length, per_example = sequence(config, target)
     total = 0
     for refs in data.values():
-        n = _count_refs(refs, None)
+        n = _count_refs([DataRef.parse(ref) for ref in refs], None)
         if n is None:
             return None
         total += n

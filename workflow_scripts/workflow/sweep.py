@@ -27,6 +27,7 @@ from typing import Any
 from workflow_scripts.spec import paths
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.phase_settings import PhaseSettings
+from workflow_scripts.spec.result_files import TRAIN_LOG, TrainLog
 
 # The swept keys, in the order point names list them: where each lives in a target job's
 # settings (grid_settings.target_settings) and its short name in a point's token.
@@ -83,11 +84,11 @@ def _short(value: Any) -> str:
 # ----- selection (the select_target_hyperparameters job) ------------------------------------
 
 
-def selection_score(train_log: dict[str, Any]) -> float:
+def selection_score(train_log: TrainLog) -> float:
     """The score a point is selected on: its model's best score on the recipe's selection
     data (English dev for zero-shot and translate-train), as early stopping kept it."""
-    score = train_log.get("best", {}).get("score")
-    if score is None or not math.isfinite(score):
+    score = train_log.best.score
+    if not math.isfinite(score):
         return -math.inf
     return float(score)
 
@@ -98,10 +99,10 @@ def select(candidates: dict[str, Path], selected_on: str = "") -> dict[str, Any]
     them (a recipe's ``dev-en``)."""
     scores = {}
     for token, model in candidates.items():
-        log_file = model / "train_log.json"
+        log_file = model / TRAIN_LOG
         if not log_file.is_file():
             raise InputError(f"{log_file}: missing; was {model} written by the training step?")
-        scores[token] = selection_score(json.loads(log_file.read_text()))
+        scores[token] = selection_score(TrainLog.read(log_file))
     best = max(scores, key=lambda t: (scores[t], -list(scores).index(t)))
     return {"selected": best, "selected_on": selected_on, "scores": scores}
 

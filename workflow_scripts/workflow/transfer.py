@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workflow_scripts.spec import paths
+from workflow_scripts.spec.data_map import DataRef
 from workflow_scripts.spec.few_shot import SETTING_PREFIX as FEW_SHOT_PREFIX
 from workflow_scripts.spec.few_shot import recipe_name as few_shot_recipe
 from workflow_scripts.spec.few_shot import shots_of
@@ -63,22 +64,6 @@ from workflow_scripts.spec.transfer_names import (  # noqa: F401 (the Snakefile 
 
 class TransferError(ValueError):
     """A transfer setting that cannot run, named by its config key."""
-
-
-@dataclass(frozen=True)
-class DataRef:
-    """One canonical data file and the languages whose rows are used from it."""
-
-    path: str
-    languages: tuple[str, ...]
-    kind: str  # english | human | in_language | published_mt | pipeline_mt | translate_test | few_shot
-    shots: int | None = None  # a few-shot pool: the rows of at most this many shots
-
-    def as_dict(self) -> dict[str, Any]:
-        found: dict[str, Any] = {"path": self.path, "languages": list(self.languages), "kind": self.kind}
-        if self.shots is not None:
-            found["shots"] = self.shots
-        return found
 
 
 @dataclass(frozen=True)

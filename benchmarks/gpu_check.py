@@ -256,7 +256,7 @@ def flops_per_token(case: dict[str, Any], parameters: int) -> float:
 
 def planned_bytes(case: dict[str, Any], parameters: int, precision: str) -> float:
     """The memory planner's estimate for this step, without its fixed reserve."""
-    from workflow_scripts.workflow import memory_plan
+    from workflow_scripts.workflow import memory_model
 
     shape = case["shape"]
     entry = {
@@ -272,7 +272,7 @@ def planned_bytes(case: dict[str, Any], parameters: int, precision: str) -> floa
             "intermediate_size": shape["intermediate_size"],
         },
     }
-    plan = memory_plan.estimate(entry, case["seq_len"], case["micro_batch"], 1)
+    plan = memory_model.estimate(entry, case["seq_len"], case["micro_batch"], 1)
     return plan.total - plan.reserve
 
 

@@ -1,4 +1,4 @@
-"""The memory plan (workflow_scripts/workflow/memory_plan.py) against PyTorch's own accounting.
+"""The memory model (workflow_scripts/workflow/memory_model.py) against PyTorch's own accounting.
 
 For each backbone x method (full, LoRA, QLoRA), with and without MLM (encoder only) and with
 and without images, one training step of the project's own model runs under
@@ -58,6 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from workflow_scripts.models import adapters
 from workflow_scripts.models.heads import MultiHeadModel, forward, make_head, visual_classifier
+from workflow_scripts.workflow import memory_model as mm
 from workflow_scripts.workflow import memory_plan as mp
 
 GIB = 2**30
@@ -124,7 +125,7 @@ def xlmr_config(layers: int):
         type_vocab_size=1,
         pad_token_id=1,
         # CUDA's SDPA regenerates attention dropout in the backward pass; the CPU's keeps an
-        # s x s mask per head, which a GPU run never holds (memory_plan.ACTIVATION_HIDDEN)
+        # s x s mask per head, which a GPU run never holds (memory_model.ACTIVATION_HIDDEN)
         attention_probs_dropout_prob=0.0,
     )
 
@@ -160,7 +161,7 @@ BLOOM = Shape("bloom_176b", "decoder", 70, 112, 14336, 57344, 250880, bloom_conf
 
 def cases() -> list[Case]:
     found = []
-    for method in mp.METHODS:
+    for method in mm.METHODS:
         found += [Case(XLMR, method, task) for task in ("mnli", "mlm", "snli_ve")]
         found += [Case(LLAMA, method, task) for task in ("mnli", "snli_ve")]
         found.append(Case(BLOOM, method, "mnli", world=1 if method == "qlora" else WORLD))
@@ -391,7 +392,7 @@ def tracked_peak(case: Case, layers: int) -> tuple[dict[str, float], float]:
 # ----- the planner's side and the table ----------------------------------------------------
 
 
-def planned(case: Case, parameters: float) -> mp.MemoryEstimate:
+def planned(case: Case, parameters: float) -> mm.MemoryEstimate:
     """The planner's estimate of the case, given the model's parameter count."""
     shape = case.shape
     entry = {
@@ -409,12 +410,12 @@ def planned(case: Case, parameters: float) -> mp.MemoryEstimate:
             "intermediate_size": shape.intermediate,
         },
     }
-    arch = mp.parse_backbone(shape.name, entry).architecture
+    arch = mm.parse_backbone(shape.name, entry).architecture
     images = case.task == "snli_ve"
     seq_len = SEQ_LEN + (BANK_TOKENS if images else 0)
     bank = float(BANK_IMAGES * BANK_TOKENS * BANK_WIDTH * 2) if images else 0.0
     heads = mp.task_head_parameters(case.task, arch)
-    return mp.estimate(entry, seq_len, MICRO_BATCH, case.world, case.task == "mlm", heads, bank)
+    return mm.estimate(entry, seq_len, MICRO_BATCH, case.world, case.task == "mlm", heads, bank)
 
 
 NOTES = {

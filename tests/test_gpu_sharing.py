@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from conftest import copy_repo, snakemake
-from workflow_scripts.workflow import gpu_sharing, memory_plan
+from workflow_scripts.workflow import gpu_sharing, memory_model
 
 REPO = Path(__file__).resolve().parent.parent
 TARGET = {"backbone": "xlmr_large", "recipe": "en.dev-en", "intermediate": "mnli", "seed": "1", "setting": "zero_shot"}
@@ -48,14 +48,14 @@ def test_a_host_bound_target_shares_as_far_as_its_gpu_time_and_memory_allow(pape
     peak = gpu_sharing.job_peak_bytes(config, "train_target", xnli)
     # XNLI's batch of 4 keeps XLM-R large's GPU computing a fraction of each step
     assert found.busy < 0.5
-    fitting = min(8, math.floor(1 / found.busy), math.floor(memory_plan.usable_bytes(80) / peak))
+    fitting = min(8, math.floor(1 / found.busy), math.floor(memory_model.usable_bytes(80) / peak))
     # as many as fit, in slots of the eight: jobs of ceil(8 / fitting) slots each
     assert share.jobs == 8 // math.ceil(8 / fitting)
     assert 1 < share.jobs <= fitting and share.jobs * found.busy <= 1 and "fit its time" in share.reason
     # at most jobs_per_gpu; and on a smaller card, as many as its memory holds
     assert gpu_sharing.job_share(_sharing(paper_config, 2), "train_target", xnli).jobs == 2
     small = _sharing(paper_config, 4, memory_gb=16)
-    assert math.floor(memory_plan.usable_bytes(16) / peak) == 1  # one copy fits a 16 GB card
+    assert math.floor(memory_model.usable_bytes(16) / peak) == 1  # one copy fits a 16 GB card
     assert gpu_sharing.job_share(small, "train_target", xnli).jobs == 1
 
 

@@ -182,12 +182,12 @@ from pathlib import Path
 from workflow_scripts.models.backbones import FAMILIES, family_of
 from workflow_scripts.spec.phase_settings import PhaseSettings
 from workflow_scripts.training.recipe import train_phase
-from workflow_scripts.workflow import memory_plan as mp
+from workflow_scripts.workflow import memory_model as mm
 
 entry = {{"family": "mean_encoder", "method": "lora", "precision": "bf16", "parameters": 4.7e8,
          "architecture": {{"hidden_size": 768, "num_layers": 12, "num_attention_heads": 12, "vocab_size": 501153}}}}
-bb = mp.parse_backbone("labse", entry)
-est = mp.estimate(bb, 128, 8, 1)
+bb = mm.parse_backbone("labse", entry)
+est = mm.estimate(bb, 128, 8, 1)
 data = {{"xnli": {{"train": {str(demo_data["mnli.train"])!r}, "dev": {str(demo_data["xnli.dev"])!r}}}}}
 settings = PhaseSettings.parse({{
     "dropout": 0.1, "dev_examples": 16, "eval_batch_size": 16, "eval_every": 1, "learning_rate": 1e-3,
@@ -199,7 +199,7 @@ log = train_phase("target", Path({str(model)!r}), data, settings, seed=1, thread
                   output=Path({str(tmp_path)!r}) / "trained")
 print(json.dumps({{"families": list(FAMILIES), "family": family_of({str(model)!r}).name,
                   "pooling": family_of({str(model)!r}).pooling, "targets": list(bb.target_modules),
-                  "adapter": mp.lora_adapter_parameters(bb), "total": est.total, "steps": log["total_steps"],
+                  "adapter": mm.lora_adapter_parameters(bb), "total": est.total, "steps": log["total_steps"],
                   "best": log["best"]["scores"]}}))
 """
     got = run_in(tree, script)

@@ -11,7 +11,9 @@ import sys
 import pytest
 import yaml
 
+from workflow_scripts.workflow import memory_model as mm
 from workflow_scripts.workflow import memory_plan as mp
+from workflow_scripts.workflow import memory_table as mt
 
 pytestmark = pytest.mark.unit
 
@@ -71,11 +73,11 @@ def workflow_config(**backbone_changes) -> dict:
 
 def test_full_finetuning_state_is_the_documented_16_bytes_per_parameter():
     # fp32 master weights 4 + fp32 gradients 4 + two fp32 moments 8, whatever the precision.
-    assert mp.TRAINABLE_BYTES["fp16"] == mp.TRAINABLE_BYTES["bf16"]  # the precision policy's fp16
-    assert mp.COMPUTE_BYTES["fp16"] == mp.COMPUTE_BYTES["bf16"] == 2
+    assert mm.TRAINABLE_BYTES["fp16"] == mm.TRAINABLE_BYTES["bf16"]  # the precision policy's fp16
+    assert mm.COMPUTE_BYTES["fp16"] == mm.COMPUTE_BYTES["bf16"] == 2
     for precision, (w, g, o) in {"bf16": (4, 4, 8), "fp32": (4, 4, 8)}.items():
         bb = backbone(XXL, precision=precision)
-        est = mp.estimate(bb, seq_len=128, micro_batch=1, gpus=1, head_parameters=0)
+        est = mm.estimate(bb, seq_len=128, micro_batch=1, gpus=1, head_parameters=0)
         assert est.weights / 10.7e9 == pytest.approx(w)
         assert est.gradients / 10.7e9 == pytest.approx(g)
         assert est.optimizer / 10.7e9 == pytest.approx(o)
@@ -83,15 +85,15 @@ def test_full_finetuning_state_is_the_documented_16_bytes_per_parameter():
 
 
 def test_fp32_doubles_activations_not_state():
-    bf16 = mp.estimate(backbone(XXL), 256, 8, 1)
-    fp32 = mp.estimate(backbone(XXL, precision="fp32"), 256, 8, 1)
+    bf16 = mm.estimate(backbone(XXL), 256, 8, 1)
+    fp32 = mm.estimate(backbone(XXL, precision="fp32"), 256, 8, 1)
     assert fp32.activations == pytest.approx(2 * bf16.activations)
     assert fp32.state == pytest.approx(bf16.state)
 
 
 def test_doubling_gpus_halves_sharded_state_but_not_activations():
-    two = mp.estimate(backbone(XXL), 256, 8, gpus=2)
-    four = mp.estimate(backbone(XXL), 256, 8, gpus=4)
+    two = mm.estimate(backbone(XXL), 256, 8, gpus=2)
+    four = mm.estimate(backbone(XXL), 256, 8, gpus=4)
     for field in ("weights", "gradients", "optimizer"):
         assert getattr(four, field) == pytest.approx(getattr(two, field) / 2)
     assert four.activations == two.activations
@@ -101,16 +103,16 @@ def test_doubling_gpus_halves_sharded_state_but_not_activations():
 
 def test_activations_follow_the_measured_per_token_constants_and_grow_with_sequence_and_batch():
     s, b, h, f, layers = 256, 8, 4096, 16384, 48
-    est = mp.estimate(backbone(XXL), s, b, 1)
-    per_token = mp.ACTIVATION_HIDDEN["encoder"] * h + mp.ACTIVATION_FFN["encoder"] * f
+    est = mm.estimate(backbone(XXL), s, b, 1)
+    per_token = mm.ACTIVATION_HIDDEN["encoder"] * h + mm.ACTIVATION_FFN["encoder"] * f
     assert est.activations == pytest.approx(layers * s * b * per_token)
-    assert mp.estimate(backbone(XXL), s, 2 * b, 1).activations == pytest.approx(2 * est.activations)
+    assert mm.estimate(backbone(XXL), s, 2 * b, 1).activations == pytest.approx(2 * est.activations)
     # SDPA keeps no attention scores: activations are linear in the sequence length.
-    assert mp.estimate(backbone(XXL), 2 * s, b, 1).activations == pytest.approx(2 * est.activations)
+    assert mm.estimate(backbone(XXL), 2 * s, b, 1).activations == pytest.approx(2 * est.activations)
 
 
 def test_lora_is_smaller_than_full_and_qlora_smaller_than_lora():
-    full, lora, qlora = (mp.estimate(backbone(XXL, method=m), 256, 8, 1) for m in ("full", "lora", "qlora"))
+    full, lora, qlora = (mm.estimate(backbone(XXL, method=m), 256, 8, 1) for m in ("full", "lora", "qlora"))
     assert lora.state < full.state
     assert qlora.state < lora.state
     assert qlora.total < lora.total < full.total
@@ -120,29 +122,29 @@ def test_lora_is_smaller_than_full_and_qlora_smaller_than_lora():
 def test_lora_base_is_two_bytes_and_qlora_base_about_half_a_byte_per_parameter():
     arch = {k: v for k, v in XXL["architecture"].items() if k != "vocab_size"}
     no_embedding = backbone(XXL, architecture=arch)
-    adapter_state = 16 * mp.lora_adapter_parameters(mp.parse_backbone("x", backbone(no_embedding, method="lora")))
-    lora = mp.estimate(backbone(no_embedding, method="lora"), 128, 1, 1, head_parameters=0)
-    qlora = mp.estimate(backbone(no_embedding, method="qlora"), 128, 1, 1, head_parameters=0)
+    adapter_state = 16 * mm.lora_adapter_parameters(mm.parse_backbone("x", backbone(no_embedding, method="lora")))
+    lora = mm.estimate(backbone(no_embedding, method="lora"), 128, 1, 1, head_parameters=0)
+    qlora = mm.estimate(backbone(no_embedding, method="qlora"), 128, 1, 1, head_parameters=0)
     assert (lora.state - adapter_state) / 10.7e9 == pytest.approx(2)
     assert 0.5 < (qlora.state - adapter_state) / 10.7e9 < 0.53  # NF4 plus its quantisation constants
     # QLoRA keeps the embedding in bf16: a vocabulary makes the base larger.
-    with_embedding = mp.estimate(backbone(XXL, method="qlora"), 128, 1, 1, head_parameters=0)
+    with_embedding = mm.estimate(backbone(XXL, method="qlora"), 128, 1, 1, head_parameters=0)
     assert with_embedding.state > qlora.state
 
 
 def test_lora_adapter_count_from_rank_layers_hidden_and_target_modules():
     entry = backbone(XXL, method="lora", lora={"rank": 8, "target_modules": ["query", "value"]})
-    bb = mp.parse_backbone("x", entry)
-    assert mp.lora_adapter_parameters(bb) == 48 * 2 * 8 * (4096 + 4096)
+    bb = mm.parse_backbone("x", entry)
+    assert mm.lora_adapter_parameters(bb) == 48 * 2 * 8 * (4096 + 4096)
     # The MLP layers too: intermediate.dense (h -> f) and output.dense, which also matches the
     # attention output (h -> h) and the MLP's output (f -> h).
-    wider = mp.parse_backbone(
+    wider = mm.parse_backbone(
         "x",
         backbone(
             entry, lora={"rank": 8, "target_modules": ["query", "key", "value", "output.dense", "intermediate.dense"]}
         ),
     )
-    assert mp.lora_adapter_parameters(wider) == 48 * (4 * 8 * 2 * 4096 + 2 * 8 * (4096 + 16384))
+    assert mm.lora_adapter_parameters(wider) == 48 * (4 * 8 * 2 * 4096 + 2 * 8 * (4096 + 16384))
 
 
 def test_lora_defaults_are_the_schemas_and_the_familys_attention_projections():
@@ -157,9 +159,9 @@ def test_lora_defaults_are_the_schemas_and_the_familys_attention_projections():
         ("seq2seq_encoder", XXL["architecture"]),
         ("decoder", BLOOM["architecture"]),
     ]:
-        bb = mp.parse_backbone("x", backbone(XXL, family=family, architecture=arch, method="lora"))
+        bb = mm.parse_backbone("x", backbone(XXL, family=family, architecture=arch, method="lora"))
         assert bb.lora_rank == 16 and len(bb.target_modules) == 4
-        assert mp.lora_adapter_parameters(bb) == arch["num_layers"] * 4 * 16 * 2 * arch["hidden_size"]
+        assert mm.lora_adapter_parameters(bb) == arch["num_layers"] * 4 * 16 * 2 * arch["hidden_size"]
 
 
 @pytest.mark.parametrize(
@@ -178,34 +180,34 @@ def test_every_family_default_is_sized_and_no_larger_than_planned(family, model_
     from workflow_scripts.spec.families import facts
 
     modules = list(facts(family).lora_targets_of(model_type))
-    assert all(m in mp.MODULE_SHAPES for m in modules), modules
-    actual = mp.parse_backbone("x", backbone(XXL, family=family, method="lora", lora={"target_modules": modules}))
-    planned = mp.parse_backbone("x", backbone(XXL, family=family, method="lora"))
-    assert mp.lora_adapter_parameters(actual) <= mp.lora_adapter_parameters(planned)
+    assert all(m in mm.MODULE_SHAPES for m in modules), modules
+    actual = mm.parse_backbone("x", backbone(XXL, family=family, method="lora", lora={"target_modules": modules}))
+    planned = mm.parse_backbone("x", backbone(XXL, family=family, method="lora"))
+    assert mm.lora_adapter_parameters(actual) <= mm.lora_adapter_parameters(planned)
 
 
 def test_a_module_the_planner_cannot_size_names_its_key():
     entry = backbone(XXL, method="lora", lora={"target_modules": ["query", "dense"]})
-    with pytest.raises(mp.PlanError, match=r"config key backbones\.x\.lora\.target_modules\[1\]: .*'dense'"):
-        mp.parse_backbone("x", entry)
+    with pytest.raises(mm.PlanError, match=r"config key backbones\.x\.lora\.target_modules\[1\]: .*'dense'"):
+        mm.parse_backbone("x", entry)
     # Full fine-tuning trains no adapter: its lora block is not planned.
-    assert mp.parse_backbone("x", backbone(entry, method="full")).target_modules == ()
+    assert mm.parse_backbone("x", backbone(entry, method="full")).target_modules == ()
 
 
 def test_activation_checkpointing_lowers_activations():
-    plain = mp.estimate(backbone(XXL), 256, 8, 4)
-    checkpointed = mp.estimate(backbone(XXL, activation_checkpointing=True), 256, 8, 4)
+    plain = mm.estimate(backbone(XXL), 256, 8, 4)
+    checkpointed = mm.estimate(backbone(XXL, activation_checkpointing=True), 256, 8, 4)
     assert checkpointed.activations < plain.activations / 5
     assert checkpointed.state == plain.state
 
 
 def test_mlm_logits_scale_with_vocabulary():
-    without = mp.estimate(backbone(XXL), 256, 8, 1)
-    with_mlm = mp.estimate(backbone(XXL), 256, 8, 1, with_mlm_logits=True)
+    without = mm.estimate(backbone(XXL), 256, 8, 1)
+    with_mlm = mm.estimate(backbone(XXL), 256, 8, 1, with_mlm_logits=True)
     logits = with_mlm.activations - without.activations
     assert logits >= 256 * 8 * 250880 * 4
     small_vocab = backbone(XXL, architecture={**XXL["architecture"], "vocab_size": 250880 // 2})
-    half = mp.estimate(small_vocab, 256, 8, 1, with_mlm_logits=True).activations - without.activations
+    half = mm.estimate(small_vocab, 256, 8, 1, with_mlm_logits=True).activations - without.activations
     assert half == pytest.approx(logits / 2)
 
 
@@ -220,35 +222,35 @@ def test_mlm_logits_scale_with_vocabulary():
     ],
 )
 def test_min_gpus_is_the_smallest_count_that_fits(entry):
-    count = mp.min_gpus(entry, 256, 8, gpu_memory_gb=80)
+    count = mm.min_gpus(entry, 256, 8, gpu_memory_gb=80)
     assert count is not None
-    capacity = 80 * GB * mp.USABLE_FRACTION
-    assert mp.estimate(entry, 256, 8, count).total <= capacity
+    capacity = 80 * GB * mm.USABLE_FRACTION
+    assert mm.estimate(entry, 256, 8, count).total <= capacity
     for fewer in range(1, count):
-        assert mp.estimate(entry, 256, 8, fewer).total > capacity
+        assert mm.estimate(entry, 256, 8, fewer).total > capacity
 
 
 def test_xlmr_xxl_full_finetuning_needs_at_least_three_80gb_gpus():
     # docs/protocol.md §10: 10.7B full ~171 GB of state, >= 3 x 80 GB before activations.
-    assert mp.min_gpus(backbone(XXL), 128, 8, 80) >= 3
-    assert mp.min_gpus(backbone(XXL, activation_checkpointing=True), 128, 1, 80) >= 3
+    assert mm.min_gpus(backbone(XXL), 128, 8, 80) >= 3
+    assert mm.min_gpus(backbone(XXL, activation_checkpointing=True), 128, 1, 80) >= 3
 
 
 def test_qlora_plans_one_gpu_only():
     """The engine shards bf16/fp32 rows, not 4-bit blocks: QLoRA fits one GPU or none, even
     where its per-GPU share over several would be smaller (BLOOMZ-176B: ~102 GB of state)."""
     qlora = backbone(BLOOM, method="qlora")
-    assert mp.estimate(qlora, 256, 8, 2).total < 80 * GB * mp.USABLE_FRACTION < mp.estimate(qlora, 256, 8, 1).total
-    assert mp.min_gpus(qlora, 256, 8, 80) is None
-    assert mp.min_gpus(backbone(XXL, method="qlora"), 256, 8, 80) == 1
-    lora = mp.min_gpus(backbone(BLOOM, method="lora"), 256, 8, 80)
+    assert mm.estimate(qlora, 256, 8, 2).total < 80 * GB * mm.USABLE_FRACTION < mm.estimate(qlora, 256, 8, 1).total
+    assert mm.min_gpus(qlora, 256, 8, 80) is None
+    assert mm.min_gpus(backbone(XXL, method="qlora"), 256, 8, 80) == 1
+    lora = mm.min_gpus(backbone(BLOOM, method="lora"), 256, 8, 80)
     # 100B+ LoRA does not fit one 80 GB GPU (docs/protocol.md §10: 100B LoRA ~200 GB).
     assert lora is not None and lora > 2
 
 
 def test_min_gpus_is_none_when_activations_alone_exceed_a_device():
     no_checkpointing = backbone(BLOOM, method="qlora", activation_checkpointing=False)
-    assert mp.min_gpus(no_checkpointing, 2048, 16, 80) is None
+    assert mm.min_gpus(no_checkpointing, 2048, 16, 80) is None
 
 
 def workloads(config: dict, phase: str, **kwargs) -> dict[str, tuple[int, int, bool]]:
@@ -278,17 +280,17 @@ def test_auto_micro_batch_is_the_largest_that_fits_each_backbones_gpus():
     small["training"]["intermediate"]["max_micro_batch"] = "auto"
     cap = mp.resolved_micro_batch(small, "xlmr_xxl", "intermediate")
     assert 1 <= cap < 24
-    bb = mp.parse_backbone("xlmr_xxl", small["backbones"]["xlmr_xxl"])
+    bb = mm.parse_backbone("xlmr_xxl", small["backbones"]["xlmr_xxl"])
     shape = mp.phase_shape(small, "intermediate")
     heads = mp.job_head_parameters(shape, bb.architecture)
 
     def peak(c):
         return max(
-            mp.estimate(bb, w.seq_len, w.micro_batch, bb.gpus, w.with_mlm_logits, heads).total
+            mm.estimate(bb, w.seq_len, w.micro_batch, bb.gpus, w.with_mlm_logits, heads).total
             for w in shape.capped(c).workloads
         )
 
-    assert peak(cap) <= mp.usable_bytes(40) < peak(cap + 1)
+    assert peak(cap) <= mm.usable_bytes(40) < peak(cap + 1)
     plan = next(p for p in mp.plan_config(small) if p.backbone == "xlmr_xxl" and p.phase == "intermediate")
     assert plan.fits and plan.micro_batch == min(cap, 24)
 
@@ -298,7 +300,7 @@ def test_auto_micro_batch_is_refused_where_the_micro_batch_holds_the_negatives()
     config["tasks"]["lareqa"] = {"max_length": 256, "batch_size": 16}
     config["targets"].append("lareqa")
     config["training"]["target"]["max_micro_batch"] = "auto"
-    with pytest.raises(mp.PlanError, match=r"training\.target\.max_micro_batch: auto .* lareqa contrast"):
+    with pytest.raises(mm.PlanError, match=r"training\.target\.max_micro_batch: auto .* lareqa contrast"):
         mp.check_fits(config)
 
 
@@ -314,8 +316,8 @@ def test_plan_takes_the_task_with_the_largest_activations():
     plans = {p.phase: p for p in mp.plan_config(config) if p.backbone == "xlmr_xxl"}
     # squad: 384 x 8 against mnli: 256 x 16 -- mnli holds more tokens, but the peak is the
     # larger of the two estimates whichever it is.
-    bb = mp.parse_backbone("xlmr_xxl", config["backbones"]["xlmr_xxl"])
-    acts = {t: mp.activation_bytes(bb, s, b) for t, (s, b, _) in workloads(config, "intermediate").items()}
+    bb = mm.parse_backbone("xlmr_xxl", config["backbones"]["xlmr_xxl"])
+    acts = {t: mm.activation_bytes(bb, s, b) for t, (s, b, _) in workloads(config, "intermediate").items()}
     assert plans["intermediate"].task == max(acts, key=acts.get)
     assert plans["target"].task == "pawsx"
     assert not mp.phase_shape({**config, "intermediate": {"none": {"tasks": []}}}, "intermediate")
@@ -353,7 +355,7 @@ def test_check_fits_passes_a_config_that_fits_and_skips_backbones_without_size()
 
 def test_check_fits_names_the_gpus_key_and_the_numbers():
     config = workflow_config(gpus={"per_node": 2, "nodes": 1, "memory_gb": 80}, activation_checkpointing=True)
-    with pytest.raises(mp.PlanError) as err:
+    with pytest.raises(mm.PlanError) as err:
         mp.check_fits(config)
     message = str(err.value)
     assert "config key backbones.xlmr_xxl.gpus" in message
@@ -361,7 +363,7 @@ def test_check_fits_names_the_gpus_key_and_the_numbers():
     for line in message.splitlines():
         needed = float(re.search(r"needs ([0-9.]+) GB per GPU", line).group(1))
         smallest = int(re.search(r"smallest count that fits on 80 GB GPUs: (\d+)", line).group(1))
-        assert needed > 80 * mp.USABLE_FRACTION
+        assert needed > 80 * mm.USABLE_FRACTION
         assert smallest > 2  # two did not fit
     # With the smallest count of every phase the same config passes.
     counts = [p.min_gpus for p in mp.plan_config(config) if p.skipped is None]
@@ -370,7 +372,7 @@ def test_check_fits_names_the_gpus_key_and_the_numbers():
 
 
 def test_check_fits_names_a_bad_method_key():
-    with pytest.raises(mp.PlanError, match=r"backbones\.xlmr_xxl\.method"):
+    with pytest.raises(mm.PlanError, match=r"backbones\.xlmr_xxl\.method"):
         mp.check_fits(workflow_config(method="prefix_tuning"))
 
 
@@ -429,23 +431,23 @@ def test_cli_exits_1_and_names_the_key_for_a_misfit(tmp_path):
 
 
 def test_reference_plan_covers_every_backbone_and_method():
-    table = mp.reference_plan_markdown()
-    for name in mp.REFERENCE_BACKBONES:
-        for method in mp.METHODS:
+    table = mt.reference_plan_markdown()
+    for name in mt.REFERENCE_BACKBONES:
+        for method in mm.METHODS:
             assert f"| {name} | " in table and f" | {method} | " in table
     assert len([line for line in table.splitlines() if line.startswith("| ") and "---" not in line]) == 1 + 15
 
 
 def test_mt5_xxl_encoder_is_about_half_of_mt5_xxl():
     # mT5-XXL has 13B parameters; its encoder keeps the shared 250k x 4096 embedding.
-    assert 5.5e9 < mp.MT5_XXL_ENCODER_PARAMETERS < 5.8e9
-    assert mp.MT5_XXL_ENCODER_PARAMETERS - 250112 * 4096 > 4.5e9
+    assert 5.5e9 < mt.MT5_XXL_ENCODER_PARAMETERS < 5.8e9
+    assert mt.MT5_XXL_ENCODER_PARAMETERS - 250112 * 4096 > 4.5e9
 
 
 def test_check_fits_suggests_checkpointing_when_no_gpu_count_can_fit():
     config = workflow_config(gpus={"per_node": 8, "nodes": 2, "memory_gb": 24})
     config["tasks"]["squad"] = {"max_length": 512, "batch_size": 32}
-    with pytest.raises(mp.PlanError) as err:
+    with pytest.raises(mm.PlanError) as err:
         mp.check_fits(config)
     line = next(line for line in str(err.value).splitlines() if "intermediate phase" in line)
     assert line.startswith("config key backbones.xlmr_xxl.gpus:") and "16 x 24 GB" in line
@@ -453,7 +455,7 @@ def test_check_fits_suggests_checkpointing_when_no_gpu_count_can_fit():
 
 
 def test_heads_are_sized_by_task_format():
-    arch = mp.Architecture(hidden_size=1024, num_layers=24, num_attention_heads=16, vocab_size=250002)
+    arch = mm.Architecture(hidden_size=1024, num_layers=24, num_attention_heads=16, vocab_size=250002)
     span, tagging = mp.task_head_parameters("squad", arch), mp.task_head_parameters("udpos", arch)
     classification = mp.task_head_parameters("mnli", arch)
     assert span < tagging < classification  # the dense h x h layer dominates
@@ -495,8 +497,8 @@ def test_image_tasks_lengthen_the_sequence_by_their_visual_tokens(vision, per_im
     assert inter["nlvr2"] == (128 + 2 * per_image, 16, False)  # a pair of images
     assert inter["flickr30k"] == (128, 16, False)  # the caption is read alone
     # and the plan's activation estimate follows the longer sequence
-    bb = mp.parse_backbone("xlmr_xxl", workflow_config()["backbones"]["xlmr_xxl"])
-    assert mp.activation_bytes(bb, *inter["nlvr2"][:2]) > mp.activation_bytes(bb, *inter["snli_caption"][:2])
+    bb = mm.parse_backbone("xlmr_xxl", workflow_config()["backbones"]["xlmr_xxl"])
+    assert mm.activation_bytes(bb, *inter["nlvr2"][:2]) > mm.activation_bytes(bb, *inter["snli_caption"][:2])
 
 
 def test_the_demo_tower_gives_its_own_patch_grid():
@@ -506,14 +508,14 @@ def test_the_demo_tower_gives_its_own_patch_grid():
 
 
 def test_a_tower_whose_tokens_cannot_be_read_names_the_key_to_set():
-    with pytest.raises(mp.PlanError, match="vision.visual_tokens.*facebook/dinov2-large"):
+    with pytest.raises(mm.PlanError, match="vision.visual_tokens.*facebook/dinov2-large"):
         mp.phase_shape(image_config(hub_id="facebook/dinov2-large"), "intermediate")
     # a grid without an image task never asks
     assert mp.phase_shape({**workflow_config(), "vision": {"hub_id": "facebook/dinov2-large"}}, "intermediate")
 
 
 def test_image_heads_count_their_projector_and_vqa_its_answer_vocabulary():
-    arch = mp.Architecture(hidden_size=1024, num_layers=24, num_attention_heads=16, vocab_size=250002)
+    arch = mm.Architecture(hidden_size=1024, num_layers=24, num_attention_heads=16, vocab_size=250002)
     caption, image = mp.task_head_parameters("snli_caption", arch), mp.task_head_parameters("snli_ve", arch)
     assert image - caption == 2 * 1024 * 1024 + 2 * 1024 + 1024  # the projector and one slot
     two_way = mp.task_head_parameters("pawsx", arch)  # a text classification head with NLVR2's two labels

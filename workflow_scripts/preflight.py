@@ -50,6 +50,7 @@ from workflow_scripts.workflow import (
     hub_answers,
     hub_sources,
     local_data,
+    memory_model,
     memory_plan,
     slurm,
     sweep,
@@ -214,8 +215,8 @@ def trained_model_bytes(config: dict[str, Any], backbone: str, snapshot: int | N
         return snapshot if snapshot is not None else (int(entry["parameters"] * 4) if entry.get("parameters") else None)
     if not entry.get("architecture") or not entry.get("parameters"):
         return None
-    bb = memory_plan.parse_backbone(backbone, entry)
-    return int(memory_plan.lora_adapter_parameters(bb) * 4)
+    bb = memory_model.parse_backbone(backbone, entry)
+    return int(memory_model.lora_adapter_parameters(bb) * 4)
 
 
 TARGET_TRAINING_RULES = slurm.TARGET_TRAINING_RULES
@@ -377,7 +378,7 @@ def check_gpus(config: dict[str, Any], partitions: list[str]) -> list[Finding]:
             )
     try:
         plans = memory_plan.plan_config(config)
-    except memory_plan.PlanError as err:
+    except memory_model.PlanError as err:
         return findings + [
             Finding("gpus", "memory plan", BLOCKER, str(err), "fix the backbone entry the message names")
         ]
@@ -401,7 +402,7 @@ def check_gpus(config: dict[str, Any], partitions: list[str]) -> list[Finding]:
         problems = []
         if devices:
             smallest = min(memory for _, memory in devices)
-            if memory_plan.usable_bytes(smallest) < plan.estimate.total:
+            if memory_model.usable_bytes(smallest) < plan.estimate.total:
                 problems.append(f"this machine's GPUs have {smallest:.0f} GB")
             if len(devices) < plan.gpus_asked and not partitions:
                 problems.append(f"this machine has {len(devices)} GPUs")

@@ -106,12 +106,12 @@ def _share(config: Mapping[str, Any], rule: str, w: Mapping[str, str]) -> Share:
 
 def job_peak_bytes(config: Mapping[str, Any], rule: str, w: Mapping[str, str]) -> float | None:
     """The memory plan's peak of the job's task trained on one GPU (None: not sized)."""
-    from workflow_scripts.workflow import memory_plan
+    from workflow_scripts.workflow import memory_model, memory_plan
 
     entry = config["backbones"][w["backbone"]]
-    if memory_plan.skip_reason(entry) is not None:
+    if memory_model.skip_reason(entry) is not None:
         return None
-    bb = memory_plan.parse_backbone(w["backbone"], entry)
+    bb = memory_model.parse_backbone(w["backbone"], entry)
     shape = memory_plan.phase_shape(memory_plan.backbone_part(config, entry), "target")
     if shape is None:
         return None
@@ -121,14 +121,14 @@ def job_peak_bytes(config: Mapping[str, Any], rule: str, w: Mapping[str, str]) -
     if workload is None:
         return None
     heads = memory_plan.task_head_parameters(w["target"], bb.architecture)
-    return memory_plan.estimate(bb, workload.seq_len, workload.micro_batch, 1, workload.with_mlm_logits, heads).total
+    return memory_model.estimate(bb, workload.seq_len, workload.micro_batch, 1, workload.with_mlm_logits, heads).total
 
 
 def _usable_bytes(config: Mapping[str, Any], backbone: str) -> float:
-    from workflow_scripts.workflow import memory_plan
+    from workflow_scripts.workflow import memory_model
 
-    bb = memory_plan.parse_backbone(backbone, config["backbones"][backbone])
-    return memory_plan.usable_bytes(bb.memory_gb)
+    bb = memory_model.parse_backbone(backbone, config["backbones"][backbone])
+    return memory_model.usable_bytes(bb.memory_gb)
 
 
 def slots(share: int, gpus: int, jobs_per_gpu: int) -> int:

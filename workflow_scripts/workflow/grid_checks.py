@@ -21,6 +21,7 @@ from workflow_scripts.spec.tasks import (
 )
 from workflow_scripts.workflow import (
     backbone_grid,
+    memory_model,
     memory_plan,
     slurm,
     transfer,
@@ -78,7 +79,7 @@ def check_config(config: dict[str, Any]) -> None:
         backbone_grid.check(config)
         # A backbone whose training cannot fit the GPUs it asks for stops here, before any job.
         memory_plan.check_fits(config)
-    except (transfer.TransferError, backbone_grid.BackboneError, memory_plan.PlanError) as err:
+    except (transfer.TransferError, backbone_grid.BackboneError, memory_model.PlanError) as err:
         raise ConfigError(str(err)) from None
 
 

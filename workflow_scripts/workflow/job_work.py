@@ -25,7 +25,7 @@ from workflow_scripts.spec.phase_settings import PhaseSettings
 from workflow_scripts.spec.phase_steps import accumulation_steps, steps_for_sizes, task_probabilities
 from workflow_scripts.spec.schema import default
 from workflow_scripts.spec.tasks import MLM, TASKS, get_task
-from workflow_scripts.workflow import memory_plan
+from workflow_scripts.workflow import memory_model, memory_plan
 from workflow_scripts.workflow.job_cost import Shape, Tokens, Translator
 
 # Translators the cost model can size, by Hub id prefix (the first that matches): OPUS-MT's
@@ -54,15 +54,15 @@ VISION_TOWERS = {"openai/clip-vit-base-patch32": (12, 768)}
 def backbone_shape(config: Mapping[str, Any], backbone: str) -> Shape | None:
     """The backbone's FLOP-relevant shape (None: no ``parameters``/``architecture`` given)."""
     entry = config["backbones"][backbone]
-    if memory_plan.skip_reason(entry) is not None:
+    if memory_model.skip_reason(entry) is not None:
         return None
-    bb = memory_plan.parse_backbone(backbone, entry)
+    bb = memory_model.parse_backbone(backbone, entry)
     arch = bb.architecture
     return Shape(
         family=bb.family,
         method=bb.method,
         precision=bb.precision,
-        non_embedding=max(bb.parameters - memory_plan.embedding_parameters(arch), 0.0),
+        non_embedding=max(bb.parameters - memory_model.embedding_parameters(arch), 0.0),
         layers=arch.num_layers,
         width=arch.hidden_size,
         gpus=bb.gpus,

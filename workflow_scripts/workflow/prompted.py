@@ -27,7 +27,7 @@ from workflow_scripts.spec.prompted import (
 )
 from workflow_scripts.spec.report_settings import PromptedScalingSettings
 from workflow_scripts.spec.tasks import get_task
-from workflow_scripts.workflow import backbone_grid, grid, memory_plan, transfer
+from workflow_scripts.workflow import backbone_grid, grid, memory_model, transfer
 from workflow_scripts.workflow.grid import ConfigError
 
 PRETRAINED = "pretrained"  # the run name of a baseline config's job: the backbone as it is
@@ -99,12 +99,12 @@ def check(config: dict[str, Any]) -> None:
 
 def gpus(config: dict[str, Any], backbone: str, default: int) -> int:
     """The GPUs a prompted job of the backbone asks for: enough of its ``gpus.memory_gb`` to
-    hold its weights (memory_plan.inference_gpus), on one node; ``default`` (the rule's
+    hold its weights (memory_model.inference_gpus), on one node; ``default`` (the rule's
     resources) for a backbone whose size is not known (the demo's)."""
     entry = {"name": backbone, **config["backbones"][backbone]}
-    if memory_plan.skip_reason(entry):
+    if memory_model.skip_reason(entry):
         return default
-    return max(default, memory_plan.inference_gpus(entry))
+    return max(default, memory_model.inference_gpus(entry))
 
 
 def _check_fits_one_node(config: dict[str, Any], backbone: str) -> None:

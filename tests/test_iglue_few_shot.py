@@ -19,7 +19,7 @@ from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.data_settings import DataSettings
 from workflow_scripts.spec.few_shot import FewShotError, FewShotProtocol, is_few_shot_recipe, shots_of
 from workflow_scripts.spec.tasks import get_task
-from workflow_scripts.workflow import grid, grid_settings, transfer
+from workflow_scripts.workflow import grid, grid_checks, grid_settings, transfer
 
 pytestmark = pytest.mark.unit
 
@@ -155,13 +155,16 @@ def test_shot_counts_the_release_lacks_and_targets_without_a_protocol_are_refuse
     config = few_shot_config({"targets": ["xvnli"]})
     config["transfer"]["settings"]["few_shot:7"] = {"targets": ["xvnli"]}
     with pytest.raises(transfer.TransferError, match=r"few_shot:7.targets\[0\].*1, 5, 10, 20, 25, 48 shots, not 7"):
-        transfer.check(config)
-    assert transfer._applies("few_shot:5", "xnli") == "xnli has no few-shot protocol (its catalogue entry's few_shot)"
+        grid_checks.check_transfer(config)
+    assert (
+        transfer.refusal_reason("few_shot:5", "xnli")
+        == "xnli has no few-shot protocol (its catalogue entry's few_shot)"
+    )
     assert shots_of("few_shot:0") is None and shots_of("few_shot:12") == 12
     config = few_shot_config({"targets": ["xvnli"]})
     config["transfer"]["settings"]["zero_shot"] = {"learning_rates": [1e-4]}
     with pytest.raises(transfer.TransferError, match="zero_shot.learning_rates: only few_shot"):
-        transfer.check(config)
+        grid_checks.check_transfer(config)
 
 
 def test_a_pool_missing_from_tasks_is_named():
@@ -210,7 +213,7 @@ def test_the_few_shot_preset_plans_every_shot_count_of_every_image_target():
     from workflow_scripts.workflow import config_layers
 
     config = config_layers.load([REPO / "config/iglue_few_shot.yaml"])
-    transfer.check(config)
+    grid_checks.check_transfer(config)
     recipes = {
         (p.target, recipe.name)
         for p in transfer.plans(config)
@@ -222,5 +225,5 @@ def test_the_few_shot_preset_plans_every_shot_count_of_every_image_target():
     # every shot count of the release, in every language of its pool
     # (xFlickr&CO's one shot is one image: nothing to contrast it with in a batch)
     assert per_target == {"xvnli": 6 * 4, "marvl": 4 * 3, "xflickrco": 5 * 7}
-    assert "contrastive loss over a batch of one is zero" in transfer._applies("few_shot:1", "xflickrco")
+    assert "contrastive loss over a batch of one is zero" in transfer.refusal_reason("few_shot:1", "xflickrco")
     assert grid.few_shot_pools(config) == ["marvl_few_shot", "xflickrco_few_shot", "xvnli_few_shot"]

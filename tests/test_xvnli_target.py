@@ -74,12 +74,12 @@ def test_the_config_check_names_what_keeps_an_image_target_from_running(change, 
 def test_an_image_target_trains_on_english_only():
     """Translate-train and in-language data do not exist for an image target; translate-test
     reads IGLUE's published translations (tests/test_iglue_translate_test.py)."""
-    from workflow_scripts.workflow import transfer
+    from workflow_scripts.workflow import grid_checks, transfer
 
     config = xvnli_config()
     config["transfer"] = {"settings": {"zero_shot": {}, "translate_train": {"targets": ["xvnli"]}}}
     with pytest.raises(transfer.TransferError, match="xvnli reads images .* only zero_shot and translate_test"):
-        transfer.check(config)
+        grid_checks.check_transfer(config)
 
 
 # ----- evaluation on the real rows -------------------------------------------------------------

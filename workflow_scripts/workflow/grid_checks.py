@@ -10,6 +10,8 @@ from typing import Any
 
 from workflow_scripts.spec import benchmark
 from workflow_scripts.spec.basics import load_yaml, repo_path
+from workflow_scripts.spec.few_shot import SETTING_PREFIX as FEW_SHOT_PREFIX
+from workflow_scripts.spec.few_shot import shots_of
 from workflow_scripts.spec.schema import error_hint
 from workflow_scripts.spec.suggest import did_you_mean
 from workflow_scripts.spec.tasks import (
@@ -19,6 +21,7 @@ from workflow_scripts.spec.tasks import (
     TRANSLATABLE_FORMATS,
     get_task,
 )
+from workflow_scripts.spec.transfer_names import PER_LANGUAGE, SETTINGS, SOURCE_PREFIX, source_language
 from workflow_scripts.workflow import (
     backbone_grid,
     memory_model,
@@ -75,7 +78,7 @@ def check_config(config: dict[str, Any]) -> None:
         except ValueError as err:
             raise ConfigError(f"config key resources.{rule}.runtime: {err}") from None
     try:
-        transfer.check(config)
+        check_transfer(config)
         backbone_grid.check(config)
         # A backbone whose training cannot fit the GPUs it asks for stops here, before any job.
         memory_plan.check_fits(config)
@@ -227,7 +230,7 @@ def check_visual_target(config: dict[str, Any], target: str, key: str) -> None:
     task's English rows with that task's image features, selected on ``select_from``'s English
     dev split, and scored with its own test images' features. Both image folders must be
     known, the task it trains from must read the same number of images per row. Zero-shot
-    applies, and translate-test on the target's published translations (transfer._applies)."""
+    applies, and translate-test on the target's published translations (transfer.refusal_reason)."""
     task = get_task(target)
     for dep in (task.train_from, task.select_from):
         if dep is None or not get_task(dep).visual or get_task(dep).format != task.format:
@@ -339,3 +342,71 @@ def check_languages(config: dict[str, Any]) -> None:
         source = transfer.source_language(setting)
         if source is not None:
             check(f"transfer.settings.{setting}", source, LANGUAGES)
+
+
+def check_transfer(config: dict[str, Any]) -> None:
+    """Every transfer setting resolvable for every target it names, before any job
+    (workflow/transfer.py)."""
+    settings = transfer.configured(config)
+    for setting, setting_cfg in settings.items():
+        key = f"transfer.settings.{setting}"
+        source = source_language(setting)
+        if setting not in SETTINGS and source is None and shots_of(setting) is None:
+            raise transfer.TransferError(
+                f"config key {key}: unknown transfer setting{did_you_mean(setting, SETTINGS)}; "
+                f"known: {', '.join(SETTINGS)}, {SOURCE_PREFIX}<lang>, {FEW_SHOT_PREFIX}<shots>"
+            )
+        if setting_cfg.get("learning_rates") is not None and shots_of(setting) is None:
+            raise transfer.TransferError(
+                f"config key {key}.learning_rates: only few_shot:<N> settings take learning rates"
+            )
+        if setting_cfg.get("model_selection", "own") != "own" and shots_of(setting) is not None:
+            raise transfer.TransferError(
+                f"config key {key}.model_selection: a few-shot model is selected as its target's protocol "
+                "says (tasks/<target>.yaml: few_shot.selection)"
+            )
+        for i, seed in enumerate(setting_cfg.get("seeds") or []):
+            if seed not in config["seeds"]:
+                raise transfer.TransferError(f"config key {key}.seeds[{i}]: {seed} is not one of the config's seeds")
+        for i, name in enumerate(setting_cfg.get("intermediate") or []):
+            if name not in config["intermediate"]:
+                raise transfer.TransferError(
+                    f"config key {key}.intermediate[{i}]: {name!r} is not an intermediate config"
+                )
+        for i, target in enumerate(setting_cfg.get("targets") or []):
+            if target not in config["targets"]:
+                raise transfer.TransferError(f"config key {key}.targets[{i}]: {target!r} is not in targets")
+            reason = transfer.refusal_reason(setting, target)
+            if reason:
+                raise transfer.TransferError(
+                    f"config key {key}.targets[{i}]: {setting} does not apply to {target}: {reason}"
+                )
+        if (
+            setting_cfg.get("languages") is not None
+            and setting not in PER_LANGUAGE + ("translate_train_all", "in_language_all")
+            and shots_of(setting) is None
+        ):
+            raise transfer.TransferError(
+                f"config key {key}.languages: only per-language and *_all settings take languages"
+            )
+        if source is not None and setting_cfg.get("languages") is not None:
+            raise transfer.TransferError(f"config key {key}.languages: a source setting evaluates every language")
+        chosen = setting_cfg.get("languages")
+        per_target = chosen if isinstance(chosen, dict) else {None: chosen or []}
+        for target, langs in per_target.items():
+            where = f"{key}.languages" + (f".{target}" if target else "")
+            if target is not None and target not in transfer.targets(config, setting):
+                raise transfer.TransferError(f"config key {where}: {target!r} is not a target of this setting")
+            scope = [target] if target else transfer.targets(config, setting)
+            covered = {l for t in scope for l in config["tasks"][t].get("languages", [])}
+            for i, lang in enumerate(langs):
+                if lang not in covered:
+                    raise transfer.TransferError(
+                        f"config key {where}[{i}]: {' / '.join(scope)} is not evaluated in "
+                        f"{lang!r}; known (tasks.<target>.languages): {', '.join(sorted(covered))}"
+                    )
+        for target in transfer.targets(config, setting):
+            transfer.plan(config, setting, target)
+    baseline = transfer.baseline_setting(config)
+    if baseline not in settings:
+        raise transfer.TransferError(f"config key transfer.baseline: {baseline!r} is not one of transfer.settings")

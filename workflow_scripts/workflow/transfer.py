@@ -45,7 +45,6 @@ from workflow_scripts.spec.few_shot import SETTING_PREFIX as FEW_SHOT_PREFIX
 from workflow_scripts.spec.few_shot import recipe_name as few_shot_recipe
 from workflow_scripts.spec.few_shot import shots_of
 from workflow_scripts.spec.formats import get_format
-from workflow_scripts.spec.suggest import did_you_mean
 from workflow_scripts.spec.tasks import RANKING, SPAN, TRANSLATABLE_FORMATS, VISUAL_RETRIEVAL, get_task
 from workflow_scripts.spec.transfer_names import (  # noqa: F401 (the Snakefile reads them as transfer.*)
     MODEL_SELECTION,
@@ -227,11 +226,11 @@ def _merge(refs: list[DataRef]) -> list[DataRef]:
     return [DataRef(path, tuple(langs), "+".join(kinds)) for path, (langs, kinds) in merged.items()]
 
 
-def _applies(setting: str, target: str) -> str | None:
+def refusal_reason(setting: str, target: str) -> str | None:
     """Why a setting does not apply to a target (None: it does)."""
     task = get_task(target)
     if setting.startswith(FEW_SHOT_PREFIX):
-        return _few_shot_applies(shots_of(setting) or 0, target)
+        return _few_shot_refusal(shots_of(setting) or 0, target)
     if task.is_retrieval:
         return "retrieval targets are not trained; only zero_shot applies"
     if setting != ZERO_SHOT and task.visual and not (setting == "translate_test" and task.test_translations):
@@ -254,7 +253,7 @@ def _applies(setting: str, target: str) -> str | None:
     return None
 
 
-def _few_shot_applies(shots: int, target: str) -> str | None:
+def _few_shot_refusal(shots: int, target: str) -> str | None:
     protocol = get_task(target).few_shot
     if protocol is None:
         return f"{target} has no few-shot protocol (its catalogue entry's few_shot)"
@@ -449,71 +448,12 @@ class _Planner:
 # ----- the whole grid ---------------------------------------------------------------------
 
 
-def check(config: dict[str, Any]) -> None:
-    """Every setting resolvable for every target it names, before any job."""
-    settings = configured(config)
-    for setting, setting_cfg in settings.items():
-        key = f"transfer.settings.{setting}"
-        source = source_language(setting)
-        if setting not in SETTINGS and source is None and shots_of(setting) is None:
-            raise TransferError(
-                f"config key {key}: unknown transfer setting{did_you_mean(setting, SETTINGS)}; "
-                f"known: {', '.join(SETTINGS)}, {SOURCE_PREFIX}<lang>, {FEW_SHOT_PREFIX}<shots>"
-            )
-        if setting_cfg.get("learning_rates") is not None and shots_of(setting) is None:
-            raise TransferError(f"config key {key}.learning_rates: only few_shot:<N> settings take learning rates")
-        if setting_cfg.get("model_selection", "own") != "own" and shots_of(setting) is not None:
-            raise TransferError(
-                f"config key {key}.model_selection: a few-shot model is selected as its target's protocol "
-                "says (tasks/<target>.yaml: few_shot.selection)"
-            )
-        for i, seed in enumerate(setting_cfg.get("seeds") or []):
-            if seed not in config["seeds"]:
-                raise TransferError(f"config key {key}.seeds[{i}]: {seed} is not one of the config's seeds")
-        for i, name in enumerate(setting_cfg.get("intermediate") or []):
-            if name not in config["intermediate"]:
-                raise TransferError(f"config key {key}.intermediate[{i}]: {name!r} is not an intermediate config")
-        for i, target in enumerate(setting_cfg.get("targets") or []):
-            if target not in config["targets"]:
-                raise TransferError(f"config key {key}.targets[{i}]: {target!r} is not in targets")
-            reason = _applies(setting, target)
-            if reason:
-                raise TransferError(f"config key {key}.targets[{i}]: {setting} does not apply to {target}: {reason}")
-        if (
-            setting_cfg.get("languages") is not None
-            and setting not in PER_LANGUAGE + ("translate_train_all", "in_language_all")
-            and shots_of(setting) is None
-        ):
-            raise TransferError(f"config key {key}.languages: only per-language and *_all settings take languages")
-        if source is not None and setting_cfg.get("languages") is not None:
-            raise TransferError(f"config key {key}.languages: a source setting evaluates every language")
-        chosen = setting_cfg.get("languages")
-        per_target = chosen if isinstance(chosen, dict) else {None: chosen or []}
-        for target, langs in per_target.items():
-            where = f"{key}.languages" + (f".{target}" if target else "")
-            if target is not None and target not in targets(config, setting):
-                raise TransferError(f"config key {where}: {target!r} is not a target of this setting")
-            scope = [target] if target else targets(config, setting)
-            covered = {l for t in scope for l in config["tasks"][t].get("languages", [])}
-            for i, lang in enumerate(langs):
-                if lang not in covered:
-                    raise TransferError(
-                        f"config key {where}[{i}]: {' / '.join(scope)} is not evaluated in "
-                        f"{lang!r}; known (tasks.<target>.languages): {', '.join(sorted(covered))}"
-                    )
-        for target in targets(config, setting):
-            plan(config, setting, target)
-    baseline = baseline_setting(config)
-    if baseline not in settings:
-        raise TransferError(f"config key transfer.baseline: {baseline!r} is not one of transfer.settings")
-
-
 def targets(config: dict[str, Any], setting: str) -> list[str]:
     """The targets a setting runs on: those it names, else every target it applies to."""
     named = configured(config)[setting].get("targets")
     if named:
         return list(named)
-    return [t for t in config["targets"] if setting == ZERO_SHOT or _applies(setting, t) is None]
+    return [t for t in config["targets"] if setting == ZERO_SHOT or refusal_reason(setting, t) is None]
 
 
 def plans(config: dict[str, Any]) -> list[Plan]:
@@ -620,13 +560,14 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
 
     from workflow_scripts.workflow import config_layers
+    from workflow_scripts.workflow.grid_checks import check_transfer
 
     ap = argparse.ArgumentParser(description="What each transfer setting of a config adds to the grid.")
     ap.add_argument("configfile")
     args = ap.parse_args(argv)
     try:
         config = config_layers.load([args.configfile])
-        check(config)
+        check_transfer(config)
     except (config_layers.ConfigLayerError, TransferError) as err:
         raise SystemExit(f"error: {err}") from None
     print("| setting | targets | metric files | target trainings added | training data (English-set units) |")

@@ -175,3 +175,12 @@ def test_collect_names_folders_as_the_benchmarks_leaderboard(tmp_path):
     assert manifest["missing"] == ["lareqa"]
     # XTREME's leaderboard calls BUCC bucc2018 (the default benchmark)
     assert benchmark.XTREME.leaderboard_names == {"bucc": "bucc2018"}
+
+
+def test_a_format_without_a_leaderboard_file_is_named(tmp_path):
+    """Every target format writes its files through one entry of LEADERBOARD_FILES; a task whose
+    format has none (VQA's answers: no XTREME or IGLUE leaderboard) is refused naming it."""
+    assert predictions.suffix("xnli") == "tsv" and predictions.suffix("xquad") == "json"
+    with pytest.raises(InputError, match="vqa_v2: no leaderboard format for visual_answer"):
+        predictions.write_predictions("vqa_v2", {"en": ["yes"]}, tmp_path / "out")
+    assert not (tmp_path / "out").exists(), "nothing half-written"

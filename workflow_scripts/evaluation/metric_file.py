@@ -216,12 +216,13 @@ def _evaluate(args: argparse.Namespace, run: EvaluationIdentity | None) -> dict[
         result["backbone"] = backbone
         if run and run.leakage_reports:  # what the run's intermediate tasks share with the target's test data
             result["leakage"] = leakage.summary(leakage.read_reports(list(run.leakage_reports)))
+        # checked against its record before anything is written
+        checked = MetricFile.parse(result, f"the metric file {args.output}").to_dict()
     except InputError as err:
         raise SystemExit(f"error: {err}") from None
     if args.predictions:  # first: the metric file is what marks the run complete
         write_predictions(args.target, predictions, args.predictions)
-    # checked against its record before it is written: the metric file is what marks the run complete
-    write_json(args.output, MetricFile.parse(result, f"the metric file {args.output}").to_dict())
+    write_json(args.output, checked)
     LOG.info("%s: %s", args.output, json.dumps(result["average"]))
     return result
 

@@ -110,8 +110,10 @@ def _job_work(config, rule: str, w: Mapping[str, str]):
     # Scoring runs on the GPUs its rule asks for, not on the backbone's training GPUs.
     shape = dataclasses.replace(shape, gpus=max(1, int(grid.resources(dict(config), resources_rule(rule))["gpu"])))
     if rule in EVALUATION_RULES:
-        run = grid.evaluation(config, w["backbone"], w["setting"], w["intermediate"], w["target"], w["seed"])
-        return _with(shape, job_work.evaluation_tokens(config, w["target"], run["data"]))
+        from workflow_scripts.workflow import backbone_grid
+
+        plan = backbone_grid.find_plan(config, w["backbone"], w["setting"], w["target"])
+        return _with(shape, job_work.evaluation_tokens(config, w["target"], plan.eval_data))
     from workflow_scripts.workflow.retention import probe_settings
 
     return _with(shape, job_work.retention_tokens(probe_settings(config, w["backbone"])))

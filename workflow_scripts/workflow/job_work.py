@@ -213,13 +213,14 @@ def _count_refs(refs: str | Iterable[DataRef], language: str | None) -> int | No
 
 
 def evaluation_tokens(
-    config: Mapping[str, Any], target: str, data: Mapping[str, list[dict[str, Any]]]
+    config: Mapping[str, Any], target: str, data: Mapping[str, Iterable[DataRef]]
 ) -> list[Tokens] | None:
-    """Forward tokens of one metric file's job: every evaluated split in every language."""
+    """Forward tokens of one metric file's job: every evaluated split in every language (the
+    plan's data of each split, ``transfer.Plan.eval_data``)."""
     length, per_example = sequence(config, target)
     total = 0
     for refs in data.values():
-        n = _count_refs([DataRef.parse(ref) for ref in refs], None)
+        n = _count_refs(refs, None)
         if n is None:
             return None
         total += n

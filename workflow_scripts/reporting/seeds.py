@@ -20,5 +20,6 @@ def over_seeds(values: Any) -> Any:
 
 
 def of_seeds(values: Iterable[float]) -> float:
-    """The statistic over seeds of plain numbers (a JSON-read list)."""
-    return statistics.median(values)
+    """The statistic over seeds of plain numbers (a JSON-read list): the standard library's
+    function of the same name."""
+    return getattr(statistics, SEED_STATISTIC)(list(values))

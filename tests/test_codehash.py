@@ -38,7 +38,7 @@ def test_digest_changes_exactly_for_dependents(package_copy):
     names = ("reporting.tables", "training.train", "data.prepare", "evaluation.evaluate")
     before = {m: codehash.module_digest(m) for m in names}
     with (package_copy / "evaluation" / "metrics.py").open("a") as f:
-        f.write("\n# an edit\n")
+        f.write("\nAN_EDIT = 1\n")
     codehash._imports.cache_clear()
     after = {m: codehash.module_digest(m) for m in before}
     assert after["training.train"] != before["training.train"]
@@ -64,7 +64,7 @@ def test_a_subpackage_edit_reaches_its_importers_through_the_package_init(packag
     } <= set(closure)
     before = {m: codehash.module_digest(m) for m in ("data.prepare", "training.train", "reporting.tables")}
     with (package_copy / "data" / "loaders" / "registry.py").open("a") as f:
-        f.write("\n# an edit\n")
+        f.write("\nAN_EDIT = 1\n")
     codehash._imports.cache_clear()
     after = {m: codehash.module_digest(m) for m in before}
     assert after["data.prepare"] != before["data.prepare"]
@@ -78,7 +78,7 @@ def test_a_converter_edit_reaches_only_the_tasks_it_converts(package_copy):
     before = codehash.task_fingerprint(["squad", "xquad", "xnli"])
     prepare = codehash.module_digest("data.prepare")
     with (package_copy / "data" / "loaders" / "spans.py").open("a") as f:
-        f.write("\n# an edit\n")
+        f.write("\nAN_EDIT = 1\n")
     codehash._imports.cache_clear()
     after = codehash.task_fingerprint(["squad", "xquad", "xnli"])
     assert after["squad"] != before["squad"] and after["xquad"] != before["xquad"]
@@ -117,3 +117,41 @@ def test_modules_that_only_watch_a_job_rerun_nothing():
     for observer in codehash.OBSERVERS:  # each is really imported by a step, and exists
         assert codehash._module_file(observer) is not None
     assert "workflow_scripts.progress" in codehash._imports("workflow_scripts.common")
+
+
+def test_prose_edits_rerun_nothing_and_code_edits_rerun_their_dependents(package_copy):
+    """Comments, docstrings and blank lines are not code: editing them leaves every digest as
+    it was; a ``#`` inside a string is code."""
+    metrics = package_copy / "evaluation" / "metrics.py"
+    source = metrics.read_text(encoding="utf-8")
+    before = codehash.module_digest("training.train")
+    assert source.startswith('"""')  # the module's docstring, edited below
+    prose = source.replace('"""', '"""A reworded opening. ', 1) + "\n\n# a closing remark\n"
+    metrics.write_text(prose, encoding="utf-8")
+    codehash._imports.cache_clear()
+    assert codehash.module_digest("training.train") == before
+    metrics.write_text(prose + 'MARKER = "# not a comment"\n', encoding="utf-8")
+    codehash._imports.cache_clear()
+    assert codehash.module_digest("training.train") != before
+
+
+def test_code_text_cuts_comments_and_docstrings_only():
+    source = (
+        '"""Module prose."""\n'
+        "import os  # why\n"
+        'X = "a # kept"  # cut\n'
+        "\n"
+        "class A:\n"
+        '    """Class prose,\n'
+        '    two lines."""\n'
+        "    def f(self):  # cut\n"
+        "        '''f prose'''\n"
+        '        return "été", X  # é cut\n'
+    ).encode("utf-8")
+    assert codehash.code_text(source).decode("utf-8").splitlines() == [
+        "import os",
+        'X = "a # kept"',
+        "class A:",
+        "    def f(self):",
+        '        return "été", X',
+    ]

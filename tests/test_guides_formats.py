@@ -130,7 +130,7 @@ def test_format_modules_are_hashed_into_the_jobs_of_their_tasks_only(tmp_path, m
     before = codehash.task_fingerprint(names)
     codes = {m: codehash.module_digest(m) for m in ("training.train", "evaluation.evaluate", "data.prepare")}
     with (dest / "spec" / "formats" / "span.py").open("a") as f:
-        f.write("\n# an edit\n")
+        f.write("\nAN_EDIT = 1\n")
     codehash._imports.cache_clear()
     after = codehash.task_fingerprint(names)
     assert {n for n in names if after[n] != before[n]} == {n for n in names if TASKS[n].format == "span"}

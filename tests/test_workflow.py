@@ -462,7 +462,7 @@ def test_editing_a_module_reruns_the_rules_that_import_it(demo, module):
     source = demo / "workflow_scripts" / f"{module.replace('.', '/')}.py"
     original = source.read_text()
     try:
-        source.write_text(original + "\n# an edit that changes the module's content\n")
+        source.write_text(original + "\nAN_EDIT = 1  # code: the module's content changes\n")
         rules = {rule for rule, _ in planned_jobs(demo)} - {"all"}
     finally:
         source.write_text(original)

@@ -160,51 +160,90 @@ def encode(task: Task, tokenizer, rows, opts: FormatOptions, train: bool) -> Enc
         return Encoded(FeatureStore.from_chunks(chunks()), rows)
 
 
-def _encode_chunk(task: Task, tokenizer, rows: list[dict[str, Any]], opts: FormatOptions, train: bool) -> list[Feature]:
-    max_length = opts.max_length
-    if task.format == CLASSIFICATION:
-        return _encode_pairs(tokenizer, rows, max_length)
-    if task.format == VISUAL_RETRIEVAL:  # a caption and its image
-        enc = tokenizer([r["text_a"] for r in rows], truncation=True, max_length=max_length)
-        return [
-            {"input_ids": ids, "image_index": r["image_index"], "example": i}
-            for i, (ids, r) in enumerate(zip(enc["input_ids"], rows))
-        ]
-    if task.format == VISUAL_CLASSIFICATION:  # the text; the image is a row of the task's feature bank
-        enc = tokenizer([r["text_a"] for r in rows], truncation=True, max_length=max_length)
-        return [
-            {"input_ids": ids, "labels": r["label"], "image_index": r["image_index"], "example": i}
-            for i, (ids, r) in enumerate(zip(enc["input_ids"], rows))
-        ]
-    if task.format == VISUAL_ANSWER:  # soft targets over the task's answer vocabulary (data/vqa_answers.py)
-        from workflow_scripts.data.vqa_answers import soft_targets
+def _pair_features(task: Task, tokenizer, rows, opts: FormatOptions, train: bool) -> list[Feature]:
+    return _encode_pairs(tokenizer, rows, opts.max_length)
 
-        index = {a: i for i, a in enumerate(task.labels)}
-        enc = tokenizer([r["text_a"] for r in rows], truncation=True, max_length=max_length)
-        feats = []
-        for i, (ids, r) in enumerate(zip(enc["input_ids"], rows)):
-            answer_ids, scores = soft_targets(list(r["answers"]), index)
-            feats.append(
-                {
-                    "input_ids": ids,
-                    "image_index": r["image_index"],
-                    "answer_ids": answer_ids,
-                    "answer_scores": scores,
-                    "example": i,
-                }
-            )
-        return feats
-    if task.format == MULTIPLE_CHOICE:
-        return _encode_choices(tokenizer, rows, max_length)
-    if task.format == SPAN:
-        return _encode_spans(tokenizer, rows, opts, train)
-    if task.format == TAGGING:
-        return _encode_tags(tokenizer, rows, task.labels, max_length)
-    if task.format == RANKING:  # scoring: one feature per query or candidate (Mewsli-X: 1M candidates)
-        return ranking_inputs.encode(tokenizer, rows, opts, train=False)
-    if task.format == MLM:
-        enc = tokenizer([r["text"] for r in rows], truncation=True, max_length=max_length)
-        return [{"input_ids": ids} for ids in enc["input_ids"]]
+
+def _caption_features(task: Task, tokenizer, rows, opts: FormatOptions, train: bool) -> list[Feature]:
+    """A caption and its image."""
+    enc = tokenizer([r["text_a"] for r in rows], truncation=True, max_length=opts.max_length)
+    return [
+        {"input_ids": ids, "image_index": r["image_index"], "example": i}
+        for i, (ids, r) in enumerate(zip(enc["input_ids"], rows))
+    ]
+
+
+def _image_text_features(task: Task, tokenizer, rows, opts: FormatOptions, train: bool) -> list[Feature]:
+    """The text and its label; the image is a row of the task's feature bank."""
+    enc = tokenizer([r["text_a"] for r in rows], truncation=True, max_length=opts.max_length)
+    return [
+        {"input_ids": ids, "labels": r["label"], "image_index": r["image_index"], "example": i}
+        for i, (ids, r) in enumerate(zip(enc["input_ids"], rows))
+    ]
+
+
+def _answer_features(task: Task, tokenizer, rows, opts: FormatOptions, train: bool) -> list[Feature]:
+    """Soft targets over the task's answer vocabulary (data/vqa_answers.py)."""
+    from workflow_scripts.data.vqa_answers import soft_targets
+
+    index = {a: i for i, a in enumerate(task.labels)}
+    enc = tokenizer([r["text_a"] for r in rows], truncation=True, max_length=opts.max_length)
+    feats = []
+    for i, (ids, r) in enumerate(zip(enc["input_ids"], rows)):
+        answer_ids, scores = soft_targets(list(r["answers"]), index)
+        feats.append(
+            {
+                "input_ids": ids,
+                "image_index": r["image_index"],
+                "answer_ids": answer_ids,
+                "answer_scores": scores,
+                "example": i,
+            }
+        )
+    return feats
+
+
+def _choice_features(task: Task, tokenizer, rows, opts: FormatOptions, train: bool) -> list[Feature]:
+    return _encode_choices(tokenizer, rows, opts.max_length)
+
+
+def _span_features(task: Task, tokenizer, rows, opts: FormatOptions, train: bool) -> list[Feature]:
+    return _encode_spans(tokenizer, rows, opts, train)
+
+
+def _tag_features(task: Task, tokenizer, rows, opts: FormatOptions, train: bool) -> list[Feature]:
+    return _encode_tags(tokenizer, rows, task.labels, opts.max_length)
+
+
+def _ranking_features(task: Task, tokenizer, rows, opts: FormatOptions, train: bool) -> list[Feature]:
+    """Scoring: one feature per query or candidate (Mewsli-X: 1M candidates); training
+    encodes the whole file at once (``encode``)."""
+    return ranking_inputs.encode(tokenizer, rows, opts, train=False)
+
+
+def _mlm_features(task: Task, tokenizer, rows, opts: FormatOptions, train: bool) -> list[Feature]:
+    enc = tokenizer([r["text"] for r in rows], truncation=True, max_length=opts.max_length)
+    return [{"input_ids": ids} for ids in enc["input_ids"]]
+
+
+# The features of each built-in format a model is trained or scored on; a format of its own
+# declares its encode_chunk in spec/formats/<name>.py instead.
+FEATURES = {
+    CLASSIFICATION: _pair_features,
+    VISUAL_RETRIEVAL: _caption_features,
+    VISUAL_CLASSIFICATION: _image_text_features,
+    VISUAL_ANSWER: _answer_features,
+    MULTIPLE_CHOICE: _choice_features,
+    SPAN: _span_features,
+    TAGGING: _tag_features,
+    RANKING: _ranking_features,
+    MLM: _mlm_features,
+}
+
+
+def _encode_chunk(task: Task, tokenizer, rows: list[dict[str, Any]], opts: FormatOptions, train: bool) -> list[Feature]:
+    if task.format in FEATURES:
+        return FEATURES[task.format](task, tokenizer, rows, opts, train)
     declared = get_format(task.format).encode_chunk if task.format in format_names() else None
     if declared is not None:  # a format with its own features (spec/formats/<name>.py)
         return declared(task, tokenizer, rows, opts, train)

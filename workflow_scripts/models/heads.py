@@ -92,30 +92,43 @@ def load_mlm_head(model_dir: str | Path, encoder: nn.Module):
     return mlm.lm_head if hasattr(mlm, "lm_head") else output
 
 
+def _classification_head(hidden: int, num_labels: int, dropout: float) -> nn.Module:
+    return nn.Sequential(
+        nn.Dropout(dropout), nn.Linear(hidden, hidden), nn.Tanh(), nn.Dropout(dropout), nn.Linear(hidden, num_labels)
+    )
+
+
+def _choice_head(hidden: int, num_labels: int, dropout: float) -> nn.Module:
+    """One score per choice: the classification head with one output."""
+    return _classification_head(hidden, 1, dropout)
+
+
+def _span_head(hidden: int, num_labels: int, dropout: float) -> nn.Module:
+    return nn.Linear(hidden, 2)  # start and end logits per token
+
+
+def _tagging_head(hidden: int, num_labels: int, dropout: float) -> nn.Module:
+    return nn.Sequential(nn.Dropout(dropout), nn.Linear(hidden, num_labels))
+
+
+# The fresh head of each head kind that trains one (ranking builds its own: dual_encoder.py).
+HEAD_BUILDERS = {
+    CLASSIFICATION: _classification_head,
+    MULTIPLE_CHOICE: _choice_head,
+    SPAN: _span_head,
+    TAGGING: _tagging_head,
+}
+
+
 def make_head(fmt: str, hidden: int, num_labels: int, dropout: float, init_std: float):
     """A freshly initialised output head (heads never carry over between phases), of the kind
     the format names (spec/formats/: TaskFormat.head)."""
-    fmt = head_kind(fmt)
-    if fmt == RANKING:
+    kind = head_kind(fmt)
+    if kind == RANKING:
         return dual_encoder.RankingHead(hidden, init_std).to(torch.float32)
-    if fmt == CLASSIFICATION:
-        head = nn.Sequential(
-            nn.Dropout(dropout),
-            nn.Linear(hidden, hidden),
-            nn.Tanh(),
-            nn.Dropout(dropout),
-            nn.Linear(hidden, num_labels),
-        )
-    elif fmt == MULTIPLE_CHOICE:
-        head = nn.Sequential(
-            nn.Dropout(dropout), nn.Linear(hidden, hidden), nn.Tanh(), nn.Dropout(dropout), nn.Linear(hidden, 1)
-        )
-    elif fmt == SPAN:
-        head = nn.Linear(hidden, 2)
-    elif fmt == TAGGING:
-        head = nn.Sequential(nn.Dropout(dropout), nn.Linear(hidden, num_labels))
-    else:
+    if kind not in HEAD_BUILDERS:
         raise ValueError(f"no fresh head for format {fmt!r}")
+    head = HEAD_BUILDERS[kind](hidden, num_labels, dropout)
     for module in head.modules():
         if isinstance(module, nn.Linear):
             nn.init.normal_(module.weight, std=init_std)
@@ -192,47 +205,85 @@ def encoded(model, batch: dict[str, Any]):
     return model.encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
 
 
+def _ranking_logits(model, head, batch: dict[str, Any]):
+    return dual_encoder.logits(model, head, batch)
+
+
+def _visual_logits(model, head, batch: dict[str, Any]):
+    from workflow_scripts.multimodal.prefix import visual_logits
+
+    return visual_logits(model, head, batch, pool)
+
+
+def _contrastive_logits(model, head, batch: dict[str, Any]):
+    from workflow_scripts.multimodal.prefix import contrastive_logits
+
+    return contrastive_logits(model, head, batch, pool)
+
+
+def _choice_logits(model, head, batch: dict[str, Any]):
+    """Each choice encoded as a sequence of its own, scored, the scores compared."""
+    import torch.nn.functional as F
+
+    n_choices = batch["input_ids"].shape[1]
+    flat = {k: batch[k].flatten(0, 1) for k in ("input_ids", "attention_mask")}
+    hidden = encoded(model, {**batch, **flat})
+    logits = head(pool(model.pooling, hidden, flat["attention_mask"])).view(-1, n_choices)
+    loss = F.cross_entropy(logits, batch["labels"]) if "labels" in batch else None
+    return logits, loss
+
+
+def _classification_logits(model, head, batch: dict[str, Any]):
+    import torch.nn.functional as F
+
+    logits = head(pool(model.pooling, encoded(model, batch), batch["attention_mask"]))
+    loss = F.cross_entropy(logits, batch["labels"]) if "labels" in batch else None
+    return logits, loss
+
+
+def _span_logits(model, head, batch: dict[str, Any]):
+    """Start and end logits per token; padding never wins either."""
+    import torch.nn.functional as F
+
+    logits = head(encoded(model, batch))  # (batch, length, 2)
+    loss = None
+    if "start_positions" in batch:
+        mask = batch["attention_mask"] == 0
+        start = logits[..., 0].masked_fill(mask, -1e4)
+        end = logits[..., 1].masked_fill(mask, -1e4)
+        loss = (F.cross_entropy(start, batch["start_positions"]) + F.cross_entropy(end, batch["end_positions"])) / 2
+    return logits, loss
+
+
+def _token_logits(model, head, batch: dict[str, Any]):
+    """One prediction per token (tags, masked tokens); -100 labels are not scored."""
+    import torch.nn.functional as F
+
+    logits = head(encoded(model, batch))
+    loss = None
+    if "labels" in batch:
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), batch["labels"].flatten(), ignore_index=-100)
+    return logits, loss
+
+
+# How each head kind reads a batch: (logits, loss or None), the loss where the batch has labels.
+TASK_LOGITS = {
+    RANKING: _ranking_logits,
+    VISUAL_CLASSIFICATION: _visual_logits,
+    VISUAL_ANSWER: _visual_logits,
+    VISUAL_RETRIEVAL: _contrastive_logits,
+    MULTIPLE_CHOICE: _choice_logits,
+    CLASSIFICATION: _classification_logits,
+    SPAN: _span_logits,
+    TAGGING: _token_logits,
+    MLM: _token_logits,
+}
+
+
 def task_logits(model, fmt: str, task: str, batch: dict[str, Any]):
     """MultiHeadModel.forward: the backbone, pooled by its family where a task reads one
     vector per sequence, then the task's head."""
-    import torch.nn.functional as F
-
-    head = model.heads[task]
-    fmt = fmt if fmt in HEAD_KINDS else head_kind(fmt)
-    if fmt == RANKING:
-        return dual_encoder.logits(model, head, batch)
-    if fmt in (VISUAL_CLASSIFICATION, VISUAL_ANSWER):
-        from workflow_scripts.multimodal.prefix import visual_logits
-
-        return visual_logits(model, head, batch, pool)
-    if fmt == VISUAL_RETRIEVAL:
-        from workflow_scripts.multimodal.prefix import contrastive_logits
-
-        return contrastive_logits(model, head, batch, pool)
-    if fmt == MULTIPLE_CHOICE:
-        n_choices = batch["input_ids"].shape[1]
-        flat = {k: batch[k].flatten(0, 1) for k in ("input_ids", "attention_mask")}
-        hidden = encoded(model, {**batch, **flat})
-        logits = head(pool(model.pooling, hidden, flat["attention_mask"])).view(-1, n_choices)
-        loss = F.cross_entropy(logits, batch["labels"]) if "labels" in batch else None
-        return logits, loss
-    hidden = encoded(model, batch)
-    if fmt == CLASSIFICATION:
-        logits = head(pool(model.pooling, hidden, batch["attention_mask"]))
-        loss = F.cross_entropy(logits, batch["labels"]) if "labels" in batch else None
-    elif fmt == SPAN:
-        logits = head(hidden)  # (batch, length, 2)
-        loss = None
-        if "start_positions" in batch:
-            mask = batch["attention_mask"] == 0
-            start = logits[..., 0].masked_fill(mask, -1e4)
-            end = logits[..., 1].masked_fill(mask, -1e4)
-            loss = (F.cross_entropy(start, batch["start_positions"]) + F.cross_entropy(end, batch["end_positions"])) / 2
-    elif fmt in (TAGGING, MLM):
-        logits = head(hidden)
-        loss = None
-        if "labels" in batch:
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), batch["labels"].flatten(), ignore_index=-100)
-    else:
+    kind = fmt if fmt in HEAD_KINDS else head_kind(fmt)
+    if kind not in TASK_LOGITS:
         raise ValueError(f"unknown format {fmt!r}")
-    return logits, loss
+    return TASK_LOGITS[kind](model, model.heads[task], batch)

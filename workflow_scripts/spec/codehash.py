@@ -3,6 +3,8 @@
 Snakemake tracks a rule's code, params and inputs but not the Python modules a shell
 command imports. Each rule gets ``params.code = module_digest(<cli module>)``: editing any
 module in that import closure changes the param, so exactly the rules using it rerun.
+A module is hashed as code: its comments, docstrings and blank lines are left out, so an
+edit to prose alone reruns nothing.
 Standard library only, because the Snakefile imports this at parse time.
 """
 
@@ -10,7 +12,9 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import io
 import json
+import tokenize
 from functools import cache
 from pathlib import Path
 
@@ -115,6 +119,66 @@ def _store_imports(key: str, found: list[str]) -> None:
     user_cache.write_text(f"imports-v1/{key}.json", json.dumps(found))
 
 
+# ----- a module's code, without its prose -------------------------------------------------
+
+
+def _docstring_spans(tree: ast.Module) -> list[tuple[int, int, int, int]]:
+    """(start line, start column, end line, end column) of the module's, each class's and
+    each function's docstring: the string that opens its body."""
+    spans = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
+                spans.append((first.lineno, first.col_offset, first.end_lineno, first.end_col_offset))
+    return spans
+
+
+def _comment_spans(source: bytes, lines: list[bytes]) -> list[tuple[int, int, int, int]]:
+    """The spans of the source's comments, as the tokenizer finds them (a ``#`` inside a
+    string is part of the string), in UTF-8 columns as the syntax tree gives them."""
+
+    def column(row: int, col: int) -> int:
+        return len(lines[row - 1].decode("utf-8")[:col].encode("utf-8"))
+
+    tokens = tokenize.tokenize(io.BytesIO(source).readline)
+    return [(t.start[0], column(*t.start), t.end[0], column(*t.end)) for t in tokens if t.type == tokenize.COMMENT]
+
+
+def code_text(source: bytes, filename: str = "<source>") -> bytes:
+    """``source`` as code: comments and docstrings cut out, trailing spaces and blank lines
+    dropped. The spans come from the tokenizer and the syntax tree, so the result is the
+    same on every Python that parses the file."""
+    lines = source.replace(b"\r\n", b"\n").split(b"\n")
+    spans = _docstring_spans(ast.parse(source, filename=filename)) + _comment_spans(source, lines)
+    # Cut from the end backwards, so that the offsets of the spans still to cut stay valid.
+    for start_line, start_col, end_line, end_col in sorted(spans, reverse=True):
+        lines[start_line - 1 : end_line] = [lines[start_line - 1][:start_col] + lines[end_line - 1][end_col:]]
+    return b"\n".join(line.rstrip() for line in lines if line.strip())
+
+
+_CODE_DIGESTS: dict[str, bytes] = {}
+
+
+def _code_digest(name: str) -> bytes:
+    """The hash of module ``name``'s code (``code_text``), kept in this process and in the
+    user's cache under the hash of the module's bytes, as its imports are."""
+    path = _module_file(name)
+    source = path.read_bytes()
+    key = hashlib.sha256(source).hexdigest()
+    if key not in _CODE_DIGESTS:
+        found = user_cache.read_text(f"code-v1/{key}")
+        if found is None:
+            found = hashlib.sha256(code_text(source, str(path))).hexdigest()
+            user_cache.write_text(f"code-v1/{key}", found)
+        _CODE_DIGESTS[key] = found.encode()
+    return _CODE_DIGESTS[key]
+
+
 def import_closure(name: str) -> list[str]:
     return _closure([name])
 
@@ -139,16 +203,16 @@ def module_digest(name: str) -> str:
         raise ValueError(f"no module {name} in {PACKAGE_DIR}")
     digest = hashlib.sha256()
     for mod in import_closure(name):
-        digest.update(mod.encode() + b"\0" + _module_file(mod).read_bytes() + b"\0")
+        digest.update(mod.encode() + b"\0" + _code_digest(mod) + b"\0")
     return digest.hexdigest()[:16]
 
 
 def file_digest(path: Path) -> str:
     """sha256 over a source file outside the package (a user's task converter) and the
     package modules it imports."""
-    digest = hashlib.sha256(path.read_bytes() + b"\0")
+    digest = hashlib.sha256(code_text(path.read_bytes(), str(path)) + b"\0")
     for mod in _closure(_imports_in(path, f"{PACKAGE}._external")):
-        digest.update(mod.encode() + b"\0" + _module_file(mod).read_bytes() + b"\0")
+        digest.update(mod.encode() + b"\0" + _code_digest(mod) + b"\0")
     return digest.hexdigest()[:16]
 
 

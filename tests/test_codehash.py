@@ -147,7 +147,7 @@ def test_code_text_cuts_comments_and_docstrings_only():
         "    def f(self):  # cut\n"
         "        '''f prose'''\n"
         '        return "été", X  # é cut\n'
-    ).encode("utf-8")
+    ).encode()
     assert codehash.code_text(source).decode("utf-8").splitlines() == [
         "import os",
         'X = "a # kept"',

@@ -273,10 +273,10 @@ def validated_config(path: Path) -> dict:
     has them before its grid check."""
     from snakemake.utils import validate
 
-    from workflow_scripts.workflow import config_layers, grid_checks
+    from workflow_scripts.workflow import config_check, config_layers, grid_checks
 
     config = config_layers.load([path])
-    schema = str(REPO / "schemas" / "config.schema.yaml")
+    schema = str(config_check.schema_for_validation())
     grid_checks.check_schema(config, schema)
     validate(config, schema)
     return config

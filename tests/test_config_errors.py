@@ -24,7 +24,7 @@ from conftest import (
     use_config_catalogues,
 )
 from workflow_scripts.common import atomic_path
-from workflow_scripts.workflow import config_layers, grid, grid_checks
+from workflow_scripts.workflow import config_check, config_layers, grid, grid_checks
 
 
 @pytest.fixture(scope="module")
@@ -214,7 +214,7 @@ def presets(repo: Path) -> list[Path]:
 def test_every_preset_passes_the_config_check(repo, monkeypatch):
     from snakemake.utils import validate
 
-    schema = str(repo / "schemas" / "config.schema.yaml")
+    schema = str(config_check.schema_for_validation())  # the schema file with the records' values
     checked = []
     for path in presets(repo):
         config = config_layers.load([path])  # its layers (`extends`) resolved, as the Snakefile does

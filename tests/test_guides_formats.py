@@ -167,7 +167,6 @@ def test_new_backbone_family_guide(tmp_path, demo_encoder_dir, demo_data):
         module,
         "workflow_scripts/spec/families.py",
         "workflow_scripts/models/backbones/__init__.py",
-        "schemas/config.schema.yaml",
     }
     tree = tree_copy(tmp_path / "tree")
     (tree / module).write_text(blocks.pop(module))
@@ -183,6 +182,7 @@ from workflow_scripts.models.backbones import FAMILIES, family_of
 from workflow_scripts.spec.phase_settings import PhaseSettings
 from workflow_scripts.training.recipe import train_phase
 from workflow_scripts.workflow import memory_model as mm
+from workflow_scripts.workflow.config_check import schema_for_validation
 
 entry = {{"family": "mean_encoder", "method": "lora", "precision": "bf16", "parameters": 4.7e8,
          "architecture": {{"hidden_size": 768, "num_layers": 12, "num_attention_heads": 12, "vocab_size": 501153}}}}
@@ -197,13 +197,16 @@ settings = PhaseSettings.parse({{
 }})
 log = train_phase("target", Path({str(model)!r}), data, settings, seed=1, threads=1,
                   output=Path({str(tmp_path)!r}) / "trained")
-print(json.dumps({{"families": list(FAMILIES), "family": family_of({str(model)!r}).name,
+rendered = json.loads(schema_for_validation().read_text())
+print(json.dumps({{"families": list(FAMILIES), "schema": rendered["$defs"]["backbone"]["properties"]["family"]["enum"],
+                  "family": family_of({str(model)!r}).name,
                   "pooling": family_of({str(model)!r}).pooling, "targets": list(bb.target_modules),
                   "adapter": mm.lora_adapter_parameters(bb), "total": est.total, "steps": log["total_steps"],
                   "best": log["best"]["scores"]}}))
 """
     got = run_in(tree, script)
     assert got["families"][-1] == "mean_encoder" and got["family"] == "mean_encoder" and got["pooling"] == "mean"
+    assert got["schema"] == got["families"]  # the config check accepts the new family, no schema edit
     # planned with the encoder's attention projections, sized by the planner
     assert got["targets"] == ["query", "key", "value", "attention.output.dense"]
     assert got["adapter"] == 12 * 4 * 16 * 2 * 768 and got["total"] > 0
@@ -236,9 +239,9 @@ def test_every_format_declares_its_facts_and_a_misnamed_kind_is_refused():
 
 @pytest.mark.unit
 def test_the_families_the_schema_accepts_are_the_registered_ones():
-    """new_backbone_family.md §1 and §3: a family's facts are registered in spec/families.py,
-    its code in backbones/__init__.py, its name in the config schema's enum; one alone is
-    caught here."""
+    """new_backbone_family.md §1 and §3: a family's facts are registered in spec/families.py
+    and its code in backbones/__init__.py; the config schema's enum is filled in from the
+    facts. One registered without the other is caught here."""
     from workflow_scripts.models.backbones import FAMILIES
     from workflow_scripts.spec import families, schema
 

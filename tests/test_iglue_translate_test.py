@@ -94,10 +94,10 @@ def test_the_translated_xflickrco_captions_keep_their_images_in_the_release_orde
 def test_translate_test_of_xflickrco_reads_its_published_translations():
     from snakemake.utils import validate
 
-    from workflow_scripts.workflow import config_layers, grid, grid_checks
+    from workflow_scripts.workflow import config_check, config_layers, grid, grid_checks
 
     config = config_layers.load([REPO / "tests/configs/xflickrco_demo.yaml"])
-    validate(config, str(REPO / "schemas" / "config.schema.yaml"))
+    validate(config, str(config_check.schema_for_validation()))
     others = [lang for lang in config["tasks"]["xflickrco"]["languages"] if lang != "en"]
     config["tasks"]["xflickrco_gmt"] = {
         "hub": {"path": "floschne/xflickrco"},

@@ -260,7 +260,7 @@ def test_accuracy_on_the_real_xvnli_and_marvl_rows(tmp_path):
 def demo_config(extra_target: str) -> dict:
     from snakemake.utils import validate
 
-    from workflow_scripts.workflow import config_layers, grid_checks
+    from workflow_scripts.workflow import config_check, config_layers, grid_checks
 
     config = config_layers.load([REPO / "config.yaml"])
     config["targets"] = [*config["targets"], extra_target]
@@ -270,7 +270,7 @@ def demo_config(extra_target: str) -> dict:
         "languages": ["ar"] if family == "xvnli" else ["de"],
         "options": {"path": f"tests/real_data/{family}"},
     }
-    schema = str(REPO / "schemas" / "config.schema.yaml")
+    schema = str(config_check.schema_for_validation())
     grid_checks.check_schema(config, schema)
     validate(config, schema)
     return config

@@ -281,12 +281,13 @@ def test_config_check_refusals_name_the_key_and_the_file(my_nli, tmp_path):
 
 
 def test_the_schema_refuses_an_unknown_file_type_and_split(my_nli, tmp_path):
+    from workflow_scripts.spec.schema import config_schema
     from workflow_scripts.workflow import grid, grid_checks
 
     config = task_config(tmp_path, file_type="xlsx")
     config["tasks"]["my_nli"]["data"]["files"]["valid"] = "x.jsonl"
     schema = {"type": "object", "properties": {"tasks": {"additionalProperties": {"$ref": "#/$defs/task"}}}}
-    schema["$defs"] = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())["$defs"]
+    schema["$defs"] = config_schema()["$defs"]
     path = tmp_path / "schema.yaml"
     path.write_text(yaml.safe_dump(schema))
     with pytest.raises(grid.ConfigError) as err:

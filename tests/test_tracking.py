@@ -237,7 +237,7 @@ def test_a_tracker_failing_mid_job_is_dropped_and_the_others_go_on(caplog):
 
 @pytest.mark.unit
 def test_config_check_names_the_tracking_key(monkeypatch):
-    schema = str(config_check.SCHEMA)
+    schema = str(config_check.schema_for_validation())
     with pytest.raises(grid.ConfigError, match="config key tracking.mlflow: 'yes' is not of type 'boolean'"):
         grid_checks.check_schema({"tracking": {"mlflow": "yes"}}, schema)
     with pytest.raises(grid.ConfigError, match="config key tracking: Additional properties"):

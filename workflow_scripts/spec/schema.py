@@ -1,7 +1,9 @@
 """The config schema (schemas/config.schema.yaml) as code reads it: the values a setting
 allows and the default of each setting a config may leave out.
 
-The schema is the one declaration. Snakemake fills its defaults into the config it validates;
+The schema is the one declaration, except where a record declares the values: the backbone
+families' names come from their records (spec/families.py), filled into the schema when it
+is read (``config_schema``). Snakemake fills its defaults into the config it validates;
 the code that also meets config parts nobody validated (the memory planner's CLI, a method
 given to train.py by hand) takes them from here, so the rules, the planner and training agree.
 
@@ -15,6 +17,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from workflow_scripts.spec import families
 from workflow_scripts.spec.basics import REPO_ROOT, load_yaml
 from workflow_scripts.spec.suggest import did_you_mean
 
@@ -23,7 +26,17 @@ SCHEMA_FILE = REPO_ROOT / "schemas" / "config.schema.yaml"
 
 @functools.cache
 def config_schema() -> dict[str, Any]:
-    return load_yaml(SCHEMA_FILE.read_text(encoding="utf-8"))
+    """The schema file with the values that records declare filled in: what the config
+    check validates against and the configuration reference prints."""
+    return with_records(load_yaml(SCHEMA_FILE.read_text(encoding="utf-8")))
+
+
+def with_records(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with the enums that records declare: a backbone entry's ``family`` is one
+    of the registered families, in their order."""
+    family = schema["$defs"]["backbone"]["properties"]["family"]
+    family["enum"] = [facts.name for facts in families.REGISTERED]
+    return schema
 
 
 def _name(keys: tuple[str, ...], definition: str | None) -> str:

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from workflow_scripts import revisions
-from workflow_scripts.spec import paths, trackers, user_cache
+from workflow_scripts.spec import families, paths, schema, trackers, user_cache
 from workflow_scripts.spec import tasks as task_catalogue
 from workflow_scripts.spec.basics import REPO_ROOT, load_yaml
 from workflow_scripts.workflow import (
@@ -44,15 +45,24 @@ CONFIG_ERRORS = (
 
 
 def schema_for_validation() -> Path:
-    """The schema for Snakemake's ``validate``: its JSON rendition in the user's cache (named
-    by the YAML's hash), which Snakemake reads about 10x faster than the YAML (it tries JSON
-    first, then parses YAML in pure Python); the YAML itself where no cache can be written."""
+    """The schema for Snakemake's ``validate`` and the check's own messages: its JSON
+    rendition with the values that records declare filled in (spec/schema.py
+    ``with_records``), in the user's cache (named by the hash of the YAML and of those
+    values), which Snakemake reads about 10x faster than the YAML (it tries JSON first, then
+    parses YAML in pure Python); in a temporary file where no cache can be written."""
     text = SCHEMA.read_bytes()
-    name = f"config-schema-{hashlib.sha256(text).hexdigest()[:16]}.json"
+    records = json.dumps([facts.name for facts in families.REGISTERED]).encode()
+    key = hashlib.sha256(text + b"\0" + records).hexdigest()[:16]
+    name = f"config-schema-{key}.json"
     found = user_cache.path_of(name)
     if found is None:
-        found = user_cache.write_text(name, json.dumps(load_yaml(text.decode("utf-8"))))
-    return found or SCHEMA
+        rendered = json.dumps(schema.with_records(load_yaml(text.decode("utf-8"))))
+        found = user_cache.write_text(name, rendered)
+        if found is None:
+            with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False, encoding="utf-8") as tmp:
+                tmp.write(rendered)
+            found = Path(tmp.name)
+    return found
 
 
 def check(config: dict[str, Any], configfiles: Sequence[str | Path], catalogues: Sequence[str]) -> str:
@@ -62,8 +72,9 @@ def check(config: dict[str, Any], configfiles: Sequence[str | Path], catalogues:
 
     # The user's own task entries join the built-in ones before anything checks a task name.
     task_catalogue.use_catalogues(list(catalogues))
-    grid_checks.check_schema(config, str(SCHEMA))
-    validate(config, str(schema_for_validation()))
+    rendered = str(schema_for_validation())
+    grid_checks.check_schema(config, rendered)
+    validate(config, rendered)
     # Image arms become one config per recipe before anything reads the intermediate configs.
     arm_recipes.expand(config)
     # Before anything reads a task's hub key: a task has it or local files of its own.

@@ -24,6 +24,8 @@ from typing import Any
 
 import yaml
 
+from workflow_scripts.spec.schema import with_records
+
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = REPO / "schemas" / "config.schema.yaml"
 PAGE = REPO / "docs" / "configuration" / "reference.md"
@@ -249,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--schema", type=Path, default=SCHEMA)
     parser.add_argument("--write", action="store_true", help=f"write {PAGE.relative_to(REPO)} instead of printing")
     args = parser.parse_args(argv)
-    page = render(yaml.safe_load(args.schema.read_text()))
+    page = render(with_records(yaml.safe_load(args.schema.read_text())))
     if args.write:
         PAGE.parent.mkdir(parents=True, exist_ok=True)
         PAGE.write_text(page)

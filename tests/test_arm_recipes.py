@@ -289,3 +289,19 @@ def test_merge_back_after_full_fine_tuning_is_the_interpolation_of_the_two_ends(
     assert moved  # the phase trained the backbone
     for k in start:
         assert torch.allclose(merged[k], 0.75 * trained[k] + 0.25 * start[k], atol=1e-6), k
+
+
+def test_every_trains_choice_is_declared_once_and_frozen_by_training():
+    """A choice of ``trains`` is a Literal value with its words (spec/arm_recipe.py), which the
+    schema's enum is filled from, and training freezes what it leaves untrained (or says the
+    method does): one without the other is caught here (docs/guides/new_arm_recipe_choice.md)."""
+    import typing
+
+    from workflow_scripts.spec import arm_recipe
+    from workflow_scripts.spec.schema import config_schema
+    from workflow_scripts.training.arm_phase import FREEZE, NOT_FROZEN_HERE
+
+    assert set(typing.get_args(arm_recipe.Trains)) == set(arm_recipe.TRAINS)
+    assert set(arm_recipe.TRAINS) == set(FREEZE) | NOT_FROZEN_HERE and not set(FREEZE) & NOT_FROZEN_HERE
+    schema = config_schema()["properties"]["arm_recipes"]["additionalProperties"]["properties"]["trains"]
+    assert schema["enum"] == list(arm_recipe.TRAINS)

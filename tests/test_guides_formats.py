@@ -1,4 +1,5 @@
-"""The extension guides, followed: docs/guides/new_task_format.md and new_backbone_family.md.
+"""The extension guides, followed: docs/guides/new_task_format.md, new_backbone_family.md and
+new_arm_recipe_choice.md.
 
 Each test writes the guide's titled code blocks into a copy of the tree and runs there (in
 a subprocess, since the copy's package is a different ``workflow_scripts``) what the guide
@@ -211,6 +212,58 @@ print(json.dumps({{"families": list(FAMILIES), "schema": rendered["$defs"]["back
     assert got["targets"] == ["query", "key", "value", "attention.output.dense"]
     assert got["adapter"] == 12 * 4 * 16 * 2 * 768 and got["total"] > 0
     assert got["steps"] == 1 and 0 <= got["best"]["xnli"]["accuracy"] <= 100
+
+
+END_OF_FILE = " (end of file)"
+
+
+@pytest.mark.integration
+def test_new_arm_recipe_choice_guide(tmp_path, demo_encoder_dir, demo_data):
+    blocks = guide_blocks("new_arm_recipe_choice.md")
+    freezer = "workflow_scripts/training/arm_phase.py" + END_OF_FILE
+    assert set(blocks) == {"workflow_scripts/spec/arm_recipe.py", freezer, "docs/multimodal.md"}
+    tree = tree_copy(tmp_path / "tree")
+    (tree / "docs").mkdir()
+    shutil.copy(REPO / "docs" / "multimodal.md", tree / "docs" / "multimodal.md")
+    with (tree / freezer.removesuffix(END_OF_FILE)).open("a") as f:
+        f.write("\n\n" + blocks.pop(freezer))
+    for path, body in blocks.items():
+        apply_edits(tree / path, body)
+    assert "| | `upper_blocks` |" in (tree / "docs" / "multimodal.md").read_text()
+    script = f"""
+import json
+from pathlib import Path
+from safetensors.torch import load_file
+from workflow_scripts.spec.phase_settings import PhaseSettings
+from workflow_scripts.training.recipe import train_phase
+from workflow_scripts.workflow.config_check import schema_for_validation
+
+rendered = json.loads(schema_for_validation().read_text())
+enum = rendered["properties"]["arm_recipes"]["additionalProperties"]["properties"]["trains"]["enum"]
+data = {{"xnli": {{"train": {str(demo_data["mnli.train"])!r}, "dev": {str(demo_data["xnli.dev"])!r}}}}}
+settings = PhaseSettings.parse({{
+    "dropout": 0.1, "dev_examples": 16, "eval_batch_size": 16, "eval_every": 2, "learning_rate": 1e-2,
+    "max_grad_norm": 1.0, "max_micro_batch": 4, "multitask_cap": 131072, "multitask_epochs": 1,
+    "patience": 30, "warmup_ratio": 0.0, "weight_decay": 0.0, "max_steps": 2, "method": {{}},
+    "arm_recipe": {{"name": "upper", "trains": "upper_blocks"}},
+    "tasks": {{"xnli": {{"batch_size": 4, "epochs": 1, "max_length": 32, "select_language": "en"}}}},
+}})
+out = Path({str(tmp_path)!r}) / "trained"
+log = train_phase("intermediate", Path({str(demo_encoder_dir)!r}), data, settings, seed=1, threads=1, output=out)
+# the demo encoder is saved with its masked-LM head, its encoder's weights under "roberta."
+start = {{k.removeprefix("roberta."): v for k, v in load_file(str(Path({str(demo_encoder_dir)!r}) / "model.safetensors")).items()}}
+trained = load_file(str(out / "model.safetensors"))
+changed = sorted(k for k in trained if k in start and not start[k].equal(trained[k]))
+print(json.dumps({{"enum": enum, "frozen": log["frozen_parameters"], "changed": changed,
+                  "names": sorted(trained)}}))
+"""
+    got = run_in(tree, script)
+    assert "upper_blocks" in got["enum"] and got["frozen"] > 0
+    layers = sorted({int(n.split("layer.")[1].split(".")[0]) for n in got["names"] if "layer." in n})
+    upper = layers[len(layers) // 2 :]
+    # the upper blocks trained; the embeddings and the lower blocks kept their weights
+    assert got["changed"] and all(any(f"layer.{i}." in n for i in upper) for n in got["changed"]), got["changed"]
+    assert any(f"layer.{upper[-1]}." in n for n in got["changed"])
 
 
 @pytest.mark.unit

@@ -19,11 +19,15 @@ from workflow_scripts.spec.tasks import CONTROLS, TASKS
 
 Trains = Literal["backbone", "adapters", "projector"]
 # What each choice of ``trains`` leaves trainable besides the phase's heads (the visual
-# projector is part of an image task's head).
+# projector is part of an image task's head), in the words the configuration reference
+# prints (spec/schema.py); training/arm_phase.py FREEZE freezes the rest.
 TRAINS = {
-    "backbone": "what the backbone's method trains (the whole backbone, or its LoRA/QLoRA adapters)",
-    "adapters": "LoRA adapters on the backbone (the backbone's lora settings); the backbone itself frozen",
-    "projector": "nothing of the backbone: the projector and the task heads only",
+    "backbone": "what the backbone's method trains, the whole backbone or its LoRA/QLoRA adapters",
+    "adapters": (
+        "LoRA adapters with the backbone's lora settings, the backbone frozen, and on a fully "
+        "fine-tuned backbone merged into it for the target phase"
+    ),
+    "projector": "nothing of the backbone, only the projector and the task heads",
 }
 # The recipe whose configs keep their own names (absent from arm_recipes: every arm is named
 # <config>@<recipe>).

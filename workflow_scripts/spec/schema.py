@@ -17,7 +17,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from workflow_scripts.spec import families
+from workflow_scripts.spec import arm_recipe, families
 from workflow_scripts.spec.basics import REPO_ROOT, load_yaml
 from workflow_scripts.spec.suggest import did_you_mean
 
@@ -32,10 +32,15 @@ def config_schema() -> dict[str, Any]:
 
 
 def with_records(schema: dict[str, Any]) -> dict[str, Any]:
-    """``schema`` with the enums that records declare: a backbone entry's ``family`` is one
-    of the registered families, in their order."""
+    """``schema`` with the choices that records declare: a backbone entry's ``family`` is one
+    of the registered families, an arm recipe's ``trains`` one of the recipe's choices (each
+    described), in their order."""
     family = schema["$defs"]["backbone"]["properties"]["family"]
     family["enum"] = [facts.name for facts in families.REGISTERED]
+    trains = schema["properties"]["arm_recipes"]["additionalProperties"]["properties"]["trains"]
+    trains["enum"] = list(arm_recipe.TRAINS)
+    choices = "; ".join(f"{name} ({what})" for name, what in arm_recipe.TRAINS.items())
+    trains["description"] = f"{trains['description']} {choices}."
     return schema
 
 

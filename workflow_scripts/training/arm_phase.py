@@ -1,7 +1,8 @@
 """What an arm recipe (spec/arm_recipe.py) changes in an intermediate phase besides its
-settings: a backbone frozen under ``trains: projector``, and the merge-back of the phase's
-backbone weights toward the weights it started from. (``trains: adapters`` is the phase's
-method, LoRA, chosen by the workflow; the text-only share is the sampler's fixed share.)
+settings: the parameters its ``trains`` choice freezes (``FREEZE``: the whole backbone under
+``trains: projector``), and the merge-back of the phase's backbone weights toward the
+weights it started from. (``trains: adapters`` is the phase's method, LoRA, chosen by the
+workflow; the text-only share is the sampler's fixed share.)
 
 Merge-back: each backbone weight w becomes (1 - a) w + a w_start. Under LoRA the adapter's
 update s B A is all the phase changed, so scaling B by (1 - a) gives exactly that
@@ -11,9 +12,11 @@ with the starting backbone, read again from the directory the phase started from
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from workflow_scripts.common import LOG
+from workflow_scripts.spec.arm_recipe import ArmRecipe
 
 HEADS_PREFIX = "heads."
 
@@ -28,6 +31,21 @@ def freeze_backbone(model) -> int:
             param.requires_grad_(False)
             frozen += param.numel()
     return frozen
+
+
+# What each choice of ``trains`` (spec/arm_recipe.py TRAINS) freezes before the optimiser is
+# built, returning the number of parameters frozen. The choices absent here freeze nothing
+# themselves: ``backbone`` trains what the backbone's method trains, ``adapters`` is the LoRA
+# method the workflow gives the phase (workflow/grid_settings.py).
+FREEZE: dict[str, Callable[[Any], int]] = {"projector": freeze_backbone}
+NOT_FROZEN_HERE = frozenset({"backbone", "adapters"})
+
+
+def freeze_for(model, recipe: ArmRecipe | None) -> int:
+    """Freeze what the phase's recipe leaves untrained; 0 outside an arm."""
+    if recipe is None or recipe.trains not in FREEZE:
+        return 0
+    return FREEZE[recipe.trains](model)
 
 
 def scale_adapter_updates(model, alpha: float) -> int:

@@ -58,7 +58,7 @@ from workflow_scripts.spec.phase_settings import PhaseSettings
 from workflow_scripts.spec.tasks import MLM, Task, primary_metric
 from workflow_scripts.training import runtime as training_runtime
 from workflow_scripts.training import step as step_
-from workflow_scripts.training.arm_phase import freeze_backbone, merge_back_full, scale_adapter_updates
+from workflow_scripts.training.arm_phase import freeze_for, merge_back_full, scale_adapter_updates
 from workflow_scripts.training.checkpoints import STOP_SIGNALS, Preempted, files_stamp, save_weights
 from workflow_scripts.training.curves import CURVE_FILE, CurveMeter, CurveObserver, publish_record, write_curve
 from workflow_scripts.training.distributed import any_rank, from_rank0, sum_over_ranks
@@ -284,9 +284,8 @@ class TrainingRecipe:
         self.model, self.peft_model = self.runtime.build(
             job.encoder_dir, encoder, self.data.heads, self.family.name, self.head_formats
         )
-        recipe = self.settings.arm_recipe
-        # an arm recipe's trains: projector (arm_phase.py): the heads alone train
-        self.frozen_parameters = freeze_backbone(self.model) if recipe and recipe.trains == "projector" else 0
+        # what an arm recipe's trains choice leaves untrained (arm_phase.py: FREEZE)
+        self.frozen_parameters = freeze_for(self.model, self.settings.arm_recipe)
 
     def build_optimisation(self) -> None:
         """The steps and their schedule, the task sampler and batch streams, the optimiser,

@@ -13,6 +13,7 @@ if not workflow.config_settings.configfiles:
 
 
 include: "rules/common.smk"
+include: "rules/resources.smk"
 include: "rules/data.smk"
 include: "rules/models.smk"
 include: "rules/translate.smk"

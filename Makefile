@@ -82,7 +82,7 @@ preflight: install
 WATCH ?= 10
 EXPERIMENT ?=
 status:
-	$(BIN)/python -m workflow_scripts.workflow.status --watch $(WATCH) $(if $(EXPERIMENT),--experiment $(EXPERIMENT))
+	$(BIN)/python -m workflow_scripts.operations.status --watch $(WATCH) $(if $(EXPERIMENT),--experiment $(EXPERIMENT))
 
 # One GPU, minutes, no network needed (docs/benchmarks.md, "gpu-check"): the GPU tests, training
 # tokens/s and MFU at real shapes, a torchrun/FSDP2 stop and resume, the GPU search against

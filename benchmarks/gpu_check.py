@@ -57,7 +57,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))  # step_ops
 
-from workflow_scripts.workflow.job_cost import PEAK_TFLOPS  # noqa: E402 (after the path)
+from workflow_scripts.planning.job_cost import PEAK_TFLOPS  # noqa: E402 (after the path)
 
 # Dense bf16 peak of each card, TFLOP/s: the cost model's table, declared there.
 BF16_PEAK_TFLOPS = {kind: peaks["16-bit"] for kind, peaks in PEAK_TFLOPS.items()}
@@ -85,7 +85,7 @@ ENGINE_MODES = {"eager": "never", "compiled": "always", "graphs": "graphs"}
 def throughput_cases(smoke: bool) -> list[dict[str, Any]]:
     """(label, family, shape, method, precision, mode, seq_len, micro_batch) of each throughput
     run: training steps, and evaluation's forwards (``inference``), which the cost model
-    (workflow/job_cost.py) reads as measured MFU per family, method, precision and mode."""
+    (planning/job_cost.py) reads as measured MFU per family, method, precision and mode."""
     enc, dec = (TINY_ENCODER, TINY_DECODER) if smoke else (XLMR_LARGE, DECODER_7B_WIDTH)
     wide = TINY_ENCODER if smoke else XLMR_XL_WIDTH
     scale = (lambda s, b: (32, 2)) if smoke else (lambda s, b: (s, b))
@@ -237,8 +237,8 @@ def timed_forwards(model, method, batch: dict[str, Any], dev, warmup: int, steps
 
 
 def flops_per_token(case: dict[str, Any], parameters: int) -> float:
-    """The cost model's FLOPs per token (workflow/job_cost.py), for this case's shape."""
-    from workflow_scripts.workflow.job_cost import flops_per_token as model_flops
+    """The cost model's FLOPs per token (planning/job_cost.py), for this case's shape."""
+    from workflow_scripts.planning.job_cost import flops_per_token as model_flops
 
     shape = case["shape"]
     embeddings = (
@@ -256,7 +256,7 @@ def flops_per_token(case: dict[str, Any], parameters: int) -> float:
 
 def planned_bytes(case: dict[str, Any], parameters: int, precision: str) -> float:
     """The memory planner's estimate for this step, without its fixed reserve."""
-    from workflow_scripts.workflow import memory_model
+    from workflow_scripts.planning import memory_model
 
     shape = case["shape"]
     entry = {
@@ -589,8 +589,8 @@ def summary_markdown(env: dict[str, Any], results: dict[str, Any], smoke: bool) 
 
 
 def measured_throughput(env: dict[str, Any], results: dict[str, Any], peak: float | None) -> dict[str, Any]:
-    """The throughput rows in the form the cost model reads (workflow/job_cost.py): copied to
-    ``workflow_scripts/workflow/measured_throughput/<gpu>.json``, they are this GPU's measured MFU."""
+    """The throughput rows in the form the cost model reads (planning/job_cost.py): copied to
+    ``workflow_scripts/planning/measured_throughput/<gpu>.json``, they are this GPU's measured MFU."""
     keys = ("family", "method", "precision", "mode", "engine", "hidden_size", "seq_len", "micro_batch",
             "tokens_per_s", "mfu")  # fmt: skip
     rounding = {"tokens_per_s": 0, "mfu": 4}

@@ -1,4 +1,4 @@
-"""The memory model (workflow_scripts/workflow/memory_model.py) against PyTorch's own accounting.
+"""The memory model (workflow_scripts/planning/memory_model.py) against PyTorch's own accounting.
 
 For each backbone x method (full, LoRA, QLoRA), with and without MLM (encoder only) and with
 and without images, one training step of the project's own model runs under
@@ -58,8 +58,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from workflow_scripts.models import adapters
 from workflow_scripts.models.heads import MultiHeadModel, forward, make_head, visual_classifier
-from workflow_scripts.workflow import memory_model as mm
-from workflow_scripts.workflow import memory_plan as mp
+from workflow_scripts.planning import memory_model as mm
+from workflow_scripts.planning import memory_plan as mp
 
 GIB = 2**30
 SEQ_LEN = 256

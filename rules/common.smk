@@ -13,20 +13,18 @@ sys.path.insert(0, workflow.basedir)
 
 from workflow_scripts.spec import launch
 from workflow_scripts.spec import trackers
+from workflow_scripts.operations import logs
+from workflow_scripts.planning import disk, job_estimates, slurm
 from workflow_scripts.workflow import (
     backbone_grid,
     config_check,
     config_layers,
-    disk,
     gpu_binding,
     gpu_sharing,
     grid,
     grid_settings,
-    job_estimates,
     local_data,
-    logs,
     releases,
-    slurm,
     sweep,
     transfer,
 )
@@ -35,7 +33,7 @@ from workflow_scripts.workflow import retention as retention_grid
 from workflow_scripts.spec import availability, few_shot, paths
 from workflow_scripts import revisions
 from workflow_scripts.spec.codehash import module_digest, task_fingerprint
-from workflow_scripts.workflow.summary import run_summary
+from workflow_scripts.operations.summary import run_summary
 from workflow_scripts.spec.basics import canonical_json, repo_path
 from workflow_scripts.spec.data_map import data_map_json
 from workflow_scripts.spec.record import settings_json
@@ -44,7 +42,7 @@ from workflow_scripts.spec import tasks as task_catalogue
 from workflow_scripts.spec.tasks import TASKS
 
 # Under Slurm: cancelled and preempted jobs end in a retry, and SIGUSR1 is left to the
-# training process (workflow_scripts/workflow/slurm.py says why each is needed).
+# training process (workflow_scripts/planning/slurm.py says why each is needed).
 slurm.install()
 slurm.ignore_usr1_in_job_step()
 
@@ -70,7 +68,7 @@ RESULTS = paths.results()
 LOGS = paths.logs()
 # Every job: the package, the user's task catalogues, and the log function. Rules write
 # their log to $(fresh_log {log:q}): a new log, the previous attempt's (an interrupted or
-# failed one) kept as <log>.1, .2, ... (workflow_scripts/workflow/logs.py).
+# failed one) kept as <log>.1, .2, ... (workflow_scripts/operations/logs.py).
 # A local run with `--resources gpu=G`: each GPU job takes devices of its own with
 # `bind_gpus {resources.gpu}` (a rule whose jobs may share a GPU adds {resources.gpu_slots};
 # workflow_scripts/workflow/gpu_binding.py, gpu_sharing.py).

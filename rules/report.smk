@@ -324,13 +324,13 @@ rule tabulate_cost:
     params:
         resources=lambda wildcards: canonical_json(rule_resources()),
         benchmarks=f"{RESULTS}/benchmarks",
-        code=module_digest("workflow.cost"),
+        code=module_digest("planning.cost"),
         pages=table_pages(html="md"),
         page_code=module_digest("reporting.html_page"),
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts.workflow.cost measured --benchmarks {params.benchmarks} --resources {params.resources:q}"
+        "python -m workflow_scripts.planning.cost measured --benchmarks {params.benchmarks} --resources {params.resources:q}"
         " --md {output.md} --csv {output.csv} > $(fresh_log {log:q}) 2>&1"
         " && python -m workflow_scripts.reporting.html_page {params.pages} >> {log:q} 2>&1"
 

@@ -1,5 +1,5 @@
 # What each job asks of the machine or the cluster, read from `resources.<rule>` (grid.resources),
-# the cost model's time estimates (workflow_scripts/workflow/job_estimates.py), GPU sharing
+# the cost model's time estimates (workflow_scripts/planning/job_estimates.py), GPU sharing
 # (gpu_sharing.py) and a backbone's GPUs (backbone_grid.gpus): resources, not params, so a
 # change reruns nothing. Included after rules/common.smk, before the rules that ask.
 

@@ -319,14 +319,14 @@ def snakemake(
 def snakemake_watched(
     cwd: Path, *args: str, every: float = 5.0, timeout: int = 1800
 ) -> tuple[subprocess.CompletedProcess, list[dict]]:
-    """`snakemake` as snakemake() runs it, with the progress view (workflow/status.py) read
+    """`snakemake` as snakemake() runs it, with the progress view (operations/status.py) read
     every ``every`` seconds while it runs and once after: the run's result and what each look
     saw (state, counts per rule, totals, ETA, failed jobs)."""
     import contextlib
     import tempfile
     import time
 
-    from workflow_scripts.workflow import status
+    from workflow_scripts.operations import status
 
     env = workflow_env()
     seen = []

@@ -4,8 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from workflow_scripts.spec.basics import InputError
-from workflow_scripts.workflow.cost import (
+from workflow_scripts.planning.cost import (
     backbone_table,
     bases_table,
     cut_off_jobs,
@@ -14,6 +13,7 @@ from workflow_scripts.workflow.cost import (
     plan_table,
     read_records,
 )
+from workflow_scripts.spec.basics import InputError
 
 REPO = Path(__file__).resolve().parent.parent
 HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"

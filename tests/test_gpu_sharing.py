@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from conftest import copy_repo, snakemake
-from workflow_scripts.workflow import gpu_sharing, memory_model
+from workflow_scripts.planning import memory_model
+from workflow_scripts.workflow import gpu_sharing
 
 REPO = Path(__file__).resolve().parent.parent
 TARGET = {"backbone": "xlmr_large", "recipe": "en.dev-en", "intermediate": "mnli", "seed": "1", "setting": "zero_shot"}
@@ -39,7 +40,7 @@ def _sharing(config, jobs_per_gpu: int, memory_gb: float | None = None):
 
 @pytest.mark.unit
 def test_a_host_bound_target_shares_as_far_as_its_gpu_time_and_memory_allow(paper_config):
-    from workflow_scripts.workflow import job_estimates
+    from workflow_scripts.planning import job_estimates
 
     config = _sharing(paper_config, 8)
     xnli = {**TARGET, "target": "xnli"}
@@ -78,7 +79,7 @@ def test_slots_and_shards_of_a_job():
 
 @pytest.mark.unit
 def test_the_cost_plan_charges_a_shared_job_its_share(paper_config):
-    from workflow_scripts.workflow import cost
+    from workflow_scripts.planning import cost
 
     config = _sharing(paper_config, 8)
     k = gpu_sharing.job_share(config, "train_target", {**TARGET, "target": "xnli"}).jobs
@@ -171,7 +172,7 @@ def test_the_workflow_shares_a_host_bound_target_under_resources_gpu(tmp_path):
         repo, "-n", "--forceall", "--cores", "2", "--resources", "gpu=1", "--configfile", "config.yaml", "sharing.yaml"
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    from workflow_scripts.workflow.cost import parse_dry_run
+    from workflow_scripts.planning.cost import parse_dry_run
 
     jobs = [j for j in parse_dry_run(proc.stdout + proc.stderr) if j.get("gpu_slots")]
     shared = [j for j in jobs if j.get("gpu_share", 1) > 1]

@@ -182,7 +182,7 @@ from pathlib import Path
 from workflow_scripts.models.backbones import FAMILIES, family_of
 from workflow_scripts.spec.phase_settings import PhaseSettings
 from workflow_scripts.training.recipe import train_phase
-from workflow_scripts.workflow import memory_model as mm
+from workflow_scripts.planning import memory_model as mm
 from workflow_scripts.workflow.config_check import schema_for_validation
 
 entry = {{"family": "mean_encoder", "method": "lora", "precision": "bf16", "parameters": 4.7e8,

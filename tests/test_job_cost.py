@@ -1,5 +1,5 @@
 """The cost model: FLOPs per token, the measured MFU it reads, a job's tokens from the grid,
-and the time limit sized from the estimate (workflow/job_cost.py, job_work.py,
+and the time limit sized from the estimate (planning/job_cost.py, job_work.py,
 job_estimates.py; spec/task_sizes.py)."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import math
 
 import pytest
 
+from workflow_scripts.planning import job_cost
+from workflow_scripts.planning.job_cost import Shape, Tokens, flops_per_token
 from workflow_scripts.spec.phase_steps import accumulation_steps
 from workflow_scripts.spec.task_sizes import SizesError, TaskSizes
-from workflow_scripts.workflow import job_cost
-from workflow_scripts.workflow.job_cost import Shape, Tokens, flops_per_token
 
 pytestmark = pytest.mark.unit
 
@@ -148,8 +148,9 @@ def sized(config, backbone="xlmr_tiny", parameters=5.6e8, runtime=240):
 
 
 def test_a_training_job_counts_the_steps_the_loop_takes_and_its_dev_evaluations(demo_config, monkeypatch, tmp_path):
+    from workflow_scripts.planning import job_work
     from workflow_scripts.spec.tasks import TASKS
-    from workflow_scripts.workflow import grid, grid_settings, job_work
+    from workflow_scripts.workflow import grid, grid_settings
 
     monkeypatch.chdir(tmp_path)  # no prepared data here: the documented sizes are counted
     settings = grid_settings.target_settings(demo_config, "xlmr_tiny", "xnli")
@@ -176,7 +177,7 @@ def test_a_training_job_counts_the_steps_the_loop_takes_and_its_dev_evaluations(
 
 
 def test_time_limits_follow_the_estimate_and_the_allocations_cover_a_long_training(demo_config, monkeypatch, tmp_path):
-    from workflow_scripts.workflow.job_estimates import job_time
+    from workflow_scripts.planning.job_estimates import job_time
 
     monkeypatch.chdir(tmp_path)
     job = {"backbone": "xlmr_tiny", "intermediate": "none", "target": "xnli", "recipe": "en.dev-en", "seed": "1"}
@@ -216,9 +217,9 @@ def test_translation_is_estimated_from_its_flops_at_the_stated_generation_mfu(mo
     """A translation job of the paper grid: its rows (documented sizes, nothing prepared here)
     at the task's length through OPUS-MT's encoder and, per beam, its decoder and output
     projection; the plan names the assumed MFU; the Slurm limit stays the configured one."""
+    from workflow_scripts.planning import job_estimates, job_work, memory_plan
     from workflow_scripts.preflight import load_config
     from workflow_scripts.spec.tasks import TASKS
-    from workflow_scripts.workflow import job_estimates, job_work, memory_plan
 
     monkeypatch.chdir(tmp_path)
     config = load_config([f"{job_cost.MEASURED_DIR.parents[2]}/config/paper.yaml"])
@@ -240,9 +241,9 @@ def test_translation_is_estimated_from_its_flops_at_the_stated_generation_mfu(mo
 
 
 def test_a_prompted_job_counts_every_shot_count_and_choice(monkeypatch, tmp_path):
+    from workflow_scripts.planning import job_work, memory_plan
     from workflow_scripts.preflight import load_config
     from workflow_scripts.spec.tasks import TASKS
-    from workflow_scripts.workflow import job_work, memory_plan
 
     config = load_config([])
     monkeypatch.chdir(tmp_path)  # no prepared data here: the documented sizes are counted

@@ -3,9 +3,11 @@ those inside functions included:
 
 - ``spec/`` (the facts and typed records both sides share) imports nothing of the package
   outside ``spec/``;
-- ``workflow/`` (what Snakemake imports to build the DAG) imports only ``spec/`` and the two
-  root helpers ``common`` and ``revisions``; so do the Snakefile and ``rules/*.smk``;
-- job-time modules (every other subpackage) never import ``workflow/``; the preflight
+- the parse-time rooms, ``workflow/`` (what Snakemake imports to build the DAG), ``planning/``
+  (memory, cost, disk, Slurm) and ``operations/`` (status, logs, Hub answers), import only
+  ``spec/``, each other and the two root helpers ``common`` and ``revisions``; so do the
+  Snakefile and ``rules/*.smk``;
+- job-time modules (every other subpackage) never import a parse-time room; the preflight
   (``preflight.py``), a command run before the workflow, is the one module that composes both;
 - in the package picture (``LAYERS``, bottom first), at most two imports run back up: from a
   layer to one above it.
@@ -24,6 +26,7 @@ pytestmark = pytest.mark.unit
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "workflow_scripts"
 ROOT_HELPERS = {"common", "revisions"}
+PARSE_TIME = {"workflow", "planning", "operations"}
 # The package picture, bottom first: each layer may import those below it.
 LAYERS = (
     ("spec",),
@@ -35,7 +38,7 @@ LAYERS = (
     ("evaluation",),
     ("training",),
     ("reporting",),
-    ("workflow", "preflight"),
+    ("workflow", "planning", "operations", "preflight"),
 )
 BACK_UP_ALLOWED = 2
 
@@ -79,17 +82,17 @@ def test_spec_imports_only_spec():
 
 
 def test_the_parse_time_layer_imports_only_spec_and_the_root_helpers():
-    allowed = {"spec", "workflow", *ROOT_HELPERS}
+    allowed = {"spec", *PARSE_TIME, *ROOT_HELPERS}
     wrong = {
         m: sorted(i for i in found if part(i) not in allowed)
         for m, found in package_imports().items()
-        if part(m) == "workflow"
+        if part(m) in PARSE_TIME
     }
     assert not {m: w for m, w in wrong.items() if w}
 
 
 def test_the_snakefile_and_rules_import_only_the_parse_time_layer():
-    allowed = {"spec", "workflow", *ROOT_HELPERS}
+    allowed = {"spec", *PARSE_TIME, *ROOT_HELPERS}
     sources = [REPO / "Snakefile", *sorted((REPO / "rules").glob("*.smk"))]
     pattern = re.compile(r"^\s*(?:from|import)\s+(workflow_scripts[\w.]*)(?:\s+import\s+([\w, ()]+))?", re.M)
     wrong = []
@@ -102,9 +105,9 @@ def test_the_snakefile_and_rules_import_only_the_parse_time_layer():
 
 def test_job_time_modules_never_import_the_parse_time_layer():
     wrong = {
-        m: sorted(i for i in found if part(i) == "workflow")
+        m: sorted(i for i in found if part(i) in PARSE_TIME)
         for m, found in package_imports().items()
-        if part(m) not in ("spec", "workflow", "preflight")
+        if part(m) not in ("spec", "preflight", *PARSE_TIME)
     }
     assert not {m: w for m, w in wrong.items() if w}
 

@@ -1,4 +1,4 @@
-"""Job logs keep the previous attempts' (workflow_scripts/workflow/logs.py): a rerun writes a
+"""Job logs keep the previous attempts' (workflow_scripts/operations/logs.py): a rerun writes a
 new log and the interrupted or failed attempt's is kept as <log>.1, .2, ... up to 5, although
 Snakemake deletes a job's log before the job starts."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from workflow_scripts.workflow import logs
+from workflow_scripts.operations import logs
 
 pytestmark = pytest.mark.unit
 

@@ -11,9 +11,9 @@ import sys
 import pytest
 import yaml
 
-from workflow_scripts.workflow import memory_model as mm
-from workflow_scripts.workflow import memory_plan as mp
-from workflow_scripts.workflow import memory_table as mt
+from workflow_scripts.planning import memory_model as mm
+from workflow_scripts.planning import memory_plan as mp
+from workflow_scripts.planning import memory_table as mt
 
 pytestmark = pytest.mark.unit
 
@@ -380,7 +380,7 @@ def test_module_imports_nothing_the_snakefile_lacks():
     """The Snakefile imports the planner: the standard library and PyYAML (Snakemake's own
     dependency, which reads the task catalogue) only; no torch, numpy or pandas."""
     code = (
-        "import sys, workflow_scripts.workflow.memory_plan; "
+        "import sys, workflow_scripts.planning.memory_plan; "
         "print(sorted(m for m in ('torch', 'numpy', 'pandas') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
@@ -391,7 +391,7 @@ def run_cli(tmp_path, config: dict, *args: str) -> subprocess.CompletedProcess:
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     return subprocess.run(
-        [sys.executable, "-m", "workflow_scripts.workflow.memory_plan", str(path), *args],
+        [sys.executable, "-m", "workflow_scripts.planning.memory_plan", str(path), *args],
         cwd=REPO,
         capture_output=True,
         text=True,

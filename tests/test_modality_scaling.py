@@ -7,11 +7,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from workflow_scripts.planning import memory_plan
 from workflow_scripts.reporting import modality_scaling
 from workflow_scripts.reporting.modality import modality_table
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.report_settings import ModalityScalingSettings, ModalitySettings
-from workflow_scripts.workflow import config_layers, memory_plan
+from workflow_scripts.workflow import config_layers
 
 PAIRS = [
     {"visual": "snli_ve", "control": "snli_caption", "task": "snli_ve", "control_task": "snli_caption"},

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from conftest import copy_repo, job_counts, planned_jobs, snakemake
+from workflow_scripts.planning.cost import parse_dry_run
 from workflow_scripts.workflow import config_layers
-from workflow_scripts.workflow.cost import parse_dry_run
 
 pytestmark = pytest.mark.integration
 
@@ -136,7 +136,7 @@ def test_the_modality_by_size_preset_builds_its_grid_offline(repo):
     assert gpus[f"{root}/bloom_176b/none/pretrained/xnli.json"] == 6  # 176B in bf16 over 80 GB GPUs
     assert gpus[f"{root}/bloom_560m/snli_ve/seed1/mlqa.json"] == 1
     assert counts["tabulate_prompted"] == len(ladder) and counts["compare_prompted"] == 1
-    # time limits from the estimates (workflow/job_estimates.py): a 278M and a 176B backbone,
+    # time limits from the estimates (planning/job_estimates.py): a 278M and a 176B backbone,
     # a short and a long target, each asks for its own; the configured 240 minutes cap them
     jobs = parse_dry_run(proc.stdout + proc.stderr)
 

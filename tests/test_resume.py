@@ -19,9 +19,9 @@ import pytest
 import yaml
 
 from conftest import checkpoint_step, comparable_metrics, copy_repo, phase_settings, snakemake
+from workflow_scripts.operations import logs
 from workflow_scripts.spec.model_settings import BackboneProvenance
 from workflow_scripts.training.curves import CURVE_FILE, TIMING_QUANTITIES, read_curve
-from workflow_scripts.workflow import logs
 
 pytestmark = pytest.mark.integration
 

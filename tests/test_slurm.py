@@ -29,7 +29,7 @@ import yaml
 
 from conftest import HIDDEN_GPUS, REPO, checkpoint_step, comparable_metrics, copy_repo, workflow_env
 from slurm_cluster import Cluster, unavailable_reason
-from workflow_scripts.workflow import status
+from workflow_scripts.operations import status
 
 REASON = unavailable_reason()
 pytestmark = [pytest.mark.cluster, pytest.mark.skipif(REASON is not None, reason=REASON or "")]

@@ -1,4 +1,4 @@
-"""workflow_scripts.workflow.slurm without a cluster: the state normalisation the Slurm executor
+"""workflow_scripts.planning.slurm without a cluster: the state normalisation the Slurm executor
 needs, the retries a long training gets, and the config errors for impossible runtimes."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import types
 
 import pytest
 
-from workflow_scripts.workflow import grid, slurm
+from workflow_scripts.planning import slurm
+from workflow_scripts.workflow import grid
 
 pytestmark = pytest.mark.unit
 

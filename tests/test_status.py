@@ -1,4 +1,4 @@
-"""The progress view (workflow_scripts/workflow/status.py) on real Snakemake main logs: a tiny
+"""The progress view (workflow_scripts/operations/status.py) on real Snakemake main logs: a tiny
 throwaway workflow in tmp_path, run to its end (a job failing after a retry) and watched while
 it runs."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, copy_repo, snakemake
-from workflow_scripts.workflow import status
+from workflow_scripts.operations import status
 
 # Three benchmarked jobs, one that depends on one of them, and one that fails on both of its
 # attempts after writing its log.
@@ -116,7 +116,7 @@ def test_finished_run_counts_each_rule_and_names_the_failed_job_with_its_log(fin
 def test_text_view_shows_the_table_and_the_failed_log(finished_run):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(
-        [sys.executable, "-m", "workflow_scripts.workflow.status", "--directory", str(finished_run)],
+        [sys.executable, "-m", "workflow_scripts.operations.status", "--directory", str(finished_run)],
         capture_output=True,
         text=True,
         env=env,
@@ -195,7 +195,7 @@ def test_benchmark_record_reads_the_last_repeat_and_missing_files_give_none(tmp_
 def test_cli_json_matches_collect(finished_run):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(
-        [sys.executable, "-m", "workflow_scripts.workflow.status", "--json", "--directory", str(finished_run)],
+        [sys.executable, "-m", "workflow_scripts.operations.status", "--json", "--directory", str(finished_run)],
         capture_output=True,
         text=True,
         env=env,

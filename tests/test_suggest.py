@@ -1,6 +1,6 @@
 """'Did you mean': the shared helper (workflow_scripts/spec/suggest.py), the config checks that use
 it for unknown names and keys, and the Hub failures the preflight tells apart
-(workflow_scripts/workflow/hub_answers.py). The preflight's rows against a live and an
+(workflow_scripts/operations/hub_answers.py). The preflight's rows against a live and an
 unreachable Hub are in tests/test_hub.py."""
 
 from __future__ import annotations
@@ -11,11 +11,12 @@ import pytest
 import yaml
 
 from conftest import REPO
+from workflow_scripts.operations import hub_answers
 from workflow_scripts.revisions import RevisionError
 from workflow_scripts.spec import benchmark
 from workflow_scripts.spec.suggest import close_matches, did_you_mean
 from workflow_scripts.spec.tasks import TASKS, get_task
-from workflow_scripts.workflow import config_check, hub_answers
+from workflow_scripts.workflow import config_check
 
 pytestmark = pytest.mark.unit
 

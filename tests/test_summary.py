@@ -2,7 +2,7 @@
 
 import pytest
 
-from workflow_scripts.workflow.summary import run_summary
+from workflow_scripts.operations.summary import run_summary
 
 pytestmark = pytest.mark.unit
 

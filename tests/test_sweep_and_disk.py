@@ -1,4 +1,4 @@
-"""Sweeps (workflow/sweep.py) and the disk policy's plan (workflow/disk.py), in process; the
+"""Sweeps (workflow/sweep.py) and the disk policy's plan (planning/disk.py), in process; the
 grid that runs both end to end is in tests/test_experiments.py."""
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ import pytest
 
 from conftest import metric_file_record, phase_settings, train_log_record
 from workflow_scripts import preflight
+from workflow_scripts.planning import disk
 from workflow_scripts.spec import paths
 from workflow_scripts.spec.basics import InputError
-from workflow_scripts.workflow import disk, sweep
+from workflow_scripts.workflow import sweep
 
 pytestmark = pytest.mark.unit
 

@@ -23,9 +23,10 @@ from conftest import (
     snakemake,
 )
 from workflow_scripts.evaluation import predictions
+from workflow_scripts.operations import status
 from workflow_scripts.spec import benchmark, codehash
 from workflow_scripts.spec.tasks import get_task
-from workflow_scripts.workflow import backbone_grid, config_layers, status, transfer
+from workflow_scripts.workflow import backbone_grid, config_layers, transfer
 from workflow_scripts.workflow import prompted as prompted_grid
 
 UNAVAILABLE_FIGURES = ("list_unavailable_figures", "results/demo/figures/not_available.html")
@@ -50,7 +51,7 @@ RULE_MODULES = {  # the CLI module each rule runs
     "prepare_translator_to_english": "models.prepare",
     "score_translation_quality_to_english": "translation.translate",
     "convert_translator": "translation.translators",
-    "tabulate_cost": "workflow.cost",
+    "tabulate_cost": "planning.cost",
     "plot_results": "reporting.plots",
     "plot_translation": "reporting.plots",
     "typeset_tables": "reporting.latex",

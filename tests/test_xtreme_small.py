@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from conftest import copy_repo, job_counts, snakemake
+from workflow_scripts.planning import memory_plan
 from workflow_scripts.spec import benchmark
 from workflow_scripts.spec.tasks import get_task
-from workflow_scripts.workflow import config_layers, memory_plan
+from workflow_scripts.workflow import config_layers
 
 pytestmark = pytest.mark.integration
 

@@ -36,25 +36,13 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.models.prepare import HUB_PATTERNS
+from workflow_scripts.operations import hub_answers
+from workflow_scripts.planning import cost, disk, memory_model, memory_plan, slurm
 from workflow_scripts.revisions import HubRepo, RevisionError, read_lock, resolve
 from workflow_scripts.spec import paths
 from workflow_scripts.spec.basics import REPO_ROOT, InputError, repo_path
 from workflow_scripts.spec.phase_settings import MethodSettings
-from workflow_scripts.workflow import (
-    backbone_grid,
-    config_check,
-    config_layers,
-    cost,
-    disk,
-    grid,
-    hub_answers,
-    hub_sources,
-    local_data,
-    memory_model,
-    memory_plan,
-    slurm,
-    sweep,
-)
+from workflow_scripts.workflow import backbone_grid, config_check, config_layers, grid, hub_sources, local_data, sweep
 
 OK, WARNING, BLOCKER, SKIPPED = "ok", "warning", "blocker", "skipped"
 MARKS = {OK: "ok", WARNING: "WARNING", BLOCKER: "BLOCKER", SKIPPED: "skipped"}

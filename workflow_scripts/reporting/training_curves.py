@@ -92,7 +92,7 @@ def _seed(part: str) -> int:
 
 def read_run(run: TrainingRun) -> tuple[list[dict[str, Any]], TrainLog]:
     """A run's curve and train log, from its record beside the model (which may have been
-    discarded: workflow/disk.py)."""
+    discarded: planning/disk.py)."""
     curve_file, log_file = run.path.parent / CURVE_FILE, run.path.parent / TRAIN_LOG
     for needed in (curve_file, log_file):
         if not needed.is_file():

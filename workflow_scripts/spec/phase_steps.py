@@ -1,6 +1,6 @@
 """How many steps a training phase takes and how often it draws each task, from its settings
 and its tasks' training sizes alone: what the training loop runs (training/sampling.py) and
-what the cost model counts before any data is encoded (workflow/job_work.py)."""
+what the cost model counts before any data is encoded (planning/job_work.py)."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def accumulation_steps(global_batch_size: int, world_size: int, max_micro_batch:
     """Micro-steps per optimiser step, the same on every rank: the largest share
     (ceil(n / W) examples) cut into micro-batches of at most ``max_micro_batch``. What a
     sharded run takes (training/distributed.py; one process: W = 1) and what the cost
-    model charges the host for (workflow/job_work.py)."""
+    model charges the host for (planning/job_work.py)."""
     if global_batch_size < 1 or world_size < 1 or max_micro_batch < 1:
         raise ValueError(
             f"need positive sizes, got batch {global_batch_size}, world {world_size}, micro-batch {max_micro_batch}"

@@ -1,5 +1,5 @@
 """A task's documented split sizes (its catalogue entry's ``sizes``): what the cost model counts
-before the data is prepared (workflow/job_cost.py).
+before the data is prepared (planning/job_cost.py).
 
 In the entry, each split maps to the examples of every language (an integer: English-only
 tasks, or a benchmark whose languages share one size) or to a mapping of language -> examples;

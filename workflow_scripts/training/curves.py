@@ -244,7 +244,7 @@ RECORD_FILES = (CURVE_FILE, TRAIN_LOG)
 
 def publish_record(model_dir: Path) -> None:
     """The model's curve and train log, copied beside it (grid.training_record): the record
-    that stays when the model is discarded (workflow/disk.py)."""
+    that stays when the model is discarded (planning/disk.py)."""
     for name in RECORD_FILES:
         with atomic_path(model_dir.parent / name) as tmp:
             shutil.copyfile(model_dir / name, tmp)

@@ -79,7 +79,8 @@ def job_share(config: Mapping[str, Any], rule: str, wildcards: Mapping[str, str]
 
 
 def _share(config: Mapping[str, Any], rule: str, w: Mapping[str, str]) -> Share:
-    from workflow_scripts.workflow import backbone_grid, grid, job_estimates
+    from workflow_scripts.planning import job_estimates
+    from workflow_scripts.workflow import backbone_grid, grid
 
     settings = Settings.of(config)
     most = settings.jobs_per_gpu
@@ -106,7 +107,7 @@ def _share(config: Mapping[str, Any], rule: str, w: Mapping[str, str]) -> Share:
 
 def job_peak_bytes(config: Mapping[str, Any], rule: str, w: Mapping[str, str]) -> float | None:
     """The memory plan's peak of the job's task trained on one GPU (None: not sized)."""
-    from workflow_scripts.workflow import memory_model, memory_plan
+    from workflow_scripts.planning import memory_model, memory_plan
 
     entry = config["backbones"][w["backbone"]]
     if memory_model.skip_reason(entry) is not None:
@@ -125,7 +126,7 @@ def job_peak_bytes(config: Mapping[str, Any], rule: str, w: Mapping[str, str]) -
 
 
 def _usable_bytes(config: Mapping[str, Any], backbone: str) -> float:
-    from workflow_scripts.workflow import memory_model
+    from workflow_scripts.planning import memory_model
 
     bb = memory_model.parse_backbone(backbone, config["backbones"][backbone])
     return memory_model.usable_bytes(bb.memory_gb)

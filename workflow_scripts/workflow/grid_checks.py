@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from workflow_scripts.planning import memory_model, memory_plan, slurm
 from workflow_scripts.spec import benchmark
 from workflow_scripts.spec.basics import load_yaml, repo_path
 from workflow_scripts.spec.few_shot import SETTING_PREFIX as FEW_SHOT_PREFIX
@@ -22,13 +23,7 @@ from workflow_scripts.spec.tasks import (
     get_task,
 )
 from workflow_scripts.spec.transfer_names import PER_LANGUAGE, SETTINGS, SOURCE_PREFIX, source_language
-from workflow_scripts.workflow import (
-    backbone_grid,
-    memory_model,
-    memory_plan,
-    slurm,
-    transfer,
-)
+from workflow_scripts.workflow import backbone_grid, transfer
 from workflow_scripts.workflow.grid import (
     DEMO_LANGUAGES,
     ConfigError,

@@ -16,8 +16,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, Literal
 
+from workflow_scripts.planning import memory_plan
 from workflow_scripts.spec.phase_settings import PhaseHyperparameters
-from workflow_scripts.workflow import memory_plan
 
 Phase = Literal["intermediate", "target"]
 PHASE_KEYS = PhaseHyperparameters.keys()

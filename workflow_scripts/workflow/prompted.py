@@ -17,6 +17,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
+from workflow_scripts.planning import memory_model
 from workflow_scripts.spec import paths
 from workflow_scripts.spec.prompted import (
     LM_EVAL_LACKS,
@@ -27,7 +28,7 @@ from workflow_scripts.spec.prompted import (
 )
 from workflow_scripts.spec.report_settings import PromptedScalingSettings
 from workflow_scripts.spec.tasks import get_task
-from workflow_scripts.workflow import backbone_grid, grid, memory_model, transfer
+from workflow_scripts.workflow import backbone_grid, grid, transfer
 from workflow_scripts.workflow.grid import ConfigError
 
 PRETRAINED = "pretrained"  # the run name of a baseline config's job: the backbone as it is

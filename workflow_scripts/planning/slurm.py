@@ -162,7 +162,7 @@ def install() -> bool:
         if plugin is not None:
             LOG.warning(
                 "%s has no query_job_status: cancelled or preempted jobs may not be "
-                "seen as ended (see workflow_scripts/workflow/slurm.py)",
+                "seen as ended (see workflow_scripts/planning/slurm.py)",
                 PLUGIN_MODULE,
             )
         return False

@@ -19,14 +19,14 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from workflow_scripts.planning import memory_model, memory_plan
+from workflow_scripts.planning.job_cost import Shape, Tokens, Translator
 from workflow_scripts.spec.data_map import DataMap, DataRef
 from workflow_scripts.spec.formats import get_format, head_kind
 from workflow_scripts.spec.phase_settings import PhaseSettings
 from workflow_scripts.spec.phase_steps import accumulation_steps, steps_for_sizes, task_probabilities
 from workflow_scripts.spec.schema import default
 from workflow_scripts.spec.tasks import MLM, TASKS, get_task
-from workflow_scripts.workflow import memory_model, memory_plan
-from workflow_scripts.workflow.job_cost import Shape, Tokens, Translator
 
 # Translators the cost model can size, by Hub id prefix (the first that matches): OPUS-MT's
 # Marian models (Tiedemann & Thottingal 2020, "OPUS-MT -- Building open translation services

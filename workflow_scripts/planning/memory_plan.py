@@ -10,7 +10,7 @@ included), planned at that task's ``max_length`` and min(max_micro_batch, batch_
 examples, each multiple-choice example counted as one sequence per choice; the heads are
 those of the phase's largest job (a multitask config trains all its heads at once).
 
-CLI: ``python -m workflow_scripts.workflow.memory_plan CONFIG.yaml [--gpu-memory-gb 80]`` prints a
+CLI: ``python -m workflow_scripts.planning.memory_plan CONFIG.yaml [--gpu-memory-gb 80]`` prints a
 Markdown table per backbone and phase and exits 1 if a backbone does not fit the GPUs it
 asks for; ``--reference`` prints the README's plan of the reference backbones.
 Standard library only at import time (the Snakefile imports this module).
@@ -25,6 +25,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from workflow_scripts.planning.memory_model import (
+    GB,
+    MAX_GPUS,
+    METHOD_NAMES,
+    Architecture,
+    Backbone,
+    MemoryEstimate,
+    PlanError,
+    Workload,
+    activation_bytes,
+    estimate,
+    min_gpus,
+    parse_backbone,
+    skip_reason,
+    usable_bytes,
+)
+from workflow_scripts.planning.memory_table import format_count, plan_markdown, reference_plan_markdown
 from workflow_scripts.spec.formats import head_kind
 from workflow_scripts.spec.schema import (
     default,
@@ -42,23 +59,6 @@ from workflow_scripts.spec.tasks import (
     VISUAL_FORMATS,
     VISUAL_RETRIEVAL,
 )
-from workflow_scripts.workflow.memory_model import (
-    GB,
-    MAX_GPUS,
-    METHOD_NAMES,
-    Architecture,
-    Backbone,
-    MemoryEstimate,
-    PlanError,
-    Workload,
-    activation_bytes,
-    estimate,
-    min_gpus,
-    parse_backbone,
-    skip_reason,
-    usable_bytes,
-)
-from workflow_scripts.workflow.memory_table import format_count, plan_markdown, reference_plan_markdown
 
 # training.<phase>.max_micro_batch: auto (fitting_micro_batch)
 AUTO_MICRO_BATCH = "auto"

@@ -36,7 +36,7 @@ and left out of it, never guessed.
 
 Standard library only: it runs beside a grid, without the job environment's imports.
 
-CLI: ``python -m workflow_scripts.workflow.status [--directory DIR] [--experiment NAME] [--watch SECONDS]
+CLI: ``python -m workflow_scripts.operations.status [--directory DIR] [--experiment NAME] [--watch SECONDS]
 [--json] [--log-lines N]`` (``make status``, ``make status EXPERIMENT=NAME``).
 """
 

@@ -27,7 +27,7 @@ KEEP = 5  # previous attempts' logs kept: <log>.1 (the newest) to <log>.5
 # The shell function rules redirect to: fresh_log LOG rotates, creates LOG and prints it.
 # Its body is a subshell, not a { } group: Snakemake formats its shell prefix, where braces
 # would name variables.
-SHELL_FUNCTION = 'fresh_log() ( python -m workflow_scripts.workflow.logs "$@" );'
+SHELL_FUNCTION = 'fresh_log() ( python -m workflow_scripts.operations.logs "$@" );'
 
 
 def kept(log: str | os.PathLike[str], n: int) -> Path:

@@ -19,10 +19,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from workflow_scripts.planning import job_work, slurm
+from workflow_scripts.planning.job_cost import Estimate, estimate, translation_estimate
 from workflow_scripts.spec import few_shot
 from workflow_scripts.spec.schema import default
-from workflow_scripts.workflow import grid, grid_settings, job_work, slurm
-from workflow_scripts.workflow.job_cost import Estimate, estimate, translation_estimate
+from workflow_scripts.workflow import grid, grid_settings
 
 TRAINING_RULES = ("train_intermediate", *slurm.TARGET_TRAINING_RULES)
 EVALUATION_RULES = ("evaluate_target",)

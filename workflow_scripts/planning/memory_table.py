@@ -10,14 +10,14 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from workflow_scripts.planning.memory_model import GB, estimate, min_gpus, parse_backbone, usable_bytes
 from workflow_scripts.spec.schema import (
     LORA_DEFAULTS,
     METHODS,
 )
-from workflow_scripts.workflow.memory_model import GB, estimate, min_gpus, parse_backbone, usable_bytes
 
 if TYPE_CHECKING:
-    from workflow_scripts.workflow.memory_plan import PhasePlan
+    from workflow_scripts.planning.memory_plan import PhasePlan
 
 # ----- tables ---------------------------------------------------------------------------
 

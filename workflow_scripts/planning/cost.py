@@ -11,8 +11,8 @@ a measured MFU, or the rule's ``expected_runtime``), the time limit it asks Slur
 allocations it needs; per rule and per backbone, each figure with its basis. A job the cost
 model cannot estimate is counted at its time limit, an upper bound, and says so.
 
-CLI: ``python -m workflow_scripts.workflow.cost measured --benchmarks DIR --resources JSON --md F --csv F``
-and ``python -m workflow_scripts.workflow.cost plan --configfile FILE``.
+CLI: ``python -m workflow_scripts.planning.cost measured --benchmarks DIR --resources JSON --md F --csv F``
+and ``python -m workflow_scripts.planning.cost plan --configfile FILE``.
 """
 
 from __future__ import annotations
@@ -133,7 +133,8 @@ def parse_dry_run(text: str) -> list[dict[str, Any]]:
 def estimate_jobs(config: dict[str, Any], jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The GPU jobs of a dry run, each with its estimate (job_estimates.job_time): GPU-hours,
     wall minutes, the time limit asked, allocations, and the basis of the figure."""
-    from workflow_scripts.workflow import gpu_sharing, job_estimates
+    from workflow_scripts.planning import job_estimates
+    from workflow_scripts.workflow import gpu_sharing
 
     out = []
     for job in jobs:
@@ -250,7 +251,7 @@ def bases_table(estimated: list[dict[str, Any]]):
 def cut_off_jobs(estimated: list[dict[str, Any]]) -> list[str]:
     """Rules whose jobs need more than one allocation but cannot continue in another (all but
     training): they would hit their time limit. One line per rule and backbone."""
-    from workflow_scripts.workflow import job_estimates
+    from workflow_scripts.planning import job_estimates
 
     found = {}
     for job in estimated:
@@ -291,8 +292,9 @@ def _write(table, md: Path | None, csv: Path | None, document: str) -> None:
 def plan_report(configfile: str) -> tuple[Any, str]:
     """The plan of a config as one markdown document: per rule, per backbone, the bases, and
     the cost settings and measured tables behind them."""
+    from workflow_scripts.planning import job_cost, job_estimates
     from workflow_scripts.spec.basics import repo_path
-    from workflow_scripts.workflow import config_check, config_layers, job_cost, job_estimates
+    from workflow_scripts.workflow import config_check, config_layers
 
     config = config_layers.load([configfile])
     config_check.check(config, [configfile], [str(repo_path(d)) for d in config.get("task_catalogues", [])])

@@ -154,3 +154,22 @@ def test_a_step_names_a_module_with_a_command_line():
             module = REPO / "workflow_scripts" / (record.step.replace(".", "/") + ".py")
             assert module.is_file(), f"{record.__name__}.step = {record.step!r}"
             assert "--settings" in module.read_text() or "--backbone-settings" in module.read_text()
+
+
+@pytest.mark.unit
+def test_a_result_file_names_its_missing_or_unknown_key_as_a_key_of_the_file(tmp_path):
+    """A train log is no settings: its errors name the file and the key, not a settings key."""
+    import json
+
+    from conftest import train_log_record
+    from workflow_scripts.spec.result_files import TrainLog
+
+    log = train_log_record()
+    del log["seed"]
+    path = tmp_path / "train_log.json"
+    path.write_text(json.dumps(log))
+    with pytest.raises(InputError, match=rf"^{re.escape(str(path))}: key 'seed' is missing \(TrainLog needs it\)$"):
+        TrainLog.read(path)
+    path.write_text(json.dumps({**train_log_record(), "sead": 1}))
+    with pytest.raises(InputError, match=r"unknown key 'sead' \(did you mean 'seed'"):
+        TrainLog.read(path)

@@ -47,6 +47,8 @@ class Record:
 
     # The CLI module (below workflow_scripts) that parses this record from --settings.
     step: ClassVar[str | None] = None
+    # What its errors call one of its keys (a result file's keys are not settings).
+    key_noun: ClassVar[str] = "settings key"
 
     @classmethod
     def parse(cls: type[R], data: str | Mapping[str, Any], where: str | None = None) -> R:
@@ -59,12 +61,12 @@ class Record:
         if unknown:
             key = unknown[0]
             raise InputError(
-                f"{where}: unknown settings key {key!r}{did_you_mean(key, declared)} "
+                f"{where}: unknown {cls.key_noun} {key!r}{did_you_mean(key, declared)} "
                 f"(the keys of {cls.__name__}: {', '.join(sorted(declared))})"
             )
         missing = [name for name, f in declared.items() if name not in data and _required(f)]
         if missing:
-            raise InputError(f"{where}: settings key {missing[0]!r} is missing ({cls.__name__} needs it)")
+            raise InputError(f"{where}: {cls.key_noun} {missing[0]!r} is missing ({cls.__name__} needs it)")
         hints = _hints(cls)
         values = {name: _coerce(hints[name], value, f"{where}.{name}") for name, value in data.items()}
         return cls(**values)

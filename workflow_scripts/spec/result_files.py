@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.record import Record, optional
@@ -30,6 +30,8 @@ TaskScores = dict[str, dict[str, float]]
 
 class ResultFile(Record):
     """A record kept as a JSON file."""
+
+    key_noun: ClassVar[str] = "key"
 
     @classmethod
     def read(cls: type[R], path: str | Path) -> R:

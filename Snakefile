@@ -14,6 +14,7 @@ if not workflow.config_settings.configfiles:
 
 include: "rules/common.smk"
 include: "rules/resources.smk"
+include: "rules/figures.smk"
 include: "rules/data.smk"
 include: "rules/models.smk"
 include: "rules/translate.smk"

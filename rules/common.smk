@@ -479,3 +479,31 @@ def run_id(wildcards):
         # without images has none, and no key
         leakage_reports=tuple(grid.leakage_reports(config, wildcards.intermediate, wildcards.target)) or None,
     ).to_json()
+
+
+def probe_identity(stage):
+    """A params function: which model a probe reads, as its output file records it."""
+
+    def identity(wildcards):
+        found = {"backbone": wildcards.backbone, "stage": stage}
+        if stage != "before":
+            found.update(config=wildcards.intermediate, seed=int(wildcards.seed))
+        if stage == "target":
+            found["target"] = wildcards.target
+        return ProbeIdentity(**found).to_json()
+
+    return identity
+
+
+def probe_inputs(model_of):
+    """A probe's inputs: the model, the pretrained backbone (whose LM head every stage is read
+    with) and the held-out text."""
+
+    def inputs(wildcards):
+        return {
+            "model": model_of(wildcards),
+            "base": backbone_grid.base_dir(config, wildcards.backbone),
+            "text": retention_grid.text_file(config),
+        }
+
+    return inputs

@@ -123,6 +123,18 @@ def gold_span_logits(encoded, peak: float = 10.0):
     return starts, ends
 
 
+@pytest.fixture(autouse=True, scope="module")
+def default_experiment():
+    """The config check roots this process's paths at the checked config's experiment
+    (spec/paths.py ``use_experiment``); a module that ran it in-process (a fixture loading
+    config/paper.yaml) must not leave the next module of its worker with paths under that
+    experiment."""
+    from workflow_scripts.spec import paths
+
+    yield
+    paths.use_experiment(paths.DEFAULT_EXPERIMENT)
+
+
 @pytest.fixture(scope="session")
 def demo_data(tmp_path_factory) -> dict[str, Path]:
     """A few canonical demo files, prepared through the real loaders."""

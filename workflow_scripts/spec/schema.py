@@ -2,8 +2,8 @@
 allows and the default of each setting a config may leave out.
 
 The schema is the one declaration, except where a record declares the values: the backbone
-families' names come from their records (spec/families.py), filled into the schema when it
-is read (``config_schema``). Snakemake fills its defaults into the config it validates;
+families' names (spec/families.py) and an arm recipe's ``trains`` choices
+(spec/arm_recipe.py), filled into the schema when it is read (``config_schema``). Snakemake fills its defaults into the config it validates;
 the code that also meets config parts nobody validated (the memory planner's CLI, a method
 given to train.py by hand) takes them from here, so the rules, the planner and training agree.
 
@@ -31,16 +31,22 @@ def config_schema() -> dict[str, Any]:
     return with_records(load_yaml(SCHEMA_FILE.read_text(encoding="utf-8")))
 
 
+def record_choices() -> dict[str, Any]:
+    """The values records declare for the schema, in their order: what ``with_records``
+    fills in, and what names the rendered schema in the user's cache (config_check)."""
+    return {"family": [facts.name for facts in families.REGISTERED], "trains": dict(arm_recipe.TRAINS)}
+
+
 def with_records(schema: dict[str, Any]) -> dict[str, Any]:
     """``schema`` with the choices that records declare: a backbone entry's ``family`` is one
     of the registered families, an arm recipe's ``trains`` one of the recipe's choices (each
     described), in their order."""
-    family = schema["$defs"]["backbone"]["properties"]["family"]
-    family["enum"] = [facts.name for facts in families.REGISTERED]
+    choices = record_choices()
+    schema["$defs"]["backbone"]["properties"]["family"]["enum"] = choices["family"]
     trains = schema["properties"]["arm_recipes"]["additionalProperties"]["properties"]["trains"]
-    trains["enum"] = list(arm_recipe.TRAINS)
-    choices = "; ".join(f"{name} ({what})" for name, what in arm_recipe.TRAINS.items())
-    trains["description"] = f"{trains['description']} {choices}."
+    trains["enum"] = list(choices["trains"])
+    described = "; ".join(f"{name} ({what})" for name, what in choices["trains"].items())
+    trains["description"] = f"{trains['description']} {described}."
     return schema
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts import revisions
-from workflow_scripts.spec import arm_recipe, families, paths, schema, trackers, user_cache
+from workflow_scripts.spec import paths, schema, trackers, user_cache
 from workflow_scripts.spec import tasks as task_catalogue
 from workflow_scripts.spec.basics import REPO_ROOT, load_yaml
 from workflow_scripts.workflow import (
@@ -51,7 +51,7 @@ def schema_for_validation() -> Path:
     values), which Snakemake reads about 10x faster than the YAML (it tries JSON first, then
     parses YAML in pure Python); in a temporary file where no cache can be written."""
     text = SCHEMA.read_bytes()
-    records = json.dumps([[facts.name for facts in families.REGISTERED], arm_recipe.TRAINS]).encode()
+    records = json.dumps(schema.record_choices()).encode()
     key = hashlib.sha256(text + b"\0" + records).hexdigest()[:16]
     name = f"config-schema-{key}.json"
     found = user_cache.path_of(name)

@@ -60,6 +60,7 @@ from workflow_scripts.models import adapters
 from workflow_scripts.models.heads import MultiHeadModel, forward, make_head, visual_classifier
 from workflow_scripts.planning import memory_model as mm
 from workflow_scripts.planning import memory_plan as mp
+from workflow_scripts.spec.method import METHODS
 
 GIB = 2**30
 SEQ_LEN = 256
@@ -161,7 +162,7 @@ BLOOM = Shape("bloom_176b", "decoder", 70, 112, 14336, 57344, 250880, bloom_conf
 
 def cases() -> list[Case]:
     found = []
-    for method in mm.METHODS:
+    for method in METHODS:
         found += [Case(XLMR, method, task) for task in ("mnli", "mlm", "snli_ve")]
         found += [Case(LLAMA, method, task) for task in ("mnli", "snli_ve")]
         found.append(Case(BLOOM, method, "mnli", world=1 if method == "qlora" else WORLD))

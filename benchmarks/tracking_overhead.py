@@ -45,7 +45,8 @@ VARIANTS = ("minimal", "off", "on")
 def settings(steps: int):
     """The phase's settings (spec/phase_settings.PhaseSettings): full fine-tuning at the
     schema's precision."""
-    from workflow_scripts.spec.phase_settings import MethodSettings, PhaseSettings
+    from workflow_scripts.spec.method import MethodSettings
+    from workflow_scripts.spec.phase_settings import PhaseSettings
 
     return PhaseSettings.parse(
         {

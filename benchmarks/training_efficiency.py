@@ -93,7 +93,8 @@ def xstilts_settings(args):
     """The phase settings (spec/phase_settings.PhaseSettings) of an xstilts run over the
     benchmark's pairs, full fine-tuning at the schema's precision (shared by the benchmarks
     that time the engine)."""
-    from workflow_scripts.spec.phase_settings import MethodSettings, PhaseSettings
+    from workflow_scripts.spec.method import MethodSettings
+    from workflow_scripts.spec.phase_settings import PhaseSettings
 
     settings = {
         "dropout": 0.1,

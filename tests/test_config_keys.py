@@ -16,11 +16,11 @@ import sys
 from typing import Any
 
 import pytest
-import yaml
 
-from conftest import REPO, copy_repo, paper_with_larger_backbones
+from conftest import copy_repo, paper_with_larger_backbones
+from workflow_scripts.spec.schema import config_schema
 
-SCHEMA = yaml.safe_load((REPO / "schemas/config.schema.yaml").read_text())
+SCHEMA = config_schema()  # the file with the blocks records generate
 LIST_ITEM = "[]"  # tests/config_reads.py's path component for a list's items
 # Each preset's dry run: the configs whose code paths differ (demo models, Hub models with the
 # planner's LoRA backbones, XTREME-R's targets and stages, image tasks).

@@ -298,5 +298,6 @@ def test_the_families_the_schema_accepts_are_the_registered_ones():
     from workflow_scripts.models.backbones import FAMILIES
     from workflow_scripts.spec import families, schema
 
-    assert list(schema.FAMILIES) == list(FAMILIES) == list(families.FAMILIES)
+    accepted = schema.setting("family", definition="backbone")["enum"]
+    assert accepted == list(FAMILIES) == list(families.FAMILIES)
     assert all(FAMILIES[name].facts is facts for name, facts in families.FAMILIES.items())

@@ -14,6 +14,7 @@ import yaml
 from workflow_scripts.planning import memory_model as mm
 from workflow_scripts.planning import memory_plan as mp
 from workflow_scripts.planning import memory_table as mt
+from workflow_scripts.spec.method import METHODS
 
 pytestmark = pytest.mark.unit
 
@@ -56,7 +57,10 @@ def workflow_config(**backbone_changes) -> dict:
     entry = backbone(XXL, **{"gpus": {"per_node": 8, "nodes": 1, "memory_gb": 80}, **backbone_changes})
     entry.pop("name")
     return {
-        "backbones": {"xlmr_xxl": entry, "demo": {"hub_id": "FacebookAI/xlm-roberta-large", "revision": "main"}},
+        "backbones": {
+            "xlmr_xxl": entry,
+            "demo": {"family": "encoder", "hub_id": "FacebookAI/xlm-roberta-large", "revision": "main"},
+        },
         "tasks": {
             "mnli": {"max_length": 256, "batch_size": 24},
             "squad": {"max_length": 384, "batch_size": 8},
@@ -433,7 +437,7 @@ def test_cli_exits_1_and_names_the_key_for_a_misfit(tmp_path):
 def test_reference_plan_covers_every_backbone_and_method():
     table = mt.reference_plan_markdown()
     for name in mt.REFERENCE_BACKBONES:
-        for method in mm.METHODS:
+        for method in METHODS:
             assert f"| {name} | " in table and f" | {method} | " in table
     assert len([line for line in table.splitlines() if line.startswith("| ") and "---" not in line]) == 1 + 15
 

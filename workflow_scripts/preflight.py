@@ -40,8 +40,9 @@ from workflow_scripts.operations import hub_answers
 from workflow_scripts.planning import cost, disk, memory_model, memory_plan, slurm
 from workflow_scripts.revisions import HubRepo, RevisionError, read_lock, resolve
 from workflow_scripts.spec import paths
+from workflow_scripts.spec.backbone_entry import entry_of
 from workflow_scripts.spec.basics import REPO_ROOT, InputError, repo_path
-from workflow_scripts.spec.phase_settings import MethodSettings
+from workflow_scripts.spec.method import MethodSettings
 from workflow_scripts.workflow import backbone_grid, config_check, config_layers, grid, hub_sources, local_data, sweep
 
 OK, WARNING, BLOCKER, SKIPPED = "ok", "warning", "blocker", "skipped"
@@ -198,10 +199,10 @@ def check_local_data(config: dict[str, Any]) -> list[Finding]:
 def trained_model_bytes(config: dict[str, Any], backbone: str, snapshot: int | None) -> int | None:
     """Bytes one saved model of the backbone takes: its weights (full: the snapshot's size,
     else its parameter count in float32), its adapters (LoRA, float32)."""
-    entry = config["backbones"][backbone]
-    if entry.get("method", "full") == "full":
-        return snapshot if snapshot is not None else (int(entry["parameters"] * 4) if entry.get("parameters") else None)
-    if not entry.get("architecture") or not entry.get("parameters"):
+    entry = entry_of(config, backbone)
+    if entry.method == "full":
+        return snapshot if snapshot is not None else (int(entry.parameters * 4) if entry.parameters else None)
+    if memory_model.skip_reason(entry) is not None:
         return None
     bb = memory_model.parse_backbone(backbone, entry)
     return int(memory_model.lora_adapter_parameters(bb) * 4)
@@ -602,7 +603,7 @@ def check_steps(config: dict[str, Any]) -> list[Finding]:
             continue
         try:
             losses = smoke_steps(
-                model_dir, config["backbones"][name]["family"], backbone_grid.method_settings(config, name), "cuda"
+                model_dir, entry_of(config, name).family, backbone_grid.method_settings(config, name), "cuda"
             )
         except Exception as err:  # any failure here is what the preflight exists to show
             findings.append(

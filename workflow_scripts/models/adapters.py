@@ -36,7 +36,7 @@ from torch import nn
 from workflow_scripts.models.backbones import ADAPTER_DIR, MANIFEST, family_of, get_family
 from workflow_scripts.precision import Precision
 from workflow_scripts.spec.basics import InputError
-from workflow_scripts.spec.phase_settings import MethodSettings
+from workflow_scripts.spec.method import MethodSettings
 from workflow_scripts.spec.schema import (
     DEFAULT_ACTIVATION_CHECKPOINTING,
     DEFAULT_METHOD,

@@ -21,6 +21,7 @@ from typing import Any
 
 from workflow_scripts.planning import memory_model, memory_plan
 from workflow_scripts.planning.job_cost import Shape, Tokens, Translator
+from workflow_scripts.spec.backbone_entry import entry_of
 from workflow_scripts.spec.data_map import DataMap, DataRef
 from workflow_scripts.spec.formats import get_format, head_kind
 from workflow_scripts.spec.phase_settings import PhaseSettings
@@ -53,7 +54,7 @@ VISION_TOWERS = {"openai/clip-vit-base-patch32": (12, 768)}
 
 def backbone_shape(config: Mapping[str, Any], backbone: str) -> Shape | None:
     """The backbone's FLOP-relevant shape (None: no ``parameters``/``architecture`` given)."""
-    entry = config["backbones"][backbone]
+    entry = entry_of(config, backbone)
     if memory_model.skip_reason(entry) is not None:
         return None
     bb = memory_model.parse_backbone(backbone, entry)
@@ -67,7 +68,7 @@ def backbone_shape(config: Mapping[str, Any], backbone: str) -> Shape | None:
         width=arch.hidden_size,
         gpus=bb.gpus,
         recompute=bb.activation_checkpointing,
-        vocab=arch.vocab_size,
+        vocab=arch.vocab_size or 0,
     )
 
 

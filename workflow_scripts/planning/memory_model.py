@@ -68,19 +68,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from workflow_scripts.spec.backbone_entry import ArchitectureEntry, BackboneEntry
+from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.families import facts as family_facts
-from workflow_scripts.spec.schema import (
-    DEFAULT_ACTIVATION_CHECKPOINTING,
-    DEFAULT_METHOD,
-    DEFAULT_PRECISION,
-    FAMILIES,
-    LORA_DEFAULTS,
-    LORA_KEYS,
-    METHODS,
-    PRECISIONS,
-    default,
-    lora_settings,
-)
 
 GB = 1e9
 METHOD_NAMES = {"full": "full fine-tuning", "lora": "LoRA", "qlora": "QLoRA"}
@@ -179,7 +169,8 @@ MODULE_SHAPES: dict[str, tuple[int, int]] = {
 }
 # A backbone without `gpus` (or without per_node, memory_gb, which the schema leaves unset)
 # is planned on one 80 GB GPU.
-DEFAULT_GPUS = {"per_node": 1, "nodes": default("gpus", "nodes", definition="backbone"), "memory_gb": 80}
+DEFAULT_GPUS_PER_NODE = 1
+DEFAULT_MEMORY_GB = 80.0
 
 
 class PlanError(ValueError):
@@ -187,41 +178,65 @@ class PlanError(ValueError):
     the message names the config key."""
 
 
-@dataclass(frozen=True)
-class Architecture:
-    """The shape numbers activations and adapters depend on."""
-
-    hidden_size: int
-    num_layers: int
-    num_attention_heads: int
-    vocab_size: int = 0
-    intermediate_size: int = 0
-
-    @property
-    def ffn_size(self) -> int:
-        # A missing intermediate size: the 4h of BERT-type and GPT-type blocks.
-        return self.intermediate_size or 4 * self.hidden_size
+# The shape numbers activations and adapters depend on: the entry's ``architecture``.
+Architecture = ArchitectureEntry
 
 
 @dataclass(frozen=True)
 class Backbone:
-    """One ``backbones.<name>`` entry, validated."""
+    """One ``backbones.<name>`` entry that the planner can size: its record, with the LoRA
+    modules it adapts resolved (the configured ones, or the family's defaults)."""
 
     name: str
-    family: str
-    method: str
-    precision: str
-    parameters: float
-    architecture: Architecture
-    lora_rank: int = LORA_DEFAULTS["rank"]
+    entry: BackboneEntry
     target_modules: tuple[str, ...] = ()  # what LoRA adapts (the family's attention projections)
-    activation_checkpointing: bool = DEFAULT_ACTIVATION_CHECKPOINTING
-    gpus: int = 1
-    memory_gb: float = 80.0
 
     @property
     def key(self) -> str:
         return f"backbones.{self.name}"
+
+    @property
+    def family(self) -> str:
+        return self.entry.family
+
+    @property
+    def method(self) -> str:
+        return self.entry.method
+
+    @property
+    def precision(self) -> str:
+        return self.entry.precision
+
+    @property
+    def parameters(self) -> float:
+        assert self.entry.parameters is not None  # skip_reason said so before parsing
+        return self.entry.parameters
+
+    @property
+    def architecture(self) -> ArchitectureEntry:
+        assert self.entry.architecture is not None
+        return self.entry.architecture
+
+    @property
+    def lora_rank(self) -> int:
+        return self.entry.lora.rank
+
+    @property
+    def activation_checkpointing(self) -> bool:
+        return self.entry.activation_checkpointing
+
+    @property
+    def gpus(self) -> int:
+        """GPUs a training job asks for (absent: one)."""
+        request = self.entry.gpu_request
+        return (request.per_node or DEFAULT_GPUS_PER_NODE) * request.nodes
+
+    @property
+    def memory_gb(self) -> float:
+        return self.entry.gpu_request.memory_gb or DEFAULT_MEMORY_GB
+
+    def with_checkpointing(self, on: bool) -> Backbone:
+        return replace(self, entry=replace(self.entry, activation_checkpointing=on))
 
 
 @dataclass(frozen=True)
@@ -281,54 +296,24 @@ class Workload:
 # ----- reading a backbone entry ---------------------------------------------------------
 
 
-def skip_reason(entry: Mapping[str, Any]) -> str | None:
+def skip_reason(entry: BackboneEntry | Mapping[str, Any]) -> str | None:
     """Why a backbone cannot be planned (e.g. the demo's encoder, built locally): a backbone
     whose size is unknown is not an error, the check just cannot say anything about it."""
-    if entry.get("parameters") is None:
+    if isinstance(entry, BackboneEntry):
+        parameters, architecture = entry.parameters, entry.architecture
+    else:  # a mapping nobody parsed yet (the planner's CLI, the reference table)
+        parameters, architecture = entry.get("parameters"), entry.get("architecture")
+    if parameters is None:
         return "no `parameters` count"
-    if not isinstance(entry.get("architecture"), Mapping):
+    if architecture is None:
         return "no `architecture`"
     return None
 
 
-def _choice(entry: Mapping[str, Any], key: str, allowed: tuple[str, ...], default: str | None, where: str) -> str:
-    value = entry.get(key, default)
-    if value not in allowed:
-        raise PlanError(f"config key {where}.{key}: {value!r} is not one of {', '.join(allowed)}")
-    return str(value)
-
-
-def _positive(value: Any, key: str) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise PlanError(f"config key {key}: {value!r} is not a number") from None
-    if not number > 0 or math.isinf(number):
-        raise PlanError(f"config key {key}: {value!r} must be a positive number")
-    return number
-
-
-def _architecture(arch: Mapping[str, Any], where: str) -> Architecture:
-    def get(key: str, required: bool = True) -> int:
-        if arch.get(key) is not None:
-            return int(_positive(arch[key], f"{where}.{key}"))
-        if required:
-            raise PlanError(f"config key {where}.{key}: missing (needed for the activation estimate)")
-        return 0
-
-    return Architecture(
-        hidden_size=get("hidden_size"),
-        num_layers=get("num_layers"),
-        num_attention_heads=get("num_attention_heads"),
-        vocab_size=get("vocab_size", required=False),
-        intermediate_size=get("intermediate_size", required=False),
-    )
-
-
-def _target_modules(family: str, lora: Mapping[str, Any], where: str) -> tuple[str, ...]:
+def _target_modules(entry: BackboneEntry, where: str) -> tuple[str, ...]:
     """The modules LoRA adapts: ``lora.target_modules``, or the family's own defaults (those
     of its usual architecture: a test checks that DeBERTa's and BLOOM's are no larger)."""
-    configured = tuple(lora.get("target_modules") or ())
+    configured = entry.lora.target_modules or ()
     for i, module in enumerate(configured):
         if module not in MODULE_SHAPES:
             raise PlanError(
@@ -336,44 +321,23 @@ def _target_modules(family: str, lora: Mapping[str, Any], where: str) -> tuple[s
                 f"on {module!r}; it knows {', '.join(MODULE_SHAPES)} (or leave out {where}.parameters "
                 "to skip the memory check)"
             )
-    return configured or family_facts(family).lora_targets  # no model config: the usual architecture's
+    return configured or family_facts(entry.family).lora_targets  # no model config: the usual architecture's
 
 
-def _gpus(entry: Mapping[str, Any], where: str) -> tuple[int, float]:
-    """GPUs a backbone's training jobs ask for (count, memory per GPU); absent: one 80 GB GPU."""
-    gpus = entry.get("gpus") or {}
-    if not isinstance(gpus, Mapping):
-        raise PlanError(f"config key {where}.gpus: expected a mapping with per_node, nodes, memory_gb")
-    spec = {**DEFAULT_GPUS, **gpus}
-    per_node = int(_positive(spec["per_node"], f"{where}.gpus.per_node"))
-    count = per_node * int(_positive(spec["nodes"], f"{where}.gpus.nodes"))
-    return count, _positive(spec["memory_gb"], f"{where}.gpus.memory_gb")
-
-
-def parse_backbone(name: str, entry: Mapping[str, Any]) -> Backbone:
-    """Validate one ``backbones.<name>`` entry (call ``skip_reason`` first), naming the
-    offending key so a bad entry stops the workflow with something to fix."""
+def parse_backbone(name: str, entry: BackboneEntry | Mapping[str, Any]) -> Backbone:
+    """The plannable backbone of one ``backbones.<name>`` entry (call ``skip_reason`` first),
+    naming the offending key so a bad entry stops the workflow with something to fix."""
     where = f"backbones.{name}"
-    family = _choice(entry, "family", FAMILIES, None, where)  # required: no default
-    method = _choice(entry, "method", METHODS, DEFAULT_METHOD, where)
-    if not isinstance(entry.get("lora") or {}, Mapping):
-        raise PlanError(f"config key {where}.lora: expected a mapping of {', '.join(LORA_KEYS)}")
-    lora = lora_settings(entry)
-    count, memory = _gpus(entry, where)
-    return Backbone(
-        name=name,
-        family=family,
-        method=method,
-        precision=_choice(entry, "precision", PRECISIONS, DEFAULT_PRECISION, where),
-        parameters=_positive(entry["parameters"], f"{where}.parameters"),
-        architecture=_architecture(entry["architecture"], f"{where}.architecture"),
-        lora_rank=int(_positive(lora["rank"], f"{where}.lora.rank")),
-        # full fine-tuning adapts nothing: its lora block is never read by training either
-        target_modules=() if method == "full" else _target_modules(family, lora, where),
-        activation_checkpointing=bool(entry.get("activation_checkpointing", DEFAULT_ACTIVATION_CHECKPOINTING)),
-        gpus=count,
-        memory_gb=memory,
-    )
+    if not isinstance(entry, BackboneEntry):  # a mapping may carry its name (``_as_backbone``)
+        try:
+            entry = BackboneEntry.parse({k: v for k, v in entry.items() if k != "name"}, where)
+        except InputError as err:
+            raise PlanError(f"config key {err}") from None
+    if entry.architecture is None or entry.parameters is None:
+        raise PlanError(f"config key {where}: cannot estimate memory: {skip_reason(entry)}")
+    # full fine-tuning adapts nothing: its lora block is never read by training either
+    modules = () if entry.method == "full" else _target_modules(entry, where)
+    return Backbone(name=name, entry=entry, target_modules=modules)
 
 
 def _as_backbone(backbone: Backbone | Mapping[str, Any]) -> Backbone:
@@ -391,7 +355,7 @@ def _as_backbone(backbone: Backbone | Mapping[str, Any]) -> Backbone:
 
 def embedding_parameters(arch: Architecture) -> float:
     """The token embedding: kept unquantised by QLoRA and gathered whole by FSDP's root."""
-    return float(arch.vocab_size * arch.hidden_size)
+    return float((arch.vocab_size or 0) * arch.hidden_size)
 
 
 def block_parameters(bb: Backbone) -> float:

@@ -42,6 +42,8 @@ from workflow_scripts.planning.memory_model import (
     usable_bytes,
 )
 from workflow_scripts.planning.memory_table import format_count, plan_markdown, reference_plan_markdown
+from workflow_scripts.spec.backbone_entry import BackboneEntry, entry_of
+from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.formats import head_kind
 from workflow_scripts.spec.schema import (
     default,
@@ -128,7 +130,7 @@ def task_head_parameters(task: str, arch: Architecture) -> float:
     if fmt == TAGGING:
         return float((h + 1) * (labels or UNKNOWN_TAGSET))
     if fmt == MLM:
-        return float(h * h + 3 * h + arch.vocab_size)
+        return float(h * h + 3 * h + (arch.vocab_size or 0))
     if fmt in VISUAL_FORMATS:  # projector (vision width taken as h), slots, and the pooled output's head
         projector = 2 * h * h + 2 * h + spec.images_per_example * h  # (a visual format has its spec)
         if fmt not in (VISUAL_CLASSIFICATION, VISUAL_ANSWER):  # retrieval: the caption's projection
@@ -256,7 +258,7 @@ def resolved_micro_batch(config: Mapping[str, Any], backbone: str, phase: str) -
     cap = phase_cap(config, phase)
     if cap != AUTO_MICRO_BATCH:
         return int(cap)
-    entry = config["backbones"][backbone]
+    entry = planned_entry(config, backbone)
     shape = phase_shape(backbone_part(config, entry), phase)
     if shape is None or skip_reason(entry) is not None:
         return int(default("max_micro_batch", definition="phase"))
@@ -318,17 +320,26 @@ def plan_phase(bb: Backbone, phase: str, shape: PhaseShape, gpu_memory_gb: float
     )
 
 
-def backbone_part(config: Mapping[str, Any], entry: Mapping[str, Any]) -> Mapping[str, Any]:
+def planned_entry(config: Mapping[str, Any], name: str) -> BackboneEntry:
+    """The record of ``backbones.<name>``; a bad entry (the planner's CLI reads configs the
+    schema has not checked) is a PlanError naming the key."""
+    if not isinstance(config["backbones"][name], Mapping):
+        raise PlanError(f"config key backbones.{name}: expected a mapping")
+    try:
+        return entry_of(config, name)
+    except InputError as err:
+        raise PlanError(f"config key {err}") from None
+
+
+def backbone_part(config: Mapping[str, Any], entry: BackboneEntry) -> Mapping[str, Any]:
     """The config as one backbone runs it: its ``grid`` may narrow the intermediate configs
     and targets (a decoder runs no MLM config), and only those are planned for it."""
-    narrowed = entry.get("grid") or {}
+    intermediate, targets = entry.grid_part("intermediate"), entry.grid_part("targets")
     part = dict(config)
-    if narrowed.get("intermediate") is not None and isinstance(config.get("intermediate"), Mapping):
-        part["intermediate"] = {
-            n: config["intermediate"][n] for n in narrowed["intermediate"] if n in config["intermediate"]
-        }
-    if narrowed.get("targets") is not None and config.get("targets") is not None:
-        part["targets"] = [t for t in config["targets"] if t in narrowed["targets"]]
+    if intermediate is not None and isinstance(config.get("intermediate"), Mapping):
+        part["intermediate"] = {n: config["intermediate"][n] for n in intermediate if n in config["intermediate"]}
+    if targets is not None and config.get("targets") is not None:
+        part["targets"] = [t for t in config["targets"] if t in targets]
     return part
 
 
@@ -342,13 +353,12 @@ def plan_config(
     if not isinstance(backbones, Mapping):
         raise PlanError("config key backbones: expected a mapping of backbone name -> settings")
     plans = []
-    for name, entry in backbones.items():
-        if not isinstance(entry, Mapping):
-            raise PlanError(f"config key backbones.{name}: expected a mapping")
-        reason = skip_reason(entry)
+    for name, raw in backbones.items():
+        reason = skip_reason(raw) if isinstance(raw, Mapping) else None  # not sized: not read either
         if reason:
             plans += [PhasePlan(backbone=name, phase=p, skipped=reason) for p in PHASES]
             continue
+        entry = planned_entry(config, name)
         bb = parse_backbone(name, entry)
         part = backbone_part(config, entry)
         shapes = {phase: phase_shape(part, phase, seq_len) for phase in PHASES}

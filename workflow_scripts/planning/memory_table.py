@@ -7,7 +7,6 @@ Standard library only.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from workflow_scripts.planning.memory_model import GB, estimate, min_gpus, parse_backbone, usable_bytes
@@ -200,7 +199,7 @@ def reference_plan_markdown(seq_len: int = 256, micro_batch: int = 8, gpu_memory
             bb = parse_backbone(name, {**entry, "method": method, "precision": "bf16"})  # the schema's LoRA
             cells: list[Any] = [name, format_count(bb.parameters), method]
             for checkpointing in (False, True):
-                variant = replace(bb, activation_checkpointing=checkpointing)
+                variant = bb.with_checkpointing(checkpointing)
                 count = min_gpus(variant, seq_len, micro_batch, gpu_memory_gb)
                 one = estimate(variant, seq_len, micro_batch, 1)
                 if not checkpointing:

@@ -25,8 +25,9 @@ from typing import Any, ClassVar, Literal, TypeVar
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.families import DEMO_FAMILIES
 from workflow_scripts.spec.families import facts as family_facts
+from workflow_scripts.spec.method import MethodName, MethodSettings, PrecisionName
 from workflow_scripts.spec.record import Record, optional
-from workflow_scripts.spec.schema import MethodName, PrecisionName, setting
+from workflow_scripts.spec.schema import setting
 
 R = TypeVar("R", bound=Record)
 Source = Literal["hub", "demo"]
@@ -297,3 +298,16 @@ class BackboneProvenance(Record):
     lora: LoraSettings | None = optional()
     # named only when on (method_settings)
     activation_checkpointing: bool | None = optional()
+
+    @classmethod
+    def of_method(cls, method: MethodSettings, **where_from: Any) -> BackboneProvenance:
+        """The provenance of a backbone that trains by ``method``, from ``where_from`` (name,
+        family, source, and a Hub backbone's hub_id and revision): the LoRA settings grouped
+        under ``lora``, activation checkpointing named only when on."""
+        settings = method.to_dict()
+        lora = {key: settings.pop(key) for key in LoraSettings.keys() if key in settings}
+        name, precision = settings.pop("name"), settings.pop("precision")
+        return cls.parse(
+            {**where_from, "method": name, "precision": precision, **({"lora": lora} if lora else {}), **settings},
+            f"backbones.{where_from['name']}",
+        )

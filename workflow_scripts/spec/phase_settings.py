@@ -12,28 +12,12 @@ from typing import ClassVar
 
 from workflow_scripts.spec.arm_recipe import ArmRecipe
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.method import MethodSettings
 from workflow_scripts.spec.record import Record, optional
-from workflow_scripts.spec.schema import DEFAULT_METHOD, DEFAULT_PRECISION, MethodName, PrecisionName
 from workflow_scripts.spec.task_options import TaskOptions
 
 # A phase's default selection and data language (an intermediate config names its own).
 ENGLISH = "en"
-
-
-@dataclass(frozen=True, kw_only=True)
-class MethodSettings(Record):
-    """How a backbone trains: the method, the precision policy and, for an adapter method, the
-    LoRA settings (absent for ``full``, so that a full fine-tuning's settings stay those of a
-    config without them). ``models/adapters.Method`` fills in the schema's defaults of what
-    is absent. Activation checkpointing is named only when on."""
-
-    name: MethodName = DEFAULT_METHOD
-    precision: PrecisionName = DEFAULT_PRECISION
-    rank: int | None = optional()
-    alpha: int | None = optional()
-    dropout: float | None = optional()
-    target_modules: tuple[str, ...] | None = optional()  # absent: the family's attention projections
-    activation_checkpointing: bool | None = optional()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from workflow_scripts.spec.phase_settings import MethodSettings
+from workflow_scripts.spec.method import MethodSettings
 from workflow_scripts.spec.record import Record
 
 # The version the task files below were read from and the jobs run (requirements.txt pins it).

@@ -29,6 +29,10 @@ from workflow_scripts.spec.suggest import did_you_mean
 
 R = TypeVar("R", bound="Record")
 OMIT_WHEN_NONE = "omit_when_none"
+# A field's metadata: the JSON-schema keywords of a config key (spec/schema_block.py ``key``),
+# whose bounds parsing checks too, so a config part nobody validated is held to them.
+JSON_SCHEMA = "json_schema"
+ITEMS = "items"
 
 
 def optional(default: Any = None) -> Any:
@@ -69,6 +73,8 @@ class Record:
             raise InputError(f"{where}: {cls.key_noun} {missing[0]!r} is missing ({cls.__name__} needs it)")
         hints = _hints(cls)
         values = {name: _coerce(hints[name], value, f"{where}.{name}") for name, value in data.items()}
+        for name, value in values.items():
+            _check_bounds(declared[name], value, f"{where}.{name}")
         return cls(**values)
 
     @staticmethod
@@ -181,6 +187,40 @@ def _scalar(hint: Any, value: Any, where: str) -> Any:
     if not ok:
         raise InputError(f"{where}: expected {_name(hint)}, got {value!r}")
     return value
+
+
+_BOUNDS = {
+    "minimum": (lambda v, b: v >= b, "at least"),
+    "exclusiveMinimum": (lambda v, b: v > b, "greater than"),
+    "maximum": (lambda v, b: v <= b, "at most"),
+    "exclusiveMaximum": (lambda v, b: v < b, "less than"),
+}
+
+
+def _check_bounds(field: dataclasses.Field, value: Any, where: str) -> None:
+    """``value`` within the bounds its config key declares (nothing to check for other fields)."""
+    schema = field.metadata.get(JSON_SCHEMA)
+    if not schema or value is None:
+        return
+    _within(schema, value, where)
+    if isinstance(value, tuple):
+        if len(value) < schema.get("minItems", 0):
+            raise InputError(f"{where}: needs at least {schema['minItems']} item(s), got {list(value)!r}")
+        if schema.get("uniqueItems") and len(set(value)) < len(value):
+            raise InputError(f"{where}: {list(value)!r} names an item twice")
+        for i, item in enumerate(value):
+            _within(field.metadata.get(ITEMS, {}), item, f"{where}[{i}]")
+
+
+def _within(schema: Mapping[str, Any], value: Any, where: str) -> None:
+    if "enum" in schema and value not in schema["enum"]:
+        raise InputError(f"{where}: {value!r} is not one of {', '.join(map(repr, schema['enum']))}")
+    if isinstance(value, str) and len(value) < schema.get("minLength", 0):
+        raise InputError(f"{where}: {value!r} is shorter than {schema['minLength']} character(s)")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        for keyword, (holds, words) in _BOUNDS.items():
+            if keyword in schema and not holds(value, schema[keyword]):
+                raise InputError(f"{where}: {value!r} must be {words} {schema[keyword]}")
 
 
 def _name(hint: Any) -> str:

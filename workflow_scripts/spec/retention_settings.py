@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from workflow_scripts.spec.phase_settings import MethodSettings
+from workflow_scripts.spec.method import MethodSettings
 from workflow_scripts.spec.record import Record, optional
 from workflow_scripts.spec.report_settings import ArmPair
 

@@ -1,11 +1,13 @@
 """The config schema (schemas/config.schema.yaml) as code reads it: the values a setting
 allows and the default of each setting a config may leave out.
 
-The schema is the one declaration, except where a record declares the values: the backbone
-families' names (spec/families.py) and an arm recipe's ``trains`` choices
-(spec/arm_recipe.py), filled into the schema when it is read (``config_schema``). Snakemake fills its defaults into the config it validates;
-the code that also meets config parts nobody validated (the memory planner's CLI, a method
-given to train.py by hand) takes them from here, so the rules, the planner and training agree.
+The schema is the one declaration, except where a record declares it: a block that a record
+parses is generated from the record (``RECORD_BLOCKS``: a backbone entry,
+spec/backbone_entry.py; spec/schema_block.py says how), and an arm recipe's ``trains``
+choices come from spec/arm_recipe.py; both are filled in when the schema is read
+(``config_schema``). Snakemake fills its defaults into the config it validates; the code that
+also meets config parts nobody validated (the memory planner's CLI, a method given to
+train.py by hand) takes them from here, so the rules, the planner and training agree.
 
 Standard library and PyYAML (Snakemake's dependency) only: the Snakefile imports this.
 """
@@ -13,39 +15,56 @@ Standard library and PyYAML (Snakemake's dependency) only: the Snakefile imports
 from __future__ import annotations
 
 import functools
-import typing
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
-from workflow_scripts.spec import arm_recipe, families
+from workflow_scripts.spec import arm_recipe
+from workflow_scripts.spec.backbone_entry import BackboneEntry, LoraEntry
 from workflow_scripts.spec.basics import REPO_ROOT, load_yaml
+from workflow_scripts.spec.method import (  # noqa: F401 (read from here by the workflow and jobs)
+    DEFAULT_METHOD,
+    DEFAULT_PRECISION,
+    METHODS,
+    PRECISIONS,
+    MethodName,
+    PrecisionName,
+)
+from workflow_scripts.spec.record import Record
+from workflow_scripts.spec.schema_block import block
 from workflow_scripts.spec.suggest import did_you_mean
 
 SCHEMA_FILE = REPO_ROOT / "schemas" / "config.schema.yaml"
+# The schema's $defs generated from the record that parses them; the YAML keeps only the
+# rules across their keys (e.g. a backbone's demo settings by family).
+RECORD_BLOCKS: dict[str, type[Record]] = {"backbone": BackboneEntry}
 
 
 @functools.cache
 def config_schema() -> dict[str, Any]:
-    """The schema file with the values that records declare filled in: what the config
-    check validates against and the configuration reference prints."""
+    """The schema file with what records declare filled in: what the config check validates
+    against and the configuration reference prints."""
     return with_records(load_yaml(SCHEMA_FILE.read_text(encoding="utf-8")))
 
 
-def record_choices() -> dict[str, Any]:
-    """The values records declare for the schema, in their order: what ``with_records``
-    fills in, and what names the rendered schema in the user's cache (config_check)."""
-    return {"family": [facts.name for facts in families.REGISTERED], "trains": dict(arm_recipe.TRAINS)}
+def record_declarations() -> dict[str, Any]:
+    """What records declare for the schema, in their order: the blocks they generate and an
+    arm recipe's choices of ``trains``. ``with_records`` fills them in; the config check names
+    the rendered schema in the user's cache by them."""
+    return {
+        "blocks": {name: block(record) for name, record in RECORD_BLOCKS.items()},
+        "trains": dict(arm_recipe.TRAINS),
+    }
 
 
 def with_records(schema: dict[str, Any]) -> dict[str, Any]:
-    """``schema`` with the choices that records declare: a backbone entry's ``family`` is one
-    of the registered families, an arm recipe's ``trains`` one of the recipe's choices (each
-    described), in their order."""
-    choices = record_choices()
-    schema["$defs"]["backbone"]["properties"]["family"]["enum"] = choices["family"]
+    """``schema`` with what records declare: each generated block (before the YAML's own
+    rules across its keys), and an arm recipe's ``trains`` choices, each described."""
+    declared = record_declarations()
+    for name, generated in declared["blocks"].items():
+        schema["$defs"][name] = {**generated, **(schema["$defs"].get(name) or {})}
     trains = schema["properties"]["arm_recipes"]["additionalProperties"]["properties"]["trains"]
-    trains["enum"] = list(choices["trains"])
-    described = "; ".join(f"{name} ({what})" for name, what in choices["trains"].items())
+    trains["enum"] = list(declared["trains"])
+    described = "; ".join(f"{name} ({what})" for name, what in declared["trains"].items())
     trains["description"] = f"{trains['description']} {described}."
     return schema
 
@@ -76,25 +95,11 @@ def default(*keys: str, definition: str | None = None) -> Any:
 
 # ----- a backbone entry (backbones.<name>) -----------------------------------------------
 
-FAMILIES: tuple[str, ...] = tuple(setting("family", definition="backbone")["enum"])
-# A backbone's training method and precision policy, as the typed records declare them
-# (spec/phase_settings.py): the schema's enums of the two settings, in the schema's order
-# (tests/test_spec_training.py holds them equal).
-MethodName = Literal["full", "lora", "qlora"]
-PrecisionName = Literal["bf16", "fp16", "fp32"]
-METHODS: tuple[str, ...] = typing.get_args(MethodName)
-PRECISIONS: tuple[str, ...] = typing.get_args(PrecisionName)
-DEFAULT_METHOD: str = default("method", definition="backbone")
-DEFAULT_PRECISION: str = default("precision", definition="backbone")
-DEFAULT_ACTIVATION_CHECKPOINTING: bool = default("activation_checkpointing", definition="backbone")
 # The keys of a backbone's `lora` block, and the defaults of those that have one (rank, alpha,
 # dropout; without target_modules LoRA adapts the family's attention projections).
-LORA_KEYS: tuple[str, ...] = tuple(setting("lora", definition="backbone")["properties"])
-LORA_DEFAULTS: dict[str, Any] = {
-    key: spec["default"]
-    for key, spec in setting("lora", definition="backbone")["properties"].items()
-    if "default" in spec
-}
+LORA_KEYS: tuple[str, ...] = LoraEntry.keys()
+LORA_DEFAULTS: dict[str, Any] = LoraEntry().to_dict()
+DEFAULT_ACTIVATION_CHECKPOINTING: bool = BackboneEntry.__dataclass_fields__["activation_checkpointing"].default
 
 
 def lora_settings(entry: Mapping[str, Any]) -> dict[str, Any]:

@@ -19,22 +19,14 @@ import dataclasses
 from typing import Any
 
 from workflow_scripts.spec import paths
-from workflow_scripts.spec.families import DEMO_FAMILIES, POOLINGS
+from workflow_scripts.spec.backbone_entry import GRID_PARTS, BackboneEntry, entries, entry_of
+from workflow_scripts.spec.families import DEMO_FAMILIES
 from workflow_scripts.spec.families import facts as family_facts
+from workflow_scripts.spec.method import MethodSettings
 from workflow_scripts.spec.model_settings import BackbonePrepare, BackboneProvenance
-from workflow_scripts.spec.phase_settings import MethodSettings
-from workflow_scripts.spec.schema import (
-    DEFAULT_ACTIVATION_CHECKPOINTING,
-    DEFAULT_METHOD,
-    DEFAULT_PRECISION,
-    LORA_KEYS,
-    lora_settings,
-)
 from workflow_scripts.spec.suggest import did_you_mean
 from workflow_scripts.spec.tasks import TASKS, get_task
 from workflow_scripts.workflow import transfer
-
-GRID_KEYS = ("intermediate", "targets", "seeds", "settings")
 
 
 class BackboneError(ValueError):
@@ -69,9 +61,10 @@ def whole_grid(config: dict[str, Any]) -> dict[str, list[Any]]:
 
 def grid_of(config: dict[str, Any], backbone: str) -> dict[str, list[Any]]:
     """The part of the grid a backbone runs (everything, unless its ``grid`` narrows it)."""
-    narrowed = config["backbones"][backbone].get("grid") or {}
+    grid = entry_of(config, backbone).grid
+    narrowed = grid.narrowed() if grid else {}
     full = whole_grid(config)
-    return {key: [v for v in full[key] if v in narrowed[key]] if key in narrowed else full[key] for key in GRID_KEYS}
+    return {key: [v for v in full[key] if v in narrowed[key]] if key in narrowed else full[key] for key in GRID_PARTS}
 
 
 def plans(config: dict[str, Any], backbone: str) -> list[transfer.Plan]:
@@ -99,7 +92,7 @@ def find_plan(config: dict[str, Any], backbone: str, setting_token: str, target:
 def contaminated(config: dict[str, Any], backbone: str) -> list[str]:
     """Targets whose data the backbone saw in its training mixture (mT0, BLOOMZ and Aya-101
     were tuned on xP3, which holds XNLI and XCOPA): their scores are not zero-shot."""
-    return list(config["backbones"][backbone].get("contaminated_targets") or [])
+    return list(entry_of(config, backbone).contaminated_targets)
 
 
 # ----- paths ------------------------------------------------------------------------------
@@ -141,23 +134,14 @@ def method_settings(config: dict[str, Any], backbone: str, adapters: bool = Fals
     spelt out, so a training job's params change exactly when its method does. ``adapters``:
     a phase that trains adapters whatever the backbone's method (an arm recipe's ``trains:
     adapters``): LoRA with the backbone's lora settings where the method is full."""
-    entry = config["backbones"][backbone]
-    method = {"name": entry.get("method", DEFAULT_METHOD), "precision": entry.get("precision", DEFAULT_PRECISION)}
-    if adapters and method["name"] == "full":
-        method["name"] = "lora"
-    if method["name"] != "full":
-        method.update(lora_settings(entry))
-    # Named only when on, so that off gives the params of a config without the key (nothing reruns).
-    if entry.get("activation_checkpointing", DEFAULT_ACTIVATION_CHECKPOINTING):
-        method["activation_checkpointing"] = True
-    return MethodSettings.parse(method, f"backbones.{backbone}")
+    return entry_of(config, backbone).method_settings(adapters)
 
 
 def _prepare_fields(config: dict[str, Any], backbone: str) -> dict[str, Any]:
-    entry = config["backbones"][backbone]
+    entry = entry_of(config, backbone)
     if config["models"]["source"] == "hub":
-        return {"source": "hub", "family": entry["family"], "hub_id": entry["hub_id"], "revision": entry["revision"]}
-    return {"source": "demo", "family": entry["family"], "demo": entry.get("demo", {})}
+        return {"source": "hub", "family": entry.family, "hub_id": entry.hub_id, "revision": entry.revision}
+    return {"source": "demo", "family": entry.family, "demo": entry.demo or {}}
 
 
 def prepare_settings(config: dict[str, Any], backbone: str) -> BackbonePrepare:
@@ -167,18 +151,15 @@ def prepare_settings(config: dict[str, Any], backbone: str) -> BackbonePrepare:
 
 def retrieval_settings(config: dict[str, Any], backbone: str) -> dict[str, Any]:
     """The retrieval options, with the backbone's own layer and pooling where it sets them."""
-    return {**config["retrieval"], **(config["backbones"][backbone].get("retrieval") or {})}
+    own = entry_of(config, backbone).retrieval
+    return {**config["retrieval"], **(own.to_dict() if own else {})}
 
 
 def gpus(config: dict[str, Any], backbone: str) -> dict[str, Any]:
     """GPUs per node, nodes and launcher (torchrun or srun) a training job of the backbone
     asks for (no per_node: the rule's own `resources` decide, one process)."""
-    asked = config["backbones"][backbone].get("gpus") or {}
-    return {
-        "per_node": int(asked.get("per_node", 0)),
-        "nodes": int(asked.get("nodes", 1)),
-        "launcher": asked.get("launcher", "torchrun"),
-    }
+    asked = entry_of(config, backbone).gpu_request
+    return {"per_node": asked.per_node or 0, "nodes": asked.nodes, "launcher": asked.launcher}
 
 
 def provenance(config: dict[str, Any], backbone: str) -> BackboneProvenance:
@@ -186,31 +167,22 @@ def provenance(config: dict[str, Any], backbone: str) -> BackboneProvenance:
     or a demo model), its family, and how it trains (method_settings: method, precision, the
     LoRA settings of an adapter method). The evaluation adds what the prepared directory
     says: the commit a Hub revision resolved to, or the demo model's weights digest."""
-    entry = config["backbones"][backbone]
-    method = method_settings(config, backbone).to_dict()
-    out = {
-        "name": backbone,
-        "family": entry["family"],
-        "source": config["models"]["source"],
-        "method": method.pop("name"),
-        "precision": method.pop("precision"),
-    }
-    if config["models"]["source"] == "hub":
-        out.update({"hub_id": entry["hub_id"], "revision": entry["revision"]})
-    lora = {key: method.pop(key) for key in LORA_KEYS if key in method}
-    if lora:
-        out["lora"] = lora
-    return BackboneProvenance.parse({**out, **method}, f"backbones.{backbone}")  # activation_checkpointing, when on
+    entry = entry_of(config, backbone)
+    hub = {"hub_id": entry.hub_id, "revision": entry.revision} if config["models"]["source"] == "hub" else {}
+    return BackboneProvenance.of_method(
+        method_settings(config, backbone), name=backbone, family=entry.family, source=config["models"]["source"], **hub
+    )
 
 
 def describe(config: dict[str, Any], backbone: str) -> dict[str, Any]:
     """What a table row records of the backbone: its provenance, its size, and the targets
     its training mixture held (footnoted: not zero-shot)."""
-    entry = config["backbones"][backbone]
+    entry = entry_of(config, backbone)
     out = {**provenance(config, backbone).to_dict(), "contaminated_targets": contaminated(config, backbone)}
-    for key in ("parameters", "contamination_source"):
-        if entry.get(key):
-            out[key] = entry[key]
+    if entry.parameters:
+        out["parameters"] = entry.parameters
+    if entry.contamination_source:
+        out["contamination_source"] = entry.contamination_source
     loads = prepared_as(config, backbone)
     if loads != backbone:  # named only then: other tables' settings stay as they were
         out["prepared_as"] = loads
@@ -229,69 +201,75 @@ def check(config: dict[str, Any]) -> None:
             "config key backbones: name at least one backbone (the 2020 grid: "
             "xlmr_large: {hub_id: FacebookAI/xlm-roberta-large, family: encoder})"
         )
-    baseline = config.get("tables", {}).get("baseline", "none")
-    for name, entry in config["backbones"].items():
+    for name, entry in entries(config).items():
         key = f"backbones.{name}"
-        # family, method and precision are the schema's enums, checked before this runs
-        # (config_check: the schema, then check_config); spec/schema.py and spec/families.py
-        # declare the same names, and tests (test_spec, test_spec_training) hold them equal.
-        family, method = entry["family"], entry.get("method", DEFAULT_METHOD)
-        if config["models"]["source"] == "hub":
-            for field in ("hub_id", "revision"):
-                if not entry.get(field):
-                    raise BackboneError(f"config key {key}.{field}: required when models.source is hub")
-        elif family not in DEMO_FAMILIES:
-            raise BackboneError(
-                f"config key {key}.family: the demo builds {' and '.join(DEMO_FAMILIES)} backbones, "
-                f"not {family} (use models.source: hub)"
-            )
-        asked = gpus(config, name)
-        gpu_count = asked["per_node"] * asked["nodes"]
-        if entry.get("precision", DEFAULT_PRECISION) == "fp16" and gpu_count > 1:
-            raise BackboneError(
-                f"config key {key}.precision: fp16 needs loss scaling, which sharded training does not run "
-                "(a per-rank scale would let the ranks skip different steps); use bf16 on several GPUs"
-            )
-        if method == "qlora" and gpu_count > 1:
-            raise BackboneError(
-                f"config key {key}.gpus: qlora trains on one GPU; across {gpu_count} GPUs "
-                "each rank would have to quantise and hold the whole 4-bit base (sharded loading reads bf16/fp32 "
-                "rows, which bitsandbytes' 4-bit blocks are not). Use method lora (bf16 base, sharded) for "
-                "several GPUs, or one GPU with qlora"
-            )
-        narrowed, full = entry.get("grid") or {}, whole_grid(config)
-        for part, values in narrowed.items():
-            if part not in GRID_KEYS:  # arm_recipes: checked where the recipes expand (arm_recipes.py)
-                continue
-            unknown = [v for v in values if v not in full[part]]
-            if unknown:
-                hints = "".join(did_you_mean(value, full[part]) for value in unknown)
-                raise BackboneError(
-                    f"config key {key}.grid.{part}: {unknown}{hints} not in the config's {part} {full[part]}"
-                )
-        part = grid_of(config, name)
-        if baseline not in part["intermediate"]:
-            raise BackboneError(
-                f"config key {key}.grid.intermediate: lacks the baseline config {baseline!r}, "
-                "which every table compares with"
-            )
-        baseline_setting = transfer.baseline_setting(config)
-        if baseline_setting not in part["settings"]:
-            raise BackboneError(f"config key {key}.grid.settings: lacks the baseline setting {baseline_setting!r}")
-        if not family_facts(family).has_mlm:
-            for inter in part["intermediate"]:
-                if config["intermediate"][inter].get("mlm"):
-                    raise BackboneError(
-                        f"config key {key}.grid.intermediate: {inter!r} mixes in MLM, and a {family} "
-                        "backbone has no masked-LM head; leave it out of this backbone's grid"
-                    )
-        for i, target in enumerate(entry.get("contaminated_targets") or []):
+        _check_source(config, key, entry)
+        _check_sharding(key, entry)
+        _check_grid(config, name, entry)
+        for i, target in enumerate(entry.contaminated_targets):
             if target not in TASKS or not get_task(target).is_target:
                 targets = [t.name for t in TASKS.values() if t.is_target]
                 raise BackboneError(
                     f"config key {key}.contaminated_targets[{i}]: {target!r} is not a target task"
                     f"{did_you_mean(target, targets)}"
                 )
-        pooling = (entry.get("retrieval") or {}).get("pooling")
-        if pooling not in (None, *POOLINGS, "family"):
-            raise BackboneError(f"config key {key}.retrieval.pooling: {pooling!r}")
+
+
+def _check_source(config: dict[str, Any], key: str, entry: BackboneEntry) -> None:
+    """A Hub id and revision in hub mode, a family the demo builds in demo mode."""
+    if config["models"]["source"] == "hub":
+        for field in ("hub_id", "revision"):
+            if not getattr(entry, field):
+                raise BackboneError(f"config key {key}.{field}: required when models.source is hub")
+    elif entry.family not in DEMO_FAMILIES:
+        raise BackboneError(
+            f"config key {key}.family: the demo builds {' and '.join(DEMO_FAMILIES)} backbones, "
+            f"not {entry.family} (use models.source: hub)"
+        )
+
+
+def _check_sharding(key: str, entry: BackboneEntry) -> None:
+    """What does not run across several GPUs: fp16's loss scaling and QLoRA."""
+    gpu_count = entry.gpu_request.count
+    if entry.precision == "fp16" and gpu_count > 1:
+        raise BackboneError(
+            f"config key {key}.precision: fp16 needs loss scaling, which sharded training does not run "
+            "(a per-rank scale would let the ranks skip different steps); use bf16 on several GPUs"
+        )
+    if entry.method == "qlora" and gpu_count > 1:
+        raise BackboneError(
+            f"config key {key}.gpus: qlora trains on one GPU; across {gpu_count} GPUs "
+            "each rank would have to quantise and hold the whole 4-bit base (sharded loading reads bf16/fp32 "
+            "rows, which bitsandbytes' 4-bit blocks are not). Use method lora (bf16 base, sharded) for "
+            "several GPUs, or one GPU with qlora"
+        )
+
+
+def _check_grid(config: dict[str, Any], name: str, entry: BackboneEntry) -> None:
+    """The backbone's grid lies within the config's, holds the tables' baselines, and mixes in
+    MLM only where the family has a masked-LM head."""
+    key, full = f"backbones.{name}", whole_grid(config)
+    narrowed = entry.grid.narrowed() if entry.grid else {}  # arm_recipes: checked where the recipes expand
+    for part, values in narrowed.items():
+        unknown = [v for v in values if v not in full[part]]
+        if unknown:
+            hints = "".join(did_you_mean(value, full[part]) for value in unknown)
+            raise BackboneError(
+                f"config key {key}.grid.{part}: {unknown}{hints} not in the config's {part} {full[part]}"
+            )
+    part = grid_of(config, name)
+    baseline = config.get("tables", {}).get("baseline", "none")
+    if baseline not in part["intermediate"]:
+        raise BackboneError(
+            f"config key {key}.grid.intermediate: lacks the baseline config {baseline!r}, which every table compares with"
+        )
+    baseline_setting = transfer.baseline_setting(config)
+    if baseline_setting not in part["settings"]:
+        raise BackboneError(f"config key {key}.grid.settings: lacks the baseline setting {baseline_setting!r}")
+    if not family_facts(entry.family).has_mlm:
+        for inter in part["intermediate"]:
+            if config["intermediate"][inter].get("mlm"):
+                raise BackboneError(
+                    f"config key {key}.grid.intermediate: {inter!r} mixes in MLM, and a {entry.family} "
+                    "backbone has no masked-LM head; leave it out of this backbone's grid"
+                )

@@ -46,12 +46,11 @@ CONFIG_ERRORS = (
 
 def schema_for_validation() -> Path:
     """The schema for Snakemake's ``validate`` and the check's own messages: its JSON
-    rendition with the values that records declare filled in (spec/schema.py
-    ``with_records``), in the user's cache (named by the hash of the YAML and of those
-    values), which Snakemake reads about 10x faster than the YAML (it tries JSON first, then
+    rendition with what records declare filled in (spec/schema.py ``with_records``), in the
+    user's cache (named by the hash of the YAML and of those declarations), which Snakemake reads about 10x faster than the YAML (it tries JSON first, then
     parses YAML in pure Python); in a temporary file where no cache can be written."""
     text = SCHEMA.read_bytes()
-    records = json.dumps(schema.record_choices()).encode()
+    records = json.dumps(schema.record_declarations()).encode()
     key = hashlib.sha256(text + b"\0" + records).hexdigest()[:16]
     name = f"config-schema-{key}.json"
     found = user_cache.path_of(name)

@@ -38,6 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from workflow_scripts.spec.backbone_entry import entry_of
 from workflow_scripts.spec.schema import default
 
 # The rules whose jobs may share a GPU: many small jobs of one GPU each.
@@ -109,7 +110,7 @@ def job_peak_bytes(config: Mapping[str, Any], rule: str, w: Mapping[str, str]) -
     """The memory plan's peak of the job's task trained on one GPU (None: not sized)."""
     from workflow_scripts.planning import memory_model, memory_plan
 
-    entry = config["backbones"][w["backbone"]]
+    entry = entry_of(config, w["backbone"])
     if memory_model.skip_reason(entry) is not None:
         return None
     bb = memory_model.parse_backbone(w["backbone"], entry)
@@ -128,7 +129,7 @@ def job_peak_bytes(config: Mapping[str, Any], rule: str, w: Mapping[str, str]) -
 def _usable_bytes(config: Mapping[str, Any], backbone: str) -> float:
     from workflow_scripts.planning import memory_model
 
-    bb = memory_model.parse_backbone(backbone, config["backbones"][backbone])
+    bb = memory_model.parse_backbone(backbone, entry_of(config, backbone))
     return memory_model.usable_bytes(bb.memory_gb)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from workflow_scripts.revisions import HubRepo
+from workflow_scripts.spec.backbone_entry import entry_of
 from workflow_scripts.spec.tasks import get_task
 from workflow_scripts.workflow import backbone_grid, grid, grid_settings, local_data, transfer
 
@@ -75,8 +76,8 @@ def model_repos(config: dict[str, Any]) -> list[HubRepo]:
         return []
     repos = []
     for name in backbone_grid.names(config):
-        entry = config["backbones"][name]
-        repos.append(HubRepo("model", entry["hub_id"], entry["revision"], f"backbones.{name}"))
+        entry = entry_of(config, name)
+        repos.append(HubRepo("model", str(entry.hub_id), str(entry.revision), f"backbones.{name}"))
     into = sorted({lang for _, lang, _ in grid.translation_jobs(config)})
     out_of = sorted({lang for _, lang in transfer.test_translations(config)})
     for group, langs in (("translators", into), ("translators_to_en", out_of)):

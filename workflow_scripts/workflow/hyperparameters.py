@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from workflow_scripts.planning import memory_plan
+from workflow_scripts.spec.backbone_entry import entry_of
 from workflow_scripts.spec.phase_settings import PhaseHyperparameters
 
 Phase = Literal["intermediate", "target"]
@@ -86,7 +87,7 @@ def _backbone_rate_with_mlm(config: dict[str, Any], job: PhaseJob) -> dict[str, 
 
 
 def _backbone_phase(config: dict[str, Any], job: PhaseJob) -> dict[str, Any]:
-    return ((config["backbones"][job.backbone].get("training") or {}).get(job.phase)) or {}
+    return entry_of(config, job.backbone).phase_training(job.phase)
 
 
 _MLM = "the intermediate config has `mlm: true`"

@@ -19,6 +19,7 @@ from typing import Any
 
 from workflow_scripts.planning import memory_model
 from workflow_scripts.spec import paths
+from workflow_scripts.spec.backbone_entry import entries, entry_of
 from workflow_scripts.spec.prompted import (
     LM_EVAL_LACKS,
     LM_EVAL_TASKS,
@@ -41,7 +42,7 @@ def enabled(config: dict[str, Any]) -> bool:
 def backbones(config: dict[str, Any]) -> list[str]:
     """The decoder backbones prompted (``prompted.backbones``, else every decoder)."""
     chosen = config["prompted"].get("backbones")
-    decoders = [b for b, e in config["backbones"].items() if e["family"] == "decoder"]
+    decoders = [b for b, e in entries(config).items() if e.family == "decoder"]
     return decoders if chosen is None else [b for b in chosen if b in decoders]
 
 
@@ -78,8 +79,7 @@ def check(config: dict[str, Any]) -> None:
     if not enabled(config):
         return
     for i, name in enumerate(config["prompted"].get("backbones") or ()):
-        entry = config["backbones"].get(name)
-        if entry is None or entry["family"] != "decoder":
+        if name not in config["backbones"] or entry_of(config, name).family != "decoder":
             raise ConfigError(
                 f"config key prompted.backbones[{i}]: {name!r} is not a decoder backbone of this config; "
                 "lm-evaluation-harness prompts decoders"
@@ -102,10 +102,10 @@ def gpus(config: dict[str, Any], backbone: str, default: int) -> int:
     """The GPUs a prompted job of the backbone asks for: enough of its ``gpus.memory_gb`` to
     hold its weights (memory_model.inference_gpus), on one node; ``default`` (the rule's
     resources) for a backbone whose size is not known (the demo's)."""
-    entry = {"name": backbone, **config["backbones"][backbone]}
+    entry = entry_of(config, backbone)
     if memory_model.skip_reason(entry):
         return default
-    return max(default, memory_model.inference_gpus(entry))
+    return max(default, memory_model.inference_gpus(memory_model.parse_backbone(backbone, entry)))
 
 
 def _check_fits_one_node(config: dict[str, Any], backbone: str) -> None:
@@ -199,7 +199,7 @@ def settings(config: dict[str, Any], backbone: str, task: str) -> PromptedSettin
         "shots_from": p["shots_from"],
         "seed": p["seed"],
         "batch_size": p["batch_size"],
-        "family": config["backbones"][backbone]["family"],
+        "family": entry_of(config, backbone).family,
         "method": backbone_grid.method_settings(config, backbone).to_dict(),
     }
     return PromptedSettings.parse(found, f"prompted settings of backbone {backbone}, task {task}")

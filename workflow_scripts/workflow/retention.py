@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from workflow_scripts.spec import paths
+from workflow_scripts.spec.backbone_entry import entry_of
 from workflow_scripts.spec.retention_settings import (
     OBJECTIVES,
     TEXT_FORMATS,
@@ -155,7 +156,7 @@ def probe_settings(config: dict[str, Any], backbone: str) -> RetentionProbeSetti
     ret, text = config["retention"], config["retention"]["text"]
     retrieval = backbone_grid.retrieval_settings(config, backbone)
     found = {
-        "family": config["backbones"][backbone]["family"],
+        "family": entry_of(config, backbone).family,
         "method": backbone_grid.method_settings(config, backbone).to_dict(),
         "text": {
             "task": text["task"],
@@ -179,7 +180,7 @@ def table_settings(config: dict[str, Any], backbone: str) -> RetentionTableSetti
     chosen = {n: config["intermediate"][n] for n in part["intermediate"]}
     found = {
         "backbone": backbone,
-        "family": config["backbones"][backbone]["family"],
+        "family": entry_of(config, backbone).family,
         "intermediate": part["intermediate"],
         "targets": probed_targets(config, backbone),
         "seeds": part["seeds"],
@@ -194,4 +195,4 @@ def table_settings(config: dict[str, Any], backbone: str) -> RetentionTableSetti
 
 def objective(config: dict[str, Any], backbone: str) -> str | None:
     """The loss a backbone's probe measures (None: a family with no LM head: alignment only)."""
-    return OBJECTIVES.get(config["backbones"][backbone]["family"])
+    return OBJECTIVES.get(entry_of(config, backbone).family)

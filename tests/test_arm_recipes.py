@@ -292,16 +292,15 @@ def test_merge_back_after_full_fine_tuning_is_the_interpolation_of_the_two_ends(
 
 
 def test_every_trains_choice_is_declared_once_and_frozen_by_training():
-    """A choice of ``trains`` is a Literal value with its words (spec/arm_recipe.py), which the
-    schema's enum is filled from, and training freezes what it leaves untrained (or says the
-    method does): one without the other is caught here (docs/guides/new_arm_recipe_choice.md)."""
-    import typing
-
+    """A choice of ``trains`` is an entry of TRAINS with its words (spec/arm_recipe.py), which
+    the schema's block is generated from, and training freezes what it leaves untrained (or
+    says the method does): one without the other is caught here
+    (docs/guides/new_arm_recipe_choice.md)."""
     from workflow_scripts.spec import arm_recipe
     from workflow_scripts.spec.schema import config_schema
     from workflow_scripts.training.arm_phase import FREEZE, NOT_FROZEN_HERE
 
-    assert set(typing.get_args(arm_recipe.Trains)) == set(arm_recipe.TRAINS)
     assert set(arm_recipe.TRAINS) == set(FREEZE) | NOT_FROZEN_HERE and not set(FREEZE) & NOT_FROZEN_HERE
-    schema = config_schema()["properties"]["arm_recipes"]["additionalProperties"]["properties"]["trains"]
+    schema = config_schema()["$defs"]["arm_recipe"]["properties"]["trains"]
     assert schema["enum"] == list(arm_recipe.TRAINS)
+    assert all(what in schema["description"] for what in arm_recipe.TRAINS.values())

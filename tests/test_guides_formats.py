@@ -239,7 +239,7 @@ from workflow_scripts.training.recipe import train_phase
 from workflow_scripts.workflow.config_check import schema_for_validation
 
 rendered = json.loads(schema_for_validation().read_text())
-enum = rendered["properties"]["arm_recipes"]["additionalProperties"]["properties"]["trains"]["enum"]
+enum = rendered["$defs"]["arm_recipe"]["properties"]["trains"]["enum"]
 data = {{"xnli": {{"train": {str(demo_data["mnli.train"])!r}, "dev": {str(demo_data["xnli.dev"])!r}}}}}
 settings = PhaseSettings.parse({{
     "dropout": 0.1, "dev_examples": 16, "eval_batch_size": 16, "eval_every": 2, "learning_rate": 1e-2,

@@ -12,15 +12,14 @@ name), so an image arm and its text twin are always compared at equal recipe.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
-from workflow_scripts.spec.record import Record, optional
+from workflow_scripts.spec.record import Record
+from workflow_scripts.spec.schema_block import key
 from workflow_scripts.spec.tasks import CONTROLS, TASKS
 
-Trains = Literal["backbone", "adapters", "projector"]
 # What each choice of ``trains`` leaves trainable besides the phase's heads (the visual
 # projector is part of an image task's head), in the words the configuration reference
-# prints (spec/schema.py); training/arm_phase.py FREEZE freezes the rest.
+# prints; training/arm_phase.py FREEZE freezes the rest.
 TRAINS = {
     "backbone": "what the backbone's method trains, the whole backbone or its LoRA/QLoRA adapters",
     "adapters": (
@@ -36,16 +35,41 @@ SEPARATOR = "@"
 
 
 @dataclass(frozen=True, kw_only=True)
-class ArmRecipe(Record):
-    """One recipe, as the intermediate phase reads it (``PhaseSettings.arm_recipe``)."""
+class ArmRecipeEntry(Record):
+    """One ``arm_recipes.<name>`` entry of the config (the schema's ``$defs.arm_recipe`` is
+    generated from it, spec/schema_block.py)."""
+
+    key_noun = "config key"
+
+    trains: str = key(
+        "backbone",
+        enum=list(TRAINS),
+        description="What trains besides the task heads (an image task's projector is part of its head): "
+        + "; ".join(f"{name} ({what})" for name, what in TRAINS.items())
+        + ".",
+    )
+    text_task: str | None = key(
+        None,
+        description="""A text-only intermediate task (in tasks; English) mixed into the phase; each step
+        draws it with probability text_share, the arm's own tasks share the rest.""",
+    )
+    text_share: float = key(0, minimum=0, exclusiveMaximum=1)
+    merge_back: float = key(
+        0,
+        minimum=0,
+        exclusiveMaximum=1,
+        description="""After the phase, each backbone weight w becomes (1 - merge_back) w + merge_back
+        w_start, w_start its value before the phase (0: no merge-back).""",
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArmRecipe(ArmRecipeEntry):
+    """One recipe, named, as the intermediate phase reads it (``PhaseSettings.arm_recipe``)."""
+
+    key_noun = "settings key"
 
     name: str
-    trains: Trains = "backbone"
-    # a text-only task mixed in: each step draws it with probability ``text_share``
-    text_task: str | None = optional()
-    text_share: float = 0.0
-    # after the phase, each backbone weight w becomes (1 - merge_back) w + merge_back w_start
-    merge_back: float = 0.0
 
     def describe(self) -> str:
         """One line naming the recipe's choices (tables and figures)."""

@@ -2,10 +2,9 @@
 allows and the default of each setting a config may leave out.
 
 The schema is the one declaration, except where a record declares it: a block that a record
-parses is generated from the record (``RECORD_BLOCKS``: a backbone entry,
-spec/backbone_entry.py; spec/schema_block.py says how), and an arm recipe's ``trains``
-choices come from spec/arm_recipe.py; both are filled in when the schema is read
-(``config_schema``). Snakemake fills its defaults into the config it validates; the code that
+parses is generated from the record when the schema is read (``RECORD_BLOCKS``: a backbone
+entry, spec/backbone_entry.py, and an arm recipe, spec/arm_recipe.py; spec/schema_block.py
+says how). Snakemake fills its defaults into the config it validates; the code that
 also meets config parts nobody validated (the memory planner's CLI, a method given to
 train.py by hand) takes them from here, so the rules, the planner and training agree.
 
@@ -18,7 +17,7 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
-from workflow_scripts.spec import arm_recipe
+from workflow_scripts.spec.arm_recipe import ArmRecipeEntry
 from workflow_scripts.spec.backbone_entry import BackboneEntry, LoraEntry
 from workflow_scripts.spec.basics import REPO_ROOT, load_yaml
 from workflow_scripts.spec.method import (  # noqa: F401 (read from here by the workflow and jobs)
@@ -36,7 +35,7 @@ from workflow_scripts.spec.suggest import did_you_mean
 SCHEMA_FILE = REPO_ROOT / "schemas" / "config.schema.yaml"
 # The schema's $defs generated from the record that parses them; the YAML keeps only the
 # rules across their keys (e.g. a backbone's demo settings by family).
-RECORD_BLOCKS: dict[str, type[Record]] = {"backbone": BackboneEntry}
+RECORD_BLOCKS: dict[str, type[Record]] = {"backbone": BackboneEntry, "arm_recipe": ArmRecipeEntry}
 
 
 @functools.cache
@@ -47,25 +46,16 @@ def config_schema() -> dict[str, Any]:
 
 
 def record_declarations() -> dict[str, Any]:
-    """What records declare for the schema, in their order: the blocks they generate and an
-    arm recipe's choices of ``trains``. ``with_records`` fills them in; the config check names
-    the rendered schema in the user's cache by them."""
-    return {
-        "blocks": {name: block(record) for name, record in RECORD_BLOCKS.items()},
-        "trains": dict(arm_recipe.TRAINS),
-    }
+    """The blocks records generate, by their name in ``$defs``: what ``with_records`` fills in,
+    and what names the rendered schema in the user's cache (config_check)."""
+    return {name: block(record) for name, record in RECORD_BLOCKS.items()}
 
 
 def with_records(schema: dict[str, Any]) -> dict[str, Any]:
-    """``schema`` with what records declare: each generated block (before the YAML's own
-    rules across its keys), and an arm recipe's ``trains`` choices, each described."""
-    declared = record_declarations()
-    for name, generated in declared["blocks"].items():
+    """``schema`` with the blocks records generate, each before the YAML's own rules across
+    its keys."""
+    for name, generated in record_declarations().items():
         schema["$defs"][name] = {**generated, **(schema["$defs"].get(name) or {})}
-    trains = schema["properties"]["arm_recipes"]["additionalProperties"]["properties"]["trains"]
-    trains["enum"] = list(declared["trains"])
-    described = "; ".join(f"{name} ({what})" for name, what in declared["trains"].items())
-    trains["description"] = f"{trains['description']} {described}."
     return schema
 
 

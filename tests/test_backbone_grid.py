@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from workflow_scripts.workflow import backbone_grid, grid, grid_settings
+from workflow_scripts.workflow import backbone_grid, config_check, grid, grid_settings
 
 pytestmark = pytest.mark.unit
 
@@ -20,7 +20,7 @@ def config() -> dict:
     from snakemake.utils import validate
 
     config = yaml.safe_load((REPO / "config.yaml").read_text())
-    validate(config, str(REPO / "schemas/config.schema.yaml"))  # fills in the defaults
+    validate(config, str(config_check.schema_for_validation()))  # fills in the defaults (the records' blocks too)
     return config
 
 

@@ -10,7 +10,7 @@ from workflow_scripts.data.loaders.udpos import UD_LANGUAGE_NAMES
 from workflow_scripts.data.loaders.xtreme import TATOEBA_CODES
 from workflow_scripts.spec import benchmark
 from workflow_scripts.spec.tasks import get_task
-from workflow_scripts.workflow import config_layers
+from workflow_scripts.workflow import config_check, config_layers
 from workflow_scripts.workflow.grid_settings import intermediate_settings, target_settings
 
 pytestmark = pytest.mark.unit
@@ -82,7 +82,7 @@ def paper():
     from snakemake.utils import validate
 
     config = config_layers.load([REPO / "config/paper.yaml"])
-    validate(config, str(REPO / "schemas/config.schema.yaml"))  # fills in the defaults
+    validate(config, str(config_check.schema_for_validation()))  # fills in the defaults (the records' blocks too)
     return config
 
 

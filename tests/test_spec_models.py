@@ -35,8 +35,10 @@ HUB = {"source": "hub", "family": "encoder", "hub_id": "FacebookAI/xlm-roberta-l
 def config() -> dict:
     from snakemake.utils import validate
 
+    from workflow_scripts.workflow.config_check import schema_for_validation
+
     config = yaml.safe_load((REPO / "config.yaml").read_text())
-    validate(config, str(REPO / "schemas/config.schema.yaml"))  # fills in the defaults
+    validate(config, str(schema_for_validation()))  # fills in the defaults, those of the records' blocks too
     return config
 
 

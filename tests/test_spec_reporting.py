@@ -24,7 +24,7 @@ from workflow_scripts.spec.report_settings import (
     ModalitySettings,
     TableSettings,
 )
-from workflow_scripts.workflow import backbone_grid, grid_settings
+from workflow_scripts.workflow import backbone_grid, config_check, grid_settings
 
 pytestmark = pytest.mark.unit
 
@@ -36,7 +36,7 @@ def config() -> dict:
     from snakemake.utils import validate
 
     config = yaml.safe_load((REPO / "config.yaml").read_text())
-    validate(config, str(REPO / "schemas/config.schema.yaml"))  # fills in the defaults
+    validate(config, str(config_check.schema_for_validation()))  # fills in the defaults (the records' blocks too)
     return config
 
 

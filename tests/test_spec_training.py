@@ -12,7 +12,7 @@ from conftest import REPO, phase_settings
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.phase_settings import MethodSettings, PhaseHyperparameters, PhaseSettings
 from workflow_scripts.spec.schema import MethodName, PrecisionName, setting
-from workflow_scripts.workflow import grid_settings
+from workflow_scripts.workflow import config_check, grid_settings
 
 pytestmark = pytest.mark.unit
 
@@ -97,5 +97,5 @@ def demo_config():
     from snakemake.utils import validate
 
     config = yaml.safe_load((REPO / "config.yaml").read_text())
-    validate(config, str(REPO / "schemas/config.schema.yaml"))  # fills in the defaults
+    validate(config, str(config_check.schema_for_validation()))  # fills in the defaults (the records' blocks too)
     return config

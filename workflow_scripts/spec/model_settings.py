@@ -11,10 +11,11 @@ backbone.
 - ``BackboneProvenance``: what a metric file records of its backbone (backbone_grid.provenance;
   ``evaluation.metric_file --backbone-settings``).
 
-The demo records have no defaults of their own: the config schema declares them, and
-Snakemake fills them into the config the builders read, so every key is in the JSON. A
-record's ``defaults()`` is the schema's, for code that builds a demo model without a config
-(tests, benchmarks).
+A demo record requires every key of the JSON it parses, and declares the default each key
+has in the config (``key(fill=...)``): the config schema's ``$defs.demo_encoder``,
+``demo_decoder`` and ``demo_translator`` are generated from these records, and Snakemake fills
+the defaults into the config the builders read. A record's ``defaults()`` is those defaults,
+for code that builds a demo model without a config (tests, benchmarks).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from workflow_scripts.spec.families import DEMO_FAMILIES
 from workflow_scripts.spec.families import facts as family_facts
 from workflow_scripts.spec.method import MethodName, MethodSettings, PrecisionName
 from workflow_scripts.spec.record import Record, optional
-from workflow_scripts.spec.schema import setting
+from workflow_scripts.spec.schema_block import filled, key
 
 R = TypeVar("R", bound=Record)
 Source = Literal["hub", "demo"]
@@ -36,16 +37,18 @@ Source = Literal["hub", "demo"]
 def schema_defaults(*keys: str, definition: str | None = None) -> dict[str, Any]:
     """The defaults the config schema gives the settings below ``keys`` (nested blocks with
     theirs): what Snakemake fills into a config that leaves them out."""
+    from workflow_scripts.spec.schema import setting  # the schema reads this module's records
+
     return _filled(setting(*keys, definition=definition))
 
 
 def _filled(node: dict[str, Any]) -> dict[str, Any]:
     out = dict(node.get("default") or {})
-    for key, sub in node.get("properties", {}).items():
+    for name, sub in node.get("properties", {}).items():
         if "properties" in sub:
-            out[key] = _filled(sub)
+            out[name] = _filled(sub)
         elif "default" in sub:
-            out[key] = sub["default"]
+            out[name] = sub["default"]
     return out
 
 
@@ -83,24 +86,33 @@ class _PreparedModel(Record):
 # ----- the demo backbones (models/demo_models.py) --------------------------------------------
 
 
+class _FilledDefaults:
+    """``defaults()``: the record as the defaults its keys declare give it."""
+
+    @classmethod
+    def defaults(cls: type[R]) -> R:
+        return cls.parse(filled(cls), f"{cls.__name__}.defaults")
+
+
 @dataclass(frozen=True, kw_only=True)
 class _Pretraining(Record):
     """What both demo backbones' pre-training reads: sentences and translation pairs, with a
     cross-lingual contrastive loss beside the language-model loss."""
 
-    steps: int
-    batch_size: int
-    learning_rate: float
-    max_length: int
-    contrastive_weight: float
-    temperature: float
+    steps: int = key(minimum=0)  # each backbone's own default (0 leaves it random)
+    batch_size: int = key(minimum=2, fill=32)
+    learning_rate: float = key(exclusiveMinimum=0, fill=5.0e-3)
+    max_length: int = key(minimum=8, fill=64)
+    contrastive_weight: float = key(minimum=0, fill=1.0)
+    temperature: float = key(exclusiveMinimum=0, fill=0.05)
 
 
 @dataclass(frozen=True, kw_only=True)
 class EncoderPretraining(_Pretraining):
     """MLM (its masking rate) plus the contrastive loss."""
 
-    mlm_probability: float
+    steps: int = key(minimum=0, fill=200)
+    mlm_probability: float = key(exclusiveMinimum=0, exclusiveMaximum=1, fill=0.15)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,38 +120,54 @@ class DecoderPretraining(_Pretraining):
     """Causal LM plus the contrastive loss (no MLM: a decoder block naming mlm_probability is
     refused, which is how a backbone's demo block is told apart)."""
 
+    steps: int = key(minimum=0, fill=300)
+    contrastive_weight: float = key(
+        minimum=0,
+        fill=1.0,
+        description="""Weight of the cross-lingual contrastive loss on the last-token states of a
+        sentence and its translation (without it causal LM leaves the languages unaligned).""",
+    )
+
 
 @dataclass(frozen=True, kw_only=True)
 class _DemoShape(Record):
     """A tiny demo backbone's shape and initialisation."""
 
-    vocab_size: int
-    hidden_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    intermediate_size: int
-    max_position_embeddings: int
-    seed: int
+    vocab_size: int = key(minimum=10, fill=2000)
+    hidden_size: int = key(minimum=4, fill=64)
+    num_hidden_layers: int = key(minimum=1, fill=2)
+    num_attention_heads: int = key(minimum=1, fill=4)
+    intermediate_size: int = key(minimum=4, fill=128)
+    max_position_embeddings: int = key(minimum=16)  # each backbone's own default
+    seed: int = key(fill=0)
 
 
-@dataclass(frozen=True)
-class DemoEncoder(_SchemaDefaults, _DemoShape):
+@dataclass(frozen=True, kw_only=True)
+class DemoEncoder(_FilledDefaults, _DemoShape):
     """A tiny XLM-R (backbones.<name>.demo of an encoder)."""
 
-    schema_definition: ClassVar[str | None] = "demo_encoder"
+    max_position_embeddings: int = key(minimum=16, fill=258)  # XLM-R's 2 + 256 positions
+    pretraining: EncoderPretraining = key(
+        fill={},
+        description="""Pre-training on the demo corpora: masked LM on single sentences and
+        translation pairs plus a cross-lingual contrastive loss (InfoXLM-style). steps 0 leaves
+        the encoder random.""",
+    )
 
-    pretraining: EncoderPretraining
 
-
-@dataclass(frozen=True)
-class DemoDecoder(_SchemaDefaults, _DemoShape):
+@dataclass(frozen=True, kw_only=True)
+class DemoDecoder(_FilledDefaults, _DemoShape):
     """A tiny Llama (backbones.<name>.demo of a decoder)."""
 
-    schema_definition: ClassVar[str | None] = "demo_decoder"
-
-    pretraining: DecoderPretraining
+    max_position_embeddings: int = key(minimum=16, fill=256)
+    pretraining: DecoderPretraining = key(
+        fill={},
+        description="""Causal-LM pre-training on the demo corpora (single sentences and translation
+        pairs joined by </s>) plus a cross-lingual contrastive loss. steps 0 leaves the decoder
+        random.""",
+    )
     # grouped-query attention; absent: one key/value head per attention head
-    num_key_value_heads: int | None = optional()
+    num_key_value_heads: int | None = key(None, minimum=1)
 
 
 # The demo's build settings by family (the families spec/families.py says the demo builds).
@@ -174,30 +202,30 @@ class BackbonePrepare(_PreparedModel):
 # ----- the translators -----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TranslatorTraining(Record):
     """Teacher-forced training on the parallel corpus of the translator's pair."""
 
-    steps: int
-    batch_size: int
-    learning_rate: float
-    max_length: int
+    steps: int = key(minimum=0, fill=800)
+    batch_size: int = key(minimum=1, fill=32)
+    learning_rate: float = key(exclusiveMinimum=0, fill=5.0e-3)
+    max_length: int = key(minimum=8, fill=96)
 
 
-@dataclass(frozen=True)
-class DemoTranslator(_SchemaDefaults, Record):
+@dataclass(frozen=True, kw_only=True)
+class DemoTranslator(_FilledDefaults, Record):
     """A tiny MarianMT (models.translator_demo)."""
 
-    schema_definition: ClassVar[str | None] = "demo_translator"
-
-    vocab_size: int
-    d_model: int
-    layers: int
-    heads: int
-    ffn_dim: int
-    max_position_embeddings: int
-    seed: int
-    training: TranslatorTraining
+    vocab_size: int = key(minimum=10, fill=1000)
+    d_model: int = key(minimum=4, fill=32)
+    layers: int = key(minimum=1, fill=1)
+    heads: int = key(minimum=1, fill=2)
+    ffn_dim: int = key(minimum=4, fill=64)
+    max_position_embeddings: int = key(minimum=16, fill=128)
+    seed: int = key(fill=0)
+    training: TranslatorTraining = key(
+        fill={}, description="Training on the demo parallel corpus of the translator's pair; steps 0 leaves it random."
+    )
 
 
 @dataclass(frozen=True)

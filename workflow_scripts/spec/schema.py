@@ -3,8 +3,8 @@ allows and the default of each setting a config may leave out.
 
 The schema is the one declaration, except where a record declares it: a block that a record
 parses is generated from the record when the schema is read (``RECORD_BLOCKS``: a backbone
-entry, spec/backbone_entry.py, and an arm recipe, spec/arm_recipe.py; spec/schema_block.py
-says how). Snakemake fills its defaults into the config it validates; the code that
+entry, spec/backbone_entry.py, an arm recipe, spec/arm_recipe.py, and the demo's models,
+spec/model_settings.py; spec/schema_block.py says how). Snakemake fills its defaults into the config it validates; the code that
 also meets config parts nobody validated (the memory planner's CLI, a method given to
 train.py by hand) takes them from here, so the rules, the planner and training agree.
 
@@ -28,6 +28,7 @@ from workflow_scripts.spec.method import (  # noqa: F401 (read from here by the 
     MethodName,
     PrecisionName,
 )
+from workflow_scripts.spec.model_settings import DemoDecoder, DemoEncoder, DemoTranslator
 from workflow_scripts.spec.record import Record
 from workflow_scripts.spec.schema_block import block
 from workflow_scripts.spec.suggest import did_you_mean
@@ -35,7 +36,13 @@ from workflow_scripts.spec.suggest import did_you_mean
 SCHEMA_FILE = REPO_ROOT / "schemas" / "config.schema.yaml"
 # The schema's $defs generated from the record that parses them; the YAML keeps only the
 # rules across their keys (e.g. a backbone's demo settings by family).
-RECORD_BLOCKS: dict[str, type[Record]] = {"backbone": BackboneEntry, "arm_recipe": ArmRecipeEntry}
+RECORD_BLOCKS: dict[str, type[Record]] = {
+    "backbone": BackboneEntry,
+    "arm_recipe": ArmRecipeEntry,
+    "demo_encoder": DemoEncoder,
+    "demo_decoder": DemoDecoder,
+    "demo_translator": DemoTranslator,
+}
 
 
 @functools.cache

@@ -5,10 +5,14 @@ A record field is a key of the block. Its type gives the schema's type (``int`` 
 ``float`` number, ``str`` string, ``bool`` boolean, ``tuple[X, ...]`` an array of X, a
 ``Literal`` an enum, another record a nested block, ``dict[str, Any]`` an object); its default
 the schema's default (a nested record's default is ``{}``: its own defaults fill the rest);
-a field without a default is required. What a type cannot say, a description and bounds
-(``minimum``, ``minLength``, ...), the field declares with ``key(...)``; what only the whole
+a field without a default is required. A field may also be required of a job's settings
+and still have a default in the config, which Snakemake fills in (``key(fill=...)``: every
+key then reaches the job; ``filled`` gives those defaults). What a type cannot say, a
+description and bounds (``minimum``, ``minLength``, ...), the field declares with
+``key(...)``; what only the whole
 config can say (a rule across fields or blocks) stays hand-written in
-schemas/config.schema.yaml, beside the ``record:`` that names the block's record.
+schemas/config.schema.yaml, beside a comment naming the block's record (spec/schema.py
+RECORD_BLOCKS lists them).
 
 Standard library only: the Snakefile imports this through spec/schema.py.
 """
@@ -23,6 +27,8 @@ from typing import Any, Literal, Union
 from workflow_scripts.spec.record import ITEMS, OMIT_WHEN_NONE, Record, plain
 from workflow_scripts.spec.record import JSON_SCHEMA as SCHEMA
 
+FILL = "fill"  # a field's metadata: the default the config schema gives a required field
+
 
 def key(
     default: Any = dataclasses.MISSING,
@@ -30,15 +36,19 @@ def key(
     description: str | None = None,
     items: dict[str, Any] | None = None,
     factory: Any = None,
+    fill: Any = dataclasses.MISSING,
     **schema: Any,
 ) -> Any:
     """A record field that is a config key: its default (``None``: the key may be absent and
-    has none; a record class as ``factory``: a nested block whose defaults fill it), its
-    description and the bounds of its value (JSON-schema keywords, e.g. ``minimum=1``)."""
+    has none; a record class as ``factory``: a nested block whose defaults fill it), or, for
+    a field the record requires, the default the schema fills into the config (``fill``),
+    its description and the bounds of its value (JSON-schema keywords, e.g. ``minimum=1``)."""
     extra = dict(schema)
     if description:
         extra["description"] = " ".join(description.split())
     metadata: dict[str, Any] = {SCHEMA: extra}
+    if fill is not dataclasses.MISSING:
+        metadata[FILL] = fill
     if items:
         metadata[ITEMS] = items
     if default is None:
@@ -54,7 +64,7 @@ def block(record: type[Record]) -> dict[str, Any]:
     hints = typing.get_type_hints(record)
     fields = [f for f in dataclasses.fields(record) if f.init]
     out: dict[str, Any] = {"type": "object", "additionalProperties": False}
-    required = [f.name for f in fields if _required(f)]
+    required = [f.name for f in fields if _required(f) and FILL not in f.metadata]
     if required:
         out["required"] = required
     out["properties"] = {f.name: _property(f, hints[f.name]) for f in fields}
@@ -96,11 +106,27 @@ _SCALARS = {str: "string", int: "integer", float: "number", bool: "boolean"}
 
 
 def _default(field: dataclasses.Field) -> Any:
+    if FILL in field.metadata:
+        return plain(field.metadata[FILL])
     if field.default_factory is not dataclasses.MISSING:  # a nested block: its own defaults fill it
         return {}
     if field.default is dataclasses.MISSING or field.default is None:
         return dataclasses.MISSING
     return plain(field.default)
+
+
+def filled(record: type[Record]) -> dict[str, Any]:
+    """The mapping the schema's defaults make of an absent ``record`` block (nested blocks with
+    theirs): what Snakemake fills into a config that leaves the block out."""
+    hints = typing.get_type_hints(record)
+    out: dict[str, Any] = {}
+    for field in (f for f in dataclasses.fields(record) if f.init):
+        hint = hints[field.name]
+        if isinstance(hint, type) and issubclass(hint, Record) and _default(field) == {}:
+            out[field.name] = filled(hint)
+        elif (default := _default(field)) is not dataclasses.MISSING:
+            out[field.name] = default
+    return out
 
 
 def _required(field: dataclasses.Field) -> bool:

@@ -82,3 +82,26 @@ def test_an_entry_is_parsed_once_and_again_when_the_config_is_edited():
     config["backbones"]["llama"]["lora"]["rank"] = 4  # edited in place (a config layer, a test)
     assert entry_of(config, "llama").lora.rank == 4
     assert entry_of(config, "llama").gpu_request.count == 8
+
+
+def test_every_block_a_record_declares_is_generated_and_written_nowhere_else():
+    written = load_yaml(schema.SCHEMA_FILE.read_text())["$defs"]
+    rendered = schema.config_schema()["$defs"]
+    for name, record in schema.RECORD_BLOCKS.items():
+        assert "properties" not in written[name], f"$defs.{name} declares keys its record {record.__name__} declares"
+        assert rendered[name]["properties"] == block(record)["properties"], name
+
+
+def test_a_demo_record_requires_every_key_and_its_defaults_are_the_configs():
+    from workflow_scripts.spec.model_settings import DemoDecoder, DemoEncoder
+    from workflow_scripts.spec.schema_block import filled
+
+    encoder = DemoEncoder.defaults()
+    assert encoder.max_position_embeddings == 258 and encoder.pretraining.steps == 200
+    assert DemoDecoder.defaults().max_position_embeddings == 256 and DemoDecoder.defaults().pretraining.steps == 300
+    assert filled(DemoEncoder) == encoder.to_dict()
+    block_of_settings = encoder.to_dict()
+    del block_of_settings["pretraining"]["mlm_probability"]
+    with pytest.raises(InputError, match=r"key 'mlm_probability' is missing"):  # a job's settings name every key
+        DemoEncoder.parse(block_of_settings)
+    assert "required" not in block(DemoEncoder)  # ... and the config may leave every key out

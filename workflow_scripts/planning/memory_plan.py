@@ -45,9 +45,11 @@ from workflow_scripts.planning.memory_table import format_count, plan_markdown, 
 from workflow_scripts.spec.backbone_entry import BackboneEntry, entry_of
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.formats import head_kind
+from workflow_scripts.spec.model_settings import DemoVision
 from workflow_scripts.spec.schema import (
     default,
 )
+from workflow_scripts.spec.schema_block import filled
 from workflow_scripts.spec.tasks import (
     CLASSIFICATION,
     MLM,
@@ -181,9 +183,8 @@ def visual_tokens(config: Mapping[str, Any]) -> int:
     if vision.get("features", "patches") == "pooled":
         return 1
     if (config.get("models") or {}).get("source") == "demo":
-        demo = vision.get("demo") or {}
-        image_size = int(demo.get("image_size", default("vision", "demo", "image_size")))
-        return (image_size // int(demo.get("patch_size", default("vision", "demo", "patch_size")))) ** 2 + 1
+        tower = DemoVision.parse({**filled(DemoVision), **(vision.get("demo") or {})}, "vision.demo")
+        return (tower.image_size // tower.patch_size) ** 2 + 1
     hub_id = vision.get("hub_id", default("vision", "hub_id"))
     found = re.search(r"patch(\d+)(?:-(\d+))?", hub_id)
     if not found:

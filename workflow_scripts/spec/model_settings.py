@@ -52,20 +52,6 @@ def _filled(node: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-class _SchemaDefaults:
-    """``defaults()``: the record as the schema's defaults give it (``schema_keys`` below
-    ``schema_definition``)."""
-
-    schema_keys: ClassVar[tuple[str, ...]] = ()
-    schema_definition: ClassVar[str | None] = None
-
-    @classmethod
-    def defaults(cls: type[R]) -> R:
-        return cls.parse(
-            schema_defaults(*cls.schema_keys, definition=cls.schema_definition), f"{cls.__name__}.defaults"
-        )
-
-
 @dataclass(frozen=True, kw_only=True)
 class _PreparedModel(Record):
     """A model a prepare step fetches (a Hub snapshot at a pinned revision) or builds (the
@@ -243,39 +229,41 @@ class TranslatorPrepare(_PreparedModel):
 # ----- the vision encoder (multimodal/demo_vision.py) ----------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class VisionPretraining(Record):
     """Contrastive (CLIP) pre-training on the demo's image and caption pairs."""
 
-    steps: int
-    batch_size: int
-    learning_rate: float
+    steps: int = key(minimum=1, fill=300)
+    batch_size: int = key(minimum=2, fill=64)
+    learning_rate: float = key(exclusiveMinimum=0, fill=1.0e-3)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class VisionCaptions(Record):
     """The (image, caption) pairs the demo tower learns from: SNLI-VE rows and their images
     (the rule reads them from the config; here they make the tower rebuild when they change)."""
 
-    rows: str
-    images: str
+    rows: str = key(fill="demo/hub/HuggingFaceM4/SNLI-VE/default/train.jsonl")
+    images: str = key(fill="demo/hub/HuggingFaceM4/SNLI-VE/images")
 
 
-@dataclass(frozen=True)
-class DemoVision(_SchemaDefaults, Record):
+@dataclass(frozen=True, kw_only=True)
+class DemoVision(_FilledDefaults, Record):
     """A tiny CLIP ViT (vision.demo)."""
 
-    schema_keys: ClassVar[tuple[str, ...]] = ("vision", "demo")
-
-    hidden_size: int
-    intermediate_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    image_size: int
-    patch_size: int
-    seed: int
-    captions: VisionCaptions
-    pretraining: VisionPretraining
+    hidden_size: int = key(minimum=8, fill=64)
+    intermediate_size: int = key(minimum=8, fill=128)
+    num_hidden_layers: int = key(minimum=1, fill=2)
+    num_attention_heads: int = key(minimum=1, fill=4)
+    image_size: int = key(minimum=8, fill=32)
+    patch_size: int = key(minimum=1, fill=8)
+    seed: int = key(minimum=0, fill=0)
+    captions: VisionCaptions = key(
+        fill={},
+        description="""The (image, caption) pairs the demo tower is pre-trained on, as CLIP on its
+        web pairs: SNLI-VE rows naming images (filename, premise), and their image folder.""",
+    )
+    pretraining: VisionPretraining = key(fill={})
 
 
 @dataclass(frozen=True)

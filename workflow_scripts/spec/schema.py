@@ -28,7 +28,7 @@ from workflow_scripts.spec.method import (  # noqa: F401 (read from here by the 
     MethodName,
     PrecisionName,
 )
-from workflow_scripts.spec.model_settings import DemoDecoder, DemoEncoder, DemoTranslator
+from workflow_scripts.spec.model_settings import DemoDecoder, DemoEncoder, DemoTranslator, DemoVision
 from workflow_scripts.spec.record import Record
 from workflow_scripts.spec.schema_block import block
 from workflow_scripts.spec.suggest import did_you_mean
@@ -42,6 +42,7 @@ RECORD_BLOCKS: dict[str, type[Record]] = {
     "demo_encoder": DemoEncoder,
     "demo_decoder": DemoDecoder,
     "demo_translator": DemoTranslator,
+    "demo_vision": DemoVision,
 }
 
 

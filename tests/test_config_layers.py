@@ -137,7 +137,7 @@ def test_every_preset_resolves_to_its_frozen_config_and_validates(preset, monkey
         " refreeze it with `PYTHONPATH=. python tests/test_config_layers.py --refreeze`"
     )
     grid_checks.check_schema(config, str(config_check.schema_for_validation()))
-    validate(config, str(config_check.SCHEMA))
+    validate(config, str(config_check.schema_for_validation()))
     use_config_catalogues(config, monkeypatch)
     grid_checks.check_config(config)
 

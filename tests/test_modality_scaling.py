@@ -159,7 +159,7 @@ def test_a_backbones_own_training_settings_win_over_the_phase_config_and_task_ra
     from workflow_scripts.workflow import config_check, grid_settings
 
     config = config_layers.load(["config/modality_scaling.yaml"])
-    validate(config, str(config_check.SCHEMA))
+    validate(config, str(config_check.schema_for_validation()))
     use_config_catalogues(config, monkeypatch)
     phase = config["training"]["intermediate"]
     assert grid_settings.intermediate_settings(config, "xlmr_large", "snli_ve").learning_rate == phase["learning_rate"]

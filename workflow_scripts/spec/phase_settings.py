@@ -8,12 +8,13 @@ task's options (``TaskOptions``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from workflow_scripts.spec.arm_recipe import ArmRecipe
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.method import MethodSettings
 from workflow_scripts.spec.record import Record, optional
+from workflow_scripts.spec.schema_block import key
 from workflow_scripts.spec.task_options import TaskOptions
 
 # A phase's default selection and data language (an intermediate config names its own).
@@ -22,21 +23,59 @@ ENGLISH = "en"
 
 @dataclass(frozen=True, kw_only=True)
 class PhaseHyperparameters(Record):
-    """The keys of a ``training.<phase>`` block a training job reads (grid's ``PHASE_KEYS``)."""
+    """The keys of a ``training.<phase>`` block a training job reads (grid's ``PHASE_KEYS``),
+    each with the default the config schema fills in (``fill``; the learning rate's is each
+    phase's own: ``training.<phase>.learning_rate`` in schemas/config.schema.yaml)."""
 
-    learning_rate: float
-    warmup_ratio: float  # of the total steps, a linear warmup
-    weight_decay: float
-    max_grad_norm: float
-    dropout: float  # of the fresh heads
-    eval_every: int  # steps between early-stopping evaluations
-    patience: int  # evaluations without improvement before stopping
-    dev_examples: int  # the first N dev examples of each task select the model
-    eval_batch_size: int
-    max_micro_batch: int  # larger batches accumulate gradients
-    multitask_cap: int  # K of the capped examples-proportional sampler
-    multitask_epochs: float
-    max_steps: int | None = optional()  # a hard cap on the steps
+    learning_rate: float = key(exclusiveMinimum=0)
+    warmup_ratio: float = key(minimum=0, maximum=1, fill=0.1)  # of the total steps, a linear warmup
+    weight_decay: float = key(minimum=0, fill=0.0)
+    max_grad_norm: float = key(exclusiveMinimum=0, fill=1.0)
+    dropout: float = key(minimum=0, maximum=1, fill=0.1)  # of the fresh heads
+    eval_every: int = key(minimum=1, fill=1000, description="Steps between early-stopping evaluations")
+    patience: int = key(minimum=1, fill=30, description="Evaluations without improvement before stopping")
+    dev_examples: int = key(minimum=1, fill=500, description="First N dev examples per task used for selection")
+    eval_batch_size: int = key(minimum=1, fill=64)
+    max_micro_batch: int = key(minimum=1, fill=32)  # larger batches accumulate gradients
+    multitask_cap: int = key(minimum=1, fill=131072, description="K of the capped sampler")
+    multitask_epochs: float = key(exclusiveMinimum=0, fill=3)
+    max_steps: int | None = key(None, minimum=1, description="Optional hard cap on steps")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhaseEntry(PhaseHyperparameters):
+    """A ``training.<phase>`` block of the config (the schema's ``$defs.phase`` is generated
+    from it): the job's hyperparameters, a micro-batch the memory plan may choose, and the
+    learning rate of configs that mix in MLM."""
+
+    key_noun = "config key"
+
+    # each phase's own default (training.<phase>.learning_rate in schemas/config.schema.yaml)
+    learning_rate: float | None = key(None, exclusiveMinimum=0)
+    max_micro_batch: int | Literal["auto"] = key(
+        minimum=1,
+        fill=32,
+        description="""Examples per forward and backward on a device; a larger batch accumulates
+        gradients over several. auto: for each backbone, the largest micro-batch the memory
+        planner fits on its GPUs (at most the batch: one micro-step per step wherever the card
+        holds it); a backbone without a size takes 32.""",
+    )
+    learning_rate_with_mlm: float | None = key(None, exclusiveMinimum=0)
+
+
+# A backbone's own settings of a phase (backbones.<name>.training.<phase>): these keys of the
+# phase's block, each optional.
+BACKBONE_PHASE_KEYS = (
+    "learning_rate",
+    "learning_rate_with_mlm",
+    "warmup_ratio",
+    "weight_decay",
+    "max_grad_norm",
+    "dropout",
+    "eval_every",
+    "patience",
+    "max_steps",
+)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -29,14 +29,17 @@ from workflow_scripts.spec.method import (  # noqa: F401 (read from here by the 
     PrecisionName,
 )
 from workflow_scripts.spec.model_settings import DemoDecoder, DemoEncoder, DemoTranslator, DemoVision
+from workflow_scripts.spec.phase_settings import BACKBONE_PHASE_KEYS, PhaseEntry
 from workflow_scripts.spec.record import Record
-from workflow_scripts.spec.schema_block import block
+from workflow_scripts.spec.schema_block import Part, block
 from workflow_scripts.spec.suggest import did_you_mean
 
 SCHEMA_FILE = REPO_ROOT / "schemas" / "config.schema.yaml"
 # The schema's $defs generated from the record that parses them; the YAML keeps only the
 # rules across their keys (e.g. a backbone's demo settings by family).
-RECORD_BLOCKS: dict[str, type[Record]] = {
+RECORD_BLOCKS: dict[str, type[Record] | Part] = {
+    "phase": PhaseEntry,
+    "backbone_phase": Part(PhaseEntry, BACKBONE_PHASE_KEYS),
     "backbone": BackboneEntry,
     "arm_recipe": ArmRecipeEntry,
     "demo_encoder": DemoEncoder,

@@ -58,28 +58,42 @@ def key(
     return dataclasses.field(default=default, metadata=metadata)
 
 
-def block(record: type[Record]) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class Part:
+    """Some keys of a record's block, each optional and without its default: a block that
+    overrides a few settings of another (a backbone's own phase settings)."""
+
+    record: type[Record]
+    keys: tuple[str, ...]
+
+
+def block(record: type[Record] | Part) -> dict[str, Any]:
     """The schema of a mapping ``record`` parses: its keys, their types and defaults, and no
     other key."""
+    part = record if isinstance(record, Part) else None
+    record = part.record if part else record  # type: ignore[union-attr]
     hints = typing.get_type_hints(record)
-    fields = [f for f in dataclasses.fields(record) if f.init]
+    fields = [f for f in dataclasses.fields(record) if f.init and (part is None or f.name in part.keys)]
     out: dict[str, Any] = {"type": "object", "additionalProperties": False}
     required = [f.name for f in fields if _required(f) and FILL not in f.metadata]
-    if required:
+    if required and part is None:
         out["required"] = required
-    out["properties"] = {f.name: _property(f, hints[f.name]) for f in fields}
+    out["properties"] = {f.name: _property(f, hints[f.name], with_default=part is None) for f in fields}
     return out
 
 
-def _property(field: dataclasses.Field, hint: Any) -> dict[str, Any]:
+def _property(field: dataclasses.Field, hint: Any, with_default: bool = True) -> dict[str, Any]:
     extra = dict(field.metadata.get(SCHEMA, {}))
     if "$ref" in extra:  # a block the YAML declares (shared with other blocks)
         return extra
     out = {**_of_type(hint), **extra}
+    if "oneOf" in out:  # a number's bounds go to the arm that is a number (the other may be a word)
+        bounds = {k: out.pop(k) for k in NUMBER_BOUNDS if k in out}
+        out["oneOf"] = [{**arm, **bounds} if arm.get("type") in ("integer", "number") else arm for arm in out["oneOf"]]
     if ITEMS in field.metadata:
         out["items"] = {**out["items"], **field.metadata[ITEMS]}
     default = _default(field)
-    if default is not dataclasses.MISSING:
+    if default is not dataclasses.MISSING and with_default:
         out["default"] = default
     return out
 
@@ -87,8 +101,10 @@ def _property(field: dataclasses.Field, hint: Any) -> dict[str, Any]:
 def _of_type(hint: Any) -> dict[str, Any]:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (Union, types.UnionType):  # X | None: absent is the None
-        (arm,) = [a for a in args if a is not type(None)]
-        return _of_type(arm)
+        arms = [a for a in args if a is not type(None)]
+        if len(arms) == 1:
+            return _of_type(arms[0])
+        return {"oneOf": [_one_word(a) or _of_type(a) for a in arms]}
     if origin is Literal:
         return {"enum": list(args)}
     if isinstance(hint, type) and issubclass(hint, Record):
@@ -102,6 +118,13 @@ def _of_type(hint: Any) -> dict[str, Any]:
     return {"type": _SCALARS[hint]}
 
 
+def _one_word(hint: Any) -> dict[str, Any] | None:
+    """A union's arm that allows one value (``Literal["auto"]``): that constant."""
+    args = typing.get_args(hint)
+    return {"const": args[0]} if typing.get_origin(hint) is Literal and len(args) == 1 else None
+
+
+NUMBER_BOUNDS = ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum")
 _SCALARS = {str: "string", int: "integer", float: "number", bool: "boolean"}
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from workflow_scripts.spec.method import PrecisionName
 from workflow_scripts.spec.record import Record, optional
-from workflow_scripts.spec.schema import PrecisionName
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -34,24 +34,6 @@ R = TypeVar("R", bound=Record)
 Source = Literal["hub", "demo"]
 
 
-def schema_defaults(*keys: str, definition: str | None = None) -> dict[str, Any]:
-    """The defaults the config schema gives the settings below ``keys`` (nested blocks with
-    theirs): what Snakemake fills into a config that leaves them out."""
-    from workflow_scripts.spec.schema import setting  # the schema reads this module's records
-
-    return _filled(setting(*keys, definition=definition))
-
-
-def _filled(node: dict[str, Any]) -> dict[str, Any]:
-    out = dict(node.get("default") or {})
-    for name, sub in node.get("properties", {}).items():
-        if "properties" in sub:
-            out[name] = _filled(sub)
-        elif "default" in sub:
-            out[name] = sub["default"]
-    return out
-
-
 @dataclass(frozen=True, kw_only=True)
 class _PreparedModel(Record):
     """A model a prepare step fetches (a Hub snapshot at a pinned revision) or builds (the

@@ -33,6 +33,7 @@ from workflow_scripts.spec.phase_settings import BACKBONE_PHASE_KEYS, PhaseEntry
 from workflow_scripts.spec.record import Record
 from workflow_scripts.spec.schema_block import Part, block
 from workflow_scripts.spec.suggest import did_you_mean
+from workflow_scripts.spec.translation_settings import TranslationEntry
 
 SCHEMA_FILE = REPO_ROOT / "schemas" / "config.schema.yaml"
 # The schema's $defs generated from the record that parses them; the YAML keeps only the
@@ -46,6 +47,7 @@ RECORD_BLOCKS: dict[str, type[Record] | Part] = {
     "demo_decoder": DemoDecoder,
     "demo_translator": DemoTranslator,
     "demo_vision": DemoVision,
+    "translation": TranslationEntry,
 }
 
 

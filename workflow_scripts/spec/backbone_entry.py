@@ -12,7 +12,8 @@ import copy
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from workflow_scripts.spec.families import FAMILIES, POOLINGS
+from workflow_scripts.spec.evaluation_settings import RETRIEVAL_POOLINGS
+from workflow_scripts.spec.families import FAMILIES
 from workflow_scripts.spec.method import DEFAULT_METHOD, DEFAULT_PRECISION, MethodName, MethodSettings, PrecisionName
 from workflow_scripts.spec.record import Record
 from workflow_scripts.spec.schema_block import key
@@ -81,7 +82,7 @@ class RetrievalEntry(Record):
     key_noun = "config key"
 
     layer: int | None = key(None, minimum=0)
-    pooling: str | None = key(None, enum=[*POOLINGS, "family"])
+    pooling: str | None = key(None, enum=RETRIEVAL_POOLINGS)
 
 
 @dataclass(frozen=True, kw_only=True)

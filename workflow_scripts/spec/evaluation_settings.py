@@ -6,10 +6,12 @@ reads) and, for a retrieval target, how sentences are embedded and searched."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
+from workflow_scripts.spec.families import POOLINGS
+from workflow_scripts.spec.method import PrecisionName
 from workflow_scripts.spec.record import Record, optional
-from workflow_scripts.spec.schema import PrecisionName
+from workflow_scripts.spec.schema_block import key
 from workflow_scripts.spec.task_options import FormatOptions, ScoringOptions
 from workflow_scripts.spec.transfer_names import ZERO_SHOT
 
@@ -45,13 +47,70 @@ class TransferPlan(Record):
     data: dict[str, tuple[DataFile, ...]]  # split -> files
 
 
-@dataclass(frozen=True, kw_only=True)
-class RetrievalSettings(Record):
-    """How a retrieval target embeds sentences (layer, pooling) and searches them."""
+# How a sentence embedding reads a layer: the families' own poolings, or ``family`` (the
+# backbone family's retrieval pooling, spec/families.py).
+RETRIEVAL_POOLINGS = [*POOLINGS, "family"]
 
-    layer: int
-    pooling: str
-    index: str
+
+@dataclass(frozen=True, kw_only=True)
+class _Search(Record):
+    """How a retrieval target embeds sentences (layer, pooling) and searches them: the keys the
+    config's ``retrieval`` block and an evaluation's settings share."""
+
+    layer: int = key(
+        minimum=0,
+        fill=13,
+        description="""hidden_states index (0 = embedding output); the paper's "13th layer" of XLM-R
+        large.""",
+    )
+    pooling: str = key(
+        enum=RETRIEVAL_POOLINGS,
+        fill="mean",
+        description="""How a sentence embedding reads the layer: mean over the tokens (XTREME's
+        XLM-R convention), first or last token, or family (the backbone family's own: a decoder's
+        last token).""",
+    )
+    index: str = key(
+        minLength=1,
+        fill="exact",
+        description="""exact (blocked matrix products on the evaluation device, the paper's
+        search), or a faiss index_factory string for approximate search at larger scale, e.g.
+        "IVF4096,Flat".""",
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetrievalOptions(_Search):
+    """The config's ``retrieval`` block (the schema's ``$defs.retrieval`` is generated from it)."""
+
+    key_noun = "config key"
+
+    encoders: dict[str, Any] = key(
+        fill={},
+        additionalProperties={"type": "string"},
+        description="""Which encoder a retrieval target (Tatoeba, BUCC) embeds with: intermediate
+        (the backbone the intermediate phase left, XTREME's protocol) or a trained target whose
+        model's encoder is used (XTREME-R's code retrieves Tatoeba with the model fine-tuned on
+        SQuAD: xquad). Default: the benchmark's (benchmark.py), recorded in every metric file.""",
+    )
+    bucc_k: int = key(minimum=1, fill=4, description="Neighbours of the BUCC ratio margin")
+    bucc_duplicates: str = key(
+        enum=["drop", "all_ids"],
+        fill="drop",
+        description="""drop (the official XTREME scorer) ignores every sentence text that occurs
+        more than once on a side; all_ids credits a repeated text to each of its sentence ids.
+        Written into every BUCC metric file.""",
+    )
+    max_length: int = key(minimum=8, fill=512)
+    batch_size: int = key(minimum=1, fill=64)
+    nprobe: int = key(minimum=1, fill=32, description="Clusters probed by an approximate faiss index")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetrievalSettings(_Search):
+    """What an evaluation's retrieval reads: the search, the encoder, and the options of the
+    index and the task that apply."""
+
     encoder: str  # which model embeds: the intermediate phase's, or a target model
     nprobe: int | None = optional()  # an IVF index only
     bucc_k: int | None = optional()  # mining (BUCC) only

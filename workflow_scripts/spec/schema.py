@@ -20,6 +20,7 @@ from typing import Any
 from workflow_scripts.spec.arm_recipe import ArmRecipeEntry
 from workflow_scripts.spec.backbone_entry import BackboneEntry, LoraEntry
 from workflow_scripts.spec.basics import REPO_ROOT, load_yaml
+from workflow_scripts.spec.evaluation_settings import RetrievalOptions
 from workflow_scripts.spec.method import (  # noqa: F401 (read from here by the workflow and jobs)
     DEFAULT_METHOD,
     DEFAULT_PRECISION,
@@ -48,6 +49,7 @@ RECORD_BLOCKS: dict[str, type[Record] | Part] = {
     "demo_translator": DemoTranslator,
     "demo_vision": DemoVision,
     "translation": TranslationEntry,
+    "retrieval": RetrievalOptions,
 }
 
 

@@ -207,7 +207,8 @@ def render(schema: Schema) -> str:
     lines = [
         "# Configuration reference",
         "",
-        f"<!-- Generated from schemas/config.schema.yaml by `{COMMAND}`; do not edit by hand. -->",
+        f"<!-- Generated from schemas/config.schema.yaml and the records of spec/schema.py RECORD_BLOCKS by "
+        f"`{COMMAND}`; do not edit by hand. -->",
         "",
         " ".join(str(schema.get("description", "")).split()),
         "",

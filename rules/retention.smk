@@ -24,7 +24,7 @@ rule probe_retention:
         identity=probe_identity("intermediate"),
         code=module_digest("evaluation.retention"),
         # the catalogue entry and converter of the text's task, and no other
-        tasks=job_tasks(lambda w: [config["retention"]["text"]["task"]]),
+        tasks=job_tasks(lambda w: [retention_grid.options(config).text.task]),
     threads: res("probe_retention", "threads")
     resources:
         **gpu_resources("probe_retention"),
@@ -51,7 +51,7 @@ use rule probe_retention as probe_retention_before with:
     params:
         settings=settings(retention_grid.probe_settings, "backbone"),
         identity=probe_identity("before"),
-        tasks=job_tasks(lambda w: [config["retention"]["text"]["task"]]),
+        tasks=job_tasks(lambda w: [retention_grid.options(config).text.task]),
 
 
 use rule probe_retention as probe_retention_target with:
@@ -71,7 +71,7 @@ use rule probe_retention as probe_retention_target with:
     params:
         settings=settings(retention_grid.probe_settings, "backbone"),
         identity=probe_identity("target"),
-        tasks=job_tasks(lambda w: [config["retention"]["text"]["task"]]),
+        tasks=job_tasks(lambda w: [retention_grid.options(config).text.task]),
 
 
 rule tabulate_retention:

@@ -363,9 +363,10 @@ def test_the_multimodal_demo_probes_every_stage_of_both_backbones():
 
 
 def _retention_defaults() -> dict:
-    from workflow_scripts.spec.schema import setting
+    from workflow_scripts.spec.retention_settings import RetentionEntry
+    from workflow_scripts.spec.schema_block import filled
 
-    return {key: node["default"] for key, node in setting("retention")["properties"].items()}
+    return filled(RetentionEntry)
 
 
 def test_a_probe_text_the_config_cannot_give_is_named_by_its_key():

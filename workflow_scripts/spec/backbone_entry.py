@@ -8,14 +8,13 @@ Standard library only: the Snakefile imports this to check and plan a config.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from workflow_scripts.spec.evaluation_settings import RETRIEVAL_POOLINGS
 from workflow_scripts.spec.families import FAMILIES
 from workflow_scripts.spec.method import DEFAULT_METHOD, DEFAULT_PRECISION, MethodName, MethodSettings, PrecisionName
-from workflow_scripts.spec.record import Record
+from workflow_scripts.spec.record import Record, parsed_once
 from workflow_scripts.spec.schema_block import key
 
 Launcher = Literal["torchrun", "srun"]
@@ -212,20 +211,9 @@ class BackboneEntry(Record):
         return self.training.phase(phase) if self.training else {}
 
 
-# A parsed entry per entry mapping, kept with a copy of the mapping it was parsed from: a
-# config edited in place (tests, config layers) is parsed again, an unchanged one never.
-_PARSED: dict[int, tuple[dict[str, Any], BackboneEntry]] = {}
-
-
 def entry_of(config: dict[str, Any], name: str) -> BackboneEntry:
     """The record of ``backbones.<name>``, parsed once per entry (InputError naming the key)."""
-    entry = config["backbones"][name]
-    parsed = _PARSED.get(id(entry))
-    if parsed is not None and parsed[0] == entry:
-        return parsed[1]
-    record = BackboneEntry.parse(entry, f"backbones.{name}")
-    _PARSED[id(entry)] = (copy.deepcopy(entry), record)
-    return record
+    return parsed_once(BackboneEntry, config["backbones"][name], f"backbones.{name}")
 
 
 def entries(config: dict[str, Any]) -> dict[str, BackboneEntry]:

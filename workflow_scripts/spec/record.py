@@ -16,6 +16,7 @@ was read from.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import types
@@ -112,6 +113,21 @@ class Record:
     @classmethod
     def keys(cls) -> tuple[str, ...]:
         return tuple(f.name for f in dataclasses.fields(cls))
+
+
+# A record per config mapping it was parsed from, kept with a copy of that mapping: a config
+# edited in place (tests, config layers) is parsed again, an unchanged one never.
+_PARSED: dict[tuple[type, int], tuple[Any, Any]] = {}
+
+
+def parsed_once(record: type[R], data: Mapping[str, Any], where: str) -> R:
+    """``record.parse(data, where)``, once per config mapping (again when it has changed)."""
+    found = _PARSED.get((record, id(data)))
+    if found is not None and found[0] == data:
+        return found[1]
+    result = record.parse(data, where)
+    _PARSED[(record, id(data))] = (copy.deepcopy(data), result)
+    return result
 
 
 def settings_json(value: Record | Mapping[str, Any]) -> str:

@@ -19,6 +19,7 @@ from typing import ClassVar, Literal
 from workflow_scripts.spec.method import MethodSettings
 from workflow_scripts.spec.record import Record, optional
 from workflow_scripts.spec.report_settings import ArmPair
+from workflow_scripts.spec.schema_block import key
 
 # The task formats whose prepared rows give a parallel sample: a Tatoeba-style file (each row a
 # sentence and its English translation) or a classification file whose languages hold the same
@@ -29,7 +30,25 @@ TextFormat = Literal["retrieval", "classification"]
 OBJECTIVES = {"encoder": "masked-LM", "decoder": "next-token"}
 
 
-@dataclass(frozen=True)
+# Sentences per language: the config's key, which the probe's text carries.
+SENTENCES = {
+    "minimum": 2,
+    "fill": 500,
+    "description": "Sentences per language, drawn with `seed` (all of them when the split has fewer)",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TextEntry(Record):
+    """``retention.text`` of the config: the task and split whose prepared rows are the text."""
+
+    key_noun = "config key"
+
+    task: str = key(fill="tatoeba", description="The task whose prepared rows are the text")
+    split: str = key(enum=["dev", "test"], fill="test", description="Its split")
+
+
+@dataclass(frozen=True, kw_only=True)
 class ProbeText(Record):
     """The held-out text: a prepared split of a task (``results/<experiment>/data/<task>/<split>.parquet``),
     the languages read from it (English always among them) and how many sentences each gives."""
@@ -38,10 +57,10 @@ class ProbeText(Record):
     split: str
     format: TextFormat
     languages: tuple[str, ...]
-    sentences: int  # per language, drawn with the probe's seed (all of them when fewer)
+    sentences: int = key(**SENTENCES)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AlignmentSettings(Record):
     """Which sentence vectors Tatoeba-style alignment compares: the backbone's retrieval layer
     and pooling (``family``: its family's), as its Tatoeba evaluation reads them."""
@@ -50,8 +69,56 @@ class AlignmentSettings(Record):
     pooling: str
 
 
-@dataclass(frozen=True)
-class RetentionProbeSettings(Record):
+@dataclass(frozen=True, kw_only=True)
+class ProbeRun(Record):
+    """How every stage of a probe runs: the keys the config's ``retention`` block and a probe's
+    settings share."""
+
+    mask_probability: float = key(
+        exclusiveMinimum=0,
+        maximum=1,
+        fill=0.15,
+        description="Share of each sentence's non-special tokens masked for the masked-LM loss (at least one)",
+    )
+    seed: int = key(minimum=0, fill=0, description="Draws the sentences and the masked positions")
+    batch_size: int = key(minimum=1, fill=32, description="Sentences per forward pass")
+    max_length: int = key(minimum=8, fill=128, description="Tokens per sentence (longer ones are truncated)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetentionEntry(ProbeRun):
+    """The config's ``retention`` block (the schema's ``$defs.retention`` is generated from it)."""
+
+    key_noun = "config key"
+
+    probe: bool = key(
+        fill=False, description="Run the probe and write its table for every backbone (off by default, it adds jobs)"
+    )
+    text: TextEntry = key(
+        fill={},
+        description="""The held-out text: a prepared split of a task in `tasks`, of format retrieval
+        (Tatoeba: each row a sentence and its English translation; Hub id and revision are the
+        task's) or classification whose languages hold the same rows in the same order (the demo's
+        XNLI, whose sentences the demo backbones were not pre-trained on). Its first text column is
+        read.""",
+    )
+    languages: tuple[str, ...] | None = key(
+        None,
+        nullable=True,
+        description="""The languages probed (English is always added); null: every language the text
+        task is configured with""",
+    )
+    sentences: int = key(**SENTENCES)
+    targets: tuple[str, ...] | None = key(
+        None,
+        nullable=True,
+        description="""The targets whose zero-shot target models are probed (stage `target`); null:
+        the first target of each backbone that trains a target model (not a retrieval target)""",
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetentionProbeSettings(ProbeRun):
     """One backbone's probe, the same at every stage it is run at."""
 
     step: ClassVar[str] = "evaluation.retention"
@@ -61,10 +128,6 @@ class RetentionProbeSettings(Record):
     method: MethodSettings
     text: ProbeText
     alignment: AlignmentSettings
-    mask_probability: float  # of each sentence's non-special tokens (encoders)
-    seed: int  # draws the sentences and the masked positions
-    batch_size: int
-    max_length: int
 
 
 @dataclass(frozen=True)

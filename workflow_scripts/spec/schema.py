@@ -32,6 +32,7 @@ from workflow_scripts.spec.method import (  # noqa: F401 (read from here by the 
 from workflow_scripts.spec.model_settings import DemoDecoder, DemoEncoder, DemoTranslator, DemoVision
 from workflow_scripts.spec.phase_settings import BACKBONE_PHASE_KEYS, PhaseEntry
 from workflow_scripts.spec.record import Record
+from workflow_scripts.spec.retention_settings import RetentionEntry
 from workflow_scripts.spec.schema_block import Part, block
 from workflow_scripts.spec.suggest import did_you_mean
 from workflow_scripts.spec.translation_settings import TranslationEntry
@@ -50,6 +51,7 @@ RECORD_BLOCKS: dict[str, type[Record] | Part] = {
     "demo_vision": DemoVision,
     "translation": TranslationEntry,
     "retrieval": RetrievalOptions,
+    "retention": RetentionEntry,
 }
 
 
@@ -84,10 +86,16 @@ def setting(*keys: str, definition: str | None = None) -> dict[str, Any]:
     node = config_schema()["$defs"][definition] if definition else config_schema()
     for i, key in enumerate(keys):
         try:
-            node = node["properties"][key]
+            node = _resolved(node)["properties"][key]
         except KeyError:
             raise KeyError(f"{SCHEMA_FILE.name} declares no setting {_name(keys[: i + 1], definition)}") from None
-    return node
+    return _resolved(node)
+
+
+def _resolved(node: dict[str, Any]) -> dict[str, Any]:
+    """A block given as a reference to one of ``$defs`` (``{$ref: "#/$defs/<name>"}``)."""
+    ref = node.get("$ref", "")
+    return {**config_schema()["$defs"][ref.rsplit("/", 1)[-1]], **node} if ref.startswith("#/$defs/") else node
 
 
 def default(*keys: str, definition: str | None = None) -> Any:

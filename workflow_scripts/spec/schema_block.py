@@ -28,6 +28,7 @@ from workflow_scripts.spec.record import ITEMS, OMIT_WHEN_NONE, Record, plain
 from workflow_scripts.spec.record import JSON_SCHEMA as SCHEMA
 
 FILL = "fill"  # a field's metadata: the default the config schema gives a required field
+NULLABLE = "nullable"  # ... a key whose null means "the default" (the config may write it)
 
 
 def key(
@@ -37,18 +38,22 @@ def key(
     items: dict[str, Any] | None = None,
     factory: Any = None,
     fill: Any = dataclasses.MISSING,
+    nullable: bool = False,
     **schema: Any,
 ) -> Any:
     """A record field that is a config key: its default (``None``: the key may be absent and
     has none; a record class as ``factory``: a nested block whose defaults fill it), or, for
     a field the record requires, the default the schema fills into the config (``fill``),
-    its description and the bounds of its value (JSON-schema keywords, e.g. ``minimum=1``)."""
+    whether the config may write null for the default (``nullable``, with a None default), its
+    description and the bounds of its value (JSON-schema keywords, e.g. ``minimum=1``)."""
     extra = dict(schema)
     if description:
         extra["description"] = " ".join(description.split())
     metadata: dict[str, Any] = {SCHEMA: extra}
     if fill is not dataclasses.MISSING:
         metadata[FILL] = fill
+    if nullable:
+        metadata[NULLABLE] = True
     if items:
         metadata[ITEMS] = items
     if default is None:
@@ -93,6 +98,8 @@ def _property(field: dataclasses.Field, hint: Any, with_default: bool = True) ->
     if ITEMS in field.metadata:
         out["items"] = {**out["items"], **field.metadata[ITEMS]}
     default = _default(field)
+    if field.metadata.get(NULLABLE):
+        out["type"], default = [out["type"], "null"], None
     if default is not dataclasses.MISSING and with_default:
         out["default"] = default
     return out

@@ -17,9 +17,12 @@ from typing import Any
 
 from workflow_scripts.spec import paths
 from workflow_scripts.spec.backbone_entry import entry_of
+from workflow_scripts.spec.record import parsed_once
 from workflow_scripts.spec.retention_settings import (
     OBJECTIVES,
     TEXT_FORMATS,
+    ProbeRun,
+    RetentionEntry,
     RetentionProbeSettings,
     RetentionTableSettings,
 )
@@ -29,8 +32,13 @@ from workflow_scripts.workflow import backbone_grid, grid, grid_settings, transf
 from workflow_scripts.workflow.grid import ConfigError
 
 
+def options(config: dict[str, Any]) -> RetentionEntry:
+    """The config's ``retention`` block, parsed once."""
+    return parsed_once(RetentionEntry, config.get("retention") or {}, "retention")
+
+
 def enabled(config: dict[str, Any]) -> bool:
-    return bool(config.get("retention", {}).get("probe"))
+    return options(config).probe
 
 
 # ----- checks -----------------------------------------------------------------------------
@@ -40,8 +48,8 @@ def check(config: dict[str, Any]) -> None:
     """The probe's text and targets exist in this config (each error names its key)."""
     if not enabled(config):
         return
-    text = config["retention"]["text"]
-    task = text["task"]
+    text = options(config).text
+    task = text.task
     if task not in config["tasks"] or task not in TASKS:
         raise ConfigError(f"config key retention.text.task: {task!r} is not a task of this config (tasks.{task})")
     fmt = get_task(task).format
@@ -50,13 +58,13 @@ def check(config: dict[str, Any]) -> None:
             f"config key retention.text.task: {task} is a {fmt} task; the probe reads a parallel sample "
             f"from a task of format {' or '.join(TEXT_FORMATS)}"
         )
-    if text["split"] not in get_task(task).splits:
-        raise ConfigError(f"config key retention.text.split: {task} has no {text['split']!r} split")
+    if text.split not in get_task(task).splits:
+        raise ConfigError(f"config key retention.text.split: {task} has no {text.split!r} split")
     configured = set(config["tasks"][task].get("languages") or ())
-    for i, lang in enumerate(config["retention"].get("languages") or ()):
+    for i, lang in enumerate(options(config).languages or ()):
         if lang != "en" and lang not in configured:
             raise ConfigError(f"config key retention.languages[{i}]: {lang!r} is not a language of tasks.{task}")
-    for i, target in enumerate(config["retention"].get("targets") or ()):
+    for i, target in enumerate(options(config).targets or ()):
         if target not in config["targets"] or get_task(target).is_retrieval:
             raise ConfigError(
                 f"config key retention.targets[{i}]: {target!r} is not a target of this config that trains "
@@ -86,7 +94,7 @@ def probed_targets(config: dict[str, Any], backbone: str) -> list[str]:
     """The targets whose zero-shot models are probed: ``retention.targets`` the backbone runs,
     else its first target that trains a model."""
     plans = _zero_shot_plans(config, backbone)
-    chosen = config["retention"].get("targets")
+    chosen = options(config).targets
     if chosen is None:
         return list(plans)[:1]
     return [t for t in chosen if t in plans]
@@ -136,8 +144,8 @@ def probe_files(config: dict[str, Any], backbone: str) -> list[str]:
 
 def text_file(config: dict[str, Any]) -> str:
     """The prepared split the probe's sentences come from."""
-    text = config["retention"]["text"]
-    return transfer.data_path(text["task"], text["split"])
+    text = options(config).text
+    return transfer.data_path(text.task, text.split)
 
 
 # ----- settings -----------------------------------------------------------------------------
@@ -145,31 +153,29 @@ def text_file(config: dict[str, Any]) -> str:
 
 def probe_languages(config: dict[str, Any]) -> list[str]:
     """English, then the probed languages (``retention.languages``, else the text task's)."""
-    task = config["retention"]["text"]["task"]
-    chosen = config["retention"].get("languages") or config["tasks"][task].get("languages") or []
+    task = options(config).text.task
+    chosen = options(config).languages or config["tasks"][task].get("languages") or []
     return ["en", *sorted(set(chosen) - {"en"})]
 
 
 def probe_settings(config: dict[str, Any], backbone: str) -> RetentionProbeSettings:
     """One backbone's probe settings: the same JSON at every stage, so the stages differ by
     their weights only."""
-    ret, text = config["retention"], config["retention"]["text"]
+    ret = options(config)
     retrieval = backbone_grid.retrieval_settings(config, backbone)
+    run = {key: getattr(ret, key) for key in ProbeRun.keys()}  # the keys the block and the probe share
     found = {
         "family": entry_of(config, backbone).family,
         "method": backbone_grid.method_settings(config, backbone).to_dict(),
         "text": {
-            "task": text["task"],
-            "split": text["split"],
-            "format": get_task(text["task"]).format,
+            "task": ret.text.task,
+            "split": ret.text.split,
+            "format": get_task(ret.text.task).format,
             "languages": probe_languages(config),
-            "sentences": ret["sentences"],
+            "sentences": ret.sentences,
         },
         "alignment": {"layer": retrieval["layer"], "pooling": retrieval["pooling"]},
-        "mask_probability": ret["mask_probability"],
-        "seed": ret["seed"],
-        "batch_size": ret["batch_size"],
-        "max_length": ret["max_length"],
+        **run,
     }
     return RetentionProbeSettings.parse(found, f"retention probe settings of backbone {backbone}")
 

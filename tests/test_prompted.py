@@ -18,8 +18,14 @@ from conftest import planned_jobs
 from workflow_scripts.evaluation import prompted as prompted_module
 from workflow_scripts.reporting import prompted as table_module
 from workflow_scripts.spec.basics import InputError
-from workflow_scripts.spec.prompted import LM_EVAL_TASKS, LM_EVAL_VERSION, PromptedSettings, PromptedTableSettings
-from workflow_scripts.spec.schema import setting
+from workflow_scripts.spec.prompted import (
+    LM_EVAL_TASKS,
+    LM_EVAL_VERSION,
+    PromptedEntry,
+    PromptedSettings,
+    PromptedTableSettings,
+)
+from workflow_scripts.spec.schema_block import filled
 from workflow_scripts.workflow import config_layers, grid
 from workflow_scripts.workflow import prompted as prompted_grid
 
@@ -27,7 +33,7 @@ DEMO = "results/demo"
 
 
 def _defaults() -> dict:
-    return {key: node["default"] for key, node in setting("prompted")["properties"].items()}
+    return filled(PromptedEntry)
 
 
 def _config(path: str = "config.yaml", **prompted) -> dict:

@@ -18,6 +18,7 @@ from typing import ClassVar, Literal
 
 from workflow_scripts.spec.method import MethodSettings
 from workflow_scripts.spec.record import Record
+from workflow_scripts.spec.schema_block import key
 
 # The version the task files below were read from and the jobs run (requirements.txt pins it).
 LM_EVAL_VERSION = "0.4.13"
@@ -106,20 +107,56 @@ NO_TASK = "lm-eval has no task for it"
 ShotSource = Literal["english", "own"]
 
 
-@dataclass(frozen=True)
-class PromptedSettings(Record):
+@dataclass(frozen=True, kw_only=True)
+class PromptRun(Record):
+    """How every prompted job runs: the keys the config's ``prompted`` block and a job's
+    settings share."""
+
+    shots: tuple[int, ...] = key(
+        fill=(0, 5),
+        minItems=1,
+        items={"minimum": 0},
+        description="The shot counts, one run each (0 is zero-shot prompting)",
+    )
+    shots_from: ShotSource = key(
+        fill="english",
+        description="""Where the k shots are drawn from: `english`, the English dev rows the
+        fine-tuned arm selects on (the task's, COPA's for XCOPA, SQuAD's for TyDiQA-GoldP:
+        English-only supervision, as the fine-tuned arm's); `own`, the prompted language's own
+        dev rows""",
+    )
+    seed: int = key(minimum=0, fill=1234, description="lm-eval's few-shot sampler seed (and its other seeds)")
+    batch_size: int = key(minimum=1, fill=8, description="Requests per forward pass (lm-eval's batch size)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PromptedEntry(PromptRun):
+    """The config's ``prompted`` block (the schema's ``$defs.prompted`` is generated from it)."""
+
+    key_noun = "config key"
+
+    enabled: bool = key(
+        fill=False, description="Prompt every decoder backbone and write its table (off by default, it adds jobs)"
+    )
+    backbones: tuple[str, ...] | None = key(
+        None, nullable=True, description="The decoder backbones prompted; null, every decoder backbone of the config"
+    )
+    tasks: tuple[str, ...] | None = key(
+        None,
+        nullable=True,
+        description="""The targets prompted, among those lm-eval prompts (xnli, pawsx, xcopa, mlqa,
+        tydiqa); null, every such target of each backbone""",
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class PromptedSettings(PromptRun):
     """One backbone's prompted evaluation of one task, the same at every phase it is run at."""
 
     step: ClassVar[str] = "evaluation.prompted"
 
     task: str
     languages: tuple[str, ...]  # the task's configured languages lm-eval prompts
-    shots: tuple[int, ...]  # a run per count; 0 is zero-shot prompting
-    # where the k shots come from: the English dev rows the fine-tuned arm selects on (the
-    # task's ``select_from``: XCOPA's COPA, TyDiQA's SQuAD), or the language's own rows
-    shots_from: ShotSource
-    seed: int  # lm-eval's few-shot sampler seed (and its other seeds)
-    batch_size: int
     family: str
     # the backbone's method and precision: every phase loads its weights in the same dtype
     method: MethodSettings

@@ -31,6 +31,7 @@ from workflow_scripts.spec.method import (  # noqa: F401 (read from here by the 
 )
 from workflow_scripts.spec.model_settings import DemoDecoder, DemoEncoder, DemoTranslator, DemoVision
 from workflow_scripts.spec.phase_settings import BACKBONE_PHASE_KEYS, PhaseEntry
+from workflow_scripts.spec.prompted import PromptedEntry
 from workflow_scripts.spec.record import Record
 from workflow_scripts.spec.retention_settings import RetentionEntry
 from workflow_scripts.spec.schema_block import Part, block
@@ -52,6 +53,7 @@ RECORD_BLOCKS: dict[str, type[Record] | Part] = {
     "translation": TranslationEntry,
     "retrieval": RetrievalOptions,
     "retention": RetentionEntry,
+    "prompted": PromptedEntry,
 }
 
 

@@ -24,9 +24,12 @@ from workflow_scripts.spec.prompted import (
     LM_EVAL_LACKS,
     LM_EVAL_TASKS,
     NO_TASK,
+    PromptedEntry,
     PromptedSettings,
     PromptedTableSettings,
+    PromptRun,
 )
+from workflow_scripts.spec.record import parsed_once
 from workflow_scripts.spec.report_settings import PromptedScalingSettings
 from workflow_scripts.spec.tasks import get_task
 from workflow_scripts.workflow import backbone_grid, grid, transfer
@@ -35,20 +38,25 @@ from workflow_scripts.workflow.grid import ConfigError
 PRETRAINED = "pretrained"  # the run name of a baseline config's job: the backbone as it is
 
 
+def options(config: dict[str, Any]) -> PromptedEntry:
+    """The config's ``prompted`` block, parsed once."""
+    return parsed_once(PromptedEntry, config.get("prompted") or {}, "prompted")
+
+
 def enabled(config: dict[str, Any]) -> bool:
-    return bool(config.get("prompted", {}).get("enabled"))
+    return options(config).enabled
 
 
 def backbones(config: dict[str, Any]) -> list[str]:
     """The decoder backbones prompted (``prompted.backbones``, else every decoder)."""
-    chosen = config["prompted"].get("backbones")
+    chosen = options(config).backbones
     decoders = [b for b, e in entries(config).items() if e.family == "decoder"]
     return decoders if chosen is None else [b for b in chosen if b in decoders]
 
 
 def tasks(config: dict[str, Any], backbone: str) -> list[str]:
     """The backbone's targets lm-eval prompts (``prompted.tasks`` narrows them)."""
-    chosen = config["prompted"].get("tasks")
+    chosen = options(config).tasks
     found = [t for t in backbone_grid.grid_of(config, backbone)["targets"] if t in LM_EVAL_TASKS]
     return found if chosen is None else [t for t in found if t in chosen]
 
@@ -78,13 +86,13 @@ def check(config: dict[str, Any]) -> None:
     """Each named backbone is a decoder and each named task one lm-eval prompts (errors name the key)."""
     if not enabled(config):
         return
-    for i, name in enumerate(config["prompted"].get("backbones") or ()):
+    for i, name in enumerate(options(config).backbones or ()):
         if name not in config["backbones"] or entry_of(config, name).family != "decoder":
             raise ConfigError(
                 f"config key prompted.backbones[{i}]: {name!r} is not a decoder backbone of this config; "
                 "lm-evaluation-harness prompts decoders"
             )
-    for i, task in enumerate(config["prompted"].get("tasks") or ()):
+    for i, task in enumerate(options(config).tasks or ()):
         if task not in LM_EVAL_TASKS:
             why = LM_EVAL_LACKS.get(task, NO_TASK)
             raise ConfigError(
@@ -93,7 +101,7 @@ def check(config: dict[str, Any]) -> None:
             )
     for backbone in backbones(config):
         _check_fits_one_node(config, backbone)
-    shots = config["prompted"]["shots"]
+    shots = list(options(config).shots)
     if len(set(shots)) != len(shots):
         raise ConfigError(f"config key prompted.shots: {shots} names a count twice")
 
@@ -159,7 +167,7 @@ def data_files(config: dict[str, Any], task: str) -> dict[str, str]:
     its shots come from: ``english``, the dev split of the task the fine-tuned arm selects on
     (``select_from``: XCOPA's COPA, TyDiQA-GoldP's SQuAD); ``own``, the task's own dev split
     (TyDiQA-GoldP, whose dev set is its test set: its train split)."""
-    if config["prompted"]["shots_from"] == "english":
+    if options(config).shots_from == "english":
         return {
             "test": transfer.data_path(task, "test"),
             "shots": transfer.data_path(get_task(task).select_from, "dev"),
@@ -191,14 +199,11 @@ def task_files_digest(task: str) -> str:
 
 def settings(config: dict[str, Any], backbone: str, task: str) -> PromptedSettings:
     """One backbone's settings for one task: the same JSON at every phase."""
-    p = config["prompted"]
+    run = {key: getattr(options(config), key) for key in PromptRun.keys()}  # the keys block and job share
     found = {
         "task": task,
         "languages": languages(config, task),
-        "shots": p["shots"],
-        "shots_from": p["shots_from"],
-        "seed": p["seed"],
-        "batch_size": p["batch_size"],
+        **run,
         "family": entry_of(config, backbone).family,
         "method": backbone_grid.method_settings(config, backbone).to_dict(),
     }
@@ -213,7 +218,7 @@ def table_settings(config: dict[str, Any], backbone: str) -> PromptedTableSettin
         "baseline": baseline(config, backbone),
         "intermediate": part["intermediate"],
         "seeds": part["seeds"],
-        "shots": config["prompted"]["shots"],
+        "shots": options(config).shots,
         "targets": part["targets"],
         "prompted": tasks(config, backbone),
         "why_not": why_not(config, backbone),
@@ -235,7 +240,7 @@ def scaling_settings(config: dict[str, Any]) -> PromptedScalingSettings:
         "backbones": {b: backbone_grid.describe(config, b) for b in chosen},
         "baselines": {b: baseline(config, b) for b in chosen},
         "tasks": list(dict.fromkeys(t for b in chosen for t in tasks(config, b))),
-        "shots": config["prompted"]["shots"],
+        "shots": options(config).shots,
         "decimals": config["tables"].get("decimals", 1),
     }
     return PromptedScalingSettings.parse(found, "prompted scaling settings")

@@ -26,7 +26,7 @@ import dataclasses
 from typing import Any
 
 from workflow_scripts.spec.basics import InputError
-from workflow_scripts.spec.schema import DEFAULT_PRECISION, PrecisionName
+from workflow_scripts.spec.method import DEFAULT_PRECISION, PrecisionName
 
 DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 

@@ -36,13 +36,13 @@ from torch import nn
 from workflow_scripts.models.backbones import ADAPTER_DIR, MANIFEST, family_of, get_family
 from workflow_scripts.precision import Precision
 from workflow_scripts.spec.basics import InputError
-from workflow_scripts.spec.method import MethodSettings
-from workflow_scripts.spec.schema import (
+from workflow_scripts.spec.method import (
     DEFAULT_ACTIVATION_CHECKPOINTING,
     DEFAULT_METHOD,
     DEFAULT_PRECISION,
     LORA_DEFAULTS,
     MethodName,
+    MethodSettings,
     PrecisionName,
 )
 from workflow_scripts.spec.tasks import VISUAL_FORMATS

@@ -13,7 +13,15 @@ from typing import Any, Literal
 
 from workflow_scripts.spec.evaluation_settings import RETRIEVAL_POOLINGS
 from workflow_scripts.spec.families import FAMILIES
-from workflow_scripts.spec.method import DEFAULT_METHOD, DEFAULT_PRECISION, MethodName, MethodSettings, PrecisionName
+from workflow_scripts.spec.method import (
+    DEFAULT_ACTIVATION_CHECKPOINTING,
+    DEFAULT_METHOD,
+    DEFAULT_PRECISION,
+    LoraEntry,
+    MethodName,
+    MethodSettings,
+    PrecisionName,
+)
 from workflow_scripts.spec.record import Record, parsed_once
 from workflow_scripts.spec.schema_block import key
 
@@ -35,23 +43,6 @@ class ArchitectureEntry(Record):
     def ffn_size(self) -> int:
         # A missing intermediate size: the 4h of BERT-type and GPT-type blocks.
         return self.intermediate_size or 4 * self.hidden_size
-
-
-@dataclass(frozen=True, kw_only=True)
-class LoraEntry(Record):
-    key_noun = "config key"
-
-    rank: int = key(16, minimum=1)
-    alpha: int = key(32, minimum=1, description="LoRA's scaling is alpha / rank")
-    dropout: float = key(0.05, minimum=0, exclusiveMaximum=1)
-    target_modules: tuple[str, ...] | None = key(
-        None,
-        items={"minLength": 1},
-        description="""Module names LoRA adapts, matched by peft as suffixes of the backbone's layer
-        names (e.g. q_proj, up_proj). Absent: the family's attention projections
-        (workflow_scripts/spec/families.py). With `parameters` set, the memory planner sizes each
-        name it knows (memory_model.MODULE_SHAPES) and stops at one it does not.""",
-    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -161,7 +152,7 @@ class BackboneEntry(Record):
         description="""What a training job of this backbone asks for: GPUs per node, nodes, and the
         memory of one GPU (the planner stops a config whose backbone cannot fit them).""",
     )
-    activation_checkpointing: bool = key(False)
+    activation_checkpointing: bool = key(DEFAULT_ACTIVATION_CHECKPOINTING)
     contaminated_targets: tuple[str, ...] = key(
         (),
         description="""Targets whose data was in the backbone's training mixture (mT0, BLOOMZ,

@@ -4,9 +4,9 @@ allows and the default of each setting a config may leave out.
 The schema is the one declaration, except where a record declares it: a block that a record
 parses is generated from the record when the schema is read (``RECORD_BLOCKS``: a backbone
 entry, spec/backbone_entry.py, an arm recipe, spec/arm_recipe.py, and the demo's models,
-spec/model_settings.py; spec/schema_block.py says how). Snakemake fills its defaults into the config it validates; the code that
-also meets config parts nobody validated (the memory planner's CLI, a method given to
-train.py by hand) takes them from here, so the rules, the planner and training agree.
+spec/model_settings.py, and the others RECORD_BLOCKS lists; spec/schema_block.py says how).
+Snakemake fills its defaults into the config it validates. Jobs read the defaults from the
+records themselves, not from here: a job's code hash then holds no record it does not read.
 
 Standard library and PyYAML (Snakemake's dependency) only: the Snakefile imports this.
 """
@@ -18,14 +18,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from workflow_scripts.spec.arm_recipe import ArmRecipeEntry
-from workflow_scripts.spec.backbone_entry import BackboneEntry, LoraEntry
+from workflow_scripts.spec.backbone_entry import BackboneEntry
 from workflow_scripts.spec.basics import REPO_ROOT, load_yaml
 from workflow_scripts.spec.evaluation_settings import RetrievalOptions
-from workflow_scripts.spec.method import (  # noqa: F401 (read from here by the workflow and jobs)
+from workflow_scripts.spec.method import (  # noqa: F401 (read from here by the workflow)
+    DEFAULT_ACTIVATION_CHECKPOINTING,
     DEFAULT_METHOD,
     DEFAULT_PRECISION,
+    LORA_DEFAULTS,
     METHODS,
     PRECISIONS,
+    LoraEntry,
     MethodName,
     PrecisionName,
 )
@@ -110,11 +113,8 @@ def default(*keys: str, definition: str | None = None) -> Any:
 
 # ----- a backbone entry (backbones.<name>) -----------------------------------------------
 
-# The keys of a backbone's `lora` block, and the defaults of those that have one (rank, alpha,
-# dropout; without target_modules LoRA adapts the family's attention projections).
+# The keys of a backbone's `lora` block.
 LORA_KEYS: tuple[str, ...] = LoraEntry.keys()
-LORA_DEFAULTS: dict[str, Any] = LoraEntry().to_dict()
-DEFAULT_ACTIVATION_CHECKPOINTING: bool = BackboneEntry.__dataclass_fields__["activation_checkpointing"].default
 
 
 def lora_settings(entry: Mapping[str, Any]) -> dict[str, Any]:

@@ -112,6 +112,18 @@ def test_job_time_modules_never_import_the_parse_time_layer():
     assert not {m: w for m, w in wrong.items() if w}
 
 
+def test_no_job_time_module_imports_the_config_schema():
+    """The schema module imports every record that generates a block of it; a job reading a
+    default from it would hold all those records in its code hash, and rerun when any of them
+    changes. Jobs take defaults from the records they read (spec/method.py, ...)."""
+    wrong = {
+        m
+        for m, found in package_imports().items()
+        if part(m) not in ("spec", "preflight", *PARSE_TIME) and "workflow_scripts.spec.schema" in found
+    }
+    assert not wrong
+
+
 def layer_of(module: str) -> int:
     name = part(module)
     return next(i for i, layer in enumerate(LAYERS) if name in layer)

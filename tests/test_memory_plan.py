@@ -155,9 +155,9 @@ def test_lora_defaults_are_the_schemas_and_the_familys_attention_projections():
     """Without `lora` settings the planner plans what training trains: the schema's rank and
     the family's own target modules."""
     from workflow_scripts.models.adapters import Method
-    from workflow_scripts.spec import schema
+    from workflow_scripts.spec import method
 
-    assert schema.LORA_DEFAULTS["rank"] == Method().rank == 16
+    assert method.LORA_DEFAULTS["rank"] == Method().rank == 16
     for family, arch in [
         ("encoder", XXL["architecture"]),
         ("seq2seq_encoder", XXL["architecture"]),
@@ -413,7 +413,7 @@ def test_cli_prints_a_table_and_exits_0_when_everything_fits(tmp_path):
 def test_cli_plans_lora_as_the_workflow_trains_it(tmp_path):
     """The CLI reads a config as written, without the defaults Snakemake fills in: it must
     plan the schema's rank and the configured target modules, MLP layers included."""
-    from workflow_scripts.spec import schema
+    from workflow_scripts.spec import method
 
     mlp = ["query", "key", "value", "output.dense", "intermediate.dense"]
 
@@ -423,7 +423,7 @@ def test_cli_plans_lora_as_the_workflow_trains_it(tmp_path):
         assert result.returncode == 0, result.stderr
         return result.stdout
 
-    assert plan({"target_modules": mlp}) == plan({"rank": schema.LORA_DEFAULTS["rank"], "target_modules": mlp})
+    assert plan({"target_modules": mlp}) == plan({"rank": method.LORA_DEFAULTS["rank"], "target_modules": mlp})
     assert plan({"target_modules": mlp}) != plan({})  # the MLP's adapters are planned
 
 

@@ -10,8 +10,9 @@ import pytest
 
 from conftest import REPO, phase_settings
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.method import MethodName, PrecisionName
 from workflow_scripts.spec.phase_settings import MethodSettings, PhaseHyperparameters, PhaseSettings
-from workflow_scripts.spec.schema import MethodName, PrecisionName, setting
+from workflow_scripts.spec.schema import setting
 from workflow_scripts.workflow import config_check, grid_settings
 
 pytestmark = pytest.mark.unit

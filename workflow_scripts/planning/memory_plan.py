@@ -46,9 +46,7 @@ from workflow_scripts.spec.backbone_entry import BackboneEntry, entry_of
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.formats import head_kind
 from workflow_scripts.spec.model_settings import DemoVision
-from workflow_scripts.spec.schema import (
-    default,
-)
+from workflow_scripts.spec.schema import default
 from workflow_scripts.spec.schema_block import filled
 from workflow_scripts.spec.tasks import (
     CLASSIFICATION,

@@ -10,10 +10,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from workflow_scripts.planning.memory_model import GB, estimate, min_gpus, parse_backbone, usable_bytes
-from workflow_scripts.spec.schema import (
-    LORA_DEFAULTS,
-    METHODS,
-)
+from workflow_scripts.spec.method import LORA_DEFAULTS, METHODS
 
 if TYPE_CHECKING:
     from workflow_scripts.planning.memory_plan import PhasePlan

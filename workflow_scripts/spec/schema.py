@@ -14,24 +14,12 @@ Standard library and PyYAML (Snakemake's dependency) only: the Snakefile imports
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
 from typing import Any
 
 from workflow_scripts.spec.arm_recipe import ArmRecipeEntry
 from workflow_scripts.spec.backbone_entry import BackboneEntry
 from workflow_scripts.spec.basics import REPO_ROOT, load_yaml
 from workflow_scripts.spec.evaluation_settings import RetrievalOptions
-from workflow_scripts.spec.method import (  # noqa: F401 (read from here by the workflow)
-    DEFAULT_ACTIVATION_CHECKPOINTING,
-    DEFAULT_METHOD,
-    DEFAULT_PRECISION,
-    LORA_DEFAULTS,
-    METHODS,
-    PRECISIONS,
-    LoraEntry,
-    MethodName,
-    PrecisionName,
-)
 from workflow_scripts.spec.model_settings import DemoDecoder, DemoEncoder, DemoTranslator, DemoVision
 from workflow_scripts.spec.phase_settings import BACKBONE_PHASE_KEYS, PhaseEntry
 from workflow_scripts.spec.prompted import PromptedEntry
@@ -109,17 +97,6 @@ def default(*keys: str, definition: str | None = None) -> Any:
     if "default" not in node:
         raise KeyError(f"{SCHEMA_FILE.name}: setting {_name(keys, definition)} has no default")
     return node["default"]
-
-
-# ----- a backbone entry (backbones.<name>) -----------------------------------------------
-
-# The keys of a backbone's `lora` block.
-LORA_KEYS: tuple[str, ...] = LoraEntry.keys()
-
-
-def lora_settings(entry: Mapping[str, Any]) -> dict[str, Any]:
-    """A backbone entry's ``lora`` block with the defaults of what it leaves out."""
-    return {**LORA_DEFAULTS, **(entry.get("lora") or {})}
 
 
 # ----- errors -------------------------------------------------------------------------------

@@ -181,8 +181,8 @@ def visual_tokens(config: Mapping[str, Any]) -> int:
     if vision.get("features", "patches") == "pooled":
         return 1
     if (config.get("models") or {}).get("source") == "demo":
-        tower = DemoVision.parse({**filled(DemoVision), **(vision.get("demo") or {})}, "vision.demo")
-        return (tower.image_size // tower.patch_size) ** 2 + 1
+        demo = {**filled(DemoVision), **(vision.get("demo") or {})}  # the tower's defaults, then the config's
+        return (int(demo["image_size"]) // int(demo["patch_size"])) ** 2 + 1
     hub_id = vision.get("hub_id", default("vision", "hub_id"))
     found = re.search(r"patch(\d+)(?:-(\d+))?", hub_id)
     if not found:

@@ -333,7 +333,8 @@ def planned_entry(config: Mapping[str, Any], name: str) -> BackboneEntry:
 def backbone_part(config: Mapping[str, Any], entry: BackboneEntry) -> Mapping[str, Any]:
     """The config as one backbone runs it: its ``grid`` may narrow the intermediate configs
     and targets (a decoder runs no MLM config), and only those are planned for it."""
-    intermediate, targets = entry.grid_part("intermediate"), entry.grid_part("targets")
+    narrowed = entry.narrowed_grid()
+    intermediate, targets = narrowed.get("intermediate"), narrowed.get("targets")
     part = dict(config)
     if intermediate is not None and isinstance(config.get("intermediate"), Mapping):
         part["intermediate"] = {n: config["intermediate"][n] for n in intermediate if n in config["intermediate"]}

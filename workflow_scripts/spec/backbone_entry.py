@@ -193,9 +193,10 @@ class BackboneEntry(Record):
         """The GPUs a training job asks for (no ``gpus``: none named, one process)."""
         return self.gpus or GpusEntry()
 
-    def grid_part(self, part: str) -> tuple[Any, ...] | None:
-        """The values of a grid part the entry narrows to (None: the config's)."""
-        return getattr(self.grid, part) if self.grid else None
+    def narrowed_grid(self) -> dict[str, tuple[Any, ...]]:
+        """The grid parts the entry narrows (arm_recipes aside), by name; empty: it runs the
+        config's whole grid."""
+        return self.grid.narrowed() if self.grid else {}
 
     def phase_training(self, phase: str) -> dict[str, Any]:
         """The backbone's own settings of a training phase (empty: none)."""

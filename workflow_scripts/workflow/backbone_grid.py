@@ -61,8 +61,7 @@ def whole_grid(config: dict[str, Any]) -> dict[str, list[Any]]:
 
 def grid_of(config: dict[str, Any], backbone: str) -> dict[str, list[Any]]:
     """The part of the grid a backbone runs (everything, unless its ``grid`` narrows it)."""
-    grid = entry_of(config, backbone).grid
-    narrowed = grid.narrowed() if grid else {}
+    narrowed = entry_of(config, backbone).narrowed_grid()
     full = whole_grid(config)
     return {key: [v for v in full[key] if v in narrowed[key]] if key in narrowed else full[key] for key in GRID_PARTS}
 
@@ -249,7 +248,7 @@ def _check_grid(config: dict[str, Any], name: str, entry: BackboneEntry) -> None
     """The backbone's grid lies within the config's, holds the tables' baselines, and mixes in
     MLM only where the family has a masked-LM head."""
     key, full = f"backbones.{name}", whole_grid(config)
-    narrowed = entry.grid.narrowed() if entry.grid else {}  # arm_recipes: checked where the recipes expand
+    narrowed = entry.narrowed_grid()  # arm_recipes: checked where the recipes expand
     for part, values in narrowed.items():
         unknown = [v for v in values if v not in full[part]]
         if unknown:

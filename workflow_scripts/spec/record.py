@@ -205,7 +205,8 @@ def _scalar(hint: Any, value: Any, where: str) -> Any:
     return value
 
 
-_BOUNDS = {
+# A number's bounds, by JSON-schema keyword: the test and the words of its error.
+NUMBER_BOUNDS = {
     "minimum": (lambda v, b: v >= b, "at least"),
     "exclusiveMinimum": (lambda v, b: v > b, "greater than"),
     "maximum": (lambda v, b: v <= b, "at most"),
@@ -234,7 +235,7 @@ def _within(schema: Mapping[str, Any], value: Any, where: str) -> None:
     if isinstance(value, str) and len(value) < schema.get("minLength", 0):
         raise InputError(f"{where}: {value!r} is shorter than {schema['minLength']} character(s)")
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        for keyword, (holds, words) in _BOUNDS.items():
+        for keyword, (holds, words) in NUMBER_BOUNDS.items():
             if keyword in schema and not holds(value, schema[keyword]):
                 raise InputError(f"{where}: {value!r} must be {words} {schema[keyword]}")
 

@@ -9,10 +9,9 @@ a field without a default is required. A field may also be required of a job's s
 and still have a default in the config, which Snakemake fills in (``key(fill=...)``: every
 key then reaches the job; ``filled`` gives those defaults). What a type cannot say, a
 description and bounds (``minimum``, ``minLength``, ...), the field declares with
-``key(...)``; what only the whole
-config can say (a rule across fields or blocks) stays hand-written in
-schemas/config.schema.yaml, beside a comment naming the block's record (spec/schema.py
-RECORD_BLOCKS lists them).
+``key(...)``; what only the whole config can say (a rule across fields or blocks) stays
+hand-written in schemas/config.schema.yaml, beside a comment naming the block's record
+(spec/schema.py RECORD_BLOCKS lists them).
 
 Standard library only: the Snakefile imports this through spec/schema.py.
 """
@@ -24,7 +23,7 @@ import types
 import typing
 from typing import Any, Literal, Union
 
-from workflow_scripts.spec.record import ITEMS, OMIT_WHEN_NONE, Record, plain
+from workflow_scripts.spec.record import ITEMS, NUMBER_BOUNDS, OMIT_WHEN_NONE, Record, plain
 from workflow_scripts.spec.record import JSON_SCHEMA as SCHEMA
 
 FILL = "fill"  # a field's metadata: the default the config schema gives a required field
@@ -131,7 +130,6 @@ def _one_word(hint: Any) -> dict[str, Any] | None:
     return {"const": args[0]} if typing.get_origin(hint) is Literal and len(args) == 1 else None
 
 
-NUMBER_BOUNDS = ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum")
 _SCALARS = {str: "string", int: "integer", float: "number", bool: "boolean"}
 
 

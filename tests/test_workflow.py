@@ -21,6 +21,7 @@ from conftest import (
     read_label_file,
     read_tag_file,
     snakemake,
+    validated_config,
 )
 from workflow_scripts.evaluation import predictions
 from workflow_scripts.operations import status
@@ -422,7 +423,7 @@ def test_learning_rate_change_reruns_exactly_that_config(demo):
         config["intermediate"]["mnli"]["learning_rate"] = 1.0e-3
 
     path = with_config(demo, edit, "lr")
-    assert planned_jobs(demo, "--configfile", str(path)) == run_outputs(load_config(demo), "mnli")
+    assert planned_jobs(demo, "--configfile", str(path)) == run_outputs(validated_config(demo / "config.yaml"), "mnli")
 
 
 def test_table_only_option_reruns_only_the_tables(demo):
@@ -681,7 +682,7 @@ def test_adding_a_backbone_to_a_finished_grid_plans_only_its_jobs_and_the_tables
         config["backbones"][new] = {**config["backbones"][DECODER], "lora": {"rank": 4, "alpha": 8, "dropout": 0.0}}
 
     path = with_config(demo, edit, "more_backbones")
-    config = yaml.safe_load(path.read_text())
+    config = validated_config(path)  # as the Snakefile reads it: the schema's defaults filled in
     expected = after_metrics(new) | after_training(config, new)
     # No prepare_backbone job: the new entry differs from llama_tiny only in how it trains, so
     # it loads llama_tiny's prepared model (backbone_grid.prepared_as).

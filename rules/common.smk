@@ -113,9 +113,6 @@ BENCHMARK = config["benchmark"]
 INTERMEDIATE = list(config["intermediate"])
 TARGETS = list(config["targets"])
 SEEDS = [str(s) for s in config["seeds"]]
-TRANSLATION_LANGUAGES = sorted(
-    {i["language"] for i in config["intermediate"].values() if i.get("language", "en") != "en"}
-)
 
 
 # Transfer settings as path components (source:de -> source-de); target-model recipes name

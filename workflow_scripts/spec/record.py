@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import re
 import types
 import typing
 from collections.abc import Mapping
@@ -234,6 +235,8 @@ def _within(schema: Mapping[str, Any], value: Any, where: str) -> None:
         raise InputError(f"{where}: {value!r} is not one of {', '.join(map(repr, schema['enum']))}")
     if isinstance(value, str) and len(value) < schema.get("minLength", 0):
         raise InputError(f"{where}: {value!r} is shorter than {schema['minLength']} character(s)")
+    if isinstance(value, str) and "pattern" in schema and not re.search(schema["pattern"], value):
+        raise InputError(f"{where}: {value!r} does not match {schema['pattern']!r}")
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         for keyword, (holds, words) in NUMBER_BOUNDS.items():
             if keyword in schema and not holds(value, schema[keyword]):

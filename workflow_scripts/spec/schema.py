@@ -20,6 +20,7 @@ from workflow_scripts.spec.arm_recipe import ArmRecipeEntry
 from workflow_scripts.spec.backbone_entry import BackboneEntry
 from workflow_scripts.spec.basics import REPO_ROOT, load_yaml
 from workflow_scripts.spec.evaluation_settings import RetrievalOptions
+from workflow_scripts.spec.intermediate_entry import IntermediateEntry
 from workflow_scripts.spec.model_settings import DemoDecoder, DemoEncoder, DemoTranslator, DemoVision
 from workflow_scripts.spec.phase_settings import BACKBONE_PHASE_KEYS, PhaseEntry
 from workflow_scripts.spec.prompted import PromptedEntry
@@ -36,6 +37,7 @@ RECORD_BLOCKS: dict[str, type[Record] | Part] = {
     "phase": PhaseEntry,
     "backbone_phase": Part(PhaseEntry, BACKBONE_PHASE_KEYS),
     "backbone": BackboneEntry,
+    "intermediate_config": IntermediateEntry,
     "arm_recipe": ArmRecipeEntry,
     "demo_encoder": DemoEncoder,
     "demo_decoder": DemoDecoder,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from workflow_scripts.spec import intermediate_entry
 from workflow_scripts.spec.arm_recipe import ArmRecipe, config_name, is_arm
 from workflow_scripts.spec.suggest import did_you_mean
 from workflow_scripts.spec.tasks import get_task
@@ -29,7 +30,7 @@ def recipes(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def recipe_of(config: dict[str, Any], name: str) -> ArmRecipe | None:
     """The recipe an intermediate config runs under (None: not an arm)."""
-    chosen = config["intermediate"][name].get("recipe")
+    chosen = intermediate_entry.entry_of(config, name).recipe
     if chosen is None:
         return None
     return _parse(chosen, recipes(config)[chosen])
@@ -41,7 +42,8 @@ def _parse(name: str, entry: dict[str, Any]) -> ArmRecipe:
 
 def check_recipe(config: dict[str, Any], name: str, entry: dict[str, Any]) -> None:
     key = f"arm_recipes.{name}"
-    text_task, share = entry.get("text_task"), entry.get("text_share", 0.0)
+    recipe = _parse(name, entry)
+    text_task, share = recipe.text_task, recipe.text_share
     if (text_task is None) != (not share):
         raise RecipeError(
             f"config key {key}: text_task and text_share go together "
@@ -58,7 +60,7 @@ def check_recipe(config: dict[str, Any], name: str, entry: dict[str, Any]) -> No
                 f"config key {key}.text_task: {text_task!r} is not a text-only intermediate task "
                 "(an image task, a control of one, a target or MLM)"
             )
-    if entry.get("merge_back") and entry.get("trains") == "projector":
+    if recipe.merge_back and recipe.trains == "projector":
         raise RecipeError(
             f"config key {key}.merge_back: with trains: projector the backbone does not change; nothing to merge back"
         )

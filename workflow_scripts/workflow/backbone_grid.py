@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from workflow_scripts.spec import paths
+from workflow_scripts.spec import intermediate_entry, paths
 from workflow_scripts.spec.backbone_entry import GRID_PARTS, BackboneEntry, entries, entry_of
 from workflow_scripts.spec.families import DEMO_FAMILIES
 from workflow_scripts.spec.families import facts as family_facts
@@ -267,7 +267,7 @@ def _check_grid(config: dict[str, Any], name: str, entry: BackboneEntry) -> None
         raise BackboneError(f"config key {key}.grid.settings: lacks the baseline setting {baseline_setting!r}")
     if not family_facts(entry.family).has_mlm:
         for inter in part["intermediate"]:
-            if config["intermediate"][inter].get("mlm"):
+            if intermediate_entry.entry_of(config, inter).mlm:
                 raise BackboneError(
                     f"config key {key}.grid.intermediate: {inter!r} mixes in MLM, and a {entry.family} "
                     "backbone has no masked-LM head; leave it out of this backbone's grid"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workflow_scripts.spec import benchmark, few_shot, paths
+from workflow_scripts.spec import benchmark, few_shot, intermediate_entry, paths
 from workflow_scripts.spec.data_map import DataMap, TaskFiles
 from workflow_scripts.spec.tasks import (
     PROVIDED_TRANSLATIONS,
@@ -35,8 +35,7 @@ class ConfigError(ValueError):
 
 
 def is_baseline(config: dict[str, Any], name: str) -> bool:
-    inter = config["intermediate"][name]
-    return not inter["tasks"] and not inter.get("mlm")
+    return intermediate_entry.entry_of(config, name).trains_nothing
 
 
 def intermediate_encoder(config: dict[str, Any], backbone: str, name: str, seed: int | str) -> str:
@@ -121,11 +120,11 @@ def metric_file(backbone: str, setting: str, name: str, target: str, seed: int |
 def intermediate_data(config: dict[str, Any], name: str) -> DataMap:
     """An intermediate config's data map: each task's files in the config's language (a
     multilingual file, whose rows of that language are kept, or the pipeline's translation)."""
-    inter = config["intermediate"][name]
-    lang = inter.get("language", "en")
+    inter = intermediate_entry.entry_of(config, name)
+    lang = inter.data_language
     out = {}
-    for task in inter["tasks"]:
-        if lang == "en":
+    for task in inter.tasks:
+        if not inter.translated:
             train, dev = data_path(task, "train"), data_path(task, "dev")
         elif task in PROVIDED_TRANSLATIONS:  # multilingual file; training keeps `language` rows
             provided = PROVIDED_TRANSLATIONS[task]
@@ -139,7 +138,7 @@ def intermediate_data(config: dict[str, Any], name: str) -> DataMap:
         out[recipe.text_task] = TaskFiles(
             train=data_path(recipe.text_task, "train"), dev=data_path(recipe.text_task, "dev")
         )
-    if inter.get("mlm"):
+    if inter.mlm:
         out["mlm"] = TaskFiles(train=data_path("mlm", "train"))
     return out
 
@@ -182,14 +181,14 @@ def leakage_reports(config: dict[str, Any], name: str, target: str) -> list[str]
     task of the config, when the target is multimodal (IGLUE's; its text arms included)."""
     if multimodal_target(target) is None:
         return []
-    return [leakage_path(task, target) for task in config["intermediate"][name]["tasks"]]
+    return [leakage_path(task, target) for task in intermediate_entry.entry_of(config, name).tasks]
 
 
 def visual_tasks(config: dict[str, Any]) -> list[str]:
     """The tasks whose images the grid embeds: the image tasks any intermediate config trains,
     each image target (its own test images, for evaluation) and the image task it trains on
     and selects with."""
-    found = {t for inter in config["intermediate"].values() for t in inter["tasks"] if get_task(t).visual}
+    found = {t for inter in intermediate_entry.entries(config).values() for t in inter.tasks if get_task(t).visual}
     for target in config["targets"]:
         task = get_task(target) if target in TASKS else None
         if task is None or not task.is_target or not task.visual:
@@ -306,10 +305,10 @@ def translation_jobs(config: dict[str, Any]) -> list[tuple[str, str, str]]:
     translated configs train and select on, the extra datasets of `translation.datasets`,
     and what the transfer settings train and select on."""
     pairs = {
-        (task, inter["language"])
-        for inter in config["intermediate"].values()
-        if inter.get("language", "en") != "en"
-        for task in inter["tasks"]
+        (task, inter.data_language)
+        for inter in intermediate_entry.entries(config).values()
+        if inter.translated
+        for task in inter.tasks
         if task not in PROVIDED_TRANSLATIONS
     }
     pairs |= {(task, lang) for task, langs in config["translation"].get("datasets", {}).items() for lang in langs}
@@ -437,22 +436,12 @@ def submission_predictions(config: dict[str, Any], backbone: str) -> dict[str, s
 def translated_counterparts(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Each translated config with its language and the English-data config it is compared
     with (same tasks, same MLM setting), for the translated-data table (docs/protocol.md §5)."""
-    inters = config["intermediate"]
+    inters = intermediate_entry.entries(config)
     out = {}
     for name, inter in inters.items():
-        if inter.get("language", "en") == "en":
-            continue
-        english = next(
-            (
-                n
-                for n, i in inters.items()
-                if i.get("language", "en") == "en"
-                and sorted(i["tasks"]) == sorted(inter["tasks"])
-                and i.get("mlm") == inter.get("mlm")
-            ),
-            None,
-        )
-        out[name] = {"language": inter["language"], "english": english}
+        if inter.translated:
+            english = next((n for n, i in inters.items() if inter.same_data_in_english(i)), None)
+            out[name] = {"language": inter.data_language, "english": english}
     return out
 
 
@@ -474,4 +463,4 @@ def resources(config: dict[str, Any], rule: str) -> dict[str, Any]:
 
 
 def uses_mlm(config: dict[str, Any]) -> bool:
-    return any(inter.get("mlm") for inter in config["intermediate"].values())
+    return any(inter.mlm for inter in intermediate_entry.entries(config).values())

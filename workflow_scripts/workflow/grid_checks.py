@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.planning import memory_model, memory_plan, slurm
-from workflow_scripts.spec import benchmark
+from workflow_scripts.spec import benchmark, intermediate_entry
 from workflow_scripts.spec.basics import load_yaml, repo_path
 from workflow_scripts.spec.few_shot import SETTING_PREFIX as FEW_SHOT_PREFIX
 from workflow_scripts.spec.few_shot import shots_of
@@ -119,29 +119,28 @@ def _check_task_entries(config: dict[str, Any]) -> None:
 def _check_intermediate_configs(config: dict[str, Any]) -> list[str]:
     """Each intermediate config's tasks; returns the baselines (configs with no task)."""
     baselines = []
-    for name, inter in config["intermediate"].items():
-        for i, task in enumerate(inter["tasks"]):
+    for name, inter in intermediate_entry.entries(config).items():
+        for i, task in enumerate(inter.tasks):
             key = f"intermediate.{name}.tasks[{i}]"
             _need_task(config, task, key)
             if get_task(task).is_target:
                 raise ConfigError(f"config key {key}: {task!r} is a target task, not an intermediate task")
             if task == "mlm":
                 raise ConfigError(f"config key {key}: mix in MLM with 'mlm: true', not as a task")
-        if inter.get("mlm"):
+        if inter.mlm:
             _need_task(config, "mlm", f"intermediate.{name}.mlm")
-        if not inter["tasks"] and not inter.get("mlm"):
+        if inter.trains_nothing:
             baselines.append(name)
-            if "language" in inter or "learning_rate" in inter:
+            if inter.language is not None or inter.learning_rate is not None:
                 raise ConfigError(
                     f"config key intermediate.{name}: the baseline (no tasks) takes no language or learning_rate"
                 )
-        lang = inter.get("language")
-        if lang and lang != "en":
-            _check_translated_config(config, name, inter["tasks"], lang)
+        if inter.translated:
+            _check_translated_config(config, name, inter.tasks, inter.data_language)
     return baselines
 
 
-def _check_translated_config(config: dict[str, Any], name: str, tasks: list[str], lang: str) -> None:
+def _check_translated_config(config: dict[str, Any], name: str, tasks: tuple[str, ...], lang: str) -> None:
     """A config translated into ``lang``: each task's published translation, or a translator."""
     for task in tasks:
         if task in PROVIDED_TRANSLATIONS:
@@ -324,9 +323,9 @@ def check_languages(config: dict[str, Any]) -> None:
         extra = cfg.get("options", {}).get("ud_release_extra")
         for i, lang in enumerate(extra.get("languages", []) if isinstance(extra, dict) else []):
             check(f"tasks.{task}.options.ud_release_extra.languages[{i}]", lang, known, f" for {task}")
-    for name, inter in config["intermediate"].items():
-        if "language" in inter:
-            check(f"intermediate.{name}.language", inter["language"], LANGUAGES)
+    for name, inter in intermediate_entry.entries(config).items():
+        if inter.language is not None:
+            check(f"intermediate.{name}.language", inter.language, LANGUAGES)
     for group in ("translators", "translators_to_en"):
         for lang in config["models"].get(group, {}):
             check(f"models.{group}.{lang}", lang, LANGUAGES)

@@ -9,11 +9,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from workflow_scripts.spec import benchmark, few_shot, report_settings
+from workflow_scripts.spec import benchmark, few_shot, intermediate_entry, report_settings
 from workflow_scripts.spec.data_map import DataMap
 from workflow_scripts.spec.data_settings import DataOptions, DataSettings, LeakageSettings, unread_options
 from workflow_scripts.spec.evaluation_settings import EvaluationSettings
 from workflow_scripts.spec.formats import get_format
+from workflow_scripts.spec.intermediate_entry import IntermediateEntry
 from workflow_scripts.spec.local_data import SOURCE as LOCAL_FILES
 from workflow_scripts.spec.model_settings import TranslatorPrepare, VisionPrepare
 from workflow_scripts.spec.phase_settings import PhaseSettings
@@ -102,14 +103,14 @@ def translation_settings(
 
 
 def intermediate_settings(config: dict[str, Any], backbone: str, name: str) -> PhaseSettings:
-    inter = config["intermediate"][name]
+    inter = intermediate_entry.entry_of(config, name)
     settings = hyperparameters.phase_values(
         config, hyperparameters.PhaseJob("intermediate", backbone, intermediate=name)
     )
-    lang = inter.get("language", "en")
+    lang = inter.data_language
     # Translated configs select on their own (translated) dev data.
-    tasks = {t: {**_task_opts(config, t), "select_language": lang} for t in inter["tasks"]}
-    if inter.get("mlm"):
+    tasks = {t: {**_task_opts(config, t), "select_language": lang} for t in inter.tasks}
+    if inter.mlm:
         tasks["mlm"] = _task_opts(config, "mlm")
     recipe = arm_recipes.recipe_of(config, name)
     if recipe is not None:  # an image arm: its recipe (spec/arm_recipe.py)
@@ -261,24 +262,24 @@ def table_settings(config: dict[str, Any], backbone: str) -> report_settings.Tab
     return report_settings.TableSettings.parse(found, f"table settings of backbone {backbone}")
 
 
-def arm_pairs(intermediate: dict[str, dict[str, Any]]) -> list[dict[str, str]]:
+def arm_pairs(intermediate: dict[str, IntermediateEntry]) -> list[dict[str, str]]:
     """(visual config, control config, the image task, its control) for every pair of configs
     that differ by one image task replaced by one of its controls."""
 
-    def key(spec: dict[str, Any], tasks) -> tuple:  # equal recipe: an arm is compared with its twin's
-        return (tuple(sorted(tasks)), bool(spec.get("mlm")), spec.get("language", "en"), spec.get("recipe"))
+    def key(spec: IntermediateEntry, tasks) -> tuple:  # equal recipe: an arm is compared with its twin's
+        return (tuple(sorted(tasks)), spec.mlm, spec.data_language, spec.recipe)
 
-    index = {key(spec, spec["tasks"]): name for name, spec in intermediate.items()}
+    index = {key(spec, spec.tasks): name for name, spec in intermediate.items()}
     pairs = []
     for name, spec in intermediate.items():
-        for task in spec["tasks"]:
+        for task in spec.tasks:
             for control in CONTROLS.get(task, ()):
-                swapped = [control if t == task else t for t in spec["tasks"]]
+                swapped = [control if t == task else t for t in spec.tasks]
                 other = index.get(key(spec, swapped))
                 if other is not None:
                     pair = {"visual": name, "control": other, "task": task, "control_task": control}
-                    if spec.get("recipe") is not None:
-                        pair["recipe"] = spec["recipe"]
+                    if spec.recipe is not None:
+                        pair["recipe"] = spec.recipe
                     pairs.append(pair)
     return pairs
 
@@ -287,7 +288,7 @@ def modality_settings(config: dict[str, Any], backbone: str) -> report_settings.
     """The image-vs-text comparison of a backbone's grid (modality.py): its pairs of configs
     that differ only by an image task and one of its text-only controls."""
     part = backbone_grid.grid_of(config, backbone)
-    chosen = {n: config["intermediate"][n] for n in part["intermediate"]}
+    chosen = {n: intermediate_entry.entry_of(config, n) for n in part["intermediate"]}
     found = {
         "targets": part["targets"],
         "seeds": part["seeds"],
@@ -296,7 +297,7 @@ def modality_settings(config: dict[str, Any], backbone: str) -> report_settings.
         "recipes": {
             n: r.describe()
             for n, r in arm_recipes.arm_recipes_of(config).items()
-            if any(spec.get("recipe") == n for spec in chosen.values())
+            if any(spec.recipe == n for spec in chosen.values())
         },
     }
     return report_settings.ModalitySettings.parse(found, f"modality settings of backbone {backbone}")

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from workflow_scripts.planning import memory_plan
+from workflow_scripts.spec import intermediate_entry
 from workflow_scripts.spec.backbone_entry import entry_of
 from workflow_scripts.spec.phase_settings import PhaseHyperparameters
 
@@ -36,7 +37,7 @@ class PhaseJob:
 
     def with_mlm(self, config: dict[str, Any]) -> bool:
         """Whether the intermediate config adds MLM (its learning rates then apply)."""
-        return self.intermediate is not None and bool(config["intermediate"][self.intermediate].get("mlm"))
+        return self.intermediate is not None and intermediate_entry.entry_of(config, self.intermediate).mlm
 
 
 Reader = Callable[[dict[str, Any], PhaseJob], dict[str, Any]]
@@ -67,14 +68,14 @@ def _phase_rate_with_mlm(config: dict[str, Any], job: PhaseJob) -> dict[str, Any
     return {"learning_rate": config["training"]["intermediate"]["learning_rate_with_mlm"]}
 
 
-def _own_rate(section: str, name: Callable[[PhaseJob], str | None]) -> Reader:
-    """The learning rate of the job's entry in ``section`` (an intermediate config, a task)."""
+def _intermediate_rate(config: dict[str, Any], job: PhaseJob) -> dict[str, Any]:
+    rate = intermediate_entry.entry_of(config, str(job.intermediate)).learning_rate
+    return {"learning_rate": rate} if rate is not None else {}
 
-    def read(config: dict[str, Any], job: PhaseJob) -> dict[str, Any]:
-        entry = config[section][name(job)]
-        return {"learning_rate": entry["learning_rate"]} if "learning_rate" in entry else {}
 
-    return read
+def _task_rate(config: dict[str, Any], job: PhaseJob) -> dict[str, Any]:
+    entry = config["tasks"][job.trained]
+    return {"learning_rate": entry["learning_rate"]} if "learning_rate" in entry else {}
 
 
 def _backbone_block(config: dict[str, Any], job: PhaseJob) -> dict[str, Any]:
@@ -95,7 +96,7 @@ SOURCES: dict[Phase, tuple[Source, ...]] = {
     "intermediate": (
         Source("training.intermediate.<key>", "every phase key (`max_micro_batch: auto`: the memory plan's)", read=_phase_block),
         Source("training.intermediate.learning_rate_with_mlm", "learning_rate", _MLM, _phase_rate_with_mlm),
-        Source("intermediate.<name>.learning_rate", "learning_rate", read=_own_rate("intermediate", lambda j: j.intermediate)),
+        Source("intermediate.<name>.learning_rate", "learning_rate", read=_intermediate_rate),
         Source("backbones.<backbone>.training.intermediate.<key>", "the phase keys it names", read=_backbone_block),
         Source("backbones.<backbone>.training.intermediate.learning_rate_with_mlm", "learning_rate", _MLM,
                _backbone_rate_with_mlm),
@@ -103,7 +104,7 @@ SOURCES: dict[Phase, tuple[Source, ...]] = {
     "target": (
         Source("training.target.<key>", "every phase key (`max_micro_batch: auto`: the memory plan's)", read=_phase_block),
         Source("tasks.<task>.learning_rate", "learning_rate", "the task trained (a target or one of its stages)",
-               _own_rate("tasks", lambda j: j.trained)),
+               _task_rate),
         Source("backbones.<backbone>.training.target.<key>", "the phase keys it names", read=_backbone_block),
         Source("sweep.<key>", "learning_rate, warmup_ratio; the target's batch_size, epochs",
                "a sweep point's model (`grid_settings.sweep_point_settings`)"),

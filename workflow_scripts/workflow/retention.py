@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workflow_scripts.spec import paths
+from workflow_scripts.spec import intermediate_entry, paths
 from workflow_scripts.spec.backbone_entry import entry_of
 from workflow_scripts.spec.record import parsed_once
 from workflow_scripts.spec.retention_settings import (
@@ -183,7 +183,7 @@ def probe_settings(config: dict[str, Any], backbone: str) -> RetentionProbeSetti
 def table_settings(config: dict[str, Any], backbone: str) -> RetentionTableSettings:
     """What a backbone's retention table shows; its probe files are the rule's inputs."""
     part = backbone_grid.grid_of(config, backbone)
-    chosen = {n: config["intermediate"][n] for n in part["intermediate"]}
+    chosen = {n: intermediate_entry.entry_of(config, n) for n in part["intermediate"]}
     found = {
         "backbone": backbone,
         "family": entry_of(config, backbone).family,

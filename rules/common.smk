@@ -37,6 +37,7 @@ from workflow_scripts.operations.summary import run_summary
 from workflow_scripts.spec.basics import canonical_json, repo_path
 from workflow_scripts.spec.data_map import data_map_json
 from workflow_scripts.spec.record import settings_json
+from workflow_scripts.spec.report_settings import tables_of
 from workflow_scripts.spec.run_identity import EvaluationIdentity, ProbeIdentity, PromptedIdentity, TrainingIdentity
 from workflow_scripts.spec import tasks as task_catalogue
 from workflow_scripts.spec.tasks import TASKS
@@ -110,6 +111,8 @@ TRACKING_DIR = f"{RESULTS}/tracking"
 BACKBONES = backbone_grid.names(config)
 # The benchmark the targets belong to (benchmark.py): names the leaderboard submission folder.
 BENCHMARK = config["benchmark"]
+# The tables' reference row and rounding (spec/report_settings.py TablesEntry).
+TABLES = tables_of(config)
 INTERMEDIATE = list(config["intermediate"])
 TARGETS = list(config["targets"])
 SEEDS = [str(s) for s in config["seeds"]]

@@ -108,7 +108,7 @@ rule collect_submission:
             f"{run}={path}" for run, path in grid.submission_predictions(config, wildcards.backbone).items()
         ),
         targets=lambda wildcards: backbone_grid.grid_of(config, wildcards.backbone)["targets"],
-        baseline=config["tables"]["baseline"],
+        baseline=TABLES.baseline,
         benchmark=BENCHMARK,
         code=module_digest("reporting.submission"),
         # the catalogue entries and converters of the tasks this job reads, and no other

@@ -77,7 +77,7 @@ rule aggregate_tables:
         # the catalogue entries and converters of the tasks this job reads, and no other
         tasks=job_tasks(lambda w: grid.grid_tasks(config)),
         pages=table_pages(
-            decimals=config["tables"]["decimals"],
+            decimals=TABLES.decimals,
             main_html="main_md",
             best_html="best_csv",
             per_language_html="per_language_md",

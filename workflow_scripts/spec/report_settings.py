@@ -13,12 +13,31 @@ how to recover it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from workflow_scripts.spec import benchmark
 from workflow_scripts.spec.model_settings import BackboneProvenance
-from workflow_scripts.spec.record import Record, default_factory, optional
+from workflow_scripts.spec.record import Record, default_factory, optional, parsed_once
+from workflow_scripts.spec.schema_block import key
 from workflow_scripts.spec.transfer_names import ZERO_SHOT
+
+
+@dataclass(frozen=True, kw_only=True)
+class TablesEntry(Record):
+    """The config's ``tables`` block: the reference row and the rounding of every table,
+    figure and LaTeX file (the schema's ``$defs.tables`` is generated from it)."""
+
+    key_noun = "config key"
+
+    baseline: str = key(
+        "none", description="The intermediate config shown in absolute numbers; other rows are differences to it."
+    )
+    decimals: int = key(1, minimum=0, maximum=4)
+
+
+def tables_of(config: dict[str, Any]) -> TablesEntry:
+    """The ``tables`` block's record, parsed once."""
+    return parsed_once(TablesEntry, config.get("tables") or {}, "tables")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -25,6 +25,7 @@ from workflow_scripts.spec.model_settings import DemoDecoder, DemoEncoder, DemoT
 from workflow_scripts.spec.phase_settings import BACKBONE_PHASE_KEYS, PhaseEntry
 from workflow_scripts.spec.prompted import PromptedEntry
 from workflow_scripts.spec.record import Record
+from workflow_scripts.spec.report_settings import TablesEntry
 from workflow_scripts.spec.retention_settings import RetentionEntry
 from workflow_scripts.spec.schema_block import Part, block
 from workflow_scripts.spec.suggest import did_you_mean
@@ -47,6 +48,7 @@ RECORD_BLOCKS: dict[str, type[Record] | Part] = {
     "retrieval": RetrievalOptions,
     "retention": RetentionEntry,
     "prompted": PromptedEntry,
+    "tables": TablesEntry,
 }
 
 

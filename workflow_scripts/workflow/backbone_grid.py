@@ -24,6 +24,7 @@ from workflow_scripts.spec.families import DEMO_FAMILIES
 from workflow_scripts.spec.families import facts as family_facts
 from workflow_scripts.spec.method import MethodSettings
 from workflow_scripts.spec.model_settings import BackbonePrepare, BackboneProvenance
+from workflow_scripts.spec.report_settings import tables_of
 from workflow_scripts.spec.suggest import did_you_mean
 from workflow_scripts.spec.tasks import TASKS, get_task
 from workflow_scripts.workflow import transfer
@@ -257,7 +258,7 @@ def _check_grid(config: dict[str, Any], name: str, entry: BackboneEntry) -> None
                 f"config key {key}.grid.{part}: {unknown}{hints} not in the config's {part} {full[part]}"
             )
     part = grid_of(config, name)
-    baseline = config.get("tables", {}).get("baseline", "none")
+    baseline = tables_of(config).baseline
     if baseline not in part["intermediate"]:
         raise BackboneError(
             f"config key {key}.grid.intermediate: lacks the baseline config {baseline!r}, which every table compares with"

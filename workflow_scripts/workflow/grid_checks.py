@@ -13,6 +13,7 @@ from workflow_scripts.spec import benchmark, intermediate_entry
 from workflow_scripts.spec.basics import load_yaml, repo_path
 from workflow_scripts.spec.few_shot import SETTING_PREFIX as FEW_SHOT_PREFIX
 from workflow_scripts.spec.few_shot import shots_of
+from workflow_scripts.spec.report_settings import tables_of
 from workflow_scripts.spec.schema import error_hint
 from workflow_scripts.spec.suggest import did_you_mean
 from workflow_scripts.spec.tasks import (
@@ -212,7 +213,7 @@ def _check_translation_datasets(config: dict[str, Any]) -> None:
 
 
 def _check_tables_baseline(config: dict[str, Any], baselines: list[str]) -> None:
-    baseline = config.get("tables", {}).get("baseline", "none")
+    baseline = tables_of(config).baseline
     if baseline not in config["intermediate"]:
         raise ConfigError(f"config key tables.baseline: {baseline!r} is not an intermediate config")
     if baseline not in baselines:

@@ -18,6 +18,7 @@ from workflow_scripts.spec.intermediate_entry import IntermediateEntry
 from workflow_scripts.spec.local_data import SOURCE as LOCAL_FILES
 from workflow_scripts.spec.model_settings import TranslatorPrepare, VisionPrepare
 from workflow_scripts.spec.phase_settings import PhaseSettings
+from workflow_scripts.spec.report_settings import tables_of
 from workflow_scripts.spec.tasks import (
     CONTROLS,
     get_task,
@@ -242,7 +243,7 @@ def table_settings(config: dict[str, Any], backbone: str) -> report_settings.Tab
     part = backbone_grid.grid_of(config, backbone)
     translated = {n: info for n, info in translated_counterparts(config).items() if n in part["intermediate"]}
     found = {
-        **config["tables"],
+        **tables_of(config).to_dict(),
         "targets": part["targets"],
         "intermediate": part["intermediate"],
         "seeds": part["seeds"],
@@ -292,7 +293,7 @@ def modality_settings(config: dict[str, Any], backbone: str) -> report_settings.
     found = {
         "targets": part["targets"],
         "seeds": part["seeds"],
-        "decimals": config["tables"].get("decimals", 1),
+        "decimals": tables_of(config).decimals,
         "pairs": arm_pairs(chosen),
         "recipes": {
             n: r.describe()
@@ -311,7 +312,7 @@ def backbone_descriptions(config: dict[str, Any]) -> dict[str, Any]:
 def modality_scaling_settings(config: dict[str, Any]) -> report_settings.ModalityScalingSettings:
     """What the image-vs-text table across backbone sizes shows (modality_scaling.py)."""
     found = {
-        "decimals": config["tables"].get("decimals", 1),
+        "decimals": tables_of(config).decimals,
         "targets": config["targets"],
         "seeds": config["seeds"],
         "backbones": backbone_descriptions(config),
@@ -324,8 +325,8 @@ def modality_scaling_settings(config: dict[str, Any]) -> report_settings.Modalit
 def comparison_settings(config: dict[str, Any]) -> report_settings.ComparisonSettings:
     """What the cross-backbone table and figure show."""
     found = {
-        "decimals": config["tables"]["decimals"],
-        "baseline": config["tables"].get("baseline", "none"),
+        "decimals": tables_of(config).decimals,
+        "baseline": tables_of(config).baseline,
         "baseline_setting": transfer.baseline_setting(config),
         "targets": config["targets"],
         "intermediate": list(config["intermediate"]),

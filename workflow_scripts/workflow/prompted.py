@@ -30,7 +30,7 @@ from workflow_scripts.spec.prompted import (
     PromptRun,
 )
 from workflow_scripts.spec.record import parsed_once
-from workflow_scripts.spec.report_settings import PromptedScalingSettings
+from workflow_scripts.spec.report_settings import PromptedScalingSettings, tables_of
 from workflow_scripts.spec.tasks import get_task
 from workflow_scripts.workflow import backbone_grid, grid, transfer
 from workflow_scripts.workflow.grid import ConfigError
@@ -222,7 +222,7 @@ def table_settings(config: dict[str, Any], backbone: str) -> PromptedTableSettin
         "targets": part["targets"],
         "prompted": tasks(config, backbone),
         "why_not": why_not(config, backbone),
-        "decimals": config["tables"].get("decimals", 1),
+        "decimals": tables_of(config).decimals,
     }
     return PromptedTableSettings.parse(found, f"prompted table settings of backbone {backbone}")
 
@@ -241,6 +241,6 @@ def scaling_settings(config: dict[str, Any]) -> PromptedScalingSettings:
         "baselines": {b: baseline(config, b) for b in chosen},
         "tasks": list(dict.fromkeys(t for b in chosen for t in tasks(config, b))),
         "shots": options(config).shots,
-        "decimals": config["tables"].get("decimals", 1),
+        "decimals": tables_of(config).decimals,
     }
     return PromptedScalingSettings.parse(found, "prompted scaling settings")

@@ -18,6 +18,7 @@ from typing import Any
 from workflow_scripts.spec import intermediate_entry, paths
 from workflow_scripts.spec.backbone_entry import entry_of
 from workflow_scripts.spec.record import parsed_once
+from workflow_scripts.spec.report_settings import tables_of
 from workflow_scripts.spec.retention_settings import (
     OBJECTIVES,
     TEXT_FORMATS,
@@ -193,7 +194,7 @@ def table_settings(config: dict[str, Any], backbone: str) -> RetentionTableSetti
         "languages": probe_languages(config),
         "pairs": grid_settings.arm_pairs(chosen),
         # a loss moves by hundredths where a score moves by tenths
-        "decimals": max(2, config["tables"].get("decimals", 1)),
+        "decimals": max(2, tables_of(config).decimals),
         "objective": objective(config, backbone),
     }
     return RetentionTableSettings.parse(found, f"retention table settings of backbone {backbone}")

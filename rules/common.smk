@@ -40,6 +40,7 @@ from workflow_scripts.spec.record import settings_json
 from workflow_scripts.spec.report_settings import tables_of
 from workflow_scripts.spec.run_identity import EvaluationIdentity, ProbeIdentity, PromptedIdentity, TrainingIdentity
 from workflow_scripts.spec import tasks as task_catalogue
+from workflow_scripts.spec import task_entry
 from workflow_scripts.spec.tasks import TASKS
 
 # Under Slurm: cancelled and preempted jobs end in a retry, and SIGUSR1 is left to the
@@ -288,22 +289,22 @@ def converted_arg(wildcards, input):
 def local_source_files(wildcards):
     """The local files a task reads (a mirror directory, local releases, or CCG's
     user-provided files), so editing them reruns its preparation."""
-    task = config["tasks"][wildcards.task]
-    options = task.get("options", {})
+    task = task_entry.entry_of(config, wildcards.task)
+    options = task.options
     found = []
     # local releases (UD v2.5, XTREME-R's UD v2.7 languages, XQuAD-R): their archives or files
-    for release in releases.local_releases(task).values():
+    for release in releases.local_releases(options).values():
         if release.is_file():
             found.append(workdir_relative(release))
         else:
             found += [workdir_relative(os.path.join(d, f)) for d, _, files in os.walk(release) for f in files]
     # a task with local files of its own reads nothing else (own_data_file)
-    if not releases.reads_hub_data(task) or local_data.spec(config, wildcards.task):
+    if not releases.reads_hub_data(options) or task.data is not None:
         return sorted(found)
     if "path" in options:
         source_dir = options["path"]
     elif config["data"]["source"] == "local":
-        source_dir = os.path.join(config["data"]["local_root"], task["hub"]["path"])
+        source_dir = os.path.join(config["data"]["local_root"], task.hub.path)
     else:
         return sorted(found)
     if not os.path.isabs(source_dir):

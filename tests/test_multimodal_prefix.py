@@ -174,6 +174,7 @@ def test_the_embed_step_drops_corrupt_and_missing_images_and_training_drops_thei
 
 
 def test_image_configs_pair_with_the_configs_that_swap_the_image_task_for_a_control():
+    from workflow_scripts.spec.intermediate_entry import entries
     from workflow_scripts.workflow.grid_settings import arm_pairs
 
     intermediate = {
@@ -185,7 +186,7 @@ def test_image_configs_pair_with_the_configs_that_swap_the_image_task_for_a_cont
         "caption_mnli": {"tasks": ["mnli", "snli_caption"]},
         "caption_mlm": {"tasks": ["snli_caption"], "mlm": True},
     }
-    pairs = {(p["visual"], p["control"]) for p in arm_pairs(intermediate)}
+    pairs = {(p["visual"], p["control"]) for p in arm_pairs(entries({"intermediate": intermediate}))}
     assert pairs == {("ve", "caption"), ("ve", "hyp"), ("ve_mnli", "caption_mnli")}
 
 

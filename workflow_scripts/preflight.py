@@ -39,11 +39,11 @@ from workflow_scripts.models.prepare import HUB_PATTERNS
 from workflow_scripts.operations import hub_answers
 from workflow_scripts.planning import cost, disk, memory_model, memory_plan, slurm
 from workflow_scripts.revisions import HubRepo, RevisionError, read_lock, resolve
-from workflow_scripts.spec import paths
+from workflow_scripts.spec import paths, task_entry
 from workflow_scripts.spec.backbone_entry import entry_of
 from workflow_scripts.spec.basics import REPO_ROOT, InputError, repo_path
 from workflow_scripts.spec.method import MethodSettings
-from workflow_scripts.workflow import backbone_grid, config_check, config_layers, grid, hub_sources, local_data, sweep
+from workflow_scripts.workflow import backbone_grid, config_check, config_layers, grid, hub_sources, sweep
 
 OK, WARNING, BLOCKER, SKIPPED = "ok", "warning", "blocker", "skipped"
 MARKS = {OK: "ok", WARNING: "WARNING", BLOCKER: "BLOCKER", SKIPPED: "skipped"}
@@ -148,20 +148,20 @@ def check_local_data(config: dict[str, Any]) -> list[Finding]:
             findings.append(Finding("data", subject, BLOCKER, f"{path} does not exist", fix))
 
     for task in hub_sources.read_tasks(config):
-        cfg = config["tasks"][task]
+        entry = task_entry.entry_of(config, task)
         option = hub_sources.release_set(config, task)
-        own = local_data.spec(config, task)
+        own = entry.local_data(task)
         if own is not None:  # the task's own files, whatever data.source says
             for split in own.files:
                 folder(f"tasks.{task}.data.files.{split}", own.path(split), "put the split's rows there")
         elif option is not None:
-            local = _local(str(cfg["options"][option]))
+            local = _local(str(entry.options[option]))
             if local is not None:
                 folder(f"tasks.{task}.options.{option}", local, "download the release there, or give its URL")
-        elif config["data"]["source"] == "local":
+        elif config["data"]["source"] == "local" and entry.hub is not None:
             folder(
                 f"tasks.{task}.hub.path",
-                repo_path(config["data"]["local_root"]) / cfg["hub"]["path"],
+                repo_path(config["data"]["local_root"]) / entry.hub.path,
                 "lay the task's rows out as <local_root>/<hub path>/<config>/<split>.jsonl",
             )
     for task in grid.visual_tasks(config):

@@ -46,8 +46,10 @@ from workflow_scripts.spec.backbone_entry import BackboneEntry, entry_of
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.formats import head_kind
 from workflow_scripts.spec.model_settings import DemoVision
+from workflow_scripts.spec.record import parsed_once
 from workflow_scripts.spec.schema import default
 from workflow_scripts.spec.schema_block import filled
+from workflow_scripts.spec.task_entry import TaskEntry
 from workflow_scripts.spec.tasks import (
     CLASSIFICATION,
     MLM,
@@ -201,14 +203,12 @@ def phase_shape(config: Mapping[str, Any], phase: str, seq_len: int | None = Non
     jobs = phase_jobs(config, phase)
     if not jobs:
         return None
-    tasks = config.get("tasks") or {}
     cap = phase_cap(config, phase)
-    batch_size = default("batch_size", definition="task")
     workloads = []
     for name in sorted({t for job in jobs for t in job}):
         length, choices = task_sequence(config, name, seq_len)
         spec = TASKS.get(name)
-        batch = int((tasks.get(name) or {}).get("batch_size", batch_size))
+        batch = planned_task(config, name).batch_size
         workloads.append(
             Workload(
                 task=name,
@@ -268,7 +268,7 @@ def task_sequence(config: Mapping[str, Any], name: str, seq_len: int | None = No
     """(tokens per sequence, sequences per example) of a task as training batches it: its
     ``max_length`` (or ``seq_len``) with an image task's visual tokens added, and its choices
     (a ranking example: a query and its gold candidate). The cost model counts the same."""
-    entry = (config.get("tasks") or {}).get(name) or {}
+    entry = planned_task(config, name)
     spec = TASKS.get(name)
     choices = spec.num_choices if spec and spec.num_choices else 1
     kind = head_kind(spec.format) if spec is not None else None  # spec/formats/: TaskFormat.head
@@ -277,7 +277,7 @@ def task_sequence(config: Mapping[str, Any], name: str, seq_len: int | None = No
     visual = 0
     if kind in (VISUAL_CLASSIFICATION, VISUAL_ANSWER):  # the images' tokens join the text
         visual = spec.images_per_example * visual_tokens(config)
-    return (seq_len or int(entry.get("max_length", default("max_length", definition="task")))) + visual, choices
+    return (seq_len or entry.max_length) + visual, choices
 
 
 def peak_workload(bb: Backbone, shape: PhaseShape) -> Workload:
@@ -317,6 +317,18 @@ def plan_phase(bb: Backbone, phase: str, shape: PhaseShape, gpu_memory_gb: float
         min_gpus_memory_gb=memory,
         fits=est.total <= usable_bytes(bb.memory_gb),
     )
+
+
+def planned_task(config: Mapping[str, Any], name: str) -> TaskEntry:
+    """The record of ``tasks.<name>`` (its defaults where the config has no such entry); a bad
+    entry is a PlanError naming the key, as for a backbone (planned_entry)."""
+    found = (config.get("tasks") or {}).get(name)
+    if found is None:
+        return TaskEntry.parse({}, f"tasks.{name}")
+    try:
+        return parsed_once(TaskEntry, found, f"tasks.{name}")
+    except InputError as err:
+        raise PlanError(f"config key {err}") from None
 
 
 def planned_entry(config: Mapping[str, Any], name: str) -> BackboneEntry:

@@ -9,13 +9,13 @@ and maps their columns (``data/loaders/columns.py``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from workflow_scripts.spec.basics import repo_path
-from workflow_scripts.spec.record import Record, default_factory
+from workflow_scripts.spec.record import Record
+from workflow_scripts.spec.schema_block import key
 
 # File types by suffix; tasks.<name>.data.file_type names one for a file with another suffix.
 FILE_TYPES = {".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet"}
@@ -36,33 +36,67 @@ class LocalDataError(ValueError):
     """A task's local files that cannot be read as configured, named by config key and file."""
 
 
-@dataclass(frozen=True)
-class LocalFiles(Record):
-    """What one split's ``data.prepare`` job reads of ``tasks.<task>.data`` (its settings'
-    ``data``): that split's file only, its type resolved."""
+@dataclass(frozen=True, kw_only=True)
+class RowMapping(Record):
+    """How a file's rows become canonical rows: the part of ``tasks.<task>.data`` that the
+    config's block and one split's job share."""
 
-    files: dict[str, str]
-    file_type: FileType
-    # the defaults of tasks.<name>.data (the config schema's)
-    converter: Converter = BY_COLUMNS
-    columns: dict[str, str] = default_factory(dict)
-    language: str = "en"
+    converter: Converter = key(
+        BY_COLUMNS,
+        description="""columns reads each canonical column of the task's format (and id, lang) from a file
+        column (columns); entry hands the file's rows to the converter the task's entry
+        names, as if they were a Hub dataset's.""",
+    )
+    columns: dict[str, str] = key(
+        factory=dict,
+        description="""converter columns - canonical column -> the file's column it is read from; a column
+        not named here is read from the file column of its own name. id and lang are optional:
+        without them a row's id is <task>-<split>-<row> and its language is language.""",
+        additionalProperties={"type": "string", "minLength": 1},
+    )
+    language: str = key(
+        "en", description="The language of every row of files without a lang column.", pattern="^[a-z]{2,3}$"
+    )
 
     def source_column(self, column: str) -> str:
         """The file column a canonical column is read from (its own name unless mapped)."""
         return self.columns.get(column, column)
 
 
-@dataclass(frozen=True)
-class LocalData:
-    """``tasks.<task>.data``: one file per split and how its rows become canonical rows."""
+@dataclass(frozen=True, kw_only=True)
+class LocalFiles(RowMapping):
+    """What one split's ``data.prepare`` job reads of ``tasks.<task>.data`` (its settings'
+    ``data``): that split's file only, its type resolved."""
+
+    files: dict[str, str]
+    file_type: FileType
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalDataEntry(RowMapping):
+    """``tasks.<task>.data`` as the config gives it (the schema's block is generated from it)."""
+
+    key_noun = "config key"
+
+    files: dict[str, str] = key(
+        description="""One file per split the task's entry lists (train, dev, test): JSON Lines, CSV (with a
+        header) or Parquet, relative to the repository or absolute. Each is an input of its
+        split's prepare_task_data job, and its sha256 goes into the prepared file's metadata.""",
+        minProperties=1,
+        propertyNames={"enum": ["train", "dev", "test"]},
+        additionalProperties={"type": "string", "minLength": 1},
+    )
+    file_type: FileType | None = key(
+        None, description="The files' type; default from each file's suffix (.jsonl, .csv, .parquet)."
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalData(LocalDataEntry):
+    """``tasks.<task>.data`` of one task: its files per split and how their rows become
+    canonical rows."""
 
     task: str
-    files: Mapping[str, str]
-    file_type: str | None
-    converter: str
-    columns: Mapping[str, str]
-    language: str
 
     @property
     def key(self) -> str:
@@ -83,10 +117,6 @@ class LocalData:
                 f"{', '.join(FILE_TYPES.values())}"
             )
         return FILE_TYPES[suffix]
-
-    def source_column(self, column: str) -> str:
-        """The file column a canonical column is read from (its own name unless mapped)."""
-        return self.columns.get(column, column)
 
     def settings(self, split: str) -> LocalFiles:
         """The block one split's job reads (its params: a change reruns it), in the config's

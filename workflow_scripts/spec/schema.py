@@ -29,6 +29,7 @@ from workflow_scripts.spec.report_settings import TablesEntry
 from workflow_scripts.spec.retention_settings import RetentionEntry
 from workflow_scripts.spec.schema_block import Part, block
 from workflow_scripts.spec.suggest import did_you_mean
+from workflow_scripts.spec.task_entry import TaskEntry
 from workflow_scripts.spec.translation_settings import TranslationEntry
 
 SCHEMA_FILE = REPO_ROOT / "schemas" / "config.schema.yaml"
@@ -38,6 +39,7 @@ RECORD_BLOCKS: dict[str, type[Record] | Part] = {
     "phase": PhaseEntry,
     "backbone_phase": Part(PhaseEntry, BACKBONE_PHASE_KEYS),
     "backbone": BackboneEntry,
+    "task": TaskEntry,
     "intermediate_config": IntermediateEntry,
     "arm_recipe": ArmRecipeEntry,
     "demo_encoder": DemoEncoder,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workflow_scripts.spec import benchmark, few_shot, intermediate_entry, paths
+from workflow_scripts.spec import benchmark, few_shot, intermediate_entry, paths, task_entry
 from workflow_scripts.spec.data_map import DataMap, TaskFiles
 from workflow_scripts.spec.tasks import (
     PROVIDED_TRANSLATIONS,
@@ -48,7 +48,8 @@ def intermediate_encoder(config: dict[str, Any], backbone: str, name: str, seed:
 def target_stages(config: dict[str, Any], target: str) -> list[str]:
     """The tasks trained before a target's own training, in order (tasks.<t>.stages, else
     the catalogue's: XCOPA's SIQA)."""
-    return list(config["tasks"].get(target, {}).get("stages", get_task(target).stages))
+    own = task_entry.find(config, target)
+    return list(own.stages if own is not None and own.stages is not None else get_task(target).stages)
 
 
 def stage_model(backbone: str, name: str, target: str, stage: str, seed: int | str) -> str:
@@ -224,11 +225,11 @@ def visual_target_images(config: dict[str, Any], target: str) -> str | None:
 
 def image_dir(config: dict[str, Any], task: str) -> str:
     """Where a task's images are: its ``images`` key, else beside a local mirror's rows."""
-    task_cfg = config["tasks"][task]
-    if "images" in task_cfg:
-        return task_cfg["images"]
-    if config["data"]["source"] == "local" and "hub" in task_cfg:
-        return f"{config['data']['local_root'].rstrip('/')}/{task_cfg['hub']['path']}/images"
+    entry = task_entry.entry_of(config, task)
+    if entry.images is not None:
+        return entry.images
+    if config["data"]["source"] == "local" and entry.hub is not None:
+        return f"{config['data']['local_root'].rstrip('/')}/{entry.hub.path}/images"
     raise ConfigError(
         f"config key tasks.{task}.images: the directory of {task}'s images is needed with data "
         "from the Hub (SNLI-VE: Flickr30k's flickr30k-images, distributed on request)"
@@ -349,7 +350,8 @@ def translated_intermediate_models(config: dict[str, Any]) -> list[str]:
 def quality_files(config: dict[str, Any]) -> list[str]:
     """MT quality of every translator the grid uses, where the grid's XNLI data has references
     (English and the language): en -> X, and X -> en for the translate-test languages."""
-    xnli = config["tasks"].get("xnli", {}).get("languages", [])
+    entry = task_entry.find(config, "xnli")
+    xnli = entry.languages_or(()) if entry is not None else ()
     referenced = set(xnli) if "en" in xnli else set()
     into = sorted({lang for _, lang, _ in translation_jobs(config)} & referenced)
     out_of = sorted({lang for _, lang in transfer.test_translations(config)} & referenced)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.planning import memory_model, memory_plan, slurm
-from workflow_scripts.spec import benchmark, intermediate_entry
+from workflow_scripts.spec import benchmark, intermediate_entry, task_entry
 from workflow_scripts.spec.basics import load_yaml, repo_path
 from workflow_scripts.spec.few_shot import SETTING_PREFIX as FEW_SHOT_PREFIX
 from workflow_scripts.spec.few_shot import shots_of
@@ -102,16 +102,15 @@ def _need_task(config: dict[str, Any], name: str, key: str) -> None:
 
 
 def _check_task_entries(config: dict[str, Any]) -> None:
-    tasks_cfg = config["tasks"]
-    for key in tasks_cfg:
+    for key, entry in task_entry.entries(config).items():
         if key not in TASKS:
             raise ConfigError(
                 f"config key tasks.{key}: unknown task{did_you_mean(key, TASKS)}; known tasks: {', '.join(TASKS)}"
             )
-        for option, release in local_releases(tasks_cfg[key]).items():
+        for option, release in local_releases(entry.options).items():
             if not release.exists():
                 raise ConfigError(
-                    f"config key tasks.{key}.options.{option}: {release_option(tasks_cfg[key], option)!r} "
+                    f"config key tasks.{key}.options.{option}: {release_option(entry.options, option)!r} "
                     "is neither a URL nor "
                     "an existing archive or directory"
                 )
@@ -147,7 +146,7 @@ def _check_translated_config(config: dict[str, Any], name: str, tasks: tuple[str
         if task in PROVIDED_TRANSLATIONS:
             provided = PROVIDED_TRANSLATIONS[task]
             _need_task(config, provided, f"intermediate.{name}.language (translated {task} is read from {provided!r})")
-            if lang not in config["tasks"][provided].get("languages", []):
+            if lang not in task_entry.entry_of(config, provided).languages_or(()):
                 raise ConfigError(
                     f"config key tasks.{provided}.languages: lacks {lang!r} needed by intermediate.{name}"
                 )
@@ -190,7 +189,7 @@ def _check_target(config: dict[str, Any], target: str, key: str) -> None:
                 f"config key {stage_key}: a stage must be a {task.format} task that is not a "
                 f"target (its head carries over to {target}), got {stage!r}"
             )
-    if "languages" not in config["tasks"][target]:
+    if task_entry.entry_of(config, target).languages is None:
         raise ConfigError(f"config key tasks.{target}.languages: a target needs its evaluation languages")
     for dep in {task.train_from, task.select_from} - {None, target}:
         _need_task(config, dep, f"{key} (trains on / selects with {dep!r})")
@@ -317,11 +316,11 @@ def check_languages(config: dict[str, Any]) -> None:
                 f"config key {key}: unknown language {lang!r}{of}{did_you_mean(lang, known)}; known: {', '.join(known)}"
             )
 
-    for task, cfg in config["tasks"].items():
+    for task, entry in task_entry.entries(config).items():
         known = task_languages(config, task)
-        for i, lang in enumerate(cfg.get("languages", [])):
+        for i, lang in enumerate(entry.languages_or(())):
             check(f"tasks.{task}.languages[{i}]", lang, known, f" for {task}")
-        extra = cfg.get("options", {}).get("ud_release_extra")
+        extra = entry.options.get("ud_release_extra")
         for i, lang in enumerate(extra.get("languages", []) if isinstance(extra, dict) else []):
             check(f"tasks.{task}.options.ud_release_extra.languages[{i}]", lang, known, f" for {task}")
     for name, inter in intermediate_entry.entries(config).items():
@@ -393,7 +392,7 @@ def check_transfer(config: dict[str, Any]) -> None:
             if target is not None and target not in transfer.targets(config, setting):
                 raise transfer.TransferError(f"config key {where}: {target!r} is not a target of this setting")
             scope = [target] if target else transfer.targets(config, setting)
-            covered = {l for t in scope for l in config["tasks"][t].get("languages", [])}
+            covered = {l for t in scope for l in task_entry.entry_of(config, t).languages_or(())}
             for i, lang in enumerate(langs):
                 if lang not in covered:
                     raise transfer.TransferError(

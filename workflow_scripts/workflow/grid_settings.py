@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from workflow_scripts.spec import benchmark, few_shot, intermediate_entry, report_settings
+from workflow_scripts.spec import benchmark, few_shot, intermediate_entry, report_settings, task_entry
 from workflow_scripts.spec.data_map import DataMap
 from workflow_scripts.spec.data_settings import DataOptions, DataSettings, LeakageSettings, unread_options
 from workflow_scripts.spec.evaluation_settings import EvaluationSettings
@@ -28,7 +28,6 @@ from workflow_scripts.workflow import (
     arm_recipes,
     backbone_grid,
     hyperparameters,
-    local_data,
     sweep,
     transfer,
 )
@@ -44,30 +43,32 @@ from workflow_scripts.workflow.grid import (
 
 
 def _task_opts(config: dict[str, Any], task: str) -> dict[str, Any]:
-    cfg = config["tasks"][task]
-    opts = {k: cfg[k] for k in ("batch_size", "epochs", "max_length")}
-    opts.update({k: cfg[k] for k in get_format(get_task(task).format).options})  # spec/formats/: TaskFormat.options
+    entry = task_entry.entry_of(config, task)
+    opts = {k: getattr(entry, k) for k in ("batch_size", "epochs", "max_length")}
+    # spec/formats/: TaskFormat.options
+    opts.update({k: getattr(entry, k) for k in get_format(get_task(task).format).options})
     return opts
 
 
 def data_settings(config: dict[str, Any], task: str, split: str) -> DataSettings:
-    cfg = config["tasks"][task]
-    languages = cfg.get("languages", ["en"])
+    entry = task_entry.entry_of(config, task)
+    languages = list(entry.languages_or(("en",)))
     if split == "train" and get_task(task).foreign_train:
         # A target's train split holds every language that has one (in-language data; PAWS-X's
         # published translations), whether or not a transfer setting uses them: enabling or
         # changing a setting then never rewrites the data the zero-shot runs train on.
         missing = get_task(task).train_missing
         languages = ["en"] + [l for l in languages if l != "en" and l not in missing]
-    options = DataOptions.parse(cfg.get("options", {}), f"tasks.{task}.options")
+    options = DataOptions.parse(entry.options, f"tasks.{task}.options")
     unread_options(get_task(task), options, f"tasks.{task}.options")
     settings = {"languages": languages, "options": options}
-    own = local_data.spec(config, task)
+    own = entry.local_data(task)
     if own is not None:  # the task's own files, whatever data.source says for the others
         return DataSettings.parse({**settings, "source": LOCAL_FILES, "data": own.settings(split)}, f"tasks.{task}")
     source = config["data"]["source"]
     root = config["data"]["local_root"] if source == "local" else None
-    return DataSettings.parse({**settings, "source": source, "hub": cfg["hub"], "local_root": root}, f"tasks.{task}")
+    hub = entry.hub.to_dict() if entry.hub else None
+    return DataSettings.parse({**settings, "source": source, "hub": hub, "local_root": root}, f"tasks.{task}")
 
 
 def translator_settings(config: dict[str, Any], lang: str, to_english: bool = False) -> TranslatorPrepare:
@@ -206,15 +207,15 @@ def eval_settings(
     config: dict[str, Any], backbone: str, target: str, setting_token: str | None = None
 ) -> EvaluationSettings:
     """How one (setting, target) is scored; its models and data files are the rule's inputs."""
-    cfg = config["tasks"][target]
+    entry = task_entry.entry_of(config, target)
     settings: dict[str, Any] = {
-        "languages": cfg["languages"],
-        "max_length": cfg["max_length"],
+        "languages": entry.languages,
+        "max_length": entry.max_length,
         "eval_batch_size": config["training"]["target"]["eval_batch_size"],
         # the backbone's precision policy decides the evaluation's compute dtype too (precision.py)
         "precision": backbone_grid.method_settings(config, backbone).precision,
     }
-    settings.update({k: cfg[k] for k in get_format(get_task(target).format).options})
+    settings.update({k: getattr(entry, k) for k in get_format(get_task(target).format).options})
     if get_task(target).is_retrieval:
         ret = backbone_grid.retrieval_settings(config, backbone)
         settings["retrieval"] = {
@@ -228,7 +229,7 @@ def eval_settings(
         if get_task(target).format == "mining":
             settings["retrieval"].update({"bucc_k": ret["bucc_k"], "bucc_duplicates": ret["bucc_duplicates"]})
         settings["eval_batch_size"] = ret["batch_size"]
-        settings["max_length"] = min(cfg["max_length"], ret["max_length"])
+        settings["max_length"] = min(entry.max_length, ret["max_length"])
     if setting_token is not None:
         settings["transfer"] = transfer.find_plan(config, setting_token, target).describe()
     excluded = benchmark.of_config(config).average_excludes
@@ -250,7 +251,7 @@ def table_settings(config: dict[str, Any], backbone: str) -> report_settings.Tab
         "translated": translated,
         "settings": part["settings"],
         "baseline_setting": transfer.baseline_setting(config),
-        "target_languages": {t: config["tasks"][t]["languages"] for t in config["targets"]},
+        "target_languages": {t: task_entry.entry_of(config, t).languages for t in config["targets"]},
         "backbone": backbone_grid.describe(config, backbone),
         # The benchmark whose categories and overall score the tables report (benchmark.py).
         "benchmark": benchmark.of_config(config).describe(),

@@ -12,9 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from workflow_scripts.revisions import HubRepo
+from workflow_scripts.spec import task_entry
 from workflow_scripts.spec.backbone_entry import entry_of
 from workflow_scripts.spec.tasks import get_task
-from workflow_scripts.workflow import backbone_grid, grid, grid_settings, local_data, transfer
+from workflow_scripts.workflow import backbone_grid, grid, grid_settings, transfer
 
 
 class HubSourceError(ValueError):
@@ -41,7 +42,7 @@ def read_tasks(config: dict[str, Any]) -> list[str]:
 
 def release_set(config: dict[str, Any], task: str) -> str | None:
     """The release option of a task the config sets (None: its data comes from hub.path)."""
-    options = config["tasks"][task].get("options") or {}
+    options = task_entry.entry_of(config, task).options
     return next((o for o in get_task(task).release_options if options.get(o)), None)
 
 
@@ -50,16 +51,14 @@ def dataset_repos(config: dict[str, Any]) -> list[HubRepo]:
         return []
     repos = []
     for task in read_tasks(config):
-        cfg = config["tasks"][task]
-        if local_data.spec(config, task) is not None:
+        entry = task_entry.entry_of(config, task)
+        if entry.data is not None:
             continue  # its own local files (tasks.<name>.data)
-        if release_set(config, task) is None:
-            repos.append(
-                HubRepo("dataset", cfg["hub"]["path"], cfg["hub"].get("revision", "main"), f"tasks.{task}.hub")
-            )
-        options = cfg.get("options") or {}
+        if release_set(config, task) is None and entry.hub is not None:
+            repos.append(HubRepo("dataset", entry.hub.path, entry.hub.revision, f"tasks.{task}.hub"))
+        options = entry.options
         for source in get_task(task).hub_sources:
-            if source.is_read(list(cfg.get("languages", ["en"])), options):
+            if source.is_read(list(entry.languages_or(("en",))), options):
                 repos.append(
                     HubRepo(
                         "dataset",
@@ -101,7 +100,7 @@ def check_releases(config: dict[str, Any]) -> None:
         return
     for task in read_tasks(config):
         entry = get_task(task)
-        reads_hub = local_data.spec(config, task) is None
+        reads_hub = task_entry.entry_of(config, task).data is None
         if reads_hub and entry.release_required and release_set(config, task) is None:
             raise HubSourceError(
                 f"config key tasks.{task}.options.{entry.release_options[0]}: {task} is read from its original "

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from workflow_scripts.planning import memory_plan
-from workflow_scripts.spec import intermediate_entry
+from workflow_scripts.spec import intermediate_entry, task_entry
 from workflow_scripts.spec.backbone_entry import entry_of
 from workflow_scripts.spec.phase_settings import PhaseHyperparameters
 
@@ -74,8 +74,8 @@ def _intermediate_rate(config: dict[str, Any], job: PhaseJob) -> dict[str, Any]:
 
 
 def _task_rate(config: dict[str, Any], job: PhaseJob) -> dict[str, Any]:
-    entry = config["tasks"][job.trained]
-    return {"learning_rate": entry["learning_rate"]} if "learning_rate" in entry else {}
+    rate = task_entry.entry_of(config, str(job.trained)).learning_rate
+    return {"learning_rate": rate} if rate is not None else {}
 
 
 def _backbone_block(config: dict[str, Any], job: PhaseJob) -> dict[str, Any]:

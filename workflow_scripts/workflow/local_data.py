@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from workflow_scripts.spec import task_entry
 from workflow_scripts.spec import tasks as task_catalogue
 from workflow_scripts.spec.formats import get_format
 from workflow_scripts.spec.local_data import BY_COLUMNS, ROW_COLUMNS, LocalData, LocalDataError
@@ -29,20 +30,12 @@ PEEK_RECORDS = 50
 
 def from_block(task: str, data: dict[str, Any]) -> LocalData:
     """A ``tasks.<task>.data`` block of the config as a record."""
-    return LocalData(
-        task=task,
-        files=dict(data["files"]),
-        file_type=data.get("file_type"),
-        converter=data.get("converter", BY_COLUMNS),
-        columns=dict(data.get("columns") or {}),
-        language=data.get("language", "en"),
-    )
+    return LocalData.parse({**data, "task": task}, f"tasks.{task}.data")
 
 
 def spec(config: dict[str, Any], task: str) -> LocalData | None:
     """The task's local files, or None when it reads the Hub (or its mirror)."""
-    data = config["tasks"][task].get("data")
-    return from_block(task, data) if data else None
+    return task_entry.entry_of(config, task).local_data(task)
 
 
 def split_file(config: dict[str, Any], task: str, split: str) -> Path | None:
@@ -83,15 +76,15 @@ def file_columns(path: Path, file_type: str) -> list[str]:
 
 def check_config(config: dict[str, Any]) -> None:
     """Every task's local files, before any job runs: each error names the key and the file."""
-    for task, cfg in config["tasks"].items():
+    for task, entry in task_entry.entries(config).items():
         if task not in task_catalogue.TASKS:  # read at call time: catalogues register tasks late
             continue  # grid_checks.check_config names it
-        if ("hub" in cfg) == ("data" in cfg):
+        if (entry.hub is None) == (entry.data is None):
             raise LocalDataError(
                 f"config key tasks.{task}: give hub (a Hub dataset) or data (local files), "
-                f"{'not both' if 'hub' in cfg else 'neither is given'}"
+                f"{'not both' if entry.hub else 'neither is given'}"
             )
-        found = spec(config, task)
+        found = entry.local_data(task)
         if not get_task(task).converter and (found is None or found.converter != BY_COLUMNS):
             raise LocalDataError(
                 f"config key tasks.{task}: task {task}'s entry {get_task(task).entry_file} names no converter, "
@@ -101,7 +94,7 @@ def check_config(config: dict[str, Any]) -> None:
         if found is not None:
             _check_splits(found)
             for split in found.files:
-                _check_file(found, split, list(cfg.get("languages", ["en"])))
+                _check_file(found, split, list(entry.languages_or(("en",))))
 
 
 def _check_splits(found: LocalData) -> None:

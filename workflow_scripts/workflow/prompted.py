@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.planning import memory_model
-from workflow_scripts.spec import paths
+from workflow_scripts.spec import paths, task_entry
 from workflow_scripts.spec.backbone_entry import entries, entry_of
 from workflow_scripts.spec.prompted import (
     LM_EVAL_LACKS,
@@ -74,7 +74,7 @@ def why_not(config: dict[str, Any], backbone: str) -> dict[str, str]:
 
 def languages(config: dict[str, Any], task: str) -> list[str]:
     """The task's configured languages lm-eval has a task file for (English first)."""
-    configured = config["tasks"][task].get("languages") or get_task(task).languages
+    configured = task_entry.entry_of(config, task).languages or get_task(task).languages
     found = [lang for lang in configured if lang in LM_EVAL_TASKS[task].languages]
     return sorted(found, key=lambda lang: (lang != "en", lang))
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workflow_scripts.spec import intermediate_entry, paths
+from workflow_scripts.spec import intermediate_entry, paths, task_entry
 from workflow_scripts.spec.backbone_entry import entry_of
 from workflow_scripts.spec.record import parsed_once
 from workflow_scripts.spec.report_settings import tables_of
@@ -61,7 +61,7 @@ def check(config: dict[str, Any]) -> None:
         )
     if text.split not in get_task(task).splits:
         raise ConfigError(f"config key retention.text.split: {task} has no {text.split!r} split")
-    configured = set(config["tasks"][task].get("languages") or ())
+    configured = set(task_entry.entry_of(config, task).languages_or(()))
     for i, lang in enumerate(options(config).languages or ()):
         if lang != "en" and lang not in configured:
             raise ConfigError(f"config key retention.languages[{i}]: {lang!r} is not a language of tasks.{task}")
@@ -155,7 +155,7 @@ def text_file(config: dict[str, Any]) -> str:
 def probe_languages(config: dict[str, Any]) -> list[str]:
     """English, then the probed languages (``retention.languages``, else the text task's)."""
     task = options(config).text.task
-    chosen = options(config).languages or config["tasks"][task].get("languages") or []
+    chosen = options(config).languages or task_entry.entry_of(config, task).languages_or(())
     return ["en", *sorted(set(chosen) - {"en"})]
 
 

@@ -39,7 +39,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from workflow_scripts.spec import paths
+from workflow_scripts.spec import paths, task_entry
 from workflow_scripts.spec.data_map import DataRef
 from workflow_scripts.spec.few_shot import SETTING_PREFIX as FEW_SHOT_PREFIX
 from workflow_scripts.spec.few_shot import recipe_name as few_shot_recipe
@@ -142,7 +142,7 @@ class _Resolver:
     def __init__(self, config: dict[str, Any], target: str, key: str) -> None:
         self.config, self.target, self.key = config, target, key
         self.task = get_task(target)
-        self.languages = list(config["tasks"][target]["languages"])
+        self.languages = list(task_entry.entry_of(config, target).languages_or(()))
 
     def fail(self, message: str) -> TransferError:
         return TransferError(f"config key {self.key}: {message}")
@@ -156,13 +156,13 @@ class _Resolver:
         train_from = self.task.train_from
         published = self.task.train_translations
         if published:
-            cfg = self.config["tasks"].get(published)
-            if cfg is None:
+            entry = task_entry.find(self.config, published)
+            if entry is None:
                 raise self.fail(
                     f"{self.target} in {lang!r} trains on the published translations of task "
                     f"{published!r}, which has no entry under 'tasks'"
                 )
-            if lang not in cfg.get("languages", []):
+            if lang not in entry.languages_or(()):
                 raise self.fail(
                     f"no published {self.target} training translation in {lang!r}: tasks.{published}.languages lacks it"
                 )
@@ -193,7 +193,8 @@ class _Resolver:
         if lang == "en":
             return DataRef(data_path(select, "dev"), ("en",), "english")
         select_task = get_task(select)
-        own_langs = self.config["tasks"].get(select, {}).get("languages", [])
+        own = task_entry.find(self.config, select)
+        own_langs = own.languages_or(()) if own is not None else ()
         if select_task.is_target and lang in own_langs and lang not in select_task.dev_missing:
             return DataRef(data_path(select, "dev"), (lang,), "human")
         if (
@@ -399,13 +400,13 @@ class _Planner:
         """Per language T of the target's few-shot pool, a model trained from the zero-shot
         one on N shots of T, selected on the English dev split machine-translated into T."""
         protocol = self.task.few_shot
-        pool_cfg = self.r.config["tasks"].get(protocol.task)
-        if pool_cfg is None:
+        pool = task_entry.find(self.r.config, protocol.task)
+        if pool is None:
             raise self.r.fail(
                 f"{self.target}'s shots are task {protocol.task!r}, which has no entry under 'tasks' "
                 f"(give it the release folder: tasks.{protocol.task}.options.path)"
             )
-        pool_langs = pool_cfg.get("languages") or list(get_task(protocol.task).languages)
+        pool_langs = pool.languages or get_task(protocol.task).languages
         if self.chosen is not None and (missing := [l for l in self.chosen if l not in pool_langs and l != "en"]):
             raise self.r.fail(f"{self.target} has no shots in {missing}: tasks.{protocol.task}.languages")
         others = [l for l in self.others if l in pool_langs]
@@ -431,13 +432,13 @@ class _Planner:
 
     def _published_test_translations(self, langs: list[str]) -> list[DataRef]:
         published = self.task.test_translations
-        cfg = self.r.config["tasks"].get(published)
-        if cfg is None:
+        entry = task_entry.find(self.r.config, published)
+        if entry is None:
             raise self.r.fail(
                 f"{self.target}'s translate-test data are the published translations of task {published!r}, "
                 f"which has no entry under 'tasks' (give it the release folder: tasks.{published}.options.path)"
             )
-        missing = [lang for lang in langs if lang not in cfg.get("languages", [])]
+        missing = [lang for lang in langs if lang not in entry.languages_or(())]
         if missing:
             raise self.r.fail(
                 f"no published translation of {self.target}'s test data from {missing}: tasks.{published}.languages"
@@ -468,7 +469,8 @@ def plans(config: dict[str, Any]) -> list[Plan]:
         "seeds": config["seeds"],
         "intermediate": dict.fromkeys(config["intermediate"]),
         "tasks": {
-            name: {"languages": cfg["languages"]} if "languages" in cfg else {} for name, cfg in config["tasks"].items()
+            name: {"languages": list(entry.languages)} if entry.languages is not None else {}
+            for name, entry in task_entry.entries(config).items()
         },
         "models": {key: dict.fromkeys(config["models"].get(key, {})) for key in ("translators", "translators_to_en")},
     }

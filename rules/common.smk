@@ -38,6 +38,7 @@ from workflow_scripts.spec.basics import canonical_json, repo_path
 from workflow_scripts.spec.data_map import data_map_json
 from workflow_scripts.spec.record import settings_json
 from workflow_scripts.spec.report_settings import tables_of
+from workflow_scripts.spec.source_entries import data_of, models_of
 from workflow_scripts.spec.run_identity import EvaluationIdentity, ProbeIdentity, PromptedIdentity, TrainingIdentity
 from workflow_scripts.spec import tasks as task_catalogue
 from workflow_scripts.spec import task_entry
@@ -247,19 +248,19 @@ def table_pages(decimals=None, **pages):
 
 def demo_text_inputs(wildcards):
     """The declared task data a demo model's vocabulary is learnt from; hub models need none."""
-    return grid.demo_pretraining_text(config) if config["models"]["source"] == "demo" else []
+    return grid.demo_pretraining_text(config) if models_of(config).demo else []
 
 
 def demo_encoder_corpora(wildcards):
     """The parallel corpora a demo backbone is pre-trained on; hub models need none."""
-    if config["models"]["source"] != "demo":
+    if not models_of(config).demo:
         return []
     return [repo_input(corpus) for corpus in grid.demo_encoder_corpora(config)]
 
 
 def demo_translator_corpus(wildcards):
     """The parallel corpus a demo translator is trained on; hub models need none."""
-    return [repo_input(grid.demo_corpus(config, wildcards.lang))] if config["models"]["source"] == "demo" else []
+    return [repo_input(grid.demo_corpus(config, wildcards.lang))] if models_of(config).demo else []
 
 
 def repo_input(path):
@@ -303,8 +304,8 @@ def local_source_files(wildcards):
         return sorted(found)
     if "path" in options:
         source_dir = options["path"]
-    elif config["data"]["source"] == "local":
-        source_dir = os.path.join(config["data"]["local_root"], task.hub.path)
+    elif data_of(config).mirror is not None:
+        source_dir = os.path.join(data_of(config).mirror, task.hub.path)
     else:
         return sorted(found)
     if not os.path.isabs(source_dir):
@@ -340,7 +341,7 @@ def _demo_vision_source():
 
 
 def vision_encoder_inputs(wildcards):
-    if config["models"]["source"] != "demo" or not grid.visual_tasks(config):
+    if not models_of(config).demo or not grid.visual_tasks(config):
         return {}
     images, rows = _demo_vision_source()
     return {"captions": workdir_relative(rows), "manifest": workdir_relative(os.path.join(images, "SHA256SUMS"))}

@@ -43,6 +43,7 @@ from workflow_scripts.spec import paths, task_entry
 from workflow_scripts.spec.backbone_entry import entry_of
 from workflow_scripts.spec.basics import REPO_ROOT, InputError, repo_path
 from workflow_scripts.spec.method import MethodSettings
+from workflow_scripts.spec.source_entries import data_of, models_of
 from workflow_scripts.workflow import backbone_grid, config_check, config_layers, grid, hub_sources, sweep
 
 OK, WARNING, BLOCKER, SKIPPED = "ok", "warning", "blocker", "skipped"
@@ -158,10 +159,10 @@ def check_local_data(config: dict[str, Any]) -> list[Finding]:
             local = _local(str(entry.options[option]))
             if local is not None:
                 folder(f"tasks.{task}.options.{option}", local, "download the release there, or give its URL")
-        elif config["data"]["source"] == "local" and entry.hub is not None:
+        elif (mirror := data_of(config).mirror) is not None and entry.hub is not None:
             folder(
                 f"tasks.{task}.hub.path",
-                repo_path(config["data"]["local_root"]) / entry.hub.path,
+                repo_path(mirror) / entry.hub.path,
                 "lay the task's rows out as <local_root>/<hub path>/<config>/<split>.jsonl",
             )
     for task in grid.visual_tasks(config):
@@ -188,8 +189,9 @@ def check_local_data(config: dict[str, Any]) -> list[Finding]:
                 "" if sums.is_file() else f"cd {images} && sha256sum *.jpg > SHA256SUMS",
             )
         )
-    if config["models"]["source"] == "demo":
-        folder("models.demo_corpora", repo_path(config["models"]["demo_corpora"]), "the demo's parallel corpora")
+    models = models_of(config)
+    if models.demo:
+        folder("models.demo_corpora", repo_path(models.demo_corpora), "the demo's parallel corpora")
     return findings
 
 

@@ -32,6 +32,7 @@ NULLABLE = "nullable"  # ... a key whose null means "the default" (the config ma
 
 def key(
     default: Any = dataclasses.MISSING,
+    /,
     *,
     description: str | None = None,
     items: dict[str, Any] | None = None,
@@ -44,7 +45,8 @@ def key(
     has none; a record class as ``factory``: a nested block whose defaults fill it), or, for
     a field the record requires, the default the schema fills into the config (``fill``),
     whether the config may write null for the default (``nullable``, with a None default), its
-    description and the bounds of its value (JSON-schema keywords, e.g. ``minimum=1``)."""
+    description and the bounds of its value (JSON-schema keywords, e.g. ``minimum=1``; with
+    ``$ref``, a block the YAML declares, its schema ``default`` too)."""
     extra = dict(schema)
     if description:
         extra["description"] = " ".join(description.split())
@@ -117,6 +119,8 @@ def _of_type(hint: Any) -> dict[str, Any]:
         return block(hint)
     if origin is tuple:
         return {"type": "array", "items": _of_type(args[0])}
+    if origin is dict and len(args) == 2 and isinstance(args[1], type) and issubclass(args[1], Record):
+        return {"type": "object", "additionalProperties": block(args[1])}  # name -> a block of that record
     if origin is dict or hint is dict:
         return {"type": "object"}
     if hint is Any:

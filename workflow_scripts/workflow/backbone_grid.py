@@ -25,6 +25,7 @@ from workflow_scripts.spec.families import facts as family_facts
 from workflow_scripts.spec.method import MethodSettings
 from workflow_scripts.spec.model_settings import BackbonePrepare, BackboneProvenance
 from workflow_scripts.spec.report_settings import tables_of
+from workflow_scripts.spec.source_entries import models_of
 from workflow_scripts.spec.suggest import did_you_mean
 from workflow_scripts.spec.tasks import TASKS, get_task
 from workflow_scripts.workflow import transfer
@@ -139,7 +140,7 @@ def method_settings(config: dict[str, Any], backbone: str, adapters: bool = Fals
 
 def _prepare_fields(config: dict[str, Any], backbone: str) -> dict[str, Any]:
     entry = entry_of(config, backbone)
-    if config["models"]["source"] == "hub":
+    if not models_of(config).demo:
         return {"source": "hub", "family": entry.family, "hub_id": entry.hub_id, "revision": entry.revision}
     return {"source": "demo", "family": entry.family, "demo": entry.demo or {}}
 
@@ -167,10 +168,10 @@ def provenance(config: dict[str, Any], backbone: str) -> BackboneProvenance:
     or a demo model), its family, and how it trains (method_settings: method, precision, the
     LoRA settings of an adapter method). The evaluation adds what the prepared directory
     says: the commit a Hub revision resolved to, or the demo model's weights digest."""
-    entry = entry_of(config, backbone)
-    hub = {"hub_id": entry.hub_id, "revision": entry.revision} if config["models"]["source"] == "hub" else {}
+    entry, source = entry_of(config, backbone), models_of(config).source
+    hub = {"hub_id": entry.hub_id, "revision": entry.revision} if source == "hub" else {}
     return BackboneProvenance.of_method(
-        method_settings(config, backbone), name=backbone, family=entry.family, source=config["models"]["source"], **hub
+        method_settings(config, backbone), name=backbone, family=entry.family, source=source, **hub
     )
 
 
@@ -217,7 +218,7 @@ def check(config: dict[str, Any]) -> None:
 
 def _check_source(config: dict[str, Any], key: str, entry: BackboneEntry) -> None:
     """A Hub id and revision in hub mode, a family the demo builds in demo mode."""
-    if config["models"]["source"] == "hub":
+    if not models_of(config).demo:
         for field in ("hub_id", "revision"):
             if not getattr(entry, field):
                 raise BackboneError(f"config key {key}.{field}: required when models.source is hub")

@@ -12,6 +12,7 @@ from typing import Any
 
 from workflow_scripts.spec import benchmark, few_shot, intermediate_entry, paths, task_entry
 from workflow_scripts.spec.data_map import DataMap, TaskFiles
+from workflow_scripts.spec.source_entries import data_of, models_of
 from workflow_scripts.spec.tasks import (
     PROVIDED_TRANSLATIONS,
     TASKS,
@@ -228,8 +229,9 @@ def image_dir(config: dict[str, Any], task: str) -> str:
     entry = task_entry.entry_of(config, task)
     if entry.images is not None:
         return entry.images
-    if config["data"]["source"] == "local" and entry.hub is not None:
-        return f"{config['data']['local_root'].rstrip('/')}/{entry.hub.path}/images"
+    mirror = data_of(config).mirror
+    if mirror is not None and entry.hub is not None:
+        return f"{mirror.rstrip('/')}/{entry.hub.path}/images"
     raise ConfigError(
         f"config key tasks.{task}.images: the directory of {task}'s images is needed with data "
         "from the Hub (SNLI-VE: Flickr30k's flickr30k-images, distributed on request)"
@@ -287,18 +289,18 @@ def grid_tasks(config: dict[str, Any]) -> list[str]:
 def demo_pretraining_text(config: dict[str, Any]) -> list[str]:
     """The task data files the demo's vocabularies are learnt from (models.demo_pretraining.text):
     declared, not derived from the grid, so a task added to the grid retrains no demo model."""
-    declared = config["models"]["demo_pretraining"]["text"]
+    declared = models_of(config).pretraining.text
     return sorted(data_path(task, split) for task, splits in declared.items() for split in splits)
 
 
 def demo_corpus(config: dict[str, Any], lang: str) -> str:
     """The demo's parallel corpus between English and ``lang``."""
-    return f"{config['models']['demo_corpora'].rstrip('/')}/en-{lang}.jsonl"
+    return f"{models_of(config).demo_corpora.rstrip('/')}/en-{lang}.jsonl"
 
 
 def demo_encoder_corpora(config: dict[str, Any]) -> list[str]:
     """The parallel corpora the demo backbones are pre-trained on (models.demo_pretraining.languages)."""
-    return [demo_corpus(config, lang) for lang in sorted(config["models"]["demo_pretraining"]["languages"])]
+    return [demo_corpus(config, lang) for lang in sorted(models_of(config).pretraining.languages)]
 
 
 def translation_jobs(config: dict[str, Any]) -> list[tuple[str, str, str]]:

@@ -15,6 +15,7 @@ from workflow_scripts.spec.few_shot import SETTING_PREFIX as FEW_SHOT_PREFIX
 from workflow_scripts.spec.few_shot import shots_of
 from workflow_scripts.spec.report_settings import tables_of
 from workflow_scripts.spec.schema import error_hint
+from workflow_scripts.spec.source_entries import data_of, models_of
 from workflow_scripts.spec.suggest import did_you_mean
 from workflow_scripts.spec.tasks import (
     MLM,
@@ -56,7 +57,7 @@ def check_config(config: dict[str, Any]) -> None:
     problem raises ConfigError naming its config key."""
     _check_benchmark_name(config)
     _check_task_entries(config)
-    if config["models"]["source"] == "demo":
+    if models_of(config).demo:
         _check_demo_pretraining(config)
     check_languages(config)
     baselines = _check_intermediate_configs(config)
@@ -66,7 +67,7 @@ def check_config(config: dict[str, Any]) -> None:
         _check_target(config, target, f"targets[{i}]")
     _check_translation_datasets(config)
     _check_tables_baseline(config, baselines)
-    if "en" in config["models"].get("translators_to_en", {}):
+    if "en" in models_of(config).translators_to_en:
         raise ConfigError("config key models.translators_to_en.en: English needs no translation into English")
     for rule in ("train_intermediate", "train_target"):
         try:
@@ -151,7 +152,7 @@ def _check_translated_config(config: dict[str, Any], name: str, tasks: tuple[str
                     f"config key tasks.{provided}.languages: lacks {lang!r} needed by intermediate.{name}"
                 )
             continue
-        if lang not in config["models"].get("translators", {}):
+        if lang not in models_of(config).translators:
             raise ConfigError(
                 f"config key intermediate.{name}.language: no translator for {lang!r} under models.translators"
             )
@@ -205,7 +206,7 @@ def _check_translation_datasets(config: dict[str, Any]) -> None:
                 f"config key translation.datasets.{task}: {get_task(task).format} data cannot be machine-translated"
             )
         for lang in langs:
-            if lang not in config["models"].get("translators", {}):
+            if lang not in models_of(config).translators:
                 raise ConfigError(
                     f"config key translation.datasets.{task}: no translator for {lang!r} under models.translators"
                 )
@@ -242,13 +243,13 @@ def check_visual_target(config: dict[str, Any], target: str, key: str) -> None:
 
 
 def _check_demo_pretraining(config: dict[str, Any]) -> None:
-    declared = config["models"].get("demo_pretraining")
-    if not declared:
+    declared = models_of(config).demo_pretraining
+    if declared is None:
         raise ConfigError(
             "config key models.demo_pretraining: models.source demo needs the text and languages its"
             " models are pre-trained on (e.g. {text: {mnli: [train]}, languages: [de]})"
         )
-    for task, splits in declared["text"].items():
+    for task, splits in declared.text.items():
         key = f"models.demo_pretraining.text.{task}"
         if task not in TASKS:
             raise ConfigError(
@@ -262,8 +263,8 @@ def _check_demo_pretraining(config: dict[str, Any]) -> None:
                 f"config key {key}: {task} has no split {', '.join(map(repr, unknown))};"
                 f" its splits: {', '.join(TASKS[task].splits)}"
             )
-    corpora = repo_path(config["models"]["demo_corpora"])
-    for lang in declared["languages"]:
+    corpora = repo_path(models_of(config).demo_corpora)
+    for lang in declared.languages:
         if not (corpora / f"en-{lang}.jsonl").is_file():
             raise ConfigError(
                 f"config key models.demo_pretraining.languages: no parallel corpus for {lang!r}"
@@ -301,7 +302,7 @@ def task_languages(config: dict[str, Any], task: str) -> tuple[str, ...]:
         known = set(LANGUAGES)
     else:
         return ("en",)
-    if config["data"]["source"] == "local":
+    if data_of(config).mirror is not None:
         known |= set(DEMO_LANGUAGES)
     return tuple(sorted(known))
 
@@ -326,8 +327,9 @@ def check_languages(config: dict[str, Any]) -> None:
     for name, inter in intermediate_entry.entries(config).items():
         if inter.language is not None:
             check(f"intermediate.{name}.language", inter.language, LANGUAGES)
-    for group in ("translators", "translators_to_en"):
-        for lang in config["models"].get(group, {}):
+    models = models_of(config)
+    for group, translators in (("translators", models.translators), ("translators_to_en", models.translators_to_en)):
+        for lang in translators:
             check(f"models.{group}.{lang}", lang, LANGUAGES)
     for task, langs in config.get("translation", {}).get("datasets", {}).items():
         for i, lang in enumerate(langs):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from workflow_scripts.spec import benchmark, few_shot, intermediate_entry, report_settings, task_entry
+from workflow_scripts.spec import benchmark, few_shot, intermediate_entry, report_settings, source_entries, task_entry
 from workflow_scripts.spec.data_map import DataMap
 from workflow_scripts.spec.data_settings import DataOptions, DataSettings, LeakageSettings, unread_options
 from workflow_scripts.spec.evaluation_settings import EvaluationSettings
@@ -65,24 +65,24 @@ def data_settings(config: dict[str, Any], task: str, split: str) -> DataSettings
     own = entry.local_data(task)
     if own is not None:  # the task's own files, whatever data.source says for the others
         return DataSettings.parse({**settings, "source": LOCAL_FILES, "data": own.settings(split)}, f"tasks.{task}")
-    source = config["data"]["source"]
-    root = config["data"]["local_root"] if source == "local" else None
+    data = source_entries.data_of(config)
+    source, root = data.source, data.mirror
     hub = entry.hub.to_dict() if entry.hub else None
     return DataSettings.parse({**settings, "source": source, "hub": hub, "local_root": root}, f"tasks.{task}")
 
 
 def translator_settings(config: dict[str, Any], lang: str, to_english: bool = False) -> TranslatorPrepare:
     """The OPUS-MT model en -> lang (or lang -> en for translate-test)."""
-    models = config["models"]
+    models = source_entries.models_of(config)
     group = "translators_to_en" if to_english else "translators"
-    if models["source"] == "hub":
-        mt = models[group][lang]
+    if not models.demo:
+        mt = (models.translators_to_en if to_english else models.translators)[lang]
         return TranslatorPrepare.parse(
-            {"source": "hub", "hub_id": mt["hub_id"], "revision": mt["revision"]}, f"models.{group}.{lang}"
+            {"source": "hub", "hub_id": mt.hub_id, "revision": mt.revision}, f"models.{group}.{lang}"
         )
     demo = {
         "source": "demo",
-        "demo": models.get("translator_demo", {}),
+        "demo": models.translator_demo.to_dict(),
         "direction": f"{lang}-en" if to_english else None,
     }
     return TranslatorPrepare.parse(demo, "models.translator_demo")
@@ -98,7 +98,8 @@ def translation_settings(
     # precision only for the engine that reads it, so that it reruns nothing else
     unread = (*UNREAD_KEYS, *(("precision",) if config["translation"].get("backend") != "transformers" else ()))
     settings = {k: v for k, v in config["translation"].items() if k not in unread}
-    token = config["models"]["translators"].get(lang, {}).get("target_token") if lang else None
+    translator = source_entries.models_of(config).translators.get(lang) if lang else None
+    token = translator.target_token if translator else None
     if token:
         settings["target_token"] = token
     return TranslationSettings.parse({"task": task, **settings} if task else settings, "translation")
@@ -343,7 +344,7 @@ def leakage_settings(config: dict[str, Any]) -> LeakageSettings:
 def vision_settings(config: dict[str, Any]) -> VisionPrepare:
     """What builds or fetches the vision encoder (a change rebuilds it and re-embeds)."""
     vision = config.get("vision", {})
-    if config["models"]["source"] == "demo":
+    if source_entries.models_of(config).demo:
         demo = vision.get("demo", {})
         return VisionPrepare.parse({"source": "demo", "demo": demo, "seed": demo.get("seed", 0)}, "vision")
     hub = {

@@ -14,6 +14,7 @@ from typing import Any
 from workflow_scripts.revisions import HubRepo
 from workflow_scripts.spec import task_entry
 from workflow_scripts.spec.backbone_entry import entry_of
+from workflow_scripts.spec.source_entries import data_of, models_of
 from workflow_scripts.spec.tasks import get_task
 from workflow_scripts.workflow import backbone_grid, grid, grid_settings, transfer
 
@@ -35,8 +36,8 @@ def read_tasks(config: dict[str, Any]) -> list[str]:
             }
     if grid.uses_mlm(config):
         found.add("mlm")
-    if config["models"]["source"] == "demo":
-        found |= set(config["models"]["demo_pretraining"]["text"])
+    if models_of(config).demo:
+        found |= set(models_of(config).pretraining.text)
     return sorted(found)
 
 
@@ -47,7 +48,7 @@ def release_set(config: dict[str, Any], task: str) -> str | None:
 
 
 def dataset_repos(config: dict[str, Any]) -> list[HubRepo]:
-    if config["data"]["source"] != "hub":
+    if data_of(config).source != "hub":
         return []
     repos = []
     for task in read_tasks(config):
@@ -71,7 +72,8 @@ def dataset_repos(config: dict[str, Any]) -> list[HubRepo]:
 
 
 def model_repos(config: dict[str, Any]) -> list[HubRepo]:
-    if config["models"]["source"] != "hub":
+    models = models_of(config)
+    if models.demo:
         return []
     repos = []
     for name in backbone_grid.names(config):
@@ -79,10 +81,13 @@ def model_repos(config: dict[str, Any]) -> list[HubRepo]:
         repos.append(HubRepo("model", str(entry.hub_id), str(entry.revision), f"backbones.{name}"))
     into = sorted({lang for _, lang, _ in grid.translation_jobs(config)})
     out_of = sorted({lang for _, lang in transfer.test_translations(config)})
-    for group, langs in (("translators", into), ("translators_to_en", out_of)):
+    for group, translators, langs in (
+        ("translators", models.translators, into),
+        ("translators_to_en", models.translators_to_en, out_of),
+    ):
         for lang in langs:
-            entry = config["models"][group][lang]
-            repos.append(HubRepo("model", entry["hub_id"], entry["revision"], f"models.{group}.{lang}"))
+            mt = translators[lang]
+            repos.append(HubRepo("model", mt.hub_id, mt.revision, f"models.{group}.{lang}"))
     if grid.visual_tasks(config):
         vision = grid_settings.vision_settings(config)
         repos.append(HubRepo("model", vision.hub_id, vision.revision, "vision"))
@@ -96,7 +101,7 @@ def config_repos(config: dict[str, Any]) -> list[HubRepo]:
 
 def check_releases(config: dict[str, Any]) -> None:
     """With data from the Hub, a task the Hub holds no faithful copy of names its release."""
-    if config["data"]["source"] != "hub":
+    if data_of(config).source != "hub":
         return
     for task in read_tasks(config):
         entry = get_task(task)

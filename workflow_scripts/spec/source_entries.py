@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from workflow_scripts.spec.basics import InputError
-from workflow_scripts.spec.model_settings import DemoTranslator
 from workflow_scripts.spec.record import Record, parsed_once
 from workflow_scripts.spec.schema_block import key
 
@@ -100,9 +99,8 @@ class ModelsEntry(Record):
         description="OPUS-MT model per language into English, for the translate_test setting.",
         propertyNames={"pattern": LANGUAGE_CODE},
     )
-    translator_demo: DemoTranslator = key(
-        factory=DemoTranslator.defaults, **{"$ref": "#/$defs/demo_translator", "default": {}}
-    )
+    # as the config gives it; the translator's job settings parse it (TranslatorPrepare.demo)
+    translator_demo: dict[str, Any] = key(factory=dict, **{"$ref": "#/$defs/demo_translator", "default": {}})
     demo_corpora: str = key(
         "demo/parallel",
         description="""Directory of the parallel corpora <en>-<lang>.jsonl (OPUS-100 rows) on which demo

@@ -82,7 +82,7 @@ def translator_settings(config: dict[str, Any], lang: str, to_english: bool = Fa
         )
     demo = {
         "source": "demo",
-        "demo": models.translator_demo.to_dict(),
+        "demo": models.translator_demo,
         "direction": f"{lang}-en" if to_english else None,
     }
     return TranslatorPrepare.parse(demo, "models.translator_demo")

@@ -39,6 +39,7 @@ from workflow_scripts.spec.data_map import data_map_json
 from workflow_scripts.spec.record import settings_json
 from workflow_scripts.spec.report_settings import tables_of
 from workflow_scripts.spec.source_entries import data_of, models_of
+from workflow_scripts.spec.translation_settings import translation_of
 from workflow_scripts.spec.run_identity import EvaluationIdentity, ProbeIdentity, PromptedIdentity, TrainingIdentity
 from workflow_scripts.spec import tasks as task_catalogue
 from workflow_scripts.spec import task_entry
@@ -276,7 +277,7 @@ def translator_inputs(translator):
 
     def inputs(wildcards):
         found = {"model": f"{RESULTS}/models/{translator}/{wildcards.lang}"}
-        if config["translation"]["backend"] == "ctranslate2":
+        if translation_of(config).backend == "ctranslate2":
             found["converted"] = f"{RESULTS}/models/ctranslate2/{translator}/{wildcards.lang}"
         return found
 

@@ -24,7 +24,7 @@ rule translate_task_data:
         # Speed only: a resource, so changing it reruns nothing (the cache key leaves it out too).
         mem_mb=res("translate_task_data", "mem_mb"),
         runtime=job_runtime("translate_task_data"),
-        translation_batch_size=config["translation"]["batch_size"],
+        translation_batch_size=translation_of(config).batch_size,
     conda:
         "../envs/training.yaml"
     shell:
@@ -57,7 +57,7 @@ rule translate_test_data:
         **gpu_resources("translate_test_data"),
         mem_mb=res("translate_test_data", "mem_mb"),
         runtime=job_runtime("translate_test_data"),
-        translation_batch_size=config["translation"]["batch_size"],
+        translation_batch_size=translation_of(config).batch_size,
     conda:
         "../envs/training.yaml"
     shell:
@@ -91,7 +91,7 @@ rule score_translation_quality:
         # Speed only: a resource, so changing it reruns nothing (the cache key leaves it out too).
         mem_mb=res("translate_task_data", "mem_mb"),
         runtime=job_runtime("score_translation_quality"),
-        translation_batch_size=config["translation"]["batch_size"],
+        translation_batch_size=translation_of(config).batch_size,
     conda:
         "../envs/training.yaml"
     shell:
@@ -124,7 +124,7 @@ rule score_translation_quality_to_english:
         **gpu_resources("translate_test_data"),
         mem_mb=res("translate_test_data", "mem_mb"),
         runtime=job_runtime("score_translation_quality_to_english"),
-        translation_batch_size=config["translation"]["batch_size"],
+        translation_batch_size=translation_of(config).batch_size,
     conda:
         "../envs/training.yaml"
     shell:

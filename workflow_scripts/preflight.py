@@ -44,6 +44,7 @@ from workflow_scripts.spec.backbone_entry import entry_of
 from workflow_scripts.spec.basics import REPO_ROOT, InputError, repo_path
 from workflow_scripts.spec.method import MethodSettings
 from workflow_scripts.spec.source_entries import data_of, models_of
+from workflow_scripts.spec.translation_settings import translation_of
 from workflow_scripts.workflow import backbone_grid, config_check, config_layers, grid, hub_sources, sweep
 
 OK, WARNING, BLOCKER, SKIPPED = "ok", "warning", "blocker", "skipped"
@@ -506,7 +507,7 @@ def check_translation(config: dict[str, Any]) -> list[Finding]:
     from workflow_scripts.translation.translators import CUBLAS_12_PACKAGE, ensure_cublas12
     from workflow_scripts.workflow import transfer
 
-    backend = config["translation"].get("backend", "ctranslate2")
+    backend = translation_of(config).backend
     translates = bool(grid.translation_jobs(config) or transfer.test_translations(config))
     if not translates:
         return [Finding("translation", "ctranslate2", SKIPPED, "the grid translates nothing")]

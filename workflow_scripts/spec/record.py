@@ -121,12 +121,14 @@ class Record:
 _PARSED: dict[tuple[type, int], tuple[Any, Any]] = {}
 
 
-def parsed_once(record: type[R], data: Mapping[str, Any], where: str) -> R:
-    """``record.parse(data, where)``, once per config mapping (again when it has changed)."""
+def parsed_once(record: type[R], data: Mapping[str, Any], where: str, defaults: Mapping[str, Any] | None = None) -> R:
+    """``record.parse(data, where)``, once per config mapping (again when it has changed);
+    ``defaults`` fill the keys ``data`` leaves out, as the config schema fills them into a
+    config it validates (a config nobody validated then reads the same)."""
     found = _PARSED.get((record, id(data)))
     if found is not None and found[0] == data:
         return found[1]
-    result = record.parse(data, where)
+    result = record.parse({**(defaults or {}), **data}, where)
     _PARSED[(record, id(data))] = (copy.deepcopy(data), result)
     return result
 

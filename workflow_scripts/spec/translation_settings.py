@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Literal
 
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.method import PrecisionName
-from workflow_scripts.spec.record import Record, optional
+from workflow_scripts.spec.record import Record, optional, parsed_once
 from workflow_scripts.spec.schema_block import filled, key
 
 # Not part of a job's settings: jobs, and speed (see the module docstring).
@@ -81,6 +81,11 @@ class TranslationEntry(_Decoding):
         additionalProperties={"type": "array", "items": {"type": "string", "pattern": "^[a-z]{2,3}$"}},
         description="Extra (task -> languages) translations to build and measure, beyond those the translated configs train on.",
     )
+
+
+def translation_of(config: dict[str, Any]) -> TranslationEntry:
+    """The ``translation`` block's record, parsed once."""
+    return parsed_once(TranslationEntry, config.get("translation") or {}, "translation", filled(TranslationEntry))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -18,6 +18,7 @@ from workflow_scripts.spec.tasks import (
     TASKS,
     get_task,
 )
+from workflow_scripts.spec.translation_settings import translation_of
 from workflow_scripts.workflow import (
     arm_recipes,
     backbone_grid,
@@ -314,7 +315,7 @@ def translation_jobs(config: dict[str, Any]) -> list[tuple[str, str, str]]:
         for task in inter.tasks
         if task not in PROVIDED_TRANSLATIONS
     }
-    pairs |= {(task, lang) for task, langs in config["translation"].get("datasets", {}).items() for lang in langs}
+    pairs |= {(task, lang) for task, langs in translation_of(config).datasets.items() for lang in langs}
     jobs = {(task, lang, split) for task, lang in pairs for split in ("train", "dev")}
     jobs |= set(transfer.pipeline_translations(config))
     return sorted(jobs)

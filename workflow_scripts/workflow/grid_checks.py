@@ -25,6 +25,7 @@ from workflow_scripts.spec.tasks import (
     get_task,
 )
 from workflow_scripts.spec.transfer_names import PER_LANGUAGE, SETTINGS, SOURCE_PREFIX, source_language
+from workflow_scripts.spec.translation_settings import translation_of
 from workflow_scripts.workflow import backbone_grid, transfer
 from workflow_scripts.workflow.grid import (
     DEMO_LANGUAGES,
@@ -199,7 +200,7 @@ def _check_target(config: dict[str, Any], target: str, key: str) -> None:
 
 
 def _check_translation_datasets(config: dict[str, Any]) -> None:
-    for task, langs in config.get("translation", {}).get("datasets", {}).items():
+    for task, langs in translation_of(config).datasets.items():
         _need_task(config, task, f"translation.datasets.{task}")
         if get_task(task).format not in TRANSLATABLE_FORMATS:
             raise ConfigError(
@@ -331,7 +332,7 @@ def check_languages(config: dict[str, Any]) -> None:
     for group, translators in (("translators", models.translators), ("translators_to_en", models.translators_to_en)):
         for lang in translators:
             check(f"models.{group}.{lang}", lang, LANGUAGES)
-    for task, langs in config.get("translation", {}).get("datasets", {}).items():
+    for task, langs in translation_of(config).datasets.items():
         for i, lang in enumerate(langs):
             check(f"translation.datasets.{task}[{i}]", lang, LANGUAGES)
     for setting in transfer.configured(config):

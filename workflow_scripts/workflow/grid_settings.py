@@ -23,7 +23,7 @@ from workflow_scripts.spec.tasks import (
     CONTROLS,
     get_task,
 )
-from workflow_scripts.spec.translation_settings import UNREAD_KEYS, TranslationSettings
+from workflow_scripts.spec.translation_settings import UNREAD_KEYS, TranslationSettings, translation_of
 from workflow_scripts.workflow import (
     arm_recipes,
     backbone_grid,
@@ -96,8 +96,9 @@ def translation_settings(
     the batch size, which changes only speed (a resource of the rule, so editing it reruns
     nothing)."""
     # precision only for the engine that reads it, so that it reruns nothing else
-    unread = (*UNREAD_KEYS, *(("precision",) if config["translation"].get("backend") != "transformers" else ()))
-    settings = {k: v for k, v in config["translation"].items() if k not in unread}
+    entry = translation_of(config)
+    unread = (*UNREAD_KEYS, *(("precision",) if entry.backend != "transformers" else ()))
+    settings = {k: v for k, v in entry.to_dict().items() if k not in unread}
     translator = source_entries.models_of(config).translators.get(lang) if lang else None
     token = translator.target_token if translator else None
     if token:

@@ -27,6 +27,7 @@ from workflow_scripts.spec.retention_settings import (
     RetentionProbeSettings,
     RetentionTableSettings,
 )
+from workflow_scripts.spec.schema_block import filled
 from workflow_scripts.spec.tasks import TASKS, get_task
 from workflow_scripts.spec.transfer_names import ZERO_SHOT
 from workflow_scripts.workflow import backbone_grid, grid, grid_settings, transfer
@@ -35,7 +36,7 @@ from workflow_scripts.workflow.grid import ConfigError
 
 def options(config: dict[str, Any]) -> RetentionEntry:
     """The config's ``retention`` block, parsed once."""
-    return parsed_once(RetentionEntry, config.get("retention") or {}, "retention")
+    return parsed_once(RetentionEntry, config.get("retention") or {}, "retention", filled(RetentionEntry))
 
 
 def enabled(config: dict[str, Any]) -> bool:

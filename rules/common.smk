@@ -38,7 +38,7 @@ from workflow_scripts.spec.basics import canonical_json, repo_path
 from workflow_scripts.spec.data_map import data_map_json
 from workflow_scripts.spec.record import settings_json
 from workflow_scripts.spec.report_settings import tables_of
-from workflow_scripts.spec.source_entries import data_of, models_of
+from workflow_scripts.spec.source_entries import data_of, models_of, vision_of
 from workflow_scripts.spec.translation_settings import translation_of
 from workflow_scripts.spec.run_identity import EvaluationIdentity, ProbeIdentity, PromptedIdentity, TrainingIdentity
 from workflow_scripts.spec import tasks as task_catalogue
@@ -335,7 +335,7 @@ def embed_inputs(wildcards):
 def _demo_vision_source():
     """The demo vision encoder's (image directory, caption rows): its pre-training pairs
     (vision.demo.captions; by default the demo's SNLI-VE training scenes and captions)."""
-    captions = config["vision"]["demo"]["captions"]
+    captions = vision_of(config).demo["captions"]
     return tuple(
         p if os.path.isabs(p) else os.path.join(workflow.basedir, p) for p in (captions["images"], captions["rows"])
     )

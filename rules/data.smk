@@ -39,9 +39,9 @@ rule embed_images:
         f"{RESULTS}/benchmarks/embed_images/{{task}}.tsv"
     params:
         images=lambda wildcards: grid.image_dir(config, wildcards.task),
-        kind=config["vision"]["features"],
-        cache=config["vision"]["cache"],
-        batch_size=config["vision"]["batch_size"],
+        kind=vision_of(config).features,
+        cache=vision_of(config).cache,
+        batch_size=vision_of(config).batch_size,
         code=module_digest("multimodal.embed"),
         # the catalogue entries and converters of the tasks this job reads, and no other
         tasks=job_tasks(lambda w: [w.task]),

@@ -56,3 +56,14 @@ def test_a_translators_record_reaches_its_jobs_settings():
     into = grid_settings.translator_settings(config, "ar")
     assert (into.hub_id, into.revision) == ("Helsinki-NLP/opus-mt-en-ar", "main")
     assert grid_settings.translator_settings(config, "ar", to_english=True).revision == "abc"
+
+
+def test_the_vision_block_gives_the_memory_plan_its_tokens_and_names_a_bad_key():
+    from workflow_scripts.planning import memory_plan
+
+    hub = {"models": {"source": "hub"}}
+    assert memory_plan.visual_tokens({**hub, "vision": {"hub_id": "google/siglip-base-patch16-224"}}) == 196
+    assert memory_plan.visual_tokens(hub) == (224 // 32) ** 2 + 1  # the default tower: CLIP ViT-B/32
+    assert memory_plan.visual_tokens({**hub, "vision": {"features": "pooled"}}) == 1
+    with pytest.raises(memory_plan.PlanError, match=r"vision\.visual_tokens: 0 must be at least 1"):
+        memory_plan.visual_tokens({**hub, "vision": {"visual_tokens": 0}})

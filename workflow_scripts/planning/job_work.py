@@ -26,7 +26,7 @@ from workflow_scripts.spec.data_map import DataMap, DataRef
 from workflow_scripts.spec.formats import get_format, head_kind
 from workflow_scripts.spec.phase_settings import PhaseSettings
 from workflow_scripts.spec.phase_steps import accumulation_steps, steps_for_sizes, task_probabilities
-from workflow_scripts.spec.schema import default
+from workflow_scripts.spec.source_entries import vision_of
 from workflow_scripts.spec.tasks import MLM, TASKS, get_task
 
 # Translators the cost model can size, by Hub id prefix (the first that matches): OPUS-MT's
@@ -241,7 +241,7 @@ def retention_tokens(settings) -> list[Tokens]:
 def embedding_job(config: Mapping[str, Any], task: str) -> tuple[Shape, list[Tokens]] | None:
     """The vision tower over a task's images (every row counted as one image per image slot:
     an upper bound where rows share images)."""
-    hub_id = (config.get("vision") or {}).get("hub_id", default("vision", "hub_id"))
+    hub_id = vision_of(config).hub_id
     if hub_id not in VISION_TOWERS or config["models"]["source"] == "demo":
         return None
     layers, width = VISION_TOWERS[hub_id]

@@ -49,6 +49,7 @@ from workflow_scripts.spec.model_settings import DemoVision
 from workflow_scripts.spec.record import parsed_once
 from workflow_scripts.spec.schema import default
 from workflow_scripts.spec.schema_block import filled
+from workflow_scripts.spec.source_entries import vision_of
 from workflow_scripts.spec.task_entry import TaskEntry
 from workflow_scripts.spec.tasks import (
     CLASSIFICATION,
@@ -177,15 +178,18 @@ def phase_jobs(config: Mapping[str, Any], phase: str) -> list[tuple[str, ...]]:
 
 def visual_tokens(config: Mapping[str, Any]) -> int:
     """Tokens one image adds to a text's sequence in the backbone (multimodal/prefix.py)."""
-    vision = config.get("vision") or {}
-    if vision.get("visual_tokens"):
-        return int(vision["visual_tokens"])
-    if vision.get("features", "patches") == "pooled":
+    try:
+        vision = vision_of(config)
+    except InputError as err:  # the planner's CLI reads configs the schema has not checked
+        raise PlanError(f"config key {err}") from None
+    if vision.visual_tokens:
+        return vision.visual_tokens
+    if vision.features == "pooled":
         return 1
     if (config.get("models") or {}).get("source") == "demo":
-        demo = {**filled(DemoVision), **(vision.get("demo") or {})}  # the tower's defaults, then the config's
+        demo = {**filled(DemoVision), **vision.demo}  # the tower's defaults, then the config's
         return (int(demo["image_size"]) // int(demo["patch_size"])) ** 2 + 1
-    hub_id = vision.get("hub_id", default("vision", "hub_id"))
+    hub_id = vision.hub_id
     found = re.search(r"patch(\d+)(?:-(\d+))?", hub_id)
     if not found:
         raise PlanError(

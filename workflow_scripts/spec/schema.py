@@ -28,7 +28,7 @@ from workflow_scripts.spec.record import Record
 from workflow_scripts.spec.report_settings import TablesEntry
 from workflow_scripts.spec.retention_settings import RetentionEntry
 from workflow_scripts.spec.schema_block import Part, block
-from workflow_scripts.spec.source_entries import DataEntry, ModelsEntry
+from workflow_scripts.spec.source_entries import DataEntry, ModelsEntry, VisionEntry
 from workflow_scripts.spec.suggest import did_you_mean
 from workflow_scripts.spec.task_entry import TaskEntry
 from workflow_scripts.spec.translation_settings import TranslationEntry
@@ -39,6 +39,7 @@ SCHEMA_FILE = REPO_ROOT / "schemas" / "config.schema.yaml"
 RECORD_BLOCKS: dict[str, type[Record] | Part] = {
     "data": DataEntry,
     "models": ModelsEntry,
+    "vision": VisionEntry,
     "phase": PhaseEntry,
     "backbone_phase": Part(PhaseEntry, BACKBONE_PHASE_KEYS),
     "backbone": BackboneEntry,

@@ -1,12 +1,13 @@
-"""Where a grid's data and models come from: the config's ``data`` and ``models`` blocks
-(the schema's ``$defs.data`` and ``$defs.models`` are generated from these records,
-spec/schema_block.py).
+"""Where a grid's data and models come from: the config's ``data``, ``models`` and ``vision``
+blocks (the schema's ``$defs.data``, ``$defs.models`` and ``$defs.vision`` are generated from
+these records, spec/schema_block.py).
 
 Standard library only: the Snakefile imports this at parse time.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -128,6 +129,42 @@ class ModelsEntry(Record):
         if self.demo_pretraining is None:
             raise InputError("config key models.demo_pretraining: required with models.source demo")
         return self.demo_pretraining
+
+
+@dataclass(frozen=True, kw_only=True)
+class VisionEntry(Record):
+    """The config's ``vision`` block: the frozen vision encoder of image tasks and how its
+    features are kept."""
+
+    key_noun = "config key"
+
+    hub_id: str = key("openai/clip-vit-base-patch32", minLength=1)
+    revision: str = key("main", description="Pinned Hub revision", minLength=1)
+    features: Literal["patches", "pooled"] = key(
+        "patches",
+        description="""patches (every token of the last hidden state: ViT-B/32 at 224 px gives 50 visual
+        tokens) or pooled (one token per image).""",
+    )
+    visual_tokens: int | None = key(
+        None,
+        description="""Tokens one image adds to the backbone's sequence, for the GPU memory plan
+        (workflow_scripts/planning/memory_plan.py). Without it the plan reads the patch grid
+        from the Hub id (patch size, resolution; 224 px when none is named) or takes 1 with
+        pooled features.""",
+        minimum=1,
+    )
+    cache: str = key(
+        "results/cache/image_features",
+        description="The content-addressed per-image feature cache, shared by every image task.",
+    )
+    batch_size: int = key(64, minimum=1)
+    # as the config gives it; the tower's job settings parse it (VisionPrepare.demo)
+    demo: dict[str, Any] = key(factory=dict, **{"$ref": "#/$defs/demo_vision", "default": {}})
+
+
+def vision_of(config: Mapping[str, Any]) -> VisionEntry:
+    """The ``vision`` block's record, parsed once (its defaults where the config has none)."""
+    return parsed_once(VisionEntry, config.get("vision") or {}, "vision")
 
 
 def data_of(config: dict[str, Any]) -> DataEntry:

@@ -344,13 +344,8 @@ def leakage_settings(config: dict[str, Any]) -> LeakageSettings:
 
 def vision_settings(config: dict[str, Any]) -> VisionPrepare:
     """What builds or fetches the vision encoder (a change rebuilds it and re-embeds)."""
-    vision = config.get("vision", {})
+    vision = source_entries.vision_of(config)
     if source_entries.models_of(config).demo:
-        demo = vision.get("demo", {})
+        demo = vision.demo
         return VisionPrepare.parse({"source": "demo", "demo": demo, "seed": demo.get("seed", 0)}, "vision")
-    hub = {
-        "source": "hub",
-        "hub_id": vision.get("hub_id", "openai/clip-vit-base-patch32"),
-        "revision": vision.get("revision", "main"),
-    }
-    return VisionPrepare.parse(hub, "vision")
+    return VisionPrepare.parse({"source": "hub", "hub_id": vision.hub_id, "revision": vision.revision}, "vision")

@@ -8,13 +8,13 @@ task's options (``TaskOptions``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from workflow_scripts.spec.arm_recipe import ArmRecipe
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.method import MethodSettings
-from workflow_scripts.spec.record import Record, optional
-from workflow_scripts.spec.schema_block import key
+from workflow_scripts.spec.record import Record, optional, parsed_once
+from workflow_scripts.spec.schema_block import filled, key
 from workflow_scripts.spec.task_options import TaskOptions
 
 # A phase's default selection and data language (an intermediate config names its own).
@@ -61,6 +61,13 @@ class PhaseEntry(PhaseHyperparameters):
         holds it); a backbone without a size takes 32.""",
     )
     learning_rate_with_mlm: float | None = key(None, exclusiveMinimum=0)
+
+
+def phase_of(config: dict[str, Any], phase: str) -> PhaseEntry:
+    """The ``training.<phase>`` block's record, parsed once (the schema's defaults fill the keys
+    a config nobody validated leaves out)."""
+    block = (config.get("training") or {}).get(phase) or {}
+    return parsed_once(PhaseEntry, block, f"training.{phase}", filled(PhaseEntry))
 
 
 # A backbone's own settings of a phase (backbones.<name>.training.<phase>): these keys of the

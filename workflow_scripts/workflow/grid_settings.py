@@ -17,7 +17,7 @@ from workflow_scripts.spec.formats import get_format
 from workflow_scripts.spec.intermediate_entry import IntermediateEntry
 from workflow_scripts.spec.local_data import SOURCE as LOCAL_FILES
 from workflow_scripts.spec.model_settings import TranslatorPrepare, VisionPrepare
-from workflow_scripts.spec.phase_settings import PhaseSettings
+from workflow_scripts.spec.phase_settings import PhaseSettings, phase_of
 from workflow_scripts.spec.report_settings import tables_of
 from workflow_scripts.spec.tasks import (
     CONTROLS,
@@ -213,7 +213,7 @@ def eval_settings(
     settings: dict[str, Any] = {
         "languages": entry.languages,
         "max_length": entry.max_length,
-        "eval_batch_size": config["training"]["target"]["eval_batch_size"],
+        "eval_batch_size": phase_of(config, "target").eval_batch_size,
         # the backbone's precision policy decides the evaluation's compute dtype too (precision.py)
         "precision": backbone_grid.method_settings(config, backbone).precision,
     }

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from workflow_scripts.planning import memory_plan
 from workflow_scripts.spec import intermediate_entry, task_entry
 from workflow_scripts.spec.backbone_entry import entry_of
-from workflow_scripts.spec.phase_settings import PhaseHyperparameters
+from workflow_scripts.spec.phase_settings import PhaseHyperparameters, phase_of
 
 Phase = Literal["intermediate", "target"]
 PHASE_KEYS = PhaseHyperparameters.keys()
@@ -55,8 +55,7 @@ class Source:
 
 
 def _phase_block(config: dict[str, Any], job: PhaseJob) -> dict[str, Any]:
-    block = config["training"][job.phase]
-    values = {k: block[k] for k in PHASE_KEYS if k in block}
+    values = {k: v for k, v in phase_of(config, job.phase).to_dict().items() if k in PHASE_KEYS}
     if values.get("max_micro_batch") == memory_plan.AUTO_MICRO_BATCH:
         values["max_micro_batch"] = memory_plan.resolved_micro_batch(config, job.backbone, job.phase)
     return values
@@ -65,7 +64,7 @@ def _phase_block(config: dict[str, Any], job: PhaseJob) -> dict[str, Any]:
 def _phase_rate_with_mlm(config: dict[str, Any], job: PhaseJob) -> dict[str, Any]:
     if not job.with_mlm(config):
         return {}
-    return {"learning_rate": config["training"]["intermediate"]["learning_rate_with_mlm"]}
+    return {"learning_rate": phase_of(config, "intermediate").learning_rate_with_mlm}
 
 
 def _intermediate_rate(config: dict[str, Any], job: PhaseJob) -> dict[str, Any]:

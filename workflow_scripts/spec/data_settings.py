@@ -21,6 +21,7 @@ from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.local_data import SOURCE as FILES_SOURCE
 from workflow_scripts.spec.local_data import LocalFiles
 from workflow_scripts.spec.record import Record, default_factory, optional
+from workflow_scripts.spec.schema_block import key as config_key
 from workflow_scripts.spec.suggest import did_you_mean
 
 if TYPE_CHECKING:
@@ -165,11 +166,18 @@ class DataSettings(Record):
 
 @dataclass(frozen=True)
 class LeakageSettings(Record):
-    """``leakage``: how an intermediate task's rows are compared with a target's test rows."""
+    """``leakage``: how an intermediate task's rows are compared with a target's test rows (the
+    config's block, whose schema ``$defs.leakage`` is generated from this record)."""
 
     step: ClassVar[str] = "data.leakage"
 
-    # flag: run the pair and mark its cells; refuse: the check fails, naming the pair
-    on_overlap: Literal["flag", "refuse"] = "flag"
-    # texts shorter than this many words are not compared (stock sentences recur)
-    min_words: int = 6
+    on_overlap: Literal["flag", "refuse"] = config_key(
+        "flag",
+        description="""flag: run the pair and mark its cells; refuse: the check fails, naming the pair, and no
+        target model of that pair is trained""",
+    )
+    min_words: int = config_key(
+        6,
+        description="Texts shorter than this many words are not compared (stock sentences recur legitimately)",
+        minimum=1,
+    )

@@ -19,6 +19,7 @@ from typing import Any
 from workflow_scripts.spec.arm_recipe import ArmRecipeEntry
 from workflow_scripts.spec.backbone_entry import BackboneEntry
 from workflow_scripts.spec.basics import REPO_ROOT, load_yaml
+from workflow_scripts.spec.data_settings import LeakageSettings
 from workflow_scripts.spec.evaluation_settings import RetrievalOptions
 from workflow_scripts.spec.intermediate_entry import IntermediateEntry
 from workflow_scripts.spec.model_settings import DemoDecoder, DemoEncoder, DemoTranslator, DemoVision
@@ -51,6 +52,7 @@ RECORD_BLOCKS: dict[str, type[Record] | Part] = {
     "demo_translator": DemoTranslator,
     "demo_vision": DemoVision,
     "translation": TranslationEntry,
+    "leakage": LeakageSettings,
     "retrieval": RetrievalOptions,
     "retention": RetentionEntry,
     "prompted": PromptedEntry,

@@ -13,6 +13,7 @@ from workflow_scripts import preflight
 from workflow_scripts.planning import disk
 from workflow_scripts.spec import paths
 from workflow_scripts.spec.basics import InputError
+from workflow_scripts.spec.sweep_entry import SweepEntry
 from workflow_scripts.workflow import sweep
 
 pytestmark = pytest.mark.unit
@@ -21,12 +22,15 @@ pytestmark = pytest.mark.unit
 def test_points_are_every_combination_in_the_configs_order_named_by_their_values():
     config = {"sweep": {"batch_size": [16, 32], "learning_rate": [1.0e-5, 3.0e-6]}}
     found = sweep.points(config)
-    # learning rate first (SWEPT_KEYS' order), the first key slowest
+    # learning rate first (SweepEntry's order), the first key slowest
     assert [p.token for p in found] == ["lr1e-05_bs16", "lr1e-05_bs32", "lr3e-06_bs16", "lr3e-06_bs32"]
     assert found[1].values == {"learning_rate": 1.0e-5, "batch_size": 32}
     assert sweep.points({}) == [] and not sweep.sweeping({"sweep": {}})
     with pytest.raises(InputError, match="lr1e-05_bs64"):
         sweep.point(config, "lr1e-05_bs64")
+    assert list(sweep.SWEPT_KEYS) == list(SweepEntry.keys()), "every swept key has its short name, in order"
+    with pytest.raises(InputError, match=r"sweep\.warmup_ratio\[1\]: 2 must be at most 1"):
+        sweep.points({"sweep": {"warmup_ratio": [0.1, 2]}})
 
 
 def test_a_points_values_replace_the_configs_where_training_reads_them():

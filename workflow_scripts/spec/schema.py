@@ -31,6 +31,7 @@ from workflow_scripts.spec.retention_settings import RetentionEntry
 from workflow_scripts.spec.schema_block import Part, block
 from workflow_scripts.spec.source_entries import DataEntry, ModelsEntry, VisionEntry
 from workflow_scripts.spec.suggest import did_you_mean
+from workflow_scripts.spec.sweep_entry import SweepEntry
 from workflow_scripts.spec.task_entry import TaskEntry
 from workflow_scripts.spec.translation_settings import TranslationEntry
 
@@ -53,6 +54,7 @@ RECORD_BLOCKS: dict[str, type[Record] | Part] = {
     "demo_vision": DemoVision,
     "translation": TranslationEntry,
     "leakage": LeakageSettings,
+    "sweep": SweepEntry,
     "retrieval": RetrievalOptions,
     "retention": RetentionEntry,
     "prompted": PromptedEntry,

@@ -28,9 +28,10 @@ from workflow_scripts.spec import paths
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.phase_settings import PhaseSettings
 from workflow_scripts.spec.result_files import TRAIN_LOG, TrainLog
+from workflow_scripts.spec.sweep_entry import sweep_of
 
-# The swept keys, in the order point names list them: where each lives in a target job's
-# settings (grid_settings.target_settings) and its short name in a point's token.
+# Each swept key's short name in a point's token (the keys and their order: SweepEntry's;
+# where each lives in a target job's settings: grid_settings.target_settings).
 SWEPT_KEYS = {"learning_rate": "lr", "batch_size": "bs", "epochs": "ep", "warmup_ratio": "wu"}
 # Per-task keys (tasks.<target>.<key>) sit in the settings' "tasks" entry of the target.
 TASK_KEYS = ("batch_size", "epochs")
@@ -46,8 +47,7 @@ class Point:
 
 def points(config: dict[str, Any]) -> list[Point]:
     """The sweep's points in the config's order (first key slowest), or [] without a sweep."""
-    swept = {key: config.get("sweep", {}).get(key) for key in SWEPT_KEYS}
-    swept = {key: values for key, values in swept.items() if values}
+    swept = sweep_of(config).swept()
     if not swept:
         return []
     found = []

@@ -60,7 +60,11 @@ class PhaseEntry(PhaseHyperparameters):
         planner fits on its GPUs (at most the batch: one micro-step per step wherever the card
         holds it); a backbone without a size takes 32.""",
     )
-    learning_rate_with_mlm: float | None = key(None, exclusiveMinimum=0)
+    learning_rate_with_mlm: float | None = key(
+        None,
+        exclusiveMinimum=0,
+        description="Learning rate of intermediate configs that mix in MLM (paper, 5e-6); read in the intermediate phase only.",
+    )
 
 
 def phase_of(config: dict[str, Any], phase: str) -> PhaseEntry:

@@ -23,9 +23,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from workflow_scripts.spec.disk_entry import disk_of
+
 
 def keep_target_models(config: dict[str, Any]) -> str:
-    return config.get("disk", {}).get("keep_target_models", "none")
+    return disk_of(config).keep_target_models
 
 
 def discards_target_models(config: dict[str, Any]) -> bool:
@@ -33,7 +35,7 @@ def discards_target_models(config: dict[str, Any]) -> bool:
 
 
 def discards_intermediate_models(config: dict[str, Any]) -> bool:
-    return config.get("disk", {}).get("keep_intermediate_models", "all") != "all"
+    return disk_of(config).keep_intermediate_models != "all"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,6 +20,7 @@ from workflow_scripts.spec.arm_recipe import ArmRecipeEntry
 from workflow_scripts.spec.backbone_entry import BackboneEntry
 from workflow_scripts.spec.basics import REPO_ROOT, load_yaml
 from workflow_scripts.spec.data_settings import LeakageSettings
+from workflow_scripts.spec.disk_entry import DiskEntry
 from workflow_scripts.spec.evaluation_settings import RetrievalOptions
 from workflow_scripts.spec.intermediate_entry import IntermediateEntry
 from workflow_scripts.spec.model_settings import DemoDecoder, DemoEncoder, DemoTranslator, DemoVision
@@ -55,6 +56,7 @@ RECORD_BLOCKS: dict[str, type[Record] | Part] = {
     "translation": TranslationEntry,
     "leakage": LeakageSettings,
     "sweep": SweepEntry,
+    "disk": DiskEntry,
     "retrieval": RetrievalOptions,
     "retention": RetentionEntry,
     "prompted": PromptedEntry,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workflow_scripts.spec.record import Record, parsed_once
-from workflow_scripts.spec.schema_block import key
+from workflow_scripts.spec.schema_block import LANGUAGE_CODE, key
 
 # The language of an intermediate config that names none: the tasks' own English data.
 SOURCE_LANGUAGE = "en"
@@ -29,7 +29,7 @@ class IntermediateEntry(Record):
     language: str | None = key(
         None,
         description="Train on a machine-translated copy of the tasks' data in this language.",
-        pattern="^[a-z]{2,3}$",
+        pattern=LANGUAGE_CODE,
     )
     learning_rate: float | None = key(None, exclusiveMinimum=0)
     recipe: str | None = key(

@@ -15,7 +15,7 @@ from typing import Literal
 
 from workflow_scripts.spec.basics import repo_path
 from workflow_scripts.spec.record import Record
-from workflow_scripts.spec.schema_block import key
+from workflow_scripts.spec.schema_block import LANGUAGE_CODE, key
 
 # File types by suffix; tasks.<name>.data.file_type names one for a file with another suffix.
 FILE_TYPES = {".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet"}
@@ -55,7 +55,7 @@ class RowMapping(Record):
         additionalProperties={"type": "string", "minLength": 1},
     )
     language: str = key(
-        "en", description="The language of every row of files without a lang column.", pattern="^[a-z]{2,3}$"
+        "en", description="The language of every row of files without a lang column.", pattern=LANGUAGE_CODE
     )
 
     def source_column(self, column: str) -> str:

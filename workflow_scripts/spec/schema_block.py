@@ -26,6 +26,8 @@ from typing import Any, Literal, Union
 from workflow_scripts.spec.record import ITEMS, NUMBER_BOUNDS, OMIT_WHEN_NONE, Record, plain
 from workflow_scripts.spec.record import JSON_SCHEMA as SCHEMA
 
+# The pattern of a language code key, as the config writes one (ISO 639-1 or 639-3).
+LANGUAGE_CODE = "^[a-z]{2,3}$"
 FILL = "fill"  # a field's metadata: the default the config schema gives a required field
 NULLABLE = "nullable"  # ... a key whose null means "the default" (the config may write it)
 

@@ -13,9 +13,8 @@ from typing import Any, Literal
 
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.record import Record, parsed_once
-from workflow_scripts.spec.schema_block import key
+from workflow_scripts.spec.schema_block import LANGUAGE_CODE, key
 
-LANGUAGE_CODE = "^[a-z]{2,3}$"
 Split = Literal["train", "dev", "test"]
 
 

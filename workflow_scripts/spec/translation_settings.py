@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Literal
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.method import PrecisionName
 from workflow_scripts.spec.record import Record, optional, parsed_once
-from workflow_scripts.spec.schema_block import filled, key
+from workflow_scripts.spec.schema_block import LANGUAGE_CODE, filled, key
 
 # Not part of a job's settings: jobs, and speed (see the module docstring).
 UNREAD_KEYS = ("datasets", "batch_size")
@@ -78,7 +78,7 @@ class TranslationEntry(_Decoding):
     )
     datasets: dict[str, Any] = key(
         fill={},
-        additionalProperties={"type": "array", "items": {"type": "string", "pattern": "^[a-z]{2,3}$"}},
+        additionalProperties={"type": "array", "items": {"type": "string", "pattern": LANGUAGE_CODE}},
         description="Extra (task -> languages) translations to build and measure, beyond those the translated configs train on.",
     )
 

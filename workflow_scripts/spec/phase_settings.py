@@ -13,8 +13,8 @@ from typing import Any, ClassVar, Literal
 from workflow_scripts.spec.arm_recipe import ArmRecipe
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.method import MethodSettings
-from workflow_scripts.spec.record import Record, optional, parsed_once
-from workflow_scripts.spec.schema_block import filled, key
+from workflow_scripts.spec.record import Record, optional
+from workflow_scripts.spec.schema_block import key, parsed_filled
 from workflow_scripts.spec.task_options import TaskOptions
 
 # A phase's default selection and data language (an intermediate config names its own).
@@ -71,7 +71,7 @@ def phase_of(config: dict[str, Any], phase: str) -> PhaseEntry:
     """The ``training.<phase>`` block's record, parsed once (the schema's defaults fill the keys
     a config nobody validated leaves out)."""
     block = (config.get("training") or {}).get(phase) or {}
-    return parsed_once(PhaseEntry, block, f"training.{phase}", filled(PhaseEntry))
+    return parsed_filled(PhaseEntry, block, f"training.{phase}")
 
 
 # A backbone's own settings of a phase (backbones.<name>.training.<phase>): these keys of the

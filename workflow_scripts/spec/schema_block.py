@@ -19,11 +19,13 @@ Standard library only: the Snakefile imports this through spec/schema.py.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
+from collections.abc import Mapping
 from typing import Any, Literal, Union
 
-from workflow_scripts.spec.record import ITEMS, NUMBER_BOUNDS, OMIT_WHEN_NONE, Record, plain
+from workflow_scripts.spec.record import ITEMS, NUMBER_BOUNDS, OMIT_WHEN_NONE, R, Record, parsed_once, plain
 from workflow_scripts.spec.record import JSON_SCHEMA as SCHEMA
 
 # The pattern of a language code key, as the config writes one (ISO 639-1 or 639-3).
@@ -165,3 +167,15 @@ def filled(record: type[Record]) -> dict[str, Any]:
 
 def _required(field: dataclasses.Field) -> bool:
     return field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
+
+
+@functools.cache
+def _filled_once(record: type[Record]) -> dict[str, Any]:
+    return filled(record)  # read-only by use: parsed_once copies it
+
+
+def parsed_filled(record: type[R], data: Mapping[str, Any], where: str) -> R:
+    """A config block's record, parsed once per mapping, with the schema's defaults filling the
+    keys ``data`` leaves out, as Snakemake fills them into a config it validates: a config
+    nobody validated (the planners' command lines, a test's raw YAML) reads the same."""
+    return parsed_once(record, data, where, _filled_once(record))

@@ -14,8 +14,8 @@ from typing import Any, ClassVar, Literal
 
 from workflow_scripts.spec.basics import InputError
 from workflow_scripts.spec.method import PrecisionName
-from workflow_scripts.spec.record import Record, optional, parsed_once
-from workflow_scripts.spec.schema_block import LANGUAGE_CODE, filled, key
+from workflow_scripts.spec.record import Record, optional
+from workflow_scripts.spec.schema_block import LANGUAGE_CODE, filled, key, parsed_filled
 
 # Not part of a job's settings: jobs, and speed (see the module docstring).
 UNREAD_KEYS = ("datasets", "batch_size")
@@ -85,7 +85,7 @@ class TranslationEntry(_Decoding):
 
 def translation_of(config: dict[str, Any]) -> TranslationEntry:
     """The ``translation`` block's record, parsed once."""
-    return parsed_once(TranslationEntry, config.get("translation") or {}, "translation", filled(TranslationEntry))
+    return parsed_filled(TranslationEntry, config.get("translation") or {}, "translation")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -29,9 +29,8 @@ from workflow_scripts.spec.prompted import (
     PromptedTableSettings,
     PromptRun,
 )
-from workflow_scripts.spec.record import parsed_once
 from workflow_scripts.spec.report_settings import PromptedScalingSettings, tables_of
-from workflow_scripts.spec.schema_block import filled
+from workflow_scripts.spec.schema_block import parsed_filled
 from workflow_scripts.spec.tasks import get_task
 from workflow_scripts.workflow import backbone_grid, grid, transfer
 from workflow_scripts.workflow.grid import ConfigError
@@ -41,7 +40,7 @@ PRETRAINED = "pretrained"  # the run name of a baseline config's job: the backbo
 
 def options(config: dict[str, Any]) -> PromptedEntry:
     """The config's ``prompted`` block, parsed once."""
-    return parsed_once(PromptedEntry, config.get("prompted") or {}, "prompted", filled(PromptedEntry))
+    return parsed_filled(PromptedEntry, config.get("prompted") or {}, "prompted")
 
 
 def enabled(config: dict[str, Any]) -> bool:

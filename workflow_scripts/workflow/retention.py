@@ -17,7 +17,6 @@ from typing import Any
 
 from workflow_scripts.spec import intermediate_entry, paths, task_entry
 from workflow_scripts.spec.backbone_entry import entry_of
-from workflow_scripts.spec.record import parsed_once
 from workflow_scripts.spec.report_settings import tables_of
 from workflow_scripts.spec.retention_settings import (
     OBJECTIVES,
@@ -27,7 +26,7 @@ from workflow_scripts.spec.retention_settings import (
     RetentionProbeSettings,
     RetentionTableSettings,
 )
-from workflow_scripts.spec.schema_block import filled
+from workflow_scripts.spec.schema_block import parsed_filled
 from workflow_scripts.spec.tasks import TASKS, get_task
 from workflow_scripts.spec.transfer_names import ZERO_SHOT
 from workflow_scripts.workflow import backbone_grid, grid, grid_settings, transfer
@@ -36,7 +35,7 @@ from workflow_scripts.workflow.grid import ConfigError
 
 def options(config: dict[str, Any]) -> RetentionEntry:
     """The config's ``retention`` block, parsed once."""
-    return parsed_once(RetentionEntry, config.get("retention") or {}, "retention", filled(RetentionEntry))
+    return parsed_filled(RetentionEntry, config.get("retention") or {}, "retention")
 
 
 def enabled(config: dict[str, Any]) -> bool:

@@ -9,9 +9,10 @@ and maps their columns (``data/loaders/columns.py``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from workflow_scripts.spec.basics import repo_path
 from workflow_scripts.spec.record import Record
@@ -98,6 +99,11 @@ class LocalData(LocalDataEntry):
 
     task: str
 
+    @classmethod
+    def of(cls, task: str, block: Mapping[str, Any]) -> LocalData:
+        """``tasks.<task>.data`` of the config as a record (InputError naming its key)."""
+        return cls.parse({**block, "task": task}, f"tasks.{task}.data")
+
     @property
     def key(self) -> str:
         return f"tasks.{self.task}.data"
@@ -121,13 +127,7 @@ class LocalData(LocalDataEntry):
     def settings(self, split: str) -> LocalFiles:
         """The block one split's job reads (its params: a change reruns it), in the config's
         shape with that split's file only, its type resolved."""
+        mapping = {k: v for k, v in self.to_dict().items() if k in RowMapping.keys()}
         return LocalFiles.parse(
-            {
-                "files": {split: self.files[split]},
-                "file_type": self.type_of(split),
-                "converter": self.converter,
-                "columns": dict(self.columns),
-                "language": self.language,
-            },
-            self.key,
+            {**mapping, "files": {split: self.files[split]}, "file_type": self.type_of(split)}, self.key
         )

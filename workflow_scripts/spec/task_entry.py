@@ -130,7 +130,7 @@ class TaskEntry(Record):
 
     def local_data(self, task: str) -> LocalData | None:
         """Its local files (None: it reads the Hub or its local mirror)."""
-        return LocalData.parse({**self.data.to_dict(), "task": task}, f"tasks.{task}.data") if self.data else None
+        return LocalData.of(task, self.data.to_dict()) if self.data else None
 
 
 def entry_of(config: dict[str, Any], name: str) -> TaskEntry:

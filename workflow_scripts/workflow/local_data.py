@@ -30,7 +30,7 @@ PEEK_RECORDS = 50
 
 def from_block(task: str, data: dict[str, Any]) -> LocalData:
     """A ``tasks.<task>.data`` block of the config as a record."""
-    return LocalData.parse({**data, "task": task}, f"tasks.{task}.data")
+    return LocalData.of(task, data)
 
 
 def spec(config: dict[str, Any], task: str) -> LocalData | None:
